@@ -1,0 +1,287 @@
+//! The tool catalogue: for each of the 18 tools its name, title,
+//! description, annotations and schemas. Written once; the MCP and HTTP
+//! layers only read it.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::io::*;
+use crate::validate::{output_schema_of, schema_of};
+
+/// The four MCP tool-annotation hints, all explicit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Annotations {
+    pub read_only_hint: bool,
+    pub destructive_hint: bool,
+    pub idempotent_hint: bool,
+    pub open_world_hint: bool,
+}
+
+/// Read tools: change nothing, repeatable.
+pub const READ: Annotations = Annotations {
+    read_only_hint: true,
+    destructive_hint: false,
+    idempotent_hint: true,
+    open_world_hint: false,
+};
+/// Additive writes that a repeat leaves as one call did.
+pub const WRITE_IDEMPOTENT: Annotations = Annotations {
+    read_only_hint: false,
+    destructive_hint: false,
+    idempotent_hint: true,
+    open_world_hint: false,
+};
+/// Additive writes whose repeat is not a no-op.
+pub const WRITE: Annotations = Annotations {
+    read_only_hint: false,
+    destructive_hint: false,
+    idempotent_hint: false,
+    open_world_hint: false,
+};
+/// Writes that invalidate or erase what existed; a repeat changes nothing more.
+pub const DESTRUCTIVE_IDEMPOTENT: Annotations = Annotations {
+    read_only_hint: false,
+    destructive_hint: true,
+    idempotent_hint: true,
+    open_world_hint: false,
+};
+
+/// A tool's typed contract: its name and its input and output types.
+pub trait ToolContract {
+    const NAME: &'static str;
+    type Input: serde::de::DeserializeOwned
+        + Serialize
+        + schemars::JsonSchema
+        + garde::Validate<Context = ()>
+        + 'static;
+    type Output: serde::de::DeserializeOwned + Serialize + schemars::JsonSchema + 'static;
+}
+
+/// One catalogue entry.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub annotations: Annotations,
+    /// The input JSON Schema.
+    pub input_schema: fn() -> Value,
+    /// The output JSON Schema.
+    pub output_schema: fn() -> Value,
+    /// Name of the input type (the OpenAPI component name).
+    pub input_type: &'static str,
+    /// Name of the output type (the OpenAPI component name).
+    pub output_type: &'static str,
+}
+
+macro_rules! tools {
+    ($( $marker:ident $name:literal ($input:ident -> $output:ident) $ann:ident, $title:literal, $desc:expr; )*) => {
+        /// Marker types implementing [`ToolContract`], one per tool.
+        pub mod tool {
+            use super::*;
+            $(
+                #[doc = concat!("The `", $name, "` tool.")]
+                #[derive(Debug, Clone, Copy)]
+                pub struct $marker;
+                impl ToolContract for $marker {
+                    const NAME: &'static str = $name;
+                    type Input = $input;
+                    type Output = $output;
+                }
+            )*
+        }
+
+        /// The tools, in catalogue (and `tools/list`) order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ToolName { $($marker,)* }
+
+        impl ToolName {
+            pub const ALL: &'static [ToolName] = &[$(ToolName::$marker,)*];
+            pub const fn as_str(self) -> &'static str {
+                match self { $(ToolName::$marker => $name,)* }
+            }
+            pub fn parse(s: &str) -> Option<ToolName> {
+                match s { $($name => Some(ToolName::$marker),)* _ => None }
+            }
+            /// The catalogue entry.
+            pub fn spec(self) -> &'static ToolSpec {
+                &CATALOGUE[self as usize]
+            }
+        }
+
+        /// The catalogue, in `tools/list` order.
+        pub static CATALOGUE: &[ToolSpec] = &[$(
+            ToolSpec {
+                name: $name,
+                title: $title,
+                description: $desc,
+                annotations: $ann,
+                input_schema: schema_of::<$input>,
+                output_schema: output_schema_of::<$output>,
+                input_type: stringify!($input),
+                output_type: stringify!($output),
+            },
+        )*];
+    };
+}
+
+impl std::fmt::Display for ToolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The block every write-tool description ends with.
+macro_rules! memory_policy {
+    () => {
+        "\n\nMEMORY POLICY: store decisions with their why, preferences and working agreements, gotchas when you discover them, and conventions nothing enforces. Do not store what the code already says, secrets, trivia or transcripts. One atomic, self-contained fact per memory, written when you learn it."
+    };
+}
+
+tools! {
+    Remember "remember" (RememberInput -> RememberOutput) WRITE_IDEMPOTENT, "Remember a fact",
+    concat!(
+        "Store ONE durable memory so later conversations can recall it: a fact, decision, convention, preference, gotcha, reference, episode, or an open loop (kind task / open-question).\n\n",
+        "Where it goes: pass `scope` (\"core\" for portable facts about the user's world, \"personal\" for preferences, or a scope path), else `project_hint` (repo root path, git remote URL or project name), else the `thread` token from an earlier result, else the session's attached project. With none of these the write is REFUSED with a message starting `scope_target_required:`; an unknown hint is refused with `project_hint_unresolvable:`. A `core`/`personal` write about how THIS project works is stored in the project and `routed_to_project` says so.\n\n",
+        "Secrets (API keys, tokens, private keys, passwords in URLs) are refused with `secret_content_rejected:` — rephrase without them. An identical memory in the same scope absorbs the write (`deduplicated: true`). `similar_existing` lists near-duplicates: if the new memory replaces one, remember again with `links: [{dst, type: \"supersedes\"}]` (superseding an open loop closes it). Name the subjects in `entities` so the graph can connect them. Echo `session.thread` as `thread` on your next call.",
+        memory_policy!()
+    );
+    Recall "recall" (RecallInput -> RecallOutput) READ, "Recall memories",
+    "Search stored memories by meaning of the words (full-text, ranked by relevance and freshness). Use it before answering anything that past conversations may have settled: conventions, decisions, gotchas, where things live, what the user prefers.\n\nBy default it reads the pinned project (from `project_hint`, the `thread` token, or the session's attached project) plus the user's personal and core memories; with nothing pinned it reads everything visible. `scopes` overrides that (`[\"*\"]` = everything visible; `core` and `personal` shorthands work). Filter with `kinds`; `k` sets how many hits (default 10, at most 100); `include_graph` adds each hit's entities.\n\nEach hit has `id`, `content` (an excerpt for long memories: read `zm://memory/{id}` for the whole row), `kind`, `scope`, `score`, and `disputed` / `dispute_id` when it is in a pending conflict — treat disputed memories with care. `related` lists graph neighbours of the hits. Pass `thread` from an earlier result to stay in the same project.";
+    BuildContext "build_context" (BuildContextInput -> BuildContextOutput) READ, "Build a briefing",
+    "Build a context pack for a topic: the most relevant memories, the entities and edges around them, and memories linked through the graph. Call it at the START of a session or task with `briefing: true` and `project_hint` (repo root path or git remote): the briefing adds the user's standing rules (follow them like system rules; pinned first), recent decisions and facts, and open loops (tasks and questions, oldest first).\n\nThe result's `session.thread` is a token: echo it as `thread` on later remember/recall calls so they stay attached to this project, even across reconnects. Pass `conversation_id` (your client's conversation id) to bind the thread to this conversation.\n\n`max_tokens` sizes the pack (about one memory per 200 tokens, 3 to 24). `scopes` overrides the default read set (`[\"*\"]` = everything visible). Memories marked `truncated` were cut: read `zm://memory/{id}` for the full text.";
+    Forget "forget" (ForgetInput -> ForgetOutput) DESTRUCTIVE_IDEMPOTENT, "Forget a memory",
+    "Invalidate a memory that is wrong or no longer true. Nothing is deleted: the memory leaves search and briefings, stays in history, and `restore_memory` brings it back. If a newer fact replaces it, prefer `remember` with a `supersedes` link so the history shows what replaced what. To close a finished task or answered question use `close_loop` instead.\n\nErrors: `not_found` when the id does not exist or is not yours; `conflict` when it is already invalidated.";
+    RestoreMemory "restore_memory" (RestoreMemoryInput -> RestoreMemoryOutput) WRITE_IDEMPOTENT, "Restore a memory",
+    "Undo an invalidation: make a forgotten, closed or superseded memory live again and drop the `supersedes` links that pointed at it. Only the memory's owner can restore it.\n\nErrors: `not_found` when the id does not exist or is not yours; `conflict` when the memory is not invalidated.";
+    CloseLoop "close_loop" (CloseLoopInput -> CloseLoopOutput) WRITE_IDEMPOTENT, "Close an open loop",
+    "Close an open loop — a memory of kind `task` or `open-question` — once the work is done or the question answered. It leaves briefings' open_loops; `restore_memory` reopens it. Store the outcome (the answer, the decision) with `remember` first if it is worth keeping.\n\nErrors: `validation_failed` when the memory is not a task or open-question (use `forget` for those); `not_found` when the id does not exist or is not yours; `conflict` when it is already closed or invalidated.";
+    Share "share" (ShareInput -> ShareOutput) WRITE_IDEMPOTENT, "Share a memory",
+    "Widen one of your memories into a shared project or team scope (`proj.…` or `team.…`) so its members can read it. The memory moves to that scope and becomes `shared`. Sharing into the scope it is already shared in changes nothing.\n\nErrors: `validation_failed` for a scope that is not a valid project or team path; `forbidden` when you cannot write that scope; `not_found` when the memory does not exist or is not yours; `conflict` when it is invalidated.";
+    MoveMemories "move_memories" (MoveMemoriesInput -> MoveMemoriesOutput) WRITE_IDEMPOTENT, "Move memories to a project",
+    "Move up to 200 of your memories into one project or team scope, for example memories stored in personal that belong to a project. Give the target as `scope` (a `proj.…`/`team.…` path) or `project_hint` (repo root path, git remote URL or project name). Moved memories become shared with the scope's members.\n\nMemories that cannot move (unknown, not yours, invalidated) are listed in `failed` with the reason while the rest move. Errors for the whole call: `validation_failed` when no target is given or the target is not a project or team scope; `forbidden` when you cannot write it.";
+    Link "link" (LinkInput -> LinkOutput) WRITE_IDEMPOTENT, "Link two things",
+    "Connect two entities or two memories.\n\nEntities: pass two names (e.g. `src: \"web-app\", dst: \"PostgreSQL\", type: \"depends_on\"`) with an edge type: uses, works_on, prefers, part_of, depends_on, decided, replaces, relates_to. Unknown names are created in your personal graph; names match ignoring case, spaces, `-` and `_`.\n\nMemories: pass two `mem_…` ids with a memory-link type: relates_to, supersedes, contradicts, derived_from. A `contradicts` link files a conflict for review (see list_conflicts). To retire an old memory in favour of a new one, use `remember` with a `supersedes` link instead.\n\nRepeating a link changes nothing (`created: false`). Errors: `validation_failed` when one side is an id and the other a name, or the type does not fit the endpoints; `not_found` when a memory id does not exist or is not yours.";
+    Entities "entities" (EntitiesInput -> EntitiesOutput) READ, "List entities",
+    "List or search the entities (people, projects, repos, packages, services, tools, libraries, concepts) in the memory graph. `query` matches names (case-insensitive substring); `scope` limits to one scope (`core`, `personal`, `*` or a path); without it every scope you can read is listed. Use the names you find in `remember`'s `entities` and in `link`.";
+    Challenge "challenge" (ChallengeInput -> ChallengeOutput) WRITE_IDEMPOTENT, "Challenge a memory",
+    "Dispute one memory you believe is wrong or outdated, with a `reason` and optional `evidence`. It files a single-subject conflict for review; the memory stays live but recall marks it `disputed`. Challenging a memory that already has a pending challenge returns that one (`already_pending: true`). If you KNOW the replacement, prefer `remember` with a `supersedes` link.\n\nErrors: `not_found` when the memory does not exist or is not yours; `conflict` when it is invalidated; `validation_failed` (prefix `secret_content_rejected:`) when the reason or evidence contains a secret.";
+    ListConflicts "list_conflicts" (ListConflictsInput -> ListConflictsOutput) READ, "List conflicts",
+    "List conflicts between your memories, newest first: challenges, contradictions, and near-duplicate pairs that were not identical (`unjudged`: you are the judge). Defaults: status `pending`, limit 20 (at most 100); filter by `verdict`. Each conflict shows both memories; decide with `resolve_conflict`.";
+    GetConflict "get_conflict" (GetConflictInput -> GetConflictOutput) READ, "Get a conflict",
+    "Read one conflict by its `dispute_id` (from list_conflicts or a disputed recall hit): its verdict, status, rationale and the memories involved.\n\nErrors: `not_found` when it does not exist or is not yours.";
+    ResolveConflict "resolve_conflict" (ResolveConflictInput -> ResolveConflictOutput) DESTRUCTIVE_IDEMPOTENT, "Resolve a conflict",
+    "Settle one pending conflict. For a pair of memories: `winner` (one of the two ids) keeps that memory and supersedes the other; `keep_both: true` dismisses the conflict. For a challenged memory: `retire: true` invalidates it; `keep_both: true` (or `winner` = the memory) upholds it. Precedence when several are given: retire, then keep_both, then winner.\n\nErrors: `validation_failed` when none is given, the winner is not in the pair, or retire is used on a pair; `not_found` when the conflict does not exist; `forbidden` when it involves memories that are not yours; `conflict` when it is no longer pending.";
+    PromoteRule "promote_rule" (PromoteRuleInput -> PromoteRuleOutput) WRITE, "Promote a rule",
+    "Turn one of your memories into a standing rule that every future briefing delivers (and, for user-level rules, the connect-time instructions). Use it when the user says something should ALWAYS or NEVER be done.\n\nThe rule text is `rule_text` (an imperative sentence, at most 2000 characters) or else the memory's content. The layer: with `applies_scope` (a project scope) the rule reaches that project's briefings; without it, a memory in a personal scope gives a user-level rule for all sessions and a memory in a project gives a project rule. A rule that was dismissed needs `force: true` to promote again.\n\nErrors: `not_found` when the memory does not exist or is not yours; `conflict` when it is invalidated or the rule was dismissed and `force` is not set.";
+    ImportMemory "import_memory" (ImportMemoryInput -> ImportMemoryOutput) WRITE, "Import a memory",
+    concat!(
+        "Import one memory from another tool's notes (CLAUDE.md, .cursorrules, an exported memory file) deterministically. `target` is `personal`, `core`, or `project` (then `project_hint` is required). `source_path` and `source_hash` (e.g. the sha256 of the content) record where it came from; the same `source_hash` imported again is skipped (`skipped: true`), so re-running an import is safe. Secrets are refused with `secret_content_rejected:`.",
+        memory_policy!()
+    );
+    ExportMemories "export_memories" (ExportMemoriesInput -> ExportMemoriesOutput) READ, "Export memories",
+    "Export every memory you can read — live and invalidated, with provenance — as full rows. `scopes` limits the export (`core`, `personal`, `*` or paths). Use it for backups and for moving memories elsewhere.";
+    DeleteAccount "delete_account" (DeleteAccountInput -> DeleteAccountOutput) DESTRUCTIVE_IDEMPOTENT, "Delete my account",
+    "Erase the calling user's account and everything it owns: memories, entities, edges, links, conflicts, rules, threads, tokens. Links other users hold to your memories are severed; their own data is untouched. This cannot be undone: only call it when the user explicitly asks to delete their account. Returns what was erased.";
+}
+
+/// A resource the server exposes.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ResourceSpec {
+    pub uri: &'static str,
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub mime_type: &'static str,
+    /// True for an RFC 6570 template.
+    pub template: bool,
+}
+
+/// The resources: one memory (template) and the caller's rules.
+pub static RESOURCES: &[ResourceSpec] = &[
+    ResourceSpec {
+        uri: crate::uri::MEMORY_TEMPLATE,
+        name: "memory",
+        title: "One memory, full fidelity",
+        description: "The full, untruncated row of one memory you can read, as JSON.",
+        mime_type: "application/json",
+        template: true,
+    },
+    ResourceSpec {
+        uri: crate::uri::RULES_URI,
+        name: "rules",
+        title: "Your standing rules",
+        description: "Your promoted rules, pinned first, as {\"rules\": [{text, pinned}]}.",
+        mime_type: "application/json",
+        template: false,
+    },
+];
+
+/// An argument of a prompt.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PromptArgSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub required: bool,
+}
+
+/// A prompt the server exposes.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PromptSpec {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub arguments: &'static [PromptArgSpec],
+}
+
+/// The prompts.
+pub static PROMPTS: &[PromptSpec] = &[PromptSpec {
+    name: "brief",
+    title: "Brief me",
+    description: "Load the briefing for the current project (rules, open loops, the most relevant memories) before starting work.",
+    arguments: &[PromptArgSpec {
+        name: "topic",
+        description: "What the session is about; defaults to the current project and its active work.",
+        required: false,
+    }],
+}];
+
+/// The description budget, in bytes of UTF-8.
+pub const DESCRIPTION_BUDGET: usize = 2048;
+
+/// The read tools: `readOnlyHint` is true exactly for these.
+pub const READ_TOOLS: &[&str] = &[
+    "recall",
+    "build_context",
+    "entities",
+    "list_conflicts",
+    "get_conflict",
+    "export_memories",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_matches_tool_names() {
+        assert_eq!(CATALOGUE.len(), 18);
+        for (i, name) in ToolName::ALL.iter().enumerate() {
+            assert_eq!(CATALOGUE[i].name, name.as_str());
+            assert_eq!(ToolName::parse(name.as_str()), Some(*name));
+            assert_eq!(name.spec().name, name.as_str());
+        }
+    }
+
+    #[test]
+    fn schemas_are_objects() {
+        for spec in CATALOGUE {
+            let i = (spec.input_schema)();
+            let o = (spec.output_schema)();
+            assert_eq!(i["type"], "object", "{} input", spec.name);
+            assert_eq!(o["type"], "object", "{} output", spec.name);
+            assert_eq!(i["additionalProperties"], false, "{} input", spec.name);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The one validation entry point: raw JSON → typed input, or a
+//! `validation_failed` [`ToolError`] whose `details.fields` lists every
+//! offending field with its reason.
+//!
+//! Three passes, each reporting every problem it finds:
+//! 1. the input's JSON Schema (missing, unknown and mistyped fields, bad ids
+//!    and scopes, lengths, ranges, enums);
+//! 2. serde (only reached when the schema passed; reports its one error with
+//!    the field path);
+//! 3. garde (rules the schema cannot express, such as "not only whitespace").
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use garde::Validate;
+use jsonschema::error::ValidationErrorKind;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::error::{ErrorCode, ToolError, tool_error};
+use crate::ids::IdKind;
+use crate::scope;
+
+/// One offending field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// Dotted path with indices, e.g. `entities[0].name`; empty for the whole input.
+    pub path: String,
+    /// What is wrong, in words.
+    pub reason: String,
+}
+
+/// The JSON Schema of an input type, as the contract publishes it: what a
+/// client may send (draft 2020-12, subschemas inlined).
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let settings = schemars::generate::SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .with(|s| s.inline_subschemas = true);
+    finish(settings.into_generator().into_root_schema_for::<T>())
+}
+
+/// The JSON Schema of an output type: what the server sends. A field that
+/// is always serialised is required (nullable when it may be null); a field
+/// skipped when empty is optional.
+pub fn output_schema_of<T: JsonSchema>() -> Value {
+    let settings = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .with(|s| s.inline_subschemas = true);
+    finish(settings.into_generator().into_root_schema_for::<T>())
+}
+
+fn finish(schema: schemars::Schema) -> Value {
+    let mut v = serde_json::to_value(schema).expect("schema serialises");
+    // A closed object with no fields still lists `properties`, so a stray
+    // field is reported by name.
+    if let Some(o) = v.as_object_mut()
+        && o.get("additionalProperties") == Some(&Value::Bool(false))
+        && !o.contains_key("properties")
+    {
+        o.insert("properties".into(), Value::Object(Default::default()));
+    }
+    v
+}
+
+type Validators = Mutex<HashMap<TypeId, Arc<jsonschema::Validator>>>;
+static VALIDATORS: LazyLock<Validators> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn validator_for<T: JsonSchema + 'static>() -> Arc<jsonschema::Validator> {
+    let mut map = VALIDATORS.lock().unwrap_or_else(|p| p.into_inner());
+    map.entry(TypeId::of::<T>())
+        .or_insert_with(|| {
+            Arc::new(
+                jsonschema::validator_for(&schema_of::<T>())
+                    .expect("contract schemas are valid JSON Schema"),
+            )
+        })
+        .clone()
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn pointer_to_path(location: &jsonschema::paths::Location) -> String {
+    let mut out = String::new();
+    for seg in location.segments() {
+        match seg {
+            jsonschema::paths::LocationSegment::Property(p) => out = join(&out, &p),
+            jsonschema::paths::LocationSegment::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn pattern_reason(pattern: &str) -> String {
+    if pattern == scope::WRITE_PATTERN
+        || pattern == scope::READ_PATTERN
+        || pattern == scope::PATH_PATTERN
+    {
+        return format!("invalid scope: {}", scope::SCOPE_HELP);
+    }
+    for kind in IdKind::ALL {
+        if pattern == kind.pattern() {
+            return format!(
+                "not a valid {} id (expected {}_ + 16 + '.' + 10 Crockford base32 characters)",
+                kind.describe(),
+                kind.prefix()
+            );
+        }
+    }
+    format!("does not match the pattern {pattern}")
+}
+
+fn schema_errors(validator: &jsonschema::Validator, raw: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    for err in validator.iter_errors(raw) {
+        let path = pointer_to_path(err.instance_path());
+        match err.kind() {
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default();
+                out.push(FieldError {
+                    path: join(&path, name),
+                    reason: "is required".into(),
+                });
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for name in unexpected {
+                    out.push(FieldError {
+                        path: join(&path, name),
+                        reason: "unknown field".into(),
+                    });
+                }
+            }
+            ValidationErrorKind::Type { kind } => out.push(FieldError {
+                path,
+                reason: format!("wrong type: expected {}", type_words(kind)),
+            }),
+            ValidationErrorKind::MinLength { limit } => out.push(FieldError {
+                path,
+                reason: if *limit == 1 {
+                    "must not be empty".into()
+                } else {
+                    format!("must be at least {limit} characters")
+                },
+            }),
+            ValidationErrorKind::MaxLength { limit } => out.push(FieldError {
+                path,
+                reason: format!("must be at most {limit} characters"),
+            }),
+            ValidationErrorKind::MinItems { limit } => out.push(FieldError {
+                path,
+                reason: format!("must have at least {limit} item(s)"),
+            }),
+            ValidationErrorKind::MaxItems { limit } => out.push(FieldError {
+                path,
+                reason: format!("must have at most {limit} items"),
+            }),
+            ValidationErrorKind::Minimum { limit } => out.push(FieldError {
+                path,
+                reason: format!("must be at least {limit}"),
+            }),
+            ValidationErrorKind::Maximum { limit } => out.push(FieldError {
+                path,
+                reason: format!("must be at most {limit}"),
+            }),
+            ValidationErrorKind::Pattern { pattern } => out.push(FieldError {
+                path,
+                reason: pattern_reason(pattern),
+            }),
+            ValidationErrorKind::Enum { options } => out.push(FieldError {
+                path,
+                reason: format!("must be one of {options}"),
+            }),
+            _ => out.push(FieldError {
+                path,
+                reason: err.to_string(),
+            }),
+        }
+    }
+    out
+}
+
+fn type_words(kind: &jsonschema::error::TypeKind) -> String {
+    match kind {
+        jsonschema::error::TypeKind::Single(t) => t.to_string(),
+        jsonschema::error::TypeKind::Multiple(set) => {
+            let names: Vec<String> = set.iter().map(|t| t.to_string()).collect();
+            names.join(" or ")
+        }
+    }
+}
+
+/// Build the `validation_failed` error for a list of field errors.
+pub fn validation_error(fields: Vec<FieldError>) -> ToolError {
+    let summary = fields
+        .iter()
+        .map(|f| {
+            if f.path.is_empty() {
+                f.reason.clone()
+            } else {
+                format!("{}: {}", f.path, f.reason)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    tool_error(
+        ErrorCode::ValidationFailed,
+        format!("Invalid input: {summary}"),
+        Some(json!({ "fields": fields })),
+    )
+}
+
+/// Validate raw JSON into a typed tool input.
+///
+/// Never panics: every malformed input becomes a `validation_failed` error
+/// naming each offending field.
+pub fn parse_input<T>(raw: &Value) -> Result<T, ToolError>
+where
+    T: DeserializeOwned + JsonSchema + Validate<Context = ()> + 'static,
+{
+    // An absent `arguments` is an empty object.
+    let empty = Value::Object(Default::default());
+    let raw = if raw.is_null() { &empty } else { raw };
+    if !raw.is_object() {
+        return Err(validation_error(vec![FieldError {
+            path: String::new(),
+            reason: "the input must be a JSON object".into(),
+        }]));
+    }
+    let errors = schema_errors(&validator_for::<T>(), raw);
+    if !errors.is_empty() {
+        return Err(validation_error(errors));
+    }
+    let typed: T = serde_path_to_error::deserialize(raw).map_err(|e| {
+        let path = e.path().to_string();
+        validation_error(vec![FieldError {
+            path: if path == "." { String::new() } else { path },
+            reason: e.inner().to_string(),
+        }])
+    })?;
+    if let Err(report) = typed.validate() {
+        let fields = report
+            .iter()
+            .map(|(path, err)| FieldError {
+                path: path.to_string(),
+                reason: err.message().to_string(),
+            })
+            .collect();
+        return Err(validation_error(fields));
+    }
+    Ok(typed)
+}

@@ -1,0 +1,250 @@
+//! The single validation entry point, on the cases a client gets wrong.
+
+use serde_json::{Value, json};
+use zm_contracts::*;
+
+fn fields(err: &ToolError) -> Vec<(String, String)> {
+    assert_eq!(err.code, ErrorCode::ValidationFailed, "{err:?}");
+    err.details.as_ref().expect("details")["fields"]
+        .as_array()
+        .expect("fields array")
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn paths(err: &ToolError) -> Vec<String> {
+    fields(err).into_iter().map(|(p, _)| p).collect()
+}
+
+const MEM: &str = "mem_0123456789abcdef.0123456789";
+
+#[test]
+fn missing_field() {
+    let err = parse_input::<RememberInput>(&json!({"kind": "fact"})).unwrap_err();
+    assert_eq!(paths(&err), vec!["content"]);
+    assert!(fields(&err)[0].1.contains("required"));
+}
+
+#[test]
+fn wrong_type() {
+    let err = parse_input::<RecallInput>(&json!({"query": 42, "k": "ten"})).unwrap_err();
+    let p = paths(&err);
+    assert!(
+        p.contains(&"query".to_string()) && p.contains(&"k".to_string()),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn unknown_field() {
+    let err = parse_input::<ForgetInput>(&json!({"memory_id": MEM, "why": "x"})).unwrap_err();
+    assert_eq!(
+        fields(&err),
+        vec![("why".to_string(), "unknown field".to_string())]
+    );
+}
+
+#[test]
+fn malformed_memory_id() {
+    let err = parse_input::<ForgetInput>(&json!({"memory_id": "mem_nope"})).unwrap_err();
+    assert_eq!(paths(&err), vec!["memory_id"]);
+    assert!(fields(&err)[0].1.contains("memory id"));
+    let err = parse_input::<ForgetInput>(&json!({"memory_id": "ent_0123456789abcdef.0123456789"}))
+        .unwrap_err();
+    assert_eq!(paths(&err), vec!["memory_id"]);
+    // Nested ids are named with their index.
+    let err = parse_input::<RememberInput>(&json!({
+        "content": "x", "links": [{"dst": MEM, "type": "supersedes"}, {"dst": "bad", "type": "supersedes"}]
+    }))
+    .unwrap_err();
+    assert_eq!(paths(&err), vec!["links[1].dst"]);
+}
+
+#[test]
+fn invalid_scope() {
+    for bad in ["global", "proj", "Proj.X", "proj..x", "*"] {
+        let err = parse_input::<RememberInput>(&json!({"content": "x", "scope": bad})).unwrap_err();
+        assert_eq!(paths(&err), vec!["scope"], "{bad}");
+        assert!(fields(&err)[0].1.contains("invalid scope"), "{bad}");
+    }
+    // `*` is fine for reads.
+    let ok = parse_input::<RecallInput>(&json!({"query": "x", "scopes": ["*", "core"]})).unwrap();
+    assert_eq!(ok.scopes.unwrap().len(), 2);
+    let err =
+        parse_input::<RecallInput>(&json!({"query": "x", "scopes": ["core", "nope"]})).unwrap_err();
+    assert_eq!(paths(&err), vec!["scopes[1]"]);
+}
+
+#[test]
+fn empty_and_blank_content() {
+    let err = parse_input::<RememberInput>(&json!({"content": ""})).unwrap_err();
+    assert_eq!(paths(&err), vec!["content"]);
+    let err = parse_input::<RememberInput>(&json!({"content": "  \n\t "})).unwrap_err();
+    assert_eq!(paths(&err), vec!["content"]);
+}
+
+#[test]
+fn every_offending_field_is_named() {
+    let err = parse_input::<RememberInput>(&json!({
+        "content": "",
+        "kind": "rumour",
+        "scope": "nowhere",
+        "entities": [{"name": ""}],
+        "extra": true
+    }))
+    .unwrap_err();
+    let mut p = paths(&err);
+    p.sort();
+    assert_eq!(
+        p,
+        vec!["content", "entities[0].name", "extra", "kind", "scope"]
+    );
+    assert!(err.message.starts_with("Invalid input: "));
+}
+
+#[test]
+fn defaults_and_canonical_ids() {
+    let r = parse_input::<RememberInput>(&json!({"content": "a fact"})).unwrap();
+    assert_eq!(r.kind, MemoryKind::Fact);
+    let q = parse_input::<RecallInput>(&json!({"query": "x"})).unwrap();
+    assert_eq!(q.k, 10);
+    let l = parse_input::<ListConflictsInput>(&json!({})).unwrap();
+    assert_eq!((l.status, l.limit), (ConflictStatus::Pending, 20));
+    let f = parse_input::<ForgetInput>(&json!({"memory_id": " MEM_0123456789ABCDEF.0123456789 "}))
+        .unwrap();
+    assert_eq!(f.memory_id.as_str(), MEM);
+    // null arguments are an empty object.
+    parse_input::<DeleteAccountInput>(&Value::Null).unwrap();
+}
+
+#[test]
+fn ranges_and_sizes() {
+    let err = parse_input::<RecallInput>(&json!({"query": "x", "k": 0})).unwrap_err();
+    assert_eq!(paths(&err), vec!["k"]);
+    let err = parse_input::<RecallInput>(&json!({"query": "x", "k": 101})).unwrap_err();
+    assert_eq!(paths(&err), vec!["k"]);
+    let ids: Vec<String> = (0..201)
+        .map(|_| MemoryId::generate().into_string())
+        .collect();
+    let err = parse_input::<MoveMemoriesInput>(&json!({"memory_ids": ids, "scope": "proj.a.b"}))
+        .unwrap_err();
+    assert_eq!(paths(&err), vec!["memory_ids"]);
+    let err = parse_input::<MoveMemoriesInput>(&json!({"memory_ids": []})).unwrap_err();
+    assert_eq!(paths(&err), vec!["memory_ids"]);
+}
+
+#[test]
+fn non_objects_never_panic() {
+    for raw in [json!("x"), json!(1), json!([1, 2]), json!(true)] {
+        let err = parse_input::<RememberInput>(&raw).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ValidationFailed);
+    }
+}
+
+#[test]
+fn every_tool_rejects_unknown_fields_and_accepts_its_minimum() {
+    let minimal = |name: &str| -> Value {
+        match name {
+            "remember" => json!({"content": "x"}),
+            "recall" => json!({"query": "x"}),
+            "build_context" => json!({"topic": "x"}),
+            "forget" | "restore_memory" | "close_loop" | "challenge" | "promote_rule" => {
+                let mut v = json!({"memory_id": MEM});
+                if name == "challenge" {
+                    v["reason"] = json!("wrong");
+                }
+                v
+            }
+            "share" => json!({"memory_id": MEM, "scope": "proj.a.b"}),
+            "move_memories" => json!({"memory_ids": [MEM], "scope": "proj.a.b"}),
+            "link" => json!({"src": "a", "dst": "b", "type": "uses"}),
+            "get_conflict" | "resolve_conflict" => json!({"dispute_id": "mrq_x"}),
+            "import_memory" => {
+                json!({"content": "x", "kind": "fact", "target": "core", "source_path": "p", "source_hash": "h"})
+            }
+            _ => json!({}),
+        }
+    };
+    for tool in ToolName::ALL {
+        let ok = validate_tool(*tool, &minimal(tool.as_str()));
+        assert!(ok.is_ok(), "{tool}: {ok:?}");
+        let mut bad = minimal(tool.as_str());
+        bad["surprise"] = json!(1);
+        let err = validate_tool(*tool, &bad).unwrap_err();
+        assert_eq!(paths(&err), vec!["surprise"], "{tool}");
+    }
+}
+
+fn validate_tool(tool: ToolName, raw: &Value) -> Result<(), ToolError> {
+    use zm_contracts::catalogue::tool::*;
+    fn go<T: ToolContract>(raw: &Value) -> Result<(), ToolError> {
+        parse_input::<T::Input>(raw).map(|_| ())
+    }
+    match tool {
+        ToolName::Remember => go::<Remember>(raw),
+        ToolName::Recall => go::<Recall>(raw),
+        ToolName::BuildContext => go::<BuildContext>(raw),
+        ToolName::Forget => go::<Forget>(raw),
+        ToolName::RestoreMemory => go::<RestoreMemory>(raw),
+        ToolName::CloseLoop => go::<CloseLoop>(raw),
+        ToolName::Share => go::<Share>(raw),
+        ToolName::MoveMemories => go::<MoveMemories>(raw),
+        ToolName::Link => go::<Link>(raw),
+        ToolName::Entities => go::<Entities>(raw),
+        ToolName::Challenge => go::<Challenge>(raw),
+        ToolName::ListConflicts => go::<ListConflicts>(raw),
+        ToolName::GetConflict => go::<GetConflict>(raw),
+        ToolName::ResolveConflict => go::<ResolveConflict>(raw),
+        ToolName::PromoteRule => go::<PromoteRule>(raw),
+        ToolName::ImportMemory => go::<ImportMemory>(raw),
+        ToolName::ExportMemories => go::<ExportMemories>(raw),
+        ToolName::DeleteAccount => go::<DeleteAccount>(raw),
+    }
+}
+
+#[test]
+fn schemas_show_constraints() {
+    let s = (ToolName::Remember.spec().input_schema)();
+    assert_eq!(s["properties"]["content"]["minLength"], 1);
+    assert_eq!(s["properties"]["links"]["maxItems"], 10);
+    assert!(s["properties"]["scope"]["pattern"].is_string());
+    assert_eq!(s["properties"]["kind"]["enum"].as_array().unwrap().len(), 9);
+    assert_eq!(s["required"], json!(["content"]));
+    let m = (ToolName::MoveMemories.spec().input_schema)();
+    assert_eq!(m["properties"]["memory_ids"]["maxItems"], 200);
+    assert!(
+        m["properties"]["memory_ids"]["items"]["pattern"]
+            .as_str()
+            .unwrap()
+            .contains("[mM][eE][mM]_")
+    );
+}
+
+#[test]
+fn outputs_validate_against_their_own_schemas() {
+    let out = RememberOutput {
+        memory_id: MemoryId::generate(),
+        deduplicated: None,
+        scope: Some("proj.a.b".into()),
+        similar_existing: None,
+        hint: None,
+        length_directive: None,
+        anchors: None,
+        anchor_hint: None,
+        routed_to_project: None,
+        session: Some(SessionState {
+            attached_project: None,
+            thread: None,
+        }),
+    };
+    let schema = (ToolName::Remember.spec().output_schema)();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    assert!(v.is_valid(&serde_json::to_value(&out).unwrap()));
+    assert!(!v.is_valid(&json!({"memory_id": "nope"})));
+}

@@ -1,0 +1,201 @@
+//! Safe full-text queries from any user text.
+//!
+//! User text is never handed to a full-text query parser as-is. It is cut
+//! into tokens with [`tokenize`] (so every token consists of alphanumeric
+//! characters only: no quotes, operators, parentheses, colons, stars or
+//! carets survive), de-duplicated, capped, and re-assembled into a query
+//! that can only mean "any of these words".
+
+use std::collections::HashSet;
+
+use crate::similarity::tokenize;
+
+/// At most this many distinct terms reach a full-text query.
+pub const MAX_QUERY_TERMS: usize = 32;
+
+/// The distinct tokens of `user_text`, first occurrence order, at most
+/// [`MAX_QUERY_TERMS`]. Every character of every term is alphanumeric.
+pub fn query_terms(user_text: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    tokenize(user_text)
+        .into_iter()
+        .filter(|t| seen.insert(t.clone()))
+        .take(MAX_QUERY_TERMS)
+        .collect()
+}
+
+/// An SQLite FTS5 `MATCH` expression: every term quoted as a string literal
+/// and OR-ed, e.g. `"postgres" OR "index"`. `None` when there are no terms.
+///
+/// FTS5 keywords (`AND`, `OR`, `NOT`, `NEAR`) in the input are harmless:
+/// they are lowercased and quoted like any other word.
+pub fn sqlite_match_query(user_text: &str) -> Option<String> {
+    let terms = query_terms(user_text);
+    if terms.is_empty() {
+        return None;
+    }
+    let quoted: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
+    Some(quoted.join(" OR "))
+}
+
+/// A PostgreSQL `to_tsquery('simple', $1)` argument: the terms joined with
+/// ` | `. Safe because no term contains an operator character (`&`, `|`,
+/// `!`, `<`, `>`, `(`, `)`, `:`, `*`, `'`, `\`). `None` when there are no
+/// terms.
+pub fn pg_query_terms(user_text: &str) -> Option<String> {
+    let terms = query_terms(user_text);
+    if terms.is_empty() {
+        return None;
+    }
+    Some(terms.join(" | "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hostile_inputs() -> Vec<String> {
+        let mut v: Vec<String> = [
+            "\"",
+            "'",
+            "\"\"\"",
+            "''",
+            "AND OR NOT NEAR",
+            "foo*",
+            "^bar",
+            "-baz",
+            "+qux",
+            "(a OR b)",
+            "col:val",
+            "{col1 col2}:val",
+            "NEAR(a b, 3)",
+            "a NOT b",
+            "x AND (y OR z*)",
+            "🎉🎉",
+            "café naïve 日本語",
+            "",
+            "   \t\n  ",
+            "foo' | bar & !baz <-> qux:* ",
+            "'; DROP TABLE memories; --",
+            "\\\" \\' \\\\",
+            "a\u{0}b",
+            "İstanbul ΣΑΣ ß",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.push("x".repeat(10_000));
+        v.push("word ".repeat(2_000));
+        v.push(
+            (0..5_000)
+                .map(|i| format!("t{i}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        v.push("🎉a\"b'c*".repeat(1_500));
+        v
+    }
+
+    /// Parse `"t1" OR "t2" OR …` strictly: every term a quoted literal of
+    /// alphanumerics, separated by exactly ` OR `.
+    fn assert_fts5_safe(q: &str) -> Vec<String> {
+        let terms: Vec<String> = q
+            .split(" OR ")
+            .map(|part| {
+                assert!(
+                    part.len() >= 3 && part.starts_with('"') && part.ends_with('"'),
+                    "unquoted term {part:?} in {q:?}"
+                );
+                let inner = &part[1..part.len() - 1];
+                assert!(!inner.is_empty());
+                assert!(inner.chars().all(char::is_alphanumeric), "{inner:?}");
+                inner.to_owned()
+            })
+            .collect();
+        assert!(terms.len() <= MAX_QUERY_TERMS);
+        terms
+    }
+
+    fn assert_pg_safe(q: &str) -> Vec<String> {
+        let terms: Vec<String> = q.split(" | ").map(str::to_owned).collect();
+        for t in &terms {
+            assert!(!t.is_empty());
+            assert!(t.chars().all(char::is_alphanumeric), "{t:?} in {q:?}");
+        }
+        assert!(terms.len() <= MAX_QUERY_TERMS);
+        terms
+    }
+
+    #[test]
+    fn hostile_inputs_are_safe() {
+        for input in hostile_inputs() {
+            let s = sqlite_match_query(&input);
+            let p = pg_query_terms(&input);
+            assert_eq!(s.is_some(), p.is_some(), "{input:?}");
+            if let (Some(s), Some(p)) = (s, p) {
+                assert_eq!(assert_fts5_safe(&s), assert_pg_safe(&p), "{input:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn examples() {
+        assert_eq!(
+            sqlite_match_query("Postgres index?").as_deref(),
+            Some("\"postgres\" OR \"index\"")
+        );
+        assert_eq!(
+            pg_query_terms("Postgres index?").as_deref(),
+            Some("postgres | index")
+        );
+        assert_eq!(
+            sqlite_match_query("AND OR NOT NEAR").as_deref(),
+            Some("\"and\" OR \"or\" OR \"not\" OR \"near\"")
+        );
+        assert_eq!(
+            sqlite_match_query("NEAR(a b, 3)").as_deref(),
+            Some("\"near\" OR \"a\" OR \"b\" OR \"3\"")
+        );
+        assert_eq!(sqlite_match_query("foo*").as_deref(), Some("\"foo\""));
+        assert_eq!(sqlite_match_query("^bar").as_deref(), Some("\"bar\""));
+        assert_eq!(sqlite_match_query("-baz").as_deref(), Some("\"baz\""));
+        assert_eq!(
+            sqlite_match_query("col:val").as_deref(),
+            Some("\"col\" OR \"val\"")
+        );
+        assert_eq!(
+            sqlite_match_query("café naïve 日本語").as_deref(),
+            Some("\"café\" OR \"naïve\" OR \"日本語\"")
+        );
+        assert_eq!(
+            pg_query_terms("café naïve 日本語").as_deref(),
+            Some("café | naïve | 日本語")
+        );
+        assert_eq!(
+            pg_query_terms("foo' | bar & !baz <-> qux:*").as_deref(),
+            Some("foo | bar | baz | qux")
+        );
+    }
+
+    #[test]
+    fn no_terms_is_none() {
+        for input in ["", "   ", "\"", "'", "🎉🎉", "()*:^-+", "\n\t"] {
+            assert_eq!(sqlite_match_query(input), None, "{input:?}");
+            assert_eq!(pg_query_terms(input), None, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn terms_are_distinct_and_capped() {
+        assert_eq!(query_terms("a A a b B"), vec!["a", "b"]);
+        let many: String = (0..100).map(|i| format!("w{i} ")).collect();
+        let terms = query_terms(&many);
+        assert_eq!(terms.len(), MAX_QUERY_TERMS);
+        assert_eq!(terms.first().map(String::as_str), Some("w0"));
+        assert_eq!(terms.last().map(String::as_str), Some("w31"));
+        let q = sqlite_match_query(&many).unwrap();
+        assert_eq!(q.matches(" OR ").count(), MAX_QUERY_TERMS - 1);
+        let p = pg_query_terms(&many).unwrap();
+        assert_eq!(p.matches(" | ").count(), MAX_QUERY_TERMS - 1);
+    }
+}

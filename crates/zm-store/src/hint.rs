@@ -1,0 +1,323 @@
+//! Project hint normalisation.
+//!
+//! A `project_hint` is whatever an agent knows about where it is working: a
+//! git remote (`git@github.com:org/repo.git`, `https://github.com/org/repo`)
+//! or a filesystem path (`/home/me/src/repo`, `C:\src\repo`, or just a bare
+//! name like `zero-memory`). Normalisation turns it into a stable key (so
+//! every spelling of the same remote resolves to the same project) and a
+//! slug usable in a scope path.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// The longest slug [`slugify`] produces.
+pub const MAX_SLUG_LEN: usize = 64;
+
+/// What a hint was recognised as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HintKind {
+    /// A git remote; the key is `host/path`, lowercased.
+    Remote,
+    /// A filesystem path or bare name; the key keeps its case.
+    Path,
+}
+
+impl HintKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HintKind::Remote => "remote",
+            HintKind::Path => "path",
+        }
+    }
+}
+
+impl std::fmt::Display for HintKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A normalised hint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProjectKey {
+    pub kind: HintKind,
+    /// The lookup key (`github.com/org/repo`, `/home/me/src/repo`).
+    pub key: String,
+    /// The slug derived from the last segment (`repo`).
+    pub slug: String,
+}
+
+/// Why a hint could not be normalised.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HintError {
+    #[error("the project hint is empty")]
+    Empty,
+    #[error("no usable name can be derived from the project hint")]
+    NoSlug,
+}
+
+static URL_SCHEME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-zA-Z][a-zA-Z0-9+.-]*://").expect("scheme regex compiles"));
+
+/// Normalise a raw project hint.
+pub fn normalize_project_hint(raw: &str) -> Result<ProjectKey, HintError> {
+    let hint = raw.trim();
+    if hint.is_empty() {
+        return Err(HintError::Empty);
+    }
+    let (kind, key) = if let Some(m) = URL_SCHEME.find(hint) {
+        (HintKind::Remote, remote_url_key(&hint[m.end()..]))
+    } else if let Some(rest) = hint.strip_prefix("git@") {
+        (HintKind::Remote, remote_scp_key(rest))
+    } else {
+        (HintKind::Path, path_key(hint))
+    };
+    let last = key.rsplit('/').next().unwrap_or("");
+    let slug = slugify(last);
+    if slug.is_empty() {
+        return Err(HintError::NoSlug);
+    }
+    Ok(ProjectKey { kind, key, slug })
+}
+
+/// `host[:port]/path` after `scheme://`, possibly with `user[:pass]@`.
+fn remote_url_key(after_scheme: &str) -> String {
+    // Query and fragment are never part of a repository's identity.
+    let end = after_scheme.find(['?', '#']).unwrap_or(after_scheme.len());
+    let rest = &after_scheme[..end];
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let host = strip_port(strip_userinfo(authority));
+    remote_key(host, path)
+}
+
+/// `host:org/repo(.git)` after `git@` (scp-like syntax).
+fn remote_scp_key(rest: &str) -> String {
+    let (host, path) = match (rest.find(':'), rest.find('/')) {
+        (Some(c), Some(s)) if s < c => (&rest[..s], &rest[s..]),
+        (Some(c), _) => (&rest[..c], &rest[c + 1..]),
+        (None, Some(s)) => (&rest[..s], &rest[s..]),
+        (None, None) => (rest, ""),
+    };
+    remote_key(strip_userinfo(host), path)
+}
+
+fn strip_userinfo(authority: &str) -> &str {
+    match authority.rfind('@') {
+        Some(i) => &authority[i + 1..],
+        None => authority,
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        // IPv6 literal: keep through the closing bracket.
+        return match host.find(']') {
+            Some(i) => &host[..=i],
+            None => host,
+        };
+    }
+    match host.find(':') {
+        Some(i) => &host[..i],
+        None => host,
+    }
+}
+
+/// `host/path`, lowercased, with no repeated, leading or trailing `/` in the
+/// path and no trailing `.git`.
+fn remote_key(host: &str, path: &str) -> String {
+    let host = host.trim_matches('/').to_lowercase();
+    let path = path.replace('\\', "/").to_lowercase();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let mut path = segments.join("/");
+    if let Some(stripped) = path.strip_suffix(".git") {
+        path = stripped.trim_end_matches('/').to_owned();
+    }
+    match (host.is_empty(), path.is_empty()) {
+        (_, true) => host,
+        (true, false) => path,
+        (false, false) => format!("{host}/{path}"),
+    }
+}
+
+/// Backslashes to slashes, repeated slashes collapsed, trailing slash dropped
+/// (a lone `/` stays). Case is preserved.
+fn path_key(hint: &str) -> String {
+    let mut out = String::with_capacity(hint.len());
+    for c in hint.chars() {
+        let c = if c == '\\' { '/' } else { c };
+        if c == '/' && out.ends_with('/') {
+            continue;
+        }
+        out.push(c);
+    }
+    if out.len() > 1 && out.ends_with('/') {
+        out.pop();
+    }
+    out
+}
+
+/// Lowercase, drop a trailing `.git`, turn every run of characters outside
+/// `[a-z0-9_]` into one `_`, collapse repeated `_`, trim `_` at both ends and
+/// cap at [`MAX_SLUG_LEN`] characters. May return an empty string.
+pub fn slugify(s: &str) -> String {
+    let lower = s.trim().to_lowercase();
+    let base = lower.strip_suffix(".git").unwrap_or(&lower);
+    let mut out = String::with_capacity(base.len());
+    for c in base.chars() {
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+            c
+        } else {
+            '_'
+        };
+        if c == '_' && (out.is_empty() || out.ends_with('_')) {
+            continue;
+        }
+        out.push(c);
+    }
+    // Only ASCII remains, so byte truncation is char-safe.
+    out.truncate(MAX_SLUG_LEN);
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(raw: &str) -> ProjectKey {
+        normalize_project_hint(raw).unwrap_or_else(|e| panic!("{raw:?}: {e}"))
+    }
+
+    #[test]
+    fn remote_spellings_share_one_key() {
+        for raw in [
+            "git@github.com:Org/Zero-Memory.git",
+            "https://github.com/org/zero-memory",
+            "ssh://git@github.com/org/zero-memory.git",
+            "https://github.com/org/zero-memory.git",
+            "https://github.com/org/zero-memory/",
+            "https://github.com/org/zero-memory.git/",
+            "HTTPS://GitHub.com/Org/Zero-Memory",
+            "https://user@github.com/org/zero-memory",
+            "https://user:pass@github.com/org/zero-memory.git",
+            "https://github.com:443/org/zero-memory",
+            "ssh://git@github.com:22/org/zero-memory.git",
+            "git://github.com/org/zero-memory.git",
+            "git+ssh://git@github.com/org/zero-memory",
+            "https://github.com//org//zero-memory",
+            "https://github.com/org/zero-memory?tab=readme#top",
+            "  git@github.com:org/zero-memory.git \n",
+        ] {
+            let k = ok(raw);
+            assert_eq!(k.kind, HintKind::Remote, "{raw}");
+            assert_eq!(k.key, "github.com/org/zero-memory", "{raw}");
+            assert_eq!(k.slug, "zero_memory", "{raw}");
+        }
+    }
+
+    #[test]
+    fn remote_variants() {
+        let k = ok("git@gitlab.example.com:group/sub/Project.Name.git");
+        assert_eq!(k.key, "gitlab.example.com/group/sub/project.name");
+        assert_eq!(k.slug, "project_name");
+        let k = ok("git@host/org/repo");
+        assert_eq!(k.key, "host/org/repo");
+        let k = ok("https://[::1]:8080/org/repo.git");
+        assert_eq!(k.key, "[::1]/org/repo");
+        assert_eq!(k.slug, "repo");
+        // No path: the host is the last segment.
+        let k = ok("https://example.com");
+        assert_eq!(k.key, "example.com");
+        assert_eq!(k.slug, "example_com");
+        // Credentials never survive into the key.
+        let k = ok("https://alice:s3cret@git.example.com/team/app");
+        assert!(!k.key.contains("alice") && !k.key.contains("s3cret"));
+        assert_eq!(k.key, "git.example.com/team/app");
+    }
+
+    #[test]
+    fn remote_without_name_has_no_slug() {
+        assert_eq!(normalize_project_hint("https://"), Err(HintError::NoSlug));
+        assert_eq!(normalize_project_hint("git@"), Err(HintError::NoSlug));
+        assert_eq!(
+            normalize_project_hint("https:///.git"),
+            Err(HintError::NoSlug)
+        );
+    }
+
+    #[test]
+    fn paths() {
+        let k = ok("/home/me/src/zero-memory/");
+        assert_eq!(k.kind, HintKind::Path);
+        assert_eq!(k.key, "/home/me/src/zero-memory");
+        assert_eq!(k.slug, "zero_memory");
+
+        let k = ok("zero-memory");
+        assert_eq!(k.kind, HintKind::Path);
+        assert_eq!(k.key, "zero-memory");
+        assert_eq!(k.slug, "zero_memory");
+
+        let k = ok(r"C:\Users\me\My Repo");
+        assert_eq!(k.kind, HintKind::Path);
+        assert_eq!(k.key, "C:/Users/me/My Repo");
+        assert_eq!(k.slug, "my_repo");
+
+        let k = ok(r"C:\Users\me\My Repo\\");
+        assert_eq!(k.key, "C:/Users/me/My Repo");
+
+        let k = ok("//srv///git//Thing.git");
+        assert_eq!(k.key, "/srv/git/Thing.git");
+        assert_eq!(k.slug, "thing");
+
+        // Case is preserved in path keys.
+        assert_ne!(ok("/src/Repo").key, ok("/src/repo").key);
+        assert_eq!(ok("/src/Repo").slug, ok("/src/repo").slug);
+    }
+
+    #[test]
+    fn empty_and_slugless() {
+        assert_eq!(normalize_project_hint(""), Err(HintError::Empty));
+        assert_eq!(normalize_project_hint("  "), Err(HintError::Empty));
+        assert_eq!(normalize_project_hint("\t\n"), Err(HintError::Empty));
+        assert_eq!(normalize_project_hint("///"), Err(HintError::NoSlug));
+        assert_eq!(normalize_project_hint("/"), Err(HintError::NoSlug));
+        assert_eq!(normalize_project_hint("."), Err(HintError::NoSlug));
+        assert_eq!(normalize_project_hint("/tmp/---/"), Err(HintError::NoSlug));
+        assert_eq!(
+            normalize_project_hint("/tmp/日本語"),
+            Err(HintError::NoSlug)
+        );
+    }
+
+    #[test]
+    fn slugify_rules() {
+        assert_eq!(slugify("Zero-Memory.git"), "zero_memory");
+        assert_eq!(slugify("zero_memory"), "zero_memory");
+        assert_eq!(slugify("__a--b__c__"), "a_b_c");
+        assert_eq!(slugify("My  Repo!!"), "my_repo");
+        assert_eq!(slugify("café"), "caf");
+        assert_eq!(slugify("v2.0"), "v2_0");
+        assert_eq!(slugify(".git"), "");
+        assert_eq!(slugify(""), "");
+        assert_eq!(slugify("---"), "");
+        let long = "a".repeat(100);
+        assert_eq!(slugify(&long).len(), MAX_SLUG_LEN);
+        // A cut that lands after a separator does not leave a trailing `_`.
+        let tricky = format!("{}-b", "a".repeat(MAX_SLUG_LEN - 1));
+        let s = slugify(&tricky);
+        assert!(s.len() <= MAX_SLUG_LEN && !s.ends_with('_'), "{s}");
+    }
+
+    #[test]
+    fn kind_names() {
+        assert_eq!(HintKind::Remote.as_str(), "remote");
+        assert_eq!(HintKind::Path.as_str(), "path");
+        assert_eq!(HintKind::Path.to_string(), "path");
+    }
+}

@@ -1,0 +1,62 @@
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  check      run every contract check (description budget, annotations,
+             deprecations ledger, contract snapshot and version bump,
+             generated docs); exits non-zero naming what is wrong
+  contract   regenerate contract/snapshot.json, docs/CONTRACT.md and
+             docs/DEPRECATIONS.md (refuses when CONTRACT_VERSION was not
+             bumped enough for the changes)";
+
+fn main() -> ExitCode {
+    let cmd = std::env::args().nth(1);
+    match cmd.as_deref() {
+        Some("check") => {
+            let mut failed = false;
+            for o in xtask::run_checks() {
+                match o.result {
+                    Ok(()) => println!("ok    {}", o.name),
+                    Err(errs) => {
+                        failed = true;
+                        println!("FAIL  {}", o.name);
+                        for e in errs {
+                            println!("        {e}");
+                        }
+                    }
+                }
+            }
+            if failed {
+                eprintln!("cargo xtask check: FAILED");
+                ExitCode::FAILURE
+            } else {
+                println!("cargo xtask check: all contract checks passed");
+                ExitCode::SUCCESS
+            }
+        }
+        Some("contract") => match xtask::regenerate() {
+            Ok(written) if written.is_empty() => {
+                println!("contract files are up to date");
+                ExitCode::SUCCESS
+            }
+            Ok(written) => {
+                for w in written {
+                    println!("wrote {w}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(errs) => {
+                for e in errs {
+                    eprintln!("{e}");
+                }
+                ExitCode::FAILURE
+            }
+        },
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}

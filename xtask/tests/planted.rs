@@ -1,0 +1,262 @@
+//! Each contract check must FAIL on a planted bad case, and pass on the
+//! committed contract.
+
+use serde_json::{Value, json};
+use xtask::checks::*;
+use zm_contracts::contract::contract_document;
+use zm_contracts::deprecations::Ledger;
+
+fn doc() -> Value {
+    contract_document()
+}
+
+fn tool_mut<'a>(doc: &'a mut Value, name: &str) -> &'a mut Value {
+    doc["tools"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|t| t["name"] == name)
+        .unwrap()
+}
+
+fn with_version(mut doc: Value, v: &str) -> Value {
+    doc["version"] = json!(v);
+    doc
+}
+
+#[test]
+fn the_committed_contract_passes_every_check() {
+    let outcomes = xtask::run_checks();
+    for o in &outcomes {
+        assert!(o.result.is_ok(), "{}: {:?}", o.name, o.result);
+    }
+}
+
+#[test]
+fn description_budget_fails_at_2049_bytes() {
+    let mut d = doc();
+    tool_mut(&mut d, "recall")["description"] = json!("x".repeat(2048));
+    assert!(check_description_budget(&d).is_ok());
+    tool_mut(&mut d, "recall")["description"] = json!("x".repeat(2049));
+    let errs = check_description_budget(&d).unwrap_err();
+    assert!(
+        errs[0].contains("recall") && errs[0].contains("2049"),
+        "{errs:?}"
+    );
+    // Bytes, not characters: 683 three-byte characters are 2049 bytes.
+    tool_mut(&mut d, "recall")["description"] = json!("€".repeat(683));
+    assert!(check_description_budget(&d).is_err());
+}
+
+#[test]
+fn annotation_check_fails_on_a_missing_hint() {
+    let mut d = doc();
+    tool_mut(&mut d, "forget")["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("idempotentHint");
+    let errs = check_annotations(&d).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("forget") && e.contains("idempotentHint")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn annotation_check_fails_on_wrong_read_only_or_open_world() {
+    let mut d = doc();
+    tool_mut(&mut d, "remember")["annotations"]["readOnlyHint"] = json!(true);
+    assert!(
+        check_annotations(&d)
+            .unwrap_err()
+            .iter()
+            .any(|e| e.contains("remember"))
+    );
+    let mut d = doc();
+    tool_mut(&mut d, "recall")["annotations"]["openWorldHint"] = json!(true);
+    assert!(
+        check_annotations(&d)
+            .unwrap_err()
+            .iter()
+            .any(|e| e.contains("openWorldHint"))
+    );
+}
+
+#[test]
+fn removed_output_field_needs_a_major_bump() {
+    let old = doc();
+    let mut new = doc();
+    tool_mut(&mut new, "forget")["output_schema"]["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("invalidated");
+    // Same version: fails, naming the change and the bump.
+    let errs = check_snapshot(&old, &new).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("[breaking]") && e.contains("invalidated")),
+        "{errs:?}"
+    );
+    assert!(errs.iter().any(|e| e.contains("major")), "{errs:?}");
+    // A minor bump is not enough either.
+    let r = compare_snapshot(&old, &with_version(new.clone(), "2.2.0")).unwrap();
+    assert!(!r.bump_sufficient());
+    // A major bump is.
+    let r = compare_snapshot(&old, &with_version(new, "3.0.0")).unwrap();
+    assert!(r.bump_sufficient());
+}
+
+#[test]
+fn new_optional_input_field_needs_a_minor_bump() {
+    let old = doc();
+    let mut new = doc();
+    tool_mut(&mut new, "recall")["input_schema"]["properties"]["fuzzy"] =
+        json!({"type": "boolean"});
+    let r = compare_snapshot(&old, &new).unwrap();
+    assert_eq!(r.changes.len(), 1, "{:?}", r.changes);
+    assert_eq!(r.changes[0].class, xtask::diff::Class::Additive);
+    assert!(check_snapshot(&old, &new).is_err());
+    assert!(
+        !compare_snapshot(&old, &with_version(new.clone(), "2.1.1"))
+            .unwrap()
+            .bump_sufficient()
+    );
+    assert!(
+        compare_snapshot(&old, &with_version(new, "2.2.0"))
+            .unwrap()
+            .bump_sufficient()
+    );
+}
+
+#[test]
+fn new_required_input_field_is_breaking() {
+    let old = doc();
+    let mut new = doc();
+    let t = tool_mut(&mut new, "recall");
+    t["input_schema"]["properties"]["mode"] = json!({"type": "string"});
+    t["input_schema"]["required"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("mode"));
+    let r = compare_snapshot(&old, &with_version(new, "2.2.0")).unwrap();
+    assert_eq!(r.required, xtask::diff::Bump::Major, "{:?}", r.changes);
+}
+
+#[test]
+fn narrowing_and_widening_are_told_apart() {
+    let old = doc();
+    // Input maxItems lowered: breaking. Raised: additive.
+    let mut new = doc();
+    tool_mut(&mut new, "move_memories")["input_schema"]["properties"]["memory_ids"]["maxItems"] =
+        json!(100);
+    assert_eq!(
+        compare_snapshot(&old, &new).unwrap().required,
+        xtask::diff::Bump::Major
+    );
+    let mut new = doc();
+    tool_mut(&mut new, "move_memories")["input_schema"]["properties"]["memory_ids"]["maxItems"] =
+        json!(500);
+    assert_eq!(
+        compare_snapshot(&old, &new).unwrap().required,
+        xtask::diff::Bump::Minor
+    );
+    // A new tool is additive; a withdrawn one is breaking.
+    let mut new = doc();
+    let mut extra = tool_mut(&mut new, "recall").clone();
+    extra["name"] = json!("recall_more");
+    new["tools"].as_array_mut().unwrap().push(extra);
+    assert_eq!(
+        compare_snapshot(&old, &new).unwrap().required,
+        xtask::diff::Bump::Minor
+    );
+    let mut new = doc();
+    new["tools"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|t| t["name"] != "link");
+    assert_eq!(
+        compare_snapshot(&old, &new).unwrap().required,
+        xtask::diff::Bump::Major
+    );
+    // A reworded description is a patch.
+    let mut new = doc();
+    tool_mut(&mut new, "recall")["description"] = json!("Search memories.");
+    let r = compare_snapshot(&old, &new).unwrap();
+    assert_eq!(r.required, xtask::diff::Bump::Patch);
+    assert!(
+        compare_snapshot(&old, &with_version(new, "2.1.1"))
+            .unwrap()
+            .bump_sufficient()
+    );
+}
+
+#[test]
+fn a_changed_error_code_is_breaking() {
+    let old = doc();
+    let mut new = doc();
+    new["error_codes"][0]["http_status"] = json!(422);
+    assert_eq!(
+        compare_snapshot(&old, &new).unwrap().required,
+        xtask::diff::Bump::Major
+    );
+}
+
+#[test]
+fn ledger_refuses_a_removal_before_the_next_major() {
+    let d = doc();
+    let mut ledger = Ledger::committed();
+    assert!(check_ledger(&ledger, &d).is_ok());
+    ledger
+        .deprecated
+        .push(zm_contracts::deprecations::Deprecation {
+            surface: "tool:recall.input.include_graph".into(),
+            deprecated_in: "2.1.0".into(),
+            replacement: "entities".into(),
+            removal_no_earlier_than: "2.9.0".into(),
+            note: String::new(),
+        });
+    let errs = check_ledger(&ledger, &d).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("earlier than the next major")),
+        "{errs:?}"
+    );
+    ledger.deprecated[0].removal_no_earlier_than = "3.0.0".into();
+    assert!(check_ledger(&ledger, &d).is_ok());
+}
+
+#[test]
+fn ledger_refuses_unknown_surfaces_and_bad_versions() {
+    let d = doc();
+    let mut ledger = Ledger::committed();
+    ledger
+        .deprecated
+        .push(zm_contracts::deprecations::Deprecation {
+            surface: "tool:recall.input.nope".into(),
+            deprecated_in: "two".into(),
+            replacement: "x".into(),
+            removal_no_earlier_than: "3.0.0".into(),
+            note: String::new(),
+        });
+    let errs = check_ledger(&ledger, &d).unwrap_err();
+    assert!(
+        errs.iter().any(|e| e.contains("no such surface")),
+        "{errs:?}"
+    );
+    assert!(errs.iter().any(|e| e.contains("not a semver")), "{errs:?}");
+}
+
+#[test]
+fn ledger_needs_a_history_entry_for_the_current_version() {
+    let d = with_version(doc(), "2.2.0");
+    let errs = check_ledger(&Ledger::committed(), &d).unwrap_err();
+    assert!(errs.iter().any(|e| e.contains("2.2.0")), "{errs:?}");
+}
+
+#[test]
+fn stale_generated_docs_fail() {
+    assert!(check_generated("docs/X.md", Some("a"), "a").is_ok());
+    assert!(check_generated("docs/X.md", Some("a"), "b").is_err());
+    assert!(check_generated("docs/X.md", None, "b").is_err());
+}
