@@ -1,0 +1,212 @@
+//! Opening a database, migrations, and the helpers every query uses.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, Executor};
+use zm_contracts::ToolError;
+
+use crate::clock::Clock;
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// A migration: its number, name and SQL per backend.
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+static MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sqlite: include_str!("../../../migrations/sqlite/0001_initial.sql"),
+    postgres: include_str!("../../../migrations/postgres/0001_initial.sql"),
+}];
+
+/// The newest schema version this build knows.
+pub fn latest_schema_version() -> i64 {
+    MIGRATIONS.last().map(|m| m.version).unwrap_or(0)
+}
+
+/// Why a store could not be opened. These are operator errors, not tool
+/// errors: they never reach an MCP or HTTP client.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://…")]
+    BadUrl(String),
+    #[error(
+        "the database was written by a newer zero-memory (schema version {found}, this build knows up to {known}); upgrade zero-memory — the database was not modified"
+    )]
+    TooNew { found: i64, known: i64 },
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("cannot prepare the data directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Log a database failure and return the generic `internal` error.
+pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> ToolError {
+    tracing::error!(target: "zm_store", error = %err, "{context}");
+    ToolError::internal()
+}
+
+/// `?`-friendly conversion of sqlx errors into the generic internal error.
+pub(crate) trait DbResult<T> {
+    fn db(self, context: &str) -> Result<T, ToolError>;
+}
+
+impl<T> DbResult<T> for Result<T, sqlx::Error> {
+    fn db(self, context: &str) -> Result<T, ToolError> {
+        self.map_err(|e| internal(context, e))
+    }
+}
+
+/// The SQLite URL of a file path.
+pub fn sqlite_url(path: &std::path::Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+/// Options for opening a store.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub url: String,
+    pub max_connections: u32,
+    /// SQLite `synchronous`: `FULL` (default: no acknowledged write is lost
+    /// even on power loss) or `NORMAL`.
+    pub sqlite_synchronous: String,
+}
+
+impl OpenOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        OpenOptions {
+            url: url.into(),
+            max_connections: 8,
+            sqlite_synchronous: "FULL".into(),
+        }
+    }
+}
+
+pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), OpenError> {
+    sqlx::any::install_default_drivers();
+    let backend = if opts.url.starts_with("sqlite:") {
+        Backend::Sqlite
+    } else if opts.url.starts_with("postgres://") || opts.url.starts_with("postgresql://") {
+        Backend::Postgres
+    } else {
+        return Err(OpenError::BadUrl(opts.url.clone()));
+    };
+    if backend == Backend::Sqlite {
+        let path = opts
+            .url
+            .trim_start_matches("sqlite://")
+            .trim_start_matches("sqlite:")
+            .split('?')
+            .next()
+            .unwrap_or("");
+        if let Some(dir) = std::path::Path::new(path).parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let connect = AnyConnectOptions::from_str(&opts.url)?;
+    let sync = if opts.sqlite_synchronous.eq_ignore_ascii_case("normal") {
+        "NORMAL"
+    } else {
+        "FULL"
+    };
+    let pool = AnyPoolOptions::new()
+        .max_connections(opts.max_connections)
+        .acquire_timeout(Duration::from_secs(30))
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                if backend == Backend::Sqlite {
+                    conn.execute("PRAGMA busy_timeout = 30000").await?;
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute("PRAGMA foreign_keys = ON").await?;
+                    let sql = if sync == "NORMAL" {
+                        "PRAGMA synchronous = NORMAL"
+                    } else {
+                        "PRAGMA synchronous = FULL"
+                    };
+                    conn.execute(sql).await?;
+                }
+                Ok(())
+            })
+        })
+        .connect_with(connect)
+        .await?;
+    Ok((pool, backend))
+}
+
+/// Apply pending migrations; refuse a database from a newer build.
+pub(crate) async fn migrate(
+    pool: &AnyPool,
+    backend: Backend,
+    clock: &Arc<Clock>,
+) -> Result<i64, OpenError> {
+    let begin = match backend {
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        Backend::Postgres => "BEGIN",
+    };
+    let mut tx = pool.begin_with(begin).await?;
+    if backend == Backend::Postgres {
+        // One migrator at a time across processes.
+        sqlx::query("SELECT pg_advisory_xact_lock(7410431)")
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS zm_schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await?;
+    let current: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
+        .fetch_one(&mut *tx)
+        .await?;
+    let current = current.unwrap_or(0);
+    let known = latest_schema_version();
+    if current > known {
+        tx.rollback().await?;
+        return Err(OpenError::TooNew {
+            found: current,
+            known,
+        });
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        let sql = match backend {
+            Backend::Sqlite => m.sqlite,
+            Backend::Postgres => m.postgres,
+        };
+        tracing::info!(target: "zm_store", version = m.version, name = m.name, "applying migration");
+        tx.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql))).await?;
+        sqlx::query(
+            "INSERT INTO zm_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+        )
+        .bind(m.version)
+        .bind(m.name)
+        .bind(clock.now_ms())
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(known.max(current))
+}

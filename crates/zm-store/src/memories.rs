@@ -1,0 +1,666 @@
+//! `remember` and the memory lifecycle (`forget`, `restore_memory`, `close_loop`).
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+use zm_contracts::scope::{self, ScopeSpec};
+use zm_contracts::{
+    CloseLoopInput, CloseLoopOutput, ForgetInput, ForgetOutput, IdKind, MemoryId, MemoryKind,
+    MemoryLinkType, RememberInput, RememberOutput, RestoreMemoryInput, RestoreMemoryOutput,
+    SessionState, SimilarMemory, ToolError, prefixes::Prefix,
+};
+
+use crate::clock::DAY_MS;
+use crate::db::DbResult;
+use crate::guard;
+use crate::similarity;
+use crate::store::{Caller, Store};
+
+/// Content longer than this gets a `length_directive`.
+pub const LONG_CONTENT_CHARS: usize = 1800;
+/// How many near-duplicate candidates are scored.
+const SIMILAR_FETCH: i64 = 24;
+
+/// sha256 of the trimmed content: the exact-dedup key.
+pub fn content_hash(content: &str) -> String {
+    hex::encode(Sha256::digest(content.trim().as_bytes()))
+}
+
+/// Entity match key: lowercase with whitespace, `_` and `-` removed.
+pub fn match_key(name: &str) -> String {
+    name.chars()
+        .filter(|c| !c.is_whitespace() && *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Display name: trimmed, whitespace collapsed.
+pub fn display_name(name: &str) -> String {
+    name.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Where a write goes and how it was decided.
+struct Target {
+    scope: String,
+    via: &'static str,
+    confidence: f64,
+    routed_to_project: Option<String>,
+}
+
+/// Do two scopes provably belong to different projects?
+fn cross_project(a: &str, b: &str) -> bool {
+    scope::is_shareable(a) && scope::is_shareable(b) && a != b
+}
+
+impl Store {
+    /// Decide where a `remember` lands (explicit scope → hint → thread →
+    /// session → refusal), applying the portability rule.
+    async fn route_write(
+        &self,
+        caller: &Caller,
+        input: &RememberInput,
+        thread_scope: Option<&str>,
+    ) -> Result<Target, ToolError> {
+        // The project this session is working in, if any (for the portability rule).
+        let session_project = thread_scope
+            .map(str::to_string)
+            .or_else(|| caller.attached_project.clone())
+            .filter(|s| scope::is_shareable(s));
+        if let Some(spec) = &input.scope {
+            let kind = input.kind;
+            match spec.spec() {
+                ScopeSpec::Core | ScopeSpec::Personal => {
+                    let core = matches!(spec.spec(), ScopeSpec::Core);
+                    let allowed = if core {
+                        kind.is_portable()
+                    } else {
+                        kind.is_personal()
+                    };
+                    let (scope, via) = if core {
+                        (caller.core_scope(), "core")
+                    } else {
+                        (caller.personal_scope(), "personal")
+                    };
+                    if let (false, Some(project)) = (allowed, session_project) {
+                        let layer = if core { "core" } else { "personal" };
+                        let note = format!(
+                            "Stored in the project {project} instead of {layer}: a {kind} is about how THIS project works, so it only holds here. {layer} accepts {}. If it really holds everywhere, rephrase it as a {} and remember it again with scope \"{layer}\".",
+                            if core {
+                                "fact, reference and gotcha"
+                            } else {
+                                "fact, reference, gotcha and preference"
+                            },
+                            if core { "fact" } else { "preference or fact" },
+                        );
+                        return Ok(Target {
+                            scope: project,
+                            via: "session",
+                            confidence: 0.9,
+                            routed_to_project: Some(note),
+                        });
+                    }
+                    return Ok(Target {
+                        scope,
+                        via,
+                        confidence: 1.0,
+                        routed_to_project: None,
+                    });
+                }
+                ScopeSpec::Path(p) => {
+                    let mut conn = self.pool.acquire().await.db("acquire")?;
+                    let scope = self.writable_path(&mut conn, caller, p).await?;
+                    return Ok(Target {
+                        scope,
+                        via: "explicit",
+                        confidence: 1.0,
+                        routed_to_project: None,
+                    });
+                }
+                ScopeSpec::All => {
+                    return Err(ToolError::validation("scope \"*\" is for reads only"));
+                }
+            }
+        }
+        if let Some(h) = &input.project_hint {
+            let scope = self.hint_for_write(caller, h).await?;
+            return Ok(Target {
+                scope,
+                via: "hint",
+                confidence: 0.95,
+                routed_to_project: None,
+            });
+        }
+        if let Some(s) = thread_scope {
+            return Ok(Target {
+                scope: s.to_string(),
+                via: "session",
+                confidence: 0.9,
+                routed_to_project: None,
+            });
+        }
+        if let Some(s) = &caller.attached_project {
+            return Ok(Target {
+                scope: s.clone(),
+                via: "session",
+                confidence: 0.9,
+                routed_to_project: None,
+            });
+        }
+        Err(ToolError::validation(Prefix::ScopeTargetRequired.message(
+            "this session has no project attached, so a scope-less write has nowhere to go. Do one of: pass project_hint (the repository root path or git remote URL), pass thread (the token from an earlier result's session.thread), or pass scope \"core\" (facts that hold everywhere) / \"personal\" (your preferences).",
+        )))
+    }
+
+    /// Store one memory.
+    pub async fn remember(
+        &self,
+        caller: &Caller,
+        input: RememberInput,
+    ) -> Result<RememberOutput, ToolError> {
+        let content = input.content.trim().to_string();
+        if content.is_empty() {
+            return Err(ToolError::validation("content must not be empty"));
+        }
+        // 1. The content guard, before anything else happens.
+        let mut fields: Vec<(String, String)> = vec![("content".into(), content.clone())];
+        if let Some(v) = &input.verbatim {
+            fields.push(("verbatim".into(), v.clone()));
+        }
+        for (i, e) in input.entities.iter().flatten().enumerate() {
+            fields.push((format!("entities[{i}].name"), e.name.clone()));
+        }
+        if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
+        {
+            return Err(guard::rejection(&hit));
+        }
+
+        // 2. The thread (lookup only) and the target.
+        let thread = self.find_thread(caller, input.thread.as_deref()).await?;
+        let target = self
+            .route_write(caller, &input, thread.as_ref().map(|t| t.scope.as_str()))
+            .await?;
+
+        // 3. Links must point at memories the caller can see.
+        let mut links: Vec<(String, MemoryLinkType)> = Vec::new();
+        for l in input.links.iter().flatten() {
+            let id = l.dst.as_str().to_string();
+            if !links.iter().any(|(d, t)| *d == id && *t == l.link_type) {
+                links.push((id, l.link_type));
+            }
+        }
+        for (dst, _) in &links {
+            if !self.can_read_memory(caller, dst).await? {
+                return Err(ToolError::not_found(format!(
+                    "links: memory {dst} not found"
+                )));
+            }
+        }
+
+        let now = self.now();
+        let hash = content_hash(&content);
+        let mut source = json!({"routing": {"via": target.via, "confidence": target.confidence}});
+        if let Some(t) = &thread {
+            source["thread"] = json!(t.id);
+            source["client_session_id"] = json!(t.conversation_id);
+        }
+        if let Some(s) = &caller.session_id {
+            source["session"] = json!(s);
+        }
+        if let Some(v) = &input.verbatim {
+            source["verbatim"] = json!(v);
+        }
+
+        let mut tx = self.write_tx().await?;
+        // 4. Exact dedup in the same scope.
+        let existing: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
+        )
+        .bind(&caller.user_id)
+        .bind(&target.scope)
+        .bind(&hash)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("dedup probe")?;
+        let deduplicated = existing.is_some();
+        let memory_id = match existing {
+            Some(id) => id,
+            None => {
+                let id = IdKind::Memory.generate();
+                sqlx::query(
+                    "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'private', 'agent', $7, $8, 'skipped', $9)",
+                )
+                .bind(&id)
+                .bind(&caller.user_id)
+                .bind(&target.scope)
+                .bind(input.kind.as_str())
+                .bind(&content)
+                .bind(&hash)
+                .bind(caller.agent_name.clone())
+                .bind(source.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .db("insert memory")?;
+                id
+            }
+        };
+
+        // 5. Entity anchors: as given, or up to three known names in the text.
+        let mut anchors: Vec<String> = Vec::new();
+        if let Some(entities) = &input.entities {
+            for e in entities {
+                let name = display_name(&e.name);
+                let key = match_key(&name);
+                if key.is_empty() {
+                    return Err(ToolError::validation(format!(
+                        "entity name {:?} has no letters or digits",
+                        e.name
+                    )));
+                }
+                let etype = e.entity_type.unwrap_or_default();
+                let ent_id = self
+                    .resolve_entity(
+                        &mut tx,
+                        &caller.user_id,
+                        &target.scope,
+                        &name,
+                        &key,
+                        etype.as_str(),
+                        false,
+                    )
+                    .await?;
+                self.attach_entity(&mut tx, &memory_id, &ent_id).await?;
+                if !anchors.contains(&name) {
+                    anchors.push(name);
+                }
+            }
+        } else {
+            let text_key = match_key(&content);
+            let rows = sqlx::query("SELECT id, name, match_key FROM entities WHERE scope = $1 AND owner_id = $2 ORDER BY created_at LIMIT 1000")
+                .bind(&target.scope)
+                .bind(&caller.user_id)
+                .fetch_all(&mut *tx)
+                .await
+                .db("anchor scan")?;
+            for r in rows {
+                let key: String = r.get("match_key");
+                if key.chars().count() >= 3 && text_key.contains(&key) {
+                    let ent_id: String = r.get("id");
+                    self.attach_entity(&mut tx, &memory_id, &ent_id).await?;
+                    anchors.push(r.get("name"));
+                    if anchors.len() == 3 {
+                        break;
+                    }
+                }
+            }
+        }
+
+        // 6. Links; declared supersedes retire their (owned, live) targets.
+        let mut retired: Vec<String> = Vec::new();
+        for (dst, ltype) in &links {
+            if *dst == memory_id {
+                continue;
+            }
+            if *ltype == MemoryLinkType::Supersedes {
+                let done = sqlx::query(
+                    "UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 \
+                     WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL",
+                )
+                .bind(now)
+                .bind(&caller.user_id)
+                .bind(caller.agent_name.clone())
+                .bind(&memory_id)
+                .bind(dst)
+                .execute(&mut *tx)
+                .await
+                .db("supersede")?;
+                if done.rows_affected() == 0 {
+                    // Not the caller's, or already retired: nothing to supersede.
+                    continue;
+                }
+                retired.push(dst.clone());
+            }
+            sqlx::query(
+                "INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING",
+            )
+            .bind(&memory_id)
+            .bind(dst)
+            .bind(ltype.as_str())
+            .bind(&caller.user_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("memory link")?;
+        }
+
+        // 7. Near-duplicates: candidates to supersede, and an `unjudged`
+        // conflict for a same-scope pair that is almost but not exactly equal.
+        let mut similar: Vec<SimilarMemory> = Vec::new();
+        if !deduplicated {
+            let candidates = self
+                .similar_candidates(&mut tx, &caller.user_id, &memory_id, &content)
+                .await?;
+            let texts: Vec<(usize, &str)> = candidates
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i, c.content.as_str()))
+                .collect();
+            for (i, score) in similarity::rank_similar(
+                &content,
+                &texts,
+                similarity::SIMILAR_FLOOR,
+                similarity::SIMILAR_CAP,
+            ) {
+                let c = &candidates[i];
+                if retired.contains(&c.id) || cross_project(&c.scope, &target.scope) {
+                    continue;
+                }
+                if score >= similarity::UNJUDGED_FLOOR && c.scope == target.scope {
+                    sqlx::query(
+                        "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
+                         VALUES ($1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5)",
+                    )
+                    .bind(IdKind::MemoryReview.generate())
+                    .bind(&caller.user_id)
+                    .bind(&memory_id)
+                    .bind(&c.id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .db("unjudged conflict")?;
+                }
+                similar.push(SimilarMemory {
+                    id: MemoryId::from_trusted(c.id.clone()),
+                    kind: MemoryKind::parse(&c.kind).unwrap_or_default(),
+                    age_days: ((now - c.created_at).max(0) / DAY_MS) as u32,
+                    similarity: (score * 1000.0).round() / 1000.0,
+                    content: similarity::preview(&c.content, 200),
+                });
+            }
+        }
+        tx.commit().await.db("commit remember")?;
+
+        let chars = content.chars().count();
+        Ok(RememberOutput {
+            memory_id: MemoryId::from_trusted(memory_id),
+            deduplicated: deduplicated.then_some(true),
+            scope: Some(target.scope),
+            hint: (!similar.is_empty()).then(|| {
+                "These existing memories look similar. If the new memory replaces one of them, remember it again with links: [{dst: <id>, type: \"supersedes\"}] so the old one retires; if they are the same fact, forget the duplicate.".to_string()
+            }),
+            similar_existing: (!similar.is_empty()).then_some(similar),
+            length_directive: (chars > LONG_CONTENT_CHARS).then(|| {
+                format!(
+                    "This memory is {chars} characters. Memories work best as one atomic fact of at most ~{LONG_CONTENT_CHARS} characters: briefings inline about 2400 characters of a memory and 400 of an open loop. Consider splitting it."
+                )
+            }),
+            anchor_hint: (input.kind == MemoryKind::Decision && input.entities.is_none()).then(|| {
+                "Name the subject of this decision in `entities` (the service, library or component it is about) so later briefings can connect it.".to_string()
+            }),
+            anchors: (!anchors.is_empty()).then_some(anchors),
+            routed_to_project: target.routed_to_project,
+            session: Some(SessionState {
+                attached_project: caller.attached_project.clone(),
+                thread: thread.map(|t| t.id),
+            }),
+        })
+    }
+
+    /// Live memories of the owner that share words with `content`.
+    async fn similar_candidates(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        owner: &str,
+        exclude: &str,
+        content: &str,
+    ) -> Result<Vec<crate::search::Candidate>, ToolError> {
+        let mut sql = crate::search::fts_select(self.backend, content);
+        let Some(sql) = sql.as_mut() else {
+            return Ok(Vec::new());
+        };
+        sql.push(" AND m.owner_id = ").bind_str(owner);
+        sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
+            .bind_str(exclude);
+        crate::search::fts_order(self.backend, sql, SIMILAR_FETCH);
+        let rows = sql
+            .query()
+            .fetch_all(&mut *tx)
+            .await
+            .db("similar candidates")?;
+        Ok(rows
+            .iter()
+            .map(crate::search::Candidate::from_row)
+            .collect())
+    }
+
+    /// Resolve (or create) an entity in a scope by match key.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn resolve_entity(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        owner: &str,
+        scope_path: &str,
+        name: &str,
+        key: &str,
+        etype: &str,
+        any_type: bool,
+    ) -> Result<String, ToolError> {
+        let found: Option<String> = if any_type {
+            sqlx::query_scalar("SELECT id FROM entities WHERE scope = $1 AND match_key = $2 ORDER BY created_at LIMIT 1")
+                .bind(scope_path)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("entity lookup")?
+        } else {
+            sqlx::query_scalar(
+                "SELECT id FROM entities WHERE scope = $1 AND match_key = $2 AND type = $3",
+            )
+            .bind(scope_path)
+            .bind(key)
+            .bind(etype)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("entity lookup")?
+        };
+        if let Some(id) = found {
+            return Ok(id);
+        }
+        let id = IdKind::Entity.generate();
+        sqlx::query("INSERT INTO entities (id, owner_id, scope, name, match_key, type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(&id)
+            .bind(owner)
+            .bind(scope_path)
+            .bind(name)
+            .bind(key)
+            .bind(etype)
+            .bind(self.now())
+            .execute(&mut *tx)
+            .await
+            .db("entity insert")?;
+        Ok(id)
+    }
+
+    async fn attach_entity(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        memory: &str,
+        entity: &str,
+    ) -> Result<(), ToolError> {
+        sqlx::query("INSERT INTO memory_entities (memory_id, entity_id) VALUES ($1, $2) ON CONFLICT (memory_id, entity_id) DO NOTHING")
+            .bind(memory)
+            .bind(entity)
+            .execute(&mut *tx)
+            .await
+            .db("attach entity")?;
+        Ok(())
+    }
+
+    /// Can the caller read this memory (own, or shared into a scope they belong to)?
+    pub(crate) async fn can_read_memory(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<bool, ToolError> {
+        let mut sql = crate::sql::Sql::new("SELECT COUNT(*) FROM memories m WHERE m.id = ");
+        sql.bind_str(id).push(" AND ");
+        crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+        let n: i64 = sql
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .db("can read")
+            .map(|r| r.get(0))?;
+        Ok(n > 0)
+    }
+
+    /// Load one of the caller's own memories for a lifecycle change.
+    async fn owned(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(String, Option<i64>), ToolError> {
+        let row = sqlx::query(
+            "SELECT kind, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+        )
+        .bind(id)
+        .bind(&caller.user_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("load memory")?;
+        match row {
+            Some(r) => Ok((r.get("kind"), r.get("invalidated_at"))),
+            None => Err(ToolError::not_found(format!("Memory {id} not found."))),
+        }
+    }
+
+    async fn invalidate(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(), ToolError> {
+        sqlx::query("UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3 WHERE id = $4 AND invalidated_at IS NULL")
+            .bind(self.now())
+            .bind(&caller.user_id)
+            .bind(caller.agent_name.clone())
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .db("invalidate")?;
+        Ok(())
+    }
+
+    /// Invalidate a memory (add-only: it leaves search, nothing is deleted).
+    pub async fn forget(
+        &self,
+        caller: &Caller,
+        input: ForgetInput,
+    ) -> Result<ForgetOutput, ToolError> {
+        let id = input.memory_id.as_str();
+        let mut tx = self.write_tx().await?;
+        let (_, invalidated) = self.owned(&mut tx, caller, id).await?;
+        if invalidated.is_some() {
+            return Err(ToolError::conflict(format!(
+                "Memory {id} is already invalidated; restore_memory brings it back."
+            )));
+        }
+        self.invalidate(&mut tx, caller, id).await?;
+        tx.commit().await.db("commit forget")?;
+        Ok(ForgetOutput {
+            memory_id: input.memory_id,
+            invalidated: true,
+        })
+    }
+
+    /// Close an open loop (task / open-question).
+    pub async fn close_loop(
+        &self,
+        caller: &Caller,
+        input: CloseLoopInput,
+    ) -> Result<CloseLoopOutput, ToolError> {
+        let id = input.memory_id.as_str();
+        let mut tx = self.write_tx().await?;
+        let (kind, invalidated) = self.owned(&mut tx, caller, id).await?;
+        if !MemoryKind::parse(&kind).is_some_and(MemoryKind::is_loop) {
+            return Err(ToolError::validation(format!(
+                "Memory {id} is a {kind}, not an open loop (task or open-question); use forget to invalidate it."
+            ))
+            .with_details(json!({"fields": [{"path": "memory_id", "reason": format!("is a {kind}, not a task or open-question")}]})));
+        }
+        if invalidated.is_some() {
+            return Err(ToolError::conflict(format!(
+                "Memory {id} is already closed or invalidated."
+            )));
+        }
+        self.invalidate(&mut tx, caller, id).await?;
+        tx.commit().await.db("commit close_loop")?;
+        Ok(CloseLoopOutput {
+            memory_id: input.memory_id,
+            closed: true,
+        })
+    }
+
+    /// Undo an invalidation (owner only).
+    pub async fn restore_memory(
+        &self,
+        caller: &Caller,
+        input: RestoreMemoryInput,
+    ) -> Result<RestoreMemoryOutput, ToolError> {
+        let id = input.memory_id.as_str();
+        let mut tx = self.write_tx().await?;
+        let (_, invalidated) = self.owned(&mut tx, caller, id).await?;
+        if invalidated.is_none() {
+            return Err(ToolError::conflict(format!(
+                "Memory {id} is not invalidated."
+            )));
+        }
+        sqlx::query(
+            "UPDATE memories SET invalidated_at = NULL, invalidated_by = NULL, invalidated_by_agent = NULL, superseded_by = NULL WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .db("restore")?;
+        sqlx::query("DELETE FROM memory_links WHERE dst = $1 AND type = 'supersedes'")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .db("restore links")?;
+        tx.commit().await.db("commit restore")?;
+        Ok(RestoreMemoryOutput {
+            memory_id: input.memory_id,
+            restored: true,
+        })
+    }
+
+    /// One memory, full fidelity, if the caller can read it.
+    pub async fn get_memory(
+        &self,
+        caller: &Caller,
+        id: &MemoryId,
+    ) -> Result<zm_contracts::Memory, ToolError> {
+        let mut sql = crate::sql::Sql::new(&format!(
+            "SELECT {} FROM memories m WHERE m.id = ",
+            crate::search::MEMORY_COLUMNS
+        ));
+        sql.bind_str(id.as_str()).push(" AND ");
+        crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+        let row = sql
+            .query()
+            .fetch_optional(&self.pool)
+            .await
+            .db("get memory")?;
+        match row {
+            Some(r) => Ok(crate::search::memory_from_row(&r)),
+            None => Err(ToolError::not_found(format!("Memory {id} not found."))),
+        }
+    }
+}
+
+/// Parse a stored `source` column.
+pub(crate) fn parse_source(raw: Option<String>) -> Option<Value> {
+    raw.and_then(|s| serde_json::from_str(&s).ok())
+}

@@ -1,0 +1,450 @@
+//! Scopes: who may read and write where, project hints, read sets and
+//! thread tokens.
+
+use sqlx::Row;
+use zm_contracts::scope::{self, ScopeSpec};
+use zm_contracts::{IdKind, ToolError, prefixes::Prefix};
+
+use crate::clock::DAY_MS;
+use crate::db::DbResult;
+use crate::hint;
+use crate::sql::Sql;
+use crate::store::{Caller, Store};
+
+/// Thread tokens live this long after they are last asserted.
+pub const THREAD_TTL_MS: i64 = DAY_MS;
+
+/// The role a member holds in a project or team scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Reader,
+    Writer,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Writer => "writer",
+            Role::Admin => "admin",
+        }
+    }
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "reader" => Some(Role::Reader),
+            "writer" => Some(Role::Writer),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// The scopes a read covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadSet {
+    /// Everything the caller can see.
+    All,
+    /// These scopes (still filtered by visibility).
+    Scopes(Vec<String>),
+}
+
+/// A live thread row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thread {
+    pub id: String,
+    pub conversation_id: String,
+    pub scope: String,
+}
+
+/// The visibility predicate for memories aliased `m`: the caller's own, or
+/// shared into a scope the caller is a member of.
+pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
+    sql.push(&format!("({alias}.owner_id = "))
+        .bind_str(user_id)
+        .push(&format!(" OR ({alias}.visibility = 'shared' AND {alias}.scope IN (SELECT scope FROM scope_members WHERE user_id = "))
+        .bind_str(user_id)
+        .push(")))");
+}
+
+/// The read-set predicate for memories aliased `m`.
+pub(crate) fn push_read_set(sql: &mut Sql, alias: &str, set: &ReadSet) {
+    match set {
+        ReadSet::All => {
+            sql.push("1 = 1");
+        }
+        ReadSet::Scopes(scopes) => {
+            sql.push(&format!("{alias}.scope IN "));
+            sql.bind_list(scopes.iter().cloned());
+        }
+    }
+}
+
+/// Canonicalise a legacy `proj.<slug>` / `team.<slug>` path to the caller's namespace.
+pub fn canonical_path(caller: &Caller, path: &str) -> String {
+    let labels: Vec<&str> = path.split('.').collect();
+    if labels.len() == 2 && (labels[0] == "proj" || labels[0] == "team") {
+        format!(
+            "{}.{}.{}",
+            labels[0],
+            scope::label_for(&caller.user_id),
+            labels[1]
+        )
+    } else {
+        path.to_string()
+    }
+}
+
+impl Store {
+    /// The caller's role in a shareable scope, if any.
+    pub(crate) async fn role_in<'e, E>(
+        &self,
+        exec: E,
+        user_id: &str,
+        path: &str,
+    ) -> Result<Option<Role>, ToolError>
+    where
+        E: sqlx::Executor<'e, Database = sqlx::Any>,
+    {
+        let role: Option<String> =
+            sqlx::query_scalar("SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2")
+                .bind(path)
+                .bind(user_id)
+                .fetch_optional(exec)
+                .await
+                .db("scope role")?;
+        Ok(role.as_deref().and_then(Role::parse))
+    }
+
+    /// Make sure a shareable scope exists, creating it with `owner` as admin.
+    pub(crate) async fn bootstrap_scope(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        owner: &str,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        let kind = if path.starts_with("team.") {
+            "team"
+        } else {
+            "project"
+        };
+        let now = self.now();
+        sqlx::query("INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (path) DO NOTHING")
+            .bind(path)
+            .bind(kind)
+            .bind(owner)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("bootstrap scope")?;
+        let scope_owner: String = sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
+            .bind(path)
+            .fetch_one(&mut *tx)
+            .await
+            .db("scope owner")?;
+        if scope_owner == owner {
+            sqlx::query("INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, 'admin', $3) ON CONFLICT (scope, user_id) DO NOTHING")
+                .bind(path)
+                .bind(owner)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .db("bootstrap member")?;
+        }
+        Ok(())
+    }
+
+    /// Resolve a write target path for the caller, creating the caller's own
+    /// project/team scope on first use. Refuses what the caller cannot write.
+    pub(crate) async fn writable_path(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<String, ToolError> {
+        let path = canonical_path(caller, path);
+        let own_label = scope::label_for(&caller.user_id);
+        if scope::is_personal(&path) {
+            let personal = caller.personal_scope();
+            if path == personal || path.starts_with(&format!("{personal}.")) {
+                return Ok(path);
+            }
+            return Err(ToolError::forbidden("You do not have access to this scope"));
+        }
+        match self.role_in(&mut *tx, &caller.user_id, &path).await? {
+            Some(Role::Writer | Role::Admin) => return Ok(path),
+            Some(Role::Reader) => {
+                return Err(ToolError::forbidden("You do not have access to this scope"));
+            }
+            None => {}
+        }
+        let labels: Vec<&str> = path.split('.').collect();
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
+            .bind(&path)
+            .fetch_one(&mut *tx)
+            .await
+            .db("scope exists")?;
+        if exists == 0 && labels.len() >= 3 && labels[1] == own_label {
+            self.bootstrap_scope(tx, &caller.user_id, &path).await?;
+            return Ok(path);
+        }
+        Err(ToolError::forbidden("You do not have access to this scope"))
+    }
+
+    /// Grant a user a role in a shareable scope (created if missing, owned by `granted_by`).
+    pub async fn add_scope_member(
+        &self,
+        granted_by: &str,
+        path: &str,
+        user_id: &str,
+        role: Role,
+    ) -> Result<(), ToolError> {
+        scope::validate_path(path).map_err(|e| ToolError::validation(e.to_string()))?;
+        if !scope::is_shareable(path) {
+            return Err(ToolError::validation(
+                "only project and team scopes have members",
+            ));
+        }
+        let mut tx = self.write_tx().await?;
+        let admin = self.role_in(&mut *tx, granted_by, path).await?;
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
+            .bind(path)
+            .fetch_one(&mut *tx)
+            .await
+            .db("scope exists")?;
+        if exists == 0 {
+            self.bootstrap_scope(&mut tx, granted_by, path).await?;
+        } else if admin != Some(Role::Admin) {
+            return Err(ToolError::forbidden("You do not have access to this scope"));
+        }
+        sqlx::query(
+            "INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (scope, user_id) DO UPDATE SET role = excluded.role",
+        )
+        .bind(path)
+        .bind(user_id)
+        .bind(role.as_str())
+        .bind(self.now())
+        .execute(&mut *tx)
+        .await
+        .db("add member")?;
+        tx.commit().await.db("commit member")?;
+        Ok(())
+    }
+
+    /// Resolve a project hint to the caller's project scope: an existing
+    /// binding, or `proj.<caller>.<slug>` (bootstrapped and bound on first
+    /// use). `None` when the hint names no project.
+    pub(crate) async fn resolve_hint(
+        &self,
+        caller: &Caller,
+        raw: &str,
+    ) -> Result<Option<String>, ToolError> {
+        let Ok(key) = hint::normalize_project_hint(raw) else {
+            return Ok(None);
+        };
+        let bound: Option<String> = sqlx::query_scalar(
+            "SELECT scope FROM project_bindings WHERE owner_id = $1 AND kind = $2 AND key = $3",
+        )
+        .bind(&caller.user_id)
+        .bind(key.kind.as_str())
+        .bind(&key.key)
+        .fetch_optional(&self.pool)
+        .await
+        .db("binding lookup")?;
+        if let Some(scope) = bound {
+            return Ok(Some(scope));
+        }
+        let path = scope::project_scope(&caller.user_id, &key.slug);
+        if scope::validate_path(&path).is_err() {
+            return Ok(None);
+        }
+        let mut tx = self.write_tx().await?;
+        self.bootstrap_scope(&mut tx, &caller.user_id, &path)
+            .await?;
+        sqlx::query(
+            "INSERT INTO project_bindings (id, owner_id, kind, key, scope, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (owner_id, kind, key) DO NOTHING",
+        )
+        .bind(IdKind::ProjectBinding.generate())
+        .bind(&caller.user_id)
+        .bind(key.kind.as_str())
+        .bind(&key.key)
+        .bind(&path)
+        .bind(self.now())
+        .execute(&mut *tx)
+        .await
+        .db("record binding")?;
+        let scope: String = sqlx::query_scalar(
+            "SELECT scope FROM project_bindings WHERE owner_id = $1 AND kind = $2 AND key = $3",
+        )
+        .bind(&caller.user_id)
+        .bind(key.kind.as_str())
+        .bind(&key.key)
+        .fetch_one(&mut *tx)
+        .await
+        .db("binding read")?;
+        tx.commit().await.db("commit binding")?;
+        Ok(Some(scope))
+    }
+
+    /// The project a write names through its hint, or the refusal.
+    pub(crate) async fn hint_for_write(
+        &self,
+        caller: &Caller,
+        raw: &str,
+    ) -> Result<String, ToolError> {
+        match self.resolve_hint(caller, raw).await? {
+            Some(s) if scope::is_shareable(&s) => Ok(s),
+            _ => Err(ToolError::validation(Prefix::ProjectHintUnresolvable.message(format!(
+                "project_hint {raw:?} does not resolve to a project. Pass the repository root path, its git remote URL, or the project name the briefing announced — or use scope \"core\" / \"personal\" for facts that hold outside any project."
+            )))),
+        }
+    }
+
+    /// Look a thread up for the caller: the token if given and live, else
+    /// the row of this transport session. Foreign, unknown or expired → None.
+    pub(crate) async fn find_thread(
+        &self,
+        caller: &Caller,
+        token: Option<&str>,
+    ) -> Result<Option<Thread>, ToolError> {
+        let now = self.now();
+        let row = if let Some(token) = token {
+            let token = token.trim().to_ascii_lowercase();
+            sqlx::query("SELECT id, conversation_id, scope FROM session_threads WHERE id = $1 AND owner_id = $2 AND expires_at > $3")
+                .bind(token)
+                .bind(&caller.user_id)
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await
+                .db("thread lookup")?
+        } else if let Some(ses) = &caller.session_id {
+            sqlx::query("SELECT id, conversation_id, scope FROM session_threads WHERE owner_id = $1 AND conversation_id = $2 AND expires_at > $3")
+                .bind(&caller.user_id)
+                .bind(format!("transport:{ses}"))
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await
+                .db("thread lookup")?
+        } else {
+            None
+        };
+        Ok(row.map(|r| Thread {
+            id: r.get("id"),
+            conversation_id: r.get("conversation_id"),
+            scope: r.get("scope"),
+        }))
+    }
+
+    /// Assert a thread for a pinned project (build_context only).
+    pub(crate) async fn assert_thread(
+        &self,
+        caller: &Caller,
+        echoed: Option<&Thread>,
+        conversation_id: Option<&str>,
+        pinned: &str,
+    ) -> Result<Thread, ToolError> {
+        let now = self.now();
+        let expires = now + THREAD_TTL_MS;
+        let (conversation, rewrite) = match (conversation_id, echoed, &caller.session_id) {
+            (Some(c), _, _) => (format!("client:{c}"), true),
+            (None, Some(t), _) => (t.conversation_id.clone(), false),
+            (None, None, Some(ses)) => (format!("transport:{ses}"), false),
+            (None, None, None) => (
+                format!("thread:{}", IdKind::SessionThread.generate()),
+                false,
+            ),
+        };
+        let mut tx = self.write_tx().await?;
+        let existing = sqlx::query("SELECT id, scope, expires_at FROM session_threads WHERE owner_id = $1 AND conversation_id = $2")
+            .bind(&caller.user_id)
+            .bind(&conversation)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("thread assert lookup")?;
+        let thread = match existing {
+            Some(r) => {
+                let id: String = r.get("id");
+                let old_scope: String = r.get("scope");
+                let live = r.get::<i64, _>("expires_at") > now;
+                // The environment (conversation id) wins; otherwise the first attach wins while live.
+                let scope = if rewrite || !live {
+                    pinned.to_string()
+                } else {
+                    old_scope
+                };
+                sqlx::query("UPDATE session_threads SET scope = $1, last_seen_at = $2, expires_at = $3 WHERE id = $4")
+                    .bind(&scope)
+                    .bind(now)
+                    .bind(expires)
+                    .bind(&id)
+                    .execute(&mut *tx)
+                    .await
+                    .db("thread refresh")?;
+                Thread {
+                    id,
+                    conversation_id: conversation,
+                    scope,
+                }
+            }
+            None => {
+                let id = IdKind::SessionThread.generate();
+                sqlx::query(
+                    "INSERT INTO session_threads (id, owner_id, conversation_id, scope, created_at, last_seen_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5, $5, $6)",
+                )
+                .bind(&id)
+                .bind(&caller.user_id)
+                .bind(&conversation)
+                .bind(pinned)
+                .bind(now)
+                .bind(expires)
+                .execute(&mut *tx)
+                .await
+                .db("thread open")?;
+                Thread {
+                    id,
+                    conversation_id: conversation,
+                    scope: pinned.to_string(),
+                }
+            }
+        };
+        tx.commit().await.db("thread commit")?;
+        Ok(thread)
+    }
+
+    /// Resolve explicit read scopes: shorthands, legacy paths, `*`.
+    pub(crate) fn explicit_read_set(
+        &self,
+        caller: &Caller,
+        scopes: &[zm_contracts::ReadScope],
+    ) -> ReadSet {
+        let mut out = Vec::new();
+        for s in scopes {
+            match s.spec() {
+                ScopeSpec::All => return ReadSet::All,
+                other => {
+                    if let Some(p) = other.resolve(&caller.user_id) {
+                        let p = canonical_path(caller, &p);
+                        if !out.contains(&p) {
+                            out.push(p);
+                        }
+                    }
+                }
+            }
+        }
+        ReadSet::Scopes(out)
+    }
+
+    /// The pinned read set: the project, then personal and core.
+    pub(crate) fn pinned_read_set(&self, caller: &Caller, pin: &str) -> ReadSet {
+        let mut v = vec![pin.to_string()];
+        for s in [caller.personal_scope(), caller.core_scope()] {
+            if !v.contains(&s) {
+                v.push(s);
+            }
+        }
+        ReadSet::Scopes(v)
+    }
+}

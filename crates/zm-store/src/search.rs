@@ -1,0 +1,883 @@
+//! Retrieval: `recall` and `build_context`.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use zm_contracts::scope;
+use zm_contracts::{
+    BuildContextInput, BuildContextOutput, ContextEdge, ContextEntity, ContextMemory, EdgeType,
+    EntityId, EntityType, Memory, MemoryId, MemoryKind, MemoryLinkType, RecallInput, RecallOutput,
+    RelatedStub, Rule, SearchHit, SessionState, ToolError, Visibility,
+};
+
+use crate::clock::{DAY_MS, rfc3339};
+use crate::db::{Backend, DbResult};
+use crate::fts;
+use crate::scopes::{ReadSet, push_read_set, push_visible};
+use crate::sql::Sql;
+use crate::store::{Caller, Store};
+
+/// Columns of a full memory row (alias `m`).
+pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.content, m.kind, m.scope, m.visibility, m.author_kind, m.agent_name, m.source, m.superseded_by, m.invalidated_at, m.created_at";
+
+/// Inline cap of a briefing memory.
+pub const INLINE_CHARS: usize = 2400;
+/// Inline cap of an open loop's headline.
+pub const LOOP_HEADLINE_CHARS: usize = 400;
+/// Open loops older than this leave the briefing (they stay live).
+pub const OPEN_LOOP_TTL_DAYS: i64 = 14;
+/// How many open loops a briefing lists.
+pub const OPEN_LOOPS_CAP: usize = 10;
+/// How far back `recent` looks.
+pub const RECENT_DAYS: i64 = 14;
+/// Rules delivered per layer (unpinned), and for how long after promotion.
+pub const RULES_CAP_PER_LAYER: usize = 12;
+pub const RULES_TTL_DAYS: i64 = 90;
+
+/// Half-life of a kind's relevance, in days.
+pub fn half_life_days(kind: MemoryKind) -> f64 {
+    match kind {
+        MemoryKind::Episode => 30.0,
+        MemoryKind::Task | MemoryKind::OpenQuestion => 14.0,
+        MemoryKind::Fact => 365.0,
+        MemoryKind::Gotcha => 1095.0,
+        MemoryKind::Preference | MemoryKind::Reference => 1825.0,
+        MemoryKind::Decision | MemoryKind::Convention => 3650.0,
+    }
+}
+
+/// The decay multiplier of a memory of `kind` that is `age_ms` old.
+pub fn decay(kind: MemoryKind, age_ms: i64) -> f64 {
+    let days = age_ms.max(0) as f64 / DAY_MS as f64;
+    0.5f64.powf(days / half_life_days(kind))
+}
+
+/// A full-text candidate.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub id: String,
+    pub scope: String,
+    pub kind: String,
+    pub content: String,
+    pub visibility: String,
+    pub created_at: i64,
+    pub rel: f64,
+}
+
+impl Candidate {
+    pub fn from_row(r: &AnyRow) -> Candidate {
+        Candidate {
+            id: r.get("id"),
+            scope: r.get("scope"),
+            kind: r.get("kind"),
+            content: r.get("content"),
+            visibility: r.get("visibility"),
+            created_at: r.get("created_at"),
+            rel: r.try_get::<f64, _>("rel").unwrap_or(0.0),
+        }
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::parse(&self.kind).unwrap_or_default()
+    }
+}
+
+/// The start of a full-text query over memories `m` with relevance `rel`;
+/// `None` when the text holds no searchable word.
+pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
+    const COLS: &str = "m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at";
+    match backend {
+        Backend::Sqlite => {
+            let q = fts::sqlite_match_query(text)?;
+            let mut sql = Sql::new(&format!(
+                "SELECT {COLS}, -bm25(memories_fts) AS rel FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+            ));
+            sql.bind_str(q);
+            Some(sql)
+        }
+        Backend::Postgres => {
+            let q = fts::pg_query_terms(text)?;
+            let mut sql = Sql::new(&format!(
+                "SELECT {COLS}, CAST(ts_rank_cd(m.fts, q) AS DOUBLE PRECISION) * 10.0 AS rel FROM memories m, to_tsquery('english', "
+            ));
+            sql.bind_str(q).push(") q WHERE m.fts @@ q");
+            Some(sql)
+        }
+    }
+}
+
+pub(crate) fn fts_order(_backend: Backend, sql: &mut Sql, limit: i64) {
+    sql.push(" ORDER BY rel DESC, m.seq DESC LIMIT ")
+        .bind_i64(limit);
+}
+
+pub(crate) fn memory_from_row(r: &AnyRow) -> Memory {
+    Memory {
+        id: MemoryId::from_trusted(r.get::<String, _>("id")),
+        content: r.get("content"),
+        content_original: None,
+        content_lang: None,
+        kind: MemoryKind::parse(&r.get::<String, _>("kind")).unwrap_or_default(),
+        scope: r.get("scope"),
+        visibility: Visibility::parse(&r.get::<String, _>("visibility"))
+            .unwrap_or(Visibility::Private),
+        author_kind: zm_contracts::AuthorKind::parse(&r.get::<String, _>("author_kind"))
+            .unwrap_or(zm_contracts::AuthorKind::Agent),
+        agent_name: r.get("agent_name"),
+        source: crate::memories::parse_source(r.get("source")),
+        superseded_by: r
+            .get::<Option<String>, _>("superseded_by")
+            .map(MemoryId::from_trusted),
+        invalidated_at: r.get::<Option<i64>, _>("invalidated_at").map(rfc3339),
+        created_at: rfc3339(r.get("created_at")),
+    }
+}
+
+/// Cut `text` to at most `max` characters around the first query word.
+pub fn excerpt(text: &str, query_terms: &[String], max: usize) -> (String, bool) {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= max {
+        return (text.to_string(), false);
+    }
+    let lower = text.to_lowercase();
+    let pos_byte = query_terms
+        .iter()
+        .filter_map(|t| lower.find(t.as_str()))
+        .min()
+        .unwrap_or(0);
+    let pos = lower[..pos_byte.min(lower.len())]
+        .chars()
+        .count()
+        .min(chars.len());
+    let start = pos
+        .saturating_sub(max / 4)
+        .min(chars.len().saturating_sub(max));
+    let end = (start + max).min(chars.len());
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.extend(&chars[start..end]);
+    if end < chars.len() {
+        out.push('…');
+    }
+    (out, true)
+}
+
+fn headline(text: &str, max: usize) -> (String, bool) {
+    let n = text.chars().count();
+    if n <= max {
+        (text.to_string(), false)
+    } else {
+        let mut s: String = text.chars().take(max).collect();
+        s.push('…');
+        (s, true)
+    }
+}
+
+/// Days a core fact/reference is past its freshness budget.
+fn stale_days(c: &Candidate, caller: &Caller, now: i64) -> Option<u32> {
+    if c.scope != caller.core_scope() {
+        return None;
+    }
+    let budget = match c.kind() {
+        MemoryKind::Fact => 180,
+        MemoryKind::Reference => 90,
+        _ => return None,
+    };
+    let age = (now - c.created_at) / DAY_MS;
+    (age > budget).then(|| (age - budget) as u32)
+}
+
+/// The pin and read set of a read.
+struct ReadPlan {
+    pin: Option<String>,
+    set: ReadSet,
+    thread: Option<crate::scopes::Thread>,
+}
+
+impl Store {
+    async fn plan_read(
+        &self,
+        caller: &Caller,
+        scopes: Option<&[zm_contracts::ReadScope]>,
+        hint: Option<&str>,
+        thread_token: Option<&str>,
+        briefing: bool,
+    ) -> Result<ReadPlan, ToolError> {
+        let thread = self.find_thread(caller, thread_token).await?;
+        // Pin precedence: hint → live thread → the session's attached project.
+        let mut pin = None;
+        if scopes.is_none()
+            && let Some(h) = hint
+        {
+            pin = self
+                .resolve_hint(caller, h)
+                .await?
+                .filter(|s| scope::is_shareable(s));
+        }
+        if pin.is_none() {
+            pin = thread
+                .as_ref()
+                .map(|t| t.scope.clone())
+                .filter(|s| scope::is_shareable(s));
+        }
+        if pin.is_none() {
+            pin = caller
+                .attached_project
+                .clone()
+                .filter(|s| scope::is_shareable(s));
+        }
+        let set = match scopes {
+            Some(s) => self.explicit_read_set(caller, s),
+            None => match &pin {
+                Some(p) => self.pinned_read_set(caller, p),
+                None if briefing => {
+                    ReadSet::Scopes(vec![caller.personal_scope(), caller.core_scope()])
+                }
+                None => ReadSet::All,
+            },
+        };
+        Ok(ReadPlan { pin, set, thread })
+    }
+
+    /// Full-text candidates within the read set, ranked by relevance × decay.
+    async fn ranked(
+        &self,
+        caller: &Caller,
+        text: &str,
+        set: &ReadSet,
+        kinds: Option<&[MemoryKind]>,
+        limit: usize,
+    ) -> Result<Vec<(Candidate, f64)>, ToolError> {
+        let Some(mut sql) = fts_select(self.backend, text) else {
+            return Ok(Vec::new());
+        };
+        sql.push(" AND m.invalidated_at IS NULL AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" AND ");
+        push_read_set(&mut sql, "m", set);
+        if let Some(kinds) = kinds {
+            sql.push(" AND m.kind IN ")
+                .bind_list(kinds.iter().map(|k| k.as_str()));
+        }
+        let pool = (limit * 4).clamp(20, 400) as i64;
+        fts_order(self.backend, &mut sql, pool);
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("full-text search")?;
+        let now = self.now();
+        let challenged = self
+            .pending_challenged(caller, rows.iter().map(|r| r.get::<String, _>("id")))
+            .await?;
+        let mut scored: Vec<(Candidate, f64)> = rows
+            .iter()
+            .map(|r| {
+                let c = Candidate::from_row(r);
+                let rel = c.rel.max(0.0);
+                let mut score = rel / (1.0 + rel) * decay(c.kind(), now - c.created_at);
+                if challenged.contains(&c.id) {
+                    score *= 0.8;
+                }
+                (c, score)
+            })
+            .collect();
+        scored.sort_by(|a, b| {
+            b.1.total_cmp(&a.1)
+                .then(b.0.created_at.cmp(&a.0.created_at))
+        });
+        scored.truncate(limit);
+        Ok(scored)
+    }
+
+    async fn pending_challenged(
+        &self,
+        caller: &Caller,
+        ids: impl Iterator<Item = String>,
+    ) -> Result<HashSet<String>, ToolError> {
+        let ids: Vec<String> = ids.collect();
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let mut sql = Sql::new(
+            "SELECT memory_a FROM conflicts WHERE status = 'pending' AND verdict = 'challenged' AND owner_id = ",
+        );
+        sql.bind_str(&caller.user_id)
+            .push(" AND memory_a IN ")
+            .bind_list(ids);
+        let rows = sql.query().fetch_all(&self.pool).await.db("challenged")?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    /// Pending conflicts (owned by the caller) touching these memories:
+    /// memory id → (dispute id, the other memory).
+    async fn disputes(
+        &self,
+        caller: &Caller,
+        ids: &[String],
+    ) -> Result<HashMap<String, (String, Option<String>)>, ToolError> {
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let mut sql = Sql::new(
+            "SELECT id, memory_a, memory_b FROM conflicts WHERE status = 'pending' AND owner_id = ",
+        );
+        sql.bind_str(&caller.user_id)
+            .push(" AND (memory_a IN ")
+            .bind_list(ids.iter().cloned());
+        sql.push(" OR memory_b IN ")
+            .bind_list(ids.iter().cloned())
+            .push(") ORDER BY created_at DESC");
+        for r in sql.query().fetch_all(&self.pool).await.db("disputes")? {
+            let id: String = r.get("id");
+            let a: String = r.get("memory_a");
+            let b: Option<String> = r.get("memory_b");
+            out.entry(a.clone()).or_insert((id.clone(), b.clone()));
+            if let Some(b) = b {
+                out.entry(b).or_insert((id, Some(a)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Entities attached to memories: memory id → entities.
+    async fn entities_of(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, Vec<(String, String, String)>>, ToolError> {
+        let mut out: HashMap<String, Vec<(String, String, String)>> = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let mut sql = Sql::new(
+            "SELECT me.memory_id, e.id, e.name, e.type FROM memory_entities me JOIN entities e ON e.id = me.entity_id WHERE me.memory_id IN ",
+        );
+        sql.bind_list(ids.iter().cloned()).push(" ORDER BY e.name");
+        for r in sql.query().fetch_all(&self.pool).await.db("entities of")? {
+            out.entry(r.get(0))
+                .or_default()
+                .push((r.get(1), r.get(2), r.get(3)));
+        }
+        Ok(out)
+    }
+
+    /// Typed-link neighbours of memories that the caller can read, live, in the read set.
+    async fn neighbours(
+        &self,
+        caller: &Caller,
+        ids: &[String],
+        set: &ReadSet,
+    ) -> Result<Vec<(String, String, String, Candidate)>, ToolError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = Sql::new(
+            "SELECT l.src AS l_src, l.dst AS l_dst, l.type AS l_type, m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at \
+             FROM memory_links l JOIN memories m ON (m.id = l.dst AND l.src IN ",
+        );
+        sql.bind_list(ids.iter().cloned())
+            .push(") OR (m.id = l.src AND l.dst IN ")
+            .bind_list(ids.iter().cloned());
+        sql.push(") WHERE m.invalidated_at IS NULL AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" AND ");
+        push_read_set(&mut sql, "m", set);
+        sql.push(" ORDER BY l.created_at DESC LIMIT 200");
+        let rows = sql.query().fetch_all(&self.pool).await.db("neighbours")?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let c = Candidate::from_row(r);
+                let src: String = r.get("l_src");
+                let dst: String = r.get("l_dst");
+                // "of → id": `of` is the hit, `id` the neighbour.
+                let of = if c.id == dst { src } else { dst };
+                (of, c.id.clone(), r.get::<String, _>("l_type"), c)
+            })
+            .collect())
+    }
+
+    fn session_after_read(
+        caller: &Caller,
+        pin: &Option<String>,
+        thread: Option<String>,
+    ) -> SessionState {
+        SessionState {
+            // First attach wins: a pin attaches only an unattached session.
+            attached_project: caller.attached_project.clone().or_else(|| pin.clone()),
+            thread,
+        }
+    }
+
+    /// Search memories.
+    pub async fn recall(
+        &self,
+        caller: &Caller,
+        input: RecallInput,
+    ) -> Result<RecallOutput, ToolError> {
+        let plan = self
+            .plan_read(
+                caller,
+                input.scopes.as_deref(),
+                input.project_hint.as_deref(),
+                input.thread.as_deref(),
+                false,
+            )
+            .await?;
+        let k = input.k.clamp(1, 100) as usize;
+        let hits = self
+            .ranked(caller, &input.query, &plan.set, input.kinds.as_deref(), k)
+            .await?;
+        let ids: Vec<String> = hits.iter().map(|(c, _)| c.id.clone()).collect();
+        let disputes = self.disputes(caller, &ids).await?;
+        let graph = if input.include_graph {
+            self.entities_of(&ids).await?
+        } else {
+            HashMap::new()
+        };
+        let terms = fts::query_terms(&input.query);
+        let now = self.now();
+        let memories = hits
+            .iter()
+            .map(|(c, score)| {
+                let dispute = disputes.get(&c.id);
+                SearchHit {
+                    id: MemoryId::from_trusted(c.id.clone()),
+                    content: excerpt(&c.content, &terms, INLINE_CHARS).0,
+                    kind: c.kind(),
+                    scope: c.scope.clone(),
+                    visibility: Visibility::parse(&c.visibility).unwrap_or(Visibility::Private),
+                    created_at: rfc3339(c.created_at),
+                    score: (score * 1e6).round() / 1e6,
+                    disputed: dispute.is_some(),
+                    dispute_id: dispute.map(|d| d.0.clone()),
+                    dispute_with: dispute.and_then(|d| d.1.clone()),
+                    similarity: None,
+                    fts_matched: true,
+                    stale_days: stale_days(c, caller, now),
+                    entities: input.include_graph.then(|| {
+                        graph
+                            .get(&c.id)
+                            .into_iter()
+                            .flatten()
+                            .map(|(id, name, t)| ContextEntity {
+                                id: EntityId::from_trusted(id.clone()),
+                                name: name.clone(),
+                                entity_type: EntityType::parse(t).unwrap_or_default(),
+                                types: None,
+                                count: None,
+                            })
+                            .collect()
+                    }),
+                }
+            })
+            .collect();
+        // Related stubs: at most 2 per hit and 8 in all, not hits themselves.
+        let mut related = Vec::new();
+        let mut per_hit: HashMap<String, usize> = HashMap::new();
+        for (of, id, ltype, c) in self.neighbours(caller, &ids, &plan.set).await? {
+            if related.len() == 8 || ids.contains(&id) {
+                continue;
+            }
+            let n = per_hit.entry(of.clone()).or_default();
+            if *n == 2 || related.iter().any(|r: &RelatedStub| r.id.as_str() == id) {
+                continue;
+            }
+            *n += 1;
+            related.push(RelatedStub {
+                id: MemoryId::from_trusted(id),
+                of: MemoryId::from_trusted(of),
+                relation: MemoryLinkType::parse(&ltype).unwrap_or(MemoryLinkType::RelatesTo),
+                kind: c.kind(),
+                preview: headline(&c.content, 160).0,
+            });
+        }
+        let thread = plan.thread.map(|t| t.id);
+        Ok(RecallOutput {
+            memories,
+            session: Some(Self::session_after_read(caller, &plan.pin, thread)),
+            project_scope: plan.pin,
+            related,
+        })
+    }
+
+    /// Build a context pack / briefing.
+    pub async fn build_context(
+        &self,
+        caller: &Caller,
+        input: BuildContextInput,
+    ) -> Result<BuildContextOutput, ToolError> {
+        let plan = self
+            .plan_read(
+                caller,
+                input.scopes.as_deref(),
+                input.project_hint.as_deref(),
+                input.thread.as_deref(),
+                input.briefing,
+            )
+            .await?;
+        let (max_memories, max_entities) = match input.max_tokens {
+            Some(t) => (
+                ((t / 200) as usize).clamp(3, 24),
+                ((t / 300) as usize).clamp(3, 24),
+            ),
+            None => (10, 10),
+        };
+        let now = self.now();
+        let promoted = if input.briefing {
+            self.promoted_memory_ids(caller).await?
+        } else {
+            HashSet::new()
+        };
+        let hits: Vec<(Candidate, f64)> = self
+            .ranked(
+                caller,
+                &input.topic,
+                &plan.set,
+                None,
+                max_memories + promoted.len().min(24),
+            )
+            .await?
+            .into_iter()
+            .filter(|(c, _)| !promoted.contains(&c.id))
+            .take(max_memories)
+            .collect();
+        let ids: Vec<String> = hits.iter().map(|(c, _)| c.id.clone()).collect();
+        let terms = fts::query_terms(&input.topic);
+        let memories: Vec<ContextMemory> = hits
+            .iter()
+            .map(|(c, score)| {
+                let (content, cut) = excerpt(&c.content, &terms, INLINE_CHARS);
+                ContextMemory {
+                    id: MemoryId::from_trusted(c.id.clone()),
+                    content,
+                    kind: c.kind(),
+                    scope: c.scope.clone(),
+                    created_at: rfc3339(c.created_at),
+                    score: Some((score * 1e6).round() / 1e6),
+                    truncated: cut.then_some(true),
+                }
+            })
+            .collect();
+
+        // Entities of the hits, collapsed by name.
+        let ents = self.entities_of(&ids).await?;
+        let mut collapsed: Vec<ContextEntity> = Vec::new();
+        let mut entity_ids: Vec<String> = Vec::new();
+        for id in &ids {
+            for (eid, name, t) in ents.get(id).into_iter().flatten() {
+                let etype = EntityType::parse(t).unwrap_or_default();
+                entity_ids.push(eid.clone());
+                let key = crate::memories::match_key(name);
+                if let Some(e) = collapsed
+                    .iter_mut()
+                    .find(|e| crate::memories::match_key(&e.name) == key)
+                {
+                    e.count = Some(e.count.unwrap_or(1) + 1);
+                    let types = e.types.get_or_insert_with(|| vec![e.entity_type]);
+                    if !types.contains(&etype) {
+                        types.push(etype);
+                    }
+                } else if collapsed.len() < max_entities {
+                    collapsed.push(ContextEntity {
+                        id: EntityId::from_trusted(eid.clone()),
+                        name: name.clone(),
+                        entity_type: etype,
+                        types: None,
+                        count: Some(1),
+                    });
+                }
+            }
+        }
+        for e in &mut collapsed {
+            if e.types.as_ref().is_some_and(|t| t.len() < 2) {
+                e.types = None;
+            }
+        }
+        let edges = self.edges_among(&entity_ids).await?;
+
+        // Linked memories: entity co-mentions and typed-link neighbours.
+        let linked = self
+            .linked_memories(
+                caller,
+                &ids,
+                &entity_ids,
+                &plan.set,
+                max_memories.div_ceil(2),
+            )
+            .await?;
+
+        // Thread assertion: only with a pinned project.
+        let thread = match &plan.pin {
+            Some(pin) => Some(
+                self.assert_thread(
+                    caller,
+                    plan.thread.as_ref(),
+                    input.conversation_id.as_deref(),
+                    pin,
+                )
+                .await?
+                .id,
+            ),
+            None => plan.thread.as_ref().map(|t| t.id.clone()),
+        };
+
+        let mut out = BuildContextOutput {
+            memories,
+            entities: collapsed,
+            edges,
+            linked_memories: linked,
+            project_scope: plan.pin.clone(),
+            recent: Vec::new(),
+            rules: Vec::new(),
+            open_loops: Vec::new(),
+            open_loops_total: 0,
+            session: Some(Self::session_after_read(caller, &plan.pin, thread)),
+        };
+        if input.briefing {
+            out.recent = self.recent(caller, &plan.set, &ids, &promoted, now).await?;
+            let (loops, total) = self.open_loops(caller, &plan.set, &ids, now).await?;
+            out.open_loops = loops;
+            out.open_loops_total = total;
+            out.rules = self.rules_for(caller, &plan.set).await?;
+        }
+        Ok(out)
+    }
+
+    async fn edges_among(&self, entity_ids: &[String]) -> Result<Vec<ContextEdge>, ToolError> {
+        if entity_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = Sql::new(
+            "SELECT s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND g.src IN ",
+        );
+        sql.bind_list(entity_ids.iter().cloned())
+            .push(" AND g.dst IN ")
+            .bind_list(entity_ids.iter().cloned());
+        sql.push(" ORDER BY g.created_at LIMIT 100");
+        let rows = sql.query().fetch_all(&self.pool).await.db("edges")?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some(ContextEdge {
+                    src: r.get("src"),
+                    dst: r.get("dst"),
+                    edge_type: EdgeType::parse(&r.get::<String, _>("type"))?,
+                    weight: r.get("weight"),
+                })
+            })
+            .collect())
+    }
+
+    async fn linked_memories(
+        &self,
+        caller: &Caller,
+        hit_ids: &[String],
+        entity_ids: &[String],
+        set: &ReadSet,
+        cap: usize,
+    ) -> Result<Vec<ContextMemory>, ToolError> {
+        let mut out: Vec<ContextMemory> = Vec::new();
+        let excluded = |k: &str| matches!(k, "episode" | "task" | "open-question");
+        let push = |c: &Candidate, out: &mut Vec<ContextMemory>| {
+            if out.len() < cap
+                && !hit_ids.contains(&c.id)
+                && !excluded(&c.kind)
+                && !out.iter().any(|m| m.id.as_str() == c.id)
+            {
+                let (content, cut) = headline(&c.content, INLINE_CHARS);
+                out.push(ContextMemory {
+                    id: MemoryId::from_trusted(c.id.clone()),
+                    content,
+                    kind: c.kind(),
+                    scope: c.scope.clone(),
+                    created_at: rfc3339(c.created_at),
+                    score: None,
+                    truncated: cut.then_some(true),
+                });
+            }
+        };
+        // A reserved share for typed-link neighbours first.
+        for (_, _, _, c) in self.neighbours(caller, hit_ids, set).await? {
+            if out.len() >= cap.div_ceil(2) {
+                break;
+            }
+            push(&c, &mut out);
+        }
+        if !entity_ids.is_empty() {
+            let mut sql = Sql::new(
+                "SELECT DISTINCT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at, m.seq FROM memory_entities me JOIN memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
+            );
+            sql.bind_list(entity_ids.iter().cloned());
+            sql.push(" AND m.invalidated_at IS NULL AND ");
+            push_visible(&mut sql, "m", &caller.user_id);
+            sql.push(" AND ");
+            push_read_set(&mut sql, "m", set);
+            sql.push(" ORDER BY m.seq DESC LIMIT 100");
+            for r in sql.query().fetch_all(&self.pool).await.db("co-mentions")? {
+                push(&Candidate::from_row(&r), &mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn promoted_memory_ids(&self, caller: &Caller) -> Result<HashSet<String>, ToolError> {
+        let rows =
+            sqlx::query("SELECT memory_id FROM rules WHERE owner_id = $1 AND status = 'promoted'")
+                .bind(&caller.user_id)
+                .fetch_all(&self.pool)
+                .await
+                .db("promoted ids")?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    async fn recent(
+        &self,
+        caller: &Caller,
+        set: &ReadSet,
+        hit_ids: &[String],
+        promoted: &HashSet<String>,
+        now: i64,
+    ) -> Result<Vec<ContextMemory>, ToolError> {
+        // The caller's own authoritative writes of the last two weeks.
+        let mut sql = Sql::new(
+            "SELECT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at FROM memories m WHERE m.owner_id = ",
+        );
+        sql.bind_str(&caller.user_id);
+        sql.push(" AND m.invalidated_at IS NULL AND m.kind IN ('decision', 'fact', 'gotcha', 'convention') AND (m.agent_name IS NULL OR m.agent_name NOT IN ('watcher', 'bootstrap')) AND m.created_at >= ");
+        sql.bind_i64(now - RECENT_DAYS * DAY_MS).push(" AND ");
+        push_read_set(&mut sql, "m", set);
+        sql.push(" ORDER BY m.created_at DESC, m.seq DESC LIMIT 20");
+        let rows = sql.query().fetch_all(&self.pool).await.db("recent")?;
+        Ok(rows
+            .iter()
+            .map(Candidate::from_row)
+            .filter(|c| !hit_ids.contains(&c.id) && !promoted.contains(&c.id))
+            .take(5)
+            .map(|c| {
+                let (content, cut) = headline(&c.content, INLINE_CHARS);
+                ContextMemory {
+                    id: MemoryId::from_trusted(c.id.clone()),
+                    content,
+                    kind: c.kind(),
+                    scope: c.scope.clone(),
+                    created_at: rfc3339(c.created_at),
+                    score: None,
+                    truncated: cut.then_some(true),
+                }
+            })
+            .collect())
+    }
+
+    async fn open_loops(
+        &self,
+        caller: &Caller,
+        set: &ReadSet,
+        hit_ids: &[String],
+        now: i64,
+    ) -> Result<(Vec<ContextMemory>, u32), ToolError> {
+        let since = now - OPEN_LOOP_TTL_DAYS * DAY_MS;
+        let mut where_ = Sql::new(
+            " FROM memories m WHERE m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question') AND m.created_at >= ",
+        );
+        where_.bind_i64(since).push(" AND ");
+        push_visible(&mut where_, "m", &caller.user_id);
+        where_.push(" AND ");
+        push_read_set(&mut where_, "m", set);
+        let mut count = Sql::new("SELECT COUNT(*)");
+        count.text.push_str(&where_.text);
+        count.args = where_.args.clone();
+        let total: i64 = count
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .db("loop count")?
+            .get(0);
+        let mut list = Sql::new(
+            "SELECT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at",
+        );
+        list.text.push_str(&where_.text);
+        list.args = where_.args;
+        list.push(" ORDER BY m.created_at ASC, m.seq ASC LIMIT ")
+            .bind_i64(OPEN_LOOPS_CAP as i64);
+        let rows = list.query().fetch_all(&self.pool).await.db("open loops")?;
+        let loops = rows
+            .iter()
+            .map(Candidate::from_row)
+            .map(|c| {
+                // Loops nearest the topic are inlined whole; others get a headline.
+                let (content, cut) = if hit_ids.contains(&c.id) {
+                    headline(&c.content, INLINE_CHARS)
+                } else {
+                    headline(&c.content, LOOP_HEADLINE_CHARS)
+                };
+                ContextMemory {
+                    id: MemoryId::from_trusted(c.id.clone()),
+                    content,
+                    kind: c.kind(),
+                    scope: c.scope.clone(),
+                    created_at: rfc3339(c.created_at),
+                    score: None,
+                    truncated: cut.then_some(true),
+                }
+            })
+            .collect();
+        Ok((loops, total.max(0) as u32))
+    }
+
+    /// The rules a briefing delivers: the user layer, then project layers in
+    /// the read set; pinned first; per-layer cap and TTL for unpinned.
+    pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
+        let rows = sqlx::query(
+            "SELECT text, layer, applies_scope, pinned, promoted_at FROM rules WHERE owner_id = $1 AND status = 'promoted' ORDER BY pinned DESC, promoted_at DESC, id",
+        )
+        .bind(&caller.user_id)
+        .fetch_all(&self.pool)
+        .await
+        .db("rules")?;
+        let now = self.now();
+        let ttl = now - RULES_TTL_DAYS * DAY_MS;
+        let mut pinned: Vec<Rule> = Vec::new();
+        let mut user_layer: Vec<Rule> = Vec::new();
+        let mut project_layer: Vec<Rule> = Vec::new();
+        for r in rows {
+            let layer: String = r.get("layer");
+            let applies: Option<String> = r.get("applies_scope");
+            let in_set = match (&layer[..], &applies, set) {
+                ("user", _, _) => true,
+                (_, Some(a), ReadSet::Scopes(s)) => s.contains(a) && scope::is_shareable(a),
+                (_, Some(_), ReadSet::All) => false,
+                _ => false,
+            };
+            if !in_set {
+                continue;
+            }
+            let rule = Rule {
+                text: r.get("text"),
+                pinned: r.get::<i64, _>("pinned") != 0,
+            };
+            if rule.pinned {
+                pinned.push(rule);
+            } else if r.get::<Option<i64>, _>("promoted_at").unwrap_or(0) >= ttl {
+                let bucket = if layer == "user" {
+                    &mut user_layer
+                } else {
+                    &mut project_layer
+                };
+                if bucket.len() < RULES_CAP_PER_LAYER {
+                    bucket.push(rule);
+                }
+            }
+        }
+        let mut out: Vec<Rule> = Vec::new();
+        for r in pinned.into_iter().chain(user_layer).chain(project_layer) {
+            if !out.iter().any(|o| o.text == r.text) {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+}

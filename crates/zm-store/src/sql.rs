@@ -1,0 +1,73 @@
+//! A small dynamic-SQL builder: `$n` placeholders work on both backends.
+
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, AssertSqlSafe};
+
+/// A bound value.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    I64(i64),
+    Str(String),
+}
+
+/// SQL text with numbered placeholders and their values.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Sql {
+    pub text: String,
+    pub args: Vec<Arg>,
+}
+
+impl Sql {
+    pub fn new(text: &str) -> Self {
+        Sql {
+            text: text.to_string(),
+            args: Vec::new(),
+        }
+    }
+    pub fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+    /// Append a placeholder bound to `arg`.
+    pub fn bind(&mut self, arg: Arg) -> &mut Self {
+        self.args.push(arg);
+        let n = self.args.len();
+        self.text.push_str(&format!("${n}"));
+        self
+    }
+    pub fn bind_str(&mut self, s: impl Into<String>) -> &mut Self {
+        self.bind(Arg::Str(s.into()))
+    }
+    pub fn bind_i64(&mut self, v: i64) -> &mut Self {
+        self.bind(Arg::I64(v))
+    }
+    /// `(… , … )` list of string placeholders; `('')`-free: callers guard emptiness.
+    pub fn bind_list<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, items: I) -> &mut Self {
+        self.text.push('(');
+        let mut first = true;
+        for s in items {
+            if !first {
+                self.text.push_str(", ");
+            }
+            first = false;
+            self.bind_str(s);
+        }
+        if first {
+            // An empty list matches nothing.
+            self.text.push_str("NULL");
+        }
+        self.text.push(')');
+        self
+    }
+    pub fn query(&self) -> Query<'_, Any, AnyArguments> {
+        let mut q = sqlx::query(AssertSqlSafe(self.text.clone()));
+        for a in &self.args {
+            q = match a {
+                Arg::I64(v) => q.bind(*v),
+                Arg::Str(v) => q.bind(v.clone()),
+            };
+        }
+        q
+    }
+}
