@@ -1,1 +1,28 @@
-//! zm-mcp: see ARCHITECTURE.md. Its surface arrives with its own issue; it depends only on zm-contracts (and zm-store) and holds no SQL.
+//! # zm-mcp — the MCP surface
+//!
+//! Tools, resources, prompts and instructions straight from the
+//! `zm-contracts` catalogue, over `rmcp`, calling `zm-store`. Both protocol
+//! eras (2025-11-25 with `initialize` and sessions; 2026-07-28 stateless
+//! with `server/discover`). No SQL and no schema of its own.
+
+pub mod envelope;
+pub mod instructions;
+pub mod server;
+
+pub use server::{Identity, McpConfig, ZeroMemoryMcp, tools};
+
+use rmcp::ServiceExt;
+
+/// Serve one MCP connection on stdin/stdout until the client hangs up.
+pub async fn serve_stdio(server: ZeroMemoryMcp) -> Result<(), String> {
+    match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        // stdin closed before the first request: a clean exit.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}

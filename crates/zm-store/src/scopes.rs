@@ -235,7 +235,7 @@ impl Store {
     /// Resolve a project hint to the caller's project scope: an existing
     /// binding, or `proj.<caller>.<slug>` (bootstrapped and bound on first
     /// use). `None` when the hint names no project.
-    pub(crate) async fn resolve_hint(
+    pub async fn resolve_hint(
         &self,
         caller: &Caller,
         raw: &str,

@@ -105,43 +105,46 @@ impl Store {
         self.pool.close().await;
     }
 
-    /// Row counts of every table (for the behavioural annotation check and
-    /// consistency probes).
-    pub async fn table_fingerprint(&self) -> Result<Vec<(String, String)>, ToolError> {
-        let mut out = Vec::new();
-        for (table, cols) in crate::FINGERPRINT_TABLES {
-            let sql = format!("SELECT {cols} FROM {table} ORDER BY 1");
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .fetch_all(&self.pool)
-                .await
-                .db("fingerprint")?;
-            let mut digest = String::new();
-            for row in rows {
-                use sqlx::Row;
-                for i in 0..sqlx::Row::len(&row) {
-                    let v: Option<String> = row
-                        .try_get::<Option<String>, _>(i)
-                        .ok()
-                        .flatten()
-                        .or_else(|| {
-                            row.try_get::<Option<i64>, _>(i)
-                                .ok()
-                                .flatten()
-                                .map(|v| v.to_string())
-                        })
-                        .or_else(|| {
-                            row.try_get::<Option<f64>, _>(i)
-                                .ok()
-                                .flatten()
-                                .map(|v| v.to_string())
-                        });
-                    digest.push_str(v.as_deref().unwrap_or("∅"));
-                    digest.push('|');
+    /// Is the database structurally sound? SQLite runs `PRAGMA
+    /// integrity_check` (true when it reports exactly `ok`); PostgreSQL,
+    /// which has no equivalent, answers whether `SELECT 1` succeeds.
+    pub async fn integrity_check(&self) -> Result<bool, ToolError> {
+        match self.backend {
+            Backend::Sqlite => {
+                let rows: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check")
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("integrity check")?;
+                if rows.len() != 1 || rows[0] != "ok" {
+                    tracing::error!(target: "zm_store", problems = ?rows, "integrity check failed");
+                    return Ok(false);
                 }
-                digest.push('\n');
+                Ok(true)
             }
-            out.push((table.to_string(), digest));
+            Backend::Postgres => {
+                let one: i32 = sqlx::query_scalar("SELECT 1")
+                    .fetch_one(&self.pool)
+                    .await
+                    .db("integrity check")?;
+                Ok(one == 1)
+            }
         }
-        Ok(out)
+    }
+
+    /// The database's size in bytes: PostgreSQL `pg_database_size` of the
+    /// current database; SQLite `page_count × page_size` of the main file
+    /// (the write-ahead log is not included: measure `<file>-wal` for it).
+    pub async fn database_size_bytes(&self) -> Result<Option<i64>, ToolError> {
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT p.page_count * s.page_size FROM pragma_page_count() p, pragma_page_size() s"
+            }
+            Backend::Postgres => "SELECT pg_database_size(current_database())",
+        };
+        let size: Option<i64> = sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .db("database size")?;
+        Ok(size)
     }
 }

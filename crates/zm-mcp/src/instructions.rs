@@ -1,0 +1,229 @@
+//! Connect-time instructions, composed under a budget for clients known to
+//! truncate them.
+
+use zm_contracts::Rule;
+
+/// The visible budget of capped clients, in characters.
+pub const INSTRUCTION_BUDGET: usize = 2000;
+/// How much of one rule the uncapped list inlines.
+pub const RULE_INLINE_CHARS: usize = 1200;
+
+/// The router's head: what the server is and the first moves. Always sent.
+pub const ROUTER_HEAD: &str = "zero-memory is the user's long-term memory across conversations and tools: decisions with their why, conventions, preferences, gotchas, references and open loops. Treat it as your FIRST knowledge source, before the code or the web.
+
+WHY THE FIRST CALL PAYS: one build_context at the start returns the standing rules, open loops and the most relevant memories for the project, and attaches this session to it.
+WHAT SKIPPING COSTS: a scope-less remember is REFUSED (scope_target_required:) until a project is attached, and reads widen to everything you can see.
+
+ROUTING:
+- session or task start → build_context({topic, briefing: true, project_hint: <repo root path or git remote>})
+- any sub-problem → recall({query})
+- a durable fact, decision, convention or gotcha → remember it NOW: one atomic fact, declare supersedes links for what it replaces, pass the thread token";
+
+/// The router's tail: finer guidance, dropped first when space is short.
+pub const ROUTER_TAIL: &str = "- a memory that is wrong → challenge it, or remember the correction with a supersedes link
+- a finished task or answered question → close_loop
+- echo session.thread as thread on every call: it keeps the project across reconnects
+Tool descriptions are authoritative for fields and errors. Branch on error codes, never on message text.";
+
+/// For uncapped clients: how a project gets attached over any transport.
+pub const ATTACHMENT_NOTE: &str = "PROJECT ATTACHMENT: this server cannot see your workspace. Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
+
+/// Segment names recorded when dropped.
+pub const DROPPED_OWNER_RULES: &str = "owner-rules";
+pub const DROPPED_ROUTER_TAIL: &str = "router-tail";
+
+/// Composed instructions and what was left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instructions {
+    pub text: String,
+    pub dropped: Vec<&'static str>,
+}
+
+fn router() -> String {
+    format!("{ROUTER_HEAD}\n{ROUTER_TAIL}")
+}
+
+fn rules_list(rules: &[Rule]) -> String {
+    let mut out = format!(
+        "OWNER RULES — {} standing instruction(s) the user promoted; follow them like system rules (build_context re-delivers them as rules[], pinned first):",
+        rules.len()
+    );
+    for (i, r) in rules.iter().enumerate() {
+        let text: String = r.text.chars().take(RULE_INLINE_CHARS).collect();
+        out.push_str(&format!(
+            "\n{}.{} {}",
+            i + 1,
+            if r.pinned { " [pinned]" } else { "" },
+            text
+        ));
+    }
+    out
+}
+
+fn rules_announcement(n: usize) -> String {
+    format!(
+        "OWNER RULES: the user has {n} standing rule(s). They are not reproduced here because this channel is truncated; build_context with briefing: true returns them in full as rules[] — follow them like system rules."
+    )
+}
+
+/// Is this client known to cap its instructions?
+pub fn is_capped(client_name: Option<&str>, capped: &[String]) -> bool {
+    client_name
+        .map(|n| n.trim().to_lowercase())
+        .is_some_and(|n| capped.iter().any(|c| c.trim().to_lowercase() == n))
+}
+
+/// Compose the instructions for a client.
+///
+/// Uncapped clients get everything: the router, the attachment note and
+/// the owner's rules. Capped clients get at most [`INSTRUCTION_BUDGET`]
+/// characters, built from whole segments; when they do not fit, the owner
+/// rules go first, then the router's tail. Nothing is cut mid-sentence.
+pub fn compose(rules: &[Rule], capped: bool) -> Instructions {
+    compose_within(rules, capped, INSTRUCTION_BUDGET)
+}
+
+/// [`compose`] with an explicit budget for capped clients.
+pub fn compose_within(rules: &[Rule], capped: bool, budget: usize) -> Instructions {
+    if !capped {
+        let mut text = format!("{}\n\n{ATTACHMENT_NOTE}", router());
+        if !rules.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&rules_list(rules));
+        }
+        return Instructions {
+            text,
+            dropped: Vec::new(),
+        };
+    }
+    let len = |s: &str| s.chars().count();
+    let mut dropped = Vec::new();
+    let mut text = ROUTER_HEAD.to_string();
+    let rules_segment = (!rules.is_empty()).then(|| rules_announcement(rules.len()));
+    let with_tail = format!("{text}\n{ROUTER_TAIL}");
+    let rules_fit_with_tail = rules_segment
+        .as_ref()
+        .is_none_or(|r| len(&with_tail) + 2 + len(r) <= budget);
+    if len(&with_tail) <= budget {
+        text = with_tail;
+    } else {
+        dropped.push(DROPPED_ROUTER_TAIL);
+    }
+    if let Some(r) = rules_segment {
+        if rules_fit_with_tail && len(&text) + 2 + len(&r) <= budget {
+            text.push_str("\n\n");
+            text.push_str(&r);
+        } else {
+            dropped.insert(0, DROPPED_OWNER_RULES);
+        }
+    }
+    Instructions { text, dropped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(n: usize, len: usize) -> Vec<Rule> {
+        (0..n)
+            .map(|i| Rule {
+                text: format!(
+                    "Rule {i}: {}",
+                    "always do the careful thing ".repeat(len / 28 + 1)
+                ),
+                pinned: i % 5 == 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn router_fits_and_says_what_it_must() {
+        let r = router();
+        assert!(
+            r.chars().count() <= INSTRUCTION_BUDGET,
+            "{}",
+            r.chars().count()
+        );
+        for phrase in [
+            "zero-memory is the user",
+            "WHY THE FIRST CALL PAYS",
+            "WHAT SKIPPING COSTS",
+            "project_hint",
+            "REFUSED",
+        ] {
+            assert!(ROUTER_HEAD.contains(phrase), "{phrase}");
+        }
+    }
+
+    #[test]
+    fn capped_output_stays_under_budget_for_0_1_12_500_rules() {
+        for n in [0, 1, 12, 500] {
+            let rs = rules(n, 450);
+            let i = compose(&rs, true);
+            assert!(
+                i.text.chars().count() <= INSTRUCTION_BUDGET,
+                "{n} rules: {}",
+                i.text.chars().count()
+            );
+            assert!(i.text.starts_with(ROUTER_HEAD), "{n}");
+            for r in &rs {
+                assert!(!i.text.contains(&r.text), "rule text leaked with {n} rules");
+            }
+            for d in &i.dropped {
+                assert!([DROPPED_OWNER_RULES, DROPPED_ROUTER_TAIL].contains(d));
+            }
+            // Never cut mid-sentence: the text ends where a segment ends.
+            assert!(
+                i.text.ends_with(ROUTER_TAIL)
+                    || i.text.ends_with("like system rules.")
+                    || i.text.ends_with(ROUTER_HEAD)
+            );
+        }
+    }
+
+    #[test]
+    fn capped_with_rules_announces_them_when_there_is_room() {
+        let i = compose(&rules(12, 450), true);
+        assert!(i.text.contains("12 standing rule(s)"), "{:?}", i.dropped);
+        assert!(i.dropped.is_empty());
+        let none = compose(&[], true);
+        assert!(!none.text.contains("OWNER RULES"));
+    }
+
+    #[test]
+    fn segments_drop_whole_in_priority_order() {
+        let rs = rules(3, 100);
+        let head = ROUTER_HEAD.chars().count();
+        let full = compose_within(&rs, true, 10_000);
+        assert!(full.dropped.is_empty());
+        // Room for the whole router but not the announcement: owner rules go first.
+        let router_len = router().chars().count();
+        let i = compose_within(&rs, true, router_len + 10);
+        assert_eq!(i.dropped, vec![DROPPED_OWNER_RULES]);
+        assert!(i.text.ends_with(ROUTER_TAIL));
+        // Room for the head only: the tail goes too, and nothing is cut.
+        let i = compose_within(&rs, true, head + 5);
+        assert_eq!(i.dropped, vec![DROPPED_OWNER_RULES, DROPPED_ROUTER_TAIL]);
+        assert_eq!(i.text, ROUTER_HEAD);
+    }
+
+    #[test]
+    fn uncapped_gets_everything() {
+        let rs = rules(500, 450);
+        let i = compose(&rs, false);
+        assert!(i.dropped.is_empty());
+        assert!(i.text.contains(ATTACHMENT_NOTE));
+        assert!(i.text.contains("500 standing instruction(s)"));
+        assert!(i.text.contains("1. [pinned] Rule 0"));
+        assert!(i.text.contains(&format!("500. Rule 499")));
+        assert!(!compose(&[], false).text.contains("OWNER RULES"));
+    }
+
+    #[test]
+    fn capped_clients_are_matched_by_name() {
+        let capped = vec!["claude-code".to_string()];
+        assert!(is_capped(Some(" Claude-Code "), &capped));
+        assert!(!is_capped(Some("cursor"), &capped));
+        assert!(!is_capped(None, &capped));
+    }
+}

@@ -1,0 +1,433 @@
+//! The MCP server handler: one instance per connection (stdio) or per
+//! session / stateless request (Streamable HTTP).
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, DiscoverResult, GetPromptRequestParams,
+    GetPromptResponse, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use zm_contracts::catalogue::{CATALOGUE, PROMPTS, RESOURCES};
+use zm_contracts::uri::{ResourceUri, UriError};
+use zm_contracts::{CONTRACT_VERSION, ErrorCode, IdKind, ToolError, ToolName};
+use zm_store::{Authenticated, Caller, SCOPE_READ, SCOPE_WRITE, Store};
+
+use crate::envelope::{self, FooterContext};
+use crate::instructions;
+
+/// Server-wide MCP settings.
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    /// Client names (`clientInfo.name`, case-insensitive) whose instructions
+    /// channel is capped at 2,000 characters.
+    pub capped_clients: Vec<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            capped_clients: vec!["claude-code".into()],
+        }
+    }
+}
+
+/// Who the connection acts for.
+#[derive(Debug, Clone)]
+pub enum Identity {
+    /// A fixed local account (stdio).
+    User(String),
+    /// The bearer token the HTTP layer verified, found in the request's
+    /// extensions as a [`zm_store::Authenticated`].
+    Http,
+}
+
+#[derive(Debug, Default)]
+struct ConnState {
+    session_id: Option<String>,
+    attached_project: Option<String>,
+}
+
+/// The zero-memory MCP server.
+#[derive(Clone)]
+pub struct ZeroMemoryMcp {
+    store: Store,
+    config: Arc<McpConfig>,
+    identity: Identity,
+    conn: Arc<Mutex<ConnState>>,
+}
+
+fn to<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("well-formed MCP model value")
+}
+
+impl ZeroMemoryMcp {
+    /// A handler for one connection.
+    pub fn new(store: Store, config: Arc<McpConfig>, identity: Identity) -> Self {
+        ZeroMemoryMcp {
+            store,
+            config,
+            identity,
+            conn: Arc::new(Mutex::new(ConnState {
+                session_id: Some(IdKind::McpSession.generate()),
+                attached_project: None,
+            })),
+        }
+    }
+
+    /// Attach the connection to a project (stdio: from the working directory).
+    pub fn with_attached_project(self, project: Option<String>) -> Self {
+        self.conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .attached_project = project;
+        self
+    }
+
+    /// The project this connection is attached to.
+    pub fn attached_project(&self) -> Option<String> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .attached_project
+            .clone()
+    }
+
+    fn auth(&self, ctx: &RequestContext<RoleServer>) -> Result<Authenticated, McpError> {
+        match &self.identity {
+            Identity::User(uid) => Ok(Authenticated {
+                user_id: uid.clone(),
+                token_id: String::new(),
+                scopes: vec![SCOPE_READ.into(), SCOPE_WRITE.into()],
+            }),
+            Identity::Http => ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Authenticated>())
+                .cloned()
+                .ok_or_else(|| McpError::invalid_request("unauthenticated request", None)),
+        }
+    }
+
+    fn caller(&self, auth: &Authenticated, ctx: &RequestContext<RoleServer>) -> Caller {
+        let state = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        // A stateless (2026-07-28) request has no transport session.
+        let stateless = ctx.meta.protocol_version().is_some();
+        Caller {
+            user_id: auth.user_id.clone(),
+            agent_name: ctx.client_info().map(|i| i.name),
+            session_id: if stateless {
+                None
+            } else {
+                state.session_id.clone()
+            },
+            attached_project: state.attached_project.clone(),
+            request_id: None,
+        }
+    }
+
+    fn base_config(&self, instructions: Option<String>) -> ServerConfig {
+        let mut cfg: ServerConfig = to(json!({
+            "protocolVersion": ProtocolVersion::LATEST_WITH_INITIALIZE,
+            "capabilities": {
+                "tools": {"listChanged": false},
+                "resources": {"listChanged": false, "subscribe": false},
+                "prompts": {"listChanged": false},
+                "experimental": {"zero-memory/contract": {"version": CONTRACT_VERSION}},
+            },
+            "serverInfo": {"name": "zero-memory", "title": "Zero Memory", "version": env!("CARGO_PKG_VERSION")},
+        }));
+        cfg.instructions = instructions;
+        cfg
+    }
+
+    async fn instructions_for(&self, client: Option<&str>, auth: Option<&Authenticated>) -> String {
+        let rules = match auth {
+            Some(a) => match self.store.user_rules(&Caller::new(a.user_id.clone())).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "rules lookup for instructions failed");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        let capped = instructions::is_capped(client, &self.config.capped_clients);
+        let composed = instructions::compose(&rules, capped);
+        if !composed.dropped.is_empty() {
+            tracing::warn!(client = client.unwrap_or("?"), dropped = ?composed.dropped, "instructions trimmed to the client's budget");
+        }
+        composed.text
+    }
+
+    fn codex(ctx: &RequestContext<RoleServer>) -> bool {
+        ctx.client_info()
+            .is_some_and(|i| i.name.to_lowercase().contains("codex"))
+    }
+
+    /// Run one tool call and build its MCP result.
+    async fn run_tool(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResult, McpError> {
+        let Some(tool) = ToolName::parse(name) else {
+            return Err(McpError::invalid_params(
+                format!("Unknown tool: {name}"),
+                None,
+            ));
+        };
+        let auth = self.auth(ctx)?;
+        if !tool.spec().annotations.read_only_hint && !auth.can_write() {
+            let err = ToolError::forbidden(format!(
+                "This token is read-only (mcp:read); {tool} needs mcp:write."
+            ));
+            return Ok(envelope::failure(&err));
+        }
+        let caller = self.caller(&auth, ctx);
+        let footer_ctx = FooterContext {
+            attached_before: caller.attached_project.clone(),
+        };
+        match self.store.call_tool(&caller, tool, &args).await {
+            Ok(out) => {
+                // First attach wins.
+                if let Some(p) = out["session"]["attached_project"].as_str() {
+                    let mut st = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+                    if st.attached_project.is_none() {
+                        st.attached_project = Some(p.to_string());
+                    }
+                }
+                Ok(envelope::success(tool, out, &footer_ctx, Self::codex(ctx)))
+            }
+            Err(e) => Ok(envelope::failure(&e)),
+        }
+    }
+
+    fn resource_error(
+        ctx: &RequestContext<RoleServer>,
+        message: String,
+        not_found: bool,
+    ) -> McpError {
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= "2026-07-28");
+        if not_found && !modern {
+            McpError::resource_not_found(message, None)
+        } else {
+            McpError::invalid_params(message, None)
+        }
+    }
+}
+
+/// Every tool of the catalogue, as MCP `Tool`s, in catalogue order.
+pub fn tools() -> Vec<rmcp::model::Tool> {
+    CATALOGUE
+        .iter()
+        .map(|t| {
+            to(json!({
+                "name": t.name,
+                "title": t.title,
+                "description": t.description,
+                "inputSchema": (t.input_schema)(),
+                "outputSchema": (t.output_schema)(),
+                "annotations": {
+                    "title": t.title,
+                    "readOnlyHint": t.annotations.read_only_hint,
+                    "destructiveHint": t.annotations.destructive_hint,
+                    "idempotentHint": t.annotations.idempotent_hint,
+                    "openWorldHint": t.annotations.open_world_hint,
+                },
+            }))
+        })
+        .collect()
+}
+
+impl ServerHandler for ZeroMemoryMcp {
+    fn get_info(&self) -> ServerConfig {
+        self.base_config(Some(instructions::compose(&[], false).text))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        ctx.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        let auth = self.auth(&ctx).ok();
+        info.instructions = Some(
+            self.instructions_for(Some(&request.client_info.name), auth.as_ref())
+                .await,
+        );
+        Ok(info)
+    }
+
+    async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
+        let auth = self.auth(&ctx).ok();
+        let client = ctx.client_info().map(|i| i.name);
+        let text = self
+            .instructions_for(client.as_deref(), auth.as_ref())
+            .await;
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.base_config(Some(text)),
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        self.run_tool(&request.name, args, &ctx)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let items = RESOURCES
+            .iter()
+            .filter(|r| !r.template)
+            .map(|r| {
+                to(json!({
+                    "uri": r.uri, "name": r.name, "title": r.title, "description": r.description,
+                    "mimeType": r.mime_type, "annotations": {"audience": ["assistant"], "priority": 1.0},
+                }))
+            })
+            .collect();
+        Ok(ListResourcesResult::with_all_items(items))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let items = RESOURCES
+            .iter()
+            .filter(|r| r.template)
+            .map(|r| {
+                to(json!({
+                    "uriTemplate": r.uri, "name": r.name, "title": r.title, "description": r.description,
+                    "mimeType": r.mime_type, "annotations": {"audience": ["assistant"]},
+                }))
+            })
+            .collect();
+        Ok(ListResourceTemplatesResult::with_all_items(items))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let auth = self.auth(&ctx)?;
+        let caller = self.caller(&auth, &ctx);
+        let text = match ResourceUri::parse(&request.uri) {
+            Ok(ResourceUri::Memory(id)) => match self.store.get_memory(&caller, &id).await {
+                Ok(m) => serde_json::to_string(&m)
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?,
+                Err(e) if e.code == ErrorCode::NotFound => {
+                    return Err(Self::resource_error(
+                        &ctx,
+                        format!("Memory {id} not found."),
+                        true,
+                    ));
+                }
+                Err(_) => return Err(McpError::internal_error("Internal server error.", None)),
+            },
+            Ok(ResourceUri::Rules) => {
+                let rules = self
+                    .store
+                    .rules_resource(&caller)
+                    .await
+                    .map_err(|_| McpError::internal_error("Internal server error.", None))?;
+                json!({"rules": rules}).to_string()
+            }
+            Err(UriError::NotAMemoryId(raw, _)) => {
+                return Err(McpError::invalid_params(
+                    format!("Not a memory id: {raw}"),
+                    None,
+                ));
+            }
+            Err(UriError::Unknown(uri)) => {
+                return Err(Self::resource_error(
+                    &ctx,
+                    format!("Resource {uri} not found."),
+                    true,
+                ));
+            }
+        };
+        let result: rmcp::model::ReadResourceResult = to(json!({
+            "contents": [{"uri": request.uri, "mimeType": "application/json", "text": text}]
+        }));
+        Ok(result.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let items = PROMPTS
+            .iter()
+            .map(|p| {
+                let args: Vec<Value> = p
+                    .arguments
+                    .iter()
+                    .map(|a| json!({"name": a.name, "description": a.description, "required": a.required}))
+                    .collect();
+                to(json!({"name": p.name, "title": p.title, "description": p.description, "arguments": args}))
+            })
+            .collect();
+        Ok(ListPromptsResult::with_all_items(items))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        if request.name != "brief" {
+            return Err(McpError::invalid_params(
+                format!("Unknown prompt: {}", request.name),
+                None,
+            ));
+        }
+        let topic = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("topic"))
+            .and_then(|t| t.as_str())
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .unwrap_or("the current project and its active work")
+            .to_string();
+        let text = format!(
+            "Call build_context with topic {topic:?} and briefing: true (pass project_hint: the repository root path or its git remote URL). Then report, briefly: the standing rules (follow them), the open loops, and the memories most relevant to the work. For any memory marked truncated, read zm://memory/{{id}} for its full text. Echo session.thread as thread on later calls."
+        );
+        let result: rmcp::model::GetPromptResult = to(json!({
+            "description": "Brief on the current project before starting work.",
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+        }));
+        Ok(result.into())
+    }
+}

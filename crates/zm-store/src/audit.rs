@@ -1,0 +1,147 @@
+//! The audit log: one append-only row per write command.
+
+use serde_json::{Map, Value, json};
+use zm_contracts::{IdKind, ToolError};
+
+use crate::store::{Caller, Store};
+
+/// Strings longer than this never reach the audit payload whole.
+pub const MAX_AUDIT_STRING: usize = 500;
+
+/// Input fields that carry identifiers and structure, not free text. Every
+/// other string is recorded by its length only, so no content, secret or
+/// long text lands in the log.
+const STRUCTURAL: &[&str] = &[
+    "memory_id",
+    "memory_ids",
+    "dst",
+    "type",
+    "kind",
+    "scope",
+    "scopes",
+    "target",
+    "dispute_id",
+    "winner",
+    "status",
+    "verdict",
+    "applies_scope",
+    "source_tool",
+    "source_hash",
+    "thread",
+    "keep_both",
+    "retire",
+    "force",
+    "briefing",
+    "k",
+    "limit",
+    "max_tokens",
+    "include_graph",
+];
+
+fn sanitize(key: Option<&str>, v: &Value, structural: bool) -> Value {
+    match v {
+        Value::String(s) => {
+            let keep = structural
+                && key.is_some_and(|k| STRUCTURAL.contains(&k))
+                && s.chars().count() <= MAX_AUDIT_STRING;
+            if keep {
+                v.clone()
+            } else {
+                json!({"chars": s.chars().count()})
+            }
+        }
+        Value::Array(a) => Value::Array(a.iter().map(|x| sanitize(key, x, structural)).collect()),
+        Value::Object(o) => {
+            let mut out = Map::new();
+            for (k, x) in o {
+                out.insert(k.clone(), sanitize(Some(k), x, structural));
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
+/// The bounded, content-free payload of a command's input.
+pub fn audit_payload(input: &Value) -> Value {
+    let mut v = sanitize(None, input, true);
+    let text = v.to_string();
+    if text.len() > 8 * 1024 {
+        let keys: Vec<String> = input
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        v = json!({"truncated": true, "command_keys": keys});
+    }
+    v
+}
+
+/// One audit entry.
+pub struct AuditEntry<'a> {
+    pub command: &'a str,
+    pub payload: Value,
+    pub outcome: Result<(), &'a ToolError>,
+    pub duration_ms: i64,
+}
+
+impl Store {
+    /// Append an audit row. Failures are logged and never change the
+    /// command's outcome.
+    pub async fn audit(&self, caller: &Caller, entry: AuditEntry<'_>) {
+        let (outcome, code, error) = match entry.outcome {
+            Ok(()) => ("ok", None, None),
+            Err(e) => (
+                "error",
+                Some(e.code.as_str().to_string()),
+                Some(e.message.chars().take(MAX_AUDIT_STRING).collect::<String>()),
+            ),
+        };
+        let res = sqlx::query(
+            "INSERT INTO audit_log (id, occurred_at, actor_id, author_kind, agent_name, command, payload, outcome, error_code, error, duration_ms, request_id) \
+             VALUES ($1, $2, $3, 'agent', $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(IdKind::AuditLog.generate())
+        .bind(self.now())
+        .bind(&caller.user_id)
+        .bind(caller.agent_name.clone())
+        .bind(entry.command)
+        .bind(entry.payload.to_string())
+        .bind(outcome)
+        .bind(code)
+        .bind(error)
+        .bind(entry.duration_ms)
+        .bind(caller.request_id.clone())
+        .execute(&self.pool)
+        .await;
+        if let Err(e) = res {
+            tracing::warn!(target: "zm_store", error = %e, command = entry.command, "audit write failed");
+        }
+    }
+
+    /// Audit rows of one actor, newest first (operators and tests).
+    pub async fn audit_rows(&self, actor_id: &str, limit: i64) -> Result<Vec<Value>, ToolError> {
+        use crate::db::DbResult;
+        use sqlx::Row;
+        let rows = sqlx::query("SELECT command, payload, outcome, error_code, error, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
+            .bind(actor_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .db("audit rows")?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "command": r.get::<String, _>("command"),
+                    "payload": serde_json::from_str::<Value>(&r.get::<String, _>("payload")).unwrap_or(Value::Null),
+                    "outcome": r.get::<String, _>("outcome"),
+                    "error_code": r.get::<Option<String>, _>("error_code"),
+                    "error": r.get::<Option<String>, _>("error"),
+                    "agent_name": r.get::<Option<String>, _>("agent_name"),
+                    "request_id": r.get::<Option<String>, _>("request_id"),
+                    "duration_ms": r.get::<i64, _>("duration_ms"),
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,247 @@
+//! The entity graph: `link` and `entities`.
+
+use sqlx::Row;
+use zm_contracts::ids::{IdKind, parse_any_id};
+use zm_contracts::scope::ScopeSpec;
+use zm_contracts::{
+    EntitiesInput, EntitiesOutput, Entity, EntityId, EntityType, LinkInput, LinkKind, LinkOutput,
+    MemoryLinkType, ToolError,
+    validate::{FieldError, validation_error},
+};
+
+use crate::clock::rfc3339;
+use crate::db::DbResult;
+use crate::guard;
+use crate::memories::{display_name, match_key};
+use crate::scopes::canonical_path;
+use crate::sql::Sql;
+use crate::store::{Caller, Store};
+
+fn field_error(path: &str, reason: impl Into<String>) -> ToolError {
+    validation_error(vec![FieldError {
+        path: path.into(),
+        reason: reason.into(),
+    }])
+}
+
+/// Escape a LIKE pattern (`\` is the escape character).
+fn like_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+impl Store {
+    /// Link two memories (by id) or two entities (by name).
+    pub async fn link(&self, caller: &Caller, input: LinkInput) -> Result<LinkOutput, ToolError> {
+        let src = parse_any_id(&input.src).ok();
+        let dst = parse_any_id(&input.dst).ok();
+        let is_mem =
+            |p: &Option<(IdKind, String)>| p.as_ref().is_some_and(|(k, _)| *k == IdKind::Memory);
+        match (is_mem(&src), is_mem(&dst)) {
+            (true, true) => {
+                let (src, dst) = (
+                    src.map(|p| p.1).unwrap_or_default(),
+                    dst.map(|p| p.1).unwrap_or_default(),
+                );
+                self.link_memories(caller, &src, &dst, input.link_type)
+                    .await
+            }
+            (false, false) if src.is_none() && dst.is_none() => {
+                self.link_entities(caller, &input).await
+            }
+            (false, false) => Err(field_error(
+                if src.is_some() { "src" } else { "dst" },
+                "only memory ids (mem_…) or entity names can be linked",
+            )),
+            _ => Err(field_error(
+                "dst",
+                "src and dst must both be memory ids (mem_…) or both be entity names",
+            )),
+        }
+    }
+
+    async fn link_memories(
+        &self,
+        caller: &Caller,
+        src: &str,
+        dst: &str,
+        ltype: zm_contracts::LinkType,
+    ) -> Result<LinkOutput, ToolError> {
+        let Some(mtype) = ltype.as_memory_link() else {
+            return Err(field_error(
+                "type",
+                "between memories use relates_to, supersedes, contradicts or derived_from",
+            ));
+        };
+        if src == dst {
+            return Err(field_error("dst", "a memory cannot be linked to itself"));
+        }
+        for id in [src, dst] {
+            if !self.can_read_memory(caller, id).await? {
+                return Err(ToolError::not_found(format!("Memory {id} not found.")));
+            }
+        }
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let done = sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
+            .bind(src)
+            .bind(dst)
+            .bind(mtype.as_str())
+            .bind(&caller.user_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("link memories")?;
+        let created = done.rows_affected() == 1;
+        if created && mtype == MemoryLinkType::Contradicts {
+            // A contradiction between two of the caller's memories goes to review.
+            let owned: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM memories WHERE id IN ($1, $2) AND owner_id = $3",
+            )
+            .bind(src)
+            .bind(dst)
+            .bind(&caller.user_id)
+            .fetch_one(&mut *tx)
+            .await
+            .db("contradiction owners")?;
+            if owned == 2 {
+                sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, 'contradiction', 'pending', $5)")
+                    .bind(IdKind::MemoryReview.generate())
+                    .bind(&caller.user_id)
+                    .bind(src)
+                    .bind(dst)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .db("contradiction conflict")?;
+            }
+        }
+        tx.commit().await.db("commit link")?;
+        Ok(LinkOutput {
+            kind: LinkKind::MemoryLink,
+            src_id: src.to_string(),
+            dst_id: dst.to_string(),
+            link_type: ltype,
+            created,
+        })
+    }
+
+    async fn link_entities(
+        &self,
+        caller: &Caller,
+        input: &LinkInput,
+    ) -> Result<LinkOutput, ToolError> {
+        let Some(etype) = input.link_type.as_edge() else {
+            return Err(field_error(
+                "type",
+                "between entities use uses, works_on, prefers, part_of, depends_on, decided, replaces or relates_to",
+            ));
+        };
+        if let Some(hit) = guard::check_fields([
+            ("src".to_string(), input.src.as_str()),
+            ("dst".to_string(), input.dst.as_str()),
+        ]) {
+            return Err(guard::rejection(&hit));
+        }
+        let (sname, dname) = (display_name(&input.src), display_name(&input.dst));
+        let (skey, dkey) = (match_key(&sname), match_key(&dname));
+        for (path, key) in [("src", &skey), ("dst", &dkey)] {
+            if key.is_empty() {
+                return Err(field_error(
+                    path,
+                    "an entity name needs at least one letter or digit",
+                ));
+            }
+        }
+        let scope = caller.personal_scope();
+        let mut tx = self.write_tx().await?;
+        let concept = EntityType::Concept.as_str();
+        let sid = self
+            .resolve_entity(
+                &mut tx,
+                &caller.user_id,
+                &scope,
+                &sname,
+                &skey,
+                concept,
+                true,
+            )
+            .await?;
+        let did = self
+            .resolve_entity(
+                &mut tx,
+                &caller.user_id,
+                &scope,
+                &dname,
+                &dkey,
+                concept,
+                true,
+            )
+            .await?;
+        let done = sqlx::query("INSERT INTO edges (id, owner_id, src, dst, type, weight, source_memory, created_at) VALUES ($1, $2, $3, $4, $5, NULL, NULL, $6) ON CONFLICT (src, dst, type) DO NOTHING")
+            .bind(IdKind::Edge.generate())
+            .bind(&caller.user_id)
+            .bind(&sid)
+            .bind(&did)
+            .bind(etype.as_str())
+            .bind(self.now())
+            .execute(&mut *tx)
+            .await
+            .db("edge")?;
+        tx.commit().await.db("commit edge")?;
+        Ok(LinkOutput {
+            kind: LinkKind::EntityEdge,
+            src_id: sid,
+            dst_id: did,
+            link_type: input.link_type,
+            created: done.rows_affected() == 1,
+        })
+    }
+
+    /// List or search the entities the caller can see.
+    pub async fn entities(
+        &self,
+        caller: &Caller,
+        input: EntitiesInput,
+    ) -> Result<EntitiesOutput, ToolError> {
+        let mut sql = Sql::new(
+            "SELECT e.id, e.name, e.type, e.scope, e.created_at FROM entities e WHERE (e.owner_id = ",
+        );
+        sql.bind_str(&caller.user_id);
+        sql.push(" OR e.scope IN (SELECT scope FROM scope_members WHERE user_id = ")
+            .bind_str(&caller.user_id)
+            .push("))");
+        if let Some(scope) = &input.scope {
+            match scope.spec() {
+                ScopeSpec::All => {}
+                other => {
+                    let path = other
+                        .resolve(&caller.user_id)
+                        .map(|p| canonical_path(caller, &p))
+                        .unwrap_or_default();
+                    sql.push(" AND e.scope = ").bind_str(path);
+                }
+            }
+        }
+        if let Some(q) = &input.query {
+            sql.push(" AND LOWER(e.name) LIKE ")
+                .bind_str(format!("%{}%", like_escape(&q.trim().to_lowercase())))
+                .push(" ESCAPE '\\'");
+        }
+        sql.push(" ORDER BY e.name, e.id LIMIT 500");
+        let rows = sql.query().fetch_all(&self.pool).await.db("entities")?;
+        Ok(EntitiesOutput {
+            entities: rows
+                .iter()
+                .map(|r| Entity {
+                    id: EntityId::from_trusted(r.get::<String, _>("id")),
+                    name: r.get("name"),
+                    entity_type: EntityType::parse(&r.get::<String, _>("type")).unwrap_or_default(),
+                    scope: r.get("scope"),
+                    created_at: rfc3339(r.get("created_at")),
+                })
+                .collect(),
+        })
+    }
+}

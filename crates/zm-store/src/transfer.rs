@@ -1,0 +1,410 @@
+//! Moving data around: `share`, `move_memories`, `import_memory`,
+//! `export_memories`, `delete_account`.
+
+use serde_json::json;
+use sqlx::Row;
+use zm_contracts::scope;
+use zm_contracts::{
+    DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput, IdKind, ImportMemoryInput,
+    ImportMemoryOutput, ImportTarget, MemoryId, MoveFailure, MoveMemoriesInput, MoveMemoriesOutput,
+    ShareInput, ShareOutput, ToolError, UserId,
+    validate::{FieldError, validation_error},
+};
+
+use crate::db::DbResult;
+use crate::guard;
+use crate::memories::content_hash;
+use crate::scopes::{ReadSet, canonical_path, push_read_set, push_visible};
+use crate::sql::Sql;
+use crate::store::{Caller, Store};
+
+/// Why one memory could not move or be shared.
+enum Refusal {
+    NotFound,
+    NotOwner,
+    Invalidated,
+}
+
+impl Store {
+    async fn check_movable(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Result<(String, String), Refusal>, ToolError> {
+        let row = sqlx::query(
+            "SELECT owner_id, scope, visibility, invalidated_at FROM memories WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("movable")?;
+        let Some(row) = row else {
+            return Ok(Err(Refusal::NotFound));
+        };
+        let owner: String = row.get("owner_id");
+        if owner != caller.user_id {
+            // Visible but not the caller's: say so; invisible: not found.
+            return Ok(Err(if self.can_read_memory(caller, id).await? {
+                Refusal::NotOwner
+            } else {
+                Refusal::NotFound
+            }));
+        }
+        if row.get::<Option<i64>, _>("invalidated_at").is_some() {
+            return Ok(Err(Refusal::Invalidated));
+        }
+        Ok(Ok((row.get("scope"), row.get("visibility"))))
+    }
+
+    /// The shareable scope a share/move targets, writable by the caller.
+    async fn share_target(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        path: &str,
+        field: &str,
+    ) -> Result<String, ToolError> {
+        let path = canonical_path(caller, path);
+        if !scope::is_shareable(&path) {
+            return Err(validation_error(vec![FieldError {
+                path: field.into(),
+                reason:
+                    "not a project or team scope: share and move target proj.… or team.… scopes"
+                        .into(),
+            }]));
+        }
+        self.writable_path(tx, caller, &path).await
+    }
+
+    async fn move_one(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+        target: &str,
+    ) -> Result<(), ToolError> {
+        sqlx::query("UPDATE memories SET scope = $1, visibility = 'shared', shared_at = $2, shared_by = $3 WHERE id = $4")
+            .bind(target)
+            .bind(self.now())
+            .bind(&caller.user_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .db("move memory")?;
+        Ok(())
+    }
+
+    /// Widen one memory into a shared project or team scope.
+    pub async fn share(
+        &self,
+        caller: &Caller,
+        input: ShareInput,
+    ) -> Result<ShareOutput, ToolError> {
+        let id = input.memory_id.as_str();
+        let mut tx = self.write_tx().await?;
+        let target = self
+            .share_target(&mut tx, caller, input.scope.as_str(), "scope")
+            .await?;
+        match self.check_movable(&mut tx, caller, id).await? {
+            Err(Refusal::NotFound) => {
+                return Err(ToolError::not_found(format!("Memory {id} not found.")));
+            }
+            Err(Refusal::NotOwner) => {
+                return Err(ToolError::conflict(format!(
+                    "Memory {id} is not yours to share."
+                )));
+            }
+            Err(Refusal::Invalidated) => {
+                return Err(ToolError::conflict(format!("Memory {id} is invalidated.")));
+            }
+            Ok((scope, visibility)) => {
+                if !(scope == target && visibility == "shared") {
+                    self.move_one(&mut tx, caller, id, &target).await?;
+                }
+            }
+        }
+        tx.commit().await.db("commit share")?;
+        Ok(ShareOutput {
+            memory_id: input.memory_id,
+            scope: target,
+            shared: true,
+        })
+    }
+
+    /// Move many memories into one project or team scope.
+    pub async fn move_memories(
+        &self,
+        caller: &Caller,
+        input: MoveMemoriesInput,
+    ) -> Result<MoveMemoriesOutput, ToolError> {
+        let target_path = match (&input.scope, &input.project_hint) {
+            (Some(s), _) => s.as_str().to_string(),
+            (None, Some(h)) => match self.resolve_hint(caller, h).await? {
+                Some(s) => s,
+                None => {
+                    return Err(validation_error(vec![FieldError {
+                        path: "project_hint".into(),
+                        reason: "does not resolve to a project scope".into(),
+                    }]));
+                }
+            },
+            (None, None) => {
+                return Err(validation_error(vec![FieldError {
+                    path: "scope".into(),
+                    reason: "pass scope (a proj.… or team.… path) or project_hint".into(),
+                }]));
+            }
+        };
+        let field = if input.scope.is_some() {
+            "scope"
+        } else {
+            "project_hint"
+        };
+        let mut tx = self.write_tx().await?;
+        let target = self
+            .share_target(&mut tx, caller, &target_path, field)
+            .await?;
+        let mut moved = Vec::new();
+        let mut failed = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for mid in input.memory_ids {
+            if !seen.insert(mid.as_str().to_string()) {
+                continue;
+            }
+            match self.check_movable(&mut tx, caller, mid.as_str()).await? {
+                Ok(_) => {
+                    self.move_one(&mut tx, caller, mid.as_str(), &target)
+                        .await?;
+                    moved.push(mid);
+                }
+                Err(r) => failed.push(MoveFailure {
+                    memory_id: mid,
+                    error: match r {
+                        Refusal::NotFound => "not found",
+                        Refusal::NotOwner => "not the owner",
+                        Refusal::Invalidated => "invalidated",
+                    }
+                    .into(),
+                }),
+            }
+        }
+        tx.commit().await.db("commit move")?;
+        Ok(MoveMemoriesOutput {
+            scope: target,
+            moved,
+            failed,
+        })
+    }
+
+    /// Import one memory deterministically; idempotent by `source_hash`.
+    pub async fn import_memory(
+        &self,
+        caller: &Caller,
+        input: ImportMemoryInput,
+    ) -> Result<ImportMemoryOutput, ToolError> {
+        let content = input.content.trim().to_string();
+        let mut fields = vec![("content".to_string(), content.clone())];
+        if let Some(v) = &input.verbatim {
+            fields.push(("verbatim".into(), v.clone()));
+        }
+        if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
+        {
+            return Err(guard::rejection(&hit));
+        }
+        let scope = match input.target {
+            ImportTarget::Personal => caller.personal_scope(),
+            ImportTarget::Core => caller.core_scope(),
+            ImportTarget::Project => {
+                let Some(h) = &input.project_hint else {
+                    return Err(validation_error(vec![FieldError {
+                        path: "project_hint".into(),
+                        reason: "is required when target is project".into(),
+                    }]));
+                };
+                // A hint that names no project degrades to personal.
+                self.resolve_hint(caller, h)
+                    .await?
+                    .filter(|s| scope::is_shareable(s))
+                    .unwrap_or_else(|| caller.personal_scope())
+            }
+        };
+        let now = self.now();
+        let hash = input.source_hash.trim().to_string();
+        let mut tx = self.write_tx().await?;
+        let prior =
+            sqlx::query("SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2")
+                .bind(&caller.user_id)
+                .bind(&hash)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("import ledger")?;
+        if let Some(r) = prior {
+            return Ok(ImportMemoryOutput {
+                skipped: true,
+                memory_id: r
+                    .get::<Option<String>, _>("memory_id")
+                    .map(MemoryId::from_trusted),
+                deduplicated: None,
+            });
+        }
+        let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
+            .bind(&caller.user_id)
+            .bind(&scope)
+            .bind(content_hash(&content))
+            .fetch_optional(&mut *tx)
+            .await
+            .db("import dedup")?;
+        let deduplicated = existing.is_some();
+        let id = match existing {
+            Some(id) => id,
+            None => {
+                let id = IdKind::Memory.generate();
+                let mut source = json!({"kind": "import", "path": input.source_path, "hash": hash});
+                if let Some(t) = &input.source_tool {
+                    source["source_tool"] = json!(t);
+                }
+                if let Some(v) = &input.verbatim {
+                    source["verbatim"] = json!(v);
+                }
+                sqlx::query(
+                    "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'private', 'agent', NULL, $7, 'skipped', $8)",
+                )
+                .bind(&id)
+                .bind(&caller.user_id)
+                .bind(&scope)
+                .bind(input.kind.as_str())
+                .bind(&content)
+                .bind(content_hash(&content))
+                .bind(source.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .db("import insert")?;
+                id
+            }
+        };
+        sqlx::query("INSERT INTO imports (owner_id, source_hash, memory_id, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(&caller.user_id)
+            .bind(&hash)
+            .bind(&id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("import claim")?;
+        tx.commit().await.db("commit import")?;
+        Ok(ImportMemoryOutput {
+            skipped: false,
+            memory_id: Some(MemoryId::from_trusted(id)),
+            deduplicated: deduplicated.then_some(true),
+        })
+    }
+
+    /// Every memory the caller can read (live and invalidated), full rows.
+    pub async fn export_memories(
+        &self,
+        caller: &Caller,
+        input: ExportMemoriesInput,
+    ) -> Result<ExportMemoriesOutput, ToolError> {
+        let set = match &input.scopes {
+            Some(s) => self.explicit_read_set(caller, s),
+            None => ReadSet::All,
+        };
+        let mut sql = Sql::new(&format!(
+            "SELECT {} FROM memories m WHERE ",
+            crate::search::MEMORY_COLUMNS
+        ));
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" AND ");
+        push_read_set(&mut sql, "m", &set);
+        sql.push(" ORDER BY m.created_at, m.seq");
+        let rows = sql.query().fetch_all(&self.pool).await.db("export")?;
+        let items: Vec<_> = rows.iter().map(crate::search::memory_from_row).collect();
+        Ok(ExportMemoriesOutput {
+            count: items.len() as u32,
+            items,
+        })
+    }
+
+    /// Erase the caller and everything they own; sever what others hold
+    /// that points at it. Other users' rows are untouched.
+    pub async fn delete_account(&self, caller: &Caller) -> Result<DeleteAccountOutput, ToolError> {
+        let uid = &caller.user_id;
+        let mut tx = self.write_tx().await?;
+        let memories: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE owner_id = $1")
+            .bind(uid)
+            .fetch_one(&mut *tx)
+            .await
+            .db("count memories")?;
+        let entities: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM entities WHERE owner_id = $1")
+            .bind(uid)
+            .fetch_one(&mut *tx)
+            .await
+            .db("count entities")?;
+        // Others' memories superseded by one of the caller's keep their state
+        // but lose the pointer.
+        sqlx::query("UPDATE memories SET superseded_by = NULL WHERE owner_id <> $1 AND superseded_by IN (SELECT id FROM memories WHERE owner_id = $1)")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("sever supersedes")?;
+        // Rows that reference the caller's memories or entities cascade with them.
+        for sql in [
+            "DELETE FROM conflicts WHERE owner_id = $1",
+            "DELETE FROM memory_links WHERE owner_id = $1",
+            "DELETE FROM rules WHERE owner_id = $1",
+            "DELETE FROM imports WHERE owner_id = $1",
+            "DELETE FROM edges WHERE owner_id = $1",
+            "DELETE FROM memories WHERE owner_id = $1",
+            "DELETE FROM entities WHERE owner_id = $1",
+            "DELETE FROM session_threads WHERE owner_id = $1",
+            "DELETE FROM project_bindings WHERE owner_id = $1",
+            "DELETE FROM access_tokens WHERE user_id = $1",
+            "DELETE FROM scope_members WHERE user_id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(uid)
+                .execute(&mut *tx)
+                .await
+                .db("erase")?;
+        }
+        // Scopes the caller created stay if others still live in them.
+        sqlx::query("DELETE FROM scopes WHERE owner_id = $1 AND path NOT IN (SELECT scope FROM scope_members) AND path NOT IN (SELECT scope FROM memories)")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("erase scopes")?;
+        sqlx::query("UPDATE scopes SET owner_id = (SELECT user_id FROM scope_members WHERE scope = scopes.path ORDER BY created_at LIMIT 1) WHERE owner_id = $1 AND path IN (SELECT scope FROM scope_members)")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("hand over scopes")?;
+        let orphan: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE owner_id = $1")
+            .bind(uid)
+            .fetch_one(&mut *tx)
+            .await
+            .db("orphan scopes")?;
+        if orphan > 0 {
+            // Memories of others remain in a scope nobody is a member of:
+            // drop the scope row; the memories stay readable by their owners.
+            sqlx::query("DELETE FROM scopes WHERE owner_id = $1")
+                .bind(uid)
+                .execute(&mut *tx)
+                .await
+                .db("drop scopes")?;
+        }
+        let deleted = sqlx::query("DELETE FROM users WHERE id = $1")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("erase user")?;
+        tx.commit().await.db("commit delete_account")?;
+        Ok(DeleteAccountOutput {
+            subject: UserId::from_trusted(uid.clone()),
+            auth_deleted: deleted.rows_affected() == 1,
+            memories: memories.max(0) as u64,
+            entities: entities.max(0) as u64,
+        })
+    }
+}
