@@ -1,1 +1,126 @@
-//! zm-http: see ARCHITECTURE.md. Its surface arrives with its own issue; it depends only on zm-contracts (and zm-store) and holds no SQL.
+//! # zm-http — the HTTP surface
+//!
+//! The axum router: the REST mirror of every tool (`POST /api/tools/{name}`),
+//! `GET /api/memories/{id}`, `/api/rules`, `/api/contract`,
+//! `/api/openapi.json`, health, readiness and metrics, RFC 9728 metadata,
+//! and MCP over Streamable HTTP at `/mcp` behind bearer tokens.
+//!
+//! Architecture invariant: no SQL here, and every error body is a
+//! `ToolError` with its code's status.
+
+pub mod auth;
+pub mod error;
+pub mod mcp;
+pub mod openapi;
+pub mod routes;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use zm_contracts::IdKind;
+use zm_store::Store;
+
+pub use state::{AppState, HttpConfig, Metrics, RateLimiter};
+
+/// Build the whole router. `cancel` ends MCP sessions at shutdown.
+pub fn router(store: Store, cfg: HttpConfig, cancel: CancellationToken) -> Router {
+    let state = state(store, cfg);
+    let endpoint = mcp::McpEndpoint::new(&state, cancel);
+    let api = Router::new()
+        .route("/api/tools/{name}", post(routes::call_tool))
+        .route("/api/memories/{id}", get(routes::get_memory))
+        .route("/api/rules", get(routes::get_rules))
+        .route("/api/contract", get(routes::get_contract))
+        .route("/api/openapi.json", get(routes::openapi))
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(routes::metrics))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(routes::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(routes::protected_resource),
+        )
+        .method_not_allowed_fallback(routes::fallback)
+        .with_state(state.clone());
+    let mcp = Router::new()
+        .route("/mcp", any(mcp::handle))
+        .with_state((state.clone(), endpoint));
+    with_layers(api.merge(mcp), state)
+}
+
+/// The layers every route gets: the JSON fallback, panic capture (500
+/// `internal`, cause only in the log), request ids and metrics.
+pub fn with_layers(routes: Router, state: AppState) -> Router {
+    routes
+        .fallback(routes::fallback)
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(axum::middleware::from_fn_with_state(state, request_id))
+}
+
+/// Build the shared state (exposed for tests that add their own routes).
+pub fn state(store: Store, cfg: HttpConfig) -> AppState {
+    AppState {
+        store,
+        cfg: Arc::new(cfg),
+        metrics: Arc::new(Metrics::default()),
+        limiter: Arc::new(RateLimiter::default()),
+    }
+}
+
+/// Serve `app` on `listener` until `shutdown` resolves; then stop taking
+/// connections, cancel MCP streams and let in-flight requests finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    cancel: CancellationToken,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let c = cancel.clone();
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown.await;
+        c.cancel();
+    })
+    .await
+}
+
+/// Adopt a well-formed `X-Request-Id` (a `req_…` id) or mint one, echo it,
+/// count the response and log one line per request.
+async fn request_id(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| zm_contracts::ids::parse_id(IdKind::Request, v).ok())
+        .unwrap_or_else(|| IdKind::Request.generate());
+    let value = HeaderValue::from_str(&id).expect("ids are ascii");
+    req.headers_mut().insert("x-request-id", value.clone());
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let mut resp = next.run(req).await;
+    resp.headers_mut().insert("x-request-id", value);
+    let status = resp.status().as_u16();
+    state.metrics.request(status).await;
+    tracing::info!(target: "zm_http", request_id = %id, %method, %path, status, duration_ms = started.elapsed().as_millis() as u64, "request");
+    resp
+}

@@ -81,7 +81,25 @@ impl Store {
                     } else {
                         (caller.personal_scope(), "personal")
                     };
-                    if let (false, Some(project)) = (allowed, session_project) {
+                    // The project a refused kind goes to: the one this write's
+                    // own hint names (resolved only when needed, so an allowed
+                    // kind never bootstraps a project), else the session's.
+                    let project = if allowed {
+                        None
+                    } else {
+                        let by_hint = match &input.project_hint {
+                            Some(h) => self
+                                .resolve_hint(caller, h)
+                                .await?
+                                .filter(|s| scope::is_shareable(s)),
+                            None => None,
+                        };
+                        match by_hint {
+                            Some(p) => Some((p, "hint", 0.95)),
+                            None => session_project.map(|p| (p, "session", 0.9)),
+                        }
+                    };
+                    if let Some((project, via, confidence)) = project {
                         let layer = if core { "core" } else { "personal" };
                         let note = format!(
                             "Stored in the project {project} instead of {layer}: a {kind} is about how THIS project works, so it only holds here. {layer} accepts {}. If it really holds everywhere, rephrase it as a {} and remember it again with scope \"{layer}\".",
@@ -94,8 +112,8 @@ impl Store {
                         );
                         return Ok(Target {
                             scope: project,
-                            via: "session",
-                            confidence: 0.9,
+                            via,
+                            confidence,
                             routed_to_project: Some(note),
                         });
                     }

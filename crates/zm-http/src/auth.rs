@@ -1,0 +1,100 @@
+//! Bearer authentication: personal access tokens (and OAuth access tokens,
+//! which the store verifies the same way).
+
+use std::time::Duration;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use zm_contracts::ToolError;
+use zm_store::Authenticated;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The bearer token of a request, if it carries one.
+pub fn bearer(parts: &Parts) -> Option<String> {
+    let v = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
+        .filter(|t| !t.is_empty())
+}
+
+/// Resolve the request's credentials, applying the optional per-token
+/// rate limit.
+pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticated, ApiError> {
+    let challenge = |desc: &str| {
+        format!(
+            "Bearer error=\"invalid_token\", error_description=\"{desc}\", resource_metadata=\"{}\"",
+            state.cfg.resource_metadata_url()
+        )
+    };
+    let Some(token) = bearer(parts) else {
+        state
+            .metrics
+            .unauthorized
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(ApiError {
+            error: ToolError::unauthorized("Missing bearer token."),
+            challenge: Some(format!(
+                "Bearer resource_metadata=\"{}\"",
+                state.cfg.resource_metadata_url()
+            )),
+            retry_after: None,
+        });
+    };
+    let auth = state.store.authenticate(&token).await?;
+    let Some(auth) = auth else {
+        state
+            .metrics
+            .unauthorized
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(ApiError {
+            error: ToolError::unauthorized("Invalid or expired access token."),
+            challenge: Some(challenge("Invalid or expired access token")),
+            retry_after: None,
+        });
+    };
+    if let Some(max) = state.cfg.token_rate_limit.filter(|m| *m > 0)
+        && let Err(secs) = state
+            .limiter
+            .hit(
+                &format!("token:{}", auth.token_id),
+                max,
+                Duration::from_secs(60),
+            )
+            .await
+    {
+        state
+            .metrics
+            .rate_limited
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(ApiError {
+            error: ToolError::rate_limited(format!(
+                "Too many requests for this token; retry in {secs} s."
+            )),
+            challenge: None,
+            retry_after: Some(secs),
+        });
+    }
+    Ok(auth)
+}
+
+/// Extractor: an authenticated caller.
+pub struct Auth(pub Authenticated);
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        authenticate(state, parts).await.map(Auth)
+    }
+}

@@ -1,0 +1,73 @@
+//! Every failure on the REST routes is the contract's error body with its
+//! code's status.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use zm_contracts::{ErrorCode, ToolError};
+
+/// A `ToolError` on its way out over HTTP.
+#[derive(Debug)]
+pub struct ApiError {
+    pub error: ToolError,
+    /// `WWW-Authenticate` for 401s.
+    pub challenge: Option<String>,
+    /// `Retry-After` seconds for 429s.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(error: ToolError) -> Self {
+        ApiError {
+            error,
+            challenge: None,
+            retry_after: None,
+        }
+    }
+    pub fn not_found_route() -> Self {
+        Self::new(ToolError::not_found("No route matches this request."))
+    }
+    pub fn malformed(reason: impl Into<String>) -> Self {
+        Self::new(ToolError::validation(format!(
+            "Malformed request: {}",
+            reason.into()
+        )))
+    }
+}
+
+impl From<ToolError> for ApiError {
+    fn from(e: ToolError) -> Self {
+        ApiError::new(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.error.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (status, axum::Json(self.error.to_json())).into_response();
+        let h = resp.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(c) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            h.insert(header::WWW_AUTHENTICATE, c);
+        }
+        if let Some(s) = self.retry_after {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+/// The generic body of a panic: the cause goes to the log only.
+pub fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let cause = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    tracing::error!(target: "zm_http", %cause, "handler panicked");
+    ApiError::new(ToolError::new(
+        ErrorCode::Internal,
+        "Internal server error.",
+    ))
+    .into_response()
+}

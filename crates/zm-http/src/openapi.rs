@@ -1,0 +1,120 @@
+//! The OpenAPI document. Its component schemas ARE the contract's JSON
+//! Schemas (OpenAPI 3.1 speaks JSON Schema 2020-12), inserted verbatim.
+
+use serde_json::{Value, json};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApiBuilder};
+use zm_contracts::catalogue::CATALOGUE;
+use zm_contracts::{CONTRACT_VERSION, ErrorCode};
+
+fn error_responses(codes: &[ErrorCode]) -> Value {
+    let mut out = serde_json::Map::new();
+    for c in codes {
+        out.insert(
+            c.http_status().to_string(),
+            json!({
+                "description": format!("`{}`", c.as_str()),
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+            }),
+        );
+    }
+    Value::Object(out)
+}
+
+/// Build the document for a server at `public_url`.
+pub fn document(public_url: &str) -> Value {
+    let skeleton = OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("zero-memory")
+                .version(CONTRACT_VERSION)
+                .description(Some(
+                    "REST mirror of the zero-memory MCP tools. Every tool takes the same input and returns the same output as over MCP; every failure is the error body with its code's HTTP status.",
+                ))
+                .build(),
+        )
+        .components(Some(
+            ComponentsBuilder::new()
+                .security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()))
+                .build(),
+        ))
+        .build();
+    let mut doc = serde_json::to_value(skeleton).expect("openapi serialises");
+    doc["openapi"] = json!("3.1.0");
+    doc["servers"] = json!([{"url": public_url}]);
+    doc["security"] = json!([{"bearer": []}]);
+    let schemas = doc["components"]["schemas"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut schemas = schemas;
+    schemas.insert(
+        "ErrorBody".into(),
+        zm_contracts::output_schema_of::<zm_contracts::ErrorBody>(),
+    );
+    let mut paths = serde_json::Map::new();
+    let tool_errors = [
+        ErrorCode::ValidationFailed,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::NotFound,
+        ErrorCode::Conflict,
+        ErrorCode::RateLimited,
+        ErrorCode::Internal,
+    ];
+    for t in CATALOGUE {
+        schemas.insert(t.input_type.into(), (t.input_schema)());
+        schemas.insert(t.output_type.into(), (t.output_schema)());
+        let mut responses = error_responses(&tool_errors);
+        responses["200"] = json!({
+            "description": "The tool's output.",
+            "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{}", t.output_type)}}},
+        });
+        paths.insert(
+            format!("/api/tools/{}", t.name),
+            json!({"post": {
+                "operationId": t.name,
+                "summary": t.title,
+                "description": t.description,
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{}", t.input_type)}}}},
+                "responses": responses,
+            }}),
+        );
+    }
+    schemas.insert(
+        "Memory".into(),
+        zm_contracts::output_schema_of::<zm_contracts::Memory>(),
+    );
+    schemas.insert("Rules".into(), json!({"type": "object", "required": ["rules"], "properties": {"rules": {"type": "array", "items": zm_contracts::output_schema_of::<zm_contracts::Rule>()}}}));
+    let mut mem_responses = error_responses(&[
+        ErrorCode::ValidationFailed,
+        ErrorCode::Unauthorized,
+        ErrorCode::NotFound,
+        ErrorCode::RateLimited,
+        ErrorCode::Internal,
+    ]);
+    mem_responses["200"] = json!({"description": "One memory, full fidelity.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Memory"}}}});
+    paths.insert(
+        "/api/memories/{id}".into(),
+        json!({"get": {
+            "operationId": "get_memory",
+            "summary": "One memory (what zm://memory/{id} returns)",
+            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "responses": mem_responses,
+        }}),
+    );
+    let mut rules_responses = error_responses(&[
+        ErrorCode::Unauthorized,
+        ErrorCode::RateLimited,
+        ErrorCode::Internal,
+    ]);
+    rules_responses["200"] = json!({"description": "Your standing rules, pinned first.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Rules"}}}});
+    paths.insert("/api/rules".into(), json!({"get": {"operationId": "get_rules", "summary": "Your standing rules", "responses": rules_responses}}));
+    paths.insert(
+        "/api/contract".into(),
+        json!({"get": {"operationId": "get_contract", "summary": "The contract: version, errors, prefixes, tools, deprecations", "security": [], "responses": {"200": {"description": "The contract document.", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
+    );
+    doc["paths"] = Value::Object(paths);
+    doc["components"]["schemas"] = Value::Object(schemas);
+    doc
+}

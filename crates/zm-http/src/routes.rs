@@ -1,0 +1,196 @@
+//! The REST routes: thin handlers over the store's one dispatcher.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use zm_contracts::{ErrorCode, MemoryId, ToolError, ToolName};
+use zm_store::Caller;
+
+use crate::auth::Auth;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+fn caller_of(auth: &zm_store::Authenticated, headers: &HeaderMap) -> Caller {
+    Caller {
+        user_id: auth.user_id.clone(),
+        agent_name: headers
+            .get("x-zm-agent")
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(100).collect()),
+        session_id: None,
+        attached_project: None,
+        request_id: headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    }
+}
+
+/// Read and parse a JSON body within the limit.
+async fn json_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+    let ctype = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ctype
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime != "application/json" && !mime.ends_with("+json") {
+        return Err(ApiError::malformed(
+            "the body must be JSON (Content-Type: application/json)",
+        ));
+    }
+    let bytes = axum::body::to_bytes(body, state.cfg.body_limit)
+        .await
+        .map_err(|_| {
+            ApiError::malformed(format!(
+                "the body is larger than {} bytes",
+                state.cfg.body_limit
+            ))
+        })?;
+    if bytes.is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::malformed(format!("the body is not valid JSON ({e})")))
+}
+
+/// `POST /api/tools/{name}`: the same input, output and errors as MCP.
+pub async fn call_tool(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Auth(auth): Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Some(tool) = ToolName::parse(&name) else {
+        return Err(ApiError::new(ToolError::not_found(format!(
+            "No tool named {name:?}."
+        ))));
+    };
+    let input = json_body(&state, &headers, body).await?;
+    if !tool.spec().annotations.read_only_hint && !auth.can_write() {
+        state
+            .metrics
+            .tool(tool.as_str(), Some(ErrorCode::Forbidden.as_str()))
+            .await;
+        return Err(ToolError::forbidden(format!(
+            "This token is read-only (mcp:read); {tool} needs mcp:write."
+        ))
+        .into());
+    }
+    let caller = caller_of(&auth, &headers);
+    let result = state.store.call_tool(&caller, tool, &input).await;
+    state
+        .metrics
+        .tool(
+            tool.as_str(),
+            result.as_ref().err().map(|e| e.code.as_str()),
+        )
+        .await;
+    Ok(axum::Json(result?).into_response())
+}
+
+/// `GET /api/memories/{id}`: what `zm://memory/{id}` returns.
+pub async fn get_memory(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Auth(auth): Auth,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = MemoryId::parse(&id).map_err(|e| {
+        zm_contracts::validate::validation_error(vec![zm_contracts::FieldError {
+            path: "id".into(),
+            reason: e.to_string(),
+        }])
+    })?;
+    let m = state
+        .store
+        .get_memory(&caller_of(&auth, &headers), &id)
+        .await?;
+    Ok(axum::Json(m).into_response())
+}
+
+/// `GET /api/rules`: the caller's standing rules, pinned first.
+pub async fn get_rules(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let rules = state
+        .store
+        .rules_resource(&caller_of(&auth, &headers))
+        .await?;
+    Ok(axum::Json(json!({ "rules": rules })).into_response())
+}
+
+/// `GET /api/contract`: version, error codes, prefixes, tools, ledger.
+pub async fn get_contract() -> Response {
+    let mut doc = zm_contracts::contract::contract_document();
+    doc["deprecations"] = serde_json::to_value(zm_contracts::deprecations::Ledger::committed())
+        .unwrap_or(Value::Null);
+    axum::Json(doc).into_response()
+}
+
+/// `GET /api/openapi.json`.
+pub async fn openapi(State(state): State<AppState>) -> Response {
+    axum::Json(crate::openapi::document(&state.cfg.public_url)).into_response()
+}
+
+/// `GET /healthz`: the process is alive.
+pub async fn healthz() -> Response {
+    axum::Json(json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "contract": zm_contracts::CONTRACT_VERSION})).into_response()
+}
+
+/// `GET /readyz`: the database answers.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let db = state.store.ping().await;
+    let status = if db {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        axum::Json(json!({"ok": db, "checks": {"database": db}})),
+    )
+        .into_response()
+}
+
+/// `GET /metrics`: Prometheus text, counts only.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render().await,
+    )
+        .into_response()
+}
+
+/// RFC 9728 protected-resource metadata.
+pub async fn protected_resource(State(state): State<AppState>) -> Response {
+    let base = &state.cfg.public_url;
+    (
+        [(header::CACHE_CONTROL, "public, max-age=3600")],
+        axum::Json(json!({
+            "resource": format!("{base}/mcp"),
+            "authorization_servers": [base],
+            "scopes_supported": ["mcp:read", "mcp:write"],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "zero-memory",
+        })),
+    )
+        .into_response()
+}
+
+/// Unknown routes and wrong methods.
+pub async fn fallback() -> ApiError {
+    ApiError::not_found_route()
+}

@@ -1,0 +1,190 @@
+//! Shared state and configuration of the HTTP surface.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+use zm_store::Store;
+
+/// What the HTTP layer needs to know.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// The external base URL (no trailing slash), e.g. `https://memory.example.com`.
+    pub public_url: String,
+    /// Host values accepted besides loopback (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins accepted on `/mcp` (empty: Origin not checked).
+    pub allowed_origins: Vec<String>,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    /// Requests per minute per token (`None`: no limit).
+    pub token_rate_limit: Option<u32>,
+    /// MCP sessions kept at most (least recently used evicted).
+    pub max_sessions: usize,
+    /// Idle time after which an MCP session ends.
+    pub session_idle: Duration,
+    /// Client names whose instructions are capped.
+    pub capped_clients: Vec<String>,
+}
+
+impl HttpConfig {
+    pub fn local(base: &str) -> Self {
+        HttpConfig {
+            public_url: base.trim_end_matches('/').to_string(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            body_limit: 1024 * 1024,
+            token_rate_limit: None,
+            max_sessions: 200,
+            session_idle: Duration::from_secs(1800),
+            capped_clients: vec!["claude-code".into()],
+        }
+    }
+
+    /// The RFC 9728 metadata URL advertised in 401 challenges.
+    pub fn resource_metadata_url(&self) -> String {
+        format!(
+            "{}/.well-known/oauth-protected-resource/mcp",
+            self.public_url
+        )
+    }
+
+    /// Every Host value `/mcp` accepts.
+    pub fn hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if let Some(h) = host_of(&self.public_url) {
+            hosts.push(h);
+        }
+        hosts.extend(self.allowed_hosts.iter().cloned());
+        hosts
+    }
+}
+
+/// The host (with port if given) of a URL.
+pub fn host_of(url: &str) -> Option<String> {
+    let rest = url.split("://").nth(1)?;
+    let auth = rest.split('/').next()?;
+    let host = auth.rsplit('@').next()?;
+    (!host.is_empty()).then(|| host.to_string())
+}
+
+/// Prometheus counters: counts only, never user data.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub requests: Mutex<HashMap<u16, u64>>,
+    pub tool_calls: Mutex<HashMap<String, u64>>,
+    pub tool_errors: Mutex<HashMap<String, u64>>,
+    pub unauthorized: AtomicU64,
+    pub rate_limited: AtomicU64,
+}
+
+impl Metrics {
+    pub async fn request(&self, status: u16) {
+        *self.requests.lock().await.entry(status).or_default() += 1;
+    }
+    pub async fn tool(&self, tool: &str, error: Option<&str>) {
+        *self
+            .tool_calls
+            .lock()
+            .await
+            .entry(tool.to_string())
+            .or_default() += 1;
+        if let Some(code) = error {
+            *self
+                .tool_errors
+                .lock()
+                .await
+                .entry(code.to_string())
+                .or_default() += 1;
+        }
+    }
+    pub async fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP zm_http_requests_total HTTP responses by status.\n# TYPE zm_http_requests_total counter\n");
+        let mut req: Vec<_> = self
+            .requests
+            .lock()
+            .await
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        req.sort();
+        for (s, n) in req {
+            out.push_str(&format!("zm_http_requests_total{{status=\"{s}\"}} {n}\n"));
+        }
+        out.push_str("# HELP zm_tool_calls_total REST tool calls by tool.\n# TYPE zm_tool_calls_total counter\n");
+        let mut t: Vec<_> = self
+            .tool_calls
+            .lock()
+            .await
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        t.sort();
+        for (k, n) in t {
+            out.push_str(&format!("zm_tool_calls_total{{tool=\"{k}\"}} {n}\n"));
+        }
+        out.push_str("# HELP zm_tool_errors_total REST tool failures by error code.\n# TYPE zm_tool_errors_total counter\n");
+        let mut e: Vec<_> = self
+            .tool_errors
+            .lock()
+            .await
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        e.sort();
+        for (k, n) in e {
+            out.push_str(&format!("zm_tool_errors_total{{code=\"{k}\"}} {n}\n"));
+        }
+        out.push_str(&format!(
+            "# HELP zm_unauthorized_total Requests refused for missing or bad credentials.\n# TYPE zm_unauthorized_total counter\nzm_unauthorized_total {}\n",
+            self.unauthorized.load(Ordering::Relaxed)
+        ));
+        out.push_str(&format!(
+            "# HELP zm_rate_limited_total Requests refused by a rate limit.\n# TYPE zm_rate_limited_total counter\nzm_rate_limited_total {}\n",
+            self.rate_limited.load(Ordering::Relaxed)
+        ));
+        out
+    }
+}
+
+/// A fixed-window counter per key.
+#[derive(Debug, Default)]
+pub struct RateLimiter {
+    windows: Mutex<HashMap<String, (Instant, u32)>>,
+}
+
+impl RateLimiter {
+    /// Count one request for `key`; `Err(seconds)` when over `max` in `window`.
+    pub async fn hit(&self, key: &str, max: u32, window: Duration) -> Result<(), u64> {
+        let now = Instant::now();
+        let mut w = self.windows.lock().await;
+        if w.len() > 100_000 {
+            w.retain(|_, (start, _)| now.duration_since(*start) < window);
+        }
+        let entry = w.entry(key.to_string()).or_insert((now, 0));
+        if now.duration_since(entry.0) >= window {
+            *entry = (now, 0);
+        }
+        if entry.1 >= max {
+            let left = window.saturating_sub(now.duration_since(entry.0));
+            return Err(left.as_secs_f64().ceil().max(1.0) as u64);
+        }
+        entry.1 += 1;
+        Ok(())
+    }
+}
+
+/// Everything a handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub cfg: Arc<HttpConfig>,
+    pub metrics: Arc<Metrics>,
+    pub limiter: Arc<RateLimiter>,
+}

@@ -1,0 +1,517 @@
+//! zm-http over real HTTP on loopback.
+
+use std::net::SocketAddr;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use zm_http::HttpConfig;
+use zm_store::Store;
+
+struct Server {
+    base: String,
+    store: Store,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+    rw_a: String,
+    ro_a: String,
+    rw_b: String,
+    http: reqwest::Client,
+}
+
+async fn start_with(extra: impl FnOnce(axum::Router, zm_http::AppState) -> axum::Router) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
+        .await
+        .unwrap();
+    let a = store
+        .create_user("a@example.com", "password-a-123")
+        .await
+        .unwrap();
+    let b = store
+        .create_user("b@example.com", "password-b-123")
+        .await
+        .unwrap();
+    let (_, rw_a) = store
+        .create_token(&a.id, Some("rw"), &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let (_, ro_a) = store
+        .create_token(&a.id, Some("ro"), &["mcp:read"])
+        .await
+        .unwrap();
+    let (_, rw_b) = store
+        .create_token(&b.id, None, &["mcp:read", "mcp:write"])
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let mut cfg = HttpConfig::local(&base);
+    cfg.body_limit = 64 * 1024;
+    let cancel = CancellationToken::new();
+    let state = zm_http::state(store.clone(), cfg.clone());
+    let app = extra(zm_http::router(store.clone(), cfg, cancel.clone()), state);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(zm_http::serve(listener, app, cancel, async move {
+        let _ = rx.await;
+    }));
+    Server {
+        base,
+        store,
+        stop: Some(tx),
+        task,
+        _dir: dir,
+        rw_a,
+        ro_a,
+        rw_b,
+        http: reqwest::Client::new(),
+    }
+}
+
+async fn start() -> Server {
+    start_with(|r, _| r).await
+}
+
+impl Server {
+    async fn post(&self, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+        let mut rb = self.http.post(format!("{}{path}", self.base)).json(&body);
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+    async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        let mut rb = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+    /// One MCP POST; returns status, session id header, and the JSON-RPC messages.
+    async fn mcp(
+        &self,
+        token: &str,
+        session: Option<&str>,
+        body: Value,
+    ) -> (u16, Option<String>, Vec<Value>) {
+        let mut rb = self
+            .http
+            .post(format!("{}/mcp", self.base))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(s) = session {
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        let sid = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let text = r.text().await.unwrap();
+        let msgs = if text.trim_start().starts_with('{') {
+            vec![serde_json::from_str(&text).unwrap()]
+        } else {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        };
+        (status, sid, msgs)
+    }
+    async fn mcp_session(&self, token: &str) -> String {
+        let (status, sid, msgs) = self
+            .mcp(token, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "http-test", "version": "0"}}}))
+            .await;
+        assert_eq!(status, 200, "{msgs:?}");
+        assert_eq!(
+            msgs[0]["result"]["capabilities"]["experimental"]["zero-memory/contract"]["version"],
+            zm_contracts::CONTRACT_VERSION
+        );
+        let sid = sid.expect("session id");
+        let (s, _, _) = self
+            .mcp(
+                token,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await;
+        assert_eq!(s, 202);
+        sid
+    }
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("?")
+}
+
+#[tokio::test]
+async fn every_error_status_on_the_rest_routes() {
+    let s = start().await;
+    let (st, v) = s.get("/nope", Some(&s.rw_a)).await;
+    assert_eq!((st, code(&v)), (404, "not_found"));
+    let (st, v) = s.get("/api/tools/remember", Some(&s.rw_a)).await;
+    assert_eq!((st, code(&v)), (404, "not_found"), "wrong method");
+    let (st, v) = s
+        .post("/api/tools/no_such_tool", Some(&s.rw_a), json!({}))
+        .await;
+    assert_eq!((st, code(&v)), (404, "not_found"));
+    // Malformed JSON and wrong content type.
+    let r = s
+        .http
+        .post(format!("{}/api/tools/recall", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("content-type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(code(&r.json::<Value>().await.unwrap()), "validation_failed");
+    let r = s
+        .http
+        .post(format!("{}/api/tools/recall", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    // Over the body limit (64 KiB here).
+    let big = json!({"content": "x".repeat(70 * 1024), "scope": "core"});
+    let (st, v) = s.post("/api/tools/remember", Some(&s.rw_a), big).await;
+    assert_eq!((st, code(&v)), (400, "validation_failed"), "{v}");
+    // Credentials.
+    let r = s
+        .http
+        .post(format!("{}/api/tools/recall", s.base))
+        .json(&json!({"query": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let challenge = r
+        .headers()
+        .get("www-authenticate")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        challenge.contains(&format!(
+            "resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+            s.base
+        )),
+        "{challenge}"
+    );
+    assert_eq!(code(&r.json::<Value>().await.unwrap()), "unauthorized");
+    let (st, v) = s
+        .post(
+            "/api/tools/recall",
+            Some("zm_pat_bogus"),
+            json!({"query": "x"}),
+        )
+        .await;
+    assert_eq!((st, code(&v)), (401, "unauthorized"));
+    // A read-only token may read, not write.
+    let (st, _) = s
+        .post("/api/tools/recall", Some(&s.ro_a), json!({"query": "x"}))
+        .await;
+    assert_eq!(st, 200);
+    let (st, v) = s
+        .post(
+            "/api/tools/remember",
+            Some(&s.ro_a),
+            json!({"content": "x", "scope": "core"}),
+        )
+        .await;
+    assert_eq!((st, code(&v)), (403, "forbidden"));
+    // Validation, conflict and ids.
+    let (st, v) = s
+        .post("/api/tools/remember", Some(&s.rw_a), json!({"content": ""}))
+        .await;
+    assert_eq!((st, code(&v)), (400, "validation_failed"));
+    assert_eq!(v["error"]["details"]["fields"][0]["path"], "content");
+    let (st, v) = s
+        .post(
+            "/api/tools/remember",
+            Some(&s.rw_a),
+            json!({"content": "Deploys go through the staging cluster first.", "scope": "core"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let id = v["memory_id"].as_str().unwrap().to_string();
+    let (st, _) = s
+        .post("/api/tools/forget", Some(&s.rw_a), json!({"memory_id": id}))
+        .await;
+    assert_eq!(st, 200);
+    let (st, v) = s
+        .post("/api/tools/forget", Some(&s.rw_a), json!({"memory_id": id}))
+        .await;
+    assert_eq!((st, code(&v)), (409, "conflict"));
+    let (st, v) = s.get(&format!("/api/memories/{id}"), Some(&s.rw_b)).await;
+    assert_eq!((st, code(&v)), (404, "not_found"), "a foreign id");
+    let never = zm_contracts::MemoryId::generate();
+    let (st2, v2) = s
+        .get(&format!("/api/memories/{never}"), Some(&s.rw_b))
+        .await;
+    assert_eq!(st2, 404);
+    assert_eq!(
+        v["error"]["message"].as_str().unwrap().replace(&id, "<id>"),
+        v2["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace(never.as_str(), "<id>")
+    );
+    let (st, v) = s.get("/api/memories/not-an-id", Some(&s.rw_a)).await;
+    assert_eq!((st, code(&v)), (400, "validation_failed"));
+    let (st, v) = s.get(&format!("/api/memories/{id}"), Some(&s.rw_a)).await;
+    assert_eq!(st, 200);
+    assert!(v["invalidated_at"].is_string());
+    // Health, readiness, metrics, contract.
+    assert_eq!(s.get("/healthz", None).await.0, 200);
+    assert_eq!(s.get("/readyz", None).await.0, 200);
+    let m = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(m.contains("zm_http_requests_total{status=\"404\"}"), "{m}");
+    assert!(!m.contains("Deploys"), "metrics never carry user data");
+    let (st, c) = s.get("/api/contract", None).await;
+    assert_eq!(st, 200);
+    assert_eq!(c["version"], zm_contracts::CONTRACT_VERSION);
+    assert_eq!(c["tools"].as_array().unwrap().len(), 18);
+    assert!(c["deprecations"]["history"].is_array());
+    s.stop().await;
+}
+
+async fn boom() -> &'static str {
+    let fail = std::env::var("ZM_NEVER_SET_VARIABLE").is_err();
+    if fail {
+        panic!("secret internals");
+    }
+    "unreachable"
+}
+
+#[tokio::test]
+async fn a_panic_is_a_generic_500() {
+    let s = start_with(|r, state| {
+        let boom = axum::Router::new().route("/boom", axum::routing::get(boom));
+        zm_http::with_layers(r.merge(boom), state)
+    })
+    .await;
+    let r = s.http.get(format!("{}/boom", s.base)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 500);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(code(&v), "internal");
+    assert!(!v.to_string().contains("secret internals"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn request_ids_are_adopted_when_well_formed() {
+    let s = start().await;
+    let good = zm_contracts::IdKind::Request.generate();
+    let r = s
+        .http
+        .get(format!("{}/healthz", s.base))
+        .header("x-request-id", &good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"].to_str().unwrap(), good);
+    let r = s
+        .http
+        .get(format!("{}/healthz", s.base))
+        .header("x-request-id", "<script>")
+        .send()
+        .await
+        .unwrap();
+    let echoed = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert!(echoed.starts_with("req_") && echoed != "<script>");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn openapi_component_schemas_are_the_contract_schemas() {
+    let s = start().await;
+    let (st, doc) = s.get("/api/openapi.json", None).await;
+    assert_eq!(st, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    for t in zm_contracts::CATALOGUE {
+        assert_eq!(
+            doc["components"]["schemas"][t.input_type],
+            (t.input_schema)(),
+            "{} input",
+            t.name
+        );
+        assert_eq!(
+            doc["components"]["schemas"][t.output_type],
+            (t.output_schema)(),
+            "{} output",
+            t.name
+        );
+        assert!(
+            doc["paths"][format!("/api/tools/{}", t.name)]["post"].is_object(),
+            "{}",
+            t.name
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn rest_and_mcp_give_the_same_results() {
+    let s = start().await;
+    let (st, v) = s.post("/api/tools/remember", Some(&s.rw_a), json!({"content": "The cache TTL for the search API is 300 seconds.", "scope": "core", "kind": "fact"})).await;
+    assert_eq!(st, 200, "{v}");
+    let sid = s.mcp_session(&s.rw_a).await;
+    let call = |id: i64, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}});
+    let args = json!({"query": "cache TTL search", "scopes": ["*"]});
+    let (_, rest) = s
+        .post("/api/tools/recall", Some(&s.rw_a), args.clone())
+        .await;
+    let (st, _, msgs) = s.mcp(&s.rw_a, Some(&sid), call(2, "recall", args)).await;
+    assert_eq!(st, 200);
+    let result = &msgs.iter().find(|m| m["id"] == 2).unwrap()["result"];
+    assert_eq!(result["structuredContent"]["memories"], rest["memories"]);
+    let first: Value =
+        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(first, result["structuredContent"]);
+    // The same error both ways.
+    let bad = json!({"memory_id": "mem_nope"});
+    let (st, rest_err) = s
+        .post("/api/tools/forget", Some(&s.rw_a), bad.clone())
+        .await;
+    assert_eq!(st, 400);
+    let (_, _, msgs) = s.mcp(&s.rw_a, Some(&sid), call(3, "forget", bad)).await;
+    let result = &msgs.iter().find(|m| m["id"] == 3).unwrap()["result"];
+    assert_eq!(result["isError"], true);
+    let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body, rest_err);
+    // A read-only token over MCP.
+    let ro_sid = s.mcp_session(&s.ro_a).await;
+    let (_, _, msgs) = s
+        .mcp(
+            &s.ro_a,
+            Some(&ro_sid),
+            call(4, "remember", json!({"content": "x", "scope": "core"})),
+        )
+        .await;
+    let result = &msgs.iter().find(|m| m["id"] == 4).unwrap()["result"];
+    assert_eq!(result["structuredContent"]["error"]["code"], "forbidden");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_needs_a_bearer_and_guards_hosts_and_sessions() {
+    let s = start().await;
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let h = r.headers()["www-authenticate"].to_str().unwrap();
+    assert!(h.contains("resource_metadata="), "{h}");
+    let (st, meta) = s
+        .get("/.well-known/oauth-protected-resource/mcp", None)
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(meta["resource"], format!("{}/mcp", s.base));
+    // DNS rebinding: a foreign Host is refused.
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("host", "evil.example")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    // A's session id used by B answers exactly like an unknown id.
+    let sid = s.mcp_session(&s.rw_a).await;
+    let list = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"});
+    let (st_a, _, msgs_a) = s.mcp(&s.rw_a, Some(&sid), list.clone()).await;
+    assert_eq!(st_a, 200);
+    assert_eq!(msgs_a[0]["result"]["tools"].as_array().unwrap().len(), 18);
+    let (st_b, _, msgs_b) = s.mcp(&s.rw_b, Some(&sid), list.clone()).await;
+    let (st_u, _, msgs_u) = s.mcp(&s.rw_b, Some("never-existed-session"), list).await;
+    assert_eq!(st_b, st_u);
+    assert_ne!(st_b, 200);
+    assert_eq!(msgs_b, msgs_u);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_keeps_every_acknowledged_write() {
+    let s = start().await;
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let http = s.http.clone();
+        let url = format!("{}/api/tools/remember", s.base);
+        let token = s.rw_a.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"content": format!("In-flight write number {i} about shutdown safety."), "scope": "core"}))
+                .send()
+                .await;
+            match r {
+                Ok(r) if r.status().as_u16() == 200 => r.json::<Value>().await.ok().and_then(|v| v["memory_id"].as_str().map(str::to_string)),
+                _ => None,
+            }
+        }));
+        if i == 20 {
+            // Shut down while writes are in flight.
+            let _ = s.stop.as_ref();
+        }
+    }
+    let store = s.store.clone();
+    let owner = store.user_by_email("a@example.com").await.unwrap().unwrap();
+    let stop = s.stop;
+    let task = s.task;
+    stop.unwrap().send(()).unwrap();
+    let acked: Vec<String> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .filter_map(|r| r.unwrap())
+        .collect();
+    task.await.unwrap().unwrap();
+    let caller = zm_store::Caller::new(owner.id);
+    for id in &acked {
+        let id = zm_contracts::MemoryId::parse(id).unwrap();
+        store
+            .get_memory(&caller, &id)
+            .await
+            .expect("an acknowledged write survives shutdown");
+    }
+}

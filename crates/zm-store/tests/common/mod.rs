@@ -1,0 +1,318 @@
+//! The harness of the store's behaviour tests.
+//!
+//! Every test runs against every backend [`backends`] returns: a fresh
+//! SQLite file always, and PostgreSQL when `ZM_TEST_DATABASE_URL` is set.
+//! All tests share that one PostgreSQL database (concurrently), so a test
+//! creates its own users with unique emails ([`user`]) and never assumes it
+//! is alone in the database. Inputs go through
+//! [`zm_contracts::parse_input`], the real validation entry point, before
+//! they reach the store.
+//!
+//! Time is the store's clock: tests move it with `store.clock().advance_ms`
+//! and never sleep.
+
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+
+use rand::Rng;
+use serde_json::Value;
+use zm_contracts::{
+    BuildContextInput, BuildContextOutput, CloseLoopInput, CloseLoopOutput, ErrorCode, ForgetInput,
+    ForgetOutput, RecallInput, RecallOutput, RememberInput, RememberOutput, RestoreMemoryInput,
+    RestoreMemoryOutput, ToolError,
+};
+use zm_store::{Caller, OpenOptions, Store, User};
+
+/// The environment variable naming the PostgreSQL test database.
+pub const PG_ENV: &str = "ZM_TEST_DATABASE_URL";
+
+/// Temporary directories of the SQLite stores, kept alive for the whole
+/// test process (a store's pool may open new connections at any time).
+static KEEP: Mutex<Vec<tempfile::TempDir>> = Mutex::new(Vec::new());
+
+/// Where the SQLite files go: cargo's scratch directory for integration
+/// tests (inside `target/`, so `cargo clean` removes leftovers).
+fn scratch_root() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("zm-store-tests");
+    std::fs::create_dir_all(&root).expect("create the test scratch directory");
+    root
+}
+
+/// A fresh store per backend: `("sqlite", …)` always, then
+/// `("postgres", …)` when [`PG_ENV`] is set.
+pub async fn backends() -> Vec<(String, Store)> {
+    let mut out = Vec::new();
+    let dir = tempfile::Builder::new()
+        .prefix("store-")
+        .tempdir_in(scratch_root())
+        .expect("create a temporary directory");
+    let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
+    let store = Store::open(&url).await.expect("open the SQLite test store");
+    KEEP.lock().unwrap_or_else(|p| p.into_inner()).push(dir);
+    out.push(("sqlite".to_string(), store));
+    if let Ok(url) = std::env::var(PG_ENV)
+        && !url.trim().is_empty()
+    {
+        let mut opts = OpenOptions::new(url.trim());
+        opts.max_connections = 4;
+        let store = Store::open_with(opts)
+            .await
+            .expect("open the PostgreSQL test store (ZM_TEST_DATABASE_URL)");
+        out.push(("postgres".to_string(), store));
+    }
+    out
+}
+
+/// A random lowercase suffix, unique enough to keep tests apart in the
+/// shared database.
+pub fn unique(tag: &str) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let suffix: String = (0..12)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{tag}{suffix}")
+}
+
+/// The password every test user gets.
+pub const PASSWORD: &str = "correct horse battery staple";
+
+/// Create a user with a unique email and a caller for it (no session, no
+/// attached project).
+pub async fn user(store: &Store, tag: &str) -> (User, Caller) {
+    let email = format!("{}@test.zero-memory.invalid", unique(&format!("{tag}-")));
+    let u = store
+        .create_user(&email, PASSWORD)
+        .await
+        .expect("create a test user");
+    let caller = Caller::new(u.id.clone());
+    (u, caller)
+}
+
+/// A caller of the same user on another transport session.
+pub fn with_session(caller: &Caller, session: &str) -> Caller {
+    Caller {
+        session_id: Some(session.to_string()),
+        ..caller.clone()
+    }
+}
+
+/// A caller of the same user whose connection is attached to `project`.
+pub fn attached(caller: &Caller, project: &str) -> Caller {
+    Caller {
+        attached_project: Some(project.to_string()),
+        ..caller.clone()
+    }
+}
+
+/// Parse a tool input through the real validation entry point; a test
+/// input that does not validate is a bug in the test.
+///
+/// `input!(RememberInput, &json!({...}))`.
+#[macro_export]
+macro_rules! input {
+    ($ty:ty, $raw:expr) => {{
+        let raw: &serde_json::Value = $raw;
+        match zm_contracts::parse_input::<$ty>(raw) {
+            Ok(v) => v,
+            Err(e) => panic!("test input {raw} does not validate: {e}"),
+        }
+    }};
+}
+
+pub async fn remember(
+    store: &Store,
+    caller: &Caller,
+    raw: Value,
+) -> Result<RememberOutput, ToolError> {
+    store.remember(caller, input!(RememberInput, &raw)).await
+}
+
+pub async fn recall(store: &Store, caller: &Caller, raw: Value) -> Result<RecallOutput, ToolError> {
+    store.recall(caller, input!(RecallInput, &raw)).await
+}
+
+pub async fn build_context(
+    store: &Store,
+    caller: &Caller,
+    raw: Value,
+) -> Result<BuildContextOutput, ToolError> {
+    store
+        .build_context(caller, input!(BuildContextInput, &raw))
+        .await
+}
+
+pub async fn forget(store: &Store, caller: &Caller, id: &str) -> Result<ForgetOutput, ToolError> {
+    store
+        .forget(
+            caller,
+            input!(ForgetInput, &serde_json::json!({ "memory_id": id })),
+        )
+        .await
+}
+
+pub async fn restore(
+    store: &Store,
+    caller: &Caller,
+    id: &str,
+) -> Result<RestoreMemoryOutput, ToolError> {
+    store
+        .restore_memory(
+            caller,
+            input!(RestoreMemoryInput, &serde_json::json!({ "memory_id": id })),
+        )
+        .await
+}
+
+pub async fn close_loop(
+    store: &Store,
+    caller: &Caller,
+    id: &str,
+) -> Result<CloseLoopOutput, ToolError> {
+    store
+        .close_loop(
+            caller,
+            input!(CloseLoopInput, &serde_json::json!({ "memory_id": id })),
+        )
+        .await
+}
+
+/// The ids a recall returns (panics, naming the backend, if it fails).
+pub async fn recall_ids(store: &Store, caller: &Caller, label: &str, raw: Value) -> Vec<String> {
+    match recall(store, caller, raw.clone()).await {
+        Ok(out) => out
+            .memories
+            .iter()
+            .map(|m| m.id.as_str().to_string())
+            .collect(),
+        Err(e) => panic!("[{label}] recall {raw} failed: {e}"),
+    }
+}
+
+/// The caller's project scope for a hint (resolved, and created on first
+/// use, by a pinned read).
+pub async fn project_of(store: &Store, caller: &Caller, label: &str, hint: &str) -> String {
+    let out = recall(
+        store,
+        caller,
+        serde_json::json!({ "query": "anything", "project_hint": hint }),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("[{label}] pinned recall for {hint:?} failed: {e}"));
+    let scope = out
+        .project_scope
+        .unwrap_or_else(|| panic!("[{label}] hint {hint:?} pinned no project"));
+    assert!(
+        scope.starts_with("proj."),
+        "[{label}] hint {hint:?} resolved to {scope}, not a project scope"
+    );
+    scope
+}
+
+/// Unwrap a success, naming the backend and the step on failure.
+pub fn ok<T, E: std::fmt::Display>(r: Result<T, E>, label: &str, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("[{label}] {what}: expected success, got {e}"),
+    }
+}
+
+/// Unwrap a failure with the expected code, naming the backend and the step.
+pub fn err<T: std::fmt::Debug>(
+    r: Result<T, ToolError>,
+    code: ErrorCode,
+    label: &str,
+    what: &str,
+) -> ToolError {
+    match r {
+        Ok(v) => panic!("[{label}] {what}: expected {code}, got success {v:?}"),
+        Err(e) => {
+            assert_eq!(
+                e.code, code,
+                "[{label}] {what}: expected {code}, got {e} (details {:?})",
+                e.details
+            );
+            assert_ne!(
+                e.code,
+                ErrorCode::Internal,
+                "[{label}] {what}: internal error"
+            );
+            e
+        }
+    }
+}
+
+// ------------------------------------------------------------ fake secrets
+//
+// Assembled at run time so this file never contains anything that looks
+// like a real credential. One per content-guard detector, keyed by the
+// detector id.
+
+fn alnum(n: usize) -> String {
+    "aB3dE5gH7jK9mN1pQ2rS4tU6vW8xY0z"
+        .chars()
+        .cycle()
+        .take(n)
+        .collect()
+}
+
+fn upper_digits(n: usize) -> String {
+    "Q7W2E9R4T6Y1U3I8O5P0".chars().cycle().take(n).collect()
+}
+
+/// `(detector id, a fake secret it must catch)` for all ten detectors.
+pub fn fake_secrets() -> Vec<(&'static str, String)> {
+    let dashes = "-".repeat(5);
+    vec![
+        (
+            "pem-private-key",
+            format!("{dashes}BEGIN RSA PRIVATE KEY{dashes}"),
+        ),
+        (
+            "github-token",
+            format!("{}{}", "gh".to_owned() + "p_", alnum(36)),
+        ),
+        (
+            "aws-access-key-id",
+            format!("{}{}", "AK".to_owned() + "IA", upper_digits(16)),
+        ),
+        (
+            "slack-token",
+            format!("{}1234-5678-{}", "xo".to_owned() + "xb-", alnum(12)),
+        ),
+        (
+            "jwt",
+            format!(
+                "{}{}.{}.{}",
+                "ey".to_owned() + "J",
+                alnum(20),
+                alnum(24),
+                alnum(30)
+            ),
+        ),
+        (
+            "url-credentials",
+            format!(
+                "postgres://admin:{}@db.internal:5432/app",
+                "hunter2".to_owned() + "x"
+            ),
+        ),
+        (
+            "anthropic-api-key",
+            format!("{}api03-{}", "sk".to_owned() + "-ant-", alnum(40)),
+        ),
+        (
+            "openai-api-key",
+            format!("{}proj-{}", "sk".to_owned() + "-", alnum(40)),
+        ),
+        (
+            "stripe-api-key",
+            format!("{}{}", "sk".to_owned() + "_live_", alnum(24)),
+        ),
+        (
+            "google-api-key",
+            format!("{}{}", "AI".to_owned() + "za", alnum(33) + "_-"),
+        ),
+    ]
+}
