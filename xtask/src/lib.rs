@@ -3,6 +3,7 @@
 //! The checks live here as functions over plain data so that tests can
 //! plant bad cases and see each check fail.
 
+pub mod behaviour;
 pub mod checks;
 pub mod diff;
 pub mod docs;
@@ -78,6 +79,13 @@ pub fn run_checks() -> Vec<Outcome> {
             None => Err(vec![format!(
                 "{SNAPSHOT} is missing: run `cargo xtask contract`"
             )]),
+        },
+    });
+    out.push(Outcome {
+        name: "annotations match behaviour",
+        result: match behaviour::observe_all() {
+            Ok(observed) => behaviour::check_behaviour(&observed, |t| t.spec().annotations),
+            Err(e) => Err(vec![format!("could not run the tools on a scratch store: {e}")]),
         },
     });
     out.push(Outcome {

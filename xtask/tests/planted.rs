@@ -260,3 +260,36 @@ fn stale_generated_docs_fail() {
     assert!(check_generated("docs/X.md", Some("a"), "b").is_err());
     assert!(check_generated("docs/X.md", None, "b").is_err());
 }
+
+#[test]
+fn behavioural_check_sees_what_handlers_do_and_fails_on_a_wrong_hint() {
+    use zm_contracts::ToolName;
+    let observed = xtask::behaviour::observe_all().expect("scratch stores run");
+    let get = |t: ToolName| observed.iter().find(|(n, _)| *n == t).unwrap().1;
+    let remember = get(ToolName::Remember);
+    assert!(!remember.read_only && !remember.destructive && remember.idempotent, "{remember:?}");
+    let forget = get(ToolName::Forget);
+    assert!(!forget.read_only && forget.destructive && forget.idempotent, "{forget:?}");
+    let promote = get(ToolName::PromoteRule);
+    assert!(!promote.idempotent, "{promote:?}");
+    let recall = get(ToolName::Recall);
+    assert!(recall.read_only && !recall.destructive && recall.idempotent, "{recall:?}");
+    let delete = get(ToolName::DeleteAccount);
+    assert!(delete.destructive, "{delete:?}");
+    // The real annotations pass...
+    assert!(xtask::behaviour::check_behaviour(&observed, |t| t.spec().annotations).is_ok());
+    // ...and a planted wrong one fails, naming the tool and the hint.
+    let errs = xtask::behaviour::check_behaviour(&observed, |t| {
+        let mut a = t.spec().annotations;
+        if t == ToolName::Share {
+            a.destructive_hint = true;
+        }
+        if t == ToolName::Entities {
+            a.read_only_hint = false;
+        }
+        a
+    })
+    .unwrap_err();
+    assert!(errs.iter().any(|e| e.contains("`share`") && e.contains("destructiveHint")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("`entities`") && e.contains("readOnlyHint")), "{errs:?}");
+}
