@@ -1,22 +1,33 @@
-//! The `zero-memory` binary.
+//! The `zero-memory` binary. Everything lives in the `zm_server` library;
+//! see its documentation.
 
-fn main() {
-    let arg = std::env::args().nth(1);
-    match arg.as_deref() {
-        Some("--version") | Some("-V") | Some("version") => {
-            println!(
-                "zero-memory {} (contract {})",
-                env!("CARGO_PKG_VERSION"),
-                zm_contracts::CONTRACT_VERSION
-            );
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, FromArgMatches};
+use zm_server::{cli, commands};
+
+fn main() -> ExitCode {
+    let matches = cli::Cli::command()
+        .version(cli::VERSION.as_str())
+        .get_matches();
+    let parsed = match cli::Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let layer = parsed.config.layer(&matches);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("zero-memory: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
         }
-        _ => {
-            eprintln!(
-                "zero-memory {} (contract {})\n\nusage: zero-memory --version",
-                env!("CARGO_PKG_VERSION"),
-                zm_contracts::CONTRACT_VERSION
-            );
-            std::process::exit(2);
-        }
-    }
+    };
+    let code = runtime.block_on(commands::run(parsed.command, layer));
+    // Do not wait on a blocked stdin reader (stdio) or stray tasks.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    code
 }

@@ -1,0 +1,485 @@
+//! The subcommands (all but the HTTP server itself, which is `serve.rs`).
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use zm_contracts::{ExportMemoriesInput, ToolError};
+use zm_mcp::{Identity, ZeroMemoryMcp};
+use zm_store::clock::rfc3339;
+use zm_store::identity::random_secret;
+use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, User};
+
+use crate::cli::{Command, ConfigCommand, StdioArgs, TokenCommand, UserCommand};
+use crate::config::{CliLayer, Config, LogFormat};
+
+/// Length of a generated password (62 symbols: about 143 bits).
+const GENERATED_PASSWORD_LEN: usize = 24;
+
+/// Run one command; errors are printed here.
+pub async fn run(command: Command, layer: CliLayer) -> ExitCode {
+    if let Command::Config(ConfigCommand::Check) = command {
+        return config_check(&layer);
+    }
+    let cfg = match Config::load(&layer) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("zero-memory: invalid configuration:");
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            eprintln!("(`zero-memory config check` shows the effective configuration)");
+            return ExitCode::from(1);
+        }
+    };
+    init_logging(&cfg);
+    match dispatch(command, &cfg).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zero-memory: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => serve(cfg).await,
+        Command::Stdio(args) => stdio(cfg, args).await,
+        Command::Migrate => migrate(cfg).await,
+        Command::User(UserCommand::Add {
+            email,
+            password_stdin,
+        }) => user_add(cfg, &email, password_stdin).await,
+        Command::User(UserCommand::List) => user_list(cfg).await,
+        Command::User(UserCommand::Passwd {
+            email,
+            password_stdin,
+        }) => user_passwd(cfg, &email, password_stdin).await,
+        Command::Token(TokenCommand::Create {
+            user,
+            name,
+            read_only,
+        }) => token_create(cfg, &user, name.as_deref(), read_only).await,
+        Command::Token(TokenCommand::List { user }) => token_list(cfg, &user).await,
+        Command::Token(TokenCommand::Revoke { user, token_id }) => {
+            token_revoke(cfg, &user, &token_id).await
+        }
+        Command::Export(args) => export(cfg, &args.user, args.out.as_deref()).await,
+        Command::Import(args) => crate::import::run(cfg, &args).await,
+        Command::Config(ConfigCommand::Check) => unreachable!("handled before loading"),
+    }
+}
+
+/// Logs go to stderr, always (stdout is command output or the MCP protocol).
+fn init_logging(cfg: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = match cfg.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// A tool error as one line (with the offending fields, if any).
+pub fn describe(e: &ToolError) -> String {
+    let mut s = e.message.clone();
+    if let Some(fields) = e
+        .details
+        .as_ref()
+        .and_then(|d| d.get("fields"))
+        .and_then(|f| f.as_array())
+    {
+        let parts: Vec<String> = fields
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}: {}",
+                    f["path"].as_str().unwrap_or("?"),
+                    f["reason"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        if !parts.is_empty() {
+            s.push_str(&format!(" ({})", parts.join("; ")));
+        }
+    }
+    s
+}
+
+fn tool(e: ToolError) -> anyhow::Error {
+    anyhow!("{}", describe(&e))
+}
+
+/// Open (and migrate) the configured database.
+pub async fn open_store(cfg: &Config) -> anyhow::Result<Store> {
+    Store::open_with(cfg.open_options())
+        .await
+        .with_context(|| format!("cannot open the database {}", cfg.database_url_redacted()))
+}
+
+/// The user with this email, or a clear error.
+pub async fn find_user(store: &Store, email: &str) -> anyhow::Result<User> {
+    store
+        .user_by_email(email)
+        .await
+        .map_err(tool)?
+        .ok_or_else(|| {
+            anyhow!("no user {email:?} in this database (`zero-memory user list` shows the users)")
+        })
+}
+
+/// A password from stdin (`--password-stdin`: the first line, without its
+/// line ending), or a generated one.
+fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
+    if !password_stdin {
+        return Ok((random_secret(GENERATED_PASSWORD_LEN), true));
+    }
+    let mut raw = String::new();
+    std::io::stdin()
+        .read_to_string(&mut raw)
+        .context("cannot read the password from stdin")?;
+    let line = raw.lines().next().unwrap_or("").to_string();
+    if line.is_empty() {
+        bail!("--password-stdin: stdin holds no password");
+    }
+    Ok((line, false))
+}
+
+// ------------------------------------------------------------------ serve
+
+async fn serve(cfg: &Config) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    if let Some(first) = crate::bootstrap::first_start(&store, cfg).await? {
+        crate::bootstrap::print_first_start(&first, cfg, &mut std::io::stdout().lock())?;
+    }
+    crate::serve::run(cfg, store).await
+}
+
+// ------------------------------------------------------------------ stdio
+
+/// What to attach a stdio session to: `--project`, else the working
+/// directory's `origin` remote, else its git root, else the directory.
+pub fn project_hint(explicit: Option<&str>, cwd: &Path) -> Option<String> {
+    if let Some(p) = explicit.map(str::trim).filter(|p| !p.is_empty()) {
+        return Some(p.to_string());
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (!s.is_empty()).then_some(s)
+    };
+    git(&["remote", "get-url", "origin"])
+        .or_else(|| git(&["rev-parse", "--show-toplevel"]))
+        .or_else(|| Some(cwd.display().to_string()))
+}
+
+async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = match &args.user {
+        Some(email) => find_user(&store, email).await?,
+        None => store.owner().await.map_err(tool)?.ok_or_else(|| {
+            anyhow!(
+                "this database has no user yet: create one with `zero-memory user add EMAIL`, or start `zero-memory serve` once (it creates the owner account)"
+            )
+        })?,
+    };
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let hint = project_hint(args.project.as_deref(), &cwd);
+    let attached = match &hint {
+        Some(h) => store
+            .resolve_hint(&Caller::new(user.id.clone()), h)
+            .await
+            .map_err(tool)?,
+        None => None,
+    };
+    tracing::info!(user = %user.email, project = attached.as_deref().unwrap_or("-"), "serving MCP on stdio");
+    let server = ZeroMemoryMcp::new(
+        store.clone(),
+        Arc::new(cfg.mcp_config()),
+        Identity::User(user.id.clone()),
+    )
+    .with_attached_project(attached);
+    let result = zm_mcp::serve_stdio(server).await;
+    store.close().await;
+    result.map_err(|e| anyhow!("MCP over stdio failed: {e}"))
+}
+
+// ------------------------------------------------------------------ migrate
+
+async fn migrate(cfg: &Config) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    store.close().await;
+    println!(
+        "{}: schema version {}",
+        cfg.database_url_redacted(),
+        zm_store::db::latest_schema_version()
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------------------ users
+
+async fn user_add(cfg: &Config, email: &str, password_stdin: bool) -> anyhow::Result<()> {
+    let (password, generated) = password_from(password_stdin)?;
+    let store = open_store(cfg).await?;
+    let user = store.create_user(email, &password).await.map_err(tool)?;
+    store.close().await;
+    eprintln!(
+        "created user {} ({}){}",
+        user.email,
+        user.id,
+        if user.is_owner { ", the owner" } else { "" }
+    );
+    if generated {
+        eprintln!("its generated password (shown only now) follows on stdout:");
+        println!("{password}");
+    }
+    Ok(())
+}
+
+async fn user_list(cfg: &Config) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let users = store.list_users().await.map_err(tool)?;
+    store.close().await;
+    let rows: Vec<Vec<String>> = users
+        .iter()
+        .map(|u| {
+            vec![
+                u.id.clone(),
+                u.email.clone(),
+                if u.is_owner { "yes" } else { "" }.to_string(),
+                rfc3339(u.created_at),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "EMAIL", "OWNER", "CREATED"], &rows);
+    Ok(())
+}
+
+async fn user_passwd(cfg: &Config, email: &str, password_stdin: bool) -> anyhow::Result<()> {
+    let (password, generated) = password_from(password_stdin)?;
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    store
+        .set_password(&user.id, &password)
+        .await
+        .map_err(tool)?;
+    store.close().await;
+    eprintln!("changed the password of {}", user.email);
+    if generated {
+        eprintln!("the new generated password (shown only now) follows on stdout:");
+        println!("{password}");
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ tokens
+
+async fn token_create(
+    cfg: &Config,
+    email: &str,
+    name: Option<&str>,
+    read_only: bool,
+) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let scopes: &[&str] = if read_only {
+        &[SCOPE_READ]
+    } else {
+        &[SCOPE_READ, SCOPE_WRITE]
+    };
+    let (info, secret) = store
+        .create_token(&user.id, name, scopes)
+        .await
+        .map_err(tool)?;
+    store.close().await;
+    eprintln!(
+        "created token {} for {} (scopes: {}); the secret (shown only now) follows on stdout:",
+        info.id,
+        user.email,
+        info.scopes.join(" ")
+    );
+    println!("{secret}");
+    Ok(())
+}
+
+async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let tokens = store.list_tokens(&user.id).await.map_err(tool)?;
+    store.close().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let status = if t.revoked_at.is_some() {
+                "revoked"
+            } else if t.expires_at.is_some_and(|e| e <= now) {
+                "expired"
+            } else {
+                "active"
+            };
+            vec![
+                t.id.clone(),
+                t.name.clone().unwrap_or_default(),
+                t.scopes.join(" "),
+                status.to_string(),
+                rfc3339(t.created_at),
+                t.last_used_at
+                    .map(rfc3339)
+                    .unwrap_or_else(|| "never".into()),
+            ]
+        })
+        .collect();
+    print_table(
+        &["ID", "NAME", "SCOPES", "STATUS", "CREATED", "LAST USED"],
+        &rows,
+    );
+    Ok(())
+}
+
+async fn token_revoke(cfg: &Config, email: &str, token_id: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let result = store.revoke_token(&user.id, token_id.trim()).await;
+    store.close().await;
+    result.map_err(|e| anyhow!("{} (or it is already revoked)", describe(&e)))?;
+    println!("revoked {}", token_id.trim());
+    Ok(())
+}
+
+// ------------------------------------------------------------------ export
+
+async fn export(cfg: &Config, email: &str, out: Option<&Path>) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let caller = Caller::new(user.id.clone());
+    let exported = store
+        .export_memories(&caller, ExportMemoriesInput { scopes: None })
+        .await
+        .map_err(tool)?;
+    store.close().await;
+    let mut text = String::new();
+    for m in &exported.items {
+        text.push_str(&serde_json::to_string(m)?);
+        text.push('\n');
+    }
+    match out {
+        Some(path) => {
+            std::fs::write(path, text.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "exported {} memories of {} to {}",
+                exported.count,
+                user.email,
+                path.display()
+            );
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(text.as_bytes())?;
+            stdout.flush()?;
+            eprintln!("exported {} memories of {}", exported.count, user.email);
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ config
+
+fn config_check(layer: &CliLayer) -> ExitCode {
+    let cfg = match Config::resolve(layer) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("configuration is INVALID:");
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            return ExitCode::from(1);
+        }
+    };
+    match &cfg.config_file {
+        Some(p) => println!("config file: {}", p.display()),
+        None => println!("config file: (none)"),
+    }
+    let rows: Vec<Vec<String>> = cfg
+        .report()
+        .into_iter()
+        .map(|(k, value, from)| vec![k.env.to_string(), value, from])
+        .collect();
+    print_table(&["KNOB", "VALUE", "FROM"], &rows);
+    match cfg.validate() {
+        Ok(()) => {
+            println!("configuration is valid");
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("configuration is INVALID:");
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Print aligned columns to stdout.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_project_wins_and_plain_dir_falls_back_to_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            project_hint(Some(" git@github.com:a/b.git "), dir.path()).as_deref(),
+            Some("git@github.com:a/b.git")
+        );
+        let hint = project_hint(None, dir.path()).unwrap();
+        // Not a git repository (unless the temp dir lives inside one).
+        assert!(!hint.is_empty());
+    }
+}

@@ -1,0 +1,19 @@
+//! # zm-server — the `zero-memory` binary
+//!
+//! The command line ([`cli`]), the configuration ([`config`]: every knob,
+//! flag > `ZM_*` environment > TOML file > default), the subcommands
+//! ([`commands`], [`import`]), the first-start bootstrap of the owner
+//! account ([`bootstrap`]) and the HTTP server ([`serve`]).
+//!
+//! Exit codes: 0 success, 1 failure (invalid configuration, a command that
+//! failed), 2 command-line usage error. Logs go to stderr, always; stdout
+//! carries only command output (and, for `stdio`, the MCP protocol).
+
+pub mod bootstrap;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod import;
+pub mod serve;
+
+pub use config::Config;

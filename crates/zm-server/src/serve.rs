@@ -1,0 +1,64 @@
+//! `zero-memory serve`: the HTTP server.
+
+use tokio_util::sync::CancellationToken;
+use zm_store::Store;
+
+use crate::config::Config;
+
+/// The HTTP settings derived from the configuration.
+pub fn http_config(cfg: &Config) -> zm_http::HttpConfig {
+    let mut http = zm_http::HttpConfig::local(&cfg.public_base_url());
+    http.allowed_hosts = cfg.allowed_hosts.clone();
+    http.allowed_origins = cfg.allowed_origins.clone();
+    http.body_limit = cfg.body_limit_bytes;
+    http.token_rate_limit = cfg.token_rate_limit;
+    http.max_sessions = cfg.max_sessions;
+    http.session_idle = cfg.session_idle();
+    http.capped_clients = cfg.capped_clients.clone();
+    http
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Serve HTTP until SIGTERM or Ctrl-C; requests in flight finish, then the
+/// database pool closes, so no acknowledged write is lost.
+pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
+    let http = http_config(cfg);
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let cancel = CancellationToken::new();
+    let app = zm_http::router(store.clone(), http, cancel.clone());
+    tracing::info!(listen = %cfg.listen, mcp = %cfg.mcp_url(), "zero-memory is serving");
+    eprintln!(
+        "zero-memory {} serving on http://{} (MCP at {})",
+        env!("CARGO_PKG_VERSION"),
+        cfg.listen,
+        cfg.mcp_url()
+    );
+    zm_http::serve(listener, app, cancel, shutdown_signal()).await?;
+    store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}

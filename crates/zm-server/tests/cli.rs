@@ -1,0 +1,762 @@
+//! The `zero-memory` binary, end to end: every subcommand but `serve`, run
+//! as a child process on a temporary data directory.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The binary with a clean environment: no `ZM_*` variable of the caller
+/// leaks in (ZM_DATABASE_URL above all).
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zero-memory"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("ZM_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("ZM_LOG", "warn");
+    c
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = bin();
+        c.arg("--data-dir").arg(self.data_dir()).args(args);
+        c.current_dir(self.dir.path());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn run_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Run, assert success, return stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_success(&out, args);
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn assert_success(out: &Output, what: &[&str]) {
+    assert!(
+        out.status.success(),
+        "{what:?} failed with {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
+        .join(name)
+}
+
+#[test]
+fn version() {
+    let out = bin().arg("--version").output().unwrap();
+    assert_success(&out, &["--version"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.trim(),
+        format!(
+            "zero-memory {} (contract {})",
+            env!("CARGO_PKG_VERSION"),
+            zm_contracts::CONTRACT_VERSION
+        )
+    );
+}
+
+#[test]
+fn help_documents_every_knob() {
+    let out = bin().args(["serve", "--help"]).output().unwrap();
+    assert_success(&out, &["serve", "--help"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    for k in zm_server::config::KNOBS {
+        assert!(text.contains(k.flag), "--help lacks {}", k.flag);
+        assert!(text.contains(k.env), "--help lacks {}", k.env);
+    }
+}
+
+#[test]
+fn usage_error_exits_2() {
+    let out = bin().arg("no-such-command").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn migrate_creates_the_database() {
+    let env = Env::new();
+    let text = env.ok(&["migrate"]);
+    assert!(text.contains("schema version"), "{text}");
+    assert!(env.data_dir().join("zero-memory.db").exists());
+    // Idempotent.
+    env.ok(&["migrate"]);
+}
+
+#[test]
+fn users_add_list_passwd() {
+    let env = Env::new();
+    // Generated password: printed once, on stdout alone.
+    let pw = env.ok(&["user", "add", "alice@example.com"]);
+    let pw = pw.trim();
+    assert_eq!(pw.len(), 24, "{pw:?}");
+    assert!(pw.chars().all(|c| c.is_ascii_alphanumeric()));
+    // Password from stdin: nothing on stdout.
+    let out = env.run_stdin(
+        &["user", "add", "Bob@Example.com", "--password-stdin"],
+        "correct horse battery staple\n",
+    );
+    assert_success(&out, &["user add bob"]);
+    assert!(out.stdout.is_empty());
+
+    let list = env.ok(&["user", "list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "{list}");
+    assert!(lines[0].starts_with("ID"));
+    assert!(lines[1].contains("alice@example.com") && lines[1].contains("yes"));
+    assert!(lines[2].contains("bob@example.com") && !lines[2].contains("yes"));
+    assert!(lines[1].starts_with("usr_"));
+
+    // Duplicates and weak passwords are refused.
+    let dup = env.run(&["user", "add", "alice@example.com"]);
+    assert_eq!(dup.status.code(), Some(1));
+    assert!(stderr(&dup).contains("already exists"), "{}", stderr(&dup));
+    let weak = env.run_stdin(
+        &["user", "add", "carol@example.com", "--password-stdin"],
+        "short\n",
+    );
+    assert_eq!(weak.status.code(), Some(1));
+    assert!(stderr(&weak).contains("at least 8"), "{}", stderr(&weak));
+
+    // passwd: a new generated one, or one from stdin.
+    let new_pw = env.ok(&["user", "passwd", "alice@example.com"]);
+    assert_eq!(new_pw.trim().len(), 24);
+    assert_ne!(new_pw.trim(), pw);
+    let out = env.run_stdin(
+        &["user", "passwd", "bob@example.com", "--password-stdin"],
+        "another long password\n",
+    );
+    assert_success(&out, &["user passwd bob"]);
+    let missing = env.run(&["user", "passwd", "nobody@example.com"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("no user"), "{}", stderr(&missing));
+}
+
+#[test]
+fn tokens_create_list_revoke() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let secret = env.ok(&[
+        "token",
+        "create",
+        "--user",
+        "alice@example.com",
+        "--name",
+        "laptop",
+    ]);
+    assert!(secret.trim().starts_with("zm_pat_"), "{secret}");
+    assert_eq!(secret.lines().count(), 1);
+    let ro = env.ok(&[
+        "token",
+        "create",
+        "--user",
+        "alice@example.com",
+        "--name",
+        "ci",
+        "--read-only",
+    ]);
+    assert!(ro.trim().starts_with("zm_pat_"));
+
+    let list = env.ok(&["token", "list", "--user", "alice@example.com"]);
+    let rows: Vec<&str> = list.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{list}");
+    let laptop = rows.iter().find(|r| r.contains("laptop")).unwrap();
+    let ci = rows.iter().find(|r| r.contains("ci")).unwrap();
+    assert!(laptop.contains("mcp:read mcp:write") && laptop.contains("active"));
+    assert!(ci.contains("mcp:read") && !ci.contains("mcp:write"));
+    assert!(!list.contains("zm_pat_"), "list never shows secrets");
+    let id = laptop.split_whitespace().next().unwrap().to_string();
+    assert!(id.starts_with("tok_"), "{id}");
+
+    let out = env.ok(&["token", "revoke", "--user", "alice@example.com", &id]);
+    assert!(out.contains(&id));
+    let list = env.ok(&["token", "list", "--user", "alice@example.com"]);
+    let laptop = list.lines().find(|r| r.contains("laptop")).unwrap();
+    assert!(laptop.contains("revoked"), "{list}");
+    // Again: not found.
+    let again = env.run(&["token", "revoke", "--user", "alice@example.com", &id]);
+    assert_eq!(again.status.code(), Some(1));
+    // Another user's token reads as not found.
+    env.ok(&["user", "add", "bob@example.com"]);
+    let ci_id = ci.split_whitespace().next().unwrap();
+    let foreign = env.run(&["token", "revoke", "--user", "bob@example.com", ci_id]);
+    assert_eq!(foreign.status.code(), Some(1));
+    assert!(
+        stderr(&foreign).contains("not found"),
+        "{}",
+        stderr(&foreign)
+    );
+    // Unknown user.
+    let unknown = env.run(&["token", "list", "--user", "nobody@example.com"]);
+    assert_eq!(unknown.status.code(), Some(1));
+}
+
+#[test]
+fn config_check_reports_values_and_sources() {
+    let env = Env::new();
+    let toml = env.dir.path().join("zm.toml");
+    std::fs::write(
+        &toml,
+        "listen = \"127.0.0.1:9999\"\nbody_limit_bytes = 2048\ncapped_clients = [\"claude-code\", \"cursor\"]\n",
+    )
+    .unwrap();
+    let out = env
+        .cmd(&["--config", toml.to_str().unwrap(), "config", "check"])
+        .env("ZM_MAX_SESSIONS", "17")
+        .env(
+            "ZM_DATABASE_URL",
+            "postgres://zm:hunter2secret@db.example:5432/zm",
+        )
+        .output()
+        .unwrap();
+    assert_success(&out, &["config check"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = |knob: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{knob} ")))
+            .unwrap_or_else(|| panic!("no {knob} row in\n{text}"))
+            .to_string()
+    };
+    assert!(row("ZM_LISTEN").contains("127.0.0.1:9999") && row("ZM_LISTEN").contains("file"));
+    assert!(row("ZM_BODY_LIMIT_BYTES").contains("2048"));
+    assert!(row("ZM_CAPPED_CLIENTS").contains("claude-code,cursor"));
+    assert!(
+        row("ZM_MAX_SESSIONS").contains("17")
+            && row("ZM_MAX_SESSIONS").contains("env ZM_MAX_SESSIONS")
+    );
+    assert!(row("ZM_DATA_DIR").contains("flag --data-dir"));
+    assert!(
+        row("ZM_SESSION_IDLE_SECS").contains("1800")
+            && row("ZM_SESSION_IDLE_SECS").contains("default")
+    );
+    assert!(row("ZM_DATABASE_URL").contains("***"), "{text}");
+    assert!(!text.contains("hunter2secret"), "secrets are redacted");
+    assert!(text.contains("configuration is valid"));
+
+    // A flag beats the environment.
+    let out = env
+        .cmd(&["config", "check", "--max-sessions", "3"])
+        .env("ZM_MAX_SESSIONS", "17")
+        .output()
+        .unwrap();
+    assert_success(&out, &["config check --max-sessions"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("ZM_MAX_SESSIONS "))
+        .unwrap();
+    assert!(
+        row.contains(" 3 ") && row.contains("flag --max-sessions"),
+        "{row}"
+    );
+}
+
+#[test]
+fn config_check_fails_on_a_bad_value_naming_the_knob() {
+    let env = Env::new();
+    let out = env
+        .cmd(&["config", "check"])
+        .env("ZM_LISTEN", "not-an-address")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("ZM_LISTEN") && err.contains("env ZM_LISTEN"),
+        "{err}"
+    );
+
+    // trust-proxy without an https public URL: resolved, shown, but invalid.
+    let out = env
+        .cmd(&["config", "check", "--trust-proxy"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("ZM_TRUST_PROXY"), "{}", stderr(&out));
+
+    // Any command refuses an invalid configuration.
+    let out = env
+        .cmd(&["migrate"])
+        .env("ZM_BODY_LIMIT_BYTES", "lots")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("ZM_BODY_LIMIT_BYTES"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn import_json(env: &Env, args: &[&str]) -> Value {
+    let mut full = vec!["import"];
+    full.extend_from_slice(args);
+    full.push("--json");
+    let text = env.ok(&full);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn import_server_memory_then_export_and_reimport() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let file = fixture("server-memory.jsonl");
+    let file = file.to_str().unwrap();
+    let args = [
+        "--user",
+        "alice@example.com",
+        "--format",
+        "server-memory",
+        file,
+    ];
+
+    let first = import_json(&env, &args);
+    assert_eq!(first["lines"], 7, "{first}");
+    assert_eq!(first["entities"], 4);
+    assert_eq!(first["relations"], 3);
+    // 5 observations + 1 entity without observations + 1 relation type
+    // that is not ours (works_at).
+    assert_eq!(first["memories_imported"], 7, "{first}");
+    assert_eq!(first["memories_skipped"], 0);
+    assert_eq!(first["edges_created"], 3);
+    assert_eq!(first["edges_existing"], 0);
+    assert_eq!(first["errors"], json!([]));
+    assert_eq!(first["warnings"], json!([]));
+
+    // Idempotent: the second run adds nothing.
+    let second = import_json(&env, &args);
+    assert_eq!(second["memories_imported"], 0, "{second}");
+    assert_eq!(second["memories_existing"], 0);
+    assert_eq!(second["memories_skipped"], 7);
+    assert_eq!(second["edges_created"], 0);
+    assert_eq!(second["edges_existing"], 3);
+
+    // The human summary too.
+    let text = env.ok(&[
+        "import",
+        "--user",
+        "alice@example.com",
+        "--format",
+        "server-memory",
+        file,
+    ]);
+    assert!(text.contains("0 imported"), "{text}");
+    assert!(text.contains("3 already existed"), "{text}");
+
+    // Export: one memory per line.
+    let out = env.dir.path().join("export.jsonl");
+    env.ok(&[
+        "export",
+        "--user",
+        "alice@example.com",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let exported = std::fs::read_to_string(&out).unwrap();
+    let memories: Vec<zm_contracts::Memory> = exported
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(memories.len(), 7, "{exported}");
+    let contents: Vec<&str> = memories.iter().map(|m| m.content.as_str()).collect();
+    for expected in [
+        "Alice: Prefers tea over coffee",
+        "Alice: Works remotely from Lisbon",
+        "Acme Corp builds industrial robots",
+        "zero-memory: Written in Rust",
+        "PostgreSQL is a tool.",
+        "Alice works at Acme Corp.",
+    ] {
+        assert!(
+            contents.contains(&expected),
+            "{expected:?} not in {contents:?}"
+        );
+    }
+    // All in the personal scope (`user.<label>`, not `….core`).
+    assert!(memories.iter().all(|m| m.scope.starts_with("user.")
+        && !m.scope.ends_with(".core")
+        && m.kind == zm_contracts::MemoryKind::Fact
+        && m.invalidated_at.is_none()));
+    // Export to stdout is the same.
+    let stdout = env.ok(&["export", "--user", "alice@example.com"]);
+    assert_eq!(stdout, exported);
+
+    // Our own format: into another account, idempotently.
+    env.ok(&["user", "add", "bob@example.com"]);
+    let zm_args = ["--user", "bob@example.com", out.to_str().unwrap()];
+    let first = import_json(&env, &zm_args);
+    assert_eq!(first["format"], "zm");
+    assert_eq!(first["memories_imported"], 7, "{first}");
+    let second = import_json(&env, &zm_args);
+    assert_eq!(second["memories_imported"], 0);
+    assert_eq!(second["memories_skipped"], 7);
+    let bob = env.ok(&["export", "--user", "bob@example.com"]);
+    assert_eq!(bob.lines().count(), 7);
+}
+
+#[test]
+fn server_memory_entities_get_their_types_without_duplicates() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let file = fixture("server-memory.jsonl");
+    for _ in 0..2 {
+        env.ok(&[
+            "import",
+            "--user",
+            "alice@example.com",
+            "--format",
+            "server-memory",
+            file.to_str().unwrap(),
+        ]);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = zm_store::sqlite_url(&env.data_dir().join("zero-memory.db"));
+        let store = zm_store::Store::open(&url).await.unwrap();
+        let user = store
+            .user_by_email("alice@example.com")
+            .await
+            .unwrap()
+            .unwrap();
+        let caller = zm_store::Caller::new(user.id);
+        let out = store
+            .entities(
+                &caller,
+                zm_contracts::EntitiesInput {
+                    query: None,
+                    scope: None,
+                },
+            )
+            .await
+            .unwrap();
+        let mut got: Vec<(String, String)> = out
+            .entities
+            .iter()
+            .map(|e| (e.name.clone(), e.entity_type.as_str().to_string()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("Acme Corp".to_string(), "concept".to_string()),
+                ("Alice".to_string(), "person".to_string()),
+                ("PostgreSQL".to_string(), "tool".to_string()),
+                ("zero-memory".to_string(), "project".to_string()),
+            ]
+        );
+        store.close().await;
+    });
+}
+
+#[test]
+fn import_reports_bad_lines_and_exits_1() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let file = env.dir.path().join("bad.jsonl");
+    std::fs::write(
+        &file,
+        "{\"type\":\"entity\",\"name\":\"Bob\",\"entityType\":\"person\",\"observations\":[\"likes chess\"]}\nnot json\n{\"type\":\"banana\"}\n",
+    )
+    .unwrap();
+    let out = env.run(&[
+        "import",
+        "--user",
+        "alice@example.com",
+        "--format",
+        "server-memory",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("line 2") && err.contains("line 3"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 imported"));
+}
+
+// ------------------------------------------------------------------ stdio
+
+struct Stdio2 {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    got: HashMap<i64, Value>,
+}
+
+impl Stdio2 {
+    fn start(env: &Env, extra: &[&str]) -> Stdio2 {
+        let mut args = vec!["stdio"];
+        args.extend_from_slice(extra);
+        let mut child = env
+            .cmd(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Stdio2 {
+            child,
+            lines: rx,
+            got: HashMap::new(),
+        }
+    }
+
+    fn send(&mut self, msg: Value) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The response with this id (responses may arrive out of order).
+    fn response(&mut self, id: i64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = self.got.remove(&id) {
+                return v;
+            }
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("no response {id} within 60 s"));
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no response {id}: {e}"));
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout is not JSON-RPC ({e}): {line}"));
+            if let Some(got) = v.get("id").and_then(Value::as_i64) {
+                self.got.insert(got, v);
+            }
+        }
+    }
+
+    /// Close stdin and wait for the exit status.
+    fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read;
+                self.child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                return (status.code(), err);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("stdio did not exit after EOF");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn initialize(s: &mut Stdio2) -> Value {
+    s.send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "cli-test", "version": "0"},
+        }}),
+    );
+    let init = s.response(1);
+    s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    init
+}
+
+#[test]
+fn stdio_serves_mcp_and_exits_0_on_eof() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let mut s = Stdio2::start(&env, &[]);
+    let init = initialize(&mut s);
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "zero-memory",
+        "{init}"
+    );
+    assert_eq!(
+        init["result"]["capabilities"]["experimental"]["zero-memory/contract"]["version"],
+        zm_contracts::CONTRACT_VERSION
+    );
+    s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    s.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "remember",
+        "arguments": {"content": "The CLI test prefers small commits.", "kind": "preference", "scope": "personal"},
+    }}));
+    s.send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "remember",
+            "arguments": {"content": ""},
+        }}),
+    );
+    // Read in reverse order: responses are matched by id.
+    let bad = s.response(4);
+    let remembered = s.response(3);
+    let tools = s.response(2);
+
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 18, "{names:?}");
+    assert!(names.contains(&"remember") && names.contains(&"delete_account"));
+
+    let r = &remembered["result"];
+    assert_ne!(r["isError"], true, "{remembered}");
+    let id = r["structuredContent"]["memory_id"].as_str().unwrap();
+    assert!(id.starts_with("mem_"), "{remembered}");
+    let scope = r["structuredContent"]["scope"].as_str().unwrap();
+    assert!(
+        scope.starts_with("user.") && !scope.ends_with(".core"),
+        "personal scope: {scope}"
+    );
+    // The session is attached to the working directory's project.
+    assert!(
+        r["structuredContent"]["session"]["attached_project"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("proj.")),
+        "{remembered}"
+    );
+
+    let b = &bad["result"];
+    assert_eq!(b["isError"], true, "{bad}");
+    let first: Value = serde_json::from_str(b["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(first["error"]["code"], "validation_failed", "{first}");
+    assert!(first["error"]["message"].is_string());
+
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+
+    // The memory is in the database the other commands see.
+    let exported = env.ok(&["export", "--user", "alice@example.com"]);
+    assert!(exported.contains(id));
+}
+
+#[test]
+fn stdio_with_user_and_project() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    env.ok(&["user", "add", "bob@example.com"]);
+    let mut s = Stdio2::start(
+        &env,
+        &[
+            "--user",
+            "bob@example.com",
+            "--project",
+            "https://github.com/example/widgets.git",
+        ],
+    );
+    initialize(&mut s);
+    s.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "remember",
+            "arguments": {"content": "Widgets are built with make.", "kind": "convention"},
+        }}),
+    );
+    let r = s.response(2);
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let scope = r["result"]["structuredContent"]["scope"].as_str().unwrap();
+    assert!(
+        scope.starts_with("proj.") && scope.ends_with(".widgets"),
+        "{scope}"
+    );
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let bob = env.ok(&["export", "--user", "bob@example.com"]);
+    assert!(bob.contains("Widgets are built with make."));
+    let alice = env.ok(&["export", "--user", "alice@example.com"]);
+    assert!(!alice.contains("Widgets"));
+}
+
+#[test]
+fn stdio_exits_0_when_stdin_closes_at_once() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let s = Stdio2::start(&env, &[]);
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn stdio_without_any_user_says_what_to_do() {
+    let env = Env::new();
+    let out = env.run_stdin(&["stdio"], "");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("zero-memory user add") && err.contains("serve"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing but MCP on stdout");
+    let out = env.run_stdin(&["stdio", "--user", "nobody@example.com"], "");
+    assert_eq!(out.status.code(), Some(1));
+}
