@@ -155,7 +155,12 @@ pub fn failure(err: &ToolError) -> CallToolResult {
     }))
 }
 
-fn build(v: Value) -> CallToolResult {
+/// A `CallToolResult` from its JSON. `resultType: "complete"` is set as
+/// rmcp's constructors set it: the 2026-07-28 schema requires it (clients
+/// such as the Python SDK reject a result without it), and rmcp strips it
+/// again for peers that negotiated an older version.
+fn build(mut v: Value) -> CallToolResult {
+    v["resultType"] = json!("complete");
     serde_json::from_value(v).expect("a well-formed CallToolResult")
 }
 
@@ -206,5 +211,13 @@ mod tests {
         let first: Value = serde_json::from_str(v["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(first["error"]["code"], "not_found");
         assert_eq!(v["structuredContent"], first);
+        assert_eq!(v["resultType"], "complete");
+        let ok = success(
+            ToolName::Forget,
+            json!({"memory_id": "m", "invalidated": true}),
+            &FooterContext::default(),
+            false,
+        );
+        assert_eq!(serde_json::to_value(&ok).unwrap()["resultType"], "complete");
     }
 }

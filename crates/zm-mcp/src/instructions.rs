@@ -215,7 +215,7 @@ mod tests {
         assert!(i.text.contains(ATTACHMENT_NOTE));
         assert!(i.text.contains("500 standing instruction(s)"));
         assert!(i.text.contains("1. [pinned] Rule 0"));
-        assert!(i.text.contains(&format!("500. Rule 499")));
+        assert!(i.text.contains("500. Rule 499"));
         assert!(!compose(&[], false).text.contains("OWNER RULES"));
     }
 

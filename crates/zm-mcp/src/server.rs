@@ -377,6 +377,9 @@ impl ServerHandler for ZeroMemoryMcp {
             }
         };
         let result: rmcp::model::ReadResourceResult = to(json!({
+            // resultType as rmcp's constructors set it (required by 2026-07-28;
+            // stripped for older peers).
+            "resultType": "complete",
             "contents": [{"uri": request.uri, "mimeType": "application/json", "text": text}]
         }));
         Ok(result.into())
@@ -425,6 +428,7 @@ impl ServerHandler for ZeroMemoryMcp {
             "Call build_context with topic {topic:?} and briefing: true (pass project_hint: the repository root path or its git remote URL). Then report, briefly: the standing rules (follow them), the open loops, and the memories most relevant to the work. For any memory marked truncated, read zm://memory/{{id}} for its full text. Echo session.thread as thread on later calls."
         );
         let result: rmcp::model::GetPromptResult = to(json!({
+            "resultType": "complete",
             "description": "Brief on the current project before starting work.",
             "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
         }));

@@ -67,8 +67,12 @@ pub struct StdioArgs {
     /// The project to attach: a repository path, git remote URL or project
     /// name [default: the working directory's `origin` remote, else its git
     /// root, else the directory itself].
-    #[arg(long, value_name = "PATH_OR_REMOTE")]
+    #[arg(long, value_name = "PATH_OR_REMOTE", conflicts_with = "no_project")]
     pub project: Option<String>,
+    /// Start unattached: a scope-less remember is refused until a
+    /// project_hint or thread names a project.
+    #[arg(long)]
+    pub no_project: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -200,7 +200,11 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
         })?,
     };
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    let hint = project_hint(args.project.as_deref(), &cwd);
+    let hint = if args.no_project {
+        None
+    } else {
+        project_hint(args.project.as_deref(), &cwd)
+    };
     let attached = match &hint {
         Some(h) => store
             .resolve_hint(&Caller::new(user.id.clone()), h)
