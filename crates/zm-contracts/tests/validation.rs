@@ -248,3 +248,15 @@ fn outputs_validate_against_their_own_schemas() {
     assert!(v.is_valid(&serde_json::to_value(&out).unwrap()));
     assert!(!v.is_valid(&json!({"memory_id": "nope"})));
 }
+
+#[test]
+fn every_contract_schema_is_valid_json_schema_2020_12() {
+    for t in CATALOGUE {
+        for (side, schema) in [("input", (t.input_schema)()), ("output", (t.output_schema)())] {
+            assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema", "{} {side}", t.name);
+            if let Err(e) = jsonschema::meta::validate(&schema) {
+                panic!("{} {side} schema is not valid 2020-12: {e}", t.name);
+            }
+        }
+    }
+}

@@ -9,6 +9,8 @@ use rmcp::model::{
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
 };
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
@@ -137,6 +139,7 @@ impl ZeroMemoryMcp {
                 "tools": {"listChanged": false},
                 "resources": {"listChanged": false, "subscribe": false},
                 "prompts": {"listChanged": false},
+                "logging": {},
                 "experimental": {"zero-memory/contract": {"version": CONTRACT_VERSION}},
             },
             "serverInfo": {"name": "zero-memory", "title": "Zero Memory", "version": env!("CARGO_PKG_VERSION")},
@@ -277,6 +280,19 @@ impl ServerHandler for ZeroMemoryMcp {
             self.supported_protocol_versions().into_owned(),
             self.base_config(Some(text)),
         ))
+    }
+
+    /// We send no log notifications (logs go to stderr), so every level is
+    /// honoured trivially; accepting it keeps 2025-era clients that set one
+    /// happy. (Logging is deprecated from 2026-07-28 on.)
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        tracing::debug!(level = ?request.level, "client set its log level");
+        Ok(())
     }
 
     async fn list_tools(

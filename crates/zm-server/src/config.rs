@@ -160,6 +160,13 @@ pub const KNOBS: &[Knob] = &[
         default: "owner@localhost",
         meaning: "Email of the owner account `serve` creates on its first start (empty database).",
     },
+    Knob {
+        env: "ZM_TEST_ANONYMOUS_USER",
+        flag: "--test-anonymous-user",
+        key: "test_anonymous_user",
+        default: "",
+        meaning: "TEST ONLY, for the MCP conformance suite (which cannot send a token): /mcp requests without an Authorization header act as this existing user. Refused unless the listen address is loopback. Never set it in production.",
+    },
 ];
 
 /// The knob with this key.
@@ -287,6 +294,11 @@ pub struct ConfigArgs {
     /// Email of the owner account `serve` creates on first start [default: owner@localhost].
     #[arg(long, env = "ZM_OWNER_EMAIL", global = true, value_name = "EMAIL")]
     pub owner_email: Option<String>,
+
+    /// TEST ONLY (MCP conformance suite): /mcp requests without a token act as
+    /// this existing user; loopback listen addresses only.
+    #[arg(long, env = "ZM_TEST_ANONYMOUS_USER", global = true, value_name = "EMAIL")]
+    pub test_anonymous_user: Option<String>,
 }
 
 impl ConfigArgs {
@@ -310,6 +322,7 @@ impl ConfigArgs {
             "log" => self.log.as_ref(),
             "log_format" => self.log_format.as_ref(),
             "owner_email" => self.owner_email.as_ref(),
+            "test_anonymous_user" => self.test_anonymous_user.as_ref(),
             _ => None,
         }
     }
@@ -444,6 +457,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// The owner account created on first start.
     pub owner_email: String,
+    /// TEST ONLY: the email /mcp requests without a token act as.
+    pub test_anonymous_user: Option<String>,
     /// knob key → where its value came from.
     pub sources: BTreeMap<&'static str, Source>,
 }
@@ -726,6 +741,9 @@ impl Config {
         let owner_email = pick("owner_email")
             .map(|(v, _)| v.trim().to_string())
             .unwrap_or_else(|| "owner@localhost".into());
+        let test_anonymous_user = pick("test_anonymous_user")
+            .map(|(v, _)| v.trim().to_string())
+            .filter(|v| !v.is_empty());
 
         if !errors.is_empty() {
             return Err(errors);
@@ -750,6 +768,7 @@ impl Config {
             log,
             log_format,
             owner_email,
+            test_anonymous_user,
             sources,
         })
     }
@@ -901,6 +920,12 @@ impl Config {
         if e.len() < 3 || e.len() > 320 || !e.contains('@') || e.contains(char::is_whitespace) {
             errors.push(self.err("owner_email", format!("{e:?} is not an email address")));
         }
+        if self.test_anonymous_user.is_some() && !self.listen.ip().is_loopback() {
+            errors.push(self.err(
+                "test_anonymous_user",
+                format!("is test-only and needs a loopback listen address, not {}", self.listen),
+            ));
+        }
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1014,6 +1039,7 @@ impl Config {
                     "log" => self.log.clone(),
                     "log_format" => self.log_format.as_str().into(),
                     "owner_email" => self.owner_email.clone(),
+                    "test_anonymous_user" => self.test_anonymous_user.clone().unwrap_or_default(),
                     _ => String::new(),
                 };
                 let source = self.source(k.key);

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Black-box isolation probe.
+
+Starts `zero-memory serve`, gives user A memories in personal, core and
+project scopes, a thread, a conflict and a rule, then acts as user B with
+every tool, every REST route, A's resource URIs, thread token, dispute ids
+and MCP session id. It passes only if nothing of A's is returned or changed
+and every answer for A's ids is indistinguishable from the answer for an id
+that never existed.
+
+usage: isolation_probe.py BINARY [--database-url URL]
+"""
+import json
+import re
+import sys
+import tempfile
+
+from zmserver import Server
+
+NEVER_MEM = "mem_0000000000000000.0000000000"
+NEVER_DISPUTE = "mrq_0000000000000000.0000000000"
+NEVER_THREAD = "thr_0000000000000000.0000000000"
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def scrub(value, *ids):
+    """The answer with every probed id replaced by a placeholder."""
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    for i in ids:
+        if i:
+            text = text.replace(i, "<ID>")
+    # Request ids and timestamps differ between any two calls.
+    text = re.sub(r"req_[0-9a-z]{16}\.[0-9a-z]{10}", "<REQ>", text)
+    return text
+
+
+def same(a, b, what, *ids):
+    check(scrub(a, *ids) == scrub(b, *ids), f"{what}: foreign answer differs from never-existing answer:\n  {scrub(a, *ids)}\n  {scrub(b, *ids)}")
+
+
+def main():
+    binary = sys.argv[1]
+    db_url = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--database-url" else None
+    with tempfile.TemporaryDirectory() as d:
+        srv = Server(binary, d, db_url)
+        suffix = re.sub(r"[^a-z0-9]", "", d.lower())[-8:]
+        a_email, b_email = f"a{suffix}@probe.test", f"b{suffix}@probe.test"
+        srv.add_user(a_email)
+        srv.add_user(b_email)
+        ta, tb = srv.token(a_email), srv.token(b_email)
+        srv.start()
+        try:
+            run(srv, ta, tb)
+        finally:
+            srv.stop()
+    print(f"isolation probe: {checks - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+def run(srv, ta, tb):
+    # ---- user A's world
+    ok = lambda r: (r[0] == 200) or sys.exit(f"setup failed: {r}")
+    bc = srv.tool(ta, "build_context", {"topic": "probe project", "briefing": True, "project_hint": "/src/secret-project"})
+    ok(bc)
+    thread = bc[1]["session"]["thread"]
+    project = bc[1]["project_scope"]
+    mems = {}
+    for key, args in {
+        "personal": {"content": "A's personal preference: tabs over spaces in Makefiles.", "kind": "preference", "scope": "personal"},
+        "core": {"content": "A's core fact: the VPN endpoint is vpn.a-corp.internal.", "scope": "core"},
+        "project": {"content": "A's project decision: the billing service uses event sourcing.", "kind": "decision", "thread": thread, "entities": [{"name": "billing-service", "type": "service"}]},
+        "project2": {"content": "A's project decision: the billing service uses CRUD tables.", "kind": "decision", "scope": project},
+        "task": {"content": "A's task: rotate the billing database password.", "kind": "task", "scope": project},
+    }.items():
+        r = srv.tool(ta, "remember", args)
+        ok(r)
+        mems[key] = r[1]["memory_id"]
+    ok(srv.tool(ta, "link", {"src": mems["project"], "dst": mems["project2"], "type": "contradicts"}))
+    ch = srv.tool(ta, "challenge", {"memory_id": mems["core"], "reason": "the VPN moved"})
+    ok(ch)
+    disputes = [ch[1]["dispute_id"]] + [c["dispute_id"] for c in srv.tool(ta, "list_conflicts", {})[1]["conflicts"]]
+    ok(srv.tool(ta, "promote_rule", {"memory_id": mems["personal"]}))
+    ok(srv.tool(ta, "link", {"src": "billing-service", "dst": "postgres", "type": "depends_on"}))
+    a_session = srv.mcp_session(ta)
+    before = snapshot(srv, ta)
+    secrets = [m for m in mems.values()] + [thread, project] + disputes + ["tabs over spaces", "vpn.a-corp", "event sourcing", "billing"]
+
+    def leaks(answer):
+        text = json.dumps(answer) if not isinstance(answer, str) else answer
+        return [s for s in secrets if s and s in text]
+
+    # ---- user B, every tool with A's ids vs never-existing ids
+    for key, mid in mems.items():
+        for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}), ("share", {"scope": "proj.x.y"}),
+                            ("challenge", {"reason": "r"}), ("promote_rule", {})]:
+            a = srv.tool(tb, tool, {"memory_id": mid, **extra})
+            n = srv.tool(tb, tool, {"memory_id": NEVER_MEM, **extra})
+            same(a, n, f"{tool} on A's {key} memory", mid, NEVER_MEM)
+            check(not leaks(a), f"{tool} leaks {leaks(a)}")
+        a = srv.tool(tb, "move_memories", {"memory_ids": [mid], "scope": "proj.bscope.x"})
+        n = srv.tool(tb, "move_memories", {"memory_ids": [NEVER_MEM], "scope": "proj.bscope.x"})
+        same(a, n, f"move_memories of A's {key}", mid, NEVER_MEM)
+        a = srv.tool(tb, "link", {"src": mid, "dst": NEVER_MEM, "type": "relates_to"})
+        n = srv.tool(tb, "link", {"src": NEVER_MEM.replace("0000.", "0001."), "dst": NEVER_MEM, "type": "relates_to"})
+        same(a, n, f"link from A's {key}", mid, NEVER_MEM.replace("0000.", "0001."))
+        a = srv.tool(tb, "remember", {"content": "B links to A", "scope": "personal", "links": [{"dst": mid, "type": "supersedes"}]})
+        n = srv.tool(tb, "remember", {"content": "B links to A", "scope": "personal", "links": [{"dst": NEVER_MEM, "type": "supersedes"}]})
+        same(a, n, f"remember superseding A's {key}", mid, NEVER_MEM)
+        # REST and resource reads.
+        a = srv.get(f"/api/memories/{mid}", tb)
+        n = srv.get(f"/api/memories/{NEVER_MEM}", tb)
+        same(a, n, f"GET /api/memories A's {key}", mid, NEVER_MEM)
+        sid = srv.mcp_session(tb)
+        ra = srv.mcp(tb, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{mid}"}}, sid)
+        rn = srv.mcp(tb, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{NEVER_MEM}"}}, sid)
+        same(ra[2], rn[2], f"resources/read A's {key}", mid, NEVER_MEM)
+        check(not leaks(ra[2]), f"resources/read leaks {leaks(ra[2])}")
+    for did in disputes:
+        for tool, extra in [("get_conflict", {}), ("resolve_conflict", {"keep_both": True}), ("resolve_conflict", {"retire": True})]:
+            a = srv.tool(tb, tool, {"dispute_id": did, **extra})
+            n = srv.tool(tb, tool, {"dispute_id": NEVER_DISPUTE, **extra})
+            same(a, n, f"{tool} on A's dispute", did, NEVER_DISPUTE)
+    # A's thread token: behaves as no token at all.
+    for tool, args in [("remember", {"content": "B writes with A's thread"}), ("recall", {"query": "billing"}), ("build_context", {"topic": "billing"})]:
+        a = srv.tool(tb, tool, {**args, "thread": thread})
+        n = srv.tool(tb, tool, {**args, "thread": NEVER_THREAD})
+        same(a, n, f"{tool} with A's thread", thread, NEVER_THREAD)
+        check(not leaks(a), f"{tool} with A's thread leaks {leaks(a)}")
+    # Reads across everything B can see return nothing of A's.
+    for tool, args in [("recall", {"query": "billing VPN tabs event sourcing", "scopes": ["*"]}),
+                       ("recall", {"query": "billing", "scopes": [project]}),
+                       ("build_context", {"topic": "billing VPN", "scopes": ["*"], "briefing": True}),
+                       ("build_context", {"topic": "billing", "project_hint": "/src/secret-project", "briefing": True}),
+                       ("entities", {}), ("entities", {"scope": "*"}), ("entities", {"scope": project}),
+                       ("list_conflicts", {}), ("list_conflicts", {"status": "resolved"}),
+                       ("export_memories", {}), ("export_memories", {"scopes": ["*"]}), ("export_memories", {"scopes": [project]})]:
+        r = srv.tool(tb, tool, args)
+        check(r[0] == 200, f"{tool} {args} answered {r[0]}")
+        check(not leaks(r[1]), f"{tool} {args} leaks {leaks(r[1])}")
+    # Writes into A's project scope are refused.
+    r = srv.tool(tb, "remember", {"content": "B writes into A's project", "scope": project})
+    check(r[0] == 403, f"remember into A's project scope: {r}")
+    r = srv.tool(tb, "share", {"memory_id": NEVER_MEM, "scope": project})
+    check(r[0] in (403, 404), f"share into A's project scope: {r}")
+    r = srv.get("/api/rules", tb)
+    check(r[0] == 200 and not leaks(r[1]), f"GET /api/rules leaks {r}")
+    # A's MCP session id answers B exactly like an unknown one.
+    msg = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+    a = srv.mcp(tb, msg, a_session)
+    n = srv.mcp(tb, msg, "never-existed-session")
+    same([a[0], a[2]], [n[0], n[2]], "A's MCP session id used by B", a_session, "never-existed-session")
+    check(a[0] != 200, "B was served on A's session")
+    # B deletes its own account: A is untouched.
+    r = srv.tool(tb, "delete_account", {})
+    check(r[0] == 200, f"delete_account {r}")
+    after = snapshot(srv, ta)
+    check(before == after, "A's data changed during B's probe")
+
+
+def snapshot(srv, token):
+    out = {}
+    for tool, args in [("export_memories", {}), ("list_conflicts", {}), ("list_conflicts", {"status": "resolved"}),
+                       ("list_conflicts", {"status": "dismissed"}), ("entities", {})]:
+        out[f"{tool}{json.dumps(args)}"] = srv.tool(token, tool, args)[1]
+    out["rules"] = srv.get("/api/rules", token)[1]
+    return json.dumps(out, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Start and drive a real `zero-memory serve` for the black-box probes.
+
+Standard library only: these probes must not share our code's blind spots.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, data_dir, database_url=None, extra_env=None):
+        self.binary = binary
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = dict(os.environ)
+        self.env.pop("ZM_DATABASE_URL", None)
+        self.env.update({"ZM_DATA_DIR": data_dir, "ZM_LISTEN": f"127.0.0.1:{self.port}", "ZM_LOG": "warn"})
+        if database_url:
+            self.env["ZM_DATABASE_URL"] = database_url
+        self.env.update(extra_env or {})
+        self.proc = None
+
+    def cli(self, *args, stdin=None):
+        r = subprocess.run([self.binary, *args], env=self.env, input=stdin, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"zero-memory {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+        return r.stdout
+
+    def add_user(self, email, password="probe-password-123"):
+        self.cli("user", "add", email, "--password-stdin", stdin=password + "\n")
+
+    def token(self, email, read_only=False):
+        args = ["token", "create", "--user", email]
+        if read_only:
+            args.append("--read-only")
+        out = self.cli(*args)
+        m = re.search(r"zm_pat_[A-Za-z0-9]+", out)
+        if not m:
+            raise RuntimeError(f"no token in: {out}")
+        return m.group(0)
+
+    def start(self):
+        log = open(os.path.join(self.data_dir, "serve.log"), "ab")
+        self.proc = subprocess.Popen([self.binary, "serve"], env=self.env, stdout=log, stderr=log)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited early with {self.proc.returncode}; see {log.name}")
+            try:
+                if self.get("/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("serve did not become ready")
+
+    def stop(self, kill=False):
+        if self.proc and self.proc.poll() is None:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+    def request(self, method, path, token=None, body=None, headers=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if body is not None:
+            req.add_header("content-type", "application/json")
+        if token:
+            req.add_header("authorization", f"Bearer {token}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, dict(r.headers), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read().decode()
+
+    def get(self, path, token=None):
+        status, _, text = self.request("GET", path, token)
+        return status, parse(text)
+
+    def tool(self, token, name, args):
+        status, _, text = self.request("POST", f"/api/tools/{name}", token, args)
+        return status, parse(text)
+
+    def mcp(self, token, message, session=None):
+        headers = {"accept": "application/json, text/event-stream"}
+        if session:
+            headers["mcp-session-id"] = session
+            headers["mcp-protocol-version"] = "2025-11-25"
+        status, hdrs, text = self.request("POST", "/mcp", token, message, headers)
+        sid = {k.lower(): v for k, v in hdrs.items()}.get("mcp-session-id")
+        msgs = []
+        if text.strip().startswith("{"):
+            msgs = [json.loads(text)]
+        else:
+            for line in text.splitlines():
+                if line.startswith("data:") and line[5:].strip():
+                    try:
+                        msgs.append(json.loads(line[5:].strip()))
+                    except ValueError:
+                        pass
+        return status, sid, msgs
+
+    def mcp_session(self, token):
+        status, sid, msgs = self.mcp(token, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}})
+        assert status == 200 and sid, (status, msgs)
+        self.mcp(token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+        return sid
+
+
+def parse(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
