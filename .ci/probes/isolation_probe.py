@@ -94,8 +94,11 @@ def run(srv, ta, tb):
     before = snapshot(srv, ta)
     secrets = [m for m in mems.values()] + [thread, project] + disputes + ["tabs over spaces", "vpn.a-corp", "event sourcing", "billing"]
 
-    def leaks(answer):
+    def leaks(answer, sent=()):
+        """A's data in an answer, other than the ids B itself sent."""
         text = json.dumps(answer) if not isinstance(answer, str) else answer
+        for i in sent:
+            text = text.replace(i, "<SENT>")
         return [s for s in secrets if s and s in text]
 
     # ---- user B, every tool with A's ids vs never-existing ids
@@ -105,7 +108,7 @@ def run(srv, ta, tb):
             a = srv.tool(tb, tool, {"memory_id": mid, **extra})
             n = srv.tool(tb, tool, {"memory_id": NEVER_MEM, **extra})
             same(a, n, f"{tool} on A's {key} memory", mid, NEVER_MEM)
-            check(not leaks(a), f"{tool} leaks {leaks(a)}")
+            check(not leaks(a, [mid]), f"{tool} leaks {leaks(a, [mid])}")
         a = srv.tool(tb, "move_memories", {"memory_ids": [mid], "scope": "proj.bscope.x"})
         n = srv.tool(tb, "move_memories", {"memory_ids": [NEVER_MEM], "scope": "proj.bscope.x"})
         same(a, n, f"move_memories of A's {key}", mid, NEVER_MEM)
@@ -123,7 +126,7 @@ def run(srv, ta, tb):
         ra = srv.mcp(tb, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{mid}"}}, sid)
         rn = srv.mcp(tb, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{NEVER_MEM}"}}, sid)
         same(ra[2], rn[2], f"resources/read A's {key}", mid, NEVER_MEM)
-        check(not leaks(ra[2]), f"resources/read leaks {leaks(ra[2])}")
+        check(not leaks(ra[2], [mid]), f"resources/read leaks {leaks(ra[2], [mid])}")
     for did in disputes:
         for tool, extra in [("get_conflict", {}), ("resolve_conflict", {"keep_both": True}), ("resolve_conflict", {"retire": True})]:
             a = srv.tool(tb, tool, {"dispute_id": did, **extra})
@@ -134,7 +137,7 @@ def run(srv, ta, tb):
         a = srv.tool(tb, tool, {**args, "thread": thread})
         n = srv.tool(tb, tool, {**args, "thread": NEVER_THREAD})
         same(a, n, f"{tool} with A's thread", thread, NEVER_THREAD)
-        check(not leaks(a), f"{tool} with A's thread leaks {leaks(a)}")
+        check(not leaks(a, [thread]), f"{tool} with A's thread leaks {leaks(a, [thread])}")
     # Reads across everything B can see return nothing of A's.
     for tool, args in [("recall", {"query": "billing VPN tabs event sourcing", "scopes": ["*"]}),
                        ("recall", {"query": "billing", "scopes": [project]}),

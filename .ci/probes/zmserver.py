@@ -2,6 +2,7 @@
 
 Standard library only: these probes must not share our code's blind spots.
 """
+import http.client
 import json
 import os
 import re
@@ -88,6 +89,9 @@ class Server:
                 return r.status, dict(r.headers), r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read().decode()
+        except (OSError, http.client.HTTPException):
+            # No answer at all (the server is down or was killed).
+            return 0, {}, ""
 
     def get(self, path, token=None):
         status, _, text = self.request("GET", path, token)

@@ -24,6 +24,8 @@ pub const ROOTS: [&str; 3] = ["user", "proj", "team"];
 
 /// Pattern of a caller-named scope path.
 pub const PATH_PATTERN: &str = r"^(user|proj|team)(\.[a-z0-9_]+)+$";
+/// Pattern of a shareable (project or team) scope path.
+pub const SHAREABLE_PATTERN: &str = r"^(proj|team)(\.[a-z0-9_]+)+$";
 /// Pattern of a write target: a path or one of the two shorthands.
 pub const WRITE_PATTERN: &str = r"^(core|personal|(user|proj|team)(\.[a-z0-9_]+)+)$";
 /// Pattern of a read scope: a write target or `*`.
@@ -218,9 +220,20 @@ scope_type!(
 );
 scope_type!(
     ScopePath,
-    |raw: &str| validate_path(raw.trim()).map(|_| ScopeSpec::Path(raw.trim().to_string())),
-    PATH_PATTERN,
-    "A scope path rooted in user., proj. or team. with at least two labels of [a-z0-9_]."
+    |raw: &str| {
+        let raw = raw.trim();
+        validate_path(raw).and_then(|_| {
+            if is_shareable(raw) {
+                Ok(ScopeSpec::Path(raw.to_string()))
+            } else {
+                Err(ScopeError {
+                    given: raw.to_string(),
+                })
+            }
+        })
+    },
+    SHAREABLE_PATTERN,
+    "A project or team scope path: proj.… or team.… with at least two labels of [a-z0-9_]."
 );
 
 impl ScopePath {

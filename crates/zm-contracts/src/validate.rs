@@ -100,6 +100,9 @@ fn pointer_to_path(location: &jsonschema::paths::Location) -> String {
 }
 
 fn pattern_reason(pattern: &str) -> String {
+    if pattern == scope::SHAREABLE_PATTERN {
+        return "invalid scope: a project or team scope is proj.… or team.… with at least two labels of [a-z0-9_]".into();
+    }
     if pattern == scope::WRITE_PATTERN
         || pattern == scope::READ_PATTERN
         || pattern == scope::PATH_PATTERN
@@ -197,6 +200,24 @@ fn type_words(kind: &jsonschema::error::TypeKind) -> String {
     }
 }
 
+/// A copy of `v` where every float with no fractional part (e.g. `10.0`)
+/// is an integer, as JSON Schema already treats it.
+fn integral_floats_as_integers(v: &Value) -> Value {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+            _ => v.clone(),
+        },
+        Value::Array(a) => Value::Array(a.iter().map(integral_floats_as_integers).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), integral_floats_as_integers(x)))
+                .collect(),
+        ),
+        _ => v.clone(),
+    }
+}
+
 /// Build the `validation_failed` error for a list of field errors.
 pub fn validation_error(fields: Vec<FieldError>) -> ToolError {
     let summary = fields
@@ -235,6 +256,9 @@ where
         }]));
     }
     let errors = schema_errors(&validator_for::<T>(), raw);
+    // JSON Schema counts 3.0 as an integer; serde's integer types do not.
+    let normalised = integral_floats_as_integers(raw);
+    let raw = &normalised;
     if !errors.is_empty() {
         return Err(validation_error(errors));
     }

@@ -252,11 +252,43 @@ fn outputs_validate_against_their_own_schemas() {
 #[test]
 fn every_contract_schema_is_valid_json_schema_2020_12() {
     for t in CATALOGUE {
-        for (side, schema) in [("input", (t.input_schema)()), ("output", (t.output_schema)())] {
-            assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema", "{} {side}", t.name);
+        for (side, schema) in [
+            ("input", (t.input_schema)()),
+            ("output", (t.output_schema)()),
+        ] {
+            assert_eq!(
+                schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+                "{} {side}",
+                t.name
+            );
             if let Err(e) = jsonschema::meta::validate(&schema) {
                 panic!("{} {side} schema is not valid 2020-12: {e}", t.name);
             }
         }
     }
+}
+
+#[test]
+fn integral_floats_count_as_integers_like_json_schema_says() {
+    let q = parse_input::<RecallInput>(&json!({"query": "x", "k": 10.0})).unwrap();
+    assert_eq!(q.k, 10);
+    let err = parse_input::<RecallInput>(&json!({"query": "x", "k": 10.5})).unwrap_err();
+    assert_eq!(paths(&err), vec!["k"]);
+}
+
+#[test]
+fn share_and_move_targets_must_be_project_or_team_scopes() {
+    let err =
+        parse_input::<ShareInput>(&json!({"memory_id": MEM, "scope": "user.x.core"})).unwrap_err();
+    assert_eq!(paths(&err), vec!["scope"]);
+    assert!(
+        fields(&err)[0].1.contains("project or team"),
+        "{:?}",
+        fields(&err)
+    );
+    parse_input::<ShareInput>(&json!({"memory_id": MEM, "scope": "team.acme.backend"})).unwrap();
+    let err =
+        parse_input::<PromoteRuleInput>(&json!({"memory_id": MEM, "applies_scope": "user.1"}))
+            .unwrap_err();
+    assert_eq!(paths(&err), vec!["applies_scope"]);
 }

@@ -99,7 +99,7 @@ pub fn document(public_url: &str) -> Value {
         json!({"get": {
             "operationId": "get_memory",
             "summary": "One memory (what zm://memory/{id} returns)",
-            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string", "pattern": zm_contracts::IdKind::Memory.pattern()}}],
             "responses": mem_responses,
         }}),
     );
