@@ -56,8 +56,12 @@ async fn json_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<
     if bytes.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::malformed(format!("the body is not valid JSON ({e})")))
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::malformed(format!("the body is not valid JSON ({e})")))?;
+    if !value.is_object() {
+        return Err(ApiError::malformed("the body must be a JSON object"));
+    }
+    Ok(value)
 }
 
 /// `POST /api/tools/{name}`: the same input, output and errors as MCP.

@@ -515,3 +515,25 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
             .expect("an acknowledged write survives shutdown");
     }
 }
+
+#[tokio::test]
+async fn a_body_that_is_not_an_object_is_refused() {
+    let s = start().await;
+    for body in ["null", "[]", "42", "\"x\""] {
+        let r = s
+            .http
+            .post(format!("{}/api/tools/entities", s.base))
+            .bearer_auth(&s.rw_a)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        assert_eq!(code(&r.json::<Value>().await.unwrap()), "validation_failed");
+    }
+    // An empty body is an empty object.
+    let r = s.http.post(format!("{}/api/tools/entities", s.base)).bearer_auth(&s.rw_a).header("content-type", "application/json").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    s.stop().await;
+}
