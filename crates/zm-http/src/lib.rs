@@ -3,14 +3,17 @@
 //! The axum router: the REST mirror of every tool (`POST /api/tools/{name}`),
 //! `GET /api/memories/{id}`, `/api/rules`, `/api/contract`,
 //! `/api/openapi.json`, health, readiness and metrics, RFC 9728 metadata,
-//! and MCP over Streamable HTTP at `/mcp` behind bearer tokens.
+//! MCP over Streamable HTTP at `/mcp` behind bearer tokens, and the OAuth
+//! 2.1 authorization server for MCP clients (`/oauth/*`, RFC 8414 metadata).
 //!
 //! Architecture invariant: no SQL here, and every error body is a
-//! `ToolError` with its code's status.
+//! `ToolError` with its code's status — except on the OAuth endpoints, which
+//! answer RFC 6749 bodies (`{error, error_description}`) or HTML pages.
 
 pub mod auth;
 pub mod error;
 pub mod mcp;
+pub mod oauth;
 pub mod openapi;
 pub mod routes;
 pub mod state;
@@ -57,7 +60,8 @@ pub fn router(store: Store, cfg: HttpConfig, cancel: CancellationToken) -> Route
     let mcp = Router::new()
         .route("/mcp", any(mcp::handle))
         .with_state((state.clone(), endpoint));
-    with_layers(api.merge(mcp), state)
+    let oauth = oauth::routes(state.clone());
+    with_layers(api.merge(mcp).merge(oauth), state)
 }
 
 /// The layers every route gets: the JSON fallback, panic capture (500

@@ -53,15 +53,7 @@ pub fn document(public_url: &str) -> Value {
         zm_contracts::output_schema_of::<zm_contracts::ErrorBody>(),
     );
     let mut paths = serde_json::Map::new();
-    let tool_errors = [
-        ErrorCode::ValidationFailed,
-        ErrorCode::Unauthorized,
-        ErrorCode::Forbidden,
-        ErrorCode::NotFound,
-        ErrorCode::Conflict,
-        ErrorCode::RateLimited,
-        ErrorCode::Internal,
-    ];
+    let tool_errors = ErrorCode::ALL;
     for t in CATALOGUE {
         schemas.insert(t.input_type.into(), (t.input_schema)());
         schemas.insert(t.output_type.into(), (t.output_schema)());

@@ -27,6 +27,18 @@ pub struct HttpConfig {
     pub session_idle: Duration,
     /// Client names whose instructions are capped.
     pub capped_clients: Vec<String>,
+    /// TEST ONLY (the MCP conformance suite cannot send a token): a user
+    /// id that `/mcp` requests WITHOUT any `Authorization` header act as.
+    /// The binary allows it only on a loopback listen address.
+    pub test_anonymous_user: Option<String>,
+    /// Requests per client IP and route allowed on the OAuth POST endpoints
+    /// (`/oauth/register`, `/oauth/authorize`, `/oauth/token`) per window.
+    pub oauth_rate_max: u32,
+    /// The fixed window of that limit (anchored at the first request).
+    pub oauth_rate_window: Duration,
+    /// Take the client IP from the first `X-Forwarded-For` hop (only behind
+    /// a proxy that sets it); otherwise the socket address is used.
+    pub trust_proxy: bool,
 }
 
 impl HttpConfig {
@@ -40,6 +52,10 @@ impl HttpConfig {
             max_sessions: 200,
             session_idle: Duration::from_secs(1800),
             capped_clients: vec!["claude-code".into()],
+            test_anonymous_user: None,
+            oauth_rate_max: 30,
+            oauth_rate_window: Duration::from_secs(60),
+            trust_proxy: false,
         }
     }
 

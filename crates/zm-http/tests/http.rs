@@ -533,7 +533,14 @@ async fn a_body_that_is_not_an_object_is_refused() {
         assert_eq!(code(&r.json::<Value>().await.unwrap()), "validation_failed");
     }
     // An empty body is an empty object.
-    let r = s.http.post(format!("{}/api/tools/entities", s.base)).bearer_auth(&s.rw_a).header("content-type", "application/json").send().await.unwrap();
+    let r = s
+        .http
+        .post(format!("{}/api/tools/entities", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     s.stop().await;
 }

@@ -49,6 +49,9 @@ pub enum Command {
     /// Manage personal access tokens (zm_pat_…).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// List or revoke the OAuth clients a user has authorized.
+    #[command(subcommand)]
+    Oauth(OauthCommand),
     /// Write a user's memories as JSONL (one memory per line).
     Export(ExportArgs),
     /// Import memories: our JSONL export, or the JSONL file of the official
@@ -126,6 +129,25 @@ pub enum TokenCommand {
         user: String,
         /// The token id (tok_…, from `token list`).
         token_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OauthCommand {
+    /// List the OAuth clients (MCP apps) a user has authorized.
+    Clients {
+        /// The user who authorized them.
+        #[arg(long, value_name = "EMAIL")]
+        user: String,
+    },
+    /// Revoke a client for a user: its tokens stop working at once, and the
+    /// app must sign in again.
+    Revoke {
+        /// The user who authorized it.
+        #[arg(long, value_name = "EMAIL")]
+        user: String,
+        /// The client id (oac_…, from `oauth clients`).
+        client_id: String,
     },
 }
 

@@ -12,7 +12,7 @@ use zm_store::clock::rfc3339;
 use zm_store::identity::random_secret;
 use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, User};
 
-use crate::cli::{Command, ConfigCommand, StdioArgs, TokenCommand, UserCommand};
+use crate::cli::{Command, ConfigCommand, OauthCommand, StdioArgs, TokenCommand, UserCommand};
 use crate::config::{CliLayer, Config, LogFormat};
 
 /// Length of a generated password (62 symbols: about 143 bits).
@@ -66,6 +66,10 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         Command::Token(TokenCommand::List { user }) => token_list(cfg, &user).await,
         Command::Token(TokenCommand::Revoke { user, token_id }) => {
             token_revoke(cfg, &user, &token_id).await
+        }
+        Command::Oauth(OauthCommand::Clients { user }) => oauth_clients(cfg, &user).await,
+        Command::Oauth(OauthCommand::Revoke { user, client_id }) => {
+            oauth_revoke(cfg, &user, &client_id).await
         }
         Command::Export(args) => export(cfg, &args.user, args.out.as_deref()).await,
         Command::Import(args) => crate::import::run(cfg, &args).await,
@@ -368,6 +372,58 @@ async fn token_revoke(cfg: &Config, email: &str, token_id: &str) -> anyhow::Resu
     store.close().await;
     result.map_err(|e| anyhow!("{} (or it is already revoked)", describe(&e)))?;
     println!("revoked {}", token_id.trim());
+    Ok(())
+}
+
+// ------------------------------------------------------------------ oauth
+
+async fn oauth_clients(cfg: &Config, email: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let clients = store.list_oauth_clients(&user.id).await.map_err(tool)?;
+    store.close().await;
+    let rows: Vec<Vec<String>> = clients
+        .iter()
+        .map(|c| {
+            vec![
+                c.client.id.clone(),
+                c.client.client_name.clone().unwrap_or_default(),
+                c.scope.clone(),
+                if c.revoked_at.is_some() {
+                    "revoked".into()
+                } else {
+                    "active".into()
+                },
+                c.active_tokens.to_string(),
+                rfc3339(c.authorized_at),
+                c.last_used_at
+                    .map(rfc3339)
+                    .unwrap_or_else(|| "never".into()),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "ID",
+            "NAME",
+            "SCOPE",
+            "STATUS",
+            "LIVE TOKENS",
+            "AUTHORIZED",
+            "LAST USED",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+async fn oauth_revoke(cfg: &Config, email: &str, client_id: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let result = store.revoke_oauth_client(&user.id, client_id.trim()).await;
+    store.close().await;
+    result.map_err(|e| anyhow!("{}", describe(&e)))?;
+    println!("revoked {} for {}", client_id.trim(), user.email);
     Ok(())
 }
 

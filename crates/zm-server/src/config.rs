@@ -297,7 +297,12 @@ pub struct ConfigArgs {
 
     /// TEST ONLY (MCP conformance suite): /mcp requests without a token act as
     /// this existing user; loopback listen addresses only.
-    #[arg(long, env = "ZM_TEST_ANONYMOUS_USER", global = true, value_name = "EMAIL")]
+    #[arg(
+        long,
+        env = "ZM_TEST_ANONYMOUS_USER",
+        global = true,
+        value_name = "EMAIL"
+    )]
     pub test_anonymous_user: Option<String>,
 }
 
@@ -923,7 +928,10 @@ impl Config {
         if self.test_anonymous_user.is_some() && !self.listen.ip().is_loopback() {
             errors.push(self.err(
                 "test_anonymous_user",
-                format!("is test-only and needs a loopback listen address, not {}", self.listen),
+                format!(
+                    "is test-only and needs a loopback listen address, not {}",
+                    self.listen
+                ),
             ));
         }
         if errors.is_empty() {

@@ -15,6 +15,9 @@ pub fn http_config(cfg: &Config) -> zm_http::HttpConfig {
     http.max_sessions = cfg.max_sessions;
     http.session_idle = cfg.session_idle();
     http.capped_clients = cfg.capped_clients.clone();
+    http.oauth_rate_max = cfg.oauth_ratelimit_max;
+    http.oauth_rate_window = cfg.oauth_ratelimit_window();
+    http.trust_proxy = cfg.trust_proxy;
     http
 }
 
@@ -52,7 +55,9 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .ok_or_else(|| anyhow::anyhow!("ZM_TEST_ANONYMOUS_USER: no user {email}"))?;
         tracing::warn!(user = %email, "TEST MODE: /mcp requests without a token act as this user (loopback only)");
-        eprintln!("WARNING: test mode — /mcp requests without a token act as {email}. Never use this in production.");
+        eprintln!(
+            "WARNING: test mode — /mcp requests without a token act as {email}. Never use this in production."
+        );
         http.test_anonymous_user = Some(user.id);
     }
     let listener = tokio::net::TcpListener::bind(cfg.listen)

@@ -760,3 +760,29 @@ fn stdio_without_any_user_says_what_to_do() {
     let out = env.run_stdin(&["stdio", "--user", "nobody@example.com"], "");
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn oauth_clients_list_and_revoke() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let list = env.ok(&["oauth", "clients", "--user", "alice@example.com"]);
+    assert!(list.starts_with("ID"), "{list}");
+    assert_eq!(
+        list.lines().count(),
+        1,
+        "no client is authorized yet: {list}"
+    );
+    let out = env.run(&[
+        "oauth",
+        "revoke",
+        "--user",
+        "alice@example.com",
+        "oac_0000000000000000.0000000000",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not_found") || stderr(&out).contains("No OAuth client"),
+        "{}",
+        stderr(&out)
+    );
+}

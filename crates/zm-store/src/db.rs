@@ -34,12 +34,20 @@ struct Migration {
     postgres: &'static str,
 }
 
-static MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sqlite: include_str!("../../../migrations/sqlite/0001_initial.sql"),
-    postgres: include_str!("../../../migrations/postgres/0001_initial.sql"),
-}];
+static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sqlite: include_str!("../../../migrations/sqlite/0001_initial.sql"),
+        postgres: include_str!("../../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "oauth",
+        sqlite: include_str!("../../../migrations/sqlite/0002_oauth.sql"),
+        postgres: include_str!("../../../migrations/postgres/0002_oauth.sql"),
+    },
+];
 
 /// The newest schema version this build knows.
 pub fn latest_schema_version() -> i64 {

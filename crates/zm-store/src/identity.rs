@@ -315,7 +315,8 @@ impl Store {
         let row = sqlx::query(
             "SELECT id, user_id, scopes FROM access_tokens \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
-             AND kind IN ('pat', 'oauth_access')",
+             AND kind IN ('pat', 'oauth_access') \
+             AND (family_id IS NULL OR NOT EXISTS (SELECT 1 FROM oauth_families f WHERE f.id = access_tokens.family_id AND f.revoked_at IS NOT NULL))",
         )
         .bind(hash_secret(secret.trim()))
         .bind(now)

@@ -1,0 +1,1107 @@
+//! The OAuth 2.1 authorization server over real HTTP on loopback, driven by
+//! a browser-less client written here: register → authorize (read the
+//! sign-in page, post the form) → token → MCP and REST → refresh → replay.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use zm_http::HttpConfig;
+use zm_store::Store;
+
+const EMAIL: &str = "a@example.com";
+const PASSWORD: &str = "password-a-123";
+/// Registered without a port; the loopback rule lets any port through.
+const REDIRECT: &str = "http://127.0.0.1/callback";
+const REDIRECT_PORT: &str = "http://127.0.0.1:43123/callback";
+
+struct Server {
+    base: String,
+    store: Store,
+    user_id: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
+        .await
+        .unwrap();
+    let a = store.create_user(EMAIL, PASSWORD).await.unwrap();
+    store
+        .create_user("b@example.com", "password-b-123")
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let mut cfg = HttpConfig::local(&base);
+    edit(&mut cfg);
+    let cancel = CancellationToken::new();
+    let app = zm_http::router(store.clone(), cfg, cancel.clone());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(zm_http::serve(listener, app, cancel, async move {
+        let _ = rx.await;
+    }));
+    Server {
+        base,
+        store,
+        user_id: a.id,
+        stop: Some(tx),
+        task,
+        _dir: dir,
+        // A browser-less client: it follows no redirect, it reads them.
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
+    }
+}
+
+async fn start() -> Server {
+    start_with(|_| {}).await
+}
+
+struct Pkce {
+    verifier: String,
+    challenge: String,
+}
+
+fn pkce() -> Pkce {
+    let verifier = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 48]>());
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    Pkce {
+        verifier,
+        challenge,
+    }
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// The hidden fields of the sign-in form.
+fn hidden_fields(html: &str) -> Vec<(String, String)> {
+    html.lines()
+        .filter_map(|l| l.trim().strip_prefix("<input type=\"hidden\" name=\""))
+        .filter_map(|rest| {
+            let (name, rest) = rest.split_once('"')?;
+            let value = rest.strip_prefix(" value=\"")?.rsplit_once('"')?.0;
+            Some((unescape(name), unescape(value)))
+        })
+        .collect()
+}
+
+/// `name=value` of the CSRF cookie a response sets.
+fn set_cookie(r: &reqwest::Response) -> Option<String> {
+    r.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").to_string())
+        .find(|c| c.starts_with("zm_oauth_csrf=") && c.len() > "zm_oauth_csrf=".len())
+}
+
+fn query_of(location: &str) -> Vec<(String, String)> {
+    url::Url::parse(location)
+        .unwrap()
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    q.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The security headers every HTML answer carries.
+fn assert_html_headers(r: &reqwest::Response) {
+    assert!(header(r, "content-type").starts_with("text/html"));
+    assert_eq!(header(r, "cache-control"), "no-store");
+    assert_eq!(header(r, "x-content-type-options"), "nosniff");
+    assert_eq!(header(r, "referrer-policy"), "no-referrer");
+    assert!(
+        header(r, "content-security-policy").contains("frame-ancestors 'none'"),
+        "{}",
+        header(r, "content-security-policy")
+    );
+}
+
+/// A sign-in page, read as a browser would.
+struct Page {
+    status: u16,
+    fields: Vec<(String, String)>,
+    cookie: Option<String>,
+    html: String,
+}
+
+/// The result of posting the sign-in form.
+struct Posted {
+    status: u16,
+    location: Option<String>,
+    html: String,
+}
+
+impl Server {
+    async fn register(&self, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/oauth/register", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn client(&self) -> String {
+        let (st, v) = self
+            .register(json!({"client_name": "Test <client>", "redirect_uris": [REDIRECT]}))
+            .await;
+        assert_eq!(st, 201, "{v}");
+        v["client_id"].as_str().unwrap().to_string()
+    }
+
+    async fn authorize_get<Q: serde::Serialize + ?Sized>(&self, query: &Q) -> reqwest::Response {
+        self.http
+            .get(format!("{}/oauth/authorize", self.base))
+            .query(query)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn page<Q: serde::Serialize + ?Sized>(&self, query: &Q) -> Page {
+        let r = self.authorize_get(query).await;
+        let status = r.status().as_u16();
+        assert_html_headers(&r);
+        assert!(r.headers().get("location").is_none());
+        let cookie = set_cookie(&r);
+        let html = r.text().await.unwrap();
+        Page {
+            status,
+            fields: hidden_fields(&html),
+            cookie,
+            html,
+        }
+    }
+
+    async fn post_form(&self, page: &Page, email: &str, password: &str) -> Posted {
+        let mut form = page.fields.clone();
+        form.push(("email".into(), email.into()));
+        form.push(("password".into(), password.into()));
+        let mut rb = self
+            .http
+            .post(format!("{}/oauth/authorize", self.base))
+            .form(&form);
+        if let Some(c) = &page.cookie {
+            rb = rb.header("cookie", c);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        let location = r
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_string());
+        if location.is_none() {
+            assert_html_headers(&r);
+        }
+        Posted {
+            status,
+            location,
+            html: r.text().await.unwrap(),
+        }
+    }
+
+    /// Authorize as the test user; returns the code.
+    async fn code(&self, client_id: &str, pkce: &Pkce) -> String {
+        let page = self
+            .page(&[
+                ("response_type", "code"),
+                ("client_id", client_id),
+                ("redirect_uri", REDIRECT_PORT),
+                ("code_challenge", &pkce.challenge),
+                ("code_challenge_method", "S256"),
+                ("state", "xyz"),
+            ])
+            .await;
+        assert_eq!(page.status, 200, "{}", page.html);
+        let posted = self.post_form(&page, EMAIL, PASSWORD).await;
+        assert_eq!(posted.status, 302, "{}", posted.html);
+        let q = query_of(posted.location.as_deref().unwrap());
+        assert_eq!(param(&q, "state"), Some("xyz"));
+        param(&q, "code").unwrap().to_string()
+    }
+
+    async fn token(&self, form: &[(&str, &str)]) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/oauth/token", self.base))
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(header(&r, "cache-control"), "no-store");
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn exchange(&self, client_id: &str, code: &str, verifier: &str) -> (u16, Value) {
+        self.token(&[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("code_verifier", verifier),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT_PORT),
+        ])
+        .await
+    }
+
+    /// register → authorize → token: an access/refresh pair.
+    async fn tokens(&self) -> (String, Value) {
+        let client = self.client().await;
+        let p = pkce();
+        let code = self.code(&client, &p).await;
+        let (st, t) = self.exchange(&client, &code, &p.verifier).await;
+        assert_eq!(st, 200, "{t}");
+        (client, t)
+    }
+
+    async fn rest(&self, token: &str, tool: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/api/tools/{tool}", self.base))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// One MCP POST: status, session id, JSON-RPC messages.
+    async fn mcp(
+        &self,
+        token: &str,
+        session: Option<&str>,
+        body: Value,
+    ) -> (u16, Option<String>, Vec<Value>) {
+        let mut rb = self
+            .http
+            .post(format!("{}/mcp", self.base))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(s) = session {
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        let sid = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let text = r.text().await.unwrap();
+        let msgs = if text.trim_start().starts_with('{') {
+            vec![serde_json::from_str(&text).unwrap()]
+        } else {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        };
+        (status, sid, msgs)
+    }
+
+    async fn mcp_session(&self, token: &str) -> String {
+        let (status, sid, msgs) = self
+            .mcp(token, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "oauth-test", "version": "0"}}}))
+            .await;
+        assert_eq!(status, 200, "{msgs:?}");
+        let sid = sid.expect("session id");
+        let (s, _, _) = self
+            .mcp(
+                token,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await;
+        assert_eq!(s, 202);
+        sid
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn oauth_code(v: &Value) -> &str {
+    assert!(
+        v["error_description"].is_string(),
+        "an RFC 6749 body, not the taxonomy body: {v}"
+    );
+    v["error"].as_str().unwrap_or("?")
+}
+
+#[tokio::test]
+async fn register_authorize_token_mcp_refresh_and_replay() {
+    let s = start().await;
+    // Registration (RFC 7591).
+    let (st, reg) = s
+        .register(json!({
+            "client_name": "Test <client>",
+            "redirect_uris": [REDIRECT],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "token_endpoint_auth_method": "none",
+            "application_type": "native",
+        }))
+        .await;
+    assert_eq!(st, 201, "{reg}");
+    let client = reg["client_id"].as_str().unwrap().to_string();
+    assert!(client.starts_with("oac_"), "{client}");
+    assert_eq!(reg["redirect_uris"], json!([REDIRECT]));
+    assert_eq!(reg["token_endpoint_auth_method"], "none");
+    assert_eq!(reg["response_types"], json!(["code"]));
+    assert_eq!(reg["client_name"], "Test <client>");
+    assert!(reg["client_id_issued_at"].as_i64().unwrap() > 1_600_000_000);
+
+    // The sign-in page: validated request in hidden fields, a CSRF token and
+    // its cookie, the client name escaped.
+    let p = pkce();
+    let resource = format!("{}/mcp", s.base);
+    let page = s
+        .page(&[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT_PORT),
+            ("code_challenge", &p.challenge),
+            ("code_challenge_method", "S256"),
+            ("state", "state-123"),
+            ("resource", &resource),
+            ("scope", "mcp:read mcp:write"),
+        ])
+        .await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(page.html.contains("Test &lt;client&gt;"), "{}", page.html);
+    assert!(!page.html.contains("Test <client>"));
+    assert!(page.cookie.is_some(), "the CSRF cookie");
+    let field = |k: &str| param(&page.fields, k).map(str::to_string);
+    assert_eq!(field("client_id").as_deref(), Some(client.as_str()));
+    assert_eq!(field("redirect_uri").as_deref(), Some(REDIRECT_PORT));
+    assert_eq!(field("resource").as_deref(), Some(resource.as_str()));
+    assert!(field("csrf").is_some());
+
+    // The form post: 302 to the redirect URI with code, state and iss.
+    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
+    assert_eq!(posted.status, 302, "{}", posted.html);
+    let location = posted.location.unwrap();
+    assert!(
+        location.starts_with(&format!("{REDIRECT_PORT}?")),
+        "{location}"
+    );
+    let q = query_of(&location);
+    assert_eq!(param(&q, "state"), Some("state-123"));
+    assert_eq!(param(&q, "iss"), Some(s.base.as_str()));
+    let code = param(&q, "code").unwrap().to_string();
+    assert_eq!(code.len(), 43, "32 random bytes, base64url");
+
+    // The token exchange.
+    let (st, t) = s
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("code_verifier", &p.verifier),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT_PORT),
+            ("resource", &resource),
+        ])
+        .await;
+    assert_eq!(st, 200, "{t}");
+    assert_eq!(t["token_type"], "Bearer");
+    assert_eq!(t["expires_in"], 3600);
+    assert_eq!(t["scope"], "mcp:read mcp:write");
+    let access = t["access_token"].as_str().unwrap().to_string();
+    let refresh = t["refresh_token"].as_str().unwrap().to_string();
+    assert!(access.starts_with("zm_oat_") && refresh.starts_with("zm_ort_"));
+
+    // The access token works on /mcp like a personal access token…
+    let sid = s.mcp_session(&access).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "remember", "arguments": {"content": "OAuth clients reach the same memory as tokens.", "scope": "core"}}});
+    let (st, _, msgs) = s.mcp(&access, Some(&sid), call).await;
+    assert_eq!(st, 200);
+    let result = &msgs.iter().find(|m| m["id"] == 2).unwrap()["result"];
+    assert_ne!(result["isError"], true, "{result}");
+    // …and on REST.
+    let (st, v) = s
+        .rest(
+            &access,
+            "recall",
+            json!({"query": "OAuth clients memory", "scopes": ["*"]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v.to_string().contains("OAuth clients reach"), "{v}");
+
+    // Refresh (JSON body this time): a new pair, the old access token still
+    // valid until it expires.
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .json(
+            &json!({"grant_type": "refresh_token", "refresh_token": refresh, "client_id": client}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(header(&r, "cache-control"), "no-store");
+    let t2: Value = r.json().await.unwrap();
+    let access2 = t2["access_token"].as_str().unwrap().to_string();
+    let refresh2 = t2["refresh_token"].as_str().unwrap().to_string();
+    assert_ne!(access2, access);
+    assert_ne!(refresh2, refresh);
+    let (st, _) = s.rest(&access2, "recall", json!({"query": "x"})).await;
+    assert_eq!(st, 200);
+
+    // Replaying the spent refresh token fails and kills the family.
+    let (st, v) = s
+        .token(&[("grant_type", "refresh_token"), ("refresh_token", &refresh)])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"), "{v}");
+    let (st, v) = s.rest(&access2, "recall", json!({"query": "x"})).await;
+    assert_eq!(st, 401, "the new access token is dead: {v}");
+    let (st, _) = s.rest(&access, "recall", json!({"query": "x"})).await;
+    assert_eq!(st, 401, "so is the first one");
+    let (st, _, _) = s
+        .mcp(
+            &access2,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+        )
+        .await;
+    assert_eq!(st, 401, "on /mcp too");
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &refresh2),
+        ])
+        .await;
+    assert_eq!(
+        (st, oauth_code(&v)),
+        (400, "invalid_grant"),
+        "the new refresh token too"
+    );
+
+    // The client belongs to its first authorizer; the audit has the story
+    // and no secret.
+    let clients = s.store.list_oauth_clients(&s.user_id).await.unwrap();
+    assert_eq!(clients.len(), 1);
+    assert_eq!(clients[0].client.id, client);
+    assert_eq!(
+        clients[0].client.owner_id.as_deref(),
+        Some(s.user_id.as_str())
+    );
+    assert_eq!(clients[0].active_tokens, 0);
+    let audit = s.store.audit_rows(&s.user_id, 100).await.unwrap();
+    let commands: Vec<&str> = audit.iter().filter_map(|r| r["command"].as_str()).collect();
+    for c in [
+        "oauth.login",
+        "oauth.token",
+        "oauth.refresh",
+        "oauth.family_revoked",
+    ] {
+        assert!(commands.contains(&c), "{c} in {commands:?}");
+    }
+    let text = serde_json::to_string(&audit).unwrap();
+    for secret in [&access, &refresh, &access2, &refresh2, &code, &p.verifier] {
+        assert!(
+            !text.contains(secret.as_str()),
+            "no secret in the audit log"
+        );
+    }
+    assert!(!text.contains(PASSWORD));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn token_refusals() {
+    let s = start().await;
+    let client = s.client().await;
+
+    // Wrong verifier.
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, v) = s.exchange(&client, &code, &pkce().verifier).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"), "{v}");
+    assert!(v["error_description"].as_str().unwrap().contains("PKCE"));
+    // The failed attempt spent the code.
+    let (st, v) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+
+    // A reused code: refused, and the tokens it issued are revoked.
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, t) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!(st, 200, "{t}");
+    let access = t["access_token"].as_str().unwrap();
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
+    let (st, v) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 401);
+
+    // An expired code (the store clock moves six minutes).
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    s.store.clock().advance_ms(6 * 60 * 1000);
+    let (st, v) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"), "{v}");
+
+    // A wrong redirect_uri at the token endpoint.
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("code_verifier", &p.verifier),
+            ("client_id", &client),
+            ("redirect_uri", "http://127.0.0.1:43123/other"),
+        ])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+    // Another client presenting the code.
+    let other = s.client().await;
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, v) = s.exchange(&other, &code, &p.verifier).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+
+    // The rest of the endpoint's refusals, all RFC 6749 bodies.
+    let (st, v) = s.token(&[("grant_type", "password")]).await;
+    assert_eq!((st, oauth_code(&v)), (400, "unsupported_grant_type"));
+    let (st, v) = s.token(&[("code", "x")]).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_request"));
+    let (st, v) = s
+        .token(&[("grant_type", "authorization_code"), ("code", "x")])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_request"));
+    let fake = zm_contracts::IdKind::OauthClient.generate();
+    let (st, v) = s.exchange(&fake, "nope", &pkce().verifier).await;
+    assert_eq!((st, oauth_code(&v)), (401, "invalid_client"));
+    let (st, v) = s.exchange(&client, "nope", "too-short").await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_request"));
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", "zm_ort_nope"),
+        ])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", "zm_ort_nope"),
+            ("resource", "https://elsewhere.example/mcp"),
+        ])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_target"));
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("grant_type", "refresh_token"),
+        ])
+        .await;
+    assert_eq!(
+        (st, oauth_code(&v)),
+        (400, "invalid_request"),
+        "a repeated parameter"
+    );
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .header("content-type", "text/plain")
+        .body("grant_type=refresh_token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(oauth_code(&r.json().await.unwrap()), "invalid_request");
+    let r = s
+        .http
+        .get(format!("{}/oauth/token", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(header(&r, "allow"), "POST");
+    assert_eq!(oauth_code(&r.json().await.unwrap()), "invalid_request");
+
+    // A narrower scope on refresh, never a wider one.
+    let p = pkce();
+    let page = s
+        .page(&[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT_PORT),
+            ("code_challenge", &p.challenge),
+            ("code_challenge_method", "S256"),
+            ("scope", "mcp:read"),
+        ])
+        .await;
+    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
+    let code = param(&query_of(&posted.location.unwrap()), "code")
+        .unwrap()
+        .to_string();
+    let (st, t) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, t["scope"].as_str()), (200, Some("mcp:read")));
+    let access = t["access_token"].as_str().unwrap();
+    let (st, v) = s
+        .rest(
+            access,
+            "remember",
+            json!({"content": "x y z", "scope": "core"}),
+        )
+        .await;
+    assert_eq!(st, 403, "a read-only OAuth token cannot write: {v}");
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", t["refresh_token"].as_str().unwrap()),
+            ("scope", "mcp:read mcp:write"),
+        ])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_scope"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn authorize_refusals() {
+    let s = start().await;
+    let client = s.client().await;
+    let p = pkce();
+    let q = |extra: &[(&'static str, &str)]| {
+        let mut v: Vec<(String, String)> = vec![
+            ("response_type".into(), "code".into()),
+            ("client_id".into(), client.clone()),
+            ("redirect_uri".into(), REDIRECT_PORT.into()),
+            ("code_challenge".into(), p.challenge.clone()),
+            ("code_challenge_method".into(), "S256".into()),
+            ("state".into(), "s1".into()),
+        ];
+        for (k, val) in extra {
+            v.retain(|(n, _)| n != k);
+            if !val.is_empty() {
+                v.push((k.to_string(), val.to_string()));
+            }
+        }
+        v
+    };
+
+    // Unknown client and unregistered redirect: an HTML page, never a redirect.
+    let fake = zm_contracts::IdKind::OauthClient.generate();
+    for bad in [
+        q(&[("client_id", &fake)]),
+        q(&[("client_id", "")]),
+        q(&[("redirect_uri", "https://evil.example/cb")]),
+        q(&[("redirect_uri", "http://localhost:43123/callback")]),
+        q(&[("redirect_uri", "")]),
+    ] {
+        let r = s
+            .http
+            .get(format!("{}/oauth/authorize", s.base))
+            .query(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{bad:?}");
+        assert!(r.headers().get("location").is_none(), "{bad:?}");
+        assert_html_headers(&r);
+        let html = r.text().await.unwrap();
+        assert!(html.contains("Cannot sign in"), "{html}");
+    }
+
+    // Other errors go back to the (validated) redirect URI.
+    for (extra, want) in [
+        (vec![("code_challenge_method", "plain")], "invalid_request"),
+        (vec![("code_challenge", "")], "invalid_request"),
+        (vec![("code_challenge", "short")], "invalid_request"),
+        (
+            vec![("response_type", "token")],
+            "unsupported_response_type",
+        ),
+        (vec![("scope", "mcp:read admin")], "invalid_scope"),
+        (
+            vec![("resource", "https://elsewhere.example/mcp")],
+            "invalid_target",
+        ),
+    ] {
+        let r = s
+            .http
+            .get(format!("{}/oauth/authorize", s.base))
+            .query(&q(&extra))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 302, "{extra:?}");
+        let loc = header(&r, "location");
+        assert!(loc.starts_with(REDIRECT_PORT), "{loc}");
+        let qp = query_of(&loc);
+        assert_eq!(param(&qp, "error"), Some(want), "{extra:?}");
+        assert_eq!(param(&qp, "state"), Some("s1"));
+        assert_eq!(param(&qp, "iss"), Some(s.base.as_str()));
+        assert!(param(&qp, "code").is_none());
+    }
+
+    // Wrong credentials: 401, the page again with the message, no code.
+    let page = s.page(&q(&[])).await;
+    let posted = s.post_form(&page, EMAIL, "wrong-password").await;
+    assert_eq!(posted.status, 401);
+    assert!(posted.location.is_none());
+    assert!(posted.html.contains("Invalid email or password."));
+    assert!(
+        posted.html.contains("value=\"a@example.com\""),
+        "the email is kept"
+    );
+    let posted = s.post_form(&page, "nobody@example.com", PASSWORD).await;
+    assert_eq!(posted.status, 401);
+    assert!(posted.html.contains("Invalid email or password."));
+    assert!(
+        s.store
+            .list_oauth_clients(&s.user_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no grant, no code"
+    );
+    let audit = s.store.audit_rows(&s.user_id, 10).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["command"] == "oauth.login" && r["outcome"] == "error"),
+        "{audit:?}"
+    );
+    assert!(
+        !serde_json::to_string(&audit)
+            .unwrap()
+            .contains("wrong-password")
+    );
+
+    // CSRF: no cookie, a token over another request, a foreign Origin.
+    let mut no_cookie = Page {
+        status: page.status,
+        fields: page.fields.clone(),
+        cookie: None,
+        html: String::new(),
+    };
+    let posted = s.post_form(&no_cookie, EMAIL, PASSWORD).await;
+    assert_eq!(posted.status, 403);
+    assert!(posted.location.is_none());
+    no_cookie.cookie = page.cookie.clone();
+    for f in no_cookie.fields.iter_mut() {
+        if f.0 == "state" {
+            f.1 = "tampered".into();
+        }
+    }
+    let posted = s.post_form(&no_cookie, EMAIL, PASSWORD).await;
+    assert_eq!(posted.status, 403, "the token covers the request");
+    let mut form = page.fields.clone();
+    form.push(("email".into(), EMAIL.into()));
+    form.push(("password".into(), PASSWORD.into()));
+    let r = s
+        .http
+        .post(format!("{}/oauth/authorize", s.base))
+        .header("cookie", page.cookie.clone().unwrap())
+        .header("origin", "https://evil.example")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r.headers().get("location").is_none());
+    // `Origin: null` (what our no-referrer page makes browsers send) passes.
+    let r = s
+        .http
+        .post(format!("{}/oauth/authorize", s.base))
+        .header("cookie", page.cookie.clone().unwrap())
+        .header("origin", "null")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 302);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn registration_refusals() {
+    let s = start().await;
+    for bad in [
+        "http://example.com/cb",
+        "javascript:alert(1)",
+        "data:text/html,hi",
+        "file:///tmp/x",
+        "https://app.example.com/cb#fragment",
+        "https://user:pw@app.example.com/cb",
+        "not a uri",
+    ] {
+        let (st, v) = s.register(json!({"redirect_uris": [bad]})).await;
+        assert_eq!((st, oauth_code(&v)), (400, "invalid_redirect_uri"), "{bad}");
+    }
+    let (st, v) = s.register(json!({"redirect_uris": []})).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_redirect_uri"));
+    let (st, v) = s.register(json!({"client_name": "x"})).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_redirect_uri"));
+    let (st, v) = s
+        .register(json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "client_secret_basic"}))
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_client_metadata"));
+    let (st, v) = s
+        .register(json!({"redirect_uris": [REDIRECT], "client_name": ""}))
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_client_metadata"));
+    let r = s
+        .http
+        .post(format!("{}/oauth/register", s.base))
+        .header("content-type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        oauth_code(&r.json().await.unwrap()),
+        "invalid_client_metadata"
+    );
+    // The accepted shapes: https, loopback http, private-use schemes.
+    let (st, v) = s
+        .register(json!({"redirect_uris": [
+            "https://app.example.com/cb",
+            "http://localhost:8976/callback",
+            "http://[::1]/cb",
+            "cursor://anysphere.cursor-retrieval/oauth/user-zero-memory/callback",
+        ]}))
+        .await;
+    assert_eq!(st, 201, "{v}");
+    assert!(v.get("client_name").is_none());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
+    let s = start().await;
+    let (client, t) = s.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    let refresh = t["refresh_token"].as_str().unwrap();
+    // Another user cannot see or revoke it.
+    let b = s
+        .store
+        .user_by_email("b@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(s.store.list_oauth_clients(&b.id).await.unwrap().is_empty());
+    let e = s
+        .store
+        .revoke_oauth_client(&b.id, &client)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, zm_contracts::ErrorCode::NotFound);
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
+    // The owner revokes it.
+    s.store
+        .revoke_oauth_client(&s.user_id, &client)
+        .await
+        .unwrap();
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 401);
+    let (st, v) = s
+        .token(&[("grant_type", "refresh_token"), ("refresh_token", refresh)])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+    let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
+    assert!(listed[0].revoked_at.is_some());
+    let e = s
+        .store
+        .revoke_oauth_client(&s.user_id, &client)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, zm_contracts::ErrorCode::NotFound, "already revoked");
+    // A fresh sign-in grants again.
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, t) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!(st, 200, "{t}");
+    let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
+    assert!(listed[0].revoked_at.is_none());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_rate_limit_trips_and_retry_after_is_honest() {
+    let s = start_with(|c| {
+        c.oauth_rate_max = 3;
+        c.oauth_rate_window = Duration::from_secs(2);
+    })
+    .await;
+    let body = json!({"redirect_uris": [REDIRECT]});
+    // Refused registrations count too (and are quick: the window is short).
+    for _ in 0..3 {
+        assert_eq!(s.register(json!({})).await.0, 400);
+    }
+    let r = s
+        .http
+        .post(format!("{}/oauth/register", s.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let retry: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"error": "rate_limited", "error_description": "Too many requests. Retry later."})
+    );
+    // Per route: the token endpoint has its own window.
+    let (st, v) = s.token(&[("grant_type", "password")]).await;
+    assert_eq!((st, oauth_code(&v)), (400, "unsupported_grant_type"));
+    // Without a trusted proxy, X-Forwarded-For changes nothing.
+    let r = s
+        .http
+        .post(format!("{}/oauth/register", s.base))
+        .header("x-forwarded-for", "203.0.113.7")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    // After Retry-After seconds the next request goes through.
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    assert_eq!(s.register(body.clone()).await.0, 201);
+    s.stop().await;
+
+    // Behind a trusted proxy, the first X-Forwarded-For hop is the client.
+    let s = start_with(|c| {
+        c.oauth_rate_max = 2;
+        c.oauth_rate_window = Duration::from_secs(60);
+        c.trust_proxy = true;
+    })
+    .await;
+    let post = |ip: &'static str| {
+        s.http
+            .post(format!("{}/oauth/register", s.base))
+            .header("x-forwarded-for", format!("{ip}, 10.0.0.1"))
+            .json(&body)
+            .send()
+    };
+    assert_eq!(post("203.0.113.1").await.unwrap().status().as_u16(), 201);
+    assert_eq!(post("203.0.113.1").await.unwrap().status().as_u16(), 201);
+    assert_eq!(post("203.0.113.1").await.unwrap().status().as_u16(), 429);
+    assert_eq!(post("203.0.113.2").await.unwrap().status().as_u16(), 201);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn metadata_follows_the_public_url() {
+    let s = start_with(|c| c.public_url = "https://memory.example.com".into()).await;
+    let get = |path: &str| {
+        let url = format!("{}{path}", s.base);
+        let http = s.http.clone();
+        async move {
+            let r = http.get(url).send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let issuer = "https://memory.example.com";
+    let as_meta = get("/.well-known/oauth-authorization-server").await;
+    assert_eq!(as_meta["issuer"], issuer);
+    assert_eq!(
+        as_meta["authorization_endpoint"],
+        format!("{issuer}/oauth/authorize")
+    );
+    assert_eq!(as_meta["token_endpoint"], format!("{issuer}/oauth/token"));
+    assert_eq!(
+        as_meta["registration_endpoint"],
+        format!("{issuer}/oauth/register")
+    );
+    assert_eq!(as_meta["code_challenge_methods_supported"], json!(["S256"]));
+    assert_eq!(
+        as_meta["token_endpoint_auth_methods_supported"],
+        json!(["none"])
+    );
+    assert_eq!(as_meta["response_types_supported"], json!(["code"]));
+    assert_eq!(
+        as_meta["grant_types_supported"],
+        json!(["authorization_code", "refresh_token"])
+    );
+    assert_eq!(
+        as_meta["authorization_response_iss_parameter_supported"],
+        true
+    );
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let pr = get(path).await;
+        assert_eq!(pr["resource"], format!("{issuer}/mcp"));
+        assert_eq!(pr["authorization_servers"], json!([issuer]));
+        assert_eq!(pr["scopes_supported"], as_meta["scopes_supported"]);
+    }
+    // The 401 challenge points at the same document.
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(header(&r, "www-authenticate").contains(&format!(
+        "resource_metadata=\"{issuer}/.well-known/oauth-protected-resource/mcp\""
+    )));
+    // The resource indicator is checked against the public URL too.
+    let client = s.client().await;
+    let p = pkce();
+    let page = s
+        .page(&[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT_PORT),
+            ("code_challenge", &p.challenge),
+            ("code_challenge_method", "S256"),
+            ("resource", &format!("{issuer}/mcp")),
+        ])
+        .await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    s.stop().await;
+}

@@ -1,0 +1,1001 @@
+//! The state of the OAuth 2.1 authorization server: registered clients,
+//! per-user grants, single-use authorization codes, and token families.
+//!
+//! Tokens are ours and opaque: access tokens (`zm_oat_…`, one hour) and
+//! rotating refresh tokens (`zm_ort_…`) live in `access_tokens` (kinds
+//! `oauth_access` / `oauth_refresh`), stored as sha256 hashes like personal
+//! access tokens, so [`Store::authenticate`] accepts an OAuth access token
+//! exactly like a PAT.
+//!
+//! A *family* groups every token descending from one authorization code.
+//! Presenting a refresh token that was already rotated (or a code that was
+//! already exchanged) revokes the whole family. Races are closed by row
+//! locks: a code exchange updates its grant row, a refresh updates its
+//! family row, and a revocation updates the same rows first, so on
+//! PostgreSQL the two serialize (SQLite write transactions are serialized
+//! anyway).
+//!
+//! Every method works on the store clock, so tests expire codes and tokens
+//! with `store.clock().advance_ms(..)`. Audit rows never carry secrets.
+
+use serde_json::{Value, json};
+use sqlx::{AnyConnection, Row};
+use zm_contracts::{IdKind, ToolError};
+
+use crate::audit::AuditEntry;
+use crate::clock::DAY_MS;
+use crate::db::DbResult;
+use crate::identity::{SCOPE_READ, SCOPE_WRITE, hash_secret, random_secret};
+use crate::store::{Caller, Store};
+
+/// Prefix of an OAuth access token.
+pub const ACCESS_TOKEN_PREFIX: &str = "zm_oat_";
+/// Prefix of an OAuth refresh token.
+pub const REFRESH_TOKEN_PREFIX: &str = "zm_ort_";
+/// `access_tokens.kind` of an OAuth access token.
+pub const KIND_ACCESS: &str = "oauth_access";
+/// `access_tokens.kind` of an OAuth refresh token.
+pub const KIND_REFRESH: &str = "oauth_refresh";
+/// Lifetime of an access token: one hour.
+pub const ACCESS_TTL_MS: i64 = 3_600_000;
+/// Lifetime of one refresh token (each rotation issues a fresh one).
+pub const REFRESH_TTL_MS: i64 = 30 * DAY_MS;
+/// Lifetime of an authorization code: five minutes.
+pub const CODE_TTL_MS: i64 = 300_000;
+/// Clients nobody authorized are forgotten after this long.
+pub const ABANDONED_CLIENT_MS: i64 = 30 * DAY_MS;
+/// Every scope an OAuth client may ask for, in canonical order.
+pub const OAUTH_SCOPES: &[&str] = &[SCOPE_READ, SCOPE_WRITE];
+
+/// A registered client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OauthClient {
+    /// `oac_…`.
+    pub id: String,
+    pub client_name: Option<String>,
+    /// Exactly as registered.
+    pub redirect_uris: Vec<String>,
+    /// The first user who authorized the client (registration is anonymous).
+    pub owner_id: Option<String>,
+    pub created_at: i64,
+}
+
+/// A client as one user sees it: the client and that user's grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizedClient {
+    pub client: OauthClient,
+    /// The scope of the user's latest authorization.
+    pub scope: String,
+    /// First authorization by this user.
+    pub authorized_at: i64,
+    pub last_authorized_at: i64,
+    /// Last code exchange under this grant.
+    pub last_used_at: Option<i64>,
+    /// Set when the user revoked the client (a fresh sign-in grants again).
+    pub revoked_at: Option<i64>,
+    /// Unrevoked, unexpired access and refresh tokens of this user and client.
+    pub active_tokens: i64,
+}
+
+/// What an authorization code is bound to.
+#[derive(Debug, Clone, Copy)]
+pub struct NewCode<'a> {
+    pub client_id: &'a str,
+    pub user_id: &'a str,
+    pub redirect_uri: &'a str,
+    /// The PKCE S256 challenge.
+    pub code_challenge: &'a str,
+    pub resource: Option<&'a str>,
+    /// Canonical scope (see [`parse_scope`]).
+    pub scope: &'a str,
+}
+
+/// An `authorization_code` grant, as presented at the token endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct CodeExchange<'a> {
+    pub code: &'a str,
+    pub client_id: &'a str,
+    pub redirect_uri: &'a str,
+    /// `BASE64URL(SHA256(code_verifier))`, computed by the caller; compared
+    /// with the stored challenge.
+    pub verifier_challenge: &'a str,
+}
+
+/// A freshly issued token pair (the secrets are shown once).
+#[derive(Debug, Clone)]
+pub struct IssuedTokens {
+    pub access_token: String,
+    pub refresh_token: String,
+    /// Seconds.
+    pub expires_in: i64,
+    /// The access token's scope.
+    pub scope: String,
+    pub user_id: String,
+    pub client_id: String,
+    pub family_id: String,
+}
+
+/// Why the token endpoint refuses a grant (RFC 6749 §5.2 codes).
+#[derive(Debug, Clone)]
+pub enum OauthError {
+    /// `invalid_grant`: unknown, expired, used, mismatched or revoked.
+    InvalidGrant(String),
+    /// `invalid_scope`: more than the grant allows.
+    InvalidScope(String),
+    /// A store failure (answered as `server_error`).
+    Internal(ToolError),
+}
+
+impl OauthError {
+    /// The RFC 6749 `error` value.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OauthError::InvalidGrant(_) => "invalid_grant",
+            OauthError::InvalidScope(_) => "invalid_scope",
+            OauthError::Internal(_) => "server_error",
+        }
+    }
+    /// The `error_description`.
+    pub fn description(&self) -> String {
+        match self {
+            OauthError::InvalidGrant(d) | OauthError::InvalidScope(d) => d.clone(),
+            OauthError::Internal(_) => "Internal server error.".into(),
+        }
+    }
+}
+
+impl From<ToolError> for OauthError {
+    fn from(e: ToolError) -> Self {
+        OauthError::Internal(e)
+    }
+}
+
+impl std::fmt::Display for OauthError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code(), self.description())
+    }
+}
+
+/// The canonical form of a requested scope: known scopes, deduplicated, in
+/// canonical order, space-separated. Absent or blank means every scope.
+/// `Err` names the first unknown scope.
+pub fn parse_scope(raw: Option<&str>) -> Result<String, String> {
+    let raw = raw.unwrap_or("").trim();
+    if raw.is_empty() {
+        return Ok(OAUTH_SCOPES.join(" "));
+    }
+    let mut want = Vec::new();
+    for s in raw.split(' ').filter(|s| !s.is_empty()) {
+        if !OAUTH_SCOPES.contains(&s) {
+            return Err(s.chars().take(64).collect());
+        }
+        want.push(s);
+    }
+    Ok(OAUTH_SCOPES
+        .iter()
+        .filter(|s| want.contains(s))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
+/// Unpadded base64url.
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 3);
+    for chunk in bytes.chunks(3) {
+        let b1 = chunk.get(1).copied().unwrap_or(0);
+        let b2 = chunk.get(2).copied().unwrap_or(0);
+        let n = (u32::from(chunk[0]) << 16) | (u32::from(b1) << 8) | u32::from(b2);
+        for i in 0..=chunk.len() {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// Equality that does not stop at the first differing byte.
+fn ct_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn row_client(r: &sqlx::any::AnyRow) -> OauthClient {
+    OauthClient {
+        id: r.get("id"),
+        client_name: r.get("client_name"),
+        redirect_uris: serde_json::from_str(&r.get::<String, _>("redirect_uris"))
+            .unwrap_or_default(),
+        owner_id: r.get("owner_id"),
+        created_at: r.get("created_at"),
+    }
+}
+
+fn rejected_refresh() -> OauthError {
+    OauthError::InvalidGrant("Refresh token was rejected.".into())
+}
+
+/// Insert one OAuth token; returns its secret.
+#[allow(clippy::too_many_arguments)]
+async fn insert_token(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    client_id: &str,
+    family_id: &str,
+    kind: &str,
+    scope: &str,
+    now: i64,
+    ttl_ms: i64,
+    prefix: &str,
+) -> Result<String, ToolError> {
+    let secret = format!("{prefix}{}", random_secret(40));
+    sqlx::query(
+        "INSERT INTO access_tokens (id, user_id, kind, name, token_hash, scopes, created_at, expires_at, client_id, family_id) \
+         VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(IdKind::AccessToken.generate())
+    .bind(user_id)
+    .bind(kind)
+    .bind(hash_secret(&secret))
+    .bind(scope)
+    .bind(now)
+    .bind(now + ttl_ms)
+    .bind(client_id)
+    .bind(family_id)
+    .execute(&mut *conn)
+    .await
+    .db("insert oauth token")?;
+    Ok(secret)
+}
+
+/// An access token (the given scope) and a refresh token (the family's
+/// scope) for one family.
+#[allow(clippy::too_many_arguments)]
+async fn issue_pair(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    client_id: &str,
+    family_id: &str,
+    access_scope: &str,
+    family_scope: &str,
+    now: i64,
+) -> Result<IssuedTokens, ToolError> {
+    let access_token = insert_token(
+        conn,
+        user_id,
+        client_id,
+        family_id,
+        KIND_ACCESS,
+        access_scope,
+        now,
+        ACCESS_TTL_MS,
+        ACCESS_TOKEN_PREFIX,
+    )
+    .await?;
+    let refresh_token = insert_token(
+        conn,
+        user_id,
+        client_id,
+        family_id,
+        KIND_REFRESH,
+        family_scope,
+        now,
+        REFRESH_TTL_MS,
+        REFRESH_TOKEN_PREFIX,
+    )
+    .await?;
+    Ok(IssuedTokens {
+        access_token,
+        refresh_token,
+        expires_in: ACCESS_TTL_MS / 1000,
+        scope: access_scope.to_string(),
+        user_id: user_id.to_string(),
+        client_id: client_id.to_string(),
+        family_id: family_id.to_string(),
+    })
+}
+
+/// Revoke a family and every token in it; `true` when this call revoked it
+/// (it was live).
+async fn revoke_family_in(
+    conn: &mut AnyConnection,
+    family_id: &str,
+    reason: &str,
+    now: i64,
+) -> Result<bool, ToolError> {
+    let done = sqlx::query(
+        "UPDATE oauth_families SET revoked_at = $1, revoked_reason = $2 WHERE id = $3 AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(reason)
+    .bind(family_id)
+    .execute(&mut *conn)
+    .await
+    .db("revoke family")?;
+    sqlx::query(
+        "UPDATE access_tokens SET revoked_at = $1 WHERE family_id = $2 AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(family_id)
+    .execute(&mut *conn)
+    .await
+    .db("revoke family tokens")?;
+    Ok(done.rows_affected() > 0)
+}
+
+impl Store {
+    /// Append an OAuth audit row; `actor` is `None` for anonymous events
+    /// (registration, a failed sign-in for an unknown email).
+    async fn oauth_audit(
+        &self,
+        actor: Option<&str>,
+        command: &str,
+        payload: Value,
+        outcome: Result<(), &ToolError>,
+        request_id: Option<&str>,
+    ) {
+        if let Some(user_id) = actor {
+            let caller = Caller {
+                user_id: user_id.to_string(),
+                request_id: request_id.map(str::to_string),
+                ..Default::default()
+            };
+            let entry = AuditEntry {
+                command,
+                payload,
+                outcome,
+                duration_ms: 0,
+            };
+            self.audit(&caller, entry).await;
+            return;
+        }
+        let (result, code, error) = match outcome {
+            Ok(()) => ("ok", None, None),
+            Err(e) => (
+                "error",
+                Some(e.code.as_str().to_string()),
+                Some(e.message.chars().take(500).collect::<String>()),
+            ),
+        };
+        let res = sqlx::query(
+            "INSERT INTO audit_log (id, occurred_at, actor_id, author_kind, agent_name, command, payload, outcome, error_code, error, duration_ms, request_id) \
+             VALUES ($1, $2, NULL, 'anonymous', NULL, $3, $4, $5, $6, $7, 0, $8)",
+        )
+        .bind(IdKind::AuditLog.generate())
+        .bind(self.now())
+        .bind(command)
+        .bind(payload.to_string())
+        .bind(result)
+        .bind(code)
+        .bind(error)
+        .bind(request_id.map(str::to_string))
+        .execute(&self.pool)
+        .await;
+        if let Err(e) = res {
+            tracing::warn!(target: "zm_store", error = %e, command, "audit write failed");
+        }
+    }
+
+    /// Register a client (RFC 7591; anonymous). The caller has validated the
+    /// redirect URIs; they are stored exactly as given.
+    pub async fn register_oauth_client(
+        &self,
+        client_name: Option<&str>,
+        redirect_uris: &[String],
+        request_id: Option<&str>,
+    ) -> Result<OauthClient, ToolError> {
+        if redirect_uris.is_empty() {
+            return Err(ToolError::validation("at least one redirect URI is needed"));
+        }
+        let id = IdKind::OauthClient.generate();
+        let now = self.now();
+        let uris = serde_json::to_string(redirect_uris)
+            .map_err(|e| crate::db::internal("redirect uris", e))?;
+        // Clients nobody ever authorized do not pile up.
+        sqlx::query(
+            "DELETE FROM oauth_clients WHERE owner_id IS NULL AND created_at < $1 \
+             AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = oauth_clients.id)",
+        )
+        .bind(now - ABANDONED_CLIENT_MS)
+        .execute(&self.pool)
+        .await
+        .db("prune oauth clients")?;
+        sqlx::query(
+            "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) VALUES ($1, $2, $3, NULL, $4)",
+        )
+        .bind(&id)
+        .bind(client_name.map(str::to_string))
+        .bind(&uris)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .db("register oauth client")?;
+        self.oauth_audit(
+            None,
+            "oauth.register",
+            json!({"client_id": id, "redirect_uris": redirect_uris.len(), "client_name": client_name.map(|n| json!({"chars": n.chars().count()}))}),
+            Ok(()),
+            request_id,
+        )
+        .await;
+        Ok(OauthClient {
+            id,
+            client_name: client_name.map(str::to_string),
+            redirect_uris: redirect_uris.to_vec(),
+            owner_id: None,
+            created_at: now,
+        })
+    }
+
+    /// A registered client by id (`None` when unknown or malformed).
+    pub async fn oauth_client(&self, id: &str) -> Result<Option<OauthClient>, ToolError> {
+        let Ok(id) = zm_contracts::ids::parse_id(IdKind::OauthClient, id) else {
+            return Ok(None);
+        };
+        let row = sqlx::query(
+            "SELECT id, client_name, redirect_uris, owner_id, created_at FROM oauth_clients WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .db("oauth client")?;
+        Ok(row.as_ref().map(row_client))
+    }
+
+    /// After a successful sign-in: record the user's grant (re-granting a
+    /// revoked one), make the user the client's owner if it has none, and
+    /// store a single-use code (5 minutes). Returns the code (32 random
+    /// bytes, base64url), shown once.
+    pub async fn issue_oauth_code(
+        &self,
+        new: NewCode<'_>,
+        request_id: Option<&str>,
+    ) -> Result<String, ToolError> {
+        let code = base64url(&rand::random::<[u8; 32]>());
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE id = $1")
+            .bind(new.client_id)
+            .fetch_one(&mut *tx)
+            .await
+            .db("client exists")?;
+        if exists == 0 {
+            return Err(ToolError::not_found("OAuth client not found"));
+        }
+        sqlx::query(
+            "INSERT INTO oauth_grants (client_id, user_id, scope, created_at, last_authorized_at) VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (client_id, user_id) DO UPDATE SET scope = excluded.scope, last_authorized_at = excluded.last_authorized_at, revoked_at = NULL",
+        )
+        .bind(new.client_id)
+        .bind(new.user_id)
+        .bind(new.scope)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .db("record grant")?;
+        sqlx::query("UPDATE oauth_clients SET owner_id = $1 WHERE id = $2 AND owner_id IS NULL")
+            .bind(new.user_id)
+            .bind(new.client_id)
+            .execute(&mut *tx)
+            .await
+            .db("client owner")?;
+        sqlx::query(
+            "INSERT INTO oauth_codes (code_hash, client_id, user_id, redirect_uri, code_challenge, resource, scope, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(hash_secret(&code))
+        .bind(new.client_id)
+        .bind(new.user_id)
+        .bind(new.redirect_uri)
+        .bind(new.code_challenge)
+        .bind(new.resource.map(str::to_string))
+        .bind(new.scope)
+        .bind(now)
+        .bind(now + CODE_TTL_MS)
+        .execute(&mut *tx)
+        .await
+        .db("store code")?;
+        // Codes are kept a day past expiry (replay detection), then dropped.
+        sqlx::query("DELETE FROM oauth_codes WHERE expires_at < $1")
+            .bind(now - DAY_MS)
+            .execute(&mut *tx)
+            .await
+            .db("prune codes")?;
+        tx.commit().await.db("commit code")?;
+        self.oauth_audit(
+            Some(new.user_id),
+            "oauth.login",
+            json!({"client_id": new.client_id, "scope": new.scope}),
+            Ok(()),
+            request_id,
+        )
+        .await;
+        Ok(code)
+    }
+
+    /// Audit a failed sign-in on the authorization page. The actor is the
+    /// account the email names, when there is one; the password is never
+    /// recorded.
+    pub async fn audit_oauth_login_failure(
+        &self,
+        email: &str,
+        client_id: &str,
+        request_id: Option<&str>,
+    ) {
+        let actor = self.user_by_email(email).await.ok().flatten().map(|u| u.id);
+        let err = ToolError::unauthorized("Invalid email or password.");
+        self.oauth_audit(
+            actor.as_deref(),
+            "oauth.login",
+            json!({"client_id": client_id}),
+            Err(&err),
+            request_id,
+        )
+        .await;
+    }
+
+    /// The `authorization_code` grant: consume the code atomically (it is
+    /// spent even when the rest of the check fails), check client, redirect
+    /// URI and PKCE, and start a token family. Presenting an already
+    /// exchanged code revokes the family it started.
+    pub async fn exchange_oauth_code(
+        &self,
+        ex: CodeExchange<'_>,
+        request_id: Option<&str>,
+    ) -> Result<IssuedTokens, OauthError> {
+        let result = self.exchange_inner(ex, request_id).await;
+        if let Err(e) = &result {
+            let err = ToolError::validation(e.to_string());
+            let actor = sqlx::query_scalar::<_, String>(
+                "SELECT user_id FROM oauth_codes WHERE code_hash = $1",
+            )
+            .bind(hash_secret(ex.code))
+            .fetch_optional(&self.pool)
+            .await
+            .ok()
+            .flatten();
+            self.oauth_audit(
+                actor.as_deref(),
+                "oauth.token",
+                json!({"grant_type": "authorization_code", "client_id": ex.client_id}),
+                Err(&err),
+                request_id,
+            )
+            .await;
+        }
+        result
+    }
+
+    async fn exchange_inner(
+        &self,
+        ex: CodeExchange<'_>,
+        request_id: Option<&str>,
+    ) -> Result<IssuedTokens, OauthError> {
+        let code_hash = hash_secret(ex.code);
+        let now = self.now();
+        let unusable = || {
+            OauthError::InvalidGrant(
+                "The authorization code is unknown, expired, or already used.".into(),
+            )
+        };
+        let mut tx = self.write_tx().await?;
+        let consumed = sqlx::query(
+            "UPDATE oauth_codes SET used_at = $1 WHERE code_hash = $2 AND used_at IS NULL AND expires_at > $1",
+        )
+        .bind(now)
+        .bind(&code_hash)
+        .execute(&mut *tx)
+        .await
+        .db("consume code")?;
+        if consumed.rows_affected() == 0 {
+            let row = sqlx::query(
+                "SELECT used_at, family_id, user_id, client_id FROM oauth_codes WHERE code_hash = $1",
+            )
+            .bind(&code_hash)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("read code")?;
+            let replayed = row.as_ref().and_then(|r| {
+                let used: Option<i64> = r.get("used_at");
+                let family: Option<String> = r.get("family_id");
+                used.and(family).map(|f| {
+                    (
+                        f,
+                        r.get::<String, _>("user_id"),
+                        r.get::<String, _>("client_id"),
+                    )
+                })
+            });
+            if let Some((family, user, client)) = replayed {
+                // RFC 6749 §4.1.2: a code used twice revokes what it issued.
+                let revoked = revoke_family_in(&mut tx, &family, "code_replay", now).await?;
+                tx.commit().await.db("commit code replay")?;
+                if revoked {
+                    self.oauth_audit(
+                        Some(&user),
+                        "oauth.family_revoked",
+                        json!({"family_id": family, "client_id": client, "reason": "code_replay"}),
+                        Ok(()),
+                        request_id,
+                    )
+                    .await;
+                }
+            }
+            return Err(unusable());
+        }
+        let row = sqlx::query(
+            "SELECT client_id, user_id, redirect_uri, code_challenge, resource, scope FROM oauth_codes WHERE code_hash = $1",
+        )
+        .bind(&code_hash)
+        .fetch_one(&mut *tx)
+        .await
+        .db("read code")?;
+        let client_id: String = row.get("client_id");
+        let user_id: String = row.get("user_id");
+        let redirect_uri: String = row.get("redirect_uri");
+        let challenge: String = row.get("code_challenge");
+        let resource: Option<String> = row.get("resource");
+        let scope: String = row.get("scope");
+        let refuse = |msg: &str| OauthError::InvalidGrant(msg.to_string());
+        if client_id != ex.client_id || redirect_uri != ex.redirect_uri {
+            tx.commit().await.db("commit spent code")?;
+            return Err(refuse(
+                "The authorization code was issued to a different client or redirect_uri.",
+            ));
+        }
+        if !ct_eq(&challenge, ex.verifier_challenge) {
+            tx.commit().await.db("commit spent code")?;
+            return Err(refuse("PKCE verification failed."));
+        }
+        let granted = sqlx::query(
+            "UPDATE oauth_grants SET last_used_at = $1 WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&client_id)
+        .bind(&user_id)
+        .execute(&mut *tx)
+        .await
+        .db("use grant")?;
+        if granted.rows_affected() == 0 {
+            tx.commit().await.db("commit spent code")?;
+            return Err(refuse("The authorization was revoked."));
+        }
+        let family_id = format!("fam_{}", random_secret(32));
+        sqlx::query(
+            "INSERT INTO oauth_families (id, client_id, user_id, scope, resource, created_at, last_used_at) VALUES ($1, $2, $3, $4, $5, $6, $6)",
+        )
+        .bind(&family_id)
+        .bind(&client_id)
+        .bind(&user_id)
+        .bind(&scope)
+        .bind(resource)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .db("start family")?;
+        let issued = issue_pair(
+            &mut tx, &user_id, &client_id, &family_id, &scope, &scope, now,
+        )
+        .await?;
+        sqlx::query("UPDATE oauth_codes SET family_id = $1 WHERE code_hash = $2")
+            .bind(&family_id)
+            .bind(&code_hash)
+            .execute(&mut *tx)
+            .await
+            .db("code family")?;
+        tx.commit().await.db("commit exchange")?;
+        self.oauth_audit(
+            Some(&user_id),
+            "oauth.token",
+            json!({"grant_type": "authorization_code", "client_id": client_id, "family_id": family_id, "scope": scope}),
+            Ok(()),
+            request_id,
+        )
+        .await;
+        Ok(issued)
+    }
+
+    /// The `refresh_token` grant: rotate. A refresh token presented a second
+    /// time revokes its whole family (every access and refresh token
+    /// descending from the same authorization). `scope`, when given, must
+    /// be within the family's; it narrows the new access token only.
+    pub async fn refresh_oauth_token(
+        &self,
+        refresh_token: &str,
+        client_id: Option<&str>,
+        scope: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<IssuedTokens, OauthError> {
+        let hash = hash_secret(refresh_token.trim());
+        let result = self
+            .refresh_inner(&hash, client_id, scope, request_id)
+            .await;
+        if let Err(e) = &result {
+            let row = sqlx::query(
+                "SELECT user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = 'oauth_refresh'",
+            )
+            .bind(&hash)
+            .fetch_optional(&self.pool)
+            .await
+            .ok()
+            .flatten();
+            let actor = row.as_ref().map(|r| r.get::<String, _>("user_id"));
+            let payload = match &row {
+                Some(r) => json!({
+                    "client_id": r.get::<Option<String>, _>("client_id"),
+                    "family_id": r.get::<Option<String>, _>("family_id"),
+                }),
+                None => json!({"client_id": client_id, "known_token": false}),
+            };
+            let err = ToolError::unauthorized(e.to_string());
+            self.oauth_audit(
+                actor.as_deref(),
+                "oauth.refresh",
+                payload,
+                Err(&err),
+                request_id,
+            )
+            .await;
+        }
+        result
+    }
+
+    async fn refresh_inner(
+        &self,
+        hash: &str,
+        client_id: Option<&str>,
+        scope: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<IssuedTokens, OauthError> {
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query(
+            "SELECT id, user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = 'oauth_refresh'",
+        )
+        .bind(hash)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("read refresh token")?;
+        let Some(row) = row else {
+            return Err(rejected_refresh());
+        };
+        let token_id: String = row.get("id");
+        let user_id: String = row.get("user_id");
+        let token_client: String = row
+            .get::<Option<String>, _>("client_id")
+            .unwrap_or_default();
+        let family_id: String = row
+            .get::<Option<String>, _>("family_id")
+            .unwrap_or_default();
+        if client_id.is_some_and(|c| c != token_client) {
+            return Err(OauthError::InvalidGrant(
+                "The refresh token was issued to a different client.".into(),
+            ));
+        }
+        // The family row is the lock every rotation and revocation takes.
+        let family = sqlx::query(
+            "UPDATE oauth_families SET last_used_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&family_id)
+        .execute(&mut *tx)
+        .await
+        .db("lock family")?;
+        if family.rows_affected() == 0 {
+            return Err(rejected_refresh());
+        }
+        let family_scope: String =
+            sqlx::query_scalar("SELECT scope FROM oauth_families WHERE id = $1")
+                .bind(&family_id)
+                .fetch_one(&mut *tx)
+                .await
+                .db("family scope")?;
+        let access_scope = match scope.map(str::trim).filter(|s| !s.is_empty()) {
+            None => family_scope.clone(),
+            Some(raw) => {
+                let wanted = parse_scope(Some(raw))
+                    .map_err(|s| OauthError::InvalidScope(format!("Unknown scope {s:?}.")))?;
+                if wanted
+                    .split(' ')
+                    .any(|s| !family_scope.split(' ').any(|f| f == s))
+                {
+                    return Err(OauthError::InvalidScope(
+                        "The requested scope exceeds the original grant.".into(),
+                    ));
+                }
+                wanted
+            }
+        };
+        let consumed = sqlx::query(
+            "UPDATE access_tokens SET used_at = $1 WHERE id = $2 AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $1",
+        )
+        .bind(now)
+        .bind(&token_id)
+        .execute(&mut *tx)
+        .await
+        .db("rotate refresh token")?;
+        if consumed.rows_affected() == 0 {
+            let used: Option<i64> =
+                sqlx::query_scalar("SELECT used_at FROM access_tokens WHERE id = $1")
+                    .bind(&token_id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .db("read refresh token")?;
+            if used.is_some() {
+                // A spent refresh token came back: someone holds a copy.
+                let revoked = revoke_family_in(&mut tx, &family_id, "refresh_replay", now).await?;
+                tx.commit().await.db("commit family revocation")?;
+                if revoked {
+                    self.oauth_audit(
+                    Some(&user_id),
+                    "oauth.family_revoked",
+                    json!({"family_id": family_id, "client_id": token_client, "reason": "refresh_replay"}),
+                    Ok(()),
+                    request_id,
+                )
+                .await;
+                }
+            }
+            return Err(rejected_refresh());
+        }
+        let issued = issue_pair(
+            &mut tx,
+            &user_id,
+            &token_client,
+            &family_id,
+            &access_scope,
+            &family_scope,
+            now,
+        )
+        .await?;
+        tx.commit().await.db("commit refresh")?;
+        self.oauth_audit(
+            Some(&user_id),
+            "oauth.refresh",
+            json!({"client_id": token_client, "family_id": family_id, "scope": access_scope}),
+            Ok(()),
+            request_id,
+        )
+        .await;
+        Ok(issued)
+    }
+
+    /// The clients a user has authorized (revoked ones included, with
+    /// `revoked_at`), oldest first.
+    pub async fn list_oauth_clients(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<AuthorizedClient>, ToolError> {
+        let rows = sqlx::query(
+            "SELECT c.id, c.client_name, c.redirect_uris, c.owner_id, c.created_at, g.scope, \
+                    g.created_at AS authorized_at, g.last_authorized_at, g.last_used_at, g.revoked_at, \
+                    (SELECT COUNT(*) FROM access_tokens t WHERE t.client_id = c.id AND t.user_id = g.user_id \
+                        AND t.revoked_at IS NULL AND t.used_at IS NULL AND t.expires_at > $2) AS active_tokens \
+             FROM oauth_grants g JOIN oauth_clients c ON c.id = g.client_id \
+             WHERE g.user_id = $1 ORDER BY g.created_at, c.id",
+        )
+        .bind(user_id)
+        .bind(self.now())
+        .fetch_all(&self.pool)
+        .await
+        .db("list oauth clients")?;
+        Ok(rows
+            .iter()
+            .map(|r| AuthorizedClient {
+                client: row_client(r),
+                scope: r.get("scope"),
+                authorized_at: r.get("authorized_at"),
+                last_authorized_at: r.get("last_authorized_at"),
+                last_used_at: r.get("last_used_at"),
+                revoked_at: r.get("revoked_at"),
+                active_tokens: r.get("active_tokens"),
+            })
+            .collect())
+    }
+
+    /// Revoke a client for this user: its grant, every token family and
+    /// token it holds for the user, and any code not yet exchanged. A
+    /// client the user never authorized (or already revoked) reads as not
+    /// found. Signing in again through the client grants afresh.
+    pub async fn revoke_oauth_client(
+        &self,
+        user_id: &str,
+        client_id: &str,
+    ) -> Result<(), ToolError> {
+        let not_found = || {
+            ToolError::not_found(format!(
+                "No OAuth client {client_id:?} is authorized for this user."
+            ))
+        };
+        let Ok(client_id) = zm_contracts::ids::parse_id(IdKind::OauthClient, client_id) else {
+            return Err(not_found());
+        };
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let done = sqlx::query(
+            "UPDATE oauth_grants SET revoked_at = $1 WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&client_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await
+        .db("revoke grant")?;
+        if done.rows_affected() == 0 {
+            return Err(not_found());
+        }
+        let families = sqlx::query(
+            "UPDATE oauth_families SET revoked_at = $1, revoked_reason = 'client_revoked' \
+             WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&client_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await
+        .db("revoke client families")?;
+        sqlx::query(
+            "UPDATE access_tokens SET revoked_at = $1 WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(&client_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await
+        .db("revoke client tokens")?;
+        sqlx::query(
+            "UPDATE oauth_codes SET used_at = $1 WHERE client_id = $2 AND user_id = $3 AND used_at IS NULL",
+        )
+        .bind(now)
+        .bind(&client_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await
+        .db("spend client codes")?;
+        tx.commit().await.db("commit client revocation")?;
+        self.oauth_audit(
+            Some(user_id),
+            "oauth.revoke",
+            json!({"client_id": client_id, "families_revoked": families.rows_affected()}),
+            Ok(()),
+            None,
+        )
+        .await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_matches_rfc_4648_vectors() {
+        assert_eq!(base64url(b""), "");
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(b"foob"), "Zm9vYg");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+        assert_eq!(base64url(&[0u8; 32]).len(), 43);
+    }
+
+    #[test]
+    fn scopes_are_canonical() {
+        assert_eq!(parse_scope(None).unwrap(), "mcp:read mcp:write");
+        assert_eq!(parse_scope(Some("  ")).unwrap(), "mcp:read mcp:write");
+        assert_eq!(
+            parse_scope(Some("mcp:write mcp:read mcp:write")).unwrap(),
+            "mcp:read mcp:write"
+        );
+        assert_eq!(parse_scope(Some("mcp:read")).unwrap(), "mcp:read");
+        assert_eq!(parse_scope(Some("mcp:read admin")).unwrap_err(), "admin");
+    }
+
+    #[test]
+    fn ct_eq_compares_whole_strings() {
+        assert!(ct_eq("abc", "abc"));
+        assert!(!ct_eq("abc", "abd"));
+        assert!(!ct_eq("abc", "ab"));
+    }
+}

@@ -1,0 +1,322 @@
+//! The OAuth store on every backend: single-use codes, rotation, family
+//! revocation on replay, client revocation, and the races between them.
+
+mod common;
+
+use common::*;
+use zm_contracts::ErrorCode;
+use zm_store::Store;
+use zm_store::oauth::{CodeExchange, IssuedTokens, NewCode, OauthError};
+
+const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+
+async fn client(store: &Store) -> String {
+    store
+        .register_oauth_client(Some("test"), &[REDIRECT.to_string()], None)
+        .await
+        .unwrap()
+        .id
+}
+
+async fn code(store: &Store, client: &str, user: &str) -> String {
+    store
+        .issue_oauth_code(
+            NewCode {
+                client_id: client,
+                user_id: user,
+                redirect_uri: REDIRECT,
+                code_challenge: CHALLENGE,
+                resource: None,
+                scope: "mcp:read mcp:write",
+            },
+            None,
+        )
+        .await
+        .unwrap()
+}
+
+async fn exchange(store: &Store, client: &str, code: &str) -> Result<IssuedTokens, OauthError> {
+    store
+        .exchange_oauth_code(
+            CodeExchange {
+                code,
+                client_id: client,
+                redirect_uri: REDIRECT,
+                verifier_challenge: CHALLENGE,
+            },
+            None,
+        )
+        .await
+}
+
+async fn works(store: &Store, token: &str) -> bool {
+    store.authenticate(token).await.unwrap().is_some()
+}
+
+fn invalid_grant<T: std::fmt::Debug>(r: Result<T, OauthError>, label: &str, what: &str) {
+    match r {
+        Err(OauthError::InvalidGrant(_)) => {}
+        other => panic!("[{label}] {what}: expected invalid_grant, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn codes_are_single_use_bound_and_short_lived() {
+    for (label, store) in backends().await {
+        let (u, _) = user(&store, "oauth-code").await;
+        let c = client(&store).await;
+        let first = code(&store, &c, &u.id).await;
+        assert_eq!(first.len(), 43, "[{label}]");
+        let t = exchange(&store, &c, &first).await.unwrap();
+        assert!(t.access_token.starts_with("zm_oat_"), "[{label}]");
+        assert!(t.refresh_token.starts_with("zm_ort_"), "[{label}]");
+        assert_eq!(t.expires_in, 3600, "[{label}]");
+        let auth = store.authenticate(&t.access_token).await.unwrap().unwrap();
+        assert_eq!(auth.user_id, u.id, "[{label}]");
+        assert!(auth.can_write(), "[{label}]");
+        // The refresh token is not a bearer token.
+        assert!(!works(&store, &t.refresh_token).await, "[{label}]");
+        // A second exchange fails and revokes what the first one issued.
+        invalid_grant(exchange(&store, &c, &first).await, &label, "reused code");
+        assert!(
+            !works(&store, &t.access_token).await,
+            "[{label}] code replay kills the family"
+        );
+
+        // Bound to the PKCE challenge, the client and the redirect URI (and
+        // spent by a failed attempt).
+        let second = code(&store, &c, &u.id).await;
+        let wrong = store
+            .exchange_oauth_code(
+                CodeExchange {
+                    code: &second,
+                    client_id: &c,
+                    redirect_uri: REDIRECT,
+                    verifier_challenge: "x".repeat(43).as_str(),
+                },
+                None,
+            )
+            .await;
+        invalid_grant(wrong, &label, "wrong verifier");
+        invalid_grant(
+            exchange(&store, &c, &second).await,
+            &label,
+            "spent by the failure",
+        );
+        let third = code(&store, &c, &u.id).await;
+        let other = client(&store).await;
+        invalid_grant(
+            exchange(&store, &other, &third).await,
+            &label,
+            "other client",
+        );
+
+        // Five minutes.
+        let late = code(&store, &c, &u.id).await;
+        store.clock().advance_ms(5 * 60 * 1000 + 1);
+        invalid_grant(exchange(&store, &c, &late).await, &label, "expired code");
+        // Access tokens last an hour.
+        let fresh = code(&store, &c, &u.id).await;
+        let t = exchange(&store, &c, &fresh).await.unwrap();
+        assert!(works(&store, &t.access_token).await, "[{label}]");
+        store.clock().advance_ms(3_600_000 + 1);
+        assert!(
+            !works(&store, &t.access_token).await,
+            "[{label}] an hour later"
+        );
+        // The refresh token outlives it.
+        let t2 = store
+            .refresh_oauth_token(&t.refresh_token, Some(&c), None, None)
+            .await
+            .unwrap();
+        assert!(works(&store, &t2.access_token).await, "[{label}]");
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_refresh_token_revokes_the_whole_family() {
+    for (label, store) in backends().await {
+        let (u, _) = user(&store, "oauth-family").await;
+        let c = client(&store).await;
+        let t1 = exchange(&store, &c, &code(&store, &c, &u.id).await)
+            .await
+            .unwrap();
+        // A second, independent authorization of the same client.
+        let other = exchange(&store, &c, &code(&store, &c, &u.id).await)
+            .await
+            .unwrap();
+        let t2 = store
+            .refresh_oauth_token(&t1.refresh_token, Some(&c), None, None)
+            .await
+            .unwrap();
+        assert_eq!(t2.family_id, t1.family_id, "[{label}]");
+        let t3 = store
+            .refresh_oauth_token(&t2.refresh_token, None, Some("mcp:read"), None)
+            .await
+            .unwrap();
+        assert_eq!(t3.scope, "mcp:read", "[{label}] narrowed");
+        let auth = store.authenticate(&t3.access_token).await.unwrap().unwrap();
+        assert!(!auth.can_write(), "[{label}]");
+        // Narrowing applies to the access token; the family keeps its scope.
+        let t4 = store
+            .refresh_oauth_token(&t3.refresh_token, None, Some("mcp:write mcp:read"), None)
+            .await
+            .unwrap();
+        assert_eq!(t4.scope, "mcp:read mcp:write", "[{label}]");
+        // Replay t1's (spent) refresh token.
+        invalid_grant(
+            store
+                .refresh_oauth_token(&t1.refresh_token, None, None, None)
+                .await,
+            &label,
+            "replay",
+        );
+        for (what, tok) in [
+            ("t1 access", &t1.access_token),
+            ("t2 access", &t2.access_token),
+            ("t3 access", &t3.access_token),
+            ("t4 access", &t4.access_token),
+        ] {
+            assert!(!works(&store, tok).await, "[{label}] {what} revoked");
+        }
+        invalid_grant(
+            store
+                .refresh_oauth_token(&t4.refresh_token, None, None, None)
+                .await,
+            &label,
+            "the newest refresh token is dead too",
+        );
+        // The other family is untouched.
+        assert!(works(&store, &other.access_token).await, "[{label}]");
+        // Another client id cannot use a refresh token.
+        let c2 = client(&store).await;
+        invalid_grant(
+            store
+                .refresh_oauth_token(&other.refresh_token, Some(&c2), None, None)
+                .await,
+            &label,
+            "foreign client",
+        );
+        let audit = store.audit_rows(&u.id, 50).await.unwrap();
+        assert!(
+            audit.iter().any(|r| r["command"] == "oauth.family_revoked"
+                && r["payload"]["reason"] == "refresh_replay"),
+            "[{label}] {audit:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn racing_exchanges_and_refreshes_yield_one_winner() {
+    for (label, store) in backends().await {
+        let (u, _) = user(&store, "oauth-race").await;
+        let c = client(&store).await;
+        let the_code = code(&store, &c, &u.id).await;
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let (store, c, the_code) = (store.clone(), c.clone(), the_code.clone());
+            tasks.push(tokio::spawn(async move {
+                exchange(&store, &c, &the_code).await
+            }));
+        }
+        let results: Vec<_> = futures_join(tasks).await;
+        let wins = results.iter().filter(|r| r.is_ok()).count();
+        assert!(wins <= 1, "[{label}] one code, at most one token pair");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(matches!(e, OauthError::InvalidGrant(_)), "[{label}] {e:?}");
+            }
+        }
+
+        let t = exchange(&store, &c, &code(&store, &c, &u.id).await)
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let (store, r) = (store.clone(), t.refresh_token.clone());
+            tasks.push(tokio::spawn(async move {
+                store.refresh_oauth_token(&r, None, None, None).await
+            }));
+        }
+        let results: Vec<_> = futures_join(tasks).await;
+        let issued: Vec<&IssuedTokens> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert!(issued.len() <= 1, "[{label}] one rotation at most");
+        // Everyone after the first is a replay: the family is gone, including
+        // whatever the winner received.
+        for t in issued {
+            assert!(!works(&store, &t.access_token).await, "[{label}]");
+        }
+    }
+}
+
+async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn clients_are_listed_and_revoked_by_their_users() {
+    for (label, store) in backends().await {
+        let (u, _) = user(&store, "oauth-owner").await;
+        let (v, _) = user(&store, "oauth-other").await;
+        let c = client(&store).await;
+        assert!(store.list_oauth_clients(&u.id).await.unwrap().is_empty());
+        let pending = code(&store, &c, &u.id).await;
+        let t = exchange(&store, &c, &code(&store, &c, &u.id).await)
+            .await
+            .unwrap();
+        let tv = exchange(&store, &c, &code(&store, &c, &v.id).await)
+            .await
+            .unwrap();
+        let listed = store.list_oauth_clients(&u.id).await.unwrap();
+        assert_eq!(listed.len(), 1, "[{label}]");
+        assert_eq!(listed[0].client.id, c, "[{label}]");
+        assert_eq!(
+            listed[0].client.owner_id.as_deref(),
+            Some(u.id.as_str()),
+            "[{label}] first authorizer owns it"
+        );
+        assert_eq!(
+            listed[0].active_tokens, 2,
+            "[{label}] one access, one refresh"
+        );
+        // v authorized it too but owns nothing; u's revocation leaves v alone.
+        let e = store
+            .revoke_oauth_client(&u.id, &zm_contracts::IdKind::OauthClient.generate())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound, "[{label}]");
+        store.revoke_oauth_client(&u.id, &c).await.unwrap();
+        assert!(!works(&store, &t.access_token).await, "[{label}]");
+        invalid_grant(
+            store
+                .refresh_oauth_token(&t.refresh_token, None, None, None)
+                .await,
+            &label,
+            "refresh after revocation",
+        );
+        invalid_grant(
+            exchange(&store, &c, &pending).await,
+            &label,
+            "pending code spent",
+        );
+        assert!(
+            works(&store, &tv.access_token).await,
+            "[{label}] another user's tokens live"
+        );
+        let listed = store.list_oauth_clients(&u.id).await.unwrap();
+        assert!(listed[0].revoked_at.is_some(), "[{label}]");
+        assert_eq!(listed[0].active_tokens, 0, "[{label}]");
+        // Deleting an account takes its grants with it; the client stays for others.
+        store
+            .delete_account(&zm_store::Caller::new(v.id.clone()))
+            .await
+            .unwrap();
+        assert!(!works(&store, &tv.access_token).await, "[{label}]");
+        assert!(store.oauth_client(&c).await.unwrap().is_some(), "[{label}]");
+    }
+}
