@@ -85,7 +85,9 @@ pub fn run_checks() -> Vec<Outcome> {
         name: "annotations match behaviour",
         result: match behaviour::observe_all() {
             Ok(observed) => behaviour::check_behaviour(&observed, |t| t.spec().annotations),
-            Err(e) => Err(vec![format!("could not run the tools on a scratch store: {e}")]),
+            Err(e) => Err(vec![format!(
+                "could not run the tools on a scratch store: {e}"
+            )]),
         },
     });
     out.push(Outcome {

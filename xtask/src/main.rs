@@ -1,5 +1,7 @@
 use std::process::ExitCode;
 
+mod bench;
+
 const USAGE: &str = "\
 usage: cargo xtask <command>
 
@@ -9,11 +11,22 @@ commands:
              generated docs); exits non-zero naming what is wrong
   contract   regenerate contract/snapshot.json, docs/CONTRACT.md and
              docs/DEPRECATIONS.md (refuses when CONTRACT_VERSION was not
-             bumped enough for the changes)";
+             bumped enough for the changes)
+  bench      store benchmark in release mode: remember throughput, recall
+             and briefing latency, database size at 10k and 100k memories
+             (SQLite; PostgreSQL with --postgres URL); --help for options";
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1);
     match cmd.as_deref() {
+        Some("bench") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench::bench(&args)
+        }
+        Some("bench-run") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench::bench_run(&args)
+        }
         Some("check") => {
             let mut failed = false;
             for o in xtask::run_checks() {

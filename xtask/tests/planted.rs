@@ -267,13 +267,22 @@ fn behavioural_check_sees_what_handlers_do_and_fails_on_a_wrong_hint() {
     let observed = xtask::behaviour::observe_all().expect("scratch stores run");
     let get = |t: ToolName| observed.iter().find(|(n, _)| *n == t).unwrap().1;
     let remember = get(ToolName::Remember);
-    assert!(!remember.read_only && !remember.destructive && remember.idempotent, "{remember:?}");
+    assert!(
+        !remember.read_only && !remember.destructive && remember.idempotent,
+        "{remember:?}"
+    );
     let forget = get(ToolName::Forget);
-    assert!(!forget.read_only && forget.destructive && forget.idempotent, "{forget:?}");
+    assert!(
+        !forget.read_only && forget.destructive && forget.idempotent,
+        "{forget:?}"
+    );
     let promote = get(ToolName::PromoteRule);
     assert!(!promote.idempotent, "{promote:?}");
     let recall = get(ToolName::Recall);
-    assert!(recall.read_only && !recall.destructive && recall.idempotent, "{recall:?}");
+    assert!(
+        recall.read_only && !recall.destructive && recall.idempotent,
+        "{recall:?}"
+    );
     let delete = get(ToolName::DeleteAccount);
     assert!(delete.destructive, "{delete:?}");
     // The real annotations pass...
@@ -290,6 +299,14 @@ fn behavioural_check_sees_what_handlers_do_and_fails_on_a_wrong_hint() {
         a
     })
     .unwrap_err();
-    assert!(errs.iter().any(|e| e.contains("`share`") && e.contains("destructiveHint")), "{errs:?}");
-    assert!(errs.iter().any(|e| e.contains("`entities`") && e.contains("readOnlyHint")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("`share`") && e.contains("destructiveHint")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("`entities`") && e.contains("readOnlyHint")),
+        "{errs:?}"
+    );
 }

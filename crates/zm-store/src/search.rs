@@ -89,8 +89,12 @@ pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
     match backend {
         Backend::Sqlite => {
             let q = fts::sqlite_match_query(text)?;
+            // CROSS JOIN pins the join order: the full-text match drives and
+            // each hit is fetched by rowid. Left to itself the planner may
+            // drive from an index on `memories` (owner, scope) and re-run
+            // the MATCH once per row: quadratic in the number of memories.
             let mut sql = Sql::new(&format!(
-                "SELECT {COLS}, -bm25(memories_fts) AS rel FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+                "SELECT {COLS}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
             ));
             sql.bind_str(q);
             Some(sql)
@@ -103,6 +107,18 @@ pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
             sql.bind_str(q).push(") q WHERE m.fts @@ q");
             Some(sql)
         }
+    }
+}
+
+/// The join keyword that makes the left table drive the join: SQLite never
+/// reorders the operands of `CROSS JOIN` (its planner otherwise may scan
+/// `memories` by scope and probe the small side once per row: tens of
+/// milliseconds at 100k memories); PostgreSQL plans `JOIN` well and has no
+/// `CROSS JOIN … ON`.
+fn driving_join(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "CROSS JOIN",
+        Backend::Postgres => "JOIN",
     }
 }
 
@@ -374,10 +390,11 @@ impl Store {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut sql = Sql::new(
+        let mut sql = Sql::new(&format!(
             "SELECT l.src AS l_src, l.dst AS l_dst, l.type AS l_type, m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at \
-             FROM memory_links l JOIN memories m ON (m.id = l.dst AND l.src IN ",
-        );
+             FROM memory_links l {} memories m ON (m.id = l.dst AND l.src IN ",
+            driving_join(self.backend)
+        ));
         sql.bind_list(ids.iter().cloned())
             .push(") OR (m.id = l.src AND l.dst IN ")
             .bind_list(ids.iter().cloned());
@@ -708,9 +725,10 @@ impl Store {
             push(&c, &mut out);
         }
         if !entity_ids.is_empty() {
-            let mut sql = Sql::new(
-                "SELECT DISTINCT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at, m.seq FROM memory_entities me JOIN memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
-            );
+            let mut sql = Sql::new(&format!(
+                "SELECT DISTINCT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
+                driving_join(self.backend)
+            ));
             sql.bind_list(entity_ids.iter().cloned());
             sql.push(" AND m.invalidated_at IS NULL AND ");
             push_visible(&mut sql, "m", &caller.user_id);

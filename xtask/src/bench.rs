@@ -1,0 +1,1271 @@
+//! `cargo xtask bench`: store throughput and latency at realistic sizes.
+//!
+//! `bench` re-invokes this binary in release mode (`cargo run --release
+//! -p xtask -- bench-run …`) so the figures are those of an optimised build;
+//! `bench-run` does the work:
+//!
+//! * per backend (a fresh temporary SQLite file; PostgreSQL when a URL is
+//!   given, which must name an empty database), one user and three
+//!   projects bound to project hints;
+//! * sizes are measured in ascending order on one store: it is loaded to
+//!   exactly N memories, measured, then loading continues to the next size;
+//! * loading: the first 2,000 memories go through `remember` (timed: the
+//!   throughput of a fresh store), the bulk through `import_memory` (the
+//!   product's import path: same content guard, exact dedup and one
+//!   transaction per memory, but no near-duplicate probe, which makes a
+//!   100k load through `remember` take hours), and the last 500 before N
+//!   through `remember` again (timed: the throughput at N). `--bulk
+//!   remember` sends every memory through `remember`;
+//! * memories are 5 store-clock minutes apart (`--spacing-minutes`), so
+//!   100k memories are about a year of history;
+//! * at each size: `--queries` `recall`s (k = 10, half pinned to a project
+//!   by `project_hint`, half over `scopes: ["*"]`), briefings
+//!   (`build_context` with `briefing: true`, three quarters pinned), their
+//!   latency percentiles, and the database size. On PostgreSQL the bench
+//!   runs `ANALYZE` after loading, as autovacuum would on a normal server.
+//!
+//! Contents are generated from word lists (decisions, conventions, gotchas,
+//! facts about services, libraries and commands, 60–250 characters) with a
+//! fixed seed, spread over five scopes: personal, core and three projects.
+//! Every write is sequential: one caller, one call at a time.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use zm_contracts::{BuildContextInput, ImportMemoryInput, RecallInput, RememberInput};
+use zm_store::{Caller, OpenOptions, Store};
+
+const BENCH_USAGE: &str = "\
+usage: cargo xtask bench [--sizes 10000,100000] [--queries 500]
+                         [--postgres URL] [--backends sqlite,postgres]
+                         [--bulk import|remember] [--remembers-at-n 500]
+                         [--spacing-minutes 5] [--keep]
+
+  --sizes     store sizes to measure at, ascending (default 10000,100000)
+  --queries   recall queries per size (default 500); briefings: a fifth
+              of that, at least 50
+  --postgres  URL of an EMPTY PostgreSQL database (default: the
+              ZM_BENCH_DATABASE_URL environment variable; PostgreSQL is
+              skipped when neither is given)
+  --backends  which to run, comma-separated: sqlite (synchronous=FULL, the
+              default setting), sqlite-normal (synchronous=NORMAL, a
+              variant), postgres (default: sqlite,postgres)
+  --bulk      how the bulk of N is loaded: import (default: import_memory,
+              with the first 2,000 memories and the last --remembers-at-n
+              before each size written by remember and timed) or remember
+              (every memory through remember: slow at large N)
+  --remembers-at-n
+              remembers timed when the store holds N (default 500)
+  --spacing-minutes
+              store-clock minutes between two loaded memories (default 5:
+              100k memories span about a year of history, so the 14-day
+              windows of a briefing see about 4,000 of them; 0 puts every
+              memory in the last minutes, the worst case for those windows)
+  --keep      keep the temporary SQLite files (their paths are printed)";
+
+/// The `bench` command: build and run `bench-run` in release mode.
+pub fn bench(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{BENCH_USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf();
+    eprintln!(
+        "building the benchmark in release mode (cargo run --release -p xtask -- bench-run)…"
+    );
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "xtask",
+            "--",
+            "bench-run",
+        ])
+        .args(args)
+        .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("cargo xtask bench: the benchmark failed ({s})");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("cargo xtask bench: cannot run cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `bench-run` command (normally reached through `bench`).
+pub fn bench_run(args: &[String]) -> ExitCode {
+    let opts = match Options::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}\n\n{BENCH_USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "warning: this is a debug build; run `cargo xtask bench` (release) for honest figures"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match runtime.block_on(run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Options {
+    sizes: Vec<usize>,
+    queries: usize,
+    postgres: Option<String>,
+    backends: Vec<String>,
+    bulk: Bulk,
+    spacing_minutes: i64,
+    /// `remember`s timed when the store holds N (they complete it to N).
+    at_n: usize,
+    keep: bool,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut o = Options {
+            sizes: vec![10_000, 100_000],
+            queries: 500,
+            postgres: std::env::var("ZM_BENCH_DATABASE_URL")
+                .ok()
+                .filter(|u| !u.trim().is_empty()),
+            backends: vec!["sqlite".into(), "postgres".into()],
+            bulk: Bulk::Import,
+            spacing_minutes: 5,
+            at_n: 500,
+            keep: false,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| {
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("{name} needs a value"))
+            };
+            match a.as_str() {
+                "--sizes" => {
+                    let v = value("--sizes")?;
+                    o.sizes = v
+                        .split(',')
+                        .map(|s| s.trim().replace('_', "").parse::<usize>())
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| format!("--sizes: not a list of numbers: {v:?}"))?;
+                    o.sizes.sort_unstable();
+                    o.sizes.dedup();
+                    if o.sizes.first() == Some(&0) || o.sizes.is_empty() {
+                        return Err("--sizes must be positive".into());
+                    }
+                }
+                "--queries" => {
+                    let v = value("--queries")?;
+                    o.queries = v
+                        .parse()
+                        .map_err(|_| format!("--queries: not a number: {v:?}"))?;
+                }
+                "--postgres" => o.postgres = Some(value("--postgres")?),
+                "--backends" => {
+                    let v = value("--backends")?;
+                    o.backends = v.split(',').map(|s| s.trim().to_string()).collect();
+                    for b in &o.backends {
+                        if !["sqlite", "sqlite-normal", "postgres"].contains(&b.as_str()) {
+                            return Err(format!("--backends: unknown backend {b:?}"));
+                        }
+                    }
+                }
+                "--bulk" => {
+                    o.bulk = match value("--bulk")?.as_str() {
+                        "import" => Bulk::Import,
+                        "remember" => Bulk::Remember,
+                        other => return Err(format!("--bulk: import or remember, not {other:?}")),
+                    }
+                }
+                "--spacing-minutes" => {
+                    let v = value("--spacing-minutes")?;
+                    o.spacing_minutes = v
+                        .parse()
+                        .ok()
+                        .filter(|m: &i64| *m >= 0)
+                        .ok_or_else(|| format!("--spacing-minutes: not a number: {v:?}"))?;
+                }
+                "--remembers-at-n" => {
+                    let v = value("--remembers-at-n")?;
+                    o.at_n =
+                        v.parse().ok().filter(|n: &usize| *n > 0).ok_or_else(|| {
+                            format!("--remembers-at-n: not a positive number: {v:?}")
+                        })?;
+                }
+                "--keep" => o.keep = true,
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        Ok(o)
+    }
+}
+
+// ------------------------------------------------------------ generation
+
+/// SplitMix64: a small deterministic generator (same data on every run).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+}
+
+const SERVICES: &[&str] = &[
+    "billing-api",
+    "auth-service",
+    "search-indexer",
+    "notification-worker",
+    "payments-gateway",
+    "user-profile",
+    "report-generator",
+    "ingest-pipeline",
+    "media-transcoder",
+    "feature-flags",
+    "audit-log",
+    "rate-limiter",
+    "session-store",
+    "email-sender",
+    "checkout",
+    "inventory-sync",
+    "analytics-collector",
+    "graphql-gateway",
+    "scheduler",
+    "webhook-dispatcher",
+];
+
+const LIBRARIES: &[&str] = &[
+    "tokio",
+    "sqlx",
+    "serde",
+    "axum",
+    "reqwest",
+    "tracing",
+    "clap",
+    "rayon",
+    "hyper",
+    "tonic",
+    "prost",
+    "diesel",
+    "redis-rs",
+    "rdkafka",
+    "jsonwebtoken",
+    "chrono",
+    "uuid",
+    "tower",
+    "opentelemetry",
+    "React",
+    "Next.js",
+    "Vite",
+    "Prisma",
+    "Jest",
+    "Playwright",
+    "pytest",
+    "SQLAlchemy",
+    "Celery",
+    "FastAPI",
+    "pydantic",
+];
+
+const INFRA: &[&str] = &[
+    "PostgreSQL",
+    "Redis",
+    "Kafka",
+    "RabbitMQ",
+    "S3",
+    "Kubernetes",
+    "Terraform",
+    "Nginx",
+    "Cloudflare",
+    "GitHub Actions",
+    "Grafana",
+    "Prometheus",
+    "Sentry",
+    "Vault",
+    "Elasticsearch",
+];
+
+const AREAS: &[&str] = &[
+    "retries",
+    "pagination",
+    "connection pooling",
+    "schema migrations",
+    "rate limiting",
+    "error handling",
+    "structured logging",
+    "caching",
+    "background jobs",
+    "token refresh",
+    "webhook delivery",
+    "CSV export",
+    "search ranking",
+    "timezone handling",
+    "currency rounding",
+    "idempotency keys",
+    "health checks",
+    "graceful shutdown",
+    "config loading",
+    "batch imports",
+];
+
+const REASONS: &[&str] = &[
+    "it keeps p99 latency under 50 ms",
+    "the old client leaked connections under load",
+    "the platform team already runs it",
+    "it avoids a second network hop",
+    "we need exactly-once delivery",
+    "the vendor SDK is unmaintained",
+    "it roughly halves the cloud bill",
+    "on-call asked for simpler rollbacks",
+    "it makes local development work offline",
+    "the previous approach failed the security review",
+];
+
+const PROBLEMS: &[&str] = &[
+    "deadlocks under concurrent writes",
+    "silently drops messages larger than 1 MB",
+    "panics on empty input",
+    "leaks file descriptors",
+    "returns timestamps in local time",
+    "double-counts retries",
+    "ignores the TLS setting",
+    "blocks the async runtime",
+    "times out after 30 seconds",
+    "mangles UTF-8 in headers",
+    "loses the trace context",
+    "caches stale credentials",
+];
+
+const CONDITIONS: &[&str] = &[
+    "the pool is exhausted",
+    "running in CI",
+    "the replica lags",
+    "a deploy overlaps a migration",
+    "the clocks change for DST",
+    "the cache is cold",
+    "two workers pick the same job",
+    "the payload is gzip-compressed",
+];
+
+const FIXES: &[&str] = &[
+    "pin the previous minor version",
+    "set the timeout explicitly",
+    "wrap the call in spawn_blocking",
+    "use the batch endpoint instead",
+    "add an index on (tenant_id, created_at)",
+    "retry with jittered backoff",
+    "normalise to UTC at the boundary",
+    "raise the pool size to 32",
+];
+
+const COMMANDS: &[&str] = &[
+    "cargo nextest run",
+    "make lint",
+    "just migrate",
+    "npm run typecheck",
+    "terraform plan -out plan.tfplan",
+    "kubectl rollout restart",
+    "pytest -x -q",
+    "docker compose up -d db",
+    "sqlx migrate run",
+    "pnpm build",
+];
+
+const PEOPLE: &[&str] = &[
+    "Alice", "Bob", "Priya", "Chen", "Marta", "Tomas", "Yuki", "Omar",
+];
+
+const MONTHS: &[&str] = &[
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+const WEEKDAYS: &[&str] = &["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"];
+
+const STYLES: &[&str] = &[
+    "early returns",
+    "explicit error types",
+    "small functions",
+    "table-driven tests",
+    "descriptive commit messages",
+    "inline comments",
+    "named arguments",
+    "immutable data",
+];
+
+const LANGUAGES: &[&str] = &["Rust", "TypeScript", "Python", "Go", "SQL"];
+
+/// The three projects: (slug, the hint an agent would pass).
+const PROJECTS: &[(&str, &str)] = &[
+    ("atlas", "/home/dev/src/atlas"),
+    ("billing", "git@github.com:acme/billing.git"),
+    ("webshop", "https://github.com/acme/webshop"),
+];
+
+/// Where a memory goes.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Personal,
+    Core,
+    Project(usize),
+}
+
+struct Generated {
+    content: String,
+    kind: &'static str,
+    slot: Slot,
+    entities: Option<Vec<String>>,
+}
+
+fn ticket(r: &mut Rng) -> String {
+    let team = r.pick(&["ENG", "OPS", "PAY", "SEC", "WEB"]);
+    format!("{team}-{}", r.range(100, 9999))
+}
+
+fn version(r: &mut Rng) -> String {
+    format!("{}.{}.{}", r.range(0, 4), r.range(0, 30), r.range(0, 12))
+}
+
+fn generate(r: &mut Rng) -> Generated {
+    let slot = match r.below(20) {
+        0..=2 => Slot::Personal,
+        3..=5 => Slot::Core,
+        n => Slot::Project(n % PROJECTS.len()),
+    };
+    let (svc, svc2) = (r.pick(SERVICES), r.pick(SERVICES));
+    let (lib, lib2) = (r.pick(LIBRARIES), r.pick(LIBRARIES));
+    let (infra, infra2) = (r.pick(INFRA), r.pick(INFRA));
+    let area = r.pick(AREAS);
+    let mut entities = None;
+    let (kind, content) = match slot {
+        Slot::Personal => match r.below(3) {
+            0 => (
+                "preference",
+                format!(
+                    "I prefer {} over {} in {} code reviews; point it out once, not on every line (agreed in the {svc} review of {}).",
+                    r.pick(STYLES),
+                    r.pick(STYLES),
+                    r.pick(LANGUAGES),
+                    ticket(r)
+                ),
+            ),
+            1 => (
+                "preference",
+                format!(
+                    "Prefer small pull requests under {} lines, squash-merged, with the ticket ({}) in the title.",
+                    r.range(2, 8) * 100,
+                    ticket(r)
+                ),
+            ),
+            _ => (
+                "fact",
+                format!(
+                    "My {} shell alias `{}{}` runs `{}` with the {} profile in {svc} checkouts.",
+                    r.pick(LANGUAGES),
+                    &r.pick(COMMANDS)[..2],
+                    r.range(1, 99),
+                    r.pick(COMMANDS),
+                    r.pick(&["dev", "ci", "release", "bench"])
+                ),
+            ),
+        },
+        Slot::Core => match r.below(3) {
+            0 => (
+                "gotcha",
+                format!(
+                    "Gotcha: {lib} {} {} when {}; workaround: {}.",
+                    version(r),
+                    r.pick(PROBLEMS),
+                    r.pick(CONDITIONS),
+                    r.pick(FIXES)
+                ),
+            ),
+            1 => (
+                "fact",
+                format!(
+                    "{infra} {} defaults: {area} is off unless configured, and the limit is {} per connection.",
+                    version(r),
+                    r.range(8, 512)
+                ),
+            ),
+            _ => (
+                "reference",
+                format!(
+                    "Reference for {lib} {area}: https://docs.example.com/{}/{}#{}",
+                    lib.to_lowercase(),
+                    version(r),
+                    area.replace(' ', "-")
+                ),
+            ),
+        },
+        Slot::Project(_) => match r.below(9) {
+            0 | 1 => {
+                if r.below(3) == 0 {
+                    entities = Some(vec![svc.to_string(), lib.to_string()]);
+                }
+                (
+                    "decision",
+                    format!(
+                        "Decided to use {lib} for {area} in {svc} because {} ({}).",
+                        r.pick(REASONS),
+                        ticket(r)
+                    ),
+                )
+            }
+            2 => (
+                "decision",
+                format!(
+                    "We chose {infra} over {infra2} for {svc} {area}; {}. Revisit after {}.",
+                    r.pick(REASONS),
+                    r.pick(MONTHS)
+                ),
+            ),
+            3 => (
+                "convention",
+                format!(
+                    "Convention in {svc}: run `{}` before pushing; {area} code lives under src/{}/ and never calls {lib} directly.",
+                    r.pick(COMMANDS),
+                    area.replace(' ', "_")
+                ),
+            ),
+            4 => (
+                "gotcha",
+                format!(
+                    "{svc} {area} {} if {} — {} ({}).",
+                    r.pick(PROBLEMS),
+                    r.pick(CONDITIONS),
+                    r.pick(FIXES),
+                    ticket(r)
+                ),
+            ),
+            5 => (
+                "fact",
+                format!(
+                    "{svc} listens on port {} and keeps its {area} state in {infra}; {svc2} is its main caller (p95 about {} ms).",
+                    r.range(3000, 9999),
+                    r.range(2, 400)
+                ),
+            ),
+            6 => (
+                "task",
+                format!(
+                    "TODO: move {svc} {area} from {lib} to {lib2} before the {} release; {} owns it ({}).",
+                    r.pick(MONTHS),
+                    r.pick(PEOPLE),
+                    ticket(r)
+                ),
+            ),
+            7 => (
+                "episode",
+                format!(
+                    "On {} the {svc} deploy failed because {lib} {}; we rolled back and decided to {}.",
+                    r.pick(WEEKDAYS),
+                    r.pick(PROBLEMS),
+                    r.pick(FIXES)
+                ),
+            ),
+            _ => (
+                "open-question",
+                format!(
+                    "Open question: should {svc} move {area} to {infra} or keep it on {infra2}? {} wants numbers first ({}).",
+                    r.pick(PEOPLE),
+                    ticket(r)
+                ),
+            ),
+        },
+    };
+    Generated {
+        content,
+        kind,
+        slot,
+        entities,
+    }
+}
+
+/// A 1–4 word query drawn from the same vocabulary.
+fn query(r: &mut Rng) -> String {
+    let mut words: Vec<String> = Vec::new();
+    for _ in 0..r.range(1, 4) {
+        let w = match r.below(6) {
+            0 => r.pick(SERVICES).to_string(),
+            1 => r.pick(LIBRARIES).to_string(),
+            2 => r.pick(INFRA).to_string(),
+            3 => r.pick(AREAS).to_string(),
+            4 => {
+                let p = r.pick(PROBLEMS);
+                p.split(' ').next().unwrap_or(p).to_string()
+            }
+            _ => r
+                .pick(&[
+                    "timeout",
+                    "retry",
+                    "deploy",
+                    "migration",
+                    "latency",
+                    "rollback",
+                    "port",
+                    "index",
+                    "release",
+                    "owner",
+                ])
+                .to_string(),
+        };
+        words.push(w);
+    }
+    words.truncate(4);
+    words.join(" ")
+}
+
+// ------------------------------------------------------------ measuring
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn human_bytes(b: u64) -> String {
+    let mb = b as f64 / (1024.0 * 1024.0);
+    if mb >= 1024.0 {
+        format!("{:.2} GiB", mb / 1024.0)
+    } else {
+        format!("{mb:.1} MiB")
+    }
+}
+
+/// One row of the result table.
+#[derive(Debug, Clone)]
+struct Row {
+    backend: String,
+    size: usize,
+    /// `remember`s per second over the first 2,000 (from an empty store).
+    first_2k_rate: Option<f64>,
+    /// The bulk path and its rate over everything it loaded so far.
+    bulk: &'static str,
+    bulk_rate: f64,
+    /// `remember`s per second, p50 and p99, when the store holds N.
+    at_n_rate: f64,
+    remember_p50: Duration,
+    remember_p99: Duration,
+    /// p50, p95, p99, max.
+    recall: [Duration; 4],
+    /// p50, p95, p99.
+    briefing: [Duration; 3],
+    bytes: u64,
+    size_note: String,
+    dedups: usize,
+}
+
+/// Parse a tool input through the real validation entry point.
+macro_rules! parse {
+    ($ty:ty, $raw:expr) => {{
+        let raw: &Value = $raw;
+        zm_contracts::parse_input::<$ty>(raw)
+            .map_err(|e| format!("input {raw} does not validate: {e}"))
+    }};
+}
+
+/// How the bulk of N is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bulk {
+    /// `remember`, like every other write (near-duplicate probe included).
+    Remember,
+    /// `import_memory`: the product's import path (content guard, exact
+    /// dedup, one transaction per memory; no near-duplicate probe, no
+    /// entity anchoring).
+    Import,
+}
+
+/// `remember`s timed from an empty store.
+const FIRST: usize = 2_000;
+
+struct Bench {
+    store: Store,
+    writer: Caller,
+    reader: Caller,
+    briefer: Caller,
+    projects: Vec<String>,
+    rng: Rng,
+    qrng: Rng,
+    loaded: usize,
+    dedups: usize,
+    first_2k: Option<Duration>,
+    remember_time: Duration,
+    remembered: usize,
+    bulk_time: Duration,
+    bulk_loaded: usize,
+    spacing_ms: i64,
+}
+
+impl Bench {
+    async fn new(store: Store, label: &str) -> Result<Bench, String> {
+        let slug: String = label
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let email = format!(
+            "bench-{slug}-{}@bench.zero-memory.invalid",
+            std::process::id()
+        );
+        let user = store
+            .create_user(&email, "benchmark password")
+            .await
+            .map_err(|e| format!("create the user: {e}"))?;
+        let writer = Caller::new(user.id.clone());
+        let reader = Caller::new(user.id.clone());
+        let briefer = Caller {
+            session_id: Some("ses_bench".into()),
+            ..Caller::new(user.id.clone())
+        };
+        let mut bench = Bench {
+            store,
+            writer,
+            reader,
+            briefer,
+            projects: Vec::new(),
+            rng: Rng(0x5EED_0F2E_6000),
+            qrng: Rng(0x0051_7EAD),
+            loaded: 0,
+            dedups: 0,
+            first_2k: None,
+            remember_time: Duration::ZERO,
+            remembered: 0,
+            bulk_time: Duration::ZERO,
+            bulk_loaded: 0,
+            spacing_ms: 0,
+        };
+        // Bind the three project hints (a pinned read creates the project).
+        for (slug, hint) in PROJECTS {
+            let out = bench
+                .store
+                .recall(
+                    &bench.reader,
+                    parse!(
+                        RecallInput,
+                        &json!({"query": "setup", "project_hint": hint})
+                    )?,
+                )
+                .await
+                .map_err(|e| format!("bind project {slug}: {e}"))?;
+            let scope = out
+                .project_scope
+                .ok_or_else(|| format!("hint {hint} pinned no project"))?;
+            bench.projects.push(scope);
+        }
+        Ok(bench)
+    }
+
+    /// Write one generated memory; its latency, or `None` when an
+    /// identical memory absorbed it (not a new row).
+    async fn write_one(&mut self, via: Bulk) -> Result<Option<Duration>, String> {
+        let g = generate(&mut self.rng);
+        let (input_remember, input_import) = match via {
+            Bulk::Remember => {
+                let scope = match g.slot {
+                    Slot::Personal => "personal".to_string(),
+                    Slot::Core => "core".to_string(),
+                    Slot::Project(i) => self.projects[i].clone(),
+                };
+                let mut raw = json!({"content": g.content, "kind": g.kind, "scope": scope});
+                if let Some(ents) = &g.entities {
+                    raw["entities"] =
+                        json!(ents.iter().map(|e| json!({"name": e})).collect::<Vec<_>>());
+                }
+                (Some(parse!(RememberInput, &raw)?), None)
+            }
+            Bulk::Import => {
+                let mut raw = json!({
+                    "content": g.content,
+                    "kind": g.kind,
+                    "source_path": "bench/generated.md",
+                    "source_hash": format!("bench-{}", self.rng.next()),
+                });
+                match g.slot {
+                    Slot::Personal => raw["target"] = json!("personal"),
+                    Slot::Core => raw["target"] = json!("core"),
+                    Slot::Project(i) => {
+                        raw["target"] = json!("project");
+                        raw["project_hint"] = json!(PROJECTS[i].1);
+                    }
+                }
+                (None, Some(parse!(ImportMemoryInput, &raw)?))
+            }
+        };
+        let t = Instant::now();
+        let dedup = if let Some(input) = input_remember {
+            let out = self
+                .store
+                .remember(&self.writer, input)
+                .await
+                .map_err(|e| format!("remember: {e}"))?;
+            out.deduplicated == Some(true)
+        } else if let Some(input) = input_import {
+            let out = self
+                .store
+                .import_memory(&self.writer, input)
+                .await
+                .map_err(|e| format!("import_memory: {e}"))?;
+            out.deduplicated == Some(true) || out.skipped
+        } else {
+            unreachable!("one input is built")
+        };
+        let d = t.elapsed();
+        if dedup {
+            self.dedups += 1;
+            return Ok(None);
+        }
+        self.loaded += 1;
+        // Memories arrive over time, not all at once.
+        self.store.clock().advance_ms(self.spacing_ms);
+        Ok(Some(d))
+    }
+
+    /// Load with `via` until the store holds `target`; the latencies.
+    async fn load_to(
+        &mut self,
+        target: usize,
+        via: Bulk,
+        label: &str,
+    ) -> Result<Vec<Duration>, String> {
+        let mut lat = Vec::with_capacity(target.saturating_sub(self.loaded));
+        let mut window = Instant::now();
+        while self.loaded < target {
+            let Some(d) = self.write_one(via).await? else {
+                continue;
+            };
+            lat.push(d);
+            match via {
+                Bulk::Remember => {
+                    self.remember_time += d;
+                    self.remembered += 1;
+                    if self.remembered == FIRST {
+                        self.first_2k = Some(self.remember_time);
+                    }
+                }
+                Bulk::Import => {
+                    self.bulk_time += d;
+                    self.bulk_loaded += 1;
+                }
+            }
+            if self.loaded.is_multiple_of(10_000) {
+                eprintln!(
+                    "[{label}] {} memories; last 10,000 at {:.0} writes/s",
+                    self.loaded,
+                    10_000.0 / window.elapsed().as_secs_f64()
+                );
+                window = Instant::now();
+            }
+        }
+        Ok(lat)
+    }
+
+    async fn measure_recall(&mut self, n: usize) -> Result<Vec<Duration>, String> {
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n + 20 {
+            let q = query(&mut self.qrng);
+            let raw = if i % 2 == 0 {
+                let (_, hint) = PROJECTS[self.qrng.below(PROJECTS.len())];
+                json!({"query": q, "k": 10, "project_hint": hint})
+            } else {
+                json!({"query": q, "k": 10, "scopes": ["*"]})
+            };
+            let input = parse!(RecallInput, &raw)?;
+            let t = Instant::now();
+            self.store
+                .recall(&self.reader, input)
+                .await
+                .map_err(|e| format!("recall {raw}: {e}"))?;
+            if i >= 20 {
+                // The first 20 warm the caches.
+                lat.push(t.elapsed());
+            }
+        }
+        Ok(lat)
+    }
+
+    async fn measure_briefing(&mut self, n: usize) -> Result<Vec<Duration>, String> {
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n + 5 {
+            let topic = query(&mut self.qrng);
+            let raw = if i % 4 == 3 {
+                json!({"topic": topic, "briefing": true})
+            } else {
+                let (_, hint) = PROJECTS[self.qrng.below(PROJECTS.len())];
+                json!({"topic": topic, "briefing": true, "project_hint": hint})
+            };
+            let input = parse!(BuildContextInput, &raw)?;
+            let t = Instant::now();
+            self.store
+                .build_context(&self.briefer, input)
+                .await
+                .map_err(|e| format!("build_context {raw}: {e}"))?;
+            if i >= 5 {
+                lat.push(t.elapsed());
+            }
+        }
+        Ok(lat)
+    }
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Refresh the PostgreSQL planner statistics. A production server's
+/// autovacuum does this on its own; a server running with `autovacuum =
+/// off` (some test servers do) would otherwise plan every query of the
+/// benchmark without statistics for tables that grew from empty.
+async fn analyze(url: &str) -> Result<(), String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("connect for ANALYZE: {e}"))?;
+    sqlx::query("ANALYZE")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("ANALYZE: {e}"))?;
+    conn.close().await.map_err(|e| format!("close: {e}"))?;
+    Ok(())
+}
+
+async fn run_backend(
+    label: &str,
+    store: Store,
+    opts: &Options,
+    sqlite_file: Option<&Path>,
+    pg_url: Option<&str>,
+) -> Result<Vec<Row>, String> {
+    let mut bench = Bench::new(store, label).await?;
+    bench.spacing_ms = opts.spacing_minutes * 60_000;
+    let mut rows = Vec::new();
+    for &size in &opts.sizes {
+        let started = Instant::now();
+        let at_n = match opts.bulk {
+            Bulk::Import => {
+                // From an empty store: the first 2,000 through remember.
+                let at_n = opts.at_n.min(size);
+                let first = FIRST.min(size - at_n);
+                bench.load_to(first, Bulk::Remember, label).await?;
+                bench.load_to(size - at_n, Bulk::Import, label).await?;
+                if let Some(url) = pg_url {
+                    analyze(url).await?;
+                }
+                bench.load_to(size, Bulk::Remember, label).await?
+            }
+            Bulk::Remember => {
+                let lat = bench.load_to(size, Bulk::Remember, label).await?;
+                lat[lat.len().saturating_sub(opts.at_n)..].to_vec()
+            }
+        };
+        if let Some(url) = pg_url {
+            analyze(url).await?;
+        }
+        let mut sorted_at_n = at_n.clone();
+        sorted_at_n.sort_unstable();
+        let at_n_total: Duration = at_n.iter().sum();
+        eprintln!(
+            "[{label}] {size} memories after {:.1} s of loading; measuring {} recalls…",
+            started.elapsed().as_secs_f64(),
+            opts.queries
+        );
+        let mut recall = bench.measure_recall(opts.queries).await?;
+        recall.sort_unstable();
+        let mut brief = bench.measure_briefing(briefings(opts.queries)).await?;
+        brief.sort_unstable();
+        let (bytes, size_note) = match sqlite_file {
+            Some(f) => {
+                let wal = f.with_extension("db-wal");
+                let (main, wal) = (file_len(f), file_len(&wal));
+                (
+                    main + wal,
+                    format!("file {} + WAL {}", human_bytes(main), human_bytes(wal)),
+                )
+            }
+            None => {
+                let b = bench
+                    .store
+                    .database_size_bytes()
+                    .await
+                    .map_err(|e| format!("database size: {e}"))?
+                    .unwrap_or(0) as u64;
+                (b, "pg_database_size".to_string())
+            }
+        };
+        let (bulk, bulk_rate) = match opts.bulk {
+            Bulk::Import => (
+                "import_memory",
+                bench.bulk_loaded as f64 / bench.bulk_time.as_secs_f64(),
+            ),
+            Bulk::Remember => (
+                "remember",
+                bench.remembered as f64 / bench.remember_time.as_secs_f64(),
+            ),
+        };
+        rows.push(Row {
+            backend: label.to_string(),
+            size,
+            first_2k_rate: bench.first_2k.map(|d| FIRST as f64 / d.as_secs_f64()),
+            bulk,
+            bulk_rate,
+            at_n_rate: at_n.len() as f64 / at_n_total.as_secs_f64(),
+            remember_p50: pct(&sorted_at_n, 50.0),
+            remember_p99: pct(&sorted_at_n, 99.0),
+            recall: [
+                pct(&recall, 50.0),
+                pct(&recall, 95.0),
+                pct(&recall, 99.0),
+                *recall.last().unwrap_or(&Duration::ZERO),
+            ],
+            briefing: [pct(&brief, 50.0), pct(&brief, 95.0), pct(&brief, 99.0)],
+            bytes,
+            size_note,
+            dedups: bench.dedups,
+        });
+        print_row(rows.last().expect("just pushed"));
+    }
+    bench.store.close().await;
+    Ok(rows)
+}
+
+fn briefings(queries: usize) -> usize {
+    (queries / 5).max(50)
+}
+
+fn rate(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r.is_finite() => format!("{r:.0}"),
+        _ => "—".to_string(),
+    }
+}
+
+fn print_row(r: &Row) {
+    eprintln!(
+        "[{}] N={}: remember {}/s first 2k, {:.0}/s at N (p50 {:.2} ms, p99 {:.2} ms); bulk {} {:.0}/s; recall p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms; briefing p50 {:.2} ms p95 {:.2} ms; size {}",
+        r.backend,
+        r.size,
+        rate(r.first_2k_rate),
+        r.at_n_rate,
+        ms(r.remember_p50),
+        ms(r.remember_p99),
+        r.bulk,
+        r.bulk_rate,
+        ms(r.recall[0]),
+        ms(r.recall[1]),
+        ms(r.recall[2]),
+        ms(r.briefing[0]),
+        ms(r.briefing[1]),
+        human_bytes(r.bytes)
+    );
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    s.push_str("| backend | memories | remember/s, first 2k | remember/s at N | remember p50 / p99 at N | bulk load | recall p50 | recall p95 | recall p99 | recall max | briefing p50 | briefing p95 | briefing p99 | database size |\n");
+    s.push_str("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {:.2} / {:.2} ms | {} {}/s | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} ({}) |\n",
+            r.backend,
+            r.size,
+            rate(r.first_2k_rate),
+            r.at_n_rate,
+            ms(r.remember_p50),
+            ms(r.remember_p99),
+            r.bulk,
+            rate(Some(r.bulk_rate)),
+            ms(r.recall[0]),
+            ms(r.recall[1]),
+            ms(r.recall[2]),
+            ms(r.recall[3]),
+            ms(r.briefing[0]),
+            ms(r.briefing[1]),
+            ms(r.briefing[2]),
+            human_bytes(r.bytes),
+            r.size_note
+        ));
+    }
+    s
+}
+
+fn temp_dir(label: &str) -> Result<PathBuf, String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("zm-bench-{label}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+async fn run(opts: Options) -> Result<(), String> {
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for backend in &opts.backends {
+        match backend.as_str() {
+            "sqlite" | "sqlite-normal" => {
+                let dir = temp_dir(backend)?;
+                let file = dir.join("zm.db");
+                let mut o = OpenOptions::new(zm_store::sqlite_url(&file));
+                let label = if backend == "sqlite" {
+                    "sqlite (synchronous=FULL)"
+                } else {
+                    o.sqlite_synchronous = "NORMAL".into();
+                    "sqlite (synchronous=NORMAL)"
+                };
+                eprintln!("[{label}] {}", file.display());
+                let store = Store::open_with(o)
+                    .await
+                    .map_err(|e| format!("open {}: {e}", file.display()))?;
+                let result = run_backend(label, store, &opts, Some(&file), None).await;
+                if opts.keep {
+                    eprintln!("[{label}] kept {}", file.display());
+                } else {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                rows.extend(result?);
+            }
+            "postgres" => {
+                let Some(url) = &opts.postgres else {
+                    eprintln!(
+                        "[postgres] skipped: pass --postgres URL or set ZM_BENCH_DATABASE_URL"
+                    );
+                    continue;
+                };
+                let store = Store::open(url)
+                    .await
+                    .map_err(|e| format!("open the PostgreSQL database: {e}"))?;
+                let users = store
+                    .list_users()
+                    .await
+                    .map_err(|e| format!("list users: {e}"))?;
+                if !users.is_empty() {
+                    return Err(format!(
+                        "the PostgreSQL database is not empty ({} users): give the URL of an empty database (e.g. CREATE DATABASE zm_bench_1)",
+                        users.len()
+                    ));
+                }
+                let url = url.clone();
+                rows.extend(run_backend("postgres", store, &opts, None, Some(&url)).await?);
+            }
+            other => return Err(format!("unknown backend {other}")),
+        }
+    }
+    println!();
+    println!(
+        "zero-memory store benchmark — {} build; {} recall queries (k = 10) and {} briefings per size; bulk load via {}; memories {} store-clock minutes apart",
+        if cfg!(debug_assertions) {
+            "DEBUG"
+        } else {
+            "release"
+        },
+        opts.queries,
+        briefings(opts.queries),
+        match opts.bulk {
+            Bulk::Import =>
+                "import_memory (the first 2,000 and the last --remembers-at-n before each size via remember)",
+            Bulk::Remember => "remember",
+        },
+        opts.spacing_minutes
+    );
+    println!();
+    print!("{}", table(&rows));
+    for r in &rows {
+        if r.dedups > 0 {
+            println!(
+                "\n{} up to {}: {} generated writes were exact duplicates of an earlier one (absorbed by the store, not counted)",
+                r.backend, r.size, r.dedups
+            );
+        }
+    }
+    println!(
+        "\ntotal benchmark time: {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_contents_are_realistic_lengths() {
+        let mut r = Rng(0x5EED_0F2E_6000);
+        let mut lens = Vec::new();
+        for _ in 0..5_000 {
+            let g = generate(&mut r);
+            lens.push(g.content.chars().count());
+        }
+        let (min, max) = (
+            *lens.iter().min().expect("some"),
+            *lens.iter().max().expect("some"),
+        );
+        assert!(min >= 50, "shortest content {min}");
+        assert!(max <= 260, "longest content {max}");
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(pct(&v, 50.0), Duration::from_millis(50));
+        assert_eq!(pct(&v, 99.0), Duration::from_millis(99));
+        assert_eq!(pct(&v, 100.0), Duration::from_millis(100));
+    }
+}
