@@ -150,6 +150,8 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
                     conn.execute("PRAGMA busy_timeout = 30000").await?;
                     conn.execute("PRAGMA journal_mode = WAL").await?;
                     conn.execute("PRAGMA foreign_keys = ON").await?;
+                    // Reads through the page cache of the OS, not read(2) copies.
+                    conn.execute("PRAGMA mmap_size = 268435456").await?;
                     let sql = if sync == "NORMAL" {
                         "PRAGMA synchronous = NORMAL"
                     } else {

@@ -38,6 +38,28 @@ pub fn sqlite_match_query(user_text: &str) -> Option<String> {
     Some(quoted.join(" OR "))
 }
 
+/// The `n` most distinctive terms of a text, as text for [`sqlite_match_query`]
+/// / [`pg_query_terms`]: the longest distinct terms (long words are the rare
+/// ones), ties in order of appearance. A near-duplicate shares most of its
+/// terms, so probing with these finds it without ranking every memory that
+/// merely shares a common word.
+pub fn distinctive_terms(text: &str, n: usize) -> String {
+    let mut terms: Vec<(usize, String)> = query_terms(text).into_iter().enumerate().collect();
+    terms.sort_by(|a, b| {
+        b.1.chars()
+            .count()
+            .cmp(&a.1.chars().count())
+            .then(a.0.cmp(&b.0))
+    });
+    terms.truncate(n);
+    terms.sort_by_key(|(i, _)| *i);
+    terms
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A PostgreSQL `to_tsquery('simple', $1)` argument: the terms joined with
 /// ` | `. Safe because no term contains an operator character (`&`, `|`,
 /// `!`, `<`, `>`, `(`, `)`, `:`, `*`, `'`, `\`). `None` when there are no
@@ -48,6 +70,22 @@ pub fn pg_query_terms(user_text: &str) -> Option<String> {
         return None;
     }
     Some(terms.join(" | "))
+}
+
+#[cfg(test)]
+mod distinctive_tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_longest_terms_in_order() {
+        let t = distinctive_terms(
+            "The staging database runs PostgreSQL on port 5433 for the billing service",
+            4,
+        );
+        assert_eq!(t, "staging database postgresql billing");
+        assert_eq!(distinctive_terms("", 4), "");
+        assert_eq!(distinctive_terms("a b", 6), "a b");
+    }
 }
 
 #[cfg(test)]

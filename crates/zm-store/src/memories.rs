@@ -18,6 +18,8 @@ use crate::store::{Caller, Store};
 
 /// Content longer than this gets a `length_directive`.
 pub const LONG_CONTENT_CHARS: usize = 1800;
+/// How many of the new memory's terms the near-duplicate probe searches for.
+const SIMILAR_PROBE_TERMS: usize = 6;
 /// How many near-duplicate candidates are scored.
 const SIMILAR_FETCH: i64 = 24;
 
@@ -433,7 +435,8 @@ impl Store {
         exclude: &str,
         content: &str,
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
-        let mut sql = crate::search::fts_select(self.backend, content);
+        let probe = crate::fts::distinctive_terms(content, SIMILAR_PROBE_TERMS);
+        let mut sql = crate::search::fts_select(self.backend, &probe);
         let Some(sql) = sql.as_mut() else {
             return Ok(Vec::new());
         };
