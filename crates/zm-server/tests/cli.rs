@@ -786,3 +786,46 @@ fn oauth_clients_list_and_revoke() {
         stderr(&out)
     );
 }
+
+/// `server-memory-real.jsonl` was written by `@modelcontextprotocol/server-memory`
+/// 2026.8.31 itself (driven over stdio with create_entities,
+/// create_relations and add_observations), not by hand.
+#[test]
+fn import_a_file_written_by_server_memory_itself() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let file = fixture("server-memory-real.jsonl");
+    let args = [
+        "--user",
+        "alice@example.com",
+        "--format",
+        "server-memory",
+        file.to_str().unwrap(),
+    ];
+    let first = import_json(&env, &args);
+    assert_eq!(
+        (
+            first["lines"].as_u64(),
+            first["entities"].as_u64(),
+            first["relations"].as_u64()
+        ),
+        (Some(7), Some(4), Some(3)),
+        "{first}"
+    );
+    // 6 observations, plus one relation type that is not ours ("works at").
+    assert_eq!(first["memories_imported"], 7, "{first}");
+    assert_eq!(first["edges_created"], 3, "{first}");
+    assert_eq!(first["errors"], json!([]));
+    let second = import_json(&env, &args);
+    assert_eq!(
+        (
+            second["memories_imported"].as_u64(),
+            second["edges_created"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "{second}"
+    );
+    let export = env.ok(&["export", "--user", "alice@example.com"]);
+    assert!(export.contains("Headquartered in Lisbon"), "{export}");
+    assert!(export.contains("works at"), "{export}");
+}
