@@ -80,6 +80,20 @@ impl Candidate {
     fn kind(&self) -> MemoryKind {
         MemoryKind::parse(&self.kind).unwrap_or_default()
     }
+
+    /// This candidate as a briefing memory, its content already cut to
+    /// `(content, truncated)`.
+    fn context(&self, (content, cut): (String, bool), score: Option<f64>) -> ContextMemory {
+        ContextMemory {
+            id: MemoryId::from_trusted(self.id.clone()),
+            content,
+            kind: self.kind(),
+            scope: self.scope.clone(),
+            created_at: rfc3339(self.created_at),
+            score,
+            truncated: cut.then_some(true),
+        }
+    }
 }
 
 /// The start of a full-text query over memories `m` with relevance `rel`;
@@ -567,16 +581,10 @@ impl Store {
         let memories: Vec<ContextMemory> = hits
             .iter()
             .map(|(c, score)| {
-                let (content, cut) = excerpt(&c.content, &terms, INLINE_CHARS);
-                ContextMemory {
-                    id: MemoryId::from_trusted(c.id.clone()),
-                    content,
-                    kind: c.kind(),
-                    scope: c.scope.clone(),
-                    created_at: rfc3339(c.created_at),
-                    score: Some((score * 1e6).round() / 1e6),
-                    truncated: cut.then_some(true),
-                }
+                c.context(
+                    excerpt(&c.content, &terms, INLINE_CHARS),
+                    Some((score * 1e6).round() / 1e6),
+                )
             })
             .collect();
 
@@ -705,16 +713,7 @@ impl Store {
                 && !excluded(&c.kind)
                 && !out.iter().any(|m| m.id.as_str() == c.id)
             {
-                let (content, cut) = headline(&c.content, INLINE_CHARS);
-                out.push(ContextMemory {
-                    id: MemoryId::from_trusted(c.id.clone()),
-                    content,
-                    kind: c.kind(),
-                    scope: c.scope.clone(),
-                    created_at: rfc3339(c.created_at),
-                    score: None,
-                    truncated: cut.then_some(true),
-                });
+                out.push(c.context(headline(&c.content, INLINE_CHARS), None));
             }
         };
         // A reserved share for typed-link neighbours first.
@@ -775,18 +774,7 @@ impl Store {
             .map(Candidate::from_row)
             .filter(|c| !hit_ids.contains(&c.id) && !promoted.contains(&c.id))
             .take(5)
-            .map(|c| {
-                let (content, cut) = headline(&c.content, INLINE_CHARS);
-                ContextMemory {
-                    id: MemoryId::from_trusted(c.id.clone()),
-                    content,
-                    kind: c.kind(),
-                    scope: c.scope.clone(),
-                    created_at: rfc3339(c.created_at),
-                    score: None,
-                    truncated: cut.then_some(true),
-                }
-            })
+            .map(|c| c.context(headline(&c.content, INLINE_CHARS), None))
             .collect())
     }
 
@@ -827,20 +815,12 @@ impl Store {
             .map(Candidate::from_row)
             .map(|c| {
                 // Loops nearest the topic are inlined whole; others get a headline.
-                let (content, cut) = if hit_ids.contains(&c.id) {
-                    headline(&c.content, INLINE_CHARS)
+                let cap = if hit_ids.contains(&c.id) {
+                    INLINE_CHARS
                 } else {
-                    headline(&c.content, LOOP_HEADLINE_CHARS)
+                    LOOP_HEADLINE_CHARS
                 };
-                ContextMemory {
-                    id: MemoryId::from_trusted(c.id.clone()),
-                    content,
-                    kind: c.kind(),
-                    scope: c.scope.clone(),
-                    created_at: rfc3339(c.created_at),
-                    score: None,
-                    truncated: cut.then_some(true),
-                }
+                c.context(headline(&c.content, cap), None)
             })
             .collect();
         Ok((loops, total.max(0) as u32))
