@@ -968,29 +968,11 @@ fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Refresh the PostgreSQL planner statistics. A production server's
-/// autovacuum does this on its own; a server running with `autovacuum =
-/// off` (some test servers do) would otherwise plan every query of the
-/// benchmark without statistics for tables that grew from empty.
-async fn analyze(url: &str) -> Result<(), String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url)
-        .await
-        .map_err(|e| format!("connect for ANALYZE: {e}"))?;
-    sqlx::query("ANALYZE")
-        .execute(&mut conn)
-        .await
-        .map_err(|e| format!("ANALYZE: {e}"))?;
-    conn.close().await.map_err(|e| format!("close: {e}"))?;
-    Ok(())
-}
-
 async fn run_backend(
     label: &str,
     store: Store,
     opts: &Options,
     sqlite_file: Option<&Path>,
-    pg_url: Option<&str>,
 ) -> Result<Vec<Row>, String> {
     let mut bench = Bench::new(store, label).await?;
     bench.spacing_ms = opts.spacing_minutes * 60_000;
@@ -1004,9 +986,11 @@ async fn run_backend(
                 let first = FIRST.min(size - at_n);
                 bench.load_to(first, Bulk::Remember, label).await?;
                 bench.load_to(size - at_n, Bulk::Import, label).await?;
-                if let Some(url) = pg_url {
-                    analyze(url).await?;
-                }
+                bench
+                    .store
+                    .refresh_statistics()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 bench.load_to(size, Bulk::Remember, label).await?
             }
             Bulk::Remember => {
@@ -1014,9 +998,11 @@ async fn run_backend(
                 lat[lat.len().saturating_sub(opts.at_n)..].to_vec()
             }
         };
-        if let Some(url) = pg_url {
-            analyze(url).await?;
-        }
+        bench
+            .store
+            .refresh_statistics()
+            .await
+            .map_err(|e| e.to_string())?;
         let mut sorted_at_n = at_n.clone();
         sorted_at_n.sort_unstable();
         let at_n_total: Duration = at_n.iter().sum();
@@ -1173,7 +1159,7 @@ async fn run(opts: Options) -> Result<(), String> {
                 let store = Store::open_with(o)
                     .await
                     .map_err(|e| format!("open {}: {e}", file.display()))?;
-                let result = run_backend(label, store, &opts, Some(&file), None).await;
+                let result = run_backend(label, store, &opts, Some(&file)).await;
                 if opts.keep {
                     eprintln!("[{label}] kept {}", file.display());
                 } else {
@@ -1201,8 +1187,7 @@ async fn run(opts: Options) -> Result<(), String> {
                         users.len()
                     ));
                 }
-                let url = url.clone();
-                rows.extend(run_backend("postgres", store, &opts, None, Some(&url)).await?);
+                rows.extend(run_backend("postgres", store, &opts, None).await?);
             }
             other => return Err(format!("unknown backend {other}")),
         }

@@ -95,6 +95,19 @@ impl Store {
         self.pool.begin_with(begin).await.db("begin transaction")
     }
 
+    /// Refresh PostgreSQL's planner statistics (`ANALYZE`) after a bulk
+    /// load; autovacuum does this on its own on a normally configured
+    /// server. A no-op on SQLite, whose queries pin their join order.
+    pub async fn refresh_statistics(&self) -> Result<(), ToolError> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("ANALYZE")
+                .execute(&self.pool)
+                .await
+                .db("analyze")?;
+        }
+        Ok(())
+    }
+
     /// Is the database reachable?
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
