@@ -411,6 +411,25 @@ async fn rest_and_mcp_give_the_same_results() {
     assert_eq!(result["isError"], true);
     let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body, rest_err);
+    // Both write attempts are audited with the request id of their HTTP request.
+    let a = s
+        .store
+        .user_by_email("a@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let rows = s.store.audit_rows(&a.id, 2).await.unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["command"], "forget");
+        assert!(
+            r["request_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("req_")),
+            "{r}"
+        );
+    }
+    assert_ne!(rows[0]["request_id"], rows[1]["request_id"]);
     // A read-only token over MCP.
     let ro_sid = s.mcp_session(&s.ro_a).await;
     let (_, _, msgs) = s

@@ -128,7 +128,13 @@ impl ZeroMemoryMcp {
                 state.session_id.clone()
             },
             attached_project: state.attached_project.clone(),
-            request_id: None,
+            // Over HTTP, the id the request-id middleware adopted or minted.
+            request_id: ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.headers.get("x-request-id"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
         }
     }
 

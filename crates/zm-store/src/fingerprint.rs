@@ -77,30 +77,6 @@ impl Fingerprint {
             })
             .collect()
     }
-
-    /// Every difference, as `table:key` (for messages).
-    pub fn differences(&self, after: &Fingerprint) -> Vec<String> {
-        let mut out = Vec::new();
-        let tables: std::collections::BTreeSet<&String> =
-            self.0.keys().chain(after.0.keys()).collect();
-        let empty = BTreeMap::new();
-        for t in tables {
-            let (a, b) = (
-                self.0.get(t).unwrap_or(&empty),
-                after.0.get(t).unwrap_or(&empty),
-            );
-            for k in a
-                .keys()
-                .chain(b.keys())
-                .collect::<std::collections::BTreeSet<_>>()
-            {
-                if a.get(k) != b.get(k) {
-                    out.push(format!("{t}:{k}"));
-                }
-            }
-        }
-        out
-    }
 }
 
 impl Store {
