@@ -3,7 +3,8 @@
 //! one call and after a second identical call, and each hint must match
 //! what happened:
 //!
-//! - `readOnlyHint` ⇔ the first call changed no row;
+//! - `readOnlyHint` ⇔ the first call changed no row of any table (the
+//!   audit log aside): memory data, scopes, bindings, tokens, everything;
 //! - `destructiveHint` ⇔ the first call deleted a row, or invalidated a
 //!   memory that is not an open loop (closing a task or question completes
 //!   it; it destroys nothing);
@@ -13,9 +14,9 @@
 //! time on a repeat (e.g. `promote_rule`) shows it.
 
 use serde_json::{Value, json};
-use zm_contracts::catalogue::Annotations;
+use zm_contracts::catalogue::{Annotations, tool};
 use zm_contracts::{ToolName, parse_input};
-use zm_store::{Caller, Store};
+use zm_store::{Caller, Store, ToolService};
 
 /// What one tool actually did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,7 @@ pub struct Observed {
 }
 
 /// The fixture ids a call can refer to.
-struct Fixture {
+pub struct Fixture {
     caller: Caller,
     fact: String,
     fact2: String,
@@ -38,51 +39,57 @@ struct Fixture {
     project: String,
 }
 
-async fn remember(store: &Store, caller: &Caller, v: Value) -> Result<String, String> {
+async fn remember(tools: &ToolService, caller: &Caller, v: Value) -> Result<String, String> {
     let input = parse_input(&v).map_err(|e| e.to_string())?;
-    Ok(store
-        .remember(caller, input)
+    Ok(tools
+        .run::<tool::Remember>(caller, input)
         .await
         .map_err(|e| e.to_string())?
         .memory_id
         .into_string())
 }
 
-async fn fixture(store: &Store) -> Result<Fixture, String> {
+async fn fixture(tools: &ToolService) -> Result<Fixture, String> {
+    let store = tools.store();
     let user = store
         .create_user("fixture@example.com", "fixture-password")
         .await
         .map_err(|e| e.to_string())?;
     let caller = Caller::new(user.id.clone());
     let project = zm_contracts::scope::project_scope(&user.id, "demo");
-    let fact = remember(store, &caller, json!({"content": "The staging database runs PostgreSQL 15 on port 5433.", "scope": "core"})).await?;
-    let fact2 = remember(store, &caller, json!({"content": "The staging database runs PostgreSQL 16 on port 5433 since the upgrade.", "scope": "core"})).await?;
-    let decision = remember(store, &caller, json!({"content": "We chose axum over actix for the HTTP layer because of tower middleware.", "kind": "decision", "scope": project})).await?;
-    let convention = remember(store, &caller, json!({"content": "Always run cargo fmt before committing.", "kind": "convention", "scope": "personal"})).await?;
+    let fact = remember(tools, &caller, json!({"content": "The staging database runs PostgreSQL 15 on port 5433.", "scope": "core"})).await?;
+    let fact2 = remember(tools, &caller, json!({"content": "The staging database runs PostgreSQL 16 on port 5433 since the upgrade.", "scope": "core"})).await?;
+    let decision = remember(tools, &caller, json!({"content": "We chose axum over actix for the HTTP layer because of tower middleware.", "kind": "decision", "scope": project})).await?;
+    let convention = remember(tools, &caller, json!({"content": "Always run cargo fmt before committing.", "kind": "convention", "scope": "personal"})).await?;
     let task = remember(
-        store,
+        tools,
         &caller,
         json!({"content": "Write the migration guide for 2.1.", "kind": "task", "scope": project}),
     )
     .await?;
     let forgotten = remember(
-        store,
+        tools,
         &caller,
         json!({"content": "The build uses make.", "scope": "personal"}),
     )
     .await?;
-    store
-        .forget(
-            &caller,
-            parse_input(&json!({"memory_id": forgotten})).map_err(|e| e.to_string())?,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let link = parse_input(&json!({"src": fact, "dst": fact2, "type": "contradicts"}))
-        .map_err(|e| e.to_string())?;
-    store.link(&caller, link).await.map_err(|e| e.to_string())?;
-    let conflicts = store
-        .list_conflicts(&caller, parse_input(&json!({})).map_err(|e| e.to_string())?)
+    let call = |tool: ToolName, args: Value| {
+        let caller = caller.clone();
+        async move {
+            tools
+                .call(&caller, tool, &args)
+                .await
+                .map_err(|e| format!("fixture {tool}: {e}"))
+        }
+    };
+    call(ToolName::Forget, json!({"memory_id": forgotten})).await?;
+    call(
+        ToolName::Link,
+        json!({"src": fact, "dst": fact2, "type": "contradicts"}),
+    )
+    .await?;
+    let conflicts = tools
+        .run::<tool::ListConflicts>(&caller, parse_input(&json!({})).map_err(|e| e.to_string())?)
         .await
         .map_err(|e| e.to_string())?;
     let pair_conflict = conflicts
@@ -101,6 +108,13 @@ async fn fixture(store: &Store) -> Result<Fixture, String> {
         pair_conflict,
         project,
     })
+}
+
+impl Fixture {
+    /// The fixture's user.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
 }
 
 /// The representative call for a tool, on the fixture.
@@ -137,23 +151,36 @@ fn call_for(tool: ToolName, f: &Fixture) -> Value {
 
 /// Run one tool twice on a fresh scratch store and report what it did.
 pub async fn observe(tool: ToolName, dir: &std::path::Path) -> Result<Observed, String> {
+    observe_with(tool, dir, async |_, _| Ok(())).await
+}
+
+/// [`observe`], with `also` run right after each call of the tool, as if
+/// it were part of it: how a planted test makes a tool misbehave.
+pub async fn observe_with(
+    tool: ToolName,
+    dir: &std::path::Path,
+    also: impl AsyncFn(&ToolService, &Fixture) -> Result<(), String>,
+) -> Result<Observed, String> {
     let path = dir.join(format!("{}.db", tool.as_str()));
     let store = Store::open(&zm_store::sqlite_url(&path))
         .await
         .map_err(|e| e.to_string())?;
-    let f = fixture(&store).await?;
+    let tools = ToolService::new(store.clone());
+    let f = fixture(&tools).await?;
     let call = call_for(tool, &f);
     let before = store.fingerprint().await.map_err(|e| e.to_string())?;
     store.clock().advance_ms(1000);
-    store
-        .call_tool(&f.caller, tool, &call)
+    tools
+        .call(&f.caller, tool, &call)
         .await
         .map_err(|e| format!("{tool}: the fixture call failed: {e}"))?;
+    also(&tools, &f).await?;
     let once = store.fingerprint().await.map_err(|e| e.to_string())?;
     store.clock().advance_ms(1000);
     // The repeat may legitimately fail (e.g. forget on a forgotten memory);
     // what matters is what it left behind.
-    let _ = store.call_tool(&f.caller, tool, &call).await;
+    let _ = tools.call(&f.caller, tool, &call).await;
+    also(&tools, &f).await?;
     let twice = store.fingerprint().await.map_err(|e| e.to_string())?;
     store.close().await;
     let destroyed = !before.deleted_in(&once).is_empty()
@@ -161,11 +188,24 @@ pub async fn observe(tool: ToolName, dir: &std::path::Path) -> Result<Observed, 
             .invalidated_in(&once)
             .iter()
             .any(|(_, kind)| kind != "task" && kind != "open-question");
+    let changed = before.changed_tables(&once);
+    if !changed.is_empty() {
+        tracing_note(tool, &changed);
+    }
     Ok(Observed {
         read_only: before == once,
         destructive: destroyed,
         idempotent: once == twice,
     })
+}
+
+/// Name the tables a call changed (stderr), so a failing check says where.
+fn tracing_note(tool: ToolName, changed: &[(String, usize, usize)]) {
+    if tool.spec().annotations.read_only_hint {
+        for (table, added, removed) in changed {
+            eprintln!("  {tool} changed {table}: +{added} -{removed} rows");
+        }
+    }
 }
 
 /// Compare what a tool did with what it declares.

@@ -34,8 +34,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use zm_contracts::catalogue::tool;
 use zm_contracts::{BuildContextInput, ImportMemoryInput, RecallInput, RememberInput};
-use zm_store::{Caller, OpenOptions, Store};
+use zm_store::{Caller, OpenOptions, Store, ToolService};
 
 const BENCH_USAGE: &str = "\
 usage: cargo xtask bench [--sizes 10000,100000] [--queries 500]
@@ -738,6 +739,7 @@ const FIRST: usize = 2_000;
 
 struct Bench {
     store: Store,
+    tools: ToolService,
     writer: Caller,
     reader: Caller,
     briefer: Caller,
@@ -775,6 +777,7 @@ impl Bench {
             ..Caller::new(user.id.clone())
         };
         let mut bench = Bench {
+            tools: ToolService::new(store.clone()),
             store,
             writer,
             reader,
@@ -791,11 +794,11 @@ impl Bench {
             bulk_loaded: 0,
             spacing_ms: 0,
         };
-        // Bind the three project hints (a pinned read creates the project).
+        // The three projects the hints name (a pinned read resolves them).
         for (slug, hint) in PROJECTS {
             let out = bench
-                .store
-                .recall(
+                .tools
+                .run::<tool::Recall>(
                     &bench.reader,
                     parse!(
                         RecallInput,
@@ -851,15 +854,15 @@ impl Bench {
         let t = Instant::now();
         let dedup = if let Some(input) = input_remember {
             let out = self
-                .store
-                .remember(&self.writer, input)
+                .tools
+                .run::<tool::Remember>(&self.writer, input)
                 .await
                 .map_err(|e| format!("remember: {e}"))?;
             out.deduplicated == Some(true)
         } else if let Some(input) = input_import {
             let out = self
-                .store
-                .import_memory(&self.writer, input)
+                .tools
+                .run::<tool::ImportMemory>(&self.writer, input)
                 .await
                 .map_err(|e| format!("import_memory: {e}"))?;
             out.deduplicated == Some(true) || out.skipped
@@ -928,8 +931,8 @@ impl Bench {
             };
             let input = parse!(RecallInput, &raw)?;
             let t = Instant::now();
-            self.store
-                .recall(&self.reader, input)
+            self.tools
+                .run::<tool::Recall>(&self.reader, input)
                 .await
                 .map_err(|e| format!("recall {raw}: {e}"))?;
             if i >= 20 {
@@ -952,8 +955,8 @@ impl Bench {
             };
             let input = parse!(BuildContextInput, &raw)?;
             let t = Instant::now();
-            self.store
-                .build_context(&self.briefer, input)
+            self.tools
+                .run::<tool::BuildContext>(&self.briefer, input)
                 .await
                 .map_err(|e| format!("build_context {raw}: {e}"))?;
             if i >= 5 {

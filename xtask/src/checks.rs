@@ -2,8 +2,9 @@
 //! (the contract document, the ledger) so a test can plant a bad case.
 
 use serde_json::Value;
-use zm_contracts::catalogue::{DESCRIPTION_BUDGET, READ_TOOLS};
+use zm_contracts::catalogue::DESCRIPTION_BUDGET;
 use zm_contracts::deprecations::Ledger;
+use zm_contracts::{Access, ToolName};
 
 use crate::diff::{Bump, Change, Class, diff_contracts};
 
@@ -48,9 +49,14 @@ pub fn check_annotations(doc: &Value) -> Result<(), Vec<String>> {
         if a["openWorldHint"] != false {
             errs.push(format!("tool `{name}`: openWorldHint must be false"));
         }
-        let read = READ_TOOLS.contains(&name);
+        // The declared access (the catalogue's, next to the hints) and the
+        // read-only hint must agree.
+        let read = ToolName::parse(name).is_some_and(|t| t.access() == Access::Read);
         if a["readOnlyHint"].is_boolean() && a["readOnlyHint"] != read {
-            errs.push(format!("tool `{name}`: readOnlyHint must be {read}"));
+            errs.push(format!(
+                "tool `{name}`: readOnlyHint must be {read} (its declared access is {})",
+                if read { "read" } else { "write" }
+            ));
         }
         if read && (a["destructiveHint"] != false || a["idempotentHint"] != true) {
             errs.push(format!(

@@ -310,3 +310,49 @@ fn behavioural_check_sees_what_handlers_do_and_fails_on_a_wrong_hint() {
         "{errs:?}"
     );
 }
+
+/// A read tool that writes an operational row — a project scope, as
+/// `recall` with a new `project_hint` once did — fails the behavioural
+/// check: the fingerprint covers every table, not only memory data.
+#[test]
+fn a_read_tool_that_writes_any_row_fails_the_behavioural_check() {
+    use zm_contracts::ToolName;
+    let dir = std::env::temp_dir().join(format!(
+        "zm-planted-{}-{}",
+        std::process::id(),
+        zm_contracts::IdKind::Request.generate()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = rt
+        .block_on(xtask::behaviour::observe_with(
+            ToolName::Recall,
+            &dir,
+            async |tools, fixture| {
+                // The planted side effect: a project scope (and its member
+                // row) created during the read.
+                let user = &fixture.caller().user_id;
+                let scope = zm_contracts::scope::project_scope(user, "planted");
+                tools
+                    .store()
+                    .add_scope_member(user, &scope, user, zm_store::Role::Admin)
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        ))
+        .expect("the planted run completes");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!seen.read_only, "the planted write is seen: {seen:?}");
+    let errs =
+        xtask::behaviour::check_behaviour(&[(ToolName::Recall, seen)], |t| t.spec().annotations)
+            .unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("`recall`") && e.contains("readOnlyHint")),
+        "{errs:?}"
+    );
+}

@@ -47,9 +47,30 @@ pub const DESTRUCTIVE_IDEMPOTENT: Annotations = Annotations {
     open_world_hint: false,
 };
 
+/// What a tool needs from the caller's token: declared per tool, next to
+/// (and checked against, never derived from) its annotation hints. `Read`
+/// tools change no row; `Write` tools need the `mcp:write` scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Read,
+    Write,
+}
+
+impl Access {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        }
+    }
+}
+
 /// A tool's typed contract: its name and its input and output types.
 pub trait ToolContract {
     const NAME: &'static str;
+    /// The catalogue position (the [`ToolName`] of the tool).
+    const TOOL: ToolName;
     type Input: serde::de::DeserializeOwned
         + Serialize
         + schemars::JsonSchema
@@ -65,6 +86,8 @@ pub struct ToolSpec {
     pub title: &'static str,
     pub description: &'static str,
     pub annotations: Annotations,
+    /// What the tool needs from the caller's token.
+    pub access: Access,
     /// The input JSON Schema.
     pub input_schema: fn() -> Value,
     /// The output JSON Schema.
@@ -76,7 +99,7 @@ pub struct ToolSpec {
 }
 
 macro_rules! tools {
-    ($( $marker:ident $name:literal ($input:ident -> $output:ident) $ann:ident, $title:literal, $desc:expr; )*) => {
+    ($d:tt $( $marker:ident $name:literal ($input:ident -> $output:ident) $access:ident $ann:ident, $title:literal, $desc:expr; )*) => {
         /// Marker types implementing [`ToolContract`], one per tool.
         pub mod tool {
             use super::*;
@@ -86,6 +109,7 @@ macro_rules! tools {
                 pub struct $marker;
                 impl ToolContract for $marker {
                     const NAME: &'static str = $name;
+                    const TOOL: ToolName = ToolName::$marker;
                     type Input = $input;
                     type Output = $output;
                 }
@@ -108,6 +132,10 @@ macro_rules! tools {
             pub fn spec(self) -> &'static ToolSpec {
                 &CATALOGUE[self as usize]
             }
+            /// What the tool needs from the caller's token.
+            pub fn access(self) -> Access {
+                self.spec().access
+            }
         }
 
         /// The catalogue, in `tools/list` order.
@@ -117,12 +145,34 @@ macro_rules! tools {
                 title: $title,
                 description: $desc,
                 annotations: $ann,
+                access: Access::$access,
                 input_schema: schema_of::<$input>,
                 output_schema: output_schema_of::<$output>,
                 input_type: stringify!($input),
                 output_type: stringify!($output),
             },
         )*];
+
+        /// The typed output of any tool: what the tool service returns and
+        /// the transports encode. Serialises as the tool's output shape.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum ToolOutput { $( $marker($output), )* }
+
+        impl ToolOutput {
+            /// The tool that produced this output.
+            pub fn tool(&self) -> ToolName {
+                match self { $(ToolOutput::$marker(_) => ToolName::$marker,)* }
+            }
+        }
+
+        /// Calls `$callback! { Remember Recall … }` with the marker of every
+        /// tool, in catalogue order: how other crates generate code per tool
+        /// (the tool service's dispatch) from this one list.
+        #[macro_export]
+        macro_rules! for_each_tool {
+            ($d callback:ident) => { $d callback! { $($marker)* } };
+        }
     };
 }
 
@@ -140,49 +190,50 @@ macro_rules! memory_policy {
 }
 
 tools! {
-    Remember "remember" (RememberInput -> RememberOutput) WRITE_IDEMPOTENT, "Remember a fact",
+    $
+    Remember "remember" (RememberInput -> RememberOutput) Write WRITE_IDEMPOTENT, "Remember a fact",
     concat!(
         "Store ONE durable memory so later conversations can recall it: a fact, decision, convention, preference, gotcha, reference, episode, or an open loop (kind task / open-question).\n\n",
         "Where it goes: pass `scope` (\"core\" for portable facts about the user's world, \"personal\" for preferences, or a scope path), else `project_hint` (repo root path, git remote URL or project name), else the `thread` token from an earlier result, else the session's attached project. With none of these the write is REFUSED with a message starting `scope_target_required:`; an unknown hint is refused with `project_hint_unresolvable:`. A `core`/`personal` write about how THIS project works is stored in the project and `routed_to_project` says so.\n\n",
         "Secrets (API keys, tokens, private keys, passwords in URLs) are refused with `secret_content_rejected:` — rephrase without them. An identical memory in the same scope absorbs the write (`deduplicated: true`). `similar_existing` lists near-duplicates: if the new memory replaces one, remember again with `links: [{dst, type: \"supersedes\"}]` (superseding an open loop closes it). Name the subjects in `entities` so the graph can connect them. Echo `session.thread` as `thread` on your next call.",
         memory_policy!()
     );
-    Recall "recall" (RecallInput -> RecallOutput) READ, "Recall memories",
+    Recall "recall" (RecallInput -> RecallOutput) Read READ, "Recall memories",
     "Search stored memories by meaning of the words (full-text, ranked by relevance and freshness). Use it before answering anything that past conversations may have settled: conventions, decisions, gotchas, where things live, what the user prefers.\n\nBy default it reads the pinned project (from `project_hint`, the `thread` token, or the session's attached project) plus the user's personal and core memories; with nothing pinned it reads everything visible. `scopes` overrides that (`[\"*\"]` = everything visible; `core` and `personal` shorthands work). Filter with `kinds`; `k` sets how many hits (default 10, at most 100); `include_graph` adds each hit's entities.\n\nEach hit has `id`, `content` (an excerpt for long memories: read `zm://memory/{id}` for the whole row), `kind`, `scope`, `score`, and `disputed` / `dispute_id` when it is in a pending conflict — treat disputed memories with care. `related` lists graph neighbours of the hits. Pass `thread` from an earlier result to stay in the same project.";
-    BuildContext "build_context" (BuildContextInput -> BuildContextOutput) READ, "Build a briefing",
+    BuildContext "build_context" (BuildContextInput -> BuildContextOutput) Read READ, "Build a briefing",
     "Build a context pack for a topic: the most relevant memories, the entities and edges around them, and memories linked through the graph. Call it at the START of a session or task with `briefing: true` and `project_hint` (repo root path or git remote): the briefing adds the user's standing rules (follow them like system rules; pinned first), recent decisions and facts, and open loops (tasks and questions, oldest first).\n\nThe result's `session.thread` is a token: echo it as `thread` on later remember/recall calls so they stay attached to this project, even across reconnects. Pass `conversation_id` (your client's conversation id) to bind the thread to this conversation.\n\n`max_tokens` sizes the pack (about one memory per 200 tokens, 3 to 24). `scopes` overrides the default read set (`[\"*\"]` = everything visible). Memories marked `truncated` were cut: read `zm://memory/{id}` for the full text.";
-    Forget "forget" (ForgetInput -> ForgetOutput) DESTRUCTIVE_IDEMPOTENT, "Forget a memory",
+    Forget "forget" (ForgetInput -> ForgetOutput) Write DESTRUCTIVE_IDEMPOTENT, "Forget a memory",
     "Invalidate a memory that is wrong or no longer true. Nothing is deleted: the memory leaves search and briefings, stays in history, and `restore_memory` brings it back. If a newer fact replaces it, prefer `remember` with a `supersedes` link so the history shows what replaced what. To close a finished task or answered question use `close_loop` instead.\n\nErrors: `not_found` when the id does not exist or is not yours; `conflict` when it is already invalidated.";
-    RestoreMemory "restore_memory" (RestoreMemoryInput -> RestoreMemoryOutput) WRITE_IDEMPOTENT, "Restore a memory",
+    RestoreMemory "restore_memory" (RestoreMemoryInput -> RestoreMemoryOutput) Write WRITE_IDEMPOTENT, "Restore a memory",
     "Undo an invalidation: make a forgotten, closed or superseded memory live again and drop the `supersedes` links that pointed at it. Only the memory's owner can restore it.\n\nErrors: `not_found` when the id does not exist or is not yours; `conflict` when the memory is not invalidated.";
-    CloseLoop "close_loop" (CloseLoopInput -> CloseLoopOutput) WRITE_IDEMPOTENT, "Close an open loop",
+    CloseLoop "close_loop" (CloseLoopInput -> CloseLoopOutput) Write WRITE_IDEMPOTENT, "Close an open loop",
     "Close an open loop — a memory of kind `task` or `open-question` — once the work is done or the question answered. It leaves briefings' open_loops; `restore_memory` reopens it. Store the outcome (the answer, the decision) with `remember` first if it is worth keeping.\n\nErrors: `validation_failed` when the memory is not a task or open-question (use `forget` for those); `not_found` when the id does not exist or is not yours; `conflict` when it is already closed or invalidated.";
-    Share "share" (ShareInput -> ShareOutput) WRITE_IDEMPOTENT, "Share a memory",
+    Share "share" (ShareInput -> ShareOutput) Write WRITE_IDEMPOTENT, "Share a memory",
     "Widen one of your memories into a shared project or team scope (`proj.…` or `team.…`) so its members can read it. The memory moves to that scope and becomes `shared`. Sharing into the scope it is already shared in changes nothing.\n\nErrors: `validation_failed` for a scope that is not a valid project or team path; `forbidden` when you cannot write that scope; `not_found` when the memory does not exist or is not yours; `conflict` when it is invalidated.";
-    MoveMemories "move_memories" (MoveMemoriesInput -> MoveMemoriesOutput) WRITE_IDEMPOTENT, "Move memories to a project",
+    MoveMemories "move_memories" (MoveMemoriesInput -> MoveMemoriesOutput) Write WRITE_IDEMPOTENT, "Move memories to a project",
     "Move up to 200 of your memories into one project or team scope, for example memories stored in personal that belong to a project. Give the target as `scope` (a `proj.…`/`team.…` path) or `project_hint` (repo root path, git remote URL or project name). Moved memories become shared with the scope's members.\n\nMemories that cannot move (unknown, not yours, invalidated) are listed in `failed` with the reason while the rest move. Errors for the whole call: `validation_failed` when no target is given or the target is not a project or team scope; `forbidden` when you cannot write it.";
-    Link "link" (LinkInput -> LinkOutput) WRITE_IDEMPOTENT, "Link two things",
+    Link "link" (LinkInput -> LinkOutput) Write WRITE_IDEMPOTENT, "Link two things",
     "Connect two entities or two memories.\n\nEntities: pass two names (e.g. `src: \"web-app\", dst: \"PostgreSQL\", type: \"depends_on\"`) with an edge type: uses, works_on, prefers, part_of, depends_on, decided, replaces, relates_to. Unknown names are created in your personal graph; names match ignoring case, spaces, `-` and `_`.\n\nMemories: pass two `mem_…` ids with a memory-link type: relates_to, supersedes, contradicts, derived_from. A `contradicts` link files a conflict for review (see list_conflicts). To retire an old memory in favour of a new one, use `remember` with a `supersedes` link instead.\n\nRepeating a link changes nothing (`created: false`). Errors: `validation_failed` when one side is an id and the other a name, or the type does not fit the endpoints; `not_found` when a memory id does not exist or is not yours.";
-    Entities "entities" (EntitiesInput -> EntitiesOutput) READ, "List entities",
+    Entities "entities" (EntitiesInput -> EntitiesOutput) Read READ, "List entities",
     "List or search the entities (people, projects, repos, packages, services, tools, libraries, concepts) in the memory graph. `query` matches names (case-insensitive substring); `scope` limits to one scope (`core`, `personal`, `*` or a path); without it every scope you can read is listed. Use the names you find in `remember`'s `entities` and in `link`.";
-    Challenge "challenge" (ChallengeInput -> ChallengeOutput) WRITE_IDEMPOTENT, "Challenge a memory",
+    Challenge "challenge" (ChallengeInput -> ChallengeOutput) Write WRITE_IDEMPOTENT, "Challenge a memory",
     "Dispute one memory you believe is wrong or outdated, with a `reason` and optional `evidence`. It files a single-subject conflict for review; the memory stays live but recall marks it `disputed`. Challenging a memory that already has a pending challenge returns that one (`already_pending: true`). If you KNOW the replacement, prefer `remember` with a `supersedes` link.\n\nErrors: `not_found` when the memory does not exist or is not yours; `conflict` when it is invalidated; `validation_failed` (prefix `secret_content_rejected:`) when the reason or evidence contains a secret.";
-    ListConflicts "list_conflicts" (ListConflictsInput -> ListConflictsOutput) READ, "List conflicts",
+    ListConflicts "list_conflicts" (ListConflictsInput -> ListConflictsOutput) Read READ, "List conflicts",
     "List conflicts between your memories, newest first: challenges, contradictions, and near-duplicate pairs that were not identical (`unjudged`: you are the judge). Defaults: status `pending`, limit 20 (at most 100); filter by `verdict`. Each conflict shows both memories; decide with `resolve_conflict`.";
-    GetConflict "get_conflict" (GetConflictInput -> GetConflictOutput) READ, "Get a conflict",
+    GetConflict "get_conflict" (GetConflictInput -> GetConflictOutput) Read READ, "Get a conflict",
     "Read one conflict by its `dispute_id` (from list_conflicts or a disputed recall hit): its verdict, status, rationale and the memories involved.\n\nErrors: `not_found` when it does not exist or is not yours.";
-    ResolveConflict "resolve_conflict" (ResolveConflictInput -> ResolveConflictOutput) DESTRUCTIVE_IDEMPOTENT, "Resolve a conflict",
+    ResolveConflict "resolve_conflict" (ResolveConflictInput -> ResolveConflictOutput) Write DESTRUCTIVE_IDEMPOTENT, "Resolve a conflict",
     "Settle one pending conflict. For a pair of memories: `winner` (one of the two ids) keeps that memory and supersedes the other; `keep_both: true` dismisses the conflict. For a challenged memory: `retire: true` invalidates it; `keep_both: true` (or `winner` = the memory) upholds it. Precedence when several are given: retire, then keep_both, then winner.\n\nErrors: `validation_failed` when none is given, the winner is not in the pair, or retire is used on a pair; `not_found` when the conflict does not exist; `forbidden` when it involves memories that are not yours; `conflict` when it is no longer pending.";
-    PromoteRule "promote_rule" (PromoteRuleInput -> PromoteRuleOutput) WRITE, "Promote a rule",
+    PromoteRule "promote_rule" (PromoteRuleInput -> PromoteRuleOutput) Write WRITE, "Promote a rule",
     "Turn one of your memories into a standing rule that every future briefing delivers (and, for user-level rules, the connect-time instructions). Use it when the user says something should ALWAYS or NEVER be done.\n\nThe rule text is `rule_text` (an imperative sentence, at most 2000 characters) or else the memory's content. The layer: with `applies_scope` (a project scope) the rule reaches that project's briefings; without it, a memory in a personal scope gives a user-level rule for all sessions and a memory in a project gives a project rule. A rule that was dismissed needs `force: true` to promote again.\n\nErrors: `not_found` when the memory does not exist or is not yours; `conflict` when it is invalidated or the rule was dismissed and `force` is not set.";
-    ImportMemory "import_memory" (ImportMemoryInput -> ImportMemoryOutput) WRITE_IDEMPOTENT, "Import a memory",
+    ImportMemory "import_memory" (ImportMemoryInput -> ImportMemoryOutput) Write WRITE_IDEMPOTENT, "Import a memory",
     concat!(
         "Import one memory from another tool's notes (CLAUDE.md, .cursorrules, an exported memory file) deterministically. `target` is `personal`, `core`, or `project` (then `project_hint` is required). `source_path` and `source_hash` (e.g. the sha256 of the content) record where it came from; the same `source_hash` imported again is skipped (`skipped: true`), so re-running an import is safe. Secrets are refused with `secret_content_rejected:`.",
         memory_policy!()
     );
-    ExportMemories "export_memories" (ExportMemoriesInput -> ExportMemoriesOutput) READ, "Export memories",
+    ExportMemories "export_memories" (ExportMemoriesInput -> ExportMemoriesOutput) Read READ, "Export memories",
     "Export every memory you can read — live and invalidated, with provenance — as full rows. `scopes` limits the export (`core`, `personal`, `*` or paths). Use it for backups and for moving memories elsewhere.";
-    DeleteAccount "delete_account" (DeleteAccountInput -> DeleteAccountOutput) DESTRUCTIVE_IDEMPOTENT, "Delete my account",
+    DeleteAccount "delete_account" (DeleteAccountInput -> DeleteAccountOutput) Write DESTRUCTIVE_IDEMPOTENT, "Delete my account",
     "Erase the calling user's account and everything it owns: memories, entities, edges, links, conflicts, rules, threads, tokens. Links other users hold to your memories are severed; their own data is untouched. This cannot be undone: only call it when the user explicitly asks to delete their account. Returns what was erased.";
 }
 
@@ -250,16 +301,6 @@ pub static PROMPTS: &[PromptSpec] = &[PromptSpec {
 /// The description budget, in bytes of UTF-8.
 pub const DESCRIPTION_BUDGET: usize = 2048;
 
-/// The read tools: `readOnlyHint` is true exactly for these.
-pub const READ_TOOLS: &[&str] = &[
-    "recall",
-    "build_context",
-    "entities",
-    "list_conflicts",
-    "get_conflict",
-    "export_memories",
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +313,30 @@ mod tests {
             assert_eq!(ToolName::parse(name.as_str()), Some(*name));
             assert_eq!(name.spec().name, name.as_str());
         }
+    }
+
+    #[test]
+    fn access_agrees_with_the_read_only_hint() {
+        for spec in CATALOGUE {
+            assert_eq!(
+                spec.access == Access::Read,
+                spec.annotations.read_only_hint,
+                "{}: access {:?} vs readOnlyHint {}",
+                spec.name,
+                spec.access,
+                spec.annotations.read_only_hint
+            );
+        }
+    }
+
+    #[test]
+    fn outputs_know_their_tool() {
+        let out = ToolOutput::Forget(ForgetOutput {
+            memory_id: crate::MemoryId::from_trusted("mem_0000000000000000.0000000000"),
+            invalidated: true,
+        });
+        assert_eq!(out.tool(), ToolName::Forget);
+        assert_eq!(tool::Forget::TOOL, ToolName::Forget);
     }
 
     #[test]

@@ -3,6 +3,17 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// A closed vocabulary: every value has one wire name. Stores read their
+/// columns through it and refuse a name they do not know.
+pub trait WireEnum: Sized + Copy + 'static {
+    /// The vocabulary's name (for messages and logs).
+    const VOCABULARY: &'static str;
+    /// The wire name of a value.
+    fn wire_name(self) -> &'static str;
+    /// The value of a wire name, if it is one.
+    fn from_wire_name(s: &str) -> Option<Self>;
+}
+
 macro_rules! wire_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $wire:literal),* $(,)? }) => {
         $(#[$meta])*
@@ -21,6 +32,16 @@ macro_rules! wire_enum {
             /// Parse a wire name.
             pub fn parse(s: &str) -> Option<$name> {
                 match s { $($wire => Some($name::$variant),)* _ => None }
+            }
+        }
+
+        impl WireEnum for $name {
+            const VOCABULARY: &'static str = stringify!($name);
+            fn wire_name(self) -> &'static str {
+                self.as_str()
+            }
+            fn from_wire_name(s: &str) -> Option<Self> {
+                Self::parse(s)
             }
         }
 

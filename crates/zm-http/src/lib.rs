@@ -76,6 +76,7 @@ pub fn with_layers(routes: Router, state: AppState) -> Router {
 /// Build the shared state (exposed for tests that add their own routes).
 pub fn state(store: Store, cfg: HttpConfig) -> AppState {
     AppState {
+        tools: zm_store::ToolService::new(store.clone()),
         store,
         cfg: Arc::new(cfg),
         metrics: Arc::new(Metrics::default()),
@@ -118,7 +119,7 @@ async fn request_id(
         .and_then(|v| zm_contracts::ids::parse_id(IdKind::Request, v).ok())
         .unwrap_or_else(|| IdKind::Request.generate());
     let value = HeaderValue::from_str(&id).expect("ids are ascii");
-    req.headers_mut().insert("x-request-id", value.clone());
+    req.extensions_mut().insert(zm_store::RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let mut resp = next.run(req).await;

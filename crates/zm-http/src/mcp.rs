@@ -31,7 +31,7 @@ impl McpEndpoint {
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(state.cfg.session_idle);
         let manager = Arc::new(manager);
-        let store = state.store.clone();
+        let tools = state.tools.clone();
         let mcp_cfg = Arc::new(McpConfig {
             capped_clients: state.cfg.capped_clients.clone(),
         });
@@ -45,7 +45,7 @@ impl McpEndpoint {
         let service = StreamableHttpService::new(
             move || {
                 Ok(ZeroMemoryMcp::new(
-                    store.clone(),
+                    tools.clone(),
                     mcp_cfg.clone(),
                     Identity::Http,
                 ))

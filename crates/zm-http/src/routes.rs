@@ -1,31 +1,32 @@
 //! The REST routes: thin handlers over the store's one dispatcher.
 
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use zm_contracts::{ErrorCode, MemoryId, ToolError, ToolName};
-use zm_store::Caller;
+use zm_contracts::{MemoryId, ToolError, ToolName};
+use zm_store::{Caller, RequestId, Transport};
 
 use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-fn caller_of(auth: &zm_store::Authenticated, headers: &HeaderMap) -> Caller {
-    Caller {
-        user_id: auth.user_id.clone(),
-        agent_name: headers
-            .get("x-zm-agent")
-            .and_then(|v| v.to_str().ok())
-            .map(|s| s.chars().take(100).collect()),
-        session_id: None,
-        attached_project: None,
-        request_id: headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-    }
+/// The caller of a REST request: the token's user and grant, the agent
+/// name it declares, the request id.
+fn caller_of(
+    auth: &zm_store::Authenticated,
+    headers: &HeaderMap,
+    request_id: &RequestId,
+) -> Caller {
+    let mut caller = Caller::authenticated(auth, Transport::Rest);
+    caller.agent_name = headers
+        .get("x-zm-agent")
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().take(100).collect());
+    caller.request_id = Some(request_id.0.clone());
+    caller
 }
 
 /// Read and parse a JSON body within the limit.
@@ -69,6 +70,7 @@ pub async fn call_tool(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Auth(auth): Auth,
+    Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -78,26 +80,9 @@ pub async fn call_tool(
         ))));
     };
     let input = json_body(&state, &headers, body).await?;
-    if !tool.spec().annotations.read_only_hint && !auth.can_write() {
-        state
-            .metrics
-            .tool(tool.as_str(), Some(ErrorCode::Forbidden.as_str()))
-            .await;
-        return Err(ToolError::forbidden(format!(
-            "This token is read-only (mcp:read); {tool} needs mcp:write."
-        ))
-        .into());
-    }
-    let caller = caller_of(&auth, &headers);
-    let result = state.store.call_tool(&caller, tool, &input).await;
-    state
-        .metrics
-        .tool(
-            tool.as_str(),
-            result.as_ref().err().map(|e| e.code.as_str()),
-        )
-        .await;
-    Ok(axum::Json(result?).into_response())
+    let caller = caller_of(&auth, &headers, &request_id);
+    let out = state.tools.call(&caller, tool, &input).await?;
+    Ok(axum::Json(out).into_response())
 }
 
 /// `GET /api/memories/{id}`: what `zm://memory/{id}` returns.
@@ -105,6 +90,7 @@ pub async fn get_memory(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Auth(auth): Auth,
+    Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = MemoryId::parse(&id).map_err(|e| {
@@ -115,7 +101,7 @@ pub async fn get_memory(
     })?;
     let m = state
         .store
-        .get_memory(&caller_of(&auth, &headers), &id)
+        .get_memory(&caller_of(&auth, &headers, &request_id), &id)
         .await?;
     Ok(axum::Json(m).into_response())
 }
@@ -124,11 +110,12 @@ pub async fn get_memory(
 pub async fn get_rules(
     State(state): State<AppState>,
     Auth(auth): Auth,
+    Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let rules = state
         .store
-        .rules_resource(&caller_of(&auth, &headers))
+        .rules_resource(&caller_of(&auth, &headers, &request_id))
         .await?;
     Ok(axum::Json(json!({ "rules": rules })).into_response())
 }
@@ -173,7 +160,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render().await,
+        format!(
+            "{}{}",
+            state.metrics.render().await,
+            state.tools.metrics().render()
+        ),
     )
         .into_response()
 }

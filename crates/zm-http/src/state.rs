@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
-use zm_store::Store;
+use zm_store::{Store, ToolService};
 
 /// What the HTTP layer needs to know.
 #[derive(Debug, Clone)]
@@ -89,12 +89,11 @@ pub fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| host.to_string())
 }
 
-/// Prometheus counters: counts only, never user data.
+/// Prometheus counters of the HTTP layer: counts only, never user data.
+/// (Tool calls are counted by the tool service, for every transport.)
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub requests: Mutex<HashMap<u16, u64>>,
-    pub tool_calls: Mutex<HashMap<String, u64>>,
-    pub tool_errors: Mutex<HashMap<String, u64>>,
     pub unauthorized: AtomicU64,
     pub rate_limited: AtomicU64,
 }
@@ -102,22 +101,6 @@ pub struct Metrics {
 impl Metrics {
     pub async fn request(&self, status: u16) {
         *self.requests.lock().await.entry(status).or_default() += 1;
-    }
-    pub async fn tool(&self, tool: &str, error: Option<&str>) {
-        *self
-            .tool_calls
-            .lock()
-            .await
-            .entry(tool.to_string())
-            .or_default() += 1;
-        if let Some(code) = error {
-            *self
-                .tool_errors
-                .lock()
-                .await
-                .entry(code.to_string())
-                .or_default() += 1;
-        }
     }
     pub async fn render(&self) -> String {
         let mut out = String::new();
@@ -132,30 +115,6 @@ impl Metrics {
         req.sort();
         for (s, n) in req {
             out.push_str(&format!("zm_http_requests_total{{status=\"{s}\"}} {n}\n"));
-        }
-        out.push_str("# HELP zm_tool_calls_total REST tool calls by tool.\n# TYPE zm_tool_calls_total counter\n");
-        let mut t: Vec<_> = self
-            .tool_calls
-            .lock()
-            .await
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        t.sort();
-        for (k, n) in t {
-            out.push_str(&format!("zm_tool_calls_total{{tool=\"{k}\"}} {n}\n"));
-        }
-        out.push_str("# HELP zm_tool_errors_total REST tool failures by error code.\n# TYPE zm_tool_errors_total counter\n");
-        let mut e: Vec<_> = self
-            .tool_errors
-            .lock()
-            .await
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        e.sort();
-        for (k, n) in e {
-            out.push_str(&format!("zm_tool_errors_total{{code=\"{k}\"}} {n}\n"));
         }
         out.push_str(&format!(
             "# HELP zm_unauthorized_total Requests refused for missing or bad credentials.\n# TYPE zm_unauthorized_total counter\nzm_unauthorized_total {}\n",
@@ -199,6 +158,9 @@ impl RateLimiter {
 /// Everything a handler can reach.
 #[derive(Clone)]
 pub struct AppState {
+    /// The tool service every tool call goes through.
+    pub tools: ToolService,
+    /// The store behind it (authentication, resources, OAuth).
     pub store: Store,
     pub cfg: Arc<HttpConfig>,
     pub metrics: Arc<Metrics>,

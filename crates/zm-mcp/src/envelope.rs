@@ -5,7 +5,7 @@
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 use zm_contracts::uri::MEMORY_PREFIX;
-use zm_contracts::{ToolError, ToolName};
+use zm_contracts::{FooterFacts, MemoryId, Rule, SessionState, ToolError, ToolName, ToolOutput};
 
 /// The remember reminder every read ends with.
 pub const REMINDER: &str = "--- reminder ---\nIf this conversation has produced a durable fact, decision, convention, preference or gotcha that is not stored yet, call remember now: one atomic fact per call.";
@@ -17,13 +17,13 @@ pub struct FooterContext {
     pub attached_before: Option<String>,
 }
 
-fn session_line(output: &Value) -> String {
-    let session = &output["session"];
-    let mut line = match session["attached_project"].as_str() {
+fn session_line(session: Option<&SessionState>) -> String {
+    let attached = session.and_then(|s| s.attached_project.as_deref());
+    let mut line = match attached {
         Some(p) => format!("session: working in {p} — scope-less writes land there."),
         None => "session: NO PROJECT — a scope-less remember will be refused. Pass project_hint (the briefing names it) to set one.".to_string(),
     };
-    if let Some(t) = session["thread"].as_str() {
+    if let Some(t) = session.and_then(|s| s.thread.as_deref()) {
         line.push_str(&format!(
             " Echo thread: \"{t}\" on your next call — it survives reconnects and stamps memories with their conversation."
         ));
@@ -31,8 +31,8 @@ fn session_line(output: &Value) -> String {
     line
 }
 
-fn cross_project_note(output: &Value, ctx: &FooterContext) -> Option<String> {
-    let pinned = output["project_scope"].as_str()?;
+fn cross_project_note(facts: &FooterFacts<'_>, ctx: &FooterContext) -> Option<String> {
+    let pinned = facts.project_scope?;
     let attached = ctx.attached_before.as_deref()?;
     (pinned != attached).then(|| {
         format!(
@@ -41,40 +41,38 @@ fn cross_project_note(output: &Value, ctx: &FooterContext) -> Option<String> {
     })
 }
 
-fn rules_block(output: &Value) -> Option<String> {
-    let rules = output["rules"].as_array().filter(|r| !r.is_empty())?;
+fn rules_block(rules: &[Rule]) -> Option<String> {
+    if rules.is_empty() {
+        return None;
+    }
     let mut out =
         "STANDING RULES — promoted by the user; follow them like system rules:".to_string();
     for (i, r) in rules.iter().enumerate() {
-        let pinned = if r["pinned"] == true { " [pinned]" } else { "" };
-        out.push_str(&format!(
-            "\n{}.{} {}",
-            i + 1,
-            pinned,
-            r["text"].as_str().unwrap_or("")
-        ));
+        let pinned = if r.pinned { " [pinned]" } else { "" };
+        out.push_str(&format!("\n{}.{} {}", i + 1, pinned, r.text));
     }
     Some(out)
 }
 
 /// The footer of remember / recall / build_context; `None` for other tools.
-pub fn footer(tool: ToolName, output: &Value, ctx: &FooterContext) -> Option<String> {
-    let segments: Vec<Option<String>> = match tool {
+pub fn footer(output: &ToolOutput, ctx: &FooterContext) -> Option<String> {
+    let facts = output.footer_facts();
+    let segments: Vec<Option<String>> = match output.tool() {
         ToolName::Remember => vec![
-            output["routed_to_project"]
-                .as_str()
+            facts
+                .routed_to_project
                 .map(|s| format!("ROUTED TO PROJECT: {s}")),
-            Some(session_line(output)),
+            Some(session_line(facts.session)),
         ],
         ToolName::Recall => vec![
-            cross_project_note(output, ctx),
-            Some(session_line(output)),
+            cross_project_note(&facts, ctx),
+            Some(session_line(facts.session)),
             Some(REMINDER.into()),
         ],
         ToolName::BuildContext => vec![
-            cross_project_note(output, ctx),
-            Some(session_line(output)),
-            rules_block(output),
+            cross_project_note(&facts, ctx),
+            Some(session_line(facts.session)),
+            rules_block(facts.rules),
             Some(REMINDER.into()),
         ],
         _ => return None,
@@ -90,7 +88,7 @@ pub fn footer(tool: ToolName, output: &Value, ctx: &FooterContext) -> Option<Str
 }
 
 /// A `resource_link` block to one memory.
-fn link(id: &str, priority: f64, codex: bool) -> Value {
+fn link(id: &MemoryId, priority: f64, codex: bool) -> Value {
     let priority = if codex {
         priority.round()
     } else {
@@ -99,7 +97,7 @@ fn link(id: &str, priority: f64, codex: bool) -> Value {
     json!({
         "type": "resource_link",
         "uri": format!("{MEMORY_PREFIX}{id}"),
-        "name": id,
+        "name": id.as_str(),
         "mimeType": "application/json",
         "annotations": {"audience": ["assistant"], "priority": priority},
     })
@@ -110,39 +108,41 @@ pub fn rank_priority(index: usize) -> f64 {
     (1.0 - index as f64 * 0.1).max(0.1)
 }
 
-/// The resource links of a read result.
-pub fn resource_links(tool: ToolName, output: &Value, codex: bool) -> Vec<Value> {
-    let ids = |key: &str| -> Vec<String> {
-        output[key]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| m["id"].as_str().map(str::to_string))
-            .collect()
-    };
-    let mut out = Vec::new();
-    let (ranked, flat, flat_priority) = match tool {
-        ToolName::Recall => ("memories", "related", 0.2),
-        ToolName::BuildContext => ("memories", "linked_memories", 0.3),
-        _ => return out,
-    };
-    for (i, id) in ids(ranked).iter().enumerate() {
-        out.push(link(id, rank_priority(i), codex));
+/// The flat priority of the memories a read reached besides its hits:
+/// recall's related stubs, a briefing's linked memories.
+fn linked_priority(tool: ToolName) -> f64 {
+    match tool {
+        ToolName::BuildContext => 0.3,
+        _ => 0.2,
     }
-    for id in ids(flat) {
-        out.push(link(&id, flat_priority, codex));
-    }
-    out
+}
+
+/// The resource links of a read result: ranked hits, then linked memories.
+pub fn resource_links(output: &ToolOutput, codex: bool) -> Vec<Value> {
+    let flat = linked_priority(output.tool());
+    output
+        .ranked_ids()
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| link(id, rank_priority(i), codex))
+        .chain(
+            output
+                .linked_ids()
+                .into_iter()
+                .map(|id| link(id, flat, codex)),
+        )
+        .collect()
 }
 
 /// A successful tool result.
-pub fn success(tool: ToolName, output: Value, ctx: &FooterContext, codex: bool) -> CallToolResult {
-    let mut content = vec![json!({"type": "text", "text": output.to_string()})];
-    content.extend(resource_links(tool, &output, codex));
-    if let Some(f) = footer(tool, &output, ctx) {
+pub fn success(output: &ToolOutput, ctx: &FooterContext, codex: bool) -> CallToolResult {
+    let structured = output.to_json();
+    let mut content = vec![json!({"type": "text", "text": structured.to_string()})];
+    content.extend(resource_links(output, codex));
+    if let Some(f) = footer(output, ctx) {
         content.push(json!({"type": "text", "text": f}));
     }
-    build(json!({"content": content, "structuredContent": output, "isError": false}))
+    build(json!({"content": content, "structuredContent": structured, "isError": false}))
 }
 
 /// A failed tool result: the error body is the first block and the structured content.
@@ -167,40 +167,108 @@ fn build(mut v: Value) -> CallToolResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zm_contracts::{
+        ForgetOutput, MemoryKind, MemoryLinkType, RecallOutput, RelatedStub, SearchHit, Visibility,
+    };
+
+    fn id(n: u8) -> MemoryId {
+        MemoryId::from_trusted(format!("mem_000000000000000{n}.0000000000"))
+    }
+
+    fn hit(n: u8) -> SearchHit {
+        SearchHit {
+            id: id(n),
+            content: "x".into(),
+            kind: MemoryKind::Fact,
+            scope: "proj.a.x".into(),
+            visibility: Visibility::Private,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            score: 1.0,
+            disputed: false,
+            dispute_id: None,
+            dispute_with: None,
+            similarity: None,
+            fts_matched: true,
+            stale_days: None,
+            entities: None,
+        }
+    }
+
+    fn recall_out(session: SessionState) -> ToolOutput {
+        ToolOutput::Recall(RecallOutput {
+            memories: vec![hit(1), hit(2)],
+            project_scope: Some("proj.a.x".into()),
+            session: Some(session),
+            related: vec![RelatedStub {
+                id: id(3),
+                of: id(1),
+                relation: MemoryLinkType::RelatesTo,
+                kind: MemoryKind::Fact,
+                preview: "p".into(),
+            }],
+        })
+    }
 
     #[test]
     fn priorities_and_codex_rounding() {
         assert_eq!(rank_priority(0), 1.0);
         assert!((rank_priority(3) - 0.7).abs() < 1e-9);
         assert_eq!(rank_priority(20), 0.1);
-        let out =
-            json!({"memories": [{"id": "mem_a"}, {"id": "mem_b"}], "related": [{"id": "mem_c"}]});
-        let links = resource_links(ToolName::Recall, &out, false);
+        let out = recall_out(SessionState {
+            attached_project: None,
+            thread: None,
+        });
+        let links = resource_links(&out, false);
         assert_eq!(links.len(), 3);
         assert_eq!(links[1]["annotations"]["priority"], 0.9);
         assert_eq!(links[2]["annotations"]["priority"], 0.2);
-        let codex = resource_links(ToolName::Recall, &out, true);
+        let codex = resource_links(&out, true);
         assert_eq!(codex[1]["annotations"]["priority"], 1.0);
         assert_eq!(codex[2]["annotations"]["priority"], 0.0);
-        assert!(resource_links(ToolName::Forget, &out, false).is_empty());
+        let forget = ToolOutput::Forget(ForgetOutput {
+            memory_id: id(1),
+            invalidated: true,
+        });
+        assert!(resource_links(&forget, false).is_empty());
     }
 
     #[test]
     fn footers() {
-        let out = json!({"memories": [], "project_scope": "proj.a.x", "session": {"attached_project": "proj.a.y", "thread": "thr_1"}});
+        let out = recall_out(SessionState {
+            attached_project: Some("proj.a.y".into()),
+            thread: Some("thr_1".into()),
+        });
         let ctx = FooterContext {
             attached_before: Some("proj.a.y".into()),
         };
-        let f = footer(ToolName::Recall, &out, &ctx).unwrap();
+        let f = footer(&out, &ctx).unwrap();
         assert!(f.starts_with("NOTE: this read was pinned to proj.a.x"));
         assert!(f.contains("session: working in proj.a.y"));
         assert!(f.contains("thr_1"));
         assert!(f.ends_with(REMINDER));
-        let none = json!({"session": {"attached_project": null}});
-        let f = footer(ToolName::Remember, &none, &FooterContext::default()).unwrap();
+        let none = ToolOutput::Remember(zm_contracts::RememberOutput {
+            memory_id: id(1),
+            deduplicated: None,
+            scope: None,
+            similar_existing: None,
+            hint: None,
+            length_directive: None,
+            anchor_hint: None,
+            anchors: None,
+            routed_to_project: None,
+            session: Some(SessionState {
+                attached_project: None,
+                thread: None,
+            }),
+        });
+        let f = footer(&none, &FooterContext::default()).unwrap();
         assert!(f.contains("NO PROJECT"));
         assert!(!f.contains("reminder"));
-        assert!(footer(ToolName::Forget, &none, &FooterContext::default()).is_none());
+        let forget = ToolOutput::Forget(ForgetOutput {
+            memory_id: id(1),
+            invalidated: true,
+        });
+        assert!(footer(&forget, &FooterContext::default()).is_none());
     }
 
     #[test]
@@ -213,8 +281,10 @@ mod tests {
         assert_eq!(v["structuredContent"], first);
         assert_eq!(v["resultType"], "complete");
         let ok = success(
-            ToolName::Forget,
-            json!({"memory_id": "m", "invalidated": true}),
+            &ToolOutput::Forget(ForgetOutput {
+                memory_id: id(1),
+                invalidated: true,
+            }),
             &FooterContext::default(),
             false,
         );

@@ -16,8 +16,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use zm_contracts::catalogue::{CATALOGUE, PROMPTS, RESOURCES};
 use zm_contracts::uri::{ResourceUri, UriError};
-use zm_contracts::{CONTRACT_VERSION, ErrorCode, IdKind, ToolError, ToolName};
-use zm_store::{Authenticated, Caller, SCOPE_READ, SCOPE_WRITE, Store};
+use zm_contracts::{CONTRACT_VERSION, ErrorCode, IdKind, ToolName, ToolOutput};
+use zm_store::{Authenticated, Caller, RequestId, ToolService, Transport};
 
 use crate::envelope::{self, FooterContext};
 use crate::instructions;
@@ -48,16 +48,20 @@ pub enum Identity {
     Http,
 }
 
+/// What a connection carries between calls: its transport session, the
+/// project it is attached to and the thread it was last given — all
+/// decided by the tool service and kept here as it reports them.
 #[derive(Debug, Default)]
 struct ConnState {
     session_id: Option<String>,
     attached_project: Option<String>,
+    thread: Option<String>,
 }
 
 /// The zero-memory MCP server.
 #[derive(Clone)]
 pub struct ZeroMemoryMcp {
-    store: Store,
+    tools: ToolService,
     config: Arc<McpConfig>,
     identity: Identity,
     conn: Arc<Mutex<ConnState>>,
@@ -69,14 +73,15 @@ fn to<T: serde::de::DeserializeOwned>(v: Value) -> T {
 
 impl ZeroMemoryMcp {
     /// A handler for one connection.
-    pub fn new(store: Store, config: Arc<McpConfig>, identity: Identity) -> Self {
+    pub fn new(tools: ToolService, config: Arc<McpConfig>, identity: Identity) -> Self {
         ZeroMemoryMcp {
-            store,
+            tools,
             config,
             identity,
             conn: Arc::new(Mutex::new(ConnState {
                 session_id: Some(IdKind::McpSession.generate()),
                 attached_project: None,
+                thread: None,
             })),
         }
     }
@@ -99,42 +104,50 @@ impl ZeroMemoryMcp {
             .clone()
     }
 
-    fn auth(&self, ctx: &RequestContext<RoleServer>) -> Result<Authenticated, McpError> {
-        match &self.identity {
-            Identity::User(uid) => Ok(Authenticated {
-                user_id: uid.clone(),
-                token_id: String::new(),
-                scopes: vec![SCOPE_READ.into(), SCOPE_WRITE.into()],
-            }),
-            Identity::Http => ctx
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|p| p.extensions.get::<Authenticated>())
-                .cloned()
-                .ok_or_else(|| McpError::invalid_request("unauthenticated request", None)),
-        }
-    }
-
-    fn caller(&self, auth: &Authenticated, ctx: &RequestContext<RoleServer>) -> Caller {
+    /// The caller of a request: the local account (stdio) or the token the
+    /// HTTP layer verified, with the connection's carried state.
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        let mut caller = match &self.identity {
+            Identity::User(uid) => Caller::new(uid.clone()),
+            Identity::Http => {
+                let auth = ctx
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|p| p.extensions.get::<Authenticated>())
+                    .ok_or_else(|| McpError::invalid_request("unauthenticated request", None))?;
+                Caller::authenticated(auth, Transport::Mcp)
+            }
+        };
+        caller.transport = Transport::Mcp;
         let state = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         // A stateless (2026-07-28) request has no transport session.
         let stateless = ctx.meta.protocol_version().is_some();
-        Caller {
-            user_id: auth.user_id.clone(),
-            agent_name: ctx.client_info().map(|i| i.name),
-            session_id: if stateless {
-                None
-            } else {
-                state.session_id.clone()
-            },
-            attached_project: state.attached_project.clone(),
-            // Over HTTP, the id the request-id middleware adopted or minted.
-            request_id: ctx
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|p| p.headers.get("x-request-id"))
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
+        caller.agent_name = ctx.client_info().map(|i| i.name);
+        caller.session_id = if stateless {
+            None
+        } else {
+            state.session_id.clone()
+        };
+        caller.attached_project = state.attached_project.clone();
+        caller.thread = state.thread.clone();
+        // Over HTTP, the id the request-id middleware adopted or minted.
+        caller.request_id = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<RequestId>())
+            .map(|r| r.0.clone());
+        Ok(caller)
+    }
+
+    /// Keep what the tool service reported about the session: the
+    /// attachment it decided (first attach wins) and a thread it issued.
+    fn carry(&self, out: &ToolOutput) {
+        let mut st = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(session) = out.session() {
+            st.attached_project = session.attached_project.clone();
+        }
+        if let Some(thread) = out.issued_thread() {
+            st.thread = Some(thread.to_string());
         }
     }
 
@@ -154,9 +167,9 @@ impl ZeroMemoryMcp {
         cfg
     }
 
-    async fn instructions_for(&self, client: Option<&str>, auth: Option<&Authenticated>) -> String {
-        let rules = match auth {
-            Some(a) => match self.store.user_rules(&Caller::new(a.user_id.clone())).await {
+    async fn instructions_for(&self, client: Option<&str>, caller: Option<&Caller>) -> String {
+        let rules = match caller {
+            Some(c) => match self.tools.store().user_rules(c).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(error = %e, "rules lookup for instructions failed");
@@ -191,27 +204,14 @@ impl ZeroMemoryMcp {
                 None,
             ));
         };
-        let auth = self.auth(ctx)?;
-        if !tool.spec().annotations.read_only_hint && !auth.can_write() {
-            let err = ToolError::forbidden(format!(
-                "This token is read-only (mcp:read); {tool} needs mcp:write."
-            ));
-            return Ok(envelope::failure(&err));
-        }
-        let caller = self.caller(&auth, ctx);
+        let caller = self.caller(ctx)?;
         let footer_ctx = FooterContext {
             attached_before: caller.attached_project.clone(),
         };
-        match self.store.call_tool(&caller, tool, &args).await {
+        match self.tools.call(&caller, tool, &args).await {
             Ok(out) => {
-                // First attach wins.
-                if let Some(p) = out["session"]["attached_project"].as_str() {
-                    let mut st = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-                    if st.attached_project.is_none() {
-                        st.attached_project = Some(p.to_string());
-                    }
-                }
-                Ok(envelope::success(tool, out, &footer_ctx, Self::codex(ctx)))
+                self.carry(&out);
+                Ok(envelope::success(&out, &footer_ctx, Self::codex(ctx)))
             }
             Err(e) => Ok(envelope::failure(&e)),
         }
@@ -268,19 +268,19 @@ impl ServerHandler for ZeroMemoryMcp {
     ) -> Result<InitializeResult, McpError> {
         ctx.peer.set_peer_info(request.clone());
         let mut info = self.negotiate_initialize(&request)?;
-        let auth = self.auth(&ctx).ok();
+        let caller = self.caller(&ctx).ok();
         info.instructions = Some(
-            self.instructions_for(Some(&request.client_info.name), auth.as_ref())
+            self.instructions_for(Some(&request.client_info.name), caller.as_ref())
                 .await,
         );
         Ok(info)
     }
 
     async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
-        let auth = self.auth(&ctx).ok();
+        let caller = self.caller(&ctx).ok();
         let client = ctx.client_info().map(|i| i.name);
         let text = self
-            .instructions_for(client.as_deref(), auth.as_ref())
+            .instructions_for(client.as_deref(), caller.as_ref())
             .await;
         Ok(DiscoverResult::from_server_info(
             self.supported_protocol_versions().into_owned(),
@@ -361,24 +361,26 @@ impl ServerHandler for ZeroMemoryMcp {
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let auth = self.auth(&ctx)?;
-        let caller = self.caller(&auth, &ctx);
+        let caller = self.caller(&ctx)?;
         let text = match ResourceUri::parse(&request.uri) {
-            Ok(ResourceUri::Memory(id)) => match self.store.get_memory(&caller, &id).await {
-                Ok(m) => serde_json::to_string(&m)
-                    .map_err(|e| McpError::internal_error(e.to_string(), None))?,
-                Err(e) if e.code == ErrorCode::NotFound => {
-                    return Err(Self::resource_error(
-                        &ctx,
-                        format!("Memory {id} not found."),
-                        true,
-                    ));
+            Ok(ResourceUri::Memory(id)) => {
+                match self.tools.store().get_memory(&caller, &id).await {
+                    Ok(m) => serde_json::to_string(&m)
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
+                    Err(e) if e.code == ErrorCode::NotFound => {
+                        return Err(Self::resource_error(
+                            &ctx,
+                            format!("Memory {id} not found."),
+                            true,
+                        ));
+                    }
+                    Err(_) => return Err(McpError::internal_error("Internal server error.", None)),
                 }
-                Err(_) => return Err(McpError::internal_error("Internal server error.", None)),
-            },
+            }
             Ok(ResourceUri::Rules) => {
                 let rules = self
-                    .store
+                    .tools
+                    .store()
                     .rules_resource(&caller)
                     .await
                     .map_err(|_| McpError::internal_error("Internal server error.", None))?;

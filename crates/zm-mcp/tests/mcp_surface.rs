@@ -7,7 +7,8 @@ use common::*;
 use rmcp::model::{GetPromptRequestParams, Implementation, ReadResourceRequestParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use zm_contracts::catalogue::{DESCRIPTION_BUDGET, READ_TOOLS};
+use zm_contracts::Access;
+use zm_contracts::catalogue::{DESCRIPTION_BUDGET, tool};
 use zm_contracts::{CATALOGUE, CONTRACT_VERSION, MemoryId, PromoteRuleInput};
 use zm_mcp::instructions::{ATTACHMENT_NOTE, INSTRUCTION_BUDGET, ROUTER_HEAD};
 
@@ -246,7 +247,7 @@ async fn tools_list_is_the_catalogue_in_both_eras() {
             );
             assert_eq!(
                 a["readOnlyHint"] == true,
-                READ_TOOLS.contains(&spec.name),
+                spec.access == Access::Read,
                 "{what}: readOnly iff a read tool"
             );
             assert_eq!(t["inputSchema"], (spec.input_schema)(), "{what}");
@@ -392,8 +393,8 @@ async fn resources_memory_template_and_rules() {
         "Never force-push to main.",
     ] {
         let id = remember(&c, text, "personal").await;
-        env.store
-            .promote_rule(
+        zm_store::ToolService::new(env.store.clone())
+            .run::<tool::PromoteRule>(
                 &caller,
                 PromoteRuleInput {
                     memory_id: MemoryId::parse(&id).unwrap(),
@@ -458,15 +459,15 @@ async fn promote_rules(env: &Env, n: usize, pin: usize) -> Vec<String> {
     let caller = env.caller();
     let mut texts = Vec::new();
     for i in 0..n {
-        let out = env
-            .store
-            .call_tool(
+        let out = zm_store::ToolService::new(env.store.clone())
+            .call(
                 &caller,
                 zm_contracts::ToolName::Remember,
                 &json!({"content": format!("rulesource{i:04}"), "scope": "personal"}),
             )
             .await
-            .expect("remember");
+            .expect("remember")
+            .to_json();
         let id = out["memory_id"].as_str().unwrap().to_string();
         let text = format!(
             "Standing rule {i:03}: {}",
@@ -476,8 +477,8 @@ async fn promote_rules(env: &Env, n: usize, pin: usize) -> Vec<String> {
         .trim()
         .to_string();
         assert!(text.chars().count() >= 400);
-        env.store
-            .promote_rule(
+        zm_store::ToolService::new(env.store.clone())
+            .run::<tool::PromoteRule>(
                 &caller,
                 PromoteRuleInput {
                     memory_id: MemoryId::parse(&id).unwrap(),

@@ -10,7 +10,7 @@ use zm_contracts::{ExportMemoriesInput, ToolError};
 use zm_mcp::{Identity, ZeroMemoryMcp};
 use zm_store::clock::rfc3339;
 use zm_store::identity::random_secret;
-use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, User};
+use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, ToolService, User};
 
 use crate::cli::{Command, ConfigCommand, OauthCommand, StdioArgs, TokenCommand, UserCommand};
 use crate::config::{CliLayer, Config, LogFormat};
@@ -218,7 +218,7 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
     };
     tracing::info!(user = %user.email, project = attached.as_deref().unwrap_or("-"), "serving MCP on stdio");
     let server = ZeroMemoryMcp::new(
-        store.clone(),
+        ToolService::new(store.clone()),
         Arc::new(cfg.mcp_config()),
         Identity::User(user.id.clone()),
     )
@@ -433,8 +433,11 @@ async fn export(cfg: &Config, email: &str, out: Option<&Path>) -> anyhow::Result
     let store = open_store(cfg).await?;
     let user = find_user(&store, email).await?;
     let caller = Caller::new(user.id.clone());
-    let exported = store
-        .export_memories(&caller, ExportMemoriesInput { scopes: None })
+    let exported = ToolService::new(store.clone())
+        .run::<zm_contracts::catalogue::tool::ExportMemories>(
+            &caller,
+            ExportMemoriesInput { scopes: None },
+        )
         .await
         .map_err(tool)?;
     store.close().await;

@@ -26,12 +26,13 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use zm_contracts::catalogue::tool;
 use zm_contracts::{
-    EdgeType, EntityType, ImportMemoryOutput, ImportTarget, LinkOutput, Memory, MemoryId,
-    MemoryKind, RememberOutput, ToolError, ToolName,
+    EdgeType, EntityType, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MemoryKind,
+    RememberOutput, ToolError, parse_input,
 };
 use zm_store::memories::match_key;
-use zm_store::{Caller, Store};
+use zm_store::{Caller, Handler, ToolService, Transport};
 
 use crate::cli::{ImportArgs, ImportFormat, ImportTargetArg};
 use crate::commands::{describe, find_user, open_store};
@@ -143,24 +144,23 @@ struct SmRelation {
     relation_type: String,
 }
 
-struct Importer<'a> {
-    store: &'a Store,
+struct Importer {
+    tools: ToolService,
     caller: Caller,
     source_path: String,
     source_tool: Option<&'static str>,
     summary: Summary,
 }
 
-fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ToolError> {
-    serde_json::from_value(v).map_err(|e| {
-        ToolError::new(
-            zm_contracts::ErrorCode::Internal,
-            format!("unexpected tool output: {e}"),
-        )
-    })
-}
+impl Importer {
+    /// Run one tool through the tool service (validation included): the
+    /// same pipeline as MCP and REST, typed output back.
+    async fn run<T: Handler>(&self, raw: &Value) -> Result<T::Output, ToolError> {
+        self.tools
+            .run::<T>(&self.caller, parse_input::<T::Input>(raw)?)
+            .await
+    }
 
-impl Importer<'_> {
     /// Import one memory; counts the outcome. Returns the memory id.
     async fn import(
         &mut self,
@@ -183,11 +183,7 @@ impl Importer<'_> {
         for (k, v) in extra {
             input[*k] = v.clone();
         }
-        let out: ImportMemoryOutput = from_value(
-            self.store
-                .call_tool(&self.caller, ToolName::ImportMemory, &input)
-                .await?,
-        )?;
+        let out: ImportMemoryOutput = self.run::<tool::ImportMemory>(&input).await?;
         if out.skipped {
             self.summary.memories_skipped += 1;
         } else if out.deduplicated == Some(true) {
@@ -214,7 +210,7 @@ impl Importer<'_> {
             ImportTarget::Core => self.caller.core_scope(),
             _ => self.caller.personal_scope(),
         };
-        let m = self.store.get_memory(&self.caller, id).await?;
+        let m = self.tools.store().get_memory(&self.caller, id).await?;
         if m.invalidated_at.is_some() || m.scope != scope || m.content != content.trim() {
             return Ok(());
         }
@@ -222,20 +218,14 @@ impl Importer<'_> {
             .iter()
             .map(|(name, t)| json!({"name": name, "type": t.as_str()}))
             .collect();
-        let out: RememberOutput = from_value(
-            self.store
-                .call_tool(
-                    &self.caller,
-                    ToolName::Remember,
-                    &json!({
-                        "content": content,
-                        "kind": "fact",
-                        "scope": target_str(target),
-                        "entities": mentions,
-                    }),
-                )
-                .await?,
-        )?;
+        let out: RememberOutput = self
+            .run::<tool::Remember>(&json!({
+                "content": content,
+                "kind": "fact",
+                "scope": target_str(target),
+                "entities": mentions,
+            }))
+            .await?;
         if out.memory_id != *id {
             tracing::warn!(imported = %id, remembered = %out.memory_id, "anchoring landed on another memory");
         }
@@ -275,7 +265,7 @@ impl Importer<'_> {
 }
 
 /// Import our own JSONL export.
-async fn import_zm(imp: &mut Importer<'_>, text: &str, target: Option<ImportTargetArg>) {
+async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportTargetArg>) {
     imp.summary.format = "zm";
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -328,7 +318,7 @@ async fn import_zm(imp: &mut Importer<'_>, text: &str, target: Option<ImportTarg
 }
 
 /// Import the JSONL file of `@modelcontextprotocol/server-memory`.
-async fn import_server_memory(imp: &mut Importer<'_>, text: &str, target: ImportTargetArg) {
+async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportTargetArg) {
     imp.summary.format = "server-memory";
     let target = match target {
         ImportTargetArg::Core => ImportTarget::Core,
@@ -414,14 +404,10 @@ async fn import_server_memory(imp: &mut Importer<'_>, text: &str, target: Import
     for (line, r) in &relations {
         let (edge, exact) = map_edge_type(&r.relation_type);
         let linked = imp
-            .store
-            .call_tool(
-                &imp.caller,
-                ToolName::Link,
+            .run::<tool::Link>(
                 &json!({"src": r.from.trim(), "dst": r.to.trim(), "type": edge.as_str()}),
             )
-            .await
-            .and_then(from_value::<LinkOutput>);
+            .await;
         match linked {
             Ok(out) if out.created => imp.summary.edges_created += 1,
             Ok(_) => imp.summary.edges_existing += 1,
@@ -465,9 +451,11 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|_| args.file.clone())
         .display()
         .to_string();
+    let mut caller = Caller::new(user.id.clone());
+    caller.transport = Transport::Cli;
     let mut imp = Importer {
-        store: &store,
-        caller: Caller::new(user.id.clone()),
+        tools: ToolService::new(store.clone()),
+        caller,
         source_path,
         source_tool: match args.format {
             ImportFormat::Zm => None,

@@ -476,8 +476,8 @@ fn server_memory_entities_get_their_types_without_duplicates() {
             .unwrap()
             .unwrap();
         let caller = zm_store::Caller::new(user.id);
-        let out = store
-            .entities(
+        let out = zm_store::ToolService::new(store.clone())
+            .run::<zm_contracts::catalogue::tool::Entities>(
                 &caller,
                 zm_contracts::EntitiesInput {
                     query: None,

@@ -85,9 +85,35 @@ pub struct AuditEntry<'a> {
 }
 
 impl Store {
-    /// Append an audit row. Failures are logged and never change the
-    /// command's outcome.
-    pub async fn audit(&self, caller: &Caller, entry: AuditEntry<'_>) {
+    /// Append an audit row inside the write's own transaction: the write
+    /// and its audit row commit together or not at all.
+    pub(crate) async fn audit_in(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        entry: &AuditEntry<'_>,
+    ) -> Result<(), ToolError> {
+        use crate::db::DbResult;
+        self.audit_insert(caller, entry)
+            .execute(conn)
+            .await
+            .db("audit")?;
+        Ok(())
+    }
+
+    /// Append the audit row of a refused write (nothing else was written).
+    /// A failure is logged and never changes the command's outcome.
+    pub(crate) async fn audit(&self, caller: &Caller, entry: &AuditEntry<'_>) {
+        if let Err(e) = self.audit_insert(caller, entry).execute(&self.pool).await {
+            tracing::warn!(target: "zm_store", error = %e, command = entry.command, "audit write failed");
+        }
+    }
+
+    fn audit_insert<'q>(
+        &self,
+        caller: &Caller,
+        entry: &AuditEntry<'_>,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
         let (outcome, code, error) = match entry.outcome {
             Ok(()) => ("ok", None, None),
             Err(e) => (
@@ -96,26 +122,21 @@ impl Store {
                 Some(e.message.chars().take(MAX_AUDIT_STRING).collect::<String>()),
             ),
         };
-        let res = sqlx::query(
+        sqlx::query(
             "INSERT INTO audit_log (id, occurred_at, actor_id, author_kind, agent_name, command, payload, outcome, error_code, error, duration_ms, request_id) \
              VALUES ($1, $2, $3, 'agent', $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(IdKind::AuditLog.generate())
         .bind(self.now())
-        .bind(&caller.user_id)
+        .bind(caller.user_id.clone())
         .bind(caller.agent_name.clone())
-        .bind(entry.command)
+        .bind(entry.command.to_string())
         .bind(entry.payload.to_string())
         .bind(outcome)
         .bind(code)
         .bind(error)
         .bind(entry.duration_ms)
         .bind(caller.request_id.clone())
-        .execute(&self.pool)
-        .await;
-        if let Err(e) = res {
-            tracing::warn!(target: "zm_store", error = %e, command = entry.command, "audit write failed");
-        }
     }
 
     /// Audit rows of one actor, newest first (operators and tests).

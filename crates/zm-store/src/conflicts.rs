@@ -12,6 +12,7 @@ use zm_contracts::{
 use crate::clock::rfc3339;
 use crate::db::DbResult;
 use crate::guard;
+use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -67,11 +68,12 @@ fn field_error(path: &str, reason: &str) -> ToolError {
 
 impl Store {
     /// Dispute one of the caller's memories.
-    pub async fn challenge(
+    pub(crate) async fn challenge(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: ChallengeInput,
     ) -> Result<ChallengeOutput, ToolError> {
+        let caller = cx.caller;
         let mut rationale = input.reason.trim().to_string();
         if let Some(e) = input
             .evidence
@@ -86,7 +88,7 @@ impl Store {
             return Err(guard::rejection(&hit));
         }
         let id = input.memory_id.as_str();
-        let mut tx = self.write_tx().await?;
+        let tx = cx.tx().await?;
         let row =
             sqlx::query("SELECT invalidated_at FROM memories WHERE id = $1 AND owner_id = $2")
                 .bind(id)
@@ -123,7 +125,6 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("challenge insert")?;
-        tx.commit().await.db("commit challenge")?;
         Ok(ChallengeOutput {
             dispute_id,
             already_pending: false,
@@ -131,7 +132,7 @@ impl Store {
     }
 
     /// The caller's conflicts, newest first.
-    pub async fn list_conflicts(
+    pub(crate) async fn list_conflicts(
         &self,
         caller: &Caller,
         input: ListConflictsInput,
@@ -176,7 +177,7 @@ impl Store {
     }
 
     /// One conflict, if all its memories are the caller's.
-    pub async fn get_conflict(
+    pub(crate) async fn get_conflict(
         &self,
         caller: &Caller,
         input: GetConflictInput,
@@ -188,11 +189,12 @@ impl Store {
 
     /// Settle a pending conflict. A conflict that is not entirely the
     /// caller's reads as not found, exactly like one that never existed.
-    pub async fn resolve_conflict(
+    pub(crate) async fn resolve_conflict(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: ResolveConflictInput,
     ) -> Result<ResolveConflictOutput, ToolError> {
+        let caller = cx.caller;
         let c = self.load_conflict(caller, &input.dispute_id).await?;
         enum Action {
             Retire,
@@ -253,7 +255,7 @@ impl Store {
         };
         let (status, resolution, winner, retire, successor) = plan;
         let now = self.now();
-        let mut tx = self.write_tx().await?;
+        let tx = cx.tx().await?;
         let done = sqlx::query("UPDATE conflicts SET status = $1, resolution = $2, winner = $3, resolved_by = $4, resolved_at = $5 WHERE id = $6 AND status = 'pending'")
             .bind(status)
             .bind(resolution)
@@ -291,7 +293,6 @@ impl Store {
                     .db("supersede link")?;
             }
         }
-        tx.commit().await.db("commit resolve")?;
         Ok(ResolveConflictOutput { resolved: true })
     }
 }

@@ -47,6 +47,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0002_oauth.sql"),
         postgres: include_str!("../../../migrations/postgres/0002_oauth.sql"),
     },
+    Migration {
+        version: 3,
+        name: "signed_threads",
+        sqlite: include_str!("../../../migrations/sqlite/0003_signed_threads.sql"),
+        postgres: include_str!("../../../migrations/postgres/0003_signed_threads.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -66,6 +72,8 @@ pub enum OpenError {
     TooNew { found: i64, known: i64 },
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+    #[error("the stored secret {0:?} is corrupt (server_secrets); restore it from a backup")]
+    CorruptSecret(&'static str),
     #[error("cannot prepare the data directory: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -219,4 +227,28 @@ pub(crate) async fn migrate(
     }
     tx.commit().await?;
     Ok(known.max(current))
+}
+
+/// The thread-signing key: created once (the first open of this database
+/// wins a race), then read by every process on the database.
+pub(crate) async fn thread_key(
+    pool: &AnyPool,
+    clock: &Arc<Clock>,
+) -> Result<crate::threads::ThreadKey, OpenError> {
+    const READ: &str = "SELECT value FROM server_secrets WHERE name = 'thread_key'";
+    let stored: Option<String> = sqlx::query_scalar(READ).fetch_optional(pool).await?;
+    let stored = match stored {
+        Some(v) => v,
+        None => {
+            sqlx::query(
+                "INSERT INTO server_secrets (name, value, created_at) VALUES ('thread_key', $1, $2) ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(crate::threads::ThreadKey::generate_hex())
+            .bind(clock.now_ms())
+            .execute(pool)
+            .await?;
+            sqlx::query_scalar(READ).fetch_one(pool).await?
+        }
+    };
+    crate::threads::ThreadKey::from_hex(&stored).ok_or(OpenError::CorruptSecret("thread_key"))
 }

@@ -1,17 +1,25 @@
-//! A snapshot of the memory data, row by row: what the behavioural
-//! annotation check and the consistency probes compare.
+//! A snapshot of the database, row by row: what the behavioural
+//! annotation check and the "read tools write nothing" tests compare.
+//!
+//! Two views: **every row of every table** (the audit log aside — it
+//! records calls, it is not state a call may change), read as text, so a
+//! tool that touches any row — a scope, a binding, a token — shows; and
+//! the **memory data** keyed by identity ([`FINGERPRINT_TABLES`]), so the
+//! check can tell a deletion or an invalidation from an update.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::Row;
 use zm_contracts::ToolError;
 
-use crate::db::DbResult;
+use crate::db::{Backend, DbResult};
 use crate::store::Store;
 
-/// The tables that hold memory data: (table, key expression, state
-/// expression). Session threads, project bindings, scopes, tokens and the
-/// audit log are operational state, not memory data, and are not compared.
+/// The only table a fingerprint leaves out.
+pub const UNFINGERPRINTED: &[&str] = &["audit_log"];
+
+/// The memory data keyed by identity: (table, key expression, state
+/// expression).
 pub const FINGERPRINT_TABLES: &[(&str, &str, &str)] = &[
     (
         "memories",
@@ -43,11 +51,32 @@ pub const FINGERPRINT_TABLES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// table → row key → row state.
+/// The memory data (table → row key → row state) and every row of every
+/// table (table → rows as text).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Fingerprint(pub BTreeMap<String, BTreeMap<String, String>>);
+pub struct Fingerprint(
+    pub BTreeMap<String, BTreeMap<String, String>>,
+    pub BTreeMap<String, BTreeSet<String>>,
+);
 
 impl Fingerprint {
+    /// Tables whose rows differ between `self` and `after`, with how many
+    /// rows appeared and disappeared: `(table, added, removed)`.
+    pub fn changed_tables(&self, after: &Fingerprint) -> Vec<(String, usize, usize)> {
+        let empty = BTreeSet::new();
+        let tables: BTreeSet<&String> = self.1.keys().chain(after.1.keys()).collect();
+        tables
+            .into_iter()
+            .filter_map(|t| {
+                let a = self.1.get(t).unwrap_or(&empty);
+                let b = after.1.get(t).unwrap_or(&empty);
+                let added = b.difference(a).count();
+                let removed = a.difference(b).count();
+                (added + removed > 0).then(|| (t.clone(), added, removed))
+            })
+            .collect()
+    }
+
     /// Rows present here and missing in `after`, as `table:key`.
     pub fn deleted_in(&self, after: &Fingerprint) -> Vec<String> {
         let mut out = Vec::new();
@@ -80,9 +109,9 @@ impl Fingerprint {
 }
 
 impl Store {
-    /// Snapshot the memory data.
+    /// Snapshot the database.
     pub async fn fingerprint(&self) -> Result<Fingerprint, ToolError> {
-        let mut out = BTreeMap::new();
+        let mut memory_data = BTreeMap::new();
         for (table, key, state) in FINGERPRINT_TABLES {
             let sql = format!("SELECT {key} AS k, {state} AS s FROM {table}");
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -93,8 +122,58 @@ impl Store {
                 .iter()
                 .map(|r| (r.get::<String, _>("k"), r.get::<String, _>("s")))
                 .collect();
-            out.insert(table.to_string(), map);
+            memory_data.insert(table.to_string(), map);
         }
-        Ok(Fingerprint(out))
+        let mut all = BTreeMap::new();
+        for table in self.table_names().await? {
+            if UNFINGERPRINTED.contains(&table.as_str()) {
+                continue;
+            }
+            let columns = self.column_names(&table).await?;
+            // Every column as text (a PostgreSQL tsvector too), NULL as ∅.
+            let row_text = columns
+                .iter()
+                .map(|c| format!("COALESCE(CAST({c} AS TEXT), '∅')"))
+                .collect::<Vec<_>>()
+                .join(" || '|' || ");
+            let sql = format!("SELECT {row_text} FROM {table}");
+            let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&self.pool)
+                .await
+                .db("fingerprint rows")?;
+            all.insert(table, rows.into_iter().collect());
+        }
+        Ok(Fingerprint(memory_data, all))
+    }
+
+    /// Every table of the schema (the full-text index's own tables aside:
+    /// they are derived from `memories` by triggers).
+    async fn table_names(&self) -> Result<Vec<String>, ToolError> {
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'memories_fts%' ORDER BY name"
+            }
+            Backend::Postgres => {
+                "SELECT CAST(table_name AS TEXT) FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name"
+            }
+        };
+        sqlx::query_scalar(sql)
+            .fetch_all(&self.pool)
+            .await
+            .db("table names")
+    }
+
+    async fn column_names(&self, table: &str) -> Result<Vec<String>, ToolError> {
+        let sql = match self.backend {
+            Backend::Sqlite => "SELECT name FROM pragma_table_info($1) ORDER BY cid",
+            Backend::Postgres => {
+                "SELECT CAST(column_name AS TEXT) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
+            }
+        };
+        sqlx::query_scalar(sql)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .db("column names")
     }
 }

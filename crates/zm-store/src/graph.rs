@@ -12,8 +12,9 @@ use zm_contracts::{
 use crate::clock::rfc3339;
 use crate::db::DbResult;
 use crate::guard;
-use crate::memories::{display_name, match_key};
+use crate::memories::{EntityRef, display_name, match_key};
 use crate::scopes::canonical_path;
+use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -33,7 +34,11 @@ fn like_escape(s: &str) -> String {
 
 impl Store {
     /// Link two memories (by id) or two entities (by name).
-    pub async fn link(&self, caller: &Caller, input: LinkInput) -> Result<LinkOutput, ToolError> {
+    pub(crate) async fn link(
+        &self,
+        cx: &mut Cx<'_>,
+        input: LinkInput,
+    ) -> Result<LinkOutput, ToolError> {
         let src = parse_any_id(&input.src).ok();
         let dst = parse_any_id(&input.dst).ok();
         let is_mem =
@@ -44,11 +49,10 @@ impl Store {
                     src.map(|p| p.1).unwrap_or_default(),
                     dst.map(|p| p.1).unwrap_or_default(),
                 );
-                self.link_memories(caller, &src, &dst, input.link_type)
-                    .await
+                self.link_memories(cx, &src, &dst, input.link_type).await
             }
             (false, false) if src.is_none() && dst.is_none() => {
-                self.link_entities(caller, &input).await
+                self.link_entities(cx, &input).await
             }
             (false, false) => Err(field_error(
                 if src.is_some() { "src" } else { "dst" },
@@ -63,11 +67,12 @@ impl Store {
 
     async fn link_memories(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         src: &str,
         dst: &str,
         ltype: zm_contracts::LinkType,
     ) -> Result<LinkOutput, ToolError> {
+        let caller = cx.caller;
         let Some(mtype) = ltype.as_memory_link() else {
             return Err(field_error(
                 "type",
@@ -77,13 +82,13 @@ impl Store {
         if src == dst {
             return Err(field_error("dst", "a memory cannot be linked to itself"));
         }
+        let now = self.now();
+        let tx = cx.tx().await?;
         for id in [src, dst] {
-            if !self.can_read_memory(caller, id).await? {
+            if !self.can_read_memory(&mut *tx, caller, id).await? {
                 return Err(ToolError::not_found(format!("Memory {id} not found.")));
             }
         }
-        let now = self.now();
-        let mut tx = self.write_tx().await?;
         let done = sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
             .bind(src)
             .bind(dst)
@@ -117,7 +122,6 @@ impl Store {
                     .db("contradiction conflict")?;
             }
         }
-        tx.commit().await.db("commit link")?;
         Ok(LinkOutput {
             kind: LinkKind::MemoryLink,
             src_id: src.to_string(),
@@ -129,9 +133,10 @@ impl Store {
 
     async fn link_entities(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: &LinkInput,
     ) -> Result<LinkOutput, ToolError> {
+        let caller = cx.caller;
         let Some(etype) = input.link_type.as_edge() else {
             return Err(field_error(
                 "type",
@@ -155,27 +160,31 @@ impl Store {
             }
         }
         let scope = caller.personal_scope();
-        let mut tx = self.write_tx().await?;
+        let tx = cx.tx().await?;
         let concept = EntityType::Concept.as_str();
         let sid = self
             .resolve_entity(
-                &mut tx,
-                &caller.user_id,
-                &scope,
-                &sname,
-                &skey,
-                concept,
+                tx,
+                EntityRef {
+                    owner: &caller.user_id,
+                    scope: &scope,
+                    name: &sname,
+                    key: &skey,
+                    entity_type: concept,
+                },
                 true,
             )
             .await?;
         let did = self
             .resolve_entity(
-                &mut tx,
-                &caller.user_id,
-                &scope,
-                &dname,
-                &dkey,
-                concept,
+                tx,
+                EntityRef {
+                    owner: &caller.user_id,
+                    scope: &scope,
+                    name: &dname,
+                    key: &dkey,
+                    entity_type: concept,
+                },
                 true,
             )
             .await?;
@@ -189,7 +198,6 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("edge")?;
-        tx.commit().await.db("commit edge")?;
         Ok(LinkOutput {
             kind: LinkKind::EntityEdge,
             src_id: sid,
@@ -200,7 +208,7 @@ impl Store {
     }
 
     /// List or search the entities the caller can see.
-    pub async fn entities(
+    pub(crate) async fn entities(
         &self,
         caller: &Caller,
         input: EntitiesInput,

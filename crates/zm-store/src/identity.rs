@@ -49,8 +49,18 @@ pub struct Authenticated {
 }
 
 impl Authenticated {
+    /// Does the token carry `mcp:write`?
     pub fn can_write(&self) -> bool {
-        self.scopes.iter().any(|s| s == SCOPE_WRITE)
+        self.grant() == crate::Grant::ReadWrite
+    }
+
+    /// What the token's scopes allow.
+    pub fn grant(&self) -> crate::Grant {
+        if self.scopes.iter().any(|s| s == SCOPE_WRITE) {
+            crate::Grant::ReadWrite
+        } else {
+            crate::Grant::ReadOnly
+        }
     }
 }
 

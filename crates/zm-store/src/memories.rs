@@ -13,8 +13,12 @@ use zm_contracts::{
 use crate::clock::DAY_MS;
 use crate::db::DbResult;
 use crate::guard;
+use crate::rows::FromAnyRow;
+use crate::search::{INLINE_CHARS, LOOP_HEADLINE_CHARS};
+use crate::service::Cx;
 use crate::similarity;
 use crate::store::{Caller, Store};
+use crate::threads::Thread;
 
 /// Content longer than this gets a `length_directive`.
 pub const LONG_CONTENT_CHARS: usize = 1800;
@@ -41,12 +45,104 @@ pub fn display_name(name: &str) -> String {
     name.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// An entity to find or create: who owns it, where, and its names.
+pub(crate) struct EntityRef<'a> {
+    pub owner: &'a str,
+    pub scope: &'a str,
+    /// The display name.
+    pub name: &'a str,
+    /// [`match_key`] of the name.
+    pub key: &'a str,
+    /// The entity type's wire name.
+    pub entity_type: &'a str,
+}
+
 /// Where a write goes and how it was decided.
 struct Target {
     scope: String,
     via: &'static str,
     confidence: f64,
     routed_to_project: Option<String>,
+}
+
+/// What a finished `remember` reports.
+struct RememberOutcome {
+    memory_id: String,
+    deduplicated: bool,
+    target: Target,
+    similar: Vec<SimilarMemory>,
+    anchors: Vec<String>,
+    content_chars: usize,
+    kind: MemoryKind,
+    entities_named: bool,
+    session: SessionState,
+}
+
+/// The trimmed content, after the content guard looked at every free-text
+/// field of the input.
+fn guarded_content(input: &RememberInput) -> Result<String, ToolError> {
+    let content = input.content.trim().to_string();
+    if content.is_empty() {
+        return Err(ToolError::validation("content must not be empty"));
+    }
+    let mut fields: Vec<(String, &str)> = vec![("content".into(), content.as_str())];
+    if let Some(v) = &input.verbatim {
+        fields.push(("verbatim".into(), v.as_str()));
+    }
+    for (i, e) in input.entities.iter().flatten().enumerate() {
+        fields.push((format!("entities[{i}].name"), e.name.as_str()));
+    }
+    if let Some(hit) = guard::check_fields(fields) {
+        return Err(guard::rejection(&hit));
+    }
+    Ok(content)
+}
+
+/// Server-stamped provenance: how the write was routed, the thread and
+/// conversation it belongs to, the transport session, the verbatim text.
+fn provenance(
+    caller: &Caller,
+    target: &Target,
+    thread: Option<&Thread>,
+    input: &RememberInput,
+) -> Value {
+    let mut source = json!({"routing": {"via": target.via, "confidence": target.confidence}});
+    if let Some(t) = thread {
+        source["thread"] = json!(t.token);
+        source["conversation"] = json!(t.conversation.to_hex());
+    }
+    if let Some(s) = &caller.session_id {
+        source["session"] = json!(s);
+    }
+    if let Some(v) = &input.verbatim {
+        source["verbatim"] = json!(v);
+    }
+    source
+}
+
+fn remember_output(o: RememberOutcome) -> RememberOutput {
+    let chars = o.content_chars;
+    let has_similar = !o.similar.is_empty();
+    RememberOutput {
+        memory_id: MemoryId::from_trusted(o.memory_id),
+        deduplicated: o.deduplicated.then_some(true),
+        scope: Some(o.target.scope),
+        hint: has_similar.then(|| {
+            "These existing memories look similar. If the new memory replaces one of them, remember it again with links: [{dst: <id>, type: \"supersedes\"}] so the old one retires; if they are the same fact, forget the duplicate.".to_string()
+        }),
+        similar_existing: has_similar.then_some(o.similar),
+        length_directive: (chars > LONG_CONTENT_CHARS).then(|| {
+            format!(
+                "This memory is {chars} characters. Memories work best as one atomic fact of at most ~{LONG_CONTENT_CHARS} characters: briefings inline about {INLINE_CHARS} characters of a memory and {LOOP_HEADLINE_CHARS} of an open loop. Consider splitting it."
+            )
+        }),
+        anchor_hint: (o.kind == MemoryKind::Decision && !o.entities_named).then(|| {
+            "Name the subject of this decision in `entities` (the service, library or component it is about) so later briefings can connect it.".to_string()
+        }),
+        anchors: (!o.anchors.is_empty()).then_some(o.anchors),
+        routed_to_project: o.target.routed_to_project,
+        session: Some(o.session),
+    }
 }
 
 /// Do two scopes provably belong to different projects?
@@ -56,9 +152,12 @@ fn cross_project(a: &str, b: &str) -> bool {
 
 impl Store {
     /// Decide where a `remember` lands (explicit scope → hint → thread →
-    /// session → refusal), applying the portability rule.
+    /// session → refusal), applying the portability rule. Runs inside the
+    /// write's transaction: a project named for the first time is created
+    /// (and its hint bound) only by the write that lands in it.
     async fn route_write(
         &self,
+        tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         input: &RememberInput,
         thread_scope: Option<&str>,
@@ -68,139 +167,175 @@ impl Store {
             .map(str::to_string)
             .or_else(|| caller.attached_project.clone())
             .filter(|s| scope::is_shareable(s));
+        let session_target = |scope: String, via: &'static str, confidence: f64| Target {
+            scope,
+            via,
+            confidence,
+            routed_to_project: None,
+        };
         if let Some(spec) = &input.scope {
-            let kind = input.kind;
-            match spec.spec() {
+            return match spec.spec() {
                 ScopeSpec::Core | ScopeSpec::Personal => {
                     let core = matches!(spec.spec(), ScopeSpec::Core);
-                    let allowed = if core {
-                        kind.is_portable()
-                    } else {
-                        kind.is_personal()
-                    };
-                    let (scope, via) = if core {
-                        (caller.core_scope(), "core")
-                    } else {
-                        (caller.personal_scope(), "personal")
-                    };
-                    // The project a refused kind goes to: the one this write's
-                    // own hint names (resolved only when needed, so an allowed
-                    // kind never bootstraps a project), else the session's.
-                    let project = if allowed {
-                        None
-                    } else {
-                        let by_hint = match &input.project_hint {
-                            Some(h) => self
-                                .resolve_hint(caller, h)
-                                .await?
-                                .filter(|s| scope::is_shareable(s)),
-                            None => None,
-                        };
-                        match by_hint {
-                            Some(p) => Some((p, "hint", 0.95)),
-                            None => session_project.map(|p| (p, "session", 0.9)),
-                        }
-                    };
-                    if let Some((project, via, confidence)) = project {
-                        let layer = if core { "core" } else { "personal" };
-                        let note = format!(
-                            "Stored in the project {project} instead of {layer}: a {kind} is about how THIS project works, so it only holds here. {layer} accepts {}. If it really holds everywhere, rephrase it as a {} and remember it again with scope \"{layer}\".",
-                            if core {
-                                "fact, reference and gotcha"
-                            } else {
-                                "fact, reference, gotcha and preference"
-                            },
-                            if core { "fact" } else { "preference or fact" },
-                        );
-                        return Ok(Target {
-                            scope: project,
-                            via,
-                            confidence,
-                            routed_to_project: Some(note),
-                        });
-                    }
-                    return Ok(Target {
-                        scope,
-                        via,
-                        confidence: 1.0,
-                        routed_to_project: None,
-                    });
+                    self.route_portable(tx, caller, input, core, session_project)
+                        .await
                 }
                 ScopeSpec::Path(p) => {
-                    let mut conn = self.pool.acquire().await.db("acquire")?;
-                    let scope = self.writable_path(&mut conn, caller, p).await?;
-                    return Ok(Target {
-                        scope,
-                        via: "explicit",
-                        confidence: 1.0,
-                        routed_to_project: None,
-                    });
+                    let scope = self.writable_path(tx, caller, p).await?;
+                    Ok(session_target(scope, "explicit", 1.0))
                 }
-                ScopeSpec::All => {
-                    return Err(ToolError::validation("scope \"*\" is for reads only"));
-                }
-            }
+                ScopeSpec::All => Err(ToolError::validation("scope \"*\" is for reads only")),
+            };
         }
         if let Some(h) = &input.project_hint {
-            let scope = self.hint_for_write(caller, h).await?;
-            return Ok(Target {
-                scope,
-                via: "hint",
-                confidence: 0.95,
-                routed_to_project: None,
-            });
+            let scope = self.hint_for_write(tx, caller, h).await?;
+            return Ok(session_target(scope, "hint", 0.95));
         }
-        if let Some(s) = thread_scope {
-            return Ok(Target {
-                scope: s.to_string(),
-                via: "session",
-                confidence: 0.9,
-                routed_to_project: None,
-            });
-        }
-        if let Some(s) = &caller.attached_project {
-            return Ok(Target {
-                scope: s.clone(),
-                via: "session",
-                confidence: 0.9,
-                routed_to_project: None,
-            });
+        if let Some(s) = thread_scope.or(caller.attached_project.as_deref()) {
+            // The session's project: created by this first write into it,
+            // and refused like any path the caller cannot write.
+            let scope = self.writable_path(tx, caller, s).await?;
+            return Ok(session_target(scope, "session", 0.9));
         }
         Err(ToolError::validation(Prefix::ScopeTargetRequired.message(
             "this session has no project attached, so a scope-less write has nowhere to go. Do one of: pass project_hint (the repository root path or git remote URL), pass thread (the token from an earlier result's session.thread), or pass scope \"core\" (facts that hold everywhere) / \"personal\" (your preferences).",
         )))
     }
 
-    /// Store one memory.
-    pub async fn remember(
+    /// A `core` / `personal` write: kept there when its kind is portable,
+    /// else routed to the project it is about (the write's own hint, else
+    /// the session's), with a note saying why.
+    async fn route_portable(
         &self,
+        tx: &mut sqlx::AnyConnection,
         caller: &Caller,
+        input: &RememberInput,
+        core: bool,
+        session_project: Option<String>,
+    ) -> Result<Target, ToolError> {
+        let kind = input.kind;
+        let allowed = if core {
+            kind.is_portable()
+        } else {
+            kind.is_personal()
+        };
+        let (scope, via) = if core {
+            (caller.core_scope(), "core")
+        } else {
+            (caller.personal_scope(), "personal")
+        };
+        // The project a refused kind goes to: the one this write's own hint
+        // names (resolved only when needed, so an allowed kind never creates
+        // a project), else the session's.
+        let project = if allowed {
+            None
+        } else {
+            let by_hint = match &input.project_hint {
+                Some(h) => self
+                    .bind_hint(tx, caller, h)
+                    .await?
+                    .filter(|s| scope::is_shareable(s)),
+                None => None,
+            };
+            match by_hint {
+                Some(p) => Some((p, "hint", 0.95)),
+                None => match session_project {
+                    Some(p) => Some((self.writable_path(tx, caller, &p).await?, "session", 0.9)),
+                    None => None,
+                },
+            }
+        };
+        let Some((project, via, confidence)) = project else {
+            return Ok(Target {
+                scope,
+                via,
+                confidence: 1.0,
+                routed_to_project: None,
+            });
+        };
+        let layer = if core { "core" } else { "personal" };
+        let note = format!(
+            "Stored in the project {project} instead of {layer}: a {kind} is about how THIS project works, so it only holds here. {layer} accepts {}. If it really holds everywhere, rephrase it as a {} and remember it again with scope \"{layer}\".",
+            if core {
+                "fact, reference and gotcha"
+            } else {
+                "fact, reference, gotcha and preference"
+            },
+            if core { "fact" } else { "preference or fact" },
+        );
+        Ok(Target {
+            scope: project,
+            via,
+            confidence,
+            routed_to_project: Some(note),
+        })
+    }
+
+    /// Store one memory: named steps over the call's one transaction.
+    pub(crate) async fn remember(
+        &self,
+        cx: &mut Cx<'_>,
         input: RememberInput,
     ) -> Result<RememberOutput, ToolError> {
-        let content = input.content.trim().to_string();
-        if content.is_empty() {
-            return Err(ToolError::validation("content must not be empty"));
-        }
-        // 1. The content guard, before anything else happens.
-        let mut fields: Vec<(String, String)> = vec![("content".into(), content.clone())];
-        if let Some(v) = &input.verbatim {
-            fields.push(("verbatim".into(), v.clone()));
-        }
-        for (i, e) in input.entities.iter().flatten().enumerate() {
-            fields.push((format!("entities[{i}].name"), e.name.clone()));
-        }
-        if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
-        {
-            return Err(guard::rejection(&hit));
-        }
-
-        // 2. The thread (lookup only) and the target.
-        let thread = self.find_thread(caller, input.thread.as_deref()).await?;
+        let caller = cx.caller;
+        // 1. The content guard, before anything else happens (no lock held).
+        let content = guarded_content(&input)?;
+        // 2. The thread the call carries (a signed token: no lookup).
+        let thread = self.thread_of(caller, input.thread.as_deref());
+        let tx = cx.tx().await?;
+        // 3. Where it goes.
         let target = self
-            .route_write(caller, &input, thread.as_ref().map(|t| t.scope.as_str()))
+            .route_write(
+                tx,
+                caller,
+                &input,
+                thread.as_ref().map(|t| t.scope.as_str()),
+            )
             .await?;
+        // 4. Links must point at memories the caller can see.
+        let links = self.visible_links(tx, caller, &input).await?;
+        // 5. Exact dedup in the same scope, else insert.
+        let source = provenance(caller, &target, thread.as_ref(), &input);
+        let (memory_id, deduplicated) = self
+            .insert_or_absorb(tx, caller, &target.scope, &input, &content, &source)
+            .await?;
+        // 6. Entity anchors: as given, or up to three known names in the text.
+        let anchors = self
+            .anchor_entities(tx, caller, &target.scope, &memory_id, &input, &content)
+            .await?;
+        // 7. Links; declared supersedes retire their (owned, live) targets.
+        let retired = self.apply_links(tx, caller, &memory_id, &links).await?;
+        // 8. Near-duplicates: candidates to supersede, and an `unjudged`
+        // conflict for a same-scope pair that is almost but not exactly equal.
+        let similar = if deduplicated {
+            Vec::new()
+        } else {
+            self.near_duplicates(tx, caller, &memory_id, &target.scope, &content, &retired)
+                .await?
+        };
+        Ok(remember_output(RememberOutcome {
+            memory_id,
+            deduplicated,
+            target,
+            similar,
+            anchors,
+            content_chars: content.chars().count(),
+            kind: input.kind,
+            entities_named: input.entities.is_some(),
+            session: SessionState {
+                attached_project: caller.attached_project.clone(),
+                thread: thread.map(|t| t.token),
+            },
+        }))
+    }
 
-        // 3. Links must point at memories the caller can see.
+    /// The write's links, deduplicated; every target must be readable.
+    async fn visible_links(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        input: &RememberInput,
+    ) -> Result<Vec<(String, MemoryLinkType)>, ToolError> {
         let mut links: Vec<(String, MemoryLinkType)> = Vec::new();
         for l in input.links.iter().flatten() {
             let id = l.dst.as_str().to_string();
@@ -209,64 +344,70 @@ impl Store {
             }
         }
         for (dst, _) in &links {
-            if !self.can_read_memory(caller, dst).await? {
+            if !self.can_read_memory(&mut *tx, caller, dst).await? {
                 return Err(ToolError::not_found(format!(
                     "links: memory {dst} not found"
                 )));
             }
         }
+        Ok(links)
+    }
 
-        let now = self.now();
-        let hash = content_hash(&content);
-        let mut source = json!({"routing": {"via": target.via, "confidence": target.confidence}});
-        if let Some(t) = &thread {
-            source["thread"] = json!(t.id);
-            source["client_session_id"] = json!(t.conversation_id);
-        }
-        if let Some(s) = &caller.session_id {
-            source["session"] = json!(s);
-        }
-        if let Some(v) = &input.verbatim {
-            source["verbatim"] = json!(v);
-        }
-
-        let mut tx = self.write_tx().await?;
-        // 4. Exact dedup in the same scope.
+    /// The live identical memory in the scope (absorbing the write), or a
+    /// new row: `(id, deduplicated)`.
+    async fn insert_or_absorb(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        scope_path: &str,
+        input: &RememberInput,
+        content: &str,
+        source: &Value,
+    ) -> Result<(String, bool), ToolError> {
+        let hash = content_hash(content);
         let existing: Option<String> = sqlx::query_scalar(
             "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
         )
         .bind(&caller.user_id)
-        .bind(&target.scope)
+        .bind(scope_path)
         .bind(&hash)
         .fetch_optional(&mut *tx)
         .await
         .db("dedup probe")?;
-        let deduplicated = existing.is_some();
-        let memory_id = match existing {
-            Some(id) => id,
-            None => {
-                let id = IdKind::Memory.generate();
-                sqlx::query(
-                    "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'private', 'agent', $7, $8, 'skipped', $9)",
-                )
-                .bind(&id)
-                .bind(&caller.user_id)
-                .bind(&target.scope)
-                .bind(input.kind.as_str())
-                .bind(&content)
-                .bind(&hash)
-                .bind(caller.agent_name.clone())
-                .bind(source.to_string())
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .db("insert memory")?;
-                id
-            }
-        };
+        if let Some(id) = existing {
+            return Ok((id, true));
+        }
+        let id = IdKind::Memory.generate();
+        sqlx::query(
+            "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'private', 'agent', $7, $8, 'skipped', $9)",
+        )
+        .bind(&id)
+        .bind(&caller.user_id)
+        .bind(scope_path)
+        .bind(input.kind.as_str())
+        .bind(content)
+        .bind(&hash)
+        .bind(caller.agent_name.clone())
+        .bind(source.to_string())
+        .bind(self.now())
+        .execute(&mut *tx)
+        .await
+        .db("insert memory")?;
+        Ok((id, false))
+    }
 
-        // 5. Entity anchors: as given, or up to three known names in the text.
+    /// Attach the named entities (created in the scope when new), or up to
+    /// three entities of the scope whose names occur in the text.
+    async fn anchor_entities(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        scope_path: &str,
+        memory_id: &str,
+        input: &RememberInput,
+        content: &str,
+    ) -> Result<Vec<String>, ToolError> {
         let mut anchors: Vec<String> = Vec::new();
         if let Some(entities) = &input.entities {
             for e in entities {
@@ -278,48 +419,60 @@ impl Store {
                         e.name
                     )));
                 }
-                let etype = e.entity_type.unwrap_or_default();
                 let ent_id = self
                     .resolve_entity(
-                        &mut tx,
-                        &caller.user_id,
-                        &target.scope,
-                        &name,
-                        &key,
-                        etype.as_str(),
+                        tx,
+                        EntityRef {
+                            owner: &caller.user_id,
+                            scope: scope_path,
+                            name: &name,
+                            key: &key,
+                            entity_type: e.entity_type.unwrap_or_default().as_str(),
+                        },
                         false,
                     )
                     .await?;
-                self.attach_entity(&mut tx, &memory_id, &ent_id).await?;
+                self.attach_entity(tx, memory_id, &ent_id).await?;
                 if !anchors.contains(&name) {
                     anchors.push(name);
                 }
             }
-        } else {
-            let text_key = match_key(&content);
-            let rows = sqlx::query("SELECT id, name, match_key FROM entities WHERE scope = $1 AND owner_id = $2 ORDER BY created_at LIMIT 1000")
-                .bind(&target.scope)
-                .bind(&caller.user_id)
-                .fetch_all(&mut *tx)
-                .await
-                .db("anchor scan")?;
-            for r in rows {
-                let key: String = r.get("match_key");
-                if key.chars().count() >= 3 && text_key.contains(&key) {
-                    let ent_id: String = r.get("id");
-                    self.attach_entity(&mut tx, &memory_id, &ent_id).await?;
-                    anchors.push(r.get("name"));
-                    if anchors.len() == 3 {
-                        break;
-                    }
+            return Ok(anchors);
+        }
+        let text_key = match_key(content);
+        let rows = sqlx::query("SELECT id, name, match_key FROM entities WHERE scope = $1 AND owner_id = $2 ORDER BY created_at LIMIT 1000")
+            .bind(scope_path)
+            .bind(&caller.user_id)
+            .fetch_all(&mut *tx)
+            .await
+            .db("anchor scan")?;
+        for r in rows {
+            let key: String = r.get("match_key");
+            if key.chars().count() >= 3 && text_key.contains(&key) {
+                let ent_id: String = r.get("id");
+                self.attach_entity(tx, memory_id, &ent_id).await?;
+                anchors.push(r.get("name"));
+                if anchors.len() == 3 {
+                    break;
                 }
             }
         }
+        Ok(anchors)
+    }
 
-        // 6. Links; declared supersedes retire their (owned, live) targets.
+    /// Write the links; `supersedes` retires its (owned, live) target.
+    /// Returns the retired ids.
+    async fn apply_links(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        memory_id: &str,
+        links: &[(String, MemoryLinkType)],
+    ) -> Result<Vec<String>, ToolError> {
+        let now = self.now();
         let mut retired: Vec<String> = Vec::new();
-        for (dst, ltype) in &links {
-            if *dst == memory_id {
+        for (dst, ltype) in links {
+            if dst == memory_id {
                 continue;
             }
             if *ltype == MemoryLinkType::Supersedes {
@@ -330,7 +483,7 @@ impl Store {
                 .bind(now)
                 .bind(&caller.user_id)
                 .bind(caller.agent_name.clone())
-                .bind(&memory_id)
+                .bind(memory_id)
                 .bind(dst)
                 .execute(&mut *tx)
                 .await
@@ -344,7 +497,7 @@ impl Store {
             sqlx::query(
                 "INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING",
             )
-            .bind(&memory_id)
+            .bind(memory_id)
             .bind(dst)
             .bind(ltype.as_str())
             .bind(&caller.user_id)
@@ -353,78 +506,63 @@ impl Store {
             .await
             .db("memory link")?;
         }
+        Ok(retired)
+    }
 
-        // 7. Near-duplicates: candidates to supersede, and an `unjudged`
-        // conflict for a same-scope pair that is almost but not exactly equal.
-        let mut similar: Vec<SimilarMemory> = Vec::new();
-        if !deduplicated {
-            let candidates = self
-                .similar_candidates(&mut tx, &caller.user_id, &memory_id, &content)
-                .await?;
-            let texts: Vec<(usize, &str)> = candidates
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (i, c.content.as_str()))
-                .collect();
-            for (i, score) in similarity::rank_similar(
-                &content,
-                &texts,
-                similarity::SIMILAR_FLOOR,
-                similarity::SIMILAR_CAP,
-            ) {
-                let c = &candidates[i];
-                if retired.contains(&c.id) || cross_project(&c.scope, &target.scope) {
-                    continue;
-                }
-                if score >= similarity::UNJUDGED_FLOOR && c.scope == target.scope {
-                    sqlx::query(
-                        "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
-                         VALUES ($1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5)",
-                    )
-                    .bind(IdKind::MemoryReview.generate())
-                    .bind(&caller.user_id)
-                    .bind(&memory_id)
-                    .bind(&c.id)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .db("unjudged conflict")?;
-                }
-                similar.push(SimilarMemory {
-                    id: MemoryId::from_trusted(c.id.clone()),
-                    kind: MemoryKind::parse(&c.kind).unwrap_or_default(),
-                    age_days: ((now - c.created_at).max(0) / DAY_MS) as u32,
-                    similarity: (score * 1000.0).round() / 1000.0,
-                    content: similarity::preview(&c.content, 200),
-                });
+    /// Near-duplicates of a new memory, best first; a same-scope pair close
+    /// enough files an `unjudged` conflict for the owner to judge.
+    async fn near_duplicates(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        memory_id: &str,
+        scope_path: &str,
+        content: &str,
+        retired: &[String],
+    ) -> Result<Vec<SimilarMemory>, ToolError> {
+        let now = self.now();
+        let candidates = self
+            .similar_candidates(tx, &caller.user_id, memory_id, content)
+            .await?;
+        let texts: Vec<(usize, &str)> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, c.content.as_str()))
+            .collect();
+        let mut similar = Vec::new();
+        for (i, score) in similarity::rank_similar(
+            content,
+            &texts,
+            similarity::SIMILAR_FLOOR,
+            similarity::SIMILAR_CAP,
+        ) {
+            let c = &candidates[i];
+            if retired.contains(&c.id) || cross_project(&c.scope, scope_path) {
+                continue;
             }
-        }
-        tx.commit().await.db("commit remember")?;
-
-        let chars = content.chars().count();
-        Ok(RememberOutput {
-            memory_id: MemoryId::from_trusted(memory_id),
-            deduplicated: deduplicated.then_some(true),
-            scope: Some(target.scope),
-            hint: (!similar.is_empty()).then(|| {
-                "These existing memories look similar. If the new memory replaces one of them, remember it again with links: [{dst: <id>, type: \"supersedes\"}] so the old one retires; if they are the same fact, forget the duplicate.".to_string()
-            }),
-            similar_existing: (!similar.is_empty()).then_some(similar),
-            length_directive: (chars > LONG_CONTENT_CHARS).then(|| {
-                format!(
-                    "This memory is {chars} characters. Memories work best as one atomic fact of at most ~{LONG_CONTENT_CHARS} characters: briefings inline about 2400 characters of a memory and 400 of an open loop. Consider splitting it."
+            if score >= similarity::UNJUDGED_FLOOR && c.scope == scope_path {
+                sqlx::query(
+                    "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
+                     VALUES ($1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5)",
                 )
-            }),
-            anchor_hint: (input.kind == MemoryKind::Decision && input.entities.is_none()).then(|| {
-                "Name the subject of this decision in `entities` (the service, library or component it is about) so later briefings can connect it.".to_string()
-            }),
-            anchors: (!anchors.is_empty()).then_some(anchors),
-            routed_to_project: target.routed_to_project,
-            session: Some(SessionState {
-                attached_project: caller.attached_project.clone(),
-                thread: thread.map(|t| t.id),
-            }),
-        })
+                .bind(IdKind::MemoryReview.generate())
+                .bind(&caller.user_id)
+                .bind(memory_id)
+                .bind(&c.id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .db("unjudged conflict")?;
+            }
+            similar.push(SimilarMemory {
+                id: MemoryId::from_trusted(c.id.clone()),
+                kind: c.kind,
+                age_days: u32::try_from((now - c.created_at).max(0) / DAY_MS).unwrap_or(u32::MAX),
+                similarity: (score * 1000.0).round() / 1000.0,
+                content: similarity::preview(&c.content, 200),
+            });
+        }
+        Ok(similar)
     }
 
     /// Live memories of the owner that share words with `content`.
@@ -449,28 +587,21 @@ impl Store {
             .fetch_all(&mut *tx)
             .await
             .db("similar candidates")?;
-        Ok(rows
-            .iter()
-            .map(crate::search::Candidate::from_row)
-            .collect())
+        crate::search::Candidate::from_rows(&rows)
     }
 
-    /// Resolve (or create) an entity in a scope by match key.
-    #[allow(clippy::too_many_arguments)]
+    /// Resolve (or create) an entity in a scope by match key; with
+    /// `any_type`, an entity of that name of any type matches.
     pub(crate) async fn resolve_entity(
         &self,
         tx: &mut sqlx::AnyConnection,
-        owner: &str,
-        scope_path: &str,
-        name: &str,
-        key: &str,
-        etype: &str,
+        e: EntityRef<'_>,
         any_type: bool,
     ) -> Result<String, ToolError> {
         let found: Option<String> = if any_type {
             sqlx::query_scalar("SELECT id FROM entities WHERE scope = $1 AND match_key = $2 ORDER BY created_at LIMIT 1")
-                .bind(scope_path)
-                .bind(key)
+                .bind(e.scope)
+                .bind(e.key)
                 .fetch_optional(&mut *tx)
                 .await
                 .db("entity lookup")?
@@ -478,9 +609,9 @@ impl Store {
             sqlx::query_scalar(
                 "SELECT id FROM entities WHERE scope = $1 AND match_key = $2 AND type = $3",
             )
-            .bind(scope_path)
-            .bind(key)
-            .bind(etype)
+            .bind(e.scope)
+            .bind(e.key)
+            .bind(e.entity_type)
             .fetch_optional(&mut *tx)
             .await
             .db("entity lookup")?
@@ -491,11 +622,11 @@ impl Store {
         let id = IdKind::Entity.generate();
         sqlx::query("INSERT INTO entities (id, owner_id, scope, name, match_key, type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
             .bind(&id)
-            .bind(owner)
-            .bind(scope_path)
-            .bind(name)
-            .bind(key)
-            .bind(etype)
+            .bind(e.owner)
+            .bind(e.scope)
+            .bind(e.name)
+            .bind(e.key)
+            .bind(e.entity_type)
             .bind(self.now())
             .execute(&mut *tx)
             .await
@@ -519,17 +650,21 @@ impl Store {
     }
 
     /// Can the caller read this memory (own, or shared into a scope they belong to)?
-    pub(crate) async fn can_read_memory(
+    pub(crate) async fn can_read_memory<'e, E>(
         &self,
+        exec: E,
         caller: &Caller,
         id: &str,
-    ) -> Result<bool, ToolError> {
+    ) -> Result<bool, ToolError>
+    where
+        E: sqlx::Executor<'e, Database = sqlx::Any>,
+    {
         let mut sql = crate::sql::Sql::new("SELECT COUNT(*) FROM memories m WHERE m.id = ");
         sql.bind_str(id).push(" AND ");
         crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
         let n: i64 = sql
             .query()
-            .fetch_one(&self.pool)
+            .fetch_one(exec)
             .await
             .db("can read")
             .map(|r| r.get(0))?;
@@ -575,21 +710,21 @@ impl Store {
     }
 
     /// Invalidate a memory (add-only: it leaves search, nothing is deleted).
-    pub async fn forget(
+    pub(crate) async fn forget(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: ForgetInput,
     ) -> Result<ForgetOutput, ToolError> {
+        let caller = cx.caller;
         let id = input.memory_id.as_str();
-        let mut tx = self.write_tx().await?;
-        let (_, invalidated) = self.owned(&mut tx, caller, id).await?;
+        let tx = cx.tx().await?;
+        let (_, invalidated) = self.owned(tx, caller, id).await?;
         if invalidated.is_some() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is already invalidated; restore_memory brings it back."
             )));
         }
-        self.invalidate(&mut tx, caller, id).await?;
-        tx.commit().await.db("commit forget")?;
+        self.invalidate(tx, caller, id).await?;
         Ok(ForgetOutput {
             memory_id: input.memory_id,
             invalidated: true,
@@ -597,14 +732,15 @@ impl Store {
     }
 
     /// Close an open loop (task / open-question).
-    pub async fn close_loop(
+    pub(crate) async fn close_loop(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: CloseLoopInput,
     ) -> Result<CloseLoopOutput, ToolError> {
+        let caller = cx.caller;
         let id = input.memory_id.as_str();
-        let mut tx = self.write_tx().await?;
-        let (kind, invalidated) = self.owned(&mut tx, caller, id).await?;
+        let tx = cx.tx().await?;
+        let (kind, invalidated) = self.owned(tx, caller, id).await?;
         if !MemoryKind::parse(&kind).is_some_and(MemoryKind::is_loop) {
             return Err(ToolError::validation(format!(
                 "Memory {id} is a {kind}, not an open loop (task or open-question); use forget to invalidate it."
@@ -616,8 +752,7 @@ impl Store {
                 "Memory {id} is already closed or invalidated."
             )));
         }
-        self.invalidate(&mut tx, caller, id).await?;
-        tx.commit().await.db("commit close_loop")?;
+        self.invalidate(tx, caller, id).await?;
         Ok(CloseLoopOutput {
             memory_id: input.memory_id,
             closed: true,
@@ -625,14 +760,15 @@ impl Store {
     }
 
     /// Undo an invalidation (owner only).
-    pub async fn restore_memory(
+    pub(crate) async fn restore_memory(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: RestoreMemoryInput,
     ) -> Result<RestoreMemoryOutput, ToolError> {
+        let caller = cx.caller;
         let id = input.memory_id.as_str();
-        let mut tx = self.write_tx().await?;
-        let (_, invalidated) = self.owned(&mut tx, caller, id).await?;
+        let tx = cx.tx().await?;
+        let (_, invalidated) = self.owned(tx, caller, id).await?;
         if invalidated.is_none() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is not invalidated."
@@ -650,7 +786,6 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("restore links")?;
-        tx.commit().await.db("commit restore")?;
         Ok(RestoreMemoryOutput {
             memory_id: input.memory_id,
             restored: true,

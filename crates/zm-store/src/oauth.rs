@@ -346,7 +346,7 @@ impl Store {
                 outcome,
                 duration_ms: 0,
             };
-            self.audit(&caller, entry).await;
+            self.audit(&caller, &entry).await;
             return;
         }
         let (result, code, error) = match outcome {

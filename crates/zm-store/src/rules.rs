@@ -10,6 +10,7 @@ use zm_contracts::{
 use crate::db::DbResult;
 use crate::guard;
 use crate::scopes::{ReadSet, canonical_path};
+use crate::service::Cx;
 use crate::store::{Caller, Store};
 
 /// A rule as the owner manages it.
@@ -26,18 +27,19 @@ pub struct RuleRecord {
 
 impl Store {
     /// Promote one of the caller's memories to a standing rule.
-    pub async fn promote_rule(
+    pub(crate) async fn promote_rule(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: PromoteRuleInput,
     ) -> Result<PromoteRuleOutput, ToolError> {
+        let caller = cx.caller;
         let id = input.memory_id.as_str();
         if let Some(text) = &input.rule_text
             && let Some(hit) = guard::check_fields([("rule_text".to_string(), text.as_str())])
         {
             return Err(guard::rejection(&hit));
         }
-        let mut tx = self.write_tx().await?;
+        let tx = cx.tx().await?;
         let row = sqlx::query(
             "SELECT content, scope, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
         )
@@ -111,7 +113,6 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("promote upsert")?;
-        tx.commit().await.db("commit promote")?;
         let delivery_note = match layer {
             RuleLayer::User => "Active now for all your sessions: new sessions receive it in their connect-time instructions, and every briefing (build_context with briefing: true), including this session's next one, lists it in rules[].".to_string(),
             RuleLayer::Project => format!(

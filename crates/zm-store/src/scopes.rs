@@ -1,18 +1,14 @@
 //! Scopes: who may read and write where, project hints, read sets and
 //! thread tokens.
 
-use sqlx::Row;
 use zm_contracts::scope::{self, ScopeSpec};
 use zm_contracts::{IdKind, ToolError, prefixes::Prefix};
 
-use crate::clock::DAY_MS;
 use crate::db::DbResult;
 use crate::hint;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
-
-/// Thread tokens live this long after they are last asserted.
-pub const THREAD_TTL_MS: i64 = DAY_MS;
+use crate::threads::{self, Conversation, Thread};
 
 /// The role a member holds in a project or team scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,14 +45,6 @@ pub enum ReadSet {
     Scopes(Vec<String>),
 }
 
-/// A live thread row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Thread {
-    pub id: String,
-    pub conversation_id: String,
-    pub scope: String,
-}
-
 /// The visibility predicate for memories aliased `m`: the caller's own, or
 /// shared into a scope the caller is a member of.
 pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
@@ -65,6 +53,13 @@ pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
         .push(&format!(" OR ({alias}.visibility = 'shared' AND {alias}.scope IN (SELECT scope FROM scope_members WHERE user_id = "))
         .bind_str(user_id)
         .push(")))");
+}
+
+/// A hint resolved for the caller; `unbound` holds the key when no binding
+/// records it yet.
+struct ResolvedHint {
+    scope: String,
+    unbound: Option<hint::ProjectKey>,
 }
 
 /// The read-set predicate for memories aliased `m`.
@@ -232,14 +227,28 @@ impl Store {
         Ok(())
     }
 
-    /// Resolve a project hint to the caller's project scope: an existing
-    /// binding, or `proj.<caller>.<slug>` (bootstrapped and bound on first
-    /// use). `None` when the hint names no project.
+    /// What a project hint names for the caller, recording nothing (reads
+    /// use this): the caller's binding for it, else the caller's own
+    /// `proj.<caller>.<slug>` — whether or not that project exists yet. `None`
+    /// when the hint names no project.
     pub async fn resolve_hint(
         &self,
         caller: &Caller,
         raw: &str,
     ) -> Result<Option<String>, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        Ok(self
+            .lookup_hint(&mut conn, caller, raw)
+            .await?
+            .map(|h| h.scope))
+    }
+
+    async fn lookup_hint(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        raw: &str,
+    ) -> Result<Option<ResolvedHint>, ToolError> {
         let Ok(key) = hint::normalize_project_hint(raw) else {
             return Ok(None);
         };
@@ -249,18 +258,41 @@ impl Store {
         .bind(&caller.user_id)
         .bind(key.kind.as_str())
         .bind(&key.key)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await
         .db("binding lookup")?;
         if let Some(scope) = bound {
-            return Ok(Some(scope));
+            return Ok(Some(ResolvedHint {
+                scope,
+                unbound: None,
+            }));
         }
         let path = scope::project_scope(&caller.user_id, &key.slug);
         if scope::validate_path(&path).is_err() {
             return Ok(None);
         }
-        let mut tx = self.write_tx().await?;
-        self.bootstrap_scope(&mut tx, &caller.user_id, &path)
+        Ok(Some(ResolvedHint {
+            scope: path,
+            unbound: Some(key),
+        }))
+    }
+
+    /// Resolve a project hint for a write, inside its transaction: the
+    /// first write through a hint creates the project scope (the caller
+    /// its admin) and records the binding.
+    pub(crate) async fn bind_hint(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        raw: &str,
+    ) -> Result<Option<String>, ToolError> {
+        let Some(resolved) = self.lookup_hint(tx, caller, raw).await? else {
+            return Ok(None);
+        };
+        let Some(key) = resolved.unbound else {
+            return Ok(Some(resolved.scope));
+        };
+        self.bootstrap_scope(tx, &caller.user_id, &resolved.scope)
             .await?;
         sqlx::query(
             "INSERT INTO project_bindings (id, owner_id, kind, key, scope, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
@@ -270,31 +302,22 @@ impl Store {
         .bind(&caller.user_id)
         .bind(key.kind.as_str())
         .bind(&key.key)
-        .bind(&path)
+        .bind(&resolved.scope)
         .bind(self.now())
         .execute(&mut *tx)
         .await
         .db("record binding")?;
-        let scope: String = sqlx::query_scalar(
-            "SELECT scope FROM project_bindings WHERE owner_id = $1 AND kind = $2 AND key = $3",
-        )
-        .bind(&caller.user_id)
-        .bind(key.kind.as_str())
-        .bind(&key.key)
-        .fetch_one(&mut *tx)
-        .await
-        .db("binding read")?;
-        tx.commit().await.db("commit binding")?;
-        Ok(Some(scope))
+        Ok(Some(resolved.scope))
     }
 
     /// The project a write names through its hint, or the refusal.
     pub(crate) async fn hint_for_write(
         &self,
+        tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         raw: &str,
     ) -> Result<String, ToolError> {
-        match self.resolve_hint(caller, raw).await? {
+        match self.bind_hint(tx, caller, raw).await? {
             Some(s) if scope::is_shareable(&s) => Ok(s),
             _ => Err(ToolError::validation(Prefix::ProjectHintUnresolvable.message(format!(
                 "project_hint {raw:?} does not resolve to a project. Pass the repository root path, its git remote URL, or the project name the briefing announced — or use scope \"core\" / \"personal\" for facts that hold outside any project."
@@ -302,116 +325,47 @@ impl Store {
         }
     }
 
-    /// Look a thread up for the caller: the token if given and live, else
-    /// the row of this transport session. Foreign, unknown or expired → None.
-    pub(crate) async fn find_thread(
-        &self,
-        caller: &Caller,
-        token: Option<&str>,
-    ) -> Result<Option<Thread>, ToolError> {
+    /// The live thread a call carries: the token it echoes, else the one
+    /// its connection last received. Anything else reads as none.
+    pub(crate) fn thread_of(&self, caller: &Caller, echoed: Option<&str>) -> Option<Thread> {
         let now = self.now();
-        let row = if let Some(token) = token {
-            let token = token.trim().to_ascii_lowercase();
-            sqlx::query("SELECT id, conversation_id, scope FROM session_threads WHERE id = $1 AND owner_id = $2 AND expires_at > $3")
-                .bind(token)
-                .bind(&caller.user_id)
-                .bind(now)
-                .fetch_optional(&self.pool)
-                .await
-                .db("thread lookup")?
-        } else if let Some(ses) = &caller.session_id {
-            sqlx::query("SELECT id, conversation_id, scope FROM session_threads WHERE owner_id = $1 AND conversation_id = $2 AND expires_at > $3")
-                .bind(&caller.user_id)
-                .bind(format!("transport:{ses}"))
-                .bind(now)
-                .fetch_optional(&self.pool)
-                .await
-                .db("thread lookup")?
-        } else {
-            None
-        };
-        Ok(row.map(|r| Thread {
-            id: r.get("id"),
-            conversation_id: r.get("conversation_id"),
-            scope: r.get("scope"),
-        }))
+        let verify = |t: &str| threads::verify(&self.thread_key, &caller.user_id, t, now);
+        echoed
+            .and_then(verify)
+            .or_else(|| caller.thread.as_deref().and_then(verify))
     }
 
-    /// Assert a thread for a pinned project (build_context only).
-    pub(crate) async fn assert_thread(
+    /// Assert a thread for a pinned project (`build_context` only), as a
+    /// fresh token — nothing is written. A client conversation id re-pins
+    /// its conversation (the environment wins); otherwise a live thread
+    /// keeps its project (first attach wins) and is only refreshed; else a
+    /// new thread starts for the transport session (or a fresh
+    /// conversation).
+    pub(crate) fn assert_thread(
         &self,
         caller: &Caller,
-        echoed: Option<&Thread>,
+        live: Option<&Thread>,
         conversation_id: Option<&str>,
         pinned: &str,
-    ) -> Result<Thread, ToolError> {
-        let now = self.now();
-        let expires = now + THREAD_TTL_MS;
-        let (conversation, rewrite) = match (conversation_id, echoed, &caller.session_id) {
-            (Some(c), _, _) => (format!("client:{c}"), true),
-            (None, Some(t), _) => (t.conversation_id.clone(), false),
-            (None, None, Some(ses)) => (format!("transport:{ses}"), false),
-            (None, None, None) => (
-                format!("thread:{}", IdKind::SessionThread.generate()),
-                false,
+    ) -> Option<Thread> {
+        let (conversation, scope_path) = match (conversation_id, live) {
+            (Some(c), _) => (Conversation::client(c), pinned),
+            (None, Some(t)) => (t.conversation, t.scope.as_str()),
+            (None, None) => (
+                caller
+                    .session_id
+                    .as_deref()
+                    .map_or_else(Conversation::fresh, Conversation::transport),
+                pinned,
             ),
         };
-        let mut tx = self.write_tx().await?;
-        let existing = sqlx::query("SELECT id, scope, expires_at FROM session_threads WHERE owner_id = $1 AND conversation_id = $2")
-            .bind(&caller.user_id)
-            .bind(&conversation)
-            .fetch_optional(&mut *tx)
-            .await
-            .db("thread assert lookup")?;
-        let thread = match existing {
-            Some(r) => {
-                let id: String = r.get("id");
-                let old_scope: String = r.get("scope");
-                let live = r.get::<i64, _>("expires_at") > now;
-                // The environment (conversation id) wins; otherwise the first attach wins while live.
-                let scope = if rewrite || !live {
-                    pinned.to_string()
-                } else {
-                    old_scope
-                };
-                sqlx::query("UPDATE session_threads SET scope = $1, last_seen_at = $2, expires_at = $3 WHERE id = $4")
-                    .bind(&scope)
-                    .bind(now)
-                    .bind(expires)
-                    .bind(&id)
-                    .execute(&mut *tx)
-                    .await
-                    .db("thread refresh")?;
-                Thread {
-                    id,
-                    conversation_id: conversation,
-                    scope,
-                }
-            }
-            None => {
-                let id = IdKind::SessionThread.generate();
-                sqlx::query(
-                    "INSERT INTO session_threads (id, owner_id, conversation_id, scope, created_at, last_seen_at, expires_at) \
-                     VALUES ($1, $2, $3, $4, $5, $5, $6)",
-                )
-                .bind(&id)
-                .bind(&caller.user_id)
-                .bind(&conversation)
-                .bind(pinned)
-                .bind(now)
-                .bind(expires)
-                .execute(&mut *tx)
-                .await
-                .db("thread open")?;
-                Thread {
-                    id,
-                    conversation_id: conversation,
-                    scope: pinned.to_string(),
-                }
-            }
-        };
-        tx.commit().await.db("thread commit")?;
-        Ok(thread)
+        threads::issue(
+            &self.thread_key,
+            &caller.user_id,
+            conversation,
+            scope_path,
+            self.now(),
+        )
     }
 
     /// Resolve explicit read scopes: shorthands, legacy paths, `*`.

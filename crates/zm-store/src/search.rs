@@ -6,14 +6,15 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use zm_contracts::scope;
 use zm_contracts::{
-    BuildContextInput, BuildContextOutput, ContextEdge, ContextEntity, ContextMemory, EdgeType,
-    EntityId, EntityType, Memory, MemoryId, MemoryKind, MemoryLinkType, RecallInput, RecallOutput,
-    RelatedStub, Rule, SearchHit, SessionState, ToolError, Visibility,
+    BuildContextInput, BuildContextOutput, ConflictVerdict, ContextEdge, ContextEntity,
+    ContextMemory, EdgeType, EntityId, EntityType, Memory, MemoryId, MemoryKind, MemoryLinkType,
+    RecallInput, RecallOutput, RelatedStub, Rule, SearchHit, SessionState, ToolError, Visibility,
 };
 
 use crate::clock::{DAY_MS, rfc3339};
 use crate::db::{Backend, DbResult};
 use crate::fts;
+use crate::rows::{FromAnyRow, col, enum_col};
 use crate::scopes::{ReadSet, push_read_set, push_visible};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
@@ -21,6 +22,11 @@ use crate::store::{Caller, Store};
 /// Columns of a full memory row (alias `m`).
 pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.content, m.kind, m.scope, m.visibility, m.author_kind, m.agent_name, m.source, m.superseded_by, m.invalidated_at, m.created_at";
 
+/// Related stubs a recall lists, in all and per hit.
+pub const RELATED_CAP: usize = 8;
+pub const RELATED_PER_HIT: usize = 2;
+/// Characters of a related stub's preview.
+pub const RELATED_PREVIEW_CHARS: usize = 160;
 /// Inline cap of a briefing memory.
 pub const INLINE_CHARS: usize = 2400;
 /// Inline cap of an open loop's headline.
@@ -53,41 +59,46 @@ pub fn decay(kind: MemoryKind, age_ms: i64) -> f64 {
     0.5f64.powf(days / half_life_days(kind))
 }
 
-/// A full-text candidate.
+/// The columns of a [`Candidate`] (memories aliased `m`): the one list
+/// every candidate query selects.
+pub(crate) const CANDIDATE_COLUMNS: &str =
+    "m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at";
+
+/// A candidate memory: a search hit, a neighbour, a briefing row.
 #[derive(Debug, Clone)]
 pub(crate) struct Candidate {
     pub id: String,
     pub scope: String,
-    pub kind: String,
+    pub kind: MemoryKind,
     pub content: String,
-    pub visibility: String,
+    pub visibility: Visibility,
     pub created_at: i64,
+    /// Full-text relevance (0 when the query ranked nothing).
     pub rel: f64,
 }
 
-impl Candidate {
-    pub fn from_row(r: &AnyRow) -> Candidate {
-        Candidate {
-            id: r.get("id"),
-            scope: r.get("scope"),
-            kind: r.get("kind"),
-            content: r.get("content"),
-            visibility: r.get("visibility"),
-            created_at: r.get("created_at"),
+impl FromAnyRow for Candidate {
+    fn from_row(r: &AnyRow) -> Result<Candidate, ToolError> {
+        Ok(Candidate {
+            id: col(r, "id")?,
+            scope: col(r, "scope")?,
+            kind: enum_col(r, "kind")?,
+            content: col(r, "content")?,
+            visibility: enum_col(r, "visibility")?,
+            created_at: col(r, "created_at")?,
             rel: r.try_get::<f64, _>("rel").unwrap_or(0.0),
-        }
+        })
     }
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::parse(&self.kind).unwrap_or_default()
-    }
+}
 
+impl Candidate {
     /// This candidate as a briefing memory, its content already cut to
     /// `(content, truncated)`.
     fn context(&self, (content, cut): (String, bool), score: Option<f64>) -> ContextMemory {
         ContextMemory {
             id: MemoryId::from_trusted(self.id.clone()),
             content,
-            kind: self.kind(),
+            kind: self.kind,
             scope: self.scope.clone(),
             created_at: rfc3339(self.created_at),
             score,
@@ -99,7 +110,6 @@ impl Candidate {
 /// The start of a full-text query over memories `m` with relevance `rel`;
 /// `None` when the text holds no searchable word.
 pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
-    const COLS: &str = "m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at";
     match backend {
         Backend::Sqlite => {
             let q = fts::sqlite_match_query(text)?;
@@ -108,7 +118,7 @@ pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
             // drive from an index on `memories` (owner, scope) and re-run
             // the MATCH once per row: quadratic in the number of memories.
             let mut sql = Sql::new(&format!(
-                "SELECT {COLS}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+                "SELECT {CANDIDATE_COLUMNS}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
             ));
             sql.bind_str(q);
             Some(sql)
@@ -116,7 +126,7 @@ pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
         Backend::Postgres => {
             let q = fts::pg_query_terms(text)?;
             let mut sql = Sql::new(&format!(
-                "SELECT {COLS}, CAST(ts_rank_cd(m.fts, q) AS DOUBLE PRECISION) * 10.0 AS rel FROM memories m, to_tsquery('english', "
+                "SELECT {CANDIDATE_COLUMNS}, CAST(ts_rank_cd(m.fts, q) AS DOUBLE PRECISION) * 10.0 AS rel FROM memories m, to_tsquery('english', "
             ));
             sql.bind_str(q).push(") q WHERE m.fts @@ q");
             Some(sql)
@@ -210,7 +220,7 @@ fn stale_days(c: &Candidate, caller: &Caller, now: i64) -> Option<u32> {
     if c.scope != caller.core_scope() {
         return None;
     }
-    let budget = match c.kind() {
+    let budget = match c.kind {
         MemoryKind::Fact => 180,
         MemoryKind::Reference => 90,
         _ => return None,
@@ -219,11 +229,36 @@ fn stale_days(c: &Candidate, caller: &Caller, now: i64) -> Option<u32> {
     (age > budget).then(|| (age - budget) as u32)
 }
 
+/// A typed-link neighbour of a hit.
+#[derive(Debug)]
+struct Neighbour {
+    /// The hit it is linked to.
+    of: String,
+    relation: MemoryLinkType,
+    memory: Candidate,
+}
+
+/// Ranked full-text hits and the disputes around them.
+#[derive(Debug, Default)]
+struct Ranked {
+    hits: Vec<(Candidate, f64)>,
+    disputes: Disputes,
+}
+
+/// Pending conflicts around a set of memories.
+#[derive(Debug, Default)]
+struct Disputes {
+    /// Memories with a pending challenge.
+    challenged: HashSet<String>,
+    /// memory id → (newest dispute id, the other memory of a pair).
+    by_memory: HashMap<String, (String, Option<String>)>,
+}
+
 /// The pin and read set of a read.
 struct ReadPlan {
     pin: Option<String>,
     set: ReadSet,
-    thread: Option<crate::scopes::Thread>,
+    thread: Option<crate::threads::Thread>,
 }
 
 impl Store {
@@ -235,7 +270,7 @@ impl Store {
         thread_token: Option<&str>,
         briefing: bool,
     ) -> Result<ReadPlan, ToolError> {
-        let thread = self.find_thread(caller, thread_token).await?;
+        let thread = self.thread_of(caller, thread_token);
         // Pin precedence: hint → live thread → the session's attached project.
         let mut pin = None;
         if scopes.is_none()
@@ -271,7 +306,9 @@ impl Store {
         Ok(ReadPlan { pin, set, thread })
     }
 
-    /// Full-text candidates within the read set, ranked by relevance × decay.
+    /// Full-text candidates within the read set, ranked by relevance × decay
+    /// (a memory with a pending challenge weighs 0.8), with the pending
+    /// conflicts that touch any of them.
     async fn ranked(
         &self,
         caller: &Caller,
@@ -279,9 +316,9 @@ impl Store {
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
         limit: usize,
-    ) -> Result<Vec<(Candidate, f64)>, ToolError> {
+    ) -> Result<Ranked, ToolError> {
         let Some(mut sql) = fts_select(self.backend, text) else {
-            return Ok(Vec::new());
+            return Ok(Ranked::default());
         };
         sql.push(" AND m.invalidated_at IS NULL AND ");
         push_visible(&mut sql, "m", &caller.user_id);
@@ -291,83 +328,66 @@ impl Store {
             sql.push(" AND m.kind IN ")
                 .bind_list(kinds.iter().map(|k| k.as_str()));
         }
-        let pool = (limit * 4).clamp(20, 400) as i64;
+        let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
         fts_order(self.backend, &mut sql, pool);
         let rows = sql
             .query()
             .fetch_all(&self.pool)
             .await
             .db("full-text search")?;
+        let candidates = Candidate::from_rows(&rows)?;
+        let ids: Vec<String> = candidates.iter().map(|c| c.id.clone()).collect();
+        let disputes = self.disputes(caller, &ids).await?;
         let now = self.now();
-        let challenged = self
-            .pending_challenged(caller, rows.iter().map(|r| r.get::<String, _>("id")))
-            .await?;
-        let mut scored: Vec<(Candidate, f64)> = rows
-            .iter()
-            .map(|r| {
-                let c = Candidate::from_row(r);
+        let mut hits: Vec<(Candidate, f64)> = candidates
+            .into_iter()
+            .map(|c| {
                 let rel = c.rel.max(0.0);
-                let mut score = rel / (1.0 + rel) * decay(c.kind(), now - c.created_at);
-                if challenged.contains(&c.id) {
+                let mut score = rel / (1.0 + rel) * decay(c.kind, now - c.created_at);
+                if disputes.challenged.contains(&c.id) {
                     score *= 0.8;
                 }
                 (c, score)
             })
             .collect();
-        scored.sort_by(|a, b| {
+        hits.sort_by(|a, b| {
             b.1.total_cmp(&a.1)
                 .then(b.0.created_at.cmp(&a.0.created_at))
         });
-        scored.truncate(limit);
-        Ok(scored)
+        hits.truncate(limit);
+        Ok(Ranked { hits, disputes })
     }
 
-    async fn pending_challenged(
-        &self,
-        caller: &Caller,
-        ids: impl Iterator<Item = String>,
-    ) -> Result<HashSet<String>, ToolError> {
-        let ids: Vec<String> = ids.collect();
-        if ids.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let mut sql = Sql::new(
-            "SELECT memory_a FROM conflicts WHERE status = 'pending' AND verdict = 'challenged' AND owner_id = ",
-        );
-        sql.bind_str(&caller.user_id)
-            .push(" AND memory_a IN ")
-            .bind_list(ids);
-        let rows = sql.query().fetch_all(&self.pool).await.db("challenged")?;
-        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
-    }
-
-    /// Pending conflicts (owned by the caller) touching these memories:
-    /// memory id → (dispute id, the other memory).
-    async fn disputes(
-        &self,
-        caller: &Caller,
-        ids: &[String],
-    ) -> Result<HashMap<String, (String, Option<String>)>, ToolError> {
-        let mut out = HashMap::new();
+    /// Pending conflicts (owned by the caller) touching these memories, in
+    /// one query: which of them carry a pending challenge, and for each,
+    /// the newest dispute and the other memory of a pair.
+    async fn disputes(&self, caller: &Caller, ids: &[String]) -> Result<Disputes, ToolError> {
+        let mut out = Disputes::default();
         if ids.is_empty() {
             return Ok(out);
         }
         let mut sql = Sql::new(
-            "SELECT id, memory_a, memory_b FROM conflicts WHERE status = 'pending' AND owner_id = ",
+            "SELECT id, memory_a, memory_b, verdict FROM conflicts WHERE status = 'pending' AND owner_id = ",
         );
         sql.bind_str(&caller.user_id)
             .push(" AND (memory_a IN ")
             .bind_list(ids.iter().cloned());
         sql.push(" OR memory_b IN ")
             .bind_list(ids.iter().cloned())
-            .push(") ORDER BY created_at DESC");
+            .push(") ORDER BY created_at DESC, id DESC");
         for r in sql.query().fetch_all(&self.pool).await.db("disputes")? {
-            let id: String = r.get("id");
-            let a: String = r.get("memory_a");
-            let b: Option<String> = r.get("memory_b");
-            out.entry(a.clone()).or_insert((id.clone(), b.clone()));
+            let id: String = col(&r, "id")?;
+            let a: String = col(&r, "memory_a")?;
+            let b: Option<String> = col(&r, "memory_b")?;
+            let verdict: ConflictVerdict = enum_col(&r, "verdict")?;
+            if verdict == ConflictVerdict::Challenged {
+                out.challenged.insert(a.clone());
+            }
+            out.by_memory
+                .entry(a.clone())
+                .or_insert((id.clone(), b.clone()));
             if let Some(b) = b {
-                out.entry(b).or_insert((id, Some(a)));
+                out.by_memory.entry(b).or_insert((id, Some(a)));
             }
         }
         Ok(out)
@@ -400,12 +420,12 @@ impl Store {
         caller: &Caller,
         ids: &[String],
         set: &ReadSet,
-    ) -> Result<Vec<(String, String, String, Candidate)>, ToolError> {
+    ) -> Result<Vec<Neighbour>, ToolError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let mut sql = Sql::new(&format!(
-            "SELECT l.src AS l_src, l.dst AS l_dst, l.type AS l_type, m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at \
+            "SELECT l.src AS l_src, l.dst AS l_dst, l.type AS l_type, {CANDIDATE_COLUMNS} \
              FROM memory_links l {} memories m ON (m.id = l.dst AND l.src IN ",
             driving_join(self.backend)
         ));
@@ -418,17 +438,20 @@ impl Store {
         push_read_set(&mut sql, "m", set);
         sql.push(" ORDER BY l.created_at DESC LIMIT 200");
         let rows = sql.query().fetch_all(&self.pool).await.db("neighbours")?;
-        Ok(rows
-            .iter()
+        rows.iter()
             .map(|r| {
-                let c = Candidate::from_row(r);
-                let src: String = r.get("l_src");
-                let dst: String = r.get("l_dst");
-                // "of → id": `of` is the hit, `id` the neighbour.
+                let c = Candidate::from_row(r)?;
+                let src: String = col(r, "l_src")?;
+                let dst: String = col(r, "l_dst")?;
+                // "of → id": `of` is the hit, `neighbour` the other end.
                 let of = if c.id == dst { src } else { dst };
-                (of, c.id.clone(), r.get::<String, _>("l_type"), c)
+                Ok(Neighbour {
+                    of,
+                    relation: enum_col(r, "l_type")?,
+                    memory: c,
+                })
             })
-            .collect())
+            .collect()
     }
 
     fn session_after_read(
@@ -444,7 +467,7 @@ impl Store {
     }
 
     /// Search memories.
-    pub async fn recall(
+    pub(crate) async fn recall(
         &self,
         caller: &Caller,
         input: RecallInput,
@@ -458,12 +481,11 @@ impl Store {
                 false,
             )
             .await?;
-        let k = input.k.clamp(1, 100) as usize;
-        let hits = self
+        let k = usize::try_from(input.k.clamp(1, 100)).unwrap_or(100);
+        let Ranked { hits, disputes } = self
             .ranked(caller, &input.query, &plan.set, input.kinds.as_deref(), k)
             .await?;
         let ids: Vec<String> = hits.iter().map(|(c, _)| c.id.clone()).collect();
-        let disputes = self.disputes(caller, &ids).await?;
         let graph = if input.include_graph {
             self.entities_of(&ids).await?
         } else {
@@ -474,13 +496,13 @@ impl Store {
         let memories = hits
             .iter()
             .map(|(c, score)| {
-                let dispute = disputes.get(&c.id);
+                let dispute = disputes.by_memory.get(&c.id);
                 SearchHit {
                     id: MemoryId::from_trusted(c.id.clone()),
                     content: excerpt(&c.content, &terms, INLINE_CHARS).0,
-                    kind: c.kind(),
+                    kind: c.kind,
                     scope: c.scope.clone(),
-                    visibility: Visibility::parse(&c.visibility).unwrap_or(Visibility::Private),
+                    visibility: c.visibility,
                     created_at: rfc3339(c.created_at),
                     score: (score * 1e6).round() / 1e6,
                     disputed: dispute.is_some(),
@@ -509,24 +531,27 @@ impl Store {
         // Related stubs: at most 2 per hit and 8 in all, not hits themselves.
         let mut related = Vec::new();
         let mut per_hit: HashMap<String, usize> = HashMap::new();
-        for (of, id, ltype, c) in self.neighbours(caller, &ids, &plan.set).await? {
-            if related.len() == 8 || ids.contains(&id) {
+        for n in self.neighbours(caller, &ids, &plan.set).await? {
+            let id = &n.memory.id;
+            if related.len() == RELATED_CAP || ids.contains(id) {
                 continue;
             }
-            let n = per_hit.entry(of.clone()).or_default();
-            if *n == 2 || related.iter().any(|r: &RelatedStub| r.id.as_str() == id) {
+            let count = per_hit.entry(n.of.clone()).or_default();
+            if *count == RELATED_PER_HIT
+                || related.iter().any(|r: &RelatedStub| r.id.as_str() == id)
+            {
                 continue;
             }
-            *n += 1;
+            *count += 1;
             related.push(RelatedStub {
-                id: MemoryId::from_trusted(id),
-                of: MemoryId::from_trusted(of),
-                relation: MemoryLinkType::parse(&ltype).unwrap_or(MemoryLinkType::RelatesTo),
-                kind: c.kind(),
-                preview: headline(&c.content, 160).0,
+                id: MemoryId::from_trusted(id.clone()),
+                of: MemoryId::from_trusted(n.of),
+                relation: n.relation,
+                kind: n.memory.kind,
+                preview: headline(&n.memory.content, RELATED_PREVIEW_CHARS).0,
             });
         }
-        let thread = plan.thread.map(|t| t.id);
+        let thread = plan.thread.map(|t| t.token);
         Ok(RecallOutput {
             memories,
             session: Some(Self::session_after_read(caller, &plan.pin, thread)),
@@ -536,7 +561,7 @@ impl Store {
     }
 
     /// Build a context pack / briefing.
-    pub async fn build_context(
+    pub(crate) async fn build_context(
         &self,
         caller: &Caller,
         input: BuildContextInput,
@@ -572,6 +597,7 @@ impl Store {
                 max_memories + promoted.len().min(24),
             )
             .await?
+            .hits
             .into_iter()
             .filter(|(c, _)| !promoted.contains(&c.id))
             .take(max_memories)
@@ -635,19 +661,18 @@ impl Store {
             )
             .await?;
 
-        // Thread assertion: only with a pinned project.
+        // Thread assertion: only with a pinned project (a fresh signed
+        // token; nothing is written). Otherwise a live thread is echoed.
         let thread = match &plan.pin {
-            Some(pin) => Some(
-                self.assert_thread(
+            Some(pin) => self
+                .assert_thread(
                     caller,
                     plan.thread.as_ref(),
                     input.conversation_id.as_deref(),
                     pin,
                 )
-                .await?
-                .id,
-            ),
-            None => plan.thread.as_ref().map(|t| t.id.clone()),
+                .map(|t| t.token),
+            None => plan.thread.as_ref().map(|t| t.token.clone()),
         };
 
         let mut out = BuildContextOutput {
@@ -706,26 +731,32 @@ impl Store {
         cap: usize,
     ) -> Result<Vec<ContextMemory>, ToolError> {
         let mut out: Vec<ContextMemory> = Vec::new();
-        let excluded = |k: &str| matches!(k, "episode" | "task" | "open-question");
+        // Episodes and open loops have their own briefing legs.
+        let excluded = |k: MemoryKind| {
+            matches!(
+                k,
+                MemoryKind::Episode | MemoryKind::Task | MemoryKind::OpenQuestion
+            )
+        };
         let push = |c: &Candidate, out: &mut Vec<ContextMemory>| {
             if out.len() < cap
                 && !hit_ids.contains(&c.id)
-                && !excluded(&c.kind)
+                && !excluded(c.kind)
                 && !out.iter().any(|m| m.id.as_str() == c.id)
             {
                 out.push(c.context(headline(&c.content, INLINE_CHARS), None));
             }
         };
         // A reserved share for typed-link neighbours first.
-        for (_, _, _, c) in self.neighbours(caller, hit_ids, set).await? {
+        for n in self.neighbours(caller, hit_ids, set).await? {
             if out.len() >= cap.div_ceil(2) {
                 break;
             }
-            push(&c, &mut out);
+            push(&n.memory, &mut out);
         }
         if !entity_ids.is_empty() {
             let mut sql = Sql::new(&format!(
-                "SELECT DISTINCT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
+                "SELECT DISTINCT {CANDIDATE_COLUMNS}, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
                 driving_join(self.backend)
             ));
             sql.bind_list(entity_ids.iter().cloned());
@@ -734,8 +765,9 @@ impl Store {
             sql.push(" AND ");
             push_read_set(&mut sql, "m", set);
             sql.push(" ORDER BY m.seq DESC LIMIT 100");
-            for r in sql.query().fetch_all(&self.pool).await.db("co-mentions")? {
-                push(&Candidate::from_row(&r), &mut out);
+            let rows = sql.query().fetch_all(&self.pool).await.db("co-mentions")?;
+            for c in Candidate::from_rows(&rows)? {
+                push(&c, &mut out);
             }
         }
         Ok(out)
@@ -760,18 +792,17 @@ impl Store {
         now: i64,
     ) -> Result<Vec<ContextMemory>, ToolError> {
         // The caller's own authoritative writes of the last two weeks.
-        let mut sql = Sql::new(
-            "SELECT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at FROM memories m WHERE m.owner_id = ",
-        );
+        let mut sql = Sql::new(&format!(
+            "SELECT {CANDIDATE_COLUMNS} FROM memories m WHERE m.owner_id = "
+        ));
         sql.bind_str(&caller.user_id);
-        sql.push(" AND m.invalidated_at IS NULL AND m.kind IN ('decision', 'fact', 'gotcha', 'convention') AND (m.agent_name IS NULL OR m.agent_name NOT IN ('watcher', 'bootstrap')) AND m.created_at >= ");
+        sql.push(" AND m.invalidated_at IS NULL AND m.kind IN ('decision', 'fact', 'gotcha', 'convention') AND m.created_at >= ");
         sql.bind_i64(now - RECENT_DAYS * DAY_MS).push(" AND ");
         push_read_set(&mut sql, "m", set);
         sql.push(" ORDER BY m.created_at DESC, m.seq DESC LIMIT 20");
         let rows = sql.query().fetch_all(&self.pool).await.db("recent")?;
-        Ok(rows
-            .iter()
-            .map(Candidate::from_row)
+        Ok(Candidate::from_rows(&rows)?
+            .into_iter()
             .filter(|c| !hit_ids.contains(&c.id) && !promoted.contains(&c.id))
             .take(5)
             .map(|c| c.context(headline(&c.content, INLINE_CHARS), None))
@@ -802,17 +833,14 @@ impl Store {
             .await
             .db("loop count")?
             .get(0);
-        let mut list = Sql::new(
-            "SELECT m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at",
-        );
+        let mut list = Sql::new(&format!("SELECT {CANDIDATE_COLUMNS}"));
         list.text.push_str(&where_.text);
         list.args = where_.args;
         list.push(" ORDER BY m.created_at ASC, m.seq ASC LIMIT ")
             .bind_i64(OPEN_LOOPS_CAP as i64);
         let rows = list.query().fetch_all(&self.pool).await.db("open loops")?;
-        let loops = rows
-            .iter()
-            .map(Candidate::from_row)
+        let loops = Candidate::from_rows(&rows)?
+            .into_iter()
             .map(|c| {
                 // Loops nearest the topic are inlined whole; others get a headline.
                 let cap = if hit_ids.contains(&c.id) {

@@ -7,6 +7,55 @@ use zm_contracts::ToolError;
 
 use crate::clock::Clock;
 use crate::db::{self, Backend, DbResult, OpenError, OpenOptions};
+use crate::threads::ThreadKey;
+
+/// What the caller's credentials allow: every token reads; writing needs
+/// the `mcp:write` scope. The tool service checks it against each tool's
+/// declared access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Grant {
+    /// `mcp:read` only.
+    #[default]
+    ReadOnly,
+    /// `mcp:read` and `mcp:write` (local accounts, full tokens).
+    ReadWrite,
+}
+
+/// The surface a call arrived on (a metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// MCP, over stdio or Streamable HTTP.
+    Mcp,
+    /// The REST mirror.
+    Rest,
+    /// The command line (`zero-memory import`).
+    Cli,
+    /// In-process callers: tests, benchmarks, checks.
+    #[default]
+    Internal,
+}
+
+impl Transport {
+    pub const ALL: &'static [Transport] = &[
+        Transport::Mcp,
+        Transport::Rest,
+        Transport::Cli,
+        Transport::Internal,
+    ];
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Transport::Mcp => "mcp",
+            Transport::Rest => "rest",
+            Transport::Cli => "cli",
+            Transport::Internal => "internal",
+        }
+    }
+}
+
+/// A request's id (`req_…`), as the HTTP layer adopted or minted it: a
+/// typed request extension every layer reads, instead of the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(pub String);
 
 /// Who is calling. Always built from authentication and the transport,
 /// never from tool input.
@@ -14,20 +63,38 @@ use crate::db::{self, Backend, DbResult, OpenError, OpenOptions};
 pub struct Caller {
     /// The authenticated user (`usr_…`).
     pub user_id: String,
+    /// What the credentials allow.
+    pub grant: Grant,
+    /// The surface the call arrived on.
+    pub transport: Transport,
     /// The MCP client's name (`clientInfo.name`), when known.
     pub agent_name: Option<String>,
     /// The transport session id (`ses_…`), when the transport has sessions.
     pub session_id: Option<String>,
     /// The project scope this connection is attached to, if any.
     pub attached_project: Option<String>,
+    /// The thread token this connection last received, if any: used when
+    /// a call does not echo one.
+    pub thread: Option<String>,
     /// The request id, for the audit log.
     pub request_id: Option<String>,
 }
 
 impl Caller {
+    /// A local account with full access (stdio, the CLI, tests).
     pub fn new(user_id: impl Into<String>) -> Self {
         Caller {
             user_id: user_id.into(),
+            grant: Grant::ReadWrite,
+            ..Default::default()
+        }
+    }
+    /// The caller an authenticated token speaks for, on `transport`.
+    pub fn authenticated(auth: &crate::Authenticated, transport: Transport) -> Self {
+        Caller {
+            user_id: auth.user_id.clone(),
+            grant: auth.grant(),
+            transport,
             ..Default::default()
         }
     }
@@ -45,6 +112,7 @@ pub struct Store {
     pub(crate) pool: AnyPool,
     pub(crate) backend: Backend,
     pub(crate) clock: Arc<Clock>,
+    pub(crate) thread_key: ThreadKey,
 }
 
 impl std::fmt::Debug for Store {
@@ -65,10 +133,12 @@ impl Store {
         let (pool, backend) = db::connect(&opts).await?;
         let clock = Arc::new(Clock::default());
         db::migrate(&pool, backend, &clock).await?;
+        let thread_key = db::thread_key(&pool, &clock).await?;
         Ok(Store {
             pool,
             backend,
             clock,
+            thread_key,
         })
     }
 

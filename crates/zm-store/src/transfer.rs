@@ -5,9 +5,9 @@ use serde_json::json;
 use sqlx::Row;
 use zm_contracts::scope;
 use zm_contracts::{
-    DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput, IdKind, ImportMemoryInput,
-    ImportMemoryOutput, ImportTarget, MemoryId, MoveFailure, MoveMemoriesInput, MoveMemoriesOutput,
-    ShareInput, ShareOutput, ToolError, UserId,
+    DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput, IdKind,
+    ImportMemoryInput, ImportMemoryOutput, ImportTarget, MemoryId, MoveFailure, MoveMemoriesInput,
+    MoveMemoriesOutput, ShareInput, ShareOutput, ToolError, UserId,
     validate::{FieldError, validation_error},
 };
 
@@ -15,6 +15,7 @@ use crate::db::DbResult;
 use crate::guard;
 use crate::memories::content_hash;
 use crate::scopes::{ReadSet, canonical_path, push_read_set, push_visible};
+use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -45,7 +46,7 @@ impl Store {
         let owner: String = row.get("owner_id");
         if owner != caller.user_id {
             // Visible but not the caller's: say so; invisible: not found.
-            return Ok(Err(if self.can_read_memory(caller, id).await? {
+            return Ok(Err(if self.can_read_memory(&mut *tx, caller, id).await? {
                 Refusal::NotOwner
             } else {
                 Refusal::NotFound
@@ -96,17 +97,18 @@ impl Store {
     }
 
     /// Widen one memory into a shared project or team scope.
-    pub async fn share(
+    pub(crate) async fn share(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: ShareInput,
     ) -> Result<ShareOutput, ToolError> {
+        let caller = cx.caller;
         let id = input.memory_id.as_str();
-        let mut tx = self.write_tx().await?;
+        let tx = cx.tx().await?;
         let target = self
-            .share_target(&mut tx, caller, input.scope.as_str(), "scope")
+            .share_target(tx, caller, input.scope.as_str(), "scope")
             .await?;
-        match self.check_movable(&mut tx, caller, id).await? {
+        match self.check_movable(tx, caller, id).await? {
             Err(Refusal::NotFound) => {
                 return Err(ToolError::not_found(format!("Memory {id} not found.")));
             }
@@ -120,11 +122,10 @@ impl Store {
             }
             Ok((scope, visibility)) => {
                 if !(scope == target && visibility == "shared") {
-                    self.move_one(&mut tx, caller, id, &target).await?;
+                    self.move_one(tx, caller, id, &target).await?;
                 }
             }
         }
-        tx.commit().await.db("commit share")?;
         Ok(ShareOutput {
             memory_id: input.memory_id,
             scope: target,
@@ -133,14 +134,16 @@ impl Store {
     }
 
     /// Move many memories into one project or team scope.
-    pub async fn move_memories(
+    pub(crate) async fn move_memories(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: MoveMemoriesInput,
     ) -> Result<MoveMemoriesOutput, ToolError> {
+        let caller = cx.caller;
+        let tx = cx.tx().await?;
         let target_path = match (&input.scope, &input.project_hint) {
             (Some(s), _) => s.as_str().to_string(),
-            (None, Some(h)) => match self.resolve_hint(caller, h).await? {
+            (None, Some(h)) => match self.bind_hint(tx, caller, h).await? {
                 Some(s) => s,
                 None => {
                     return Err(validation_error(vec![FieldError {
@@ -161,10 +164,7 @@ impl Store {
         } else {
             "project_hint"
         };
-        let mut tx = self.write_tx().await?;
-        let target = self
-            .share_target(&mut tx, caller, &target_path, field)
-            .await?;
+        let target = self.share_target(tx, caller, &target_path, field).await?;
         let mut moved = Vec::new();
         let mut failed = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -172,10 +172,12 @@ impl Store {
             if !seen.insert(mid.as_str().to_string()) {
                 continue;
             }
-            match self.check_movable(&mut tx, caller, mid.as_str()).await? {
-                Ok(_) => {
-                    self.move_one(&mut tx, caller, mid.as_str(), &target)
-                        .await?;
+            match self.check_movable(tx, caller, mid.as_str()).await? {
+                Ok((scope, visibility)) => {
+                    // Already shared there: nothing to change (a repeat is a no-op).
+                    if !(scope == target && visibility == "shared") {
+                        self.move_one(tx, caller, mid.as_str(), &target).await?;
+                    }
                     moved.push(mid);
                 }
                 Err(r) => failed.push(MoveFailure {
@@ -189,7 +191,6 @@ impl Store {
                 }),
             }
         }
-        tx.commit().await.db("commit move")?;
         Ok(MoveMemoriesOutput {
             scope: target,
             moved,
@@ -198,11 +199,12 @@ impl Store {
     }
 
     /// Import one memory deterministically; idempotent by `source_hash`.
-    pub async fn import_memory(
+    pub(crate) async fn import_memory(
         &self,
-        caller: &Caller,
+        cx: &mut Cx<'_>,
         input: ImportMemoryInput,
     ) -> Result<ImportMemoryOutput, ToolError> {
+        let caller = cx.caller;
         let content = input.content.trim().to_string();
         let mut fields = vec![("content".to_string(), content.clone())];
         if let Some(v) = &input.verbatim {
@@ -212,6 +214,7 @@ impl Store {
         {
             return Err(guard::rejection(&hit));
         }
+        let tx = cx.tx().await?;
         let scope = match input.target {
             ImportTarget::Personal => caller.personal_scope(),
             ImportTarget::Core => caller.core_scope(),
@@ -223,7 +226,7 @@ impl Store {
                     }]));
                 };
                 // A hint that names no project degrades to personal.
-                self.resolve_hint(caller, h)
+                self.bind_hint(tx, caller, h)
                     .await?
                     .filter(|s| scope::is_shareable(s))
                     .unwrap_or_else(|| caller.personal_scope())
@@ -231,7 +234,6 @@ impl Store {
         };
         let now = self.now();
         let hash = input.source_hash.trim().to_string();
-        let mut tx = self.write_tx().await?;
         let prior =
             sqlx::query("SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2")
                 .bind(&caller.user_id)
@@ -293,7 +295,6 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("import claim")?;
-        tx.commit().await.db("commit import")?;
         Ok(ImportMemoryOutput {
             skipped: false,
             memory_id: Some(MemoryId::from_trusted(id)),
@@ -302,7 +303,7 @@ impl Store {
     }
 
     /// Every memory the caller can read (live and invalidated), full rows.
-    pub async fn export_memories(
+    pub(crate) async fn export_memories(
         &self,
         caller: &Caller,
         input: ExportMemoriesInput,
@@ -329,9 +330,14 @@ impl Store {
 
     /// Erase the caller and everything they own; sever what others hold
     /// that points at it. Other users' rows are untouched.
-    pub async fn delete_account(&self, caller: &Caller) -> Result<DeleteAccountOutput, ToolError> {
+    pub(crate) async fn delete_account(
+        &self,
+        cx: &mut Cx<'_>,
+        _input: DeleteAccountInput,
+    ) -> Result<DeleteAccountOutput, ToolError> {
+        let caller = cx.caller;
         let uid = &caller.user_id;
-        let mut tx = self.write_tx().await?;
+        let tx = cx.tx().await?;
         let memories: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE owner_id = $1")
             .bind(uid)
             .fetch_one(&mut *tx)
@@ -358,7 +364,6 @@ impl Store {
             "DELETE FROM edges WHERE owner_id = $1",
             "DELETE FROM memories WHERE owner_id = $1",
             "DELETE FROM entities WHERE owner_id = $1",
-            "DELETE FROM session_threads WHERE owner_id = $1",
             "DELETE FROM project_bindings WHERE owner_id = $1",
             "DELETE FROM access_tokens WHERE user_id = $1",
             "DELETE FROM scope_members WHERE user_id = $1",
@@ -399,7 +404,6 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("erase user")?;
-        tx.commit().await.db("commit delete_account")?;
         Ok(DeleteAccountOutput {
             subject: UserId::from_trusted(uid.clone()),
             auth_deleted: deleted.rows_affected() == 1,

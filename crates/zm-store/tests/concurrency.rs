@@ -77,12 +77,15 @@ async fn remember(store: &Store, caller: &Caller, content: &str) -> String {
     let input = zm_contracts::parse_input::<RememberInput>(&raw)
         .unwrap_or_else(|e| panic!("test input {raw} does not validate: {e}"));
     let started = std::time::Instant::now();
-    let out = store.remember(caller, input).await.unwrap_or_else(|e| {
-        panic!(
-            "remember {content:?} failed after {:.1} s: {e}",
-            started.elapsed().as_secs_f64()
-        )
-    });
+    let out = zm_store::ToolService::new(store.clone())
+        .run::<zm_contracts::catalogue::tool::Remember>(caller, input)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "remember {content:?} failed after {:.1} s: {e}",
+                started.elapsed().as_secs_f64()
+            )
+        });
     assert_ne!(
         out.deduplicated,
         Some(true),
@@ -96,8 +99,8 @@ async fn personal_memories(store: &Store, caller: &Caller, label: &str) -> Vec<(
     let input =
         zm_contracts::parse_input::<ExportMemoriesInput>(&json!({ "scopes": ["personal"] }))
             .expect("export input validates");
-    let out = store
-        .export_memories(caller, input)
+    let out = zm_store::ToolService::new(store.clone())
+        .run::<zm_contracts::catalogue::tool::ExportMemories>(caller, input)
         .await
         .unwrap_or_else(|e| panic!("[{label}] export failed: {e}"));
     assert_eq!(

@@ -304,8 +304,11 @@ async fn content_guard_refuses_each_detector_in_each_field() {
         }
         // Nothing at all was stored for this user, live or retired.
         let export = ok(
-            store
-                .export_memories(&caller, input!(ExportMemoriesInput, &json!({})))
+            tools(&store)
+                .run::<zm_contracts::catalogue::tool::ExportMemories>(
+                    &caller,
+                    input!(ExportMemoriesInput, &json!({})),
+                )
                 .await,
             label,
             "export",
@@ -1071,7 +1074,12 @@ async fn thread_tokens_route_across_sessions_and_expire() {
             "[{label}] same thread"
         );
 
-        // The first connection's scope-less writes follow its thread.
+        // The connection keeps the thread it was given (as zm-mcp's
+        // connection state does), so its scope-less writes follow it.
+        let first = zm_store::Caller {
+            thread: Some(token.clone()),
+            ..first
+        };
         let own = ok(
             remember(
                 &store,
@@ -1233,7 +1241,9 @@ async fn thread_tokens_route_across_sessions_and_expire() {
         );
 
         // A client conversation id asserts its own thread, and the
-        // environment wins: a new pin rewrites that thread's project.
+        // environment wins: a new pin re-pins the conversation with a new
+        // token (tokens are self-contained: the earlier one keeps the
+        // project it was issued for until it expires).
         let conv = unique("conv-");
         let c1 = ok(
             build_context(
@@ -1250,6 +1260,21 @@ async fn thread_tokens_route_across_sessions_and_expire() {
             conv_token, token,
             "[{label}] a conversation has its own thread"
         );
+        let again = ok(
+            build_context(
+                &store,
+                &second,
+                json!({"topic": "x", "project_hint": "/src/delta", "conversation_id": conv}),
+            )
+            .await,
+            label,
+            "conversation briefing from another connection",
+        );
+        assert_eq!(
+            again.session.unwrap().thread.as_deref(),
+            Some(conv_token.as_str()),
+            "[{label}] the same conversation and project: the same thread"
+        );
         let c2 = ok(
             build_context(
                 &store,
@@ -1260,20 +1285,20 @@ async fn thread_tokens_route_across_sessions_and_expire() {
             label,
             "conversation re-pinned",
         );
-        assert_eq!(
-            c2.session.unwrap().thread.as_deref(),
-            Some(conv_token.as_str()),
-            "[{label}] same thread"
+        let repinned = c2.session.unwrap().thread.unwrap();
+        assert_ne!(
+            repinned, conv_token,
+            "[{label}] a re-pin issues a new token"
         );
         let out = ok(
             remember(
                 &store,
                 &second,
-                json!({"content": "epsilon is written in Go.", "thread": conv_token}),
+                json!({"content": "epsilon is written in Go.", "thread": repinned}),
             )
             .await,
             label,
-            "write on the rewritten thread",
+            "write on the re-pinned thread",
         );
         assert_eq!(
             out.scope, c2.project_scope,
@@ -1282,6 +1307,35 @@ async fn thread_tokens_route_across_sessions_and_expire() {
         assert!(
             out.scope.as_deref().unwrap_or("").ends_with(".epsilon"),
             "[{label}] epsilon project"
+        );
+        let stored = ok(
+            store.get_memory(&caller, &out.memory_id).await,
+            label,
+            "conversation provenance",
+        );
+        let delta = ok(
+            remember(
+                &store,
+                &second,
+                json!({"content": "delta is written in Rust.", "thread": conv_token}),
+            )
+            .await,
+            label,
+            "write on the first token of the conversation",
+        );
+        assert!(
+            delta.scope.as_deref().unwrap_or("").ends_with(".delta"),
+            "[{label}] an earlier token keeps its project"
+        );
+        let stored_delta = ok(
+            store.get_memory(&caller, &delta.memory_id).await,
+            label,
+            "conversation provenance",
+        );
+        assert_eq!(
+            stored.source.unwrap_or_default()["conversation"],
+            stored_delta.source.unwrap_or_default()["conversation"],
+            "[{label}] both tokens stamp the same conversation"
         );
 
         // Expiry: a day without assertion and the token no longer routes.
@@ -1656,7 +1710,9 @@ async fn hostile_full_text_queries_never_error() {
                 project_hint: None,
             };
             ok(
-                store.recall(&caller, direct).await,
+                tools(&store)
+                    .run::<zm_contracts::catalogue::tool::Recall>(&caller, direct)
+                    .await,
                 label,
                 "recall of a 5000-char query",
             );

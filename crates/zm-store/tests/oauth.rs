@@ -312,8 +312,11 @@ async fn clients_are_listed_and_revoked_by_their_users() {
         assert!(listed[0].revoked_at.is_some(), "[{label}]");
         assert_eq!(listed[0].active_tokens, 0, "[{label}]");
         // Deleting an account takes its grants with it; the client stays for others.
-        store
-            .delete_account(&zm_store::Caller::new(v.id.clone()))
+        zm_store::ToolService::new(store.clone())
+            .run::<zm_contracts::catalogue::tool::DeleteAccount>(
+                &zm_store::Caller::new(v.id.clone()),
+                zm_contracts::DeleteAccountInput {},
+            )
             .await
             .unwrap();
         assert!(!works(&store, &tv.access_token).await, "[{label}]");

@@ -12,13 +12,14 @@ use zm_contracts::{ErrorCode, ToolError, ToolName};
 use zm_store::{Caller, Store};
 
 async fn call(store: &Store, caller: &Caller, tool: &str, args: Value) -> Result<Value, ToolError> {
-    store
-        .call_tool(
+    tools(store)
+        .call(
             caller,
             ToolName::parse(tool).expect("a catalogue tool"),
             &args,
         )
         .await
+        .map(|out| out.to_json())
 }
 
 async fn mem(store: &Store, caller: &Caller, label: &str, args: Value) -> String {

@@ -78,7 +78,7 @@ impl Env {
 
     pub fn server_for(&self, user: &str) -> ZeroMemoryMcp {
         ZeroMemoryMcp::new(
-            self.store.clone(),
+            zm_store::ToolService::new(self.store.clone()),
             Arc::new(McpConfig::default()),
             Identity::User(user.to_string()),
         )

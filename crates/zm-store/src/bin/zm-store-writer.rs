@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use zm_contracts::RememberInput;
-use zm_store::{Caller, Store};
+use zm_contracts::catalogue::tool;
+use zm_store::{Caller, Store, ToolService};
 
 const USAGE: &str = "usage: zm-store-writer <database-url> <user-email> <count> <tag>";
 
@@ -106,13 +107,14 @@ async fn run(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("cannot open the store: {e}"))?;
     let user_id = find_or_create_user(&store, email).await?;
     let caller = Caller::new(user_id);
+    let tools = ToolService::new(store.clone());
     let stdout = std::io::stdout();
     for i in 0..count {
         let raw = json!({ "content": content(tag, i), "scope": "personal" });
         let input = zm_contracts::parse_input::<RememberInput>(&raw)
             .map_err(|e| format!("write {i}: invalid input: {e}"))?;
-        let out = store
-            .remember(&caller, input)
+        let out = tools
+            .run::<tool::Remember>(&caller, input)
             .await
             .map_err(|e| format!("write {i}: remember failed: {e}"))?;
         // Acknowledged: only now does the id reach stdout.

@@ -17,12 +17,13 @@ use std::sync::Mutex;
 
 use rand::Rng;
 use serde_json::Value;
+use zm_contracts::catalogue::tool;
 use zm_contracts::{
     BuildContextInput, BuildContextOutput, CloseLoopInput, CloseLoopOutput, ErrorCode, ForgetInput,
     ForgetOutput, RecallInput, RecallOutput, RememberInput, RememberOutput, RestoreMemoryInput,
     RestoreMemoryOutput, ToolError,
 };
-use zm_store::{Caller, OpenOptions, Store, User};
+use zm_store::{Caller, OpenOptions, Store, ToolService, User};
 
 /// The environment variable naming the PostgreSQL test database.
 pub const PG_ENV: &str = "ZM_TEST_DATABASE_URL";
@@ -121,16 +122,26 @@ macro_rules! input {
     }};
 }
 
+/// The tool service over a store: the one way tests call tools, as every
+/// transport does.
+pub fn tools(store: &Store) -> ToolService {
+    ToolService::new(store.clone())
+}
+
 pub async fn remember(
     store: &Store,
     caller: &Caller,
     raw: Value,
 ) -> Result<RememberOutput, ToolError> {
-    store.remember(caller, input!(RememberInput, &raw)).await
+    tools(store)
+        .run::<tool::Remember>(caller, input!(RememberInput, &raw))
+        .await
 }
 
 pub async fn recall(store: &Store, caller: &Caller, raw: Value) -> Result<RecallOutput, ToolError> {
-    store.recall(caller, input!(RecallInput, &raw)).await
+    tools(store)
+        .run::<tool::Recall>(caller, input!(RecallInput, &raw))
+        .await
 }
 
 pub async fn build_context(
@@ -138,14 +149,14 @@ pub async fn build_context(
     caller: &Caller,
     raw: Value,
 ) -> Result<BuildContextOutput, ToolError> {
-    store
-        .build_context(caller, input!(BuildContextInput, &raw))
+    tools(store)
+        .run::<tool::BuildContext>(caller, input!(BuildContextInput, &raw))
         .await
 }
 
 pub async fn forget(store: &Store, caller: &Caller, id: &str) -> Result<ForgetOutput, ToolError> {
-    store
-        .forget(
+    tools(store)
+        .run::<tool::Forget>(
             caller,
             input!(ForgetInput, &serde_json::json!({ "memory_id": id })),
         )
@@ -157,8 +168,8 @@ pub async fn restore(
     caller: &Caller,
     id: &str,
 ) -> Result<RestoreMemoryOutput, ToolError> {
-    store
-        .restore_memory(
+    tools(store)
+        .run::<tool::RestoreMemory>(
             caller,
             input!(RestoreMemoryInput, &serde_json::json!({ "memory_id": id })),
         )
@@ -170,8 +181,8 @@ pub async fn close_loop(
     caller: &Caller,
     id: &str,
 ) -> Result<CloseLoopOutput, ToolError> {
-    store
-        .close_loop(
+    tools(store)
+        .run::<tool::CloseLoop>(
             caller,
             input!(CloseLoopInput, &serde_json::json!({ "memory_id": id })),
         )
@@ -190,8 +201,8 @@ pub async fn recall_ids(store: &Store, caller: &Caller, label: &str, raw: Value)
     }
 }
 
-/// The caller's project scope for a hint (resolved, and created on first
-/// use, by a pinned read).
+/// The caller's project scope for a hint (resolved by a pinned read, which
+/// records nothing).
 pub async fn project_of(store: &Store, caller: &Caller, label: &str, hint: &str) -> String {
     let out = recall(
         store,

@@ -1,0 +1,228 @@
+//! The tool service: the one pipeline every tool call goes through, from
+//! every transport (MCP over stdio and HTTP, REST, the CLI's import).
+//!
+//! ```text
+//!  transport ── Caller + tool + raw JSON ──▶ ToolService::call
+//!     1. authorise   the caller's grant against the tool's declared Access
+//!     2. validate    zm_contracts::parse_input → the tool's typed input
+//!     3. handle      the tool's typed handler (generated dispatch)
+//!                    · read tools get no write transaction
+//!                    · write tools share one, opened on first use
+//!     4. audit       write tools: the audit row joins the write's
+//!                    transaction, then it commits (a failure rolls back
+//!                    and is audited on its own)
+//!     5. measure     calls, errors by code, latency — per tool and transport
+//!  transport ◀── ToolOutput (typed: session, ranked/linked ids, footer facts)
+//! ```
+//!
+//! Transports only encode the typed [`ToolOutput`]; they never read tool
+//! output by key and hold no copy of these policies.
+
+mod handlers;
+mod metrics;
+
+use std::time::Instant;
+
+use serde_json::Value;
+use sqlx::{Any, AnyConnection, Transaction};
+use zm_contracts::catalogue::tool;
+use zm_contracts::{Access, ToolContract, ToolError, ToolName, ToolOutput, parse_input};
+
+use crate::audit::{AuditEntry, audit_payload};
+use crate::store::{Caller, Grant, Store};
+
+pub use metrics::ToolMetrics;
+
+/// A tool's typed handler: `Input → Result<Output, ToolError>` over a
+/// call context. Implemented once per tool (in `handlers.rs`); the
+/// dispatch over [`ToolName`] is generated from the catalogue.
+pub trait Handler: ToolContract {
+    fn handle(
+        store: &Store,
+        cx: &mut Cx<'_>,
+        input: Self::Input,
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+}
+
+/// The context of one call: the caller, and — for write tools only — the
+/// one transaction the handler and its audit row share, begun when the
+/// handler first needs it (so pure work before that holds no lock).
+pub struct Cx<'a> {
+    pub caller: &'a Caller,
+    store: &'a Store,
+    access: Access,
+    tx: Option<Transaction<'static, Any>>,
+}
+
+impl<'a> Cx<'a> {
+    pub(crate) fn new(store: &'a Store, caller: &'a Caller, access: Access) -> Self {
+        Cx {
+            caller,
+            store,
+            access,
+            tx: None,
+        }
+    }
+
+    /// The call's write transaction. A read tool has none: asking for it
+    /// is a bug, answered with `internal` (and logged), never a write.
+    pub(crate) async fn tx(&mut self) -> Result<&mut AnyConnection, ToolError> {
+        if self.access == Access::Read {
+            tracing::error!(target: "zm_store", "a read tool asked for a write transaction");
+            return Err(ToolError::internal());
+        }
+        let tx = match &mut self.tx {
+            Some(tx) => tx,
+            slot => slot.insert(self.store.write_tx().await?),
+        };
+        Ok(&mut **tx)
+    }
+
+    async fn commit(self) -> Result<(), ToolError> {
+        use crate::db::DbResult;
+        match self.tx {
+            Some(tx) => tx.commit().await.db("commit"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The tool service. Cheap to clone; clones share their metrics.
+#[derive(Debug, Clone)]
+pub struct ToolService {
+    store: Store,
+    metrics: std::sync::Arc<ToolMetrics>,
+}
+
+impl ToolService {
+    pub fn new(store: Store) -> Self {
+        ToolService {
+            store,
+            metrics: std::sync::Arc::new(ToolMetrics::default()),
+        }
+    }
+
+    /// The store behind the service (authentication, resources, operators).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Calls, errors and latency of every tool, by transport.
+    pub fn metrics(&self) -> &ToolMetrics {
+        &self.metrics
+    }
+
+    /// Run `tool` on raw JSON arguments: authorise, validate, handle,
+    /// audit, measure. The one entry point of MCP and REST.
+    pub async fn call(
+        &self,
+        caller: &Caller,
+        tool: ToolName,
+        raw: &Value,
+    ) -> Result<ToolOutput, ToolError> {
+        macro_rules! dispatch {
+            ($($marker:ident)*) => {
+                match tool {
+                    $(ToolName::$marker => self
+                        .call_json::<tool::$marker>(caller, raw)
+                        .await
+                        .map(ToolOutput::$marker),)*
+                }
+            };
+        }
+        zm_contracts::for_each_tool!(dispatch)
+    }
+
+    /// Run a tool on an already typed input (the same pipeline minus the
+    /// JSON validation step): for Rust callers such as the importer.
+    pub async fn run<T: Handler>(
+        &self,
+        caller: &Caller,
+        input: T::Input,
+    ) -> Result<T::Output, ToolError> {
+        let started = Instant::now();
+        let result = match authorize(caller, T::TOOL) {
+            Ok(()) => self.execute::<T>(caller, input).await,
+            Err(e) => Err(e),
+        };
+        self.metrics.record(T::TOOL, caller, &result, started);
+        result
+    }
+
+    async fn call_json<T: Handler>(
+        &self,
+        caller: &Caller,
+        raw: &Value,
+    ) -> Result<T::Output, ToolError> {
+        let started = Instant::now();
+        let result = match authorize(caller, T::TOOL) {
+            Err(e) => Err(e),
+            Ok(()) => match parse_input::<T::Input>(raw) {
+                Ok(input) => self.execute::<T>(caller, input).await,
+                Err(e) => {
+                    // A write attempt that does not validate is audited too
+                    // (nothing else was written).
+                    if T::TOOL.access() == Access::Write {
+                        let entry = AuditEntry {
+                            command: T::NAME,
+                            payload: audit_payload(raw),
+                            outcome: Err(&e),
+                            duration_ms: 0,
+                        };
+                        self.store.audit(caller, &entry).await;
+                    }
+                    Err(e)
+                }
+            },
+        };
+        self.metrics.record(T::TOOL, caller, &result, started);
+        result
+    }
+
+    /// Handle, then audit a write in its own transaction.
+    async fn execute<T: Handler>(
+        &self,
+        caller: &Caller,
+        input: T::Input,
+    ) -> Result<T::Output, ToolError> {
+        let access = T::TOOL.access();
+        let mut cx = Cx::new(&self.store, caller, access);
+        if access == Access::Read {
+            return T::handle(&self.store, &mut cx, input).await;
+        }
+        let payload = audit_payload(&serde_json::to_value(&input).unwrap_or(Value::Null));
+        let started = Instant::now();
+        let result = T::handle(&self.store, &mut cx, input).await;
+        let entry = |outcome| AuditEntry {
+            command: T::NAME,
+            payload,
+            outcome,
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        };
+        match result {
+            Ok(out) => {
+                let tx = cx.tx().await?;
+                self.store.audit_in(tx, caller, &entry(Ok(()))).await?;
+                cx.commit().await?;
+                Ok(out)
+            }
+            Err(e) => {
+                // Dropping the transaction rolls any partial write back;
+                // the refusal is audited on its own.
+                drop(cx);
+                self.store.audit(caller, &entry(Err(&e))).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Policy: the caller's grant must cover the tool's declared access.
+fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
+    match (tool.access(), caller.grant) {
+        (Access::Read, _) | (Access::Write, Grant::ReadWrite) => Ok(()),
+        (Access::Write, Grant::ReadOnly) => Err(ToolError::forbidden(format!(
+            "This token is read-only (mcp:read); {tool} needs mcp:write."
+        ))),
+    }
+}
