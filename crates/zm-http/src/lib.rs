@@ -15,6 +15,7 @@ pub mod error;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;
+pub mod request;
 pub mod routes;
 pub mod state;
 
@@ -103,8 +104,11 @@ pub async fn serve(
     .await
 }
 
-/// Adopt a well-formed `X-Request-Id` (a `req_…` id) or mint one, echo it,
-/// count the response and log one line per request.
+/// Adopt a well-formed `X-Request-Id` (a `req_…` id) or mint one, hand it
+/// to handlers as a [`request::RequestId`] extension, echo it, count the
+/// response and log one line per request. The header is also rewritten on
+/// the request, because zm-mcp reads the id from the `http::request::Parts`
+/// rmcp gives it and cannot name our extension type.
 async fn request_id(
     axum::extract::State(state): axum::extract::State<AppState>,
     mut req: Request,
@@ -119,6 +123,7 @@ async fn request_id(
         .unwrap_or_else(|| IdKind::Request.generate());
     let value = HeaderValue::from_str(&id).expect("ids are ascii");
     req.headers_mut().insert("x-request-id", value.clone());
+    req.extensions_mut().insert(request::RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let mut resp = next.run(req).await;

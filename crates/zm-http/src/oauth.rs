@@ -126,11 +126,11 @@ async fn get_or_post() -> Response {
     not_allowed("GET, POST")
 }
 
-fn request_id(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
+/// The id the request-id middleware adopted or minted.
+fn request_id(req: &axum::http::request::Parts) -> Option<String> {
+    req.extensions
+        .get::<crate::request::RequestId>()
+        .map(|r| r.0.clone())
 }
 
 /// The client IP: the socket address, or the first `X-Forwarded-For` hop
@@ -490,7 +490,7 @@ async fn register(State(st): State<OauthState>, req: Request) -> Response {
             redirect_uris.push(u.to_string());
         }
     }
-    let rid = request_id(&parts.headers);
+    let rid = request_id(&parts);
     let client = match st
         .app
         .store
@@ -857,7 +857,7 @@ async fn authorize_submit(State(st): State<OauthState>, req: Request) -> Respons
     }
     let cookie = cookie.unwrap_or_default();
     let password = p.get("password").unwrap_or("");
-    let rid = request_id(&parts.headers);
+    let rid = request_id(&parts);
     let shaped = (3..=320).contains(&email.chars().count()) && (1..=1024).contains(&password.len());
     let user = if shaped {
         match st.app.store.verify_password(&email, password).await {
@@ -942,7 +942,7 @@ async fn token(State(st): State<OauthState>, req: Request) -> Response {
         Ok(p) => p,
         Err(e) => return bad_request("invalid_request", e),
     };
-    let rid = request_id(&parts.headers);
+    let rid = request_id(&parts);
     let public_url = &st.app.cfg.public_url;
     if let Some(r) = p.get("resource")
         && !resource_ok(public_url, r)

@@ -10,9 +10,14 @@ use zm_store::Caller;
 
 use crate::auth::Auth;
 use crate::error::ApiError;
+use crate::request::RequestId;
 use crate::state::AppState;
 
-fn caller_of(auth: &zm_store::Authenticated, headers: &HeaderMap) -> Caller {
+fn caller_of(
+    auth: &zm_store::Authenticated,
+    headers: &HeaderMap,
+    request_id: Option<RequestId>,
+) -> Caller {
     Caller {
         user_id: auth.user_id.clone(),
         agent_name: headers
@@ -21,10 +26,7 @@ fn caller_of(auth: &zm_store::Authenticated, headers: &HeaderMap) -> Caller {
             .map(|s| s.chars().take(100).collect()),
         session_id: None,
         attached_project: None,
-        request_id: headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
+        request_id: request_id.map(|r| r.0),
     }
 }
 
@@ -69,6 +71,7 @@ pub async fn call_tool(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Auth(auth): Auth,
+    request_id: Option<RequestId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -88,7 +91,7 @@ pub async fn call_tool(
         ))
         .into());
     }
-    let caller = caller_of(&auth, &headers);
+    let caller = caller_of(&auth, &headers, request_id);
     let result = state.store.call_tool(&caller, tool, &input).await;
     state
         .metrics
@@ -105,6 +108,7 @@ pub async fn get_memory(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Auth(auth): Auth,
+    request_id: Option<RequestId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = MemoryId::parse(&id).map_err(|e| {
@@ -115,7 +119,7 @@ pub async fn get_memory(
     })?;
     let m = state
         .store
-        .get_memory(&caller_of(&auth, &headers), &id)
+        .get_memory(&caller_of(&auth, &headers, request_id), &id)
         .await?;
     Ok(axum::Json(m).into_response())
 }
@@ -124,11 +128,12 @@ pub async fn get_memory(
 pub async fn get_rules(
     State(state): State<AppState>,
     Auth(auth): Auth,
+    request_id: Option<RequestId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let rules = state
         .store
-        .rules_resource(&caller_of(&auth, &headers))
+        .rules_resource(&caller_of(&auth, &headers, request_id))
         .await?;
     Ok(axum::Json(json!({ "rules": rules })).into_response())
 }
