@@ -41,6 +41,7 @@ use zm_store::oauth::{
     CodeExchange, IssuedTokens, NewCode, OAUTH_SCOPES, OauthClient, parse_scope,
 };
 
+use crate::request::{BodyType, body_type, is_json};
 use crate::state::AppState;
 
 /// Largest body accepted on the OAuth endpoints.
@@ -229,22 +230,6 @@ impl Params {
     }
 }
 
-fn mime(headers: &HeaderMap) -> String {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
-}
-
-fn is_json(mime: &str) -> bool {
-    mime == "application/json" || mime.ends_with("+json")
-}
-
 async fn body_bytes(st: &OauthState, body: Body) -> Result<bytes::Bytes, String> {
     let limit = st.app.cfg.body_limit.min(OAUTH_BODY_LIMIT);
     axum::body::to_bytes(body, limit)
@@ -259,14 +244,14 @@ async fn read_params(
     body: Body,
     json_ok: bool,
 ) -> Result<Params, String> {
-    let mime = mime(headers);
+    let kind = body_type(headers);
     let bytes = body_bytes(st, body).await?;
-    if mime == "application/x-www-form-urlencoded" {
+    if kind == BodyType::Form {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
             .map_err(|_| "The form body is malformed.".to_string())?;
         return Params::from_pairs(pairs);
     }
-    if json_ok && is_json(&mime) {
+    if json_ok && kind == BodyType::Json {
         let v: Value = serde_json::from_slice(&bytes)
             .map_err(|_| "The body is not valid JSON.".to_string())?;
         let Value::Object(o) = v else {
@@ -433,7 +418,7 @@ async fn register(State(st): State<OauthState>, req: Request) -> Response {
     }
     let (parts, body) = req.into_parts();
     let meta = |d: &str| bad_request("invalid_client_metadata", d);
-    if !is_json(&mime(&parts.headers)) {
+    if !is_json(&parts.headers) {
         return meta("The body must be JSON (Content-Type: application/json).");
     }
     let bytes = match body_bytes(&st, body).await {

@@ -10,7 +10,7 @@ use zm_store::Caller;
 
 use crate::auth::Auth;
 use crate::error::ApiError;
-use crate::request::RequestId;
+use crate::request::{RequestId, is_json};
 use crate::state::AppState;
 
 fn caller_of(
@@ -32,17 +32,7 @@ fn caller_of(
 
 /// Read and parse a JSON body within the limit.
 async fn json_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
-    let ctype = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ctype
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if mime != "application/json" && !mime.ends_with("+json") {
+    if !is_json(headers) {
         return Err(ApiError::malformed(
             "the body must be JSON (Content-Type: application/json)",
         ));
