@@ -42,7 +42,7 @@ use zm_store::oauth::{
 };
 
 use crate::request::{BodyType, body_type, is_json};
-use crate::state::AppState;
+use crate::state::{AppState, origin_of};
 
 /// Largest body accepted on the OAuth endpoints.
 const OAUTH_BODY_LIMIT: usize = 64 * 1024;
@@ -738,14 +738,6 @@ fn csrf_set_cookie(public_url: &str, value: &str, max_age: u64) -> String {
         "{CSRF_COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{}",
         if secure { "; Secure" } else { "" }
     )
-}
-
-/// The origin (`scheme://host[:port]`) of a URL.
-fn origin_of(u: &str) -> Option<String> {
-    url::Url::parse(u)
-        .ok()
-        .map(|u| u.origin().ascii_serialization())
-        .filter(|o| o != "null")
 }
 
 /// `Origin` and `Referer`, when sent, must be ours (`Origin: null` is what
