@@ -33,11 +33,16 @@ use tower_http::catch_panic::CatchPanicLayer;
 use zm_contracts::IdKind;
 use zm_store::Store;
 
-pub use state::{AppState, HttpConfig, Metrics, RateLimiter};
+pub use state::{AppState, Clock, HttpConfig, Metrics, RateLimiter};
 
 /// Build the whole router. `cancel` ends MCP sessions at shutdown.
 pub fn router(store: Store, cfg: HttpConfig, cancel: CancellationToken) -> Router {
-    let state = state(store, cfg);
+    router_with_state(state(store, cfg), cancel)
+}
+
+/// Build the whole router over a state made by [`state`] (tests keep a
+/// handle on it, e.g. on the rate limiter's clock).
+pub fn router_with_state(state: AppState, cancel: CancellationToken) -> Router {
     let endpoint = mcp::McpEndpoint::new(&state, cancel);
     let api = Router::new()
         .route("/api/tools/{name}", post(routes::call_tool))

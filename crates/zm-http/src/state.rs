@@ -183,16 +183,49 @@ impl Metrics {
     }
 }
 
+/// The rate limits' time: monotonic `Instant::now()` plus an offset that
+/// tests advance instead of sleeping. Clones share the offset.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    offset_ms: Arc<AtomicU64>,
+}
+
+impl Clock {
+    pub fn now(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.offset_ms.load(Ordering::Relaxed))
+    }
+
+    /// Move the clock forward (tests: rate-limit windows).
+    pub fn advance(&self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.offset_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
 /// A fixed-window counter per key.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
     windows: Mutex<HashMap<String, (Instant, u32)>>,
+    clock: Clock,
 }
 
 impl RateLimiter {
+    /// A limiter reading time from `clock`.
+    pub fn with_clock(clock: Clock) -> Self {
+        RateLimiter {
+            windows: Mutex::default(),
+            clock,
+        }
+    }
+
+    /// The clock the windows are measured with.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     /// Count one request for `key`; `Err(seconds)` when over `max` in `window`.
     pub async fn hit(&self, key: &str, max: u32, window: Duration) -> Result<(), u64> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut w = self.windows.lock().await;
         if w.len() > 100_000 {
             w.retain(|_, (start, _)| now.duration_since(*start) < window);
@@ -300,5 +333,23 @@ mod tests {
     fn config_hosts_include_the_public_url() {
         let cfg = HttpConfig::local("https://user@Memory.Example.com:8443/");
         assert!(cfg.hosts().contains(&"memory.example.com:8443".to_string()));
+    }
+
+    #[tokio::test]
+    async fn windows_follow_the_clock() {
+        let limiter = RateLimiter::default();
+        let clock = limiter.clock().clone();
+        let window = Duration::from_secs(60);
+        for _ in 0..2 {
+            assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
+        }
+        assert_eq!(limiter.hit("k", 2, window).await, Err(60));
+        assert_eq!(limiter.hit("other", 2, window).await, Ok(()));
+        clock.advance(Duration::from_secs(45));
+        assert_eq!(limiter.hit("k", 2, window).await, Err(15));
+        clock.advance(Duration::from_secs(15));
+        assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
+        assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
+        assert_eq!(limiter.hit("k", 2, window).await, Err(60));
     }
 }
