@@ -1,11 +1,14 @@
 //! What a request says about itself, each read in one place: its id (set by
-//! the request-id middleware) and the media type of its body.
+//! the request-id middleware), the client IP and the media type of its body.
 
 use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::OptionalFromRequestParts;
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+
+use crate::state::AppState;
 
 /// The request's id (`req_…`): a well-formed incoming `X-Request-Id`, or
 /// one minted by the middleware, which puts it in the request extensions.
@@ -25,6 +28,50 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for RequestId {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Infallible> {
         Ok(parts.extensions.get::<RequestId>().cloned())
+    }
+}
+
+/// The client IP: the socket address, or the first `X-Forwarded-For` hop
+/// when the proxy is trusted (`"unknown"` when neither is known).
+pub fn client_ip(trust_proxy: bool, headers: &HeaderMap, peer: Option<SocketAddr>) -> String {
+    if trust_proxy
+        && let Some(first) = headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+    {
+        let ip = first
+            .parse::<IpAddr>()
+            .ok()
+            .or_else(|| first.parse::<SocketAddr>().ok().map(|s| s.ip()));
+        if let Some(ip) = ip {
+            return ip.to_string();
+        }
+    }
+    peer.map(|p| p.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Extractor: the client IP (see [`client_ip`]), honouring
+/// [`crate::HttpConfig::trust_proxy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIp(pub String);
+
+impl<S> FromRequestParts<S> for ClientIp
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Infallible> {
+        let trust_proxy = AppState::from_ref(state).cfg.trust_proxy;
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        Ok(ClientIp(client_ip(trust_proxy, &parts.headers, peer)))
     }
 }
 
@@ -69,6 +116,26 @@ pub fn is_json(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn forwarded_for_only_when_trusted() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("203.0.113.9, 10.0.0.1"),
+        );
+        let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        assert_eq!(client_ip(true, &h, Some(peer)), "203.0.113.9");
+        assert_eq!(client_ip(false, &h, Some(peer)), "10.0.0.1");
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("[2001:db8::1]:443"),
+        );
+        assert_eq!(client_ip(true, &h, Some(peer)), "2001:db8::1");
+        h.insert("x-forwarded-for", HeaderValue::from_static("garbage"));
+        assert_eq!(client_ip(true, &h, Some(peer)), "10.0.0.1");
+        assert_eq!(client_ip(true, &h, None), "unknown");
+    }
 
     #[test]
     fn body_types() {
