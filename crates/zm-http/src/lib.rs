@@ -15,6 +15,7 @@ pub mod error;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;
+pub mod request;
 pub mod routes;
 pub mod state;
 
@@ -32,11 +33,16 @@ use tower_http::catch_panic::CatchPanicLayer;
 use zm_contracts::IdKind;
 use zm_store::Store;
 
-pub use state::{AppState, HttpConfig, Metrics, RateLimiter};
+pub use state::{AppState, Clock, HttpConfig, Metrics, RateLimiter};
 
 /// Build the whole router. `cancel` ends MCP sessions at shutdown.
 pub fn router(store: Store, cfg: HttpConfig, cancel: CancellationToken) -> Router {
-    let state = state(store, cfg);
+    router_with_state(state(store, cfg), cancel)
+}
+
+/// Build the whole router over a state made by [`state`] (tests keep a
+/// handle on it, e.g. on the rate limiter's clock).
+pub fn router_with_state(state: AppState, cancel: CancellationToken) -> Router {
     let endpoint = mcp::McpEndpoint::new(&state, cancel);
     let api = Router::new()
         .route("/api/tools/{name}", post(routes::call_tool))
@@ -104,8 +110,10 @@ pub async fn serve(
     .await
 }
 
-/// Adopt a well-formed `X-Request-Id` (a `req_…` id) or mint one, echo it,
-/// count the response and log one line per request.
+/// Adopt a well-formed `X-Request-Id` (a `req_…` id) or mint one, hand it
+/// to every layer as a [`zm_store::RequestId`] extension (REST handlers,
+/// OAuth audit rows and zm-mcp, which finds it in the `http::request::Parts`
+/// rmcp hands it), echo it, count the response and log one line per request.
 async fn request_id(
     axum::extract::State(state): axum::extract::State<AppState>,
     mut req: Request,

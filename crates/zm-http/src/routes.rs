@@ -11,6 +11,7 @@ use zm_store::{Caller, RequestId, Transport};
 
 use crate::auth::Auth;
 use crate::error::ApiError;
+use crate::request::is_json;
 use crate::state::AppState;
 
 /// The caller of a REST request: the token's user and grant, the agent
@@ -31,17 +32,7 @@ fn caller_of(
 
 /// Read and parse a JSON body within the limit.
 async fn json_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
-    let ctype = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ctype
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if mime != "application/json" && !mime.ends_with("+json") {
+    if !is_json(headers) {
         return Err(ApiError::malformed(
             "the body must be JSON (Content-Type: application/json)",
         ));

@@ -81,12 +81,26 @@ impl HttpConfig {
     }
 }
 
-/// The host (with port if given) of a URL.
+/// The host of an absolute URL as a `Host` header carries it: lowercased,
+/// IPv6 literals in brackets, the port only when it is not the scheme's
+/// default, never userinfo. The one host parser of the HTTP surface.
 pub fn host_of(url: &str) -> Option<String> {
-    let rest = url.split("://").nth(1)?;
-    let auth = rest.split('/').next()?;
-    let host = auth.rsplit('@').next()?;
-    (!host.is_empty()).then(|| host.to_string())
+    let u = url::Url::parse(url).ok()?;
+    let host = u.host_str().filter(|h| !h.is_empty())?;
+    Some(match u.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    })
+}
+
+/// The origin (`scheme://host[:port]`) of an absolute URL, as browsers send
+/// it in `Origin`; `None` for URLs without one (opaque origins).
+pub fn origin_of(url: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()
+        .map(|u| u.origin())
+        .filter(|o| o.is_tuple())
+        .map(|o| o.ascii_serialization())
 }
 
 /// Prometheus counters of the HTTP layer: counts only, never user data.
@@ -128,16 +142,49 @@ impl Metrics {
     }
 }
 
+/// The rate limits' time: monotonic `Instant::now()` plus an offset that
+/// tests advance instead of sleeping. Clones share the offset.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    offset_ms: Arc<AtomicU64>,
+}
+
+impl Clock {
+    pub fn now(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.offset_ms.load(Ordering::Relaxed))
+    }
+
+    /// Move the clock forward (tests: rate-limit windows).
+    pub fn advance(&self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.offset_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
 /// A fixed-window counter per key.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
     windows: Mutex<HashMap<String, (Instant, u32)>>,
+    clock: Clock,
 }
 
 impl RateLimiter {
+    /// A limiter reading time from `clock`.
+    pub fn with_clock(clock: Clock) -> Self {
+        RateLimiter {
+            windows: Mutex::default(),
+            clock,
+        }
+    }
+
+    /// The clock the windows are measured with.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     /// Count one request for `key`; `Err(seconds)` when over `max` in `window`.
     pub async fn hit(&self, key: &str, max: u32, window: Duration) -> Result<(), u64> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut w = self.windows.lock().await;
         if w.len() > 100_000 {
             w.retain(|_, (start, _)| now.duration_since(*start) < window);
@@ -165,4 +212,106 @@ pub struct AppState {
     pub cfg: Arc<HttpConfig>,
     pub metrics: Arc<Metrics>,
     pub limiter: Arc<RateLimiter>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        let h = |u: &str| host_of(u);
+        assert_eq!(
+            h("https://memory.example.com"),
+            Some("memory.example.com".into())
+        );
+        assert_eq!(
+            h("https://memory.example.com/base/"),
+            Some("memory.example.com".into())
+        );
+        assert_eq!(h("http://127.0.0.1:8080"), Some("127.0.0.1:8080".into()));
+        assert_eq!(
+            h("http://localhost:8080/x?y=1"),
+            Some("localhost:8080".into())
+        );
+        assert_eq!(h("http://localhost?x=@evil"), Some("localhost".into()));
+        // IPv6 literals keep their brackets, with or without a port.
+        assert_eq!(h("http://[::1]:8080"), Some("[::1]:8080".into()));
+        assert_eq!(h("http://[::1]/mcp"), Some("[::1]".into()));
+        assert_eq!(
+            h("https://[2001:DB8::1]:9443/"),
+            Some("[2001:db8::1]:9443".into())
+        );
+        // Userinfo is never part of the host.
+        assert_eq!(
+            h("https://user:pw@memory.example.com:8443/"),
+            Some("memory.example.com:8443".into())
+        );
+        assert_eq!(h("https://user@[::1]:8080"), Some("[::1]:8080".into()));
+        // The default port is what a browser omits from Host.
+        assert_eq!(
+            h("https://memory.example.com:443"),
+            Some("memory.example.com".into())
+        );
+        assert_eq!(
+            h("http://memory.example.com:80/"),
+            Some("memory.example.com".into())
+        );
+        assert_eq!(
+            h("HTTPS://Memory.Example.COM"),
+            Some("memory.example.com".into())
+        );
+        for none in [
+            "",
+            "memory.example.com",
+            "/relative",
+            "mailto:a@example.com",
+            "file:///etc/passwd",
+        ] {
+            assert_eq!(h(none), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn origins() {
+        assert_eq!(
+            origin_of("https://user:pw@memory.example.com:443/a?b#c"),
+            Some("https://memory.example.com".into())
+        );
+        assert_eq!(
+            origin_of("http://[::1]:8080/x"),
+            Some("http://[::1]:8080".into())
+        );
+        assert_eq!(
+            origin_of("http://localhost:3000"),
+            Some("http://localhost:3000".into())
+        );
+        assert_eq!(origin_of("cursor://anysphere/cb"), None);
+        assert_eq!(origin_of("null"), None);
+        assert_eq!(origin_of("garbage"), None);
+    }
+
+    #[test]
+    fn config_hosts_include_the_public_url() {
+        let cfg = HttpConfig::local("https://user@Memory.Example.com:8443/");
+        assert!(cfg.hosts().contains(&"memory.example.com:8443".to_string()));
+    }
+
+    #[tokio::test]
+    async fn windows_follow_the_clock() {
+        let limiter = RateLimiter::default();
+        let clock = limiter.clock().clone();
+        let window = Duration::from_secs(60);
+        for _ in 0..2 {
+            assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
+        }
+        assert_eq!(limiter.hit("k", 2, window).await, Err(60));
+        assert_eq!(limiter.hit("other", 2, window).await, Ok(()));
+        clock.advance(Duration::from_secs(45));
+        assert_eq!(limiter.hit("k", 2, window).await, Err(15));
+        clock.advance(Duration::from_secs(15));
+        assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
+        assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
+        assert_eq!(limiter.hit("k", 2, window).await, Err(60));
+    }
 }

@@ -27,6 +27,8 @@ struct Server {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     _dir: tempfile::TempDir,
     http: reqwest::Client,
+    /// The rate limiter's clock: tests move it instead of sleeping.
+    clock: zm_http::Clock,
 }
 
 async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
@@ -45,7 +47,9 @@ async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let mut cfg = HttpConfig::local(&base);
     edit(&mut cfg);
     let cancel = CancellationToken::new();
-    let app = zm_http::router(store.clone(), cfg, cancel.clone());
+    let state = zm_http::state(store.clone(), cfg);
+    let clock = state.limiter.clock().clone();
+    let app = zm_http::router_with_state(state, cancel.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(zm_http::serve(listener, app, cancel, async move {
         let _ = rx.await;
@@ -62,6 +66,7 @@ async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap(),
+        clock,
     }
 }
 
@@ -967,24 +972,24 @@ async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
 async fn the_rate_limit_trips_and_retry_after_is_honest() {
     let s = start_with(|c| {
         c.oauth_rate_max = 3;
-        c.oauth_rate_window = Duration::from_secs(2);
+        c.oauth_rate_window = Duration::from_secs(60);
     })
     .await;
     let body = json!({"redirect_uris": [REDIRECT]});
-    // Refused registrations count too (and are quick: the window is short).
+    let register = || {
+        s.http
+            .post(format!("{}/oauth/register", s.base))
+            .json(&body)
+            .send()
+    };
+    // Refused registrations count too.
     for _ in 0..3 {
         assert_eq!(s.register(json!({})).await.0, 400);
     }
-    let r = s
-        .http
-        .post(format!("{}/oauth/register", s.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = register().await.unwrap();
     assert_eq!(r.status().as_u16(), 429);
     let retry: u64 = header(&r, "retry-after").parse().unwrap();
-    assert!((1..=2).contains(&retry), "{retry}");
+    assert!((59..=60).contains(&retry), "{retry}");
     let v: Value = r.json().await.unwrap();
     assert_eq!(
         v,
@@ -1003,9 +1008,18 @@ async fn the_rate_limit_trips_and_retry_after_is_honest() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 429);
-    // After Retry-After seconds the next request goes through.
-    tokio::time::sleep(Duration::from_secs(retry)).await;
-    assert_eq!(s.register(body.clone()).await.0, 201);
+    // Half a window later: still refused, and Retry-After has counted down.
+    s.clock.advance(Duration::from_secs(30));
+    let r = register().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let left: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!((1..=retry - 30).contains(&left), "{left} after {retry}");
+    // Retry-After seconds later the counter has reset: a whole new budget.
+    s.clock.advance(Duration::from_secs(left));
+    for _ in 0..3 {
+        assert_eq!(register().await.unwrap().status().as_u16(), 201);
+    }
+    assert_eq!(register().await.unwrap().status().as_u16(), 429);
     s.stop().await;
 
     // Behind a trusted proxy, the first X-Forwarded-For hop is the client.

@@ -57,6 +57,12 @@ impl Transport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(pub String);
 
+impl RequestId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Who is calling. Always built from authentication and the transport,
 /// never from tool input.
 #[derive(Debug, Clone, Default)]

@@ -1,0 +1,284 @@
+//! `GET /oauth/authorize` (validate the request, render the sign-in form)
+//! and `POST /oauth/authorize` (check the form and the credentials, redirect
+//! back with a single-use code).
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use zm_store::oauth::{NewCode, OauthClient, parse_scope};
+
+use super::limit::Throttled;
+use super::params::{FormParams, Params, QueryParams};
+use super::token::is_pkce_string;
+use super::{OauthRejection, OauthState, csrf, pages, redirect, resource_ok};
+use crate::request::RequestId;
+
+/// Longest `state`.
+const MAX_STATE_LEN: usize = 2048;
+
+/// A validated authorization request.
+pub(super) struct AuthzRequest {
+    pub(super) client: OauthClient,
+    pub(super) redirect_uri: String,
+    pub(super) code_challenge: String,
+    pub(super) state: Option<String>,
+    pub(super) resource: Option<String>,
+    pub(super) scope: String,
+}
+
+impl AuthzRequest {
+    /// What the CSRF token covers.
+    fn canonical(&self) -> String {
+        serde_json::to_string(&[
+            self.client.id.as_str(),
+            self.redirect_uri.as_str(),
+            self.code_challenge.as_str(),
+            self.state.as_deref().unwrap_or(""),
+            self.resource.as_deref().unwrap_or(""),
+            self.scope.as_str(),
+        ])
+        .unwrap_or_default()
+    }
+}
+
+/// Validate an authorization request. Until the client and its redirect
+/// URI are trusted a failure is an HTML page; after, a redirect back to the
+/// client (RFC 6749 §4.1.2.1).
+async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthRejection> {
+    let page = |m: &str| OauthRejection::page(StatusCode::BAD_REQUEST, m);
+    let Some(client_id) = p.get("client_id") else {
+        return Err(page("The request names no client (client_id is missing)."));
+    };
+    let client = match st.app.store.oauth_client(client_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return Err(page(
+                "Unknown client. The application is not registered with this server; ask it to connect again.",
+            ));
+        }
+        Err(_) => {
+            return Err(OauthRejection::page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal server error.",
+            ));
+        }
+    };
+    let Some(redirect_uri) = p.get("redirect_uri") else {
+        return Err(page("The request has no redirect_uri."));
+    };
+    if !redirect::registered(&client.redirect_uris, redirect_uri) {
+        return Err(page(
+            "The redirect_uri is not registered for this client, so this server will not send you there.",
+        ));
+    }
+    let redirect_uri = redirect_uri.to_string();
+    let state = p.get("state").map(str::to_string);
+    let fail = |state: Option<String>, error: &'static str, description: &str| {
+        Err(OauthRejection::Redirect {
+            redirect_uri: redirect_uri.clone(),
+            state,
+            iss: st.app.cfg.public_url.clone(),
+            error,
+            description: description.to_string(),
+        })
+    };
+    if state.as_ref().is_some_and(|s| s.len() > MAX_STATE_LEN) {
+        return fail(
+            None,
+            "invalid_request",
+            "state is longer than 2048 characters.",
+        );
+    }
+    match p.get("response_type") {
+        Some("code") => {}
+        None => return fail(state, "invalid_request", "response_type is required."),
+        Some(_) => {
+            return fail(
+                state,
+                "unsupported_response_type",
+                "Only response_type=code is supported.",
+            );
+        }
+    }
+    let Some(challenge) = p.get("code_challenge") else {
+        return fail(
+            state,
+            "invalid_request",
+            "code_challenge is required (PKCE with S256).",
+        );
+    };
+    if !is_pkce_string(challenge) {
+        return fail(
+            state,
+            "invalid_request",
+            "code_challenge must be 43..128 unreserved characters.",
+        );
+    }
+    if p.get("code_challenge_method") != Some("S256") {
+        return fail(
+            state,
+            "invalid_request",
+            "code_challenge_method must be S256.",
+        );
+    }
+    let resource = p.get("resource").map(str::to_string);
+    if let Some(r) = &resource
+        && !resource_ok(&st.app.cfg.public_url, r)
+    {
+        return fail(
+            state,
+            "invalid_target",
+            &format!("resource must be {}/mcp.", st.app.cfg.public_url),
+        );
+    }
+    let scope = match parse_scope(p.get("scope")) {
+        Ok(s) => s,
+        Err(bad) => {
+            return fail(
+                state,
+                "invalid_scope",
+                &format!("Unknown scope {bad:?}; supported: mcp:read mcp:write."),
+            );
+        }
+    };
+    Ok(AuthzRequest {
+        client,
+        code_challenge: challenge.to_string(),
+        redirect_uri,
+        state,
+        resource,
+        scope,
+    })
+}
+
+/// `GET /oauth/authorize`: validate, then render the sign-in page.
+pub(super) async fn page(
+    State(st): State<OauthState>,
+    headers: HeaderMap,
+    query: Result<QueryParams, OauthRejection>,
+) -> Result<Response, OauthRejection> {
+    let QueryParams(p) = query.map_err(OauthRejection::into_page)?;
+    let authz = validate(&st, &p).await?;
+    let (cookie, set) = match csrf::cookie(&headers) {
+        Some(c) => (c, None),
+        None => {
+            let c = csrf::new_cookie();
+            let set = csrf::set_cookie(&st.app.cfg.public_url, &c, csrf::TTL_SECS);
+            (c, Some(set))
+        }
+    };
+    let token = csrf::token(&st.key, &cookie, &authz.canonical());
+    Ok(pages::html(
+        StatusCode::OK,
+        pages::login(&st.app.cfg.public_url, &authz, &token, "", None),
+        set,
+    ))
+}
+
+/// `POST /oauth/authorize`: the sign-in form.
+pub(super) async fn submit(
+    State(st): State<OauthState>,
+    _: Throttled,
+    request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
+    form: Result<FormParams, OauthRejection>,
+) -> Result<Response, OauthRejection> {
+    let FormParams(p) = form.map_err(OauthRejection::into_page)?;
+    let authz = validate(&st, &p).await?;
+    let public_url = st.app.cfg.public_url.as_str();
+    if !csrf::same_origin(public_url, &headers) {
+        return Err(OauthRejection::page(
+            StatusCode::FORBIDDEN,
+            "This sign-in form was not submitted from this server's page.",
+        ));
+    }
+    let email = p.get("email").unwrap_or("").trim().to_string();
+    // A missing or expired form token: show a fresh form, check nothing.
+    let canonical = authz.canonical();
+    let cookie = csrf::cookie(&headers);
+    let token_ok = match (&cookie, p.get("csrf")) {
+        (Some(c), Some(t)) => csrf::valid(&st.key, c, t, &canonical),
+        _ => false,
+    };
+    if !token_ok {
+        let c = csrf::new_cookie();
+        let set = csrf::set_cookie(public_url, &c, csrf::TTL_SECS);
+        let token = csrf::token(&st.key, &c, &canonical);
+        return Ok(pages::html(
+            StatusCode::FORBIDDEN,
+            pages::login(
+                public_url,
+                &authz,
+                &token,
+                &email,
+                Some(
+                    "This sign-in form expired or did not come from this page. Please sign in again.",
+                ),
+            ),
+            Some(set),
+        ));
+    }
+    let cookie = cookie.unwrap_or_default();
+    let password = p.get("password").unwrap_or("");
+    let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
+    let internal =
+        || OauthRejection::page(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error.");
+    let shaped = (3..=320).contains(&email.chars().count()) && (1..=1024).contains(&password.len());
+    let user = if shaped {
+        st.app
+            .store
+            .verify_password(&email, password)
+            .await
+            .map_err(|_| internal())?
+    } else {
+        None
+    };
+    let Some(user) = user else {
+        st.app
+            .store
+            .audit_oauth_login_failure(&email, &authz.client.id, rid)
+            .await;
+        let token = csrf::token(&st.key, &cookie, &canonical);
+        return Ok(pages::html(
+            StatusCode::UNAUTHORIZED,
+            pages::login(
+                public_url,
+                &authz,
+                &token,
+                &email,
+                Some("Invalid email or password."),
+            ),
+            None,
+        ));
+    };
+    let code = st
+        .app
+        .store
+        .issue_oauth_code(
+            NewCode {
+                client_id: &authz.client.id,
+                user_id: &user.id,
+                redirect_uri: &authz.redirect_uri,
+                code_challenge: &authz.code_challenge,
+                resource: authz.resource.as_deref(),
+                scope: &authz.scope,
+            },
+            rid,
+        )
+        .await
+        .map_err(|e| {
+            tracing::error!(target: "zm_http", error = %e, "oauth code issue failed");
+            internal()
+        })?;
+    let mut params = vec![("code", code.as_str())];
+    if let Some(s) = &authz.state {
+        params.push(("state", s));
+    }
+    params.push(("iss", public_url));
+    let mut resp = redirect::found(&redirect::with_query(&authz.redirect_uri, &params));
+    if let Ok(v) = HeaderValue::from_str(&csrf::set_cookie(public_url, "", 0)) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(resp)
+}

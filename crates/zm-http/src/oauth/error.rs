@@ -1,0 +1,225 @@
+//! The one rejection type of the OAuth endpoints and how each kind is
+//! answered.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::{no_store, pages, redirect};
+
+/// Why an OAuth request fails, rendered as RFC 6749 §5.2 / RFC 7591 §3.2.2
+/// requires: a JSON `{error, error_description}` body with the right
+/// status (and `Retry-After` / `Allow` where they apply), or — on the
+/// browser-facing authorization endpoint — an HTML page or a redirect back
+/// to the client. Never cached.
+#[derive(Debug)]
+pub enum OauthRejection {
+    /// 400 with an RFC 6749 / RFC 7591 error code.
+    BadRequest {
+        error: &'static str,
+        description: String,
+    },
+    /// 401 `invalid_client`: no client has this id.
+    UnknownClient,
+    /// 405 `invalid_request`, with `Allow`.
+    MethodNotAllowed(&'static str),
+    /// 429 `rate_limited`, with `Retry-After` seconds.
+    RateLimited { retry_after: u64 },
+    /// 500 `server_error`; the cause was logged where it happened.
+    ServerError,
+    /// Browser-facing, while the client or its redirect URI is not trusted:
+    /// an HTML error page, never a redirect.
+    Page { status: StatusCode, message: String },
+    /// Browser-facing, once the redirect URI is known good: back to the
+    /// client with `error`, `error_description`, `state` and `iss`
+    /// (RFC 6749 §4.1.2.1, RFC 9207).
+    Redirect {
+        redirect_uri: String,
+        state: Option<String>,
+        iss: String,
+        error: &'static str,
+        description: String,
+    },
+}
+
+impl OauthRejection {
+    pub fn bad_request(error: &'static str, description: impl Into<String>) -> Self {
+        OauthRejection::BadRequest {
+            error,
+            description: description.into(),
+        }
+    }
+
+    pub fn invalid_request(description: impl Into<String>) -> Self {
+        Self::bad_request("invalid_request", description)
+    }
+
+    pub fn page(status: StatusCode, message: impl Into<String>) -> Self {
+        OauthRejection::Page {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// The same refusal for a browser: malformed parameters on the
+    /// authorization endpoint are shown as a 400 page, not a JSON body.
+    pub fn into_page(self) -> Self {
+        match self {
+            OauthRejection::BadRequest { description, .. } => {
+                Self::page(StatusCode::BAD_REQUEST, description)
+            }
+            other => other,
+        }
+    }
+}
+
+impl IntoResponse for OauthRejection {
+    fn into_response(self) -> Response {
+        let mut extra = None;
+        let (status, error, description) = match self {
+            OauthRejection::Page { status, message } => return pages::error(status, &message),
+            OauthRejection::Redirect {
+                redirect_uri,
+                state,
+                iss,
+                error,
+                description,
+            } => {
+                let mut params = vec![
+                    ("error", error),
+                    ("error_description", description.as_str()),
+                ];
+                if let Some(s) = &state {
+                    params.push(("state", s));
+                }
+                params.push(("iss", &iss));
+                return redirect::found(&redirect::with_query(&redirect_uri, &params));
+            }
+            OauthRejection::BadRequest { error, description } => {
+                (StatusCode::BAD_REQUEST, error, description)
+            }
+            OauthRejection::UnknownClient => (
+                StatusCode::UNAUTHORIZED,
+                "invalid_client",
+                "Unknown client.".into(),
+            ),
+            OauthRejection::MethodNotAllowed(allow) => {
+                extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
+                (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "invalid_request",
+                    format!("This endpoint accepts {allow} only."),
+                )
+            }
+            OauthRejection::RateLimited { retry_after } => {
+                extra = Some((header::RETRY_AFTER, HeaderValue::from(retry_after.max(1))));
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    "Too many requests. Retry later.".into(),
+                )
+            }
+            OauthRejection::ServerError => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "Internal server error.".into(),
+            ),
+        };
+        let mut resp = (
+            status,
+            axum::Json(json!({"error": error, "error_description": description})),
+        )
+            .into_response();
+        let h = resp.headers_mut();
+        no_store(h);
+        if let Some((name, value)) = extra {
+            h.insert(name, value);
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    async fn render(r: OauthRejection) -> (StatusCode, axum::http::HeaderMap, Value) {
+        let resp = r.into_response();
+        let (parts, body) = resp.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (parts.status, parts.headers, json)
+    }
+
+    #[tokio::test]
+    async fn rfc_6749_bodies_with_their_status() {
+        for (r, status, error) in [
+            (
+                OauthRejection::invalid_request("x is required."),
+                400,
+                "invalid_request",
+            ),
+            (
+                OauthRejection::bad_request("invalid_grant", "x is required."),
+                400,
+                "invalid_grant",
+            ),
+            (OauthRejection::UnknownClient, 401, "invalid_client"),
+            (
+                OauthRejection::MethodNotAllowed("POST"),
+                405,
+                "invalid_request",
+            ),
+            (
+                OauthRejection::RateLimited { retry_after: 0 },
+                429,
+                "rate_limited",
+            ),
+            (OauthRejection::ServerError, 500, "server_error"),
+        ] {
+            let (st, h, body) = render(r).await;
+            assert_eq!(st.as_u16(), status, "{body}");
+            assert_eq!(body["error"], error);
+            assert!(body["error_description"].is_string());
+            assert_eq!(body.as_object().unwrap().len(), 2);
+            assert_eq!(h[header::CACHE_CONTROL], "no-store");
+            assert_eq!(h[header::PRAGMA], "no-cache");
+            match status {
+                405 => assert_eq!(h[header::ALLOW], "POST"),
+                429 => assert_eq!(h[header::RETRY_AFTER], "1", "at least one second"),
+                _ => {
+                    assert!(h.get(header::ALLOW).is_none() && h.get(header::RETRY_AFTER).is_none())
+                }
+            }
+        }
+        let (_, h, _) = render(OauthRejection::RateLimited { retry_after: 42 }).await;
+        assert_eq!(h[header::RETRY_AFTER], "42");
+    }
+
+    #[tokio::test]
+    async fn browser_refusals_are_pages_or_redirects() {
+        let (st, h, _) = render(OauthRejection::invalid_request("Bad query.").into_page()).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST);
+        assert!(
+            h[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        let (st, h, _) = render(OauthRejection::Redirect {
+            redirect_uri: "http://127.0.0.1:5555/cb?a=1".into(),
+            state: Some("s 1".into()),
+            iss: "https://memory.example.com".into(),
+            error: "invalid_scope",
+            description: "Unknown scope.".into(),
+        })
+        .await;
+        assert_eq!(st, StatusCode::FOUND);
+        assert_eq!(
+            h[header::LOCATION],
+            "http://127.0.0.1:5555/cb?a=1&error=invalid_scope&error_description=Unknown+scope.&state=s+1&iss=https%3A%2F%2Fmemory.example.com"
+        );
+        assert_eq!(h[header::CACHE_CONTROL], "no-store");
+    }
+}

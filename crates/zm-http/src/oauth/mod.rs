@@ -1,0 +1,109 @@
+//! The OAuth 2.1 authorization server for MCP clients (`reference.md` §7.4,
+//! with our own opaque tokens).
+//!
+//! - `GET /.well-known/oauth-authorization-server`: RFC 8414 metadata
+//!   ([`metadata`]).
+//! - `POST /oauth/register`: RFC 7591 dynamic registration of public
+//!   clients (`register`).
+//! - `GET /oauth/authorize`: validates the request and renders the sign-in
+//!   page; `POST /oauth/authorize`: checks the form and the credentials and
+//!   redirects back with a single-use code (`authorize`).
+//! - `POST /oauth/token`: `authorization_code` (PKCE S256 mandatory) and
+//!   `refresh_token` (rotating; a replayed refresh token revokes its family)
+//!   (`token`).
+//!
+//! Every failure is an [`OauthRejection`]: an RFC 6749 body
+//! `{error, error_description}`, or on the browser-facing endpoint an HTML
+//! page or a redirect back to the client — never the taxonomy body. The
+//! three POST endpoints are limited per client IP and route (`limit`);
+//! their parameters are read by extractors that refuse repeats (`params`).
+//! The redirect-URI rules live in `redirect`, the HTML and its security
+//! headers in `pages`.
+//!
+//! CSRF (`csrf`): `GET /oauth/authorize` sets a random cookie (`HttpOnly`,
+//! `SameSite=Lax`) and puts in the form a token that is an HMAC, under a
+//! per-router random key, of that cookie, a timestamp and the validated
+//! request. The POST needs the same cookie, an unexpired token over the very
+//! same request, and — when the browser sends them — an `Origin`/`Referer`
+//! of our public URL. The page's `Referrer-Policy: no-referrer` makes
+//! browsers send `Origin: null` on the form post, which is therefore
+//! accepted; the cookie-bound token is the real check.
+
+mod authorize;
+mod csrf;
+mod error;
+mod limit;
+mod metadata;
+mod pages;
+mod params;
+mod redirect;
+mod register;
+mod token;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::FromRef;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::routing::{get, post};
+
+use crate::state::AppState;
+
+pub use error::OauthRejection;
+pub use metadata::metadata;
+pub use redirect::check_redirect_uri;
+pub use token::s256;
+
+/// What the OAuth routes share: the app state and the CSRF key.
+#[derive(Clone)]
+pub struct OauthState {
+    app: AppState,
+    key: Arc<[u8; 32]>,
+}
+
+impl FromRef<OauthState> for AppState {
+    fn from_ref(st: &OauthState) -> AppState {
+        st.app.clone()
+    }
+}
+
+/// The OAuth routes (merge into the main router before its layers).
+pub fn routes(app: AppState) -> Router {
+    let state = OauthState {
+        app,
+        key: Arc::new(rand::random()),
+    };
+    Router::new()
+        .route("/.well-known/oauth-authorization-server", get(metadata))
+        .route(
+            "/oauth/register",
+            post(register::register).fallback(post_only),
+        )
+        .route(
+            "/oauth/authorize",
+            get(authorize::page)
+                .post(authorize::submit)
+                .fallback(get_or_post),
+        )
+        .route("/oauth/token", post(token::token).fallback(post_only))
+        .with_state(state)
+}
+
+async fn post_only() -> OauthRejection {
+    OauthRejection::MethodNotAllowed("POST")
+}
+
+async fn get_or_post() -> OauthRejection {
+    OauthRejection::MethodNotAllowed("GET, POST")
+}
+
+/// Nothing an OAuth endpoint answers may be cached.
+fn no_store(h: &mut HeaderMap) {
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+}
+
+/// The resource indicator (RFC 8707) we accept: our `/mcp`.
+fn resource_ok(public_url: &str, resource: &str) -> bool {
+    resource.trim_end_matches('/') == format!("{public_url}/mcp")
+}

@@ -1,0 +1,194 @@
+//! Request parameters: the query of `GET /oauth/authorize`, the form of
+//! `POST /oauth/authorize`, the form (or JSON object) of `POST
+//! /oauth/token` — each parameter at most once (RFC 6749 §3.1).
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use serde_json::Value;
+
+use super::{OauthRejection, OauthState};
+use crate::request::{BodyType, body_type};
+
+/// Largest body accepted on the OAuth endpoints.
+const OAUTH_BODY_LIMIT: usize = 64 * 1024;
+
+/// Request parameters, each at most once; an empty value counts as absent
+/// (RFC 6749 §3.1).
+#[derive(Debug, Default)]
+pub(super) struct Params(HashMap<String, String>);
+
+impl Params {
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Refuses the first name that comes again (one pass, hashed).
+    fn from_pairs(pairs: Vec<(String, String)>) -> Result<Params, String> {
+        let mut map = HashMap::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            match map.entry(k) {
+                Entry::Occupied(e) => {
+                    return Err(format!("The parameter {:?} is repeated.", e.key()));
+                }
+                Entry::Vacant(e) => {
+                    e.insert(v);
+                }
+            }
+        }
+        Ok(Params(map))
+    }
+
+    fn from_query(query: Option<&str>) -> Result<Params, String> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+            .map_err(|_| "The query string is malformed.".to_string())?;
+        Params::from_pairs(pairs)
+    }
+
+    fn from_form(bytes: &[u8]) -> Result<Params, String> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes)
+            .map_err(|_| "The form body is malformed.".to_string())?;
+        Params::from_pairs(pairs)
+    }
+
+    /// A JSON object of strings (`null` counts as absent).
+    fn from_json(bytes: &[u8]) -> Result<Params, String> {
+        let v: Value =
+            serde_json::from_slice(bytes).map_err(|_| "The body is not valid JSON.".to_string())?;
+        let Value::Object(o) = v else {
+            return Err("The body must be a JSON object.".into());
+        };
+        let mut pairs = Vec::with_capacity(o.len());
+        for (k, v) in o {
+            match v {
+                Value::String(s) => pairs.push((k, s)),
+                Value::Null => {}
+                _ => return Err(format!("The parameter {k:?} must be a string.")),
+            }
+        }
+        Params::from_pairs(pairs)
+    }
+}
+
+/// The body of an OAuth request, within the OAuth body limit.
+pub(super) async fn body_bytes(st: &OauthState, body: Body) -> Result<bytes::Bytes, String> {
+    let limit = st.app.cfg.body_limit.min(OAUTH_BODY_LIMIT);
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| format!("The body is larger than {limit} bytes."))
+}
+
+/// Extractor: the query parameters. Rejects `invalid_request`.
+pub(super) struct QueryParams(pub Params);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = OauthRejection;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, OauthRejection> {
+        Params::from_query(parts.uri.query())
+            .map(QueryParams)
+            .map_err(OauthRejection::invalid_request)
+    }
+}
+
+/// Extractor: an `application/x-www-form-urlencoded` body. Rejects
+/// `invalid_request`.
+pub(super) struct FormParams(pub Params);
+
+impl FromRequest<OauthState> for FormParams {
+    type Rejection = OauthRejection;
+
+    async fn from_request(req: Request, st: &OauthState) -> Result<Self, OauthRejection> {
+        read(req, st, false)
+            .await
+            .map(FormParams)
+            .map_err(OauthRejection::invalid_request)
+    }
+}
+
+/// Extractor: a form body or a JSON object of strings. Rejects
+/// `invalid_request`.
+pub(super) struct FormOrJsonParams(pub Params);
+
+impl FromRequest<OauthState> for FormOrJsonParams {
+    type Rejection = OauthRejection;
+
+    async fn from_request(req: Request, st: &OauthState) -> Result<Self, OauthRejection> {
+        read(req, st, true)
+            .await
+            .map(FormOrJsonParams)
+            .map_err(OauthRejection::invalid_request)
+    }
+}
+
+/// The body's parameters: a form, or (when `json_ok`) a JSON object. The
+/// size limit is checked before the media type.
+async fn read(req: Request, st: &OauthState, json_ok: bool) -> Result<Params, String> {
+    let kind = body_type(req.headers());
+    let bytes = body_bytes(st, req.into_body()).await?;
+    match kind {
+        BodyType::Form => Params::from_form(&bytes),
+        BodyType::Json if json_ok => Params::from_json(&bytes),
+        _ if json_ok => {
+            Err("The body must be application/x-www-form-urlencoded or application/json.".into())
+        }
+        _ => Err("The body must be application/x-www-form-urlencoded.".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_parameter_once_and_empty_is_absent() {
+        let p = Params::from_query(Some("a=1&b=&c=x%20y")).unwrap();
+        assert_eq!(p.get("a"), Some("1"));
+        assert_eq!(p.get("b"), None);
+        assert_eq!(p.get("c"), Some("x y"));
+        assert_eq!(p.get("d"), None);
+        assert_eq!(
+            Params::from_query(Some("a=1&b=2&a=3")).unwrap_err(),
+            "The parameter \"a\" is repeated."
+        );
+        assert!(
+            Params::from_query(Some("a=&a=")).is_err(),
+            "empty repeats too"
+        );
+        assert!(Params::from_query(None).unwrap().get("a").is_none());
+        assert!(Params::from_form(b"grant_type=x&grant_type=x").is_err());
+    }
+
+    #[test]
+    fn a_repeat_is_found_among_many_parameters() {
+        let mut pairs: Vec<(String, String)> =
+            (0..50_000).map(|i| (format!("p{i}"), "v".into())).collect();
+        assert_eq!(
+            Params::from_pairs(pairs.clone()).unwrap().get("p49999"),
+            Some("v")
+        );
+        pairs.push(("p123".into(), "again".into()));
+        assert_eq!(
+            Params::from_pairs(pairs).unwrap_err(),
+            "The parameter \"p123\" is repeated."
+        );
+    }
+
+    #[test]
+    fn json_bodies_hold_strings() {
+        let p = Params::from_json(br#"{"a": "1", "b": null}"#).unwrap();
+        assert_eq!((p.get("a"), p.get("b")), (Some("1"), None));
+        assert_eq!(
+            Params::from_json(br#"{"a": 1}"#).unwrap_err(),
+            "The parameter \"a\" must be a string."
+        );
+        assert!(Params::from_json(b"[]").is_err());
+        assert!(Params::from_json(b"{nope").is_err());
+    }
+}

@@ -1,0 +1,101 @@
+//! `POST /oauth/register`: RFC 7591 dynamic registration of public clients.
+
+use axum::Extension;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use zm_store::oauth::OAUTH_SCOPES;
+
+use super::limit::Throttled;
+use super::params::body_bytes;
+use super::{OauthRejection, OauthState, no_store, redirect};
+use crate::request::{RequestId, is_json};
+
+fn invalid_metadata(description: impl Into<String>) -> OauthRejection {
+    OauthRejection::bad_request("invalid_client_metadata", description)
+}
+
+/// Extractor: the client metadata, a JSON object (RFC 7591 §3.1). Rejects
+/// `invalid_client_metadata`.
+pub(super) struct ClientMetadata(Map<String, Value>);
+
+impl FromRequest<OauthState> for ClientMetadata {
+    type Rejection = OauthRejection;
+
+    async fn from_request(req: Request, st: &OauthState) -> Result<Self, OauthRejection> {
+        if !is_json(req.headers()) {
+            return Err(invalid_metadata(
+                "The body must be JSON (Content-Type: application/json).",
+            ));
+        }
+        let bytes = body_bytes(st, req.into_body())
+            .await
+            .map_err(invalid_metadata)?;
+        let Ok(Value::Object(doc)) = serde_json::from_slice::<Value>(&bytes) else {
+            return Err(invalid_metadata("The body must be a JSON object."));
+        };
+        Ok(ClientMetadata(doc))
+    }
+}
+
+/// `POST /oauth/register`.
+pub(super) async fn register(
+    State(st): State<OauthState>,
+    _: Throttled,
+    request_id: Option<Extension<RequestId>>,
+    ClientMetadata(doc): ClientMetadata,
+) -> Result<Response, OauthRejection> {
+    let client_name = match doc.get("client_name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => {
+            let n = s.chars().count();
+            if !(1..=256).contains(&n) || s.chars().any(char::is_control) {
+                return Err(invalid_metadata(
+                    "client_name must be 1..256 characters, without control characters.",
+                ));
+            }
+            Some(s.clone())
+        }
+        Some(_) => return Err(invalid_metadata("client_name must be a string.")),
+    };
+    match doc.get("token_endpoint_auth_method") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if m == "none" => {}
+        Some(_) => {
+            return Err(invalid_metadata(
+                "Only public clients are supported: token_endpoint_auth_method must be \"none\".",
+            ));
+        }
+    }
+    let redirect_uris = redirect::registration(doc.get("redirect_uris"))
+        .map_err(|d| OauthRejection::bad_request("invalid_redirect_uri", d))?;
+    let client = st
+        .app
+        .store
+        .register_oauth_client(
+            client_name.as_deref(),
+            &redirect_uris,
+            request_id.as_ref().map(|Extension(r)| r.as_str()),
+        )
+        .await
+        .map_err(|e| {
+            tracing::error!(target: "zm_http", error = %e, "oauth registration failed");
+            OauthRejection::ServerError
+        })?;
+    let mut body = json!({
+        "client_id": client.id,
+        "redirect_uris": client.redirect_uris,
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "scope": OAUTH_SCOPES.join(" "),
+        "client_id_issued_at": client.created_at / 1000,
+    });
+    if let Some(n) = &client.client_name {
+        body["client_name"] = json!(n);
+    }
+    let mut resp = (StatusCode::CREATED, axum::Json(body)).into_response();
+    no_store(resp.headers_mut());
+    Ok(resp)
+}

@@ -1,0 +1,167 @@
+//! `POST /oauth/token`: the authorization-code exchange (PKCE S256) and
+//! refresh-token rotation.
+
+use axum::Extension;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use zm_store::oauth::{CodeExchange, IssuedTokens, OauthClient, OauthError};
+
+use super::limit::Throttled;
+use super::params::{FormOrJsonParams, Params};
+use super::{OauthRejection, OauthState, no_store, resource_ok};
+use crate::request::RequestId;
+
+/// `BASE64URL(SHA256(verifier))`.
+pub fn s256(verifier: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
+}
+
+/// 43..128 characters of the RFC 3986 unreserved set (PKCE verifiers and
+/// challenges).
+pub(super) fn is_pkce_string(s: &str) -> bool {
+    (43..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// `POST /oauth/token`.
+pub(super) async fn token(
+    State(st): State<OauthState>,
+    _: Throttled,
+    request_id: Option<Extension<RequestId>>,
+    FormOrJsonParams(p): FormOrJsonParams,
+) -> Result<Response, OauthRejection> {
+    let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
+    let public_url = &st.app.cfg.public_url;
+    if let Some(r) = p.get("resource")
+        && !resource_ok(public_url, r)
+    {
+        return Err(OauthRejection::bad_request(
+            "invalid_target",
+            format!("resource must be {public_url}/mcp."),
+        ));
+    }
+    let tokens = match p.get("grant_type") {
+        None => return Err(OauthRejection::invalid_request("grant_type is required.")),
+        Some("authorization_code") => exchange(&st, &p, rid).await?,
+        Some("refresh_token") => refresh(&st, &p, rid).await?,
+        Some(_) => {
+            return Err(OauthRejection::bad_request(
+                "unsupported_grant_type",
+                "Supported grant types: authorization_code, refresh_token.",
+            ));
+        }
+    };
+    let mut resp = axum::Json(json!({
+        "access_token": tokens.access_token,
+        "token_type": "Bearer",
+        "expires_in": tokens.expires_in,
+        "refresh_token": tokens.refresh_token,
+        "scope": tokens.scope,
+    }))
+    .into_response();
+    no_store(resp.headers_mut());
+    Ok(resp)
+}
+
+/// `grant_type=authorization_code`: a single-use code and its PKCE
+/// verifier, for the client and redirect URI it was issued to.
+async fn exchange(
+    st: &OauthState,
+    p: &Params,
+    rid: Option<&str>,
+) -> Result<IssuedTokens, OauthRejection> {
+    for k in ["code", "code_verifier", "client_id", "redirect_uri"] {
+        if p.get(k).is_none() {
+            return Err(OauthRejection::invalid_request(format!("{k} is required.")));
+        }
+    }
+    let verifier = p.get("code_verifier").unwrap_or("");
+    if !is_pkce_string(verifier) {
+        return Err(OauthRejection::invalid_request(
+            "code_verifier must be 43..128 unreserved characters.",
+        ));
+    }
+    let client = known_client(st, p.get("client_id").unwrap_or("")).await?;
+    st.app
+        .store
+        .exchange_oauth_code(
+            CodeExchange {
+                code: p.get("code").unwrap_or(""),
+                client_id: &client.id,
+                redirect_uri: p.get("redirect_uri").unwrap_or(""),
+                verifier_challenge: &s256(verifier),
+            },
+            rid,
+        )
+        .await
+        .map_err(refused)
+}
+
+/// `grant_type=refresh_token`: rotation, optionally narrowing the scope.
+async fn refresh(
+    st: &OauthState,
+    p: &Params,
+    rid: Option<&str>,
+) -> Result<IssuedTokens, OauthRejection> {
+    let Some(refresh) = p.get("refresh_token") else {
+        return Err(OauthRejection::invalid_request(
+            "refresh_token is required.",
+        ));
+    };
+    let client = match p.get("client_id") {
+        None => None,
+        Some(id) => Some(known_client(st, id).await?),
+    };
+    st.app
+        .store
+        .refresh_oauth_token(
+            refresh,
+            client.as_ref().map(|c| c.id.as_str()),
+            p.get("scope"),
+            rid,
+        )
+        .await
+        .map_err(refused)
+}
+
+/// The store's refusal as an RFC 6749 answer (its failures logged here).
+fn refused(e: OauthError) -> OauthRejection {
+    match e {
+        OauthError::Internal(e) => {
+            tracing::error!(target: "zm_http", error = %e, "oauth token failed");
+            OauthRejection::ServerError
+        }
+        e => OauthRejection::bad_request(e.code(), e.description()),
+    }
+}
+
+async fn known_client(st: &OauthState, id: &str) -> Result<OauthClient, OauthRejection> {
+    match st.app.store.oauth_client(id).await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(OauthRejection::UnknownClient),
+        Err(_) => Err(OauthRejection::ServerError),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkce_s256_matches_rfc_7636_appendix_b() {
+        assert_eq!(
+            s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+        assert!(is_pkce_string(
+            "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+        ));
+        assert!(!is_pkce_string("short"));
+        assert!(!is_pkce_string(&"a+".repeat(30)));
+    }
+}

@@ -1,0 +1,143 @@
+//! What a request says about itself, each read in one place: its id (set by
+//! the request-id middleware), the client IP and the media type of its body.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+
+use crate::state::AppState;
+
+/// The request's id (`req_…`): a well-formed incoming `X-Request-Id`, or
+/// one minted by the middleware, which puts it in the request extensions
+/// (extract it as `Option<Extension<RequestId>>`).
+pub use zm_store::RequestId;
+
+/// The client IP: the socket address, or the first `X-Forwarded-For` hop
+/// when the proxy is trusted (`"unknown"` when neither is known).
+pub fn client_ip(trust_proxy: bool, headers: &HeaderMap, peer: Option<SocketAddr>) -> String {
+    if trust_proxy
+        && let Some(first) = headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+    {
+        let ip = first
+            .parse::<IpAddr>()
+            .ok()
+            .or_else(|| first.parse::<SocketAddr>().ok().map(|s| s.ip()));
+        if let Some(ip) = ip {
+            return ip.to_string();
+        }
+    }
+    peer.map(|p| p.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Extractor: the client IP (see [`client_ip`]), honouring
+/// [`crate::HttpConfig::trust_proxy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIp(pub String);
+
+impl<S> FromRequestParts<S> for ClientIp
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Infallible> {
+        let trust_proxy = AppState::from_ref(state).cfg.trust_proxy;
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        Ok(ClientIp(client_ip(trust_proxy, &parts.headers, peer)))
+    }
+}
+
+/// The kinds of body the HTTP surface reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyType {
+    /// `application/json` or any `…+json`.
+    Json,
+    /// `application/x-www-form-urlencoded`.
+    Form,
+    /// Anything else, or no `Content-Type` at all.
+    Other,
+}
+
+/// The body type a request declares: its `Content-Type` without
+/// parameters, compared case-insensitively.
+pub fn body_type(headers: &HeaderMap) -> BodyType {
+    let mime = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime == "application/json" || mime.ends_with("+json") {
+        BodyType::Json
+    } else if mime == "application/x-www-form-urlencoded" {
+        BodyType::Form
+    } else {
+        BodyType::Other
+    }
+}
+
+/// Does the request declare a JSON body?
+pub fn is_json(headers: &HeaderMap) -> bool {
+    body_type(headers) == BodyType::Json
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn forwarded_for_only_when_trusted() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("203.0.113.9, 10.0.0.1"),
+        );
+        let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        assert_eq!(client_ip(true, &h, Some(peer)), "203.0.113.9");
+        assert_eq!(client_ip(false, &h, Some(peer)), "10.0.0.1");
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("[2001:db8::1]:443"),
+        );
+        assert_eq!(client_ip(true, &h, Some(peer)), "2001:db8::1");
+        h.insert("x-forwarded-for", HeaderValue::from_static("garbage"));
+        assert_eq!(client_ip(true, &h, Some(peer)), "10.0.0.1");
+        assert_eq!(client_ip(true, &h, None), "unknown");
+    }
+
+    #[test]
+    fn body_types() {
+        let with = |ct: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            body_type(&h)
+        };
+        assert_eq!(with("application/json"), BodyType::Json);
+        assert_eq!(with("Application/JSON; charset=utf-8"), BodyType::Json);
+        assert_eq!(with("application/merge-patch+json"), BodyType::Json);
+        assert_eq!(
+            with("application/x-www-form-urlencoded; charset=UTF-8"),
+            BodyType::Form
+        );
+        assert_eq!(with("text/plain"), BodyType::Other);
+        assert_eq!(with("application/jsonx"), BodyType::Other);
+        assert_eq!(body_type(&HeaderMap::new()), BodyType::Other);
+        assert!(!is_json(&HeaderMap::new()));
+    }
+}
