@@ -1,11 +1,23 @@
 //! The command line: subcommands and their arguments.
+//!
+//! The configuration flags come from `config.rs` as option groups; each
+//! subcommand flattens the groups it uses, so its `--help` shows only
+//! those. The database and logging options (and `--config`) are global:
+//! every command uses them. A command's options may also be written before
+//! its name (`zero-memory --listen 0.0.0.0:8787 serve`), as long as the
+//! command uses them.
 
+use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::config::ConfigArgs;
+use crate::config::{
+    ConfigFileOption, DatabaseOptions, HttpServerOptions, LoggingOptions, McpOptions,
+};
 
 /// `0.1.0 (contract 2.1.0)`.
 pub static VERSION: LazyLock<String> = LazyLock::new(|| {
@@ -22,14 +34,132 @@ pub static VERSION: LazyLock<String> = LazyLock::new(|| {
 #[command(
     name = "zero-memory",
     propagate_version = true,
-    after_help = "Every configuration flag can also be set with its ZM_* environment variable or in the --config TOML file. `zero-memory config check` shows the effective configuration and where each value came from."
+    after_help = "Every configuration option ([env: ZM_*]) can also be set with its environment variable or in the --config TOML file (a flag beats the variable, the variable the file). `zero-memory <command> --help` lists the options of a command; `zero-memory config check` shows the effective configuration and where each value came from."
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub config: ConfigArgs,
+    pub config_file: ConfigFileOption,
+    #[command(flatten)]
+    pub database: DatabaseOptions,
+    #[command(flatten)]
+    pub logging: LoggingOptions,
+    /// `serve`'s and `stdio`'s options, before the command name.
+    #[command(flatten)]
+    pub http_server_before: BeforeCommand<HttpServerOptions>,
+    #[command(flatten)]
+    pub mcp_before: BeforeCommand<McpOptions>,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The command line with the version string.
+pub fn command() -> clap::Command {
+    Cli::command().version(VERSION.as_str())
+}
+
+/// A command's option group, accepted (hidden) before the command name:
+/// `zero-memory --listen 0.0.0.0:8787 serve`. [`check_flag_placement`]
+/// refuses it when the command does not take the option.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BeforeCommand<G>(PhantomData<G>);
+
+impl<G> FromArgMatches for BeforeCommand<G> {
+    fn from_arg_matches(_: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(BeforeCommand(PhantomData))
+    }
+    fn update_from_arg_matches(&mut self, _: &ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+impl<G: Args> Args for BeforeCommand<G> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        G::augment_args(clap::Command::new("options"))
+            .get_arguments()
+            .fold(cmd, |cmd, arg| cmd.arg(arg.clone().hide(true)))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// Refuse an option written before the command name that the command does
+/// not take (`zero-memory --listen … user list`).
+pub fn check_flag_placement(matches: &ArgMatches) -> Result<(), clap::Error> {
+    let mut cmd = command();
+    let mut path = Vec::new();
+    let mut m = matches;
+    while let Some((name, sub)) = m.subcommand() {
+        path.push(name.to_string());
+        m = sub;
+    }
+    let misplaced = {
+        let mut leaf = &cmd;
+        for name in &path {
+            leaf = leaf
+                .find_subcommand(name)
+                .expect("a parsed subcommand exists");
+        }
+        cmd.get_arguments()
+            .filter(|a| a.is_hide_set())
+            .filter(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .find(|a| !leaf.get_arguments().any(|b| b.get_id() == a.get_id()))
+            .map(|a| a.get_long().unwrap_or_default().to_string())
+    };
+    match misplaced {
+        Some(long) => Err(cmd.error(
+            ErrorKind::ArgumentConflict,
+            format!(
+                "--{long} is not an option of `zero-memory {}` (see its --help)",
+                path.join(" ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The leaf commands (`serve`, `user add`, …), or those that take the
+/// (visible) option with this id.
+pub fn leaf_commands(option: Option<&str>) -> Vec<String> {
+    fn walk(
+        cmd: &clap::Command,
+        path: &mut Vec<String>,
+        option: Option<&str>,
+        out: &mut Vec<String>,
+    ) {
+        let subs: Vec<&clap::Command> = cmd
+            .get_subcommands()
+            .filter(|s| s.get_name() != "help")
+            .collect();
+        if subs.is_empty() {
+            let takes = |id: &str| {
+                cmd.get_arguments()
+                    .any(|a| a.get_id() == id && !a.is_hide_set())
+            };
+            if option.is_none_or(takes) {
+                out.push(path.join(" "));
+            }
+            return;
+        }
+        for sub in subs {
+            path.push(sub.get_name().to_string());
+            walk(sub, path, option, out);
+            path.pop();
+        }
+    }
+    let mut cmd = command();
+    cmd.build();
+    let mut out = Vec::new();
+    walk(&cmd, &mut Vec::new(), option, &mut out);
+    out
+}
+
+/// The visible option with this id, anywhere in the command tree.
+pub fn find_arg<'a>(cmd: &'a clap::Command, id: &str) -> Option<&'a clap::Arg> {
+    cmd.get_arguments()
+        .find(|a| a.get_id() == id && !a.is_hide_set())
+        .or_else(|| cmd.get_subcommands().find_map(|s| find_arg(s, id)))
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,7 +167,7 @@ pub enum Command {
     /// Run the HTTP server: MCP over Streamable HTTP at /mcp, the REST API,
     /// OAuth. On the very first start (no user in the database) it creates
     /// the owner account and prints, once, how to log in and a token.
-    Serve,
+    Serve(ServeArgs),
     /// Serve MCP on stdin/stdout as a local account of the database (the
     /// owner unless --user), attached to the project of the working directory.
     Stdio(StdioArgs),
@@ -63,6 +193,14 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub http_server: HttpServerOptions,
+    #[command(flatten)]
+    pub mcp: McpOptions,
+}
+
+#[derive(Debug, Args)]
 pub struct StdioArgs {
     /// Act as this user instead of the owner.
     #[arg(long, value_name = "EMAIL")]
@@ -76,6 +214,8 @@ pub struct StdioArgs {
     /// project_hint or thread names a project.
     #[arg(long)]
     pub no_project: bool,
+    #[command(flatten)]
+    pub mcp: McpOptions,
 }
 
 #[derive(Debug, Subcommand)]
@@ -202,5 +342,14 @@ pub struct ImportArgs {
 pub enum ConfigCommand {
     /// Load and validate the configuration; print every knob's effective
     /// value (secrets redacted) and where it came from. Exit 1 when invalid.
-    Check,
+    /// Takes every command's options.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub http_server: HttpServerOptions,
+    #[command(flatten)]
+    pub mcp: McpOptions,
 }

@@ -13,17 +13,17 @@ use zm_store::identity::random_secret;
 use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, ToolService, User};
 
 use crate::cli::{Command, ConfigCommand, OauthCommand, StdioArgs, TokenCommand, UserCommand};
-use crate::config::{CliLayer, Config, LogFormat};
+use crate::config::{Config, Inputs, LogFormat};
 
 /// Length of a generated password (62 symbols: about 143 bits).
 const GENERATED_PASSWORD_LEN: usize = 24;
 
 /// Run one command; errors are printed here.
-pub async fn run(command: Command, layer: CliLayer) -> ExitCode {
-    if let Command::Config(ConfigCommand::Check) = command {
-        return config_check(&layer);
+pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
+    if let Command::Config(ConfigCommand::Check(_)) = command {
+        return config_check(&inputs);
     }
-    let cfg = match Config::load(&layer) {
+    let cfg = match Config::load(&inputs) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("zero-memory: invalid configuration:");
@@ -46,7 +46,7 @@ pub async fn run(command: Command, layer: CliLayer) -> ExitCode {
 
 async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
     match command {
-        Command::Serve => serve(cfg).await,
+        Command::Serve(_) => serve(cfg).await,
         Command::Stdio(args) => stdio(cfg, args).await,
         Command::Migrate => migrate(cfg).await,
         Command::User(UserCommand::Add {
@@ -73,7 +73,7 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         }
         Command::Export(args) => export(cfg, &args.user, args.out.as_deref()).await,
         Command::Import(args) => crate::import::run(cfg, &args).await,
-        Command::Config(ConfigCommand::Check) => unreachable!("handled before loading"),
+        Command::Config(ConfigCommand::Check(_)) => unreachable!("handled before loading"),
     }
 }
 
@@ -469,8 +469,8 @@ async fn export(cfg: &Config, email: &str, out: Option<&Path>) -> anyhow::Result
 
 // ------------------------------------------------------------------ config
 
-fn config_check(layer: &CliLayer) -> ExitCode {
-    let cfg = match Config::resolve(layer) {
+fn config_check(inputs: &Inputs) -> ExitCode {
+    let cfg = match Config::resolve(inputs) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("configuration is INVALID:");

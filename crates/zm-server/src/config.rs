@@ -2,11 +2,23 @@
 //! command-line flag > `ZM_*` environment variable > TOML file
 //! (`--config PATH` / `ZM_CONFIG`) > built-in default.
 //!
-//! [`KNOBS`] is the one list of knobs (environment variable, flag, file key,
-//! default, meaning); `config check` and the docs follow it. The flags
-//! themselves are declared in [`ConfigArgs`] (clap reads the flag and the
-//! environment variable; this module adds the file layer and the defaults
-//! and remembers where every value came from).
+//! Every knob is declared once, in the `knobs!` invocation below: its key
+//! (the TOML key and the clap id), type, `ZM_*` variable, flag, default,
+//! parser (or accepted range) and help. From that one declaration come
+//!
+//! - [`KNOBS`], the table `config check` and the docs follow;
+//! - one clap option group per concern ([`DatabaseOptions`],
+//!   [`LoggingOptions`], [`HttpServerOptions`], [`McpOptions`]), flattened
+//!   by `cli.rs` only into the subcommands that use it; clap parses each
+//!   flag into the knob's type with the knob's parser;
+//! - [`Flags`], the typed values given on the command line;
+//! - [`Config`], the typed effective values, and the resolution that fills
+//!   it (the environment and the file go through the same parsers) while
+//!   remembering where each value came from.
+//!
+//! clap does not read the environment itself: this module does, for every
+//! knob whatever the subcommand, so a value's source is always known and a
+//! bad `ZM_*` value is reported the same way everywhere.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,10 +26,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::parser::ValueSource;
-use clap::{ArgMatches, Args};
+use clap::parser::{MatchesError, ValueSource};
+use clap::{Arg, ArgMatches, Args, FromArgMatches};
 
-/// One configuration knob.
+/// One configuration knob, as `config check`, `--help` and the docs show it.
 #[derive(Debug, Clone, Copy)]
 pub struct Knob {
     /// The environment variable (`ZM_LISTEN`).
@@ -26,148 +38,559 @@ pub struct Knob {
     pub flag: &'static str,
     /// The key in the TOML file, also the clap argument id (`listen`).
     pub key: &'static str,
-    /// The default, as documented.
+    /// The flag's value placeholder in `--help` (`ADDR`).
+    pub value_name: &'static str,
+    /// The default, as documented (Markdown).
     pub default: &'static str,
-    /// What it does.
-    pub meaning: &'static str,
+    /// What it does, in one sentence (`--help` and the docs).
+    pub help: &'static str,
+    /// More about it, for the docs only (Markdown; may be empty).
+    pub doc: &'static str,
+    /// The accepted range of a number (the declaration's `range`), e.g. `1 … 100000`.
+    pub accepts: Option<&'static str>,
 }
 
-/// Every knob, in the order `config check` and the docs list them.
-pub const KNOBS: &[Knob] = &[
-    Knob {
-        env: "ZM_DATA_DIR",
-        flag: "--data-dir",
-        key: "data_dir",
-        default: "$XDG_DATA_HOME/zero-memory, else ~/.local/share/zero-memory (Linux); ~/Library/Application Support/zero-memory (macOS); %APPDATA%\\zero-memory (Windows)",
-        meaning: "Directory for the embedded SQLite database and other local state.",
-    },
-    Knob {
-        env: "ZM_DATABASE_URL",
-        flag: "--database-url",
-        key: "database_url",
-        default: "sqlite://<data_dir>/zero-memory.db",
-        meaning: "The database: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB.",
-    },
-    Knob {
-        env: "ZM_LISTEN",
-        flag: "--listen",
-        key: "listen",
-        default: "127.0.0.1:8787",
-        meaning: "IP address and port the HTTP server listens on (`serve`).",
-    },
-    Knob {
-        env: "ZM_PUBLIC_URL",
-        flag: "--public-url",
-        key: "public_url",
-        default: "unset (http://<listen>)",
-        meaning: "The external base URL clients reach the server at (behind a reverse proxy); its host is also allowed.",
-    },
-    Knob {
-        env: "ZM_ALLOWED_HOSTS",
-        flag: "--allowed-hosts",
-        key: "allowed_hosts",
-        default: "empty (loopback only)",
-        meaning: "Comma-separated Host header values accepted besides loopback (DNS-rebinding protection).",
-    },
-    Knob {
-        env: "ZM_ALLOWED_ORIGINS",
-        flag: "--allowed-origins",
-        key: "allowed_origins",
-        default: "empty (Origin not checked)",
-        meaning: "Comma-separated browser origins (scheme://host[:port]) accepted on /mcp.",
-    },
-    Knob {
-        env: "ZM_CAPPED_CLIENTS",
-        flag: "--capped-clients",
-        key: "capped_clients",
-        default: "claude-code",
-        meaning: "Comma-separated MCP client names (clientInfo.name) whose instructions are capped at 2,000 characters; `none` for no client.",
-    },
-    Knob {
-        env: "ZM_BODY_LIMIT_BYTES",
-        flag: "--body-limit-bytes",
-        key: "body_limit_bytes",
-        default: "1048576",
-        meaning: "Largest accepted HTTP request body, in bytes (1024..=1073741824).",
-    },
-    Knob {
-        env: "ZM_TOKEN_RATE_LIMIT",
-        flag: "--token-rate-limit",
-        key: "token_rate_limit",
-        default: "0 (off)",
-        meaning: "Requests per minute allowed per access token; 0 or unset turns the limit off.",
-    },
-    Knob {
-        env: "ZM_MAX_SESSIONS",
-        flag: "--max-sessions",
-        key: "max_sessions",
-        default: "200",
-        meaning: "MCP-over-HTTP sessions kept at most (1..=100000).",
-    },
-    Knob {
-        env: "ZM_SESSION_IDLE_SECS",
-        flag: "--session-idle-secs",
-        key: "session_idle_secs",
-        default: "1800",
-        meaning: "Seconds after which an idle MCP-over-HTTP session ends (1..=604800).",
-    },
-    Knob {
-        env: "ZM_OAUTH_RATELIMIT_MAX",
-        flag: "--oauth-ratelimit-max",
-        key: "oauth_ratelimit_max",
-        default: "30",
-        meaning: "Requests per client IP allowed on the OAuth endpoints per window (1..=100000).",
-    },
-    Knob {
-        env: "ZM_OAUTH_RATELIMIT_WINDOW_S",
-        flag: "--oauth-ratelimit-window-s",
-        key: "oauth_ratelimit_window_s",
-        default: "60",
-        meaning: "Length of the OAuth rate-limit window, in seconds (1..=86400).",
-    },
-    Knob {
-        env: "ZM_TRUST_PROXY",
-        flag: "--trust-proxy",
-        key: "trust_proxy",
-        default: "false",
-        meaning: "Trust X-Forwarded-For / X-Forwarded-Proto from a reverse proxy; requires an https ZM_PUBLIC_URL.",
-    },
-    Knob {
-        env: "ZM_SQLITE_SYNCHRONOUS",
-        flag: "--sqlite-synchronous",
-        key: "sqlite_synchronous",
-        default: "FULL",
-        meaning: "SQLite `synchronous` pragma: FULL (no acknowledged write lost on power loss) or NORMAL (faster).",
-    },
-    Knob {
-        env: "ZM_LOG",
-        flag: "--log",
-        key: "log",
-        default: "info",
-        meaning: "Log filter (tracing env-filter syntax, e.g. `info,zm_store=debug`). Logs always go to stderr.",
-    },
-    Knob {
-        env: "ZM_LOG_FORMAT",
-        flag: "--log-format",
-        key: "log_format",
-        default: "text",
-        meaning: "Log format: text or json.",
-    },
-    Knob {
-        env: "ZM_OWNER_EMAIL",
-        flag: "--owner-email",
-        key: "owner_email",
-        default: "owner@localhost",
-        meaning: "Email of the owner account `serve` creates on its first start (empty database).",
-    },
-    Knob {
-        env: "ZM_TEST_ANONYMOUS_USER",
-        flag: "--test-anonymous-user",
-        key: "test_anonymous_user",
-        default: "",
-        meaning: "TEST ONLY, for the MCP conformance suite (which cannot send a token): /mcp requests without an Authorization header act as this existing user. Refused unless the listen address is loopback. Never set it in production.",
-    },
-];
+impl Knob {
+    /// The help line of the flag: meaning, accepted values, variable, default.
+    pub fn flag_help(&self) -> String {
+        let mut s = self.meaning();
+        // The default is written in Markdown for the docs.
+        let default = self.default.replace('`', "");
+        s.push_str(&format!(" [env: {}] [default: {default}]", self.env));
+        s
+    }
+
+    /// The one-sentence meaning with the accepted range, if any.
+    pub fn meaning(&self) -> String {
+        match self.accepts {
+            Some(a) => format!("{} ({a}).", self.help.trim_end_matches('.')),
+            None => self.help.to_string(),
+        }
+    }
+}
+
+/// The `--config` file flag and its variable (not a knob: it names the file
+/// layer itself).
+pub const CONFIG_FLAG: &str = "--config";
+/// The variable that names the TOML file when `--config` is not given.
+pub const CONFIG_ENV: &str = "ZM_CONFIG";
+const CONFIG_HELP: &str =
+    "TOML configuration file; its keys are the flag names with `_` (e.g. `listen`, `data_dir`).";
+/// The docs' text for `--config`.
+pub const CONFIG_DOC: &str = "The TOML file to read. Not set: no file is read.";
+
+/// `--config PATH`, accepted by every subcommand.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConfigFileOption;
+
+impl FromArgMatches for ConfigFileOption {
+    fn from_arg_matches(_: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(ConfigFileOption)
+    }
+    fn update_from_arg_matches(&mut self, _: &ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+impl Args for ConfigFileOption {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.arg(
+            Arg::new("config")
+                .long(CONFIG_FLAG.trim_start_matches("--"))
+                .value_name("PATH")
+                .value_parser(clap::value_parser!(PathBuf))
+                .global(true)
+                .help(format!("{CONFIG_HELP} [env: {CONFIG_ENV}]")),
+        )
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// The parser of a whole-number knob: `min..=max`.
+fn whole<T>(min: T, max: T) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display + Copy + Send + Sync + 'static,
+{
+    move |raw: &str| {
+        let n: T = raw
+            .trim()
+            .parse()
+            .map_err(|_| format!("{raw:?} is not a non-negative whole number"))?;
+        if n < min || n > max {
+            return Err(format!("{n} is out of range ({min}..={max})"));
+        }
+        Ok(n)
+    }
+}
+
+/// A knob's value as `config check` shows it.
+pub trait Show {
+    fn show(&self) -> String;
+}
+
+macro_rules! show_display {
+    ($($t:ty),*) => {$(
+        impl Show for $t {
+            fn show(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+show_display!(String, SocketAddr, bool, u32, u64, usize);
+
+impl Show for PathBuf {
+    fn show(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+impl Show for Vec<String> {
+    fn show(&self) -> String {
+        if self.is_empty() {
+            "(none)".into()
+        } else {
+            self.join(",")
+        }
+    }
+}
+
+impl<T: Show> Show for Option<T> {
+    fn show(&self) -> String {
+        self.as_ref().map_or_else(|| "(unset)".into(), Show::show)
+    }
+}
+
+/// The clap argument of a knob. clap stores `Option<T>`: an empty value
+/// (`--public-url ""`) counts as not set, as it does in the environment
+/// and the file.
+fn knob_arg<T, P>(k: &'static Knob, heading: &'static str, global: bool, parser: P) -> Arg
+where
+    T: Clone + Send + Sync + 'static,
+    P: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static,
+{
+    Arg::new(k.key)
+        .long(k.flag.trim_start_matches("--"))
+        .value_name(k.value_name)
+        .help(k.flag_help())
+        .help_heading(heading)
+        .global(global)
+        .value_parser(move |raw: &str| -> Result<Option<T>, String> {
+            if raw.trim().is_empty() {
+                Ok(None)
+            } else {
+                parser(raw).map(Some)
+            }
+        })
+}
+
+/// `Option<T>` for a knob without a default, `T` for one with.
+macro_rules! knob_type {
+    ($ty:ty, none) => { Option<$ty> };
+    ($ty:ty, ($default:expr)) => { $ty };
+}
+
+/// The resolved value: as is without a default, else with the default.
+macro_rules! knob_value {
+    ($value:expr, none) => {
+        $value
+    };
+    ($value:expr, ($default:expr)) => {
+        $value.unwrap_or_else(|| $default)
+    };
+}
+
+/// A knob's parser: its `parse` function, or [`whole`] over its `range`.
+macro_rules! knob_parser {
+    (; $min:literal, $max:literal) => {
+        whole($min, $max)
+    };
+    ($parse:expr ;) => {
+        $parse
+    };
+}
+
+/// A knob's accepted range as text, e.g. `1 … 100000`.
+macro_rules! knob_accepts {
+    () => {
+        None
+    };
+    ($min:literal, $max:literal) => {
+        Some(concat!(stringify!($min), " … ", stringify!($max)))
+    };
+}
+
+/// The one declaration of every knob; see the module documentation.
+macro_rules! knobs {
+    ($(
+        $(#[doc = $group_doc:literal])*
+        group $group:ident ($heading:literal, global: $global:literal) {
+            $(
+                $key:ident: $ty:ty {
+                    env: $env:literal,
+                    flag: $flag:literal,
+                    value_name: $value_name:literal,
+                    default: $default:tt,
+                    shown: $shown:literal,
+                    $(parse: $parse:expr,)?
+                    $(range: $min:literal ..= $max:literal,)?
+                    $(clap: $tweak:expr,)?
+                    help: $help:literal,
+                    doc: $doc:literal $(,)?
+                }
+            ),* $(,)?
+        }
+    )*) => {
+        /// Every knob, in the order `config check` and the docs list them.
+        pub const KNOBS: &[Knob] = &[$($(
+            Knob {
+                env: $env,
+                flag: $flag,
+                key: stringify!($key),
+                value_name: $value_name,
+                default: $shown,
+                help: $help,
+                doc: $doc,
+                accepts: knob_accepts!($($min, $max)?),
+            },
+        )*)*];
+
+        $(
+            $(#[doc = $group_doc])*
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $group;
+
+            impl FromArgMatches for $group {
+                fn from_arg_matches(_: &ArgMatches) -> Result<Self, clap::Error> {
+                    Ok($group)
+                }
+                fn update_from_arg_matches(&mut self, _: &ArgMatches) -> Result<(), clap::Error> {
+                    Ok(())
+                }
+            }
+
+            impl Args for $group {
+                fn augment_args(cmd: clap::Command) -> clap::Command {
+                    cmd$(.arg({
+                        let arg = knob_arg::<$ty, _>(
+                            knob(stringify!($key)),
+                            $heading,
+                            $global,
+                            knob_parser!($($parse)? ; $($min, $max)?),
+                        );
+                        $(let arg = ($tweak)(arg);)?
+                        arg
+                    }))*
+                }
+                fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+                    Self::augment_args(cmd)
+                }
+            }
+        )*
+
+        /// The knobs given as flags, already parsed by clap into their types.
+        #[derive(Debug, Clone, Default)]
+        pub struct Flags {
+            $($(pub $key: Option<$ty>,)*)*
+        }
+
+        impl Flags {
+            /// The flags given anywhere on the command line: before the
+            /// subcommand name and at every subcommand level (the deepest
+            /// wins).
+            pub fn from_matches(matches: &ArgMatches) -> Flags {
+                let mut flags = Flags::default();
+                let mut level = Some(matches);
+                while let Some(m) = level {
+                    $($(
+                        let key = stringify!($key);
+                        // A level that does not define the flag has no value.
+                        match m.try_get_one::<Option<$ty>>(key) {
+                            Ok(Some(v)) if m.value_source(key) == Some(ValueSource::CommandLine) => {
+                                flags.$key = v.clone();
+                            }
+                            Ok(_) | Err(MatchesError::UnknownArgument { .. }) => {}
+                            Err(e) => panic!("flag {key}: {e}"),
+                        }
+                    )*)*
+                    level = m.subcommand().map(|(_, sub)| sub);
+                }
+                flags
+            }
+        }
+
+        /// The effective configuration: every knob's value, where it came
+        /// from, and the file that was read.
+        #[derive(Debug, Clone)]
+        pub struct Config {
+            $($(
+                #[doc = $help]
+                pub $key: knob_type!($ty, $default),
+            )*)*
+            /// The TOML file that was read, if any.
+            pub config_file: Option<PathBuf>,
+            /// knob key → where its value came from.
+            pub sources: BTreeMap<&'static str, Source>,
+        }
+
+        impl Config {
+            /// Every knob from the first layer that sets it, through the
+            /// knob's parser; a value that does not parse is reported and
+            /// replaced by the default.
+            fn resolve_all(inputs: &Inputs) -> (Config, Vec<String>) {
+                let mut errors = Vec::new();
+                let file = match &inputs.config_file {
+                    Some(p) => read_file(p, &mut errors),
+                    None => BTreeMap::new(),
+                };
+                let mut r = Resolver {
+                    inputs,
+                    file: &file,
+                    sources: BTreeMap::new(),
+                    errors,
+                };
+                let cfg = Config {
+                    $($(
+                        $key: knob_value!(
+                            r.pick(
+                                knob(stringify!($key)),
+                                inputs.flags.$key.clone(),
+                                knob_parser!($($parse)? ; $($min, $max)?),
+                            ),
+                            $default
+                        ),
+                    )*)*
+                    config_file: inputs.config_file.clone(),
+                    sources: r.sources,
+                };
+                (cfg, r.errors)
+            }
+
+            /// A knob's value as shown by `config check` (before redaction).
+            fn show(&self, key: &str) -> String {
+                match key {
+                    $($(stringify!($key) => Show::show(&self.$key),)*)*
+                    _ => String::new(),
+                }
+            }
+        }
+    };
+}
+
+knobs! {
+    /// The database options: every command opens the database, so every
+    /// command accepts them (before or after its name).
+    group DatabaseOptions ("Database", global: true) {
+        data_dir: PathBuf {
+            env: "ZM_DATA_DIR",
+            flag: "--data-dir",
+            value_name: "DIR",
+            default: (default_data_dir().unwrap_or_default()),
+            shown: "`$XDG_DATA_HOME/zero-memory`, else `~/.local/share/zero-memory` (Linux and other Unix); `~/Library/Application Support/zero-memory` (macOS); `%APPDATA%\\zero-memory` (Windows)",
+            parse: parse_dir,
+            help: "Directory of the embedded SQLite database and other local state.",
+            doc: "Created on first use.",
+        },
+        database_url: String {
+            env: "ZM_DATABASE_URL",
+            flag: "--database-url",
+            value_name: "URL",
+            default: none,
+            shown: "`sqlite://<data_dir>/zero-memory.db`",
+            parse: parse_database_url,
+            help: "The database: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DB` (also `postgresql://`).",
+            doc: "A missing SQLite file is created (`?mode=rwc` is added unless the URL sets `mode=`). See [POSTGRESQL.md](POSTGRESQL.md).",
+        },
+        sqlite_synchronous: SqliteSynchronous {
+            env: "ZM_SQLITE_SYNCHRONOUS",
+            flag: "--sqlite-synchronous",
+            value_name: "MODE",
+            default: (SqliteSynchronous::Full),
+            shown: "`FULL`",
+            parse: SqliteSynchronous::parse,
+            help: "SQLite `synchronous` pragma: `FULL` or `NORMAL`.",
+            doc: "`FULL`: no acknowledged write is lost, even on power loss. `NORMAL`: faster; a power loss may lose the last writes.",
+        },
+    }
+
+    /// The logging options, accepted by every command.
+    group LoggingOptions ("Logging", global: true) {
+        log: String {
+            env: "ZM_LOG",
+            flag: "--log",
+            value_name: "FILTER",
+            default: ("info".to_string()),
+            shown: "`info`",
+            parse: parse_log_filter,
+            help: "Log filter in tracing env-filter syntax, e.g. `info,zm_store=debug`; logs always go to stderr.",
+            doc: "See [tracing env-filter](https://docs.rs/tracing-subscriber/latest/tracing_subscriber/filter/struct.EnvFilter.html). Stdout is command output (and the protocol for `stdio`).",
+        },
+        log_format: LogFormat {
+            env: "ZM_LOG_FORMAT",
+            flag: "--log-format",
+            value_name: "FORMAT",
+            default: (LogFormat::Text),
+            shown: "`text`",
+            parse: LogFormat::parse,
+            help: "Log format: `text` or `json` (one JSON object per line).",
+            doc: "",
+        },
+    }
+
+    /// The HTTP server's options: `serve` only.
+    group HttpServerOptions ("HTTP server", global: false) {
+        listen: SocketAddr {
+            env: "ZM_LISTEN",
+            flag: "--listen",
+            value_name: "ADDR",
+            default: (default_listen()),
+            shown: "`127.0.0.1:8787`",
+            parse: parse_listen,
+            help: "IP address and port `serve` listens on (`IP:PORT`, `[IPv6]:PORT`).",
+            doc: "",
+        },
+        public_url: String {
+            env: "ZM_PUBLIC_URL",
+            flag: "--public-url",
+            value_name: "URL",
+            default: none,
+            shown: "unset (`http://<listen>`)",
+            parse: parse_public_url,
+            help: "The external base URL clients reach the server at (`https://memory.example.com`, e.g. behind a reverse proxy); its host is accepted as a Host value.",
+            doc: "It is the OAuth issuer and the base of advertised URLs. `http`/`https`, no query, no credentials. See [REVERSE_PROXY.md](REVERSE_PROXY.md).",
+        },
+        allowed_hosts: Vec<String> {
+            env: "ZM_ALLOWED_HOSTS",
+            flag: "--allowed-hosts",
+            value_name: "HOSTS",
+            default: (Vec::new()),
+            shown: "empty",
+            parse: parse_hosts,
+            help: "Comma-separated `Host` header values (`host` or `host:port`) accepted besides loopback and the public URL's host (DNS-rebinding protection).",
+            doc: "Loopback is `localhost`, `127.0.0.1` and `::1`.",
+        },
+        allowed_origins: Vec<String> {
+            env: "ZM_ALLOWED_ORIGINS",
+            flag: "--allowed-origins",
+            value_name: "ORIGINS",
+            default: (Vec::new()),
+            shown: "empty (Origin not checked)",
+            parse: parse_origins,
+            help: "Comma-separated browser origins (`scheme://host[:port]`) accepted on `/mcp`.",
+            doc: "",
+        },
+        body_limit_bytes: usize {
+            env: "ZM_BODY_LIMIT_BYTES",
+            flag: "--body-limit-bytes",
+            value_name: "BYTES",
+            default: (1_048_576),
+            shown: "`1048576`",
+            range: 1024..=1073741824,
+            help: "Largest accepted HTTP request body, in bytes.",
+            doc: "",
+        },
+        token_rate_limit: u32 {
+            env: "ZM_TOKEN_RATE_LIMIT",
+            flag: "--token-rate-limit",
+            value_name: "N",
+            default: (0),
+            shown: "`0` (off)",
+            range: 0..=1000000,
+            help: "Requests per minute allowed per access token, 0 for no limit.",
+            doc: "Over it the answer is 429 `rate_limited` with `Retry-After`.",
+        },
+        max_sessions: usize {
+            env: "ZM_MAX_SESSIONS",
+            flag: "--max-sessions",
+            value_name: "N",
+            default: (200),
+            shown: "`200`",
+            range: 1..=100000,
+            help: "MCP-over-HTTP sessions kept at most.",
+            doc: "",
+        },
+        session_idle_secs: u64 {
+            env: "ZM_SESSION_IDLE_SECS",
+            flag: "--session-idle-secs",
+            value_name: "SECS",
+            default: (1800),
+            shown: "`1800`",
+            range: 1..=604800,
+            help: "Seconds after which an idle MCP-over-HTTP session ends.",
+            doc: "",
+        },
+        oauth_ratelimit_max: u32 {
+            env: "ZM_OAUTH_RATELIMIT_MAX",
+            flag: "--oauth-ratelimit-max",
+            value_name: "N",
+            default: (30),
+            shown: "`30`",
+            range: 1..=100000,
+            help: "Requests per client IP allowed on the OAuth endpoints per window.",
+            doc: "",
+        },
+        oauth_ratelimit_window_s: u64 {
+            env: "ZM_OAUTH_RATELIMIT_WINDOW_S",
+            flag: "--oauth-ratelimit-window-s",
+            value_name: "SECS",
+            default: (60),
+            shown: "`60`",
+            range: 1..=86400,
+            help: "Length of the OAuth rate-limit window, in seconds.",
+            doc: "",
+        },
+        trust_proxy: bool {
+            env: "ZM_TRUST_PROXY",
+            flag: "--trust-proxy",
+            value_name: "BOOL",
+            default: (false),
+            shown: "`false`",
+            parse: parse_bool,
+            clap: |arg: Arg| arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true"),
+            help: "Trust `X-Forwarded-For` / `X-Forwarded-Proto` from a reverse proxy; requires an `https://` public URL.",
+            doc: "Accepts true/false, 1/0, yes/no, on/off; the bare flag means true.",
+        },
+        owner_email: String {
+            env: "ZM_OWNER_EMAIL",
+            flag: "--owner-email",
+            value_name: "EMAIL",
+            default: ("owner@localhost".to_string()),
+            shown: "`owner@localhost`",
+            parse: parse_email,
+            help: "Email of the owner account `serve` creates on its first start, when the database has no user.",
+            doc: "",
+        },
+        test_anonymous_user: String {
+            env: "ZM_TEST_ANONYMOUS_USER",
+            flag: "--test-anonymous-user",
+            value_name: "EMAIL",
+            default: none,
+            shown: "unset",
+            parse: parse_trimmed,
+            help: "TEST ONLY: `/mcp` requests without an `Authorization` header act as this existing user; refused unless the listen address is loopback.",
+            doc: "For the MCP conformance suite, which cannot send a token. `serve` prints a warning at start. **Never set it in production.**",
+        },
+    }
+
+    /// The MCP options: `serve` and `stdio`.
+    group McpOptions ("MCP", global: false) {
+        capped_clients: Vec<String> {
+            env: "ZM_CAPPED_CLIENTS",
+            flag: "--capped-clients",
+            value_name: "NAMES",
+            default: (vec!["claude-code".to_string()]),
+            shown: "`claude-code`",
+            parse: parse_capped_clients,
+            help: "Comma-separated MCP client names (`clientInfo.name`, case-insensitive) whose connect-time instructions are kept under 2,000 characters; `none` caps no client.",
+            doc: "In the file, `capped_clients = []` caps no client too.",
+        },
+    }
+}
 
 /// The knob with this key.
 pub fn knob(key: &str) -> &'static Knob {
@@ -177,193 +600,36 @@ pub fn knob(key: &str) -> &'static Knob {
         .unwrap_or_else(|| panic!("unknown configuration knob {key}"))
 }
 
-/// The configuration flags, shared by every subcommand. Each flag also reads
-/// its `ZM_*` environment variable; a flag wins over the variable, the
-/// variable over the `--config` file, the file over the default.
-#[derive(Debug, Clone, Default, Args)]
-#[command(next_help_heading = "Configuration (flag > ZM_* environment > --config file > default)")]
-pub struct ConfigArgs {
-    /// TOML configuration file; its keys are the flag names with `_` (e.g. `listen`, `data_dir`).
-    #[arg(long = "config", env = "ZM_CONFIG", global = true, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-
-    /// Data directory for the embedded SQLite database [default: $XDG_DATA_HOME/zero-memory, else
-    /// ~/.local/share/zero-memory on Linux; ~/Library/Application Support/zero-memory on macOS;
-    /// %APPDATA%\zero-memory on Windows].
-    #[arg(long, env = "ZM_DATA_DIR", global = true, value_name = "DIR")]
-    pub data_dir: Option<String>,
-
-    /// Database URL: sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB
-    /// [default: sqlite://<data-dir>/zero-memory.db].
-    #[arg(
-        long,
-        env = "ZM_DATABASE_URL",
-        global = true,
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub database_url: Option<String>,
-
-    /// Address the HTTP server listens on, IP:PORT [default: 127.0.0.1:8787].
-    #[arg(long, env = "ZM_LISTEN", global = true, value_name = "ADDR")]
-    pub listen: Option<String>,
-
-    /// External base URL of the server (behind a reverse proxy), e.g. https://memory.example.com;
-    /// its host is accepted too [default: unset, http://<listen>].
-    #[arg(long, env = "ZM_PUBLIC_URL", global = true, value_name = "URL")]
-    pub public_url: Option<String>,
-
-    /// Comma-separated Host header values accepted besides loopback [default: none].
-    #[arg(long, env = "ZM_ALLOWED_HOSTS", global = true, value_name = "HOSTS")]
-    pub allowed_hosts: Option<String>,
-
-    /// Comma-separated browser origins (scheme://host[:port]) accepted on /mcp [default: none,
-    /// Origin not checked].
-    #[arg(
-        long,
-        env = "ZM_ALLOWED_ORIGINS",
-        global = true,
-        value_name = "ORIGINS"
-    )]
-    pub allowed_origins: Option<String>,
-
-    /// Comma-separated MCP client names whose instructions are capped at 2,000 characters;
-    /// `none` for no client [default: claude-code].
-    #[arg(long, env = "ZM_CAPPED_CLIENTS", global = true, value_name = "NAMES")]
-    pub capped_clients: Option<String>,
-
-    /// Largest accepted HTTP request body in bytes [default: 1048576].
-    #[arg(long, env = "ZM_BODY_LIMIT_BYTES", global = true, value_name = "BYTES")]
-    pub body_limit_bytes: Option<String>,
-
-    /// Requests per minute per access token; 0 turns the limit off [default: 0, off].
-    #[arg(long, env = "ZM_TOKEN_RATE_LIMIT", global = true, value_name = "N")]
-    pub token_rate_limit: Option<String>,
-
-    /// MCP-over-HTTP sessions kept at most [default: 200].
-    #[arg(long, env = "ZM_MAX_SESSIONS", global = true, value_name = "N")]
-    pub max_sessions: Option<String>,
-
-    /// Seconds after which an idle MCP-over-HTTP session ends [default: 1800].
-    #[arg(long, env = "ZM_SESSION_IDLE_SECS", global = true, value_name = "SECS")]
-    pub session_idle_secs: Option<String>,
-
-    /// Requests per client IP allowed on the OAuth endpoints per window [default: 30].
-    #[arg(long, env = "ZM_OAUTH_RATELIMIT_MAX", global = true, value_name = "N")]
-    pub oauth_ratelimit_max: Option<String>,
-
-    /// Length of the OAuth rate-limit window in seconds [default: 60].
-    #[arg(
-        long,
-        env = "ZM_OAUTH_RATELIMIT_WINDOW_S",
-        global = true,
-        value_name = "SECS"
-    )]
-    pub oauth_ratelimit_window_s: Option<String>,
-
-    /// Trust X-Forwarded-* headers from a reverse proxy (requires an https --public-url);
-    /// `--trust-proxy` alone means true [default: false].
-    #[arg(
-        long,
-        env = "ZM_TRUST_PROXY",
-        global = true,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true"
-    )]
-    pub trust_proxy: Option<String>,
-
-    /// SQLite synchronous mode: FULL or NORMAL [default: FULL].
-    #[arg(
-        long,
-        env = "ZM_SQLITE_SYNCHRONOUS",
-        global = true,
-        value_name = "MODE"
-    )]
-    pub sqlite_synchronous: Option<String>,
-
-    /// Log filter in tracing env-filter syntax; logs go to stderr [default: info].
-    #[arg(long, env = "ZM_LOG", global = true, value_name = "FILTER")]
-    pub log: Option<String>,
-
-    /// Log format: text or json [default: text].
-    #[arg(long, env = "ZM_LOG_FORMAT", global = true, value_name = "FORMAT")]
-    pub log_format: Option<String>,
-
-    /// Email of the owner account `serve` creates on first start [default: owner@localhost].
-    #[arg(long, env = "ZM_OWNER_EMAIL", global = true, value_name = "EMAIL")]
-    pub owner_email: Option<String>,
-
-    /// TEST ONLY (MCP conformance suite): /mcp requests without a token act as
-    /// this existing user; loopback listen addresses only.
-    #[arg(
-        long,
-        env = "ZM_TEST_ANONYMOUS_USER",
-        global = true,
-        value_name = "EMAIL"
-    )]
-    pub test_anonymous_user: Option<String>,
-}
-
-impl ConfigArgs {
-    fn raw(&self, key: &str) -> Option<&String> {
-        match key {
-            "data_dir" => self.data_dir.as_ref(),
-            "database_url" => self.database_url.as_ref(),
-            "listen" => self.listen.as_ref(),
-            "public_url" => self.public_url.as_ref(),
-            "allowed_hosts" => self.allowed_hosts.as_ref(),
-            "allowed_origins" => self.allowed_origins.as_ref(),
-            "capped_clients" => self.capped_clients.as_ref(),
-            "body_limit_bytes" => self.body_limit_bytes.as_ref(),
-            "token_rate_limit" => self.token_rate_limit.as_ref(),
-            "max_sessions" => self.max_sessions.as_ref(),
-            "session_idle_secs" => self.session_idle_secs.as_ref(),
-            "oauth_ratelimit_max" => self.oauth_ratelimit_max.as_ref(),
-            "oauth_ratelimit_window_s" => self.oauth_ratelimit_window_s.as_ref(),
-            "trust_proxy" => self.trust_proxy.as_ref(),
-            "sqlite_synchronous" => self.sqlite_synchronous.as_ref(),
-            "log" => self.log.as_ref(),
-            "log_format" => self.log_format.as_ref(),
-            "owner_email" => self.owner_email.as_ref(),
-            "test_anonymous_user" => self.test_anonymous_user.as_ref(),
-            _ => None,
-        }
-    }
-
-    /// The flag and environment layers, with where each value came from.
-    /// `matches` are the parsed arguments (any level: the deepest
-    /// subcommand's matches are used, where global flags end up).
-    pub fn layer(&self, matches: &ArgMatches) -> CliLayer {
-        let mut leaf = matches;
-        while let Some((_, sub)) = leaf.subcommand() {
-            leaf = sub;
-        }
-        let source_of = |id: &str| match leaf.value_source(id) {
-            Some(ValueSource::CommandLine) => Source::Flag,
-            _ => Source::Env,
-        };
-        let mut values = BTreeMap::new();
-        for k in KNOBS {
-            if let Some(v) = self.raw(k.key) {
-                values.insert(k.key, (v.clone(), source_of(k.key)));
-            }
-        }
-        CliLayer {
-            values,
-            config_file: self.config.clone().map(|p| (p, source_of("config"))),
-        }
-    }
-}
-
-/// The values given on the command line or in the environment.
+/// Everything the configuration is resolved from.
 #[derive(Debug, Clone, Default)]
-pub struct CliLayer {
-    /// knob key → (raw value, Flag or Env).
-    pub values: BTreeMap<&'static str, (String, Source)>,
-    /// The `--config` / `ZM_CONFIG` file, if any.
-    pub config_file: Option<(PathBuf, Source)>,
+pub struct Inputs {
+    /// The flags, typed.
+    pub flags: Flags,
+    /// `ZM_*` variable → its raw value (only the knobs' variables).
+    pub env: BTreeMap<&'static str, String>,
+    /// The TOML file: `--config`, else `ZM_CONFIG`.
+    pub config_file: Option<PathBuf>,
+}
+
+impl Inputs {
+    /// The parsed command line and this process's environment.
+    pub fn from_matches(matches: &ArgMatches) -> Inputs {
+        let var = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+        let env = KNOBS
+            .iter()
+            .filter_map(|k| var(k.env).map(|v| (k.env, v)))
+            .collect();
+        let config_file = matches.get_one::<PathBuf>("config").cloned().or_else(|| {
+            var(CONFIG_ENV)
+                .filter(|v| !v.trim().is_empty())
+                .map(PathBuf::from)
+        });
+        Inputs {
+            flags: Flags::from_matches(matches),
+            env,
+            config_file,
+        }
+    }
 }
 
 /// Where a value came from.
@@ -389,6 +655,49 @@ impl Source {
     }
 }
 
+/// Picks each knob's value from the layers.
+struct Resolver<'a> {
+    inputs: &'a Inputs,
+    file: &'a BTreeMap<String, String>,
+    sources: BTreeMap<&'static str, Source>,
+    errors: Vec<String>,
+}
+
+impl Resolver<'_> {
+    /// The flag, else the variable, else the file value (an empty value
+    /// counts as not set), parsed; `None` when no layer sets it or its
+    /// value does not parse (then the error is recorded).
+    fn pick<T>(
+        &mut self,
+        k: &'static Knob,
+        flag: Option<T>,
+        parser: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        if let Some(v) = flag {
+            self.sources.insert(k.key, Source::Flag);
+            return Some(v);
+        }
+        let env = self.inputs.env.get(k.env).map(|v| (Source::Env, v));
+        let file = self.file.get(k.key).map(|v| (Source::File, v));
+        for (source, raw) in [env, file].into_iter().flatten() {
+            if raw.trim().is_empty() {
+                continue;
+            }
+            self.sources.insert(k.key, source);
+            return match parser(raw) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    let from = source.describe(k, self.inputs.config_file.as_deref());
+                    self.errors.push(format!("{}: {e} (from {from})", k.env));
+                    None
+                }
+            };
+        }
+        self.sources.insert(k.key, Source::Default);
+        None
+    }
+}
+
 /// SQLite `synchronous` mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqliteSynchronous {
@@ -402,6 +711,20 @@ impl SqliteSynchronous {
             SqliteSynchronous::Full => "FULL",
             SqliteSynchronous::Normal => "NORMAL",
         }
+    }
+
+    fn parse(raw: &str) -> Result<Self, String> {
+        match raw.trim().to_ascii_uppercase().as_str() {
+            "FULL" => Ok(SqliteSynchronous::Full),
+            "NORMAL" => Ok(SqliteSynchronous::Normal),
+            _ => Err(format!("{raw:?} is not FULL or NORMAL")),
+        }
+    }
+}
+
+impl Show for SqliteSynchronous {
+    fn show(&self) -> String {
+        self.as_str().into()
     }
 }
 
@@ -419,77 +742,59 @@ impl LogFormat {
             LogFormat::Json => "json",
         }
     }
+
+    fn parse(raw: &str) -> Result<Self, String> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("{raw:?} is not text or json")),
+        }
+    }
 }
 
-/// The effective configuration.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The TOML file that was read, if any.
-    pub config_file: Option<PathBuf>,
-    /// The data directory (absolute).
-    pub data_dir: PathBuf,
-    /// The database URL (may hold a password: print [`Config::database_url_redacted`]).
-    pub database_url: String,
-    /// Where the HTTP server listens.
-    pub listen: SocketAddr,
-    /// The external base URL, without a trailing slash.
-    pub public_url: Option<String>,
-    /// Host values accepted besides loopback (and the public URL's host).
-    pub allowed_hosts: Vec<String>,
-    /// Browser origins accepted on `/mcp` (empty: not checked).
-    pub allowed_origins: Vec<String>,
-    /// MCP clients whose instructions are capped.
-    pub capped_clients: Vec<String>,
-    /// Largest HTTP request body in bytes.
-    pub body_limit_bytes: usize,
-    /// Requests per minute per token; `None` = no limit.
-    pub token_rate_limit: Option<u32>,
-    /// MCP-over-HTTP sessions kept at most.
-    pub max_sessions: usize,
-    /// Idle seconds after which an MCP-over-HTTP session ends.
-    pub session_idle_secs: u64,
-    /// OAuth endpoint requests per IP per window.
-    pub oauth_ratelimit_max: u32,
-    /// OAuth rate-limit window in seconds.
-    pub oauth_ratelimit_window_s: u64,
-    /// Trust `X-Forwarded-*` headers.
-    pub trust_proxy: bool,
-    /// SQLite `synchronous`.
-    pub sqlite_synchronous: SqliteSynchronous,
-    /// The tracing env-filter.
-    pub log: String,
-    /// The log format.
-    pub log_format: LogFormat,
-    /// The owner account created on first start.
-    pub owner_email: String,
-    /// TEST ONLY: the email /mcp requests without a token act as.
-    pub test_anonymous_user: Option<String>,
-    /// knob key → where its value came from.
-    pub sources: BTreeMap<&'static str, Source>,
+impl Show for LogFormat {
+    fn show(&self) -> String {
+        self.as_str().into()
+    }
 }
 
-/// The default data directory by OS convention.
-pub fn default_data_dir() -> Option<PathBuf> {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if cfg!(windows) {
-        return var("APPDATA").map(|p| p.join("zero-memory"));
+// ------------------------------------------------------------------ parsers
+
+fn parse_trimmed(raw: &str) -> Result<String, String> {
+    Ok(raw.trim().to_string())
+}
+
+fn parse_dir(raw: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(raw.trim());
+    Ok(std::path::absolute(&p).unwrap_or(p))
+}
+
+fn parse_database_url(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    check_database_url(raw)?;
+    Ok(raw.to_string())
+}
+
+fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
+    raw.trim().parse().map_err(|_| {
+        format!("{raw:?} is not an IP address with a port, like 127.0.0.1:8787 or [::1]:8787")
+    })
+}
+
+fn parse_public_url(raw: &str) -> Result<String, String> {
+    let p = raw.trim().trim_end_matches('/');
+    let u = url::Url::parse(p).map_err(|e| format!("{p:?} is not a URL: {e}"))?;
+    if u.scheme() != "http" && u.scheme() != "https" {
+        Err(format!("{p:?} must start with https:// or http://"))
+    } else if u.host_str().is_none_or(str::is_empty) {
+        Err(format!("{p:?} has no host"))
+    } else if u.query().is_some() || u.fragment().is_some() {
+        Err(format!("{p:?} must not have a query or fragment"))
+    } else if !u.username().is_empty() || u.password().is_some() {
+        Err(format!("{p:?} must not carry credentials"))
+    } else {
+        Ok(p.to_string())
     }
-    let home = var("HOME");
-    if cfg!(target_os = "macos") {
-        return home.map(|h| {
-            h.join("Library")
-                .join("Application Support")
-                .join("zero-memory")
-        });
-    }
-    if let Some(xdg) = var("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
-        return Some(xdg.join("zero-memory"));
-    }
-    home.map(|h| h.join(".local").join("share").join("zero-memory"))
 }
 
 fn split_list(raw: &str) -> Vec<String> {
@@ -500,6 +805,68 @@ fn split_list(raw: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every item, or one error naming every bad item.
+fn each_item(
+    items: Vec<String>,
+    ok: impl Fn(&str) -> bool,
+    what: &str,
+) -> Result<Vec<String>, String> {
+    let bad: Vec<String> = items
+        .iter()
+        .filter(|i| !ok(i))
+        .map(|i| format!("{i:?}"))
+        .collect();
+    if bad.is_empty() {
+        Ok(items)
+    } else {
+        Err(format!("{} {what}", bad.join(", ")))
+    }
+}
+
+fn parse_hosts(raw: &str) -> Result<Vec<String>, String> {
+    each_item(
+        split_list(raw),
+        |h| {
+            !(h.contains("://")
+                || h.contains('/')
+                || h.contains(char::is_whitespace)
+                || h.contains('@'))
+        },
+        "is not a host (write host or host:port, without scheme or path)",
+    )
+}
+
+fn parse_origins(raw: &str) -> Result<Vec<String>, String> {
+    let items = split_list(raw)
+        .into_iter()
+        .map(|o| o.trim_end_matches('/').to_string())
+        .collect();
+    each_item(
+        items,
+        |o| {
+            url::Url::parse(o).is_ok_and(|u| {
+                (u.scheme() == "http" || u.scheme() == "https")
+                    && u.host_str().is_some_and(|h| !h.is_empty())
+                    && u.path() == "/"
+                    && u.query().is_none()
+                    && u.fragment().is_none()
+                    && u.username().is_empty()
+            })
+        },
+        "is not an origin (write scheme://host[:port], e.g. https://app.example.com)",
+    )
+}
+
+/// A list of client names; `none` (or an empty TOML list, which arrives as
+/// `,`) is no client.
+fn parse_capped_clients(raw: &str) -> Result<Vec<String>, String> {
+    let list = split_list(raw);
+    if list.len() == 1 && list[0].eq_ignore_ascii_case("none") {
+        return Ok(Vec::new());
+    }
+    Ok(list)
+}
+
 fn parse_bool(raw: &str) -> Result<bool, String> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
@@ -508,13 +875,51 @@ fn parse_bool(raw: &str) -> Result<bool, String> {
     }
 }
 
-fn parse_num<T: std::str::FromStr>(raw: &str) -> Result<T, String> {
-    raw.trim()
-        .parse::<T>()
-        .map_err(|_| format!("{raw:?} is not a non-negative whole number"))
+fn parse_log_filter(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    tracing_subscriber::EnvFilter::try_new(raw)
+        .map(|_| raw.to_string())
+        .map_err(|e| format!("{raw:?} is not a valid log filter: {e}"))
 }
 
-/// A TOML value as the raw string the other layers give.
+fn parse_email(raw: &str) -> Result<String, String> {
+    let e = raw.trim();
+    if e.len() < 3 || e.len() > 320 || !e.contains('@') || e.contains(char::is_whitespace) {
+        return Err(format!("{e:?} is not an email address"));
+    }
+    Ok(e.to_string())
+}
+
+/// The default data directory by OS convention.
+pub fn default_data_dir() -> Option<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let dir = if cfg!(windows) {
+        var("APPDATA").map(|p| p.join("zero-memory"))
+    } else if cfg!(target_os = "macos") {
+        var("HOME").map(|h| {
+            h.join("Library")
+                .join("Application Support")
+                .join("zero-memory")
+        })
+    } else if let Some(xdg) = var("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
+        Some(xdg.join("zero-memory"))
+    } else {
+        var("HOME").map(|h| h.join(".local").join("share").join("zero-memory"))
+    };
+    dir.map(|d| std::path::absolute(&d).unwrap_or(d))
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, 8787))
+}
+
+// ------------------------------------------------------------------ the file
+
+/// A TOML value as the raw text the other layers give.
 fn toml_raw(v: &toml::Value) -> Result<String, String> {
     match v {
         toml::Value::String(s) => Ok(s.clone()),
@@ -528,7 +933,7 @@ fn toml_raw(v: &toml::Value) -> Result<String, String> {
                     other => return Err(format!("list items must be strings, found {other}")),
                 }
             }
-            // An explicit empty list: nothing (for capped_clients, "none").
+            // An explicit empty list: no item (for capped_clients, no client).
             if out.is_empty() {
                 return Ok(",".into());
             }
@@ -540,14 +945,14 @@ fn toml_raw(v: &toml::Value) -> Result<String, String> {
     }
 }
 
-/// Read the TOML file into key → raw value.
+/// Read the TOML file into key → raw value; an unknown key is an error.
 fn read_file(path: &Path, errors: &mut Vec<String>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
             errors.push(format!(
-                "ZM_CONFIG: cannot read the configuration file {}: {e}",
+                "{CONFIG_ENV}: cannot read the configuration file {}: {e}",
                 path.display()
             ));
             return out;
@@ -557,7 +962,7 @@ fn read_file(path: &Path, errors: &mut Vec<String>) -> BTreeMap<String, String> 
         Ok(t) => t,
         Err(e) => {
             errors.push(format!(
-                "ZM_CONFIG: {} is not valid TOML: {}",
+                "{CONFIG_ENV}: {} is not valid TOML: {}",
                 path.display(),
                 e.to_string().trim()
             ));
@@ -568,7 +973,7 @@ fn read_file(path: &Path, errors: &mut Vec<String>) -> BTreeMap<String, String> 
         if !KNOBS.iter().any(|k| k.key == key) {
             let known: Vec<&str> = KNOBS.iter().map(|k| k.key).collect();
             errors.push(format!(
-                "ZM_CONFIG: {}: unknown key `{key}` (known keys: {})",
+                "{CONFIG_ENV}: {}: unknown key `{key}` (known keys: {})",
                 path.display(),
                 known.join(", ")
             ));
@@ -592,207 +997,39 @@ fn read_file(path: &Path, errors: &mut Vec<String>) -> BTreeMap<String, String> 
     out
 }
 
+// ------------------------------------------------------------------ Config
+
 impl Config {
-    /// Resolve every knob from the layers and parse it. Errors name the
-    /// knob and where its value came from; [`Config::validate`] checks the
-    /// rest.
-    pub fn resolve(cli: &CliLayer) -> Result<Config, Vec<String>> {
-        let mut errors = Vec::new();
-        let file_path = cli.config_file.as_ref().map(|(p, _)| p.clone());
-        let file = match &file_path {
-            Some(p) => read_file(p, &mut errors),
-            None => BTreeMap::new(),
-        };
-        let mut sources = BTreeMap::new();
-        // The winning raw value of a knob, if any layer set it.
-        let mut pick = |key: &'static str| -> Option<(String, Source)> {
-            let found = if let Some((v, s)) = cli.values.get(key) {
-                Some((v.clone(), *s))
-            } else {
-                file.get(key).map(|v| (v.clone(), Source::File))
-            };
-            // An empty value is the same as none at all.
-            let found = found.filter(|(v, _)| !v.trim().is_empty());
-            sources.insert(key, found.as_ref().map_or(Source::Default, |(_, s)| *s));
-            found
-        };
-        let fp = file_path.as_deref();
-        let mut fail = |key: &'static str, source: Source, msg: String| {
-            let k = knob(key);
-            errors.push(format!(
-                "{}: {msg} (from {})",
-                k.env,
-                source.describe(k, fp)
-            ));
-        };
-
-        let data_dir = match pick("data_dir") {
-            Some((v, _)) => PathBuf::from(v.trim()),
-            None => match default_data_dir() {
-                Some(d) => d,
-                None => {
-                    fail(
-                        "data_dir",
-                        Source::Default,
-                        "cannot determine the default data directory (no HOME/APPDATA); set ZM_DATA_DIR or --data-dir".into(),
-                    );
-                    PathBuf::from("zero-memory-data")
-                }
-            },
-        };
-        let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
-        let database_url = match pick("database_url") {
-            Some((v, _)) => v.trim().to_string(),
-            None => zm_store::sqlite_url(&data_dir.join("zero-memory.db")),
-        };
-        let listen = match pick("listen") {
-            Some((v, s)) => match v.trim().parse::<SocketAddr>() {
-                Ok(a) => a,
-                Err(_) => {
-                    fail(
-                        "listen",
-                        s,
-                        format!(
-                            "{v:?} is not an IP address with a port, like 127.0.0.1:8787 or [::1]:8787"
-                        ),
-                    );
-                    default_listen()
-                }
-            },
-            None => default_listen(),
-        };
-        let public_url =
-            pick("public_url").map(|(v, _)| v.trim().trim_end_matches('/').to_string());
-        let allowed_hosts = pick("allowed_hosts")
-            .map(|(v, _)| split_list(&v))
-            .unwrap_or_default();
-        let allowed_origins = pick("allowed_origins")
-            .map(|(v, _)| {
-                split_list(&v)
-                    .into_iter()
-                    .map(|o| o.trim_end_matches('/').to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let capped_clients = match pick("capped_clients") {
-            Some((v, _)) => {
-                let list = split_list(&v);
-                if list.len() == 1 && list[0].eq_ignore_ascii_case("none") {
-                    Vec::new()
-                } else {
-                    list
-                }
-            }
-            // `capped_clients = []` in the file arrives as ",": no client.
-            None if file.get("capped_clients").is_some_and(|v| v.trim() == ",") => Vec::new(),
-            None => vec!["claude-code".to_string()],
-        };
-        macro_rules! number {
-            ($key:literal, $ty:ty, $default:expr) => {
-                match pick($key) {
-                    Some((v, s)) => match parse_num::<$ty>(&v) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            fail($key, s, e);
-                            $default
-                        }
-                    },
-                    None => $default,
-                }
-            };
+    /// Resolve every knob from the layers through its parser. Errors name
+    /// the knob and where its value came from; [`Config::validate`] checks
+    /// the combinations.
+    pub fn resolve(inputs: &Inputs) -> Result<Config, Vec<String>> {
+        let (cfg, errors) = Config::resolve_all(inputs);
+        if errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(errors)
         }
-        let body_limit_bytes = number!("body_limit_bytes", usize, 1_048_576);
-        let token_rate_limit = number!("token_rate_limit", u32, 0);
-        let max_sessions = number!("max_sessions", usize, 200);
-        let session_idle_secs = number!("session_idle_secs", u64, 1800);
-        let oauth_ratelimit_max = number!("oauth_ratelimit_max", u32, 30);
-        let oauth_ratelimit_window_s = number!("oauth_ratelimit_window_s", u64, 60);
-        let trust_proxy = match pick("trust_proxy") {
-            Some((v, s)) => parse_bool(&v).unwrap_or_else(|e| {
-                fail("trust_proxy", s, e);
-                false
-            }),
-            None => false,
-        };
-        let sqlite_synchronous = match pick("sqlite_synchronous") {
-            Some((v, s)) => match v.trim().to_ascii_uppercase().as_str() {
-                "FULL" => SqliteSynchronous::Full,
-                "NORMAL" => SqliteSynchronous::Normal,
-                _ => {
-                    fail(
-                        "sqlite_synchronous",
-                        s,
-                        format!("{v:?} is not FULL or NORMAL"),
-                    );
-                    SqliteSynchronous::Full
-                }
-            },
-            None => SqliteSynchronous::Full,
-        };
-        let log = pick("log")
-            .map(|(v, _)| v.trim().to_string())
-            .unwrap_or_else(|| "info".into());
-        let log_format = match pick("log_format") {
-            Some((v, s)) => match v.trim().to_ascii_lowercase().as_str() {
-                "text" => LogFormat::Text,
-                "json" => LogFormat::Json,
-                _ => {
-                    fail("log_format", s, format!("{v:?} is not text or json"));
-                    LogFormat::Text
-                }
-            },
-            None => LogFormat::Text,
-        };
-        let owner_email = pick("owner_email")
-            .map(|(v, _)| v.trim().to_string())
-            .unwrap_or_else(|| "owner@localhost".into());
-        let test_anonymous_user = pick("test_anonymous_user")
-            .map(|(v, _)| v.trim().to_string())
-            .filter(|v| !v.is_empty());
-
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        Ok(Config {
-            config_file: file_path,
-            data_dir,
-            database_url,
-            listen,
-            public_url,
-            allowed_hosts,
-            allowed_origins,
-            capped_clients,
-            body_limit_bytes,
-            token_rate_limit: (token_rate_limit > 0).then_some(token_rate_limit),
-            max_sessions,
-            session_idle_secs,
-            oauth_ratelimit_max,
-            oauth_ratelimit_window_s,
-            trust_proxy,
-            sqlite_synchronous,
-            log,
-            log_format,
-            owner_email,
-            test_anonymous_user,
-            sources,
-        })
     }
 
-    /// Resolve and validate.
-    pub fn load(cli: &CliLayer) -> Result<Config, Vec<String>> {
-        let cfg = Config::resolve(cli)?;
-        cfg.validate()?;
-        Ok(cfg)
+    /// Resolve and validate; every problem is reported, not just the first.
+    pub fn load(inputs: &Inputs) -> Result<Config, Vec<String>> {
+        let (cfg, mut errors) = Config::resolve_all(inputs);
+        if let Err(more) = cfg.validate() {
+            errors.extend(more);
+        }
+        if errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(errors)
+        }
     }
 
     /// Every default, with the data directory given (for tests and tools).
     pub fn defaults_in(data_dir: impl Into<PathBuf>) -> Config {
-        let mut layer = CliLayer::default();
-        let dir: PathBuf = data_dir.into();
-        layer
-            .values
-            .insert("data_dir", (dir.display().to_string(), Source::Flag));
-        Config::resolve(&layer).expect("the defaults are valid")
+        let mut inputs = Inputs::default();
+        inputs.flags.data_dir = Some(data_dir.into());
+        Config::resolve(&inputs).expect("the defaults are valid")
     }
 
     fn source(&self, key: &str) -> Source {
@@ -808,38 +1045,14 @@ impl Config {
         )
     }
 
-    /// Check every value: URL schemes, ranges, combinations.
+    /// Check what no single knob's parser can: the combinations.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut errors = Vec::new();
         if self.data_dir.as_os_str().is_empty() {
-            errors.push(self.err("data_dir", "must not be empty"));
-        }
-        if let Err(e) = check_database_url(&self.database_url) {
-            errors.push(self.err("database_url", e));
-        }
-        if let Some(p) = &self.public_url {
-            match url::Url::parse(p) {
-                Ok(u) => {
-                    if u.scheme() != "http" && u.scheme() != "https" {
-                        errors.push(self.err(
-                            "public_url",
-                            format!("{p:?} must start with https:// or http://"),
-                        ));
-                    } else if u.host_str().is_none_or(str::is_empty) {
-                        errors.push(self.err("public_url", format!("{p:?} has no host")));
-                    } else if u.query().is_some() || u.fragment().is_some() {
-                        errors.push(self.err(
-                            "public_url",
-                            format!("{p:?} must not have a query or fragment"),
-                        ));
-                    } else if !u.username().is_empty() || u.password().is_some() {
-                        errors.push(
-                            self.err("public_url", format!("{p:?} must not carry credentials")),
-                        );
-                    }
-                }
-                Err(e) => errors.push(self.err("public_url", format!("{p:?} is not a URL: {e}"))),
-            }
+            errors.push(self.err(
+                "data_dir",
+                "cannot determine the default data directory (no HOME/APPDATA); set ZM_DATA_DIR or --data-dir",
+            ));
         }
         if self.trust_proxy
             && !self
@@ -851,79 +1064,6 @@ impl Config {
                 "trust_proxy",
                 "trusting a proxy requires an https ZM_PUBLIC_URL (the address clients reach the proxy at)",
             ));
-        }
-        for h in &self.allowed_hosts {
-            if h.contains("://")
-                || h.contains('/')
-                || h.contains(char::is_whitespace)
-                || h.contains('@')
-            {
-                errors.push(self.err(
-                    "allowed_hosts",
-                    format!(
-                        "{h:?} is not a host (write host or host:port, without scheme or path)"
-                    ),
-                ));
-            }
-        }
-        for o in &self.allowed_origins {
-            let ok = url::Url::parse(o).is_ok_and(|u| {
-                (u.scheme() == "http" || u.scheme() == "https")
-                    && u.host_str().is_some_and(|h| !h.is_empty())
-                    && u.path() == "/"
-                    && u.query().is_none()
-                    && u.fragment().is_none()
-                    && u.username().is_empty()
-            });
-            if !ok {
-                errors.push(self.err(
-                    "allowed_origins",
-                    format!("{o:?} is not an origin (write scheme://host[:port], e.g. https://app.example.com)"),
-                ));
-            }
-        }
-        let ranges: [(&'static str, u64, u64, u64); 6] = [
-            (
-                "body_limit_bytes",
-                self.body_limit_bytes as u64,
-                1024,
-                1 << 30,
-            ),
-            (
-                "token_rate_limit",
-                u64::from(self.token_rate_limit.unwrap_or(0)),
-                0,
-                1_000_000,
-            ),
-            ("max_sessions", self.max_sessions as u64, 1, 100_000),
-            ("session_idle_secs", self.session_idle_secs, 1, 604_800),
-            (
-                "oauth_ratelimit_max",
-                u64::from(self.oauth_ratelimit_max),
-                1,
-                100_000,
-            ),
-            (
-                "oauth_ratelimit_window_s",
-                self.oauth_ratelimit_window_s,
-                1,
-                86_400,
-            ),
-        ];
-        for (key, value, min, max) in ranges {
-            if value < min || value > max {
-                errors.push(self.err(key, format!("{value} is out of range ({min}..={max})")));
-            }
-        }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
-            errors.push(self.err(
-                "log",
-                format!("{:?} is not a valid log filter: {e}", self.log),
-            ));
-        }
-        let e = &self.owner_email;
-        if e.len() < 3 || e.len() > 320 || !e.contains('@') || e.contains(char::is_whitespace) {
-            errors.push(self.err("owner_email", format!("{e:?} is not an email address")));
         }
         if self.test_anonymous_user.is_some() && !self.listen.ip().is_loopback() {
             errors.push(self.err(
@@ -941,20 +1081,30 @@ impl Config {
         }
     }
 
+    /// The database URL: the configured one, else the SQLite file in the
+    /// data directory. May hold a password: print
+    /// [`Config::database_url_redacted`].
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(u) => u.clone(),
+            None => zm_store::sqlite_url(&self.data_dir.join("zero-memory.db")),
+        }
+    }
+
     /// The database URL with any password replaced by `***`.
     pub fn database_url_redacted(&self) -> String {
-        redact_url(&self.database_url)
+        redact_url(&self.database_url())
     }
 
     /// Is the database SQLite?
     pub fn is_sqlite(&self) -> bool {
-        self.database_url.starts_with("sqlite:")
+        self.database_url().starts_with("sqlite:")
     }
 
     /// How to open the store. A SQLite URL without `mode=` gets
     /// `mode=rwc` so the file is created on first use.
     pub fn open_options(&self) -> zm_store::OpenOptions {
-        let mut url = self.database_url.clone();
+        let mut url = self.database_url();
         if self.is_sqlite() && !url.contains("mode=") {
             url.push(if url.contains('?') { '&' } else { '?' });
             url.push_str("mode=rwc");
@@ -969,6 +1119,11 @@ impl Config {
         zm_mcp::McpConfig {
             capped_clients: self.capped_clients.clone(),
         }
+    }
+
+    /// Requests per minute per token; `None` = no limit.
+    pub fn token_rate_limit(&self) -> Option<u32> {
+        (self.token_rate_limit > 0).then_some(self.token_rate_limit)
     }
 
     /// The base URL clients use: the public URL, else `http://<listen>`
@@ -1015,54 +1170,23 @@ impl Config {
     /// Every knob with its effective value (secrets redacted) and where it
     /// came from.
     pub fn report(&self) -> Vec<(&'static Knob, String, String)> {
-        let list = |v: &[String]| {
-            if v.is_empty() {
-                "(none)".to_string()
-            } else {
-                v.join(",")
-            }
-        };
         KNOBS
             .iter()
             .map(|k| {
-                let value = match k.key {
-                    "data_dir" => self.data_dir.display().to_string(),
-                    "database_url" => self.database_url_redacted(),
-                    "listen" => self.listen.to_string(),
-                    "public_url" => self.public_url.clone().unwrap_or_else(|| "(unset)".into()),
-                    "allowed_hosts" => list(&self.allowed_hosts),
-                    "allowed_origins" => list(&self.allowed_origins),
-                    "capped_clients" => list(&self.capped_clients),
-                    "body_limit_bytes" => self.body_limit_bytes.to_string(),
-                    "token_rate_limit" => match self.token_rate_limit {
-                        Some(n) => n.to_string(),
-                        None => "0 (off)".into(),
-                    },
-                    "max_sessions" => self.max_sessions.to_string(),
-                    "session_idle_secs" => self.session_idle_secs.to_string(),
-                    "oauth_ratelimit_max" => self.oauth_ratelimit_max.to_string(),
-                    "oauth_ratelimit_window_s" => self.oauth_ratelimit_window_s.to_string(),
-                    "trust_proxy" => self.trust_proxy.to_string(),
-                    "sqlite_synchronous" => self.sqlite_synchronous.as_str().into(),
-                    "log" => self.log.clone(),
-                    "log_format" => self.log_format.as_str().into(),
-                    "owner_email" => self.owner_email.clone(),
-                    "test_anonymous_user" => self.test_anonymous_user.clone().unwrap_or_default(),
-                    _ => String::new(),
-                };
                 let source = self.source(k.key);
                 let mut from = source.describe(k, self.config_file.as_deref());
-                if source == Source::Default && k.key == "database_url" {
-                    from = "default (from the data directory)".into();
-                }
+                let value = if k.key == "database_url" {
+                    if source == Source::Default {
+                        from = "default (from the data directory)".into();
+                    }
+                    self.database_url_redacted()
+                } else {
+                    self.show(k.key)
+                };
                 (k, value, from)
             })
             .collect()
     }
-}
-
-fn default_listen() -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::LOCALHOST, 8787))
 }
 
 fn check_database_url(raw: &str) -> Result<(), String> {
@@ -1127,29 +1251,88 @@ pub fn redact_url(raw: &str) -> String {
     u.to_string()
 }
 
+// ------------------------------------------------------------------ the docs
+
+/// The knob table of `docs/CONFIGURATION.md`, generated from [`KNOBS`] and
+/// the command line (which commands accept each flag).
+pub fn knob_table_markdown() -> String {
+    let code = |s: &str| format!("`{s}`");
+    // `config check` takes every option: not worth a mention in each row.
+    let without_check = |cmds: Vec<String>| -> Vec<String> {
+        cmds.into_iter().filter(|c| c != "config check").collect()
+    };
+    let commands = |id: &str| {
+        let all = without_check(crate::cli::leaf_commands(None));
+        let users = without_check(crate::cli::leaf_commands(Some(id)));
+        if users == all {
+            "every command".to_string()
+        } else {
+            users.iter().map(|c| code(c)).collect::<Vec<_>>().join(", ")
+        }
+    };
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out = String::from(
+        "| Environment variable | Flag | File key | Default | Commands | Meaning |\n|---|---|---|---|---|---|\n",
+    );
+    out.push_str(&format!(
+        "| {} | {} | — | none | {} | {} |\n",
+        code(CONFIG_ENV),
+        code(CONFIG_FLAG),
+        commands("config"),
+        CONFIG_DOC
+    ));
+    let cmd = crate::cli::command();
+    for k in KNOBS {
+        let arg = crate::cli::find_arg(&cmd, k.key).expect("every knob has a flag");
+        let optional_value = arg.get_num_args().is_some_and(|n| n.min_values() == 0);
+        let flag = if !optional_value {
+            code(k.flag)
+        } else {
+            code(&format!("{}[={}]", k.flag, k.value_name))
+        };
+        let mut meaning = k.meaning();
+        if !k.doc.is_empty() {
+            meaning.push(' ');
+            meaning.push_str(k.doc);
+        }
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            code(k.env),
+            flag,
+            code(k.key),
+            cell(k.default),
+            commands(k.key),
+            cell(&meaning)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn layer(values: &[(&'static str, &str)]) -> CliLayer {
-        let mut l = CliLayer::default();
-        for (k, v) in values {
-            l.values.insert(k, (v.to_string(), Source::Env));
+    /// Inputs with these `ZM_*` variables set.
+    fn env(vars: &[(&'static str, &str)]) -> Inputs {
+        let mut i = Inputs::default();
+        for (k, v) in vars {
+            assert!(KNOBS.iter().any(|kn| kn.env == *k), "{k} is no knob");
+            i.env.insert(k, v.to_string());
         }
-        l
+        i
     }
 
     #[test]
     fn defaults() {
-        let cfg = Config::load(&layer(&[("data_dir", "/tmp/zm-test")])).unwrap();
+        let cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/zm-test")])).unwrap();
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:8787");
         assert_eq!(
-            cfg.database_url,
+            cfg.database_url(),
             "sqlite:///tmp/zm-test/zero-memory.db?mode=rwc"
         );
         assert_eq!(cfg.capped_clients, vec!["claude-code"]);
         assert_eq!(cfg.body_limit_bytes, 1_048_576);
-        assert_eq!(cfg.token_rate_limit, None);
+        assert_eq!(cfg.token_rate_limit(), None);
         assert_eq!(cfg.max_sessions, 200);
         assert_eq!(cfg.sqlite_synchronous, SqliteSynchronous::Full);
         assert_eq!(cfg.mcp_url(), "http://127.0.0.1:8787/mcp");
@@ -1163,15 +1346,23 @@ mod tests {
         let path = dir.path().join("zm.toml");
         std::fs::write(
             &path,
-            "listen = \"0.0.0.0:9000\"\nmax_sessions = 7\ncapped_clients = []\nallowed_hosts = [\"a.example\", \"b.example:8443\"]\ntrust_proxy = true\npublic_url = \"https://memory.example.com/\"\n",
+            "listen = \"0.0.0.0:9000\"\nmax_sessions = 7\nsession_idle_secs = 5\ncapped_clients = []\nallowed_hosts = [\"a.example\", \"b.example:8443\"]\ntrust_proxy = true\npublic_url = \"https://memory.example.com/\"\n",
         )
         .unwrap();
-        let mut l = layer(&[("data_dir", "/tmp/x"), ("max_sessions", "9")]);
-        l.config_file = Some((path.clone(), Source::Flag));
-        let cfg = Config::load(&l).unwrap();
+        let mut i = env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_MAX_SESSIONS", "9"),
+            ("ZM_SESSION_IDLE_SECS", "6"),
+        ]);
+        i.config_file = Some(path.clone());
+        i.flags.session_idle_secs = Some(4);
+        let cfg = Config::load(&i).unwrap();
         assert_eq!(cfg.listen.to_string(), "0.0.0.0:9000");
         assert_eq!(cfg.sources["listen"], Source::File);
         assert_eq!(cfg.max_sessions, 9, "env beats file");
+        assert_eq!(cfg.sources["max_sessions"], Source::Env);
+        assert_eq!(cfg.session_idle_secs, 4, "flag beats env and file");
+        assert_eq!(cfg.sources["session_idle_secs"], Source::Flag);
         assert!(cfg.capped_clients.is_empty());
         assert_eq!(cfg.allowed_hosts, vec!["a.example", "b.example:8443"]);
         assert_eq!(
@@ -1184,17 +1375,29 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_value_counts_as_not_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zm.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\n").unwrap();
+        let mut i = env(&[("ZM_DATA_DIR", "/tmp/x"), ("ZM_LISTEN", " ")]);
+        i.config_file = Some(path);
+        let cfg = Config::load(&i).unwrap();
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(cfg.sources["listen"], Source::File);
+    }
+
+    #[test]
     fn unknown_file_key_and_bad_values_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("zm.toml");
         std::fs::write(&path, "lisen = \"x\"\n").unwrap();
-        let mut l = layer(&[
-            ("data_dir", "/tmp/x"),
-            ("listen", "nope"),
-            ("max_sessions", "-1"),
+        let mut i = env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_LISTEN", "nope"),
+            ("ZM_MAX_SESSIONS", "-1"),
         ]);
-        l.config_file = Some((path, Source::Env));
-        let errs = Config::load(&l).unwrap_err();
+        i.config_file = Some(path);
+        let errs = Config::load(&i).unwrap_err();
         assert!(
             errs.iter().any(|e| e.contains("unknown key `lisen`")),
             "{errs:?}"
@@ -1212,14 +1415,14 @@ mod tests {
 
     #[test]
     fn validation() {
-        let errs = Config::load(&layer(&[
-            ("data_dir", "/tmp/x"),
-            ("trust_proxy", "yes"),
-            ("public_url", "http://memory.example.com"),
-            ("database_url", "mysql://x"),
-            ("allowed_origins", "https://ok.example,not an origin"),
-            ("body_limit_bytes", "10"),
-            ("log", "info,[[["),
+        let errs = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_TRUST_PROXY", "yes"),
+            ("ZM_PUBLIC_URL", "http://memory.example.com"),
+            ("ZM_DATABASE_URL", "mysql://x"),
+            ("ZM_ALLOWED_ORIGINS", "https://ok.example,not an origin"),
+            ("ZM_BODY_LIMIT_BYTES", "10"),
+            ("ZM_LOG", "info,[[["),
         ]))
         .unwrap_err();
         for knob in [
@@ -1240,6 +1443,24 @@ mod tests {
     }
 
     #[test]
+    fn one_parser_for_flag_env_and_file() {
+        // The parser clap runs on the flag is the one the other layers use.
+        let err = crate::cli::command()
+            .try_get_matches_from(["zero-memory", "serve", "--max-sessions", "0"])
+            .unwrap_err();
+        let env_err =
+            Config::load(&env(&[("ZM_DATA_DIR", "/x"), ("ZM_MAX_SESSIONS", "0")])).unwrap_err();
+        assert!(
+            err.to_string().contains("0 is out of range (1..=100000)"),
+            "{err}"
+        );
+        assert!(
+            env_err[0].contains("0 is out of range (1..=100000)"),
+            "{env_err:?}"
+        );
+    }
+
+    #[test]
     fn redaction() {
         assert_eq!(
             redact_url("postgres://zm:s3cret@db.example:5432/zm?sslmode=require&password=x"),
@@ -1249,9 +1470,9 @@ mod tests {
             redact_url("sqlite:///tmp/a.db?mode=rwc"),
             "sqlite:///tmp/a.db?mode=rwc"
         );
-        let cfg = Config::load(&layer(&[
-            ("data_dir", "/tmp/x"),
-            ("database_url", "postgres://u:pw@h/db"),
+        let cfg = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_DATABASE_URL", "postgres://u:pw@h/db"),
         ]))
         .unwrap();
         let shown = cfg
@@ -1264,23 +1485,44 @@ mod tests {
 
     #[test]
     fn sqlite_url_gets_create_mode() {
-        let cfg = Config::load(&layer(&[
-            ("data_dir", "/tmp/x"),
-            ("database_url", "sqlite:///tmp/x/other.db"),
+        let cfg = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_DATABASE_URL", "sqlite:///tmp/x/other.db"),
         ]))
         .unwrap();
         assert_eq!(cfg.open_options().url, "sqlite:///tmp/x/other.db?mode=rwc");
         assert_eq!(cfg.open_options().sqlite_synchronous, "FULL");
     }
 
+    /// The docs' knob table is generated from the declaration; rewrite it
+    /// with `UPDATE_CONFIGURATION_DOC=1 cargo test -p zm-server`.
     #[test]
     fn the_configuration_doc_lists_every_knob() {
-        let doc = include_str!("../../../docs/CONFIGURATION.md");
+        const START: &str = "<!-- knobs: generated -->\n";
+        const END: &str = "<!-- /knobs -->";
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/CONFIGURATION.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let (Some(start), Some(end)) = (doc.find(START), doc.find(END)) else {
+            panic!("docs/CONFIGURATION.md lacks the {START:?} … {END:?} markers");
+        };
+        let table = knob_table_markdown();
+        let current = &doc[start + START.len()..end];
+        if current != table {
+            if std::env::var_os("UPDATE_CONFIGURATION_DOC").is_some() {
+                let new = format!("{}{table}{}", &doc[..start + START.len()], &doc[end..]);
+                std::fs::write(&path, new).unwrap();
+            } else {
+                panic!(
+                    "docs/CONFIGURATION.md's knob table is out of date; rewrite it with \
+                     UPDATE_CONFIGURATION_DOC=1 cargo test -p zm-server. Expected:\n{table}"
+                );
+            }
+        }
         for k in KNOBS {
             let row = format!("| `{}` | `{}", k.env, k.flag);
-            assert!(doc.contains(&row), "docs/CONFIGURATION.md lacks {row}");
+            assert!(table.contains(&row), "the table lacks {row}");
             assert!(
-                doc.contains(&format!("| `{}` |", k.key)),
+                table.contains(&format!("| `{}` |", k.key)),
                 "no file key {}",
                 k.key
             );
@@ -1289,15 +1531,23 @@ mod tests {
 
     #[test]
     fn every_knob_has_a_flag_in_the_cli() {
-        use clap::CommandFactory;
-        let cmd = crate::cli::Cli::command();
+        let cmd = crate::cli::command();
         for k in KNOBS {
-            let arg = cmd
-                .get_arguments()
-                .find(|a| a.get_id() == k.key)
+            let arg = crate::cli::find_arg(&cmd, k.key)
                 .unwrap_or_else(|| panic!("no flag for {}", k.key));
             assert_eq!(format!("--{}", arg.get_long().unwrap()), k.flag);
-            assert_eq!(arg.get_env().unwrap().to_str().unwrap(), k.env);
+            let help = arg.get_help().unwrap().to_string();
+            assert!(help.contains(&format!("[env: {}]", k.env)), "{help}");
+            assert!(
+                !crate::cli::leaf_commands(Some(k.key)).is_empty(),
+                "{} is used by no command",
+                k.key
+            );
         }
+        // Every TOML key is a knob, and every knob's variable is distinct.
+        let mut envs: Vec<&str> = KNOBS.iter().map(|k| k.env).collect();
+        envs.sort();
+        envs.dedup();
+        assert_eq!(envs.len(), KNOBS.len());
     }
 }

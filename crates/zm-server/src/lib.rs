@@ -1,7 +1,8 @@
 //! # zm-server — the `zero-memory` binary
 //!
-//! The command line ([`cli`]), the configuration ([`config`]: every knob,
-//! flag > `ZM_*` environment > TOML file > default), the subcommands
+//! The command line ([`cli`]), the configuration ([`config`]: every knob
+//! declared once, resolved flag > `ZM_*` environment > TOML file > default;
+//! each subcommand takes only the option groups it uses), the subcommands
 //! ([`commands`], [`import`]), the first-start bootstrap of the owner
 //! account ([`bootstrap`]) and the HTTP server ([`serve`]).
 //!

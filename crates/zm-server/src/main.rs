@@ -4,18 +4,20 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
+use zm_server::config::Inputs;
 use zm_server::{cli, commands};
 
 fn main() -> ExitCode {
-    let matches = cli::Cli::command()
-        .version(cli::VERSION.as_str())
-        .get_matches();
+    let matches = cli::command().get_matches();
+    if let Err(e) = cli::check_flag_placement(&matches) {
+        e.exit();
+    }
     let parsed = match cli::Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    let layer = parsed.config.layer(&matches);
+    let inputs = Inputs::from_matches(&matches);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -26,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(commands::run(parsed.command, layer));
+    let code = runtime.block_on(commands::run(parsed.command, inputs));
     // Do not wait on a blocked stdin reader (stdio) or stray tasks.
     runtime.shutdown_timeout(Duration::from_secs(2));
     code

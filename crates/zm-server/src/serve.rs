@@ -11,7 +11,7 @@ pub fn http_config(cfg: &Config) -> zm_http::HttpConfig {
     http.allowed_hosts = cfg.allowed_hosts.clone();
     http.allowed_origins = cfg.allowed_origins.clone();
     http.body_limit = cfg.body_limit_bytes;
-    http.token_rate_limit = cfg.token_rate_limit;
+    http.token_rate_limit = cfg.token_rate_limit();
     http.max_sessions = cfg.max_sessions;
     http.session_idle = cfg.session_idle();
     http.capped_clients = cfg.capped_clients.clone();

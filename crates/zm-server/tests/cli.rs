@@ -121,6 +121,182 @@ fn help_documents_every_knob() {
     }
 }
 
+fn help(args: &[&str]) -> String {
+    let mut full = args.to_vec();
+    full.push("--help");
+    let out = bin().args(&full).output().unwrap();
+    assert_success(&out, &full);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn each_command_help_shows_only_the_options_it_uses() {
+    let server_only = [
+        "--listen",
+        "--public-url",
+        "--body-limit-bytes",
+        "--owner-email",
+    ];
+    for cmd in [
+        &["user", "add"][..],
+        &["token", "list"],
+        &["migrate"],
+        &["export"],
+    ] {
+        let text = help(cmd);
+        for flag in server_only.iter().chain(&["--capped-clients"]) {
+            assert!(!text.contains(flag), "{cmd:?} --help shows {flag}:\n{text}");
+        }
+        // The database and logging options are every command's.
+        for flag in [
+            "--data-dir",
+            "ZM_DATA_DIR",
+            "--database-url",
+            "--log",
+            "--config",
+        ] {
+            assert!(text.contains(flag), "{cmd:?} --help lacks {flag}:\n{text}");
+        }
+    }
+    let serve = help(&["serve"]);
+    for flag in server_only
+        .iter()
+        .chain(&["--capped-clients", "--data-dir"])
+    {
+        assert!(serve.contains(flag), "serve --help lacks {flag}:\n{serve}");
+    }
+    let stdio = help(&["stdio"]);
+    assert!(stdio.contains("--capped-clients") && stdio.contains("ZM_CAPPED_CLIENTS"));
+    assert!(!stdio.contains("--listen"), "{stdio}");
+    let top = help(&[]);
+    assert!(!top.contains("--listen"), "{top}");
+    assert!(top.contains("--data-dir"), "{top}");
+}
+
+/// Run, and kill it if it has not exited within `secs` (a server that
+/// should have refused to start).
+fn output_within(mut cmd: Command, secs: u64) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {secs} s: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_bad_flag_value_is_a_usage_error_naming_the_flag() {
+    let env = Env::new();
+    let cases: [(&[&str], &str, &str); 4] = [
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--body-limit-bytes",
+                "abc",
+            ],
+            "--body-limit-bytes",
+            "whole number",
+        ),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--max-sessions", "0"],
+            "--max-sessions",
+            "out of range",
+        ),
+        (
+            &["config", "check", "--listen", "nowhere"],
+            "--listen",
+            "IP address",
+        ),
+        (
+            &["config", "check", "--trust-proxy=maybe"],
+            "--trust-proxy",
+            "boolean",
+        ),
+    ];
+    for (args, flag, why) in cases {
+        let out = output_within(env.cmd(args), 20);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(flag) && err.contains(why), "{args:?}: {err}");
+    }
+    // An option the command does not use: after the command name, and before it.
+    for args in [
+        &["user", "list", "--listen", "127.0.0.1:9"][..],
+        &["--listen", "127.0.0.1:9", "user", "list"],
+        &["--capped-clients", "none", "migrate"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let flag = args.iter().find(|a| a.starts_with("--")).unwrap();
+        assert!(stderr(&out).contains(flag), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// One knob through every layer: default, then file, env and flag on top.
+#[test]
+fn config_check_reports_the_winning_layer_of_a_knob() {
+    let env = Env::new();
+    let toml = env.dir.path().join("zm.toml");
+    std::fs::write(&toml, "max_sessions = 5\n").unwrap();
+    let toml = toml.to_str().unwrap();
+    let row = |args: &[&str], var: Option<&str>| {
+        let mut cmd = env.cmd(args);
+        if let Some(v) = var {
+            cmd.env("ZM_MAX_SESSIONS", v);
+        }
+        let out = cmd.output().unwrap();
+        assert_success(&out, args);
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("ZM_MAX_SESSIONS "))
+            .unwrap_or_else(|| panic!("no row in\n{text}"))
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row(&["config", "check"], None), "200 default");
+    assert_eq!(
+        row(&["--config", toml, "config", "check"], None),
+        format!("5 file {toml} (key max_sessions)")
+    );
+    assert_eq!(
+        row(&["--config", toml, "config", "check"], Some("17")),
+        "17 env ZM_MAX_SESSIONS"
+    );
+    assert_eq!(
+        row(
+            &["--config", toml, "config", "check", "--max-sessions", "3"],
+            Some("17")
+        ),
+        "3 flag --max-sessions"
+    );
+    // Before the command name too.
+    assert_eq!(
+        row(
+            &["--config", toml, "--max-sessions", "4", "config", "check"],
+            Some("17")
+        ),
+        "4 flag --max-sessions"
+    );
+    // An empty variable counts as not set: the file wins.
+    assert_eq!(
+        row(&["--config", toml, "config", "check"], Some("")),
+        format!("5 file {toml} (key max_sessions)")
+    );
+}
+
 #[test]
 fn usage_error_exits_2() {
     let out = bin().arg("no-such-command").output().unwrap();
