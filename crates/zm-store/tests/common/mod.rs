@@ -71,16 +71,6 @@ pub async fn postgres_store() -> Option<Store> {
     Some(store)
 }
 
-/// Both stores at once, for the suites not yet written with
-/// [`backend_tests!`].
-pub async fn backends() -> Vec<(String, Store)> {
-    let mut out = vec![("sqlite".to_string(), sqlite_store().await)];
-    if let Some(store) = postgres_store().await {
-        out.push(("postgres".to_string(), store));
-    }
-    out
-}
-
 /// One `#[tokio::test]` per backend for each test written inside it.
 ///
 /// ```ignore
