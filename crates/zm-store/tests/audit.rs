@@ -27,6 +27,10 @@ backend_tests! {
             l,
             "remember",
         );
+        // The rows come back newest first by occurred_at; ids minted in the
+        // same millisecond are in random order, so the second write must
+        // happen at a later time than the first.
+        store.clock().advance_ms(1_000);
         let secret = format!("sk-ant-{}", "abcdefghij".repeat(3));
         err(
             call(
