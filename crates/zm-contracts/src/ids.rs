@@ -20,7 +20,9 @@ pub const ID_CHAR_CLASS: &str = "[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]";
 
 macro_rules! id_kinds {
     ($($variant:ident => $prefix:literal, $what:literal;)*) => {
-        /// The prefix registry: every kind of id the system mints.
+        /// The prefix registry: every kind of id the system mints — and
+        /// nothing it does not. (Thread tokens start `thr_` but are signed
+        /// tokens, not ids: see zm-store's `threads`.)
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum IdKind { $( #[doc = $what] $variant, )* }
 
@@ -44,24 +46,14 @@ id_kinds! {
     Memory => "mem", "memory";
     Entity => "ent", "entity";
     Edge => "edg", "entity edge";
-    UsageEvent => "usg", "usage event";
     AuditLog => "aud", "audit log row";
     OauthClient => "oac", "OAuth client";
     McpSession => "ses", "MCP session";
     User => "usr", "user";
-    SessionThread => "thr", "session thread";
     MemoryReview => "mrq", "memory review (conflict)";
     RuleCandidate => "rlc", "rule";
     ProjectBinding => "pbn", "project binding";
     AccessToken => "tok", "access token";
-    MemoryLink => "mln", "memory link";
-    RoiProbe => "prb", "ROI probe";
-    RoiResult => "rrs", "ROI result";
-    RoiRun => "rrn", "ROI run";
-    ReflectionCandidate => "rfc", "reflection candidate";
-    PortabilityCandidate => "ptc", "portability candidate";
-    EvalRun => "evl", "eval run";
-    BriefProbe => "bpr", "brief probe";
 }
 
 impl IdKind {

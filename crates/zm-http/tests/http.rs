@@ -489,14 +489,50 @@ async fn mcp_needs_a_bearer_and_guards_hosts_and_sessions() {
     s.stop().await;
 }
 
+/// Shutdown with writes in flight: REST writes are held inside the server
+/// (a gate in front of the remember route) while the shutdown signal is
+/// sent and the server stops taking connections; then the gate opens. Every
+/// held write must be acknowledged — after the signal — and every
+/// acknowledged id must be in the database when it is opened again.
 #[tokio::test]
 async fn graceful_shutdown_keeps_every_acknowledged_write() {
-    let s = start().await;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    const WRITES: usize = 20;
+    /// How long to wait for a condition before failing (never for speed).
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    // Each remember request announces itself, then waits for the gate.
+    let arrived = Arc::new(tokio::sync::Semaphore::new(0));
+    let (open_gate, gate) = tokio::sync::watch::channel(false);
+    let s = start_with({
+        let arrived = arrived.clone();
+        move |router, _| {
+            router.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let (arrived, mut gate) = (arrived.clone(), gate.clone());
+                    async move {
+                        if req.uri().path() == "/api/tools/remember" {
+                            arrived.add_permits(1);
+                            gate.wait_for(|open| *open).await.expect("the gate opens");
+                        }
+                        next.run(req).await
+                    }
+                },
+            ))
+        }
+    })
+    .await;
+
+    let signal_sent = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
-    for i in 0..40 {
+    for i in 0..WRITES {
         let http = s.http.clone();
         let url = format!("{}/api/tools/remember", s.base);
         let token = s.rw_a.clone();
+        let signal_sent = signal_sent.clone();
         tasks.push(tokio::spawn(async move {
             let r = http
                 .post(url)
@@ -505,34 +541,91 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
                 .send()
                 .await;
             match r {
-                Ok(r) if r.status().as_u16() == 200 => r.json::<Value>().await.ok().and_then(|v| v["memory_id"].as_str().map(str::to_string)),
+                Ok(r) if r.status().as_u16() == 200 => {
+                    let after_signal = signal_sent.load(Ordering::SeqCst);
+                    let id = r.json::<Value>().await.ok().and_then(|v| v["memory_id"].as_str().map(str::to_string));
+                    id.map(|id| (id, after_signal))
+                }
                 _ => None,
             }
         }));
-        if i == 20 {
-            // Shut down while writes are in flight.
-            let _ = s.stop.as_ref();
-        }
     }
-    let store = s.store.clone();
-    let owner = store.user_by_email("a@example.com").await.unwrap().unwrap();
-    let stop = s.stop;
-    let task = s.task;
-    stop.unwrap().send(()).unwrap();
-    let acked: Vec<String> = futures::future::join_all(tasks)
+    // Every write is inside the server, held at the gate.
+    let all_in = tokio::time::timeout(PATIENCE, arrived.acquire_many(WRITES as u32)).await;
+    assert!(
+        all_in.is_ok(),
+        "the {WRITES} writes never all reached the server"
+    );
+
+    let owner = s
+        .store
+        .user_by_email("a@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let db = s._dir.path().join("t.db");
+    let (store, task, dir) = (s.store, s.task, s._dir);
+    signal_sent.store(true, Ordering::SeqCst);
+    s.stop.unwrap().send(()).unwrap();
+    // The server has taken the signal once it refuses new connections.
+    let base = s.base;
+    let refusing = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match reqwest::Client::new()
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+            {
+                Err(e) if e.is_connect() => break,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    assert!(
+        refusing.is_ok(),
+        "the server kept accepting connections after the shutdown signal"
+    );
+
+    // The held writes keep the server from finishing its shutdown.
+    assert!(
+        !task.is_finished(),
+        "the server finished shutting down with writes in flight"
+    );
+    // Now let the held writes finish, during the shutdown.
+    open_gate.send(true).unwrap();
+    let acked: Vec<(String, bool)> = futures::future::join_all(tasks)
         .await
         .into_iter()
         .filter_map(|r| r.unwrap())
         .collect();
     task.await.unwrap().unwrap();
+    let after_signal = acked.iter().filter(|(_, after)| *after).count();
+    assert!(
+        after_signal >= 1,
+        "no write was acknowledged after the shutdown signal"
+    );
+    assert_eq!(
+        acked.len(),
+        WRITES,
+        "every write in flight at the shutdown signal is answered 200"
+    );
+    assert_eq!(after_signal, WRITES, "all of them after the signal");
+
+    // Restart: a new store on the same file holds every acknowledged write.
+    store.close().await;
+    drop(store);
+    let reopened = Store::open(&zm_store::sqlite_url(&db)).await.unwrap();
     let caller = zm_store::Caller::new(owner.id);
-    for id in &acked {
+    for (id, _) in &acked {
         let id = zm_contracts::MemoryId::parse(id).unwrap();
-        store
+        reopened
             .get_memory(&caller, &id)
             .await
             .expect("an acknowledged write survives shutdown");
     }
+    reopened.close().await;
+    drop(dir);
 }
 
 #[tokio::test]

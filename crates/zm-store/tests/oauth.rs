@@ -1,5 +1,9 @@
 //! The OAuth store on every backend: single-use codes, rotation, family
 //! revocation on replay, client revocation, and the races between them.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
 
 mod common;
 
@@ -61,9 +65,16 @@ fn invalid_grant<T: std::fmt::Debug>(r: Result<T, OauthError>, label: &str, what
     }
 }
 
-#[tokio::test]
-async fn codes_are_single_use_bound_and_short_lived() {
-    for (label, store) in backends().await {
+async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+backend_tests! {
+    async fn codes_are_single_use_bound_and_short_lived(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-code").await;
         let c = client(&store).await;
         let first = code(&store, &c, &u.id).await;
@@ -78,7 +89,7 @@ async fn codes_are_single_use_bound_and_short_lived() {
         // The refresh token is not a bearer token.
         assert!(!works(&store, &t.refresh_token).await, "[{label}]");
         // A second exchange fails and revokes what the first one issued.
-        invalid_grant(exchange(&store, &c, &first).await, &label, "reused code");
+        invalid_grant(exchange(&store, &c, &first).await, label, "reused code");
         assert!(
             !works(&store, &t.access_token).await,
             "[{label}] code replay kills the family"
@@ -98,24 +109,24 @@ async fn codes_are_single_use_bound_and_short_lived() {
                 None,
             )
             .await;
-        invalid_grant(wrong, &label, "wrong verifier");
+        invalid_grant(wrong, label, "wrong verifier");
         invalid_grant(
             exchange(&store, &c, &second).await,
-            &label,
+            label,
             "spent by the failure",
         );
         let third = code(&store, &c, &u.id).await;
         let other = client(&store).await;
         invalid_grant(
             exchange(&store, &other, &third).await,
-            &label,
+            label,
             "other client",
         );
 
         // Five minutes.
         let late = code(&store, &c, &u.id).await;
         store.clock().advance_ms(5 * 60 * 1000 + 1);
-        invalid_grant(exchange(&store, &c, &late).await, &label, "expired code");
+        invalid_grant(exchange(&store, &c, &late).await, label, "expired code");
         // Access tokens last an hour.
         let fresh = code(&store, &c, &u.id).await;
         let t = exchange(&store, &c, &fresh).await.unwrap();
@@ -132,11 +143,8 @@ async fn codes_are_single_use_bound_and_short_lived() {
             .unwrap();
         assert!(works(&store, &t2.access_token).await, "[{label}]");
     }
-}
 
-#[tokio::test]
-async fn a_replayed_refresh_token_revokes_the_whole_family() {
-    for (label, store) in backends().await {
+    async fn a_replayed_refresh_token_revokes_the_whole_family(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-family").await;
         let c = client(&store).await;
         let t1 = exchange(&store, &c, &code(&store, &c, &u.id).await)
@@ -169,7 +177,7 @@ async fn a_replayed_refresh_token_revokes_the_whole_family() {
             store
                 .refresh_oauth_token(&t1.refresh_token, None, None, None)
                 .await,
-            &label,
+            label,
             "replay",
         );
         for (what, tok) in [
@@ -184,7 +192,7 @@ async fn a_replayed_refresh_token_revokes_the_whole_family() {
             store
                 .refresh_oauth_token(&t4.refresh_token, None, None, None)
                 .await,
-            &label,
+            label,
             "the newest refresh token is dead too",
         );
         // The other family is untouched.
@@ -195,7 +203,7 @@ async fn a_replayed_refresh_token_revokes_the_whole_family() {
             store
                 .refresh_oauth_token(&other.refresh_token, Some(&c2), None, None)
                 .await,
-            &label,
+            label,
             "foreign client",
         );
         let audit = store.audit_rows(&u.id, 50).await.unwrap();
@@ -205,11 +213,8 @@ async fn a_replayed_refresh_token_revokes_the_whole_family() {
             "[{label}] {audit:?}"
         );
     }
-}
 
-#[tokio::test]
-async fn racing_exchanges_and_refreshes_yield_one_winner() {
-    for (label, store) in backends().await {
+    async fn racing_exchanges_and_refreshes_yield_one_winner(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-race").await;
         let c = client(&store).await;
         let the_code = code(&store, &c, &u.id).await;
@@ -248,19 +253,8 @@ async fn racing_exchanges_and_refreshes_yield_one_winner() {
             assert!(!works(&store, &t.access_token).await, "[{label}]");
         }
     }
-}
 
-async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}
-
-#[tokio::test]
-async fn clients_are_listed_and_revoked_by_their_users() {
-    for (label, store) in backends().await {
+    async fn clients_are_listed_and_revoked_by_their_users(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-owner").await;
         let (v, _) = user(&store, "oauth-other").await;
         let c = client(&store).await;
@@ -296,12 +290,12 @@ async fn clients_are_listed_and_revoked_by_their_users() {
             store
                 .refresh_oauth_token(&t.refresh_token, None, None, None)
                 .await,
-            &label,
+            label,
             "refresh after revocation",
         );
         invalid_grant(
             exchange(&store, &c, &pending).await,
-            &label,
+            label,
             "pending code spent",
         );
         assert!(

@@ -14,43 +14,75 @@ use serde_json::{Value, json};
 use zm_contracts::{ErrorCode, ToolName};
 use zm_store::{Caller, Fingerprint, OpenOptions, Store, ToolService, Transport};
 
-/// A store nobody else writes to, per backend.
-async fn isolated_stores() -> Vec<(&'static str, Store)> {
+/// A store nobody else writes to: a fresh SQLite file.
+async fn isolated_sqlite() -> Store {
     let dir = tempfile::Builder::new()
         .prefix("service-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .expect("a temporary directory");
-    let sqlite = Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
+    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
         .await
         .expect("open SQLite");
     // The directory must outlive the store's connections.
     std::mem::forget(dir);
-    let mut out = vec![("sqlite", sqlite)];
-    if let Ok(url) = std::env::var(common::PG_ENV)
-        && !url.trim().is_empty()
-    {
-        let schema = unique("zm_iso_");
-        sqlx::any::install_default_drivers();
-        let admin = sqlx::AnyPool::connect(url.trim())
+    store
+}
+
+/// A store nobody else writes to on PostgreSQL: a fresh schema of the
+/// test database. `None` (the test is skipped) without one.
+async fn isolated_postgres(test: &str) -> Option<Store> {
+    let Some(url) = std::env::var(common::PG_ENV)
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        eprintln!("{} is not set: skipped {test}", common::PG_ENV);
+        return None;
+    };
+    let schema = unique("zm_iso_");
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(url.trim())
+        .await
+        .expect("connect to PostgreSQL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&admin)
+        .await
+        .expect("create a schema");
+    admin.close().await;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let mut opts = OpenOptions::new(format!(
+        "{}{sep}options=-c%20search_path%3D{schema}",
+        url.trim()
+    ));
+    opts.max_connections = 2;
+    Some(
+        Store::open_with(opts)
             .await
-            .expect("connect to PostgreSQL");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&admin)
-            .await
-            .expect("create a schema");
-        admin.close().await;
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let mut opts = OpenOptions::new(format!(
-            "{}{sep}options=-c%20search_path%3D{schema}",
-            url.trim()
-        ));
-        opts.max_connections = 2;
-        let store = Store::open_with(opts)
-            .await
-            .expect("open PostgreSQL on a fresh schema");
-        out.push(("postgres", store));
-    }
-    out
+            .expect("open PostgreSQL on a fresh schema"),
+    )
+}
+
+/// One test per backend over an isolated store: `<name>_sqlite`, and
+/// `<name>_postgres` (skipped without `ZM_TEST_DATABASE_URL`).
+macro_rules! isolated_tests {
+    ($($body:ident => $sqlite:ident, $postgres:ident;)*) => {$(
+        #[tokio::test]
+        async fn $sqlite() {
+            $body(isolated_sqlite().await, "sqlite").await;
+        }
+        #[tokio::test]
+        async fn $postgres() {
+            if let Some(store) = isolated_postgres(stringify!($postgres)).await {
+                $body(store, "postgres").await;
+            }
+        }
+    )*};
+}
+
+isolated_tests! {
+    read_tools_write_nothing_and_a_read_only_token_creates_no_row
+        => read_tools_write_nothing_sqlite, read_tools_write_nothing_postgres;
+    a_write_and_its_audit_row_commit_together
+        => write_and_audit_commit_together_sqlite, write_and_audit_commit_together_postgres;
 }
 
 async fn call(tools: &ToolService, caller: &Caller, tool: ToolName, args: Value) -> Value {
@@ -144,9 +176,8 @@ async fn fingerprint(store: &Store, label: &str) -> Fingerprint {
         .unwrap_or_else(|e| panic!("[{label}] fingerprint: {e}"))
 }
 
-#[tokio::test]
-async fn read_tools_write_nothing_and_a_read_only_token_creates_no_row() {
-    for (label, store) in isolated_stores().await {
+async fn read_tools_write_nothing_and_a_read_only_token_creates_no_row(store: Store, label: &str) {
+    {
         let tools = ToolService::new(store.clone());
         let owner = populated(&tools).await;
         let conflicts = call(&tools, &owner, ToolName::ListConflicts, json!({})).await;
@@ -265,9 +296,9 @@ async fn read_tools_write_nothing_and_a_read_only_token_creates_no_row() {
     }
 }
 
-#[tokio::test]
-async fn a_write_and_its_audit_row_commit_together_and_a_refusal_leaves_nothing() {
-    for (label, store) in isolated_stores().await {
+/// …and a refused write leaves nothing half-written.
+async fn a_write_and_its_audit_row_commit_together(store: Store, label: &str) {
+    {
         let tools = ToolService::new(store.clone());
         let caller = populated(&tools).await;
         let audited = |rows: &[Value]| {

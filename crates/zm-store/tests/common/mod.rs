@@ -1,12 +1,15 @@
 //! The harness of the store's behaviour tests.
 //!
-//! Every test runs against every backend [`backends`] returns: a fresh
-//! SQLite file always, and PostgreSQL when `ZM_TEST_DATABASE_URL` is set.
-//! All tests share that one PostgreSQL database (concurrently), so a test
+//! A behaviour test is written once, inside [`backend_tests!`], and runs as
+//! one `#[tokio::test]` per backend: `<name>::sqlite` on a fresh SQLite
+//! file always, `<name>::postgres` on `ZM_TEST_DATABASE_URL` when that
+//! variable is set (and skipped, passing, when it is not).
+//! All PostgreSQL tests share that one database (concurrently), so a test
 //! creates its own users with unique emails ([`user`]) and never assumes it
 //! is alone in the database. Inputs go through
 //! [`zm_contracts::parse_input`], the real validation entry point, before
-//! they reach the store.
+//! they reach the store: typed tools through the helpers below
+//! ([`remember`], [`recall`], …), the rest by name through [`call`].
 //!
 //! Time is the store's clock: tests move it with `store.clock().advance_ms`
 //! and never sleep.
@@ -18,10 +21,11 @@ use std::sync::Mutex;
 use rand::Rng;
 use serde_json::Value;
 use zm_contracts::catalogue::tool;
+use zm_contracts::prefixes::Prefix;
 use zm_contracts::{
     BuildContextInput, BuildContextOutput, CloseLoopInput, CloseLoopOutput, ErrorCode, ForgetInput,
     ForgetOutput, RecallInput, RecallOutput, RememberInput, RememberOutput, RestoreMemoryInput,
-    RestoreMemoryOutput, ToolError,
+    RestoreMemoryOutput, ToolError, ToolName,
 };
 use zm_store::{Caller, OpenOptions, Store, ToolService, User};
 
@@ -40,10 +44,8 @@ fn scratch_root() -> std::path::PathBuf {
     root
 }
 
-/// A fresh store per backend: `("sqlite", …)` always, then
-/// `("postgres", …)` when [`PG_ENV`] is set.
-pub async fn backends() -> Vec<(String, Store)> {
-    let mut out = Vec::new();
+/// A store on a fresh SQLite file.
+pub async fn sqlite_store() -> Store {
     let dir = tempfile::Builder::new()
         .prefix("store-")
         .tempdir_in(scratch_root())
@@ -51,18 +53,71 @@ pub async fn backends() -> Vec<(String, Store)> {
     let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
     let store = Store::open(&url).await.expect("open the SQLite test store");
     KEEP.lock().unwrap_or_else(|p| p.into_inner()).push(dir);
-    out.push(("sqlite".to_string(), store));
-    if let Ok(url) = std::env::var(PG_ENV)
-        && !url.trim().is_empty()
-    {
-        let mut opts = OpenOptions::new(url.trim());
-        opts.max_connections = 4;
-        let store = Store::open_with(opts)
-            .await
-            .expect("open the PostgreSQL test store (ZM_TEST_DATABASE_URL)");
-        out.push(("postgres".to_string(), store));
+    store
+}
+
+/// A store on the shared PostgreSQL test database, or `None` when
+/// [`PG_ENV`] is not set.
+pub async fn postgres_store() -> Option<Store> {
+    let url = std::env::var(PG_ENV).ok()?;
+    let url = url.trim();
+    if url.is_empty() {
+        return None;
     }
-    out
+    let mut opts = OpenOptions::new(url);
+    opts.max_connections = 4;
+    let store = Store::open_with(opts)
+        .await
+        .expect("open the PostgreSQL test store (ZM_TEST_DATABASE_URL)");
+    Some(store)
+}
+
+/// One `#[tokio::test]` per backend for each test written inside it.
+///
+/// ```ignore
+/// backend_tests! {
+///     /// What the test shows.
+///     async fn forget_and_restore(store: Store, label: &str) {
+///         let (_, caller) = user(&store, "life").await;
+///         // ... `label` ("sqlite" or "postgres") goes in assertion messages.
+///     }
+/// }
+/// ```
+///
+/// expands to the `async fn` itself plus a module of the same name holding
+/// `forget_and_restore::sqlite` (always runs, on a fresh SQLite file) and
+/// `forget_and_restore::postgres` (on [`PG_ENV`]; when that variable is
+/// unset it prints that it was skipped and passes). Each test opens its own
+/// store. Run one backend with `cargo test -p zm-store -- ::sqlite` (or
+/// `::postgres`).
+#[macro_export]
+macro_rules! backend_tests {
+    ($(
+        $(#[$meta:meta])*
+        async fn $name:ident($store:ident: $store_ty:ty, $label:ident: &str $(,)?) $body:block
+    )*) => {$(
+        $(#[$meta])*
+        async fn $name($store: $store_ty, $label: &str) $body
+
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name($crate::common::sqlite_store().await, "sqlite").await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                match $crate::common::postgres_store().await {
+                    Some(store) => super::$name(store, "postgres").await,
+                    None => eprintln!(
+                        "{} is not set: skipped {}::postgres",
+                        $crate::common::PG_ENV,
+                        stringify!($name)
+                    ),
+                }
+            }
+        }
+    )*};
 }
 
 /// A random lowercase suffix, unique enough to keep tests apart in the
@@ -78,6 +133,12 @@ pub fn unique(tag: &str) -> String {
 
 /// The password every test user gets.
 pub const PASSWORD: &str = "correct horse battery staple";
+
+pub const HOUR_MS: i64 = 3_600_000;
+pub const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// A well-formed memory id that never exists.
+pub const NEVER: &str = "mem_0000000000000000.0000000000";
 
 /// Create a user with a unique email and a caller for it (no session, no
 /// attached project).
@@ -189,6 +250,36 @@ pub async fn close_loop(
         .await
 }
 
+/// Any tool by name, raw JSON in and contract JSON out, through the same
+/// dispatch MCP and REST use (validated, run, audited).
+pub async fn call(
+    store: &Store,
+    caller: &Caller,
+    tool: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
+    tools(store)
+        .call(
+            caller,
+            ToolName::parse(tool).expect("a catalogue tool"),
+            &args,
+        )
+        .await
+        .map(|out| out.to_json())
+}
+
+/// `remember` through [`call`]; the new (or absorbing) memory's id.
+pub async fn mem(store: &Store, caller: &Caller, label: &str, args: Value) -> String {
+    ok(
+        call(store, caller, "remember", args).await,
+        label,
+        "remember",
+    )["memory_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// The ids a recall returns (panics, naming the backend, if it fails).
 pub async fn recall_ids(store: &Store, caller: &Caller, label: &str, raw: Value) -> Vec<String> {
     match recall(store, caller, raw.clone()).await {
@@ -252,6 +343,31 @@ pub fn err<T: std::fmt::Debug>(
             e
         }
     }
+}
+
+/// Assert a `validation_failed` error whose message starts with `prefix`.
+pub fn assert_prefix(e: &ToolError, prefix: Prefix, label: &str, what: &str) {
+    assert_eq!(
+        e.code,
+        ErrorCode::ValidationFailed,
+        "[{label}] {what}: code of {e}"
+    );
+    assert!(
+        e.has_prefix(prefix),
+        "[{label}] {what}: message {:?} does not start with {:?}",
+        e.message,
+        prefix.as_str()
+    );
+}
+
+/// The message with `id` replaced by a placeholder, so errors about two
+/// different ids can be compared.
+pub fn shape(e: &ToolError, id: &str) -> (ErrorCode, String, Option<serde_json::Value>) {
+    let details = e
+        .details
+        .as_ref()
+        .map(|d| serde_json::from_str(&d.to_string().replace(id, "<id>")).unwrap());
+    (e.code, e.message.replace(id, "<id>"), details)
 }
 
 // ------------------------------------------------------------ fake secrets

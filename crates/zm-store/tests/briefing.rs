@@ -1,0 +1,218 @@
+//! `build_context`, on every backend: the `max_tokens` caps and their
+//! floor, and the briefing legs — open loops (oldest first, capped at ten,
+//! with the total, only for the pinned project, leaving after two weeks but
+//! staying live) and recent facts.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_store::Store;
+
+backend_tests! {
+    async fn build_context_caps_and_briefing_legs(store: Store, label: &str) {
+        let (_, caller) = user(&store, "brief").await;
+        for i in 0..6 {
+            ok(
+                remember(&store, &caller, json!({"content": format!("walrus fact number {i}: walruses haul out on ice floe {i}."), "scope": "core"})).await,
+                label,
+                "walrus",
+            );
+        }
+        let full = ok(
+            build_context(&store, &caller, json!({"topic": "walrus"})).await,
+            label,
+            "uncapped",
+        );
+        assert_eq!(full.memories.len(), 6, "[{label}] uncapped returns all six");
+        let capped = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "walrus", "max_tokens": 600}),
+            )
+            .await,
+            label,
+            "capped",
+        );
+        assert_eq!(
+            capped.memories.len(),
+            3,
+            "[{label}] max_tokens 600 → 3 memories"
+        );
+        let tiny = ok(
+            build_context(&store, &caller, json!({"topic": "walrus", "max_tokens": 1})).await,
+            label,
+            "tiny",
+        );
+        assert_eq!(tiny.memories.len(), 3, "[{label}] the floor is 3 memories");
+        let wide = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "walrus", "max_tokens": 1000}),
+            )
+            .await,
+            label,
+            "wide",
+        );
+        assert_eq!(
+            wide.memories.len(),
+            5,
+            "[{label}] max_tokens 1000 → 5 memories"
+        );
+        // Briefing legs are empty outside briefing mode.
+        assert!(
+            full.open_loops.is_empty() && full.recent.is_empty(),
+            "[{label}] no briefing legs"
+        );
+
+        // Open loops: oldest first, capped at 10, with the total.
+        let hint = "/srv/git/ledger";
+        let mut loops = Vec::new();
+        for i in 0..12 {
+            let kind = if i % 3 == 2 { "open-question" } else { "task" };
+            let out = ok(
+                remember(&store, &caller, json!({"content": format!("ledger loop {i}: reconcile batch {i}"), "kind": kind, "project_hint": hint})).await,
+                label,
+                "loop",
+            );
+            loops.push(out.memory_id.to_string());
+            store.clock().advance_ms(1000);
+        }
+        // A loop elsewhere and a closed loop do not count.
+        ok(remember(&store, &caller, json!({"content": "other project loop", "kind": "task", "project_hint": "/srv/git/other"})).await, label, "other loop");
+        let closed = ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "closed ledger loop", "kind": "task", "project_hint": hint}),
+            )
+            .await,
+            label,
+            "closed loop",
+        );
+        ok(
+            close_loop(&store, &caller, closed.memory_id.as_str()).await,
+            label,
+            "close",
+        );
+        let fresh_fact = ok(
+            remember(&store, &caller, json!({"content": "The ledger service settles at midnight UTC.", "project_hint": hint})).await,
+            label,
+            "recent fact",
+        );
+        let ctx = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "kangaroo", "briefing": true, "project_hint": hint}),
+            )
+            .await,
+            label,
+            "briefing",
+        );
+        let got: Vec<String> = ctx.open_loops.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            got,
+            loops[..10].to_vec(),
+            "[{label}] the ten oldest loops, oldest first"
+        );
+        assert_eq!(
+            ctx.open_loops_total, 12,
+            "[{label}] open_loops_total counts before the cap"
+        );
+        let recent: Vec<String> = ctx.recent.iter().map(|m| m.id.to_string()).collect();
+        assert!(
+            recent.contains(&fresh_fact.memory_id.to_string()),
+            "[{label}] recent has the fresh fact: {recent:?}"
+        );
+        assert!(
+            !recent.iter().any(|r| loops.contains(r)),
+            "[{label}] loops are not recent facts"
+        );
+        // An unpinned briefing does not show a project's loops.
+        let unpinned = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "kangaroo", "briefing": true}),
+            )
+            .await,
+            label,
+            "unpinned briefing",
+        );
+        assert!(
+            unpinned.open_loops.is_empty(),
+            "[{label}] project loops need the project: {:?}",
+            unpinned.open_loops
+        );
+        assert_eq!(unpinned.open_loops_total, 0, "[{label}] unpinned total");
+
+        // 15 days later the loops leave the briefing but stay live.
+        store.clock().advance_ms(15 * DAY_MS);
+        let ctx = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "kangaroo", "briefing": true, "project_hint": hint}),
+            )
+            .await,
+            label,
+            "late briefing",
+        );
+        assert!(
+            ctx.open_loops.is_empty(),
+            "[{label}] stale loops leave open_loops: {:?}",
+            ctx.open_loops
+        );
+        assert_eq!(ctx.open_loops_total, 0, "[{label}] and the total");
+        assert!(
+            !ctx.recent.iter().any(|m| m.id == fresh_fact.memory_id),
+            "[{label}] a 15-day-old fact is no longer recent"
+        );
+        let new_loop = ok(
+            remember(&store, &caller, json!({"content": "ledger loop new: audit the fees", "kind": "task", "project_hint": hint})).await,
+            label,
+            "new loop",
+        );
+        let ctx = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "kangaroo", "briefing": true, "project_hint": hint}),
+            )
+            .await,
+            label,
+            "briefing",
+        );
+        let got: Vec<String> = ctx.open_loops.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            got,
+            vec![new_loop.memory_id.to_string()],
+            "[{label}] only the fresh loop"
+        );
+        assert_eq!(ctx.open_loops_total, 1, "[{label}] total 1");
+        let seen = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "ledger loop reconcile", "project_hint": hint, "k": 50}),
+        )
+        .await;
+        assert!(
+            seen.contains(&loops[0]),
+            "[{label}] a stale loop is still recallable"
+        );
+        let out = ok(
+            close_loop(&store, &caller, &loops[0]).await,
+            label,
+            "close a stale loop",
+        );
+        assert!(out.closed, "[{label}] a stale loop is still closable");
+    }
+}

@@ -1,0 +1,341 @@
+//! `challenge` and the conflict tools (`list_conflicts`, `get_conflict`,
+//! `resolve_conflict`), on every backend: single-subject disputes and pairs,
+//! each outcome, foreign disputes reading as missing, and the unjudged pair
+//! a near-identical write files.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::ErrorCode;
+use zm_store::Store;
+
+backend_tests! {
+    async fn conflicts_challenge_list_get_resolve(store: Store, l: &str) {
+        let (_, a) = user(&store, "conf-a").await;
+        let (_, b) = user(&store, "conf-b").await;
+        let m = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": "Staging deploys need a manual approval.", "scope": "core"}),
+        )
+        .await;
+        let c = ok(call(&store, &a, "challenge", json!({"memory_id": m, "reason": "approvals were automated", "evidence": "see the pipeline"})).await, l, "challenge");
+        assert_eq!(c["already_pending"], false, "[{l}]");
+        let dispute = c["dispute_id"].as_str().unwrap().to_string();
+        let again = ok(
+            call(
+                &store,
+                &a,
+                "challenge",
+                json!({"memory_id": m, "reason": "again"}),
+            )
+            .await,
+            l,
+            "challenge again",
+        );
+        assert_eq!(
+            (
+                again["dispute_id"].as_str(),
+                again["already_pending"].as_bool()
+            ),
+            (Some(dispute.as_str()), Some(true)),
+            "[{l}]"
+        );
+        let hits = ok(
+            call(
+                &store,
+                &a,
+                "recall",
+                json!({"query": "staging deploys approval", "scopes": ["*"]}),
+            )
+            .await,
+            l,
+            "recall",
+        );
+        assert_eq!(hits["memories"][0]["disputed"], true, "[{l}] {hits}");
+        assert_eq!(hits["memories"][0]["dispute_id"], dispute.as_str(), "[{l}]");
+        let got = ok(
+            call(&store, &a, "get_conflict", json!({"dispute_id": dispute})).await,
+            l,
+            "get",
+        );
+        assert_eq!(got["conflict"]["verdict"], "challenged", "[{l}]");
+        assert!(
+            got["conflict"]["rationale"]
+                .as_str()
+                .unwrap()
+                .contains("Evidence: see the pipeline"),
+            "[{l}]"
+        );
+        // B: A's dispute reads exactly like one that never existed.
+        let foreign = err(
+            call(&store, &b, "get_conflict", json!({"dispute_id": dispute})).await,
+            ErrorCode::NotFound,
+            l,
+            "B get",
+        );
+        let never = err(
+            call(
+                &store,
+                &b,
+                "get_conflict",
+                json!({"dispute_id": "mrq_0000000000000000.0000000000"}),
+            )
+            .await,
+            ErrorCode::NotFound,
+            l,
+            "never",
+        );
+        assert_eq!(foreign.message, never.message, "[{l}]");
+        err(
+            call(
+                &store,
+                &b,
+                "resolve_conflict",
+                json!({"dispute_id": dispute, "retire": true}),
+            )
+            .await,
+            ErrorCode::NotFound,
+            l,
+            "B resolve",
+        );
+        assert!(
+            ok(
+                call(&store, &b, "list_conflicts", json!({})).await,
+                l,
+                "B list"
+            )["conflicts"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "[{l}]"
+        );
+        // Single-subject outcomes.
+        err(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": dispute}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "no decision",
+        );
+        err(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": dispute, "winner": NEVER}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "winner not the subject",
+        );
+        ok(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": dispute, "keep_both": true}),
+            )
+            .await,
+            l,
+            "uphold",
+        );
+        err(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": dispute, "keep_both": true}),
+            )
+            .await,
+            ErrorCode::Conflict,
+            l,
+            "not pending",
+        );
+        let dismissed = ok(
+            call(&store, &a, "list_conflicts", json!({"status": "dismissed"})).await,
+            l,
+            "dismissed",
+        );
+        assert_eq!(dismissed["conflicts"].as_array().unwrap().len(), 1, "[{l}]");
+        let second = ok(
+            call(
+                &store,
+                &a,
+                "challenge",
+                json!({"memory_id": m, "reason": "still wrong"}),
+            )
+            .await,
+            l,
+            "challenge 2",
+        );
+        ok(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": second["dispute_id"], "retire": true}),
+            )
+            .await,
+            l,
+            "retire",
+        );
+        err(
+            call(&store, &a, "forget", json!({"memory_id": m})).await,
+            ErrorCode::Conflict,
+            l,
+            "retired memory is invalidated",
+        );
+        err(
+            call(
+                &store,
+                &a,
+                "challenge",
+                json!({"memory_id": m, "reason": "x"}),
+            )
+            .await,
+            ErrorCode::Conflict,
+            l,
+            "challenge an invalidated memory",
+        );
+        // A pair: the winner supersedes the loser.
+        let p1 = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": "The queue is RabbitMQ.", "scope": "core"}),
+        )
+        .await;
+        let p2 = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": "The queue moved to NATS JetStream.", "scope": "core"}),
+        )
+        .await;
+        ok(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": p1, "dst": p2, "type": "contradicts"}),
+            )
+            .await,
+            l,
+            "contradicts",
+        );
+        let pair = ok(
+            call(
+                &store,
+                &a,
+                "list_conflicts",
+                json!({"verdict": "contradiction"}),
+            )
+            .await,
+            l,
+            "pair",
+        )["conflicts"][0]["dispute_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        err(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": pair, "retire": true}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "retire a pair",
+        );
+        err(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": pair, "winner": m}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "winner outside the pair",
+        );
+        ok(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": pair, "winner": p2}),
+            )
+            .await,
+            l,
+            "winner",
+        );
+        let row = store
+            .get_memory(&a, &zm_contracts::MemoryId::parse(&p1).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            row.superseded_by.as_ref().map(|s| s.as_str()),
+            Some(p2.as_str()),
+            "[{l}] the supersede chain"
+        );
+        assert!(row.invalidated_at.is_some(), "[{l}]");
+        let ids = recall_ids(
+            &store,
+            &a,
+            l,
+            json!({"query": "queue RabbitMQ NATS", "scopes": ["*"]}),
+        )
+        .await;
+        assert!(ids.contains(&p2) && !ids.contains(&p1), "[{l}] {ids:?}");
+        ok(
+            call(&store, &a, "restore_memory", json!({"memory_id": p1})).await,
+            l,
+            "restore the loser",
+        );
+    }
+
+    async fn a_near_identical_memory_files_an_unjudged_pair(store: Store, l: &str) {
+        let (_, a) = user(&store, "unjudged").await;
+        let text = "The nightly backup job for the billing database runs at two in the morning UTC and keeps thirty days";
+        let first = mem(&store, &a, l, json!({"content": text, "scope": "core"})).await;
+        let out = ok(
+            call(
+                &store,
+                &a,
+                "remember",
+                json!({"content": format!("{text}."), "scope": "core"}),
+            )
+            .await,
+            l,
+            "near-identical",
+        );
+        assert_ne!(out["memory_id"], first.as_str(), "[{l}] not exact: stored");
+        let conflicts = ok(
+            call(&store, &a, "list_conflicts", json!({"verdict": "unjudged"})).await,
+            l,
+            "list",
+        );
+        let c = &conflicts["conflicts"][0];
+        assert_eq!(c["memory_b"]["id"], first.as_str(), "[{l}] {conflicts}");
+        assert!(
+            c["confidence"].is_null() && c["rationale"].is_null(),
+            "[{l}]"
+        );
+    }
+}

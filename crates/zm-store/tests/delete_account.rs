@@ -1,0 +1,147 @@
+//! `delete_account`, on every backend: it erases the caller (memories,
+//! entities, tokens, the account) idempotently and leaves another user's
+//! memories — even ones linked to the erased user's — whole.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::ErrorCode;
+use zm_store::Store;
+
+backend_tests! {
+    async fn delete_account_erases_the_caller_and_leaves_others_whole(store: Store, l: &str) {
+        let (_, a) = user(&store, "del-a").await;
+        let (b_user, b) = user(&store, "del-b").await;
+        let a_mem = mem(&store, &a, l, json!({"content": "A keeps this.", "scope": "core", "entities": [{"name": "KeepMe", "type": "tool"}]})).await;
+        let project = project_of(&store, &a, l, "/src/shared-team").await;
+        store
+            .add_scope_member(&a.user_id, &project, &b.user_id, zm_store::Role::Writer)
+            .await
+            .unwrap();
+        let b_mem = mem(&store, &b, l, json!({"content": "B's decision in A's project.", "scope": project, "kind": "decision", "entities": [{"name": "Billing"}]})).await;
+        ok(
+            call(
+                &store,
+                &b,
+                "share",
+                json!({"memory_id": b_mem, "scope": project}),
+            )
+            .await,
+            l,
+            "B shares into A's project",
+        );
+        // A's memory superseded by B's: the pointer is severed, A's row stays.
+        let a_old = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": "A's old note.", "scope": project}),
+        )
+        .await;
+        ok(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": a_old, "dst": b_mem, "type": "relates_to"}),
+            )
+            .await,
+            l,
+            "link to B's memory",
+        );
+        let (_, b_token) = store
+            .create_token(&b.user_id, None, &["mcp:read"])
+            .await
+            .unwrap();
+        let before = ok(
+            call(
+                &store,
+                &a,
+                "export_memories",
+                json!({"scopes": ["core", "personal"]}),
+            )
+            .await,
+            l,
+            "A before",
+        );
+        let out = ok(
+            call(&store, &b, "delete_account", json!({})).await,
+            l,
+            "delete",
+        );
+        assert_eq!(out["subject"], b_user.id.as_str(), "[{l}]");
+        assert_eq!(
+            (
+                out["memories"].as_u64(),
+                out["entities"].as_u64(),
+                out["auth_deleted"].as_bool()
+            ),
+            (Some(1), Some(1), Some(true)),
+            "[{l}] {out}"
+        );
+        assert!(
+            store.user_by_id(&b.user_id).await.unwrap().is_none(),
+            "[{l}]"
+        );
+        assert!(
+            store.authenticate(&b_token).await.unwrap().is_none(),
+            "[{l}] B's token is gone"
+        );
+        let after = ok(
+            call(
+                &store,
+                &a,
+                "export_memories",
+                json!({"scopes": ["core", "personal"]}),
+            )
+            .await,
+            l,
+            "A after",
+        );
+        assert_eq!(before, after, "[{l}] A's memories are untouched");
+        store
+            .get_memory(&a, &zm_contracts::MemoryId::parse(&a_mem).unwrap())
+            .await
+            .expect("A's memory");
+        store
+            .get_memory(&a, &zm_contracts::MemoryId::parse(&a_old).unwrap())
+            .await
+            .expect("A's linked memory");
+        err(
+            store
+                .get_memory(&a, &zm_contracts::MemoryId::parse(&b_mem).unwrap())
+                .await,
+            ErrorCode::NotFound,
+            l,
+            "B's memory is gone",
+        );
+        // A still writes in the project.
+        ok(
+            call(
+                &store,
+                &a,
+                "remember",
+                json!({"content": "Still here.", "scope": project}),
+            )
+            .await,
+            l,
+            "A writes",
+        );
+        // Idempotent: a second call erases nothing more.
+        let again = ok(
+            call(&store, &b, "delete_account", json!({})).await,
+            l,
+            "again",
+        );
+        assert_eq!(
+            (again["memories"].as_u64(), again["auth_deleted"].as_bool()),
+            (Some(0), Some(false)),
+            "[{l}]"
+        );
+    }
+}

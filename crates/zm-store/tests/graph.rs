@@ -1,0 +1,185 @@
+//! `link` and `entities`, on every backend: entity edges and their match
+//! key, refused endpoint mixes and secret names, memory links (`contradicts`
+//! files a conflict), and isolation between two users.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::ErrorCode;
+use zm_contracts::prefixes::Prefix;
+use zm_store::Store;
+
+backend_tests! {
+    async fn link_entities_memories_and_isolation(store: Store, l: &str) {
+        let (_, a) = user(&store, "link-a").await;
+        let (_, b) = user(&store, "link-b").await;
+        let e = ok(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": "Web App", "dst": "PostgreSQL", "type": "depends_on"}),
+            )
+            .await,
+            l,
+            "edge",
+        );
+        assert_eq!(
+            (e["kind"].as_str(), e["created"].as_bool()),
+            (Some("entity_edge"), Some(true)),
+            "[{l}]"
+        );
+        // The match key ignores case, spaces, `-` and `_`: the same edge again.
+        let again = ok(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": "web_app", "dst": "postgre-sql", "type": "depends_on"}),
+            )
+            .await,
+            l,
+            "repeat",
+        );
+        assert_eq!(again["created"], false, "[{l}]");
+        assert_eq!(again["src_id"], e["src_id"], "[{l}]");
+        err(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": NEVER, "dst": "PostgreSQL", "type": "relates_to"}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "mixed endpoints",
+        );
+        err(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": "A", "dst": "B", "type": "supersedes"}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "memory type between entities",
+        );
+        let secret = format!("ghp_{}", "a1B2c3D4e5".repeat(4));
+        let refused = err(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": secret, "dst": "B", "type": "uses"}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            l,
+            "secret name",
+        );
+        assert!(
+            Prefix::SecretContentRejected.matches(&refused.message),
+            "[{l}] {refused}"
+        );
+        // Entities: A sees them, B does not.
+        let list = ok(
+            call(&store, &a, "entities", json!({"query": "postgre"})).await,
+            l,
+            "entities",
+        );
+        assert_eq!(
+            list["entities"].as_array().unwrap().len(),
+            1,
+            "[{l}] {list}"
+        );
+        let theirs = ok(
+            call(&store, &b, "entities", json!({"scope": "*"})).await,
+            l,
+            "B entities",
+        );
+        assert!(
+            theirs["entities"].as_array().unwrap().is_empty(),
+            "[{l}] B sees {theirs}"
+        );
+        // Memory links: contradicts files a pair conflict; foreign ids read as missing.
+        let m1 = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": "The API listens on port 8080.", "scope": "core"}),
+        )
+        .await;
+        let m2 = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": "The API listens on port 9090 behind the proxy.", "scope": "core"}),
+        )
+        .await;
+        let link = ok(
+            call(
+                &store,
+                &a,
+                "link",
+                json!({"src": m1, "dst": m2, "type": "contradicts"}),
+            )
+            .await,
+            l,
+            "contradicts",
+        );
+        assert_eq!(link["kind"], "memory_link", "[{l}]");
+        let conflicts = ok(
+            call(
+                &store,
+                &a,
+                "list_conflicts",
+                json!({"verdict": "contradiction"}),
+            )
+            .await,
+            l,
+            "list",
+        );
+        assert_eq!(
+            conflicts["conflicts"].as_array().unwrap().len(),
+            1,
+            "[{l}] {conflicts}"
+        );
+        let foreign = err(
+            call(
+                &store,
+                &b,
+                "link",
+                json!({"src": m1, "dst": NEVER.replace('0', "1"), "type": "relates_to"}),
+            )
+            .await,
+            ErrorCode::NotFound,
+            l,
+            "B links A's memory",
+        );
+        let missing = err(
+            call(
+                &store,
+                &b,
+                "link",
+                json!({"src": NEVER, "dst": NEVER.replace('0', "1"), "type": "relates_to"}),
+            )
+            .await,
+            ErrorCode::NotFound,
+            l,
+            "never existed",
+        );
+        assert_eq!(
+            foreign.message.replace(&m1, "<id>"),
+            missing.message.replace(NEVER, "<id>"),
+            "[{l}]"
+        );
+    }
+}

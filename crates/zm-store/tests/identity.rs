@@ -1,0 +1,198 @@
+//! Identity, on every backend: personal access tokens (creation, scopes,
+//! authentication, listing without secrets, revocation — foreign and
+//! missing alike) and passwords (verification, case rules, duplicate and
+//! invalid accounts).
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use zm_contracts::ErrorCode;
+use zm_store::{SCOPE_READ, SCOPE_WRITE, Store};
+
+backend_tests! {
+    async fn tokens_and_passwords(store: Store, label: &str) {
+        let (u, _) = user(&store, "tok").await;
+        let (other, _) = user(&store, "tok-other").await;
+
+        let (info, secret) = ok(
+            store
+                .create_token(&u.id, Some("laptop"), &[SCOPE_READ, SCOPE_WRITE])
+                .await,
+            label,
+            "create token",
+        );
+        assert!(
+            secret.starts_with("zm_pat_") && secret.len() > 30,
+            "[{label}] secret {secret:?}"
+        );
+        assert_eq!(info.user_id, u.id, "[{label}] token owner");
+        let (_, second) = ok(
+            store.create_token(&u.id, None, &[SCOPE_READ]).await,
+            label,
+            "second token",
+        );
+        assert_ne!(secret, second, "[{label}] secrets are unique");
+
+        let auth =
+            ok(store.authenticate(&secret).await, label, "authenticate").expect("valid token");
+        assert_eq!(auth.user_id, u.id, "[{label}] authenticates as its user");
+        assert_eq!(auth.token_id, info.id, "[{label}] token id");
+        assert!(auth.can_write(), "[{label}] write scope");
+        let read_only = ok(
+            store.authenticate(&second).await,
+            label,
+            "authenticate read-only",
+        )
+        .expect("valid");
+        assert!(!read_only.can_write(), "[{label}] read-only token");
+        assert_eq!(
+            ok(
+                store.authenticate("zm_pat_not_a_real_token").await,
+                label,
+                "bogus"
+            ),
+            None,
+            "[{label}] bogus token"
+        );
+        let mut tampered = secret.clone();
+        tampered.push('x');
+        assert_eq!(
+            ok(store.authenticate(&tampered).await, label, "tampered"),
+            None,
+            "[{label}] tampered token"
+        );
+
+        // The secret is never listed.
+        let listed = ok(store.list_tokens(&u.id).await, label, "list");
+        assert_eq!(listed.len(), 2, "[{label}] two tokens");
+        assert!(
+            !format!("{listed:?}").contains(&secret),
+            "[{label}] the listing has no secret"
+        );
+        assert!(
+            ok(store.list_tokens(&other.id).await, label, "list other").is_empty(),
+            "[{label}] other lists none"
+        );
+
+        // Another user cannot revoke it, and it reads as not found.
+        let e = err(
+            store.revoke_token(&other.id, &info.id).await,
+            ErrorCode::NotFound,
+            label,
+            "foreign revoke",
+        );
+        let ghost = err(
+            store
+                .revoke_token(&other.id, "tok_0123456789abcdef.0123456789")
+                .await,
+            ErrorCode::NotFound,
+            label,
+            "ghost revoke",
+        );
+        assert_eq!(
+            e.message, ghost.message,
+            "[{label}] foreign and missing look alike"
+        );
+        assert!(
+            ok(store.authenticate(&secret).await, label, "still valid").is_some(),
+            "[{label}] still valid"
+        );
+
+        ok(store.revoke_token(&u.id, &info.id).await, label, "revoke");
+        assert_eq!(
+            ok(store.authenticate(&secret).await, label, "revoked"),
+            None,
+            "[{label}] revoked token fails"
+        );
+        err(
+            store.revoke_token(&u.id, &info.id).await,
+            ErrorCode::NotFound,
+            label,
+            "revoke twice",
+        );
+        assert!(
+            ok(store.authenticate(&second).await, label, "other token").is_some(),
+            "[{label}] the other token lives"
+        );
+
+        // Passwords.
+        let me = ok(
+            store.verify_password(&u.email, PASSWORD).await,
+            label,
+            "right password",
+        );
+        assert_eq!(
+            me.map(|m| m.id),
+            Some(u.id.clone()),
+            "[{label}] right password"
+        );
+        let upper = ok(
+            store
+                .verify_password(&u.email.to_uppercase(), PASSWORD)
+                .await,
+            label,
+            "email case",
+        );
+        assert_eq!(
+            upper.map(|m| m.id),
+            Some(u.id.clone()),
+            "[{label}] email is case-insensitive"
+        );
+        assert_eq!(
+            ok(
+                store.verify_password(&u.email, "wrong password").await,
+                label,
+                "wrong"
+            ),
+            None,
+            "[{label}] wrong password"
+        );
+        assert_eq!(
+            ok(
+                store
+                    .verify_password(&other.email, PASSWORD.to_uppercase().as_str())
+                    .await,
+                label,
+                "wrong"
+            ),
+            None,
+            "[{label}] case matters"
+        );
+        assert_eq!(
+            ok(
+                store
+                    .verify_password(&format!("{}@nowhere.invalid", unique("nobody")), PASSWORD)
+                    .await,
+                label,
+                "unknown"
+            ),
+            None,
+            "[{label}] unknown user"
+        );
+        // Duplicate emails are a conflict, bad input a validation failure.
+        err(
+            store.create_user(&u.email, PASSWORD).await,
+            ErrorCode::Conflict,
+            label,
+            "duplicate email",
+        );
+        err(
+            store.create_user("not-an-email", PASSWORD).await,
+            ErrorCode::ValidationFailed,
+            label,
+            "bad email",
+        );
+        err(
+            store
+                .create_user(&format!("{}@x.invalid", unique("short")), "short")
+                .await,
+            ErrorCode::ValidationFailed,
+            label,
+            "short password",
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! What `recall` (and `build_context`) read, on every backend: the default
+//! read sets — pinned by a hint, a thread or the attached project, unpinned,
+//! explicit scopes, kinds, briefings, an unresolvable hint — and full-text
+//! safety: hostile and over-long queries never error, and operators are
+//! plain words.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::{ErrorCode, RecallInput};
+use zm_store::Store;
+
+fn hostile_queries() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "\"",
+        "'",
+        "\"\"",
+        "AND OR NOT NEAR",
+        "foo*",
+        "^bar",
+        "-baz",
+        "(a OR b)",
+        "col:val",
+        "NEAR(a b, 3)",
+        "a NOT b",
+        "{content}: x",
+        "🦀🎉",
+        "café 日本語",
+        "foo' | bar & !baz <-> qux:*",
+        "'; DROP TABLE memories; --",
+        "\\ \\\\ \\\"",
+        "the a an of",
+        "%_%",
+        "$1 $2 ?",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    v.push("x".repeat(2048));
+    v
+}
+
+backend_tests! {
+    async fn default_read_sets(store: Store, label: &str) {
+        let (_, caller) = user(&store, "reads").await;
+        let (_, stranger) = user(&store, "reads-other").await;
+        let in_alpha = ok(
+            remember(&store, &caller, json!({"content": "zebrafish alpha: the alpha service caches sessions.", "project_hint": "/src/alpha"})).await,
+            label,
+            "alpha",
+        );
+        let in_beta = ok(
+            remember(&store, &caller, json!({"content": "zebrafish beta: the beta service streams events.", "project_hint": "/src/beta"})).await,
+            label,
+            "beta",
+        );
+        let in_personal = ok(
+            remember(&store, &caller, json!({"content": "zebrafish personal: I like tabs.", "kind": "preference", "scope": "personal"})).await,
+            label,
+            "personal",
+        );
+        let in_core = ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "zebrafish core: UTF-8 everywhere.", "scope": "core"}),
+            )
+            .await,
+            label,
+            "core",
+        );
+        let foreign = ok(
+            remember(
+                &store,
+                &stranger,
+                json!({"content": "zebrafish foreign: not yours.", "scope": "core"}),
+            )
+            .await,
+            label,
+            "stranger",
+        );
+        let alpha = in_alpha.scope.clone().unwrap();
+        let beta = in_beta.scope.clone().unwrap();
+        assert_ne!(alpha, beta, "[{label}] two projects");
+        let [a, b, p, c, f] = [&in_alpha, &in_beta, &in_personal, &in_core, &foreign]
+            .map(|o| o.memory_id.to_string());
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+
+        // Pinned by a hint: the project, personal and core; not the other project.
+        let out = ok(
+            recall(
+                &store,
+                &caller,
+                json!({"query": "zebrafish", "project_hint": "/src/alpha"}),
+            )
+            .await,
+            label,
+            "pinned",
+        );
+        let ids: Vec<String> = out.memories.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![a.clone(), p.clone(), c.clone()]),
+            "[{label}] pinned read set"
+        );
+        assert_eq!(
+            out.project_scope.as_deref(),
+            Some(alpha.as_str()),
+            "[{label}] project_scope"
+        );
+
+        // Nothing pinned: every scope of the user (and nothing of others).
+        let ids = recall_ids(&store, &caller, label, json!({"query": "zebrafish"})).await;
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![a.clone(), b.clone(), p.clone(), c.clone()]),
+            "[{label}] unpinned"
+        );
+        let ids = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "zebrafish", "scopes": ["*"]}),
+        )
+        .await;
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![a.clone(), b.clone(), p.clone(), c.clone()]),
+            "[{label}] *"
+        );
+        assert!(
+            !recall_ids(
+                &store,
+                &caller,
+                label,
+                json!({"query": "zebrafish", "scopes": ["*"]})
+            )
+            .await
+            .contains(&f)
+        );
+
+        // Explicit scopes are used as given (and win over a hint).
+        let ids = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "zebrafish", "scopes": [beta], "project_hint": "/src/alpha"}),
+        )
+        .await;
+        assert_eq!(ids, vec![b.clone()], "[{label}] explicit project");
+        let ids = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "zebrafish", "scopes": ["core", "personal"]}),
+        )
+        .await;
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![p.clone(), c.clone()]),
+            "[{label}] shorthands"
+        );
+        let ids = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "zebrafish", "kinds": ["preference"]}),
+        )
+        .await;
+        assert_eq!(ids, vec![p.clone()], "[{label}] kinds filter");
+
+        // Pinned to beta while the connection is attached to alpha.
+        let att = attached(&caller, &alpha);
+        let out = ok(
+            recall(
+                &store,
+                &att,
+                json!({"query": "zebrafish", "project_hint": "/src/beta"}),
+            )
+            .await,
+            label,
+            "cross pin",
+        );
+        assert_eq!(
+            out.project_scope.as_deref(),
+            Some(beta.as_str()),
+            "[{label}] the read is pinned to beta"
+        );
+        assert_eq!(
+            out.session.as_ref().unwrap().attached_project.as_deref(),
+            Some(alpha.as_str()),
+            "[{label}] the session stays attached to alpha"
+        );
+        let ids: Vec<String> = out.memories.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![b.clone(), p.clone(), c.clone()]),
+            "[{label}] beta read set"
+        );
+        // The attached project pins a read with no hint.
+        let out = ok(
+            recall(&store, &att, json!({"query": "zebrafish"})).await,
+            label,
+            "attached pin",
+        );
+        assert_eq!(
+            out.project_scope.as_deref(),
+            Some(alpha.as_str()),
+            "[{label}] attached pin"
+        );
+        let ids: Vec<String> = out.memories.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![a.clone(), p.clone(), c.clone()]),
+            "[{label}] attached read set"
+        );
+        // An unattached session reports the pin as its attachment.
+        let out = ok(
+            recall(
+                &store,
+                &caller,
+                json!({"query": "zebrafish", "project_hint": "/src/beta"}),
+            )
+            .await,
+            label,
+            "pin",
+        );
+        assert_eq!(
+            out.session.unwrap().attached_project.as_deref(),
+            Some(beta.as_str()),
+            "[{label}] first attach"
+        );
+
+        // A briefing with nothing pinned reads personal and core only.
+        let ctx = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "zebrafish", "briefing": true}),
+            )
+            .await,
+            label,
+            "unpinned briefing",
+        );
+        let ids: Vec<String> = ctx.memories.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![p.clone(), c.clone()]),
+            "[{label}] unpinned briefing"
+        );
+        assert_eq!(ctx.project_scope, None, "[{label}] nothing pinned");
+        // A pinned briefing reads the project too.
+        let ctx = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "zebrafish", "briefing": true, "project_hint": "/src/beta"}),
+            )
+            .await,
+            label,
+            "pinned briefing",
+        );
+        let ids: Vec<String> = ctx.memories.iter().map(|m| m.id.to_string()).collect();
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![b.clone(), p.clone(), c.clone()]),
+            "[{label}] pinned briefing"
+        );
+
+        // An unresolvable hint never narrows a read.
+        let ids = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "zebrafish", "project_hint": "///"}),
+        )
+        .await;
+        assert_eq!(
+            sorted(ids),
+            sorted(vec![a, b, p, c]),
+            "[{label}] bad hint is ignored"
+        );
+    }
+
+    async fn hostile_full_text_queries_never_error(store: Store, label: &str) {
+        let (_, caller) = user(&store, "hostile").await;
+        ok(
+            remember(&store, &caller, json!({"content": "café 日本語 foo bar baz col val NEAR the (a OR b)", "scope": "core"})).await,
+            label,
+            "seed",
+        );
+        ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "'; DROP TABLE memories; -- \" ^bar -baz foo*", "scope": "core"}),
+            )
+            .await,
+            label,
+            "hostile content",
+        );
+        for q in hostile_queries() {
+            let short: String = q.chars().take(40).collect();
+            ok(
+                recall(&store, &caller, json!({"query": q})).await,
+                label,
+                &format!("recall {short:?}"),
+            );
+            ok(
+                recall(
+                    &store,
+                    &caller,
+                    json!({"query": q, "scopes": ["core"], "include_graph": true}),
+                )
+                .await,
+                label,
+                &format!("recall scoped {short:?}"),
+            );
+            ok(
+                build_context(&store, &caller, json!({"topic": q, "briefing": true})).await,
+                label,
+                &format!("build_context {short:?}"),
+            );
+        }
+        // Longer than the schema allows: validation refuses it cleanly, and
+        // the store itself copes with it anyway.
+        let long_words = (0..1500)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        for q in [long_words, "y".repeat(5000), "\"'*:()".repeat(900)] {
+            assert!(q.chars().count() >= 5000);
+            let e = zm_contracts::parse_input::<RecallInput>(&json!({"query": q})).unwrap_err();
+            assert_eq!(
+                e.code,
+                ErrorCode::ValidationFailed,
+                "[{label}] an over-long query is validation_failed"
+            );
+            let direct = RecallInput {
+                query: q.clone(),
+                thread: None,
+                scopes: None,
+                kinds: None,
+                k: 10,
+                include_graph: false,
+                project_hint: None,
+            };
+            ok(
+                tools(&store)
+                    .run::<zm_contracts::catalogue::tool::Recall>(&caller, direct)
+                    .await,
+                label,
+                "recall of a 5000-char query",
+            );
+        }
+        // A hostile query still finds what it names.
+        let seen = recall_ids(&store, &caller, label, json!({"query": "café"})).await;
+        assert!(!seen.is_empty(), "[{label}] café finds the seeded memory");
+        let seen = recall_ids(&store, &caller, label, json!({"query": "(a OR b) NEAR"})).await;
+        assert!(!seen.is_empty(), "[{label}] operators are plain words");
+    }
+}

@@ -1,0 +1,257 @@
+//! What `remember` does with what is already there, on every backend: exact
+//! duplicates are absorbed only within one scope and only by live memories;
+//! near-duplicates are stored and reported in `similar_existing`; a
+//! `supersedes` link retires its target (and closes a superseded loop).
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::{ErrorCode, MemoryKind};
+use zm_store::Store;
+
+const LONG_ORIGINAL: &str = "The staging database cluster runs PostgreSQL sixteen with the pgvector extension enabled, nightly logical backups shipped to the eu-west object store bucket, connection pooling through pgbouncer in transaction mode, a read replica dedicated to analytics dashboards, and autovacuum tuned aggressively for the events table.";
+
+backend_tests! {
+    async fn exact_dedup_only_within_one_scope(store: Store, label: &str) {
+        let (_, caller) = user(&store, "dedup").await;
+        let text = "The staging cluster runs three replicas.";
+        let first = ok(
+            remember(&store, &caller, json!({"content": text, "scope": "core"})).await,
+            label,
+            "first",
+        );
+        assert_eq!(first.deduplicated, None, "[{label}] first write is new");
+        let again = ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": format!("  {text}\n"), "scope": "core"}),
+            )
+            .await,
+            label,
+            "identical write",
+        );
+        assert_eq!(
+            again.deduplicated,
+            Some(true),
+            "[{label}] identical write is absorbed"
+        );
+        assert_eq!(again.memory_id, first.memory_id, "[{label}] same memory id");
+
+        let other = ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": text, "scope": "personal"}),
+            )
+            .await,
+            label,
+            "other scope",
+        );
+        assert_eq!(other.deduplicated, None, "[{label}] no dedup across scopes");
+        assert_ne!(
+            other.memory_id, first.memory_id,
+            "[{label}] a new memory in another scope"
+        );
+
+        let seen = recall_ids(&store, &caller, label, json!({"query": "staging replicas"})).await;
+        assert_eq!(seen.len(), 2, "[{label}] exactly two memories: {seen:?}");
+
+        // A forgotten memory does not absorb a new identical write.
+        ok(
+            forget(&store, &caller, first.memory_id.as_str()).await,
+            label,
+            "forget",
+        );
+        let fresh = ok(
+            remember(&store, &caller, json!({"content": text, "scope": "core"})).await,
+            label,
+            "after forget",
+        );
+        assert_eq!(
+            fresh.deduplicated, None,
+            "[{label}] no dedup against a retired memory"
+        );
+        assert_ne!(
+            fresh.memory_id, first.memory_id,
+            "[{label}] new id after forget"
+        );
+    }
+
+    async fn near_duplicates_are_reported_and_supersedes_retires(store: Store, label: &str) {
+        let (_, caller) = user(&store, "neardup").await;
+        assert!(LONG_ORIGINAL.chars().count() > 200);
+        let old = ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": LONG_ORIGINAL, "scope": "core"}),
+            )
+            .await,
+            label,
+            "original",
+        );
+        let unrelated = ok(
+            remember(&store, &caller, json!({"content": "The frontend is written in TypeScript with Svelte.", "scope": "core"})).await,
+            label,
+            "unrelated",
+        );
+        let edited = LONG_ORIGINAL.replace("sixteen", "seventeen");
+        let new = ok(
+            remember(&store, &caller, json!({"content": edited, "scope": "core"})).await,
+            label,
+            "edit",
+        );
+        assert_eq!(
+            new.deduplicated, None,
+            "[{label}] a near-duplicate is not absorbed"
+        );
+        let similar = new.similar_existing.clone().unwrap_or_default();
+        let hit = similar
+            .iter()
+            .find(|s| s.id == old.memory_id)
+            .unwrap_or_else(|| {
+                panic!("[{label}] the original is in similar_existing: {similar:?}")
+            });
+        assert!(
+            hit.similarity >= 0.8 && hit.similarity < 1.0,
+            "[{label}] similarity {}",
+            hit.similarity
+        );
+        assert!(
+            hit.content.chars().count() <= 200,
+            "[{label}] preview is capped"
+        );
+        assert!(
+            LONG_ORIGINAL.starts_with(&hit.content),
+            "[{label}] preview is the start"
+        );
+        assert_eq!(hit.kind, MemoryKind::Fact, "[{label}] kind");
+        assert_eq!(hit.age_days, 0, "[{label}] age");
+        assert!(
+            similar
+                .iter()
+                .all(|s| s.id != unrelated.memory_id && s.id != new.memory_id),
+            "[{label}] neither the unrelated memory nor the new one is similar: {similar:?}"
+        );
+        assert!(
+            new.hint.is_some(),
+            "[{label}] the hint comes with similar_existing"
+        );
+
+        // An unrelated write gets no similar_existing.
+        let lone = ok(
+            remember(&store, &caller, json!({"content": "Grafana dashboards are provisioned from JSON.", "scope": "core"})).await,
+            label,
+            "lone",
+        );
+        assert_eq!(lone.similar_existing, None, "[{label}] nothing similar");
+
+        // `supersedes` retires the target.
+        let successor = ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "The staging database now runs PostgreSQL eighteen.", "scope": "core",
+                       "links": [{"dst": old.memory_id.as_str(), "type": "supersedes"}]}),
+            )
+            .await,
+            label,
+            "supersede",
+        );
+        let seen = recall_ids(
+            &store,
+            &caller,
+            label,
+            json!({"query": "staging database PostgreSQL", "scopes": ["*"]}),
+        )
+        .await;
+        assert!(
+            !seen.contains(&old.memory_id.to_string()),
+            "[{label}] the retired memory left recall"
+        );
+        assert!(
+            seen.contains(&successor.memory_id.to_string()),
+            "[{label}] successor is live"
+        );
+        let retired = ok(
+            store.get_memory(&caller, &old.memory_id).await,
+            label,
+            "get retired",
+        );
+        assert_eq!(
+            retired.superseded_by.as_ref(),
+            Some(&successor.memory_id),
+            "[{label}] superseded_by"
+        );
+        assert!(retired.invalidated_at.is_some(), "[{label}] invalidated_at");
+        err(
+            forget(&store, &caller, old.memory_id.as_str()).await,
+            ErrorCode::Conflict,
+            label,
+            "forget a superseded memory",
+        );
+
+        // Superseding an open loop closes it.
+        let hint = "/work/repos/loopy";
+        let task = ok(
+            remember(&store, &caller, json!({"content": "Upgrade the TLS certificates before March.", "kind": "task", "project_hint": hint})).await,
+            label,
+            "task",
+        );
+        let loops = |o: &zm_contracts::BuildContextOutput| -> Vec<String> {
+            o.open_loops.iter().map(|m| m.id.to_string()).collect()
+        };
+        let before = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "certificates", "briefing": true, "project_hint": hint}),
+            )
+            .await,
+            label,
+            "briefing",
+        );
+        assert!(
+            loops(&before).contains(&task.memory_id.to_string()),
+            "[{label}] the task is open"
+        );
+        ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "The TLS certificates were upgraded on 2 March.", "project_hint": hint,
+                       "links": [{"dst": task.memory_id.as_str(), "type": "supersedes"}]}),
+            )
+            .await,
+            label,
+            "supersede the task",
+        );
+        let after = ok(
+            build_context(
+                &store,
+                &caller,
+                json!({"topic": "certificates", "briefing": true, "project_hint": hint}),
+            )
+            .await,
+            label,
+            "briefing",
+        );
+        assert!(
+            !loops(&after).contains(&task.memory_id.to_string()),
+            "[{label}] the task is closed"
+        );
+        assert_eq!(after.open_loops_total, 0, "[{label}] no open loops left");
+        err(
+            close_loop(&store, &caller, task.memory_id.as_str()).await,
+            ErrorCode::Conflict,
+            label,
+            "close a superseded task",
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! `promote_rule` and rule delivery, on every backend: user and project
+//! layers, delivery in briefings, pinning, revocation and forced
+//! re-promotion, and isolation between two users.
+//!
+//! Each test runs once per backend through [`backend_tests!`]:
+//! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
+//! is set. Assertion messages name the backend.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::ErrorCode;
+use zm_store::Store;
+
+backend_tests! {
+    async fn rules_promote_pin_revoke_and_delivery(store: Store, l: &str) {
+        let (_, a) = user(&store, "rules-a").await;
+        let (_, b) = user(&store, "rules-b").await;
+        let pref = mem(&store, &a, l, json!({"content": "Always answer in British English.", "scope": "personal", "kind": "preference"})).await;
+        let out = ok(
+            call(&store, &a, "promote_rule", json!({"memory_id": pref})).await,
+            l,
+            "promote",
+        );
+        assert_eq!(
+            (out["target_layer"].as_str(), out["applies_scope"].is_null()),
+            (Some("user"), true),
+            "[{l}]"
+        );
+        let project = project_of(&store, &a, l, "/src/rules-project").await;
+        let conv = mem(&store, &a, l, json!({"content": "Run make lint before pushing.", "scope": project, "kind": "convention"})).await;
+        let out = ok(
+            call(
+                &store,
+                &a,
+                "promote_rule",
+                json!({"memory_id": conv, "rule_text": "Run `make lint` before every push."}),
+            )
+            .await,
+            l,
+            "promote project",
+        );
+        assert_eq!(
+            (out["target_layer"].as_str(), out["applies_scope"].as_str()),
+            (Some("project"), Some(project.as_str())),
+            "[{l}]"
+        );
+        let brief = ok(
+            call(
+                &store,
+                &a,
+                "build_context",
+                json!({"topic": "work", "briefing": true, "project_hint": "/src/rules-project"}),
+            )
+            .await,
+            l,
+            "briefing",
+        );
+        let texts: Vec<&str> = brief["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                "Always answer in British English.",
+                "Run `make lint` before every push."
+            ],
+            "[{l}]"
+        );
+        // Outside the project only the user layer arrives.
+        let plain = ok(
+            call(
+                &store,
+                &a,
+                "build_context",
+                json!({"topic": "work", "briefing": true}),
+            )
+            .await,
+            l,
+            "unpinned briefing",
+        );
+        assert_eq!(plain["rules"].as_array().unwrap().len(), 1, "[{l}] {plain}");
+        // Pinned rules lead.
+        store.pin_rule(&a, &conv, true).await.unwrap();
+        let brief = ok(
+            call(
+                &store,
+                &a,
+                "build_context",
+                json!({"topic": "work", "briefing": true, "project_hint": "/src/rules-project"}),
+            )
+            .await,
+            l,
+            "briefing 2",
+        );
+        assert_eq!(
+            brief["rules"][0],
+            json!({"text": "Run `make lint` before every push.", "pinned": true}),
+            "[{l}]"
+        );
+        // Revoked rules stop; re-promoting needs force.
+        store
+            .revoke_rule(&a, &pref, "no longer wanted")
+            .await
+            .unwrap();
+        assert!(
+            !store
+                .user_rules(&a)
+                .await
+                .unwrap()
+                .iter()
+                .any(|r| r.text.contains("British")),
+            "[{l}]"
+        );
+        err(
+            call(&store, &a, "promote_rule", json!({"memory_id": pref})).await,
+            ErrorCode::Conflict,
+            l,
+            "without force",
+        );
+        ok(
+            call(
+                &store,
+                &a,
+                "promote_rule",
+                json!({"memory_id": pref, "force": true}),
+            )
+            .await,
+            l,
+            "with force",
+        );
+        err(
+            call(&store, &b, "promote_rule", json!({"memory_id": pref})).await,
+            ErrorCode::NotFound,
+            l,
+            "B promotes A's memory",
+        );
+        err(
+            call(&store, &a, "promote_rule", json!({"memory_id": NEVER})).await,
+            ErrorCode::NotFound,
+            l,
+            "unknown",
+        );
+        ok(
+            call(&store, &a, "forget", json!({"memory_id": conv})).await,
+            l,
+            "forget",
+        );
+        err(
+            call(&store, &a, "promote_rule", json!({"memory_id": conv})).await,
+            ErrorCode::Conflict,
+            l,
+            "invalidated",
+        );
+        assert!(
+            store.user_rules(&b).await.unwrap().is_empty(),
+            "[{l}] B has no rules"
+        );
+    }
+}
