@@ -67,7 +67,7 @@ usage: cargo xtask bench [--sizes 10000,100000] [--queries 500]
   --keep      keep the temporary SQLite files (their paths are printed)";
 
 /// The `bench` command: build and run `bench-run` in release mode.
-pub fn bench(args: &[String]) -> ExitCode {
+pub(crate) fn bench(args: &[String]) -> ExitCode {
     if args.iter().any(|a| a == "-h" || a == "--help") {
         println!("{BENCH_USAGE}");
         return ExitCode::SUCCESS;
@@ -107,7 +107,7 @@ pub fn bench(args: &[String]) -> ExitCode {
 }
 
 /// The `bench-run` command (normally reached through `bench`).
-pub fn bench_run(args: &[String]) -> ExitCode {
+pub(crate) fn bench_run(args: &[String]) -> ExitCode {
     let opts = match Options::parse(args) {
         Ok(o) => o,
         Err(e) => {
@@ -242,7 +242,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        usize::try_from(self.next() % n as u64).expect("below n, a usize")
     }
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len())]
@@ -678,6 +678,12 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a rank between 0 and the sample count"
+    )]
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
@@ -758,10 +764,7 @@ struct Bench {
 
 impl Bench {
     async fn new(store: Store, label: &str) -> Result<Bench, String> {
-        let slug: String = label
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .collect();
+        let slug: String = label.chars().filter(char::is_ascii_alphanumeric).collect();
         let email = format!(
             "bench-{slug}-{}@bench.zero-memory.invalid",
             std::process::id()
@@ -968,7 +971,7 @@ impl Bench {
 }
 
 fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    std::fs::metadata(p).map_or(0, |m| m.len())
 }
 
 async fn run_backend(
@@ -1033,7 +1036,8 @@ async fn run_backend(
                     .database_size_bytes()
                     .await
                     .map_err(|e| format!("database size: {e}"))?
-                    .unwrap_or(0) as u64;
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0);
                 (b, "pg_database_size".to_string())
             }
         };
@@ -1136,8 +1140,7 @@ fn table(rows: &[Row]) -> String {
 fn temp_dir(label: &str) -> Result<PathBuf, String> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+        .map_or(0, |d| d.subsec_nanos());
     let dir = std::env::temp_dir().join(format!("zm-bench-{label}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     Ok(dir)

@@ -13,7 +13,7 @@ pub fn check_description_budget(doc: &Value) -> Result<(), Vec<String>> {
     let mut errs = Vec::new();
     for t in doc["tools"].as_array().into_iter().flatten() {
         let name = t["name"].as_str().unwrap_or("?");
-        let size = t["description"].as_str().map(str::len).unwrap_or(0);
+        let size = t["description"].as_str().map_or(0, str::len);
         if size > DESCRIPTION_BUDGET {
             errs.push(format!(
                 "tool `{name}`: description is {size} bytes, over the {DESCRIPTION_BUDGET}-byte budget"

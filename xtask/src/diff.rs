@@ -273,7 +273,7 @@ fn strings(v: &Value) -> BTreeSet<String> {
     v.as_array()
         .into_iter()
         .flatten()
-        .map(|x| x.to_string())
+        .map(std::string::ToString::to_string)
         .collect()
 }
 
@@ -299,7 +299,7 @@ fn schema_diff(d: &mut Diff, at: &str, old: &Value, new: &Value, dir: Dir) {
         match key.as_str() {
             "$schema" => {}
             "description" | "title" | "examples" => {
-                d.push(Class::Wording, format!("{at}: {key} reworded"))
+                d.push(Class::Wording, format!("{at}: {key} reworded"));
             }
             "type" => {
                 let (ta, tb) = (types(a), types(b));
@@ -410,7 +410,7 @@ fn schema_diff(d: &mut Diff, at: &str, old: &Value, new: &Value, dir: Dir) {
             }
             "default" => d.push(Class::Breaking, format!("{at}: default {a} -> {b}")),
             "format" if dir == Dir::Output && b.is_null() => {
-                d.push(Class::Breaking, format!("{at}: format dropped"))
+                d.push(Class::Breaking, format!("{at}: format dropped"));
             }
             _ => d.push(Class::Breaking, format!("{at}: {key} {a} -> {b}")),
         }

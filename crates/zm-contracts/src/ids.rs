@@ -70,15 +70,14 @@ impl IdKind {
             .chars()
             .map(|c| format!("[{}{}]", c, c.to_ascii_uppercase()))
             .collect();
-        format!(r"^\s*{prefix}_{c}{{16}}\.{c}{{10}}\s*$", c = ID_CHAR_CLASS)
+        format!(r"^\s*{prefix}_{ID_CHAR_CLASS}{{16}}\.{ID_CHAR_CLASS}{{10}}\s*$")
     }
 
     /// Mint a new id of this kind (time-ordered within the 10-char part).
     pub fn generate(self) -> String {
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let random: u128 = rand::random::<u128>() & ((1u128 << 80) - 1);
         let mut out = String::with_capacity(self.prefix().len() + 28);
         out.push_str(self.prefix());
@@ -96,8 +95,7 @@ impl IdKind {
 
 static ANY_ID: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
-        r"^([a-z]{{3}})_({c}{{16}})\.({c}{{10}})$",
-        c = ID_CHAR_CLASS
+        r"^([a-z]{{3}})_({ID_CHAR_CLASS}{{16}})\.({ID_CHAR_CLASS}{{10}})$"
     ))
     .expect("id regex")
 });

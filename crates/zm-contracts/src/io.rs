@@ -13,9 +13,16 @@ use crate::ids::{MemoryId, UserId};
 use crate::scope::{ReadScope, ScopePath, WriteScope};
 use crate::shapes::*;
 
+/// How many memory kinds there are: the most a `kinds` filter can list.
+pub const MEMORY_KINDS: usize = MemoryKind::ALL.len();
+
 /// Longest accepted free-text hint/name/query field.
 pub const MAX_SHORT_TEXT: usize = 2048;
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "garde's custom-validator signature"
+)]
 fn not_blank(value: &str, _: &()) -> garde::Result {
     if value.trim().is_empty() {
         Err(garde::Error::new("must not be empty or only whitespace"))
@@ -24,6 +31,11 @@ fn not_blank(value: &str, _: &()) -> garde::Result {
     }
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    clippy::ref_option,
+    reason = "garde's custom-validator signature"
+)]
 fn opt_not_blank(value: &Option<String>, ctx: &()) -> garde::Result {
     match value {
         Some(v) => not_blank(v, ctx),
@@ -160,7 +172,7 @@ pub struct RecallInput {
     pub scopes: Option<Vec<ReadScope>>,
     /// Only these kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 9))]
+    #[garde(length(min = 1, max = MEMORY_KINDS))]
     pub kinds: Option<Vec<MemoryKind>>,
     /// How many hits (1..100).
     #[serde(default = "default_k")]
@@ -597,4 +609,16 @@ pub struct DeleteAccountOutput {
     pub auth_deleted: bool,
     pub memories: u64,
     pub entities: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kinds_filter_is_bounded_by_the_number_of_kinds() {
+        let schema = crate::schema_of::<RecallInput>();
+        let kinds = &schema["properties"]["kinds"];
+        assert_eq!(kinds["maxItems"], MEMORY_KINDS, "{kinds}");
+    }
 }

@@ -11,6 +11,7 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use garde::Validate;
@@ -69,7 +70,9 @@ type Validators = Mutex<HashMap<TypeId, Arc<jsonschema::Validator>>>;
 static VALIDATORS: LazyLock<Validators> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn validator_for<T: JsonSchema + 'static>() -> Arc<jsonschema::Validator> {
-    let mut map = VALIDATORS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = VALIDATORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     map.entry(TypeId::of::<T>())
         .or_insert_with(|| {
             Arc::new(
@@ -93,7 +96,9 @@ fn pointer_to_path(location: &jsonschema::paths::Location) -> String {
     for seg in location.segments() {
         match seg {
             jsonschema::paths::LocationSegment::Property(p) => out = join(&out, &p),
-            jsonschema::paths::LocationSegment::Index(i) => out.push_str(&format!("[{i}]")),
+            jsonschema::paths::LocationSegment::Index(i) => {
+                let _ = write!(out, "[{i}]");
+            }
         }
     }
     out
@@ -205,6 +210,8 @@ fn type_words(kind: &jsonschema::error::TypeKind) -> String {
 fn integral_floats_as_integers(v: &Value) -> Value {
     match v {
         Value::Number(n) if !n.is_i64() && !n.is_u64() => match n.as_f64() {
+            // Exactly representable: integral and well inside ±2^53.
+            #[allow(clippy::cast_possible_truncation, reason = "integral and below 2^53")]
             Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
             _ => v.clone(),
         },
@@ -219,7 +226,8 @@ fn integral_floats_as_integers(v: &Value) -> Value {
 }
 
 /// Build the `validation_failed` error for a list of field errors.
-pub fn validation_error(fields: Vec<FieldError>) -> ToolError {
+pub fn validation_error(fields: impl AsRef<[FieldError]>) -> ToolError {
+    let fields = fields.as_ref();
     let summary = fields
         .iter()
         .map(|f| {
@@ -270,7 +278,7 @@ where
         }])
     })?;
     if let Err(report) = typed.validate() {
-        let fields = report
+        let fields: Vec<FieldError> = report
             .iter()
             .map(|(path, err)| FieldError {
                 path: path.to_string(),

@@ -58,11 +58,18 @@ impl IntoResponse for ApiError {
 }
 
 /// The generic body of a panic: the cause goes to the log only.
+#[allow(
+    clippy::needless_pass_by_value,
+    reason = "the signature CatchPanicLayer::custom calls"
+)]
 pub fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let cause = err
         .downcast_ref::<String>()
         .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .or_else(|| {
+            err.downcast_ref::<&str>()
+                .map(std::string::ToString::to_string)
+        })
         .unwrap_or_else(|| "unknown panic".into());
     tracing::error!(target: "zm_http", %cause, "handler panicked");
     ApiError::new(ToolError::new(

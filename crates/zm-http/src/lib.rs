@@ -134,6 +134,6 @@ async fn request_id(
     resp.headers_mut().insert("x-request-id", value);
     let status = resp.status().as_u16();
     state.metrics.request(status).await;
-    tracing::info!(target: "zm_http", request_id = %id, %method, %path, status, duration_ms = started.elapsed().as_millis() as u64, "request");
+    tracing::info!(target: "zm_http", request_id = %id, %method, %path, status, duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "request");
     resp
 }

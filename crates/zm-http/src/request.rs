@@ -33,8 +33,7 @@ pub fn client_ip(trust_proxy: bool, headers: &HeaderMap, peer: Option<SocketAddr
             return ip.to_string();
         }
     }
-    peer.map(|p| p.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    peer.map_or_else(|| "unknown".into(), |p| p.ip().to_string())
 }
 
 /// Extractor: the client IP (see [`client_ip`]), honouring

@@ -71,7 +71,7 @@ impl HttpConfig {
     pub fn hosts(&self) -> Vec<String> {
         let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
             .iter()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
         if let Some(h) = host_of(&self.public_url) {
             hosts.push(h);
@@ -99,7 +99,7 @@ pub fn origin_of(url: &str) -> Option<String> {
     url::Url::parse(url)
         .ok()
         .map(|u| u.origin())
-        .filter(|o| o.is_tuple())
+        .filter(url::Origin::is_tuple)
         .map(|o| o.ascii_serialization())
 }
 
@@ -195,7 +195,9 @@ impl RateLimiter {
         }
         if entry.1 >= max {
             let left = window.saturating_sub(now.duration_since(entry.0));
-            return Err(left.as_secs_f64().ceil().max(1.0) as u64);
+            // Whole seconds, rounded up, at least one.
+            let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            return Err(secs.max(1));
         }
         entry.1 += 1;
         Ok(())

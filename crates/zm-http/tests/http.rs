@@ -551,7 +551,11 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
         }));
     }
     // Every write is inside the server, held at the gate.
-    let all_in = tokio::time::timeout(PATIENCE, arrived.acquire_many(WRITES as u32)).await;
+    let all_in = tokio::time::timeout(
+        PATIENCE,
+        arrived.acquire_many(u32::try_from(WRITES).unwrap()),
+    )
+    .await;
     assert!(
         all_in.is_ok(),
         "the {WRITES} writes never all reached the server"

@@ -90,7 +90,7 @@ impl ZeroMemoryMcp {
     pub fn with_attached_project(self, project: Option<String>) -> Self {
         self.conn
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .attached_project = project;
         self
     }
@@ -99,7 +99,7 @@ impl ZeroMemoryMcp {
     pub fn attached_project(&self) -> Option<String> {
         self.conn
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .attached_project
             .clone()
     }
@@ -119,7 +119,10 @@ impl ZeroMemoryMcp {
             }
         };
         caller.transport = Transport::Mcp;
-        let state = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A stateless (2026-07-28) request has no transport session.
         let stateless = ctx.meta.protocol_version().is_some();
         caller.agent_name = ctx.client_info().map(|i| i.name);
@@ -142,7 +145,10 @@ impl ZeroMemoryMcp {
     /// Keep what the tool service reported about the session: the
     /// attachment it decided (first attach wins) and a thread it issued.
     fn carry(&self, out: &ToolOutput) {
-        let mut st = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(session) = out.session() {
             st.attached_project = session.attached_project.clone();
         }
@@ -314,7 +320,7 @@ impl ServerHandler for ZeroMemoryMcp {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        let args = request.arguments.map_or(Value::Null, Value::Object);
         self.run_tool(&request.name, args, &ctx)
             .await
             .map(Into::into)

@@ -1352,7 +1352,7 @@ async fn unknown_tool_is_a_json_rpc_error() {
         for name in ["nope", "scan_hygiene", "Remember", ""] {
             match c.try_call(name, json!({})).await {
                 Err(rmcp::ServiceError::McpError(e)) => {
-                    assert!(e.message.contains("Unknown tool"), "{}", e.message)
+                    assert!(e.message.contains("Unknown tool"), "{}", e.message);
                 }
                 other => panic!("{era:?} {name:?}: expected a JSON-RPC error, got {other:?}"),
             }

@@ -117,6 +117,7 @@ pub fn describe(e: &ToolError) -> String {
     s
 }
 
+#[allow(clippy::needless_pass_by_value, reason = "used as `.map_err(tool)`")]
 fn tool(e: ToolError) -> anyhow::Error {
     anyhow!("{}", describe(&e))
 }
@@ -334,8 +335,7 @@ async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
     store.close().await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let rows: Vec<Vec<String>> = tokens
         .iter()
         .map(|t| {
@@ -352,9 +352,7 @@ async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
                 t.scopes.join(" "),
                 status.to_string(),
                 rfc3339(t.created_at),
-                t.last_used_at
-                    .map(rfc3339)
-                    .unwrap_or_else(|| "never".into()),
+                t.last_used_at.map_or_else(|| "never".into(), rfc3339),
             ]
         })
         .collect();
@@ -396,9 +394,7 @@ async fn oauth_clients(cfg: &Config, email: &str) -> anyhow::Result<()> {
                 },
                 c.active_tokens.to_string(),
                 rfc3339(c.authorized_at),
-                c.last_used_at
-                    .map(rfc3339)
-                    .unwrap_or_else(|| "never".into()),
+                c.last_used_at.map_or_else(|| "never".into(), rfc3339),
             ]
         })
         .collect();

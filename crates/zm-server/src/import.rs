@@ -258,7 +258,7 @@ impl Importer {
             Err(e) => {
                 self.summary
                     .errors
-                    .push(format!("line {line}: {:?}: {}", content, describe(&e)))
+                    .push(format!("line {line}: {:?}: {}", content, describe(&e)));
             }
         }
     }
@@ -471,7 +471,7 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
                 &text,
                 args.target.unwrap_or(ImportTargetArg::Personal),
             )
-            .await
+            .await;
         }
     }
     let summary = imp.summary;

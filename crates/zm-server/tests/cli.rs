@@ -741,6 +741,7 @@ impl Stdio2 {
         }
     }
 
+    #[allow(clippy::needless_pass_by_value, reason = "called with json!(…)")]
     fn send(&mut self, msg: Value) {
         let stdin = self.child.stdin.as_mut().unwrap();
         writeln!(stdin, "{msg}").unwrap();

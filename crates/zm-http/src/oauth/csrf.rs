@@ -54,8 +54,7 @@ pub(super) fn set_cookie(public_url: &str, value: &str, max_age: u64) -> String 
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn mac(key: &[u8; 32], cookie: &str, ts: u64, canonical: &str) -> Hmac<Sha256> {

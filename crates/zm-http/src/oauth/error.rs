@@ -189,7 +189,7 @@ mod tests {
                 405 => assert_eq!(h[header::ALLOW], "POST"),
                 429 => assert_eq!(h[header::RETRY_AFTER], "1", "at least one second"),
                 _ => {
-                    assert!(h.get(header::ALLOW).is_none() && h.get(header::RETRY_AFTER).is_none())
+                    assert!(h.get(header::ALLOW).is_none() && h.get(header::RETRY_AFTER).is_none());
                 }
             }
         }

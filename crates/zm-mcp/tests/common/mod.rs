@@ -21,16 +21,16 @@ use zm_mcp::{Identity, McpConfig, ZeroMemoryMcp};
 use zm_store::{Caller, Store, sqlite_url};
 
 /// The client name the default config caps.
-pub const CAPPED: &str = "claude-code";
+pub(crate) const CAPPED: &str = "claude-code";
 /// A client name nobody caps.
-pub const UNCAPPED: &str = "zm-tests";
+pub(crate) const UNCAPPED: &str = "zm-tests";
 
 /// A well-formed memory id that never exists.
-pub const NEVER: &str = "mem_0000000000000000.0000000000";
+pub(crate) const NEVER: &str = "mem_0000000000000000.0000000000";
 
 /// Which protocol era the client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub(crate) enum Era {
     /// 2025-11-25: `initialize`, a session.
     Legacy,
     /// 2026-07-28: `server/discover`, per-request `_meta`.
@@ -38,14 +38,14 @@ pub enum Era {
 }
 
 /// One store, one owner.
-pub struct Env {
+pub(crate) struct Env {
     pub dir: TempDir,
     pub store: Store,
     pub user: String,
 }
 
 impl Env {
-    pub async fn new() -> Env {
+    pub(crate) async fn new() -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&sqlite_url(&dir.path().join("zm.db")))
             .await
@@ -59,7 +59,7 @@ impl Env {
     }
 
     /// Another account in the same store.
-    pub async fn add_user(&self, email: &str) -> String {
+    pub(crate) async fn add_user(&self, email: &str) -> String {
         self.store
             .create_user(email, "correct horse battery staple")
             .await
@@ -67,16 +67,16 @@ impl Env {
             .id
     }
 
-    pub fn caller(&self) -> Caller {
+    pub(crate) fn caller(&self) -> Caller {
         Caller::new(self.user.clone())
     }
 
     /// A server for the owner.
-    pub fn server(&self) -> ZeroMemoryMcp {
+    pub(crate) fn server(&self) -> ZeroMemoryMcp {
         self.server_for(&self.user)
     }
 
-    pub fn server_for(&self, user: &str) -> ZeroMemoryMcp {
+    pub(crate) fn server_for(&self, user: &str) -> ZeroMemoryMcp {
         ZeroMemoryMcp::new(
             zm_store::ToolService::new(self.store.clone()),
             Arc::new(McpConfig::default()),
@@ -85,21 +85,21 @@ impl Env {
     }
 
     /// A legacy-era connection of an uncapped client for the owner.
-    pub async fn connect(&self) -> Client {
+    pub(crate) async fn connect(&self) -> Client {
         Client::connect(self.server(), UNCAPPED, Era::Legacy).await
     }
 
-    pub async fn connect_as(&self, user: &str) -> Client {
+    pub(crate) async fn connect_as(&self, user: &str) -> Client {
         Client::connect(self.server_for(user), UNCAPPED, Era::Legacy).await
     }
 
-    pub async fn connect_with(&self, client_name: &str, era: Era) -> Client {
+    pub(crate) async fn connect_with(&self, client_name: &str, era: Era) -> Client {
         Client::connect(self.server(), client_name, era).await
     }
 }
 
 /// A connected rmcp client.
-pub struct Client {
+pub(crate) struct Client {
     pub svc: RunningService<RoleClient, ClientConfig>,
     pub server: ZeroMemoryMcp,
     pub era: Era,
@@ -109,7 +109,7 @@ pub struct Client {
 }
 
 impl Client {
-    pub async fn connect(server: ZeroMemoryMcp, client_name: &str, era: Era) -> Client {
+    pub(crate) async fn connect(server: ZeroMemoryMcp, client_name: &str, era: Era) -> Client {
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
         let handler = server.clone();
         tokio::spawn(async move {
@@ -141,7 +141,11 @@ impl Client {
     }
 
     /// `tools/call`, as raw JSON; `Err` is a JSON-RPC error.
-    pub async fn try_call(&self, name: &str, args: Value) -> Result<Value, rmcp::ServiceError> {
+    pub(crate) async fn try_call(
+        &self,
+        name: &str,
+        args: Value,
+    ) -> Result<Value, rmcp::ServiceError> {
         let mut params = json!({ "name": name });
         if !args.is_null() {
             params["arguments"] = args;
@@ -158,7 +162,7 @@ impl Client {
     }
 
     /// `tools/call` that must come back as a tool result (success or tool error).
-    pub async fn call(&self, name: &str, args: Value) -> Value {
+    pub(crate) async fn call(&self, name: &str, args: Value) -> Value {
         match self.try_call(name, args.clone()).await {
             Ok(v) => v,
             Err(e) => panic!("{name}({args}) came back as a JSON-RPC error: {e}"),
@@ -176,21 +180,21 @@ impl Client {
     }
 
     /// A successful call: checks the envelope and returns `structuredContent`.
-    pub async fn ok(&self, name: &str, args: Value) -> Value {
+    pub(crate) async fn ok(&self, name: &str, args: Value) -> Value {
         let result = self.call(name, args.clone()).await;
         self.check_success(name, &args, &result);
         result["structuredContent"].clone()
     }
 
     /// A successful call, returning the whole result.
-    pub async fn ok_full(&self, name: &str, args: Value) -> Value {
+    pub(crate) async fn ok_full(&self, name: &str, args: Value) -> Value {
         let result = self.call(name, args.clone()).await;
         self.check_success(name, &args, &result);
         result
     }
 
     /// The checks every success passes (PRODUCT.md §2.3).
-    pub fn check_success(&self, name: &str, args: &Value, result: &Value) {
+    pub(crate) fn check_success(&self, name: &str, args: &Value, result: &Value) {
         let ctx = format!("{name}({args}) → {result:#}");
         assert_ne!(result["isError"], true, "unexpected tool error: {ctx}");
         let tool = ToolName::parse(name).expect("known tool");
@@ -291,7 +295,7 @@ impl Client {
     }
 
     /// A tool error with `code`: returns the `error` object.
-    pub async fn err(&self, name: &str, args: Value, code: &str) -> Value {
+    pub(crate) async fn err(&self, name: &str, args: Value, code: &str) -> Value {
         let result = self.call(name, args.clone()).await;
         check_error(&result, code, &format!("{name}({args})"))
     }
@@ -299,7 +303,7 @@ impl Client {
 
 /// The checks every tool error passes: `isError`, the body as the first text
 /// block and as `structuredContent`, the expected code.
-pub fn check_error(result: &Value, code: &str, what: &str) -> Value {
+pub(crate) fn check_error(result: &Value, code: &str, what: &str) -> Value {
     let ctx = format!("{what} → {result:#}");
     assert_eq!(result["isError"], true, "expected a tool error: {ctx}");
     let content = result["content"].as_array().expect("content");
@@ -323,7 +327,7 @@ pub fn check_error(result: &Value, code: &str, what: &str) -> Value {
 }
 
 /// The `details.fields[*].path`s of a `validation_failed` error.
-pub fn field_paths(err: &Value) -> Vec<String> {
+pub(crate) fn field_paths(err: &Value) -> Vec<String> {
     err["details"]["fields"]
         .as_array()
         .map(|f| {
@@ -335,7 +339,7 @@ pub fn field_paths(err: &Value) -> Vec<String> {
 }
 
 /// The footer (last text block) of a result.
-pub fn footer(result: &Value) -> String {
+pub(crate) fn footer(result: &Value) -> String {
     result["content"]
         .as_array()
         .and_then(|c| c.last())
@@ -345,6 +349,6 @@ pub fn footer(result: &Value) -> String {
 }
 
 /// A fake AWS access key id, assembled at run time.
-pub fn fake_secret() -> String {
+pub(crate) fn fake_secret() -> String {
     format!("AKIA{}", "QWERTYUIOPASDFGH")
 }
