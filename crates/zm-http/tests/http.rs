@@ -441,6 +441,26 @@ async fn rest_and_mcp_give_the_same_results() {
         .await;
     let result = &msgs.iter().find(|m| m["id"] == 4).unwrap()["result"];
     assert_eq!(result["structuredContent"]["error"]["code"], "forbidden");
+    // One tool service counted all of it, by transport and error code.
+    let m = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "zm_tool_calls_total{tool=\"recall\",transport=\"rest\"} 1",
+        "zm_tool_calls_total{tool=\"recall\",transport=\"mcp\"} 1",
+        "zm_tool_errors_total{tool=\"forget\",transport=\"rest\",code=\"validation_failed\"} 1",
+        "zm_tool_errors_total{tool=\"forget\",transport=\"mcp\",code=\"validation_failed\"} 1",
+        "zm_tool_errors_total{tool=\"remember\",transport=\"mcp\",code=\"forbidden\"} 1",
+        "zm_tool_duration_seconds_count{tool=\"recall\"} 2",
+    ] {
+        assert!(m.contains(line), "{line} missing from\n{m}");
+    }
     s.stop().await;
 }
 
