@@ -1,8 +1,10 @@
 //! The audit log: one append-only row per write command.
 
 use serde_json::{Map, Value, json};
-use zm_contracts::{IdKind, ToolError};
+use sqlx::any::AnyRow;
+use zm_contracts::{AuthorKind, IdKind, ToolError};
 
+use crate::rows::{FromAnyRow, col, json_col};
 use crate::store::{Caller, Store};
 
 /// Strings longer than this never reach the audit payload whole.
@@ -76,6 +78,33 @@ pub fn audit_payload(input: &Value) -> Value {
     v
 }
 
+/// An audit row as [`Store::audit_rows`] lists it.
+struct AuditRow {
+    command: String,
+    payload: Value,
+    outcome: String,
+    error_code: Option<String>,
+    error: Option<String>,
+    agent_name: Option<String>,
+    request_id: Option<String>,
+    duration_ms: i64,
+}
+
+impl FromAnyRow for AuditRow {
+    fn from_row(r: &AnyRow) -> Result<AuditRow, ToolError> {
+        Ok(AuditRow {
+            command: col(r, "command")?,
+            payload: json_col(r, "payload")?,
+            outcome: col(r, "outcome")?,
+            error_code: col(r, "error_code")?,
+            error: col(r, "error")?,
+            agent_name: col(r, "agent_name")?,
+            request_id: col(r, "request_id")?,
+            duration_ms: col(r, "duration_ms")?,
+        })
+    }
+}
+
 /// One audit entry.
 pub struct AuditEntry<'a> {
     pub command: &'a str,
@@ -124,11 +153,12 @@ impl Store {
         };
         sqlx::query(
             "INSERT INTO audit_log (id, occurred_at, actor_id, author_kind, agent_name, command, payload, outcome, error_code, error, duration_ms, request_id) \
-             VALUES ($1, $2, $3, 'agent', $4, $5, $6, $7, $8, $9, $10, $11)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(IdKind::AuditLog.generate())
         .bind(self.now())
         .bind(caller.user_id.clone())
+        .bind(AuthorKind::Agent.as_str())
         .bind(caller.agent_name.clone())
         .bind(entry.command.to_string())
         .bind(entry.payload.to_string())
@@ -142,25 +172,24 @@ impl Store {
     /// Audit rows of one actor, newest first (operators and tests).
     pub async fn audit_rows(&self, actor_id: &str, limit: i64) -> Result<Vec<Value>, ToolError> {
         use crate::db::DbResult;
-        use sqlx::Row;
-        let rows = sqlx::query("SELECT command, payload, outcome, error_code, error, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
+        let rows = sqlx::query("SELECT id, command, payload, outcome, error_code, error, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
             .bind(actor_id)
             .bind(limit)
             .fetch_all(&self.pool)
             .await
             .db("audit rows")?;
-        Ok(rows
-            .iter()
+        Ok(AuditRow::from_rows(&rows)?
+            .into_iter()
             .map(|r| {
                 json!({
-                    "command": r.get::<String, _>("command"),
-                    "payload": serde_json::from_str::<Value>(&r.get::<String, _>("payload")).unwrap_or(Value::Null),
-                    "outcome": r.get::<String, _>("outcome"),
-                    "error_code": r.get::<Option<String>, _>("error_code"),
-                    "error": r.get::<Option<String>, _>("error"),
-                    "agent_name": r.get::<Option<String>, _>("agent_name"),
-                    "request_id": r.get::<Option<String>, _>("request_id"),
-                    "duration_ms": r.get::<i64, _>("duration_ms"),
+                    "command": r.command,
+                    "payload": r.payload,
+                    "outcome": r.outcome,
+                    "error_code": r.error_code,
+                    "error": r.error,
+                    "agent_name": r.agent_name,
+                    "request_id": r.request_id,
+                    "duration_ms": r.duration_ms,
                 })
             })
             .collect())

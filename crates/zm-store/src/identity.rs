@@ -4,10 +4,11 @@ use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use rand::Rng;
 use sha2::{Digest, Sha256};
-use sqlx::Row;
+use sqlx::any::AnyRow;
 use zm_contracts::{IdKind, ToolError};
 
 use crate::db::DbResult;
+use crate::rows::{FromAnyRow, col, enum_col, flag_col, stored_enum};
 use crate::store::Store;
 
 /// Token scope: read tools only.
@@ -16,6 +17,50 @@ pub const SCOPE_READ: &str = "mcp:read";
 pub const SCOPE_WRITE: &str = "mcp:write";
 /// Prefix of a personal access token.
 pub const PAT_PREFIX: &str = "zm_pat_";
+
+stored_enum! {
+    /// What a row of `access_tokens` is.
+    pub TokenKind {
+        /// A personal access token.
+        Pat = "pat",
+        /// An OAuth access token (one hour).
+        OauthAccess = "oauth_access",
+        /// A rotating OAuth refresh token.
+        OauthRefresh = "oauth_refresh",
+    }
+}
+
+impl TokenKind {
+    /// The prefix of this kind's secrets.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            TokenKind::Pat => PAT_PREFIX,
+            TokenKind::OauthAccess => crate::oauth::ACCESS_TOKEN_PREFIX,
+            TokenKind::OauthRefresh => crate::oauth::REFRESH_TOKEN_PREFIX,
+        }
+    }
+
+    /// How long a token of this kind lives (a personal token: until revoked).
+    pub fn lifetime_ms(self) -> Option<i64> {
+        match self {
+            TokenKind::Pat => None,
+            TokenKind::OauthAccess => Some(crate::oauth::ACCESS_TTL_MS),
+            TokenKind::OauthRefresh => Some(crate::oauth::REFRESH_TTL_MS),
+        }
+    }
+}
+
+/// A token to create.
+#[derive(Debug, Clone, Copy)]
+pub struct NewToken<'a> {
+    pub user_id: &'a str,
+    pub kind: TokenKind,
+    pub name: Option<&'a str>,
+    /// `mcp:read` and/or `mcp:write`.
+    pub scopes: &'a [&'a str],
+    /// Lifetime; `None` never expires (see [`TokenKind::lifetime_ms`]).
+    pub ttl_ms: Option<i64>,
+}
 
 /// A user as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +76,7 @@ pub struct User {
 pub struct TokenInfo {
     pub id: String,
     pub user_id: String,
-    pub kind: String,
+    pub kind: TokenKind,
     pub name: Option<String>,
     pub scopes: Vec<String>,
     pub created_at: i64,
@@ -124,12 +169,48 @@ fn verify(password: &str, hash: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn row_user(r: &sqlx::any::AnyRow) -> User {
-    User {
-        id: r.get("id"),
-        email: r.get("email"),
-        is_owner: r.get::<i64, _>("is_owner") != 0,
-        created_at: r.get("created_at"),
+/// A user row (`id, email, is_owner, created_at`).
+impl FromAnyRow for User {
+    fn from_row(r: &AnyRow) -> Result<User, ToolError> {
+        Ok(User {
+            id: col(r, "id")?,
+            email: col(r, "email")?,
+            is_owner: flag_col(r, "is_owner")?,
+            created_at: col(r, "created_at")?,
+        })
+    }
+}
+
+/// A space-separated scope list.
+fn split_scopes(stored: &str) -> Vec<String> {
+    stored.split(' ').map(str::to_string).collect()
+}
+
+/// A token row as listed (never its hash).
+impl FromAnyRow for TokenInfo {
+    fn from_row(r: &AnyRow) -> Result<TokenInfo, ToolError> {
+        Ok(TokenInfo {
+            id: col(r, "id")?,
+            user_id: col(r, "user_id")?,
+            kind: enum_col(r, "kind")?,
+            name: col(r, "name")?,
+            scopes: split_scopes(&col::<String>(r, "scopes")?),
+            created_at: col(r, "created_at")?,
+            expires_at: col(r, "expires_at")?,
+            last_used_at: col(r, "last_used_at")?,
+            revoked_at: col(r, "revoked_at")?,
+        })
+    }
+}
+
+/// A live token's row (`id, user_id, scopes`).
+impl FromAnyRow for Authenticated {
+    fn from_row(r: &AnyRow) -> Result<Authenticated, ToolError> {
+        Ok(Authenticated {
+            user_id: col(r, "user_id")?,
+            token_id: col(r, "id")?,
+            scopes: split_scopes(&col::<String>(r, "scopes")?),
+        })
     }
 }
 
@@ -181,7 +262,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .db("list users")?;
-        Ok(rows.iter().map(row_user).collect())
+        User::from_rows(&rows)
     }
 
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, ToolError> {
@@ -191,7 +272,7 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .db("user by email")?;
-        Ok(row.as_ref().map(row_user))
+        row.as_ref().map(User::from_row).transpose()
     }
 
     pub async fn user_by_id(&self, id: &str) -> Result<Option<User>, ToolError> {
@@ -200,7 +281,7 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .db("user by id")?;
-        Ok(row.as_ref().map(row_user))
+        row.as_ref().map(User::from_row).transpose()
     }
 
     /// The owner account, if one exists.
@@ -209,7 +290,7 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .db("owner")?;
-        Ok(row.as_ref().map(row_user))
+        row.as_ref().map(User::from_row).transpose()
     }
 
     /// Check an email and password. The failure path does the same work
@@ -228,7 +309,7 @@ impl Store {
         .await
         .db("verify password")?;
         let (user, hash) = match &row {
-            Some(r) => (Some(row_user(r)), r.get::<String, _>("password_hash")),
+            Some(r) => (Some(User::from_row(r)?), col::<String>(r, "password_hash")?),
             None => (None, DUMMY_HASH.clone()),
         };
         let password = password.to_string();
@@ -259,20 +340,29 @@ impl Store {
         name: Option<&str>,
         scopes: &[&str],
     ) -> Result<(TokenInfo, String), ToolError> {
-        self.create_token_of_kind(user_id, "pat", name, scopes, None, PAT_PREFIX)
-            .await
+        self.create_token_of_kind(NewToken {
+            user_id,
+            kind: TokenKind::Pat,
+            name,
+            scopes,
+            ttl_ms: TokenKind::Pat.lifetime_ms(),
+        })
+        .await
     }
 
-    /// Create a token of any kind (personal, OAuth access, OAuth refresh).
+    /// Create a token of any kind (personal, OAuth access, OAuth refresh);
+    /// the secret (with the kind's prefix) is returned once.
     pub async fn create_token_of_kind(
         &self,
-        user_id: &str,
-        kind: &str,
-        name: Option<&str>,
-        scopes: &[&str],
-        ttl_ms: Option<i64>,
-        prefix: &str,
+        new: NewToken<'_>,
     ) -> Result<(TokenInfo, String), ToolError> {
+        let NewToken {
+            user_id,
+            kind,
+            name,
+            scopes,
+            ttl_ms,
+        } = new;
         if scopes.is_empty() || scopes.iter().any(|s| *s != SCOPE_READ && *s != SCOPE_WRITE) {
             return Err(ToolError::validation(
                 "token scopes must be mcp:read and/or mcp:write",
@@ -281,7 +371,7 @@ impl Store {
         let mut scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
         scopes.sort();
         scopes.dedup();
-        let secret = format!("{prefix}{}", random_secret(40));
+        let secret = format!("{}{}", kind.prefix(), random_secret(40));
         let id = IdKind::AccessToken.generate();
         let now = self.now();
         let expires = ttl_ms.map(|t| now + t);
@@ -291,7 +381,7 @@ impl Store {
         )
         .bind(&id)
         .bind(user_id)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(name.map(str::to_string))
         .bind(hash_secret(&secret))
         .bind(scopes.join(" "))
@@ -307,7 +397,7 @@ impl Store {
             TokenInfo {
                 id,
                 user_id: user_id.to_string(),
-                kind: kind.to_string(),
+                kind,
                 name: name.map(str::to_string),
                 scopes,
                 created_at: now,
@@ -325,60 +415,38 @@ impl Store {
         let row = sqlx::query(
             "SELECT id, user_id, scopes FROM access_tokens \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
-             AND kind IN ('pat', 'oauth_access') \
+             AND kind IN ($3, $4) \
              AND (family_id IS NULL OR NOT EXISTS (SELECT 1 FROM oauth_families f WHERE f.id = access_tokens.family_id AND f.revoked_at IS NOT NULL))",
         )
         .bind(hash_secret(secret.trim()))
         .bind(now)
+        .bind(TokenKind::Pat.as_str())
+        .bind(TokenKind::OauthAccess.as_str())
         .fetch_optional(&self.pool)
         .await
         .db("authenticate")?;
         let Some(row) = row else { return Ok(None) };
-        let id: String = row.get("id");
+        let auth = Authenticated::from_row(&row)?;
         // last-used is best effort; it never fails the request.
         let _ = sqlx::query("UPDATE access_tokens SET last_used_at = $1 WHERE id = $2")
             .bind(now)
-            .bind(&id)
+            .bind(&auth.token_id)
             .execute(&self.pool)
             .await;
-        Ok(Some(Authenticated {
-            user_id: row.get("user_id"),
-            token_id: id,
-            scopes: row
-                .get::<String, _>("scopes")
-                .split(' ')
-                .map(str::to_string)
-                .collect(),
-        }))
+        Ok(Some(auth))
     }
 
     pub async fn list_tokens(&self, user_id: &str) -> Result<Vec<TokenInfo>, ToolError> {
         let rows = sqlx::query(
             "SELECT id, user_id, kind, name, scopes, created_at, expires_at, last_used_at, revoked_at \
-             FROM access_tokens WHERE user_id = $1 AND kind = 'pat' ORDER BY created_at, id",
+             FROM access_tokens WHERE user_id = $1 AND kind = $2 ORDER BY created_at, id",
         )
         .bind(user_id)
+        .bind(TokenKind::Pat.as_str())
         .fetch_all(&self.pool)
         .await
         .db("list tokens")?;
-        Ok(rows
-            .iter()
-            .map(|r| TokenInfo {
-                id: r.get("id"),
-                user_id: r.get("user_id"),
-                kind: r.get("kind"),
-                name: r.get("name"),
-                scopes: r
-                    .get::<String, _>("scopes")
-                    .split(' ')
-                    .map(str::to_string)
-                    .collect(),
-                created_at: r.get("created_at"),
-                expires_at: r.get("expires_at"),
-                last_used_at: r.get("last_used_at"),
-                revoked_at: r.get("revoked_at"),
-            })
-            .collect())
+        TokenInfo::from_rows(&rows)
     }
 
     /// Revoke one of the user's tokens. Another user's token reads as not found.

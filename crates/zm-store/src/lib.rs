@@ -29,7 +29,7 @@ pub mod threads;
 pub mod transfer;
 
 pub use db::{Backend, OpenError, OpenOptions, sqlite_url};
-pub use identity::{Authenticated, SCOPE_READ, SCOPE_WRITE, TokenInfo, User};
+pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind, User};
 pub use scopes::{ReadSet, Role};
 pub use service::{Cx, Handler, ToolMetrics, ToolService};
 pub use store::{Caller, Grant, RequestId, Store, Transport};

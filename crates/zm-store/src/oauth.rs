@@ -19,23 +19,21 @@
 //! with `store.clock().advance_ms(..)`. Audit rows never carry secrets.
 
 use serde_json::{Value, json};
-use sqlx::{AnyConnection, Row};
+use sqlx::AnyConnection;
+use sqlx::any::AnyRow;
 use zm_contracts::{IdKind, ToolError};
 
 use crate::audit::AuditEntry;
 use crate::clock::DAY_MS;
 use crate::db::DbResult;
-use crate::identity::{SCOPE_READ, SCOPE_WRITE, hash_secret, random_secret};
+use crate::identity::{SCOPE_READ, SCOPE_WRITE, TokenKind, hash_secret, random_secret};
+use crate::rows::{FromAnyRow, col, json_col};
 use crate::store::{Caller, Store};
 
 /// Prefix of an OAuth access token.
 pub const ACCESS_TOKEN_PREFIX: &str = "zm_oat_";
 /// Prefix of an OAuth refresh token.
 pub const REFRESH_TOKEN_PREFIX: &str = "zm_ort_";
-/// `access_tokens.kind` of an OAuth access token.
-pub const KIND_ACCESS: &str = "oauth_access";
-/// `access_tokens.kind` of an OAuth refresh token.
-pub const KIND_REFRESH: &str = "oauth_refresh";
 /// Lifetime of an access token: one hour.
 pub const ACCESS_TTL_MS: i64 = 3_600_000;
 /// Lifetime of one refresh token (each rotation issues a fresh one).
@@ -200,48 +198,132 @@ fn ct_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn row_client(r: &sqlx::any::AnyRow) -> OauthClient {
-    OauthClient {
-        id: r.get("id"),
-        client_name: r.get("client_name"),
-        redirect_uris: serde_json::from_str(&r.get::<String, _>("redirect_uris"))
-            .unwrap_or_default(),
-        owner_id: r.get("owner_id"),
-        created_at: r.get("created_at"),
+/// A client row (`id, client_name, redirect_uris, owner_id, created_at`).
+impl FromAnyRow for OauthClient {
+    fn from_row(r: &AnyRow) -> Result<OauthClient, ToolError> {
+        Ok(OauthClient {
+            id: col(r, "id")?,
+            client_name: col(r, "client_name")?,
+            redirect_uris: json_col(r, "redirect_uris")?,
+            owner_id: col(r, "owner_id")?,
+            created_at: col(r, "created_at")?,
+        })
     }
+}
+
+/// A client with one user's grant ([`Store::list_oauth_clients`]).
+impl FromAnyRow for AuthorizedClient {
+    fn from_row(r: &AnyRow) -> Result<AuthorizedClient, ToolError> {
+        Ok(AuthorizedClient {
+            client: OauthClient::from_row(r)?,
+            scope: col(r, "scope")?,
+            authorized_at: col(r, "authorized_at")?,
+            last_authorized_at: col(r, "last_authorized_at")?,
+            last_used_at: col(r, "last_used_at")?,
+            revoked_at: col(r, "revoked_at")?,
+            active_tokens: col(r, "active_tokens")?,
+        })
+    }
+}
+
+/// An authorization code as stored (its hash aside).
+struct StoredCode {
+    client_id: String,
+    user_id: String,
+    redirect_uri: String,
+    code_challenge: String,
+    resource: Option<String>,
+    scope: String,
+}
+
+impl FromAnyRow for StoredCode {
+    fn from_row(r: &AnyRow) -> Result<StoredCode, ToolError> {
+        Ok(StoredCode {
+            client_id: col(r, "client_id")?,
+            user_id: col(r, "user_id")?,
+            redirect_uri: col(r, "redirect_uri")?,
+            code_challenge: col(r, "code_challenge")?,
+            resource: col(r, "resource")?,
+            scope: col(r, "scope")?,
+        })
+    }
+}
+
+/// A code that could not be consumed: whether it was used, and the family
+/// it started.
+struct SpentCode {
+    used_at: Option<i64>,
+    family_id: Option<String>,
+    user_id: String,
+    client_id: String,
+}
+
+impl FromAnyRow for SpentCode {
+    fn from_row(r: &AnyRow) -> Result<SpentCode, ToolError> {
+        Ok(SpentCode {
+            used_at: col(r, "used_at")?,
+            family_id: col(r, "family_id")?,
+            user_id: col(r, "user_id")?,
+            client_id: col(r, "client_id")?,
+        })
+    }
+}
+
+/// A refresh token's row: every refresh token belongs to a client and a
+/// family (a NULL there is a corrupt row).
+struct RefreshRow {
+    id: String,
+    user_id: String,
+    client_id: String,
+    family_id: String,
+}
+
+impl FromAnyRow for RefreshRow {
+    fn from_row(r: &AnyRow) -> Result<RefreshRow, ToolError> {
+        Ok(RefreshRow {
+            id: col(r, "id")?,
+            user_id: col(r, "user_id")?,
+            client_id: col(r, "client_id")?,
+            family_id: col(r, "family_id")?,
+        })
+    }
+}
+
+/// One token family: whose, through which client.
+#[derive(Debug, Clone, Copy)]
+struct Family<'a> {
+    id: &'a str,
+    user_id: &'a str,
+    client_id: &'a str,
 }
 
 fn rejected_refresh() -> OauthError {
     OauthError::InvalidGrant("Refresh token was rejected.".into())
 }
 
-/// Insert one OAuth token; returns its secret.
-#[allow(clippy::too_many_arguments)]
+/// Insert one OAuth token of a family (its lifetime and prefix follow from
+/// its kind); returns its secret.
 async fn insert_token(
     conn: &mut AnyConnection,
-    user_id: &str,
-    client_id: &str,
-    family_id: &str,
-    kind: &str,
+    family: Family<'_>,
+    kind: TokenKind,
     scope: &str,
     now: i64,
-    ttl_ms: i64,
-    prefix: &str,
 ) -> Result<String, ToolError> {
-    let secret = format!("{prefix}{}", random_secret(40));
+    let secret = format!("{}{}", kind.prefix(), random_secret(40));
     sqlx::query(
         "INSERT INTO access_tokens (id, user_id, kind, name, token_hash, scopes, created_at, expires_at, client_id, family_id) \
          VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, $8, $9)",
     )
     .bind(IdKind::AccessToken.generate())
-    .bind(user_id)
-    .bind(kind)
+    .bind(family.user_id)
+    .bind(kind.as_str())
     .bind(hash_secret(&secret))
     .bind(scope)
     .bind(now)
-    .bind(now + ttl_ms)
-    .bind(client_id)
-    .bind(family_id)
+    .bind(kind.lifetime_ms().map(|t| now + t))
+    .bind(family.client_id)
+    .bind(family.id)
     .execute(&mut *conn)
     .await
     .db("insert oauth token")?;
@@ -250,48 +332,25 @@ async fn insert_token(
 
 /// An access token (the given scope) and a refresh token (the family's
 /// scope) for one family.
-#[allow(clippy::too_many_arguments)]
 async fn issue_pair(
     conn: &mut AnyConnection,
-    user_id: &str,
-    client_id: &str,
-    family_id: &str,
+    family: Family<'_>,
     access_scope: &str,
     family_scope: &str,
     now: i64,
 ) -> Result<IssuedTokens, ToolError> {
-    let access_token = insert_token(
-        conn,
-        user_id,
-        client_id,
-        family_id,
-        KIND_ACCESS,
-        access_scope,
-        now,
-        ACCESS_TTL_MS,
-        ACCESS_TOKEN_PREFIX,
-    )
-    .await?;
-    let refresh_token = insert_token(
-        conn,
-        user_id,
-        client_id,
-        family_id,
-        KIND_REFRESH,
-        family_scope,
-        now,
-        REFRESH_TTL_MS,
-        REFRESH_TOKEN_PREFIX,
-    )
-    .await?;
+    let access_token =
+        insert_token(conn, family, TokenKind::OauthAccess, access_scope, now).await?;
+    let refresh_token =
+        insert_token(conn, family, TokenKind::OauthRefresh, family_scope, now).await?;
     Ok(IssuedTokens {
         access_token,
         refresh_token,
         expires_in: ACCESS_TTL_MS / 1000,
         scope: access_scope.to_string(),
-        user_id: user_id.to_string(),
-        client_id: client_id.to_string(),
-        family_id: family_id.to_string(),
+        user_id: family.user_id.to_string(),
+        client_id: family.client_id.to_string(),
+        family_id: family.id.to_string(),
     })
 }
 
@@ -439,7 +498,7 @@ impl Store {
         .fetch_optional(&self.pool)
         .await
         .db("oauth client")?;
-        Ok(row.as_ref().map(row_client))
+        row.as_ref().map(OauthClient::from_row).transpose()
     }
 
     /// After a successful sign-in: record the user's grant (re-granting a
@@ -595,16 +654,11 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await
             .db("read code")?;
-            let replayed = row.as_ref().and_then(|r| {
-                let used: Option<i64> = r.get("used_at");
-                let family: Option<String> = r.get("family_id");
-                used.and(family).map(|f| {
-                    (
-                        f,
-                        r.get::<String, _>("user_id"),
-                        r.get::<String, _>("client_id"),
-                    )
-                })
+            let spent = row.as_ref().map(SpentCode::from_row).transpose()?;
+            let replayed = spent.and_then(|c| {
+                c.used_at
+                    .and(c.family_id)
+                    .map(|f| (f, c.user_id, c.client_id))
             });
             if let Some((family, user, client)) = replayed {
                 // RFC 6749 §4.1.2: a code used twice revokes what it issued.
@@ -630,12 +684,14 @@ impl Store {
         .fetch_one(&mut *tx)
         .await
         .db("read code")?;
-        let client_id: String = row.get("client_id");
-        let user_id: String = row.get("user_id");
-        let redirect_uri: String = row.get("redirect_uri");
-        let challenge: String = row.get("code_challenge");
-        let resource: Option<String> = row.get("resource");
-        let scope: String = row.get("scope");
+        let StoredCode {
+            client_id,
+            user_id,
+            redirect_uri,
+            code_challenge: challenge,
+            resource,
+            scope,
+        } = StoredCode::from_row(&row)?;
         let refuse = |msg: &str| OauthError::InvalidGrant(msg.to_string());
         if client_id != ex.client_id || redirect_uri != ex.redirect_uri {
             tx.commit().await.db("commit spent code")?;
@@ -673,10 +729,12 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("start family")?;
-        let issued = issue_pair(
-            &mut tx, &user_id, &client_id, &family_id, &scope, &scope, now,
-        )
-        .await?;
+        let family = Family {
+            id: &family_id,
+            user_id: &user_id,
+            client_id: &client_id,
+        };
+        let issued = issue_pair(&mut tx, family, &scope, &scope, now).await?;
         sqlx::query("UPDATE oauth_codes SET family_id = $1 WHERE code_hash = $2")
             .bind(&family_id)
             .bind(&code_hash)
@@ -712,18 +770,27 @@ impl Store {
             .await;
         if let Err(e) = &result {
             let row = sqlx::query(
-                "SELECT user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = 'oauth_refresh'",
+                "SELECT user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = $2",
             )
             .bind(&hash)
+            .bind(TokenKind::OauthRefresh.as_str())
             .fetch_optional(&self.pool)
             .await
             .ok()
             .flatten();
-            let actor = row.as_ref().map(|r| r.get::<String, _>("user_id"));
-            let payload = match &row {
-                Some(r) => json!({
-                    "client_id": r.get::<Option<String>, _>("client_id"),
-                    "family_id": r.get::<Option<String>, _>("family_id"),
+            // Best effort, like the query: an unreadable row audits as unknown.
+            let known = row.as_ref().and_then(|r| {
+                Some((
+                    col::<String>(r, "user_id").ok()?,
+                    col::<Option<String>>(r, "client_id").ok()?,
+                    col::<Option<String>>(r, "family_id").ok()?,
+                ))
+            });
+            let actor = known.as_ref().map(|k| k.0.clone());
+            let payload = match &known {
+                Some((_, client, family)) => json!({
+                    "client_id": client,
+                    "family_id": family,
                 }),
                 None => json!({"client_id": client_id, "known_token": false}),
             };
@@ -750,23 +817,22 @@ impl Store {
         let now = self.now();
         let mut tx = self.write_tx().await?;
         let row = sqlx::query(
-            "SELECT id, user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = 'oauth_refresh'",
+            "SELECT id, user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = $2",
         )
         .bind(hash)
+        .bind(TokenKind::OauthRefresh.as_str())
         .fetch_optional(&mut *tx)
         .await
         .db("read refresh token")?;
         let Some(row) = row else {
             return Err(rejected_refresh());
         };
-        let token_id: String = row.get("id");
-        let user_id: String = row.get("user_id");
-        let token_client: String = row
-            .get::<Option<String>, _>("client_id")
-            .unwrap_or_default();
-        let family_id: String = row
-            .get::<Option<String>, _>("family_id")
-            .unwrap_or_default();
+        let RefreshRow {
+            id: token_id,
+            user_id,
+            client_id: token_client,
+            family_id,
+        } = RefreshRow::from_row(&row)?;
         if client_id.is_some_and(|c| c != token_client) {
             return Err(OauthError::InvalidGrant(
                 "The refresh token was issued to a different client.".into(),
@@ -838,16 +904,12 @@ impl Store {
             }
             return Err(rejected_refresh());
         }
-        let issued = issue_pair(
-            &mut tx,
-            &user_id,
-            &token_client,
-            &family_id,
-            &access_scope,
-            &family_scope,
-            now,
-        )
-        .await?;
+        let family = Family {
+            id: &family_id,
+            user_id: &user_id,
+            client_id: &token_client,
+        };
+        let issued = issue_pair(&mut tx, family, &access_scope, &family_scope, now).await?;
         tx.commit().await.db("commit refresh")?;
         self.oauth_audit(
             Some(&user_id),
@@ -879,18 +941,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .db("list oauth clients")?;
-        Ok(rows
-            .iter()
-            .map(|r| AuthorizedClient {
-                client: row_client(r),
-                scope: r.get("scope"),
-                authorized_at: r.get("authorized_at"),
-                last_authorized_at: r.get("last_authorized_at"),
-                last_used_at: r.get("last_used_at"),
-                revoked_at: r.get("revoked_at"),
-                active_tokens: r.get("active_tokens"),
-            })
-            .collect())
+        AuthorizedClient::from_rows(&rows)
     }
 
     /// Revoke a client for this user: its grant, every token family and

@@ -1,12 +1,56 @@
 //! Typed reads of rows. Every column is read through [`col`], every
-//! stored enum through [`enum_col`]: a value this build cannot read — a
-//! NULL where none belongs, an unknown kind or visibility — is a corrupt
-//! row, logged with its id and answered with `internal`, never silently
-//! turned into a default.
+//! stored enum through [`enum_col`], every stored id through [`id_col`]: a
+//! value this build cannot read — a NULL where none belongs, an unknown
+//! kind or visibility, unparseable JSON — is a corrupt row, logged with its
+//! id and answered with `internal`, never silently turned into a default.
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Decode, Row, Type};
-use zm_contracts::{ToolError, WireEnum};
+use zm_contracts::{EntityId, MemoryId, ToolError, UserId, WireEnum};
+
+/// A closed vocabulary the store keeps in a column but the contract does
+/// not carry (roles, token kinds, rule states): the same [`WireEnum`]
+/// conversions as the contract's enums, so it is read through
+/// [`enum_col`] / [`parse_stored`] and written with `as_str()`.
+macro_rules! stored_enum {
+    ($(#[$meta:meta])* $vis:vis $name:ident { $($(#[$vmeta:meta])* $variant:ident = $wire:literal),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant, )*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+            /// The stored name.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire,)* }
+            }
+            /// Parse a stored name.
+            pub fn parse(s: &str) -> Option<$name> {
+                match s { $($wire => Some($name::$variant),)* _ => None }
+            }
+        }
+
+        impl zm_contracts::WireEnum for $name {
+            const VOCABULARY: &'static str = stringify!($name);
+            fn wire_name(self) -> &'static str {
+                self.as_str()
+            }
+            fn from_wire_name(s: &str) -> Option<Self> {
+                Self::parse(s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use stored_enum;
 
 /// A row struct decoded from a query result.
 pub(crate) trait FromAnyRow: Sized {
@@ -23,6 +67,13 @@ fn row_id(row: &AnyRow) -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
+/// A row that breaks an invariant the schema cannot state: logged with
+/// its id, answered `internal`.
+pub(crate) fn corrupt_row(row: &AnyRow, what: &str) -> ToolError {
+    tracing::error!(target: "zm_store", row = %row_id(row), "corrupt row: {what}");
+    ToolError::internal()
+}
+
 /// One column of a row, in its Rust type.
 pub(crate) fn col<'r, T>(row: &'r AnyRow, name: &str) -> Result<T, ToolError>
 where
@@ -32,6 +83,22 @@ where
         tracing::error!(target: "zm_store", row = %row_id(row), column = name, error = %e, "unreadable column");
         ToolError::internal()
     })
+}
+
+/// A 0/1 integer column as a flag.
+pub(crate) fn flag_col(row: &AnyRow, name: &str) -> Result<bool, ToolError> {
+    col::<i64>(row, name).map(|v| v != 0)
+}
+
+/// A column that only some queries select (`None` when this one did not).
+pub(crate) fn optional_col<'r, T>(row: &'r AnyRow, name: &str) -> Result<Option<T>, ToolError>
+where
+    T: Decode<'r, Any> + Type<Any>,
+{
+    if row.try_column(name).is_err() {
+        return Ok(None);
+    }
+    col(row, name).map(Some)
 }
 
 /// A stored enum (its wire name) as its Rust type.
@@ -53,6 +120,51 @@ pub(crate) fn parse_stored<T: WireEnum>(raw: &str, column: &str, id: &str) -> Re
         );
         ToolError::internal()
     })
+}
+
+/// A JSON text column as a value; text that does not parse is a corrupt row.
+pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
+    row: &AnyRow,
+    name: &str,
+) -> Result<T, ToolError> {
+    let raw: String = col(row, name)?;
+    serde_json::from_str(&raw).map_err(|e| {
+        tracing::error!(target: "zm_store", row = %row_id(row), column = name, error = %e, "corrupt row: unparseable JSON");
+        ToolError::internal()
+    })
+}
+
+/// A typed id the store wrote itself: canonical, so it is wrapped as is.
+pub(crate) trait StoredId: Sized {
+    fn from_stored(raw: String) -> Self;
+}
+
+impl StoredId for MemoryId {
+    fn from_stored(raw: String) -> Self {
+        MemoryId::from_trusted(raw)
+    }
+}
+
+impl StoredId for EntityId {
+    fn from_stored(raw: String) -> Self {
+        EntityId::from_trusted(raw)
+    }
+}
+
+impl StoredId for UserId {
+    fn from_stored(raw: String) -> Self {
+        UserId::from_trusted(raw)
+    }
+}
+
+/// An id column as its typed id.
+pub(crate) fn id_col<T: StoredId>(row: &AnyRow, name: &str) -> Result<T, ToolError> {
+    col::<String>(row, name).map(T::from_stored)
+}
+
+/// A nullable id column as its typed id.
+pub(crate) fn opt_id_col<T: StoredId>(row: &AnyRow, name: &str) -> Result<Option<T>, ToolError> {
+    col::<Option<String>>(row, name).map(|v| v.map(T::from_stored))
 }
 
 #[cfg(test)]
