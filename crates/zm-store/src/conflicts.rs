@@ -1,17 +1,18 @@
 //! Conflicts: `challenge`, `list_conflicts`, `get_conflict`, `resolve_conflict`.
 
-use sqlx::Row;
 use sqlx::any::AnyRow;
 use zm_contracts::{
-    ChallengeInput, ChallengeOutput, Conflict, ConflictSide, ConflictStatus, ConflictVerdict,
-    GetConflictInput, GetConflictOutput, IdKind, ListConflictsInput, ListConflictsOutput, MemoryId,
-    MemoryKind, ResolveConflictInput, ResolveConflictOutput, ToolError,
+    ChallengeInput, ChallengeOutput, Conflict, ConflictResolution, ConflictSide, ConflictStatus,
+    ConflictVerdict, GetConflictInput, GetConflictOutput, IdKind, ListConflictsInput,
+    ListConflictsOutput, MemoryId, MemoryLinkType, ResolveConflictInput, ResolveConflictOutput,
+    ToolError,
     validate::{FieldError, validation_error},
 };
 
 use crate::clock::rfc3339;
 use crate::db::DbResult;
 use crate::guard;
+use crate::rows::{FromAnyRow, col, corrupt_row, enum_col, opt_id_col};
 use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
@@ -32,30 +33,59 @@ fn push_owned(sql: &mut Sql, user_id: &str) {
         .push(")");
 }
 
-fn side(r: &AnyRow, p: &str) -> Option<ConflictSide> {
-    let id: Option<String> = r.get(format!("{p}_id").as_str());
-    Some(ConflictSide {
-        id: MemoryId::from_trusted(id?),
-        kind: MemoryKind::parse(&r.get::<String, _>(format!("{p}_kind").as_str()))
-            .unwrap_or_default(),
-        scope: r.get(format!("{p}_scope").as_str()),
-        created_at: rfc3339(r.get(format!("{p}_created").as_str())),
-        content: r.get(format!("{p}_content").as_str()),
-    })
+/// One side of a conflict (columns prefixed `a_` / `b_`); `None` when the
+/// row has no such memory.
+fn side(r: &AnyRow, p: &str) -> Result<Option<ConflictSide>, ToolError> {
+    let Some(id) = opt_id_col::<MemoryId>(r, &format!("{p}_id"))? else {
+        return Ok(None);
+    };
+    Ok(Some(ConflictSide {
+        id,
+        kind: enum_col(r, &format!("{p}_kind"))?,
+        scope: col(r, &format!("{p}_scope"))?,
+        created_at: rfc3339(col(r, &format!("{p}_created"))?),
+        content: col(r, &format!("{p}_content"))?,
+    }))
 }
 
-fn conflict_from_row(r: &AnyRow) -> Conflict {
-    Conflict {
-        dispute_id: r.get("id"),
-        status: ConflictStatus::parse(&r.get::<String, _>("status"))
-            .unwrap_or(ConflictStatus::Pending),
-        verdict: ConflictVerdict::parse(&r.get::<String, _>("verdict"))
-            .unwrap_or(ConflictVerdict::Unjudged),
-        confidence: r.get("confidence"),
-        rationale: r.get("rationale"),
-        created_at: rfc3339(r.get("created_at")),
-        memory_a: side(r, "a").expect("memory_a is NOT NULL"),
-        memory_b: side(r, "b"),
+/// A conflict row ([`CONFLICT_SELECT`]).
+impl FromAnyRow for Conflict {
+    fn from_row(r: &AnyRow) -> Result<Conflict, ToolError> {
+        // The join is inner: a conflict without its first memory is corrupt.
+        let memory_a =
+            side(r, "a")?.ok_or_else(|| corrupt_row(r, "a conflict without memory_a"))?;
+        Ok(Conflict {
+            dispute_id: col(r, "id")?,
+            status: enum_col(r, "status")?,
+            verdict: enum_col(r, "verdict")?,
+            confidence: col(r, "confidence")?,
+            rationale: col(r, "rationale")?,
+            created_at: rfc3339(col(r, "created_at")?),
+            memory_a,
+            memory_b: side(r, "b")?,
+        })
+    }
+}
+
+/// How a conflict is settled: its new status and resolution, the winner
+/// recorded, the memory retired and what supersedes it.
+struct Settlement {
+    status: ConflictStatus,
+    resolution: ConflictResolution,
+    winner: Option<MemoryId>,
+    retire: Option<MemoryId>,
+    successor: Option<MemoryId>,
+}
+
+impl Settlement {
+    fn new(status: ConflictStatus, resolution: ConflictResolution) -> Settlement {
+        Settlement {
+            status,
+            resolution,
+            winner: None,
+            retire: None,
+            successor: None,
+        }
     }
 }
 
@@ -90,7 +120,7 @@ impl Store {
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
         let row =
-            sqlx::query("SELECT invalidated_at FROM memories WHERE id = $1 AND owner_id = $2")
+            sqlx::query("SELECT id, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2")
                 .bind(id)
                 .bind(&caller.user_id)
                 .fetch_optional(&mut *tx)
@@ -99,16 +129,20 @@ impl Store {
         let Some(row) = row else {
             return Err(ToolError::not_found(format!("Memory {id} not found.")));
         };
-        if row.get::<Option<i64>, _>("invalidated_at").is_some() {
+        if col::<Option<i64>>(&row, "invalidated_at")?.is_some() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is invalidated; there is nothing to challenge."
             )));
         }
-        let pending: Option<String> = sqlx::query_scalar("SELECT id FROM conflicts WHERE memory_a = $1 AND status = 'pending' AND verdict = 'challenged'")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .db("challenge pending")?;
+        let pending: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM conflicts WHERE memory_a = $1 AND status = $2 AND verdict = $3",
+        )
+        .bind(id)
+        .bind(ConflictStatus::Pending.as_str())
+        .bind(ConflictVerdict::Challenged.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("challenge pending")?;
         if let Some(dispute_id) = pending {
             return Ok(ChallengeOutput {
                 dispute_id,
@@ -116,11 +150,13 @@ impl Store {
             });
         }
         let dispute_id = IdKind::MemoryReview.generate();
-        sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) VALUES ($1, $2, $3, NULL, 'challenged', NULL, $4, 'pending', $5)")
+        sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) VALUES ($1, $2, $3, NULL, $4, NULL, $5, $6, $7)")
             .bind(&dispute_id)
             .bind(&caller.user_id)
             .bind(id)
+            .bind(ConflictVerdict::Challenged.as_str())
             .bind(&rationale)
+            .bind(ConflictStatus::Pending.as_str())
             .bind(self.now())
             .execute(&mut *tx)
             .await
@@ -152,7 +188,7 @@ impl Store {
             .await
             .db("list conflicts")?;
         Ok(ListConflictsOutput {
-            conflicts: rows.iter().map(conflict_from_row).collect(),
+            conflicts: Conflict::from_rows(&rows)?,
         })
     }
 
@@ -171,9 +207,10 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .db("get conflict")?;
-        row.as_ref()
-            .map(conflict_from_row)
-            .ok_or_else(|| ToolError::not_found(NOT_YOURS))
+        match row {
+            Some(r) => Conflict::from_row(&r),
+            None => Err(ToolError::not_found(NOT_YOURS)),
+        }
     }
 
     /// One conflict, if all its memories are the caller's.
@@ -199,37 +236,43 @@ impl Store {
         enum Action {
             Retire,
             KeepBoth,
-            Winner(String),
+            Winner(MemoryId),
         }
         let action = if input.retire == Some(true) {
             Action::Retire
         } else if input.keep_both == Some(true) {
             Action::KeepBoth
-        } else if let Some(w) = &input.winner {
-            Action::Winner(w.as_str().to_string())
+        } else if let Some(w) = input.winner {
+            Action::Winner(w)
         } else {
             return Err(field_error(
                 "",
                 "pass one of winner, keep_both: true or retire: true",
             ));
         };
-        let a = c.memory_a.id.as_str().to_string();
-        let b = c.memory_b.as_ref().map(|s| s.id.as_str().to_string());
-        // (status, resolution, winner, memory to retire, superseded by)
-        let plan: (&str, &str, Option<String>, Option<String>, Option<String>) = match (&action, &b)
-        {
+        let a = c.memory_a.id.clone();
+        let b = c.memory_b.as_ref().map(|s| s.id.clone());
+        let plan = match (&action, &b) {
             (Action::Retire, Some(_)) => {
                 return Err(field_error(
                     "retire",
                     "retire applies to a challenged memory, not to a pair; pick a winner or keep_both",
                 ));
             }
-            (Action::Retire, None) => ("resolved", "retired", None, Some(a.clone()), None),
-            (Action::KeepBoth, Some(_)) => ("dismissed", "keep_both", None, None, None),
-            (Action::KeepBoth, None) => ("dismissed", "upheld", None, None, None),
-            (Action::Winner(w), None) if *w == a => {
-                ("dismissed", "upheld", Some(w.clone()), None, None)
+            (Action::Retire, None) => Settlement {
+                retire: Some(a.clone()),
+                ..Settlement::new(ConflictStatus::Resolved, ConflictResolution::Retired)
+            },
+            (Action::KeepBoth, Some(_)) => {
+                Settlement::new(ConflictStatus::Dismissed, ConflictResolution::KeepBoth)
             }
+            (Action::KeepBoth, None) => {
+                Settlement::new(ConflictStatus::Dismissed, ConflictResolution::Upheld)
+            }
+            (Action::Winner(w), None) if *w == a => Settlement {
+                winner: Some(w.clone()),
+                ..Settlement::new(ConflictStatus::Dismissed, ConflictResolution::Upheld)
+            },
             (Action::Winner(_), None) => {
                 return Err(field_error(
                     "winner",
@@ -238,13 +281,12 @@ impl Store {
             }
             (Action::Winner(w), Some(bid)) if w == &a || w == bid => {
                 let loser = if w == &a { bid.clone() } else { a.clone() };
-                (
-                    "resolved",
-                    "supersedes",
-                    Some(w.clone()),
-                    Some(loser),
-                    Some(w.clone()),
-                )
+                Settlement {
+                    winner: Some(w.clone()),
+                    retire: Some(loser),
+                    successor: Some(w.clone()),
+                    ..Settlement::new(ConflictStatus::Resolved, ConflictResolution::Supersedes)
+                }
             }
             (Action::Winner(_), Some(_)) => {
                 return Err(field_error(
@@ -253,16 +295,23 @@ impl Store {
                 ));
             }
         };
-        let (status, resolution, winner, retire, successor) = plan;
+        let Settlement {
+            status,
+            resolution,
+            winner,
+            retire,
+            successor,
+        } = plan;
         let now = self.now();
         let tx = cx.tx().await?;
-        let done = sqlx::query("UPDATE conflicts SET status = $1, resolution = $2, winner = $3, resolved_by = $4, resolved_at = $5 WHERE id = $6 AND status = 'pending'")
-            .bind(status)
-            .bind(resolution)
-            .bind(winner)
+        let done = sqlx::query("UPDATE conflicts SET status = $1, resolution = $2, winner = $3, resolved_by = $4, resolved_at = $5 WHERE id = $6 AND status = $7")
+            .bind(status.as_str())
+            .bind(resolution.as_str())
+            .bind(winner.map(MemoryId::into_string))
             .bind(&caller.user_id)
             .bind(now)
             .bind(&c.dispute_id)
+            .bind(ConflictStatus::Pending.as_str())
             .execute(&mut *tx)
             .await
             .db("resolve conflict")?;
@@ -277,15 +326,16 @@ impl Store {
                 .bind(now)
                 .bind(&caller.user_id)
                 .bind(caller.agent_name.clone())
-                .bind(successor.clone())
-                .bind(&loser)
+                .bind(successor.as_ref().map(|w| w.as_str().to_string()))
+                .bind(loser.as_str())
                 .execute(&mut *tx)
                 .await
                 .db("retire loser")?;
             if let Some(w) = successor {
-                sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, 'supersedes', $3, $4) ON CONFLICT (src, dst, type) DO NOTHING")
-                    .bind(&w)
-                    .bind(&loser)
+                sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
+                    .bind(w.as_str())
+                    .bind(loser.as_str())
+                    .bind(MemoryLinkType::Supersedes.as_str())
                     .bind(&caller.user_id)
                     .bind(now)
                     .execute(&mut *tx)

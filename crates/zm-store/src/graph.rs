@@ -1,11 +1,11 @@
 //! The entity graph: `link` and `entities`.
 
-use sqlx::Row;
+use sqlx::any::AnyRow;
 use zm_contracts::ids::{IdKind, parse_any_id};
 use zm_contracts::scope::ScopeSpec;
 use zm_contracts::{
-    EntitiesInput, EntitiesOutput, Entity, EntityId, EntityType, LinkInput, LinkKind, LinkOutput,
-    MemoryLinkType, ToolError,
+    ConflictStatus, ConflictVerdict, EntitiesInput, EntitiesOutput, Entity, EntityType, LinkInput,
+    LinkKind, LinkOutput, MemoryLinkType, ToolError,
     validate::{FieldError, validation_error},
 };
 
@@ -13,6 +13,7 @@ use crate::clock::rfc3339;
 use crate::db::DbResult;
 use crate::guard;
 use crate::memories::{EntityRef, display_name, match_key};
+use crate::rows::{FromAnyRow, col, enum_col, id_col};
 use crate::scopes::canonical_path;
 use crate::service::Cx;
 use crate::sql::Sql;
@@ -23,6 +24,19 @@ fn field_error(path: &str, reason: impl Into<String>) -> ToolError {
         path: path.into(),
         reason: reason.into(),
     }])
+}
+
+/// An entity row (`id, name, type, scope, created_at`).
+impl FromAnyRow for Entity {
+    fn from_row(r: &AnyRow) -> Result<Entity, ToolError> {
+        Ok(Entity {
+            id: id_col(r, "id")?,
+            name: col(r, "name")?,
+            entity_type: enum_col(r, "type")?,
+            scope: col(r, "scope")?,
+            created_at: rfc3339(col(r, "created_at")?),
+        })
+    }
 }
 
 /// Escape a LIKE pattern (`\` is the escape character).
@@ -111,11 +125,13 @@ impl Store {
             .await
             .db("contradiction owners")?;
             if owned == 2 {
-                sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, 'contradiction', 'pending', $5)")
+                sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
                     .bind(IdKind::MemoryReview.generate())
                     .bind(&caller.user_id)
                     .bind(src)
                     .bind(dst)
+                    .bind(ConflictVerdict::Contradiction.as_str())
+                    .bind(ConflictStatus::Pending.as_str())
                     .bind(now)
                     .execute(&mut *tx)
                     .await
@@ -161,7 +177,7 @@ impl Store {
         }
         let scope = caller.personal_scope();
         let tx = cx.tx().await?;
-        let concept = EntityType::Concept.as_str();
+        let concept = EntityType::Concept;
         let sid = self
             .resolve_entity(
                 tx,
@@ -240,16 +256,7 @@ impl Store {
         sql.push(" ORDER BY e.name, e.id LIMIT 500");
         let rows = sql.query().fetch_all(&self.pool).await.db("entities")?;
         Ok(EntitiesOutput {
-            entities: rows
-                .iter()
-                .map(|r| Entity {
-                    id: EntityId::from_trusted(r.get::<String, _>("id")),
-                    name: r.get("name"),
-                    entity_type: EntityType::parse(&r.get::<String, _>("type")).unwrap_or_default(),
-                    scope: r.get("scope"),
-                    created_at: rfc3339(r.get("created_at")),
-                })
-                .collect(),
+            entities: Entity::from_rows(&rows)?,
         })
     }
 }

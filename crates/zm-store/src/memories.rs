@@ -2,18 +2,19 @@
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::Row;
+use sqlx::any::AnyRow;
 use zm_contracts::scope::{self, ScopeSpec};
 use zm_contracts::{
-    CloseLoopInput, CloseLoopOutput, ForgetInput, ForgetOutput, IdKind, MemoryId, MemoryKind,
-    MemoryLinkType, RememberInput, RememberOutput, RestoreMemoryInput, RestoreMemoryOutput,
-    SessionState, SimilarMemory, ToolError, prefixes::Prefix,
+    AuthorKind, CloseLoopInput, CloseLoopOutput, EntityId, EntityType, ForgetInput, ForgetOutput,
+    IdKind, Memory, MemoryId, MemoryKind, MemoryLinkType, RememberInput, RememberOutput,
+    RestoreMemoryInput, RestoreMemoryOutput, SessionState, SimilarMemory, ToolError,
+    TranslationStatus, Visibility, prefixes::Prefix,
 };
 
 use crate::clock::DAY_MS;
 use crate::db::DbResult;
 use crate::guard;
-use crate::rows::FromAnyRow;
+use crate::rows::{FromAnyRow, col, enum_col, id_col};
 use crate::search::{INLINE_CHARS, LOOP_HEADLINE_CHARS};
 use crate::service::Cx;
 use crate::similarity;
@@ -53,8 +54,49 @@ pub(crate) struct EntityRef<'a> {
     pub name: &'a str,
     /// [`match_key`] of the name.
     pub key: &'a str,
-    /// The entity type's wire name.
-    pub entity_type: &'a str,
+    pub entity_type: EntityType,
+}
+
+/// An entity of a scope, as the anchor scan reads it.
+struct KnownEntity {
+    id: EntityId,
+    name: String,
+    match_key: String,
+}
+
+impl FromAnyRow for KnownEntity {
+    fn from_row(r: &AnyRow) -> Result<KnownEntity, ToolError> {
+        Ok(KnownEntity {
+            id: id_col(r, "id")?,
+            name: col(r, "name")?,
+            match_key: col(r, "match_key")?,
+        })
+    }
+}
+
+/// One of the caller's memories, as a lifecycle change reads it.
+struct OwnedMemory {
+    kind: MemoryKind,
+    invalidated_at: Option<i64>,
+}
+
+impl FromAnyRow for OwnedMemory {
+    fn from_row(r: &AnyRow) -> Result<OwnedMemory, ToolError> {
+        Ok(OwnedMemory {
+            kind: enum_col(r, "kind")?,
+            invalidated_at: col(r, "invalidated_at")?,
+        })
+    }
+}
+
+/// The memory a `remember` wrote (or absorbed into): what its later steps
+/// work on.
+#[derive(Debug, Clone, Copy)]
+struct Written<'a> {
+    id: &'a str,
+    scope: &'a str,
+    /// The trimmed content.
+    content: &'a str,
 }
 
 /// Where a write goes and how it was decided.
@@ -299,10 +341,13 @@ impl Store {
         let (memory_id, deduplicated) = self
             .insert_or_absorb(tx, caller, &target.scope, &input, &content, &source)
             .await?;
+        let written = Written {
+            id: &memory_id,
+            scope: &target.scope,
+            content: &content,
+        };
         // 6. Entity anchors: as given, or up to three known names in the text.
-        let anchors = self
-            .anchor_entities(tx, caller, &target.scope, &memory_id, &input, &content)
-            .await?;
+        let anchors = self.anchor_entities(tx, caller, written, &input).await?;
         // 7. Links; declared supersedes retire their (owned, live) targets.
         let retired = self.apply_links(tx, caller, &memory_id, &links).await?;
         // 8. Near-duplicates: candidates to supersede, and an `unjudged`
@@ -310,8 +355,7 @@ impl Store {
         let similar = if deduplicated {
             Vec::new()
         } else {
-            self.near_duplicates(tx, caller, &memory_id, &target.scope, &content, &retired)
-                .await?
+            self.near_duplicates(tx, caller, written, &retired).await?
         };
         Ok(remember_output(RememberOutcome {
             memory_id,
@@ -380,7 +424,7 @@ impl Store {
         let id = IdKind::Memory.generate();
         sqlx::query(
             "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'private', 'agent', $7, $8, 'skipped', $9)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(&id)
         .bind(&caller.user_id)
@@ -388,8 +432,11 @@ impl Store {
         .bind(input.kind.as_str())
         .bind(content)
         .bind(&hash)
+        .bind(Visibility::Private.as_str())
+        .bind(AuthorKind::Agent.as_str())
         .bind(caller.agent_name.clone())
         .bind(source.to_string())
+        .bind(TranslationStatus::Skipped.as_str())
         .bind(self.now())
         .execute(&mut *tx)
         .await
@@ -403,11 +450,14 @@ impl Store {
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
-        scope_path: &str,
-        memory_id: &str,
+        written: Written<'_>,
         input: &RememberInput,
-        content: &str,
     ) -> Result<Vec<String>, ToolError> {
+        let Written {
+            id: memory_id,
+            scope: scope_path,
+            content,
+        } = written;
         let mut anchors: Vec<String> = Vec::new();
         if let Some(entities) = &input.entities {
             for e in entities {
@@ -427,7 +477,7 @@ impl Store {
                             scope: scope_path,
                             name: &name,
                             key: &key,
-                            entity_type: e.entity_type.unwrap_or_default().as_str(),
+                            entity_type: e.entity_type.unwrap_or_default(),
                         },
                         false,
                     )
@@ -446,12 +496,10 @@ impl Store {
             .fetch_all(&mut *tx)
             .await
             .db("anchor scan")?;
-        for r in rows {
-            let key: String = r.get("match_key");
-            if key.chars().count() >= 3 && text_key.contains(&key) {
-                let ent_id: String = r.get("id");
-                self.attach_entity(tx, memory_id, &ent_id).await?;
-                anchors.push(r.get("name"));
+        for e in KnownEntity::from_rows(&rows)? {
+            if e.match_key.chars().count() >= 3 && text_key.contains(&e.match_key) {
+                self.attach_entity(tx, memory_id, e.id.as_str()).await?;
+                anchors.push(e.name);
                 if anchors.len() == 3 {
                     break;
                 }
@@ -515,11 +563,14 @@ impl Store {
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
-        memory_id: &str,
-        scope_path: &str,
-        content: &str,
+        written: Written<'_>,
         retired: &[String],
     ) -> Result<Vec<SimilarMemory>, ToolError> {
+        let Written {
+            id: memory_id,
+            scope: scope_path,
+            content,
+        } = written;
         let now = self.now();
         let candidates = self
             .similar_candidates(tx, &caller.user_id, memory_id, content)
@@ -537,7 +588,7 @@ impl Store {
             similarity::SIMILAR_CAP,
         ) {
             let c = &candidates[i];
-            if retired.contains(&c.id) || cross_project(&c.scope, scope_path) {
+            if retired.iter().any(|r| r == c.id.as_str()) || cross_project(&c.scope, scope_path) {
                 continue;
             }
             if score >= similarity::UNJUDGED_FLOOR && c.scope == scope_path {
@@ -548,14 +599,14 @@ impl Store {
                 .bind(IdKind::MemoryReview.generate())
                 .bind(&caller.user_id)
                 .bind(memory_id)
-                .bind(&c.id)
+                .bind(c.id.as_str())
                 .bind(now)
                 .execute(&mut *tx)
                 .await
                 .db("unjudged conflict")?;
             }
             similar.push(SimilarMemory {
-                id: MemoryId::from_trusted(c.id.clone()),
+                id: c.id.clone(),
                 kind: c.kind,
                 age_days: u32::try_from((now - c.created_at).max(0) / DAY_MS).unwrap_or(u32::MAX),
                 similarity: (score * 1000.0).round() / 1000.0,
@@ -581,7 +632,7 @@ impl Store {
         sql.push(" AND m.owner_id = ").bind_str(owner);
         sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
             .bind_str(exclude);
-        crate::search::fts_order(self.backend, sql, SIMILAR_FETCH);
+        crate::search::fts_order(sql, SIMILAR_FETCH);
         let rows = sql
             .query()
             .fetch_all(&mut *tx)
@@ -611,7 +662,7 @@ impl Store {
             )
             .bind(e.scope)
             .bind(e.key)
-            .bind(e.entity_type)
+            .bind(e.entity_type.as_str())
             .fetch_optional(&mut *tx)
             .await
             .db("entity lookup")?
@@ -626,7 +677,7 @@ impl Store {
             .bind(e.scope)
             .bind(e.name)
             .bind(e.key)
-            .bind(e.entity_type)
+            .bind(e.entity_type.as_str())
             .bind(self.now())
             .execute(&mut *tx)
             .await
@@ -659,16 +710,11 @@ impl Store {
     where
         E: sqlx::Executor<'e, Database = sqlx::Any>,
     {
-        let mut sql = crate::sql::Sql::new("SELECT COUNT(*) FROM memories m WHERE m.id = ");
+        let mut sql = crate::sql::Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE m.id = ");
         sql.bind_str(id).push(" AND ");
         crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
-        let n: i64 = sql
-            .query()
-            .fetch_one(exec)
-            .await
-            .db("can read")
-            .map(|r| r.get(0))?;
-        Ok(n > 0)
+        let row = sql.query().fetch_one(exec).await.db("can read")?;
+        Ok(col::<i64>(&row, "n")? > 0)
     }
 
     /// Load one of the caller's own memories for a lifecycle change.
@@ -677,9 +723,9 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         id: &str,
-    ) -> Result<(String, Option<i64>), ToolError> {
+    ) -> Result<OwnedMemory, ToolError> {
         let row = sqlx::query(
-            "SELECT kind, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+            "SELECT id, kind, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
         )
         .bind(id)
         .bind(&caller.user_id)
@@ -687,7 +733,7 @@ impl Store {
         .await
         .db("load memory")?;
         match row {
-            Some(r) => Ok((r.get("kind"), r.get("invalidated_at"))),
+            Some(r) => OwnedMemory::from_row(&r),
             None => Err(ToolError::not_found(format!("Memory {id} not found."))),
         }
     }
@@ -718,8 +764,8 @@ impl Store {
         let caller = cx.caller;
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
-        let (_, invalidated) = self.owned(tx, caller, id).await?;
-        if invalidated.is_some() {
+        let memory = self.owned(tx, caller, id).await?;
+        if memory.invalidated_at.is_some() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is already invalidated; restore_memory brings it back."
             )));
@@ -740,8 +786,11 @@ impl Store {
         let caller = cx.caller;
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
-        let (kind, invalidated) = self.owned(tx, caller, id).await?;
-        if !MemoryKind::parse(&kind).is_some_and(MemoryKind::is_loop) {
+        let OwnedMemory {
+            kind,
+            invalidated_at: invalidated,
+        } = self.owned(tx, caller, id).await?;
+        if !kind.is_loop() {
             return Err(ToolError::validation(format!(
                 "Memory {id} is a {kind}, not an open loop (task or open-question); use forget to invalidate it."
             ))
@@ -768,8 +817,8 @@ impl Store {
         let caller = cx.caller;
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
-        let (_, invalidated) = self.owned(tx, caller, id).await?;
-        if invalidated.is_none() {
+        let memory = self.owned(tx, caller, id).await?;
+        if memory.invalidated_at.is_none() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is not invalidated."
             )));
@@ -793,11 +842,7 @@ impl Store {
     }
 
     /// One memory, full fidelity, if the caller can read it.
-    pub async fn get_memory(
-        &self,
-        caller: &Caller,
-        id: &MemoryId,
-    ) -> Result<zm_contracts::Memory, ToolError> {
+    pub async fn get_memory(&self, caller: &Caller, id: &MemoryId) -> Result<Memory, ToolError> {
         let mut sql = crate::sql::Sql::new(&format!(
             "SELECT {} FROM memories m WHERE m.id = ",
             crate::search::MEMORY_COLUMNS
@@ -810,13 +855,8 @@ impl Store {
             .await
             .db("get memory")?;
         match row {
-            Some(r) => Ok(crate::search::memory_from_row(&r)),
+            Some(r) => Memory::from_row(&r),
             None => Err(ToolError::not_found(format!("Memory {id} not found."))),
         }
     }
-}
-
-/// Parse a stored `source` column.
-pub(crate) fn parse_source(raw: Option<String>) -> Option<Value> {
-    raw.and_then(|s| serde_json::from_str(&s).ok())
 }

@@ -1,28 +1,80 @@
 //! Standing rules: `promote_rule`, and pin / unpin / revoke / dismiss for
 //! the dashboard; delivery for instructions and `zm://rules`.
 
-use sqlx::Row;
+use sqlx::any::AnyRow;
 use zm_contracts::scope;
 use zm_contracts::{
-    IdKind, PromoteRuleInput, PromoteRuleOutput, Rule, RuleLayer, RuleStatus, ToolError,
+    IdKind, MemoryId, PromoteRuleInput, PromoteRuleOutput, Rule, RuleLayer, RuleStatus, ToolError,
 };
 
 use crate::db::DbResult;
 use crate::guard;
+use crate::rows::{FromAnyRow, col, enum_col, flag_col, id_col, parse_stored, stored_enum};
 use crate::scopes::{ReadSet, canonical_path};
 use crate::service::Cx;
+use crate::sql::Sql;
 use crate::store::{Caller, Store};
+
+stored_enum! {
+    /// Where a rule stands (`rules.status`): delivered while `promoted`;
+    /// `dismissed` and `revoked` are terminal until promoted again with
+    /// `force`.
+    pub RuleState {
+        Promoted = "promoted",
+        Dismissed = "dismissed",
+        Revoked = "revoked",
+    }
+}
 
 /// A rule as the owner manages it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleRecord {
     pub id: String,
-    pub memory_id: String,
+    pub memory_id: MemoryId,
     pub text: String,
-    pub layer: String,
+    pub layer: RuleLayer,
     pub applies_scope: Option<String>,
-    pub status: String,
+    pub status: RuleState,
     pub pinned: bool,
+}
+
+impl FromAnyRow for RuleRecord {
+    fn from_row(r: &AnyRow) -> Result<RuleRecord, ToolError> {
+        Ok(RuleRecord {
+            id: col(r, "id")?,
+            memory_id: id_col(r, "memory_id")?,
+            text: col(r, "text")?,
+            layer: enum_col(r, "layer")?,
+            applies_scope: col(r, "applies_scope")?,
+            status: enum_col(r, "status")?,
+            pinned: flag_col(r, "pinned")?,
+        })
+    }
+}
+
+/// The memory a rule is promoted from.
+struct RuleSource {
+    content: String,
+    scope: String,
+    invalidated_at: Option<i64>,
+}
+
+impl FromAnyRow for RuleSource {
+    fn from_row(r: &AnyRow) -> Result<RuleSource, ToolError> {
+        Ok(RuleSource {
+            content: col(r, "content")?,
+            scope: col(r, "scope")?,
+            invalidated_at: col(r, "invalidated_at")?,
+        })
+    }
+}
+
+/// A change the owner makes to a promoted rule.
+enum RuleChange<'a> {
+    /// Pin (or unpin) it.
+    Pin(bool),
+    /// Revoke it, with the owner's reason.
+    Revoke { reason: &'a str },
 }
 
 impl Store {
@@ -41,7 +93,7 @@ impl Store {
         }
         let tx = cx.tx().await?;
         let row = sqlx::query(
-            "SELECT content, scope, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+            "SELECT id, content, scope, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
         )
         .bind(id)
         .bind(&caller.user_id)
@@ -51,7 +103,8 @@ impl Store {
         let Some(row) = row else {
             return Err(ToolError::not_found(format!("Memory {id} not found.")));
         };
-        if row.get::<Option<i64>, _>("invalidated_at").is_some() {
+        let source = RuleSource::from_row(&row)?;
+        if source.invalidated_at.is_some() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is invalidated; restore it before promoting it."
             )));
@@ -62,14 +115,17 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await
                 .db("promote previous")?;
-        if matches!(previous.as_deref(), Some("dismissed" | "revoked")) && input.force != Some(true)
+        let previous: Option<RuleState> = previous
+            .map(|s| parse_stored(&s, "status", id))
+            .transpose()?;
+        if let Some(state @ (RuleState::Dismissed | RuleState::Revoked)) = previous
+            && input.force != Some(true)
         {
             return Err(ToolError::conflict(format!(
-                "The rule from memory {id} was {}; pass force: true to promote it again.",
-                previous.unwrap_or_default()
+                "The rule from memory {id} was {state}; pass force: true to promote it again."
             )));
         }
-        let memory_scope: String = row.get("scope");
+        let memory_scope = source.scope;
         let (layer, applies) = match &input.applies_scope {
             Some(p) => {
                 let path = canonical_path(caller, p.as_str());
@@ -95,13 +151,13 @@ impl Store {
             .as_deref()
             .map(str::trim)
             .map(str::to_string)
-            .unwrap_or_else(|| row.get("content"));
+            .unwrap_or(source.content);
         let now = self.now();
         sqlx::query(
             "INSERT INTO rules (id, owner_id, memory_id, text, layer, applies_scope, status, pinned, promoted_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'promoted', 0, $7, $7) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8) \
              ON CONFLICT (memory_id) DO UPDATE SET text = excluded.text, layer = excluded.layer, applies_scope = excluded.applies_scope, \
-             status = 'promoted', promoted_at = excluded.promoted_at, revoked_reason = NULL",
+             status = excluded.status, promoted_at = excluded.promoted_at, revoked_reason = NULL",
         )
         .bind(IdKind::RuleCandidate.generate())
         .bind(&caller.user_id)
@@ -109,6 +165,7 @@ impl Store {
         .bind(&text)
         .bind(layer.as_str())
         .bind(applies.clone())
+        .bind(RuleState::Promoted.as_str())
         .bind(now)
         .execute(&mut *tx)
         .await
@@ -130,23 +187,29 @@ impl Store {
         })
     }
 
+    /// Change one of the caller's promoted rules.
     async fn set_rule(
         &self,
         caller: &Caller,
         memory_id: &str,
-        set: &str,
-        value: Option<String>,
-        from: &[&str],
+        change: RuleChange<'_>,
     ) -> Result<(), ToolError> {
-        let mut sql = crate::sql::Sql::new("UPDATE rules SET ");
-        sql.push(set);
-        if let Some(v) = value {
-            sql.push(" = ").bind_str(v);
+        let mut sql = Sql::new("UPDATE rules SET ");
+        match change {
+            RuleChange::Pin(pinned) => {
+                sql.push("pinned = ").bind_i64(i64::from(pinned));
+            }
+            RuleChange::Revoke { reason } => {
+                sql.push("status = ")
+                    .bind_str(RuleState::Revoked.as_str())
+                    .push(", pinned = 0, revoked_reason = ")
+                    .bind_str(reason);
+            }
         }
         sql.push(" WHERE owner_id = ").bind_str(&caller.user_id);
         sql.push(" AND memory_id = ").bind_str(memory_id);
-        sql.push(" AND status IN ")
-            .bind_list(from.iter().map(|s| s.to_string()));
+        sql.push(" AND status = ")
+            .bind_str(RuleState::Promoted.as_str());
         let done = sql.query().execute(&self.pool).await.db("update rule")?;
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found(format!(
@@ -163,8 +226,7 @@ impl Store {
         memory_id: &str,
         pinned: bool,
     ) -> Result<(), ToolError> {
-        let set = if pinned { "pinned = 1" } else { "pinned = 0" };
-        self.set_rule(caller, memory_id, set, None, &["promoted"])
+        self.set_rule(caller, memory_id, RuleChange::Pin(pinned))
             .await
     }
 
@@ -175,14 +237,8 @@ impl Store {
         memory_id: &str,
         reason: &str,
     ) -> Result<(), ToolError> {
-        self.set_rule(
-            caller,
-            memory_id,
-            "status = 'revoked', pinned = 0, revoked_reason",
-            Some(reason.to_string()),
-            &["promoted"],
-        )
-        .await
+        self.set_rule(caller, memory_id, RuleChange::Revoke { reason })
+            .await
     }
 
     /// All the caller's rules, for management.
@@ -192,18 +248,7 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .db("list rules")?;
-        Ok(rows
-            .iter()
-            .map(|r| RuleRecord {
-                id: r.get("id"),
-                memory_id: r.get("memory_id"),
-                text: r.get("text"),
-                layer: r.get("layer"),
-                applies_scope: r.get("applies_scope"),
-                status: r.get("status"),
-                pinned: r.get::<i64, _>("pinned") != 0,
-            })
-            .collect())
+        RuleRecord::from_rows(&rows)
     }
 
     /// The user-layer rules for connect-time instructions, pinned first,
@@ -215,7 +260,7 @@ impl Store {
     /// What `zm://rules` serves: the user layer plus the attached project's rules.
     pub async fn rules_resource(&self, caller: &Caller) -> Result<Vec<Rule>, ToolError> {
         let set = match &caller.attached_project {
-            Some(p) => self.pinned_read_set(caller, p),
+            Some(p) => crate::scopes::pinned_read_set(caller, p),
             None => ReadSet::Scopes(Vec::new()),
         };
         self.rules_for(caller, &set).await

@@ -6,33 +6,18 @@ use zm_contracts::{IdKind, ToolError, prefixes::Prefix};
 
 use crate::db::DbResult;
 use crate::hint;
+use crate::rows::{parse_stored, stored_enum};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 use crate::threads::{self, Conversation, Thread};
 
-/// The role a member holds in a project or team scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Reader,
-    Writer,
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Reader => "reader",
-            Role::Writer => "writer",
-            Role::Admin => "admin",
-        }
-    }
-    fn parse(s: &str) -> Option<Role> {
-        match s {
-            "reader" => Some(Role::Reader),
-            "writer" => Some(Role::Writer),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
+stored_enum! {
+    /// The role a member holds in a project or team scope
+    /// (`scope_members.role`).
+    pub Role {
+        Reader = "reader",
+        Writer = "writer",
+        Admin = "admin",
     }
 }
 
@@ -108,7 +93,9 @@ impl Store {
                 .fetch_optional(exec)
                 .await
                 .db("scope role")?;
-        Ok(role.as_deref().and_then(Role::parse))
+        // An unknown stored role is a corrupt row, never "no access".
+        role.map(|r| parse_stored(&r, "role", &format!("{path}/{user_id}")))
+            .transpose()
     }
 
     /// Make sure a shareable scope exists, creating it with `owner` as admin.
@@ -138,9 +125,10 @@ impl Store {
             .await
             .db("scope owner")?;
         if scope_owner == owner {
-            sqlx::query("INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, 'admin', $3) ON CONFLICT (scope, user_id) DO NOTHING")
+            sqlx::query("INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (scope, user_id) DO NOTHING")
                 .bind(path)
                 .bind(owner)
+                .bind(Role::Admin.as_str())
                 .bind(now)
                 .execute(&mut *tx)
                 .await
@@ -367,38 +355,34 @@ impl Store {
             self.now(),
         )
     }
+}
 
-    /// Resolve explicit read scopes: shorthands, legacy paths, `*`.
-    pub(crate) fn explicit_read_set(
-        &self,
-        caller: &Caller,
-        scopes: &[zm_contracts::ReadScope],
-    ) -> ReadSet {
-        let mut out = Vec::new();
-        for s in scopes {
-            match s.spec() {
-                ScopeSpec::All => return ReadSet::All,
-                other => {
-                    if let Some(p) = other.resolve(&caller.user_id) {
-                        let p = canonical_path(caller, &p);
-                        if !out.contains(&p) {
-                            out.push(p);
-                        }
+/// Resolve explicit read scopes: shorthands, legacy paths, `*`.
+pub(crate) fn explicit_read_set(caller: &Caller, scopes: &[zm_contracts::ReadScope]) -> ReadSet {
+    let mut out = Vec::new();
+    for s in scopes {
+        match s.spec() {
+            ScopeSpec::All => return ReadSet::All,
+            other => {
+                if let Some(p) = other.resolve(&caller.user_id) {
+                    let p = canonical_path(caller, &p);
+                    if !out.contains(&p) {
+                        out.push(p);
                     }
                 }
             }
         }
-        ReadSet::Scopes(out)
     }
+    ReadSet::Scopes(out)
+}
 
-    /// The pinned read set: the project, then personal and core.
-    pub(crate) fn pinned_read_set(&self, caller: &Caller, pin: &str) -> ReadSet {
-        let mut v = vec![pin.to_string()];
-        for s in [caller.personal_scope(), caller.core_scope()] {
-            if !v.contains(&s) {
-                v.push(s);
-            }
+/// The pinned read set: the project, then personal and core.
+pub(crate) fn pinned_read_set(caller: &Caller, pin: &str) -> ReadSet {
+    let mut v = vec![pin.to_string()];
+    for s in [caller.personal_scope(), caller.core_scope()] {
+        if !v.contains(&s) {
+            v.push(s);
         }
-        ReadSet::Scopes(v)
     }
+    ReadSet::Scopes(v)
 }

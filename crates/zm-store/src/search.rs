@@ -2,20 +2,19 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::Row;
 use sqlx::any::AnyRow;
 use zm_contracts::scope;
 use zm_contracts::{
     BuildContextInput, BuildContextOutput, ConflictVerdict, ContextEdge, ContextEntity,
-    ContextMemory, EdgeType, EntityId, EntityType, Memory, MemoryId, MemoryKind, MemoryLinkType,
-    RecallInput, RecallOutput, RelatedStub, Rule, SearchHit, SessionState, ToolError, Visibility,
+    ContextMemory, EntityId, EntityType, Memory, MemoryId, MemoryKind, MemoryLinkType, RecallInput,
+    RecallOutput, RelatedStub, Rule, RuleLayer, SearchHit, SessionState, ToolError, Visibility,
 };
 
 use crate::clock::{DAY_MS, rfc3339};
 use crate::db::{Backend, DbResult};
 use crate::fts;
-use crate::rows::{FromAnyRow, col, enum_col};
-use crate::scopes::{ReadSet, push_read_set, push_visible};
+use crate::rows::{FromAnyRow, col, enum_col, id_col, json_col, opt_id_col, optional_col};
+use crate::scopes::{ReadSet, explicit_read_set, pinned_read_set, push_read_set, push_visible};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -67,7 +66,7 @@ pub(crate) const CANDIDATE_COLUMNS: &str =
 /// A candidate memory: a search hit, a neighbour, a briefing row.
 #[derive(Debug, Clone)]
 pub(crate) struct Candidate {
-    pub id: String,
+    pub id: MemoryId,
     pub scope: String,
     pub kind: MemoryKind,
     pub content: String,
@@ -80,13 +79,14 @@ pub(crate) struct Candidate {
 impl FromAnyRow for Candidate {
     fn from_row(r: &AnyRow) -> Result<Candidate, ToolError> {
         Ok(Candidate {
-            id: col(r, "id")?,
+            id: id_col(r, "id")?,
             scope: col(r, "scope")?,
             kind: enum_col(r, "kind")?,
             content: col(r, "content")?,
             visibility: enum_col(r, "visibility")?,
             created_at: col(r, "created_at")?,
-            rel: r.try_get::<f64, _>("rel").unwrap_or(0.0),
+            // Only full-text queries select a relevance.
+            rel: optional_col(r, "rel")?.unwrap_or(0.0),
         })
     }
 }
@@ -96,7 +96,7 @@ impl Candidate {
     /// `(content, truncated)`.
     fn context(&self, (content, cut): (String, bool), score: Option<f64>) -> ContextMemory {
         ContextMemory {
-            id: MemoryId::from_trusted(self.id.clone()),
+            id: self.id.clone(),
             content,
             kind: self.kind,
             scope: self.scope.clone(),
@@ -146,30 +146,89 @@ fn driving_join(backend: Backend) -> &'static str {
     }
 }
 
-pub(crate) fn fts_order(_backend: Backend, sql: &mut Sql, limit: i64) {
+/// The order and size of a full-text candidate list: most relevant first.
+pub(crate) fn fts_order(sql: &mut Sql, limit: i64) {
     sql.push(" ORDER BY rel DESC, m.seq DESC LIMIT ")
         .bind_i64(limit);
 }
 
-pub(crate) fn memory_from_row(r: &AnyRow) -> Memory {
-    Memory {
-        id: MemoryId::from_trusted(r.get::<String, _>("id")),
-        content: r.get("content"),
-        content_original: None,
-        content_lang: None,
-        kind: MemoryKind::parse(&r.get::<String, _>("kind")).unwrap_or_default(),
-        scope: r.get("scope"),
-        visibility: Visibility::parse(&r.get::<String, _>("visibility"))
-            .unwrap_or(Visibility::Private),
-        author_kind: zm_contracts::AuthorKind::parse(&r.get::<String, _>("author_kind"))
-            .unwrap_or(zm_contracts::AuthorKind::Agent),
-        agent_name: r.get("agent_name"),
-        source: crate::memories::parse_source(r.get("source")),
-        superseded_by: r
-            .get::<Option<String>, _>("superseded_by")
-            .map(MemoryId::from_trusted),
-        invalidated_at: r.get::<Option<i64>, _>("invalidated_at").map(rfc3339),
-        created_at: rfc3339(r.get("created_at")),
+/// A full memory row ([`MEMORY_COLUMNS`]).
+impl FromAnyRow for Memory {
+    fn from_row(r: &AnyRow) -> Result<Memory, ToolError> {
+        let source = if col::<Option<String>>(r, "source")?.is_some() {
+            Some(json_col(r, "source")?)
+        } else {
+            None
+        };
+        Ok(Memory {
+            id: id_col(r, "id")?,
+            content: col(r, "content")?,
+            content_original: None,
+            content_lang: None,
+            kind: enum_col(r, "kind")?,
+            scope: col(r, "scope")?,
+            visibility: enum_col(r, "visibility")?,
+            author_kind: enum_col(r, "author_kind")?,
+            agent_name: col(r, "agent_name")?,
+            source,
+            superseded_by: opt_id_col(r, "superseded_by")?,
+            invalidated_at: col::<Option<i64>>(r, "invalidated_at")?.map(rfc3339),
+            created_at: rfc3339(col(r, "created_at")?),
+        })
+    }
+}
+
+/// An entity attached to a memory.
+#[derive(Debug)]
+struct AttachedEntity {
+    memory_id: MemoryId,
+    id: EntityId,
+    name: String,
+    entity_type: EntityType,
+}
+
+impl FromAnyRow for AttachedEntity {
+    fn from_row(r: &AnyRow) -> Result<AttachedEntity, ToolError> {
+        Ok(AttachedEntity {
+            memory_id: id_col(r, "memory_id")?,
+            id: id_col(r, "id")?,
+            name: col(r, "name")?,
+            entity_type: enum_col(r, "type")?,
+        })
+    }
+}
+
+/// An edge between two entities, by their names.
+impl FromAnyRow for ContextEdge {
+    fn from_row(r: &AnyRow) -> Result<ContextEdge, ToolError> {
+        Ok(ContextEdge {
+            src: col(r, "src")?,
+            dst: col(r, "dst")?,
+            edge_type: enum_col(r, "type")?,
+            weight: col(r, "weight")?,
+        })
+    }
+}
+
+/// A promoted rule as a briefing delivers it.
+#[derive(Debug)]
+struct DeliveredRule {
+    text: String,
+    layer: RuleLayer,
+    applies_scope: Option<String>,
+    pinned: bool,
+    promoted_at: Option<i64>,
+}
+
+impl FromAnyRow for DeliveredRule {
+    fn from_row(r: &AnyRow) -> Result<DeliveredRule, ToolError> {
+        Ok(DeliveredRule {
+            text: col(r, "text")?,
+            layer: enum_col(r, "layer")?,
+            applies_scope: col(r, "applies_scope")?,
+            pinned: crate::rows::flag_col(r, "pinned")?,
+            promoted_at: col(r, "promoted_at")?,
+        })
     }
 }
 
@@ -233,7 +292,7 @@ fn stale_days(c: &Candidate, caller: &Caller, now: i64) -> Option<u32> {
 #[derive(Debug)]
 struct Neighbour {
     /// The hit it is linked to.
-    of: String,
+    of: MemoryId,
     relation: MemoryLinkType,
     memory: Candidate,
 }
@@ -249,9 +308,9 @@ struct Ranked {
 #[derive(Debug, Default)]
 struct Disputes {
     /// Memories with a pending challenge.
-    challenged: HashSet<String>,
+    challenged: HashSet<MemoryId>,
     /// memory id → (newest dispute id, the other memory of a pair).
-    by_memory: HashMap<String, (String, Option<String>)>,
+    by_memory: HashMap<MemoryId, (String, Option<MemoryId>)>,
 }
 
 /// The pin and read set of a read.
@@ -294,9 +353,9 @@ impl Store {
                 .filter(|s| scope::is_shareable(s));
         }
         let set = match scopes {
-            Some(s) => self.explicit_read_set(caller, s),
+            Some(s) => explicit_read_set(caller, s),
             None => match &pin {
-                Some(p) => self.pinned_read_set(caller, p),
+                Some(p) => pinned_read_set(caller, p),
                 None if briefing => {
                     ReadSet::Scopes(vec![caller.personal_scope(), caller.core_scope()])
                 }
@@ -329,14 +388,14 @@ impl Store {
                 .bind_list(kinds.iter().map(|k| k.as_str()));
         }
         let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
-        fts_order(self.backend, &mut sql, pool);
+        fts_order(&mut sql, pool);
         let rows = sql
             .query()
             .fetch_all(&self.pool)
             .await
             .db("full-text search")?;
         let candidates = Candidate::from_rows(&rows)?;
-        let ids: Vec<String> = candidates.iter().map(|c| c.id.clone()).collect();
+        let ids: Vec<MemoryId> = candidates.iter().map(|c| c.id.clone()).collect();
         let disputes = self.disputes(caller, &ids).await?;
         let now = self.now();
         let mut hits: Vec<(Candidate, f64)> = candidates
@@ -361,7 +420,7 @@ impl Store {
     /// Pending conflicts (owned by the caller) touching these memories, in
     /// one query: which of them carry a pending challenge, and for each,
     /// the newest dispute and the other memory of a pair.
-    async fn disputes(&self, caller: &Caller, ids: &[String]) -> Result<Disputes, ToolError> {
+    async fn disputes(&self, caller: &Caller, ids: &[MemoryId]) -> Result<Disputes, ToolError> {
         let mut out = Disputes::default();
         if ids.is_empty() {
             return Ok(out);
@@ -371,14 +430,14 @@ impl Store {
         );
         sql.bind_str(&caller.user_id)
             .push(" AND (memory_a IN ")
-            .bind_list(ids.iter().cloned());
+            .bind_list(ids.iter().map(MemoryId::as_str));
         sql.push(" OR memory_b IN ")
-            .bind_list(ids.iter().cloned())
+            .bind_list(ids.iter().map(MemoryId::as_str))
             .push(") ORDER BY created_at DESC, id DESC");
         for r in sql.query().fetch_all(&self.pool).await.db("disputes")? {
             let id: String = col(&r, "id")?;
-            let a: String = col(&r, "memory_a")?;
-            let b: Option<String> = col(&r, "memory_b")?;
+            let a: MemoryId = id_col(&r, "memory_a")?;
+            let b: Option<MemoryId> = opt_id_col(&r, "memory_b")?;
             let verdict: ConflictVerdict = enum_col(&r, "verdict")?;
             if verdict == ConflictVerdict::Challenged {
                 out.challenged.insert(a.clone());
@@ -396,20 +455,20 @@ impl Store {
     /// Entities attached to memories: memory id → entities.
     async fn entities_of(
         &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, Vec<(String, String, String)>>, ToolError> {
-        let mut out: HashMap<String, Vec<(String, String, String)>> = HashMap::new();
+        ids: &[MemoryId],
+    ) -> Result<HashMap<MemoryId, Vec<AttachedEntity>>, ToolError> {
+        let mut out: HashMap<MemoryId, Vec<AttachedEntity>> = HashMap::new();
         if ids.is_empty() {
             return Ok(out);
         }
         let mut sql = Sql::new(
             "SELECT me.memory_id, e.id, e.name, e.type FROM memory_entities me JOIN entities e ON e.id = me.entity_id WHERE me.memory_id IN ",
         );
-        sql.bind_list(ids.iter().cloned()).push(" ORDER BY e.name");
-        for r in sql.query().fetch_all(&self.pool).await.db("entities of")? {
-            out.entry(r.get(0))
-                .or_default()
-                .push((r.get(1), r.get(2), r.get(3)));
+        sql.bind_list(ids.iter().map(MemoryId::as_str))
+            .push(" ORDER BY e.name");
+        let rows = sql.query().fetch_all(&self.pool).await.db("entities of")?;
+        for e in AttachedEntity::from_rows(&rows)? {
+            out.entry(e.memory_id.clone()).or_default().push(e);
         }
         Ok(out)
     }
@@ -418,7 +477,7 @@ impl Store {
     async fn neighbours(
         &self,
         caller: &Caller,
-        ids: &[String],
+        ids: &[MemoryId],
         set: &ReadSet,
     ) -> Result<Vec<Neighbour>, ToolError> {
         if ids.is_empty() {
@@ -429,9 +488,9 @@ impl Store {
              FROM memory_links l {} memories m ON (m.id = l.dst AND l.src IN ",
             driving_join(self.backend)
         ));
-        sql.bind_list(ids.iter().cloned())
+        sql.bind_list(ids.iter().map(MemoryId::as_str))
             .push(") OR (m.id = l.src AND l.dst IN ")
-            .bind_list(ids.iter().cloned());
+            .bind_list(ids.iter().map(MemoryId::as_str));
         sql.push(") WHERE m.invalidated_at IS NULL AND ");
         push_visible(&mut sql, "m", &caller.user_id);
         sql.push(" AND ");
@@ -441,8 +500,8 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let c = Candidate::from_row(r)?;
-                let src: String = col(r, "l_src")?;
-                let dst: String = col(r, "l_dst")?;
+                let src: MemoryId = id_col(r, "l_src")?;
+                let dst: MemoryId = id_col(r, "l_dst")?;
                 // "of → id": `of` is the hit, `neighbour` the other end.
                 let of = if c.id == dst { src } else { dst };
                 Ok(Neighbour {
@@ -456,12 +515,15 @@ impl Store {
 
     fn session_after_read(
         caller: &Caller,
-        pin: &Option<String>,
+        pin: Option<&str>,
         thread: Option<String>,
     ) -> SessionState {
         SessionState {
             // First attach wins: a pin attaches only an unattached session.
-            attached_project: caller.attached_project.clone().or_else(|| pin.clone()),
+            attached_project: caller
+                .attached_project
+                .clone()
+                .or_else(|| pin.map(str::to_string)),
             thread,
         }
     }
@@ -485,7 +547,7 @@ impl Store {
         let Ranked { hits, disputes } = self
             .ranked(caller, &input.query, &plan.set, input.kinds.as_deref(), k)
             .await?;
-        let ids: Vec<String> = hits.iter().map(|(c, _)| c.id.clone()).collect();
+        let ids: Vec<MemoryId> = hits.iter().map(|(c, _)| c.id.clone()).collect();
         let graph = if input.include_graph {
             self.entities_of(&ids).await?
         } else {
@@ -498,7 +560,7 @@ impl Store {
             .map(|(c, score)| {
                 let dispute = disputes.by_memory.get(&c.id);
                 SearchHit {
-                    id: MemoryId::from_trusted(c.id.clone()),
+                    id: c.id.clone(),
                     content: excerpt(&c.content, &terms, INLINE_CHARS).0,
                     kind: c.kind,
                     scope: c.scope.clone(),
@@ -507,7 +569,7 @@ impl Store {
                     score: (score * 1e6).round() / 1e6,
                     disputed: dispute.is_some(),
                     dispute_id: dispute.map(|d| d.0.clone()),
-                    dispute_with: dispute.and_then(|d| d.1.clone()),
+                    dispute_with: dispute.and_then(|d| d.1.as_ref().map(MemoryId::to_string)),
                     similarity: None,
                     fts_matched: true,
                     stale_days: stale_days(c, caller, now),
@@ -516,10 +578,10 @@ impl Store {
                             .get(&c.id)
                             .into_iter()
                             .flatten()
-                            .map(|(id, name, t)| ContextEntity {
-                                id: EntityId::from_trusted(id.clone()),
-                                name: name.clone(),
-                                entity_type: EntityType::parse(t).unwrap_or_default(),
+                            .map(|e| ContextEntity {
+                                id: e.id.clone(),
+                                name: e.name.clone(),
+                                entity_type: e.entity_type,
                                 types: None,
                                 count: None,
                             })
@@ -530,22 +592,20 @@ impl Store {
             .collect();
         // Related stubs: at most 2 per hit and 8 in all, not hits themselves.
         let mut related = Vec::new();
-        let mut per_hit: HashMap<String, usize> = HashMap::new();
+        let mut per_hit: HashMap<MemoryId, usize> = HashMap::new();
         for n in self.neighbours(caller, &ids, &plan.set).await? {
             let id = &n.memory.id;
             if related.len() == RELATED_CAP || ids.contains(id) {
                 continue;
             }
             let count = per_hit.entry(n.of.clone()).or_default();
-            if *count == RELATED_PER_HIT
-                || related.iter().any(|r: &RelatedStub| r.id.as_str() == id)
-            {
+            if *count == RELATED_PER_HIT || related.iter().any(|r: &RelatedStub| &r.id == id) {
                 continue;
             }
             *count += 1;
             related.push(RelatedStub {
-                id: MemoryId::from_trusted(id.clone()),
-                of: MemoryId::from_trusted(n.of),
+                id: id.clone(),
+                of: n.of,
                 relation: n.relation,
                 kind: n.memory.kind,
                 preview: headline(&n.memory.content, RELATED_PREVIEW_CHARS).0,
@@ -554,7 +614,11 @@ impl Store {
         let thread = plan.thread.map(|t| t.token);
         Ok(RecallOutput {
             memories,
-            session: Some(Self::session_after_read(caller, &plan.pin, thread)),
+            session: Some(Self::session_after_read(
+                caller,
+                plan.pin.as_deref(),
+                thread,
+            )),
             project_scope: plan.pin,
             related,
         })
@@ -602,7 +666,7 @@ impl Store {
             .filter(|(c, _)| !promoted.contains(&c.id))
             .take(max_memories)
             .collect();
-        let ids: Vec<String> = hits.iter().map(|(c, _)| c.id.clone()).collect();
+        let ids: Vec<MemoryId> = hits.iter().map(|(c, _)| c.id.clone()).collect();
         let terms = fts::query_terms(&input.topic);
         let memories: Vec<ContextMemory> = hits
             .iter()
@@ -617,12 +681,12 @@ impl Store {
         // Entities of the hits, collapsed by name.
         let ents = self.entities_of(&ids).await?;
         let mut collapsed: Vec<ContextEntity> = Vec::new();
-        let mut entity_ids: Vec<String> = Vec::new();
+        let mut entity_ids: Vec<EntityId> = Vec::new();
         for id in &ids {
-            for (eid, name, t) in ents.get(id).into_iter().flatten() {
-                let etype = EntityType::parse(t).unwrap_or_default();
-                entity_ids.push(eid.clone());
-                let key = crate::memories::match_key(name);
+            for ent in ents.get(id).into_iter().flatten() {
+                let etype = ent.entity_type;
+                entity_ids.push(ent.id.clone());
+                let key = crate::memories::match_key(&ent.name);
                 if let Some(e) = collapsed
                     .iter_mut()
                     .find(|e| crate::memories::match_key(&e.name) == key)
@@ -634,8 +698,8 @@ impl Store {
                     }
                 } else if collapsed.len() < max_entities {
                     collapsed.push(ContextEntity {
-                        id: EntityId::from_trusted(eid.clone()),
-                        name: name.clone(),
+                        id: ent.id.clone(),
+                        name: ent.name.clone(),
                         entity_type: etype,
                         types: None,
                         count: Some(1),
@@ -685,7 +749,11 @@ impl Store {
             rules: Vec::new(),
             open_loops: Vec::new(),
             open_loops_total: 0,
-            session: Some(Self::session_after_read(caller, &plan.pin, thread)),
+            session: Some(Self::session_after_read(
+                caller,
+                plan.pin.as_deref(),
+                thread,
+            )),
         };
         if input.briefing {
             out.recent = self.recent(caller, &plan.set, &ids, &promoted, now).await?;
@@ -697,36 +765,28 @@ impl Store {
         Ok(out)
     }
 
-    async fn edges_among(&self, entity_ids: &[String]) -> Result<Vec<ContextEdge>, ToolError> {
+    /// The edges between these entities (an edge of an unknown type is a
+    /// corrupt row, not one to drop).
+    async fn edges_among(&self, entity_ids: &[EntityId]) -> Result<Vec<ContextEdge>, ToolError> {
         if entity_ids.is_empty() {
             return Ok(Vec::new());
         }
         let mut sql = Sql::new(
-            "SELECT s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND g.src IN ",
+            "SELECT g.id, s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND g.src IN ",
         );
-        sql.bind_list(entity_ids.iter().cloned())
+        sql.bind_list(entity_ids.iter().map(EntityId::as_str))
             .push(" AND g.dst IN ")
-            .bind_list(entity_ids.iter().cloned());
+            .bind_list(entity_ids.iter().map(EntityId::as_str));
         sql.push(" ORDER BY g.created_at LIMIT 100");
         let rows = sql.query().fetch_all(&self.pool).await.db("edges")?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                Some(ContextEdge {
-                    src: r.get("src"),
-                    dst: r.get("dst"),
-                    edge_type: EdgeType::parse(&r.get::<String, _>("type"))?,
-                    weight: r.get("weight"),
-                })
-            })
-            .collect())
+        ContextEdge::from_rows(&rows)
     }
 
     async fn linked_memories(
         &self,
         caller: &Caller,
-        hit_ids: &[String],
-        entity_ids: &[String],
+        hit_ids: &[MemoryId],
+        entity_ids: &[EntityId],
         set: &ReadSet,
         cap: usize,
     ) -> Result<Vec<ContextMemory>, ToolError> {
@@ -742,7 +802,7 @@ impl Store {
             if out.len() < cap
                 && !hit_ids.contains(&c.id)
                 && !excluded(c.kind)
-                && !out.iter().any(|m| m.id.as_str() == c.id)
+                && !out.iter().any(|m| m.id == c.id)
             {
                 out.push(c.context(headline(&c.content, INLINE_CHARS), None));
             }
@@ -759,7 +819,7 @@ impl Store {
                 "SELECT DISTINCT {CANDIDATE_COLUMNS}, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
                 driving_join(self.backend)
             ));
-            sql.bind_list(entity_ids.iter().cloned());
+            sql.bind_list(entity_ids.iter().map(EntityId::as_str));
             sql.push(" AND m.invalidated_at IS NULL AND ");
             push_visible(&mut sql, "m", &caller.user_id);
             sql.push(" AND ");
@@ -773,22 +833,23 @@ impl Store {
         Ok(out)
     }
 
-    async fn promoted_memory_ids(&self, caller: &Caller) -> Result<HashSet<String>, ToolError> {
-        let rows =
-            sqlx::query("SELECT memory_id FROM rules WHERE owner_id = $1 AND status = 'promoted'")
-                .bind(&caller.user_id)
-                .fetch_all(&self.pool)
-                .await
-                .db("promoted ids")?;
-        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    async fn promoted_memory_ids(&self, caller: &Caller) -> Result<HashSet<MemoryId>, ToolError> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT memory_id FROM rules WHERE owner_id = $1 AND status = 'promoted'",
+        )
+        .bind(&caller.user_id)
+        .fetch_all(&self.pool)
+        .await
+        .db("promoted ids")?;
+        Ok(ids.into_iter().map(MemoryId::from_trusted).collect())
     }
 
     async fn recent(
         &self,
         caller: &Caller,
         set: &ReadSet,
-        hit_ids: &[String],
-        promoted: &HashSet<String>,
+        hit_ids: &[MemoryId],
+        promoted: &HashSet<MemoryId>,
         now: i64,
     ) -> Result<Vec<ContextMemory>, ToolError> {
         // The caller's own authoritative writes of the last two weeks.
@@ -813,7 +874,7 @@ impl Store {
         &self,
         caller: &Caller,
         set: &ReadSet,
-        hit_ids: &[String],
+        hit_ids: &[MemoryId],
         now: i64,
     ) -> Result<(Vec<ContextMemory>, u32), ToolError> {
         let since = now - OPEN_LOOP_TTL_DAYS * DAY_MS;
@@ -824,15 +885,13 @@ impl Store {
         push_visible(&mut where_, "m", &caller.user_id);
         where_.push(" AND ");
         push_read_set(&mut where_, "m", set);
-        let mut count = Sql::new("SELECT COUNT(*)");
+        let mut count = Sql::new("SELECT COUNT(*) AS n");
         count.text.push_str(&where_.text);
         count.args = where_.args.clone();
-        let total: i64 = count
-            .query()
-            .fetch_one(&self.pool)
-            .await
-            .db("loop count")?
-            .get(0);
+        let total: i64 = col(
+            &count.query().fetch_one(&self.pool).await.db("loop count")?,
+            "n",
+        )?;
         let mut list = Sql::new(&format!("SELECT {CANDIDATE_COLUMNS}"));
         list.text.push_str(&where_.text);
         list.args = where_.args;
@@ -858,7 +917,7 @@ impl Store {
     /// the read set; pinned first; per-layer cap and TTL for unpinned.
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
         let rows = sqlx::query(
-            "SELECT text, layer, applies_scope, pinned, promoted_at FROM rules WHERE owner_id = $1 AND status = 'promoted' ORDER BY pinned DESC, promoted_at DESC, id",
+            "SELECT id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE owner_id = $1 AND status = 'promoted' ORDER BY pinned DESC, promoted_at DESC, id",
         )
         .bind(&caller.user_id)
         .fetch_all(&self.pool)
@@ -869,26 +928,25 @@ impl Store {
         let mut pinned: Vec<Rule> = Vec::new();
         let mut user_layer: Vec<Rule> = Vec::new();
         let mut project_layer: Vec<Rule> = Vec::new();
-        for r in rows {
-            let layer: String = r.get("layer");
-            let applies: Option<String> = r.get("applies_scope");
-            let in_set = match (&layer[..], &applies, set) {
-                ("user", _, _) => true,
-                (_, Some(a), ReadSet::Scopes(s)) => s.contains(a) && scope::is_shareable(a),
-                (_, Some(_), ReadSet::All) => false,
-                _ => false,
+        for r in DeliveredRule::from_rows(&rows)? {
+            let in_set = match (r.layer, &r.applies_scope, set) {
+                (RuleLayer::User, _, _) => true,
+                (RuleLayer::Project, Some(a), ReadSet::Scopes(s)) => {
+                    s.contains(a) && scope::is_shareable(a)
+                }
+                (RuleLayer::Project, _, _) => false,
             };
             if !in_set {
                 continue;
             }
             let rule = Rule {
-                text: r.get("text"),
-                pinned: r.get::<i64, _>("pinned") != 0,
+                text: r.text,
+                pinned: r.pinned,
             };
             if rule.pinned {
                 pinned.push(rule);
-            } else if r.get::<Option<i64>, _>("promoted_at").unwrap_or(0) >= ttl {
-                let bucket = if layer == "user" {
+            } else if r.promoted_at.unwrap_or(0) >= ttl {
+                let bucket = if r.layer == RuleLayer::User {
                     &mut user_layer
                 } else {
                     &mut project_layer

@@ -2,22 +2,56 @@
 //! `export_memories`, `delete_account`.
 
 use serde_json::json;
-use sqlx::Row;
+use sqlx::any::AnyRow;
 use zm_contracts::scope;
 use zm_contracts::{
-    DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput, IdKind,
-    ImportMemoryInput, ImportMemoryOutput, ImportTarget, MemoryId, MoveFailure, MoveMemoriesInput,
-    MoveMemoriesOutput, ShareInput, ShareOutput, ToolError, UserId,
+    AuthorKind, DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput,
+    IdKind, ImportMemoryInput, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MoveFailure,
+    MoveMemoriesInput, MoveMemoriesOutput, ShareInput, ShareOutput, ToolError, TranslationStatus,
+    UserId, Visibility,
     validate::{FieldError, validation_error},
 };
 
 use crate::db::DbResult;
 use crate::guard;
 use crate::memories::content_hash;
-use crate::scopes::{ReadSet, canonical_path, push_read_set, push_visible};
+use crate::rows::{FromAnyRow, col, enum_col, id_col};
+use crate::scopes::{ReadSet, canonical_path, explicit_read_set, push_read_set, push_visible};
 use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
+
+/// A memory as a share or move checks it.
+struct MovableRow {
+    owner_id: UserId,
+    scope: String,
+    visibility: Visibility,
+    invalidated_at: Option<i64>,
+}
+
+impl FromAnyRow for MovableRow {
+    fn from_row(r: &AnyRow) -> Result<MovableRow, ToolError> {
+        Ok(MovableRow {
+            owner_id: id_col(r, "owner_id")?,
+            scope: col(r, "scope")?,
+            visibility: enum_col(r, "visibility")?,
+            invalidated_at: col(r, "invalidated_at")?,
+        })
+    }
+}
+
+/// Where a movable memory is: its scope and visibility.
+struct Placement {
+    scope: String,
+    visibility: Visibility,
+}
+
+impl Placement {
+    /// Already shared into `target`: moving it there changes nothing.
+    fn is_shared_in(&self, target: &str) -> bool {
+        self.scope == target && self.visibility == Visibility::Shared
+    }
+}
 
 /// Why one memory could not move or be shared.
 enum Refusal {
@@ -32,9 +66,9 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         id: &str,
-    ) -> Result<Result<(String, String), Refusal>, ToolError> {
+    ) -> Result<Result<Placement, Refusal>, ToolError> {
         let row = sqlx::query(
-            "SELECT owner_id, scope, visibility, invalidated_at FROM memories WHERE id = $1",
+            "SELECT id, owner_id, scope, visibility, invalidated_at FROM memories WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -43,8 +77,8 @@ impl Store {
         let Some(row) = row else {
             return Ok(Err(Refusal::NotFound));
         };
-        let owner: String = row.get("owner_id");
-        if owner != caller.user_id {
+        let row = MovableRow::from_row(&row)?;
+        if row.owner_id.as_str() != caller.user_id {
             // Visible but not the caller's: say so; invisible: not found.
             return Ok(Err(if self.can_read_memory(&mut *tx, caller, id).await? {
                 Refusal::NotOwner
@@ -52,10 +86,13 @@ impl Store {
                 Refusal::NotFound
             }));
         }
-        if row.get::<Option<i64>, _>("invalidated_at").is_some() {
+        if row.invalidated_at.is_some() {
             return Ok(Err(Refusal::Invalidated));
         }
-        Ok(Ok((row.get("scope"), row.get("visibility"))))
+        Ok(Ok(Placement {
+            scope: row.scope,
+            visibility: row.visibility,
+        }))
     }
 
     /// The shareable scope a share/move targets, writable by the caller.
@@ -85,8 +122,9 @@ impl Store {
         id: &str,
         target: &str,
     ) -> Result<(), ToolError> {
-        sqlx::query("UPDATE memories SET scope = $1, visibility = 'shared', shared_at = $2, shared_by = $3 WHERE id = $4")
+        sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5")
             .bind(target)
+            .bind(Visibility::Shared.as_str())
             .bind(self.now())
             .bind(&caller.user_id)
             .bind(id)
@@ -120,8 +158,8 @@ impl Store {
             Err(Refusal::Invalidated) => {
                 return Err(ToolError::conflict(format!("Memory {id} is invalidated.")));
             }
-            Ok((scope, visibility)) => {
-                if !(scope == target && visibility == "shared") {
+            Ok(placement) => {
+                if !placement.is_shared_in(&target) {
                     self.move_one(tx, caller, id, &target).await?;
                 }
             }
@@ -173,9 +211,9 @@ impl Store {
                 continue;
             }
             match self.check_movable(tx, caller, mid.as_str()).await? {
-                Ok((scope, visibility)) => {
+                Ok(placement) => {
                     // Already shared there: nothing to change (a repeat is a no-op).
-                    if !(scope == target && visibility == "shared") {
+                    if !placement.is_shared_in(&target) {
                         self.move_one(tx, caller, mid.as_str(), &target).await?;
                     }
                     moved.push(mid);
@@ -234,19 +272,19 @@ impl Store {
         };
         let now = self.now();
         let hash = input.source_hash.trim().to_string();
-        let prior =
-            sqlx::query("SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2")
-                .bind(&caller.user_id)
-                .bind(&hash)
-                .fetch_optional(&mut *tx)
-                .await
-                .db("import ledger")?;
-        if let Some(r) = prior {
+        // The ledger row of an earlier import (its memory may be gone).
+        let prior: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2",
+        )
+        .bind(&caller.user_id)
+        .bind(&hash)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("import ledger")?;
+        if let Some(memory_id) = prior {
             return Ok(ImportMemoryOutput {
                 skipped: true,
-                memory_id: r
-                    .get::<Option<String>, _>("memory_id")
-                    .map(MemoryId::from_trusted),
+                memory_id: memory_id.map(MemoryId::from_trusted),
                 deduplicated: None,
             });
         }
@@ -271,7 +309,7 @@ impl Store {
                 }
                 sqlx::query(
                     "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'private', 'agent', NULL, $7, 'skipped', $8)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $11)",
                 )
                 .bind(&id)
                 .bind(&caller.user_id)
@@ -279,7 +317,10 @@ impl Store {
                 .bind(input.kind.as_str())
                 .bind(&content)
                 .bind(content_hash(&content))
+                .bind(Visibility::Private.as_str())
+                .bind(AuthorKind::Agent.as_str())
                 .bind(source.to_string())
+                .bind(TranslationStatus::Skipped.as_str())
                 .bind(now)
                 .execute(&mut *tx)
                 .await
@@ -309,7 +350,7 @@ impl Store {
         input: ExportMemoriesInput,
     ) -> Result<ExportMemoriesOutput, ToolError> {
         let set = match &input.scopes {
-            Some(s) => self.explicit_read_set(caller, s),
+            Some(s) => explicit_read_set(caller, s),
             None => ReadSet::All,
         };
         let mut sql = Sql::new(&format!(
@@ -321,7 +362,7 @@ impl Store {
         push_read_set(&mut sql, "m", &set);
         sql.push(" ORDER BY m.created_at, m.seq");
         let rows = sql.query().fetch_all(&self.pool).await.db("export")?;
-        let items: Vec<_> = rows.iter().map(crate::search::memory_from_row).collect();
+        let items = Memory::from_rows(&rows)?;
         Ok(ExportMemoriesOutput {
             count: items.len() as u32,
             items,
