@@ -60,10 +60,11 @@ pub fn distinctive_terms(text: &str, n: usize) -> String {
         .join(" ")
 }
 
-/// A PostgreSQL `to_tsquery('simple', $1)` argument: the terms joined with
-/// ` | `. Safe because no term contains an operator character (`&`, `|`,
-/// `!`, `<`, `>`, `(`, `)`, `:`, `*`, `'`, `\`). `None` when there are no
-/// terms.
+/// A PostgreSQL `to_tsquery('english', $1)` argument (the configuration of
+/// the `memories.fts` column, so query words are stemmed and stop words
+/// dropped like the content's): the terms joined with ` | `. Safe because
+/// no term contains an operator character (`&`, `|`, `!`, `<`, `>`, `(`,
+/// `)`, `:`, `*`, `'`, `\`). `None` when there are no terms.
 pub fn pg_query_terms(user_text: &str) -> Option<String> {
     let terms = query_terms(user_text);
     if terms.is_empty() {

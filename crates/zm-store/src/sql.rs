@@ -42,7 +42,9 @@ impl Sql {
     pub fn bind_i64(&mut self, v: i64) -> &mut Self {
         self.bind(Arg::I64(v))
     }
-    /// `(… , … )` list of string placeholders; `('')`-free: callers guard emptiness.
+    /// A parenthesised list of string placeholders, `($1, $2, …)`. An empty
+    /// list becomes `(NULL)`: valid SQL on both backends, and `x IN (NULL)`
+    /// matches no row (so does `x NOT IN (NULL)`: it is never true).
     pub fn bind_list<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, items: I) -> &mut Self {
         self.text.push('(');
         let mut first = true;
@@ -54,7 +56,7 @@ impl Sql {
             self.bind_str(s);
         }
         if first {
-            // An empty list matches nothing.
+            // `IN (NULL)`: an empty list matches nothing.
             self.text.push_str("NULL");
         }
         self.text.push(')');
