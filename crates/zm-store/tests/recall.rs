@@ -368,3 +368,184 @@ backend_tests! {
         assert!(!seen.is_empty(), "[{label}] operators are plain words");
     }
 }
+
+// ---------------------------------------------------------------- corrupt rows
+//
+// A stored value this build does not know is a corrupt row: the read that
+// meets it answers `internal` (and logs the row), never a default. These
+// tests corrupt rows behind the store's back, through a raw connection to
+// the same database.
+
+/// A store and a raw connection to its database: a fresh SQLite file, or
+/// the PostgreSQL test database (`None` when it is not configured).
+async fn store_and_raw(backend: &str) -> Option<(Store, sqlx::AnyPool)> {
+    sqlx::any::install_default_drivers();
+    if backend == "sqlite" {
+        let dir = tempfile::Builder::new()
+            .prefix("corrupt-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a temporary directory");
+        let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
+        // The directory must outlive the store's connections.
+        std::mem::forget(dir);
+        let store = Store::open(&url).await.expect("open SQLite");
+        let raw = sqlx::AnyPool::connect(&url)
+            .await
+            .expect("a raw connection");
+        return Some((store, raw));
+    }
+    let url = std::env::var(PG_ENV).ok().filter(|u| !u.trim().is_empty());
+    let Some(url) = url else {
+        eprintln!("{PG_ENV} is not set: skipped the corrupt-row test on postgres");
+        return None;
+    };
+    let store = postgres_store().await?;
+    let raw = sqlx::AnyPool::connect(url.trim())
+        .await
+        .expect("a raw connection");
+    Some((store, raw))
+}
+
+/// The answer to a read that met a corrupt row: `internal`, nothing else
+/// (the `err` helper refuses `internal` as a test's expected failure).
+fn internal<T: std::fmt::Debug>(r: Result<T, zm_contracts::ToolError>, label: &str, what: &str) {
+    match r {
+        Ok(v) => panic!("[{label}] {what}: expected internal, got success {v:?}"),
+        Err(e) => assert_eq!(
+            e.code,
+            ErrorCode::Internal,
+            "[{label}] {what}: expected internal, got {e}"
+        ),
+    }
+}
+
+async fn exec(raw: &sqlx::AnyPool, sql: &'static str, id: &str) {
+    sqlx::query(sql)
+        .bind(id.to_string())
+        .execute(raw)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn a_corrupt_stored_enum_is_internal_not_a_default(backend: &str) {
+    let Some((store, raw)) = store_and_raw(backend).await else {
+        return;
+    };
+    let label = backend;
+    let (_, caller) = user(&store, "corrupt").await;
+    let id = mem(
+        &store,
+        &caller,
+        label,
+        json!({"content": "The corruption canary nests in the ledger service.", "kind": "fact",
+               "scope": "personal", "entities": [{"name": "canary"}, {"name": "ledger"}]}),
+    )
+    .await;
+    ok(
+        call(
+            &store,
+            &caller,
+            "link",
+            json!({"src": "canary", "dst": "ledger", "type": "depends_on"}),
+        )
+        .await,
+        label,
+        "link the entities",
+    );
+    let memory_id = zm_contracts::MemoryId::parse(&id).unwrap();
+    let recall_q = json!({"query": "corruption canary ledger", "include_graph": true});
+    let brief_q = json!({"topic": "corruption canary ledger"});
+    // Healthy rows read.
+    assert_eq!(
+        recall_ids(&store, &caller, label, recall_q.clone()).await,
+        vec![id.clone()]
+    );
+    let ctx = ok(
+        build_context(&store, &caller, brief_q.clone()).await,
+        label,
+        "healthy briefing",
+    );
+    assert_eq!(ctx.edges.len(), 1, "[{label}] the edge between the anchors");
+    ok(
+        store.get_memory(&caller, &memory_id).await,
+        label,
+        "healthy get_memory",
+    );
+
+    // A kind this build does not know: every read that meets it is internal.
+    exec(
+        &raw,
+        "UPDATE memories SET kind = 'rumour' WHERE id = $1",
+        &id,
+    )
+    .await;
+    internal(
+        recall(&store, &caller, recall_q.clone()).await,
+        label,
+        "recall over a corrupt kind",
+    );
+    internal(
+        build_context(&store, &caller, brief_q.clone()).await,
+        label,
+        "build_context over a corrupt kind",
+    );
+    internal(
+        store.get_memory(&caller, &memory_id).await,
+        label,
+        "get_memory of a corrupt kind",
+    );
+    internal(
+        call(&store, &caller, "export_memories", json!({})).await,
+        label,
+        "export over a corrupt kind",
+    );
+    exec(&raw, "UPDATE memories SET kind = 'fact' WHERE id = $1", &id).await;
+    ok(
+        store.get_memory(&caller, &memory_id).await,
+        label,
+        "get_memory once repaired",
+    );
+
+    // An edge of an unknown type is not silently dropped from a briefing.
+    exec(
+        &raw,
+        "UPDATE edges SET type = 'befriends' WHERE owner_id = $1",
+        &caller.user_id,
+    )
+    .await;
+    internal(
+        build_context(&store, &caller, brief_q).await,
+        label,
+        "build_context over a corrupt edge type",
+    );
+    // Nor is an entity of an unknown type defaulted.
+    exec(
+        &raw,
+        "UPDATE entities SET type = 'gizmo' WHERE owner_id = $1",
+        &caller.user_id,
+    )
+    .await;
+    internal(
+        recall(&store, &caller, recall_q).await,
+        label,
+        "recall with the graph over a corrupt entity type",
+    );
+    internal(
+        call(&store, &caller, "entities", json!({})).await,
+        label,
+        "entities over a corrupt entity type",
+    );
+    raw.close().await;
+}
+
+mod a_corrupt_stored_enum_is_internal_not_a_default {
+    #[tokio::test]
+    async fn sqlite() {
+        super::a_corrupt_stored_enum_is_internal_not_a_default("sqlite").await;
+    }
+
+    #[tokio::test]
+    async fn postgres() {
+        super::a_corrupt_stored_enum_is_internal_not_a_default("postgres").await;
+    }
+}
