@@ -16,8 +16,7 @@ impl Clock {
     pub fn now_ms(&self) -> i64 {
         let sys = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         sys + self.offset_ms.load(Ordering::Relaxed)
     }
 

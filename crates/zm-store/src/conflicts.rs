@@ -181,7 +181,7 @@ impl Store {
             sql.push(" AND c.verdict = ").bind_str(v.as_str());
         }
         sql.push(" ORDER BY c.created_at DESC, c.id DESC LIMIT ")
-            .bind_i64(input.limit.clamp(1, 100) as i64);
+            .bind_i64(i64::from(input.limit.clamp(1, 100)));
         let rows = sql
             .query()
             .fetch_all(&self.pool)

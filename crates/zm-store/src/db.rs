@@ -57,7 +57,7 @@ static MIGRATIONS: &[Migration] = &[
 
 /// The newest schema version this build knows.
 pub fn latest_schema_version() -> i64 {
-    MIGRATIONS.last().map(|m| m.version).unwrap_or(0)
+    MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
 /// Why a store could not be opened. These are operator errors, not tool

@@ -121,7 +121,7 @@ mod tests {
             "İstanbul ΣΑΣ ß",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
         v.push("x".repeat(10_000));
         v.push("word ".repeat(2_000));

@@ -160,13 +160,11 @@ static DUMMY_HASH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 fn verify(password: &str, hash: &str) -> bool {
-    PasswordHash::new(hash)
-        .map(|h| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &h)
-                .is_ok()
-        })
-        .unwrap_or(false)
+    PasswordHash::new(hash).is_ok_and(|h| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    })
 }
 
 /// A user row (`id, email, is_owner, created_at`).
@@ -368,7 +366,10 @@ impl Store {
                 "token scopes must be mcp:read and/or mcp:write",
             ));
         }
-        let mut scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        let mut scopes: Vec<String> = scopes
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         scopes.sort();
         scopes.dedup();
         let secret = format!("{}{}", kind.prefix(), random_secret(40));

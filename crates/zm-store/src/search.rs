@@ -285,7 +285,7 @@ fn stale_days(c: &Candidate, caller: &Caller, now: i64) -> Option<u32> {
         _ => return None,
     };
     let age = (now - c.created_at) / DAY_MS;
-    (age > budget).then(|| (age - budget) as u32)
+    (age > budget).then(|| u32::try_from(age - budget).unwrap_or(u32::MAX))
 }
 
 /// A typed-link neighbour of a hit.
@@ -896,7 +896,7 @@ impl Store {
         list.text.push_str(&where_.text);
         list.args = where_.args;
         list.push(" ORDER BY m.created_at ASC, m.seq ASC LIMIT ")
-            .bind_i64(OPEN_LOOPS_CAP as i64);
+            .bind_i64(i64::try_from(OPEN_LOOPS_CAP).unwrap_or(i64::MAX));
         let rows = list.query().fetch_all(&self.pool).await.db("open loops")?;
         let loops = Candidate::from_rows(&rows)?
             .into_iter()
@@ -910,7 +910,7 @@ impl Store {
                 c.context(headline(&c.content, cap), None)
             })
             .collect();
-        Ok((loops, total.max(0) as u32))
+        Ok((loops, u32::try_from(total.max(0)).unwrap_or(u32::MAX)))
     }
 
     /// The rules a briefing delivers: the user layer, then project layers in

@@ -19,33 +19,36 @@ pub(crate) struct Sql {
 }
 
 impl Sql {
-    pub fn new(text: &str) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         Sql {
             text: text.to_string(),
             args: Vec::new(),
         }
     }
-    pub fn push(&mut self, text: &str) -> &mut Self {
+    pub(crate) fn push(&mut self, text: &str) -> &mut Self {
         self.text.push_str(text);
         self
     }
     /// Append a placeholder bound to `arg`.
-    pub fn bind(&mut self, arg: Arg) -> &mut Self {
+    pub(crate) fn bind(&mut self, arg: Arg) -> &mut Self {
         self.args.push(arg);
         let n = self.args.len();
         self.text.push_str(&format!("${n}"));
         self
     }
-    pub fn bind_str(&mut self, s: impl Into<String>) -> &mut Self {
+    pub(crate) fn bind_str(&mut self, s: impl Into<String>) -> &mut Self {
         self.bind(Arg::Str(s.into()))
     }
-    pub fn bind_i64(&mut self, v: i64) -> &mut Self {
+    pub(crate) fn bind_i64(&mut self, v: i64) -> &mut Self {
         self.bind(Arg::I64(v))
     }
     /// A parenthesised list of string placeholders, `($1, $2, …)`. An empty
     /// list becomes `(NULL)`: valid SQL on both backends, and `x IN (NULL)`
     /// matches no row (so does `x NOT IN (NULL)`: it is never true).
-    pub fn bind_list<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, items: I) -> &mut Self {
+    pub(crate) fn bind_list<I: IntoIterator<Item = S>, S: Into<String>>(
+        &mut self,
+        items: I,
+    ) -> &mut Self {
         self.text.push('(');
         let mut first = true;
         for s in items {
@@ -62,7 +65,7 @@ impl Sql {
         self.text.push(')');
         self
     }
-    pub fn query(&self) -> Query<'_, Any, AnyArguments> {
+    pub(crate) fn query(&self) -> Query<'_, Any, AnyArguments> {
         let mut q = sqlx::query(AssertSqlSafe(self.text.clone()));
         for a in &self.args {
             q = match a {

@@ -364,7 +364,7 @@ impl Store {
         let rows = sql.query().fetch_all(&self.pool).await.db("export")?;
         let items = Memory::from_rows(&rows)?;
         Ok(ExportMemoriesOutput {
-            count: items.len() as u32,
+            count: u32::try_from(items.len()).unwrap_or(u32::MAX),
             items,
         })
     }
@@ -448,8 +448,8 @@ impl Store {
         Ok(DeleteAccountOutput {
             subject: UserId::from_trusted(uid.clone()),
             auth_deleted: deleted.rows_affected() == 1,
-            memories: memories.max(0) as u64,
-            entities: entities.max(0) as u64,
+            memories: u64::try_from(memories).unwrap_or(0),
+            entities: u64::try_from(entities).unwrap_or(0),
         })
     }
 }

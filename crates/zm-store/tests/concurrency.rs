@@ -159,7 +159,7 @@ async fn assert_exactly_once(
 async fn concurrent_writers(url: &str, label: &str, writes: usize) {
     let (per_task, child_writes) = (writes, writes);
     let mut opts = OpenOptions::new(url);
-    opts.max_connections = TASKS as u32;
+    opts.max_connections = u32::try_from(TASKS).unwrap();
     let store = Store::open_with(opts)
         .await
         .unwrap_or_else(|e| panic!("[{label}] open: {e}"));

@@ -290,7 +290,7 @@ backend_tests! {
             .await
             .unwrap();
         assert_eq!(
-            row.superseded_by.as_ref().map(|s| s.as_str()),
+            row.superseded_by.as_ref().map(zm_contracts::MemoryId::as_str),
             Some(p2.as_str()),
             "[{l}] the supersede chain"
         );

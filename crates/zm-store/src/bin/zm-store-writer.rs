@@ -67,7 +67,7 @@ fn content(tag: &str, i: u64) -> String {
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x2545_F491_4F6C_DD1D;
     let mut words = Vec::with_capacity(6);
     for _ in 0..(3 + i % 4) {
-        words.push(WORDS[(x % n) as usize]);
+        words.push(WORDS[usize::try_from(x % n).expect("below n, a usize")]);
         x = x.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ (x >> 29);
     }
     format!("{tag} write {i}: {}", words.join(" "))

@@ -30,7 +30,7 @@ use zm_contracts::{
 use zm_store::{Caller, OpenOptions, Store, ToolService, User};
 
 /// The environment variable naming the PostgreSQL test database.
-pub const PG_ENV: &str = "ZM_TEST_DATABASE_URL";
+pub(crate) const PG_ENV: &str = "ZM_TEST_DATABASE_URL";
 
 /// Temporary directories of the SQLite stores, kept alive for the whole
 /// test process (a store's pool may open new connections at any time).
@@ -45,20 +45,22 @@ fn scratch_root() -> std::path::PathBuf {
 }
 
 /// A store on a fresh SQLite file.
-pub async fn sqlite_store() -> Store {
+pub(crate) async fn sqlite_store() -> Store {
     let dir = tempfile::Builder::new()
         .prefix("store-")
         .tempdir_in(scratch_root())
         .expect("create a temporary directory");
     let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
     let store = Store::open(&url).await.expect("open the SQLite test store");
-    KEEP.lock().unwrap_or_else(|p| p.into_inner()).push(dir);
+    KEEP.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(dir);
     store
 }
 
 /// A store on the shared PostgreSQL test database, or `None` when
 /// [`PG_ENV`] is not set.
-pub async fn postgres_store() -> Option<Store> {
+pub(crate) async fn postgres_store() -> Option<Store> {
     let url = std::env::var(PG_ENV).ok()?;
     let url = url.trim();
     if url.is_empty() {
@@ -122,7 +124,7 @@ macro_rules! backend_tests {
 
 /// A random lowercase suffix, unique enough to keep tests apart in the
 /// shared database.
-pub fn unique(tag: &str) -> String {
+pub(crate) fn unique(tag: &str) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
     let suffix: String = (0..12)
@@ -132,17 +134,17 @@ pub fn unique(tag: &str) -> String {
 }
 
 /// The password every test user gets.
-pub const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 
-pub const HOUR_MS: i64 = 3_600_000;
-pub const DAY_MS: i64 = 24 * HOUR_MS;
+pub(crate) const HOUR_MS: i64 = 3_600_000;
+pub(crate) const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// A well-formed memory id that never exists.
-pub const NEVER: &str = "mem_0000000000000000.0000000000";
+pub(crate) const NEVER: &str = "mem_0000000000000000.0000000000";
 
 /// Create a user with a unique email and a caller for it (no session, no
 /// attached project).
-pub async fn user(store: &Store, tag: &str) -> (User, Caller) {
+pub(crate) async fn user(store: &Store, tag: &str) -> (User, Caller) {
     let email = format!("{}@test.zero-memory.invalid", unique(&format!("{tag}-")));
     let u = store
         .create_user(&email, PASSWORD)
@@ -153,7 +155,7 @@ pub async fn user(store: &Store, tag: &str) -> (User, Caller) {
 }
 
 /// A caller of the same user on another transport session.
-pub fn with_session(caller: &Caller, session: &str) -> Caller {
+pub(crate) fn with_session(caller: &Caller, session: &str) -> Caller {
     Caller {
         session_id: Some(session.to_string()),
         ..caller.clone()
@@ -161,7 +163,7 @@ pub fn with_session(caller: &Caller, session: &str) -> Caller {
 }
 
 /// A caller of the same user whose connection is attached to `project`.
-pub fn attached(caller: &Caller, project: &str) -> Caller {
+pub(crate) fn attached(caller: &Caller, project: &str) -> Caller {
     Caller {
         attached_project: Some(project.to_string()),
         ..caller.clone()
@@ -185,11 +187,11 @@ macro_rules! input {
 
 /// The tool service over a store: the one way tests call tools, as every
 /// transport does.
-pub fn tools(store: &Store) -> ToolService {
+pub(crate) fn tools(store: &Store) -> ToolService {
     ToolService::new(store.clone())
 }
 
-pub async fn remember(
+pub(crate) async fn remember(
     store: &Store,
     caller: &Caller,
     raw: Value,
@@ -199,13 +201,17 @@ pub async fn remember(
         .await
 }
 
-pub async fn recall(store: &Store, caller: &Caller, raw: Value) -> Result<RecallOutput, ToolError> {
+pub(crate) async fn recall(
+    store: &Store,
+    caller: &Caller,
+    raw: Value,
+) -> Result<RecallOutput, ToolError> {
     tools(store)
         .run::<tool::Recall>(caller, input!(RecallInput, &raw))
         .await
 }
 
-pub async fn build_context(
+pub(crate) async fn build_context(
     store: &Store,
     caller: &Caller,
     raw: Value,
@@ -215,7 +221,11 @@ pub async fn build_context(
         .await
 }
 
-pub async fn forget(store: &Store, caller: &Caller, id: &str) -> Result<ForgetOutput, ToolError> {
+pub(crate) async fn forget(
+    store: &Store,
+    caller: &Caller,
+    id: &str,
+) -> Result<ForgetOutput, ToolError> {
     tools(store)
         .run::<tool::Forget>(
             caller,
@@ -224,7 +234,7 @@ pub async fn forget(store: &Store, caller: &Caller, id: &str) -> Result<ForgetOu
         .await
 }
 
-pub async fn restore(
+pub(crate) async fn restore(
     store: &Store,
     caller: &Caller,
     id: &str,
@@ -237,7 +247,7 @@ pub async fn restore(
         .await
 }
 
-pub async fn close_loop(
+pub(crate) async fn close_loop(
     store: &Store,
     caller: &Caller,
     id: &str,
@@ -252,7 +262,7 @@ pub async fn close_loop(
 
 /// Any tool by name, raw JSON in and contract JSON out, through the same
 /// dispatch MCP and REST use (validated, run, audited).
-pub async fn call(
+pub(crate) async fn call(
     store: &Store,
     caller: &Caller,
     tool: &str,
@@ -269,7 +279,7 @@ pub async fn call(
 }
 
 /// `remember` through [`call`]; the new (or absorbing) memory's id.
-pub async fn mem(store: &Store, caller: &Caller, label: &str, args: Value) -> String {
+pub(crate) async fn mem(store: &Store, caller: &Caller, label: &str, args: Value) -> String {
     ok(
         call(store, caller, "remember", args).await,
         label,
@@ -281,7 +291,12 @@ pub async fn mem(store: &Store, caller: &Caller, label: &str, args: Value) -> St
 }
 
 /// The ids a recall returns (panics, naming the backend, if it fails).
-pub async fn recall_ids(store: &Store, caller: &Caller, label: &str, raw: Value) -> Vec<String> {
+pub(crate) async fn recall_ids(
+    store: &Store,
+    caller: &Caller,
+    label: &str,
+    raw: Value,
+) -> Vec<String> {
     match recall(store, caller, raw.clone()).await {
         Ok(out) => out
             .memories
@@ -294,7 +309,7 @@ pub async fn recall_ids(store: &Store, caller: &Caller, label: &str, raw: Value)
 
 /// The caller's project scope for a hint (resolved by a pinned read, which
 /// records nothing).
-pub async fn project_of(store: &Store, caller: &Caller, label: &str, hint: &str) -> String {
+pub(crate) async fn project_of(store: &Store, caller: &Caller, label: &str, hint: &str) -> String {
     let out = recall(
         store,
         caller,
@@ -313,7 +328,7 @@ pub async fn project_of(store: &Store, caller: &Caller, label: &str, hint: &str)
 }
 
 /// Unwrap a success, naming the backend and the step on failure.
-pub fn ok<T, E: std::fmt::Display>(r: Result<T, E>, label: &str, what: &str) -> T {
+pub(crate) fn ok<T, E: std::fmt::Display>(r: Result<T, E>, label: &str, what: &str) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("[{label}] {what}: expected success, got {e}"),
@@ -321,7 +336,7 @@ pub fn ok<T, E: std::fmt::Display>(r: Result<T, E>, label: &str, what: &str) -> 
 }
 
 /// Unwrap a failure with the expected code, naming the backend and the step.
-pub fn err<T: std::fmt::Debug>(
+pub(crate) fn err<T: std::fmt::Debug>(
     r: Result<T, ToolError>,
     code: ErrorCode,
     label: &str,
@@ -346,7 +361,7 @@ pub fn err<T: std::fmt::Debug>(
 }
 
 /// Assert a `validation_failed` error whose message starts with `prefix`.
-pub fn assert_prefix(e: &ToolError, prefix: Prefix, label: &str, what: &str) {
+pub(crate) fn assert_prefix(e: &ToolError, prefix: Prefix, label: &str, what: &str) {
     assert_eq!(
         e.code,
         ErrorCode::ValidationFailed,
@@ -362,7 +377,7 @@ pub fn assert_prefix(e: &ToolError, prefix: Prefix, label: &str, what: &str) {
 
 /// The message with `id` replaced by a placeholder, so errors about two
 /// different ids can be compared.
-pub fn shape(e: &ToolError, id: &str) -> (ErrorCode, String, Option<serde_json::Value>) {
+pub(crate) fn shape(e: &ToolError, id: &str) -> (ErrorCode, String, Option<serde_json::Value>) {
     let details = e
         .details
         .as_ref()
@@ -389,7 +404,7 @@ fn upper_digits(n: usize) -> String {
 }
 
 /// `(detector id, a fake secret it must catch)` for all ten detectors.
-pub fn fake_secrets() -> Vec<(&'static str, String)> {
+pub(crate) fn fake_secrets() -> Vec<(&'static str, String)> {
     let dashes = "-".repeat(5);
     vec![
         (
