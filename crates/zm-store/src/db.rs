@@ -53,6 +53,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0003_signed_threads.sql"),
         postgres: include_str!("../../../migrations/postgres/0003_signed_threads.sql"),
     },
+    Migration {
+        version: 4,
+        name: "user_disabled",
+        sqlite: include_str!("../../../migrations/sqlite/0004_user_disabled.sql"),
+        postgres: include_str!("../../../migrations/postgres/0004_user_disabled.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
