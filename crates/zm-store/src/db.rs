@@ -220,7 +220,9 @@ pub(crate) async fn migrate(
             Backend::Sqlite => m.sqlite,
             Backend::Postgres => m.postgres,
         };
-        tracing::info!(target: "zm_store", version = m.version, name = m.name, "applying migration");
+        // Debug, not info: `stdio` opens the database on every client start
+        // and keeps stderr quiet.
+        tracing::debug!(target: "zm_store", version = m.version, name = m.name, "applying migration");
         tx.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql))).await?;
         sqlx::query(
             "INSERT INTO zm_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
