@@ -1,9 +1,13 @@
 //! The first start of `serve`: on a database without any user, create the
-//! owner account and a personal access token, and say once how to use them.
+//! owner account and a personal access token, and say once how to use them
+//! (on stdout, or in a `0600` file with `--first-start-output`). On a
+//! database whose owner `zero-memory stdio` created (no password), say how
+//! to set one instead of creating another owner.
 
 use std::io::Write;
+use std::path::Path;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
 use zm_contracts::ErrorCode;
 use zm_store::identity::random_secret;
 use zm_store::{SCOPE_READ, SCOPE_WRITE, Store};
@@ -103,19 +107,107 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Print, once, how to log in and connect.
+/// What `serve` does about the owner before it listens: on a database
+/// without any user, create the owner and its token and show the secrets
+/// once — in `--first-start-output` (created `0600`) when set, else on
+/// stdout; when the owner has no password yet (`stdio` created it), say
+/// on stderr how to set one.
+pub async fn on_serve_start(store: &Store, cfg: &Config) -> anyhow::Result<()> {
+    let users = store
+        .list_users()
+        .await
+        .map_err(|e| anyhow!("cannot list users: {e}"))?;
+    if users.is_empty() {
+        return match &cfg.first_start_output {
+            Some(path) => first_start_to_file(store, cfg, path).await,
+            None => {
+                if let Some(first) = first_start(store, cfg).await? {
+                    print_first_start(&first, cfg, None, &mut std::io::stdout().lock())?;
+                }
+                Ok(())
+            }
+        };
+    }
+    if let Some(owner) = users.iter().find(|u| u.is_owner && !u.has_password) {
+        eprintln!("{}", no_password_notice(&owner.email));
+    }
+    Ok(())
+}
+
+/// The first start with `--first-start-output`: the file is created (mode
+/// `0600`) before the owner, so the secrets always have somewhere to go.
+async fn first_start_to_file(store: &Store, cfg: &Config, path: &Path) -> anyhow::Result<()> {
+    let existed = path.exists();
+    let mut file = crate::files::create_private_file(path).with_context(|| {
+        format!(
+            "--first-start-output: cannot create {} (nothing was created in the database)",
+            path.display()
+        )
+    })?;
+    let Some(first) = first_start(store, cfg).await? else {
+        // Another process created the owner meanwhile: nothing to write.
+        drop(file);
+        if !existed {
+            let _ = std::fs::remove_file(path);
+        }
+        return Ok(());
+    };
+    print_first_start(&first, cfg, Some(path), &mut file).with_context(|| {
+        format!(
+            "cannot write the first-start secrets to {}; set a new password with `zero-memory user passwd {}` and create a token with `zero-memory token create --user {}`",
+            path.display(),
+            first.email,
+            first.email
+        )
+    })?;
+    file.sync_all()?;
+    eprintln!(
+        "zero-memory: first start: created the owner account {} and a personal access token; its password and the token are in {} (mode 0600). Read it, then delete it.",
+        first.email,
+        path.display()
+    );
+    Ok(())
+}
+
+/// What `serve` says, at every start, while the owner has no password.
+pub fn no_password_notice(email: &str) -> String {
+    format!(
+        "zero-memory: the owner account {email} has no password yet (`zero-memory stdio` created it; stdio needs none). \
+To sign in on the OAuth consent page when an MCP app connects over HTTP, set one: zero-memory user passwd {email}. \
+For a bearer token: zero-memory token create --user {email}"
+    )
+}
+
+/// Print, once, how to log in and connect. `file`: where the text goes,
+/// when not stdout.
 pub fn print_first_start(
     first: &FirstStart,
     cfg: &Config,
+    file: Option<&Path>,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
+    let base = cfg.public_base_url();
     let mcp = cfg.mcp_url();
+    let where_note = match file {
+        Some(p) => format!(
+            "This file ({}) was created with mode 0600; delete it once the secrets are somewhere safe.",
+            p.display()
+        ),
+        None => {
+            "This went to stdout: for a service (systemd, docker) stdout usually lands in its\n\
+logs, and then the secrets below are in those logs. If so, change them\n\
+(zero-memory user passwd EMAIL --revoke-tokens), and start services with\n\
+--first-start-output FILE (ZM_FIRST_START_OUTPUT) to get a 0600 file instead."
+                .replace("EMAIL", &first.email)
+        }
+    };
     let text = format!(
         "\
 zero-memory: first start. Created the owner account and a personal access token.
 These secrets are shown ONLY NOW; keep them somewhere safe.
+{where_note}
 
-  Log in (dashboard, OAuth consent page):
+  Owner account (it signs in on the OAuth consent page when an MCP app connects with OAuth):
     email:     {email}
     password:  {password}
     (change it with: zero-memory user passwd {email})
@@ -123,16 +215,23 @@ These secrets are shown ONLY NOW; keep them somewhere safe.
   Personal access token (mcp:read mcp:write, id {token_id}):
     {token}
 
-  Connect an MCP client over HTTP:
-    URL:     {mcp}
-    header:  Authorization: Bearer {token}
-    e.g. Claude Code:
+  This server ({base}) offers:
+    MCP (Streamable HTTP):  {mcp}
+    REST API:               {base}/api/tools/<tool>  (OpenAPI: {base}/api/openapi.json)
+    OAuth 2.1 for MCP apps: {base}/.well-known/oauth-authorization-server
+  MCP and REST take the token as  Authorization: Bearer <token>.
+
+  Connect an MCP client over HTTP, e.g. Claude Code:
       claude mcp add --transport http zero-memory {mcp} --header \"Authorization: Bearer {token}\"
+
+  Call a tool over REST:
+      curl -H \"Authorization: Bearer {token}\" -H 'Content-Type: application/json' \\
+           -d '{{\"query\": \"conventions\"}}' {base}/api/tools/recall
 
   Or over stdio, on this machine (no token needed):
     {stdio}
 
-  More tokens: zero-memory token create --user {email}
+  More tokens: zero-memory token create --user {email} [--expires 90d]
 ",
         email = first.email,
         password = first.password,
@@ -171,12 +270,26 @@ mod tests {
         );
 
         let mut out = Vec::new();
-        print_first_start(&first, &cfg, &mut out).unwrap();
+        print_first_start(&first, &cfg, None, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("http://127.0.0.1:8787/mcp"));
         assert!(text.contains(&format!("Authorization: Bearer {}", first.token)));
         assert!(text.contains(&first.password));
         assert!(text.contains("--data-dir"), "{text}");
         assert!(text.contains(" stdio"));
+        // True about what exists: MCP, REST, OAuth — no dashboard (GET / is
+        // not_found) — and about where stdout goes.
+        assert!(!text.to_lowercase().contains("dashboard"), "{text}");
+        assert!(text.contains("http://127.0.0.1:8787/api/tools/"), "{text}");
+        assert!(text.contains("http://127.0.0.1:8787/api/openapi.json"));
+        assert!(text.contains("logs") && text.contains("--first-start-output"));
+
+        let mut out = Vec::new();
+        print_first_start(&first, &cfg, Some(Path::new("/run/zm/first")), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("/run/zm/first") && text.contains("0600"),
+            "{text}"
+        );
     }
 }

@@ -16,7 +16,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    ConfigFileOption, DatabaseOptions, HttpServerOptions, LoggingOptions, McpOptions,
+    ConfigFileOption, DatabaseOptions, HttpServerOptions, LoggingOptions, McpOptions, OwnerOptions,
 };
 
 /// `0.1.0 (contract 2.1.0)`.
@@ -46,6 +46,8 @@ pub struct Cli {
     /// `serve`'s and `stdio`'s options, before the command name.
     #[command(flatten)]
     pub http_server_before: BeforeCommand<HttpServerOptions>,
+    #[command(flatten)]
+    pub owner_before: BeforeCommand<OwnerOptions>,
     #[command(flatten)]
     pub mcp_before: BeforeCommand<McpOptions>,
 
@@ -164,12 +166,15 @@ pub fn find_arg<'a>(cmd: &'a clap::Command, id: &str) -> Option<&'a clap::Arg> {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP server: MCP over Streamable HTTP at /mcp, the REST API,
-    /// OAuth. On the very first start (no user in the database) it creates
-    /// the owner account and prints, once, how to log in and a token.
+    /// Run the HTTP server: MCP over Streamable HTTP at /mcp, the REST API
+    /// at /api, OAuth. On the very first start (no user in the database) it
+    /// creates the owner account and prints, once, its password and a token
+    /// (to stdout, or to --first-start-output FILE).
     Serve(ServeArgs),
     /// Serve MCP on stdin/stdout as a local account of the database (the
-    /// owner unless --user), attached to the project of the working directory.
+    /// owner unless --user), attached to the project of the working
+    /// directory. On a database without any user it creates the owner
+    /// (--owner-email, without a password: stdio needs none).
     Stdio(StdioArgs),
     /// Apply pending database migrations and print the schema version.
     Migrate,
@@ -197,6 +202,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub http_server: HttpServerOptions,
     #[command(flatten)]
+    pub owner: OwnerOptions,
+    #[command(flatten)]
     pub mcp: McpOptions,
 }
 
@@ -215,6 +222,8 @@ pub struct StdioArgs {
     #[arg(long)]
     pub no_project: bool,
     #[command(flatten)]
+    pub owner: OwnerOptions,
+    #[command(flatten)]
     pub mcp: McpOptions,
 }
 
@@ -232,13 +241,29 @@ pub enum UserCommand {
     /// List the users.
     List,
     /// Set a user's password. Without --password-stdin a strong password is
-    /// generated and printed once.
+    /// generated and printed once. Every OAuth sign-in of the user is
+    /// revoked (the apps sign in again with the new password).
     Passwd {
         /// The user's email address.
         email: String,
         /// Read the password from stdin (one line) instead of generating one.
         #[arg(long)]
         password_stdin: bool,
+        /// Also revoke every personal access token of the user.
+        #[arg(long)]
+        revoke_tokens: bool,
+    },
+    /// Disable a user: from now on every credential of the account is
+    /// refused (personal tokens, OAuth tokens, the password, stdio --user).
+    /// OAuth sign-ins are revoked; personal tokens work again once enabled.
+    Disable {
+        /// The user's email address.
+        email: String,
+    },
+    /// Enable a disabled user again.
+    Enable {
+        /// The user's email address.
+        email: String,
     },
 }
 
@@ -255,6 +280,10 @@ pub enum TokenCommand {
         /// Scope mcp:read only (read tools); the default is mcp:read + mcp:write.
         #[arg(long)]
         read_only: bool,
+        /// Lifetime: hours, days or weeks (`12h`, `30d`, `90d`, `2w`);
+        /// refused once past. Default: no expiry.
+        #[arg(long, value_name = "DURATION", value_parser = parse_lifetime)]
+        expires: Option<Lifetime>,
     },
     /// List a user's personal access tokens (never their secrets).
     List {
@@ -351,5 +380,65 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub http_server: HttpServerOptions,
     #[command(flatten)]
+    pub owner: OwnerOptions,
+    #[command(flatten)]
     pub mcp: McpOptions,
+}
+
+/// A token lifetime from the command line (`12h`, `90d`, `2w`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime {
+    /// Milliseconds.
+    pub ms: i64,
+}
+
+/// The longest token lifetime accepted: ten years.
+const MAX_LIFETIME_HOURS: i64 = 10 * 366 * 24;
+
+/// `<N>h`, `<N>d` or `<N>w`, N a whole number ≥ 1, at most ten years.
+pub fn parse_lifetime(raw: &str) -> Result<Lifetime, String> {
+    let raw = raw.trim();
+    let bad = || {
+        format!(
+            "{raw:?} is not a lifetime: write a whole number followed by h (hours), d (days) or w (weeks), e.g. 12h, 30d, 90d"
+        )
+    };
+    let (unit_at, _) = raw.char_indices().last().ok_or_else(bad)?;
+    let (n, unit) = raw.split_at(unit_at);
+    let hours_per: i64 = match unit {
+        "h" | "H" => 1,
+        "d" | "D" => 24,
+        "w" | "W" => 7 * 24,
+        _ => return Err(bad()),
+    };
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    if n < 1 {
+        return Err(bad());
+    }
+    let hours = n
+        .checked_mul(hours_per)
+        .filter(|h| *h <= MAX_LIFETIME_HOURS)
+        .ok_or_else(|| format!("{raw:?} is longer than ten years"))?;
+    Ok(Lifetime {
+        ms: hours * 3_600_000,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes() {
+        let hour = 3_600_000;
+        assert_eq!(parse_lifetime("12h").unwrap().ms, 12 * hour);
+        assert_eq!(parse_lifetime("30d").unwrap().ms, 30 * 24 * hour);
+        assert_eq!(parse_lifetime(" 90d ").unwrap().ms, 90 * 24 * hour);
+        assert_eq!(parse_lifetime("2w").unwrap().ms, 14 * 24 * hour);
+        for bad in [
+            "", "d", "0d", "-1d", "1.5d", "90", "90m", "90 d", "100000w", "9é",
+        ] {
+            assert!(parse_lifetime(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -12,7 +12,9 @@ use zm_store::clock::rfc3339;
 use zm_store::identity::random_secret;
 use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, ToolService, User};
 
-use crate::cli::{Command, ConfigCommand, OauthCommand, StdioArgs, TokenCommand, UserCommand};
+use crate::cli::{
+    Command, ConfigCommand, Lifetime, OauthCommand, StdioArgs, TokenCommand, UserCommand,
+};
 use crate::config::{Config, Inputs, LogFormat};
 
 /// Length of a generated password (62 symbols: about 143 bits).
@@ -57,12 +59,16 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         Command::User(UserCommand::Passwd {
             email,
             password_stdin,
-        }) => user_passwd(cfg, &email, password_stdin).await,
+            revoke_tokens,
+        }) => user_passwd(cfg, &email, password_stdin, revoke_tokens).await,
+        Command::User(UserCommand::Disable { email }) => user_disable(cfg, &email).await,
+        Command::User(UserCommand::Enable { email }) => user_enable(cfg, &email).await,
         Command::Token(TokenCommand::Create {
             user,
             name,
             read_only,
-        }) => token_create(cfg, &user, name.as_deref(), read_only).await,
+            expires,
+        }) => token_create(cfg, &user, name.as_deref(), read_only, expires).await,
         Command::Token(TokenCommand::List { user }) => token_list(cfg, &user).await,
         Command::Token(TokenCommand::Revoke { user, token_id }) => {
             token_revoke(cfg, &user, &token_id).await
@@ -77,10 +83,33 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
     }
 }
 
+/// The log filter: the configured one, except that the MCP library's
+/// `info` lines (rmcp dumps the client's capabilities on every connect, and
+/// notes every session start and end) count as `debug`: when the filter's
+/// default level is `info`, `rmcp=warn` is added — unless the filter names
+/// `rmcp` itself.
+pub fn log_filter(configured: &str) -> String {
+    use tracing_subscriber::filter::LevelFilter;
+    if configured.contains("rmcp") {
+        return configured.to_string();
+    }
+    // The default level: the last directive that is a bare level.
+    let default = configured
+        .split(',')
+        .map(str::trim)
+        .filter_map(|d| d.parse::<LevelFilter>().ok())
+        .next_back();
+    if default == Some(LevelFilter::INFO) {
+        format!("{configured},rmcp=warn")
+    } else {
+        configured.to_string()
+    }
+}
+
 /// Logs go to stderr, always (stdout is command output or the MCP protocol).
 fn init_logging(cfg: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&cfg.log))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -122,11 +151,30 @@ fn tool(e: ToolError) -> anyhow::Error {
     anyhow!("{}", describe(&e))
 }
 
-/// Open (and migrate) the configured database.
+/// Open (and migrate) the configured database. A SQLite database is
+/// created private (see [`crate::files`]).
 pub async fn open_store(cfg: &Config) -> anyhow::Result<Store> {
+    crate::files::prepare_database(cfg).with_context(|| {
+        format!(
+            "cannot prepare the database {}",
+            cfg.database_url_redacted()
+        )
+    })?;
     Store::open_with(cfg.open_options())
         .await
         .with_context(|| format!("cannot open the database {}", cfg.database_url_redacted()))
+}
+
+/// Refuse a disabled account.
+fn usable(user: User) -> anyhow::Result<User> {
+    if user.is_disabled() {
+        bail!(
+            "the account {} is disabled (`zero-memory user enable {}` enables it)",
+            user.email,
+            user.email
+        );
+    }
+    Ok(user)
 }
 
 /// The user with this email, or a clear error.
@@ -161,9 +209,7 @@ fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
 
 async fn serve(cfg: &Config) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
-    if let Some(first) = crate::bootstrap::first_start(&store, cfg).await? {
-        crate::bootstrap::print_first_start(&first, cfg, &mut std::io::stdout().lock())?;
-    }
+    crate::bootstrap::on_serve_start(&store, cfg).await?;
     crate::serve::run(cfg, store).await
 }
 
@@ -194,16 +240,35 @@ pub fn project_hint(explicit: Option<&str>, cwd: &Path) -> Option<String> {
         .or_else(|| Some(cwd.display().to_string()))
 }
 
+/// The account `stdio` acts as without `--user`: the owner; on a database
+/// without any user, a new owner (`owner_email`) without a password —
+/// stdio is local and needs none. `true` when it was created now.
+async fn stdio_owner(store: &Store, cfg: &Config) -> anyhow::Result<(User, bool)> {
+    if let Some(owner) = store.owner().await.map_err(tool)? {
+        return Ok((owner, false));
+    }
+    match store.create_local_owner(&cfg.owner_email).await {
+        Ok(Some(owner)) => return Ok((owner, true)),
+        // A user exists (another process was first, or the owner deleted
+        // their account): use the owner if there is one.
+        Ok(None) => {}
+        // On PostgreSQL a concurrent creation surfaces as a unique violation.
+        Err(e) if e.code == zm_contracts::ErrorCode::Internal => {}
+        Err(e) => return Err(tool(e)),
+    }
+    let owner = store.owner().await.map_err(tool)?.ok_or_else(|| {
+        anyhow!("this database has users but no owner account: pass --user EMAIL (`zero-memory user list` shows the users)")
+    })?;
+    Ok((owner, false))
+}
+
 async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
-    let user = match &args.user {
-        Some(email) => find_user(&store, email).await?,
-        None => store.owner().await.map_err(tool)?.ok_or_else(|| {
-            anyhow!(
-                "this database has no user yet: create one with `zero-memory user add EMAIL`, or start `zero-memory serve` once (it creates the owner account)"
-            )
-        })?,
+    let (user, created) = match &args.user {
+        Some(email) => (find_user(&store, email).await?, false),
+        None => stdio_owner(&store, cfg).await?,
     };
+    let user = usable(user)?;
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let hint = if args.no_project {
         None
@@ -217,7 +282,20 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
             .map_err(tool)?,
         None => None,
     };
-    tracing::info!(user = %user.email, project = attached.as_deref().unwrap_or("-"), "serving MCP on stdio");
+    // One line on a normal start and close: stdio's stderr is often shown
+    // to the user by the client.
+    let project = attached.as_deref().unwrap_or("-");
+    if created {
+        tracing::info!(
+            user = %user.email,
+            project,
+            "serving MCP on stdio; the database had no user, so this created the owner account {} without a password (stdio needs none; `zero-memory user passwd {}` sets one for signing in over HTTP)",
+            user.email,
+            user.email
+        );
+    } else {
+        tracing::info!(user = %user.email, project, "serving MCP on stdio");
+    }
     let server = ZeroMemoryMcp::new(
         ToolService::new(store.clone()),
         Arc::new(cfg.mcp_config()),
@@ -273,27 +351,84 @@ async fn user_list(cfg: &Config) -> anyhow::Result<()> {
                 u.id.clone(),
                 u.email.clone(),
                 if u.is_owner { "yes" } else { "" }.to_string(),
+                if u.is_disabled() {
+                    "disabled"
+                } else {
+                    "active"
+                }
+                .to_string(),
+                if u.has_password { "set" } else { "not set" }.to_string(),
                 rfc3339(u.created_at),
             ]
         })
         .collect();
-    print_table(&["ID", "EMAIL", "OWNER", "CREATED"], &rows);
+    print_table(
+        &["ID", "EMAIL", "OWNER", "STATUS", "PASSWORD", "CREATED"],
+        &rows,
+    );
     Ok(())
 }
 
-async fn user_passwd(cfg: &Config, email: &str, password_stdin: bool) -> anyhow::Result<()> {
+async fn user_passwd(
+    cfg: &Config,
+    email: &str,
+    password_stdin: bool,
+    revoke_tokens: bool,
+) -> anyhow::Result<()> {
     let (password, generated) = password_from(password_stdin)?;
     let store = open_store(cfg).await?;
     let user = find_user(&store, email).await?;
-    store
-        .set_password(&user.id, &password)
+    let revoked = store
+        .change_password(&user.id, &password, revoke_tokens)
         .await
         .map_err(tool)?;
     store.close().await;
-    eprintln!("changed the password of {}", user.email);
+    eprintln!(
+        "changed the password of {}; revoked {} OAuth sign-in(s) (those apps sign in again)",
+        user.email, revoked.oauth_families
+    );
+    if revoke_tokens {
+        eprintln!(
+            "revoked {} personal access token(s)",
+            revoked.personal_tokens
+        );
+    } else {
+        eprintln!("personal access tokens still work (--revoke-tokens revokes them too)");
+    }
     if generated {
         eprintln!("the new generated password (shown only now) follows on stdout:");
         println!("{password}");
+    }
+    Ok(())
+}
+
+async fn user_disable(cfg: &Config, email: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let result = store.disable_user(&user.id).await;
+    store.close().await;
+    match result.map_err(tool)? {
+        Some(revoked) => println!(
+            "disabled {}: its tokens and password are refused from now on; revoked {} OAuth sign-in(s). `zero-memory user enable {}` enables it again.",
+            user.email, revoked.oauth_families, user.email
+        ),
+        None => println!("{} was already disabled", user.email),
+    }
+    Ok(())
+}
+
+async fn user_enable(cfg: &Config, email: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let result = store.enable_user(&user.id).await;
+    store.close().await;
+    if result.map_err(tool)? {
+        println!(
+            "enabled {}: its password and personal access tokens work again; OAuth apps sign in again",
+            user.email
+        );
+    } else {
+        println!("{} was not disabled", user.email);
     }
     Ok(())
 }
@@ -305,6 +440,7 @@ async fn token_create(
     email: &str,
     name: Option<&str>,
     read_only: bool,
+    expires: Option<Lifetime>,
 ) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
     let user = find_user(&store, email).await?;
@@ -314,15 +450,16 @@ async fn token_create(
         &[SCOPE_READ, SCOPE_WRITE]
     };
     let (info, secret) = store
-        .create_token(&user.id, name, scopes)
+        .create_expiring_token(&user.id, name, scopes, expires.map(|l| l.ms))
         .await
         .map_err(tool)?;
     store.close().await;
     eprintln!(
-        "created token {} for {} (scopes: {}); the secret (shown only now) follows on stdout:",
+        "created token {} for {} (scopes: {}; expires: {}); the secret (shown only now) follows on stdout:",
         info.id,
         user.email,
-        info.scopes.join(" ")
+        info.scopes.join(" "),
+        info.expires_at.map_or_else(|| "never".into(), rfc3339)
     );
     println!("{secret}");
     Ok(())
@@ -352,12 +489,21 @@ async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
                 t.scopes.join(" "),
                 status.to_string(),
                 rfc3339(t.created_at),
+                t.expires_at.map_or_else(|| "never".into(), rfc3339),
                 t.last_used_at.map_or_else(|| "never".into(), rfc3339),
             ]
         })
         .collect();
     print_table(
-        &["ID", "NAME", "SCOPES", "STATUS", "CREATED", "LAST USED"],
+        &[
+            "ID",
+            "NAME",
+            "SCOPES",
+            "STATUS",
+            "CREATED",
+            "EXPIRES",
+            "LAST USED",
+        ],
         &rows,
     );
     Ok(())
@@ -444,7 +590,9 @@ async fn export(cfg: &Config, email: &str, out: Option<&Path>) -> anyhow::Result
     }
     match out {
         Some(path) => {
-            std::fs::write(path, text.as_bytes())
+            // Memories are private: the file is created (or reset to) 0600.
+            crate::files::create_private_file(path)
+                .and_then(|mut f| f.write_all(text.as_bytes()))
                 .with_context(|| format!("cannot write {}", path.display()))?;
             eprintln!(
                 "exported {} memories of {} to {}",
@@ -529,6 +677,26 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mcp_library_says_info_only_at_debug() {
+        assert_eq!(log_filter("info"), "info,rmcp=warn");
+        assert_eq!(
+            log_filter("info,zm_store=debug"),
+            "info,zm_store=debug,rmcp=warn"
+        );
+        for unchanged in [
+            "debug",
+            "trace",
+            "warn",
+            "error",
+            "info,rmcp=info",
+            "zm_http=info",
+        ] {
+            assert_eq!(log_filter(unchanged), unchanged);
+        }
+        assert!(tracing_subscriber::EnvFilter::try_new(log_filter("info")).is_ok());
+    }
 
     #[test]
     fn explicit_project_wins_and_plain_dir_falls_back_to_its_path() {

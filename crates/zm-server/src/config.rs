@@ -8,7 +8,8 @@
 //!
 //! - [`KNOBS`], the table `config check` and the docs follow;
 //! - one clap option group per concern ([`DatabaseOptions`],
-//!   [`LoggingOptions`], [`HttpServerOptions`], [`McpOptions`]), flattened
+//!   [`LoggingOptions`], [`HttpServerOptions`], [`OwnerOptions`],
+//!   [`McpOptions`]), flattened
 //!   by `cli.rs` only into the subcommands that use it; clap parses each
 //!   flag into the knob's type with the knob's parser;
 //! - [`Flags`], the typed values given on the command line;
@@ -48,6 +49,10 @@ pub struct Knob {
     pub doc: &'static str,
     /// The accepted range of a number (the declaration's `range`), e.g. `1 … 100000`.
     pub accepts: Option<&'static str>,
+    /// A switch for test harnesses only: hidden from `--help`, left out of
+    /// the docs' knob table (docs/TESTING.md describes it) and shown by
+    /// `config check` only when set.
+    pub test_only: bool,
 }
 
 impl Knob {
@@ -212,6 +217,16 @@ macro_rules! knob_parser {
     };
 }
 
+/// Is the knob test-only? (`test_only: true` in its declaration.)
+macro_rules! knob_test_only {
+    () => {
+        false
+    };
+    ($test_only:literal) => {
+        $test_only
+    };
+}
+
 /// A knob's accepted range as text, e.g. `1 … 100000`.
 macro_rules! knob_accepts {
     () => {
@@ -237,6 +252,7 @@ macro_rules! knobs {
                     $(parse: $parse:expr,)?
                     $(range: $min:literal ..= $max:literal,)?
                     $(clap: $tweak:expr,)?
+                    $(test_only: $test_only:literal,)?
                     help: $help:literal,
                     doc: $doc:literal $(,)?
                 }
@@ -254,6 +270,7 @@ macro_rules! knobs {
                 help: $help,
                 doc: $doc,
                 accepts: knob_accepts!($($min, $max)?),
+                test_only: knob_test_only!($($test_only)?),
             },
         )*)*];
 
@@ -281,6 +298,7 @@ macro_rules! knobs {
                             knob_parser!($($parse)? ; $($min, $max)?),
                         );
                         $(let arg = ($tweak)(arg);)?
+                        let arg = arg.hide(knob_test_only!($($test_only)?));
                         arg
                     }))*
                 }
@@ -555,15 +573,15 @@ knobs! {
             help: "Trust `X-Forwarded-For` / `X-Forwarded-Proto` from a reverse proxy; requires an `https://` public URL.",
             doc: "Accepts true/false, 1/0, yes/no, on/off; the bare flag means true.",
         },
-        owner_email: String {
-            env: "ZM_OWNER_EMAIL",
-            flag: "--owner-email",
-            value_name: "EMAIL",
-            default: ("owner@localhost".to_string()),
-            shown: "`owner@localhost`",
-            parse: parse_email,
-            help: "Email of the owner account `serve` creates on its first start, when the database has no user.",
-            doc: "",
+        first_start_output: PathBuf {
+            env: "ZM_FIRST_START_OUTPUT",
+            flag: "--first-start-output",
+            value_name: "FILE",
+            default: none,
+            shown: "unset (stdout)",
+            parse: parse_file,
+            help: "File the first start of `serve` writes the owner's password and token to (created with mode `0600`), instead of stdout.",
+            doc: "A service's stdout often ends up in its logs (journald, `docker logs`): set this to keep the first-start secrets out of them. Written only on the first start (no user in the database); read it, then delete it.",
         },
         test_anonymous_user: String {
             env: "ZM_TEST_ANONYMOUS_USER",
@@ -572,8 +590,24 @@ knobs! {
             default: none,
             shown: "unset",
             parse: parse_trimmed,
-            help: "TEST ONLY: `/mcp` requests without an `Authorization` header act as this existing user; refused unless the listen address is loopback.",
-            doc: "For the MCP conformance suite, which cannot send a token. `serve` prints a warning at start. **Never set it in production.**",
+            test_only: true,
+            help: "TEST ONLY: `/mcp` requests without an `Authorization` header act as this existing user. Refused unless the listen address is loopback and no public URL, proxy trust or allowed host is set.",
+            doc: "For the MCP conformance suite, which cannot send a token; see docs/TESTING.md.",
+        },
+    }
+
+    /// The owner account's options: `serve` and `stdio` create it on a
+    /// database without any user.
+    group OwnerOptions ("Owner account", global: false) {
+        owner_email: String {
+            env: "ZM_OWNER_EMAIL",
+            flag: "--owner-email",
+            value_name: "EMAIL",
+            default: ("owner@localhost".to_string()),
+            shown: "`owner@localhost`",
+            parse: parse_email,
+            help: "Email of the owner account created when the database has no user: by `serve`'s first start (with a password and a token) or by `stdio` (without a password).",
+            doc: "`zero-memory user passwd EMAIL` sets (or changes) its password.",
         },
     }
 
@@ -762,6 +796,11 @@ impl Show for LogFormat {
 
 fn parse_trimmed(raw: &str) -> Result<String, String> {
     Ok(raw.trim().to_string())
+}
+
+fn parse_file(raw: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(raw.trim());
+    Ok(std::path::absolute(&p).unwrap_or(p))
 }
 
 fn parse_dir(raw: &str) -> Result<PathBuf, String> {
@@ -1065,14 +1104,38 @@ impl Config {
                 "trusting a proxy requires an https ZM_PUBLIC_URL (the address clients reach the proxy at)",
             ));
         }
-        if self.test_anonymous_user.is_some() && !self.listen.ip().is_loopback() {
-            errors.push(self.err(
-                "test_anonymous_user",
-                format!(
-                    "is test-only and needs a loopback listen address, not {}",
-                    self.listen
-                ),
-            ));
+        if self.test_anonymous_user.is_some() {
+            if !self.listen.ip().is_loopback() {
+                errors.push(self.err(
+                    "test_anonymous_user",
+                    format!(
+                        "is test-only and needs a loopback listen address, not {}",
+                        self.listen
+                    ),
+                ));
+            }
+            // A public URL, proxy trust or another Host is a deployment
+            // that others reach, loopback listener or not (a reverse proxy
+            // on the same machine connects over loopback).
+            let conflicts = [
+                ("public_url", self.public_url.is_some()),
+                ("trust_proxy", self.trust_proxy),
+                ("allowed_hosts", !self.allowed_hosts.is_empty()),
+            ];
+            for (key, set) in conflicts {
+                if set {
+                    let k = knob(key);
+                    errors.push(self.err(
+                        "test_anonymous_user",
+                        format!(
+                            "is test-only and cannot be combined with {} ({}), which is set (from {}): a server with a public URL, a trusted proxy or allowed hosts is reachable by others",
+                            k.env,
+                            k.flag,
+                            self.source(key).describe(k, self.config_file.as_deref())
+                        ),
+                    ));
+                }
+            }
         }
         if errors.is_empty() {
             Ok(())
@@ -1172,6 +1235,7 @@ impl Config {
     pub fn report(&self) -> Vec<(&'static Knob, String, String)> {
         KNOBS
             .iter()
+            .filter(|k| !k.test_only || self.source(k.key) != Source::Default)
             .map(|k| {
                 let source = self.source(k.key);
                 let mut from = source.describe(k, self.config_file.as_deref());
@@ -1282,7 +1346,8 @@ pub fn knob_table_markdown() -> String {
         CONFIG_DOC
     ));
     let cmd = crate::cli::command();
-    for k in KNOBS {
+    // Test-only switches are documented in docs/TESTING.md alone.
+    for k in KNOBS.iter().filter(|k| !k.test_only) {
         let arg = crate::cli::find_arg(&cmd, k.key).expect("every knob has a flag");
         let optional_value = arg.get_num_args().is_some_and(|n| n.min_values() == 0);
         let flag = if !optional_value {
@@ -1520,6 +1585,14 @@ mod tests {
         }
         for k in KNOBS {
             let row = format!("| `{}` | `{}", k.env, k.flag);
+            if k.test_only {
+                assert!(
+                    !table.contains(k.env),
+                    "test-only {} is in the table",
+                    k.env
+                );
+                continue;
+            }
             assert!(table.contains(&row), "the table lacks {row}");
             assert!(
                 table.contains(&format!("| `{}` |", k.key)),
@@ -1529,10 +1602,111 @@ mod tests {
         }
     }
 
+    /// A test-only knob: a hidden flag of `serve`, in no release document —
+    /// docs/TESTING.md alone describes it.
+    #[test]
+    fn test_only_knobs_are_hidden_and_documented_only_for_testing() {
+        let test_only: Vec<&Knob> = KNOBS.iter().filter(|k| k.test_only).collect();
+        assert_eq!(
+            test_only.iter().map(|k| k.key).collect::<Vec<_>>(),
+            ["test_anonymous_user"]
+        );
+        let mut cmd = crate::cli::command();
+        cmd.build();
+        let serve = cmd.find_subcommand("serve").unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        for k in test_only {
+            let arg = serve
+                .get_arguments()
+                .find(|a| a.get_id() == k.key)
+                .expect("serve takes it");
+            assert!(arg.is_hide_set(), "{} shows in --help", k.flag);
+            assert_eq!(format!("--{}", arg.get_long().unwrap()), k.flag);
+            assert!(crate::cli::find_arg(&cmd, k.key).is_none());
+            for doc in [
+                "README.md",
+                "docs/CONFIGURATION.md",
+                "docs/CLI.md",
+                "docs/CLIENTS.md",
+                "docs/REVERSE_PROXY.md",
+                "docs/OAUTH.md",
+            ] {
+                let text = read(doc);
+                assert!(
+                    !text.contains(k.env) && !text.contains(k.flag),
+                    "{doc} documents the test-only {}",
+                    k.env
+                );
+            }
+            assert!(read("docs/TESTING.md").contains(k.env));
+            // `config check` shows it only when it is set.
+            let unset = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();
+            assert!(unset.report().iter().all(|(r, _, _)| r.key != k.key));
+        }
+        let set = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_TEST_ANONYMOUS_USER", "t@localhost"),
+        ]))
+        .unwrap();
+        assert!(
+            set.report()
+                .iter()
+                .any(|(k, v, _)| k.key == "test_anonymous_user" && v == "t@localhost")
+        );
+    }
+
+    /// The test-only anonymous user is refused wherever others can reach
+    /// the server: a non-loopback listener, a public URL, a trusted proxy,
+    /// allowed hosts — each named.
+    #[test]
+    fn the_anonymous_test_user_is_refused_outside_a_bare_loopback_setup() {
+        let base = [
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_TEST_ANONYMOUS_USER", "t@localhost"),
+        ];
+        let with = |more: &[(&'static str, &str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(more);
+            Config::load(&env(&vars))
+        };
+        assert!(
+            with(&[]).is_ok(),
+            "the conformance setup: loopback, nothing else"
+        );
+        assert!(with(&[("ZM_LISTEN", "[::1]:9000")]).is_ok());
+        let cases: [(&[(&'static str, &str)], &str); 4] = [
+            (&[("ZM_LISTEN", "0.0.0.0:8787")], "loopback"),
+            (
+                &[("ZM_PUBLIC_URL", "http://memory.example.com")],
+                "ZM_PUBLIC_URL (--public-url)",
+            ),
+            (
+                &[
+                    ("ZM_PUBLIC_URL", "https://memory.example.com"),
+                    ("ZM_TRUST_PROXY", "true"),
+                ],
+                "ZM_TRUST_PROXY (--trust-proxy)",
+            ),
+            (
+                &[("ZM_ALLOWED_HOSTS", "memory.internal")],
+                "ZM_ALLOWED_HOSTS (--allowed-hosts)",
+            ),
+        ];
+        for (vars, named) in cases {
+            let errs = with(vars).unwrap_err();
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with("ZM_TEST_ANONYMOUS_USER:") && e.contains(named)),
+                "{vars:?}: {errs:?}"
+            );
+        }
+    }
+
     #[test]
     fn every_knob_has_a_flag_in_the_cli() {
         let cmd = crate::cli::command();
-        for k in KNOBS {
+        for k in KNOBS.iter().filter(|k| !k.test_only) {
             let arg = crate::cli::find_arg(&cmd, k.key)
                 .unwrap_or_else(|| panic!("no flag for {}", k.key));
             assert_eq!(format!("--{}", arg.get_long().unwrap()), k.flag);

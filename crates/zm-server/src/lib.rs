@@ -4,7 +4,8 @@
 //! declared once, resolved flag > `ZM_*` environment > TOML file > default;
 //! each subcommand takes only the option groups it uses), the subcommands
 //! ([`commands`], [`import`]), the first-start bootstrap of the owner
-//! account ([`bootstrap`]) and the HTTP server ([`serve`]).
+//! account ([`bootstrap`]), private local files ([`files`]) and the HTTP
+//! server ([`serve`]).
 //!
 //! Exit codes: 0 success, 1 failure (invalid configuration, a command that
 //! failed), 2 command-line usage error. Logs go to stderr, always; stdout
@@ -14,6 +15,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod files;
 pub mod import;
 pub mod serve;
 

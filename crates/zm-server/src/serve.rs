@@ -21,6 +21,20 @@ pub fn http_config(cfg: &Config) -> zm_http::HttpConfig {
     http
 }
 
+/// The banner `serve` prints to stderr at every start with the test-only
+/// anonymous user.
+pub fn test_mode_warning(email: &str) -> String {
+    let line = "!".repeat(76);
+    format!(
+        "{line}\n\
+!! WARNING: TEST MODE (ZM_TEST_ANONYMOUS_USER / --test-anonymous-user).\n\
+!! Every /mcp request WITHOUT a token acts as {email}, with read and write\n\
+!! access. This switch exists for the MCP conformance suite only.\n\
+!! NEVER use it on a server anyone else can reach.\n\
+{line}\n"
+    )
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     let ctrl_c = async {
@@ -54,23 +68,28 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .ok_or_else(|| anyhow::anyhow!("ZM_TEST_ANONYMOUS_USER: no user {email}"))?;
-        tracing::warn!(user = %email, "TEST MODE: /mcp requests without a token act as this user (loopback only)");
-        eprintln!(
-            "WARNING: test mode — /mcp requests without a token act as {email}. Never use this in production."
-        );
+        if user.is_disabled() {
+            anyhow::bail!("ZM_TEST_ANONYMOUS_USER: the account {email} is disabled");
+        }
+        tracing::warn!(user = %email, "TEST MODE: /mcp requests without a token act as this user");
+        eprint!("{}", test_mode_warning(email));
         http.test_anonymous_user = Some(user.id);
     }
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    // The address really bound (`--listen 127.0.0.1:0` picks a port).
+    let mut shown = cfg.clone();
+    shown.listen = listener.local_addr().unwrap_or(cfg.listen);
     let cancel = CancellationToken::new();
     let app = zm_http::router(store.clone(), http, cancel.clone());
-    tracing::info!(listen = %cfg.listen, mcp = %cfg.mcp_url(), "zero-memory is serving");
+    tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
     eprintln!(
-        "zero-memory {} serving on http://{} (MCP at {})",
+        "zero-memory {} serving on http://{} (MCP at {}, REST at {}/api)",
         env!("CARGO_PKG_VERSION"),
-        cfg.listen,
-        cfg.mcp_url()
+        shown.listen,
+        shown.mcp_url(),
+        shown.public_base_url()
     );
     zm_http::serve(listener, app, cancel, shutdown_signal()).await?;
     store.close().await;

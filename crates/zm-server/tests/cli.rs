@@ -1,5 +1,6 @@
-//! The `zero-memory` binary, end to end: every subcommand but `serve`, run
-//! as a child process on a temporary data directory.
+//! The `zero-memory` binary, end to end: every subcommand run as a child
+//! process on a temporary data directory (`serve` on an ephemeral loopback
+//! port, stopped once it says it is serving).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -116,6 +117,14 @@ fn help_documents_every_knob() {
     assert_success(&out, &["serve", "--help"]);
     let text = String::from_utf8(out.stdout).unwrap();
     for k in zm_server::config::KNOBS {
+        if k.test_only {
+            assert!(
+                !text.contains(k.flag),
+                "--help shows the test-only {}",
+                k.flag
+            );
+            continue;
+        }
         assert!(text.contains(k.flag), "--help lacks {}", k.flag);
         assert!(text.contains(k.env), "--help lacks {}", k.env);
     }
@@ -715,10 +724,16 @@ struct Stdio2 {
 
 impl Stdio2 {
     fn start(env: &Env, extra: &[&str]) -> Stdio2 {
+        Stdio2::start_with(env, extra, |_| {})
+    }
+
+    /// Start, with a last change to the command (its environment).
+    fn start_with(env: &Env, extra: &[&str], tweak: impl FnOnce(&mut Command)) -> Stdio2 {
         let mut args = vec!["stdio"];
         args.extend_from_slice(extra);
-        let mut child = env
-            .cmd(&args)
+        let mut cmd = env.cmd(&args);
+        tweak(&mut cmd);
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -923,19 +938,501 @@ fn stdio_exits_0_when_stdin_closes_at_once() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// The README's client snippets on a fresh machine: `stdio` on a database
+/// without any user creates the owner (no password) and serves; the first
+/// `serve` on that database then finds the owner instead of creating one.
 #[test]
-fn stdio_without_any_user_says_what_to_do() {
+fn stdio_on_a_fresh_machine_creates_the_owner_and_serve_keeps_it() {
     let env = Env::new();
-    let out = env.run_stdin(&["stdio"], "");
-    assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
+    let mut s = Stdio2::start(&env, &[]);
+    initialize(&mut s);
+    s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let tools = s.response(2);
+    assert_eq!(
+        tools["result"]["tools"].as_array().map(Vec::len),
+        Some(18),
+        "{tools}"
+    );
+    s.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "remember",
+            "arguments": {"content": "The fresh machine uses tabs for Makefiles.", "kind": "convention"},
+        }}),
+    );
+    let remembered = s.response(3);
+    assert_ne!(remembered["result"]["isError"], true, "{remembered}");
+    let id = remembered["result"]["structuredContent"]["memory_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "recall",
+            "arguments": {"query": "Makefiles tabs"},
+        }}),
+    );
+    let recalled = s.response(4);
+    assert_ne!(recalled["result"]["isError"], true, "{recalled}");
+    let hits = recalled["result"]["structuredContent"]["memories"]
+        .as_array()
+        .unwrap();
+    assert!(hits.iter().any(|h| h["id"] == id.as_str()), "{recalled}");
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+
+    let users = env.ok(&["user", "list"]);
+    let rows: Vec<&str> = users.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{users}");
     assert!(
-        err.contains("zero-memory user add") && err.contains("serve"),
+        rows[0].contains("owner@localhost") && rows[0].contains("yes"),
+        "{users}"
+    );
+    assert!(rows[0].contains("not set"), "no password: {users}");
+
+    // The first `serve`: no second owner, no secrets, how to set a password.
+    let mut serve = Serve::start(&env, &[]);
+    assert!(serve.wait_serving(), "serve did not start");
+    let (stdout, err) = serve.stop();
+    assert!(
+        !stdout.contains("first start") && !stdout.contains("zm_pat_"),
+        "{stdout}"
+    );
+    assert!(
+        err.contains("zero-memory user passwd owner@localhost"),
         "{err}"
     );
-    assert!(out.stdout.is_empty(), "nothing but MCP on stdout");
+    let users = env.ok(&["user", "list"]);
+    assert_eq!(users.lines().count(), 2, "one user still: {users}");
+
+    // Once a password is set, serve stops saying so.
+    env.ok(&["user", "passwd", "owner@localhost"]);
+    let users = env.ok(&["user", "list"]);
+    assert!(!users.contains("not set"), "{users}");
+    let mut serve = Serve::start(&env, &[]);
+    assert!(serve.wait_serving());
+    let (_, err) = serve.stop();
+    assert!(!err.contains("user passwd"), "{err}");
+
+    // The memory is the owner's.
+    assert!(
+        env.ok(&["export", "--user", "owner@localhost"])
+            .contains(&id)
+    );
     let out = env.run_stdin(&["stdio", "--user", "nobody@example.com"], "");
     assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing but MCP on stdout");
+}
+
+/// At the default log level a stdio start and close say at most one line:
+/// no migration lines, no MCP library connection dumps — on a fresh
+/// database (migrations run, the owner is created) and on a later start.
+#[test]
+fn stdio_start_and_close_print_at_most_one_line_to_stderr() {
+    let env = Env::new();
+    for run in ["fresh database", "second start"] {
+        let mut s = Stdio2::start_with(&env, &[], |c| {
+            c.env_remove("ZM_LOG");
+        });
+        initialize(&mut s);
+        s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        let tools = s.response(2);
+        assert!(tools["result"]["tools"].is_array(), "{tools}");
+        let (code, err) = s.finish();
+        assert_eq!(code, Some(0), "{run}: {err}");
+        assert!(
+            err.lines().count() <= 1,
+            "{run}: stderr says more than one line:\n{err}"
+        );
+    }
+}
+
+/// Spawn `serve` on an ephemeral loopback port.
+struct Serve {
+    child: std::process::Child,
+    stderr: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    fn start(env: &Env, extra: &[&str]) -> Serve {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Serve::spawn(env.cmd(&args))
+    }
+
+    fn spawn(mut cmd: Command) -> Serve {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Serve {
+            child,
+            stderr: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait for the "serving on" line; `false` if the process ended first.
+    fn wait_serving(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("serve said nothing within 60 s: {:?}", self.seen));
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    let serving = line.contains("serving on http://");
+                    self.seen.push(line);
+                    if serving {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("serve said nothing within 60 s: {:?}", self.seen)
+                }
+            }
+        }
+    }
+
+    /// Kill it; its stdout and stderr.
+    fn stop(mut self) -> (String, String) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut out = String::new();
+        use std::io::Read;
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        self.seen.extend(self.stderr.iter());
+        (out, self.seen.join("\n"))
+    }
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The first start prints the owner's password and token once — to stdout
+/// by default, saying that stdout may land in service logs and what the
+/// server offers (no dashboard: GET / is not_found).
+#[test]
+fn serve_first_start_prints_the_secrets_once_and_only_what_exists() {
+    let env = Env::new();
+    let mut serve = Serve::start(&env, &[]);
+    assert!(serve.wait_serving());
+    let (stdout, _) = serve.stop();
+    assert!(
+        stdout.contains("password:") && stdout.contains("zm_pat_"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("logs") && stdout.contains("--first-start-output"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("/mcp") && stdout.contains("/api/tools/"),
+        "{stdout}"
+    );
+    assert!(!stdout.to_lowercase().contains("dashboard"), "{stdout}");
+    // Only once.
+    let mut serve = Serve::start(&env, &[]);
+    assert!(serve.wait_serving());
+    let (stdout, _) = serve.stop();
+    assert!(!stdout.contains("zm_pat_"), "{stdout}");
+}
+
+/// `--first-start-output FILE`: the secrets go to a 0600 file, not stdout;
+/// the data directory is 0700, the database and its WAL/SHM files 0600.
+#[cfg(unix)]
+#[test]
+fn serve_first_start_output_and_private_files() {
+    let env = Env::new();
+    let file = env.dir.path().join("first-start.txt");
+    let mut serve = Serve::start(&env, &["--first-start-output", file.to_str().unwrap()]);
+    assert!(serve.wait_serving());
+    let db = env.data_dir().join("zero-memory.db");
+    // While it runs: the database is in WAL mode, with its -wal and -shm.
+    let wal = env.data_dir().join("zero-memory.db-wal");
+    let shm = env.data_dir().join("zero-memory.db-shm");
+    assert!(wal.exists() && shm.exists());
+    for f in [&db, &wal, &shm] {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+    assert_eq!(mode(&env.data_dir()), 0o700);
+    let (stdout, err) = serve.stop();
+    assert!(
+        !stdout.contains("zm_pat_") && !stdout.contains("password"),
+        "{stdout}"
+    );
+    assert!(err.contains(file.to_str().unwrap()), "{err}");
+    assert_eq!(mode(&file), 0o600);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("password:") && text.contains("zm_pat_"),
+        "{text}"
+    );
+    assert!(text.contains("owner@localhost"));
+}
+
+#[cfg(unix)]
+#[test]
+fn exports_are_private_and_an_open_data_directory_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    assert_eq!(mode(&env.data_dir()), 0o700);
+    assert_eq!(mode(&env.data_dir().join("zero-memory.db")), 0o600);
+
+    let out = env.dir.path().join("alice.jsonl");
+    env.ok(&[
+        "export",
+        "--user",
+        "alice@example.com",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(mode(&out), 0o600);
+    // An existing file is made private before it is written.
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).unwrap();
+    env.ok(&[
+        "export",
+        "--user",
+        "alice@example.com",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(mode(&out), 0o600);
+
+    let quiet = env.run(&["user", "list"]);
+    assert!(!stderr(&quiet).contains("chmod"), "{}", stderr(&quiet));
+    std::fs::set_permissions(env.data_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let warned = env.run(&["user", "list"]);
+    assert_success(&warned, &["user", "list"]);
+    assert!(
+        stderr(&warned).contains(&format!("chmod 700 {}", env.data_dir().display())),
+        "{}",
+        stderr(&warned)
+    );
+}
+
+/// The test-only anonymous user: started the way `.ci/conformance/run.sh`
+/// does (loopback, no public URL) it works and warns loudly; with a public
+/// URL, proxy trust or an allowed host it refuses to start, naming the knob.
+#[test]
+fn the_test_anonymous_user_warns_and_is_refused_behind_a_proxy() {
+    let env = Env::new();
+    env.ok(&["user", "add", "conformance@localhost"]);
+    // As the CI script writes it: options before the command name.
+    let mut cmd = bin();
+    cmd.arg("--data-dir").arg(env.data_dir()).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--test-anonymous-user",
+        "conformance@localhost",
+        "serve",
+    ]);
+    let mut serve = Serve::spawn(cmd);
+    assert!(serve.wait_serving(), "{:?}", serve.seen);
+    let (_, warned) = serve.stop();
+    assert!(
+        warned.contains("TEST MODE") && warned.contains("NEVER use it"),
+        "{warned}"
+    );
+
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--public-url", "http://memory.example.com"],
+            "ZM_PUBLIC_URL",
+        ),
+        (
+            &[
+                "--public-url",
+                "https://memory.example.com",
+                "--trust-proxy",
+            ],
+            "ZM_TRUST_PROXY",
+        ),
+        (&["--allowed-hosts", "memory.internal"], "ZM_ALLOWED_HOSTS"),
+    ];
+    for (extra, knob) in cases {
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--test-anonymous-user",
+            "conformance@localhost",
+        ];
+        args.extend_from_slice(extra);
+        let out = output_within(env.cmd(&args), 20);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("ZM_TEST_ANONYMOUS_USER") && err.contains(knob),
+            "{extra:?}: {err}"
+        );
+    }
+}
+
+/// Credentials lifecycle through the CLI: expiring tokens with their last
+/// use, `user passwd --revoke-tokens`, `user disable` / `enable`.
+#[test]
+fn token_expiry_passwd_revocation_and_disabled_users() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let expiring = env.ok(&[
+        "token",
+        "create",
+        "--user",
+        "alice@example.com",
+        "--name",
+        "ci",
+        "--expires",
+        "90d",
+    ]);
+    let expiring = expiring.trim().to_string();
+    let forever = env.ok(&[
+        "token",
+        "create",
+        "--user",
+        "alice@example.com",
+        "--name",
+        "laptop",
+    ]);
+    let forever = forever.trim().to_string();
+    let bad = env.run(&[
+        "token",
+        "create",
+        "--user",
+        "alice@example.com",
+        "--expires",
+        "90x",
+    ]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("--expires"), "{}", stderr(&bad));
+
+    let store = StoreAt::new(&env);
+    assert!(store.authenticates(&expiring), "a fresh token works");
+    let list = env.ok(&["token", "list", "--user", "alice@example.com"]);
+    assert!(list.lines().next().unwrap().contains("EXPIRES"), "{list}");
+    let row = |list: &str, name: &str| -> Vec<String> {
+        list.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {list}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    // ID NAME SCOPES(2) STATUS CREATED EXPIRES LAST-USED
+    let ci = row(&list, "ci");
+    let laptop = row(&list, "laptop");
+    assert_eq!(ci[4], "active", "{list}");
+    assert!(
+        ci[6] > ci[5] && ci[6].starts_with("20"),
+        "an expiry date: {list}"
+    );
+    assert!(ci[7].starts_with("20"), "used just now: {list}");
+    assert_eq!(laptop[6], "never", "{list}");
+    assert_eq!(laptop[7], "never", "{list}");
+
+    // passwd without --revoke-tokens keeps personal tokens; with, revokes them.
+    let out = env.run_stdin(
+        &["user", "passwd", "alice@example.com", "--password-stdin"],
+        "a long new password\n",
+    );
+    assert_success(&out, &["user passwd"]);
+    assert!(store.authenticates(&forever));
+    let out = env.run_stdin(
+        &[
+            "user",
+            "passwd",
+            "alice@example.com",
+            "--password-stdin",
+            "--revoke-tokens",
+        ],
+        "another long password\n",
+    );
+    assert_success(&out, &["user passwd --revoke-tokens"]);
+    assert!(
+        stderr(&out).contains("revoked 2 personal access token"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!store.authenticates(&forever) && !store.authenticates(&expiring));
+    let list = env.ok(&["token", "list", "--user", "alice@example.com"]);
+    assert_eq!(list.matches("revoked").count(), 2, "{list}");
+
+    // disable: every credential refused at once; enable: back.
+    let token = env.ok(&["token", "create", "--user", "alice@example.com"]);
+    let token = token.trim().to_string();
+    assert!(store.authenticates(&token));
+    env.ok(&["user", "disable", "alice@example.com"]);
+    assert!(!store.authenticates(&token), "a disabled user's token");
+    assert!(!store.password_works("alice@example.com", "another long password"));
+    assert!(env.ok(&["user", "list"]).contains("disabled"));
+    let out = env.run_stdin(&["stdio", "--user", "alice@example.com"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("disabled"), "{}", stderr(&out));
+    env.ok(&["user", "enable", "alice@example.com"]);
+    assert!(store.authenticates(&token));
+    assert!(store.password_works("alice@example.com", "another long password"));
+}
+
+/// The store of an [`Env`], opened in this process (to check credentials
+/// the CLI created, as the HTTP server would).
+struct StoreAt {
+    rt: tokio::runtime::Runtime,
+    url: String,
+}
+
+impl StoreAt {
+    fn new(env: &Env) -> StoreAt {
+        StoreAt {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            url: zm_store::sqlite_url(&env.data_dir().join("zero-memory.db")),
+        }
+    }
+
+    fn with<T>(&self, f: impl AsyncFnOnce(&zm_store::Store) -> T) -> T {
+        self.rt.block_on(async {
+            let store = zm_store::Store::open(&self.url).await.unwrap();
+            let out = f(&store).await;
+            store.close().await;
+            out
+        })
+    }
+
+    fn authenticates(&self, token: &str) -> bool {
+        self.with(async |s| s.authenticate(token).await.unwrap().is_some())
+    }
+
+    fn password_works(&self, email: &str, password: &str) -> bool {
+        self.with(async |s| s.verify_password(email, password).await.unwrap().is_some())
+    }
 }
 
 #[test]

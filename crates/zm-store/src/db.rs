@@ -53,6 +53,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0003_signed_threads.sql"),
         postgres: include_str!("../../../migrations/postgres/0003_signed_threads.sql"),
     },
+    Migration {
+        version: 4,
+        name: "user_disabled",
+        sqlite: include_str!("../../../migrations/sqlite/0004_user_disabled.sql"),
+        postgres: include_str!("../../../migrations/postgres/0004_user_disabled.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -214,7 +220,9 @@ pub(crate) async fn migrate(
             Backend::Sqlite => m.sqlite,
             Backend::Postgres => m.postgres,
         };
-        tracing::info!(target: "zm_store", version = m.version, name = m.name, "applying migration");
+        // Debug, not info: `stdio` opens the database on every client start
+        // and keeps stderr quiet.
+        tracing::debug!(target: "zm_store", version = m.version, name = m.name, "applying migration");
         tx.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql))).await?;
         sqlx::query(
             "INSERT INTO zm_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",

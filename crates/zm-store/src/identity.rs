@@ -69,6 +69,42 @@ pub struct User {
     pub email: String,
     pub is_owner: bool,
     pub created_at: i64,
+    /// Set while the account is disabled: every credential is refused.
+    pub disabled_at: Option<i64>,
+    /// `false` for an account created without a password (the owner
+    /// `zero-memory stdio` creates on a fresh database): no password
+    /// verifies until one is set.
+    pub has_password: bool,
+}
+
+impl User {
+    /// Is the account disabled?
+    pub fn is_disabled(&self) -> bool {
+        self.disabled_at.is_some()
+    }
+}
+
+/// The `password_hash` of an account without a password. An argon2 hash
+/// (PHC string) always starts with `$`, so this one never verifies.
+const NO_PASSWORD: &str = "!no-password";
+
+/// `SELECT` of the columns a [`User`] row decodes, `FROM users`, then `$rest`.
+macro_rules! select_users {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, email, is_owner, created_at, disabled_at, password_hash FROM users ",
+            $rest
+        )
+    };
+}
+
+/// What changing a password (or disabling an account) revoked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Revoked {
+    /// OAuth token families (each with its access and refresh tokens).
+    pub oauth_families: u64,
+    /// Personal access tokens.
+    pub personal_tokens: u64,
 }
 
 /// A token as listed (never its secret).
@@ -167,7 +203,7 @@ fn verify(password: &str, hash: &str) -> bool {
     })
 }
 
-/// A user row (`id, email, is_owner, created_at`).
+/// A user row, as [`select_users!`] selects it.
 impl FromAnyRow for User {
     fn from_row(r: &AnyRow) -> Result<User, ToolError> {
         Ok(User {
@@ -175,6 +211,8 @@ impl FromAnyRow for User {
             email: col(r, "email")?,
             is_owner: flag_col(r, "is_owner")?,
             created_at: col(r, "created_at")?,
+            disabled_at: col(r, "disabled_at")?,
+            has_password: col::<String>(r, "password_hash")? != NO_PASSWORD,
         })
     }
 }
@@ -210,6 +248,42 @@ impl FromAnyRow for Authenticated {
             scopes: split_scopes(&col::<String>(r, "scopes")?),
         })
     }
+}
+
+/// Revoke every live OAuth token family of a user, with its tokens, and
+/// spend the authorization codes not yet exchanged (a code from a sign-in
+/// before the change cannot start a new family). Returns the families
+/// revoked.
+async fn revoke_oauth_of(
+    conn: &mut sqlx::AnyConnection,
+    user_id: &str,
+    reason: &str,
+    now: i64,
+) -> Result<u64, ToolError> {
+    let families = sqlx::query(
+        "UPDATE oauth_families SET revoked_at = $1, revoked_reason = $2 WHERE user_id = $3 AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(reason)
+    .bind(user_id)
+    .execute(&mut *conn)
+    .await
+    .db("revoke user families")?;
+    sqlx::query(
+        "UPDATE access_tokens SET revoked_at = $1 WHERE user_id = $2 AND family_id IS NOT NULL AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(user_id)
+    .execute(&mut *conn)
+    .await
+    .db("revoke user oauth tokens")?;
+    sqlx::query("UPDATE oauth_codes SET used_at = $1 WHERE user_id = $2 AND used_at IS NULL")
+        .bind(now)
+        .bind(user_id)
+        .execute(&mut *conn)
+        .await
+        .db("spend user codes")?;
+    Ok(families.rows_affected())
 }
 
 impl Store {
@@ -250,22 +324,56 @@ impl Store {
             email,
             is_owner: is_owner == 1,
             created_at: now,
+            disabled_at: None,
+            has_password: true,
         })
     }
 
+    /// On a database without any user, create the owner account without a
+    /// password (none verifies until `set_password`): what a local `stdio`
+    /// start needs. `None` when a user exists already.
+    pub async fn create_local_owner(&self, email: &str) -> Result<Option<User>, ToolError> {
+        let email = normalize_email(email)?;
+        let id = IdKind::User.generate();
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&mut *tx)
+            .await
+            .db("count users")?;
+        if users > 0 {
+            return Ok(None);
+        }
+        sqlx::query("INSERT INTO users (id, email, password_hash, is_owner, created_at) VALUES ($1, $2, $3, 1, $4)")
+            .bind(&id)
+            .bind(&email)
+            .bind(NO_PASSWORD)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("insert local owner")?;
+        tx.commit().await.db("commit local owner")?;
+        Ok(Some(User {
+            id,
+            email,
+            is_owner: true,
+            created_at: now,
+            disabled_at: None,
+            has_password: false,
+        }))
+    }
+
     pub async fn list_users(&self) -> Result<Vec<User>, ToolError> {
-        let rows = sqlx::query(
-            "SELECT id, email, is_owner, created_at FROM users ORDER BY created_at, id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .db("list users")?;
+        let rows = sqlx::query(select_users!("ORDER BY created_at, id"))
+            .fetch_all(&self.pool)
+            .await
+            .db("list users")?;
         User::from_rows(&rows)
     }
 
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, ToolError> {
         let email = email.trim().to_lowercase();
-        let row = sqlx::query("SELECT id, email, is_owner, created_at FROM users WHERE email = $1")
+        let row = sqlx::query(select_users!("WHERE email = $1"))
             .bind(email)
             .fetch_optional(&self.pool)
             .await
@@ -274,7 +382,7 @@ impl Store {
     }
 
     pub async fn user_by_id(&self, id: &str) -> Result<Option<User>, ToolError> {
-        let row = sqlx::query("SELECT id, email, is_owner, created_at FROM users WHERE id = $1")
+        let row = sqlx::query(select_users!("WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -284,30 +392,38 @@ impl Store {
 
     /// The owner account, if one exists.
     pub async fn owner(&self) -> Result<Option<User>, ToolError> {
-        let row = sqlx::query("SELECT id, email, is_owner, created_at FROM users WHERE is_owner = 1 ORDER BY created_at LIMIT 1")
-            .fetch_optional(&self.pool)
-            .await
-            .db("owner")?;
+        let row = sqlx::query(select_users!(
+            "WHERE is_owner = 1 ORDER BY created_at LIMIT 1"
+        ))
+        .fetch_optional(&self.pool)
+        .await
+        .db("owner")?;
         row.as_ref().map(User::from_row).transpose()
     }
 
     /// Check an email and password. The failure path does the same work
-    /// whether or not the user exists.
+    /// whether or not the user exists, has a password or is disabled; a
+    /// disabled account or one without a password never verifies.
     pub async fn verify_password(
         &self,
         email: &str,
         password: &str,
     ) -> Result<Option<User>, ToolError> {
         let email = email.trim().to_lowercase();
-        let row = sqlx::query(
-            "SELECT id, email, is_owner, created_at, password_hash FROM users WHERE email = $1",
-        )
-        .bind(&email)
-        .fetch_optional(&self.pool)
-        .await
-        .db("verify password")?;
+        let row = sqlx::query(select_users!("WHERE email = $1"))
+            .bind(&email)
+            .fetch_optional(&self.pool)
+            .await
+            .db("verify password")?;
         let (user, hash) = match &row {
-            Some(r) => (Some(User::from_row(r)?), col::<String>(r, "password_hash")?),
+            Some(r) => {
+                let user = User::from_row(r)?;
+                if user.has_password && !user.is_disabled() {
+                    (Some(user), col::<String>(r, "password_hash")?)
+                } else {
+                    (None, DUMMY_HASH.clone())
+                }
+            }
             None => (None, DUMMY_HASH.clone()),
         };
         let password = password.to_string();
@@ -331,6 +447,102 @@ impl Store {
         Ok(())
     }
 
+    /// Set a user's password and end what the old one let in: every OAuth
+    /// token family of the user is revoked (the apps sign in again), and,
+    /// with `revoke_personal_tokens`, every personal access token. One
+    /// transaction.
+    pub async fn change_password(
+        &self,
+        user_id: &str,
+        password: &str,
+        revoke_personal_tokens: bool,
+    ) -> Result<Revoked, ToolError> {
+        let hash = hash_password(password)?;
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(hash)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await
+            .db("set password")?;
+        if done.rows_affected() == 0 {
+            return Err(ToolError::not_found("user not found"));
+        }
+        let oauth_families = revoke_oauth_of(&mut tx, user_id, "password_changed", now).await?;
+        let personal_tokens = if revoke_personal_tokens {
+            sqlx::query(
+                "UPDATE access_tokens SET revoked_at = $1 WHERE user_id = $2 AND kind = 'pat' AND revoked_at IS NULL",
+            )
+            .bind(now)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await
+            .db("revoke personal tokens")?
+            .rows_affected()
+        } else {
+            0
+        };
+        tx.commit().await.db("commit password")?;
+        Ok(Revoked {
+            oauth_families,
+            personal_tokens,
+        })
+    }
+
+    /// Disable an account: from now on every credential of the user is
+    /// refused — personal tokens (kept, usable again once enabled), OAuth
+    /// tokens (their families are revoked: the apps sign in again after
+    /// [`Store::enable_user`]) and the password. `Ok(None)` when it was
+    /// already disabled.
+    pub async fn disable_user(&self, user_id: &str) -> Result<Option<Revoked>, ToolError> {
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_one(&mut *tx)
+            .await
+            .db("user exists")?;
+        if exists == 0 {
+            return Err(ToolError::not_found("user not found"));
+        }
+        let done =
+            sqlx::query("UPDATE users SET disabled_at = $1 WHERE id = $2 AND disabled_at IS NULL")
+                .bind(now)
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await
+                .db("disable user")?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let oauth_families = revoke_oauth_of(&mut tx, user_id, "user_disabled", now).await?;
+        tx.commit().await.db("commit disable")?;
+        Ok(Some(Revoked {
+            oauth_families,
+            personal_tokens: 0,
+        }))
+    }
+
+    /// Enable a disabled account; `false` when it was not disabled.
+    pub async fn enable_user(&self, user_id: &str) -> Result<bool, ToolError> {
+        let exists = self.user_by_id(user_id).await?;
+        let Some(user) = exists else {
+            return Err(ToolError::not_found("user not found"));
+        };
+        if !user.is_disabled() {
+            return Ok(false);
+        }
+        let done = sqlx::query(
+            "UPDATE users SET disabled_at = NULL WHERE id = $1 AND disabled_at IS NOT NULL",
+        )
+        .bind(user_id)
+        .execute(&self.pool)
+        .await
+        .db("enable user")?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// Create a personal access token; the secret is returned once.
     pub async fn create_token(
         &self,
@@ -344,6 +556,28 @@ impl Store {
             name,
             scopes,
             ttl_ms: TokenKind::Pat.lifetime_ms(),
+        })
+        .await
+    }
+
+    /// Create a personal access token that expires `ttl_ms` from now
+    /// (`None`: never); the secret is returned once.
+    pub async fn create_expiring_token(
+        &self,
+        user_id: &str,
+        name: Option<&str>,
+        scopes: &[&str],
+        ttl_ms: Option<i64>,
+    ) -> Result<(TokenInfo, String), ToolError> {
+        if ttl_ms.is_some_and(|t| t <= 0) {
+            return Err(ToolError::validation("a token's lifetime must be positive"));
+        }
+        self.create_token_of_kind(NewToken {
+            user_id,
+            kind: TokenKind::Pat,
+            name,
+            scopes,
+            ttl_ms,
         })
         .await
     }
@@ -410,13 +644,15 @@ impl Store {
         ))
     }
 
-    /// Resolve a bearer token. `None` for unknown, revoked or expired.
+    /// Resolve a bearer token. `None` for unknown, revoked or expired, and
+    /// for any token of a disabled account.
     pub async fn authenticate(&self, secret: &str) -> Result<Option<Authenticated>, ToolError> {
         let now = self.now();
         let row = sqlx::query(
             "SELECT id, user_id, scopes FROM access_tokens \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
              AND kind IN ($3, $4) \
+             AND NOT EXISTS (SELECT 1 FROM users u WHERE u.id = access_tokens.user_id AND u.disabled_at IS NOT NULL) \
              AND (family_id IS NULL OR NOT EXISTS (SELECT 1 FROM oauth_families f WHERE f.id = access_tokens.family_id AND f.revoked_at IS NOT NULL))",
         )
         .bind(hash_secret(secret.trim()))
@@ -463,5 +699,285 @@ impl Store {
             return Err(ToolError::not_found("token not found"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oauth::{CodeExchange, IssuedTokens, NewCode};
+
+    const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+    const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+    const PASSWORD: &str = "correct horse battery staple";
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::sqlite_url(&dir.path().join("zm.db")))
+            .await
+            .unwrap();
+        (dir, store)
+    }
+
+    /// A fresh SQLite store, and the PostgreSQL database of
+    /// `ZM_TEST_DATABASE_URL` when it is set (shared: unique emails).
+    async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, Store)> {
+        let (dir, sqlite) = store().await;
+        let mut out = vec![("sqlite", Some(dir), sqlite)];
+        if let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        {
+            out.push(("postgres", None, Store::open(&url).await.unwrap()));
+        }
+        out
+    }
+
+    fn email(name: &str) -> String {
+        format!("{name}-{}@example.com", random_secret(10).to_lowercase())
+    }
+
+    /// A fresh OAuth sign-in of `user`: a new token family.
+    async fn oauth_sign_in(store: &Store, user_id: &str) -> IssuedTokens {
+        let client = store
+            .register_oauth_client(Some("test"), &[REDIRECT.to_string()], None)
+            .await
+            .unwrap()
+            .id;
+        let code = store
+            .issue_oauth_code(
+                NewCode {
+                    client_id: &client,
+                    user_id,
+                    redirect_uri: REDIRECT,
+                    code_challenge: CHALLENGE,
+                    resource: None,
+                    scope: "mcp:read mcp:write",
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        store
+            .exchange_oauth_code(
+                CodeExchange {
+                    code: &code,
+                    client_id: &client,
+                    redirect_uri: REDIRECT,
+                    verifier_challenge: CHALLENGE,
+                },
+                None,
+            )
+            .await
+            .unwrap()
+    }
+
+    async fn works(store: &Store, token: &str) -> bool {
+        store.authenticate(token).await.unwrap().is_some()
+    }
+
+    async fn refreshes(store: &Store, t: &IssuedTokens) -> bool {
+        store
+            .refresh_oauth_token(&t.refresh_token, Some(&t.client_id), None, None)
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_local_owner_has_no_usable_password_until_one_is_set() {
+        let (_dir, store) = store().await;
+        let owner = store
+            .create_local_owner("owner@localhost")
+            .await
+            .unwrap()
+            .expect("the database had no user");
+        assert!(owner.is_owner && !owner.has_password);
+        let listed = store.owner().await.unwrap().unwrap();
+        assert_eq!(listed, owner, "read back the same");
+        // Only on an empty database.
+        assert!(
+            store
+                .create_local_owner("other@localhost")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(store.list_users().await.unwrap().len(), 1);
+        // The stored marker is no password: neither it nor anything verifies.
+        for guess in [NO_PASSWORD, "", "!", "no-password"] {
+            assert!(
+                store
+                    .verify_password("owner@localhost", guess)
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "{guess:?}"
+            );
+        }
+        store.set_password(&owner.id, PASSWORD).await.unwrap();
+        let user = store
+            .verify_password("owner@localhost", PASSWORD)
+            .await
+            .unwrap()
+            .expect("verifies once set");
+        assert!(user.has_password);
+    }
+
+    #[tokio::test]
+    async fn changing_the_password_revokes_oauth_and_optionally_personal_tokens() {
+        for (label, _dir, store) in stores().await {
+            passwd_revokes(&store, label).await;
+        }
+    }
+
+    async fn passwd_revokes(store: &Store, label: &str) {
+        let store = store.clone();
+        let u = store.create_user(&email("a"), PASSWORD).await.unwrap();
+        let other = store.create_user(&email("b"), PASSWORD).await.unwrap();
+        let (_, pat) = store
+            .create_token(&u.id, None, &[SCOPE_READ, SCOPE_WRITE])
+            .await
+            .unwrap();
+        let oauth = oauth_sign_in(&store, &u.id).await;
+        let others = oauth_sign_in(&store, &other.id).await;
+        assert!(works(&store, &oauth.access_token).await);
+
+        let revoked = store
+            .change_password(&u.id, "a new long password", false)
+            .await
+            .unwrap();
+        assert_eq!(
+            revoked,
+            Revoked {
+                oauth_families: 1,
+                personal_tokens: 0
+            }
+        );
+        assert!(
+            !works(&store, &oauth.access_token).await,
+            "[{label}] access"
+        );
+        assert!(!refreshes(&store, &oauth).await, "[{label}] refresh token");
+        assert!(works(&store, &pat).await, "[{label}] personal tokens stay");
+        assert!(
+            works(&store, &others.access_token).await,
+            "[{label}] others'"
+        );
+        assert!(
+            store
+                .verify_password(&u.email, PASSWORD)
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        let again = oauth_sign_in(&store, &u.id).await;
+        let revoked = store
+            .change_password(&u.id, "a third long password", true)
+            .await
+            .unwrap();
+        assert_eq!(
+            revoked,
+            Revoked {
+                oauth_families: 1,
+                personal_tokens: 1
+            }
+        );
+        assert!(!works(&store, &again.access_token).await, "[{label}]");
+        assert!(!works(&store, &pat).await, "[{label}] --revoke-tokens");
+        assert!(works(&store, &others.access_token).await, "[{label}]");
+    }
+
+    #[tokio::test]
+    async fn a_disabled_user_is_refused_every_credential_until_enabled() {
+        for (label, _dir, store) in stores().await {
+            disable_refuses(&store, label).await;
+        }
+    }
+
+    async fn disable_refuses(store: &Store, label: &str) {
+        let store = store.clone();
+        let u = store.create_user(&email("a"), PASSWORD).await.unwrap();
+        let other = store.create_user(&email("b"), PASSWORD).await.unwrap();
+        let (_, pat) = store
+            .create_token(&u.id, None, &[SCOPE_READ])
+            .await
+            .unwrap();
+        let (_, other_pat) = store
+            .create_token(&other.id, None, &[SCOPE_READ])
+            .await
+            .unwrap();
+        let oauth = oauth_sign_in(&store, &u.id).await;
+
+        let revoked = store.disable_user(&u.id).await.unwrap().expect("disabled");
+        assert_eq!(revoked.oauth_families, 1, "[{label}]");
+        assert!(store.disable_user(&u.id).await.unwrap().is_none(), "twice");
+        assert!(
+            store
+                .user_by_id(&u.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .is_disabled()
+        );
+        assert!(!works(&store, &pat).await, "[{label}] personal token");
+        assert!(
+            !works(&store, &oauth.access_token).await,
+            "[{label}] access"
+        );
+        assert!(!refreshes(&store, &oauth).await, "[{label}] OAuth refresh");
+        assert!(
+            store
+                .verify_password(&u.email, PASSWORD)
+                .await
+                .unwrap()
+                .is_none(),
+            "[{label}] password"
+        );
+        assert!(works(&store, &other_pat).await, "[{label}] other users");
+
+        assert!(store.enable_user(&u.id).await.unwrap());
+        assert!(!store.enable_user(&u.id).await.unwrap(), "twice");
+        assert!(works(&store, &pat).await, "[{label}] personal tokens again");
+        assert!(
+            !works(&store, &oauth.access_token).await,
+            "[{label}] OAuth apps sign in again"
+        );
+        assert!(
+            store
+                .verify_password(&u.email, PASSWORD)
+                .await
+                .unwrap()
+                .is_some(),
+            "[{label}]"
+        );
+        assert_eq!(
+            store.disable_user("usr_nobody").await.unwrap_err().code,
+            zm_contracts::ErrorCode::NotFound
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expiring_token_is_refused_after_its_lifetime() {
+        let (_dir, store) = store().await;
+        let u = store.create_user(&email("a"), PASSWORD).await.unwrap();
+        let hour = 3_600_000;
+        let (info, secret) = store
+            .create_expiring_token(&u.id, Some("ci"), &[SCOPE_READ], Some(12 * hour))
+            .await
+            .unwrap();
+        assert_eq!(info.expires_at, Some(info.created_at + 12 * hour));
+        assert!(works(&store, &secret).await);
+        let listed = &store.list_tokens(&u.id).await.unwrap()[0];
+        assert_eq!(listed.expires_at, info.expires_at);
+        assert!(listed.last_used_at.is_some(), "last use recorded");
+        store.clock().advance_ms(12 * hour);
+        assert!(!works(&store, &secret).await, "expired");
+        assert!(
+            store
+                .create_expiring_token(&u.id, None, &[SCOPE_READ], Some(0))
+                .await
+                .is_err()
+        );
     }
 }

@@ -1,0 +1,169 @@
+//! Local files with private modes (Unix): the data directory `0700`, the
+//! SQLite database `0600` (SQLite gives its `-wal` and `-shm` files the
+//! database file's mode), and every file holding secrets or memories that
+//! a command writes (`export --out`, `--first-start-output`) `0600`.
+//! A data directory or database readable by group or others draws a warning.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+
+/// Mode of a directory we create.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Mode of a file we create.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Create `dir` (mode `0700`) unless it exists; its missing parents get the
+/// usual mode.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(PRIVATE_DIR_MODE);
+    }
+    match builder.create(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        other => other,
+    }
+}
+
+/// Open `path` for writing, truncated; a new file is created `0600`, and a
+/// regular file that existed is set to `0600` before anything is written.
+pub fn create_private_file(path: &Path) -> io::Result<File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(PRIVATE_FILE_MODE);
+    }
+    let file = opts.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // Not a device or a pipe (`--out /dev/stdout`): leave those alone.
+        if file.metadata()?.is_file() {
+            file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))?;
+        }
+    }
+    Ok(file)
+}
+
+/// The file of a SQLite URL (`sqlite:///abs/path.db?mode=rwc`).
+pub fn sqlite_path(url: &str) -> Option<PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.trim_start_matches("//").split('?').next()?;
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// Before opening a SQLite database that may be created: its directory
+/// (`0700`) and an empty database file (`0600`), so the database — and the
+/// WAL and shared-memory files SQLite creates with the database file's
+/// mode — are private from the first byte. Then warn about a directory or
+/// database that group or others can read. Nothing for PostgreSQL.
+pub fn prepare_database(cfg: &Config) -> io::Result<()> {
+    let url = cfg.open_options().url;
+    let Some(db) = sqlite_path(&url) else {
+        return Ok(());
+    };
+    let creates = url.contains("mode=rwc");
+    if creates {
+        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_private_dir(dir)?;
+        }
+        if !db.exists() {
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                opts.mode(PRIVATE_FILE_MODE);
+            }
+            match opts.open(&db) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        warn_if_exposed(dir, "data directory", "700");
+    }
+    warn_if_exposed(&db, "database", "600");
+    Ok(())
+}
+
+/// The mode bits group and others have on `path`, if any (Unix).
+pub fn exposed_mode(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+fn warn_if_exposed(path: &Path, what: &str, fix: &str) {
+    if let Some(mode) = exposed_mode(path) {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format!("{mode:o}"),
+            "the {what} is accessible to other users of this machine (memories, password hashes and token hashes live there); fix: chmod {fix} {}",
+            path.display()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(
+            sqlite_path("sqlite:///var/lib/zm/zero-memory.db?mode=rwc"),
+            Some(PathBuf::from("/var/lib/zm/zero-memory.db"))
+        );
+        assert_eq!(
+            sqlite_path("sqlite:relative.db"),
+            Some(PathBuf::from("relative.db"))
+        );
+        assert_eq!(sqlite_path("postgres://h/db"), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn private_files_and_directories() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a").join("data");
+        create_private_dir(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        create_private_dir(&dir).unwrap();
+
+        let file = dir.join("secret.txt");
+        std::fs::write(&file, "old").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(exposed_mode(&file), Some(0o644));
+        let mut f = create_private_file(&file).unwrap();
+        f.write_all(b"new").unwrap();
+        assert_eq!(mode(&file), 0o600, "an existing file is made private");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
+        assert_eq!(exposed_mode(&file), None);
+    }
+}
