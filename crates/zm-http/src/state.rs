@@ -21,8 +21,12 @@ pub struct HttpConfig {
     pub body_limit: usize,
     /// Requests per minute per token (`None`: no limit).
     pub token_rate_limit: Option<u32>,
-    /// MCP sessions kept at most (least recently used evicted).
+    /// MCP sessions open at most, all users together; beyond it a new
+    /// session is refused (503), never another user's evicted.
     pub max_sessions: usize,
+    /// MCP sessions one user keeps at most; opening one more ends that
+    /// user's least recently used session.
+    pub max_sessions_per_user: usize,
     /// Idle time after which an MCP session ends.
     pub session_idle: Duration,
     /// Client names whose instructions are capped.
@@ -39,6 +43,13 @@ pub struct HttpConfig {
     /// Take the client IP from the first `X-Forwarded-For` hop (only behind
     /// a proxy that sets it); otherwise the socket address is used.
     pub trust_proxy: bool,
+    /// Time allowed for a request's headers (and for an idle keep-alive
+    /// connection's next request) before the connection is closed.
+    pub header_timeout: Duration,
+    /// Time allowed for a request's whole body to arrive.
+    pub body_timeout: Duration,
+    /// Client connections served at once.
+    pub max_connections: usize,
 }
 
 impl HttpConfig {
@@ -56,6 +67,19 @@ impl HttpConfig {
             oauth_rate_max: 30,
             oauth_rate_window: Duration::from_secs(60),
             trust_proxy: false,
+            max_sessions_per_user: 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+        }
+    }
+
+    /// The connection limits [`crate::serve`] applies.
+    pub fn conn_limits(&self) -> crate::ConnLimits {
+        crate::ConnLimits {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
         }
     }
 

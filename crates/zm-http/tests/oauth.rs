@@ -46,12 +46,13 @@ async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let base = format!("http://{addr}");
     let mut cfg = HttpConfig::local(&base);
     edit(&mut cfg);
+    let limits = cfg.conn_limits();
     let cancel = CancellationToken::new();
     let state = zm_http::state(store.clone(), cfg);
     let clock = state.limiter.clock().clone();
     let app = zm_http::router_with_state(state, cancel.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, cancel, async move {
+    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
         let _ = rx.await;
     }));
     Server {
