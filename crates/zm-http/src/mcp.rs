@@ -261,8 +261,10 @@ fn server_full() -> Response {
         })),
     )
         .into_response();
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(FULL_RETRY_AFTER_SECS));
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(FULL_RETRY_AFTER_SECS),
+    );
     resp
 }
 

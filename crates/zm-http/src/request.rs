@@ -111,8 +111,7 @@ impl BodyError {
         match self {
             BodyError::TooLarge(limit) => format!("the body is larger than {limit} bytes"),
             BodyError::Unreadable => {
-                "the body could not be read: it stalled past the body timeout or was cut off"
-                    .into()
+                "the body could not be read: it stalled past the body timeout or was cut off".into()
             }
         }
     }
@@ -122,8 +121,10 @@ impl BodyError {
 /// every request body, so a stalled one ends as [`BodyError::Unreadable`].)
 pub async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::Bytes, BodyError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        let too_large = matches!(
+            std::error::Error::source(&e),
+            Some(cause) if cause.is::<http_body_util::LengthLimitError>()
+        );
         if too_large {
             BodyError::TooLarge(limit)
         } else {

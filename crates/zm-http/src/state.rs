@@ -510,9 +510,15 @@ mod tests {
         let window = Duration::from_secs(60);
         assert_eq!(limiter.hit("a", 1, window).await, Ok(()));
         assert_eq!(limiter.hit("b", 1, window).await, Ok(()));
-        assert!(limiter.hit("a", 1, window).await.is_err(), "a is now newer than b");
+        assert!(
+            limiter.hit("a", 1, window).await.is_err(),
+            "a is now newer than b"
+        );
         assert_eq!(limiter.hit("c", 1, window).await, Ok(()), "b is forgotten");
-        assert!(limiter.hit("a", 1, window).await.is_err(), "a is remembered");
+        assert!(
+            limiter.hit("a", 1, window).await.is_err(),
+            "a is remembered"
+        );
         assert_eq!(limiter.hit("b", 1, window).await, Ok(()), "b starts afresh");
         assert_eq!(limiter.key_count(), 2);
     }

@@ -121,7 +121,11 @@ async fn healthz(stream: &mut TcpStream) -> String {
     tokio::time::timeout(PATIENCE, async {
         while !complete(&got) {
             let n = stream.read(&mut buf).await.unwrap();
-            assert!(n > 0, "closed mid-answer: {:?}", String::from_utf8_lossy(&got));
+            assert!(
+                n > 0,
+                "closed mid-answer: {:?}",
+                String::from_utf8_lossy(&got)
+            );
             got.extend_from_slice(&buf[..n]);
         }
     })

@@ -1183,7 +1183,7 @@ async fn more_than_64_parameters_are_refused() {
         ("code_challenge", p.challenge.as_str()),
         ("code_challenge_method", "S256"),
     ];
-    let encoded = serde_urlencoded::to_string(&valid).unwrap();
+    let encoded = serde_urlencoded::to_string(valid).unwrap();
     // Distinct three-letter names (no repeat to trip over), short enough
     // that 12,000 of them fit in a URI.
     let names = |n: usize| -> String {
@@ -1200,9 +1200,13 @@ async fn more_than_64_parameters_are_refused() {
             .get(format!("{}/oauth/authorize?{query}", s.base))
             .send()
     };
-    let r = get(format!("{encoded}&{}", names(64 - valid.len()))).await.unwrap();
+    let r = get(format!("{encoded}&{}", names(64 - valid.len())))
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200, "64 parameters are accepted");
-    let r = get(format!("{encoded}&{}", names(65 - valid.len()))).await.unwrap();
+    let r = get(format!("{encoded}&{}", names(65 - valid.len())))
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     let r = get(format!("{encoded}&{}", names(12_000))).await.unwrap();
     assert_eq!(r.status().as_u16(), 400);

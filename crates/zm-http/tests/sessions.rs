@@ -32,7 +32,10 @@ async fn start(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let mut tokens = Vec::new();
     for who in ["a", "b", "c"] {
         let u = store
-            .create_user(&format!("{who}@example.com"), &format!("password-{who}-123"))
+            .create_user(
+                &format!("{who}@example.com"),
+                &format!("password-{who}-123"),
+            )
             .await
             .unwrap();
         let (_, t) = store
@@ -66,7 +69,12 @@ async fn start(edit: impl FnOnce(&mut HttpConfig)) -> Server {
 }
 
 impl Server {
-    fn request(&self, method: reqwest::Method, token: &str, session: Option<&str>) -> reqwest::RequestBuilder {
+    fn request(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        session: Option<&str>,
+    ) -> reqwest::RequestBuilder {
         let mut rb = self
             .http
             .request(method, format!("{}/mcp", self.base))
@@ -167,7 +175,10 @@ async fn one_user_cannot_evict_another_users_sessions() {
     assert!(s.works(&a, &a_sessions[45]).await);
     let newest = s.open(&a).await;
     assert!(s.works(&a, &a_sessions[45]).await, "recently used, kept");
-    assert!(!s.works(&a, &a_sessions[46]).await, "least recently used, ended");
+    assert!(
+        !s.works(&a, &a_sessions[46]).await,
+        "least recently used, ended"
+    );
     assert!(s.works(&a, &newest).await);
     s.stop().await;
 }
@@ -182,7 +193,11 @@ async fn a_full_server_refuses_new_sessions() {
         c.max_sessions_per_user = 3;
     })
     .await;
-    let (a, b, c) = (s.tokens[0].clone(), s.tokens[1].clone(), s.tokens[2].clone());
+    let (a, b, c) = (
+        s.tokens[0].clone(),
+        s.tokens[1].clone(),
+        s.tokens[2].clone(),
+    );
     let mut a_sessions = Vec::new();
     for _ in 0..3 {
         a_sessions.push(s.open(&a).await);
@@ -197,7 +212,10 @@ async fn a_full_server_refuses_new_sessions() {
         assert_eq!(v["jsonrpc"], "2.0");
         assert_eq!(v["error"]["code"], -32000);
         assert!(
-            v["error"]["message"].as_str().unwrap().contains("MCP sessions"),
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("MCP sessions"),
             "{v}"
         );
     }
@@ -206,7 +224,11 @@ async fn a_full_server_refuses_new_sessions() {
     }
     assert!(s.works(&b, &b1).await);
     assert_eq!(s.endpoint.owner_count(), 4);
-    assert_eq!(s.endpoint.session_count().await, 4, "refused sessions are closed");
+    assert_eq!(
+        s.endpoint.session_count().await,
+        4,
+        "refused sessions are closed"
+    );
     // A, at its cap, replaces its own least recently used session.
     let a4 = s.open(&a).await;
     assert!(!s.works(&a, &a_sessions[0]).await);
@@ -231,7 +253,10 @@ async fn delete_answers_204_and_leaves_nothing_behind() {
     let sid = s.open(&a).await;
     assert_eq!(s.delete(&b, &sid).await, 204, "like an unknown id");
     assert_eq!(s.delete(&b, "never-existed-session").await, 204);
-    assert!(s.works(&a, &sid).await, "another user's DELETE ends nothing");
+    assert!(
+        s.works(&a, &sid).await,
+        "another user's DELETE ends nothing"
+    );
     assert_eq!(s.delete(&a, &sid).await, 204);
     assert!(!s.works(&a, &sid).await, "ended");
     for _ in 0..200 {

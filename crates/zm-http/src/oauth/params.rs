@@ -229,7 +229,10 @@ mod tests {
         );
         for n in [MAX_PARAMS + 1, 12_000] {
             assert_eq!(Params::from_query(Some(&query(n))).unwrap_err(), too_many());
-            assert_eq!(Params::from_form(query(n).as_bytes()).unwrap_err(), too_many());
+            assert_eq!(
+                Params::from_form(query(n).as_bytes()).unwrap_err(),
+                too_many()
+            );
         }
         let repeat_after_cap = format!("{}&p0=again", query(MAX_PARAMS));
         assert_eq!(
