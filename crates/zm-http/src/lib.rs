@@ -17,6 +17,7 @@ pub mod oauth;
 pub mod openapi;
 pub mod request;
 pub mod routes;
+pub mod server;
 pub mod state;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use zm_contracts::IdKind;
 use zm_store::Store;
 
+pub use server::{ConnLimits, serve};
 pub use state::{AppState, Clock, HttpConfig, Metrics, RateLimiter};
 
 /// Build the whole router. `cancel` ends MCP sessions at shutdown.
@@ -44,6 +46,12 @@ pub fn router(store: Store, cfg: HttpConfig, cancel: CancellationToken) -> Route
 /// handle on it, e.g. on the rate limiter's clock).
 pub fn router_with_state(state: AppState, cancel: CancellationToken) -> Router {
     let endpoint = mcp::McpEndpoint::new(&state, cancel);
+    router_with_mcp(state, endpoint)
+}
+
+/// Build the whole router over a state and an MCP endpoint made from it
+/// (tests keep a handle on the endpoint, e.g. to count its sessions).
+pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
     let api = Router::new()
         .route("/api/tools/{name}", post(routes::call_tool))
         .route("/api/memories/{id}", get(routes::get_memory))
@@ -88,26 +96,6 @@ pub fn state(store: Store, cfg: HttpConfig) -> AppState {
         metrics: Arc::new(Metrics::default()),
         limiter: Arc::new(RateLimiter::default()),
     }
-}
-
-/// Serve `app` on `listener` until `shutdown` resolves; then stop taking
-/// connections, cancel MCP streams and let in-flight requests finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    cancel: CancellationToken,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let c = cancel.clone();
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        shutdown.await;
-        c.cancel();
-    })
-    .await
 }
 
 /// Adopt a well-formed `X-Request-Id` (a `req_…` id) or mint one, hand it

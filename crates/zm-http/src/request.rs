@@ -1,5 +1,6 @@
 //! What a request says about itself, each read in one place: its id (set by
-//! the request-id middleware), the client IP and the media type of its body.
+//! the request-id middleware), the client IP, the media type of its body
+//! and the body itself.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -93,6 +94,43 @@ pub fn body_type(headers: &HeaderMap) -> BodyType {
 /// Does the request declare a JSON body?
 pub fn is_json(headers: &HeaderMap) -> bool {
     body_type(headers) == BodyType::Json
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// It is larger than the limit (bytes).
+    TooLarge(usize),
+    /// It stalled past the body timeout, or the client cut it off.
+    Unreadable,
+}
+
+impl BodyError {
+    /// The sentence a refusal carries (no final period, lowercase first).
+    pub fn describe(self) -> String {
+        match self {
+            BodyError::TooLarge(limit) => format!("the body is larger than {limit} bytes"),
+            BodyError::Unreadable => {
+                "the body could not be read: it stalled past the body timeout or was cut off".into()
+            }
+        }
+    }
+}
+
+/// The whole body, at most `limit` bytes. (The server puts a deadline on
+/// every request body, so a stalled one ends as [`BodyError::Unreadable`].)
+pub async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::Bytes, BodyError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = matches!(
+            std::error::Error::source(&e),
+            Some(cause) if cause.is::<http_body_util::LengthLimitError>()
+        );
+        if too_large {
+            BodyError::TooLarge(limit)
+        } else {
+            BodyError::Unreadable
+        }
+    })
 }
 
 #[cfg(test)]

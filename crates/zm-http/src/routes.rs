@@ -11,7 +11,7 @@ use zm_store::{Caller, RequestId, Transport};
 
 use crate::auth::Auth;
 use crate::error::ApiError;
-use crate::request::is_json;
+use crate::request::{is_json, read_body};
 use crate::state::AppState;
 
 /// The caller of a REST request: the token's user and grant, the agent
@@ -37,14 +37,9 @@ async fn json_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<
             "the body must be JSON (Content-Type: application/json)",
         ));
     }
-    let bytes = axum::body::to_bytes(body, state.cfg.body_limit)
+    let bytes = read_body(body, state.cfg.body_limit)
         .await
-        .map_err(|_| {
-            ApiError::malformed(format!(
-                "the body is larger than {} bytes",
-                state.cfg.body_limit
-            ))
-        })?;
+        .map_err(|e| ApiError::malformed(e.describe()))?;
     if bytes.is_empty() {
         return Ok(Value::Object(Default::default()));
     }

@@ -1,6 +1,6 @@
 //! Shared state and configuration of the HTTP surface.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,8 +21,12 @@ pub struct HttpConfig {
     pub body_limit: usize,
     /// Requests per minute per token (`None`: no limit).
     pub token_rate_limit: Option<u32>,
-    /// MCP sessions kept at most (least recently used evicted).
+    /// MCP sessions open at most, all users together; beyond it a new
+    /// session is refused (503), never another user's evicted.
     pub max_sessions: usize,
+    /// MCP sessions one user keeps at most; opening one more ends that
+    /// user's least recently used session.
+    pub max_sessions_per_user: usize,
     /// Idle time after which an MCP session ends.
     pub session_idle: Duration,
     /// Client names whose instructions are capped.
@@ -39,6 +43,13 @@ pub struct HttpConfig {
     /// Take the client IP from the first `X-Forwarded-For` hop (only behind
     /// a proxy that sets it); otherwise the socket address is used.
     pub trust_proxy: bool,
+    /// Time allowed for a request's headers (and for an idle keep-alive
+    /// connection's next request) before the connection is closed.
+    pub header_timeout: Duration,
+    /// Time allowed for a request's whole body to arrive.
+    pub body_timeout: Duration,
+    /// Client connections served at once.
+    pub max_connections: usize,
 }
 
 impl HttpConfig {
@@ -56,6 +67,19 @@ impl HttpConfig {
             oauth_rate_max: 30,
             oauth_rate_window: Duration::from_secs(60),
             trust_proxy: false,
+            max_sessions_per_user: 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+        }
+    }
+
+    /// The connection limits [`crate::serve`] applies.
+    pub fn conn_limits(&self) -> crate::ConnLimits {
+        crate::ConnLimits {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
         }
     }
 
@@ -161,18 +185,107 @@ impl Clock {
     }
 }
 
-/// A fixed-window counter per key.
-#[derive(Debug, Default)]
+/// Keys a [`RateLimiter`] tracks at most by default.
+pub const RATE_LIMIT_KEYS: usize = 100_000;
+
+/// A fixed-window counter per key, over at most `capacity` keys.
+///
+/// The cost of a hit does not grow with the number of keys: the keys are
+/// kept in a queue by last use (a hit appends the key; the entry it leaves
+/// behind is stale and skipped), ended windows are dropped from its front,
+/// and when the map is full the least recently used key is forgotten —
+/// which only ever gives that key a fresh window. Stale entries are swept
+/// once they outnumber the live ones, so a hit is O(1) amortised.
+#[derive(Debug)]
 pub struct RateLimiter {
-    windows: Mutex<HashMap<String, (Instant, u32)>>,
+    windows: std::sync::Mutex<Windows>,
     clock: Clock,
+}
+
+impl Default for RateLimiter {
+    fn default() -> Self {
+        RateLimiter::with_capacity(Clock::default(), RATE_LIMIT_KEYS)
+    }
+}
+
+/// One key's window.
+#[derive(Debug)]
+struct Window {
+    /// When the window ends (anchored at its first request).
+    ends: Instant,
+    /// Requests counted in it.
+    count: u32,
+    /// The stamp of the key's newest entry in the queue.
+    stamp: u64,
+}
+
+#[derive(Debug)]
+struct Windows {
+    map: HashMap<Arc<str>, Window>,
+    /// `(stamp, key)` by last use, oldest first; an entry whose stamp is
+    /// not its key's current one is stale.
+    queue: VecDeque<(u64, Arc<str>)>,
+    capacity: usize,
+    stamp: u64,
+}
+
+impl Windows {
+    fn is_live(&self, stamp: u64, key: &str) -> bool {
+        self.map.get(key).is_some_and(|w| w.stamp == stamp)
+    }
+
+    /// Drop stale entries and ended windows from the front of the queue.
+    fn expire(&mut self, now: Instant) {
+        while let Some((stamp, key)) = self.queue.front() {
+            match self.map.get(&**key) {
+                Some(w) if w.stamp == *stamp => {
+                    if now < w.ends {
+                        break;
+                    }
+                    self.map.remove(&**key);
+                }
+                _ => {}
+            }
+            self.queue.pop_front();
+        }
+    }
+
+    /// Forget the least recently used key.
+    fn evict_oldest(&mut self) {
+        while let Some((stamp, key)) = self.queue.pop_front() {
+            if self.is_live(stamp, &key) {
+                self.map.remove(&*key);
+                return;
+            }
+        }
+    }
+
+    /// Sweep the stale entries once they outnumber the live ones.
+    fn compact(&mut self) {
+        if self.queue.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.queue
+                .retain(|(stamp, key)| map.get(&**key).is_some_and(|w| w.stamp == *stamp));
+        }
+    }
 }
 
 impl RateLimiter {
     /// A limiter reading time from `clock`.
     pub fn with_clock(clock: Clock) -> Self {
+        RateLimiter::with_capacity(clock, RATE_LIMIT_KEYS)
+    }
+
+    /// A limiter reading time from `clock` that tracks at most `capacity`
+    /// keys (at least one).
+    pub fn with_capacity(clock: Clock, capacity: usize) -> Self {
         RateLimiter {
-            windows: Mutex::default(),
+            windows: std::sync::Mutex::new(Windows {
+                map: HashMap::new(),
+                queue: VecDeque::new(),
+                capacity: capacity.max(1),
+                stamp: 0,
+            }),
             clock,
         }
     }
@@ -182,25 +295,63 @@ impl RateLimiter {
         &self.clock
     }
 
+    /// Keys tracked now (never more than the capacity).
+    pub fn key_count(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Entries in the use queue, stale ones included (tests: it stays
+    /// proportional to the keys tracked).
+    pub fn queue_len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Windows> {
+        self.windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Count one request for `key`; `Err(seconds)` when over `max` in `window`.
+    /// A refused request does not count, but it does keep the key in use.
     pub async fn hit(&self, key: &str, max: u32, window: Duration) -> Result<(), u64> {
         let now = self.clock.now();
-        let mut w = self.windows.lock().await;
-        if w.len() > 100_000 {
-            w.retain(|_, (start, _)| now.duration_since(*start) < window);
+        let mut guard = self.lock();
+        let w = &mut *guard;
+        w.expire(now);
+        w.stamp += 1;
+        let stamp = w.stamp;
+        let key: Arc<str> = match w.map.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => {
+                if w.map.len() >= w.capacity {
+                    w.evict_oldest();
+                }
+                Arc::from(key)
+            }
+        };
+        let entry = w.map.entry(key.clone()).or_insert(Window {
+            ends: now + window,
+            count: 0,
+            stamp,
+        });
+        if now >= entry.ends {
+            entry.ends = now + window;
+            entry.count = 0;
         }
-        let entry = w.entry(key.to_string()).or_insert((now, 0));
-        if now.duration_since(entry.0) >= window {
-            *entry = (now, 0);
-        }
-        if entry.1 >= max {
-            let left = window.saturating_sub(now.duration_since(entry.0));
+        entry.stamp = stamp;
+        let result = if entry.count >= max {
+            let left = entry.ends.saturating_duration_since(now);
             // Whole seconds, rounded up, at least one.
             let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-            return Err(secs.max(1));
-        }
-        entry.1 += 1;
-        Ok(())
+            Err(secs.max(1))
+        } else {
+            entry.count += 1;
+            Ok(())
+        };
+        w.queue.push_back((stamp, key));
+        w.compact();
+        result
     }
 }
 
@@ -315,5 +466,60 @@ mod tests {
         assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
         assert_eq!(limiter.hit("k", 2, window).await, Ok(()));
         assert_eq!(limiter.hit("k", 2, window).await, Err(60));
+    }
+
+    /// The map never holds more than its capacity, however many keys come,
+    /// and a key that is over its limit stays refused for its window while
+    /// thousands of other keys pass through.
+    #[tokio::test]
+    async fn the_key_map_is_bounded_and_a_hot_key_stays_refused() {
+        const CAPACITY: usize = 16;
+        let limiter = RateLimiter::with_capacity(Clock::default(), CAPACITY);
+        let clock = limiter.clock().clone();
+        let window = Duration::from_secs(60);
+        for _ in 0..3 {
+            assert_eq!(limiter.hit("hot", 3, window).await, Ok(()));
+        }
+        assert_eq!(limiter.hit("hot", 3, window).await, Err(60));
+        for i in 0..10_000 {
+            assert_eq!(limiter.hit(&format!("k{i}"), 3, window).await, Ok(()));
+            if i % 7 == 0 {
+                // The abuser keeps hammering its own key: still refused.
+                assert!(limiter.hit("hot", 3, window).await.is_err(), "at {i}");
+            }
+            assert!(limiter.key_count() <= CAPACITY);
+            assert!(limiter.queue_len() <= 2 * CAPACITY + 65, "at {i}");
+        }
+        assert_eq!(limiter.key_count(), CAPACITY);
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(limiter.hit("hot", 3, window).await, Err(30));
+        // Its window ends when it says: then a whole new budget.
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(limiter.hit("hot", 3, window).await, Ok(()));
+        // Ended windows are dropped as time passes.
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(limiter.hit("fresh", 3, window).await, Ok(()));
+        assert_eq!(limiter.key_count(), 1);
+    }
+
+    /// A full map forgets its least recently used key, which only gives that
+    /// key a fresh window: never a refusal for anyone else.
+    #[tokio::test]
+    async fn a_full_map_forgets_the_least_recently_used_key() {
+        let limiter = RateLimiter::with_capacity(Clock::default(), 2);
+        let window = Duration::from_secs(60);
+        assert_eq!(limiter.hit("a", 1, window).await, Ok(()));
+        assert_eq!(limiter.hit("b", 1, window).await, Ok(()));
+        assert!(
+            limiter.hit("a", 1, window).await.is_err(),
+            "a is now newer than b"
+        );
+        assert_eq!(limiter.hit("c", 1, window).await, Ok(()), "b is forgotten");
+        assert!(
+            limiter.hit("a", 1, window).await.is_err(),
+            "a is remembered"
+        );
+        assert_eq!(limiter.hit("b", 1, window).await, Ok(()), "b starts afresh");
+        assert_eq!(limiter.key_count(), 2);
     }
 }

@@ -50,10 +50,11 @@ async fn start_with(extra: impl FnOnce(axum::Router, zm_http::AppState) -> axum:
     let mut cfg = HttpConfig::local(&base);
     cfg.body_limit = 64 * 1024;
     let cancel = CancellationToken::new();
+    let limits = cfg.conn_limits();
     let state = zm_http::state(store.clone(), cfg.clone());
     let app = extra(zm_http::router(store.clone(), cfg, cancel.clone()), state);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, cancel, async move {
+    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
         let _ = rx.await;
     }));
     Server {

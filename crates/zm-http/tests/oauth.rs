@@ -46,12 +46,13 @@ async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let base = format!("http://{addr}");
     let mut cfg = HttpConfig::local(&base);
     edit(&mut cfg);
+    let limits = cfg.conn_limits();
     let cancel = CancellationToken::new();
     let state = zm_http::state(store.clone(), cfg);
     let clock = state.limiter.clock().clone();
     let app = zm_http::router_with_state(state, cancel.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, cancel, async move {
+    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
         let _ = rx.await;
     }));
     Server {
@@ -1117,5 +1118,120 @@ async fn metadata_follows_the_public_url() {
         ])
         .await;
     assert_eq!(page.status, 200, "{}", page.html);
+    s.stop().await;
+}
+
+/// `GET /oauth/authorize` looks the client up and renders a page: it has
+/// its own per-IP window, like the POST, with an honest `Retry-After`.
+#[tokio::test]
+async fn the_authorize_page_is_rate_limited() {
+    let s = start_with(|c| {
+        c.oauth_rate_max = 3;
+        c.oauth_rate_window = Duration::from_secs(60);
+    })
+    .await;
+    let client = s.client().await;
+    let p = pkce();
+    let query = [
+        ("response_type", "code"),
+        ("client_id", client.as_str()),
+        ("redirect_uri", REDIRECT_PORT),
+        ("code_challenge", p.challenge.as_str()),
+        ("code_challenge_method", "S256"),
+    ];
+    for _ in 0..3 {
+        assert_eq!(s.authorize_get(&query).await.status().as_u16(), 200);
+    }
+    let r = s.authorize_get(&query).await;
+    assert_eq!(r.status().as_u16(), 429);
+    let retry: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!((59..=60).contains(&retry), "{retry}");
+    // Malformed queries count too: the limit comes before the query is read.
+    let r = s
+        .http
+        .get(format!("{}/oauth/authorize?a=1&a=2", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    // Showing the page does not use up the sign-in attempts.
+    let r = s
+        .http
+        .post(format!("{}/oauth/authorize", s.base))
+        .form(&query)
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(r.status().as_u16(), 429);
+    s.clock.advance(Duration::from_secs(retry));
+    assert_eq!(s.authorize_get(&query).await.status().as_u16(), 200);
+    s.stop().await;
+}
+
+/// An authorization request with 12,000 parameters is refused by counting
+/// them (more than 64 is `invalid_request`), not served; 64 are fine. The
+/// token endpoint has the same cap.
+#[tokio::test]
+async fn more_than_64_parameters_are_refused() {
+    let s = start().await;
+    let client = s.client().await;
+    let p = pkce();
+    let valid = [
+        ("response_type", "code"),
+        ("client_id", client.as_str()),
+        ("redirect_uri", REDIRECT_PORT),
+        ("code_challenge", p.challenge.as_str()),
+        ("code_challenge_method", "S256"),
+    ];
+    let encoded = serde_urlencoded::to_string(valid).unwrap();
+    // Distinct three-letter names (no repeat to trip over), short enough
+    // that 12,000 of them fit in a URI.
+    let names = |n: usize| -> String {
+        (0..n)
+            .map(|i| {
+                let l = |k: usize| char::from(b'a' + u8::try_from(k % 26).unwrap());
+                format!("{}{}{}=", l(i / 676), l(i / 26), l(i))
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let get = |query: String| {
+        s.http
+            .get(format!("{}/oauth/authorize?{query}", s.base))
+            .send()
+    };
+    let r = get(format!("{encoded}&{}", names(64 - valid.len())))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "64 parameters are accepted");
+    let r = get(format!("{encoded}&{}", names(65 - valid.len())))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let r = get(format!("{encoded}&{}", names(12_000))).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_html_headers(&r);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("more than 64 parameters"), "{html}");
+
+    let mut form: Vec<(String, String)> = vec![("grant_type".into(), "refresh_token".into())];
+    form.extend((0..64).map(|i| (format!("x{i}"), "v".into())));
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(oauth_code(&v), "invalid_request");
+    assert!(
+        v["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("more than 64 parameters"),
+        "{v}"
+    );
     s.stop().await;
 }

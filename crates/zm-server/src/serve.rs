@@ -18,6 +18,10 @@ pub fn http_config(cfg: &Config) -> zm_http::HttpConfig {
     http.oauth_rate_max = cfg.oauth_ratelimit_max;
     http.oauth_rate_window = cfg.oauth_ratelimit_window();
     http.trust_proxy = cfg.trust_proxy;
+    http.max_sessions_per_user = cfg.max_sessions_per_user;
+    http.header_timeout = std::time::Duration::from_secs(cfg.header_timeout_secs);
+    http.body_timeout = std::time::Duration::from_secs(cfg.body_timeout_secs);
+    http.max_connections = cfg.max_connections;
     http
 }
 
@@ -82,6 +86,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     let mut shown = cfg.clone();
     shown.listen = listener.local_addr().unwrap_or(cfg.listen);
     let cancel = CancellationToken::new();
+    let limits = http.conn_limits();
     let app = zm_http::router(store.clone(), http, cancel.clone());
     tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
     eprintln!(
@@ -91,7 +96,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         shown.mcp_url(),
         shown.public_base_url()
     );
-    zm_http::serve(listener, app, cancel, shutdown_signal()).await?;
+    zm_http::serve(listener, app, limits, cancel, shutdown_signal()).await?;
     store.close().await;
     tracing::info!("stopped");
     Ok(())

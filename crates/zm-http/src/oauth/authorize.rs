@@ -152,9 +152,11 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
     })
 }
 
-/// `GET /oauth/authorize`: validate, then render the sign-in page.
+/// `GET /oauth/authorize`: validate, then render the sign-in page. Limited
+/// like the POST (a client lookup per request), before the query is read.
 pub(super) async fn page(
     State(st): State<OauthState>,
+    _: Throttled,
     headers: HeaderMap,
     query: Result<QueryParams, OauthRejection>,
 ) -> Result<Response, OauthRejection> {

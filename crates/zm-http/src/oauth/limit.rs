@@ -1,4 +1,6 @@
-//! The per-client-IP, per-route limit of the OAuth POST endpoints.
+//! The per-client-IP, per-endpoint limit of the OAuth endpoints that do
+//! work: the three POSTs and `GET /oauth/authorize` (a database lookup and
+//! a page).
 
 use std::sync::atomic::Ordering;
 
@@ -9,9 +11,10 @@ use super::{OauthRejection, OauthState};
 use crate::request::ClientIp;
 
 /// Extractor: counts the request against `oauth_rate_max` requests per
-/// `oauth_rate_window` for its client IP (see [`ClientIp`]) and route;
-/// rejects with 429 and `Retry-After`. Refused requests count too, so put
-/// it before the body extractor.
+/// `oauth_rate_window` for its client IP (see [`ClientIp`]) and endpoint
+/// (method and route: showing the sign-in page does not use up sign-in
+/// attempts); rejects with 429 and `Retry-After`. Refused requests count
+/// too, so put it before the parameter extractor.
 pub(super) struct Throttled;
 
 impl FromRequestParts<OauthState> for Throttled {
@@ -27,7 +30,7 @@ impl FromRequestParts<OauthState> for Throttled {
         }
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, st).await;
         let route = parts.uri.path().rsplit('/').next().unwrap_or("");
-        let key = format!("oauth:{route}:{ip}");
+        let key = format!("oauth:{}:{route}:{ip}", parts.method);
         match st
             .app
             .limiter

@@ -15,8 +15,9 @@
 //! Every failure is an [`OauthRejection`]: an RFC 6749 body
 //! `{error, error_description}`, or on the browser-facing endpoint an HTML
 //! page or a redirect back to the client — never the taxonomy body. The
-//! three POST endpoints are limited per client IP and route (`limit`);
-//! their parameters are read by extractors that refuse repeats (`params`).
+//! three POST endpoints and `GET /oauth/authorize` are limited per client
+//! IP and endpoint (`limit`); their parameters are read by extractors that
+//! refuse repeats and more than 64 parameters (`params`).
 //! The redirect-URI rules live in `redirect`, the HTML and its security
 //! headers in `pages`.
 //!

@@ -1,6 +1,8 @@
 //! Request parameters: the query of `GET /oauth/authorize`, the form of
 //! `POST /oauth/authorize`, the form (or JSON object) of `POST
-//! /oauth/token` — each parameter at most once (RFC 6749 §3.1).
+//! /oauth/token` — each parameter at most once (RFC 6749 §3.1), and at
+//! most [`MAX_PARAMS`] of them: a longer list is refused before it is
+//! decoded.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -11,10 +13,29 @@ use axum::http::request::Parts;
 use serde_json::Value;
 
 use super::{OauthRejection, OauthState};
-use crate::request::{BodyType, body_type};
+use crate::request::{BodyType, body_type, read_body};
 
 /// Largest body accepted on the OAuth endpoints.
 const OAUTH_BODY_LIMIT: usize = 64 * 1024;
+
+/// Most parameters an OAuth request may carry (a sign-in form has about a
+/// dozen).
+pub(super) const MAX_PARAMS: usize = 64;
+
+fn too_many() -> String {
+    format!("The request has more than {MAX_PARAMS} parameters.")
+}
+
+/// Whether an urlencoded string holds more than [`MAX_PARAMS`] pairs,
+/// counted as the decoder does (empty pieces are skipped) but without
+/// decoding, and without looking past the first one too many.
+fn over_cap(encoded: &[u8]) -> bool {
+    encoded
+        .split(|b| *b == b'&')
+        .filter(|piece| !piece.is_empty())
+        .nth(MAX_PARAMS)
+        .is_some()
+}
 
 /// Request parameters, each at most once; an empty value counts as absent
 /// (RFC 6749 §3.1).
@@ -46,12 +67,18 @@ impl Params {
     }
 
     fn from_query(query: Option<&str>) -> Result<Params, String> {
+        if over_cap(query.unwrap_or("").as_bytes()) {
+            return Err(too_many());
+        }
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
             .map_err(|_| "The query string is malformed.".to_string())?;
         Params::from_pairs(pairs)
     }
 
     fn from_form(bytes: &[u8]) -> Result<Params, String> {
+        if over_cap(bytes) {
+            return Err(too_many());
+        }
         let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes)
             .map_err(|_| "The form body is malformed.".to_string())?;
         Params::from_pairs(pairs)
@@ -64,6 +91,9 @@ impl Params {
         let Value::Object(o) = v else {
             return Err("The body must be a JSON object.".into());
         };
+        if o.len() > MAX_PARAMS {
+            return Err(too_many());
+        }
         let mut pairs = Vec::with_capacity(o.len());
         for (k, v) in o {
             match v {
@@ -79,9 +109,11 @@ impl Params {
 /// The body of an OAuth request, within the OAuth body limit.
 pub(super) async fn body_bytes(st: &OauthState, body: Body) -> Result<bytes::Bytes, String> {
     let limit = st.app.cfg.body_limit.min(OAUTH_BODY_LIMIT);
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| format!("The body is larger than {limit} bytes."))
+    read_body(body, limit).await.map_err(|e| {
+        let mut m = e.describe();
+        m[..1].make_ascii_uppercase();
+        m + "."
+    })
 }
 
 /// Extractor: the query parameters. Rejects `invalid_request`.
@@ -178,6 +210,40 @@ mod tests {
             Params::from_pairs(pairs).unwrap_err(),
             "The parameter \"p123\" is repeated."
         );
+    }
+
+    /// A query of 12,000 distinct parameters is refused by counting, before
+    /// anything is decoded: a repeat after the cap is never reached.
+    #[test]
+    fn more_than_the_cap_is_refused_before_decoding() {
+        let query = |n: usize| {
+            (0..n)
+                .map(|i| format!("p{i}=v"))
+                .collect::<Vec<_>>()
+                .join("&")
+        };
+        assert!(Params::from_query(Some(&query(MAX_PARAMS))).is_ok());
+        assert!(
+            Params::from_query(Some(&format!("{}&&&", query(MAX_PARAMS)))).is_ok(),
+            "empty pieces are not parameters"
+        );
+        for n in [MAX_PARAMS + 1, 12_000] {
+            assert_eq!(Params::from_query(Some(&query(n))).unwrap_err(), too_many());
+            assert_eq!(
+                Params::from_form(query(n).as_bytes()).unwrap_err(),
+                too_many()
+            );
+        }
+        let repeat_after_cap = format!("{}&p0=again", query(MAX_PARAMS));
+        assert_eq!(
+            Params::from_query(Some(&repeat_after_cap)).unwrap_err(),
+            too_many()
+        );
+        let object: serde_json::Map<String, Value> = (0..=MAX_PARAMS)
+            .map(|i| (format!("p{i}"), Value::from("v")))
+            .collect();
+        let json = serde_json::to_vec(&object).unwrap();
+        assert_eq!(Params::from_json(&json).unwrap_err(), too_many());
     }
 
     #[test]

@@ -1,0 +1,293 @@
+//! MCP-over-HTTP sessions: capped per user and overall without one user
+//! ending another's, ended by `DELETE` with 204, and no bookkeeping left
+//! behind by sessions that are gone.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use zm_http::HttpConfig;
+use zm_http::mcp::McpEndpoint;
+use zm_store::Store;
+
+/// How long to wait for a condition before failing (never for speed).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Server {
+    base: String,
+    endpoint: McpEndpoint,
+    tokens: Vec<String>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+/// A server with three users (a token each) and `edit`ed settings.
+async fn start(edit: impl FnOnce(&mut HttpConfig)) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
+        .await
+        .unwrap();
+    let mut tokens = Vec::new();
+    for who in ["a", "b", "c"] {
+        let u = store
+            .create_user(
+                &format!("{who}@example.com"),
+                &format!("password-{who}-123"),
+            )
+            .await
+            .unwrap();
+        let (_, t) = store
+            .create_token(&u.id, None, &["mcp:read", "mcp:write"])
+            .await
+            .unwrap();
+        tokens.push(t);
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let mut cfg = HttpConfig::local(&base);
+    edit(&mut cfg);
+    let limits = cfg.conn_limits();
+    let cancel = CancellationToken::new();
+    let state = zm_http::state(store, cfg);
+    let endpoint = McpEndpoint::new(&state, cancel.clone());
+    let app = zm_http::router_with_mcp(state, endpoint.clone());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
+        let _ = rx.await;
+    }));
+    Server {
+        base,
+        endpoint,
+        tokens,
+        stop: Some(tx),
+        task,
+        _dir: dir,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Server {
+    fn request(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        session: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .request(method, format!("{}/mcp", self.base))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json");
+        if let Some(s) = session {
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        rb
+    }
+
+    /// `initialize`: the raw response.
+    async fn initialize(&self, token: &str) -> reqwest::Response {
+        self.request(reqwest::Method::POST, token, None)
+            .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sessions-test", "version": "0"}}}).to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A ready session (initialize + initialized).
+    async fn open(&self, token: &str) -> String {
+        let r = self.initialize(token).await;
+        assert_eq!(r.status().as_u16(), 200);
+        let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        let _ = r.text().await;
+        let r = self
+            .request(reqwest::Method::POST, token, Some(&sid))
+            .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        sid
+    }
+
+    /// Does `tools/list` on this session answer 200 for `token`?
+    async fn works(&self, token: &str, sid: &str) -> bool {
+        let r = self
+            .request(reqwest::Method::POST, token, Some(sid))
+            .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        let ok = r.status().as_u16() == 200;
+        let _ = r.text().await;
+        ok
+    }
+
+    async fn delete(&self, token: &str, sid: &str) -> u16 {
+        self.request(reqwest::Method::DELETE, token, Some(sid))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// One token opening ten times its cap ends only its own oldest sessions:
+/// the other users' sessions all survive.
+#[tokio::test]
+async fn one_user_cannot_evict_another_users_sessions() {
+    let s = start(|c| {
+        c.max_sessions = 20;
+        c.max_sessions_per_user = 5;
+    })
+    .await;
+    let (a, b) = (s.tokens[0].clone(), s.tokens[1].clone());
+    let mut b_sessions = Vec::new();
+    for _ in 0..3 {
+        b_sessions.push(s.open(&b).await);
+    }
+    let mut a_sessions = Vec::new();
+    for _ in 0..50 {
+        a_sessions.push(s.open(&a).await);
+    }
+    for sid in &b_sessions {
+        assert!(s.works(&b, sid).await, "B's session {sid} was ended");
+    }
+    for sid in &a_sessions[45..] {
+        assert!(s.works(&a, sid).await, "A's newest sessions are kept");
+    }
+    for sid in &a_sessions[..45] {
+        assert!(!s.works(&a, sid).await, "A's oldest sessions are ended");
+    }
+    assert_eq!(s.endpoint.owner_count(), 8);
+    assert_eq!(s.endpoint.session_count().await, 8);
+    // Using a session makes it recent: it outlives newer, idle ones.
+    assert!(s.works(&a, &a_sessions[45]).await);
+    let newest = s.open(&a).await;
+    assert!(s.works(&a, &a_sessions[45]).await, "recently used, kept");
+    assert!(
+        !s.works(&a, &a_sessions[46]).await,
+        "least recently used, ended"
+    );
+    assert!(s.works(&a, &newest).await);
+    s.stop().await;
+}
+
+/// A full server refuses a new session (503, `Retry-After`, a JSON-RPC
+/// error) rather than end anyone's; a user at its own cap still rotates its
+/// own sessions.
+#[tokio::test]
+async fn a_full_server_refuses_new_sessions() {
+    let s = start(|c| {
+        c.max_sessions = 4;
+        c.max_sessions_per_user = 3;
+    })
+    .await;
+    let (a, b, c) = (
+        s.tokens[0].clone(),
+        s.tokens[1].clone(),
+        s.tokens[2].clone(),
+    );
+    let mut a_sessions = Vec::new();
+    for _ in 0..3 {
+        a_sessions.push(s.open(&a).await);
+    }
+    let b1 = s.open(&b).await;
+    for token in [&b, &c] {
+        let r = s.initialize(token).await;
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(r.headers()["retry-after"], "60");
+        assert!(r.headers().get("mcp-session-id").is_none());
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["jsonrpc"], "2.0");
+        assert_eq!(v["error"]["code"], -32000);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("MCP sessions"),
+            "{v}"
+        );
+    }
+    for sid in &a_sessions {
+        assert!(s.works(&a, sid).await);
+    }
+    assert!(s.works(&b, &b1).await);
+    assert_eq!(s.endpoint.owner_count(), 4);
+    assert_eq!(
+        s.endpoint.session_count().await,
+        4,
+        "refused sessions are closed"
+    );
+    // A, at its cap, replaces its own least recently used session.
+    let a4 = s.open(&a).await;
+    assert!(!s.works(&a, &a_sessions[0]).await);
+    assert!(s.works(&a, &a4).await);
+    assert!(s.works(&b, &b1).await);
+    // Room made by ending a session is room for anyone.
+    assert_eq!(s.delete(&b, &b1).await, 204);
+    let c1 = s.open(&c).await;
+    assert!(s.works(&c, &c1).await);
+    assert_eq!(s.endpoint.session_count().await, 4);
+    s.stop().await;
+}
+
+/// `DELETE` answers 204 and ends the session; another user's `DELETE`
+/// answers like one for an unknown id and ends nothing; and a loop of
+/// initialize + `DELETE` leaves no session and no owner behind.
+#[tokio::test]
+async fn delete_answers_204_and_leaves_nothing_behind() {
+    let s = start(|_| {}).await;
+    let (a, b) = (s.tokens[0].clone(), s.tokens[1].clone());
+    let (owners, sessions) = (s.endpoint.owner_count(), s.endpoint.session_count().await);
+    let sid = s.open(&a).await;
+    assert_eq!(s.delete(&b, &sid).await, 204, "like an unknown id");
+    assert_eq!(s.delete(&b, "never-existed-session").await, 204);
+    assert!(
+        s.works(&a, &sid).await,
+        "another user's DELETE ends nothing"
+    );
+    assert_eq!(s.delete(&a, &sid).await, 204);
+    assert!(!s.works(&a, &sid).await, "ended");
+    for _ in 0..200 {
+        let sid = s.open(&a).await;
+        assert_eq!(s.delete(&a, &sid).await, 204);
+    }
+    assert_eq!(s.endpoint.owner_count(), owners);
+    assert_eq!(s.endpoint.session_count().await, sessions);
+    s.stop().await;
+}
+
+/// Sessions that end by idling out lose their owner entry too, the next
+/// time a session is opened. (Only `initialize` is sent: nothing here
+/// needs a session to outlive the short idle time.)
+#[tokio::test]
+async fn idle_sessions_lose_their_owner() {
+    let s = start(|c| c.session_idle = Duration::from_secs(1)).await;
+    let a = s.tokens[0].clone();
+    for _ in 0..2 {
+        assert_eq!(s.initialize(&a).await.status().as_u16(), 200);
+    }
+    assert_eq!(s.endpoint.owner_count(), 2);
+    let expired = tokio::time::timeout(PATIENCE, async {
+        while s.endpoint.session_count().await > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(expired.is_ok(), "rmcp never ended the idle sessions");
+    assert_eq!(s.endpoint.owner_count(), 2, "not pruned yet");
+    assert_eq!(s.initialize(&a).await.status().as_u16(), 200);
+    assert_eq!(s.endpoint.owner_count(), 1, "only the new session's owner");
+    s.stop().await;
+}
