@@ -113,7 +113,8 @@ fails unless the version was bumped at least that much. Deprecations: [DEPRECATI
 ## Errors\n\n\
 Every failure outside the protocol envelopes has the body `{{\"error\": {{\"code\", \"message\", \"details\"?}}}}`. \
 Branch on `code`, never on `message`. On MCP a failure is a tool result with `isError: true` whose first \
-text block is this body (also in `structuredContent`). `validation_failed` carries \
+text block is this body; it carries no `structuredContent` (clients validate that against the tool's \
+`outputSchema`, which describes the success). `validation_failed` carries \
 `details.fields: [{{path, reason}}]`, one entry per offending field.\n\n\
 | code | HTTP status |\n|---|---|\n"
     );

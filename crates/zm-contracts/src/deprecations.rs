@@ -89,7 +89,6 @@ mod tests {
     fn committed_ledger_records_the_session_minor() {
         let l = Ledger::committed();
         assert!(l.deprecated.is_empty());
-        assert!(l.breaking.is_empty());
         let h = l
             .history
             .iter()
@@ -97,6 +96,31 @@ mod tests {
             .expect("2.1.0 entry");
         assert_eq!(h.class, ChangeClass::Additive);
         assert!(h.summary.contains("session"));
+    }
+
+    #[test]
+    fn committed_ledger_records_the_interop_major() {
+        let l = Ledger::committed();
+        let h = l
+            .history
+            .iter()
+            .find(|h| h.version == "3.0.0")
+            .expect("3.0.0 entry");
+        assert_eq!(h.class, ChangeClass::Breaking);
+        let breaking: Vec<&str> = l
+            .breaking
+            .iter()
+            .filter(|b| b.version == "3.0.0")
+            .map(|b| b.change.as_str())
+            .collect();
+        assert!(
+            breaking.iter().any(|c| c.contains("uint32")),
+            "{breaking:?}"
+        );
+        assert!(
+            breaking.iter().any(|c| c.contains("structuredContent")),
+            "{breaking:?}"
+        );
     }
 
     #[test]

@@ -270,7 +270,7 @@ pub struct BuildContextOutput {
 pub struct ForgetInput {
     #[garde(skip)]
     pub memory_id: MemoryId,
-    /// Why (kept in the audit log).
+    /// Why you forget it. Not stored: the audit log records only its length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(length(chars, min = 1, max = MAX_SHORT_TEXT))]
     pub reason: Option<String>,

@@ -39,7 +39,8 @@ pub struct FieldError {
 pub fn schema_of<T: JsonSchema>() -> Value {
     let settings = schemars::generate::SchemaSettings::draft2020_12()
         .for_deserialize()
-        .with(|s| s.inline_subschemas = true);
+        .with(|s| s.inline_subschemas = true)
+        .with_transform(KnownNumberFormats);
     finish(settings.into_generator().into_root_schema_for::<T>())
 }
 
@@ -49,8 +50,49 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 pub fn output_schema_of<T: JsonSchema>() -> Value {
     let settings = schemars::generate::SchemaSettings::draft2020_12()
         .for_serialize()
-        .with(|s| s.inline_subschemas = true);
+        .with(|s| s.inline_subschemas = true)
+        .with_transform(KnownNumberFormats);
     finish(settings.into_generator().into_root_schema_for::<T>())
+}
+
+/// The numeric `format`s a client's validator knows: JSON Schema 2020-12
+/// defines none, the OpenAPI format registry (which our OpenAPI document
+/// uses, and Ajv's `ajv-formats` in the TypeScript MCP SDK ships) defines
+/// these four.
+const KNOWN_NUMBER_FORMATS: [&str; 4] = ["int32", "int64", "float", "double"];
+
+/// A schemars transform that drops the `format`s schemars invents for Rust
+/// integers (`uint32`, `uint64`, `uint`, `int8`, …) from integer and number
+/// schemas: no standard defines them, and validators warn about an unknown
+/// format (the TypeScript MCP SDK logs one warning per field). What they
+/// meant stays as keywords every validator knows: an unsigned integer keeps
+/// (or gets) `minimum: 0`, and schemars already writes the ranges of the
+/// small types as `minimum`/`maximum`.
+#[derive(Debug, Clone, Copy)]
+struct KnownNumberFormats;
+
+impl schemars::transform::Transform for KnownNumberFormats {
+    fn transform(&mut self, schema: &mut schemars::Schema) {
+        if let Some(o) = schema.as_object_mut() {
+            let numeric = match o.get("type") {
+                Some(Value::String(t)) => t == "integer" || t == "number",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer" || t == "number"),
+                _ => false,
+            };
+            let unknown = o
+                .get("format")
+                .and_then(Value::as_str)
+                .filter(|f| numeric && !KNOWN_NUMBER_FORMATS.contains(f))
+                .map(str::to_owned);
+            if let Some(format) = unknown {
+                o.remove("format");
+                if format.starts_with("uint") && !o.contains_key("minimum") {
+                    o.insert("minimum".into(), json!(0));
+                }
+            }
+        }
+        schemars::transform::transform_subschemas(self, schema);
+    }
 }
 
 fn finish(schema: schemars::Schema) -> Value {

@@ -268,6 +268,63 @@ fn every_contract_schema_is_valid_json_schema_2020_12() {
     }
 }
 
+/// Every `format` in a schema, with where it is.
+fn formats(at: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::String(f)) = o.get("format") {
+                out.push((at.to_string(), f.clone()));
+            }
+            for (k, x) in o {
+                formats(&format!("{at}/{k}"), x, out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                formats(&format!("{at}/{i}"), x, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn schemas_use_only_formats_a_validator_knows() {
+    // schemars writes `uint32` / `uint64` for u32 / u64: no standard defines
+    // them and the TypeScript MCP SDK warns about each. Unsigned stays
+    // `minimum: 0`.
+    let known = ["int32", "int64", "float", "double"];
+    let mut seen = Vec::new();
+    for t in CATALOGUE {
+        formats(&format!("{} input", t.name), &(t.input_schema)(), &mut seen);
+        formats(
+            &format!("{} output", t.name),
+            &(t.output_schema)(),
+            &mut seen,
+        );
+    }
+    let unknown: Vec<_> = seen
+        .iter()
+        .filter(|(_, f)| !known.contains(&f.as_str()))
+        .collect();
+    assert!(unknown.is_empty(), "unknown formats: {unknown:?}");
+    let recall = (ToolName::Recall.spec().output_schema)();
+    let age = &recall["properties"]["memories"]["items"]["properties"]["stale_days"];
+    assert_eq!(age["minimum"], 0, "{age}");
+    assert!(age.get("format").is_none(), "{age}");
+    let k = &(ToolName::Recall.spec().input_schema)()["properties"]["k"];
+    assert_eq!(
+        (k["minimum"].clone(), k["maximum"].clone()),
+        (json!(1), json!(100)),
+        "{k}"
+    );
+    let del = (ToolName::DeleteAccount.spec().output_schema)();
+    assert_eq!(
+        del["properties"]["memories"],
+        json!({"type": "integer", "minimum": 0})
+    );
+}
+
 #[test]
 fn integral_floats_count_as_integers_like_json_schema_says() {
     let q = parse_input::<RecallInput>(&json!({"query": "x", "k": 10.0})).unwrap();

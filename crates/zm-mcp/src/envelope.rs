@@ -1,6 +1,6 @@
 //! Tool results as MCP sees them: the JSON mirror first, resource links,
 //! and the human-readable footer last; failures as `isError` results whose
-//! first block is the error body.
+//! first (and only) block is the error body, with no `structuredContent`.
 
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
@@ -145,12 +145,15 @@ pub fn success(output: &ToolOutput, ctx: &FooterContext, codex: bool) -> CallToo
     build(json!({"content": content, "structuredContent": structured, "isError": false}))
 }
 
-/// A failed tool result: the error body is the first block and the structured content.
+/// A failed tool result: `isError`, the JSON error body as the first text
+/// block, and no `structuredContent`. The error body does not match the
+/// tool's `outputSchema`, and clients validate any `structuredContent`
+/// against it even on errors: the TypeScript SDK's `callTool` would throw
+/// `-32602` instead of handing the error to its caller.
 pub fn failure(err: &ToolError) -> CallToolResult {
     let body = err.to_json();
     build(json!({
         "content": [{"type": "text", "text": body.to_string()}],
-        "structuredContent": body,
         "isError": true,
     }))
 }
@@ -278,7 +281,11 @@ mod tests {
         assert_eq!(v["isError"], true);
         let first: Value = serde_json::from_str(v["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(first["error"]["code"], "not_found");
-        assert_eq!(v["structuredContent"], first);
+        assert_eq!(v["content"].as_array().map(Vec::len), Some(1));
+        assert!(
+            v.get("structuredContent").is_none(),
+            "a failure carries no structuredContent: {v}"
+        );
         assert_eq!(v["resultType"], "complete");
         let ok = success(
             &ToolOutput::Forget(ForgetOutput {
