@@ -441,7 +441,11 @@ async fn rest_and_mcp_give_the_same_results() {
         )
         .await;
     let result = &msgs.iter().find(|m| m["id"] == 4).unwrap()["result"];
-    assert_eq!(result["structuredContent"]["error"]["code"], "forbidden");
+    assert_eq!(result["isError"], true);
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    let first: Value =
+        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(first["error"]["code"], "forbidden");
     // One tool service counted all of it, by transport and error code.
     let m = s
         .http
