@@ -40,8 +40,9 @@ pub const ACCESS_TTL_MS: i64 = 3_600_000;
 pub const REFRESH_TTL_MS: i64 = 30 * DAY_MS;
 /// Lifetime of an authorization code: five minutes.
 pub const CODE_TTL_MS: i64 = 300_000;
-/// Clients nobody authorized are forgotten after this long.
-pub const ABANDONED_CLIENT_MS: i64 = 30 * DAY_MS;
+/// Registrations that never completed an authorization are forgotten after
+/// this long (a day: a real client signs in minutes after registering).
+pub const ABANDONED_CLIENT_MS: i64 = DAY_MS;
 /// Every scope an OAuth client may ask for, in canonical order.
 pub const OAUTH_SCOPES: &[&str] = &[SCOPE_READ, SCOPE_WRITE];
 
@@ -451,14 +452,7 @@ impl Store {
         let uris = serde_json::to_string(redirect_uris)
             .map_err(|e| crate::db::internal("redirect uris", e))?;
         // Clients nobody ever authorized do not pile up.
-        sqlx::query(
-            "DELETE FROM oauth_clients WHERE owner_id IS NULL AND created_at < $1 \
-             AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = oauth_clients.id)",
-        )
-        .bind(now - ABANDONED_CLIENT_MS)
-        .execute(&self.pool)
-        .await
-        .db("prune oauth clients")?;
+        self.prune_unused_oauth_clients(ABANDONED_CLIENT_MS).await?;
         sqlx::query(
             "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) VALUES ($1, $2, $3, NULL, $4)",
         )
@@ -484,6 +478,21 @@ impl Store {
             owner_id: None,
             created_at: now,
         })
+    }
+
+    /// Forget the registrations older than `older_than_ms` (store clock)
+    /// that never completed an authorization: no sign-in issued them a code
+    /// and no user holds a grant. Returns how many went.
+    pub async fn prune_unused_oauth_clients(&self, older_than_ms: i64) -> Result<u64, ToolError> {
+        let done = sqlx::query(
+            "DELETE FROM oauth_clients WHERE owner_id IS NULL AND created_at < $1 \
+             AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = oauth_clients.id)",
+        )
+        .bind(self.now() - older_than_ms)
+        .execute(&self.pool)
+        .await
+        .db("prune oauth clients")?;
+        Ok(done.rows_affected())
     }
 
     /// A registered client by id (`None` when unknown or malformed).
