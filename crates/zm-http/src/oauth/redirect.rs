@@ -9,6 +9,9 @@ use super::no_store;
 
 /// Schemes never accepted as redirect URIs.
 const FORBIDDEN_SCHEMES: &[&str] = &["javascript", "data", "vbscript", "file", "blob"];
+/// Private-use schemes without a dot that are accepted anyway: those of
+/// widely used MCP clients (Cursor registers `cursor://anysphere.…`).
+const KNOWN_APP_SCHEMES: &[&str] = &["cursor"];
 /// Redirect URIs one client may register at most.
 const MAX_REDIRECT_URIS: usize = 20;
 /// Longest redirect URI.
@@ -24,7 +27,8 @@ fn is_loopback(url: &url::Url) -> bool {
 }
 
 /// The redirect-URI policy: https anywhere; http on loopback only; private-use
-/// schemes except the dangerous ones; no fragment; no credentials.
+/// schemes only reverse-DNS style (with a dot) or a known MCP client's, never
+/// the dangerous ones; no fragment; no credentials.
 pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
     if raw.is_empty() || raw.len() > MAX_REDIRECT_URI_LEN {
         return Err(format!("must be 1..{MAX_REDIRECT_URI_LEN} characters"));
@@ -51,6 +55,17 @@ pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
     }
     if scheme == "http" && !is_loopback(&url) {
         return Err("may use http only on localhost, 127.0.0.1 or [::1]; use https".into());
+    }
+    // A private-use scheme must be reverse-DNS style (RFC 8252 §7.1), so
+    // it names its app and is not some handler a browser happens to have.
+    if scheme != "https"
+        && scheme != "http"
+        && !scheme.contains('.')
+        && !KNOWN_APP_SCHEMES.contains(&scheme)
+    {
+        return Err(format!(
+            "uses the scheme {scheme:?}: use https, loopback http, or a reverse-DNS private scheme such as com.example.app"
+        ));
     }
     Ok(())
 }
@@ -139,8 +154,9 @@ mod tests {
             "http://localhost:33418/callback",
             "http://127.0.0.1:8080/cb",
             "http://[::1]:9000/cb",
-            "cursor://anysphere.cursor-retrieval/oauth/callback",
             "com.example.app:/oauth2redirect",
+            "com.cursor.app://callback",
+            "cursor://anysphere.cursor-retrieval/oauth/callback",
         ] {
             assert!(check_redirect_uri(ok).is_ok(), "{ok}");
         }
@@ -150,6 +166,8 @@ mod tests {
             "http://127.0.0.2/cb",
             "javascript:alert(1)",
             "JavaScript:alert(1)",
+            "myapp:/cb",
+            "ms-settings:x",
             "data:text/html,hi",
             "vbscript:x",
             "file:///etc/passwd",
