@@ -16,25 +16,46 @@ use crate::state::AppState;
 /// (extract it as `Option<Extension<RequestId>>`).
 pub use zm_store::RequestId;
 
-/// The client IP: the socket address, or the first `X-Forwarded-For` hop
-/// when the proxy is trusted (`"unknown"` when neither is known).
+/// The client IP: the socket address, or — when the proxy is trusted — the
+/// right-most `X-Forwarded-For` hop, the one our proxy appended (every hop
+/// to its left came from the client and proves nothing). `"unknown"` when
+/// neither is known.
 pub fn client_ip(trust_proxy: bool, headers: &HeaderMap, peer: Option<SocketAddr>) -> String {
     if trust_proxy
-        && let Some(first) = headers
-            .get("x-forwarded-for")
+        && let Some(last) = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .next_back()
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.rsplit(',').next())
             .map(str::trim)
     {
-        let ip = first
+        let ip = last
             .parse::<IpAddr>()
             .ok()
-            .or_else(|| first.parse::<SocketAddr>().ok().map(|s| s.ip()));
+            .or_else(|| last.parse::<SocketAddr>().ok().map(|s| s.ip()));
         if let Some(ip) = ip {
             return ip.to_string();
         }
     }
     peer.map_or_else(|| "unknown".into(), |p| p.ip().to_string())
+}
+
+/// What a per-IP limit counts under: an IPv4 address as it is, an IPv6
+/// address by its /64 (one subscriber is handed a whole /64, so rotating
+/// the low bits must not buy a fresh window). An IPv4-mapped IPv6 address
+/// counts as its IPv4 address.
+pub fn ip_limit_key(ip: &str) -> String {
+    match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return v4.to_string();
+            }
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+        _ => ip.to_string(),
+    }
 }
 
 /// Extractor: the client IP (see [`client_ip`]), honouring
@@ -146,8 +167,16 @@ mod tests {
             HeaderValue::from_static("203.0.113.9, 10.0.0.1"),
         );
         let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
-        assert_eq!(client_ip(true, &h, Some(peer)), "203.0.113.9");
+        // The right-most hop is the one our proxy appended.
+        assert_eq!(client_ip(true, &h, Some(peer)), "10.0.0.1");
         assert_eq!(client_ip(false, &h, Some(peer)), "10.0.0.1");
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("1.2.3.4, 203.0.113.9"),
+        );
+        assert_eq!(client_ip(true, &h, Some(peer)), "203.0.113.9");
+        h.append("x-forwarded-for", HeaderValue::from_static("198.51.100.4"));
+        assert_eq!(client_ip(true, &h, Some(peer)), "198.51.100.4");
         h.insert(
             "x-forwarded-for",
             HeaderValue::from_static("[2001:db8::1]:443"),
@@ -156,6 +185,19 @@ mod tests {
         h.insert("x-forwarded-for", HeaderValue::from_static("garbage"));
         assert_eq!(client_ip(true, &h, Some(peer)), "10.0.0.1");
         assert_eq!(client_ip(true, &h, None), "unknown");
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64() {
+        assert_eq!(ip_limit_key("203.0.113.9"), "203.0.113.9");
+        assert_eq!(ip_limit_key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(
+            ip_limit_key("2001:db8:1:2:ffff:ffff:ffff:fffe"),
+            "2001:db8:1:2::/64"
+        );
+        assert_ne!(ip_limit_key("2001:db8:1:3::1"), "2001:db8:1:2::/64");
+        assert_eq!(ip_limit_key("::ffff:192.0.2.1"), "192.0.2.1");
+        assert_eq!(ip_limit_key("unknown"), "unknown");
     }
 
     #[test]

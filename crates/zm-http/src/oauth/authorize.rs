@@ -2,6 +2,8 @@
 //! and `POST /oauth/authorize` (check the form and the credentials, redirect
 //! back with a single-use code).
 
+use std::sync::atomic::Ordering;
+
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -226,6 +228,28 @@ pub(super) async fn submit(
     let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
     let internal =
         || OauthRejection::page(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error.");
+    // The account backs off after repeated failures, whatever the IP; the
+    // password is not even checked meanwhile.
+    if let Err(secs) = st.backoff.check(&email) {
+        st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
+        let token = csrf::token(&st.key, &cookie, &canonical);
+        let mut resp = pages::html(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::login(
+                public_url,
+                &authz,
+                &token,
+                &email,
+                Some(&format!(
+                    "Too many failed sign-ins for this account. Try again in {secs} seconds."
+                )),
+            ),
+            None,
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        return Ok(resp);
+    }
     let shaped = (3..=320).contains(&email.chars().count()) && (1..=1024).contains(&password.len());
     let user = if shaped {
         st.app
@@ -237,6 +261,7 @@ pub(super) async fn submit(
         None
     };
     let Some(user) = user else {
+        st.backoff.failed(&email);
         st.app
             .store
             .audit_oauth_login_failure(&email, &authz.client.id, rid)
@@ -254,6 +279,7 @@ pub(super) async fn submit(
             None,
         ));
     };
+    st.backoff.succeeded(&email);
     let code = st
         .app
         .store

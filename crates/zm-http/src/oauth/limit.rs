@@ -1,17 +1,23 @@
 //! The per-client-IP, per-endpoint limit of the OAuth endpoints that do
 //! work: the three POSTs and `GET /oauth/authorize` (a database lookup and
-//! a page).
+//! a page); and the per-account back-off on failed sign-ins
+//! ([`LoginBackoff`]).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::{OauthRejection, OauthState};
-use crate::request::ClientIp;
+use crate::request::{ClientIp, ip_limit_key};
+use crate::state::Clock;
 
 /// Extractor: counts the request against `oauth_rate_max` requests per
-/// `oauth_rate_window` for its client IP (see [`ClientIp`]) and endpoint
+/// `oauth_rate_window` for its client IP (see [`ClientIp`]; an IPv6
+/// address counts by its /64, see [`ip_limit_key`]) and endpoint
 /// (method and route: showing the sign-in page does not use up sign-in
 /// attempts); rejects with 429 and `Retry-After`. Refused requests count
 /// too, so put it before the parameter extractor.
@@ -30,7 +36,7 @@ impl FromRequestParts<OauthState> for Throttled {
         }
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, st).await;
         let route = parts.uri.path().rsplit('/').next().unwrap_or("");
-        let key = format!("oauth:{}:{route}:{ip}", parts.method);
+        let key = format!("oauth:{}:{route}:{}", parts.method, ip_limit_key(&ip));
         match st
             .app
             .limiter
@@ -43,5 +49,166 @@ impl FromRequestParts<OauthState> for Throttled {
                 Err(OauthRejection::RateLimited { retry_after: secs })
             }
         }
+    }
+}
+
+/// Failed sign-ins an account is allowed before the back-off starts.
+pub(super) const FREE_FAILURES: u32 = 5;
+/// The first back-off; each further failure doubles it (30 s, 1 min, 2 min
+/// … 15 min).
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(30);
+/// The longest back-off: the owner always gets in after at most this long.
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+/// An account's failures are forgotten this long after the last one.
+const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
+/// Accounts tracked at most (per process).
+const MAX_ACCOUNTS: usize = 10_000;
+
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    last: Instant,
+    until: Instant,
+}
+
+/// Failed sign-ins per account, whatever the client IP: after
+/// [`FREE_FAILURES`] failures each further attempt must wait 30 s, 1 min,
+/// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. Keyed by the
+/// normalised email, existing or not, so it says nothing about which emails
+/// exist. In memory, at most [`MAX_ACCOUNTS`] accounts: when full, ones
+/// idle for [`FORGET_AFTER`] go first, then the longest idle.
+#[derive(Debug)]
+pub(super) struct LoginBackoff {
+    clock: Clock,
+    accounts: Mutex<HashMap<String, Failures>>,
+}
+
+/// The key of an account: the email as the sign-in compares it.
+fn account_key(email: &str) -> String {
+    email.trim().to_lowercase()
+}
+
+impl LoginBackoff {
+    pub(super) fn new(clock: Clock) -> Self {
+        LoginBackoff {
+            clock,
+            accounts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Failures>> {
+        self.accounts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `Err(seconds)` while the account is backing off (an honest
+    /// `Retry-After`, at least 1).
+    pub(super) fn check(&self, email: &str) -> Result<(), u64> {
+        let now = self.clock.now();
+        match self.lock().get(&account_key(email)) {
+            Some(f) if f.until > now => {
+                let left = f.until - now;
+                Err(left.as_secs() + u64::from(left.subsec_nanos() > 0))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Count a failed sign-in.
+    pub(super) fn failed(&self, email: &str) {
+        let now = self.clock.now();
+        let key = account_key(email);
+        let mut map = self.lock();
+        if !map.contains_key(&key) && map.len() >= MAX_ACCOUNTS {
+            map.retain(|_, f| now.saturating_duration_since(f.last) < FORGET_AFTER);
+            if map.len() >= MAX_ACCOUNTS
+                && let Some(oldest) = map
+                    .iter()
+                    .min_by_key(|(_, f)| f.last)
+                    .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        let f = map.entry(key).or_insert(Failures {
+            count: 0,
+            last: now,
+            until: now,
+        });
+        if now.saturating_duration_since(f.last) >= FORGET_AFTER {
+            f.count = 0;
+        }
+        f.count = f.count.saturating_add(1);
+        f.last = now;
+        if f.count >= FREE_FAILURES {
+            let doublings = (f.count - FREE_FAILURES).min(16);
+            f.until = now + (FIRST_BACKOFF * (1u32 << doublings)).min(MAX_BACKOFF);
+        }
+    }
+
+    /// A successful sign-in clears the account.
+    pub(super) fn succeeded(&self, email: &str) {
+        self.lock().remove(&account_key(email));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seconds left, allowing for the real time the test takes.
+    fn left(b: &LoginBackoff, email: &str) -> u64 {
+        b.check(email).unwrap_err()
+    }
+
+    #[test]
+    fn backoff_doubles_caps_and_resets() {
+        let clock = Clock::default();
+        let b = LoginBackoff::new(clock.clone());
+        let first = FIRST_BACKOFF.as_secs();
+        for _ in 0..FREE_FAILURES - 1 {
+            b.failed("A@Example.com");
+            assert_eq!(b.check("a@example.com"), Ok(()));
+        }
+        b.failed(" a@example.com ");
+        let l = left(&b, "a@example.com");
+        assert!((first - 1..=first).contains(&l), "{l}");
+        clock.advance(Duration::from_secs(first));
+        assert_eq!(b.check("a@example.com"), Ok(()));
+        b.failed("a@example.com");
+        let l = left(&b, "a@example.com");
+        assert!((2 * first - 1..=2 * first).contains(&l), "{l}");
+        clock.advance(Duration::from_secs(l));
+        b.failed("a@example.com");
+        let l = left(&b, "a@example.com");
+        assert!((4 * first - 1..=4 * first).contains(&l), "{l}");
+        // Capped, however many failures.
+        for _ in 0..100 {
+            b.failed("a@example.com");
+        }
+        let l = left(&b, "a@example.com");
+        assert!((MAX_BACKOFF.as_secs() - 1..=MAX_BACKOFF.as_secs()).contains(&l));
+        // Other accounts are untouched; after the cap the owner gets in.
+        assert_eq!(b.check("b@example.com"), Ok(()));
+        clock.advance(MAX_BACKOFF);
+        assert_eq!(b.check("a@example.com"), Ok(()));
+        b.succeeded("a@example.com");
+        b.failed("a@example.com");
+        assert_eq!(b.check("a@example.com"), Ok(()));
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        let b = LoginBackoff::new(Clock::default());
+        for i in 0..MAX_ACCOUNTS + 50 {
+            b.failed(&format!("u{i}@example.com"));
+        }
+        assert_eq!(b.len(), MAX_ACCOUNTS);
     }
 }

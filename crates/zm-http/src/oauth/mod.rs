@@ -17,7 +17,8 @@
 //! page or a redirect back to the client — never the taxonomy body. The
 //! three POST endpoints and `GET /oauth/authorize` are limited per client
 //! IP and endpoint (`limit`); their parameters are read by extractors that
-//! refuse repeats and more than 64 parameters (`params`).
+//! refuse repeats and more than 64 parameters (`params`). Failed sign-ins
+//! also back off per account, whatever the IP (`limit::LoginBackoff`).
 //! The redirect-URI rules live in `redirect`, the HTML and its security
 //! headers in `pages`.
 //!
@@ -55,11 +56,13 @@ pub use metadata::metadata;
 pub use redirect::check_redirect_uri;
 pub use token::s256;
 
-/// What the OAuth routes share: the app state and the CSRF key.
+/// What the OAuth routes share: the app state, the CSRF key and the
+/// per-account sign-in back-off.
 #[derive(Clone)]
 pub struct OauthState {
     app: AppState,
     key: Arc<[u8; 32]>,
+    backoff: Arc<limit::LoginBackoff>,
 }
 
 impl FromRef<OauthState> for AppState {
@@ -70,9 +73,11 @@ impl FromRef<OauthState> for AppState {
 
 /// The OAuth routes (merge into the main router before its layers).
 pub fn routes(app: AppState) -> Router {
+    let backoff = Arc::new(limit::LoginBackoff::new(app.limiter.clock().clone()));
     let state = OauthState {
         app,
         key: Arc::new(rand::random()),
+        backoff,
     };
     Router::new()
         .route("/.well-known/oauth-authorization-server", get(metadata))
