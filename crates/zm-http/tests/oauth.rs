@@ -164,6 +164,7 @@ struct Page {
 struct Posted {
     status: u16,
     location: Option<String>,
+    retry_after: Option<u64>,
     html: String,
 }
 
@@ -213,6 +214,17 @@ impl Server {
     }
 
     async fn post_form(&self, page: &Page, email: &str, password: &str) -> Posted {
+        self.post_form_via(page, email, password, None).await
+    }
+
+    /// Post the sign-in form with an `X-Forwarded-For` header.
+    async fn post_form_via(
+        &self,
+        page: &Page,
+        email: &str,
+        password: &str,
+        forwarded_for: Option<&str>,
+    ) -> Posted {
         let mut form = page.fields.clone();
         form.push(("email".into(), email.into()));
         form.push(("password".into(), password.into()));
@@ -223,18 +235,28 @@ impl Server {
         if let Some(c) = &page.cookie {
             rb = rb.header("cookie", c);
         }
+        if let Some(xff) = forwarded_for {
+            rb = rb.header("x-forwarded-for", xff);
+        }
         let r = rb.send().await.unwrap();
         let status = r.status().as_u16();
+        let retry_after = r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().parse().unwrap());
         let location = r
             .headers()
             .get("location")
             .map(|v| v.to_str().unwrap().to_string());
-        if location.is_none() {
+        // (The per-IP limit answers its JSON 429 on every endpoint.)
+        let json_429 = header(&r, "content-type").starts_with("application/json") && status == 429;
+        if location.is_none() && !json_429 {
             assert_html_headers(&r);
         }
         Posted {
             status,
             location,
+            retry_after,
             html: r.text().await.unwrap(),
         }
     }
@@ -732,6 +754,10 @@ async fn authorize_refusals() {
     };
 
     // Unknown client and unregistered redirect: an HTML page, never a redirect.
+    let (st, v) = s
+        .register(json!({"redirect_uris": ["https://evil.example/cb"]}))
+        .await;
+    assert_eq!(st, 201, "{v}");
     let fake = zm_contracts::IdKind::OauthClient.generate();
     for bad in [
         q(&[("client_id", &fake)]),
@@ -739,6 +765,13 @@ async fn authorize_refusals() {
         q(&[("redirect_uri", "https://evil.example/cb")]),
         q(&[("redirect_uri", "http://localhost:43123/callback")]),
         q(&[("redirect_uri", "")]),
+        // Registered, but for another client; and the request has an error
+        // too: the client and the URI are no pair, so still no redirect.
+        q(&[("redirect_uri", "https://evil.example/cb")]),
+        q(&[
+            ("redirect_uri", "https://evil.example/cb"),
+            ("response_type", "token"),
+        ]),
     ] {
         let r = s
             .http
@@ -877,6 +910,10 @@ async fn registration_refusals() {
         "https://app.example.com/cb#fragment",
         "https://user:pw@app.example.com/cb",
         "not a uri",
+        "http://evil.example/cb",
+        "JavaScript:alert(document.cookie)",
+        "myapp:/cb",
+        "ms-settings:privacy",
     ] {
         let (st, v) = s.register(json!({"redirect_uris": [bad]})).await;
         assert_eq!((st, oauth_code(&v)), (400, "invalid_redirect_uri"), "{bad}");
@@ -912,6 +949,7 @@ async fn registration_refusals() {
             "https://app.example.com/cb",
             "http://localhost:8976/callback",
             "http://[::1]/cb",
+            "com.example.app:/oauth2redirect",
             "cursor://anysphere.cursor-retrieval/oauth/user-zero-memory/callback",
         ]}))
         .await;
@@ -1023,24 +1061,69 @@ async fn the_rate_limit_trips_and_retry_after_is_honest() {
     assert_eq!(register().await.unwrap().status().as_u16(), 429);
     s.stop().await;
 
-    // Behind a trusted proxy, the first X-Forwarded-For hop is the client.
+    // Behind a trusted proxy, the right-most X-Forwarded-For hop (the one
+    // our proxy appended) is the client: what the client put before it
+    // changes nothing.
     let s = start_with(|c| {
         c.oauth_rate_max = 2;
         c.oauth_rate_window = Duration::from_secs(60);
         c.trust_proxy = true;
     })
     .await;
-    let post = |ip: &'static str| {
+    let post = |xff: String| {
         s.http
             .post(format!("{}/oauth/register", s.base))
-            .header("x-forwarded-for", format!("{ip}, 10.0.0.1"))
+            .header("x-forwarded-for", xff)
             .json(&body)
             .send()
     };
-    assert_eq!(post("203.0.113.1").await.unwrap().status().as_u16(), 201);
-    assert_eq!(post("203.0.113.1").await.unwrap().status().as_u16(), 201);
-    assert_eq!(post("203.0.113.1").await.unwrap().status().as_u16(), 429);
-    assert_eq!(post("203.0.113.2").await.unwrap().status().as_u16(), 201);
+    let via = |spoofed: &str, ip: &str| format!("{spoofed}, {ip}");
+    assert_eq!(
+        post(via("1.1.1.1", "203.0.113.1"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        201
+    );
+    assert_eq!(
+        post(via("1.1.1.2", "203.0.113.1"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        201
+    );
+    assert_eq!(
+        post(via("1.1.1.3", "203.0.113.1"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        429
+    );
+    assert_eq!(
+        post(via("1.1.1.3", "203.0.113.2"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        201
+    );
+    // IPv6 clients count by their /64: rotating the low bits buys nothing.
+    for (ip, want) in [
+        ("2001:db8:1:2::1", 201),
+        ("2001:db8:1:2:ffff:ffff:ffff:fffe", 201),
+        ("2001:db8:1:2:abcd::9", 429),
+        ("2001:db8:1:3::1", 201),
+    ] {
+        let got = post(via("203.0.113.1", ip))
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        assert_eq!(got, want, "{ip}");
+    }
     s.stop().await;
 }
 
@@ -1233,5 +1316,176 @@ async fn more_than_64_parameters_are_refused() {
             .contains("more than 64 parameters"),
         "{v}"
     );
+    s.stop().await;
+}
+
+/// The sign-in page of a fresh authorization request for `client`.
+async fn sign_in_page(s: &Server, client: &str, xff: Option<&str>) -> Page {
+    let p = pkce();
+    let q = [
+        ("response_type", "code"),
+        ("client_id", client),
+        ("redirect_uri", REDIRECT),
+        ("code_challenge", p.challenge.as_str()),
+        ("code_challenge_method", "S256"),
+    ];
+    let mut rb = s.http.get(format!("{}/oauth/authorize", s.base)).query(&q);
+    if let Some(x) = xff {
+        rb = rb.header("x-forwarded-for", x);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let cookie = set_cookie(&r);
+    let html = r.text().await.unwrap();
+    assert_eq!(status, 200, "{html}");
+    Page {
+        status,
+        fields: hidden_fields(&html),
+        cookie,
+        html,
+    }
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_limited_per_ip_behind_an_appending_proxy() {
+    // The proxy appends the address it saw; the client rotates what it puts
+    // before it, and a different (non-existent) email each time.
+    let s = start_with(|c| {
+        c.oauth_rate_max = 10;
+        c.oauth_rate_window = Duration::from_secs(60);
+        c.trust_proxy = true;
+    })
+    .await;
+    let client = s.client().await;
+    let page = sign_in_page(&s, &client, Some("198.51.100.7")).await;
+    let mut limited = 0;
+    for i in 0..100 {
+        let xff = format!("10.{}.{}.1, 198.51.100.7", i / 250, i % 250);
+        let email = format!("guess{i}@example.com");
+        let posted = s
+            .post_form_via(&page, &email, "wrong-password", Some(&xff))
+            .await;
+        if i < 10 {
+            assert_eq!(posted.status, 401, "attempt {i}: {}", posted.html);
+        } else {
+            assert_eq!(posted.status, 429, "attempt {i}");
+            limited += 1;
+        }
+    }
+    assert_eq!(limited, 90);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn failed_sign_ins_back_off_per_account_whatever_the_ip() {
+    // No per-IP limit at all: only the account's back-off stands.
+    let s = start_with(|c| {
+        c.oauth_rate_max = 0;
+        c.trust_proxy = true;
+    })
+    .await;
+    let client = s.client().await;
+    let page = sign_in_page(&s, &client, None).await;
+    for email in [EMAIL, "nobody@example.com"] {
+        let mut statuses = Vec::new();
+        for i in 0..100 {
+            let xff = format!(
+                "10.0.{}.{}, 203.0.{}.{}",
+                i / 250,
+                i % 250,
+                i / 250,
+                i % 250
+            );
+            let posted = s
+                .post_form_via(&page, email, "wrong-password", Some(&xff))
+                .await;
+            if posted.status == 429 {
+                // An honest Retry-After: the first back-off is 30 s.
+                let left = posted.retry_after.unwrap();
+                assert!((1..=30).contains(&left), "{email} attempt {i}: {left}");
+                assert!(posted.html.contains("Too many failed sign-ins"));
+            }
+            statuses.push(posted.status);
+        }
+        // Five free failures, then refusals: the same for an existing and
+        // a non-existent email, so the limit tells nothing about which exist.
+        assert!(
+            statuses[..5].iter().all(|&st| st == 401),
+            "{email}: {statuses:?}"
+        );
+        assert!(
+            statuses[5..].iter().all(|&st| st == 429),
+            "{email}: {statuses:?}"
+        );
+    }
+    // Even the right password waits out the back-off (it is not checked).
+    let posted = s.post_form(&page, " A@Example.com", PASSWORD).await;
+    assert_eq!(posted.status, 429);
+    // Each failure after the back-off doubles it.
+    s.clock
+        .advance(Duration::from_secs(posted.retry_after.unwrap()));
+    assert_eq!(
+        s.post_form(&page, EMAIL, "wrong-password").await.status,
+        401
+    );
+    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
+    assert_eq!(posted.status, 429);
+    let left = posted.retry_after.unwrap();
+    assert!((31..=60).contains(&left), "{left}");
+    // After the back-off the owner gets in, and the success resets it.
+    s.clock.advance(Duration::from_secs(left));
+    let page = sign_in_page(&s, &client, None).await;
+    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
+    assert_eq!(posted.status, 302, "{}", posted.html);
+    let page = sign_in_page(&s, &client, None).await;
+    for _ in 0..5 {
+        assert_eq!(
+            s.post_form(&page, EMAIL, "wrong-password").await.status,
+            401
+        );
+    }
+    assert_eq!(s.post_form(&page, EMAIL, PASSWORD).await.status, 429);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn unused_registrations_are_pruned_after_a_day() {
+    let s = start().await;
+    let unused = s.client().await;
+    let used = s.client().await;
+    let p = pkce();
+    let code = s.code(&used, &p).await;
+    let (st, v) = s.exchange(&used, &code, &p.verifier).await;
+    assert_eq!(st, 200, "{v}");
+    // Not yet a day: nothing goes.
+    s.store
+        .clock()
+        .advance_ms(zm_store::oauth::ABANDONED_CLIENT_MS - 1000);
+    assert_eq!(
+        s.store
+            .prune_unused_oauth_clients(zm_store::oauth::ABANDONED_CLIENT_MS)
+            .await
+            .unwrap(),
+        0
+    );
+    let fresh = s.client().await;
+    s.store.clock().advance_ms(2000);
+    assert_eq!(
+        s.store
+            .prune_unused_oauth_clients(zm_store::oauth::ABANDONED_CLIENT_MS)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(s.store.oauth_client(&unused).await.unwrap().is_none());
+    assert!(s.store.oauth_client(&used).await.unwrap().is_some());
+    assert!(s.store.oauth_client(&fresh).await.unwrap().is_some());
+    // Registering prunes too: a day later the fresh, unused one is gone.
+    s.store
+        .clock()
+        .advance_ms(zm_store::oauth::ABANDONED_CLIENT_MS);
+    s.client().await;
+    assert!(s.store.oauth_client(&fresh).await.unwrap().is_none());
+    assert!(s.store.oauth_client(&used).await.unwrap().is_some());
     s.stop().await;
 }
