@@ -40,8 +40,9 @@ pub struct HttpConfig {
     pub oauth_rate_max: u32,
     /// The fixed window of that limit (anchored at the first request).
     pub oauth_rate_window: Duration,
-    /// Take the client IP from the first `X-Forwarded-For` hop (only behind
-    /// a proxy that sets it); otherwise the socket address is used.
+    /// Take the client IP from the right-most `X-Forwarded-For` hop (the one
+    /// our proxy appended; only behind a proxy that sets it); otherwise the
+    /// socket address is used.
     pub trust_proxy: bool,
     /// Time allowed for a request's headers (and for an idle keep-alive
     /// connection's next request) before the connection is closed.
