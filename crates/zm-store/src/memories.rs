@@ -10,6 +10,7 @@ use zm_contracts::{
     RestoreMemoryInput, RestoreMemoryOutput, SessionState, SimilarMemory, ToolError,
     TranslationStatus, Visibility,
     prefixes::Prefix,
+    validate::{FieldError, validation_error},
 };
 
 use crate::clock::DAY_MS;
@@ -28,6 +29,40 @@ pub const LONG_CONTENT_CHARS: usize = 1800;
 const SIMILAR_PROBE_TERMS: usize = 6;
 /// How many near-duplicate candidates are scored.
 const SIMILAR_FETCH: i64 = 24;
+
+/// The most characters a free-text field of a write may hold (64 Ki):
+/// `content` and `verbatim` of `remember` and `import_memory`. Enforced by
+/// the store ([`check_text_limits`]); the input schemas do not declare it
+/// yet (a tighter input bound is a breaking contract change). `challenge`'s
+/// `reason` and `evidence` already have a tighter schema bound (4,000).
+pub const MAX_TEXT_CHARS: usize = 65_536;
+
+/// Refuse, as `validation_failed` naming each field and the limit, every
+/// field longer than [`MAX_TEXT_CHARS`] characters (as sent, untrimmed).
+/// Checked before anything else, so a refused input writes nothing.
+pub(crate) fn check_text_limits<'a>(
+    fields: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<(), ToolError> {
+    let too_long: Vec<FieldError> = fields
+        .into_iter()
+        .filter_map(|(path, text)| {
+            let text = text?;
+            // A string of at most MAX_TEXT_CHARS bytes cannot be longer in
+            // characters: skip the count for ordinary inputs.
+            (text.len() > MAX_TEXT_CHARS && text.chars().count() > MAX_TEXT_CHARS).then(|| {
+                FieldError {
+                    path: path.to_string(),
+                    reason: format!("must be at most {MAX_TEXT_CHARS} characters"),
+                }
+            })
+        })
+        .collect();
+    if too_long.is_empty() {
+        Ok(())
+    } else {
+        Err(validation_error(too_long))
+    }
+}
 
 /// sha256 of the trimmed content: the exact-dedup key.
 pub fn content_hash(content: &str) -> String {
@@ -167,9 +202,13 @@ struct RememberOutcome {
     session: SessionState,
 }
 
-/// The trimmed content, after the content guard looked at every free-text
-/// field of the input.
+/// The trimmed content, after the length limits and the content guard
+/// looked at every free-text field of the input.
 fn guarded_content(input: &RememberInput) -> Result<String, ToolError> {
+    check_text_limits([
+        ("content", Some(input.content.as_str())),
+        ("verbatim", input.verbatim.as_deref()),
+    ])?;
     let content = input.content.trim().to_string();
     if content.is_empty() {
         return Err(ToolError::validation("content must not be empty"));
