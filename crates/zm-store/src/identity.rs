@@ -647,6 +647,8 @@ impl Store {
     /// Resolve a bearer token. `None` for unknown, revoked or expired, and
     /// for any token of a disabled account.
     pub async fn authenticate(&self, secret: &str) -> Result<Option<Authenticated>, ToolError> {
+        /// How stale `last_used_at` may get before a request rewrites it.
+        const LAST_USED_INTERVAL_MS: i64 = 60_000;
         let now = self.now();
         let row = sqlx::query(
             "SELECT id, user_id, scopes FROM access_tokens \
@@ -664,12 +666,18 @@ impl Store {
         .db("authenticate")?;
         let Some(row) = row else { return Ok(None) };
         let auth = Authenticated::from_row(&row)?;
-        // last-used is best effort; it never fails the request.
-        let _ = sqlx::query("UPDATE access_tokens SET last_used_at = $1 WHERE id = $2")
-            .bind(now)
-            .bind(&auth.token_id)
-            .execute(&self.pool)
-            .await;
+        // last-used is best effort; it never fails the request. It is
+        // written at most once a minute per token, so a busy client does
+        // not turn every read into a write.
+        let _ = sqlx::query(
+            "UPDATE access_tokens SET last_used_at = $1 \
+             WHERE id = $2 AND (last_used_at IS NULL OR last_used_at <= $3)",
+        )
+        .bind(now)
+        .bind(&auth.token_id)
+        .bind(now - LAST_USED_INTERVAL_MS)
+        .execute(&self.pool)
+        .await;
         Ok(Some(auth))
     }
 

@@ -8,7 +8,9 @@ use zm_contracts::{
     AuthorKind, CloseLoopInput, CloseLoopOutput, EntityId, EntityType, ForgetInput, ForgetOutput,
     IdKind, Memory, MemoryId, MemoryKind, MemoryLinkType, RememberInput, RememberOutput,
     RestoreMemoryInput, RestoreMemoryOutput, SessionState, SimilarMemory, ToolError,
-    TranslationStatus, Visibility, prefixes::Prefix,
+    TranslationStatus, Visibility,
+    prefixes::Prefix,
+    validate::{FieldError, validation_error},
 };
 
 use crate::clock::DAY_MS;
@@ -27,6 +29,40 @@ pub const LONG_CONTENT_CHARS: usize = 1800;
 const SIMILAR_PROBE_TERMS: usize = 6;
 /// How many near-duplicate candidates are scored.
 const SIMILAR_FETCH: i64 = 24;
+
+/// The most characters a free-text field of a write may hold (64 Ki):
+/// `content` and `verbatim` of `remember` and `import_memory`. Enforced by
+/// the store ([`check_text_limits`]); the input schemas do not declare it
+/// yet (a tighter input bound is a breaking contract change). `challenge`'s
+/// `reason` and `evidence` already have a tighter schema bound (4,000).
+pub const MAX_TEXT_CHARS: usize = 65_536;
+
+/// Refuse, as `validation_failed` naming each field and the limit, every
+/// field longer than [`MAX_TEXT_CHARS`] characters (as sent, untrimmed).
+/// Checked before anything else, so a refused input writes nothing.
+pub(crate) fn check_text_limits<'a>(
+    fields: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<(), ToolError> {
+    let too_long: Vec<FieldError> = fields
+        .into_iter()
+        .filter_map(|(path, text)| {
+            let text = text?;
+            // A string of at most MAX_TEXT_CHARS bytes cannot be longer in
+            // characters: skip the count for ordinary inputs.
+            (text.len() > MAX_TEXT_CHARS && text.chars().count() > MAX_TEXT_CHARS).then(|| {
+                FieldError {
+                    path: path.to_string(),
+                    reason: format!("must be at most {MAX_TEXT_CHARS} characters"),
+                }
+            })
+        })
+        .collect();
+    if too_long.is_empty() {
+        Ok(())
+    } else {
+        Err(validation_error(too_long))
+    }
+}
 
 /// sha256 of the trimmed content: the exact-dedup key.
 pub fn content_hash(content: &str) -> String {
@@ -95,8 +131,54 @@ impl FromAnyRow for OwnedMemory {
 struct Written<'a> {
     id: &'a str,
     scope: &'a str,
-    /// The trimmed content.
-    content: &'a str,
+}
+
+/// The pure work of a `remember` — tokenising, the near-duplicate probe,
+/// the content hash, match keys — done before its transaction begins, so
+/// none of it runs while the write lock (SQLite `BEGIN IMMEDIATE`) is held.
+struct Prepared {
+    /// [`content_hash`] of the trimmed content.
+    hash: String,
+    /// The content's tokens, for near-duplicate ranking.
+    tokens: Vec<String>,
+    /// The near-duplicate probe: the content's most distinctive terms.
+    probe: String,
+    /// How the memory is anchored to entities.
+    anchoring: Anchoring,
+}
+
+/// The entity anchoring of a `remember`, its match keys computed.
+enum Anchoring {
+    /// The entities the input names: `(display name, match key)`, in input
+    /// order (an empty key is refused when the anchors are written, as
+    /// before).
+    Named(Vec<(String, String)>),
+    /// No entities named: the content's match key, scanned for known names.
+    Scan(String),
+}
+
+impl Prepared {
+    fn new(input: &RememberInput, content: &str) -> Prepared {
+        let anchoring = match &input.entities {
+            Some(entities) => Anchoring::Named(
+                entities
+                    .iter()
+                    .map(|e| {
+                        let name = display_name(&e.name);
+                        let key = match_key(&name);
+                        (name, key)
+                    })
+                    .collect(),
+            ),
+            None => Anchoring::Scan(match_key(content)),
+        };
+        Prepared {
+            hash: content_hash(content),
+            tokens: similarity::tokenize(content),
+            probe: crate::fts::distinctive_terms(content, SIMILAR_PROBE_TERMS),
+            anchoring,
+        }
+    }
 }
 
 /// Where a write goes and how it was decided.
@@ -120,9 +202,13 @@ struct RememberOutcome {
     session: SessionState,
 }
 
-/// The trimmed content, after the content guard looked at every free-text
-/// field of the input.
+/// The trimmed content, after the length limits and the content guard
+/// looked at every free-text field of the input.
 fn guarded_content(input: &RememberInput) -> Result<String, ToolError> {
+    check_text_limits([
+        ("content", Some(input.content.as_str())),
+        ("verbatim", input.verbatim.as_deref()),
+    ])?;
     let content = input.content.trim().to_string();
     if content.is_empty() {
         return Err(ToolError::validation("content must not be empty"));
@@ -324,6 +410,8 @@ impl Store {
         let content = guarded_content(&input)?;
         // 2. The thread the call carries (a signed token: no lookup).
         let thread = self.thread_of(caller, input.thread.as_deref());
+        // The pure work, before the transaction takes the write lock.
+        let prepared = Prepared::new(&input, &content);
         let tx = cx.tx().await?;
         // 3. Where it goes.
         let target = self
@@ -339,15 +427,23 @@ impl Store {
         // 5. Exact dedup in the same scope, else insert.
         let source = provenance(caller, &target, thread.as_ref(), &input);
         let (memory_id, deduplicated) = self
-            .insert_or_absorb(tx, caller, &target.scope, &input, &content, &source)
+            .insert_or_absorb(
+                tx,
+                caller,
+                &target.scope,
+                &input,
+                (&content, &prepared.hash),
+                &source,
+            )
             .await?;
         let written = Written {
             id: &memory_id,
             scope: &target.scope,
-            content: &content,
         };
         // 6. Entity anchors: as given, or up to three known names in the text.
-        let anchors = self.anchor_entities(tx, caller, written, &input).await?;
+        let anchors = self
+            .anchor_entities(tx, caller, written, &input, &prepared.anchoring)
+            .await?;
         // 7. Links; declared supersedes retire their (owned, live) targets.
         let retired = self.apply_links(tx, caller, &memory_id, &links).await?;
         // 8. Near-duplicates: candidates to supersede, and an `unjudged`
@@ -355,7 +451,8 @@ impl Store {
         let similar = if deduplicated {
             Vec::new()
         } else {
-            self.near_duplicates(tx, caller, written, &retired).await?
+            self.near_duplicates(tx, caller, written, &prepared, &retired)
+                .await?
         };
         Ok(remember_output(RememberOutcome {
             memory_id,
@@ -405,16 +502,15 @@ impl Store {
         caller: &Caller,
         scope_path: &str,
         input: &RememberInput,
-        content: &str,
+        (content, hash): (&str, &str),
         source: &Value,
     ) -> Result<(String, bool), ToolError> {
-        let hash = content_hash(content);
         let existing: Option<String> = sqlx::query_scalar(
             "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
         )
         .bind(&caller.user_id)
         .bind(scope_path)
-        .bind(&hash)
+        .bind(hash)
         .fetch_optional(&mut *tx)
         .await
         .db("dedup probe")?;
@@ -431,7 +527,7 @@ impl Store {
         .bind(scope_path)
         .bind(input.kind.as_str())
         .bind(content)
-        .bind(&hash)
+        .bind(hash)
         .bind(Visibility::Private.as_str())
         .bind(AuthorKind::Agent.as_str())
         .bind(caller.agent_name.clone())
@@ -452,44 +548,45 @@ impl Store {
         caller: &Caller,
         written: Written<'_>,
         input: &RememberInput,
+        anchoring: &Anchoring,
     ) -> Result<Vec<String>, ToolError> {
         let Written {
             id: memory_id,
             scope: scope_path,
-            content,
         } = written;
         let mut anchors: Vec<String> = Vec::new();
-        if let Some(entities) = &input.entities {
-            for e in entities {
-                let name = display_name(&e.name);
-                let key = match_key(&name);
-                if key.is_empty() {
-                    return Err(ToolError::validation(format!(
-                        "entity name {:?} has no letters or digits",
-                        e.name
-                    )));
+        let text_key = match anchoring {
+            Anchoring::Scan(text_key) => text_key,
+            Anchoring::Named(named) => {
+                let entities = input.entities.iter().flatten();
+                for (e, (name, key)) in entities.zip(named) {
+                    if key.is_empty() {
+                        return Err(ToolError::validation(format!(
+                            "entity name {:?} has no letters or digits",
+                            e.name
+                        )));
+                    }
+                    let ent_id = self
+                        .resolve_entity(
+                            tx,
+                            EntityRef {
+                                owner: &caller.user_id,
+                                scope: scope_path,
+                                name,
+                                key,
+                                entity_type: e.entity_type.unwrap_or_default(),
+                            },
+                            false,
+                        )
+                        .await?;
+                    self.attach_entity(tx, memory_id, &ent_id).await?;
+                    if !anchors.contains(name) {
+                        anchors.push(name.clone());
+                    }
                 }
-                let ent_id = self
-                    .resolve_entity(
-                        tx,
-                        EntityRef {
-                            owner: &caller.user_id,
-                            scope: scope_path,
-                            name: &name,
-                            key: &key,
-                            entity_type: e.entity_type.unwrap_or_default(),
-                        },
-                        false,
-                    )
-                    .await?;
-                self.attach_entity(tx, memory_id, &ent_id).await?;
-                if !anchors.contains(&name) {
-                    anchors.push(name);
-                }
+                return Ok(anchors);
             }
-            return Ok(anchors);
-        }
-        let text_key = match_key(content);
+        };
         let rows = sqlx::query("SELECT id, name, match_key FROM entities WHERE scope = $1 AND owner_id = $2 ORDER BY created_at LIMIT 1000")
             .bind(scope_path)
             .bind(&caller.user_id)
@@ -497,7 +594,7 @@ impl Store {
             .await
             .db("anchor scan")?;
         for e in KnownEntity::from_rows(&rows)? {
-            if e.match_key.chars().count() >= 3 && text_key.contains(&e.match_key) {
+            if e.match_key.chars().count() >= 3 && text_key.contains(e.match_key.as_str()) {
                 self.attach_entity(tx, memory_id, e.id.as_str()).await?;
                 anchors.push(e.name);
                 if anchors.len() == 3 {
@@ -564,16 +661,16 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         written: Written<'_>,
+        prepared: &Prepared,
         retired: &[String],
     ) -> Result<Vec<SimilarMemory>, ToolError> {
         let Written {
             id: memory_id,
             scope: scope_path,
-            content,
         } = written;
         let now = self.now();
         let candidates = self
-            .similar_candidates(tx, &caller.user_id, memory_id, content)
+            .similar_candidates(tx, &caller.user_id, memory_id, &prepared.probe)
             .await?;
         let texts: Vec<(usize, &str)> = candidates
             .iter()
@@ -581,8 +678,8 @@ impl Store {
             .map(|(i, c)| (i, c.content.as_str()))
             .collect();
         let mut similar = Vec::new();
-        for (i, score) in similarity::rank_similar(
-            content,
+        for (i, score) in similarity::rank_similar_tokens(
+            &prepared.tokens,
             &texts,
             similarity::SIMILAR_FLOOR,
             similarity::SIMILAR_CAP,
@@ -616,16 +713,16 @@ impl Store {
         Ok(similar)
     }
 
-    /// Live memories of the owner that share words with `content`.
+    /// Live memories of the owner that share words with the new memory:
+    /// `probe` is its most distinctive terms ([`Prepared::probe`]).
     async fn similar_candidates(
         &self,
         tx: &mut sqlx::AnyConnection,
         owner: &str,
         exclude: &str,
-        content: &str,
+        probe: &str,
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
-        let probe = crate::fts::distinctive_terms(content, SIMILAR_PROBE_TERMS);
-        let mut sql = crate::search::fts_select(self.backend, &probe);
+        let mut sql = crate::search::fts_select(self.backend, probe);
         let Some(sql) = sql.as_mut() else {
             return Ok(Vec::new());
         };
@@ -857,6 +954,51 @@ impl Store {
         match row {
             Some(r) => Memory::from_row(&r),
             None => Err(ToolError::not_found(format!("Memory {id} not found."))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(raw: &Value) -> RememberInput {
+        zm_contracts::parse_input::<RememberInput>(raw).expect("valid input")
+    }
+
+    /// Everything `remember` derives from its text alone is computed before
+    /// the transaction, from the same functions as before.
+    #[test]
+    fn prepared_holds_the_pure_work_of_a_remember() {
+        let content = "The Staging database runs PostgreSQL sixteen with pgvector";
+        let p = Prepared::new(&input(&json!({ "content": content })), content);
+        assert_eq!(p.hash, content_hash(content));
+        assert_eq!(p.tokens, similarity::tokenize(content));
+        assert_eq!(
+            p.probe,
+            crate::fts::distinctive_terms(content, SIMILAR_PROBE_TERMS)
+        );
+        match &p.anchoring {
+            Anchoring::Scan(key) => assert_eq!(key, &match_key(content)),
+            Anchoring::Named(_) => panic!("no entities named: a scan"),
+        }
+
+        let named = input(&json!({
+            "content": content,
+            "entities": [{ "name": "  Staging   DB " }, { "name": "--" }],
+        }));
+        match Prepared::new(&named, content).anchoring {
+            Anchoring::Named(keys) => assert_eq!(
+                keys,
+                vec![
+                    (
+                        display_name("  Staging   DB "),
+                        match_key(&display_name("  Staging   DB "))
+                    ),
+                    (display_name("--"), String::new()),
+                ]
+            ),
+            Anchoring::Scan(_) => panic!("entities named"),
         }
     }
 }

@@ -142,21 +142,32 @@ pub fn rank_similar(
     floor: f64,
     cap: usize,
 ) -> Vec<(usize, f64)> {
+    rank_similar_tokens(&tokenize(query), candidates, floor, cap)
+}
+
+/// [`rank_similar`] for a query already tokenised ([`tokenize`]), so a
+/// caller can tokenise its own text before it holds a lock and leave only
+/// the candidates' work for later.
+pub fn rank_similar_tokens(
+    query_tokens: &[String],
+    candidates: &[(usize, &str)],
+    floor: f64,
+    cap: usize,
+) -> Vec<(usize, f64)> {
     if cap == 0 {
         return Vec::new();
     }
-    let query_tokens = tokenize(query);
     if query_tokens.is_empty() {
         return Vec::new();
     }
     let candidate_tokens: Vec<Vec<String>> =
         candidates.iter().map(|(_, text)| tokenize(text)).collect();
     let mut corpus = Corpus::new();
-    corpus.add(&query_tokens);
+    corpus.add(query_tokens);
     for tokens in &candidate_tokens {
         corpus.add(tokens);
     }
-    let q = corpus.vector(&query_tokens);
+    let q = corpus.vector(query_tokens);
     let mut scored: Vec<(usize, f64)> = candidates
         .iter()
         .zip(&candidate_tokens)
@@ -322,6 +333,22 @@ mod tests {
         assert!(rank_similar("!!!", &candidates, 0.0, 10).is_empty());
         assert!(rank_similar(ORIGINAL, &[], 0.0, 10).is_empty());
         assert_eq!(rank_similar(ORIGINAL, &[(3, "")], 0.0, 10), vec![(3, 0.0)]);
+    }
+
+    #[test]
+    fn rank_similar_tokens_matches_rank_similar() {
+        let mut candidates: Vec<(usize, &str)> = vec![(0, EDITED), (7, ORIGINAL)];
+        candidates.extend(UNRELATED.iter().enumerate().map(|(i, t)| (i + 1, *t)));
+        for query in [ORIGINAL, EDITED, UNRELATED[2], "", "!!!"] {
+            let tokens = tokenize(query);
+            for (floor, cap) in [(SIMILAR_FLOOR, SIMILAR_CAP), (0.0, 100), (0.0, 0)] {
+                assert_eq!(
+                    rank_similar_tokens(&tokens, &candidates, floor, cap),
+                    rank_similar(query, &candidates, floor, cap),
+                    "{query:?} {floor} {cap}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,143 @@
+//! Free-text limits, on every backend: `content` and `verbatim` of
+//! `remember` and `import_memory` hold at most 64 KiB characters; longer is
+//! `validation_failed` naming the field and the limit, and writes nothing.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use zm_contracts::ErrorCode;
+use zm_store::{Caller, Store};
+
+/// The free-text limit, in characters.
+const LIMIT: usize = 65_536;
+
+/// How many memories the caller has, in every scope.
+async fn memory_count(store: &Store, caller: &Caller, label: &str) -> u64 {
+    ok(
+        call(store, caller, "export_memories", json!({})).await,
+        label,
+        "export",
+    )["count"]
+        .as_u64()
+        .expect("count")
+}
+
+/// A refusal names exactly `fields`, each with the limit.
+fn assert_names(e: &zm_contracts::ToolError, fields: &[&str], label: &str, what: &str) {
+    let details = e.details.clone().unwrap_or(Value::Null);
+    let named: Vec<&str> = details["fields"]
+        .as_array()
+        .unwrap_or_else(|| panic!("[{label}] {what}: no fields in {details}"))
+        .iter()
+        .map(|f| f["path"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(named, fields, "[{label}] {what}: fields named");
+    for f in details["fields"].as_array().unwrap() {
+        assert!(
+            f["reason"].as_str().unwrap_or_default().contains("65536"),
+            "[{label}] {what}: the limit in {f}"
+        );
+    }
+    for field in fields {
+        assert!(
+            e.message.contains(field) && e.message.contains("65536"),
+            "[{label}] {what}: message {:?}",
+            e.message
+        );
+    }
+}
+
+backend_tests! {
+    /// `remember` refuses a `content` or `verbatim` over 64 KiB characters,
+    /// naming the field and the limit, and writes nothing; exactly the
+    /// limit (in characters, not bytes) is accepted.
+    async fn remember_refuses_text_over_the_limit(store: Store, label: &str) {
+        let (_, caller) = user(&store, "limit").await;
+        let over = "a".repeat(LIMIT + 1);
+        let e = err(
+            remember(&store, &caller, json!({"content": over, "scope": "core"})).await,
+            ErrorCode::ValidationFailed,
+            label,
+            "content over the limit",
+        );
+        assert_names(&e, &["content"], label, "content");
+        let e = err(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "short", "verbatim": over, "scope": "core"}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            label,
+            "verbatim over the limit",
+        );
+        assert_names(&e, &["verbatim"], label, "verbatim");
+        let e = err(
+            remember(
+                &store,
+                &caller,
+                json!({"content": over, "verbatim": over, "scope": "core"}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            label,
+            "both over the limit",
+        );
+        assert_names(&e, &["content", "verbatim"], label, "both");
+        assert_eq!(memory_count(&store, &caller, label).await, 0, "[{label}] nothing written");
+
+        // The limit is in characters: 65,536 two-byte characters fit.
+        let at_limit = "é".repeat(LIMIT);
+        ok(
+            remember(&store, &caller, json!({"content": at_limit, "scope": "core"})).await,
+            label,
+            "content at the limit",
+        );
+        assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
+    }
+
+    /// `import_memory` refuses a `content` or `verbatim` over the limit and
+    /// records nothing: the same import, within the limit, is not skipped.
+    async fn import_refuses_text_over_the_limit(store: Store, label: &str) {
+        let (_, caller) = user(&store, "limit-import").await;
+        let import = |content: String, verbatim: Option<String>| {
+            let mut args = json!({
+                "content": content,
+                "kind": "fact",
+                "target": "personal",
+                "source_path": "notes/limits.md",
+                "source_hash": "limits-0001",
+            });
+            if let Some(v) = verbatim {
+                args["verbatim"] = json!(v);
+            }
+            args
+        };
+        let over = "b".repeat(LIMIT + 1);
+        let e = err(
+            call(&store, &caller, "import_memory", import(over.clone(), None)).await,
+            ErrorCode::ValidationFailed,
+            label,
+            "import content over the limit",
+        );
+        assert_names(&e, &["content"], label, "import content");
+        let e = err(
+            call(&store, &caller, "import_memory", import("short".into(), Some(over))).await,
+            ErrorCode::ValidationFailed,
+            label,
+            "import verbatim over the limit",
+        );
+        assert_names(&e, &["verbatim"], label, "import verbatim");
+        assert_eq!(memory_count(&store, &caller, label).await, 0, "[{label}] nothing written");
+
+        let out = ok(
+            call(&store, &caller, "import_memory", import("b".repeat(LIMIT), None)).await,
+            label,
+            "import at the limit",
+        );
+        assert_eq!(out["skipped"], json!(false), "[{label}] the refused import left no ledger row");
+        assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
+    }
+}
