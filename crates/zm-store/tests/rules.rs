@@ -225,4 +225,42 @@ backend_tests! {
         );
         assert_eq!(store.user_rules(&a).await.unwrap().len(), 1, "[{l}]");
     }
+
+    async fn briefing_reading_everything_delivers_the_pinned_projects_rules(store: Store, l: &str) {
+        let (_, a) = user(&store, "rules-all").await;
+        let project = project_of(&store, &a, l, "/src/rules-all-project").await;
+        let other = project_of(&store, &a, l, "/src/rules-all-other").await;
+        let conv = mem(&store, &a, l, json!({"content": "Run the migrations check before merging.", "scope": project, "kind": "convention"})).await;
+        let elsewhere = mem(&store, &a, l, json!({"content": "Deploy only on Tuesdays.", "scope": other, "kind": "convention"})).await;
+        for id in [&conv, &elsewhere] {
+            ok(
+                call(&store, &a, "promote_rule", json!({"memory_id": id})).await,
+                l,
+                "promote project rule",
+            );
+        }
+        let brief = ok(
+            call(
+                &store,
+                &a,
+                "build_context",
+                json!({"topic": "work", "briefing": true, "scopes": ["*"], "project_hint": "/src/rules-all-project"}),
+            )
+            .await,
+            l,
+            "briefing over everything",
+        );
+        let texts: Vec<&str> = brief["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            texts,
+            vec!["Run the migrations check before merging."],
+            "[{l}] the pinned project's rule, no other project's: {brief}"
+        );
+        assert_eq!(brief["project_scope"].as_str(), Some(project.as_str()), "[{l}] {brief}");
+    }
 }
