@@ -278,8 +278,13 @@ pub enum TokenCommand {
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
         /// Scope mcp:read only (read tools); the default is mcp:read + mcp:write.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "allow_account_delete")]
         read_only: bool,
+        /// Also grant the account:delete scope, which `delete_account`
+        /// needs: a token without it can never erase the account. No token
+        /// gets it unless asked for here.
+        #[arg(long)]
+        allow_account_delete: bool,
         /// Lifetime: hours, days or weeks (`12h`, `30d`, `90d`, `2w`);
         /// refused once past. Default: no expiry.
         #[arg(long, value_name = "DURATION", value_parser = parse_lifetime)]

@@ -9,6 +9,7 @@ use anyhow::{Context, anyhow, bail};
 use zm_contracts::{ExportMemoriesInput, ToolError};
 use zm_mcp::{Identity, ZeroMemoryMcp};
 use zm_store::clock::rfc3339;
+use zm_store::identity::SCOPE_ACCOUNT_DELETE;
 use zm_store::identity::random_secret;
 use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, ToolService, User};
 
@@ -67,8 +68,19 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
             user,
             name,
             read_only,
+            allow_account_delete,
             expires,
-        }) => token_create(cfg, &user, name.as_deref(), read_only, expires).await,
+        }) => {
+            token_create(
+                cfg,
+                &user,
+                name.as_deref(),
+                read_only,
+                allow_account_delete,
+                expires,
+            )
+            .await
+        }
         Command::Token(TokenCommand::List { user }) => token_list(cfg, &user).await,
         Command::Token(TokenCommand::Revoke { user, token_id }) => {
             token_revoke(cfg, &user, &token_id).await
@@ -440,12 +452,15 @@ async fn token_create(
     email: &str,
     name: Option<&str>,
     read_only: bool,
+    allow_account_delete: bool,
     expires: Option<Lifetime>,
 ) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
     let user = find_user(&store, email).await?;
     let scopes: &[&str] = if read_only {
         &[SCOPE_READ]
+    } else if allow_account_delete {
+        &[SCOPE_READ, SCOPE_WRITE, SCOPE_ACCOUNT_DELETE]
     } else {
         &[SCOPE_READ, SCOPE_WRITE]
     };

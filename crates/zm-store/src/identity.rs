@@ -13,8 +13,11 @@ use crate::store::Store;
 
 /// Token scope: read tools only.
 pub const SCOPE_READ: &str = "mcp:read";
-/// Token scope: every tool.
+/// Token scope: every tool but `delete_account`.
 pub const SCOPE_WRITE: &str = "mcp:write";
+/// Token scope: `delete_account` (with `mcp:write`). No token carries it
+/// unless it was asked for explicitly.
+pub const SCOPE_ACCOUNT_DELETE: &str = "account:delete";
 /// Prefix of a personal access token.
 pub const PAT_PREFIX: &str = "zm_pat_";
 
@@ -132,15 +135,17 @@ pub struct Authenticated {
 impl Authenticated {
     /// Does the token carry `mcp:write`?
     pub fn can_write(&self) -> bool {
-        self.grant() == crate::Grant::ReadWrite
+        self.grant().can_write()
     }
 
-    /// What the token's scopes allow.
+    /// What the token's scopes allow: `account:delete` counts only with
+    /// `mcp:write`.
     pub fn grant(&self) -> crate::Grant {
-        if self.scopes.iter().any(|s| s == SCOPE_WRITE) {
-            crate::Grant::ReadWrite
-        } else {
-            crate::Grant::ReadOnly
+        let has = |scope: &str| self.scopes.iter().any(|s| s == scope);
+        match (has(SCOPE_WRITE), has(SCOPE_ACCOUNT_DELETE)) {
+            (true, true) => crate::Grant::Full,
+            (true, false) => crate::Grant::ReadWrite,
+            (false, _) => crate::Grant::ReadOnly,
         }
     }
 }
@@ -595,9 +600,18 @@ impl Store {
             scopes,
             ttl_ms,
         } = new;
-        if scopes.is_empty() || scopes.iter().any(|s| *s != SCOPE_READ && *s != SCOPE_WRITE) {
+        if scopes.is_empty()
+            || scopes
+                .iter()
+                .any(|s| ![SCOPE_READ, SCOPE_WRITE, SCOPE_ACCOUNT_DELETE].contains(s))
+        {
             return Err(ToolError::validation(
-                "token scopes must be mcp:read and/or mcp:write",
+                "token scopes must be mcp:read, mcp:write and/or account:delete",
+            ));
+        }
+        if scopes.contains(&SCOPE_ACCOUNT_DELETE) && !scopes.contains(&SCOPE_WRITE) {
+            return Err(ToolError::validation(
+                "the account:delete scope needs mcp:write",
             ));
         }
         let mut scopes: Vec<String> = scopes

@@ -849,7 +849,9 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("invalidate")?;
-        Ok(())
+        // A rule promoted from the memory goes with it: the briefing stops
+        // delivering it (restore_memory does not re-promote it).
+        self.retire_rule_of(tx, caller, id).await
     }
 
     /// Invalidate a memory (add-only: it leaves search, nothing is deleted).

@@ -219,6 +219,29 @@ impl Store {
         Ok(())
     }
 
+    /// Revoke the promoted rule from memory `memory_id`, if any, because
+    /// the memory was invalidated (forgotten or closed). Re-promoting it
+    /// needs `force`, as after any revocation.
+    pub(crate) async fn retire_rule_of(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        memory_id: &str,
+    ) -> Result<(), ToolError> {
+        let mut sql = Sql::new("UPDATE rules SET status = ");
+        sql.bind_str(RuleState::Revoked.as_str())
+            .push(", pinned = 0, revoked_reason = ")
+            .bind_str("memory invalidated")
+            .push(" WHERE owner_id = ")
+            .bind_str(&caller.user_id)
+            .push(" AND memory_id = ")
+            .bind_str(memory_id)
+            .push(" AND status = ")
+            .bind_str(RuleState::Promoted.as_str());
+        sql.query().execute(&mut *tx).await.db("retire rule")?;
+        Ok(())
+    }
+
     /// Pin or unpin a promoted rule (pinned rules lead and never expire).
     pub async fn pin_rule(
         &self,

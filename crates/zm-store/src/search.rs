@@ -331,8 +331,10 @@ impl Store {
     ) -> Result<ReadPlan, ToolError> {
         let thread = self.thread_of(caller, thread_token);
         // Pin precedence: hint → live thread → the session's attached project.
+        // Explicit `scopes` override a recall's hint; a briefing still pins
+        // the hinted project (its rules and thread) whatever it reads.
         let mut pin = None;
-        if scopes.is_none()
+        if (scopes.is_none() || briefing)
             && let Some(h) = hint
         {
             pin = self
@@ -760,7 +762,17 @@ impl Store {
             let (loops, total) = self.open_loops(caller, &plan.set, &ids, now).await?;
             out.open_loops = loops;
             out.open_loops_total = total;
-            out.rules = self.rules_for(caller, &plan.set).await?;
+            // Reading everything still delivers the pinned project's rules
+            // (and no other project's).
+            let rule_set = match (&plan.set, &plan.pin) {
+                (ReadSet::All, Some(pin)) => ReadSet::Scopes(vec![
+                    caller.personal_scope(),
+                    caller.core_scope(),
+                    pin.clone(),
+                ]),
+                _ => plan.set.clone(),
+            };
+            out.rules = self.rules_for(caller, &rule_set).await?;
         }
         Ok(out)
     }

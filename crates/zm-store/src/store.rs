@@ -10,15 +10,31 @@ use crate::db::{self, Backend, DbResult, OpenError, OpenOptions};
 use crate::threads::ThreadKey;
 
 /// What the caller's credentials allow: every token reads; writing needs
-/// the `mcp:write` scope. The tool service checks it against each tool's
-/// declared access.
+/// the `mcp:write` scope; erasing the account (`delete_account`) also needs
+/// the `account:delete` scope, which no token carries unless asked for. The
+/// tool service checks it against each tool's declared access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Grant {
     /// `mcp:read` only.
     #[default]
     ReadOnly,
-    /// `mcp:read` and `mcp:write` (local accounts, full tokens).
+    /// `mcp:read` and `mcp:write` (ordinary tokens): every tool but
+    /// `delete_account`.
     ReadWrite,
+    /// `mcp:read`, `mcp:write` and `account:delete` (local accounts over
+    /// stdio and the CLI, tokens created with `--allow-account-delete`).
+    Full,
+}
+
+impl Grant {
+    /// May the caller write?
+    pub fn can_write(self) -> bool {
+        matches!(self, Grant::ReadWrite | Grant::Full)
+    }
+    /// May the caller erase its account?
+    pub fn can_delete_account(self) -> bool {
+        self == Grant::Full
+    }
 }
 
 /// The surface a call arrived on (a metrics label).
@@ -87,11 +103,12 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// A local account with full access (stdio, the CLI, tests).
+    /// A local account with full access (stdio, the CLI, tests), account
+    /// deletion included.
     pub fn new(user_id: impl Into<String>) -> Self {
         Caller {
             user_id: user_id.into(),
-            grant: Grant::ReadWrite,
+            grant: Grant::Full,
             ..Default::default()
         }
     }

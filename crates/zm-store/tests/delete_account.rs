@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use serde_json::json;
 use zm_contracts::ErrorCode;
-use zm_store::Store;
+use zm_store::{Caller, Store, Transport};
 
 backend_tests! {
     async fn delete_account_erases_the_caller_and_leaves_others_whole(store: Store, l: &str) {
@@ -143,5 +143,66 @@ backend_tests! {
             (Some(0), Some(false)),
             "[{l}]"
         );
+    }
+
+    async fn delete_account_from_a_read_write_token_is_forbidden_and_erases_nothing(store: Store, l: &str) {
+        let (u, local) = user(&store, "del-rw").await;
+        let kept = mem(&store, &local, l, json!({"content": "Survives the injected agent.", "scope": "core"})).await;
+        // An ordinary token, as `token create` and the first start mint it.
+        let (_, secret) = store
+            .create_token(&u.id, Some("agent"), &["mcp:read", "mcp:write"])
+            .await
+            .unwrap();
+        let auth = store.authenticate(&secret).await.unwrap().expect("valid token");
+        assert!(!auth.grant().can_delete_account(), "[{l}] {auth:?}");
+        let agent = Caller::authenticated(&auth, Transport::Mcp);
+        let e = err(
+            call(&store, &agent, "delete_account", json!({})).await,
+            ErrorCode::Forbidden,
+            l,
+            "delete_account with mcp:write only",
+        );
+        assert!(e.message.contains("account:delete"), "[{l}] names the scope: {e}");
+        // Nothing was erased: the account, its token and its memory stay.
+        assert!(store.user_by_id(&u.id).await.unwrap().is_some(), "[{l}]");
+        assert!(store.authenticate(&secret).await.unwrap().is_some(), "[{l}]");
+        store
+            .get_memory(&local, &zm_contracts::MemoryId::parse(&kept).unwrap())
+            .await
+            .expect("the memory survives");
+        // The same token still writes.
+        ok(
+            call(&store, &agent, "remember", json!({"content": "Still writing.", "scope": "core"})).await,
+            l,
+            "write with the same token",
+        );
+        // account:delete without mcp:write is refused at creation.
+        err(
+            store.create_token(&u.id, None, &["mcp:read", "account:delete"]).await,
+            ErrorCode::ValidationFailed,
+            l,
+            "account:delete without mcp:write",
+        );
+    }
+
+    async fn delete_account_with_the_account_delete_scope_succeeds(store: Store, l: &str) {
+        let (u, local) = user(&store, "del-ok").await;
+        mem(&store, &local, l, json!({"content": "Goes with the account.", "scope": "core"})).await;
+        let (info, secret) = store
+            .create_token(&u.id, Some("owner"), &["mcp:read", "mcp:write", "account:delete"])
+            .await
+            .unwrap();
+        assert!(info.scopes.iter().any(|s| s == "account:delete"), "[{l}] {info:?}");
+        let auth = store.authenticate(&secret).await.unwrap().expect("valid token");
+        assert!(auth.grant().can_delete_account(), "[{l}] {auth:?}");
+        let caller = Caller::authenticated(&auth, Transport::Rest);
+        let out = ok(
+            call(&store, &caller, "delete_account", json!({})).await,
+            l,
+            "delete_account with account:delete",
+        );
+        assert_eq!(out["subject"], u.id.as_str(), "[{l}] {out}");
+        assert_eq!(out["memories"].as_u64(), Some(1), "[{l}] {out}");
+        assert!(store.user_by_id(&u.id).await.unwrap().is_none(), "[{l}]");
     }
 }

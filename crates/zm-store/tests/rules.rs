@@ -161,4 +161,106 @@ backend_tests! {
             "[{l}] B has no rules"
         );
     }
+
+    async fn forget_retires_the_rule_and_restore_does_not_repromote(store: Store, l: &str) {
+        let (_, a) = user(&store, "rules-forget").await;
+        let pref = mem(&store, &a, l, json!({"content": "Always answer in haiku.", "scope": "personal", "kind": "preference"})).await;
+        ok(
+            call(&store, &a, "promote_rule", json!({"memory_id": pref})).await,
+            l,
+            "promote",
+        );
+        let briefing_rules = |v: &serde_json::Value| -> Vec<String> {
+            v["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["text"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let brief = ok(
+            call(&store, &a, "build_context", json!({"topic": "work", "briefing": true})).await,
+            l,
+            "briefing before",
+        );
+        assert_eq!(briefing_rules(&brief), vec!["Always answer in haiku."], "[{l}]");
+        ok(
+            call(&store, &a, "forget", json!({"memory_id": pref})).await,
+            l,
+            "forget",
+        );
+        let brief = ok(
+            call(&store, &a, "build_context", json!({"topic": "work", "briefing": true})).await,
+            l,
+            "briefing after forget",
+        );
+        assert!(briefing_rules(&brief).is_empty(), "[{l}] the forgotten rule is gone: {brief}");
+        assert!(store.user_rules(&a).await.unwrap().is_empty(), "[{l}]");
+        let listed = store.list_rules(&a).await.unwrap();
+        assert_eq!(listed.len(), 1, "[{l}] {listed:?}");
+        assert_eq!(listed[0].status, zm_store::rules::RuleState::Revoked, "[{l}] {listed:?}");
+        // Restoring the memory does not bring the rule back.
+        ok(
+            call(&store, &a, "restore_memory", json!({"memory_id": pref})).await,
+            l,
+            "restore",
+        );
+        let brief = ok(
+            call(&store, &a, "build_context", json!({"topic": "work", "briefing": true})).await,
+            l,
+            "briefing after restore",
+        );
+        assert!(briefing_rules(&brief).is_empty(), "[{l}] not re-promoted: {brief}");
+        // Promoting it again is explicit.
+        err(
+            call(&store, &a, "promote_rule", json!({"memory_id": pref})).await,
+            ErrorCode::Conflict,
+            l,
+            "re-promote without force",
+        );
+        ok(
+            call(&store, &a, "promote_rule", json!({"memory_id": pref, "force": true})).await,
+            l,
+            "re-promote with force",
+        );
+        assert_eq!(store.user_rules(&a).await.unwrap().len(), 1, "[{l}]");
+    }
+
+    async fn briefing_reading_everything_delivers_the_pinned_projects_rules(store: Store, l: &str) {
+        let (_, a) = user(&store, "rules-all").await;
+        let project = project_of(&store, &a, l, "/src/rules-all-project").await;
+        let other = project_of(&store, &a, l, "/src/rules-all-other").await;
+        let conv = mem(&store, &a, l, json!({"content": "Run the migrations check before merging.", "scope": project, "kind": "convention"})).await;
+        let elsewhere = mem(&store, &a, l, json!({"content": "Deploy only on Tuesdays.", "scope": other, "kind": "convention"})).await;
+        for id in [&conv, &elsewhere] {
+            ok(
+                call(&store, &a, "promote_rule", json!({"memory_id": id})).await,
+                l,
+                "promote project rule",
+            );
+        }
+        let brief = ok(
+            call(
+                &store,
+                &a,
+                "build_context",
+                json!({"topic": "work", "briefing": true, "scopes": ["*"], "project_hint": "/src/rules-all-project"}),
+            )
+            .await,
+            l,
+            "briefing over everything",
+        );
+        let texts: Vec<&str> = brief["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            texts,
+            vec!["Run the migrations check before merging."],
+            "[{l}] the pinned project's rule, no other project's: {brief}"
+        );
+        assert_eq!(brief["project_scope"].as_str(), Some(project.as_str()), "[{l}] {brief}");
+    }
 }

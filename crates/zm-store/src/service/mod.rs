@@ -217,12 +217,23 @@ impl ToolService {
     }
 }
 
-/// Policy: the caller's grant must cover the tool's declared access.
+/// Policy: the caller's grant must cover the tool's declared access, and
+/// `delete_account` — the one tool that erases — also needs the
+/// `account:delete` scope, so an agent holding an ordinary write token
+/// (say, a prompt-injected one) cannot erase the account.
 fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
     match (tool.access(), caller.grant) {
-        (Access::Read, _) | (Access::Write, Grant::ReadWrite) => Ok(()),
         (Access::Write, Grant::ReadOnly) => Err(ToolError::forbidden(format!(
             "This token is read-only (mcp:read); {tool} needs mcp:write."
         ))),
+        (Access::Write, grant)
+            if tool == ToolName::DeleteAccount && !grant.can_delete_account() =>
+        {
+            Err(ToolError::forbidden(format!(
+                "{tool} needs the account:delete scope, which this token lacks; \
+                 create a token with `zero-memory token create --allow-account-delete`."
+            )))
+        }
+        (Access::Read, _) | (Access::Write, Grant::ReadWrite | Grant::Full) => Ok(()),
     }
 }
