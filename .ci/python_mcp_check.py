@@ -377,7 +377,8 @@ async def main() -> int:
     if not os.access(binary, os.X_OK):
         print(f"python-mcp: {binary} is not an executable (build it with `cargo build -p zm-server`)", file=sys.stderr)
         return 2
-    os.makedirs(data_dir, exist_ok=True)
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    os.chmod(data_dir, 0o700)  # private, as the server wants its data directory
     logging.getLogger("mcp").addHandler(SDK_LOG)
     contract = contract_version_of(binary)
     run([binary, "--data-dir", data_dir, "--log", "warn", "user", "add", EMAIL, "--password-stdin"], PASSWORD + "\n")
@@ -401,7 +402,7 @@ async def main() -> int:
 
     # Streamable HTTP: `zero-memory serve` on a loopback port, a token per run.
     http_dir = os.path.join(data_dir, "http")
-    os.makedirs(http_dir, exist_ok=True)
+    os.makedirs(http_dir, mode=0o700, exist_ok=True)
     server = Server(binary, http_dir)
     server.add_user(HTTP_EMAIL, PASSWORD)
     server.start()

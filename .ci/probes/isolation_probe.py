@@ -59,14 +59,14 @@ def main():
         ta, tb = srv.token(a_email), srv.token(b_email)
         srv.start()
         try:
-            run(srv, ta, tb)
+            run(srv, ta, tb, b_email)
         finally:
             srv.stop()
     print(f"isolation probe: {checks - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
 
-def run(srv, ta, tb):
+def run(srv, ta, tb, b_email):
     # ---- user A's world
     ok = lambda r: (r[0] == 200) or sys.exit(f"setup failed: {r}")
     bc = srv.tool(ta, "build_context", {"topic": "probe project", "briefing": True, "project_hint": "/src/secret-project"})
@@ -162,8 +162,11 @@ def run(srv, ta, tb):
     n = srv.mcp(tb, msg, "never-existed-session")
     same([a[0], a[2]], [n[0], n[2]], "A's MCP session id used by B", a_session, "never-existed-session")
     check(a[0] != 200, "B was served on A's session")
-    # B deletes its own account: A is untouched.
+    # B's ordinary token cannot delete B's account (account:delete is a
+    # scope of its own); a token with it can, and A is untouched.
     r = srv.tool(tb, "delete_account", {})
+    check(r[0] == 403, f"delete_account without account:delete {r}")
+    r = srv.tool(srv.token(b_email, allow_account_delete=True), "delete_account", {})
     check(r[0] == 200, f"delete_account {r}")
     after = snapshot(srv, ta)
     check(before == after, "A's data changed during B's probe")

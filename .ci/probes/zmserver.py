@@ -42,10 +42,12 @@ class Server:
     def add_user(self, email, password="probe-password-123"):
         self.cli("user", "add", email, "--password-stdin", stdin=password + "\n")
 
-    def token(self, email, read_only=False):
+    def token(self, email, read_only=False, allow_account_delete=False):
         args = ["token", "create", "--user", email]
         if read_only:
             args.append("--read-only")
+        if allow_account_delete:
+            args.append("--allow-account-delete")
         out = self.cli(*args)
         m = re.search(r"zm_pat_[A-Za-z0-9]+", out)
         if not m:
