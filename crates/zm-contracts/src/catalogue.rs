@@ -49,21 +49,15 @@ pub const DESTRUCTIVE_IDEMPOTENT: Annotations = Annotations {
 
 /// What a tool needs from the caller's token: declared per tool, next to
 /// (and checked against, never derived from) its annotation hints. `Read`
-/// tools change no row; `Write` tools need the `mcp:write` scope.
+/// tools change no row; `Write` tools need the `mcp:write` scope; `Erase`
+/// (erasing the caller's whole account) also needs `account:delete`, which
+/// no token gets by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     Read,
     Write,
-}
-
-impl Access {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Access::Read => "read",
-            Access::Write => "write",
-        }
-    }
+    Erase,
 }
 
 /// A tool's typed contract: its name and its input and output types.
@@ -233,7 +227,7 @@ tools! {
     );
     ExportMemories "export_memories" (ExportMemoriesInput -> ExportMemoriesOutput) Read READ, "Export memories",
     "Export every memory you can read — live and invalidated, with provenance — as full rows. `scopes` limits the export (`core`, `personal`, `*` or paths). Use it for backups and for moving memories elsewhere.";
-    DeleteAccount "delete_account" (DeleteAccountInput -> DeleteAccountOutput) Write DESTRUCTIVE_IDEMPOTENT, "Delete my account",
+    DeleteAccount "delete_account" (DeleteAccountInput -> DeleteAccountOutput) Erase DESTRUCTIVE_IDEMPOTENT, "Delete my account",
     "Erase the calling user's account and everything it owns: memories, entities, edges, links, conflicts, rules, threads, tokens. Links other users hold to your memories are severed; their own data is untouched. This cannot be undone: only call it when the user explicitly asks to delete their account. Returns what was erased.";
 }
 

@@ -297,13 +297,15 @@ impl RateLimiter {
     }
 
     /// Keys tracked now (never more than the capacity).
-    pub fn key_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn key_count(&self) -> usize {
         self.lock().map.len()
     }
 
     /// Entries in the use queue, stale ones included (tests: it stays
     /// proportional to the keys tracked).
-    pub fn queue_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn queue_len(&self) -> usize {
         self.lock().queue.len()
     }
 

@@ -108,7 +108,10 @@ impl ZeroMemoryMcp {
     /// HTTP layer verified, with the connection's carried state.
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
         let mut caller = match &self.identity {
-            Identity::User(uid) => Caller::new(uid.clone()),
+            Identity::User(uid) => Caller {
+                transport: Transport::Mcp,
+                ..Caller::new(uid.clone())
+            },
             Identity::Http => {
                 let auth = ctx
                     .extensions
@@ -118,7 +121,6 @@ impl ZeroMemoryMcp {
                 Caller::authenticated(auth, Transport::Mcp)
             }
         };
-        caller.transport = Transport::Mcp;
         let state = self
             .conn
             .lock()

@@ -264,8 +264,6 @@ async fn stdio_owner(store: &Store, cfg: &Config) -> anyhow::Result<(User, bool)
         // A user exists (another process was first, or the owner deleted
         // their account): use the owner if there is one.
         Ok(None) => {}
-        // On PostgreSQL a concurrent creation surfaces as a unique violation.
-        Err(e) if e.code == zm_contracts::ErrorCode::Internal => {}
         Err(e) => return Err(tool(e)),
     }
     let owner = store.owner().await.map_err(tool)?.ok_or_else(|| {

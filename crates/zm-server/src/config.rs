@@ -962,11 +962,7 @@ fn parse_log_filter(raw: &str) -> Result<String, String> {
 }
 
 fn parse_email(raw: &str) -> Result<String, String> {
-    let e = raw.trim();
-    if e.len() < 3 || e.len() > 320 || !e.contains('@') || e.contains(char::is_whitespace) {
-        return Err(format!("{e:?} is not an email address"));
-    }
-    Ok(e.to_string())
+    zm_store::identity::normalize_email(raw).map_err(|e| e.message)
 }
 
 /// The default data directory by OS convention.

@@ -164,7 +164,9 @@ pub fn random_secret(n: usize) -> String {
         .collect()
 }
 
-fn normalize_email(email: &str) -> Result<String, ToolError> {
+/// An email address as accounts store it (trimmed, lowercase), or why it
+/// is not one.
+pub fn normalize_email(email: &str) -> Result<String, ToolError> {
     let e = email.trim().to_lowercase();
     let ok = e.len() >= 3 && e.len() <= 320 && e.contains('@') && !e.contains(char::is_whitespace);
     if ok {
@@ -349,7 +351,9 @@ impl Store {
         if users > 0 {
             return Ok(None);
         }
-        sqlx::query("INSERT INTO users (id, email, password_hash, is_owner, created_at) VALUES ($1, $2, $3, 1, $4)")
+        // Two processes starting at once on PostgreSQL both see no user;
+        // the second insert meets the first one's email and is not a user.
+        let inserted = sqlx::query("INSERT INTO users (id, email, password_hash, is_owner, created_at) VALUES ($1, $2, $3, 1, $4) ON CONFLICT (email) DO NOTHING")
             .bind(&id)
             .bind(&email)
             .bind(NO_PASSWORD)
@@ -358,6 +362,9 @@ impl Store {
             .await
             .db("insert local owner")?;
         tx.commit().await.db("commit local owner")?;
+        if inserted.rows_affected() == 0 {
+            return Ok(None);
+        }
         Ok(Some(User {
             id,
             email,
@@ -477,10 +484,11 @@ impl Store {
         let oauth_families = revoke_oauth_of(&mut tx, user_id, "password_changed", now).await?;
         let personal_tokens = if revoke_personal_tokens {
             sqlx::query(
-                "UPDATE access_tokens SET revoked_at = $1 WHERE user_id = $2 AND kind = 'pat' AND revoked_at IS NULL",
+                "UPDATE access_tokens SET revoked_at = $1 WHERE user_id = $2 AND kind = $3 AND revoked_at IS NULL",
             )
             .bind(now)
             .bind(user_id)
+            .bind(TokenKind::Pat.as_str())
             .execute(&mut *tx)
             .await
             .db("revoke personal tokens")?

@@ -194,8 +194,9 @@ fn base64url(bytes: &[u8]) -> String {
 }
 
 /// Equality that does not stop at the first differing byte.
-fn ct_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+/// Constant-time equality of two secrets (or their digests).
+pub(crate) fn ct_eq(a: impl AsRef<[u8]>, b: impl AsRef<[u8]>) -> bool {
+    let (a, b) = (a.as_ref(), b.as_ref());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -61,7 +61,7 @@ pub fn decay(kind: MemoryKind, age_ms: i64) -> f64 {
 /// The columns of a [`Candidate`] (memories aliased `m`): the one list
 /// every candidate query selects.
 pub(crate) const CANDIDATE_COLUMNS: &str =
-    "m.id, m.owner_id, m.scope, m.kind, m.content, m.visibility, m.created_at";
+    "m.id, m.scope, m.kind, m.content, m.visibility, m.created_at";
 
 /// A candidate memory: a search hit, a neighbour, a briefing row.
 #[derive(Debug, Clone)]
@@ -846,13 +846,13 @@ impl Store {
     }
 
     async fn promoted_memory_ids(&self, caller: &Caller) -> Result<HashSet<MemoryId>, ToolError> {
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT memory_id FROM rules WHERE owner_id = $1 AND status = 'promoted'",
-        )
-        .bind(&caller.user_id)
-        .fetch_all(&self.pool)
-        .await
-        .db("promoted ids")?;
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT memory_id FROM rules WHERE owner_id = $1 AND status = $2")
+                .bind(&caller.user_id)
+                .bind(crate::rules::RuleState::Promoted.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .db("promoted ids")?;
         Ok(ids.into_iter().map(MemoryId::from_trusted).collect())
     }
 
@@ -929,9 +929,10 @@ impl Store {
     /// the read set; pinned first; per-layer cap and TTL for unpinned.
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
         let rows = sqlx::query(
-            "SELECT id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE owner_id = $1 AND status = 'promoted' ORDER BY pinned DESC, promoted_at DESC, id",
+            "SELECT id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE owner_id = $1 AND status = $2 ORDER BY pinned DESC, promoted_at DESC, id",
         )
         .bind(&caller.user_id)
+        .bind(crate::rules::RuleState::Promoted.as_str())
         .fetch_all(&self.pool)
         .await
         .db("rules")?;

@@ -133,7 +133,7 @@ pub fn issue(
 ) -> Option<Thread> {
     let expires_ms = (now + THREAD_TTL_MS).div_euclid(HOUR_MS) * HOUR_MS + HOUR_MS;
     let expires = u32::try_from(expires_ms / 1000).ok()?;
-    let own_prefix = format!("proj.{}.", scope::label_for(owner));
+    let own_prefix = scope::project_scope(owner, "");
     let (form, scope_bytes) = match scope_path.strip_prefix(&own_prefix) {
         Some(rest) => (0u8, rest.as_bytes()),
         None => (1u8, scope_path.as_bytes()),
@@ -169,13 +169,7 @@ pub fn verify(key: &ThreadKey, owner: &str, token: &str, now: i64) -> Option<Thr
     }
     let (signed, tag) = body.split_at(body.len() - TAG_LEN);
     let expected = key.tag(owner, signed);
-    // Constant-time comparison of the tags.
-    if tag
-        .iter()
-        .zip(expected)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        != 0
-    {
+    if !crate::oauth::ct_eq(tag, expected) {
         return None;
     }
     let expires = i64::from(u32::from_be_bytes(signed[1..5].try_into().ok()?)) * 1000;

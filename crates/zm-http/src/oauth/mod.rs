@@ -53,8 +53,6 @@ use crate::state::AppState;
 
 pub use error::OauthRejection;
 pub use metadata::metadata;
-pub use redirect::check_redirect_uri;
-pub use token::s256;
 
 /// What the OAuth routes share: the app state, the CSRF key and the
 /// per-account sign-in back-off.

@@ -29,7 +29,7 @@ fn is_loopback(url: &url::Url) -> bool {
 /// The redirect-URI policy: https anywhere; http on loopback only; private-use
 /// schemes only reverse-DNS style (with a dot) or a known MCP client's, never
 /// the dangerous ones; no fragment; no credentials.
-pub fn check_redirect_uri(raw: &str) -> Result<(), String> {
+pub(crate) fn check_redirect_uri(raw: &str) -> Result<(), String> {
     if raw.is_empty() || raw.len() > MAX_REDIRECT_URI_LEN {
         return Err(format!("must be 1..{MAX_REDIRECT_URI_LEN} characters"));
     }

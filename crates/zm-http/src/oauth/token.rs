@@ -16,7 +16,7 @@ use super::{OauthRejection, OauthState, no_store, resource_ok};
 use crate::request::RequestId;
 
 /// `BASE64URL(SHA256(verifier))`.
-pub fn s256(verifier: &str) -> String {
+pub(crate) fn s256(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 

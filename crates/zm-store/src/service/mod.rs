@@ -29,7 +29,7 @@ use zm_contracts::catalogue::tool;
 use zm_contracts::{Access, ToolContract, ToolError, ToolName, ToolOutput, parse_input};
 
 use crate::audit::{AuditEntry, audit_payload};
-use crate::store::{Caller, Grant, Store};
+use crate::store::{Caller, Store};
 
 pub use metrics::ToolMetrics;
 
@@ -162,7 +162,7 @@ impl ToolService {
                 Err(e) => {
                     // A write attempt that does not validate is audited too
                     // (nothing else was written).
-                    if T::TOOL.access() == Access::Write {
+                    if T::TOOL.access() != Access::Read {
                         let entry = AuditEntry {
                             command: T::NAME,
                             payload: audit_payload(raw),
@@ -217,23 +217,22 @@ impl ToolService {
     }
 }
 
-/// Policy: the caller's grant must cover the tool's declared access, and
-/// `delete_account` — the one tool that erases — also needs the
-/// `account:delete` scope, so an agent holding an ordinary write token
-/// (say, a prompt-injected one) cannot erase the account.
+/// Policy: the caller's grant must cover the tool's declared access. An
+/// `Erase` tool also needs the `account:delete` scope, so an agent holding
+/// an ordinary write token (say, a prompt-injected one) cannot erase the
+/// account.
 fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
-    match (tool.access(), caller.grant) {
-        (Access::Write, Grant::ReadOnly) => Err(ToolError::forbidden(format!(
+    let access = tool.access();
+    if access != Access::Read && !caller.grant.can_write() {
+        return Err(ToolError::forbidden(format!(
             "This token is read-only (mcp:read); {tool} needs mcp:write."
-        ))),
-        (Access::Write, grant)
-            if tool == ToolName::DeleteAccount && !grant.can_delete_account() =>
-        {
-            Err(ToolError::forbidden(format!(
-                "{tool} needs the account:delete scope, which this token lacks; \
-                 create a token with `zero-memory token create --allow-account-delete`."
-            )))
-        }
-        (Access::Read, _) | (Access::Write, Grant::ReadWrite | Grant::Full) => Ok(()),
+        )));
     }
+    if access == Access::Erase && !caller.grant.can_delete_account() {
+        return Err(ToolError::forbidden(format!(
+            "{tool} needs the account:delete scope, which this token lacks; \
+             create a token with `zero-memory token create --allow-account-delete`."
+        )));
+    }
+    Ok(())
 }
