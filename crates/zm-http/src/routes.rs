@@ -139,17 +139,28 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// `GET /metrics`: Prometheus text, counts only.
+/// `GET /metrics`: Prometheus text, counts and totals only (never a
+/// user's figures).
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    // The storage gauges need the database; without it the counters are
+    // still served (and `/health/ready` reports the database).
+    let storage = match state.store.storage_summary().await {
+        Ok(summary) => summary.render(state.store.limits()),
+        Err(e) => {
+            tracing::warn!(target: "zm_http", error = %e.message, "metrics: storage summary unavailable");
+            String::new()
+        }
+    };
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         format!(
-            "{}{}",
+            "{}{}{}",
             state.metrics.render().await,
-            state.tools.metrics().render()
+            state.tools.metrics().render(),
+            storage
         ),
     )
         .into_response()

@@ -300,6 +300,18 @@ async fn every_error_status_on_the_rest_routes() {
         .unwrap();
     assert!(m.contains("zm_http_requests_total{status=\"404\"}"), "{m}");
     assert!(!m.contains("Deploys"), "metrics never carry user data");
+    // Storage totals (never a user's figures) and the quotas (none here).
+    let gauge = |name: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing from\n{m}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(gauge("zm_storage_memories") >= 1, "{m}");
+    assert!(gauge("zm_storage_bytes") > gauge("zm_storage_memories"), "{m}");
+    assert_eq!(gauge("zm_quota_memories"), 0);
+    assert_eq!(gauge("zm_storage_users_at_quota"), 0);
     let (st, c) = s.get("/api/contract", None).await;
     assert_eq!(st, 200);
     assert_eq!(c["version"], zm_contracts::CONTRACT_VERSION);

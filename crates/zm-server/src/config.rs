@@ -431,6 +431,36 @@ knobs! {
             help: "SQLite `synchronous` pragma: `FULL` or `NORMAL`.",
             doc: "`FULL`: no acknowledged write is lost, even on power loss. `NORMAL`: faster; a power loss may lose the last writes.",
         },
+        max_text_chars: usize {
+            env: "ZM_MAX_TEXT_CHARS",
+            flag: "--max-text-chars",
+            value_name: "N",
+            default: (zm_store::limits::DEFAULT_MAX_TEXT_CHARS),
+            shown: "`65536`",
+            range: 1024..=1048576,
+            help: "The most characters a free-text field of a write may hold (`content` and `verbatim` of `remember` and `import_memory`).",
+            doc: "A longer field is refused with `validation_failed` naming the field and the limit, and nothing is written. Bounds what one call can make the server hold; the 1 MiB request body limit still applies over HTTP.",
+        },
+        quota_memories: u64 {
+            env: "ZM_QUOTA_MEMORIES",
+            flag: "--quota-memories",
+            value_name: "N",
+            default: (0),
+            shown: "`0` (no quota)",
+            range: 0..=1000000000000,
+            help: "The most memories one user may store, forgotten ones included (they stay restorable); `0`: no quota.",
+            doc: "A write past it is refused with `forbidden` and nothing is written. For installations with several users; a single-user install needs none. `/metrics` reports the totals and how many users are at a quota.",
+        },
+        quota_bytes: u64 {
+            env: "ZM_QUOTA_BYTES",
+            flag: "--quota-bytes",
+            value_name: "BYTES",
+            default: (0),
+            shown: "`0` (no quota)",
+            range: 0..=1000000000000000,
+            help: "The most bytes of text one user may store (content and provenance, `verbatim` included, in UTF-8); `0`: no quota.",
+            doc: "As `quota_memories`: past it a write is `forbidden` and writes nothing.",
+        },
     }
 
     /// The logging options, accepted by every command.
@@ -1210,6 +1240,11 @@ impl Config {
         }
         let mut opts = zm_store::OpenOptions::new(url);
         opts.sqlite_synchronous = self.sqlite_synchronous.as_str().into();
+        opts.limits = zm_store::Limits {
+            max_text_chars: self.max_text_chars,
+            quota_memories: (self.quota_memories > 0).then_some(self.quota_memories),
+            quota_bytes: (self.quota_bytes > 0).then_some(self.quota_bytes),
+        };
         opts
     }
 
@@ -1593,6 +1628,34 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.open_options().url, "sqlite:///tmp/x/other.db?mode=rwc");
         assert_eq!(cfg.open_options().sqlite_synchronous, "FULL");
+    }
+
+    #[test]
+    fn storage_limits_reach_the_store() {
+        let cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();
+        assert_eq!(cfg.open_options().limits, zm_store::Limits::default());
+        assert!(!cfg.open_options().limits.has_quota(), "no quota by default");
+        let cfg = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_MAX_TEXT_CHARS", "4096"),
+            ("ZM_QUOTA_MEMORIES", "10000"),
+            ("ZM_QUOTA_BYTES", "50000000"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            cfg.open_options().limits,
+            zm_store::Limits {
+                max_text_chars: 4096,
+                quota_memories: Some(10_000),
+                quota_bytes: Some(50_000_000),
+            }
+        );
+        let err = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x"), ("ZM_MAX_TEXT_CHARS", "10")]))
+            .expect_err("a free-text limit under 1024 is refused");
+        assert!(
+            err.iter().any(|e| e.contains("ZM_MAX_TEXT_CHARS")),
+            "{err:?}"
+        );
     }
 
     /// The docs' knob table is generated from the declaration; rewrite it

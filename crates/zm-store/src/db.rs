@@ -59,6 +59,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0004_user_disabled.sql"),
         postgres: include_str!("../../../migrations/postgres/0004_user_disabled.sql"),
     },
+    Migration {
+        version: 5,
+        name: "storage_usage",
+        sqlite: include_str!("../../../migrations/sqlite/0005_storage_usage.sql"),
+        postgres: include_str!("../../../migrations/postgres/0005_storage_usage.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -114,6 +120,8 @@ pub struct OpenOptions {
     /// SQLite `synchronous`: `FULL` (default: no acknowledged write is lost
     /// even on power loss) or `NORMAL`.
     pub sqlite_synchronous: String,
+    /// The free-text limit and the storage quotas.
+    pub limits: crate::Limits,
 }
 
 impl OpenOptions {
@@ -122,6 +130,7 @@ impl OpenOptions {
             url: url.into(),
             max_connections: 8,
             sqlite_synchronous: "FULL".into(),
+            limits: crate::Limits::default(),
         }
     }
 }

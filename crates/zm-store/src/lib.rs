@@ -15,6 +15,7 @@ pub mod graph;
 pub mod guard;
 pub mod hint;
 pub mod identity;
+pub mod limits;
 pub mod memories;
 pub mod oauth;
 mod rows;
@@ -30,6 +31,7 @@ pub mod transfer;
 
 pub use db::{Backend, OpenError, OpenOptions, sqlite_url};
 pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind, User};
+pub use limits::{Limits, StorageSummary, Usage};
 pub use scopes::{ReadSet, Role};
 pub use service::{Cx, Handler, ToolMetrics, ToolService};
 pub use store::{Caller, Grant, RequestId, Store, Transport};

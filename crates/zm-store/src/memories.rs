@@ -10,12 +10,12 @@ use zm_contracts::{
     RestoreMemoryInput, RestoreMemoryOutput, SessionState, SimilarMemory, ToolError,
     TranslationStatus, Visibility,
     prefixes::Prefix,
-    validate::{FieldError, validation_error},
 };
 
 use crate::clock::DAY_MS;
 use crate::db::DbResult;
 use crate::guard;
+use crate::limits::Limits;
 use crate::rows::{FromAnyRow, col, enum_col, id_col};
 use crate::search::{INLINE_CHARS, LOOP_HEADLINE_CHARS};
 use crate::service::Cx;
@@ -29,40 +29,6 @@ pub const LONG_CONTENT_CHARS: usize = 1800;
 const SIMILAR_PROBE_TERMS: usize = 6;
 /// How many near-duplicate candidates are scored.
 const SIMILAR_FETCH: i64 = 24;
-
-/// The most characters a free-text field of a write may hold (64 Ki):
-/// `content` and `verbatim` of `remember` and `import_memory`. Enforced by
-/// the store ([`check_text_limits`]); the input schemas do not declare it
-/// yet (a tighter input bound is a breaking contract change). `challenge`'s
-/// `reason` and `evidence` already have a tighter schema bound (4,000).
-pub const MAX_TEXT_CHARS: usize = 65_536;
-
-/// Refuse, as `validation_failed` naming each field and the limit, every
-/// field longer than [`MAX_TEXT_CHARS`] characters (as sent, untrimmed).
-/// Checked before anything else, so a refused input writes nothing.
-pub(crate) fn check_text_limits<'a>(
-    fields: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
-) -> Result<(), ToolError> {
-    let too_long: Vec<FieldError> = fields
-        .into_iter()
-        .filter_map(|(path, text)| {
-            let text = text?;
-            // A string of at most MAX_TEXT_CHARS bytes cannot be longer in
-            // characters: skip the count for ordinary inputs.
-            (text.len() > MAX_TEXT_CHARS && text.chars().count() > MAX_TEXT_CHARS).then(|| {
-                FieldError {
-                    path: path.to_string(),
-                    reason: format!("must be at most {MAX_TEXT_CHARS} characters"),
-                }
-            })
-        })
-        .collect();
-    if too_long.is_empty() {
-        Ok(())
-    } else {
-        Err(validation_error(too_long))
-    }
-}
 
 /// sha256 of the trimmed content: the exact-dedup key.
 pub fn content_hash(content: &str) -> String {
@@ -204,8 +170,8 @@ struct RememberOutcome {
 
 /// The trimmed content, after the length limits and the content guard
 /// looked at every free-text field of the input.
-fn guarded_content(input: &RememberInput) -> Result<String, ToolError> {
-    check_text_limits([
+fn guarded_content(limits: &Limits, input: &RememberInput) -> Result<String, ToolError> {
+    limits.check_text([
         ("content", Some(input.content.as_str())),
         ("verbatim", input.verbatim.as_deref()),
     ])?;
@@ -407,7 +373,7 @@ impl Store {
     ) -> Result<RememberOutput, ToolError> {
         let caller = cx.caller;
         // 1. The content guard, before anything else happens (no lock held).
-        let content = guarded_content(&input)?;
+        let content = guarded_content(&self.limits, &input)?;
         // 2. The thread the call carries (a signed token: no lookup).
         let thread = self.thread_of(caller, input.thread.as_deref());
         // The pure work, before the transaction takes the write lock.
@@ -537,6 +503,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("insert memory")?;
+        self.check_quota(tx, &caller.user_id).await?;
         Ok((id, false))
     }
 

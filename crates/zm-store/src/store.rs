@@ -136,6 +136,7 @@ pub struct Store {
     pub(crate) backend: Backend,
     pub(crate) clock: Arc<Clock>,
     pub(crate) thread_key: ThreadKey,
+    pub(crate) limits: crate::Limits,
 }
 
 impl std::fmt::Debug for Store {
@@ -162,6 +163,7 @@ impl Store {
             backend,
             clock,
             thread_key,
+            limits: opts.limits,
         })
     }
 

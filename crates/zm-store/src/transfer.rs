@@ -14,7 +14,7 @@ use zm_contracts::{
 
 use crate::db::DbResult;
 use crate::guard;
-use crate::memories::{check_text_limits, content_hash};
+use crate::memories::content_hash;
 use crate::rows::{FromAnyRow, col, enum_col, id_col};
 use crate::scopes::{ReadSet, canonical_path, explicit_read_set, push_read_set, push_visible};
 use crate::service::Cx;
@@ -243,7 +243,7 @@ impl Store {
         input: ImportMemoryInput,
     ) -> Result<ImportMemoryOutput, ToolError> {
         let caller = cx.caller;
-        check_text_limits([
+        self.limits.check_text([
             ("content", Some(input.content.as_str())),
             ("verbatim", input.verbatim.as_deref()),
         ])?;
@@ -329,6 +329,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .db("import insert")?;
+                self.check_quota(tx, &caller.user_id).await?;
                 id
             }
         };

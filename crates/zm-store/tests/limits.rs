@@ -1,13 +1,14 @@
 //! Free-text limits, on every backend: `content` and `verbatim` of
-//! `remember` and `import_memory` hold at most 64 KiB characters; longer is
-//! `validation_failed` naming the field and the limit, and writes nothing.
+//! `remember` and `import_memory` hold at most `max_text_chars` characters
+//! (64 Ki by default, configurable); longer is `validation_failed` naming
+//! the field and the limit, and writes nothing.
 
 mod common;
 
 use common::*;
 use serde_json::{Value, json};
 use zm_contracts::ErrorCode;
-use zm_store::{Caller, Store};
+use zm_store::{Caller, Limits, Store};
 
 /// The free-text limit, in characters.
 const LIMIT: usize = 65_536;
@@ -23,8 +24,20 @@ async fn memory_count(store: &Store, caller: &Caller, label: &str) -> u64 {
         .expect("count")
 }
 
-/// A refusal names exactly `fields`, each with the limit.
+/// A refusal names exactly `fields`, each with the default limit.
 fn assert_names(e: &zm_contracts::ToolError, fields: &[&str], label: &str, what: &str) {
+    assert_names_limit(e, fields, LIMIT, label, what);
+}
+
+/// A refusal names exactly `fields`, each with `limit`.
+fn assert_names_limit(
+    e: &zm_contracts::ToolError,
+    fields: &[&str],
+    limit: usize,
+    label: &str,
+    what: &str,
+) {
+    let limit = limit.to_string();
     let details = e.details.clone().unwrap_or(Value::Null);
     let named: Vec<&str> = details["fields"]
         .as_array()
@@ -35,13 +48,13 @@ fn assert_names(e: &zm_contracts::ToolError, fields: &[&str], label: &str, what:
     assert_eq!(named, fields, "[{label}] {what}: fields named");
     for f in details["fields"].as_array().unwrap() {
         assert!(
-            f["reason"].as_str().unwrap_or_default().contains("65536"),
+            f["reason"].as_str().unwrap_or_default().contains(&limit),
             "[{label}] {what}: the limit in {f}"
         );
     }
     for field in fields {
         assert!(
-            e.message.contains(field) && e.message.contains("65536"),
+            e.message.contains(field) && e.message.contains(&limit),
             "[{label}] {what}: message {:?}",
             e.message
         );
@@ -138,6 +151,62 @@ backend_tests! {
             "import at the limit",
         );
         assert_eq!(out["skipped"], json!(false), "[{label}] the refused import left no ledger row");
+        assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
+    }
+
+    /// The operator's `max_text_chars` is the limit every write obeys: one
+    /// character over it is refused with that number, exactly it is
+    /// accepted, and the default limit no longer applies.
+    async fn the_configured_limit_is_the_limit(store: Store, label: &str) {
+        const CONFIGURED: usize = 2_000;
+        let store = store.with_limits(Limits {
+            max_text_chars: CONFIGURED,
+            ..Limits::default()
+        });
+        let (_, caller) = user(&store, "limit-knob").await;
+        let e = err(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "c".repeat(CONFIGURED + 1), "scope": "core"}),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            label,
+            "content over the configured limit",
+        );
+        assert_names_limit(&e, &["content"], CONFIGURED, label, "configured");
+        let e = err(
+            call(
+                &store,
+                &caller,
+                "import_memory",
+                json!({
+                    "content": "short",
+                    "verbatim": "v".repeat(CONFIGURED + 1),
+                    "kind": "fact",
+                    "target": "personal",
+                    "source_path": "notes/knob.md",
+                    "source_hash": "knob-0001",
+                }),
+            )
+            .await,
+            ErrorCode::ValidationFailed,
+            label,
+            "import verbatim over the configured limit",
+        );
+        assert_names_limit(&e, &["verbatim"], CONFIGURED, label, "configured import");
+        assert_eq!(memory_count(&store, &caller, label).await, 0, "[{label}] nothing written");
+        ok(
+            remember(
+                &store,
+                &caller,
+                json!({"content": "c".repeat(CONFIGURED), "scope": "core"}),
+            )
+            .await,
+            label,
+            "content at the configured limit",
+        );
         assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
     }
 }
