@@ -689,7 +689,11 @@ impl Store {
         exclude: &str,
         probe: &str,
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
-        let mut sql = crate::search::fts_select(self.backend, probe);
+        let mut sql = crate::search::fts_select(
+            self.backend,
+            probe,
+            crate::search::FULL_CANDIDATE_COLUMNS,
+        );
         let Some(sql) = sql.as_mut() else {
             return Ok(Vec::new());
         };

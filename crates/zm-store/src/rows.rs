@@ -90,17 +90,6 @@ pub(crate) fn flag_col(row: &AnyRow, name: &str) -> Result<bool, ToolError> {
     col::<i64>(row, name).map(|v| v != 0)
 }
 
-/// A column that only some queries select (`None` when this one did not).
-pub(crate) fn optional_col<'r, T>(row: &'r AnyRow, name: &str) -> Result<Option<T>, ToolError>
-where
-    T: Decode<'r, Any> + Type<Any>,
-{
-    if row.try_column(name).is_err() {
-        return Ok(None);
-    }
-    col(row, name).map(Some)
-}
-
 /// A stored enum (its wire name) as its Rust type.
 pub(crate) fn enum_col<T: WireEnum>(row: &AnyRow, name: &str) -> Result<T, ToolError> {
     let raw: String = col(row, name)?;

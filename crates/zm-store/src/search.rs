@@ -13,7 +13,7 @@ use zm_contracts::{
 use crate::clock::{DAY_MS, rfc3339};
 use crate::db::{Backend, DbResult};
 use crate::fts;
-use crate::rows::{FromAnyRow, col, enum_col, id_col, json_col, opt_id_col, optional_col};
+use crate::rows::{FromAnyRow, col, enum_col, id_col, json_col, opt_id_col};
 use crate::scopes::{ReadSet, explicit_read_set, pinned_read_set, push_read_set, push_visible};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
@@ -58,10 +58,62 @@ pub fn decay(kind: MemoryKind, age_ms: i64) -> f64 {
     0.5f64.powf(days / half_life_days(kind))
 }
 
-/// The columns of a [`Candidate`] (memories aliased `m`): the one list
-/// every candidate query selects.
+/// The columns of a [`Candidate`] (memories aliased `m`) whose content is
+/// only ever shown cut to a headline: the content is read as its first
+/// `INLINE_CHARS + 1` characters, so a briefing or a neighbour list never
+/// holds whole rows (a memory may hold `max_text_chars`, 64 Ki by default).
 pub(crate) const CANDIDATE_COLUMNS: &str =
+    "m.id, m.scope, m.kind, substr(m.content, 1, 2401) AS content, m.visibility, m.created_at";
+
+// Every headline cut from a preview is at most INLINE_CHARS long, and the
+// preview reads one character more, so the headline knows it was cut
+// (checked against the column list in the tests).
+const _: () = assert!(INLINE_CHARS >= LOOP_HEADLINE_CHARS && INLINE_CHARS >= RELATED_PREVIEW_CHARS);
+
+/// The columns of a [`Candidate`] with its whole content (the
+/// near-duplicate probe compares whole texts, over a few candidates).
+pub(crate) const FULL_CANDIDATE_COLUMNS: &str =
     "m.id, m.scope, m.kind, m.content, m.visibility, m.created_at";
+
+/// The columns ranking reads: no content at all. Up to 400 candidates are
+/// ranked; only the hits kept get their content, in a second query.
+const RANK_COLUMNS: &str = "m.id, m.scope, m.kind, m.visibility, m.created_at";
+
+/// A full-text candidate as ranking sees it ([`RANK_COLUMNS`] and `rel`).
+struct Ranking {
+    id: MemoryId,
+    scope: String,
+    kind: MemoryKind,
+    visibility: Visibility,
+    created_at: i64,
+    rel: f64,
+}
+
+impl FromAnyRow for Ranking {
+    fn from_row(r: &AnyRow) -> Result<Ranking, ToolError> {
+        Ok(Ranking {
+            id: id_col(r, "id")?,
+            scope: col(r, "scope")?,
+            kind: enum_col(r, "kind")?,
+            visibility: enum_col(r, "visibility")?,
+            created_at: col(r, "created_at")?,
+            rel: col(r, "rel")?,
+        })
+    }
+}
+
+impl Ranking {
+    fn with_content(self, content: String) -> Candidate {
+        Candidate {
+            id: self.id,
+            scope: self.scope,
+            kind: self.kind,
+            content,
+            visibility: self.visibility,
+            created_at: self.created_at,
+        }
+    }
+}
 
 /// A candidate memory: a search hit, a neighbour, a briefing row.
 #[derive(Debug, Clone)]
@@ -72,8 +124,6 @@ pub(crate) struct Candidate {
     pub content: String,
     pub visibility: Visibility,
     pub created_at: i64,
-    /// Full-text relevance (0 when the query ranked nothing).
-    pub rel: f64,
 }
 
 impl FromAnyRow for Candidate {
@@ -85,8 +135,6 @@ impl FromAnyRow for Candidate {
             content: col(r, "content")?,
             visibility: enum_col(r, "visibility")?,
             created_at: col(r, "created_at")?,
-            // Only full-text queries select a relevance.
-            rel: optional_col(r, "rel")?.unwrap_or(0.0),
         })
     }
 }
@@ -107,9 +155,9 @@ impl Candidate {
     }
 }
 
-/// The start of a full-text query over memories `m` with relevance `rel`;
-/// `None` when the text holds no searchable word.
-pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
+/// The start of a full-text query selecting `columns` of memories `m` and
+/// the relevance `rel`; `None` when the text holds no searchable word.
+pub(crate) fn fts_select(backend: Backend, text: &str, columns: &str) -> Option<Sql> {
     match backend {
         Backend::Sqlite => {
             let q = fts::sqlite_match_query(text)?;
@@ -118,7 +166,7 @@ pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
             // drive from an index on `memories` (owner, scope) and re-run
             // the MATCH once per row: quadratic in the number of memories.
             let mut sql = Sql::new(&format!(
-                "SELECT {CANDIDATE_COLUMNS}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+                "SELECT {columns}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
             ));
             sql.bind_str(q);
             Some(sql)
@@ -126,7 +174,7 @@ pub(crate) fn fts_select(backend: Backend, text: &str) -> Option<Sql> {
         Backend::Postgres => {
             let q = fts::pg_query_terms(text)?;
             let mut sql = Sql::new(&format!(
-                "SELECT {CANDIDATE_COLUMNS}, CAST(ts_rank_cd(m.fts, q) AS DOUBLE PRECISION) * 10.0 AS rel FROM memories m, to_tsquery('english', "
+                "SELECT {columns}, CAST(ts_rank_cd(m.fts, q) AS DOUBLE PRECISION) * 10.0 AS rel FROM memories m, to_tsquery('english', "
             ));
             sql.bind_str(q).push(") q WHERE m.fts @@ q");
             Some(sql)
@@ -378,7 +426,7 @@ impl Store {
         kinds: Option<&[MemoryKind]>,
         limit: usize,
     ) -> Result<Ranked, ToolError> {
-        let Some(mut sql) = fts_select(self.backend, text) else {
+        let Some(mut sql) = fts_select(self.backend, text, RANK_COLUMNS) else {
             return Ok(Ranked::default());
         };
         sql.push(" AND m.invalidated_at IS NULL AND ");
@@ -396,11 +444,11 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .db("full-text search")?;
-        let candidates = Candidate::from_rows(&rows)?;
+        let candidates = Ranking::from_rows(&rows)?;
         let ids: Vec<MemoryId> = candidates.iter().map(|c| c.id.clone()).collect();
         let disputes = self.disputes(caller, &ids).await?;
         let now = self.now();
-        let mut hits: Vec<(Candidate, f64)> = candidates
+        let mut ranked: Vec<(Ranking, f64)> = candidates
             .into_iter()
             .map(|c| {
                 let rel = c.rel.max(0.0);
@@ -411,12 +459,41 @@ impl Store {
                 (c, score)
             })
             .collect();
-        hits.sort_by(|a, b| {
+        ranked.sort_by(|a, b| {
             b.1.total_cmp(&a.1)
                 .then(b.0.created_at.cmp(&a.0.created_at))
         });
-        hits.truncate(limit);
+        ranked.truncate(limit);
+        let mut contents = self
+            .contents(ranked.iter().map(|(c, _)| c.id.as_str()))
+            .await?;
+        // A hit deleted between the two queries (`delete_account` of its
+        // owner) is dropped, not shown empty.
+        let hits = ranked
+            .into_iter()
+            .filter_map(|(c, score)| {
+                let content = contents.remove(c.id.as_str())?;
+                Some((c.with_content(content), score))
+            })
+            .collect();
         Ok(Ranked { hits, disputes })
+    }
+
+    /// The whole content of these memories, by id.
+    async fn contents<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HashMap<String, String>, ToolError> {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut sql = Sql::new("SELECT id, content FROM memories WHERE id IN ");
+        sql.bind_list(ids);
+        let rows = sql.query().fetch_all(&self.pool).await.db("hit contents")?;
+        rows.iter()
+            .map(|r| Ok((col(r, "id")?, col(r, "content")?)))
+            .collect()
     }
 
     /// Pending conflicts (owned by the caller) touching these memories, in
@@ -976,5 +1053,22 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidate_previews_read_one_more_character_than_the_longest_headline() {
+        let preview_chars = INLINE_CHARS + 1;
+        assert!(
+            CANDIDATE_COLUMNS.contains(&format!("substr(m.content, 1, {preview_chars})")),
+            "{CANDIDATE_COLUMNS}"
+        );
+        // The preview cut is seen as a cut.
+        let preview: String = "x".repeat(preview_chars);
+        assert!(headline(&preview, INLINE_CHARS).1);
     }
 }

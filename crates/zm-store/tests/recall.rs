@@ -290,6 +290,38 @@ backend_tests! {
         );
     }
 
+    /// Long memories: ranking reads no content, yet a hit's excerpt is cut
+    /// around its matching word even when that word is past the first
+    /// thousands of characters; the briefing's other legs (recent, open
+    /// loops) show headlines cut from a bounded preview, marked truncated.
+    async fn long_memories_are_excerpted_around_the_match(store: Store, label: &str) {
+        let (_, caller) = user(&store, "long").await;
+        let filler = "lorem ipsum dolor sit amet ".repeat(1_000);
+        let long = format!("{filler} the zeppelinmarker sits here at the end.");
+        assert!(long.chars().count() > 20_000);
+        let id = mem(&store, &caller, label, json!({"content": long, "scope": "core"})).await;
+        let loop_text = format!("Open task: {filler}");
+        mem(&store, &caller, label, json!({"content": loop_text, "scope": "core", "kind": "task"})).await;
+
+        let out = ok(recall(&store, &caller, json!({"query": "zeppelinmarker"})).await, label, "recall");
+        let hit = out.memories.iter().find(|m| m.id.as_str() == id).expect("the long memory is a hit");
+        assert!(hit.content.contains("zeppelinmarker"), "[{label}] the excerpt holds the match");
+        assert!(hit.content.starts_with('…'), "[{label}] cut before the match");
+        assert!(hit.content.chars().count() <= 2_402, "[{label}] excerpt bounded: {}", hit.content.chars().count());
+
+        let ctx = ok(
+            build_context(&store, &caller, json!({"topic": "zeppelinmarker", "briefing": true, "scopes": ["core"]})).await,
+            label,
+            "briefing",
+        );
+        let m = ctx.memories.iter().find(|m| m.id.as_str() == id).expect("the long memory in the briefing");
+        assert!(m.content.contains("zeppelinmarker") && m.truncated == Some(true), "[{label}] briefing excerpt");
+        let open = ctx.open_loops.first().expect("the open loop");
+        assert_eq!(open.truncated, Some(true), "[{label}] loop headline cut");
+        assert!(open.content.chars().count() <= 2_401, "[{label}] loop headline bounded");
+        assert!(open.content.starts_with("Open task:"), "[{label}] a headline starts at the start");
+    }
+
     async fn hostile_full_text_queries_never_error(store: Store, label: &str) {
         let (_, caller) = user(&store, "hostile").await;
         ok(
