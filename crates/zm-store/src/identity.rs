@@ -9,7 +9,9 @@ use zm_contracts::{IdKind, ToolError};
 
 use crate::db::DbResult;
 use crate::rows::{FromAnyRow, col, enum_col, flag_col, stored_enum};
-use crate::store::Store;
+use crate::sql::Sql;
+use crate::store::{Caller, Store};
+use crate::audit::AuditEntry;
 
 /// Token scope: read tools only.
 pub const SCOPE_READ: &str = "mcp:read";
@@ -257,39 +259,52 @@ impl FromAnyRow for Authenticated {
     }
 }
 
-/// Revoke every live OAuth token family of a user, with its tokens, and
-/// spend the authorization codes not yet exchanged (a code from a sign-in
-/// before the change cannot start a new family). Returns the families
-/// revoked.
-async fn revoke_oauth_of(
+/// Whose OAuth access to end: every client of a user, or one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OauthHolder<'a> {
+    pub user_id: &'a str,
+    /// `None`: every client.
+    pub client_id: Option<&'a str>,
+}
+
+/// Revoke the live OAuth token families of a holder (a user's every
+/// client, or one client), with their tokens, and spend the authorization
+/// codes not yet exchanged (a code from a sign-in before the change cannot
+/// start a new family). Returns the families revoked.
+pub(crate) async fn revoke_oauth_of(
     conn: &mut sqlx::AnyConnection,
-    user_id: &str,
+    holder: OauthHolder<'_>,
     reason: &str,
     now: i64,
 ) -> Result<u64, ToolError> {
-    let families = sqlx::query(
-        "UPDATE oauth_families SET revoked_at = $1, revoked_reason = $2 WHERE user_id = $3 AND revoked_at IS NULL",
-    )
-    .bind(now)
-    .bind(reason)
-    .bind(user_id)
-    .execute(&mut *conn)
-    .await
-    .db("revoke user families")?;
-    sqlx::query(
-        "UPDATE access_tokens SET revoked_at = $1 WHERE user_id = $2 AND family_id IS NOT NULL AND revoked_at IS NULL",
-    )
-    .bind(now)
-    .bind(user_id)
-    .execute(&mut *conn)
-    .await
-    .db("revoke user oauth tokens")?;
-    sqlx::query("UPDATE oauth_codes SET used_at = $1 WHERE user_id = $2 AND used_at IS NULL")
-        .bind(now)
-        .bind(user_id)
+    // (table, what revoking sets, the filter of rows still live, extra SET)
+    let filter = |sql: &mut Sql, live: &str| {
+        sql.push(" WHERE user_id = ").bind_str(holder.user_id);
+        if let Some(client) = holder.client_id {
+            sql.push(" AND client_id = ").bind_str(client);
+        }
+        sql.push(" AND ").push(live);
+    };
+    let mut families = Sql::new("UPDATE oauth_families SET revoked_at = ");
+    families.bind_i64(now).push(", revoked_reason = ").bind_str(reason);
+    filter(&mut families, "revoked_at IS NULL");
+    let families = families
+        .query()
         .execute(&mut *conn)
         .await
-        .db("spend user codes")?;
+        .db("revoke families")?;
+    let mut tokens = Sql::new("UPDATE access_tokens SET revoked_at = ");
+    tokens.bind_i64(now);
+    filter(&mut tokens, "family_id IS NOT NULL AND revoked_at IS NULL");
+    tokens
+        .query()
+        .execute(&mut *conn)
+        .await
+        .db("revoke oauth tokens")?;
+    let mut codes = Sql::new("UPDATE oauth_codes SET used_at = ");
+    codes.bind_i64(now);
+    filter(&mut codes, "used_at IS NULL");
+    codes.query().execute(&mut *conn).await.db("spend codes")?;
     Ok(families.rows_affected())
 }
 
@@ -481,7 +496,11 @@ impl Store {
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found("user not found"));
         }
-        let oauth_families = revoke_oauth_of(&mut tx, user_id, "password_changed", now).await?;
+        let holder = OauthHolder {
+            user_id,
+            client_id: None,
+        };
+        let oauth_families = revoke_oauth_of(&mut tx, holder, "password_changed", now).await?;
         let personal_tokens = if revoke_personal_tokens {
             sqlx::query(
                 "UPDATE access_tokens SET revoked_at = $1 WHERE user_id = $2 AND kind = $3 AND revoked_at IS NULL",
@@ -496,11 +515,14 @@ impl Store {
         } else {
             0
         };
-        tx.commit().await.db("commit password")?;
-        Ok(Revoked {
+        let revoked = Revoked {
             oauth_families,
             personal_tokens,
-        })
+        };
+        self.audit_account_change(&mut tx, user_id, "user.passwd", revoked)
+            .await?;
+        tx.commit().await.db("commit password")?;
+        Ok(revoked)
     }
 
     /// Disable an account: from now on every credential of the user is
@@ -529,12 +551,44 @@ impl Store {
         if done.rows_affected() == 0 {
             return Ok(None);
         }
-        let oauth_families = revoke_oauth_of(&mut tx, user_id, "user_disabled", now).await?;
-        tx.commit().await.db("commit disable")?;
-        Ok(Some(Revoked {
-            oauth_families,
+        let holder = OauthHolder {
+            user_id,
+            client_id: None,
+        };
+        let revoked = Revoked {
+            oauth_families: revoke_oauth_of(&mut tx, holder, "user_disabled", now).await?,
             personal_tokens: 0,
-        }))
+        };
+        self.audit_account_change(&mut tx, user_id, "user.disable", revoked)
+            .await?;
+        tx.commit().await.db("commit disable")?;
+        Ok(Some(revoked))
+    }
+
+    /// The audit row of an operator's change to an account (`user passwd`,
+    /// `user disable`, `user enable`), in the change's transaction: what it
+    /// revoked, never a secret.
+    async fn audit_account_change(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        user_id: &str,
+        command: &str,
+        revoked: Revoked,
+    ) -> Result<(), ToolError> {
+        let entry = AuditEntry {
+            command,
+            payload: serde_json::json!({
+                "oauth_families_revoked": revoked.oauth_families,
+                "personal_tokens_revoked": revoked.personal_tokens,
+            }),
+            outcome: Ok(()),
+            duration_ms: 0,
+        };
+        let actor = Caller {
+            transport: crate::Transport::Cli,
+            ..Caller::new(user_id)
+        };
+        self.audit_in(tx, &actor, &entry).await
     }
 
     /// Enable a disabled account; `false` when it was not disabled.
@@ -546,14 +600,21 @@ impl Store {
         if !user.is_disabled() {
             return Ok(false);
         }
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "UPDATE users SET disabled_at = NULL WHERE id = $1 AND disabled_at IS NOT NULL",
         )
         .bind(user_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .db("enable user")?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.audit_account_change(&mut tx, user_id, "user.enable", Revoked::default())
+            .await?;
+        tx.commit().await.db("commit enable")?;
+        Ok(true)
     }
 
     /// Create a personal access token; the secret is returned once.
@@ -916,6 +977,38 @@ mod tests {
         assert!(!works(&store, &again.access_token).await, "[{label}]");
         assert!(!works(&store, &pat).await, "[{label}] --revoke-tokens");
         assert!(works(&store, &others.access_token).await, "[{label}]");
+        // Each change left one audit row saying what it revoked.
+        let rows = account_audit(&store, &u.id).await;
+        assert_eq!(
+            rows,
+            [
+                ("user.passwd".to_string(), 1, 0),
+                ("user.passwd".to_string(), 1, 1)
+            ],
+            "[{label}] audit"
+        );
+    }
+
+    /// The account changes in a user's audit log, sorted (rows of one
+    /// millisecond have no order): (command, OAuth families revoked,
+    /// personal tokens revoked).
+    async fn account_audit(store: &Store, user_id: &str) -> Vec<(String, u64, u64)> {
+        store
+            .audit_rows(user_id, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r["command"].as_str().is_some_and(|c| c.starts_with("user.")))
+            .map(|r| {
+                (
+                    r["command"].as_str().unwrap().to_string(),
+                    r["payload"]["oauth_families_revoked"].as_u64().unwrap(),
+                    r["payload"]["personal_tokens_revoked"].as_u64().unwrap(),
+                )
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
     }
 
     #[tokio::test]
@@ -984,6 +1077,15 @@ mod tests {
         assert_eq!(
             store.disable_user("usr_nobody").await.unwrap_err().code,
             zm_contracts::ErrorCode::NotFound
+        );
+        // One audit row per change that happened (the repeats changed nothing).
+        assert_eq!(
+            account_audit(&store, &u.id).await,
+            [
+                ("user.disable".to_string(), 1, 0),
+                ("user.enable".to_string(), 0, 0)
+            ],
+            "[{label}] audit"
         );
     }
 

@@ -985,39 +985,17 @@ impl Store {
         if done.rows_affected() == 0 {
             return Err(not_found());
         }
-        let families = sqlx::query(
-            "UPDATE oauth_families SET revoked_at = $1, revoked_reason = 'client_revoked' \
-             WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
-        )
-        .bind(now)
-        .bind(&client_id)
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await
-        .db("revoke client families")?;
-        sqlx::query(
-            "UPDATE access_tokens SET revoked_at = $1 WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
-        )
-        .bind(now)
-        .bind(&client_id)
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await
-        .db("revoke client tokens")?;
-        sqlx::query(
-            "UPDATE oauth_codes SET used_at = $1 WHERE client_id = $2 AND user_id = $3 AND used_at IS NULL",
-        )
-        .bind(now)
-        .bind(&client_id)
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await
-        .db("spend client codes")?;
+        let holder = crate::identity::OauthHolder {
+            user_id,
+            client_id: Some(&client_id),
+        };
+        let families =
+            crate::identity::revoke_oauth_of(&mut tx, holder, "client_revoked", now).await?;
         tx.commit().await.db("commit client revocation")?;
         self.oauth_audit(
             Some(user_id),
             "oauth.revoke",
-            json!({"client_id": client_id, "families_revoked": families.rows_affected()}),
+            json!({"client_id": client_id, "families_revoked": families}),
             Ok(()),
             None,
         )
