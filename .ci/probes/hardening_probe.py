@@ -30,6 +30,7 @@ import html
 import http.client
 import json
 import os
+import queue
 import re
 import select
 import socket
@@ -37,6 +38,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -109,9 +111,9 @@ def check_param_flood(name, d):
     # A generous OAuth rate limit: every request must reach the parameter
     # check (a 429 would be cheaper and prove nothing).
     srv = new_server(d, "flood", {"ZM_OAUTH_RATELIMIT_MAX": "100000"})
-    srv.start()
     problems = []
     try:
+        srv.start()
         client = register_client(srv, "http://127.0.0.1:47001/cb")
         # 12,000 distinct bare names (`k0&k1&…`, about 48 KB): short enough
         # for hyper's 64 KiB URI limit, so the query reaches the OAuth
@@ -173,9 +175,9 @@ def check_param_flood(name, d):
 def check_slow_header(name, d):
     timeout = 2  # the knob's minimum is 1; 2 lets a byte a second arrive twice
     srv = new_server(d, "slow", args=["--header-timeout-secs", str(timeout)])
-    srv.start()
     problems = []
     try:
+        srv.start()
         request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100
         sock = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
         start = time.monotonic()
@@ -280,9 +282,9 @@ def check_sessions(name, d):
     srv.add_user("b@probe.test")
     ta, tb = srv.token("a@probe.test"), srv.token("b@probe.test")
     per_user = 20  # the documented default of max_sessions_per_user
-    srv.start()
     problems = []
     try:
+        srv.start()
         b = McpClient(srv.port, tb)
         status, b_sid, _ = b.initialize()
         if status != 200 or not b_sid:
@@ -359,9 +361,9 @@ def attempts_until_limited(srv, cookie, fields, emails, proxy_hop):
 def check_login_flood(name, d):
     srv = new_server(d, "login", {"ZM_PUBLIC_URL": PUBLIC_URL}, args=["--trust-proxy"])
     srv.add_user("victim@probe.test", PASSWORD)
-    srv.start()
     problems = []
     try:
+        srv.start()
         redirect_uri = "http://127.0.0.1:47002/cb"
         client = register_client(srv, redirect_uri)
         cookie, fields = signin_form(srv, client, redirect_uri)
@@ -399,9 +401,9 @@ def check_login_flood(name, d):
 
 def check_no_open_redirect(name, d):
     srv = new_server(d, "redirect", {"ZM_OAUTH_RATELIMIT_MAX": "100000"})
-    srv.start()
     problems = []
     try:
+        srv.start()
         good = "http://127.0.0.1:47003/cb"
         client = register_client(srv, good)
         register_client(srv, "https://other-app.probe.test/cb")  # a pair of someone else's
@@ -460,8 +462,8 @@ def check_file_modes(name, d):
     problems = []
     seen = {}
     try:
-        srv.start()
         try:
+            srv.start()
             db = os.path.join(data, "zero-memory.db")
             token = re.search(r"zm_pat_[A-Za-z0-9]+", open(first).read())
             if token:  # a write, so the WAL has content
@@ -496,8 +498,10 @@ def check_file_modes(name, d):
         # starts (a log line at warn naming the chmod that fixes it).
         os.chmod(data, 0o755)
         logged = len(srv.log())
-        srv.start()
-        srv.stop()
+        try:
+            srv.start()
+        finally:
+            srv.stop()
         new = srv.log()[logged:]
         warned = [l for l in new.splitlines() if "WARN" in l and "chmod 700" in l and data in l]
         if not warned:
@@ -514,25 +518,34 @@ def check_stdio(name, d):
     data = os.path.join(d, "stdio-empty")  # nothing has run here
     env = dict(os.environ)
     for k in ("ZM_DATABASE_URL", "ZM_LOG", "ZM_CONFIG"):
-        env.pop(k, None)
+        env.pop(k, None)  # the default log level, as an MCP client starts it
     env["ZM_DATA_DIR"] = data
     proc = subprocess.Popen([BINARY, "stdio"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    # Readers on threads: stdout lines into a queue, stderr whole.
+    lines_out = queue.Queue()
+    err_lines = []
+
+    def read_stdout():
+        for line in proc.stdout:
+            lines_out.put(line)
+    threading.Thread(target=read_stdout, daemon=True).start()
+    err_reader = threading.Thread(target=lambda: err_lines.extend(proc.stderr), daemon=True)
+    err_reader.start()
     problems = []
     answers = {}
+    rc = None
     try:
         def send(msg):
             proc.stdin.write(json.dumps(msg) + "\n")
             proc.stdin.flush()
 
         def answer(want_id, deadline):
-            while time.monotonic() < deadline:
-                r, _, _ = select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))
-                if not r:
-                    break
-                line = proc.stdout.readline()
-                if not line:
-                    break
+            while True:
+                try:
+                    line = lines_out.get(timeout=max(0.01, deadline - time.monotonic()))
+                except queue.Empty:
+                    return None
                 try:
                     msg = json.loads(line)
                 except ValueError:
@@ -540,7 +553,6 @@ def check_stdio(name, d):
                     continue
                 if msg.get("id") == want_id:
                     return msg
-            return None
 
         deadline = time.monotonic() + 30
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -551,11 +563,12 @@ def check_stdio(name, d):
         answers["tools/list"] = answer(2, deadline)
         proc.stdin.close()
         rc = proc.wait(timeout=30)
-        err = proc.stderr.read()
+        err_reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    err = "".join(err_lines)
     init = answers["initialize"]
     tools = (answers["tools/list"] or {}).get("result", {}).get("tools", [])
     if not init or "result" not in init or "serverInfo" not in init["result"]:
@@ -597,7 +610,8 @@ def check_anonymous_switch(name, d):
             r = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=15)
             rc, err = r.returncode, r.stderr
         except subprocess.TimeoutExpired as e:
-            rc, err = None, (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            rc = None
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         clear = "ZM_TEST_ANONYMOUS_USER" in err and named in err
         figures.append(f"{label}: exit {rc}")
         if rc is None:
@@ -606,8 +620,8 @@ def check_anonymous_switch(name, d):
             problems.append(f"{label}: exit {rc}, message names the switch and {named}: {clear}; stderr {err.strip()[:300]!r}")
     # Accepted on a bare loopback setup, with a loud warning.
     srv.args = ["--test-anonymous-user", "anon@probe.test"]
-    srv.start()
     try:
+        srv.start()
         status, _, msgs = srv.mcp(None, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "p", "version": "0"}}})
     finally:
