@@ -81,6 +81,14 @@ def register_client(srv, redirect_uri):
     return json.loads(text)["client_id"]
 
 
+def parse_json(text):
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def authorize_query(client_id, redirect_uri, **extra):
     params = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect_uri,
               "code_challenge": CHALLENGE, "code_challenge_method": "S256", "state": "probe-state", **extra}
@@ -155,6 +163,16 @@ def check_param_flood(name, d):
             if status != 400 or header(headers, "location") or "repeated" not in text:
                 problems.append(f"{what}: answered {status}, Location {header(headers, 'location')}, "
                                 f"'repeated' {'in' if 'repeated' in text else 'not in'} the page; expected a 400 page naming the repeat")
+        # The same on the sign-in form and the token endpoint.
+        form = f"{authorize_query(client, 'http://127.0.0.1:47001/cb')}&email=a%40probe.test&email=b%40probe.test&password=x"
+        status, headers, text = srv.raw("POST", "/oauth/authorize", form, {"content-type": "application/x-www-form-urlencoded"})
+        if status != 400 or header(headers, "location") or "repeated" not in text:
+            problems.append(f"POST /oauth/authorize with email twice: answered {status}, expected a 400 page naming the repeat")
+        status, headers, text = srv.raw("POST", "/oauth/token", "grant_type=authorization_code&grant_type=refresh_token&code=x",
+                                        {"content-type": "application/x-www-form-urlencoded"})
+        err = parse_json(text)
+        if status != 400 or err.get("error") != "invalid_request" or "repeated" not in err.get("error_description", ""):
+            problems.append(f"POST /oauth/token with grant_type twice: answered {status} {text[:150]!r}, expected 400 invalid_request")
         # The cap is exactly 64 (6 authorization parameters + extras): 64
         # are served, 65 are refused as too many.
         base = authorize_query(client, "http://127.0.0.1:47001/cb")
@@ -164,7 +182,7 @@ def check_param_flood(name, d):
             if status != want or (want == 400 and "more than 64 parameters" not in text) or header(headers, "location"):
                 problems.append(f"{6 + extra} parameters: answered {status}, expected {want}")
         figure = (f"{per_request_ms:.2f} ms server CPU per 12,000-parameter request ({used * 1000:.0f} ms over {rounds}), "
-                  f"status {sorted(statuses)}; 96 KB variant {long_status}; repeats refused 400")
+                  f"status {sorted(statuses)}; 96 KB variant {long_status}; repeats refused (GET, sign-in form, token endpoint)")
     finally:
         srv.stop()
     report(name, not problems, figure, problems)
