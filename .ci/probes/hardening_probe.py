@@ -123,7 +123,7 @@ def check_param_flood(name, d):
     try:
         srv.start()
         client = register_client(srv, "http://127.0.0.1:47001/cb")
-        # 12,000 distinct bare names (`k0&k1&…`, about 48 KB): short enough
+        # 12,000 distinct bare names (`k0&k1&…`, about 59 KB): short enough
         # for hyper's 64 KiB URI limit, so the query reaches the OAuth
         # parameter check instead of being refused 414 by the HTTP layer.
         query = "&".join(f"{base36(i)}" for i in range(12_000))
