@@ -20,9 +20,13 @@ def free_port():
 
 
 class Server:
-    def __init__(self, binary, data_dir, database_url=None, extra_env=None):
+    def __init__(self, binary, data_dir, database_url=None, extra_env=None, args=(), log_path=None):
         self.binary = binary
         self.data_dir = data_dir
+        # Extra `serve` arguments, and where its stdout and stderr go (by
+        # default serve.log in the data directory, which must then exist).
+        self.args = list(args)
+        self.log_path = log_path or os.path.join(data_dir, "serve.log")
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = dict(os.environ)
@@ -55,8 +59,8 @@ class Server:
         return m.group(0)
 
     def start(self):
-        log = open(os.path.join(self.data_dir, "serve.log"), "ab")
-        self.proc = subprocess.Popen([self.binary, "serve"], env=self.env, stdout=log, stderr=log)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([self.binary, "serve", *self.args], env=self.env, stdout=log, stderr=log)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -76,6 +80,30 @@ class Server:
             else:
                 self.proc.terminate()
             self.proc.wait(timeout=60)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def cpu_seconds(self):
+        """CPU time (user + system, every thread) the server has used."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # utime and stime are fields 14 and 15; the split starts at field 3.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def raw(self, method, path, body=None, headers=None):
+        """One request on a fresh connection, redirects NOT followed:
+        (status, [(header, value)], text). Status 0 when nothing answered."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, r.getheaders(), r.read().decode(errors="replace")
+        except (OSError, http.client.HTTPException):
+            return 0, [], ""
+        finally:
+            conn.close()
 
     def request(self, method, path, token=None, body=None, headers=None):
         data = None if body is None else json.dumps(body).encode()
