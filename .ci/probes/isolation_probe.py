@@ -144,11 +144,25 @@ def run(srv, ta, tb, b_email):
                        ("build_context", {"topic": "billing VPN", "scopes": ["*"], "briefing": True}),
                        ("build_context", {"topic": "billing", "project_hint": "/src/secret-project", "briefing": True}),
                        ("entities", {}), ("entities", {"scope": "*"}), ("entities", {"scope": project}),
-                       ("list_conflicts", {}), ("list_conflicts", {"status": "resolved"}),
-                       ("export_memories", {}), ("export_memories", {"scopes": ["*"]}), ("export_memories", {"scopes": [project]})]:
+                       ("list_conflicts", {}), ("list_conflicts", {"status": "resolved"})]:
         r = srv.tool(tb, tool, args)
         check(r[0] == 200, f"{tool} {args} answered {r[0]}")
         check(not leaks(r[1]), f"{tool} {args} leaks {leaks(r[1])}")
+    # Exports page: every page of each, in pages of one.
+    for args in [{}, {"scopes": ["*"]}, {"scopes": [project]}]:
+        r = srv.export_all(tb, args, limit=1)
+        check(r[0] == 200, f"export_memories {args} answered {r[0]}")
+        check(not leaks(r[1]), f"export_memories {args} leaks {leaks(r[1])}")
+    # A's cursor is no position for B: refused on `cursor`, like a made-up one.
+    r = srv.tool(ta, "export_memories", {"limit": 1})
+    a_cursor = r[1].get("next_cursor") if r[0] == 200 else None
+    check(a_cursor is not None, f"A's export of one per page has no next_cursor: {r}")
+    if a_cursor:
+        for cursor in [a_cursor, "exc_made-up"]:
+            r = srv.tool(tb, "export_memories", {"cursor": cursor})
+            fields = [f.get("path") for f in r[1].get("error", {}).get("details", {}).get("fields", [])]
+            check(r[0] == 400 and fields == ["cursor"], f"B's export with cursor {cursor!r}: {r}")
+            check(not leaks(r[1], [cursor]), f"B's export with A's cursor leaks {leaks(r[1], [cursor])}")
     # Writes into A's project scope are refused.
     r = srv.tool(tb, "remember", {"content": "B writes into A's project", "scope": project})
     check(r[0] == 403, f"remember into A's project scope: {r}")
@@ -174,9 +188,10 @@ def run(srv, ta, tb, b_email):
 
 def snapshot(srv, token):
     out = {}
-    for tool, args in [("export_memories", {}), ("list_conflicts", {}), ("list_conflicts", {"status": "resolved"}),
+    for tool, args in [("list_conflicts", {}), ("list_conflicts", {"status": "resolved"}),
                        ("list_conflicts", {"status": "dismissed"}), ("entities", {})]:
         out[f"{tool}{json.dumps(args)}"] = srv.tool(token, tool, args)[1]
+    out["export_memories"] = srv.export_all(token)[1]
     out["rules"] = srv.get("/api/rules", token)[1]
     return json.dumps(out, sort_keys=True)
 

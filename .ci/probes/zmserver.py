@@ -131,6 +131,26 @@ class Server:
         status, _, text = self.request("POST", f"/api/tools/{name}", token, args)
         return status, parse(text)
 
+    def export_all(self, token, args=None, limit=None):
+        """Every page of `export_memories` (it pages: follow `next_cursor`).
+        The first failing status and its body, or 200 and
+        {"items": [...], "count": n, "pages": p}."""
+        args = dict(args or {})
+        if limit is not None:
+            args["limit"] = limit
+        items, pages = [], 0
+        while True:
+            status, page = self.tool(token, "export_memories", args)
+            if status != 200:
+                return status, page
+            pages += 1
+            items.extend(page["items"])
+            if "next_cursor" not in page:
+                return 200, {"items": items, "count": len(items), "pages": pages}
+            if pages > 10000:
+                return 0, {"error": "export_memories never ends"}
+            args["cursor"] = page["next_cursor"]
+
     def mcp(self, token, message, session=None):
         headers = {"accept": "application/json, text/event-stream"}
         if session:

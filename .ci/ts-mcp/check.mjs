@@ -375,8 +375,20 @@ async function exercise(run, client, ctx) {
     });
 
     await run.check('export_memories', async () => {
-        const out = expectSuccess(await call('export_memories', {}), 'export_memories');
-        expect(JSON.stringify(out).includes(s.fact), 'the export lacks the fact');
+        // It pages: follow `next_cursor` (pages of one, so it is followed).
+        const items = [];
+        let args = { limit: 1 };
+        for (let pages = 0; ; pages++) {
+            expect(pages < 1000, 'export_memories never ends');
+            const out = expectSuccess(await call('export_memories', args), 'export_memories');
+            expect(out.count === out.items.length, `count is not the page's: ${JSON.stringify(out)}`);
+            items.push(...out.items);
+            if (out.next_cursor === undefined) break;
+            args = { limit: 1, cursor: out.next_cursor };
+        }
+        expect(items.length > 1, `one page held everything: ${items.length}`);
+        expect(new Set(items.map((m) => m.id)).size === items.length, 'the export lists a memory twice');
+        expect(JSON.stringify(items).includes(s.fact), 'the export lacks the fact');
     });
 
     if (ctx.http) await ctx.http(run, client, s);

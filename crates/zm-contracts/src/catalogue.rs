@@ -226,7 +226,7 @@ tools! {
         memory_policy!()
     );
     ExportMemories "export_memories" (ExportMemoriesInput -> ExportMemoriesOutput) Read READ, "Export memories",
-    "Export every memory you can read — live and invalidated, with provenance — as full rows. `scopes` limits the export (`core`, `personal`, `*` or paths). Use it for backups and for moving memories elsewhere.";
+    "Export every memory you can read — live and invalidated, with provenance — as full rows, oldest first. `scopes` limits the export (`core`, `personal`, `*` or paths). Use it for backups and for moving memories elsewhere.\n\nIt pages: one call returns at most `limit` memories (default 500, at most 1000). When more remain the result carries `next_cursor`: call again with the same `scopes` and `cursor` set to it, until a result has no `next_cursor`. `count` is the number of memories in this page.\n\nErrors: `validation_failed` on `cursor` when it is not a `next_cursor` this server gave you.";
     DeleteAccount "delete_account" (DeleteAccountInput -> DeleteAccountOutput) Erase DESTRUCTIVE_IDEMPOTENT, "Delete my account",
     "Erase the calling user's account and everything it owns: memories, entities, edges, links, conflicts, rules, threads, tokens. Links other users hold to your memories are severed; their own data is untouched. This cannot be undone: only call it when the user explicitly asks to delete their account. Returns what was erased.";
 }

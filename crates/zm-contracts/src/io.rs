@@ -580,6 +580,19 @@ pub struct ImportMemoryOutput {
     pub deduplicated: Option<bool>,
 }
 
+/// Memories in one `export_memories` page when `limit` is absent.
+pub const EXPORT_PAGE_DEFAULT: u32 = 500;
+
+/// The most memories one `export_memories` page holds.
+pub const EXPORT_PAGE_MAX: u32 = 1000;
+
+/// Longest accepted `export_memories` cursor (the server issues far shorter).
+pub const MAX_EXPORT_CURSOR: usize = 128;
+
+fn default_export_limit() -> u32 {
+    EXPORT_PAGE_DEFAULT
+}
+
 /// Input of `export_memories`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Validate)]
 #[serde(deny_unknown_fields)]
@@ -588,13 +601,37 @@ pub struct ExportMemoriesInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(length(min = 1, max = 50))]
     pub scopes: Option<Vec<ReadScope>>,
+    /// The previous page's `next_cursor`; omit for the first page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = MAX_EXPORT_CURSOR))]
+    pub cursor: Option<String>,
+    /// Memories per page (at most 1000).
+    #[serde(default = "default_export_limit")]
+    #[garde(range(min = 1, max = EXPORT_PAGE_MAX))]
+    pub limit: u32,
 }
 
-/// Output of `export_memories`.
+impl ExportMemoriesInput {
+    /// The first page of everything readable, `limit` memories at most.
+    pub fn first_page(limit: u32) -> ExportMemoriesInput {
+        ExportMemoriesInput {
+            scopes: None,
+            cursor: None,
+            limit,
+        }
+    }
+}
+
+/// Output of `export_memories`: one page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExportMemoriesOutput {
+    /// This page's memories, oldest first.
     pub items: Vec<ExportedMemory>,
+    /// How many memories this page holds.
     pub count: u32,
+    /// Pass it as `cursor` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// Input of `delete_account` (no fields).

@@ -19,7 +19,7 @@ use crate::config::{
     ConfigFileOption, DatabaseOptions, HttpServerOptions, LoggingOptions, McpOptions, OwnerOptions,
 };
 
-/// `0.1.0 (contract 3.0.0)`.
+/// `0.1.0 (contract 3.1.0)`.
 pub static VERSION: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{} (contract {})",
@@ -333,6 +333,11 @@ pub struct ExportArgs {
     /// Write to this file instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Memories read per page (1..=1000); each page is written before the
+    /// next is read.
+    #[arg(long, value_name = "N", default_value_t = zm_contracts::EXPORT_PAGE_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(zm_contracts::EXPORT_PAGE_MAX)))]
+    pub page_size: u32,
 }
 
 /// The file format of `import`.

@@ -14,7 +14,8 @@ use zm_store::identity::random_secret;
 use zm_store::{Caller, SCOPE_READ, SCOPE_WRITE, Store, ToolService, User};
 
 use crate::cli::{
-    Command, ConfigCommand, Lifetime, OauthCommand, StdioArgs, TokenCommand, UserCommand,
+    Command, ConfigCommand, ExportArgs, Lifetime, OauthCommand, StdioArgs, TokenCommand,
+    UserCommand,
 };
 use crate::config::{Config, Inputs, LogFormat};
 
@@ -89,7 +90,7 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         Command::Oauth(OauthCommand::Revoke { user, client_id }) => {
             oauth_revoke(cfg, &user, &client_id).await
         }
-        Command::Export(args) => export(cfg, &args.user, args.out.as_deref()).await,
+        Command::Export(args) => export(cfg, &args).await,
         Command::Import(args) => crate::import::run(cfg, &args).await,
         Command::Config(ConfigCommand::Check(_)) => unreachable!("handled before loading"),
     }
@@ -584,44 +585,86 @@ async fn oauth_revoke(cfg: &Config, email: &str, client_id: &str) -> anyhow::Res
 
 // ------------------------------------------------------------------ export
 
-async fn export(cfg: &Config, email: &str, out: Option<&Path>) -> anyhow::Result<()> {
+async fn export(cfg: &Config, args: &ExportArgs) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
-    let user = find_user(&store, email).await?;
-    let caller = Caller::new(user.id.clone());
-    let exported = ToolService::new(store.clone())
-        .run::<zm_contracts::catalogue::tool::ExportMemories>(
-            &caller,
-            ExportMemoriesInput { scopes: None },
-        )
-        .await
-        .map_err(tool)?;
-    store.close().await;
-    let mut text = String::new();
-    for m in &exported.items {
-        text.push_str(&serde_json::to_string(m)?);
-        text.push('\n');
+    let result = async {
+        let user = find_user(&store, &args.user).await?;
+        let count = match &args.out {
+            Some(path) => export_to_file(&store, &user, args.page_size, path).await?,
+            None => export_pages(&store, &user, args.page_size, &mut std::io::stdout()).await?,
+        };
+        anyhow::Ok((user.email, count))
     }
-    match out {
-        Some(path) => {
-            // Memories are private: the file is created (or reset to) 0600.
-            crate::files::create_private_file(path)
-                .and_then(|mut f| f.write_all(text.as_bytes()))
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!(
-                "exported {} memories of {} to {}",
-                exported.count,
-                user.email,
-                path.display()
-            );
-        }
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(text.as_bytes())?;
-            stdout.flush()?;
-            eprintln!("exported {} memories of {}", exported.count, user.email);
-        }
+    .await;
+    store.close().await;
+    let (email, count) = result?;
+    match &args.out {
+        Some(path) => eprintln!("exported {count} memories of {email} to {}", path.display()),
+        None => eprintln!("exported {count} memories of {email}"),
     }
     Ok(())
+}
+
+/// Export into `path` through `<path>.partial`, renamed over `path` only
+/// once every page is written: a failed export leaves an earlier file
+/// whole instead of a truncated one.
+async fn export_to_file(
+    store: &Store,
+    user: &User,
+    page_size: u32,
+    path: &Path,
+) -> anyhow::Result<u64> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    // Memories are private: the file is created (or reset to) 0600.
+    let mut file = crate::files::create_private_file(&partial)
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    let written = match export_pages(store, user, page_size, &mut file).await {
+        Ok(n) => file
+            .sync_all()
+            .and_then(|()| std::fs::rename(&partial, path))
+            .with_context(|| format!("cannot write {}", path.display()))
+            .map(|()| n),
+        Err(e) => Err(e),
+    };
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+/// Page through `export_memories`, writing each page as JSONL to `sink`
+/// before asking for the next: at most one page is held at a time.
+async fn export_pages(
+    store: &Store,
+    user: &User,
+    page_size: u32,
+    sink: &mut (dyn Write + Send),
+) -> anyhow::Result<u64> {
+    let caller = Caller::new(user.id.clone());
+    let service = ToolService::new(store.clone());
+    let mut input = ExportMemoriesInput::first_page(page_size);
+    let mut count = 0u64;
+    loop {
+        let page = service
+            .run::<zm_contracts::catalogue::tool::ExportMemories>(&caller, input.clone())
+            .await
+            .map_err(tool)?;
+        let mut text = String::new();
+        for m in &page.items {
+            text.push_str(&serde_json::to_string(m)?);
+            text.push('\n');
+        }
+        sink.write_all(text.as_bytes())
+            .and_then(|()| sink.flush())
+            .context("cannot write the export")?;
+        count += u64::from(page.count);
+        match page.next_cursor {
+            Some(next) => input.cursor = Some(next),
+            None => return Ok(count),
+        }
+    }
 }
 
 // ------------------------------------------------------------------ config

@@ -619,6 +619,35 @@ fn import_server_memory_then_export_and_reimport() {
     // Export to stdout is the same.
     let stdout = env.ok(&["export", "--user", "alice@example.com"]);
     assert_eq!(stdout, exported);
+    // Page by page (7 memories: pages of 2, 2, 2, 1, or 3, 3, 1): the same
+    // lines, each once, in the same order.
+    let paged = env.ok(&["export", "--user", "alice@example.com", "--page-size", "2"]);
+    assert_eq!(paged, exported);
+    let summary = env.run(&["export", "--user", "alice@example.com", "--page-size", "2"]);
+    assert!(
+        stderr(&summary).contains("exported 7 memories"),
+        "the summary counts every page: {}",
+        stderr(&summary)
+    );
+    let paged_out = env.dir.path().join("paged.jsonl");
+    env.ok(&[
+        "export",
+        "--user",
+        "alice@example.com",
+        "--page-size",
+        "3",
+        "--out",
+        paged_out.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&paged_out).unwrap(), exported);
+    assert!(
+        !env.dir.path().join("paged.jsonl.partial").exists(),
+        "the partial file is renamed into place"
+    );
+    for bad in ["0", "1001"] {
+        let refused = env.run(&["export", "--user", "alice@example.com", "--page-size", bad]);
+        assert_eq!(refused.status.code(), Some(2), "--page-size {bad}");
+    }
 
     // Our own format: into another account, idempotently.
     env.ok(&["user", "add", "bob@example.com"]);

@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod clock;
 pub mod conflicts;
+mod cursor;
 pub mod db;
 pub mod fingerprint;
 pub mod fts;

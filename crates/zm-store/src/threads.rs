@@ -76,6 +76,24 @@ impl ThreadKey {
         out.copy_from_slice(&full[..TAG_LEN]);
         out
     }
+
+    /// A tag for another kind of signed, owner-bound value (an export
+    /// cursor). `purpose` separates it from thread tags, which begin with
+    /// the owner's id (`usr_…`), so a tag of one kind never verifies as the
+    /// other.
+    pub(crate) fn purpose_tag(&self, purpose: &str, owner: &str, body: &[u8]) -> [u8; TAG_LEN] {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC accepts a key of any length");
+        mac.update(purpose.as_bytes());
+        mac.update(&[0]);
+        mac.update(owner.as_bytes());
+        mac.update(&[0]);
+        mac.update(body);
+        let full = mac.finalize().into_bytes();
+        let mut out = [0u8; TAG_LEN];
+        out.copy_from_slice(&full[..TAG_LEN]);
+        out
+    }
 }
 
 /// Which conversation a thread belongs to: a digest of the client's

@@ -12,6 +12,7 @@ use zm_contracts::{
     validate::{FieldError, validation_error},
 };
 
+use crate::cursor::{self, ExportPosition};
 use crate::db::DbResult;
 use crate::guard;
 use crate::memories::content_hash;
@@ -348,29 +349,62 @@ impl Store {
         })
     }
 
-    /// Every memory the caller can read (live and invalidated), full rows.
+    /// One page of every memory the caller can read (live and
+    /// invalidated), full rows, in `created_at, seq` order: keyset-paged
+    /// after the cursor's position, `limit` rows at most. Visibility and
+    /// `scopes` are applied afresh on every page; the cursor is only a
+    /// position.
     pub(crate) async fn export_memories(
         &self,
         caller: &Caller,
         input: ExportMemoriesInput,
     ) -> Result<ExportMemoriesOutput, ToolError> {
+        let after = match &input.cursor {
+            Some(c) => Some(cursor::decode(&self.thread_key, &caller.user_id, c)?),
+            None => None,
+        };
         let set = match &input.scopes {
             Some(s) => explicit_read_set(caller, s),
             None => ReadSet::All,
         };
+        let limit = usize::try_from(input.limit).unwrap_or(usize::MAX);
         let mut sql = Sql::new(&format!(
-            "SELECT {} FROM memories m WHERE ",
+            "SELECT {}, m.seq AS page_seq FROM memories m WHERE ",
             crate::search::MEMORY_COLUMNS
         ));
         push_visible(&mut sql, "m", &caller.user_id);
         sql.push(" AND ");
         push_read_set(&mut sql, "m", &set);
-        sql.push(" ORDER BY m.created_at, m.seq");
-        let rows = sql.query().fetch_all(&self.pool).await.db("export")?;
+        if let Some(pos) = after {
+            sql.push(" AND (m.created_at > ")
+                .bind_i64(pos.created_at)
+                .push(" OR (m.created_at = ")
+                .bind_i64(pos.created_at)
+                .push(" AND m.seq > ")
+                .bind_i64(pos.seq)
+                .push("))");
+        }
+        // One row past the page says whether another page follows.
+        sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
+            .bind_i64(i64::from(input.limit) + 1);
+        let mut rows = sql.query().fetch_all(&self.pool).await.db("export")?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_cursor = match rows.last() {
+            Some(last) if more => {
+                let pos = ExportPosition {
+                    created_at: col(last, "created_at")?,
+                    seq: col(last, "page_seq")?,
+                };
+                Some(cursor::encode(&self.thread_key, &caller.user_id, pos))
+            }
+            _ => None,
+        };
         let items = Memory::from_rows(&rows)?;
         Ok(ExportMemoriesOutput {
             count: u32::try_from(items.len()).unwrap_or(u32::MAX),
             items,
+            next_cursor,
         })
     }
 
@@ -456,5 +490,107 @@ impl Store {
             memories: u64::try_from(memories).unwrap_or(0),
             entities: u64::try_from(entities).unwrap_or(0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+    use zm_contracts::ToolName;
+
+    use crate::{Caller, Store, ToolService};
+
+    /// A fresh SQLite store, and the PostgreSQL database of
+    /// `ZM_TEST_DATABASE_URL` when it is set (shared: unique emails).
+    async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, Store)> {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Store::open(&crate::sqlite_url(&dir.path().join("zm.db")))
+            .await
+            .unwrap();
+        let mut out = vec![("sqlite", Some(dir), sqlite)];
+        if let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        {
+            out.push(("postgres", None, Store::open(&url).await.unwrap()));
+        }
+        out
+    }
+
+    async fn call(store: &Store, caller: &Caller, tool: &str, args: &Value) -> Value {
+        ToolService::new(store.clone())
+            .call(caller, ToolName::parse(tool).unwrap(), args)
+            .await
+            .unwrap_or_else(|e| panic!("{tool} {args}: {e}"))
+            .to_json()
+    }
+
+    /// Memories written in the same millisecond are ordered by `seq`, and a
+    /// page boundary inside such a run loses and repeats nothing: the
+    /// keyset is the pair, not `created_at` alone.
+    #[tokio::test]
+    async fn pages_split_runs_of_equal_creation_instants_by_seq() {
+        for (label, _dir, store) in stores().await {
+            let email = format!(
+                "ties-{}@example.com",
+                crate::identity::random_secret(10).to_lowercase()
+            );
+            let user = store
+                .create_user(&email, "a long test password")
+                .await
+                .unwrap();
+            let caller = Caller::new(user.id.clone());
+            for i in 0..7 {
+                call(
+                    &store,
+                    &caller,
+                    "remember",
+                    &json!({"content": format!("Tie fact {i}."), "scope": "personal"}),
+                )
+                .await;
+            }
+            // Two instants: the first three memories at one, the rest at an
+            // earlier one (so `seq` alone is not the order either).
+            let seqs: Vec<i64> =
+                sqlx::query_scalar("SELECT seq FROM memories WHERE owner_id = $1 ORDER BY seq")
+                    .bind(&user.id)
+                    .fetch_all(&store.pool)
+                    .await
+                    .unwrap();
+            sqlx::query("UPDATE memories SET created_at = CASE WHEN seq <= $1 THEN 2000000000000 ELSE 1900000000000 END WHERE owner_id = $2")
+                .bind(seqs[2])
+                .bind(&user.id)
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            let expected: Vec<String> = sqlx::query_scalar(
+                "SELECT id FROM memories WHERE owner_id = $1 ORDER BY created_at, seq",
+            )
+            .bind(&user.id)
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+            for limit in 1..=7 {
+                let mut ids = Vec::new();
+                let mut args = json!({"limit": limit});
+                for _ in 0..=expected.len() {
+                    let page = call(&store, &caller, "export_memories", &args).await;
+                    ids.extend(
+                        page["items"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|m| m["id"].as_str().unwrap().to_string()),
+                    );
+                    match page.get("next_cursor") {
+                        Some(c) => args["cursor"] = c.clone(),
+                        None => break,
+                    }
+                }
+                // (A cursor that never ends stops after as many pages as
+                // memories and fails here.)
+                assert_eq!(ids, expected, "[{label}] limit {limit}");
+            }
+        }
     }
 }

@@ -94,24 +94,34 @@ async fn remember(store: &Store, caller: &Caller, content: &str) -> String {
     out.memory_id.as_str().to_string()
 }
 
-/// Every memory in the caller's personal scope: id → content.
+/// Every memory in the caller's personal scope: id → content, every page
+/// of the export (it pages: `next_cursor` until there is none).
 async fn personal_memories(store: &Store, caller: &Caller, label: &str) -> Vec<(String, String)> {
-    let input =
+    let mut input =
         zm_contracts::parse_input::<ExportMemoriesInput>(&json!({ "scopes": ["personal"] }))
             .expect("export input validates");
-    let out = zm_store::ToolService::new(store.clone())
-        .run::<zm_contracts::catalogue::tool::ExportMemories>(caller, input)
-        .await
-        .unwrap_or_else(|e| panic!("[{label}] export failed: {e}"));
-    assert_eq!(
-        out.count as usize,
-        out.items.len(),
-        "[{label}] export count"
-    );
-    out.items
-        .into_iter()
-        .map(|m| (m.id.as_str().to_string(), m.content))
-        .collect()
+    let service = zm_store::ToolService::new(store.clone());
+    let mut all = Vec::new();
+    loop {
+        let out = service
+            .run::<zm_contracts::catalogue::tool::ExportMemories>(caller, input.clone())
+            .await
+            .unwrap_or_else(|e| panic!("[{label}] export failed: {e}"));
+        assert_eq!(
+            usize::try_from(out.count).ok(),
+            Some(out.items.len()),
+            "[{label}] export count"
+        );
+        all.extend(
+            out.items
+                .into_iter()
+                .map(|m| (m.id.as_str().to_string(), m.content)),
+        );
+        match out.next_cursor {
+            Some(next) => input.cursor = Some(next),
+            None => return all,
+        }
+    }
 }
 
 /// Assert that the store holds exactly the acknowledged writes: each id

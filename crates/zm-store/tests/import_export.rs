@@ -86,3 +86,188 @@ backend_tests! {
         );
     }
 }
+
+/// Page through `export_memories` with `args` (plus `cursor`) until a page
+/// has no `next_cursor`; every page is checked on the way. The ids in
+/// order, and how many pages it took.
+async fn export_all(
+    store: &Store,
+    caller: &zm_store::Caller,
+    l: &str,
+    args: serde_json::Value,
+    limit: u64,
+) -> (Vec<String>, usize) {
+    let mut ids = Vec::new();
+    let mut pages = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut page_args = args.clone();
+        page_args["limit"] = json!(limit);
+        if let Some(c) = &cursor {
+            page_args["cursor"] = json!(c);
+        }
+        let page = ok(
+            call(store, caller, "export_memories", page_args).await,
+            l,
+            "export page",
+        );
+        pages += 1;
+        let items = page["items"].as_array().unwrap();
+        assert_eq!(
+            page["count"].as_u64(),
+            u64::try_from(items.len()).ok(),
+            "[{l}] count is the page's: {page}"
+        );
+        assert!(
+            u64::try_from(items.len()).unwrap() <= limit,
+            "[{l}] page over the limit: {page}"
+        );
+        ids.extend(items.iter().map(|i| i["id"].as_str().unwrap().to_string()));
+        match page.get("next_cursor") {
+            Some(c) => {
+                assert!(
+                    !items.is_empty(),
+                    "[{l}] an empty page with a cursor: {page}"
+                );
+                cursor = Some(c.as_str().unwrap().to_string());
+            }
+            None => break,
+        }
+        assert!(pages < 100, "[{l}] export does not end");
+    }
+    (ids, pages)
+}
+
+/// The field paths a `validation_failed` error names.
+fn failed_fields(e: &zm_contracts::ToolError) -> Vec<String> {
+    e.details
+        .as_ref()
+        .and_then(|d| d["fields"].as_array())
+        .map(|fs| {
+            fs.iter()
+                .map(|f| f["path"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+backend_tests! {
+    /// An export larger than a page comes back over several pages in
+    /// `created_at, seq` order, exactly once each, with other users' memories
+    /// nowhere; the last page has no `next_cursor`.
+    async fn export_pages_cover_exactly_the_readable_memories_in_order(store: Store, l: &str) {
+        let (_, a) = user(&store, "page-a").await;
+        let (_, b) = user(&store, "page-b").await;
+        let (_, c) = user(&store, "page-c").await;
+        let project = project_of(&store, &a, l, "/src/paged-export").await;
+        store
+            .add_scope_member(&a.user_id, &project, &b.user_id, zm_store::Role::Reader)
+            .await
+            .unwrap();
+        // What B can read, in the order it was written, interleaved with
+        // what B cannot. (Equal creation instants, ordered by `seq`, are the
+        // store's unit test `pages_split_runs_of_equal_creation_instants_by_seq`.)
+        let mut readable_by_b = Vec::new();
+        let mut a_own = Vec::new();
+        let mut c_own = Vec::new();
+        for i in 0..4 {
+            let id = mem(&store, &b, l, json!({"content": format!("B personal note {i}."), "scope": "personal"})).await;
+            readable_by_b.push(id);
+            let shared = mem(&store, &a, l, json!({"content": format!("A project decision {i}."), "scope": project, "kind": "decision"})).await;
+            ok(call(&store, &a, "share", json!({"memory_id": shared, "scope": project})).await, l, "share");
+            readable_by_b.push(shared.clone());
+            a_own.push(shared);
+            let private = mem(&store, &a, l, json!({"content": format!("A private project note {i}."), "scope": project})).await;
+            a_own.push(private);
+            let theirs = mem(&store, &c, l, json!({"content": format!("C core fact {i}."), "scope": "core"})).await;
+            c_own.push(theirs);
+            let core = mem(&store, &b, l, json!({"content": format!("B core fact {i}."), "scope": "core"})).await;
+            readable_by_b.push(core);
+            if i % 2 == 1 {
+                store.clock().advance_ms(1_000);
+            }
+        }
+        // An invalidated memory is exported too.
+        ok(call(&store, &b, "forget", json!({"memory_id": readable_by_b[0]})).await, l, "forget");
+        assert_eq!(readable_by_b.len(), 12);
+
+        for limit in [1, 5, 6, 12] {
+            let (ids, pages) = export_all(&store, &b, l, json!({}), limit).await;
+            assert_eq!(ids, readable_by_b, "[{l}] limit {limit}: every readable memory once, in order");
+            let expected_pages = readable_by_b.len().div_ceil(usize::try_from(limit).unwrap());
+            assert_eq!(pages, expected_pages, "[{l}] limit {limit}: pages");
+        }
+        // The default page holds them all, with no cursor.
+        let whole = ok(call(&store, &b, "export_memories", json!({})).await, l, "default page");
+        assert_eq!(whole["count"], 12, "[{l}] {whole}");
+        assert!(whole.get("next_cursor").is_none(), "[{l}] {whole}");
+
+        // Nobody else's memories appear, and scopes filter every page.
+        let (a_ids, _) = export_all(&store, &a, l, json!({}), 2).await;
+        assert_eq!(a_ids, a_own, "[{l}] A reads its own project memories, not B's or C's");
+        let (c_ids, _) = export_all(&store, &c, l, json!({"scopes": ["*"]}), 3).await;
+        assert_eq!(c_ids, c_own, "[{l}] C reads only its own");
+        let (b_project, _) = export_all(&store, &b, l, json!({"scopes": [project]}), 1).await;
+        let shared_only: Vec<String> = a_own.iter().step_by(2).cloned().collect();
+        assert_eq!(b_project, shared_only, "[{l}] B reads only what A shared");
+    }
+
+    /// A cursor is a position only: replayed with other scopes it reads what
+    /// those scopes allow after it; another user's, an altered or a made-up
+    /// cursor is `validation_failed` on `cursor`.
+    async fn export_cursors_are_positions_bound_to_their_user(store: Store, l: &str) {
+        let (_, a) = user(&store, "cur-a").await;
+        let (_, b) = user(&store, "cur-b").await;
+        let project = project_of(&store, &a, l, "/src/cursor-export").await;
+        store
+            .add_scope_member(&a.user_id, &project, &b.user_id, zm_store::Role::Reader)
+            .await
+            .unwrap();
+        let mut order = Vec::new();
+        for i in 0..3 {
+            let personal = mem(&store, &b, l, json!({"content": format!("B personal {i}."), "scope": "personal"})).await;
+            let shared = mem(&store, &a, l, json!({"content": format!("A shared {i}."), "scope": project})).await;
+            ok(call(&store, &a, "share", json!({"memory_id": shared, "scope": project})).await, l, "share");
+            let private = mem(&store, &a, l, json!({"content": format!("A private {i}."), "scope": project})).await;
+            order.push((personal, shared, private));
+            store.clock().advance_ms(10);
+        }
+        let first = ok(call(&store, &b, "export_memories", json!({"limit": 2})).await, l, "first page");
+        let ids: Vec<&str> = first["items"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, [order[0].0.as_str(), order[0].1.as_str()], "[{l}] {first}");
+        let cursor = first["next_cursor"].as_str().expect("a next page").to_string();
+
+        // The same cursor with narrower scopes: only those scopes, after it.
+        let personal = ok(call(&store, &b, "export_memories", json!({"cursor": cursor, "scopes": ["personal"]})).await, l, "personal after");
+        let ids: Vec<&str> = personal["items"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, [order[1].0.as_str(), order[2].0.as_str()], "[{l}] {personal}");
+        let shared = ok(call(&store, &b, "export_memories", json!({"cursor": cursor, "scopes": [project]})).await, l, "project after");
+        let ids: Vec<&str> = shared["items"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, [order[1].1.as_str(), order[2].1.as_str()], "[{l}] A's private memories never: {shared}");
+        assert!(shared.get("next_cursor").is_none(), "[{l}] {shared}");
+        // Everything B reads after the position, and nothing it cannot.
+        let rest = ok(call(&store, &b, "export_memories", json!({"cursor": cursor, "scopes": ["*"]})).await, l, "rest");
+        assert_eq!(rest["count"], 4, "[{l}] {rest}");
+
+        // Refused cursors: another user's, altered, made up, too long.
+        let mut altered: Vec<char> = cursor.chars().collect();
+        let i = altered.len() - 3;
+        altered[i] = if altered[i] == 'A' { 'B' } else { 'A' };
+        let altered: String = altered.into_iter().collect();
+        let thread = "thr_AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        for (who, bad, what) in [
+            (&a, cursor.clone(), "B's cursor used by A"),
+            (&b, altered, "altered"),
+            (&b, "exc_not-a-cursor".to_string(), "made up"),
+            (&b, thread.to_string(), "a thread token"),
+            (&b, format!("exc_{}", "A".repeat(200)), "too long"),
+        ] {
+            let e = err(call(&store, who, "export_memories", json!({"cursor": bad})).await, ErrorCode::ValidationFailed, l, what);
+            assert_eq!(failed_fields(&e), ["cursor"], "[{l}] {what}: {e:?}");
+        }
+        for limit in [0, 1001] {
+            let e = err(call(&store, &b, "export_memories", json!({"limit": limit})).await, ErrorCode::ValidationFailed, l, "limit");
+            assert_eq!(failed_fields(&e), ["limit"], "[{l}] limit {limit}: {e:?}");
+        }
+    }
+}
