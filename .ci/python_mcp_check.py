@@ -95,7 +95,7 @@ def run(cmd: list[str], stdin: str | None = None) -> str:
 
 
 def contract_version_of(binary: str) -> str:
-    """`zero-memory --version` prints e.g. `zero-memory 0.1.0 (contract 3.0.0)`."""
+    """`zero-memory --version` prints e.g. `zero-memory 0.1.0 (contract 4.0.0)`."""
     out = run([binary, "--version"])
     m = re.search(r"contract (\d+\.\d+\.\d+)", out)
     if not m:

@@ -309,7 +309,10 @@ async fn every_error_status_on_the_rest_routes() {
             .unwrap()
     };
     assert!(gauge("zm_storage_memories") >= 1, "{m}");
-    assert!(gauge("zm_storage_bytes") > gauge("zm_storage_memories"), "{m}");
+    assert!(
+        gauge("zm_storage_bytes") > gauge("zm_storage_memories"),
+        "{m}"
+    );
     assert_eq!(gauge("zm_quota_memories"), 0);
     assert_eq!(gauge("zm_storage_users_at_quota"), 0);
     let (st, c) = s.get("/api/contract", None).await;

@@ -19,7 +19,7 @@ use crate::config::{
     ConfigFileOption, DatabaseOptions, HttpServerOptions, LoggingOptions, McpOptions, OwnerOptions,
 };
 
-/// `0.1.0 (contract 3.1.0)`.
+/// `0.1.0 (contract 4.0.0)`.
 pub static VERSION: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{} (contract {})",

@@ -1634,7 +1634,10 @@ mod tests {
     fn storage_limits_reach_the_store() {
         let cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();
         assert_eq!(cfg.open_options().limits, zm_store::Limits::default());
-        assert!(!cfg.open_options().limits.has_quota(), "no quota by default");
+        assert!(
+            !cfg.open_options().limits.has_quota(),
+            "no quota by default"
+        );
         let cfg = Config::load(&env(&[
             ("ZM_DATA_DIR", "/tmp/x"),
             ("ZM_MAX_TEXT_CHARS", "4096"),
@@ -1650,8 +1653,11 @@ mod tests {
                 quota_bytes: Some(50_000_000),
             }
         );
-        let err = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x"), ("ZM_MAX_TEXT_CHARS", "10")]))
-            .expect_err("a free-text limit under 1024 is refused");
+        let err = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_MAX_TEXT_CHARS", "10"),
+        ]))
+        .expect_err("a free-text limit under 1024 is refused");
         assert!(
             err.iter().any(|e| e.contains("ZM_MAX_TEXT_CHARS")),
             "{err:?}"

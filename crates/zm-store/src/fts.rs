@@ -24,18 +24,35 @@ pub fn query_terms(user_text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Which memories a full-text query matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// Those holding every query word.
+    All,
+    /// Those holding any query word.
+    Any,
+}
+
 /// An SQLite FTS5 `MATCH` expression: every term quoted as a string literal
 /// and OR-ed, e.g. `"postgres" OR "index"`. `None` when there are no terms.
 ///
 /// FTS5 keywords (`AND`, `OR`, `NOT`, `NEAR`) in the input are harmless:
 /// they are lowercased and quoted like any other word.
 pub fn sqlite_match_query(user_text: &str) -> Option<String> {
+    sqlite_match(user_text, Match::Any)
+}
+
+/// [`sqlite_match_query`] with the terms AND-ed ([`Match::All`]) or OR-ed.
+pub fn sqlite_match(user_text: &str, mode: Match) -> Option<String> {
     let terms = query_terms(user_text);
     if terms.is_empty() {
         return None;
     }
     let quoted: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
-    Some(quoted.join(" OR "))
+    Some(quoted.join(match mode {
+        Match::All => " AND ",
+        Match::Any => " OR ",
+    }))
 }
 
 /// The `n` most distinctive terms of a text, as text for [`sqlite_match_query`]
@@ -66,16 +83,39 @@ pub fn distinctive_terms(text: &str, n: usize) -> String {
 /// no term contains an operator character (`&`, `|`, `!`, `<`, `>`, `(`,
 /// `)`, `:`, `*`, `'`, `\`). `None` when there are no terms.
 pub fn pg_query_terms(user_text: &str) -> Option<String> {
+    pg_query(user_text, Match::Any)
+}
+
+/// [`pg_query_terms`] with the terms joined by ` & ` ([`Match::All`]) or
+/// ` | `.
+pub fn pg_query(user_text: &str, mode: Match) -> Option<String> {
     let terms = query_terms(user_text);
     if terms.is_empty() {
         return None;
     }
-    Some(terms.join(" | "))
+    Some(terms.join(match mode {
+        Match::All => " & ",
+        Match::Any => " | ",
+    }))
 }
 
 #[cfg(test)]
 mod distinctive_tests {
     use super::*;
+
+    #[test]
+    fn every_word_or_any_word() {
+        assert_eq!(
+            sqlite_match("Postgres index?", Match::All).as_deref(),
+            Some("\"postgres\" AND \"index\"")
+        );
+        assert_eq!(
+            pg_query("Postgres index?", Match::All).as_deref(),
+            Some("postgres & index")
+        );
+        assert_eq!(sqlite_match("AND", Match::All).as_deref(), Some("\"and\""));
+        assert_eq!(pg_query("", Match::All), None);
+    }
 
     #[test]
     fn keeps_the_longest_terms_in_order() {

@@ -7,11 +7,11 @@ use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
 use zm_contracts::{IdKind, ToolError};
 
+use crate::audit::AuditEntry;
 use crate::db::DbResult;
 use crate::rows::{FromAnyRow, col, enum_col, flag_col, stored_enum};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
-use crate::audit::AuditEntry;
 
 /// Token scope: read tools only.
 pub const SCOPE_READ: &str = "mcp:read";
@@ -286,7 +286,10 @@ pub(crate) async fn revoke_oauth_of(
         sql.push(" AND ").push(live);
     };
     let mut families = Sql::new("UPDATE oauth_families SET revoked_at = ");
-    families.bind_i64(now).push(", revoked_reason = ").bind_str(reason);
+    families
+        .bind_i64(now)
+        .push(", revoked_reason = ")
+        .bind_str(reason);
     filter(&mut families, "revoked_at IS NULL");
     let families = families
         .query()
@@ -998,7 +1001,11 @@ mod tests {
             .await
             .unwrap()
             .into_iter()
-            .filter(|r| r["command"].as_str().is_some_and(|c| c.starts_with("user.")))
+            .filter(|r| {
+                r["command"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("user."))
+            })
             .map(|r| {
                 (
                     r["command"].as_str().unwrap().to_string(),

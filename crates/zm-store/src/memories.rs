@@ -8,8 +8,7 @@ use zm_contracts::{
     AuthorKind, CloseLoopInput, CloseLoopOutput, EntityId, EntityType, ForgetInput, ForgetOutput,
     IdKind, Memory, MemoryId, MemoryKind, MemoryLinkType, RememberInput, RememberOutput,
     RestoreMemoryInput, RestoreMemoryOutput, SessionState, SimilarMemory, ToolError,
-    TranslationStatus, Visibility,
-    prefixes::Prefix,
+    TranslationStatus, Visibility, prefixes::Prefix,
 };
 
 use crate::clock::DAY_MS;
@@ -692,6 +691,7 @@ impl Store {
         let mut sql = crate::search::fts_select(
             self.backend,
             probe,
+            crate::fts::Match::Any,
             crate::search::FULL_CANDIDATE_COLUMNS,
         );
         let Some(sql) = sql.as_mut() else {

@@ -155,12 +155,18 @@ impl Candidate {
     }
 }
 
-/// The start of a full-text query selecting `columns` of memories `m` and
-/// the relevance `rel`; `None` when the text holds no searchable word.
-pub(crate) fn fts_select(backend: Backend, text: &str, columns: &str) -> Option<Sql> {
+/// The start of a full-text query selecting `columns` of memories `m`
+/// holding all or any of the text's words, and the relevance `rel`; `None`
+/// when the text holds no searchable word.
+pub(crate) fn fts_select(
+    backend: Backend,
+    text: &str,
+    mode: fts::Match,
+    columns: &str,
+) -> Option<Sql> {
     match backend {
         Backend::Sqlite => {
-            let q = fts::sqlite_match_query(text)?;
+            let q = fts::sqlite_match(text, mode)?;
             // CROSS JOIN pins the join order: the full-text match drives and
             // each hit is fetched by rowid. Left to itself the planner may
             // drive from an index on `memories` (owner, scope) and re-run
@@ -172,7 +178,7 @@ pub(crate) fn fts_select(backend: Backend, text: &str, columns: &str) -> Option<
             Some(sql)
         }
         Backend::Postgres => {
-            let q = fts::pg_query_terms(text)?;
+            let q = fts::pg_query(text, mode)?;
             let mut sql = Sql::new(&format!(
                 "SELECT {columns}, CAST(ts_rank_cd(m.fts, q) AS DOUBLE PRECISION) * 10.0 AS rel FROM memories m, to_tsquery('english', "
             ));
@@ -415,19 +421,19 @@ impl Store {
         Ok(ReadPlan { pin, set, thread })
     }
 
-    /// Full-text candidates within the read set, ranked by relevance × decay
-    /// (a memory with a pending challenge weighs 0.8), with the pending
-    /// conflicts that touch any of them.
-    async fn ranked(
+    /// Full-text candidates within the read set holding all (or any) of
+    /// the text's words, most relevant first.
+    async fn fts_candidates(
         &self,
         caller: &Caller,
         text: &str,
+        mode: fts::Match,
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
-        limit: usize,
-    ) -> Result<Ranked, ToolError> {
-        let Some(mut sql) = fts_select(self.backend, text, RANK_COLUMNS) else {
-            return Ok(Ranked::default());
+        pool: i64,
+    ) -> Result<Vec<Ranking>, ToolError> {
+        let Some(mut sql) = fts_select(self.backend, text, mode, RANK_COLUMNS) else {
+            return Ok(Vec::new());
         };
         sql.push(" AND m.invalidated_at IS NULL AND ");
         push_visible(&mut sql, "m", &caller.user_id);
@@ -437,26 +443,58 @@ impl Store {
             sql.push(" AND m.kind IN ")
                 .bind_list(kinds.iter().map(|k| k.as_str()));
         }
-        let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
         fts_order(&mut sql, pool);
         let rows = sql
             .query()
             .fetch_all(&self.pool)
             .await
             .db("full-text search")?;
-        let candidates = Ranking::from_rows(&rows)?;
-        let ids: Vec<MemoryId> = candidates.iter().map(|c| c.id.clone()).collect();
+        Ranking::from_rows(&rows)
+    }
+
+    /// Full-text hits within the read set. Memories holding **every** query
+    /// word rank above memories holding only some (those are searched only
+    /// when the first kind are fewer than `limit`); within each, by
+    /// relevance × decay (a memory with a pending challenge weighs 0.8).
+    /// The score is in [0, 1): at least 0.5 when every word matched. With
+    /// the pending conflicts that touch any candidate.
+    async fn ranked(
+        &self,
+        caller: &Caller,
+        text: &str,
+        set: &ReadSet,
+        kinds: Option<&[MemoryKind]>,
+        limit: usize,
+    ) -> Result<Ranked, ToolError> {
+        let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
+        let every = self
+            .fts_candidates(caller, text, fts::Match::All, set, kinds, pool)
+            .await?;
+        let mut candidates: Vec<(Ranking, bool)> = every.into_iter().map(|c| (c, true)).collect();
+        if candidates.len() < limit && fts::query_terms(text).len() > 1 {
+            let seen: HashSet<MemoryId> = candidates.iter().map(|(c, _)| c.id.clone()).collect();
+            let some = self
+                .fts_candidates(caller, text, fts::Match::Any, set, kinds, pool)
+                .await?;
+            candidates.extend(
+                some.into_iter()
+                    .filter(|c| !seen.contains(&c.id))
+                    .map(|c| (c, false)),
+            );
+        }
+        let ids: Vec<MemoryId> = candidates.iter().map(|(c, _)| c.id.clone()).collect();
         let disputes = self.disputes(caller, &ids).await?;
         let now = self.now();
         let mut ranked: Vec<(Ranking, f64)> = candidates
             .into_iter()
-            .map(|c| {
+            .map(|(c, every_word)| {
                 let rel = c.rel.max(0.0);
                 let mut score = rel / (1.0 + rel) * decay(c.kind, now - c.created_at);
                 if disputes.challenged.contains(&c.id) {
                     score *= 0.8;
                 }
-                (c, score)
+                let tier = if every_word { 0.5 } else { 0.0 };
+                (c, tier + score / 2.0)
             })
             .collect();
         ranked.sort_by(|a, b| {

@@ -290,6 +290,34 @@ backend_tests! {
         );
     }
 
+    /// A memory holding every query word ranks above memories holding only
+    /// some of them, however often those repeat the rarer word; its score
+    /// is at least 0.5 and theirs below. With fewer full matches than `k`,
+    /// the partial ones still fill the list.
+    async fn memories_with_every_word_rank_first(store: Store, label: &str) {
+        let (_, caller) = user(&store, "every-word").await;
+        let full = mem(&store, &caller, label, json!({"content": "During the quarterly review we found that the consumer group of the kafkaesque cluster needs a manual rebalanceworthy step after each deploy of the billing service.", "scope": "core"})).await;
+        let mut partial = Vec::new();
+        for i in 0..6 {
+            partial.push(mem(&store, &caller, label, json!({"content": format!("kafkaesque kafkaesque kafkaesque note {i}"), "scope": "core"})).await);
+        }
+        for i in 0..6 {
+            mem(&store, &caller, label, json!({"content": format!("rebalanceworthy item {i} in the queue"), "scope": "core"})).await;
+        }
+        let out = ok(
+            recall(&store, &caller, json!({"query": "kafkaesque rebalanceworthy", "k": 10})).await,
+            label,
+            "recall",
+        );
+        assert_eq!(out.memories.first().map(|m| m.id.as_str()), Some(full.as_str()), "[{label}] the full match first: {:?}", out.memories.iter().map(|m| (&m.content, m.score)).collect::<Vec<_>>());
+        assert!(out.memories[0].score >= 0.5, "[{label}] full-match score {}", out.memories[0].score);
+        assert_eq!(out.memories.len(), 10, "[{label}] partial matches fill k");
+        for m in &out.memories[1..] {
+            assert!(m.score < 0.5, "[{label}] partial-match score {}", m.score);
+        }
+        assert!(out.memories.iter().any(|m| partial.contains(&m.id.to_string())), "[{label}] partials listed");
+    }
+
     /// Long memories: ranking reads no content, yet a hit's excerpt is cut
     /// around its matching word even when that word is past the first
     /// thousands of characters; the briefing's other legs (recent, open
