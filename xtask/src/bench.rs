@@ -10,9 +10,9 @@
 //! * sizes are measured in ascending order on one store: it is loaded to
 //!   exactly N memories, measured, then loading continues to the next size;
 //! * loading: the first 2,000 memories go through `remember` (timed: the
-//!   throughput of a fresh store), the bulk through `import_memory` (the
-//!   product's import path: same content guard, exact dedup and one
-//!   transaction per memory, but no near-duplicate probe, which makes a
+//!   throughput of a fresh store), the bulk through `import_memory` in
+//!   batches of 500 (the CLI import's path: same content guard and exact
+//!   dedup, one transaction per batch, but no near-duplicate probe, which makes a
 //!   100k load through `remember` take hours), and the last 500 before N
 //!   through `remember` again (timed: the throughput at N). `--bulk
 //!   remember` sends every memory through `remember`;
@@ -734,14 +734,17 @@ macro_rules! parse {
 enum Bulk {
     /// `remember`, like every other write (near-duplicate probe included).
     Remember,
-    /// `import_memory`: the product's import path (content guard, exact
-    /// dedup, one transaction per memory; no near-duplicate probe, no
-    /// entity anchoring).
+    /// `import_memory` in batches of [`IMPORT_BATCH`], one transaction
+    /// each (the CLI import's path: content guard, exact dedup; no
+    /// near-duplicate probe, no entity anchoring).
     Import,
 }
 
 /// `remember`s timed from an empty store.
 const FIRST: usize = 2_000;
+
+/// Imports per transaction in the bulk load (as the CLI import).
+const IMPORT_BATCH: usize = 500;
 
 struct Bench {
     store: Store,
@@ -818,62 +821,28 @@ impl Bench {
         Ok(bench)
     }
 
-    /// Write one generated memory; its latency, or `None` when an
+    /// `remember` one generated memory; its latency, or `None` when an
     /// identical memory absorbed it (not a new row).
-    async fn write_one(&mut self, via: Bulk) -> Result<Option<Duration>, String> {
+    async fn remember_one(&mut self) -> Result<Option<Duration>, String> {
         let g = generate(&mut self.rng);
-        let (input_remember, input_import) = match via {
-            Bulk::Remember => {
-                let scope = match g.slot {
-                    Slot::Personal => "personal".to_string(),
-                    Slot::Core => "core".to_string(),
-                    Slot::Project(i) => self.projects[i].clone(),
-                };
-                let mut raw = json!({"content": g.content, "kind": g.kind, "scope": scope});
-                if let Some(ents) = &g.entities {
-                    raw["entities"] =
-                        json!(ents.iter().map(|e| json!({"name": e})).collect::<Vec<_>>());
-                }
-                (Some(parse!(RememberInput, &raw)?), None)
-            }
-            Bulk::Import => {
-                let mut raw = json!({
-                    "content": g.content,
-                    "kind": g.kind,
-                    "source_path": "bench/generated.md",
-                    "source_hash": format!("bench-{}", self.rng.next()),
-                });
-                match g.slot {
-                    Slot::Personal => raw["target"] = json!("personal"),
-                    Slot::Core => raw["target"] = json!("core"),
-                    Slot::Project(i) => {
-                        raw["target"] = json!("project");
-                        raw["project_hint"] = json!(PROJECTS[i].1);
-                    }
-                }
-                (None, Some(parse!(ImportMemoryInput, &raw)?))
-            }
+        let scope = match g.slot {
+            Slot::Personal => "personal".to_string(),
+            Slot::Core => "core".to_string(),
+            Slot::Project(i) => self.projects[i].clone(),
         };
+        let mut raw = json!({"content": g.content, "kind": g.kind, "scope": scope});
+        if let Some(ents) = &g.entities {
+            raw["entities"] = json!(ents.iter().map(|e| json!({"name": e})).collect::<Vec<_>>());
+        }
+        let input = parse!(RememberInput, &raw)?;
         let t = Instant::now();
-        let dedup = if let Some(input) = input_remember {
-            let out = self
-                .tools
-                .run::<tool::Remember>(&self.writer, input)
-                .await
-                .map_err(|e| format!("remember: {e}"))?;
-            out.deduplicated == Some(true)
-        } else if let Some(input) = input_import {
-            let out = self
-                .tools
-                .run::<tool::ImportMemory>(&self.writer, input)
-                .await
-                .map_err(|e| format!("import_memory: {e}"))?;
-            out.deduplicated == Some(true) || out.skipped
-        } else {
-            unreachable!("one input is built")
-        };
+        let out = self
+            .tools
+            .run::<tool::Remember>(&self.writer, input)
+            .await
+            .map_err(|e| format!("remember: {e}"))?;
         let d = t.elapsed();
-        if dedup {
+        if out.deduplicated == Some(true) {
             self.dedups += 1;
             return Ok(None);
         }
@@ -883,32 +852,86 @@ impl Bench {
         Ok(Some(d))
     }
 
-    /// Load with `via` until the store holds `target`; the latencies.
-    async fn load_to(
-        &mut self,
-        target: usize,
-        via: Bulk,
-        label: &str,
-    ) -> Result<Vec<Duration>, String> {
+    /// The `import_memory` input of one generated memory.
+    fn import_input(&mut self) -> Result<ImportMemoryInput, String> {
+        let g = generate(&mut self.rng);
+        let mut raw = json!({
+            "content": g.content,
+            "kind": g.kind,
+            "source_path": "bench/generated.md",
+            "source_hash": format!("bench-{}", self.rng.next()),
+        });
+        match g.slot {
+            Slot::Personal => raw["target"] = json!("personal"),
+            Slot::Core => raw["target"] = json!("core"),
+            Slot::Project(i) => {
+                raw["target"] = json!("project");
+                raw["project_hint"] = json!(PROJECTS[i].1);
+            }
+        }
+        parse!(ImportMemoryInput, &raw)
+    }
+
+    /// Import generated memories in batches of [`IMPORT_BATCH`] (one
+    /// transaction each, `ToolService::run_batch`) until the store holds
+    /// `target`. A batch's memories share its store-clock minute; the clock
+    /// moves on by the batch's spacing after it.
+    async fn import_to(&mut self, target: usize, label: &str) -> Result<(), String> {
+        let mut window = Instant::now();
+        let mut reported = self.loaded / 10_000;
+        while self.loaded < target {
+            let n = IMPORT_BATCH.min(target - self.loaded);
+            let inputs = (0..n)
+                .map(|_| self.import_input())
+                .collect::<Result<Vec<_>, _>>()?;
+            let t = Instant::now();
+            let results = self
+                .tools
+                .run_batch::<tool::ImportMemory>(&self.writer, inputs)
+                .await
+                .map_err(|e| format!("import batch: {e}"))?;
+            self.bulk_time += t.elapsed();
+            let mut landed = 0;
+            for r in results {
+                let out = r.map_err(|e| format!("import_memory: {e}"))?;
+                if out.deduplicated == Some(true) || out.skipped {
+                    self.dedups += 1;
+                } else {
+                    landed += 1;
+                }
+            }
+            self.loaded += landed;
+            self.bulk_loaded += landed;
+            let spacing = self
+                .spacing_ms
+                .saturating_mul(i64::try_from(landed).unwrap_or(0));
+            self.store.clock().advance_ms(spacing);
+            if self.loaded / 10_000 > reported {
+                reported = self.loaded / 10_000;
+                eprintln!(
+                    "[{label}] {} memories; {:.0} writes/s since the last report",
+                    self.loaded,
+                    10_000.0 / window.elapsed().as_secs_f64()
+                );
+                window = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// `remember` until the store holds `target`; the latencies.
+    async fn remember_to(&mut self, target: usize, label: &str) -> Result<Vec<Duration>, String> {
         let mut lat = Vec::with_capacity(target.saturating_sub(self.loaded));
         let mut window = Instant::now();
         while self.loaded < target {
-            let Some(d) = self.write_one(via).await? else {
+            let Some(d) = self.remember_one().await? else {
                 continue;
             };
             lat.push(d);
-            match via {
-                Bulk::Remember => {
-                    self.remember_time += d;
-                    self.remembered += 1;
-                    if self.remembered == FIRST {
-                        self.first_2k = Some(self.remember_time);
-                    }
-                }
-                Bulk::Import => {
-                    self.bulk_time += d;
-                    self.bulk_loaded += 1;
-                }
+            self.remember_time += d;
+            self.remembered += 1;
+            if self.remembered == FIRST {
+                self.first_2k = Some(self.remember_time);
             }
             if self.loaded.is_multiple_of(10_000) {
                 eprintln!(
@@ -990,17 +1013,17 @@ async fn run_backend(
                 // From an empty store: the first 2,000 through remember.
                 let at_n = opts.at_n.min(size);
                 let first = FIRST.min(size - at_n);
-                bench.load_to(first, Bulk::Remember, label).await?;
-                bench.load_to(size - at_n, Bulk::Import, label).await?;
+                bench.remember_to(first, label).await?;
+                bench.import_to(size - at_n, label).await?;
                 bench
                     .store
                     .refresh_statistics()
                     .await
                     .map_err(|e| e.to_string())?;
-                bench.load_to(size, Bulk::Remember, label).await?
+                bench.remember_to(size, label).await?
             }
             Bulk::Remember => {
-                let lat = bench.load_to(size, Bulk::Remember, label).await?;
+                let lat = bench.remember_to(size, label).await?;
                 lat[lat.len().saturating_sub(opts.at_n)..].to_vec()
             }
         };
@@ -1043,7 +1066,7 @@ async fn run_backend(
         };
         let (bulk, bulk_rate) = match opts.bulk {
             Bulk::Import => (
-                "import_memory",
+                "import_memory in batches of 500",
                 bench.bulk_loaded as f64 / bench.bulk_time.as_secs_f64(),
             ),
             Bulk::Remember => (
@@ -1210,7 +1233,7 @@ async fn run(opts: Options) -> Result<(), String> {
         briefings(opts.queries),
         match opts.bulk {
             Bulk::Import =>
-                "import_memory (the first 2,000 and the last --remembers-at-n before each size via remember)",
+                "import_memory in batches of 500, one transaction each (the first 2,000 and the last --remembers-at-n before each size via remember)",
             Bulk::Remember => "remember",
         },
         opts.spacing_minutes

@@ -170,6 +170,21 @@ impl Importer {
         source_hash: &str,
         extra: &[(&str, Value)],
     ) -> Result<Option<MemoryId>, ToolError> {
+        let input = self.import_input(content, kind, target, source_hash, extra);
+        let out: ImportMemoryOutput = self.run::<tool::ImportMemory>(&input).await?;
+        self.count(&out);
+        Ok(out.memory_id)
+    }
+
+    /// The `import_memory` input of one memory.
+    fn import_input(
+        &self,
+        content: &str,
+        kind: MemoryKind,
+        target: ImportTarget,
+        source_hash: &str,
+        extra: &[(&str, Value)],
+    ) -> Value {
         let mut input = json!({
             "content": content,
             "kind": kind.as_str(),
@@ -183,7 +198,11 @@ impl Importer {
         for (k, v) in extra {
             input[*k] = v.clone();
         }
-        let out: ImportMemoryOutput = self.run::<tool::ImportMemory>(&input).await?;
+        input
+    }
+
+    /// Count one import's outcome.
+    fn count(&mut self, out: &ImportMemoryOutput) {
         if out.skipped {
             self.summary.memories_skipped += 1;
         } else if out.deduplicated == Some(true) {
@@ -191,7 +210,54 @@ impl Importer {
         } else {
             self.summary.memories_imported += 1;
         }
-        Ok(out.memory_id)
+    }
+
+    /// Import many memories in one transaction (each in its own savepoint:
+    /// a refused one is reported with its label and the others land).
+    /// `pending` is emptied.
+    async fn import_batch(&mut self, pending: &mut Vec<(String, Value)>) {
+        let mut labels = Vec::with_capacity(pending.len());
+        let mut inputs = Vec::with_capacity(pending.len());
+        for (label, raw) in pending.drain(..) {
+            match parse_input(&raw) {
+                Ok(input) => {
+                    labels.push(label);
+                    inputs.push(input);
+                }
+                Err(e) => self
+                    .summary
+                    .errors
+                    .push(format!("{label}: {}", describe(&e))),
+            }
+        }
+        if inputs.is_empty() {
+            return;
+        }
+        match self
+            .tools
+            .run_batch::<tool::ImportMemory>(&self.caller, inputs)
+            .await
+        {
+            Ok(results) => {
+                for (label, result) in labels.into_iter().zip(results) {
+                    match result {
+                        Ok(out) => self.count(&out),
+                        Err(e) => self
+                            .summary
+                            .errors
+                            .push(format!("{label}: {}", describe(&e))),
+                    }
+                }
+            }
+            Err(e) => {
+                // The batch's transaction failed: none of it was written.
+                for label in labels {
+                    self.summary
+                        .errors
+                        .push(format!("{label}: {}", describe(&e)));
+                }
+            }
+        }
     }
 
     /// Attach entities to an imported memory: `remember` the identical
@@ -264,9 +330,13 @@ impl Importer {
     }
 }
 
-/// Import our own JSONL export.
+/// Memories imported per transaction (one commit, one fsync).
+const IMPORT_BATCH: usize = 500;
+
+/// Import our own JSONL export, in batches of [`IMPORT_BATCH`].
 async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportTargetArg>) {
     imp.summary.format = "zm";
+    let mut pending: Vec<(String, Value)> = Vec::with_capacity(IMPORT_BATCH);
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         if raw.trim().is_empty() {
@@ -309,12 +379,13 @@ async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportTargetAr
                 json!(a.chars().take(200).collect::<String>()),
             ));
         }
-        if let Err(e) = imp.import(&m.content, m.kind, to, &hash, &extra).await {
-            imp.summary
-                .errors
-                .push(format!("line {line}: memory {}: {}", m.id, describe(&e)));
+        let input = imp.import_input(&m.content, m.kind, to, &hash, &extra);
+        pending.push((format!("line {line}: memory {}", m.id), input));
+        if pending.len() >= IMPORT_BATCH {
+            imp.import_batch(&mut pending).await;
         }
     }
+    imp.import_batch(&mut pending).await;
 }
 
 /// Import the JSONL file of `@modelcontextprotocol/server-memory`.

@@ -51,7 +51,15 @@ pub struct Cx<'a> {
     pub caller: &'a Caller,
     store: &'a Store,
     access: Access,
-    tx: Option<Transaction<'static, Any>>,
+    tx: TxSlot<'a>,
+}
+
+/// The write transaction of a call: not begun yet, the call's own, or a
+/// batch's (the call runs inside a savepoint of it).
+enum TxSlot<'a> {
+    Unopened,
+    Own(Transaction<'static, Any>),
+    Batch(&'a mut AnyConnection),
 }
 
 impl<'a> Cx<'a> {
@@ -60,7 +68,22 @@ impl<'a> Cx<'a> {
             caller,
             store,
             access,
-            tx: None,
+            tx: TxSlot::Unopened,
+        }
+    }
+
+    /// A call inside a batch's transaction.
+    fn in_batch(
+        store: &'a Store,
+        caller: &'a Caller,
+        access: Access,
+        conn: &'a mut AnyConnection,
+    ) -> Self {
+        Cx {
+            caller,
+            store,
+            access,
+            tx: TxSlot::Batch(conn),
         }
     }
 
@@ -71,18 +94,22 @@ impl<'a> Cx<'a> {
             tracing::error!(target: "zm_store", "a read tool asked for a write transaction");
             return Err(ToolError::internal());
         }
-        let tx = match &mut self.tx {
-            Some(tx) => tx,
-            slot => slot.insert(self.store.write_tx().await?),
-        };
-        Ok(&mut **tx)
+        if matches!(self.tx, TxSlot::Unopened) {
+            self.tx = TxSlot::Own(self.store.write_tx().await?);
+        }
+        match &mut self.tx {
+            TxSlot::Own(tx) => Ok(&mut **tx),
+            TxSlot::Batch(conn) => Ok(&mut **conn),
+            TxSlot::Unopened => Err(ToolError::internal()),
+        }
     }
 
+    /// Commit the call's own transaction (a batch commits its own).
     async fn commit(self) -> Result<(), ToolError> {
         use crate::db::DbResult;
         match self.tx {
-            Some(tx) => tx.commit().await.db("commit"),
-            None => Ok(()),
+            TxSlot::Own(tx) => tx.commit().await.db("commit"),
+            TxSlot::Unopened | TxSlot::Batch(_) => Ok(()),
         }
     }
 }
@@ -147,6 +174,69 @@ impl ToolService {
         };
         self.metrics.record(T::TOOL, caller, &result, started);
         result
+    }
+
+    /// Run many calls of one write tool in **one** transaction (one commit,
+    /// one fsync): each call inside its own savepoint, so a refused call
+    /// (validation, the content guard, a quota) leaves nothing and the
+    /// others still land. Each call is authorised, audited (in the batch's
+    /// transaction) and measured like a single call. The outer `Err` means
+    /// the batch's transaction itself failed: then nothing of it was
+    /// written. Read tools are refused (`internal`): they need no batch.
+    pub async fn run_batch<T: Handler>(
+        &self,
+        caller: &Caller,
+        inputs: Vec<T::Input>,
+    ) -> Result<Vec<Result<T::Output, ToolError>>, ToolError> {
+        use crate::db::DbResult;
+        let access = T::TOOL.access();
+        if access == Access::Read {
+            tracing::error!(target: "zm_store", tool = T::NAME, "a read tool was batched");
+            return Err(ToolError::internal());
+        }
+        if let Err(e) = authorize(caller, T::TOOL) {
+            let started = Instant::now();
+            let refused: Result<T::Output, ToolError> = Err(e.clone());
+            for _ in &inputs {
+                self.metrics.record(T::TOOL, caller, &refused, started);
+            }
+            return Ok(inputs.iter().map(|_| Err(e.clone())).collect());
+        }
+        let mut tx = self.store.write_tx().await?;
+        let mut results = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let started = Instant::now();
+            let payload = audit_payload(&serde_json::to_value(&input).unwrap_or(Value::Null));
+            sqlx::query("SAVEPOINT zm_batch_item")
+                .execute(&mut *tx)
+                .await
+                .db("savepoint")?;
+            let result = {
+                let mut cx = Cx::in_batch(&self.store, caller, access, &mut tx);
+                T::handle(&self.store, &mut cx, input).await
+            };
+            if result.is_err() {
+                sqlx::query("ROLLBACK TO SAVEPOINT zm_batch_item")
+                    .execute(&mut *tx)
+                    .await
+                    .db("rollback to savepoint")?;
+            }
+            let entry = AuditEntry {
+                command: T::NAME,
+                payload,
+                outcome: result.as_ref().map(|_| ()),
+                duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            };
+            self.store.audit_in(&mut tx, caller, &entry).await?;
+            sqlx::query("RELEASE SAVEPOINT zm_batch_item")
+                .execute(&mut *tx)
+                .await
+                .db("release savepoint")?;
+            self.metrics.record(T::TOOL, caller, &result, started);
+            results.push(result);
+        }
+        tx.commit().await.db("commit batch")?;
+        Ok(results)
     }
 
     async fn call_json<T: Handler>(
