@@ -281,6 +281,7 @@ class ZeroMemory:
         if pin is not None:
             args["project_hint"] = PROJECTS[pin]
         res = await client.call_tool("recall", args)
+        self.last = ("recall", res)
         if res.is_error:
             return [], first_text(res)
         return [h["id"] for h in (res.structured_content or {}).get("memories", [])], None
@@ -321,6 +322,7 @@ class ServerMemory:
 
     async def recall(self, client: Client, query: str, pin: int | None) -> tuple[list[str], str | None]:
         res = await client.call_tool("search_nodes", {"query": query})
+        self.last = ("search_nodes", res)
         if res.is_error:
             return [], first_text(res)
         data = res.structured_content
@@ -384,6 +386,8 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
 
         rec: list[float] = []
         rec_verbatim: list[float] = []
+        validate: list[float] = []
+        resp_sizes: list[float] = []
         ranks: list[int | None] = []
         for i in range(args.recalls):
             if i % 2 == 0 and stored:
@@ -396,6 +400,14 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
             ids, err = await adapter.recall(client, q, pin)
             d = 1000 * (time.perf_counter() - t)
             rec.append(d)
+            # What the SDK spends re-checking the result against the tool's
+            # outputSchema (call_tool does it once inside the timed call).
+            name, res = adapter.last
+            if not res.is_error:
+                t = time.perf_counter()
+                await client.session.validate_tool_result(name, res)
+                validate.append(1000 * (time.perf_counter() - t))
+                resp_sizes.append(len(res.model_dump_json(by_alias=True, exclude_none=True)))
             if err is not None:
                 errors.append(f"recall {q!r}: {err[:300]}")
                 continue
@@ -430,6 +442,8 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
         "recall_p50": p50(rec),
         "recall_p99": pct(rec, 99),
         "recall_verbatim_p50": p50(rec_verbatim),
+        "recall_sdk_validate_p50": p50(validate),
+        "recall_response_kib_p50": p50(resp_sizes) / 1024,
         "verbatim_queries": len(ranks),
         "hit_at_10": hits / len(ranks) if ranks else None,
         "mrr_at_10": sum(1 / r for r in ranks if r is not None) / len(ranks) if ranks else None,
@@ -457,6 +471,8 @@ def report(r: dict[str, Any]) -> None:
         (f"hit@10 / MRR@10 ({r['verbatim_queries']} verbatim-span queries)",
          f"{r['hit_at_10']:.3f} / {r['mrr_at_10']:.3f}" if r["hit_at_10"] is not None else "n/a"),
         ("ping p50 (after load; before load)", f"{ping:.3f} ms; {r['ping_p50_before_load']:.3f} ms"),
+        ("client: SDK outputSchema validation of one recall result, p50", f"{r['recall_sdk_validate_p50']:.2f} ms"),
+        ("recall result size p50 (the whole CallToolResult as JSON)", f"{r['recall_response_kib_p50']:.1f} KiB"),
         ("recall p50 / ping p50", f"{r['recall_p50'] / ping:.1f}x"),
         ("recall p99 / ping p50", f"{r['recall_p99'] / ping:.1f}x"),
         ("remember p50 / ping p50", f"{r['remember_p50'] / ping:.1f}x"),
