@@ -387,6 +387,7 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
         rec: list[float] = []
         rec_verbatim: list[float] = []
         validate: list[float] = []
+        spans: list[dict[str, Any]] = []
         resp_sizes: list[float] = []
         ranks: list[int | None] = []
         for i in range(args.recalls):
@@ -414,6 +415,7 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
             if target is not None:
                 rec_verbatim.append(d)
                 ranks.append(ids.index(target) + 1 if target in ids[:10] else None)
+                spans.append({"query": q, "words": len(q.split()), "rank": ranks[-1], "hits": len(ids)})
 
         pings = []
         for _ in range(args.pings):
@@ -447,6 +449,11 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
         "verbatim_queries": len(ranks),
         "hit_at_10": hits / len(ranks) if ranks else None,
         "mrr_at_10": sum(1 / r for r in ranks if r is not None) / len(ranks) if ranks else None,
+        "hit_at_10_by_words": {
+            n: sum(1 for x in spans if x["words"] == n and x["rank"]) / max(1, sum(1 for x in spans if x["words"] == n))
+            for n in (2, 3, 4)
+        },
+        "verbatim_spans": spans,
         "ping_p50": p50(pings),
         "ping_p50_before_load": p50(ping_before),
         "ping_p99": pct(pings, 99),
@@ -470,6 +477,8 @@ def report(r: dict[str, Any]) -> None:
         (f"recall p50 / p99 ({r['recalls']} queries)", f"{r['recall_p50']:.2f} / {r['recall_p99']:.2f} ms"),
         (f"hit@10 / MRR@10 ({r['verbatim_queries']} verbatim-span queries)",
          f"{r['hit_at_10']:.3f} / {r['mrr_at_10']:.3f}" if r["hit_at_10"] is not None else "n/a"),
+        ("hit@10 by span length: 2 / 3 / 4 words",
+         " / ".join(f"{r['hit_at_10_by_words'][n]:.2f}" for n in (2, 3, 4))),
         ("ping p50 (after load; before load)", f"{ping:.3f} ms; {r['ping_p50_before_load']:.3f} ms"),
         ("client: SDK outputSchema validation of one recall result, p50", f"{r['recall_sdk_validate_p50']:.2f} ms"),
         ("recall result size p50 (the whole CallToolResult as JSON)", f"{r['recall_response_kib_p50']:.1f} KiB"),
