@@ -13,7 +13,9 @@ What it does, over one stdio connection (the SDK spawns the server):
    and libraries, 60-250 characters, seeded RNG), a mix of scopes: `core`,
    `personal` and three projects through `project_hint`;
 3. `--recalls` recalls of 2-4 words: half are a verbatim span of 2-4 words
-   from a random stored memory (that memory is the target: hit@10 and MRR),
+   from a random stored memory, searched over every visible scope
+   (`scopes: ["*"]`; that memory is the target: hit@10 and MRR, next to an
+   exact-phrase oracle's, since a span of common words is in many memories),
    half are vocabulary words (half of those pinned to a project);
 4. `--pings` `ping` round trips on the same client;
 5. the server's peak RSS (VmHWM of the spawned process, from /proc).
@@ -179,6 +181,12 @@ def vocab_query(r: random.Random) -> str:
 
 
 WORD = re.compile(r"^[^\w`]+|[^\w`]+$")
+NON_WORD = re.compile(r"[^\w`]+")
+
+
+def phrase_key(text: str) -> str:
+    """Lower case, punctuation runs as one space, padded: for phrase containment."""
+    return " " + NON_WORD.sub(" ", text.lower()).strip() + " "
 
 
 def verbatim_span(r: random.Random, content: str) -> str:
@@ -277,9 +285,14 @@ class ZeroMemory:
         return out.get("memory_id"), bool(out.get("deduplicated")), None
 
     async def recall(self, client: Client, query: str, pin: int | None) -> tuple[list[str], str | None]:
+        # Unpinned reads name every visible scope: a `project_hint` write or
+        # read attaches the session to that project, and a recall without a
+        # pin or `scopes` then reads only that project (plus core, personal).
         args: dict[str, Any] = {"query": query, "k": 10}
         if pin is not None:
             args["project_hint"] = PROJECTS[pin]
+        else:
+            args["scopes"] = ["*"]
         res = await client.call_tool("recall", args)
         self.last = ("recall", res)
         if res.is_error:
@@ -415,7 +428,7 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
             if target is not None:
                 rec_verbatim.append(d)
                 ranks.append(ids.index(target) + 1 if target in ids[:10] else None)
-                spans.append({"query": q, "words": len(q.split()), "rank": ranks[-1], "hits": len(ids)})
+                spans.append({"query": q, "words": len(q.split()), "rank": ranks[-1], "hits": len(ids), "target": target, "top": ids[:3]})
 
         pings = []
         for _ in range(args.pings):
@@ -426,6 +439,15 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
         rss = {p: vm_kib(p, "VmRSS") for p in server_pids}
 
     hits = sum(1 for r in ranks if r is not None)
+    # How ambiguous each span is: the stored memories that contain it as a
+    # phrase. An exact-phrase oracle that breaks ties at random finds the
+    # target in its top 10 with probability min(1, 10 / containing).
+    keys = [phrase_key(c) for _, c in stored]
+    for x in spans:
+        q = phrase_key(x["query"])
+        x["containing"] = sum(1 for k in keys if q in k)
+    oracle = sum(min(1.0, 10 / x["containing"]) for x in spans if x["containing"]) / max(1, len(spans))
+    distinct = [x for x in spans if 0 < x["containing"] <= 10]
     return {
         "server": adapter.name,
         "memories": args.memories,
@@ -453,6 +475,9 @@ async def run(adapter: Any, args: argparse.Namespace) -> dict[str, Any]:
             n: sum(1 for x in spans if x["words"] == n and x["rank"]) / max(1, sum(1 for x in spans if x["words"] == n))
             for n in (2, 3, 4)
         },
+        "oracle_hit_at_10": oracle,
+        "distinct_spans": len(distinct),
+        "distinct_spans_hit": sum(1 for x in distinct if x["rank"]),
         "verbatim_spans": spans,
         "ping_p50": p50(pings),
         "ping_p50_before_load": p50(ping_before),
@@ -479,6 +504,9 @@ def report(r: dict[str, Any]) -> None:
          f"{r['hit_at_10']:.3f} / {r['mrr_at_10']:.3f}" if r["hit_at_10"] is not None else "n/a"),
         ("hit@10 by span length: 2 / 3 / 4 words",
          " / ".join(f"{r['hit_at_10_by_words'][n]:.2f}" for n in (2, 3, 4))),
+        ("exact-phrase oracle hit@10 (ties broken at random)", f"{r['oracle_hit_at_10']:.3f}"),
+        ("spans found in at most 10 memories: hit by the server",
+         f"{r['distinct_spans_hit']} of {r['distinct_spans']}"),
         ("ping p50 (after load; before load)", f"{ping:.3f} ms; {r['ping_p50_before_load']:.3f} ms"),
         ("client: SDK outputSchema validation of one recall result, p50", f"{r['recall_sdk_validate_p50']:.2f} ms"),
         ("recall result size p50 (the whole CallToolResult as JSON)", f"{r['recall_response_kib_p50']:.1f} KiB"),
