@@ -14,8 +14,8 @@
 //! * per surface (REST `/api/tools/{name}`, then MCP over Streamable HTTP
 //!   `/mcp`, one session per client): `--clients` closed-loop clients for
 //!   `--warmup` + `--duration` seconds, `--recall-pct` % `recall` (half
-//!   pinned to a project) and the rest `remember`; only calls started after
-//!   the warm-up are counted;
+//!   pinned to a project, half over `scopes: ["*"]`) and the rest
+//!   `remember`; only calls started after the warm-up are counted;
 //! * restarts the server (SIGTERM, then `serve` again) and checks that every
 //!   acknowledged `remember` (warm-up included) is there
 //!   (`GET /api/memories/{id}`);
@@ -578,8 +578,13 @@ async fn client_loop(
         let recall = rng.below(100) < recall_pct;
         let (tool, args) = if recall {
             let mut args = json!({"query": query(&mut rng), "k": 10});
+            // Unpinned reads name every visible scope: over /mcp a
+            // `project_hint` remember attaches the session to that project,
+            // and a bare recall would then read only that project.
             if rng.below(2) == 0 {
                 args["project_hint"] = json!(PROJECTS[rng.below(PROJECTS.len())].1);
+            } else {
+                args["scopes"] = json!(["*"]);
             }
             ("recall", args)
         } else {
@@ -905,7 +910,7 @@ async fn run_in(opts: &Options, binary: PathBuf, dir: &Path) -> Result<(), Strin
 
     println!();
     println!(
-        "zero-memory HTTP load — {}; {} memories preloaded; {} clients, closed loop, {}% recall (k = 10, half pinned) / {}% remember; {} s warm-up + {} s measured per surface; server and load generator on the same machine ({} CPUs)",
+        "zero-memory HTTP load — {}; {} memories preloaded; {} clients, closed loop, {}% recall (k = 10; half pinned by project_hint, half over scopes [*]) / {}% remember; {} s warm-up + {} s measured per surface; server and load generator on the same machine ({} CPUs)",
         version.trim(),
         opts.memories,
         opts.clients,
