@@ -110,14 +110,14 @@ impl Options {
                         number(value()?)?
                             .try_into()
                             .map_err(|e| format!("{a}: {e}"))?,
-                    )
+                    );
                 }
                 "--warmup" => {
                     o.warmup = Duration::from_secs(
                         number(value()?)?
                             .try_into()
                             .map_err(|e| format!("{a}: {e}"))?,
-                    )
+                    );
                 }
                 "--recall-pct" => o.recall_pct = number(value()?)?.min(100),
                 "--surfaces" => {
