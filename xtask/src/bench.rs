@@ -231,17 +231,17 @@ impl Options {
 // ------------------------------------------------------------ generation
 
 /// SplitMix64: a small deterministic generator (same data on every run).
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         usize::try_from(self.next() % n as u64).expect("below n, a usize")
     }
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
@@ -447,7 +447,7 @@ const STYLES: &[&str] = &[
 const LANGUAGES: &[&str] = &["Rust", "TypeScript", "Python", "Go", "SQL"];
 
 /// The three projects: (slug, the hint an agent would pass).
-const PROJECTS: &[(&str, &str)] = &[
+pub(crate) const PROJECTS: &[(&str, &str)] = &[
     ("atlas", "/home/dev/src/atlas"),
     ("billing", "git@github.com:acme/billing.git"),
     ("webshop", "https://github.com/acme/webshop"),
@@ -455,17 +455,17 @@ const PROJECTS: &[(&str, &str)] = &[
 
 /// Where a memory goes.
 #[derive(Debug, Clone, Copy)]
-enum Slot {
+pub(crate) enum Slot {
     Personal,
     Core,
     Project(usize),
 }
 
-struct Generated {
-    content: String,
-    kind: &'static str,
-    slot: Slot,
-    entities: Option<Vec<String>>,
+pub(crate) struct Generated {
+    pub(crate) content: String,
+    pub(crate) kind: &'static str,
+    pub(crate) slot: Slot,
+    pub(crate) entities: Option<Vec<String>>,
 }
 
 fn ticket(r: &mut Rng) -> String {
@@ -477,7 +477,7 @@ fn version(r: &mut Rng) -> String {
     format!("{}.{}.{}", r.range(0, 4), r.range(0, 30), r.range(0, 12))
 }
 
-fn generate(r: &mut Rng) -> Generated {
+pub(crate) fn generate(r: &mut Rng) -> Generated {
     let slot = match r.below(20) {
         0..=2 => Slot::Personal,
         3..=5 => Slot::Core,
@@ -634,7 +634,7 @@ fn generate(r: &mut Rng) -> Generated {
 }
 
 /// A 1–4 word query drawn from the same vocabulary.
-fn query(r: &mut Rng) -> String {
+pub(crate) fn query(r: &mut Rng) -> String {
     let mut words: Vec<String> = Vec::new();
     for _ in 0..r.range(1, 4) {
         let w = match r.below(6) {
@@ -669,12 +669,12 @@ fn query(r: &mut Rng) -> String {
 
 // ------------------------------------------------------------ measuring
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 /// Nearest-rank percentile of sorted samples.
-fn pct(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }

@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
 mod bench;
+mod bench_http;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -14,7 +15,10 @@ commands:
              bumped enough for the changes)
   bench      store benchmark in release mode: remember throughput, recall
              and briefing latency, database size at 10k and 100k memories
-             (SQLite; PostgreSQL with --postgres URL); --help for options";
+             (SQLite; PostgreSQL with --postgres URL); --help for options
+  bench-http concurrent HTTP load on the release `zero-memory serve`:
+             64 clients, 90% recall / 10% remember, over REST and /mcp;
+             throughput, p50/p99, errors, lost writes; --help for options";
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1);
@@ -26,6 +30,14 @@ fn main() -> ExitCode {
         Some("bench-run") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             bench::bench_run(&args)
+        }
+        Some("bench-http") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench_http::bench_http(&args)
+        }
+        Some("bench-http-run") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench_http::bench_http_run(&args)
         }
         Some("check") => {
             let mut failed = false;
