@@ -105,6 +105,12 @@ async fn connection(
     limits: ConnLimits,
     draining: CancellationToken,
 ) {
+    // Without TCP_NODELAY a response written in parts (the MCP event
+    // stream: headers, then the event) waits on Nagle's algorithm for the
+    // client's delayed ACK: ~40 ms per `/mcp` request.
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(target: "zm_http", %peer, error = %e, "cannot set TCP_NODELAY");
+    }
     let body_timeout = limits.body_timeout;
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let mut req = req.map(|body| Body::new(DeadlineBody::new(body_timeout, body)));
