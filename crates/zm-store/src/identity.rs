@@ -800,32 +800,11 @@ impl Store {
 mod tests {
     use super::*;
     use crate::oauth::{CodeExchange, IssuedTokens, NewCode};
+    use crate::testing::{sqlite_store as store, stores};
 
     const REDIRECT: &str = "http://127.0.0.1:5000/cb";
     const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
     const PASSWORD: &str = "correct horse battery staple";
-
-    async fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::sqlite_url(&dir.path().join("zm.db")))
-            .await
-            .unwrap();
-        (dir, store)
-    }
-
-    /// A fresh SQLite store, and the PostgreSQL database of
-    /// `ZM_TEST_DATABASE_URL` when it is set (shared: unique emails).
-    async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, Store)> {
-        let (dir, sqlite) = store().await;
-        let mut out = vec![("sqlite", Some(dir), sqlite)];
-        if let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        {
-            out.push(("postgres", None, Store::open(&url).await.unwrap()));
-        }
-        out
-    }
 
     fn email(name: &str) -> String {
         format!("{name}-{}@example.com", random_secret(10).to_lowercase())

@@ -27,6 +27,8 @@ pub mod service;
 pub mod similarity;
 mod sql;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod threads;
 pub mod transfer;
 

@@ -498,24 +498,8 @@ mod tests {
     use serde_json::{Value, json};
     use zm_contracts::ToolName;
 
+    use crate::testing::stores;
     use crate::{Caller, Store, ToolService};
-
-    /// A fresh SQLite store, and the PostgreSQL database of
-    /// `ZM_TEST_DATABASE_URL` when it is set (shared: unique emails).
-    async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, Store)> {
-        let dir = tempfile::tempdir().unwrap();
-        let sqlite = Store::open(&crate::sqlite_url(&dir.path().join("zm.db")))
-            .await
-            .unwrap();
-        let mut out = vec![("sqlite", Some(dir), sqlite)];
-        if let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        {
-            out.push(("postgres", None, Store::open(&url).await.unwrap()));
-        }
-        out
-    }
 
     async fn call(store: &Store, caller: &Caller, tool: &str, args: &Value) -> Value {
         ToolService::new(store.clone())

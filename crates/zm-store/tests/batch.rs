@@ -22,17 +22,6 @@ fn import(content: &str, hash: &str) -> ImportMemoryInput {
     .expect("a valid import")
 }
 
-/// How many memories the caller owns.
-async fn owned(store: &Store, caller: &Caller, label: &str) -> u64 {
-    ok(
-        call(store, caller, "export_memories", json!({})).await,
-        label,
-        "export",
-    )["count"]
-        .as_u64()
-        .expect("count")
-}
-
 fn audited(rows: &[Value]) -> Vec<String> {
     let mut v: Vec<String> = rows
         .iter()

@@ -8,21 +8,10 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use zm_contracts::ErrorCode;
-use zm_store::{Caller, Limits, Store};
+use zm_store::{Limits, Store};
 
 /// The free-text limit, in characters.
 const LIMIT: usize = 65_536;
-
-/// How many memories the caller has, in every scope.
-async fn memory_count(store: &Store, caller: &Caller, label: &str) -> u64 {
-    ok(
-        call(store, caller, "export_memories", json!({})).await,
-        label,
-        "export",
-    )["count"]
-        .as_u64()
-        .expect("count")
-}
 
 /// A refusal names exactly `fields`, each with the default limit.
 fn assert_names(e: &zm_contracts::ToolError, fields: &[&str], label: &str, what: &str) {
@@ -99,7 +88,7 @@ backend_tests! {
             "both over the limit",
         );
         assert_names(&e, &["content", "verbatim"], label, "both");
-        assert_eq!(memory_count(&store, &caller, label).await, 0, "[{label}] nothing written");
+        assert_eq!(owned(&store, &caller, label).await, 0, "[{label}] nothing written");
 
         // The limit is in characters: 65,536 two-byte characters fit.
         let at_limit = "é".repeat(LIMIT);
@@ -108,7 +97,7 @@ backend_tests! {
             label,
             "content at the limit",
         );
-        assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
+        assert_eq!(owned(&store, &caller, label).await, 1, "[{label}] written");
     }
 
     /// `import_memory` refuses a `content` or `verbatim` over the limit and
@@ -143,7 +132,7 @@ backend_tests! {
             "import verbatim over the limit",
         );
         assert_names(&e, &["verbatim"], label, "import verbatim");
-        assert_eq!(memory_count(&store, &caller, label).await, 0, "[{label}] nothing written");
+        assert_eq!(owned(&store, &caller, label).await, 0, "[{label}] nothing written");
 
         let out = ok(
             call(&store, &caller, "import_memory", import("b".repeat(LIMIT), None)).await,
@@ -151,7 +140,7 @@ backend_tests! {
             "import at the limit",
         );
         assert_eq!(out["skipped"], json!(false), "[{label}] the refused import left no ledger row");
-        assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
+        assert_eq!(owned(&store, &caller, label).await, 1, "[{label}] written");
     }
 
     /// The operator's `max_text_chars` is the limit every write obeys: one
@@ -196,7 +185,7 @@ backend_tests! {
             "import verbatim over the configured limit",
         );
         assert_names_limit(&e, &["verbatim"], CONFIGURED, label, "configured import");
-        assert_eq!(memory_count(&store, &caller, label).await, 0, "[{label}] nothing written");
+        assert_eq!(owned(&store, &caller, label).await, 0, "[{label}] nothing written");
         ok(
             remember(
                 &store,
@@ -207,6 +196,6 @@ backend_tests! {
             label,
             "content at the configured limit",
         );
-        assert_eq!(memory_count(&store, &caller, label).await, 1, "[{label}] written");
+        assert_eq!(owned(&store, &caller, label).await, 1, "[{label}] written");
     }
 }

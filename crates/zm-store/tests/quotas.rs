@@ -10,17 +10,6 @@ use serde_json::json;
 use zm_contracts::ErrorCode;
 use zm_store::{Caller, Limits, Store};
 
-/// How many memories the caller owns, forgotten ones included.
-async fn owned(store: &Store, caller: &Caller, label: &str) -> u64 {
-    ok(
-        call(store, caller, "export_memories", json!({})).await,
-        label,
-        "export",
-    )["count"]
-        .as_u64()
-        .expect("count")
-}
-
 /// The usage row's memory count (0 without a row).
 async fn usage_memories(store: &Store, caller: &Caller) -> u64 {
     store

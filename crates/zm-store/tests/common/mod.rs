@@ -458,3 +458,15 @@ pub(crate) fn fake_secrets() -> Vec<(&'static str, String)> {
         ),
     ]
 }
+
+/// How many memories the caller can export (the first page: tests keep
+/// fewer than a page), forgotten ones included.
+pub(crate) async fn owned(store: &Store, caller: &Caller, label: &str) -> u64 {
+    ok(
+        call(store, caller, "export_memories", serde_json::json!({})).await,
+        label,
+        "export",
+    )["count"]
+        .as_u64()
+        .expect("count")
+}
