@@ -3,6 +3,8 @@
 //! connection over the cap is refused. The tests wait for each outcome with
 //! a generous patience; none depends on how fast the machine is.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,7 +12,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use zm_http::{ConnLimits, HttpConfig};
-use zm_store::Store;
 
 /// How long to wait for an outcome before failing (never for speed).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -18,50 +19,29 @@ const PATIENCE: Duration = Duration::from_secs(60);
 struct Server {
     addr: SocketAddr,
     token: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    running: common::Running,
     _dir: tempfile::TempDir,
 }
 
 async fn start(limits: ConnLimits) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
-        .await
-        .unwrap();
-    let a = store
-        .create_user("a@example.com", "password-a-123")
-        .await
-        .unwrap();
-    let (_, token) = store
-        .create_token(&a.id, None, &["mcp:read", "mcp:write"])
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cfg = HttpConfig::local(&format!("http://{addr}"));
+    let (dir, store) = common::store().await;
+    let a = common::user(&store, "a").await;
+    let token = common::token(&store, &a, None, &["mcp:read", "mcp:write"]).await;
+    let (listener, addr, base) = common::listen().await;
+    let cfg = HttpConfig::local(&base);
     let cancel = CancellationToken::new();
     let app = zm_http::router(store, cfg, cancel.clone());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
-        let _ = rx.await;
-    }));
     Server {
         addr,
         token,
-        stop: Some(tx),
-        task,
+        running: common::serve(listener, app, limits, cancel),
         _dir: dir,
     }
 }
 
 impl Server {
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(PATIENCE, self.task)
-            .await
-            .expect("the server stops")
-            .unwrap()
-            .unwrap();
+    async fn stop(self) {
+        self.running.stop().await;
     }
 }
 

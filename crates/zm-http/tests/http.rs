@@ -1,6 +1,6 @@
 //! zm-http over real HTTP on loopback.
 
-use std::net::SocketAddr;
+mod common;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -10,8 +10,7 @@ use zm_store::Store;
 struct Server {
     base: String,
     store: Store,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    running: common::Running,
     _dir: tempfile::TempDir,
     rw_a: String,
     ro_a: String,
@@ -20,48 +19,23 @@ struct Server {
 }
 
 async fn start_with(extra: impl FnOnce(axum::Router, zm_http::AppState) -> axum::Router) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
-        .await
-        .unwrap();
-    let a = store
-        .create_user("a@example.com", "password-a-123")
-        .await
-        .unwrap();
-    let b = store
-        .create_user("b@example.com", "password-b-123")
-        .await
-        .unwrap();
-    let (_, rw_a) = store
-        .create_token(&a.id, Some("rw"), &["mcp:read", "mcp:write"])
-        .await
-        .unwrap();
-    let (_, ro_a) = store
-        .create_token(&a.id, Some("ro"), &["mcp:read"])
-        .await
-        .unwrap();
-    let (_, rw_b) = store
-        .create_token(&b.id, None, &["mcp:read", "mcp:write"])
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let base = format!("http://{addr}");
+    let (dir, store) = common::store().await;
+    let a = common::user(&store, "a").await;
+    let b = common::user(&store, "b").await;
+    let rw_a = common::token(&store, &a, Some("rw"), &["mcp:read", "mcp:write"]).await;
+    let ro_a = common::token(&store, &a, Some("ro"), &["mcp:read"]).await;
+    let rw_b = common::token(&store, &b, None, &["mcp:read", "mcp:write"]).await;
+    let (listener, _, base) = common::listen().await;
     let mut cfg = HttpConfig::local(&base);
     cfg.body_limit = 64 * 1024;
     let cancel = CancellationToken::new();
     let limits = cfg.conn_limits();
     let state = zm_http::state(store.clone(), cfg.clone());
     let app = extra(zm_http::router(store.clone(), cfg, cancel.clone()), state);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
-        let _ = rx.await;
-    }));
     Server {
         base,
         store,
-        stop: Some(tx),
-        task,
+        running: common::serve(listener, app, limits, cancel),
         _dir: dir,
         rw_a,
         ro_a,
@@ -152,9 +126,8 @@ impl Server {
         assert_eq!(s, 202);
         sid
     }
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap().unwrap();
+    async fn stop(self) {
+        self.running.stop().await;
     }
 }
 
@@ -608,9 +581,9 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
         .unwrap()
         .unwrap();
     let db = s._dir.path().join("t.db");
-    let (store, task, dir) = (s.store, s.task, s._dir);
+    let (store, mut running, dir) = (s.store, s.running, s._dir);
     signal_sent.store(true, Ordering::SeqCst);
-    s.stop.unwrap().send(()).unwrap();
+    running.signal();
     // The server has taken the signal once it refuses new connections.
     let base = s.base;
     let refusing = tokio::time::timeout(PATIENCE, async {
@@ -633,7 +606,7 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
 
     // The held writes keep the server from finishing its shutdown.
     assert!(
-        !task.is_finished(),
+        !running.is_finished(),
         "the server finished shutting down with writes in flight"
     );
     // Now let the held writes finish, during the shutdown.
@@ -643,7 +616,7 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
         .into_iter()
         .filter_map(|r| r.unwrap())
         .collect();
-    task.await.unwrap().unwrap();
+    running.stopped().await;
     let after_signal = acked.iter().filter(|(_, after)| *after).count();
     assert!(
         after_signal >= 1,

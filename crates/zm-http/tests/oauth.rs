@@ -2,7 +2,8 @@
 //! a browser-less client written here: register → authorize (read the
 //! sign-in page, post the form) → token → MCP and REST → refresh → replay.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::time::Duration;
 
 use base64::Engine;
@@ -23,8 +24,7 @@ struct Server {
     base: String,
     store: Store,
     user_id: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    running: common::Running,
     _dir: tempfile::TempDir,
     http: reqwest::Client,
     /// The rate limiter's clock: tests move it instead of sleeping.
@@ -32,18 +32,10 @@ struct Server {
 }
 
 async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
-        .await
-        .unwrap();
+    let (dir, store) = common::store().await;
     let a = store.create_user(EMAIL, PASSWORD).await.unwrap();
-    store
-        .create_user("b@example.com", "password-b-123")
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let base = format!("http://{addr}");
+    common::user(&store, "b").await;
+    let (listener, _, base) = common::listen().await;
     let mut cfg = HttpConfig::local(&base);
     edit(&mut cfg);
     let limits = cfg.conn_limits();
@@ -51,16 +43,11 @@ async fn start_with(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let state = zm_http::state(store.clone(), cfg);
     let clock = state.limiter.clock().clone();
     let app = zm_http::router_with_state(state, cancel.clone());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
-        let _ = rx.await;
-    }));
     Server {
         base,
         store,
         user_id: a.id,
-        stop: Some(tx),
-        task,
+        running: common::serve(listener, app, limits, cancel),
         _dir: dir,
         // A browser-less client: it follows no redirect, it reads them.
         http: reqwest::Client::builder()
@@ -385,9 +372,8 @@ impl Server {
         sid
     }
 
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap().unwrap();
+    async fn stop(self) {
+        self.running.stop().await;
     }
 }
 

@@ -2,13 +2,14 @@
 //! ending another's, ended by `DELETE` with 204, and no bookkeeping left
 //! behind by sessions that are gone.
 
+mod common;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use zm_http::HttpConfig;
 use zm_http::mcp::McpEndpoint;
-use zm_store::Store;
 
 /// How long to wait for a condition before failing (never for speed).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -17,35 +18,20 @@ struct Server {
     base: String,
     endpoint: McpEndpoint,
     tokens: Vec<String>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    running: common::Running,
     _dir: tempfile::TempDir,
     http: reqwest::Client,
 }
 
 /// A server with three users (a token each) and `edit`ed settings.
 async fn start(edit: impl FnOnce(&mut HttpConfig)) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
-        .await
-        .unwrap();
+    let (dir, store) = common::store().await;
     let mut tokens = Vec::new();
     for who in ["a", "b", "c"] {
-        let u = store
-            .create_user(
-                &format!("{who}@example.com"),
-                &format!("password-{who}-123"),
-            )
-            .await
-            .unwrap();
-        let (_, t) = store
-            .create_token(&u.id, None, &["mcp:read", "mcp:write"])
-            .await
-            .unwrap();
-        tokens.push(t);
+        let u = common::user(&store, who).await;
+        tokens.push(common::token(&store, &u, None, &["mcp:read", "mcp:write"]).await);
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (listener, _, base) = common::listen().await;
     let mut cfg = HttpConfig::local(&base);
     edit(&mut cfg);
     let limits = cfg.conn_limits();
@@ -53,16 +39,11 @@ async fn start(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let state = zm_http::state(store, cfg);
     let endpoint = McpEndpoint::new(&state, cancel.clone());
     let app = zm_http::router_with_mcp(state, endpoint.clone());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
-        let _ = rx.await;
-    }));
     Server {
         base,
         endpoint,
         tokens,
-        stop: Some(tx),
-        task,
+        running: common::serve(listener, app, limits, cancel),
         _dir: dir,
         http: reqwest::Client::new(),
     }
@@ -136,9 +117,8 @@ impl Server {
             .as_u16()
     }
 
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap().unwrap();
+    async fn stop(self) {
+        self.running.stop().await;
     }
 }
 

@@ -1,0 +1,107 @@
+//! The start-up every zm-http loopback test shares: a store on a fresh
+//! SQLite file, users with tokens, a listener on a free loopback port, and
+//! `zm_http::serve` running until the test stops it.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use zm_http::ConnLimits;
+use zm_store::{Store, User};
+
+/// How long a stopping server may take before the test fails (never a
+/// speed assertion: a generous bound).
+const STOP_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A store on a fresh SQLite file; keep the directory as long as the store.
+pub(crate) async fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+/// The user `<who>@example.com` (password `password-<who>-123`).
+pub(crate) async fn user(store: &Store, who: &str) -> User {
+    store
+        .create_user(
+            &format!("{who}@example.com"),
+            &format!("password-{who}-123"),
+        )
+        .await
+        .unwrap()
+}
+
+/// A personal access token of `user` with `scopes`.
+pub(crate) async fn token(
+    store: &Store,
+    user: &User,
+    name: Option<&str>,
+    scopes: &[&str],
+) -> String {
+    store.create_token(&user.id, name, scopes).await.unwrap().1
+}
+
+/// A listener on a free loopback port, and its base URL.
+pub(crate) async fn listen() -> (TcpListener, SocketAddr, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr, format!("http://{addr}"))
+}
+
+/// `zm_http::serve` running in a task.
+pub(crate) struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Serve `app` on `listener` until [`Running::stop`].
+pub(crate) fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: ConnLimits,
+    cancel: CancellationToken,
+) -> Running {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
+        let _ = rx.await;
+    }));
+    Running {
+        stop: Some(tx),
+        task,
+    }
+}
+
+impl Running {
+    /// Shut down gracefully; the server must stop without an error.
+    pub(crate) async fn stop(mut self) {
+        self.signal();
+        self.stopped().await;
+    }
+
+    /// Send the shutdown signal (the server stops taking connections and
+    /// finishes the requests in flight).
+    pub(crate) fn signal(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Has the server finished?
+    pub(crate) fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Wait for the server to finish; it must end without an error.
+    pub(crate) async fn stopped(self) {
+        tokio::time::timeout(STOP_PATIENCE, self.task)
+            .await
+            .expect("the server stops")
+            .unwrap()
+            .unwrap();
+    }
+}
