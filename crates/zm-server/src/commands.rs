@@ -167,13 +167,28 @@ fn tool(e: ToolError) -> anyhow::Error {
 /// Open (and migrate) the configured database. A SQLite database is
 /// created private (see [`crate::files`]).
 pub async fn open_store(cfg: &Config) -> anyhow::Result<Store> {
+    open_store_with(cfg, cfg.open_options()).await
+}
+
+/// [`open_store`] for `stdio`: one client per process, and a machine may
+/// run one such process per agent, so each keeps a small footprint — a
+/// few connections and no memory-mapped reads (mapped pages would count in
+/// every process's resident memory).
+async fn open_local_store(cfg: &Config) -> anyhow::Result<Store> {
+    let mut opts = cfg.open_options();
+    opts.max_connections = 4;
+    opts.sqlite_mmap_bytes = 0;
+    open_store_with(cfg, opts).await
+}
+
+async fn open_store_with(cfg: &Config, opts: zm_store::OpenOptions) -> anyhow::Result<Store> {
     crate::files::prepare_database(cfg).with_context(|| {
         format!(
             "cannot prepare the database {}",
             cfg.database_url_redacted()
         )
     })?;
-    Store::open_with(cfg.open_options())
+    Store::open_with(opts)
         .await
         .with_context(|| format!("cannot open the database {}", cfg.database_url_redacted()))
 }
@@ -274,7 +289,7 @@ async fn stdio_owner(store: &Store, cfg: &Config) -> anyhow::Result<(User, bool)
 }
 
 async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
-    let store = open_store(cfg).await?;
+    let store = open_local_store(cfg).await?;
     let (user, created) = match &args.user {
         Some(email) => (find_user(&store, email).await?, false),
         None => stdio_owner(&store, cfg).await?,

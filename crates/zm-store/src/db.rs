@@ -122,6 +122,10 @@ pub struct OpenOptions {
     pub sqlite_synchronous: String,
     /// The free-text limit and the storage quotas.
     pub limits: crate::Limits,
+    /// SQLite `mmap_size`: reads through the OS page cache instead of
+    /// `read(2)` copies. Mapped pages count in the process's resident
+    /// memory, once per connection that touched them.
+    pub sqlite_mmap_bytes: u64,
 }
 
 impl OpenOptions {
@@ -131,6 +135,7 @@ impl OpenOptions {
             max_connections: 8,
             sqlite_synchronous: "FULL".into(),
             limits: crate::Limits::default(),
+            sqlite_mmap_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -164,6 +169,7 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
     } else {
         "FULL"
     };
+    let mmap_bytes = opts.sqlite_mmap_bytes;
     let pool = AnyPoolOptions::new()
         .max_connections(opts.max_connections)
         .acquire_timeout(Duration::from_secs(30))
@@ -174,7 +180,8 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
                     conn.execute("PRAGMA journal_mode = WAL").await?;
                     conn.execute("PRAGMA foreign_keys = ON").await?;
                     // Reads through the page cache of the OS, not read(2) copies.
-                    conn.execute("PRAGMA mmap_size = 268435456").await?;
+                    let mmap = format!("PRAGMA mmap_size = {mmap_bytes}");
+                    conn.execute(sqlx::AssertSqlSafe(mmap)).await?;
                     let sql = if sync == "NORMAL" {
                         "PRAGMA synchronous = NORMAL"
                     } else {
