@@ -1325,13 +1325,9 @@ impl Config {
 }
 
 fn check_database_url(raw: &str) -> Result<(), String> {
-    if let Some(rest) = raw.strip_prefix("sqlite:") {
-        let path = rest
-            .trim_start_matches("//")
-            .split('?')
-            .next()
-            .unwrap_or("");
-        if path.is_empty() || path == ":memory:" {
+    if raw.starts_with("sqlite:") {
+        let path = zm_store::sqlite_path(raw);
+        if path.as_deref().is_none_or(|p| p.as_os_str() == ":memory:") {
             return Err(format!(
                 "{:?} names no database file (write sqlite:///absolute/path.db)",
                 redact_url(raw)

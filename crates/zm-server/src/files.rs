@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::config::Config;
 
@@ -58,13 +58,6 @@ pub fn create_private_file(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// The file of a SQLite URL (`sqlite:///abs/path.db?mode=rwc`).
-pub fn sqlite_path(url: &str) -> Option<PathBuf> {
-    let rest = url.strip_prefix("sqlite:")?;
-    let path = rest.trim_start_matches("//").split('?').next()?;
-    (!path.is_empty()).then(|| PathBuf::from(path))
-}
-
 /// Before opening a SQLite database that may be created: its directory
 /// (`0700`) and an empty database file (`0600`), so the database — and the
 /// WAL and shared-memory files SQLite creates with the database file's
@@ -72,7 +65,7 @@ pub fn sqlite_path(url: &str) -> Option<PathBuf> {
 /// database that group or others can read. Nothing for PostgreSQL.
 pub fn prepare_database(cfg: &Config) -> io::Result<()> {
     let url = cfg.open_options().url;
-    let Some(db) = sqlite_path(&url) else {
+    let Some(db) = zm_store::sqlite_path(&url) else {
         return Ok(());
     };
     let creates = url.contains("mode=rwc");
@@ -130,19 +123,6 @@ fn warn_if_exposed(path: &Path, what: &str, fix: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlite_paths() {
-        assert_eq!(
-            sqlite_path("sqlite:///var/lib/zm/zero-memory.db?mode=rwc"),
-            Some(PathBuf::from("/var/lib/zm/zero-memory.db"))
-        );
-        assert_eq!(
-            sqlite_path("sqlite:relative.db"),
-            Some(PathBuf::from("relative.db"))
-        );
-        assert_eq!(sqlite_path("postgres://h/db"), None);
-    }
 
     #[cfg(unix)]
     #[test]

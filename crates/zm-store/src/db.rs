@@ -112,6 +112,16 @@ pub fn sqlite_url(path: &std::path::Path) -> String {
     format!("sqlite://{}?mode=rwc", path.display())
 }
 
+/// The file a SQLite URL names (`sqlite:///abs/path.db?mode=rwc`,
+/// `sqlite:relative.db`); `None` for another scheme or no path. The one
+/// parser of SQLite URLs: the store, the CLI's file modes and the
+/// configuration check all read the path through it.
+pub fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.trim_start_matches("//").split('?').next()?;
+    (!path.is_empty()).then(|| std::path::PathBuf::from(path))
+}
+
 /// Options for opening a store.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -149,19 +159,11 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
     } else {
         return Err(OpenError::BadUrl(opts.url.clone()));
     };
-    if backend == Backend::Sqlite {
-        let path = opts
-            .url
-            .trim_start_matches("sqlite://")
-            .trim_start_matches("sqlite:")
-            .split('?')
-            .next()
-            .unwrap_or("");
-        if let Some(dir) = std::path::Path::new(path).parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)?;
-        }
+    if let Some(path) = sqlite_path(&opts.url)
+        && let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
     }
     let connect = AnyConnectOptions::from_str(&opts.url)?;
     let sync = if opts.sqlite_synchronous.eq_ignore_ascii_case("normal") {
@@ -275,4 +277,26 @@ pub(crate) async fn thread_key(
         }
     };
     crate::threads::ThreadKey::from_hex(&stored).ok_or(OpenError::CorruptSecret("thread_key"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(
+            sqlite_path("sqlite:///var/lib/zm/zero-memory.db?mode=rwc"),
+            Some(PathBuf::from("/var/lib/zm/zero-memory.db"))
+        );
+        assert_eq!(
+            sqlite_path("sqlite:relative.db"),
+            Some(PathBuf::from("relative.db"))
+        );
+        assert_eq!(sqlite_path("sqlite://?mode=rwc"), None);
+        assert_eq!(sqlite_path("postgres://h/db"), None);
+        let url = sqlite_url(std::path::Path::new("/tmp/a b/zm.db"));
+        assert_eq!(sqlite_path(&url), Some(PathBuf::from("/tmp/a b/zm.db")));
+    }
 }

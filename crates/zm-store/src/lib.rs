@@ -32,7 +32,7 @@ mod testing;
 pub mod threads;
 pub mod transfer;
 
-pub use db::{Backend, OpenError, OpenOptions, sqlite_url};
+pub use db::{Backend, OpenError, OpenOptions, sqlite_path, sqlite_url};
 pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind, User};
 pub use limits::{Limits, StorageSummary, Usage};
 pub use scopes::{ReadSet, Role};
