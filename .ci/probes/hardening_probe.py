@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.parse
 
-from zmserver import Server, free_port
+from zmserver import Server, free_port, mcp_messages
 
 results = []
 PASSWORD = "probe-password-123"
@@ -275,17 +275,7 @@ class McpClient:
                 self.conn.close()
                 if attempt:
                     raise
-        msgs = []
-        if text.strip().startswith("{"):
-            msgs = [json.loads(text)]
-        else:
-            for line in text.splitlines():
-                if line.startswith("data:") and line[5:].strip():
-                    try:
-                        msgs.append(json.loads(line[5:].strip()))
-                    except ValueError:
-                        pass
-        return r.status, r.getheader("mcp-session-id"), msgs
+        return r.status, r.getheader("mcp-session-id"), mcp_messages(text)
 
     def initialize(self):
         return self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

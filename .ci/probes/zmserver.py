@@ -13,6 +13,21 @@ import urllib.error
 import urllib.request
 
 
+def mcp_messages(text):
+    """The JSON-RPC messages of a `/mcp` answer: one JSON body, or the
+    `data:` lines of an event stream."""
+    if text.strip().startswith("{"):
+        return [json.loads(text)]
+    msgs = []
+    for line in text.splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            try:
+                msgs.append(json.loads(line[5:].strip()))
+            except ValueError:
+                pass
+    return msgs
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -158,17 +173,7 @@ class Server:
             headers["mcp-protocol-version"] = "2025-11-25"
         status, hdrs, text = self.request("POST", "/mcp", token, message, headers)
         sid = {k.lower(): v for k, v in hdrs.items()}.get("mcp-session-id")
-        msgs = []
-        if text.strip().startswith("{"):
-            msgs = [json.loads(text)]
-        else:
-            for line in text.splitlines():
-                if line.startswith("data:") and line[5:].strip():
-                    try:
-                        msgs.append(json.loads(line[5:].strip()))
-                    except ValueError:
-                        pass
-        return status, sid, msgs
+        return status, sid, mcp_messages(text)
 
     def mcp_session(self, token):
         status, sid, msgs = self.mcp(token, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}})

@@ -139,6 +139,23 @@ impl StorageSummary {
     }
 }
 
+/// One user's usage row, through a connection or the pool.
+async fn usage_of<'e>(
+    db: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    user_id: &str,
+) -> Result<Option<Usage>, ToolError> {
+    let row: Option<(i64, i64)> =
+        sqlx::query_as("SELECT memories, bytes FROM storage_usage WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_optional(db)
+            .await
+            .db("storage usage")?;
+    Ok(row.map(|(m, b)| Usage {
+        memories: non_negative(m),
+        bytes: non_negative(b),
+    }))
+}
+
 fn non_negative(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
@@ -169,16 +186,7 @@ impl Store {
         if !self.limits.has_quota() {
             return Ok(());
         }
-        let row: Option<(i64, i64)> =
-            sqlx::query_as("SELECT memories, bytes FROM storage_usage WHERE user_id = $1")
-                .bind(owner)
-                .fetch_optional(&mut *tx)
-                .await
-                .db("storage usage")?;
-        let usage = row.map_or_else(Usage::default, |(m, b)| Usage {
-            memories: non_negative(m),
-            bytes: non_negative(b),
-        });
+        let usage = usage_of(&mut *tx, owner).await?.unwrap_or_default();
         if !self.limits.exceeded_by(usage) {
             return Ok(());
         }
@@ -200,16 +208,7 @@ impl Store {
 
     /// One user's storage (`None` when they store nothing).
     pub async fn storage_usage(&self, user_id: &str) -> Result<Option<Usage>, ToolError> {
-        let row: Option<(i64, i64)> =
-            sqlx::query_as("SELECT memories, bytes FROM storage_usage WHERE user_id = $1")
-                .bind(user_id)
-                .fetch_optional(&self.pool)
-                .await
-                .db("storage usage")?;
-        Ok(row.map(|(m, b)| Usage {
-            memories: non_negative(m),
-            bytes: non_negative(b),
-        }))
+        usage_of(&self.pool, user_id).await
     }
 
     /// The installation's storage totals (one small aggregate over the

@@ -66,15 +66,7 @@ impl ThreadKey {
     }
 
     fn tag(&self, owner: &str, body: &[u8]) -> [u8; TAG_LEN] {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
-            .expect("HMAC accepts a key of any length");
-        mac.update(owner.as_bytes());
-        mac.update(&[0]);
-        mac.update(body);
-        let full = mac.finalize().into_bytes();
-        let mut out = [0u8; TAG_LEN];
-        out.copy_from_slice(&full[..TAG_LEN]);
-        out
+        self.mac(&[owner.as_bytes(), body])
     }
 
     /// A tag for another kind of signed, owner-bound value (an export
@@ -82,13 +74,20 @@ impl ThreadKey {
     /// the owner's id (`usr_…`), so a tag of one kind never verifies as the
     /// other.
     pub(crate) fn purpose_tag(&self, purpose: &str, owner: &str, body: &[u8]) -> [u8; TAG_LEN] {
+        self.mac(&[purpose.as_bytes(), owner.as_bytes(), body])
+    }
+
+    /// The truncated HMAC-SHA256 of `parts`, each but the last followed by
+    /// a 0 byte.
+    fn mac(&self, parts: &[&[u8]]) -> [u8; TAG_LEN] {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
             .expect("HMAC accepts a key of any length");
-        mac.update(purpose.as_bytes());
-        mac.update(&[0]);
-        mac.update(owner.as_bytes());
-        mac.update(&[0]);
-        mac.update(body);
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                mac.update(&[0]);
+            }
+            mac.update(part);
+        }
         let full = mac.finalize().into_bytes();
         let mut out = [0u8; TAG_LEN];
         out.copy_from_slice(&full[..TAG_LEN]);
