@@ -175,6 +175,7 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
     let pool = AnyPoolOptions::new()
         .max_connections(opts.max_connections)
         .acquire_timeout(Duration::from_secs(30))
+        .test_before_acquire(backend == Backend::Postgres)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 if backend == Backend::Sqlite {
