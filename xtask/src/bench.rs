@@ -115,6 +115,12 @@ pub(crate) fn bench_run(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if std::env::var_os("ZM_BENCH_TRACE").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("ZM_BENCH_TRACE"))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if cfg!(debug_assertions) {
         eprintln!(
             "warning: this is a debug build; run `cargo xtask bench` (release) for honest figures"

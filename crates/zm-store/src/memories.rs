@@ -24,8 +24,13 @@ use crate::threads::Thread;
 
 /// Content longer than this gets a `length_directive`.
 pub const LONG_CONTENT_CHARS: usize = 1800;
-/// How many of the new memory's terms the near-duplicate probe searches for.
+/// How many of the new memory's terms the near-duplicate probe searches
+/// for: the rarest in the store of its [`SIMILAR_PROBE_POOL`] longest.
 const SIMILAR_PROBE_TERMS: usize = 6;
+/// How many of the new memory's longest terms the probe weighs by how many
+/// memories hold them (long words are usually the rare ones; counting
+/// every word of a long text would cost more than it finds).
+const SIMILAR_PROBE_POOL: usize = 12;
 /// How many near-duplicate candidates are scored.
 const SIMILAR_FETCH: i64 = 24;
 
@@ -106,7 +111,8 @@ struct Prepared {
     hash: String,
     /// The content's tokens, for near-duplicate ranking.
     tokens: Vec<String>,
-    /// The near-duplicate probe: the content's most distinctive terms.
+    /// The near-duplicate probe's pool: the content's longest terms (the
+    /// probe keeps the rarest of them in the store).
     probe: String,
     /// How the memory is anchored to entities.
     anchoring: Anchoring,
@@ -140,7 +146,7 @@ impl Prepared {
         Prepared {
             hash: content_hash(content),
             tokens: similarity::tokenize(content),
-            probe: crate::fts::distinctive_terms(content, SIMILAR_PROBE_TERMS),
+            probe: crate::fts::distinctive_terms(content, SIMILAR_PROBE_POOL),
             anchoring,
         }
     }
@@ -680,7 +686,9 @@ impl Store {
     }
 
     /// Live memories of the owner that share words with the new memory:
-    /// `probe` is its most distinctive terms ([`Prepared::probe`]).
+    /// of `probe` (its longest terms, [`Prepared::probe`]) the rarest in the
+    /// store are searched, and a candidate holds at least half of them
+    /// ([`probe_match`]).
     async fn similar_candidates(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -688,10 +696,23 @@ impl Store {
         exclude: &str,
         probe: &str,
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
+        let terms = crate::fts::query_terms(probe);
+        let df = match crate::search::document_frequencies_sql(self.backend, &terms) {
+            Some(sql) => {
+                let row = sql
+                    .query()
+                    .fetch_one(&mut *tx)
+                    .await
+                    .db("document frequencies")?;
+                crate::search::document_frequencies_of(&row, terms.len())?
+            }
+            None => return Ok(Vec::new()),
+        };
+        let (probe, order) = probe_terms(&terms, &df, SIMILAR_PROBE_TERMS);
         let mut sql = crate::search::fts_select(
             self.backend,
-            probe,
-            crate::fts::Match::Any,
+            &probe,
+            probe_match(crate::fts::query_terms(&probe).len()),
             crate::search::FULL_CANDIDATE_COLUMNS,
         );
         let Some(sql) = sql.as_mut() else {
@@ -700,7 +721,12 @@ impl Store {
         sql.push(" AND m.owner_id = ").bind_str(owner);
         sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
             .bind_str(exclude);
-        crate::search::fts_order(sql, SIMILAR_FETCH);
+        match order {
+            crate::search::LegOrder::Relevance => crate::search::fts_order(sql, SIMILAR_FETCH),
+            crate::search::LegOrder::Newest => {
+                crate::search::fts_newest(self.backend, sql, SIMILAR_FETCH);
+            }
+        }
         let rows = sql
             .query()
             .fetch_all(&mut *tx)
@@ -931,12 +957,100 @@ impl Store {
     }
 }
 
+/// Which memories the near-duplicate probe reads: those holding at least
+/// half of its `n` terms (all of them when there are one or two). A text
+/// close enough to be a near-duplicate (TF-IDF cosine ≥ 0.80) shares most
+/// of its rarest words; a memory that merely shares one common word is not
+/// read at all — on a large store, thousands of them would be ranked in
+/// the write lock.
+/// The near-duplicate probe's terms and order: the rarest of `terms` in
+/// the store (ties: the longer first), at most `n`, joined in text order.
+/// While their frequencies sum to at most the relevance budget, the probe
+/// scores its matches by relevance — at most that many, and every group of
+/// [`probe_match`] holds only rare words. A text of common words only is
+/// probed with its `n` rarest, newest matches first.
+fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, crate::search::LegOrder) {
+    let mut order: Vec<usize> = (0..terms.len()).collect();
+    order.sort_by(|&a, &b| {
+        df[a]
+            .cmp(&df[b])
+            .then(terms[b].chars().count().cmp(&terms[a].chars().count()))
+            .then(a.cmp(&b))
+    });
+    let mut sum = 0i64;
+    let rare = order
+        .iter()
+        .take(n)
+        .take_while(|&&i| {
+            sum = sum.saturating_add(df[i]);
+            sum <= crate::search::RELEVANCE_BUDGET
+        })
+        .count();
+    let (mut kept, how) = if rare > 0 {
+        (order[..rare].to_vec(), crate::search::LegOrder::Relevance)
+    } else {
+        (
+            order.into_iter().take(n).collect(),
+            crate::search::LegOrder::Newest,
+        )
+    };
+    kept.sort_unstable();
+    let text = kept
+        .into_iter()
+        .map(|i| terms[i].as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (text, how)
+}
+
+fn probe_match(n: usize) -> crate::fts::Match {
+    if n <= 2 {
+        crate::fts::Match::All
+    } else {
+        crate::fts::Match::AtLeast(n.div_ceil(2))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn input(raw: &Value) -> RememberInput {
         zm_contracts::parse_input::<RememberInput>(raw).expect("valid input")
+    }
+
+    #[test]
+    fn the_probe_keeps_the_rarest_terms_in_text_order() {
+        use crate::search::{LegOrder, RELEVANCE_BUDGET};
+        let terms: Vec<String> = ["service", "zebrafish", "deploy", "ledger", "the"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let common = RELEVANCE_BUDGET + 1;
+        // Rare words only, in text order; the common ones are left out.
+        assert_eq!(
+            probe_terms(&terms, &[common, 1, 40, 1, common], 6),
+            ("zebrafish deploy ledger".to_string(), LegOrder::Relevance)
+        );
+        // At most n, the rarest; ties: the longer first.
+        assert_eq!(
+            probe_terms(&terms, &[5, 5, 5, 5, 5], 2),
+            ("service zebrafish".to_string(), LegOrder::Relevance)
+        );
+        // Rare words whose frequencies pass the budget together: the rarest.
+        assert_eq!(
+            probe_terms(&terms, &[common, 1500, 900, common, common], 6),
+            ("deploy".to_string(), LegOrder::Relevance)
+        );
+        // Only common words: the n rarest, newest first.
+        assert_eq!(
+            probe_terms(&terms, &[common; 5], 3),
+            ("service zebrafish deploy".to_string(), LegOrder::Newest)
+        );
+        assert_eq!(probe_match(1), crate::fts::Match::All);
+        assert_eq!(probe_match(2), crate::fts::Match::All);
+        assert_eq!(probe_match(5), crate::fts::Match::AtLeast(3));
+        assert_eq!(probe_match(6), crate::fts::Match::AtLeast(3));
     }
 
     /// Everything `remember` derives from its text alone is computed before
@@ -949,7 +1063,7 @@ mod tests {
         assert_eq!(p.tokens, similarity::tokenize(content));
         assert_eq!(
             p.probe,
-            crate::fts::distinctive_terms(content, SIMILAR_PROBE_TERMS)
+            crate::fts::distinctive_terms(content, SIMILAR_PROBE_POOL)
         );
         match &p.anchoring {
             Anchoring::Scan(key) => assert_eq!(key, &match_key(content)),

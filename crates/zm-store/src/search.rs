@@ -201,9 +201,170 @@ fn driving_join(backend: Backend) -> &'static str {
 }
 
 /// The order and size of a full-text candidate list: most relevant first.
+/// The engine scores every match before it can keep the best: use it where
+/// the matches are few (every word, or several words, of a query).
 pub(crate) fn fts_order(sql: &mut Sql, limit: i64) {
     sql.push(" ORDER BY rel DESC, m.seq DESC LIMIT ")
         .bind_i64(limit);
+}
+
+/// The order and size of a full-text candidate list where the matches may
+/// be many (any one word of a query): the newest first, read in the index's
+/// own order and cut at `limit`, so only the rows kept are scored — the
+/// work is bounded by `limit`, not by how many memories hold a common word.
+pub(crate) fn fts_newest(backend: Backend, sql: &mut Sql, limit: i64) {
+    sql.push(match backend {
+        Backend::Sqlite => " ORDER BY memories_fts.rowid DESC LIMIT ",
+        Backend::Postgres => " ORDER BY m.seq DESC LIMIT ",
+    })
+    .bind_i64(limit);
+}
+
+/// How many memories one full-text leg may score by relevance: past it,
+/// a leg reads the newest matches instead ([`fts_newest`]). Scoring is
+/// linear in the matches (bm25 and `ts_rank_cd` score every one before
+/// the best can be kept), so an unbounded leg over a word most memories
+/// hold — `the`, a product's own name — would grow with the store.
+pub const RELEVANCE_BUDGET: i64 = 2000;
+
+/// The order of a full-text leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LegOrder {
+    /// Most relevant first: every match is scored.
+    Relevance,
+    /// Newest first: only the kept matches are scored.
+    Newest,
+}
+
+/// One full-text query of a recall.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Leg {
+    pub text: String,
+    pub mode: fts::Match,
+    pub order: LegOrder,
+    /// Holds only some of the query words (run only while the legs before
+    /// it found fewer than the limit).
+    pub partial: bool,
+}
+
+/// The legs of a recall, from the document frequency of each query term.
+///
+/// 1. **Every word**: ranked by relevance when the rarest word is held by
+///    at most [`RELEVANCE_BUDGET`] memories (the matches are at most that
+///    many), else the newest matches.
+/// 2. **Any of the rare words** (ranked by relevance): the terms taken from
+///    the rarest up while their frequencies sum to at most the budget. The
+///    common words add almost nothing to a relevance score (their idf is
+///    near zero), so leaving them out of this leg changes little but cost.
+/// 3. **Any word, newest first**: only when some words were left out of
+///    leg 2 — memories that hold nothing but common words.
+///
+/// On a store where every word is rarer than the budget this is exactly
+/// "every word, then any word, by relevance".
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LegPlan {
+    pub legs: Vec<Leg>,
+}
+
+impl LegPlan {
+    pub(crate) fn new(terms: &[String], df: &[i64]) -> LegPlan {
+        let mut legs = Vec::new();
+        if terms.is_empty() {
+            return LegPlan { legs };
+        }
+        let all = terms.join(" ");
+        let rarest = df.iter().copied().min().unwrap_or(0);
+        legs.push(Leg {
+            text: all.clone(),
+            mode: fts::Match::All,
+            order: if rarest <= RELEVANCE_BUDGET {
+                LegOrder::Relevance
+            } else {
+                LegOrder::Newest
+            },
+            partial: false,
+        });
+        if terms.len() == 1 {
+            return LegPlan { legs };
+        }
+        let mut by_df: Vec<(i64, &str)> = df
+            .iter()
+            .copied()
+            .zip(terms.iter().map(String::as_str))
+            .collect();
+        by_df.sort_by_key(|(d, _)| *d);
+        let mut sum = 0i64;
+        let mut rare: Vec<&str> = Vec::new();
+        for (d, t) in by_df {
+            sum = sum.saturating_add(d);
+            if sum > RELEVANCE_BUDGET {
+                break;
+            }
+            rare.push(t);
+        }
+        if !rare.is_empty() {
+            // In the query's own order.
+            let rare_text = terms
+                .iter()
+                .filter(|t| rare.contains(&t.as_str()))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" ");
+            legs.push(Leg {
+                text: rare_text,
+                mode: fts::Match::Any,
+                order: LegOrder::Relevance,
+                partial: true,
+            });
+        }
+        if rare.len() < terms.len() {
+            legs.push(Leg {
+                text: all,
+                mode: fts::Match::Any,
+                order: LegOrder::Newest,
+                partial: true,
+            });
+        }
+        LegPlan { legs }
+    }
+}
+
+/// One statement counting, for each term, the memories of the whole index
+/// that hold it (what bm25's idf counts too), each count cut at
+/// [`RELEVANCE_BUDGET`]` + 1`: the plan only asks whether a word is within
+/// the budget, and a capped count reads at most that many postings, however
+/// common the word. `None` without terms.
+pub(crate) fn document_frequencies_sql(backend: Backend, terms: &[String]) -> Option<Sql> {
+    if terms.is_empty() {
+        return None;
+    }
+    let cap = RELEVANCE_BUDGET + 1;
+    let mut sql = Sql::new("SELECT ");
+    for (i, t) in terms.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        match backend {
+            Backend::Sqlite => {
+                sql.push(
+                    "(SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ",
+                )
+                .bind_str(format!("\"{t}\""));
+            }
+            Backend::Postgres => {
+                sql.push("(SELECT count(*) FROM (SELECT 1 FROM memories WHERE fts @@ to_tsquery('english', ")
+                    .bind_str(t.clone())
+                    .push(")");
+            }
+        }
+        sql.push(&format!(" LIMIT {cap}) f) AS d{i}"));
+    }
+    Some(sql)
+}
+
+/// The counts of a [`document_frequencies_sql`] row.
+pub(crate) fn document_frequencies_of(row: &AnyRow, n: usize) -> Result<Vec<i64>, ToolError> {
+    (0..n).map(|i| col::<i64>(row, &format!("d{i}"))).collect()
 }
 
 /// A full memory row ([`MEMORY_COLUMNS`]).
@@ -422,12 +583,14 @@ impl Store {
     }
 
     /// Full-text candidates within the read set holding all (or any) of
-    /// the text's words, most relevant first.
+    /// the text's words, the most relevant (or the newest) first.
+    #[allow(clippy::too_many_arguments)]
     async fn fts_candidates(
         &self,
         caller: &Caller,
         text: &str,
         mode: fts::Match,
+        order: LegOrder,
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
         pool: i64,
@@ -443,7 +606,10 @@ impl Store {
             sql.push(" AND m.kind IN ")
                 .bind_list(kinds.iter().map(|k| k.as_str()));
         }
-        fts_order(&mut sql, pool);
+        match order {
+            LegOrder::Relevance => fts_order(&mut sql, pool),
+            LegOrder::Newest => fts_newest(self.backend, &mut sql, pool),
+        }
         let rows = sql
             .query()
             .fetch_all(&self.pool)
@@ -452,12 +618,30 @@ impl Store {
         Ranking::from_rows(&rows)
     }
 
+    /// How many memories hold each term, counted up to
+    /// [`RELEVANCE_BUDGET`]` + 1`, in one statement.
+    async fn document_frequencies(&self, terms: &[String]) -> Result<Vec<i64>, ToolError> {
+        let Some(sql) = document_frequencies_sql(self.backend, terms) else {
+            return Ok(Vec::new());
+        };
+        let row = sql
+            .query()
+            .fetch_one(&self.pool)
+            .await
+            .db("document frequencies")?;
+        document_frequencies_of(&row, terms.len())
+    }
+
     /// Full-text hits within the read set. Memories holding **every** query
     /// word rank above memories holding only some (those are searched only
     /// when the first kind are fewer than `limit`); within each, by
     /// relevance × decay (a memory with a pending challenge weighs 0.8).
     /// The score is in [0, 1): at least 0.5 when every word matched. With
     /// the pending conflicts that touch any candidate.
+    ///
+    /// The work is bounded by the store's vocabulary, not its size (see
+    /// [`LegPlan`]): words held by more than [`RELEVANCE_BUDGET`] memories
+    /// are not scored across all of them.
     async fn ranked(
         &self,
         caller: &Caller,
@@ -467,19 +651,23 @@ impl Store {
         limit: usize,
     ) -> Result<Ranked, ToolError> {
         let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
-        let every = self
-            .fts_candidates(caller, text, fts::Match::All, set, kinds, pool)
-            .await?;
-        let mut candidates: Vec<(Ranking, bool)> = every.into_iter().map(|c| (c, true)).collect();
-        if candidates.len() < limit && fts::query_terms(text).len() > 1 {
-            let seen: HashSet<MemoryId> = candidates.iter().map(|(c, _)| c.id.clone()).collect();
-            let some = self
-                .fts_candidates(caller, text, fts::Match::Any, set, kinds, pool)
+        let terms = fts::query_terms(text);
+        let df = self.document_frequencies(&terms).await?;
+        let plan = LegPlan::new(&terms, &df);
+        let mut candidates: Vec<(Ranking, bool)> = Vec::new();
+        let mut seen: HashSet<MemoryId> = HashSet::new();
+        for leg in plan.legs {
+            if leg.partial && candidates.len() >= limit {
+                break;
+            }
+            let found = self
+                .fts_candidates(caller, &leg.text, leg.mode, leg.order, set, kinds, pool)
                 .await?;
             candidates.extend(
-                some.into_iter()
-                    .filter(|c| !seen.contains(&c.id))
-                    .map(|c| (c, false)),
+                found
+                    .into_iter()
+                    .filter(|c| seen.insert(c.id.clone()))
+                    .map(|c| (c, !leg.partial)),
             );
         }
         let ids: Vec<MemoryId> = candidates.iter().map(|(c, _)| c.id.clone()).collect();
@@ -1097,6 +1285,90 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan(words: &str, df: &[i64]) -> Vec<(String, fts::Match, LegOrder, bool)> {
+        let terms = fts::query_terms(words);
+        LegPlan::new(&terms, df)
+            .legs
+            .into_iter()
+            .map(|l| (l.text, l.mode, l.order, l.partial))
+            .collect()
+    }
+
+    #[test]
+    fn a_small_store_ranks_every_leg_by_relevance() {
+        use LegOrder::Relevance;
+        assert_eq!(
+            plan("billing ledger postgres", &[40, 3, 900]),
+            [
+                (
+                    "billing ledger postgres".into(),
+                    fts::Match::All,
+                    Relevance,
+                    false
+                ),
+                (
+                    "billing ledger postgres".into(),
+                    fts::Match::Any,
+                    Relevance,
+                    true
+                ),
+            ]
+        );
+        assert_eq!(
+            plan("postgres", &[RELEVANCE_BUDGET]),
+            [("postgres".into(), fts::Match::All, Relevance, false)]
+        );
+        assert!(plan("", &[]).is_empty());
+    }
+
+    #[test]
+    fn common_words_are_read_newest_first() {
+        use LegOrder::{Newest, Relevance};
+        let common = RELEVANCE_BUDGET + 1;
+        // The rare words are scored; the common ones only fill, newest first.
+        assert_eq!(
+            plan("the zebrafish sync ledger", &[90_000, 1, common, 2]),
+            [
+                (
+                    "the zebrafish sync ledger".into(),
+                    fts::Match::All,
+                    Relevance,
+                    false
+                ),
+                ("zebrafish ledger".into(), fts::Match::Any, Relevance, true),
+                (
+                    "the zebrafish sync ledger".into(),
+                    fts::Match::Any,
+                    Newest,
+                    true
+                ),
+            ]
+        );
+        // Rare words whose frequencies together pass the budget: the rarest
+        // of them are scored.
+        let half = RELEVANCE_BUDGET / 2 + 2;
+        assert_eq!(
+            plan("alpha beta", &[half, half - 2]),
+            [
+                ("alpha beta".into(), fts::Match::All, Relevance, false),
+                ("beta".into(), fts::Match::Any, Relevance, true),
+                ("alpha beta".into(), fts::Match::Any, Newest, true),
+            ]
+        );
+        // Every word common: nothing is scored across all its memories.
+        assert_eq!(
+            plan("the sync", &[90_000, common]),
+            [
+                ("the sync".into(), fts::Match::All, Newest, false),
+                ("the sync".into(), fts::Match::Any, Newest, true),
+            ]
+        );
+        assert_eq!(
+            plan("the", &[90_000]),
+            [("the".into(), fts::Match::All, Newest, false)]
+        );
+    }
 
     #[test]
     fn candidate_previews_read_one_more_character_than_the_longest_headline() {

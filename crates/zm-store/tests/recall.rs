@@ -427,6 +427,43 @@ backend_tests! {
         let seen = recall_ids(&store, &caller, label, json!({"query": "(a OR b) NEAR"})).await;
         assert!(!seen.is_empty(), "[{label}] operators are plain words");
     }
+
+    /// A word most memories hold (more than the relevance budget) neither
+    /// buries nor slows a rare one: the old memory holding the rare words
+    /// is found first although 2,100 newer memories hold the common words,
+    /// and a query of the common word alone still answers, with memories
+    /// that hold it.
+    async fn common_words_do_not_bury_rare_ones(store: Store, label: &str) {
+        let (_, caller) = user(&store, "common-words").await;
+        let tools = zm_store::ToolService::new(store.clone());
+        let target = mem(&store, &caller, label, json!({"content": "The zebrafish decision: keep the ledger in one table.", "scope": "core", "kind": "decision"})).await;
+        let budget = usize::try_from(zm_store::search::RELEVANCE_BUDGET).unwrap();
+        let imports: Vec<zm_contracts::ImportMemoryInput> = (0..budget + 100)
+            .map(|i| {
+                zm_contracts::parse_input(&json!({
+                    "content": format!("Routine note {i} about the weekly sync."),
+                    "kind": "fact",
+                    "target": "personal",
+                    "source_path": "notes/routine.md",
+                    "source_hash": format!("routine-{i}"),
+                }))
+                .unwrap()
+            })
+            .collect();
+        let results = tools
+            .run_batch::<zm_contracts::catalogue::tool::ImportMemory>(&caller, imports)
+            .await
+            .unwrap();
+        assert!(results.iter().all(Result::is_ok), "[{label}] the bulk lands");
+
+        let out = ok(recall(&store, &caller, json!({"query": "the zebrafish ledger sync", "k": 5})).await, label, "recall");
+        assert_eq!(out.memories.first().map(|m| m.id.as_str()), Some(target.as_str()), "[{label}] {:?}", out.memories.iter().map(|m| (&m.content, m.score)).collect::<Vec<_>>());
+        assert_eq!(out.memories.len(), 5, "[{label}] partial matches fill k");
+
+        let out = ok(recall(&store, &caller, json!({"query": "sync", "k": 5})).await, label, "recall");
+        assert_eq!(out.memories.len(), 5, "[{label}] a common word alone answers");
+        assert!(out.memories.iter().all(|m| m.content.contains("sync")), "[{label}]");
+    }
 }
 
 // ---------------------------------------------------------------- corrupt rows
