@@ -708,25 +708,38 @@ impl Store {
             }
             None => return Ok(Vec::new()),
         };
-        let (probe, order) = probe_terms(&terms, &df, SIMILAR_PROBE_TERMS);
-        let mut sql = crate::search::fts_select(
-            self.backend,
-            &probe,
-            probe_match(crate::fts::query_terms(&probe).len()),
-            crate::search::FULL_CANDIDATE_COLUMNS,
-        );
-        let Some(sql) = sql.as_mut() else {
-            return Ok(Vec::new());
+        let (probe, rare) = probe_terms(&terms, &df, SIMILAR_PROBE_TERMS);
+        let probe = crate::fts::query_terms(&probe);
+        let at_least = probe_match(probe.len());
+        let sql = if rare {
+            // Memories sharing the most of the rare words, newest first.
+            let Some(mut sql) = crate::search::shared_words_select(
+                self.backend,
+                &probe,
+                at_least,
+                crate::search::FULL_CANDIDATE_COLUMNS,
+            ) else {
+                return Ok(Vec::new());
+            };
+            push_probe_filter(&mut sql, owner, exclude);
+            sql.push(" ORDER BY g.hits DESC, m.seq DESC LIMIT ")
+                .bind_i64(SIMILAR_FETCH);
+            sql
+        } else {
+            // Common words only: the newest memories holding enough of them.
+            let Some(mut sql) = crate::search::fts_select(
+                self.backend,
+                &probe.join(" "),
+                crate::fts::Match::AtLeast(at_least),
+                crate::search::FULL_CANDIDATE_COLUMNS,
+            ) else {
+                return Ok(Vec::new());
+            };
+            sql.push(" AND ");
+            push_probe_filter(&mut sql, owner, exclude);
+            crate::search::fts_newest(self.backend, &mut sql, SIMILAR_FETCH);
+            sql
         };
-        sql.push(" AND m.owner_id = ").bind_str(owner);
-        sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
-            .bind_str(exclude);
-        match order {
-            crate::search::LegOrder::Relevance => crate::search::fts_order(sql, SIMILAR_FETCH),
-            crate::search::LegOrder::Newest => {
-                crate::search::fts_newest(self.backend, sql, SIMILAR_FETCH);
-            }
-        }
         let rows = sql
             .query()
             .fetch_all(&mut *tx)
@@ -957,20 +970,14 @@ impl Store {
     }
 }
 
-/// Which memories the near-duplicate probe reads: those holding at least
-/// half of its `n` terms (all of them when there are one or two). A text
-/// close enough to be a near-duplicate (TF-IDF cosine ≥ 0.80) shares most
-/// of its rarest words; a memory that merely shares one common word is not
-/// read at all — on a large store, thousands of them would be ranked in
-/// the write lock.
-/// The near-duplicate probe's terms and order: the rarest of `terms` in
-/// the store (ties: the longer first), at most `n`, joined in text order.
-/// While their frequencies sum to at most the relevance budget, the probe
-/// scores its matches by relevance — at most that many, and every group of
-/// [`probe_match`] holds only rare words. A text of common words only is
-/// probed with its `n` rarest, newest matches first.
-fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, crate::search::LegOrder) {
-    let mut order: Vec<usize> = (0..terms.len()).collect();
+/// The near-duplicate probe's terms: the rarest of `terms` in the store
+/// (ties: the longer first), at most `n`, joined in text order, and whether
+/// they are rare — their frequencies sum to at most the relevance budget,
+/// so listing their holders is cheap. A text of common words only is
+/// probed with its `n` rarest (`false`).
+fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, bool) {
+    // A word no memory holds (or a stop word, on PostgreSQL) finds nothing.
+    let mut order: Vec<usize> = (0..terms.len()).filter(|&i| df[i] > 0).collect();
     order.sort_by(|&a, &b| {
         df[a]
             .cmp(&df[b])
@@ -986,13 +993,10 @@ fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, crate::search
             sum <= crate::search::RELEVANCE_BUDGET
         })
         .count();
-    let (mut kept, how) = if rare > 0 {
-        (order[..rare].to_vec(), crate::search::LegOrder::Relevance)
+    let (mut kept, is_rare) = if rare > 0 {
+        (order[..rare].to_vec(), true)
     } else {
-        (
-            order.into_iter().take(n).collect(),
-            crate::search::LegOrder::Newest,
-        )
+        (order.into_iter().take(n).collect(), false)
     };
     kept.sort_unstable();
     let text = kept
@@ -1000,15 +1004,23 @@ fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, crate::search
         .map(|i| terms[i].as_str())
         .collect::<Vec<_>>()
         .join(" ");
-    (text, how)
+    (text, is_rare)
 }
 
-fn probe_match(n: usize) -> crate::fts::Match {
-    if n <= 2 {
-        crate::fts::Match::All
-    } else {
-        crate::fts::Match::AtLeast(n.div_ceil(2))
-    }
+/// How many of the probe's `n` terms a candidate holds: at least half (all
+/// of one or two). A text close enough to be a near-duplicate (TF-IDF
+/// cosine ≥ 0.80) shares most of its rarest words; a memory that merely
+/// shares one word is not read — on a large store, thousands would be, in
+/// the write lock.
+fn probe_match(n: usize) -> usize {
+    if n <= 2 { n } else { n.div_ceil(2) }
+}
+
+/// The probe's conditions on `m`: the owner's live memories but the new one.
+fn push_probe_filter(sql: &mut crate::sql::Sql, owner: &str, exclude: &str) {
+    sql.push("m.owner_id = ").bind_str(owner);
+    sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
+        .bind_str(exclude);
 }
 
 #[cfg(test)]
@@ -1021,36 +1033,41 @@ mod tests {
 
     #[test]
     fn the_probe_keeps_the_rarest_terms_in_text_order() {
-        use crate::search::{LegOrder, RELEVANCE_BUDGET};
+        use crate::search::RELEVANCE_BUDGET;
         let terms: Vec<String> = ["service", "zebrafish", "deploy", "ledger", "the"]
             .iter()
             .map(|t| t.to_string())
             .collect();
         let common = RELEVANCE_BUDGET + 1;
-        // Rare words only, in text order; the common ones are left out.
+        // Rare words only, in text order; the common ones are left out, and
+        // so is a word no memory holds.
         assert_eq!(
             probe_terms(&terms, &[common, 1, 40, 1, common], 6),
-            ("zebrafish deploy ledger".to_string(), LegOrder::Relevance)
+            ("zebrafish deploy ledger".to_string(), true)
+        );
+        assert_eq!(
+            probe_terms(&terms, &[common, 1, 0, 1, common], 6),
+            ("zebrafish ledger".to_string(), true)
         );
         // At most n, the rarest; ties: the longer first.
         assert_eq!(
             probe_terms(&terms, &[5, 5, 5, 5, 5], 2),
-            ("service zebrafish".to_string(), LegOrder::Relevance)
+            ("service zebrafish".to_string(), true)
         );
         // Rare words whose frequencies pass the budget together: the rarest.
         assert_eq!(
             probe_terms(&terms, &[common, 1500, 900, common, common], 6),
-            ("deploy".to_string(), LegOrder::Relevance)
+            ("deploy".to_string(), true)
         );
         // Only common words: the n rarest, newest first.
         assert_eq!(
             probe_terms(&terms, &[common; 5], 3),
-            ("service zebrafish deploy".to_string(), LegOrder::Newest)
+            ("service zebrafish deploy".to_string(), false)
         );
-        assert_eq!(probe_match(1), crate::fts::Match::All);
-        assert_eq!(probe_match(2), crate::fts::Match::All);
-        assert_eq!(probe_match(5), crate::fts::Match::AtLeast(3));
-        assert_eq!(probe_match(6), crate::fts::Match::AtLeast(3));
+        assert_eq!(probe_match(1), 1);
+        assert_eq!(probe_match(2), 2);
+        assert_eq!(probe_match(5), 3);
+        assert_eq!(probe_match(6), 3);
     }
 
     /// Everything `remember` derives from its text alone is computed before

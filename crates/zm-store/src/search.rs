@@ -188,6 +188,48 @@ pub(crate) fn fts_select(
     }
 }
 
+/// A query selecting `columns` of memories `m` that hold at least
+/// `at_least` of `terms`, with `hits` (how many they hold): each term's
+/// postings are listed (no scoring) and counted per memory, so the work is
+/// the sum of the terms' frequencies — use it with rare terms. The caller
+/// adds conditions on `m` (after `WHERE`) and the order.
+pub(crate) fn shared_words_select(
+    backend: Backend,
+    terms: &[String],
+    at_least: usize,
+    columns: &str,
+) -> Option<Sql> {
+    if terms.is_empty() {
+        return None;
+    }
+    let mut sql = Sql::new("SELECT ");
+    sql.push(columns)
+        .push(", g.hits FROM (SELECT r, COUNT(*) AS hits FROM (");
+    for (i, t) in terms.iter().enumerate() {
+        if i > 0 {
+            sql.push(" UNION ALL ");
+        }
+        match backend {
+            Backend::Sqlite => {
+                sql.push("SELECT rowid AS r FROM memories_fts WHERE memories_fts MATCH ")
+                    .bind_str(format!("\"{t}\""));
+            }
+            Backend::Postgres => {
+                sql.push("SELECT seq AS r FROM memories WHERE fts @@ to_tsquery('english', ")
+                    .bind_str(t.clone())
+                    .push(")");
+            }
+        }
+    }
+    sql.push(") t GROUP BY r HAVING COUNT(*) >= ")
+        .bind_i64(i64::try_from(at_least).unwrap_or(i64::MAX))
+        .push(&format!(
+            ") g {} memories m ON m.seq = g.r WHERE ",
+            driving_join(backend)
+        ));
+    Some(sql)
+}
+
 /// The join keyword that makes the left table drive the join: SQLite never
 /// reorders the operands of `CROSS JOIN` (its planner otherwise may scan
 /// `memories` by scope and probe the small side once per row: tens of
@@ -295,7 +337,8 @@ impl LegPlan {
         by_df.sort_by_key(|(d, _)| *d);
         let mut sum = 0i64;
         let mut rare: Vec<&str> = Vec::new();
-        for (d, t) in by_df {
+        // A word no memory holds (or a stop word, on PostgreSQL) adds nothing.
+        for (d, t) in by_df.into_iter().filter(|(d, _)| *d > 0) {
             sum = sum.saturating_add(d);
             if sum > RELEVANCE_BUDGET {
                 break;
@@ -317,7 +360,7 @@ impl LegPlan {
                 partial: true,
             });
         }
-        if rare.len() < terms.len() {
+        if rare.len() < df.iter().filter(|&&d| d > 0).count() {
             legs.push(Leg {
                 text: all,
                 mode: fts::Match::Any,
@@ -1318,6 +1361,14 @@ mod tests {
         assert_eq!(
             plan("postgres", &[RELEVANCE_BUDGET]),
             [("postgres".into(), fts::Match::All, Relevance, false)]
+        );
+        // A word no memory holds adds no leg.
+        assert_eq!(
+            plan("billing zzz", &[3, 0]),
+            [
+                ("billing zzz".into(), fts::Match::All, Relevance, false),
+                ("billing".into(), fts::Match::Any, Relevance, true),
+            ]
         );
         assert!(plan("", &[]).is_empty());
     }

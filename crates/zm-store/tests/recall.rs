@@ -432,16 +432,17 @@ backend_tests! {
     /// buries nor slows a rare one: the old memory holding the rare words
     /// is found first although 2,100 newer memories hold the common words,
     /// and a query of the common word alone still answers, with memories
-    /// that hold it.
+    /// that hold it. The near-duplicate probe finds the old memory too.
     async fn common_words_do_not_bury_rare_ones(store: Store, label: &str) {
         let (_, caller) = user(&store, "common-words").await;
         let tools = zm_store::ToolService::new(store.clone());
-        let target = mem(&store, &caller, label, json!({"content": "The zebrafish decision: keep the ledger in one table.", "scope": "core", "kind": "decision"})).await;
+        let target = mem(&store, &caller, label, json!({"content": "The zebrafish decision: keep the ledger of every invoice in one table, partitioned by month, with the audit trail beside it.", "scope": "core", "kind": "decision"})).await;
         let budget = usize::try_from(zm_store::search::RELEVANCE_BUDGET).unwrap();
         let imports: Vec<zm_contracts::ImportMemoryInput> = (0..budget + 100)
             .map(|i| {
                 zm_contracts::parse_input(&json!({
-                    "content": format!("Routine note {i} about the weekly sync."),
+                    // Distinct texts, the same words.
+                    "content": format!("Routine note about the weekly sync{}", "!".repeat(i + 1)),
                     "kind": "fact",
                     "target": "personal",
                     "source_path": "notes/routine.md",
@@ -463,6 +464,24 @@ backend_tests! {
         let out = ok(recall(&store, &caller, json!({"query": "sync", "k": 5})).await, label, "recall");
         assert_eq!(out.memories.len(), 5, "[{label}] a common word alone answers");
         assert!(out.memories.iter().all(|m| m.content.contains("sync")), "[{label}]");
+
+        // The near-duplicate probe searches the rare words: the old memory is
+        // found although thousands of newer ones share its common words.
+        let near = ok(
+            remember(&store, &caller, json!({"content": "The zebrafish decision: keep the ledger of every invoice in one table, partitioned by quarter, with the audit trail beside it.", "scope": "core", "kind": "decision"})).await,
+            label,
+            "remember",
+        );
+        let similar = near.similar_existing.unwrap_or_default();
+        assert_eq!(similar.first().map(|s| s.id.as_str()), Some(target.as_str()), "[{label}] {similar:?}");
+
+        // A text of common words only is still probed (newest first).
+        let common = ok(
+            remember(&store, &caller, json!({"content": "Routine note about the weekly sync?", "scope": "personal"})).await,
+            label,
+            "remember",
+        );
+        assert!(!common.similar_existing.unwrap_or_default().is_empty(), "[{label}] the newest routine notes are near-duplicates");
     }
 }
 
