@@ -27,6 +27,13 @@ pub const LONG_CONTENT_CHARS: usize = 1800;
 /// How many of the new memory's terms the near-duplicate probe searches
 /// for: the rarest in the store of its [`SIMILAR_PROBE_POOL`] longest.
 const SIMILAR_PROBE_TERMS: usize = 6;
+/// When even the rarest words of the new memory are common, how many of
+/// them a candidate must all hold (newest first).
+const SIMILAR_COMMON_TERMS: usize = 3;
+/// The probe's rare words are held by at most this many memories together:
+/// listing and counting their holders stays cheap, and the words are
+/// counted only up to it.
+const PROBE_BUDGET: i64 = 500;
 /// How many of the new memory's longest terms the probe weighs by how many
 /// memories hold them (long words are usually the rare ones; counting
 /// every word of a long text would cost more than it finds).
@@ -697,7 +704,7 @@ impl Store {
         probe: &str,
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
         let terms = crate::fts::query_terms(probe);
-        let df = match crate::search::document_frequencies_sql(self.backend, &terms) {
+        let df = match crate::search::document_frequencies_sql(self.backend, &terms, PROBE_BUDGET) {
             Some(sql) => {
                 let row = sql
                     .query()
@@ -708,15 +715,14 @@ impl Store {
             }
             None => return Ok(Vec::new()),
         };
-        let (probe, rare) = probe_terms(&terms, &df, SIMILAR_PROBE_TERMS);
+        let (probe, rare) = probe_terms(&terms, &df);
         let probe = crate::fts::query_terms(&probe);
-        let at_least = probe_match(probe.len());
         let sql = if rare {
             // Memories sharing the most of the rare words, newest first.
             let Some(mut sql) = crate::search::shared_words_select(
                 self.backend,
                 &probe,
-                at_least,
+                probe_match(probe.len()),
                 crate::search::FULL_CANDIDATE_COLUMNS,
             ) else {
                 return Ok(Vec::new());
@@ -726,11 +732,11 @@ impl Store {
                 .bind_i64(SIMILAR_FETCH);
             sql
         } else {
-            // Common words only: the newest memories holding enough of them.
+            // Common words only: the newest memories holding the rarest.
             let Some(mut sql) = crate::search::fts_select(
                 self.backend,
                 &probe.join(" "),
-                crate::fts::Match::AtLeast(at_least),
+                crate::fts::Match::All,
                 crate::search::FULL_CANDIDATE_COLUMNS,
             ) else {
                 return Ok(Vec::new());
@@ -971,11 +977,12 @@ impl Store {
 }
 
 /// The near-duplicate probe's terms: the rarest of `terms` in the store
-/// (ties: the longer first), at most `n`, joined in text order, and whether
-/// they are rare — their frequencies sum to at most the relevance budget,
-/// so listing their holders is cheap. A text of common words only is
-/// probed with its `n` rarest (`false`).
-fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, bool) {
+/// (ties: the longer first), at most [`SIMILAR_PROBE_TERMS`], joined in
+/// text order, and whether they are rare — their frequencies sum to at most
+/// [`PROBE_BUDGET`], so listing their holders is cheap. A text of common
+/// words only is probed with its [`SIMILAR_COMMON_TERMS`] rarest (`false`).
+fn probe_terms(terms: &[String], df: &[i64]) -> (String, bool) {
+    let n = SIMILAR_PROBE_TERMS;
     // A word no memory holds (or a stop word, on PostgreSQL) finds nothing.
     let mut order: Vec<usize> = (0..terms.len()).filter(|&i| df[i] > 0).collect();
     order.sort_by(|&a, &b| {
@@ -990,13 +997,16 @@ fn probe_terms(terms: &[String], df: &[i64], n: usize) -> (String, bool) {
         .take(n)
         .take_while(|&&i| {
             sum = sum.saturating_add(df[i]);
-            sum <= crate::search::RELEVANCE_BUDGET
+            sum <= PROBE_BUDGET
         })
         .count();
     let (mut kept, is_rare) = if rare > 0 {
         (order[..rare].to_vec(), true)
     } else {
-        (order.into_iter().take(n).collect(), false)
+        (
+            order.into_iter().take(SIMILAR_COMMON_TERMS).collect(),
+            false,
+        )
     };
     kept.sort_unstable();
     let text = kept
@@ -1033,36 +1043,50 @@ mod tests {
 
     #[test]
     fn the_probe_keeps_the_rarest_terms_in_text_order() {
-        use crate::search::RELEVANCE_BUDGET;
-        let terms: Vec<String> = ["service", "zebrafish", "deploy", "ledger", "the"]
-            .iter()
-            .map(|t| t.to_string())
-            .collect();
-        let common = RELEVANCE_BUDGET + 1;
+        let terms: Vec<String> = [
+            "service",
+            "zebrafish",
+            "deploy",
+            "ledger",
+            "the",
+            "sync",
+            "alpha",
+            "beta",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        let c = PROBE_BUDGET + 1;
         // Rare words only, in text order; the common ones are left out, and
         // so is a word no memory holds.
         assert_eq!(
-            probe_terms(&terms, &[common, 1, 40, 1, common], 6),
+            probe_terms(&terms, &[c, 1, 40, 1, c, c, c, c]),
             ("zebrafish deploy ledger".to_string(), true)
         );
         assert_eq!(
-            probe_terms(&terms, &[common, 1, 0, 1, common], 6),
+            probe_terms(&terms, &[c, 1, 0, 1, c, c, c, c]),
             ("zebrafish ledger".to_string(), true)
         );
-        // At most n, the rarest; ties: the longer first.
+        // At most six, the rarest; ties: the longer first.
         assert_eq!(
-            probe_terms(&terms, &[5, 5, 5, 5, 5], 2),
-            ("service zebrafish".to_string(), true)
+            probe_terms(&terms, &[5; 8]),
+            (
+                "service zebrafish deploy ledger sync alpha".to_string(),
+                true
+            )
         );
         // Rare words whose frequencies pass the budget together: the rarest.
         assert_eq!(
-            probe_terms(&terms, &[common, 1500, 900, common, common], 6),
+            probe_terms(&terms, &[c, 300, 250, c, c, c, c, c]),
             ("deploy".to_string(), true)
         );
-        // Only common words: the n rarest, newest first.
+        // Only common words: the three rarest, which a candidate must all hold.
         assert_eq!(
-            probe_terms(&terms, &[common; 5], 3),
-            ("service zebrafish deploy".to_string(), false)
+            probe_terms(
+                &terms,
+                &[c + 9, c + 1, c + 2, c, c + 9, c + 9, c + 9, c + 9]
+            ),
+            ("zebrafish deploy ledger".to_string(), false)
         );
         assert_eq!(probe_match(1), 1);
         assert_eq!(probe_match(2), 2);

@@ -373,15 +373,19 @@ impl LegPlan {
 }
 
 /// One statement counting, for each term, the memories of the whole index
-/// that hold it (what bm25's idf counts too), each count cut at
-/// [`RELEVANCE_BUDGET`]` + 1`: the plan only asks whether a word is within
-/// the budget, and a capped count reads at most that many postings, however
-/// common the word. `None` without terms.
-pub(crate) fn document_frequencies_sql(backend: Backend, terms: &[String]) -> Option<Sql> {
+/// that hold it (what bm25's idf counts too), each count cut at `budget + 1`:
+/// a plan only asks whether a word is within its budget, and a capped count
+/// reads at most that many postings, however common the word. `None`
+/// without terms.
+pub(crate) fn document_frequencies_sql(
+    backend: Backend,
+    terms: &[String],
+    budget: i64,
+) -> Option<Sql> {
     if terms.is_empty() {
         return None;
     }
-    let cap = RELEVANCE_BUDGET + 1;
+    let cap = budget + 1;
     let mut sql = Sql::new("SELECT ");
     for (i, t) in terms.iter().enumerate() {
         if i > 0 {
@@ -664,7 +668,7 @@ impl Store {
     /// How many memories hold each term, counted up to
     /// [`RELEVANCE_BUDGET`]` + 1`, in one statement.
     async fn document_frequencies(&self, terms: &[String]) -> Result<Vec<i64>, ToolError> {
-        let Some(sql) = document_frequencies_sql(self.backend, terms) else {
+        let Some(sql) = document_frequencies_sql(self.backend, terms, RELEVANCE_BUDGET) else {
             return Ok(Vec::new());
         };
         let row = sql
