@@ -38,7 +38,7 @@ fn secs_until(now: i64, until: i64) -> u64 {
 pub struct SharedSession {
     /// The `Mcp-Session-Id`.
     pub id: String,
-    /// The connection's transport session (`mcs_…`): provenance and thread
+    /// The connection's transport session (`ses_…`): provenance and thread
     /// conversations use it, so it must not change between instances.
     pub conn_id: String,
     pub attached_project: Option<String>,
@@ -525,7 +525,7 @@ mod tests {
                             NewSession {
                                 id: &id,
                                 user_id: &user,
-                                conn_id: "mcs_x",
+                                conn_id: "ses_x",
                                 init_params: Some("{}"),
                             },
                             caps,
@@ -583,7 +583,7 @@ mod tests {
                     s.thread.as_deref(),
                     s.conn_id.as_str()
                 ),
-                (Some("proj"), Some("thr"), "mcs_x")
+                (Some("proj"), Some("thr"), "ses_x")
             );
             assert_eq!(
                 store
