@@ -27,7 +27,7 @@ CREATE INDEX login_failures_last ON login_failures (last_at);
 -- mcp_sessions: MCP-over-HTTP sessions (the 2025-11-25 era), so a request
 -- with `Mcp-Session-Id` may reach any instance: the owner, the client's
 -- `initialize` parameters (another instance replays the handshake from
--- them), the connection's transport session id (`mcs_…`, what provenance
+-- them), the connection's transport session id (`ses_…`, what provenance
 -- and thread conversations use), the attached project and the carried
 -- thread. `touched` orders a user's sessions by last use (the per-user
 -- cap ends the least recently used); `seen_at` drives idle expiry.

@@ -515,7 +515,10 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     };
     let first = provenance(memory).await;
     let second = provenance(out["memory_id"].as_str().unwrap().to_string()).await;
-    assert!(first.as_str().is_some_and(|s| s.starts_with("ses_")), "{first}");
+    assert!(
+        first.as_str().is_some_and(|s| s.starts_with("ses_")),
+        "{first}"
+    );
     assert_eq!(first, second, "one transport session on both instances");
 
     // Another user's request with this session id: unknown, on both.

@@ -24,7 +24,8 @@ static RATE_SWEEP: AtomicU64 = AtomicU64::new(0);
 static LOGIN_SWEEP: AtomicU64 = AtomicU64::new(0);
 
 fn sweep_due(tick: &AtomicU64) -> bool {
-    tick.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == 0
+    tick.fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(SWEEP_EVERY)
 }
 
 /// Whole seconds from `now` to `until`, rounded up, at least one.

@@ -243,9 +243,9 @@ mod tests {
         let email = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
         for i in 0..FREE_FAILURES {
             if i % 2 == 0 {
-                b.failed(&email).await
+                b.failed(&email).await;
             } else {
-                other.failed(&email).await
+                other.failed(&email).await;
             }
         }
         assert!(b.check(&email).await.is_err());
