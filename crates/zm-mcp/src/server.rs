@@ -166,8 +166,14 @@ impl ZeroMemoryMcp {
     /// in the database for a shared (HTTP) session, else in the connection.
     async fn carry(&self, out: &ToolOutput, ctx: &RequestContext<RoleServer>) {
         if let Some(shared) = Self::shared_session(ctx) {
-            let project = out.session().map(|s| s.attached_project.as_deref());
-            let thread = out.issued_thread();
+            // Only what changed: most calls report the attachment they had.
+            let project = out
+                .session()
+                .map(|s| s.attached_project.as_deref())
+                .filter(|p| *p != shared.attached_project.as_deref());
+            let thread = out
+                .issued_thread()
+                .filter(|t| Some(*t) != shared.thread.as_deref());
             if project.is_some() || thread.is_some() {
                 // A failure is logged by the store; the call itself succeeded.
                 let _ = self
