@@ -4,7 +4,8 @@
 //! limits and the sign-in back-off that hold across both, and one MCP
 //! session whose requests alternate between them (its attached project
 //! carried, a foreign user's request still "unknown session", a `DELETE` on
-//! one ending it on both).
+//! one ending it on both), a thread issued on one carried on the other, and
+//! the per-user session cap counting the user's sessions on both.
 //!
 //! Needs `ZM_TEST_DATABASE_URL` (skipped, with a message, without it). Each
 //! instance opens its own `Store` (its own pool), as two processes would;
@@ -59,6 +60,7 @@ async fn instance(url: &str, public: &str, hosts: &[String]) -> Instance {
     cfg.allowed_hosts = hosts.to_vec();
     cfg.trust_proxy = true;
     cfg.oauth_rate_max = RATE_MAX;
+    cfg.max_sessions_per_user = 2;
     let limits = cfg.conn_limits();
     let cancel = CancellationToken::new();
     let state = zm_http::state(store.clone(), cfg);
@@ -552,6 +554,82 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     )
     .await;
     assert_eq!(status, 404, "ended on B, unknown on A");
+
+    // --- A thread issued on one instance is carried on the other, and the
+    // per-user cap (2 here) counts the user's sessions on both.
+    let open = |base: String| {
+        let (http, access) = (http.clone(), access.clone());
+        async move {
+            let (status, sid, msgs) = mcp(
+                &http,
+                &base,
+                &access,
+                None,
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "scale-test", "version": "0"}}}),
+            )
+            .await;
+            assert_eq!(status, 200, "{msgs:?}");
+            sid.unwrap()
+        }
+    };
+    let works = |base: String, sid: String| {
+        let (http, access) = (http.clone(), access.clone());
+        async move {
+            mcp(
+                &http,
+                &base,
+                &access,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
+            )
+            .await
+            .0 == 200
+        }
+    };
+    let s2 = open(b_url.clone()).await;
+    let out = call(
+        &http,
+        &b_url,
+        &access,
+        &s2,
+        "build_context",
+        json!({"topic": "scale", "briefing": true, "project_hint": hint}),
+    )
+    .await;
+    let thread = out["session"]["thread"].as_str().unwrap().to_string();
+    let out = call(
+        &http,
+        &a_url,
+        &access,
+        &s2,
+        "remember",
+        json!({"content": format!("A fact in the briefing's thread {tag}.")}),
+    )
+    .await;
+    let r = http
+        .get(format!(
+            "{b_url}/api/memories/{}",
+            out["memory_id"].as_str().unwrap()
+        ))
+        .bearer_auth(&access)
+        .send()
+        .await
+        .unwrap();
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(
+        m["source"]["thread"], thread,
+        "the thread B issued is the one A's write carries: {m}"
+    );
+    let s3 = open(a_url.clone()).await;
+    let s4 = open(b_url.clone()).await;
+    for base in [&a_url, &b_url] {
+        assert!(
+            !works(base.clone(), s2.clone()).await,
+            "the least recently used session is ended on {base}"
+        );
+        assert!(works(base.clone(), s3.clone()).await);
+        assert!(works(base.clone(), s4.clone()).await);
+    }
 
     a.running.stop().await;
     b.running.stop().await;
