@@ -91,10 +91,10 @@ pub fn with_layers(routes: Router, state: AppState) -> Router {
 pub fn state(store: Store, cfg: HttpConfig) -> AppState {
     AppState {
         tools: zm_store::ToolService::new(store.clone()),
+        limiter: Arc::new(RateLimiter::for_store(&store)),
         store,
         cfg: Arc::new(cfg),
         metrics: Arc::new(Metrics::default()),
-        limiter: Arc::new(RateLimiter::default()),
     }
 }
 

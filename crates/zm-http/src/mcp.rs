@@ -1,55 +1,112 @@
 //! `/mcp`: the MCP server over Streamable HTTP, behind bearer auth, with
 //! session ids that belong to their user.
 //!
-//! Sessions are bounded twice: per user (`max_sessions_per_user`: opening
-//! one more ends that user's least recently used session) and overall
-//! (`max_sessions`: a new session beyond it is refused with 503, never made
-//! room for by ending another user's). The owner map follows rmcp's session
-//! map: an owner is dropped on `DELETE` and, when a session is opened, every
-//! owner whose session rmcp no longer has (idle expiry) is pruned.
+//! Sessions (the 2025-11-25 era; 2026-07-28 requests are stateless) live in
+//! the database (`mcp_sessions`), so that every instance on one database
+//! serves every session: a request resumes its session there (owner,
+//! idle expiry, attached project, thread), and an instance that has no
+//! worker for it rebuilds one by replaying the client's stored
+//! `initialize` (rmcp's session-store restore). Another user's id, an
+//! ended one and an expired one all read as unknown.
+//!
+//! Sessions are bounded twice, in the database's admission transaction:
+//! per user (`max_sessions_per_user`: opening one more ends that user's
+//! least recently used session) and overall (`max_sessions`: a new session
+//! beyond it is refused with 503, never made room for by ending another
+//! user's). A session ended on one instance stops answering on every
+//! instance at once (its row is gone); a worker another instance still
+//! holds for it ends with the idle timeout.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::model::InitializeRequestParams;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    SessionManager, SessionState, SessionStore, SessionStoreError,
+};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tower::ServiceExt;
 use zm_mcp::{Identity, McpConfig, ZeroMemoryMcp};
+use zm_store::{NewSession, SessionCaps, Store};
 
 use crate::state::AppState;
 
 /// `Retry-After` of a session refused because the server is full.
 const FULL_RETRY_AFTER_SECS: u32 = 60;
 
-/// Who a session belongs to, when it was opened and last used.
-#[derive(Debug)]
-struct Owner {
-    user: String,
-    opened: Instant,
-    seen: Instant,
-}
+/// How long an `initialize`'s parameters wait for their session's
+/// admission (a request abandoned in between leaves them behind).
+const PENDING_TTL: Duration = Duration::from_secs(60);
 
-/// The MCP service and who owns each of its sessions.
+/// The MCP service and the database its sessions live in.
 #[derive(Clone)]
 pub struct McpEndpoint {
     service: StreamableHttpService<ZeroMemoryMcp, LocalSessionManager>,
     manager: Arc<LocalSessionManager>,
-    owners: Arc<std::sync::Mutex<HashMap<String, Owner>>>,
-    max_sessions: usize,
-    max_per_user: usize,
+    sessions: Arc<DbSessions>,
+    caps: SessionCaps,
 }
 
-/// Whether a new session may stay.
-enum Admission {
-    Admitted,
-    /// The server holds `max_sessions` already.
-    Full,
+/// rmcp's session store over `mcp_sessions`: `load` gives another
+/// instance the `initialize` to replay; `store` holds the parameters until
+/// [`handle`] admits the session (it knows the owner); `delete` ends it.
+struct DbSessions {
+    store: Store,
+    idle_ms: i64,
+    pending: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+}
+
+impl DbSessions {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The `initialize` parameters rmcp stored for `sid`.
+    fn take_pending(&self, sid: &str) -> Option<String> {
+        self.pending().remove(sid).map(|(_, p)| p)
+    }
+}
+
+fn store_error(e: &zm_contracts::ToolError) -> SessionStoreError {
+    Box::new(std::io::Error::other(e.message.clone()))
+}
+
+#[async_trait::async_trait]
+impl SessionStore for DbSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let params = self
+            .store
+            .mcp_session_init_params(session_id, self.idle_ms)
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok(params
+            .and_then(|p| serde_json::from_str::<InitializeRequestParams>(&p).ok())
+            .map(SessionState::new))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let params = serde_json::to_string(&state.initialize_params)?;
+        let now = Instant::now();
+        let mut pending = self.pending();
+        pending.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
+        pending.insert(session_id.to_string(), (now, params));
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.store
+            .mcp_session_close(session_id)
+            .await
+            .map_err(|e| store_error(&e))
+    }
 }
 
 impl McpEndpoint {
@@ -61,10 +118,21 @@ impl McpEndpoint {
         let mcp_cfg = Arc::new(McpConfig {
             capped_clients: state.cfg.capped_clients.clone(),
         });
+        let caps = SessionCaps {
+            per_user: state.cfg.max_sessions_per_user.max(1),
+            total: state.cfg.max_sessions.max(1),
+            idle_ms: i64::try_from(state.cfg.session_idle.as_millis()).unwrap_or(i64::MAX),
+        };
+        let sessions = Arc::new(DbSessions {
+            store: state.store.clone(),
+            idle_ms: caps.idle_ms,
+            pending: std::sync::Mutex::default(),
+        });
         let mut config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(state.cfg.hosts())
             .with_cancellation_token(cancel)
             .with_max_request_body_bytes(state.cfg.body_limit);
+        config.session_store = Some(sessions.clone());
         if !state.cfg.allowed_origins.is_empty() {
             config = config.with_allowed_origins(state.cfg.allowed_origins.clone());
         }
@@ -82,104 +150,59 @@ impl McpEndpoint {
         McpEndpoint {
             service,
             manager,
-            owners: Arc::default(),
-            max_sessions: state.cfg.max_sessions.max(1),
-            max_per_user: state.cfg.max_sessions_per_user.max(1),
+            sessions,
+            caps,
         }
     }
 
-    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owner>> {
-        self.owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Sessions rmcp holds now (tests: nothing leaks).
+    /// Session workers this instance runs now (tests: nothing leaks).
     pub async fn session_count(&self) -> usize {
         self.manager.sessions.read().await.len()
     }
 
-    /// Sessions with a known owner now (tests: nothing leaks).
-    pub fn owner_count(&self) -> usize {
-        self.owners().len()
+    /// Sessions recorded in the database now, idle ones not yet swept
+    /// included (tests: nothing leaks).
+    pub async fn owner_count(&self) -> usize {
+        self.sessions.store.mcp_session_count().await.unwrap_or(0)
     }
 
-    /// Is `sid` a session of `user`? Marks it used if so.
-    fn touch(&self, sid: &str, user: &str) -> bool {
-        match self.owners().get_mut(sid) {
-            Some(o) if o.user == user => {
-                o.seen = Instant::now();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Forget a session's owner (the client ended it).
-    fn forget(&self, sid: &str) {
-        self.owners().remove(sid);
-    }
-
-    /// Record a session rmcp just opened for `user`: prune the owners of
-    /// sessions rmcp no longer has, end the user's least recently used
-    /// sessions beyond the per-user cap, and refuse (close) the new one if
-    /// the server is still full.
-    async fn admit(&self, sid: &str, user: &str) -> Admission {
-        // Owners recorded after this instant belong to sessions opened after
-        // the snapshot below was taken: never prune those.
-        let snapshot_at = Instant::now();
-        let live: HashSet<String> = self
-            .manager
+    /// Record a session rmcp just opened for `user` (see
+    /// [`Store::mcp_session_admit`]), end this instance's workers of the
+    /// user's sessions the per-user cap ended, and close the new one if it
+    /// was refused. `None`: the database failed (the session is closed).
+    async fn admit(&self, sid: &str, user: &str) -> Option<bool> {
+        let params = self.sessions.take_pending(sid);
+        let conn_id = zm_contracts::IdKind::McpSession.generate();
+        let admission = self
             .sessions
-            .read()
-            .await
-            .keys()
-            .map(ToString::to_string)
-            .collect();
-        let (evicted, admission) = {
-            let mut owners = self.owners();
-            owners.retain(|k, o| o.opened >= snapshot_at || live.contains(k));
-            let now = Instant::now();
-            let mut mine: Vec<(Instant, String)> = owners
-                .iter()
-                .filter(|(_, o)| o.user == user)
-                .map(|(k, o)| (o.seen, k.clone()))
-                .collect();
-            let over = (mine.len() + 1).saturating_sub(self.max_per_user);
-            let mut evicted = Vec::with_capacity(over);
-            if over > 0 {
-                mine.sort_unstable();
-                for (_, k) in mine.into_iter().take(over) {
-                    owners.remove(&k);
-                    evicted.push(k);
-                }
-            }
-            let admission = if owners.len() >= self.max_sessions {
-                evicted.push(sid.to_string());
-                Admission::Full
-            } else {
-                owners.insert(
-                    sid.to_string(),
-                    Owner {
-                        user: user.to_string(),
-                        opened: now,
-                        seen: now,
-                    },
-                );
-                Admission::Admitted
-            };
-            (evicted, admission)
+            .store
+            .mcp_session_admit(
+                NewSession {
+                    id: sid,
+                    user_id: user,
+                    conn_id: &conn_id,
+                    init_params: params.as_deref(),
+                },
+                self.caps,
+            )
+            .await;
+        let (admitted, evicted) = match admission {
+            Ok(a) => (Some(a.admitted), a.evicted),
+            Err(_) => (None, Vec::new()),
         };
         for k in evicted {
             let _ = self.manager.close_session(&Arc::from(k.as_str())).await;
         }
-        admission
+        if admitted != Some(true) {
+            let _ = self.manager.close_session(&Arc::from(sid)).await;
+        }
+        admitted
     }
 }
 
-/// The `/mcp` handler: authenticate, check session ownership, forward;
-/// then record a new session's owner (or refuse it) and answer a
-/// successful `DELETE` with 204.
+/// The `/mcp` handler: authenticate, resume the session from the database
+/// (owner and expiry checked), forward; then record a new session (or
+/// refuse it) and answer a successful `DELETE` with 204.
 pub async fn handle(
     State((state, mcp)): State<(AppState, McpEndpoint)>,
     request: Request,
@@ -206,18 +229,30 @@ pub async fn handle(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let owned = session
-        .as_deref()
-        .is_some_and(|sid| mcp.touch(sid, &auth.user_id));
-    if session.is_some() && !owned {
-        // Another user's session — or one without an owner (ended, or
-        // refused) — answers exactly like an unknown one: ask the
-        // transport about an id that never existed.
+    let shared = match session.as_deref() {
+        Some(sid) => match state
+            .store
+            .mcp_session_touch(sid, &auth.user_id, mcp.caps.idle_ms)
+            .await
+        {
+            Ok(s) => s,
+            Err(_) => return internal_error(),
+        },
+        None => None,
+    };
+    if session.is_some() && shared.is_none() {
+        // Another user's session — or one that ended, expired or was
+        // refused — answers exactly like an unknown one: ask the transport
+        // about an id that never existed.
         let unknown = format!("unknown-{}", zm_contracts::IdKind::McpSession.generate());
         parts.headers.insert(
             "mcp-session-id",
             HeaderValue::from_str(&unknown).expect("ascii"),
         );
+    }
+    let owned = shared.is_some();
+    if let Some(s) = shared {
+        parts.extensions.insert(s);
     }
     let delete = parts.method == Method::DELETE;
     parts.extensions.insert(auth.clone());
@@ -228,7 +263,8 @@ pub async fn handle(
     };
     if delete && response.status().is_success() {
         if let Some(sid) = session.as_deref().filter(|_| owned) {
-            mcp.forget(sid);
+            // rmcp removed it too; this instance may not have had a worker.
+            let _ = state.store.mcp_session_close(sid).await;
         }
         // rmcp answers 202; clients (the Python SDK) expect 200 or 204.
         *response.status_mut() = StatusCode::NO_CONTENT;
@@ -239,11 +275,28 @@ pub async fn handle(
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
-        && let Admission::Full = mcp.admit(&sid, &auth.user_id).await
     {
-        return server_full();
+        match mcp.admit(&sid, &auth.user_id).await {
+            Some(true) => {}
+            Some(false) => return server_full(),
+            None => return internal_error(),
+        }
     }
     response
+}
+
+/// 500: the session bookkeeping failed (the cause is in the log). A
+/// JSON-RPC error without any detail.
+fn internal_error() -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32603, "message": "Internal error."},
+        })),
+    )
+        .into_response()
 }
 
 /// 503: the server holds as many sessions as it allows. A JSON-RPC error

@@ -179,6 +179,16 @@ impl Clock {
         Instant::now() + Duration::from_millis(self.offset_ms.load(Ordering::Relaxed))
     }
 
+    /// Wall time in epoch milliseconds, moved by the same offset: what the
+    /// windows kept in the database are measured in.
+    pub fn wall_ms(&self) -> i64 {
+        let sys = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let offset = i64::try_from(self.offset_ms.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        sys.saturating_add(offset)
+    }
+
     /// Move the clock forward (tests: rate-limit windows).
     pub fn advance(&self, by: Duration) {
         let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
@@ -189,7 +199,9 @@ impl Clock {
 /// Keys a [`RateLimiter`] tracks at most by default.
 pub const RATE_LIMIT_KEYS: usize = 100_000;
 
-/// A fixed-window counter per key, over at most `capacity` keys.
+/// A fixed-window counter per key, over at most `capacity` keys — in
+/// this process, or (built with [`RateLimiter::shared`]) in the database,
+/// where every instance on it counts against the same windows.
 ///
 /// The cost of a hit does not grow with the number of keys: the keys are
 /// kept in a queue by last use (a hit appends the key; the entry it leaves
@@ -201,6 +213,8 @@ pub const RATE_LIMIT_KEYS: usize = 100_000;
 pub struct RateLimiter {
     windows: std::sync::Mutex<Windows>,
     clock: Clock,
+    /// Count in this store's `rate_windows` instead of in memory.
+    shared: Option<Store>,
 }
 
 impl Default for RateLimiter {
@@ -288,7 +302,32 @@ impl RateLimiter {
                 stamp: 0,
             }),
             clock,
+            shared: None,
         }
+    }
+
+    /// A limiter whose windows live in `store` (one atomic upsert per hit),
+    /// shared by every instance on that database.
+    pub fn shared(store: Store, clock: Clock) -> Self {
+        RateLimiter {
+            shared: Some(store),
+            ..RateLimiter::with_clock(clock)
+        }
+    }
+
+    /// The limiter a server on `store` uses: shared in the database when it
+    /// is PostgreSQL (several instances may serve it), in memory on SQLite
+    /// (one process serves a SQLite file).
+    pub fn for_store(store: &Store) -> Self {
+        match store.backend() {
+            zm_store::Backend::Postgres => RateLimiter::shared(store.clone(), Clock::default()),
+            zm_store::Backend::Sqlite => RateLimiter::default(),
+        }
+    }
+
+    /// Whether the windows live in the database.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
     }
 
     /// The clock the windows are measured with.
@@ -318,6 +357,19 @@ impl RateLimiter {
     /// Count one request for `key`; `Err(seconds)` when over `max` in `window`.
     /// A refused request does not count, but it does keep the key in use.
     pub async fn hit(&self, key: &str, max: u32, window: Duration) -> Result<(), u64> {
+        if let Some(store) = &self.shared {
+            let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+            return match store
+                .rate_hit(key, max, window_ms, self.clock.wall_ms())
+                .await
+            {
+                Ok(verdict) => verdict,
+                // The store logged the cause; a request that cannot be
+                // counted is let through (everything it would do needs the
+                // same database anyway).
+                Err(_) => Ok(()),
+            };
+        }
         let now = self.clock.now();
         let mut guard = self.lock();
         let w = &mut *guard;

@@ -149,7 +149,7 @@ async fn one_user_cannot_evict_another_users_sessions() {
     for sid in &a_sessions[..45] {
         assert!(!s.works(&a, sid).await, "A's oldest sessions are ended");
     }
-    assert_eq!(s.endpoint.owner_count(), 8);
+    assert_eq!(s.endpoint.owner_count().await, 8);
     assert_eq!(s.endpoint.session_count().await, 8);
     // Using a session makes it recent: it outlives newer, idle ones.
     assert!(s.works(&a, &a_sessions[45]).await);
@@ -203,7 +203,7 @@ async fn a_full_server_refuses_new_sessions() {
         assert!(s.works(&a, sid).await);
     }
     assert!(s.works(&b, &b1).await);
-    assert_eq!(s.endpoint.owner_count(), 4);
+    assert_eq!(s.endpoint.owner_count().await, 4);
     assert_eq!(
         s.endpoint.session_count().await,
         4,
@@ -229,7 +229,10 @@ async fn a_full_server_refuses_new_sessions() {
 async fn delete_answers_204_and_leaves_nothing_behind() {
     let s = start(|_| {}).await;
     let (a, b) = (s.tokens[0].clone(), s.tokens[1].clone());
-    let (owners, sessions) = (s.endpoint.owner_count(), s.endpoint.session_count().await);
+    let (owners, sessions) = (
+        s.endpoint.owner_count().await,
+        s.endpoint.session_count().await,
+    );
     let sid = s.open(&a).await;
     assert_eq!(s.delete(&b, &sid).await, 204, "like an unknown id");
     assert_eq!(s.delete(&b, "never-existed-session").await, 204);
@@ -243,7 +246,7 @@ async fn delete_answers_204_and_leaves_nothing_behind() {
         let sid = s.open(&a).await;
         assert_eq!(s.delete(&a, &sid).await, 204);
     }
-    assert_eq!(s.endpoint.owner_count(), owners);
+    assert_eq!(s.endpoint.owner_count().await, owners);
     assert_eq!(s.endpoint.session_count().await, sessions);
     s.stop().await;
 }
@@ -258,7 +261,7 @@ async fn idle_sessions_lose_their_owner() {
     for _ in 0..2 {
         assert_eq!(s.initialize(&a).await.status().as_u16(), 200);
     }
-    assert_eq!(s.endpoint.owner_count(), 2);
+    assert_eq!(s.endpoint.owner_count().await, 2);
     let expired = tokio::time::timeout(PATIENCE, async {
         while s.endpoint.session_count().await > 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -266,8 +269,12 @@ async fn idle_sessions_lose_their_owner() {
     })
     .await;
     assert!(expired.is_ok(), "rmcp never ended the idle sessions");
-    assert_eq!(s.endpoint.owner_count(), 2, "not pruned yet");
+    assert_eq!(s.endpoint.owner_count().await, 2, "not pruned yet");
     assert_eq!(s.initialize(&a).await.status().as_u16(), 200);
-    assert_eq!(s.endpoint.owner_count(), 1, "only the new session's owner");
+    assert_eq!(
+        s.endpoint.owner_count().await,
+        1,
+        "only the new session's owner"
+    );
     s.stop().await;
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use zm_contracts::catalogue::{CATALOGUE, PROMPTS, RESOURCES};
 use zm_contracts::uri::{ResourceUri, UriError};
 use zm_contracts::{CONTRACT_VERSION, ErrorCode, IdKind, ToolName, ToolOutput};
-use zm_store::{Authenticated, Caller, RequestId, ToolService, Transport};
+use zm_store::{Authenticated, Caller, RequestId, SharedSession, ToolService, Transport};
 
 use crate::envelope::{self, FooterContext};
 use crate::instructions;
@@ -50,7 +50,10 @@ pub enum Identity {
 
 /// What a connection carries between calls: its transport session, the
 /// project it is attached to and the thread it was last given — all
-/// decided by the tool service and kept here as it reports them.
+/// decided by the tool service and kept here as it reports them. (An
+/// MCP-over-HTTP session keeps them in the database instead, so that any
+/// instance can serve its next request: the HTTP layer hands each request
+/// the session's [`SharedSession`].)
 #[derive(Debug, Default)]
 struct ConnState {
     session_id: Option<String>,
@@ -121,20 +124,26 @@ impl ZeroMemoryMcp {
                 Caller::authenticated(auth, Transport::Mcp)
             }
         };
-        let state = self
-            .conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A stateless (2026-07-28) request has no transport session.
         let stateless = ctx.meta.protocol_version().is_some();
         caller.agent_name = ctx.client_info().map(|i| i.name);
-        caller.session_id = if stateless {
-            None
+        if let Some(shared) = Self::shared_session(ctx) {
+            caller.session_id = Some(shared.conn_id.clone());
+            caller.attached_project = shared.attached_project.clone();
+            caller.thread = shared.thread.clone();
         } else {
-            state.session_id.clone()
-        };
-        caller.attached_project = state.attached_project.clone();
-        caller.thread = state.thread.clone();
+            let state = self
+                .conn
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            caller.session_id = if stateless {
+                None
+            } else {
+                state.session_id.clone()
+            };
+            caller.attached_project = state.attached_project.clone();
+            caller.thread = state.thread.clone();
+        }
         // Over HTTP, the id the request-id middleware adopted or minted.
         caller.request_id = ctx
             .extensions
@@ -144,9 +153,37 @@ impl ZeroMemoryMcp {
         Ok(caller)
     }
 
+    /// The shared session of an MCP-over-HTTP request, as the HTTP layer
+    /// resumed it (owner checked) and put in the request's extensions.
+    fn shared_session(ctx: &RequestContext<RoleServer>) -> Option<&SharedSession> {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<SharedSession>())
+    }
+
     /// Keep what the tool service reported about the session: the
-    /// attachment it decided (first attach wins) and a thread it issued.
-    fn carry(&self, out: &ToolOutput) {
+    /// attachment it decided (first attach wins) and a thread it issued —
+    /// in the database for a shared (HTTP) session, else in the connection.
+    async fn carry(&self, out: &ToolOutput, ctx: &RequestContext<RoleServer>) {
+        if let Some(shared) = Self::shared_session(ctx) {
+            // Only what changed: most calls report the attachment they had.
+            let project = out
+                .session()
+                .map(|s| s.attached_project.as_deref())
+                .filter(|p| *p != shared.attached_project.as_deref());
+            let thread = out
+                .issued_thread()
+                .filter(|t| Some(*t) != shared.thread.as_deref());
+            if project.is_some() || thread.is_some() {
+                // A failure is logged by the store; the call itself succeeded.
+                let _ = self
+                    .tools
+                    .store()
+                    .mcp_session_carry(&shared.id, project, thread)
+                    .await;
+            }
+            return;
+        }
         let mut st = self
             .conn
             .lock()
@@ -218,7 +255,7 @@ impl ZeroMemoryMcp {
         };
         match self.tools.call(&caller, tool, &args).await {
             Ok(out) => {
-                self.carry(&out);
+                self.carry(&out, ctx).await;
                 Ok(envelope::success(&out, &footer_ctx, Self::codex(ctx)))
             }
             Err(e) => Ok(envelope::failure(&e)),

@@ -65,6 +65,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0005_storage_usage.sql"),
         postgres: include_str!("../../../migrations/postgres/0005_storage_usage.sql"),
     },
+    Migration {
+        version: 6,
+        name: "shared_state",
+        sqlite: include_str!("../../../migrations/sqlite/0006_shared_state.sql"),
+        postgres: include_str!("../../../migrations/postgres/0006_shared_state.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -256,28 +262,53 @@ pub(crate) async fn migrate(
     Ok(known.max(current))
 }
 
-/// The thread-signing key: created once (the first open of this database
-/// wins a race), then read by every process on the database.
-pub(crate) async fn thread_key(
+/// A 32-byte server secret by name, in hex: created once (the first open
+/// of this database wins a race: `ON CONFLICT DO NOTHING`, then read back),
+/// then read by every process on the database — so every instance on one
+/// database signs and verifies with the same key.
+async fn server_secret(
     pool: &AnyPool,
     clock: &Arc<Clock>,
-) -> Result<crate::threads::ThreadKey, OpenError> {
-    const READ: &str = "SELECT value FROM server_secrets WHERE name = 'thread_key'";
-    let stored: Option<String> = sqlx::query_scalar(READ).fetch_optional(pool).await?;
-    let stored = match stored {
+    name: &'static str,
+) -> Result<String, OpenError> {
+    const READ: &str = "SELECT value FROM server_secrets WHERE name = $1";
+    let stored: Option<String> = sqlx::query_scalar(READ)
+        .bind(name)
+        .fetch_optional(pool)
+        .await?;
+    Ok(match stored {
         Some(v) => v,
         None => {
             sqlx::query(
-                "INSERT INTO server_secrets (name, value, created_at) VALUES ('thread_key', $1, $2) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO server_secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
             )
+            .bind(name)
             .bind(crate::threads::ThreadKey::generate_hex())
             .bind(clock.now_ms())
             .execute(pool)
             .await?;
-            sqlx::query_scalar(READ).fetch_one(pool).await?
+            sqlx::query_scalar(READ).bind(name).fetch_one(pool).await?
         }
-    };
+    })
+}
+
+/// The thread-signing key (also keys export cursors).
+pub(crate) async fn thread_key(
+    pool: &AnyPool,
+    clock: &Arc<Clock>,
+) -> Result<crate::threads::ThreadKey, OpenError> {
+    let stored = server_secret(pool, clock, "thread_key").await?;
     crate::threads::ThreadKey::from_hex(&stored).ok_or(OpenError::CorruptSecret("thread_key"))
+}
+
+/// The key of the OAuth sign-in form's CSRF token (an HMAC key): one per
+/// database, so a form one instance rendered is accepted by another.
+pub(crate) async fn form_key(pool: &AnyPool, clock: &Arc<Clock>) -> Result<[u8; 32], OpenError> {
+    let stored = server_secret(pool, clock, "oauth_form_key").await?;
+    hex::decode(stored.trim())
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or(OpenError::CorruptSecret("oauth_form_key"))
 }
 
 #[cfg(test)]

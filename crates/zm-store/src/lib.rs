@@ -24,6 +24,7 @@ pub mod rules;
 pub mod scopes;
 pub mod search;
 pub mod service;
+pub mod shared;
 pub mod similarity;
 mod sql;
 pub mod store;
@@ -37,6 +38,7 @@ pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, 
 pub use limits::{Limits, StorageSummary, Usage};
 pub use scopes::{ReadSet, Role};
 pub use service::{Cx, Handler, ToolMetrics, ToolService};
+pub use shared::{Admission, NewSession, SessionCaps, SharedSession};
 pub use store::{Caller, Grant, RequestId, Store, Transport};
 
 pub use fingerprint::{FINGERPRINT_TABLES, Fingerprint};

@@ -136,6 +136,7 @@ pub struct Store {
     pub(crate) backend: Backend,
     pub(crate) clock: Arc<Clock>,
     pub(crate) thread_key: ThreadKey,
+    pub(crate) form_key: Arc<[u8; 32]>,
     pub(crate) limits: crate::Limits,
 }
 
@@ -158,17 +159,25 @@ impl Store {
         let clock = Arc::new(Clock::default());
         db::migrate(&pool, backend, &clock).await?;
         let thread_key = db::thread_key(&pool, &clock).await?;
+        let form_key = Arc::new(db::form_key(&pool, &clock).await?);
         Ok(Store {
             pool,
             backend,
             clock,
             thread_key,
+            form_key,
             limits: opts.limits,
         })
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// The key of the OAuth sign-in form's CSRF token: stored in
+    /// `server_secrets`, the same for every process on this database.
+    pub fn form_key(&self) -> &[u8; 32] {
+        &self.form_key
     }
 
     /// The store's clock (tests advance it).

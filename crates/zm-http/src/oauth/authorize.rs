@@ -230,7 +230,7 @@ pub(super) async fn submit(
         || OauthRejection::page(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error.");
     // The account backs off after repeated failures, whatever the IP; the
     // password is not even checked meanwhile.
-    if let Err(secs) = st.backoff.check(&email) {
+    if let Err(secs) = st.backoff.check(&email).await {
         st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
         let token = csrf::token(&st.key, &cookie, &canonical);
         let mut resp = pages::html(
@@ -261,7 +261,7 @@ pub(super) async fn submit(
         None
     };
     let Some(user) = user else {
-        st.backoff.failed(&email);
+        st.backoff.failed(&email).await;
         st.app
             .store
             .audit_oauth_login_failure(&email, &authz.client.id, rid)
@@ -279,7 +279,7 @@ pub(super) async fn submit(
             None,
         ));
     };
-    st.backoff.succeeded(&email);
+    st.backoff.succeeded(&email).await;
     let code = st
         .app
         .store

@@ -76,11 +76,29 @@ struct Failures {
 /// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. Keyed by the
 /// normalised email, existing or not, so it says nothing about which emails
 /// exist. In memory, at most [`MAX_ACCOUNTS`] accounts: when full, ones
-/// idle for [`FORGET_AFTER`] go first, then the longest idle.
+/// idle for [`FORGET_AFTER`] go first, then the longest idle — or, built
+/// with [`LoginBackoff::shared`] (PostgreSQL), in the database's
+/// `login_failures` (the email hashed), where every instance sees the same
+/// count.
 #[derive(Debug)]
 pub(super) struct LoginBackoff {
     clock: Clock,
     accounts: Mutex<HashMap<String, Failures>>,
+    shared: Option<zm_store::Store>,
+}
+
+/// The wait after an account's `count`-th consecutive failure (zero before
+/// the back-off starts).
+fn backoff_after(count: u32) -> Duration {
+    if count < FREE_FAILURES {
+        return Duration::ZERO;
+    }
+    let doublings = (count - FREE_FAILURES).min(16);
+    (FIRST_BACKOFF * (1u32 << doublings)).min(MAX_BACKOFF)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The key of an account: the email as the sign-in compares it.
@@ -93,6 +111,15 @@ impl LoginBackoff {
         LoginBackoff {
             clock,
             accounts: Mutex::new(HashMap::new()),
+            shared: None,
+        }
+    }
+
+    /// A back-off kept in `store`, shared by every instance on it.
+    pub(super) fn shared(store: zm_store::Store, clock: Clock) -> Self {
+        LoginBackoff {
+            shared: Some(store),
+            ..LoginBackoff::new(clock)
         }
     }
 
@@ -104,7 +131,15 @@ impl LoginBackoff {
 
     /// `Err(seconds)` while the account is backing off (an honest
     /// `Retry-After`, at least 1).
-    pub(super) fn check(&self, email: &str) -> Result<(), u64> {
+    pub(super) async fn check(&self, email: &str) -> Result<(), u64> {
+        if let Some(store) = &self.shared {
+            // A database failure (logged by the store) lets the attempt on
+            // to the password check, which needs the database too.
+            return store
+                .login_backoff(&account_key(email), self.clock.wall_ms())
+                .await
+                .unwrap_or(Ok(()));
+        }
         let now = self.clock.now();
         match self.lock().get(&account_key(email)) {
             Some(f) if f.until > now => {
@@ -116,7 +151,18 @@ impl LoginBackoff {
     }
 
     /// Count a failed sign-in.
-    pub(super) fn failed(&self, email: &str) {
+    pub(super) async fn failed(&self, email: &str) {
+        if let Some(store) = &self.shared {
+            let _ = store
+                .login_failed(
+                    &account_key(email),
+                    self.clock.wall_ms(),
+                    millis(FORGET_AFTER),
+                    |n| millis(backoff_after(n)),
+                )
+                .await;
+            return;
+        }
         let now = self.clock.now();
         let key = account_key(email);
         let mut map = self.lock();
@@ -142,13 +188,16 @@ impl LoginBackoff {
         f.count = f.count.saturating_add(1);
         f.last = now;
         if f.count >= FREE_FAILURES {
-            let doublings = (f.count - FREE_FAILURES).min(16);
-            f.until = now + (FIRST_BACKOFF * (1u32 << doublings)).min(MAX_BACKOFF);
+            f.until = now + backoff_after(f.count);
         }
     }
 
     /// A successful sign-in clears the account.
-    pub(super) fn succeeded(&self, email: &str) {
+    pub(super) async fn succeeded(&self, email: &str) {
+        if let Some(store) = &self.shared {
+            let _ = store.login_succeeded(&account_key(email)).await;
+            return;
+        }
         self.lock().remove(&account_key(email));
     }
 
@@ -163,51 +212,94 @@ mod tests {
     use super::*;
 
     /// The seconds left, allowing for the real time the test takes.
-    fn left(b: &LoginBackoff, email: &str) -> u64 {
-        b.check(email).unwrap_err()
+    async fn left(b: &LoginBackoff, email: &str) -> u64 {
+        b.check(email).await.unwrap_err()
     }
 
-    #[test]
-    fn backoff_doubles_caps_and_resets() {
+    #[tokio::test]
+    async fn backoff_doubles_caps_and_resets() {
         let clock = Clock::default();
         let b = LoginBackoff::new(clock.clone());
+        doubles_caps_and_resets(&b, &clock).await;
+    }
+
+    /// The same policy when the back-off lives in the database
+    /// (`ZM_TEST_DATABASE_URL`; skipped without it), and two back-offs on
+    /// one database (two instances) share an account's count.
+    #[tokio::test]
+    async fn shared_backoff_doubles_caps_resets_and_is_shared() {
+        let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        else {
+            eprintln!("skipped: set ZM_TEST_DATABASE_URL to run the shared back-off test");
+            return;
+        };
+        let store = zm_store::Store::open(&url).await.unwrap();
+        let clock = Clock::default();
+        let b = LoginBackoff::shared(store.clone(), clock.clone());
+        doubles_caps_and_resets(&b, &clock).await;
+        let other = LoginBackoff::shared(store, clock.clone());
+        let email = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
+        for i in 0..FREE_FAILURES {
+            if i % 2 == 0 {
+                b.failed(&email).await;
+            } else {
+                other.failed(&email).await;
+            }
+        }
+        assert!(b.check(&email).await.is_err());
+        assert!(
+            other.check(&email).await.is_err(),
+            "the other instance sees it"
+        );
+        other.succeeded(&email).await;
+        assert_eq!(b.check(&email).await, Ok(()));
+    }
+
+    async fn doubles_caps_and_resets(b: &LoginBackoff, clock: &Clock) {
+        let tag = zm_contracts::IdKind::Request.generate();
+        let a = format!("a-{tag}@example.com");
+        let a_upper = format!("A-{tag}@Example.com");
+        let a_spaced = format!(" a-{tag}@example.com ");
+        let other = format!("b-{tag}@example.com");
         let first = FIRST_BACKOFF.as_secs();
         for _ in 0..FREE_FAILURES - 1 {
-            b.failed("A@Example.com");
-            assert_eq!(b.check("a@example.com"), Ok(()));
+            b.failed(&a_upper).await;
+            assert_eq!(b.check(&a).await, Ok(()));
         }
-        b.failed(" a@example.com ");
-        let l = left(&b, "a@example.com");
+        b.failed(&a_spaced).await;
+        let l = left(b, &a).await;
         assert!((first - 1..=first).contains(&l), "{l}");
         clock.advance(Duration::from_secs(first));
-        assert_eq!(b.check("a@example.com"), Ok(()));
-        b.failed("a@example.com");
-        let l = left(&b, "a@example.com");
+        assert_eq!(b.check(&a).await, Ok(()));
+        b.failed(&a).await;
+        let l = left(b, &a).await;
         assert!((2 * first - 1..=2 * first).contains(&l), "{l}");
         clock.advance(Duration::from_secs(l));
-        b.failed("a@example.com");
-        let l = left(&b, "a@example.com");
+        b.failed(&a).await;
+        let l = left(b, &a).await;
         assert!((4 * first - 1..=4 * first).contains(&l), "{l}");
         // Capped, however many failures.
         for _ in 0..100 {
-            b.failed("a@example.com");
+            b.failed(&a).await;
         }
-        let l = left(&b, "a@example.com");
+        let l = left(b, &a).await;
         assert!((MAX_BACKOFF.as_secs() - 1..=MAX_BACKOFF.as_secs()).contains(&l));
         // Other accounts are untouched; after the cap the owner gets in.
-        assert_eq!(b.check("b@example.com"), Ok(()));
+        assert_eq!(b.check(&other).await, Ok(()));
         clock.advance(MAX_BACKOFF);
-        assert_eq!(b.check("a@example.com"), Ok(()));
-        b.succeeded("a@example.com");
-        b.failed("a@example.com");
-        assert_eq!(b.check("a@example.com"), Ok(()));
+        assert_eq!(b.check(&a).await, Ok(()));
+        b.succeeded(&a).await;
+        b.failed(&a).await;
+        assert_eq!(b.check(&a).await, Ok(()));
     }
 
-    #[test]
-    fn backoff_is_bounded() {
+    #[tokio::test]
+    async fn backoff_is_bounded() {
         let b = LoginBackoff::new(Clock::default());
         for i in 0..MAX_ACCOUNTS + 50 {
-            b.failed(&format!("u{i}@example.com"));
+            b.failed(&format!("u{i}@example.com")).await;
         }
         assert_eq!(b.len(), MAX_ACCOUNTS);
     }

@@ -24,8 +24,9 @@
 //!
 //! CSRF (`csrf`): `GET /oauth/authorize` sets a random cookie (`HttpOnly`,
 //! `SameSite=Lax`) and puts in the form a token that is an HMAC, under a
-//! per-router random key, of that cookie, a timestamp and the validated
-//! request. The POST needs the same cookie, an unexpired token over the very
+//! key stored in the database (`server_secrets`: every instance on one
+//! database accepts a form another rendered), of that cookie, a timestamp
+//! and the validated request. The POST needs the same cookie, an unexpired token over the very
 //! same request, and — when the browser sends them — an `Origin`/`Referer`
 //! of our public URL. The page's `Referrer-Policy: no-referrer` makes
 //! browsers send `Origin: null` on the form post, which is therefore
@@ -71,10 +72,15 @@ impl FromRef<OauthState> for AppState {
 
 /// The OAuth routes (merge into the main router before its layers).
 pub fn routes(app: AppState) -> Router {
-    let backoff = Arc::new(limit::LoginBackoff::new(app.limiter.clock().clone()));
+    let clock = app.limiter.clock().clone();
+    let backoff = Arc::new(if app.limiter.is_shared() {
+        limit::LoginBackoff::shared(app.store.clone(), clock)
+    } else {
+        limit::LoginBackoff::new(clock)
+    });
     let state = OauthState {
+        key: Arc::new(*app.store.form_key()),
         app,
-        key: Arc::new(rand::random()),
         backoff,
     };
     Router::new()

@@ -1,0 +1,623 @@
+//! State that several `serve` instances on one database share (migration
+//! 0006): rate-limit windows, the per-account sign-in back-off and
+//! MCP-over-HTTP sessions. The HTTP layer decides the policy (limits,
+//! back-off steps, caps); this module only keeps the rows, each change one
+//! atomic statement or one transaction, and deletes what has expired.
+//!
+//! Times are epoch milliseconds passed in by the caller (the HTTP layer's
+//! clock, which tests advance), except where noted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sqlx::Row;
+use zm_contracts::ToolError;
+
+use crate::db::{Backend, DbResult};
+use crate::identity::hash_secret;
+use crate::store::Store;
+
+/// Expired rows are swept on one call in this many (per process), so a hit
+/// stays one statement while the tables stay bounded by live windows.
+const SWEEP_EVERY: u64 = 64;
+
+static RATE_SWEEP: AtomicU64 = AtomicU64::new(0);
+static LOGIN_SWEEP: AtomicU64 = AtomicU64::new(0);
+
+fn sweep_due(tick: &AtomicU64) -> bool {
+    tick.fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(SWEEP_EVERY)
+}
+
+/// Whole seconds from `now` to `until`, rounded up, at least one.
+fn secs_until(now: i64, until: i64) -> u64 {
+    let ms = u64::try_from(until.saturating_sub(now)).unwrap_or(0);
+    ms.div_ceil(1000).max(1)
+}
+
+/// An MCP session as another request (on any instance) resumes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedSession {
+    /// The `Mcp-Session-Id`.
+    pub id: String,
+    /// The connection's transport session (`ses_…`): provenance and thread
+    /// conversations use it, so it must not change between instances.
+    pub conn_id: String,
+    pub attached_project: Option<String>,
+    pub thread: Option<String>,
+}
+
+/// A session to record after its `initialize` succeeded.
+#[derive(Debug, Clone)]
+pub struct NewSession<'a> {
+    pub id: &'a str,
+    pub user_id: &'a str,
+    pub conn_id: &'a str,
+    /// The client's `initialize` parameters (JSON), replayed by an instance
+    /// that restores the session; `None`: the session cannot move.
+    pub init_params: Option<&'a str>,
+}
+
+/// The caps a new session is admitted under.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionCaps {
+    /// Sessions one user keeps; more ends that user's least recently used.
+    pub per_user: usize,
+    /// Sessions overall; beyond it the new one is refused.
+    pub total: usize,
+    /// Sessions not seen for this long are gone.
+    pub idle_ms: i64,
+}
+
+/// The outcome of admitting a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// Whether the new session was recorded (`false`: the server is full).
+    pub admitted: bool,
+    /// The user's sessions ended to stay within the per-user cap.
+    pub evicted: Vec<String>,
+}
+
+impl Store {
+    /// Count one request for `key` in a fixed window of `window_ms`
+    /// anchored at its first request: `Err(seconds)` (the honest
+    /// `Retry-After`) when `max` requests were already counted. A refused
+    /// request does not count. One atomic upsert: concurrent instances on
+    /// one database share the count.
+    pub async fn rate_hit(
+        &self,
+        key: &str,
+        max: u32,
+        window_ms: i64,
+        now: i64,
+    ) -> Result<Result<(), u64>, ToolError> {
+        if sweep_due(&RATE_SWEEP) {
+            sqlx::query("DELETE FROM rate_windows WHERE ends_at <= $1")
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .db("sweep rate windows")?;
+        }
+        // `hits` stops at max + 1: a refused request leaves the count alone.
+        let row = sqlx::query(
+            "INSERT INTO rate_windows (key, ends_at, hits) VALUES ($1, $2, 1) \
+             ON CONFLICT (key) DO UPDATE SET \
+               ends_at = CASE WHEN rate_windows.ends_at <= $3 THEN EXCLUDED.ends_at ELSE rate_windows.ends_at END, \
+               hits = CASE WHEN rate_windows.ends_at <= $3 THEN 1 \
+                           WHEN rate_windows.hits <= $4 THEN rate_windows.hits + 1 \
+                           ELSE rate_windows.hits END \
+             RETURNING ends_at, hits",
+        )
+        .bind(hash_secret(key))
+        .bind(now.saturating_add(window_ms))
+        .bind(now)
+        .bind(i64::from(max))
+        .fetch_one(&self.pool)
+        .await
+        .db("count a rate-limited request")?;
+        let ends: i64 = row.try_get("ends_at").db("rate window end")?;
+        let hits: i64 = row.try_get("hits").db("rate window hits")?;
+        Ok(if hits <= i64::from(max) {
+            Ok(())
+        } else {
+            Err(secs_until(now, ends))
+        })
+    }
+
+    /// The end of an account's sign-in back-off, if it is backing off now
+    /// (`Err(seconds)`).
+    pub async fn login_backoff(
+        &self,
+        account: &str,
+        now: i64,
+    ) -> Result<Result<(), u64>, ToolError> {
+        let until: Option<i64> =
+            sqlx::query_scalar("SELECT until_at FROM login_failures WHERE account = $1")
+                .bind(hash_secret(account))
+                .fetch_optional(&self.pool)
+                .await
+                .db("read a sign-in back-off")?;
+        Ok(match until {
+            Some(u) if u > now => Err(secs_until(now, u)),
+            _ => Ok(()),
+        })
+    }
+
+    /// Count a failed sign-in of `account` (atomically; a count older than
+    /// `forget_ms` starts over) and start the back-off `backoff_ms` gives
+    /// for the new count (0: none). Returns the new count.
+    pub async fn login_failed(
+        &self,
+        account: &str,
+        now: i64,
+        forget_ms: i64,
+        backoff_ms: impl FnOnce(u32) -> i64,
+    ) -> Result<u32, ToolError> {
+        let key = hash_secret(account);
+        if sweep_due(&LOGIN_SWEEP) {
+            sqlx::query("DELETE FROM login_failures WHERE last_at <= $1 AND until_at <= $2")
+                .bind(now.saturating_sub(forget_ms))
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .db("sweep sign-in failures")?;
+        }
+        let count: i64 = sqlx::query_scalar(
+            "INSERT INTO login_failures (account, failures, last_at, until_at) VALUES ($1, 1, $2, 0) \
+             ON CONFLICT (account) DO UPDATE SET \
+               failures = CASE WHEN login_failures.last_at <= $3 THEN 1 ELSE login_failures.failures + 1 END, \
+               last_at = $2 \
+             RETURNING failures",
+        )
+        .bind(&key)
+        .bind(now)
+        .bind(now.saturating_sub(forget_ms))
+        .fetch_one(&self.pool)
+        .await
+        .db("count a failed sign-in")?;
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        let wait = backoff_ms(count);
+        if wait > 0 {
+            let until = now.saturating_add(wait);
+            sqlx::query(
+                "UPDATE login_failures SET until_at = CASE WHEN until_at < $2 THEN $2 ELSE until_at END WHERE account = $1",
+            )
+            .bind(&key)
+            .bind(until)
+            .execute(&self.pool)
+            .await
+            .db("start a sign-in back-off")?;
+        }
+        Ok(count)
+    }
+
+    /// A successful sign-in clears the account's failures.
+    pub async fn login_succeeded(&self, account: &str) -> Result<(), ToolError> {
+        sqlx::query("DELETE FROM login_failures WHERE account = $1")
+            .bind(hash_secret(account))
+            .execute(&self.pool)
+            .await
+            .db("clear sign-in failures")?;
+        Ok(())
+    }
+
+    /// Record a session that just completed `initialize`, in one
+    /// transaction (serialised across instances): delete sessions idle for
+    /// `caps.idle_ms`, end the user's least recently used sessions beyond
+    /// `caps.per_user`, then refuse the new one if `caps.total` sessions
+    /// remain — never ending another user's.
+    pub async fn mcp_session_admit(
+        &self,
+        new: NewSession<'_>,
+        caps: SessionCaps,
+    ) -> Result<Admission, ToolError> {
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        if self.backend == Backend::Postgres {
+            // One admission at a time across instances: the counts below
+            // must not race.
+            sqlx::query("SELECT pg_advisory_xact_lock(7410432)")
+                .execute(&mut *tx)
+                .await
+                .db("lock session admission")?;
+        }
+        sqlx::query("DELETE FROM mcp_sessions WHERE seen_at <= $1")
+            .bind(now.saturating_sub(caps.idle_ms))
+            .execute(&mut *tx)
+            .await
+            .db("expire idle sessions")?;
+        let mine: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM mcp_sessions WHERE user_id = $1 ORDER BY touched, opened_at, id",
+        )
+        .bind(new.user_id)
+        .fetch_all(&mut *tx)
+        .await
+        .db("list a user's sessions")?;
+        let over = (mine.len() + 1).saturating_sub(caps.per_user.max(1));
+        let evicted: Vec<String> = mine.into_iter().take(over).collect();
+        for id in &evicted {
+            sqlx::query("DELETE FROM mcp_sessions WHERE id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .db("end a session")?;
+        }
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mcp_sessions")
+            .fetch_one(&mut *tx)
+            .await
+            .db("count sessions")?;
+        let admitted = usize::try_from(total).unwrap_or(usize::MAX) < caps.total.max(1);
+        if admitted {
+            sqlx::query(
+                "INSERT INTO mcp_sessions (id, user_id, conn_id, init_params, attached_project, thread, opened_at, seen_at, touched) \
+                 VALUES ($1, $2, $3, $4, NULL, NULL, $5, $5, (SELECT COALESCE(MAX(touched), 0) + 1 FROM mcp_sessions))",
+            )
+            .bind(new.id)
+            .bind(new.user_id)
+            .bind(new.conn_id)
+            .bind(new.init_params)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("record a session")?;
+        }
+        tx.commit().await.db("commit session admission")?;
+        Ok(Admission { admitted, evicted })
+    }
+
+    /// Resume session `id` for `user_id`: `None` unless it is that user's
+    /// and was seen within `idle_ms` (a foreign, ended or expired id reads
+    /// the same). Marks it used.
+    pub async fn mcp_session_touch(
+        &self,
+        id: &str,
+        user_id: &str,
+        idle_ms: i64,
+    ) -> Result<Option<SharedSession>, ToolError> {
+        let now = self.now();
+        let row = sqlx::query(
+            "UPDATE mcp_sessions SET seen_at = $3, touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM mcp_sessions) \
+             WHERE id = $1 AND user_id = $2 AND seen_at > $4 \
+             RETURNING conn_id, attached_project, thread",
+        )
+        .bind(id)
+        .bind(user_id)
+        .bind(now)
+        .bind(now.saturating_sub(idle_ms))
+        .fetch_optional(&self.pool)
+        .await
+        .db("resume a session")?;
+        row.map(|r| -> Result<SharedSession, ToolError> {
+            Ok(SharedSession {
+                id: id.to_string(),
+                conn_id: r.try_get("conn_id").db("session conn_id")?,
+                attached_project: r.try_get("attached_project").db("session project")?,
+                thread: r.try_get("thread").db("session thread")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// The `initialize` parameters of a live session (another instance
+    /// replays the handshake from them).
+    pub async fn mcp_session_init_params(
+        &self,
+        id: &str,
+        idle_ms: i64,
+    ) -> Result<Option<String>, ToolError> {
+        let params: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT init_params FROM mcp_sessions WHERE id = $1 AND seen_at > $2",
+        )
+        .bind(id)
+        .bind(self.now().saturating_sub(idle_ms))
+        .fetch_optional(&self.pool)
+        .await
+        .db("read a session's initialize")?;
+        Ok(params.flatten())
+    }
+
+    /// Keep what a tool call reported for the session: the attached
+    /// project (`Some`: the store's decision) and an issued thread.
+    pub async fn mcp_session_carry(
+        &self,
+        id: &str,
+        attached_project: Option<Option<&str>>,
+        thread: Option<&str>,
+    ) -> Result<(), ToolError> {
+        if let Some(project) = attached_project {
+            sqlx::query("UPDATE mcp_sessions SET attached_project = $2 WHERE id = $1")
+                .bind(id)
+                .bind(project)
+                .execute(&self.pool)
+                .await
+                .db("carry a session's project")?;
+        }
+        if let Some(thread) = thread {
+            sqlx::query("UPDATE mcp_sessions SET thread = $2 WHERE id = $1")
+                .bind(id)
+                .bind(thread)
+                .execute(&self.pool)
+                .await
+                .db("carry a session's thread")?;
+        }
+        Ok(())
+    }
+
+    /// End a session (the client's `DELETE`).
+    pub async fn mcp_session_close(&self, id: &str) -> Result<(), ToolError> {
+        sqlx::query("DELETE FROM mcp_sessions WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .db("end a session")?;
+        Ok(())
+    }
+
+    /// Sessions recorded now, expired ones not yet swept included (tests:
+    /// nothing leaks).
+    pub async fn mcp_session_count(&self) -> Result<usize, ToolError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM mcp_sessions")
+            .fetch_one(&self.pool)
+            .await
+            .db("count sessions")?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::stores;
+
+    #[tokio::test]
+    async fn rate_windows_count_refuse_and_restart() {
+        for (name, _dir, store) in stores().await {
+            let key = format!("test:{}", zm_contracts::IdKind::Request.generate());
+            let now = store.now();
+            assert_eq!(store.rate_hit(&key, 2, 60_000, now).await.unwrap(), Ok(()));
+            assert_eq!(
+                store.rate_hit(&key, 2, 60_000, now + 1).await.unwrap(),
+                Ok(())
+            );
+            // Refused, with the honest wait, however often it is tried.
+            for _ in 0..3 {
+                let secs = store.rate_hit(&key, 2, 60_000, now + 500).await.unwrap();
+                assert_eq!(secs, Err(60), "{name}");
+            }
+            assert_eq!(
+                store.rate_hit(&key, 2, 60_000, now + 59_001).await.unwrap(),
+                Err(1),
+                "{name}"
+            );
+            // Another key is independent; the window ends and starts over.
+            assert_eq!(
+                store
+                    .rate_hit(&format!("{key}x"), 2, 60_000, now)
+                    .await
+                    .unwrap(),
+                Ok(())
+            );
+            assert_eq!(
+                store.rate_hit(&key, 2, 60_000, now + 60_000).await.unwrap(),
+                Ok(()),
+                "{name}"
+            );
+            assert_eq!(
+                store.rate_hit(&key, 2, 60_000, now + 60_001).await.unwrap(),
+                Ok(())
+            );
+            assert!(
+                store
+                    .rate_hit(&key, 2, 60_000, now + 60_002)
+                    .await
+                    .unwrap()
+                    .is_err()
+            );
+            // Ended windows are swept: none is left after a later sweep.
+            for _ in 0..SWEEP_EVERY {
+                let _ = store
+                    .rate_hit("sweeper", 1_000_000, 1, now + 10_000_000)
+                    .await
+                    .unwrap();
+            }
+            let left: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM rate_windows WHERE ends_at <= $1")
+                    .bind(now + 9_000_000)
+                    .fetch_one(&store.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(left, 0, "{name}: ended windows swept");
+            let stored: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM rate_windows WHERE key = $1")
+                    .bind(&key)
+                    .fetch_one(&store.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(stored, 0, "{name}: keys are stored hashed only");
+        }
+    }
+
+    #[tokio::test]
+    async fn login_failures_back_off_and_clear() {
+        for (name, _dir, store) in stores().await {
+            let account = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
+            let now = store.now();
+            let policy = |n: u32| if n >= 3 { 30_000 } else { 0 };
+            for i in 1..=2u32 {
+                assert_eq!(
+                    store
+                        .login_failed(&account, now, 3_600_000, policy)
+                        .await
+                        .unwrap(),
+                    i
+                );
+                assert_eq!(store.login_backoff(&account, now).await.unwrap(), Ok(()));
+            }
+            assert_eq!(
+                store
+                    .login_failed(&account, now, 3_600_000, policy)
+                    .await
+                    .unwrap(),
+                3
+            );
+            assert_eq!(
+                store.login_backoff(&account, now).await.unwrap(),
+                Err(30),
+                "{name}"
+            );
+            assert_eq!(
+                store.login_backoff(&account, now + 30_000).await.unwrap(),
+                Ok(())
+            );
+            // A count older than the forget time starts over.
+            let later = now + 3_600_001;
+            assert_eq!(
+                store
+                    .login_failed(&account, later, 3_600_000, policy)
+                    .await
+                    .unwrap(),
+                1
+            );
+            store
+                .login_failed(&account, later, 3_600_000, policy)
+                .await
+                .unwrap();
+            store
+                .login_failed(&account, later, 3_600_000, policy)
+                .await
+                .unwrap();
+            assert!(store.login_backoff(&account, later).await.unwrap().is_err());
+            store.login_succeeded(&account).await.unwrap();
+            assert_eq!(
+                store.login_backoff(&account, later).await.unwrap(),
+                Ok(()),
+                "{name}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn sessions_are_owned_capped_and_expire() {
+        for (name, _dir, store) in stores().await {
+            let a = store
+                .create_user(
+                    &format!("{}@example.com", zm_contracts::IdKind::Request.generate()),
+                    "password-a-123",
+                )
+                .await
+                .unwrap();
+            let b = store
+                .create_user(
+                    &format!("{}@example.com", zm_contracts::IdKind::Request.generate()),
+                    "password-b-123",
+                )
+                .await
+                .unwrap();
+            let caps = SessionCaps {
+                per_user: 2,
+                total: 1_000_000,
+                idle_ms: 60_000,
+            };
+            let sid = |i: usize| format!("{name}-{}-{i}", a.id);
+            let open = |id: String, user: String| {
+                let store = store.clone();
+                async move {
+                    store
+                        .mcp_session_admit(
+                            NewSession {
+                                id: &id,
+                                user_id: &user,
+                                conn_id: "ses_x",
+                                init_params: Some("{}"),
+                            },
+                            caps,
+                        )
+                        .await
+                        .unwrap()
+                }
+            };
+            assert!(open(sid(1), a.id.clone()).await.admitted);
+            assert!(open(sid(2), a.id.clone()).await.admitted);
+            // Using 1 makes 2 the least recently used.
+            assert!(
+                store
+                    .mcp_session_touch(&sid(1), &a.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            let third = open(sid(3), a.id.clone()).await;
+            assert_eq!(
+                third,
+                Admission {
+                    admitted: true,
+                    evicted: vec![sid(2)]
+                },
+                "{name}"
+            );
+            assert!(
+                store
+                    .mcp_session_touch(&sid(2), &a.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            // Another user's id reads as missing.
+            assert!(
+                store
+                    .mcp_session_touch(&sid(1), &b.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            store
+                .mcp_session_carry(&sid(1), Some(Some("proj")), Some("thr"))
+                .await
+                .unwrap();
+            let s = store
+                .mcp_session_touch(&sid(1), &a.id, 60_000)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (
+                    s.attached_project.as_deref(),
+                    s.thread.as_deref(),
+                    s.conn_id.as_str()
+                ),
+                (Some("proj"), Some("thr"), "ses_x")
+            );
+            assert_eq!(
+                store
+                    .mcp_session_init_params(&sid(1), 60_000)
+                    .await
+                    .unwrap()
+                    .as_deref(),
+                Some("{}")
+            );
+            // Idle past the limit: gone.
+            store.clock().advance_ms(60_001);
+            assert!(
+                store
+                    .mcp_session_touch(&sid(3), &a.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            assert!(
+                store
+                    .mcp_session_init_params(&sid(3), 60_000)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            store.mcp_session_close(&sid(1)).await.unwrap();
+            assert!(
+                store
+                    .mcp_session_init_params(&sid(1), 1_000_000)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        }
+    }
+}
