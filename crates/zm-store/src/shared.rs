@@ -34,6 +34,11 @@ fn secs_until(now: i64, until: i64) -> u64 {
     ms.div_ceil(1000).max(1)
 }
 
+/// How often a session in steady use is marked seen: its idle expiry is
+/// measured from the last mark, so a session may expire up to this much
+/// earlier than `idle_ms` after its last request (idle timeouts are minutes).
+pub const SESSION_SEEN_EVERY_MS: i64 = 15_000;
+
 /// An MCP session as another request (on any instance) resumes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedSession {
@@ -266,7 +271,11 @@ impl Store {
 
     /// Resume session `id` for `user_id`: `None` unless it is that user's
     /// and was seen within `idle_ms` (a foreign, ended or expired id reads
-    /// the same). Marks it used.
+    /// the same). Marks it used — a write only when it changes something:
+    /// the session is not already its user's most recently used, or was
+    /// last marked [`SESSION_SEEN_EVERY_MS`] ago or more. A client calling
+    /// through one session costs a read per request, not a write (on
+    /// SQLite a write takes the database's one write lock and a disk sync).
     pub async fn mcp_session_touch(
         &self,
         id: &str,
@@ -274,6 +283,25 @@ impl Store {
         idle_ms: i64,
     ) -> Result<Option<SharedSession>, ToolError> {
         let now = self.now();
+        let fresh = sqlx::query(
+            "SELECT conn_id, attached_project, thread FROM mcp_sessions \
+             WHERE id = $1 AND user_id = $2 AND seen_at > $3 \
+             AND touched = (SELECT MAX(touched) FROM mcp_sessions WHERE user_id = $2)",
+        )
+        .bind(id)
+        .bind(user_id)
+        .bind(now.saturating_sub(SESSION_SEEN_EVERY_MS.min(idle_ms)))
+        .fetch_optional(&self.pool)
+        .await
+        .db("read a session")?;
+        if let Some(r) = fresh {
+            return Ok(Some(SharedSession {
+                id: id.to_string(),
+                conn_id: r.try_get("conn_id").db("session conn_id")?,
+                attached_project: r.try_get("attached_project").db("session project")?,
+                thread: r.try_get("thread").db("session thread")?,
+            }));
+        }
         let row = sqlx::query(
             "UPDATE mcp_sessions SET seen_at = $3, touched = (SELECT COALESCE(MAX(touched), 0) + 1 FROM mcp_sessions) \
              WHERE id = $1 AND user_id = $2 AND seen_at > $4 \
@@ -561,6 +589,37 @@ mod tests {
                     .unwrap()
                     .is_none()
             );
+            // Steady use of the most recent session writes nothing until
+            // SESSION_SEEN_EVERY_MS has passed.
+            let seen = |id: String| {
+                let store = store.clone();
+                async move {
+                    sqlx::query_scalar::<_, i64>("SELECT seen_at FROM mcp_sessions WHERE id = $1")
+                        .bind(id)
+                        .fetch_one(&store.pool)
+                        .await
+                        .unwrap()
+                }
+            };
+            let before = seen(sid(3)).await;
+            store.clock().advance_ms(1_000);
+            assert!(
+                store
+                    .mcp_session_touch(&sid(3), &a.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            assert_eq!(seen(sid(3)).await, before, "{name}: no write");
+            store.clock().advance_ms(SESSION_SEEN_EVERY_MS);
+            assert!(
+                store
+                    .mcp_session_touch(&sid(3), &a.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            assert!(seen(sid(3)).await > before, "{name}: marked again");
             // Another user's id reads as missing.
             assert!(
                 store
