@@ -1054,7 +1054,7 @@ mod tests {
             "beta",
         ]
         .iter()
-        .map(|t| t.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
         let c = PROBE_BUDGET + 1;
         // Rare words only, in text order; the common ones are left out, and
