@@ -71,6 +71,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0006_shared_state.sql"),
         postgres: include_str!("../../../migrations/postgres/0006_shared_state.sql"),
     },
+    Migration {
+        version: 7,
+        name: "rank_index",
+        sqlite: include_str!("../../../migrations/sqlite/0007_rank_index.sql"),
+        postgres: include_str!("../../../migrations/postgres/0007_rank_index.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

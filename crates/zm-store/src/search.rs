@@ -171,8 +171,15 @@ pub(crate) fn fts_select(
             // each hit is fetched by rowid. Left to itself the planner may
             // drive from an index on `memories` (owner, scope) and re-run
             // the MATCH once per row: quadratic in the number of memories.
+            // Ranking reads only what the covering index `memories_rank`
+            // holds (migration 0007): name it, or the planner reads rows.
+            let index = if columns == RANK_COLUMNS {
+                " INDEXED BY memories_rank"
+            } else {
+                ""
+            };
             let mut sql = Sql::new(&format!(
-                "SELECT {columns}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+                "SELECT {columns}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m{index} ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
             ));
             sql.bind_str(q);
             Some(sql)
