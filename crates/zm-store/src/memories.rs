@@ -705,7 +705,7 @@ impl Store {
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
         let terms = crate::fts::query_terms(probe);
         let df = match crate::search::document_frequencies_sql(self.backend, &terms, PROBE_BUDGET) {
-            Some(sql) => {
+            crate::search::Frequencies::Known(Some(sql)) => {
                 let row = sql
                     .query()
                     .fetch_one(&mut *tx)
@@ -713,7 +713,8 @@ impl Store {
                     .db("document frequencies")?;
                 crate::search::document_frequencies_of(&row, terms.len())?
             }
-            None => return Ok(Vec::new()),
+            crate::search::Frequencies::Known(None) => return Ok(Vec::new()),
+            crate::search::Frequencies::Unknown(df) => df,
         };
         let (probe, rare) = probe_terms(&terms, &df);
         let probe = crate::fts::query_terms(&probe);
