@@ -322,37 +322,7 @@ impl Server {
         session: Option<&str>,
         body: Value,
     ) -> (u16, Option<String>, Vec<Value>) {
-        let mut rb = self
-            .http
-            .post(format!("{}/mcp", self.base))
-            .bearer_auth(token)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        if let Some(s) = session {
-            rb = rb
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-11-25");
-        }
-        let r = rb.send().await.unwrap();
-        let status = r.status().as_u16();
-        let sid = r
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let text = r.text().await.unwrap();
-        let msgs = if text.trim_start().starts_with('{') {
-            vec![serde_json::from_str(&text).unwrap()]
-        } else {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()
-        };
-        (status, sid, msgs)
+        common::mcp_post(&self.http, &self.base, token, session, body).await
     }
 
     async fn mcp_session(&self, token: &str) -> String {

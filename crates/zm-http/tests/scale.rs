@@ -16,6 +16,7 @@ mod common;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::mcp_post;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -161,46 +162,6 @@ async fn token(http: &reqwest::Client, base: &str, form: &[(&str, &str)]) -> (u1
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
-/// One MCP POST: status, session id, the JSON-RPC messages.
-async fn mcp(
-    http: &reqwest::Client,
-    base: &str,
-    token: &str,
-    session: Option<&str>,
-    body: Value,
-) -> (u16, Option<String>, Vec<Value>) {
-    let mut rb = http
-        .post(format!("{base}/mcp"))
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(s) = session {
-        rb = rb
-            .header("mcp-session-id", s)
-            .header("mcp-protocol-version", "2025-11-25");
-    }
-    let r = rb.send().await.unwrap();
-    let status = r.status().as_u16();
-    let sid = r
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let text = r.text().await.unwrap();
-    let msgs = if text.trim_start().starts_with('{') {
-        vec![serde_json::from_str(&text).unwrap()]
-    } else {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    };
-    (status, sid, msgs)
-}
-
 /// `tools/call` in session `sid` on `base`: the structured content.
 async fn call(
     http: &reqwest::Client,
@@ -210,7 +171,7 @@ async fn call(
     tool: &str,
     args: Value,
 ) -> Value {
-    let (status, _, msgs) = mcp(
+    let (status, _, msgs) = mcp_post(
         http,
         base,
         token,
@@ -430,7 +391,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     }
 
     // --- One MCP session, its requests alternating between the instances.
-    let (status, sid, msgs) = mcp(
+    let (status, sid, msgs) = mcp_post(
         &http,
         &a_url,
         &access,
@@ -440,7 +401,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     .await;
     assert_eq!(status, 200, "{msgs:?}");
     let sid = sid.expect("a session id");
-    let (status, _, _) = mcp(
+    let (status, _, _) = mcp_post(
         &http,
         &b_url,
         &access,
@@ -449,7 +410,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     )
     .await;
     assert_eq!(status, 202, "B takes the session A opened");
-    let (status, _, msgs) = mcp(
+    let (status, _, msgs) = mcp_post(
         &http,
         &b_url,
         &access,
@@ -525,7 +486,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
 
     // Another user's request with this session id: unknown, on both.
     for base in [&a_url, &b_url] {
-        let (status, _, _) = mcp(
+        let (status, _, _) = mcp_post(
             &http,
             base,
             &other_token,
@@ -545,7 +506,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 204);
-    let (status, _, _) = mcp(
+    let (status, _, _) = mcp_post(
         &http,
         &a_url,
         &access,
@@ -560,7 +521,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     let open = |base: String| {
         let (http, access) = (http.clone(), access.clone());
         async move {
-            let (status, sid, msgs) = mcp(
+            let (status, sid, msgs) = mcp_post(
                 &http,
                 &base,
                 &access,
@@ -575,7 +536,7 @@ async fn two_instances_on_one_postgres_database_act_as_one() {
     let works = |base: String, sid: String| {
         let (http, access) = (http.clone(), access.clone());
         async move {
-            mcp(
+            mcp_post(
                 &http,
                 &base,
                 &access,
