@@ -49,9 +49,10 @@ pub(crate) const STORE_OPTIONS: &str =
               are understood (default 10000,100000). Time on 2 cores:
               10k under a minute, 100k a few minutes; 1M (1000000) an
               estimated 10-30 minutes more (the bulk import runs at
-              1,500-3,000/s), about 1.7 GiB of disk under $TMPDIR and a
-              few hundred MiB of memory (SQLite's mmap is capped at
-              256 MiB); progress, with the time left, goes to stderr
+              1,500-3,000/s), about 1.7 GiB of disk under $TMPDIR, and
+              a resident size that may reach 2 GiB, nearly all of it
+              mapped database pages (mmap is capped at 256 MiB per
+              connection); progress, with the time left, goes to stderr
   --queries   recall queries per size (default 500); briefings: a fifth
               of that, at least 50
   --postgres  URL of an EMPTY PostgreSQL database (default: the
