@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: store throughput and latency at realistic sizes.
 //!
-//! `bench` re-invokes this binary in release mode (`cargo run --release
-//! -p xtask -- bench-run …`) so the figures are those of an optimised build;
-//! `bench-run` does the work:
+//! `cargo xtask bench` (`bench_suite.rs`, its store suite) re-invokes this
+//! binary in release mode (`cargo run --release -p xtask -- bench-run …`)
+//! so the figures are those of an optimised build; `bench-run` does the
+//! work:
 //!
 //! * per backend (a fresh temporary SQLite file; PostgreSQL when a URL is
 //!   given, which must name an empty database), one user and three
@@ -30,7 +31,7 @@
 //! Every write is sequential: one caller, one call at a time.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -38,13 +39,20 @@ use zm_contracts::catalogue::tool;
 use zm_contracts::{BuildContextInput, ImportMemoryInput, RecallInput, RememberInput};
 use zm_store::{Caller, OpenOptions, Store, ToolService};
 
-const BENCH_USAGE: &str = "\
-usage: cargo xtask bench [--sizes 10000,100000] [--queries 500]
-                         [--postgres URL] [--backends sqlite,postgres]
-                         [--bulk import|remember] [--remembers-at-n 500]
-                         [--spacing-minutes 5] [--keep]
+use crate::bench_support::{mib, status_kib, temp_dir, write_figures};
+use crate::bench_targets::StoreFigure;
 
-  --sizes     store sizes to measure at, ascending (default 10000,100000)
+/// The store suite's options (`cargo xtask bench --suite store`, and
+/// `bench-run`).
+pub(crate) const STORE_OPTIONS: &str =
+    "  --sizes     store sizes to measure at, ascending; 10k, 1M and 1_000_000
+              are understood (default 10000,100000). Time on 2 cores:
+              10k under a minute, 100k a few minutes; 1M (1000000) an
+              estimated 10-30 minutes more (the bulk import runs at
+              1,500-3,000/s), about 1.7 GiB of disk under $TMPDIR, and
+              a resident size that may reach 2 GiB, nearly all of it
+              mapped database pages (mmap is capped at 256 MiB per
+              connection); progress, with the time left, goes to stderr
   --queries   recall queries per size (default 500); briefings: a fifth
               of that, at least 50
   --postgres  URL of an EMPTY PostgreSQL database (default: the
@@ -66,52 +74,17 @@ usage: cargo xtask bench [--sizes 10000,100000] [--queries 500]
               memory in the last minutes, the worst case for those windows)
   --keep      keep the temporary SQLite files (their paths are printed)";
 
-/// The `bench` command: build and run `bench-run` in release mode.
-pub(crate) fn bench(args: &[String]) -> ExitCode {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{BENCH_USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf();
-    eprintln!(
-        "building the benchmark in release mode (cargo run --release -p xtask -- bench-run)…"
-    );
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "xtask",
-            "--",
-            "bench-run",
-        ])
-        .args(args)
-        .status();
-    match status {
-        Ok(s) if s.success() => ExitCode::SUCCESS,
-        Ok(s) => {
-            eprintln!("cargo xtask bench: the benchmark failed ({s})");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("cargo xtask bench: cannot run cargo: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
+const BENCH_USAGE: &str = "usage: target/release/xtask bench-run [store options] [--figures PATH]
+(normally run by `cargo xtask bench --suite store`)
+
+  --figures   also write the figures as JSON to PATH";
 
 /// The `bench-run` command (normally reached through `bench`).
 pub(crate) fn bench_run(args: &[String]) -> ExitCode {
     let opts = match Options::parse(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\n\n{BENCH_USAGE}");
+            eprintln!("{e}\n\n{BENCH_USAGE}\n{STORE_OPTIONS}");
             return ExitCode::from(2);
         }
     };
@@ -151,6 +124,8 @@ struct Options {
     /// `remember`s timed when the store holds N (they complete it to N).
     at_n: usize,
     keep: bool,
+    /// Where to write the figures as JSON (`--figures`).
+    figures: Option<PathBuf>,
 }
 
 impl Options {
@@ -166,6 +141,7 @@ impl Options {
             spacing_minutes: 5,
             at_n: 500,
             keep: false,
+            figures: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -179,9 +155,9 @@ impl Options {
                     let v = value("--sizes")?;
                     o.sizes = v
                         .split(',')
-                        .map(|s| s.trim().replace('_', "").parse::<usize>())
-                        .collect::<Result<_, _>>()
-                        .map_err(|_| format!("--sizes: not a list of numbers: {v:?}"))?;
+                        .map(parse_size)
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| format!("--sizes: not a list of numbers: {v:?}"))?;
                     o.sizes.sort_unstable();
                     o.sizes.dedup();
                     if o.sizes.first() == Some(&0) || o.sizes.is_empty() {
@@ -227,11 +203,23 @@ impl Options {
                         })?;
                 }
                 "--keep" => o.keep = true,
+                "--figures" => o.figures = Some(PathBuf::from(value("--figures")?)),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
         Ok(o)
     }
+}
+
+/// A store size: `100000`, `100_000`, `100k` or `1M`.
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim().replace('_', "");
+    let (digits, factor) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1_000),
+        b'm' | b'M' => (&s[..s.len() - 1], 1_000_000),
+        _ => (s.as_str(), 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(factor)
 }
 
 // ------------------------------------------------------------ generation
@@ -707,6 +695,8 @@ fn human_bytes(b: u64) -> String {
 #[derive(Debug, Clone)]
 struct Row {
     backend: String,
+    /// `sqlite`, `sqlite-normal` or `postgres`.
+    backend_key: String,
     size: usize,
     /// `remember`s per second over the first 2,000 (from an empty store).
     first_2k_rate: Option<f64>,
@@ -724,6 +714,8 @@ struct Row {
     bytes: u64,
     size_note: String,
     dedups: usize,
+    /// This process's peak resident memory so far (`VmHWM`), KiB.
+    peak_rss_kib: Option<u64>,
 }
 
 /// Parse a tool input through the real validation entry point.
@@ -883,8 +875,11 @@ impl Bench {
     /// `target`. A batch's memories share its store-clock minute; the clock
     /// moves on by the batch's spacing after it.
     async fn import_to(&mut self, target: usize, label: &str) -> Result<(), String> {
+        // Every 10,000 up to 200k, then every 50,000 (1M: 20 lines).
+        let step = if target > 200_000 { 50_000 } else { 10_000 };
         let mut window = Instant::now();
-        let mut reported = self.loaded / 10_000;
+        let mut window_from = self.loaded;
+        let mut reported = self.loaded / step;
         while self.loaded < target {
             let n = IMPORT_BATCH.min(target - self.loaded);
             let inputs = (0..n)
@@ -912,14 +907,16 @@ impl Bench {
                 .spacing_ms
                 .saturating_mul(i64::try_from(landed).unwrap_or(0));
             self.store.clock().advance_ms(spacing);
-            if self.loaded / 10_000 > reported {
-                reported = self.loaded / 10_000;
+            if self.loaded / step > reported {
+                reported = self.loaded / step;
+                let per_s = (self.loaded - window_from) as f64 / window.elapsed().as_secs_f64();
                 eprintln!(
-                    "[{label}] {} memories; {:.0} writes/s since the last report",
+                    "[{label}] {} of {target} memories; {per_s:.0} imports/s since the last report; about {:.0} s to go at that rate",
                     self.loaded,
-                    10_000.0 / window.elapsed().as_secs_f64()
+                    (target - self.loaded) as f64 / per_s
                 );
                 window = Instant::now();
+                window_from = self.loaded;
             }
         }
         Ok(())
@@ -1005,6 +1002,7 @@ fn file_len(p: &Path) -> u64 {
 
 async fn run_backend(
     label: &str,
+    key: &str,
     store: Store,
     opts: &Options,
     sqlite_file: Option<&Path>,
@@ -1082,6 +1080,7 @@ async fn run_backend(
         };
         rows.push(Row {
             backend: label.to_string(),
+            backend_key: key.to_string(),
             size,
             first_2k_rate: bench.first_2k.map(|d| FIRST as f64 / d.as_secs_f64()),
             bulk,
@@ -1099,6 +1098,7 @@ async fn run_backend(
             bytes,
             size_note,
             dedups: bench.dedups,
+            peak_rss_kib: status_kib("self", "VmHWM"),
         });
         print_row(rows.last().expect("just pushed"));
     }
@@ -1119,7 +1119,7 @@ fn rate(r: Option<f64>) -> String {
 
 fn print_row(r: &Row) {
     eprintln!(
-        "[{}] N={}: remember {}/s first 2k, {:.0}/s at N (p50 {:.2} ms, p99 {:.2} ms); bulk {} {:.0}/s; recall p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms; briefing p50 {:.2} ms p95 {:.2} ms; size {}",
+        "[{}] N={}: remember {}/s first 2k, {:.0}/s at N (p50 {:.2} ms, p99 {:.2} ms); bulk {} {}/s; recall p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms; briefing p50 {:.2} ms p95 {:.2} ms; size {}; peak RSS {}",
         r.backend,
         r.size,
         rate(r.first_2k_rate),
@@ -1127,23 +1127,25 @@ fn print_row(r: &Row) {
         ms(r.remember_p50),
         ms(r.remember_p99),
         r.bulk,
-        r.bulk_rate,
+        rate(Some(r.bulk_rate)),
         ms(r.recall[0]),
         ms(r.recall[1]),
         ms(r.recall[2]),
         ms(r.briefing[0]),
         ms(r.briefing[1]),
-        human_bytes(r.bytes)
+        human_bytes(r.bytes),
+        r.peak_rss_kib
+            .map_or_else(|| "?".to_string(), |k| format!("{:.0} MiB", mib(k)))
     );
 }
 
 fn table(rows: &[Row]) -> String {
     let mut s = String::new();
-    s.push_str("| backend | memories | remember/s, first 2k | remember/s at N | remember p50 / p99 at N | bulk load | recall p50 | recall p95 | recall p99 | recall max | briefing p50 | briefing p95 | briefing p99 | database size |\n");
-    s.push_str("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    s.push_str("| backend | memories | remember/s, first 2k | remember/s at N | remember p50 / p99 at N | bulk load | recall p50 | recall p95 | recall p99 | recall max | briefing p50 | briefing p95 | briefing p99 | database size | benchmark peak RSS |\n");
+    s.push_str("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.2} / {:.2} ms | {} {}/s | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} ({}) |\n",
+            "| {} | {} | {} | {:.0} | {:.2} / {:.2} ms | {} {}/s | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {} ({}) | {} |\n",
             r.backend,
             r.size,
             rate(r.first_2k_rate),
@@ -1160,19 +1162,12 @@ fn table(rows: &[Row]) -> String {
             ms(r.briefing[1]),
             ms(r.briefing[2]),
             human_bytes(r.bytes),
-            r.size_note
+            r.size_note,
+            r.peak_rss_kib
+                .map_or_else(|| "?".to_string(), |k| format!("{:.0} MiB", mib(k)))
         ));
     }
     s
-}
-
-fn temp_dir(label: &str) -> Result<PathBuf, String> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!("zm-bench-{label}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    Ok(dir)
 }
 
 async fn run(opts: Options) -> Result<(), String> {
@@ -1181,7 +1176,7 @@ async fn run(opts: Options) -> Result<(), String> {
     for backend in &opts.backends {
         match backend.as_str() {
             "sqlite" | "sqlite-normal" => {
-                let dir = temp_dir(backend)?;
+                let dir = temp_dir(&format!("bench-{backend}"))?;
                 let file = dir.join("zm.db");
                 let mut o = OpenOptions::new(zm_store::sqlite_url(&file));
                 let label = if backend == "sqlite" {
@@ -1194,7 +1189,7 @@ async fn run(opts: Options) -> Result<(), String> {
                 let store = Store::open_with(o)
                     .await
                     .map_err(|e| format!("open {}: {e}", file.display()))?;
-                let result = run_backend(label, store, &opts, Some(&file)).await;
+                let result = run_backend(label, backend, store, &opts, Some(&file)).await;
                 if opts.keep {
                     eprintln!("[{label}] kept {}", file.display());
                 } else {
@@ -1222,7 +1217,7 @@ async fn run(opts: Options) -> Result<(), String> {
                         users.len()
                     ));
                 }
-                rows.extend(run_backend("postgres", store, &opts, None).await?);
+                rows.extend(run_backend("postgres", "postgres", store, &opts, None).await?);
             }
             other => return Err(format!("unknown backend {other}")),
         }
@@ -1258,6 +1253,26 @@ async fn run(opts: Options) -> Result<(), String> {
         "\ntotal benchmark time: {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    if let Some(path) = &opts.figures {
+        let figures: Vec<StoreFigure> = rows
+            .iter()
+            .map(|r| StoreFigure {
+                backend: r.backend_key.clone(),
+                size: r.size,
+                recall_p50_ms: ms(r.recall[0]),
+                recall_p99_ms: ms(r.recall[2]),
+                briefing_p50_ms: ms(r.briefing[0]),
+                remember_per_s: Some(r.at_n_rate).filter(|v| v.is_finite()),
+                bulk: match opts.bulk {
+                    Bulk::Import => "import",
+                    Bulk::Remember => "remember",
+                }
+                .to_string(),
+                bulk_per_s: Some(r.bulk_rate).filter(|v| v.is_finite()),
+            })
+            .collect();
+        write_figures(path, &figures)?;
+    }
     Ok(())
 }
 
@@ -1279,6 +1294,16 @@ mod tests {
         );
         assert!(min >= 50, "shortest content {min}");
         assert!(max <= 260, "longest content {max}");
+    }
+
+    #[test]
+    fn sizes_take_suffixes() {
+        assert_eq!(parse_size("1000000"), Some(1_000_000));
+        assert_eq!(parse_size(" 100_000"), Some(100_000));
+        assert_eq!(parse_size("10k"), Some(10_000));
+        assert_eq!(parse_size("1M"), Some(1_000_000));
+        assert_eq!(parse_size("ten"), None);
+        assert_eq!(parse_size(""), None);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! A benchmark, not a test: it prints figures and fails only when the run
 //! itself is broken (a request errors, an acknowledged write is missing).
 //!
-//! `bench-http` builds the release server and this load generator, then
+//! `cargo xtask bench --suite http` (or its older name `cargo xtask
+//! bench-http`) builds the release server and this load generator, then
 //! runs `bench-http-run`, which
 //!
 //! * starts `zero-memory serve` on a fresh temporary data directory and a
@@ -35,21 +36,26 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::bench::{PROJECTS, Rng, Slot, generate, ms, pct, query};
+use crate::bench_support::{mib, release_dir, status_kib, temp_dir, write_figures};
+use crate::bench_targets::HttpFigure;
 
-const USAGE: &str = "\
-usage: cargo xtask bench-http [--memories 10000] [--clients 64]
-                              [--duration 20] [--warmup 5] [--recall-pct 90]
-                              [--surfaces rest,mcp] [--binary PATH] [--keep]
-
-  --memories    memories preloaded through import_memory (default 10000)
+/// The HTTP suite's options (`cargo xtask bench --suite http`, and
+/// `bench-http-run`).
+pub(crate) const HTTP_OPTIONS: &str =
+    "  --memories    memories preloaded through import_memory (default 10000)
   --clients     concurrent closed-loop clients (default 64)
   --duration    measured seconds per surface (default 20)
   --warmup      seconds run before measuring, per surface (default 5)
   --recall-pct  share of recalls, the rest are remembers (default 90)
   --surfaces    rest, mcp or both (default rest,mcp)
   --binary      the zero-memory binary (default: target/release/zero-memory,
-                built by `cargo xtask bench-http` unless --binary is given)
+                built by `cargo xtask bench` unless --binary is given)
   --keep        keep the temporary data directory (its path is printed)";
+
+const USAGE: &str = "usage: target/release/xtask bench-http-run [HTTP options] [--figures PATH]
+(normally run by `cargo xtask bench --suite http`)
+
+  --figures     also write the figures as JSON to PATH";
 
 const EMAIL: &str = "bench-http@bench.zero-memory.invalid";
 const PROTOCOL: &str = "2025-11-25";
@@ -66,6 +72,7 @@ struct Options {
     surfaces: Vec<Surface>,
     binary: Option<PathBuf>,
     keep: bool,
+    figures: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +101,7 @@ impl Options {
             surfaces: vec![Surface::Rest, Surface::Mcp],
             binary: None,
             keep: false,
+            figures: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -132,6 +140,7 @@ impl Options {
                 }
                 "--binary" => o.binary = Some(PathBuf::from(value()?)),
                 "--keep" => o.keep = true,
+                "--figures" => o.figures = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown option {other}")),
             }
         }
@@ -139,73 +148,19 @@ impl Options {
     }
 }
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
-/// The `bench-http` command: build the release server and load generator,
-/// then run `bench-http-run`.
-pub(crate) fn bench_http(args: &[String]) -> ExitCode {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut packages = vec!["-p", "xtask"];
-    if !args.iter().any(|a| a == "--binary") {
-        packages.extend(["-p", "zm-server"]);
-    }
-    eprintln!("building in release mode (cargo build --release {packages:?})…");
-    let built = Command::new(&cargo)
-        .current_dir(root())
-        .args(["build", "--release", "--quiet"])
-        .args(&packages)
-        .status();
-    if !matches!(built, Ok(s) if s.success()) {
-        eprintln!("cargo xtask bench-http: the release build failed ({built:?})");
-        return ExitCode::FAILURE;
-    }
-    let status = Command::new(&cargo)
-        .current_dir(root())
-        .args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "xtask",
-            "--",
-            "bench-http-run",
-        ])
-        .args(args)
-        .status();
-    match status {
-        Ok(s) if s.success() => ExitCode::SUCCESS,
-        Ok(s) => {
-            eprintln!("cargo xtask bench-http: the benchmark failed ({s})");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("cargo xtask bench-http: cannot run cargo: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The `bench-http-run` command (normally reached through `bench-http`).
+/// The `bench-http-run` command (normally reached through `cargo xtask
+/// bench --suite http`).
 pub(crate) fn bench_http_run(args: &[String]) -> ExitCode {
     let opts = match Options::parse(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
+            eprintln!("{e}\n\n{USAGE}\n{HTTP_OPTIONS}");
             return ExitCode::from(2);
         }
     };
     if cfg!(debug_assertions) {
         eprintln!(
-            "warning: the load generator is a debug build; run `cargo xtask bench-http` (release)"
+            "warning: the load generator is a debug build; run `cargo xtask bench --suite http` (release)"
         );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -379,18 +334,6 @@ fn cpu_seconds(pid: &str) -> Option<f64> {
     #[allow(clippy::cast_precision_loss, reason = "CPU ticks, far below 2^52")]
     let ticks = ticks as f64;
     Some(ticks / f64::from(hz))
-}
-
-/// A `/proc/PID/status` figure in KiB (`VmHWM`, `VmRSS`).
-fn status_kib(pid: &str, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 // ------------------------------------------------------------ clients
@@ -808,41 +751,24 @@ async fn missing(
     Ok(gone)
 }
 
-fn mib(kib: u64) -> f64 {
-    #[allow(clippy::cast_precision_loss, reason = "a memory size in KiB")]
-    let kib = kib as f64;
-    kib / 1024.0
-}
-
 fn rate(n: usize, d: Duration) -> f64 {
     #[allow(clippy::cast_precision_loss, reason = "a call count")]
     let n = n as f64;
     n / d.as_secs_f64()
 }
 
-fn temp_dir() -> Result<PathBuf, String> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| Duration::subsec_nanos(&d));
-    let dir = std::env::temp_dir().join(format!("zm-bench-http-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    // The server wants a private data directory.
-    let _ = Command::new("chmod").arg("700").arg(&dir).status();
-    Ok(dir)
-}
-
 async fn run(opts: &Options) -> Result<(), String> {
     let binary = opts
         .binary
         .clone()
-        .unwrap_or_else(|| root().join("target/release/zero-memory"));
+        .unwrap_or_else(|| release_dir().join("zero-memory"));
     let binary = std::fs::canonicalize(&binary).map_err(|e| {
         format!(
             "{}: {e} (cargo build --release -p zm-server)",
             binary.display()
         )
     })?;
-    let dir = temp_dir()?;
+    let dir = temp_dir("bench-http")?;
     eprintln!("data directory {}", dir.display());
     let result = run_in(opts, binary, &dir).await;
     if opts.keep {
@@ -954,6 +880,24 @@ async fn run_in(opts: &Options, binary: PathBuf, dir: &Path) -> Result<(), Strin
         peak_kib.map_or_else(|| "?".to_string(), |k| format!("{:.1} MiB", mib(k)))
     );
     println!("CPU: 100% = one core busy for the whole measured window.");
+    if let Some(path) = &opts.figures {
+        let figures: Vec<HttpFigure> = results
+            .iter()
+            .zip(&lost)
+            .map(|(r, gone)| HttpFigure {
+                surface: r.surface.label().to_string(),
+                clients: opts.clients,
+                memories: opts.memories,
+                recalls_per_s: rate(r.recall.len(), r.measured),
+                recall_p50_ms: ms(pct(&r.recall, 50.0)),
+                recall_p99_ms: ms(pct(&r.recall, 99.0)),
+                errors: r.errors,
+                acknowledged: r.acknowledged.len(),
+                lost: gone.len(),
+            })
+            .collect();
+        write_figures(path, &figures)?;
+    }
     let errors: usize = results.iter().map(|r| r.errors).sum();
     let lost_total: usize = lost.iter().map(Vec::len).sum();
     for g in lost.iter().flatten().take(SHOWN_ERRORS) {

@@ -2,6 +2,9 @@ use std::process::ExitCode;
 
 mod bench;
 mod bench_http;
+mod bench_suite;
+mod bench_support;
+mod bench_targets;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -13,27 +16,33 @@ commands:
   contract   regenerate contract/snapshot.json, docs/CONTRACT.md and
              docs/DEPRECATIONS.md (refuses when CONTRACT_VERSION was not
              bumped enough for the changes)
-  bench      store benchmark in release mode: remember throughput, recall
-             and briefing latency, database size at 10k and 100k memories
-             (SQLite; PostgreSQL with --postgres URL); --help for options
-  bench-http concurrent HTTP load on the release `zero-memory serve`:
-             64 clients, 90% recall / 10% remember, over REST and /mcp;
-             throughput, p50/p99, errors, lost writes; --help for options";
+  bench      the benchmarks, in release mode, each ending with its
+             issue-13 targets (measured, target, met):
+             --suite store (default): the store in process at 10k and
+             100k memories (SQLite; PostgreSQL with --postgres URL);
+             --suite stdio: the binary over stdio with the Python MCP SDK;
+             --suite http: 64 HTTP clients on `zero-memory serve`;
+             --suite all: the three, then one table of every target;
+             --help for options
+  bench-http the same as `bench --suite http`";
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1);
     match cmd.as_deref() {
         Some("bench") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
-            bench::bench(&args)
+            bench_suite::bench(&args)
         }
         Some("bench-run") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             bench::bench_run(&args)
         }
         Some("bench-http") => {
-            let args: Vec<String> = std::env::args().skip(2).collect();
-            bench_http::bench_http(&args)
+            let args: Vec<String> = ["--suite".to_string(), "http".to_string()]
+                .into_iter()
+                .chain(std::env::args().skip(2))
+                .collect();
+            bench_suite::bench(&args)
         }
         Some("bench-http-run") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
