@@ -31,69 +31,6 @@ pub enum Match {
     All,
     /// Those holding any query word.
     Any,
-    /// Those holding at least this many of the query words: an OR of
-    /// AND-groups, one per combination. The engines intersect each group
-    /// from its rarest word, so a probe with common words ranks the few
-    /// memories holding several of them, not every memory holding one.
-    /// Falls back to [`Match::Any`] past [`MAX_GROUPS`] combinations.
-    AtLeast(usize),
-}
-
-/// At most this many AND-groups in a [`Match::AtLeast`] expression.
-pub const MAX_GROUPS: usize = 64;
-
-/// The groups of terms a query matches on: one group per combination of
-/// `m` terms (every term when `m` ≥ their number, one group per term when
-/// `m` ≤ 1 or the combinations would pass [`MAX_GROUPS`]).
-fn groups(terms: &[String], mode: Match) -> Vec<Vec<&str>> {
-    let n = terms.len();
-    let m = match mode {
-        Match::All => n,
-        Match::Any => 1,
-        Match::AtLeast(m) => m.clamp(1, n),
-    };
-    if m == n {
-        return vec![terms.iter().map(String::as_str).collect()];
-    }
-    if m == 1 || combinations(n, m) > MAX_GROUPS {
-        return terms.iter().map(|t| vec![t.as_str()]).collect();
-    }
-    // Lexicographic combinations of indices.
-    let mut out = Vec::new();
-    let mut idx: Vec<usize> = (0..m).collect();
-    loop {
-        out.push(idx.iter().map(|&i| terms[i].as_str()).collect());
-        let Some(i) = (0..m).rev().find(|&i| idx[i] != i + n - m) else {
-            return out;
-        };
-        idx[i] += 1;
-        for j in i + 1..m {
-            idx[j] = idx[j - 1] + 1;
-        }
-    }
-}
-
-/// C(n, m), saturating.
-fn combinations(n: usize, m: usize) -> usize {
-    (0..m).fold(1usize, |acc, i| acc.saturating_mul(n - i) / (i + 1))
-}
-
-/// Join groups: terms within a group by `and`, groups by `or`, groups of
-/// several terms parenthesised.
-fn join_groups(groups: &[Vec<&str>], quote: fn(&str) -> String, and: &str, or: &str) -> String {
-    let single = groups.len() == 1;
-    groups
-        .iter()
-        .map(|g| {
-            let inner = g.iter().map(|t| quote(t)).collect::<Vec<_>>().join(and);
-            if g.len() > 1 && !single {
-                format!("({inner})")
-            } else {
-                inner
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(or)
 }
 
 /// An SQLite FTS5 `MATCH` expression: every term quoted as a string literal
@@ -111,12 +48,11 @@ pub fn sqlite_match(user_text: &str, mode: Match) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
-    Some(join_groups(
-        &groups(&terms, mode),
-        |t| format!("\"{t}\""),
-        " AND ",
-        " OR ",
-    ))
+    let quoted: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
+    Some(quoted.join(match mode {
+        Match::All => " AND ",
+        Match::Any => " OR ",
+    }))
 }
 
 /// The `n` most distinctive terms of a text, as text for [`sqlite_match_query`]
@@ -157,12 +93,10 @@ pub fn pg_query(user_text: &str, mode: Match) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
-    Some(join_groups(
-        &groups(&terms, mode),
-        str::to_string,
-        " & ",
-        " | ",
-    ))
+    Some(terms.join(match mode {
+        Match::All => " & ",
+        Match::Any => " | ",
+    }))
 }
 
 #[cfg(test)]
@@ -181,43 +115,6 @@ mod distinctive_tests {
         );
         assert_eq!(sqlite_match("AND", Match::All).as_deref(), Some("\"and\""));
         assert_eq!(pg_query("", Match::All), None);
-    }
-
-    #[test]
-    fn at_least_m_of_the_words() {
-        assert_eq!(
-            sqlite_match("a b c", Match::AtLeast(2)).as_deref(),
-            Some("(\"a\" AND \"b\") OR (\"a\" AND \"c\") OR (\"b\" AND \"c\")")
-        );
-        assert_eq!(
-            pg_query("a b c", Match::AtLeast(2)).as_deref(),
-            Some("(a & b) | (a & c) | (b & c)")
-        );
-        // Degenerate counts are All and Any.
-        assert_eq!(
-            sqlite_match("a b", Match::AtLeast(5)),
-            sqlite_match("a b", Match::All)
-        );
-        assert_eq!(
-            pg_query("a b", Match::AtLeast(0)),
-            pg_query("a b", Match::Any)
-        );
-        // Every combination exactly once.
-        let terms: Vec<String> = (0..6).map(|i| format!("t{i}")).collect();
-        let g = groups(&terms, Match::AtLeast(3));
-        assert_eq!(g.len(), 20);
-        let distinct: HashSet<Vec<&str>> = g.iter().cloned().collect();
-        assert_eq!(distinct.len(), 20);
-        assert!(
-            g.iter()
-                .all(|c| c.len() == 3 && c.windows(2).all(|w| w[0] < w[1]))
-        );
-        // Too many combinations: any word.
-        let many: String = (0..20).map(|i| format!("w{i} ")).collect();
-        assert_eq!(
-            sqlite_match(&many, Match::AtLeast(10)),
-            sqlite_match(&many, Match::Any)
-        );
     }
 
     #[test]
