@@ -8,6 +8,13 @@ and MCP session id. It passes only if nothing of A's is returned or changed
 and every answer for A's ids is indistinguishable from the answer for an id
 that never existed.
 
+Then teams: A creates a team and writes team conventions; C is a member
+and D was one (D wrote into the team, opened an MCP session, then A
+removed D). C must see exactly the team's memories and nothing of A's
+personal or project scopes; D must see nothing of the team through every
+tool, route, resource URI and its still-open session id — each answer
+indistinguishable from one for an id (or a team) that never existed.
+
 usage: isolation_probe.py BINARY [--database-url URL]
 """
 import json
@@ -54,12 +61,15 @@ def main():
         srv = Server(binary, d, db_url)
         suffix = re.sub(r"[^a-z0-9]", "", d.lower())[-8:]
         a_email, b_email = f"a{suffix}@probe.test", f"b{suffix}@probe.test"
-        srv.add_user(a_email)
-        srv.add_user(b_email)
+        c_email, d_email = f"c{suffix}@probe.test", f"d{suffix}@probe.test"
+        for email in (a_email, b_email, c_email, d_email):
+            srv.add_user(email)
         ta, tb = srv.token(a_email), srv.token(b_email)
+        tc, td = srv.token(c_email), srv.token(d_email)
         srv.start()
         try:
             run(srv, ta, tb, b_email)
+            run_team(srv, ta, tc, td, c_email, d_email, suffix)
         finally:
             srv.stop()
     print(f"isolation probe: {checks - len(failures)} passed, {len(failures)} failed")
@@ -184,6 +194,96 @@ def run(srv, ta, tb, b_email):
     check(r[0] == 200, f"delete_account {r}")
     after = snapshot(srv, ta)
     check(before == after, "A's data changed during B's probe")
+
+
+def run_team(srv, ta, tc, td, c_email, d_email, suffix):
+    must = lambda r, what: r[0] in (200, 201) or sys.exit(f"team setup failed at {what}: {r}")
+    slug = f"probe{suffix}"
+    scope = f"team.{slug}"
+    must(srv.request_json("POST", "/api/teams", ta, {"slug": slug}), "create")
+    # A's own world besides the team.
+    private = {}
+    for key, args in {
+        "personal": {"content": "A's private note: the payroll export runs on Fridays.", "scope": "personal"},
+        "project": {"content": "A's solo project decision: ledgers are append-only.", "kind": "decision", "project_hint": "/src/a-solo-project"},
+    }.items():
+        r = srv.tool(ta, "remember", args)
+        must(r, key)
+        private[key] = r[1]["memory_id"]
+    team_mems = {}
+    r = srv.tool(ta, "remember", {"content": "Team convention: canary deploys last twenty minutes.", "kind": "convention", "scope": scope})
+    must(r, "team memory")
+    team_mems["by_a"] = r[1]["memory_id"]
+    for email in (c_email, d_email):
+        must(srv.request_json("POST", f"/api/teams/{slug}/members", ta, {"email": email, "role": "writer"}), f"add {email}")
+    r = srv.tool(td, "remember", {"content": "Team gotcha: the signing keys rotate quarterly.", "kind": "gotcha", "scope": scope})
+    must(r, "D's team memory")
+    team_mems["by_d"] = r[1]["memory_id"]
+    d_session = srv.mcp_session(td)
+    teams = srv.get("/api/teams", td)[1]
+    d_id = None
+    detail = srv.get(f"/api/teams/{slug}", ta)[1]
+    for m in detail.get("members", []):
+        if m["email"] == d_email:
+            d_id = m["user_id"]
+    check(d_id is not None and teams.get("teams"), f"D joined the team: {detail} {teams}")
+    must(srv.request_json("DELETE", f"/api/teams/{slug}/members/{d_id}", ta), "remove D")
+
+    a_private = list(private.values()) + ["payroll", "append-only"]
+    team_secrets = list(team_mems.values()) + ["canary deploys", "signing keys"]
+
+    def found(answer, secrets, sent=()):
+        text = json.dumps(answer) if not isinstance(answer, str) else answer
+        for i in sent:
+            text = text.replace(i, "<SENT>")
+        return [s for s in secrets if s and s in text]
+
+    # C, a member: exactly the team's memories, none of A's private ones.
+    r = srv.tool(tc, "recall", {"query": "canary deploys signing keys payroll ledgers", "scopes": ["*"], "k": 50})
+    got = sorted(m["id"] for m in r[1].get("memories", []))
+    check(got == sorted(team_mems.values()), f"C recalls exactly the team's memories: {got} vs {sorted(team_mems.values())}")
+    check(all(m.get("team") == slug for m in r[1].get("memories", [])), f"C's hits name the team: {r[1]}")
+    for tool, args in [("build_context", {"topic": "deploys payroll ledgers", "scopes": ["*"], "briefing": True}),
+                       ("build_context", {"topic": "ledgers", "project_hint": "/src/a-solo-project", "briefing": True}),
+                       ("export_memories", {"scopes": ["*"]}), ("entities", {"scope": "*"})]:
+        r = srv.tool(tc, tool, args)
+        check(r[0] == 200 and not found(r[1], a_private), f"C's {tool} {args} shows A's private data: {found(r[1], a_private)}")
+    for key, mid in private.items():
+        same(srv.get(f"/api/memories/{mid}", tc), srv.get(f"/api/memories/{NEVER_MEM}", tc), f"C reads A's {key}", mid, NEVER_MEM)
+    check(srv.get(f"/api/memories/{team_mems['by_d']}", tc)[0] == 200, "C still reads what D wrote into the team")
+
+    # D, removed: nothing of the team, anywhere.
+    for key, mid in team_mems.items():
+        for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}), ("share", {"scope": "proj.x.y"}),
+                            ("challenge", {"reason": "r"}), ("promote_rule", {})]:
+            a = srv.tool(td, tool, {"memory_id": mid, **extra})
+            n = srv.tool(td, tool, {"memory_id": NEVER_MEM, **extra})
+            same(a, n, f"removed D: {tool} on the team's {key} memory", mid, NEVER_MEM)
+        same(srv.get(f"/api/memories/{mid}", td), srv.get(f"/api/memories/{NEVER_MEM}", td), f"removed D: GET the team's {key}", mid, NEVER_MEM)
+        ra = srv.mcp(td, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{mid}"}}, d_session)
+        rn = srv.mcp(td, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{NEVER_MEM}"}}, d_session)
+        same(ra[2], rn[2], f"removed D: resources/read of the team's {key} in D's open session", mid, NEVER_MEM)
+    never_slug = f"never{suffix}"
+    for method, path in [("GET", "/api/teams/{}"), ("GET", "/api/teams/{}/audit"), ("GET", "/api/teams/{}/export"), ("DELETE", "/api/teams/{}")]:
+        a = srv.request_json(method, path.format(slug), td)
+        n = srv.request_json(method, path.format(never_slug), td)
+        same(a, n, f"removed D: {method} {path}", slug, never_slug)
+    a = srv.tool(td, "remember", {"content": "D writes after removal", "scope": scope})
+    n = srv.tool(td, "remember", {"content": "D writes after removal", "scope": f"team.{never_slug}"})
+    same(a, n, "removed D: remember into the team scope", scope, f"team.{never_slug}")
+    for tool, args in [("recall", {"query": "canary deploys signing keys", "scopes": ["*"]}),
+                       ("recall", {"query": "canary deploys signing keys", "scopes": [scope]}),
+                       ("build_context", {"topic": "deploys keys", "scopes": ["*"], "briefing": True}),
+                       ("build_context", {"topic": "deploys keys", "briefing": True}),
+                       ("export_memories", {"scopes": ["*"]}), ("entities", {"scope": "*"}), ("list_conflicts", {})]:
+        r = srv.tool(td, tool, args)
+        check(r[0] == 200 and not found(r[1], team_secrets + a_private), f"removed D: {tool} {args} shows {found(r[1], team_secrets + a_private)}")
+    r = srv.mcp(td, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "canary deploys signing keys", "scopes": ["*"]}}}, d_session)
+    check(r[0] == 200 and not found(r[2], team_secrets), f"removed D's open MCP session still reads the team: {found(r[2], team_secrets)}")
+    r = srv.get("/api/teams", td)
+    check(r[0] == 200 and r[1].get("teams") == [], f"removed D still lists the team: {r}")
+    r = srv.get("/api/rules", td)
+    check(r[0] == 200 and not found(r[1], team_secrets), f"removed D's rules: {r}")
 
 
 def snapshot(srv, token):

@@ -138,6 +138,10 @@ class Server:
             # No answer at all (the server is down or was killed).
             return 0, {}, ""
 
+    def request_json(self, method, path, token=None, body=None):
+        status, _, text = self.request(method, path, token, body)
+        return status, parse(text)
+
     def get(self, path, token=None):
         status, _, text = self.request("GET", path, token)
         return status, parse(text)

@@ -228,6 +228,56 @@ pub fn diff_contracts(old: &Value, new: &Value) -> Vec<Change> {
             );
         },
     );
+    keyed_diff(
+        &mut d,
+        "admin route",
+        "operation_id",
+        &old["admin_api"],
+        &new["admin_api"],
+        |d, name, o, n| {
+            for key in ["method", "path", "status", "access"] {
+                if o[key] != n[key] {
+                    d.push(
+                        Class::Breaking,
+                        format!("admin route `{name}`: {key} changed"),
+                    );
+                }
+            }
+            if o["summary"] != n["summary"] {
+                d.push(
+                    Class::Wording,
+                    format!("admin route `{name}`: summary reworded"),
+                );
+            }
+            let codes = |v: &Value| strings(&v["errors"]);
+            for c in codes(n).difference(&codes(o)) {
+                d.push(
+                    Class::Breaking,
+                    format!("admin route `{name}`: may now answer `{c}`"),
+                );
+            }
+            for c in codes(o).difference(&codes(n)) {
+                d.push(
+                    Class::Additive,
+                    format!("admin route `{name}`: no longer answers `{c}`"),
+                );
+            }
+            schema_diff(
+                d,
+                &format!("admin route `{name}` input"),
+                &o["input_schema"],
+                &n["input_schema"],
+                Dir::Input,
+            );
+            schema_diff(
+                d,
+                &format!("admin route `{name}` output"),
+                &o["output_schema"],
+                &n["output_schema"],
+                Dir::Output,
+            );
+        },
+    );
     d.changes
 }
 

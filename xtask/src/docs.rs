@@ -190,7 +190,52 @@ text block is this body; it carries no `structuredContent` (clients validate tha
             p["description"].as_str().unwrap_or("")
         );
     }
+    render_admin_api(&mut out, doc);
     out
+}
+
+/// The teams administration routes (REST only), with their bodies.
+fn render_admin_api(out: &mut String, doc: &Value) {
+    out.push_str("\n## Teams administration API (REST)\n\nNot MCP tools: routes under `/api`, bearer-authenticated like the REST mirror. Every failure is the error body with its code's status; any route may also answer `unauthorized`, `rate_limited` and `internal`. A walk-through is in [TEAMS.md](TEAMS.md).\n\n| method | path | token | success | other errors | summary |\n|---|---|---|---|---|---|\n");
+    let routes: Vec<&Value> = doc["admin_api"].as_array().into_iter().flatten().collect();
+    for r in &routes {
+        let errors: Vec<String> = r["errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.as_str().map(|e| format!("`{e}`")))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {} | {} | {} | {} |",
+            r["method"].as_str().unwrap_or("?"),
+            r["path"].as_str().unwrap_or("?"),
+            if r["access"] == "write" {
+                "`mcp:write`"
+            } else {
+                "`mcp:read`"
+            },
+            r["status"],
+            errors.join(", "),
+            r["summary"].as_str().unwrap_or("")
+        );
+    }
+    out.push('\n');
+    for r in &routes {
+        let _ = write!(
+            out,
+            "### `{} {}` ({})\n\n",
+            r["method"].as_str().unwrap_or("?"),
+            r["path"].as_str().unwrap_or("?"),
+            r["operation_id"].as_str().unwrap_or("?")
+        );
+        if r["input_schema"].is_object() {
+            out.push_str("#### Body\n\n");
+            field_table(out, &r["input_schema"]);
+        }
+        out.push_str("#### Response\n\n");
+        field_table(out, &r["output_schema"]);
+    }
 }
 
 /// `docs/DEPRECATIONS.md`.

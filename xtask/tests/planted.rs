@@ -368,3 +368,44 @@ fn a_read_tool_that_writes_any_row_fails_the_behavioural_check() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn admin_routes_are_diffed_like_tools() {
+    let old = doc();
+    // A withdrawn route breaks its clients.
+    let mut new = doc();
+    new["admin_api"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|r| r["operation_id"] != "team_audit");
+    let errs = check_snapshot(&old, &new).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("[breaking]") && e.contains("team_audit")),
+        "{errs:?}"
+    );
+    // A new required input field breaks senders; a new route is additive.
+    let mut new = doc();
+    let routes = new["admin_api"].as_array_mut().unwrap();
+    let create = routes
+        .iter_mut()
+        .find(|r| r["operation_id"] == "create_team")
+        .unwrap();
+    create["input_schema"]["properties"]["region"] = json!({"type": "string"});
+    create["input_schema"]["required"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("region"));
+    let errs = check_snapshot(&old, &new).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("[breaking]") && e.contains("create_team") && e.contains("region")),
+        "{errs:?}"
+    );
+    let mut new = doc();
+    let mut extra = new["admin_api"][0].clone();
+    extra["operation_id"] = json!("rename_team");
+    new["admin_api"].as_array_mut().unwrap().push(extra);
+    let r = compare_snapshot(&old, &with_version(new, &bumped("minor"))).unwrap();
+    assert!(r.bump_sufficient(), "a new route needs only a minor bump");
+}

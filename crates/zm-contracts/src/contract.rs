@@ -36,5 +36,6 @@ pub fn contract_document() -> Value {
         "resources": RESOURCES,
         "prompts": PROMPTS,
         "tools": tools,
+        "admin_api": crate::teams::admin_api_document(),
     })
 }

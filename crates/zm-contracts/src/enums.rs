@@ -35,7 +35,7 @@ macro_rules! wire_enum {
             }
         }
 
-        impl WireEnum for $name {
+        impl $crate::enums::WireEnum for $name {
             const VOCABULARY: &'static str = stringify!($name);
             fn wire_name(self) -> &'static str {
                 self.as_str()
@@ -52,6 +52,8 @@ macro_rules! wire_enum {
         }
     };
 }
+
+pub(crate) use wire_enum;
 
 wire_enum! {
     /// What a memory is: `fact` (true about the world or project), `preference` (how the user

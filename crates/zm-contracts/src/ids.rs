@@ -54,6 +54,9 @@ id_kinds! {
     RuleCandidate => "rlc", "rule";
     ProjectBinding => "pbn", "project binding";
     AccessToken => "tok", "access token";
+    Team => "tem", "team";
+    Invitation => "inv", "team invitation";
+    TeamEvent => "tev", "team audit event";
 }
 
 impl IdKind {
@@ -232,6 +235,11 @@ macro_rules! typed_id {
 typed_id!(MemoryId, IdKind::Memory, "A memory id (`mem_…`).");
 typed_id!(EntityId, IdKind::Entity, "An entity id (`ent_…`).");
 typed_id!(UserId, IdKind::User, "A user id (`usr_…`).");
+typed_id!(
+    InvitationId,
+    IdKind::Invitation,
+    "A team invitation id (`inv_…`)."
+);
 
 #[cfg(test)]
 mod tests {

@@ -88,6 +88,11 @@ pub struct SearchHit {
     pub content: String,
     pub kind: MemoryKind,
     pub scope: String,
+    /// The team (its slug) you read this memory through: its scope is the
+    /// team's, one of the team's projects or a project shared with it.
+    /// Absent for your own and directly shared scopes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     pub visibility: Visibility,
     pub created_at: String,
     /// Opaque ordering scalar: higher ranks first.

@@ -19,6 +19,7 @@ pub mod request;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod teams;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -56,6 +57,7 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
         .route("/api/tools/{name}", post(routes::call_tool))
         .route("/api/memories/{id}", get(routes::get_memory))
         .route("/api/rules", get(routes::get_rules))
+        .merge(teams::routes())
         .route("/api/contract", get(routes::get_contract))
         .route("/api/openapi.json", get(routes::openapi))
         .route("/healthz", get(routes::healthz))

@@ -106,7 +106,56 @@ pub fn document(public_url: &str) -> Value {
         "/api/contract".into(),
         json!({"get": {"operationId": "get_contract", "summary": "The contract: version, errors, prefixes, tools, deprecations", "security": [], "responses": {"200": {"description": "The contract document.", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
     );
+    admin_paths(&mut paths, &mut schemas);
     doc["paths"] = Value::Object(paths);
     doc["components"]["schemas"] = Value::Object(schemas);
     doc
+}
+
+/// The teams administration routes, from `zm_contracts::ADMIN_ROUTES`.
+fn admin_paths(
+    paths: &mut serde_json::Map<String, Value>,
+    schemas: &mut serde_json::Map<String, Value>,
+) {
+    for r in zm_contracts::ADMIN_ROUTES {
+        let mut codes = r.errors.to_vec();
+        for always in [
+            ErrorCode::Unauthorized,
+            ErrorCode::RateLimited,
+            ErrorCode::Internal,
+        ] {
+            if !codes.contains(&always) {
+                codes.push(always);
+            }
+        }
+        if r.access == zm_contracts::RouteAccess::Write && !codes.contains(&ErrorCode::Forbidden) {
+            codes.push(ErrorCode::Forbidden);
+        }
+        let mut responses = error_responses(&codes);
+        let (out_name, out_schema) = r.output;
+        schemas.insert(out_name.into(), out_schema());
+        responses[r.status.to_string()] = json!({
+            "description": r.summary,
+            "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{out_name}")}}},
+        });
+        let parameters: Vec<Value> = r
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        let mut op = json!({
+            "operationId": r.operation_id,
+            "summary": r.summary,
+            "tags": ["teams"],
+            "parameters": parameters,
+            "responses": responses,
+        });
+        if let Some((in_name, in_schema)) = r.input {
+            schemas.insert(in_name.into(), in_schema());
+            op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{in_name}")}}}});
+        }
+        let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
+        entry[r.method.to_ascii_lowercase()] = op;
+    }
 }

@@ -16,7 +16,7 @@ use crate::state::AppState;
 
 /// The caller of a REST request: the token's user and grant, the agent
 /// name it declares, the request id.
-fn caller_of(
+pub(crate) fn caller_of(
     auth: &zm_store::Authenticated,
     headers: &HeaderMap,
     request_id: &RequestId,
@@ -31,7 +31,11 @@ fn caller_of(
 }
 
 /// Read and parse a JSON body within the limit.
-async fn json_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+pub(crate) async fn json_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Value, ApiError> {
     if !is_json(headers) {
         return Err(ApiError::malformed(
             "the body must be JSON (Content-Type: application/json)",

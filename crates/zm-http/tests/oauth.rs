@@ -1445,3 +1445,68 @@ async fn unused_registrations_are_pruned_after_a_day() {
     assert!(s.store.oauth_client(&used).await.unwrap().is_some());
     s.stop().await;
 }
+
+/// A member removed from a team: their OAuth access token, issued while
+/// they were a member, reads nothing of the team on its very next use.
+#[tokio::test]
+async fn a_removed_members_oauth_token_reads_nothing_of_the_team() {
+    let s = start().await;
+    let (_, t) = s.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    let b = s
+        .store
+        .user_by_email("b@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let admin = zm_store::Caller::new(b.id.clone());
+    let input: zm_contracts::teams::CreateTeamInput =
+        zm_contracts::parse_input(&json!({"slug": "oauthteam"})).unwrap();
+    s.store.create_team(&admin, input).await.unwrap();
+    s.store
+        .add_team_member(
+            &admin,
+            "oauthteam",
+            zm_contracts::teams::AddMemberInput {
+                email: EMAIL.into(),
+                role: zm_contracts::TeamRole::Writer,
+            },
+        )
+        .await
+        .unwrap();
+    let (st, v) = s
+        .rest(
+            access,
+            "remember",
+            json!({"content": "Incident reviews happen within 48 hours.", "kind": "convention", "scope": "team.oauthteam"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let recall = json!({"query": "incident reviews", "scopes": ["*"]});
+    let (_, v) = s.rest(access, "recall", recall.clone()).await;
+    assert_eq!(v["memories"].as_array().map(Vec::len), Some(1), "{v}");
+    s.store
+        .remove_team_member(&admin, "oauthteam", &s.user_id)
+        .await
+        .unwrap();
+    let (st, v) = s.rest(access, "recall", recall).await;
+    assert_eq!(st, 200, "the token still works: {v}");
+    assert_eq!(
+        v["memories"],
+        json!([]),
+        "but reads nothing of the team: {v}"
+    );
+    let (st, v) = s
+        .rest(
+            access,
+            "remember",
+            json!({"content": "A late convention.", "kind": "convention", "scope": "team.oauthteam"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{v}"
+    );
+    s.stop().await;
+}

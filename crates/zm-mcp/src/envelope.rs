@@ -184,6 +184,7 @@ mod tests {
             content: "x".into(),
             kind: MemoryKind::Fact,
             scope: "proj.a.x".into(),
+            team: None,
             visibility: Visibility::Private,
             created_at: "2026-01-01T00:00:00Z".into(),
             score: 1.0,

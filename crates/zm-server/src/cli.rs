@@ -187,6 +187,11 @@ pub enum Command {
     /// List or revoke the OAuth clients a user has authorized.
     #[command(subcommand)]
     Oauth(OauthCommand),
+    /// Manage teams: members share a team's memories and rules. Each
+    /// command acts as a user (--as EMAIL, default the owner) and needs the
+    /// role the REST API would (admin to manage members).
+    #[command(subcommand)]
+    Team(TeamCommand),
     /// Write a user's memories as JSONL (one memory per line).
     Export(ExportArgs),
     /// Import memories: our JSONL export, or the JSONL file of the official
@@ -303,6 +308,101 @@ pub enum TokenCommand {
         user: String,
         /// The token id (tok_…, from `token list`).
         token_id: String,
+    },
+}
+
+/// A team role on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TeamRoleArg {
+    Admin,
+    Writer,
+    Reader,
+}
+
+impl From<TeamRoleArg> for zm_contracts::TeamRole {
+    fn from(r: TeamRoleArg) -> Self {
+        match r {
+            TeamRoleArg::Admin => zm_contracts::TeamRole::Admin,
+            TeamRoleArg::Writer => zm_contracts::TeamRole::Writer,
+            TeamRoleArg::Reader => zm_contracts::TeamRole::Reader,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TeamCommand {
+    /// Create a team (its scope is team.SLUG); the acting user becomes its admin.
+    Create {
+        /// The team's slug: a lowercase letter, then 1–39 of [a-z0-9_].
+        slug: String,
+        /// A display name (default: the slug).
+        #[arg(long)]
+        name: Option<String>,
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
+    },
+    /// List the teams the acting user is a member of.
+    List {
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
+    },
+    /// Show a team: members, roles, projects (and, to admins, invitations).
+    Show {
+        /// The team's slug.
+        slug: String,
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
+    },
+    /// Delete a team (admins): its memories become readable by nobody,
+    /// exportable by its admins for 30 days, then erased.
+    Delete {
+        /// The team's slug.
+        slug: String,
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
+    },
+    /// Add an existing user to a team with a role (admins).
+    Add {
+        /// The user's email.
+        email: String,
+        /// The team's slug.
+        #[arg(long, value_name = "SLUG")]
+        team: String,
+        /// The role to give.
+        #[arg(long, value_enum, default_value_t = TeamRoleArg::Writer)]
+        role: TeamRoleArg,
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
+    },
+    /// Remove a member from a team (admins); takes effect on their next request.
+    Remove {
+        /// The member's email.
+        email: String,
+        /// The team's slug.
+        #[arg(long, value_name = "SLUG")]
+        team: String,
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
+    },
+    /// Change a member's role (admins); takes effect on their next request.
+    Role {
+        /// The member's email.
+        email: String,
+        /// The team's slug.
+        #[arg(long, value_name = "SLUG")]
+        team: String,
+        /// The new role.
+        #[arg(long, value_enum)]
+        role: TeamRoleArg,
+        /// Act as this user [default: the owner].
+        #[arg(long = "as", value_name = "EMAIL")]
+        actor: Option<String>,
     },
 }
 

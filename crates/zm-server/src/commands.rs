@@ -90,6 +90,7 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         Command::Oauth(OauthCommand::Revoke { user, client_id }) => {
             oauth_revoke(cfg, &user, &client_id).await
         }
+        Command::Team(command) => crate::team::run(cfg, command).await,
         Command::Export(args) => export(cfg, &args).await,
         Command::Import(args) => crate::import::run(cfg, &args).await,
         Command::Config(ConfigCommand::Check(_)) => unreachable!("handled before loading"),
@@ -160,7 +161,7 @@ pub fn describe(e: &ToolError) -> String {
 }
 
 #[allow(clippy::needless_pass_by_value, reason = "used as `.map_err(tool)`")]
-fn tool(e: ToolError) -> anyhow::Error {
+pub(crate) fn tool(e: ToolError) -> anyhow::Error {
     anyhow!("{}", describe(&e))
 }
 
@@ -721,7 +722,7 @@ fn config_check(inputs: &Inputs) -> ExitCode {
 }
 
 /// Print aligned columns to stdout.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {

@@ -18,5 +18,6 @@ pub mod config;
 pub mod files;
 pub mod import;
 pub mod serve;
+pub mod team;
 
 pub use config::Config;

@@ -39,6 +39,25 @@ pub fn test_mode_warning(email: &str) -> String {
     )
 }
 
+/// Erase deleted teams whose 30 days are over: at start, then hourly,
+/// until shutdown. A failure is logged and retried at the next tick.
+fn spawn_team_purge(store: Store, cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match store.purge_deleted_teams().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(teams = n, "erased deleted teams past their 30 days"),
+                Err(e) => tracing::warn!(error = %e.message, "purging deleted teams failed"),
+            }
+        }
+    });
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     let ctrl_c = async {
@@ -86,6 +105,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     let mut shown = cfg.clone();
     shown.listen = listener.local_addr().unwrap_or(cfg.listen);
     let cancel = CancellationToken::new();
+    spawn_team_purge(store.clone(), cancel.clone());
     let limits = http.conn_limits();
     let app = zm_http::router(store.clone(), http, cancel.clone());
     tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");

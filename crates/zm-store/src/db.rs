@@ -77,6 +77,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0007_rank_index.sql"),
         postgres: include_str!("../../../migrations/postgres/0007_rank_index.sql"),
     },
+    Migration {
+        version: 8,
+        name: "teams",
+        sqlite: include_str!("../../../migrations/sqlite/0008_teams.sql"),
+        postgres: include_str!("../../../migrations/postgres/0008_teams.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

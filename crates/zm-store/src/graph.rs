@@ -233,9 +233,9 @@ impl Store {
             "SELECT e.id, e.name, e.type, e.scope, e.created_at FROM entities e WHERE (e.owner_id = ",
         );
         sql.bind_str(&caller.user_id);
-        sql.push(" OR e.scope IN (SELECT scope FROM scope_members WHERE user_id = ")
-            .bind_str(&caller.user_id)
-            .push("))");
+        sql.push(" OR e.scope IN (");
+        crate::teams::push_member_scopes(&mut sql, &caller.user_id);
+        sql.push("))");
         if let Some(scope) = &input.scope {
             match scope.spec() {
                 ScopeSpec::All => {}

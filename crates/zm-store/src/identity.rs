@@ -394,7 +394,10 @@ impl Store {
     }
 
     pub async fn list_users(&self) -> Result<Vec<User>, ToolError> {
-        let rows = sqlx::query(select_users!("ORDER BY created_at, id"))
+        // Team stewards are rows nobody signs in as: not users to list.
+        let rows = sqlx::query(select_users!(
+            "WHERE id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL) ORDER BY created_at, id"
+        ))
             .fetch_all(&self.pool)
             .await
             .db("list users")?;

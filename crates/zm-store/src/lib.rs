@@ -28,6 +28,7 @@ pub mod shared;
 pub mod similarity;
 mod sql;
 pub mod store;
+pub mod teams;
 #[cfg(test)]
 mod testing;
 pub mod threads;

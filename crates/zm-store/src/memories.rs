@@ -496,6 +496,14 @@ impl Store {
             return Ok((id, true));
         }
         let id = IdKind::Memory.generate();
+        // Written into a team's scope or a project shared with a team, a
+        // memory is the team's to read; elsewhere it stays private until
+        // `share` widens it.
+        let visibility = if self.team_reads(tx, scope_path).await? {
+            Visibility::Shared
+        } else {
+            Visibility::Private
+        };
         sqlx::query(
             "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
@@ -506,7 +514,7 @@ impl Store {
         .bind(input.kind.as_str())
         .bind(content)
         .bind(hash)
-        .bind(Visibility::Private.as_str())
+        .bind(visibility.as_str())
         .bind(AuthorKind::Agent.as_str())
         .bind(caller.agent_name.clone())
         .bind(source.to_string())

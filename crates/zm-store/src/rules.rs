@@ -134,12 +134,17 @@ impl Store {
                         "applies_scope must be a project or team scope (proj.… or team.…)",
                     ));
                 }
-                if self
-                    .role_in(&mut *tx, &caller.user_id, &path)
-                    .await?
-                    .is_none()
-                {
-                    return Err(ToolError::not_found(format!("Scope {path} not found.")));
+                match self.role_in(&mut *tx, &caller.user_id, &path).await? {
+                    None => {
+                        return Err(ToolError::not_found(format!("Scope {path} not found.")));
+                    }
+                    // Its members receive the rule: a reader may not set one.
+                    Some(role) if !role.can_write() => {
+                        return Err(ToolError::forbidden(format!(
+                            "Promoting a rule for {path} needs the writer or admin role there; yours is reader."
+                        )));
+                    }
+                    Some(_) => {}
                 }
                 (RuleLayer::Project, Some(path))
             }
@@ -283,7 +288,11 @@ impl Store {
     /// What `zm://rules` serves: the user layer plus the attached project's rules.
     pub async fn rules_resource(&self, caller: &Caller) -> Result<Vec<Rule>, ToolError> {
         let set = match &caller.attached_project {
-            Some(p) => crate::scopes::pinned_read_set(caller, p),
+            Some(p) => {
+                let mut conn = self.pool.acquire().await.db("acquire")?;
+                let teams = self.team_scopes_of(&mut conn, &caller.user_id).await?;
+                crate::search::with_teams(crate::scopes::pinned_read_set(caller, p), &teams)
+            }
             None => ReadSet::Scopes(Vec::new()),
         };
         self.rules_for(caller, &set).await

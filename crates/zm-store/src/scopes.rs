@@ -6,20 +6,14 @@ use zm_contracts::{IdKind, ToolError, prefixes::Prefix};
 
 use crate::db::DbResult;
 use crate::hint;
-use crate::rows::{parse_stored, stored_enum};
+use crate::rows::parse_stored;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 use crate::threads::{self, Conversation, Thread};
 
-stored_enum! {
-    /// The role a member holds in a project or team scope
-    /// (`scope_members.role`).
-    pub Role {
-        Reader = "reader",
-        Writer = "writer",
-        Admin = "admin",
-    }
-}
+/// The role a member holds in a project or team scope
+/// (`scope_members.role`): the contract's [`zm_contracts::TeamRole`].
+pub use zm_contracts::TeamRole as Role;
 
 /// The scopes a read covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,9 +29,11 @@ pub enum ReadSet {
 pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
     sql.push(&format!("({alias}.owner_id = "))
         .bind_str(user_id)
-        .push(&format!(" OR ({alias}.visibility = 'shared' AND {alias}.scope IN (SELECT scope FROM scope_members WHERE user_id = "))
-        .bind_str(user_id)
-        .push(")))");
+        .push(&format!(
+            " OR ({alias}.visibility = 'shared' AND {alias}.scope IN ("
+        ));
+    crate::teams::push_member_scopes(sql, user_id);
+    sql.push(")))");
 }
 
 /// A hint resolved for the caller; `unbound` holds the key when no binding
@@ -60,10 +56,11 @@ pub(crate) fn push_read_set(sql: &mut Sql, alias: &str, set: &ReadSet) {
     }
 }
 
-/// Canonicalise a legacy `proj.<slug>` / `team.<slug>` path to the caller's namespace.
+/// Canonicalise a legacy `proj.<slug>` path to the caller's namespace.
+/// (`team.<slug>` is the team's own scope and stays as it is.)
 pub fn canonical_path(caller: &Caller, path: &str) -> String {
     let labels: Vec<&str> = path.split('.').collect();
-    if labels.len() == 2 && (labels[0] == "proj" || labels[0] == "team") {
+    if labels.len() == 2 && labels[0] == "proj" {
         format!(
             "{}.{}.{}",
             labels[0],
@@ -76,7 +73,10 @@ pub fn canonical_path(caller: &Caller, path: &str) -> String {
 }
 
 impl Store {
-    /// The caller's role in a shareable scope, if any.
+    /// The caller's role in a shareable scope, if any: the higher of a
+    /// direct membership and what a team grants — a team's own project
+    /// its members' team role, a project shared with a team at most
+    /// `writer` (a team admin does not administer a member's project).
     pub(crate) async fn role_in<'e, E>(
         &self,
         exec: E,
@@ -86,16 +86,28 @@ impl Store {
     where
         E: sqlx::Executor<'e, Database = sqlx::Any>,
     {
-        let role: Option<String> =
-            sqlx::query_scalar("SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2")
-                .bind(path)
-                .bind(user_id)
-                .fetch_optional(exec)
-                .await
-                .db("scope role")?;
-        // An unknown stored role is a corrupt row, never "no access".
-        role.map(|r| parse_stored(&r, "role", &format!("{path}/{user_id}")))
-            .transpose()
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT role, 2 AS via FROM scope_members WHERE scope = $1 AND user_id = $2 \
+             UNION ALL SELECT tsm.role, tp.owned FROM team_projects tp JOIN scope_members tsm ON tsm.scope = tp.team_scope \
+             WHERE tp.scope = $1 AND tsm.user_id = $2",
+        )
+        .bind(path)
+        .bind(user_id)
+        .fetch_all(exec)
+        .await
+        .db("scope role")?;
+        let mut best: Option<Role> = None;
+        for (raw, via) in rows {
+            // An unknown stored role is a corrupt row, never "no access".
+            let mut role: Role = parse_stored(&raw, "role", &format!("{path}/{user_id}"))?;
+            if via == 0 && role == Role::Admin {
+                role = Role::Writer;
+            }
+            if best.is_none_or(|b| b.rank() < role.rank()) {
+                best = Some(role);
+            }
+        }
+        Ok(best)
     }
 
     /// Make sure a shareable scope exists, creating it with `owner` as admin.
@@ -160,6 +172,13 @@ impl Store {
                 return Err(ToolError::forbidden("You do not have access to this scope"));
             }
             None => {}
+        }
+        if self
+            .bootstrap_team_project(tx, caller, &path)
+            .await?
+            .is_some()
+        {
+            return Ok(path);
         }
         let labels: Vec<&str> = path.split('.').collect();
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
@@ -250,6 +269,25 @@ impl Store {
         .await
         .db("binding lookup")?;
         if let Some(scope) = bound {
+            return Ok(Some(ResolvedHint {
+                scope,
+                unbound: None,
+            }));
+        }
+        // Without a binding of their own, a member working in a repository
+        // a teammate shared with their team lands in that shared project.
+        let shared: Option<String> = sqlx::query_scalar(
+            "SELECT pb.scope FROM project_bindings pb JOIN team_projects tp ON tp.scope = pb.scope \
+             JOIN scope_members sm ON sm.scope = tp.team_scope \
+             WHERE sm.user_id = $1 AND pb.kind = $2 AND pb.key = $3 ORDER BY tp.created_at, pb.scope LIMIT 1",
+        )
+        .bind(&caller.user_id)
+        .bind(key.kind.as_str())
+        .bind(&key.key)
+        .fetch_optional(&mut *conn)
+        .await
+        .db("shared binding lookup")?;
+        if let Some(scope) = shared {
             return Ok(Some(ResolvedHint {
                 scope,
                 unbound: None,

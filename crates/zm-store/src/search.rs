@@ -486,6 +486,7 @@ impl FromAnyRow for ContextEdge {
 /// A promoted rule as a briefing delivers it.
 #[derive(Debug)]
 struct DeliveredRule {
+    owner_id: String,
     text: String,
     layer: RuleLayer,
     applies_scope: Option<String>,
@@ -496,6 +497,7 @@ struct DeliveredRule {
 impl FromAnyRow for DeliveredRule {
     fn from_row(r: &AnyRow) -> Result<DeliveredRule, ToolError> {
         Ok(DeliveredRule {
+            owner_id: col(r, "owner_id")?,
             text: col(r, "text")?,
             layer: enum_col(r, "layer")?,
             applies_scope: col(r, "applies_scope")?,
@@ -591,6 +593,31 @@ struct ReadPlan {
     pin: Option<String>,
     set: ReadSet,
     thread: Option<crate::threads::Thread>,
+    /// The caller's teams' scopes (scope, team slug): part of every
+    /// default read set, and what labels a hit with its team.
+    teams: Vec<(String, String)>,
+}
+
+impl ReadPlan {
+    /// The team a scope belongs to, for the caller.
+    fn team_of(&self, scope_path: &str) -> Option<String> {
+        self.teams
+            .iter()
+            .find(|(s, _)| s == scope_path)
+            .map(|(_, t)| t.clone())
+    }
+}
+
+/// A default read set plus the caller's teams' scopes.
+pub(crate) fn with_teams(mut set: ReadSet, teams: &[(String, String)]) -> ReadSet {
+    if let ReadSet::Scopes(v) = &mut set {
+        for (s, _) in teams {
+            if !v.contains(s) {
+                v.push(s.clone());
+            }
+        }
+    }
+    set
 }
 
 impl Store {
@@ -627,17 +654,27 @@ impl Store {
                 .clone()
                 .filter(|s| scope::is_shareable(s));
         }
+        let teams = {
+            let mut conn = self.pool.acquire().await.db("acquire")?;
+            self.team_scopes_of(&mut conn, &caller.user_id).await?
+        };
         let set = match scopes {
             Some(s) => explicit_read_set(caller, s),
             None => match &pin {
-                Some(p) => pinned_read_set(caller, p),
-                None if briefing => {
-                    ReadSet::Scopes(vec![caller.personal_scope(), caller.core_scope()])
-                }
+                Some(p) => with_teams(pinned_read_set(caller, p), &teams),
+                None if briefing => with_teams(
+                    ReadSet::Scopes(vec![caller.personal_scope(), caller.core_scope()]),
+                    &teams,
+                ),
                 None => ReadSet::All,
             },
         };
-        Ok(ReadPlan { pin, set, thread })
+        Ok(ReadPlan {
+            pin,
+            set,
+            thread,
+            teams,
+        })
     }
 
     /// Full-text candidates within the read set holding all (or any) of
@@ -929,6 +966,7 @@ impl Store {
                     content: excerpt(&c.content, &terms, INLINE_CHARS).0,
                     kind: c.kind,
                     scope: c.scope.clone(),
+                    team: plan.team_of(&c.scope),
                     visibility: c.visibility,
                     created_at: rfc3339(c.created_at),
                     score: (score * 1e6).round() / 1e6,
@@ -1128,11 +1166,14 @@ impl Store {
             // Reading everything still delivers the pinned project's rules
             // (and no other project's).
             let rule_set = match (&plan.set, &plan.pin) {
-                (ReadSet::All, Some(pin)) => ReadSet::Scopes(vec![
-                    caller.personal_scope(),
-                    caller.core_scope(),
-                    pin.clone(),
-                ]),
+                (ReadSet::All, Some(pin)) => with_teams(
+                    ReadSet::Scopes(vec![
+                        caller.personal_scope(),
+                        caller.core_scope(),
+                        pin.clone(),
+                    ]),
+                    &plan.teams,
+                ),
                 _ => plan.set.clone(),
             };
             out.rules = self.rules_for(caller, &rule_set).await?;
@@ -1291,24 +1332,46 @@ impl Store {
     /// The rules a briefing delivers: the user layer, then project layers in
     /// the read set; pinned first; per-layer cap and TTL for unpinned.
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
-        let rows = sqlx::query(
-            "SELECT id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE owner_id = $1 AND status = $2 ORDER BY pinned DESC, promoted_at DESC, id",
-        )
-        .bind(&caller.user_id)
-        .bind(crate::rules::RuleState::Promoted.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .db("rules")?;
+        // The caller's own rules, and every member's rules for a scope the
+        // caller reaches as a member (a team's or a shared project's).
+        let mut members = Sql::new("");
+        crate::teams::push_member_scopes(&mut members, &caller.user_id);
+        let reached: Vec<String> = members
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("member scopes")?
+            .iter()
+            .map(|r| col::<String>(r, "scope"))
+            .collect::<Result<_, _>>()?;
+        let mut sql = Sql::new(
+            "SELECT owner_id, id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE status = ",
+        );
+        sql.bind_str(crate::rules::RuleState::Promoted.as_str())
+            .push(" AND (owner_id = ")
+            .bind_str(&caller.user_id);
+        sql.push(" OR applies_scope IN ");
+        sql.bind_list(reached.iter().cloned());
+        sql.push(") ORDER BY pinned DESC, promoted_at DESC, id");
+        let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         let now = self.now();
         let ttl = now - RULES_TTL_DAYS * DAY_MS;
         let mut pinned: Vec<Rule> = Vec::new();
         let mut user_layer: Vec<Rule> = Vec::new();
+        let mut team_layer: Vec<Rule> = Vec::new();
         let mut project_layer: Vec<Rule> = Vec::new();
         for r in DeliveredRule::from_rows(&rows)? {
+            let reaches = |a: &String| reached.contains(a);
+            // A team's own scope is the team layer: its members get its
+            // rules in every briefing, like their own user layer.
+            let team_root = r.applies_scope.as_deref().is_some_and(|a| {
+                crate::teams::team_slug_of(a).is_some() && a.split('.').count() == 2
+            });
             let in_set = match (r.layer, &r.applies_scope, set) {
-                (RuleLayer::User, _, _) => true,
+                (RuleLayer::User, _, _) => r.owner_id == caller.user_id,
+                (RuleLayer::Project, Some(a), _) if team_root => reaches(a),
                 (RuleLayer::Project, Some(a), ReadSet::Scopes(s)) => {
-                    s.contains(a) && scope::is_shareable(a)
+                    s.contains(a) && scope::is_shareable(a) && reaches(a)
                 }
                 (RuleLayer::Project, _, _) => false,
             };
@@ -1324,6 +1387,8 @@ impl Store {
             } else if r.promoted_at.unwrap_or(0) >= ttl {
                 let bucket = if r.layer == RuleLayer::User {
                     &mut user_layer
+                } else if team_root {
+                    &mut team_layer
                 } else {
                     &mut project_layer
                 };
@@ -1333,7 +1398,12 @@ impl Store {
             }
         }
         let mut out: Vec<Rule> = Vec::new();
-        for r in pinned.into_iter().chain(user_layer).chain(project_layer) {
+        for r in pinned
+            .into_iter()
+            .chain(user_layer)
+            .chain(team_layer)
+            .chain(project_layer)
+        {
             if !out.iter().any(|o| o.text == r.text) {
                 out.push(r);
             }

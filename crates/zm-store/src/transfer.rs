@@ -418,6 +418,13 @@ impl Store {
         let caller = cx.caller;
         let uid = &caller.user_id;
         let tx = cx.tx().await?;
+        self.check_not_last_admin(tx, uid).await?;
+        // Projects the caller shared with a team stop being shared.
+        sqlx::query("DELETE FROM team_projects WHERE owned = 0 AND scope IN (SELECT path FROM scopes WHERE owner_id = $1)")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("unshare projects")?;
         let memories: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE owner_id = $1")
             .bind(uid)
             .fetch_one(&mut *tx)

@@ -1,0 +1,239 @@
+//! The teams administration API: thin handlers over the store's team
+//! methods. Each route is declared once in `zm_contracts::ADMIN_ROUTES`
+//! (method, path, schemas, the access a token needs); [`routes`] mounts
+//! exactly those, and the OpenAPI document lists exactly those.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, patch, post};
+use axum::{Extension, Router};
+use serde::Serialize;
+use zm_contracts::teams::{
+    AddMemberInput, CreateTeamInput, InviteInput, SetRoleInput, ShareProjectInput,
+};
+use zm_contracts::{ADMIN_ROUTES, FieldError, InvitationId, RouteAccess, ToolError, UserId};
+use zm_store::{Caller, RequestId};
+
+use crate::auth::Auth;
+use crate::error::ApiError;
+use crate::routes::{caller_of, json_body};
+use crate::state::AppState;
+
+/// The caller of an admin route, its token checked against the access the
+/// route declares: a read-only token's change is `forbidden`.
+fn admin_caller(
+    operation_id: &str,
+    auth: &zm_store::Authenticated,
+    headers: &HeaderMap,
+    request_id: &RequestId,
+) -> Result<Caller, ApiError> {
+    let route = ADMIN_ROUTES
+        .iter()
+        .find(|r| r.operation_id == operation_id)
+        .ok_or_else(|| ApiError::new(ToolError::internal()))?;
+    let caller = caller_of(auth, headers, request_id);
+    if route.access == RouteAccess::Write && !caller.grant.can_write() {
+        return Err(ApiError::new(ToolError::forbidden(
+            "This token is read-only: changing a team needs the mcp:write scope.",
+        )));
+    }
+    Ok(caller)
+}
+
+/// A success with the status the route declares.
+fn reply<T: Serialize>(operation_id: &str, body: &T) -> Response {
+    let status = ADMIN_ROUTES
+        .iter()
+        .find(|r| r.operation_id == operation_id)
+        .and_then(|r| StatusCode::from_u16(r.status).ok())
+        .unwrap_or(StatusCode::OK);
+    (status, axum::Json(body)).into_response()
+}
+
+fn path_error(field: &str, reason: String) -> ApiError {
+    ApiError::new(zm_contracts::validate::validation_error(vec![FieldError {
+        path: field.into(),
+        reason,
+    }]))
+}
+
+fn user_id(raw: &str) -> Result<UserId, ApiError> {
+    UserId::parse(raw).map_err(|e| path_error("user_id", e.to_string()))
+}
+
+/// The path parameters of a route, as strings (none: an empty tuple).
+struct Params<T>(T);
+
+impl<T> axum::extract::FromRequestParts<AppState> for Params<T>
+where
+    T: serde::de::DeserializeOwned + Send + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        if std::mem::size_of::<T>() == 0 {
+            return Ok(Params(T::default()));
+        }
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(t)| Params(t))
+            .map_err(|e| ApiError::malformed(e.body_text()))
+    }
+}
+
+macro_rules! handler {
+    // A route without a body.
+    ($name:ident, $op:literal, ($($p:ident),*), |$state:ident, $caller:ident| $call:expr) => {
+        async fn $name(
+            State($state): State<AppState>,
+            Params(($($p,)*)): Params<handler!(@types $($p),*)>,
+            Auth(auth): Auth,
+            Extension(request_id): Extension<RequestId>,
+            headers: HeaderMap,
+        ) -> Result<Response, ApiError> {
+            let $caller = admin_caller($op, &auth, &headers, &request_id)?;
+            let out = $call.await?;
+            Ok(reply($op, &out))
+        }
+    };
+    // A route with a JSON body of type $t, bound as $input.
+    ($name:ident, $op:literal, ($($p:ident),*), $input:ident: $t:ty, |$state:ident, $caller:ident| $call:expr) => {
+        async fn $name(
+            State($state): State<AppState>,
+            Params(($($p,)*)): Params<handler!(@types $($p),*)>,
+            Auth(auth): Auth,
+            Extension(request_id): Extension<RequestId>,
+            headers: HeaderMap,
+            body: Body,
+        ) -> Result<Response, ApiError> {
+            let $caller = admin_caller($op, &auth, &headers, &request_id)?;
+            let raw = json_body(&$state, &headers, body).await?;
+            let $input: $t = zm_contracts::parse_input::<$t>(&raw)?;
+            let out = $call.await?;
+            Ok(reply($op, &out))
+        }
+    };
+    (@types $($p:ident),*) => { ($(handler!(@string $p),)*) };
+    (@string $p:ident) => { String };
+}
+
+handler!(create_team, "create_team", (), body: CreateTeamInput, |state, caller| {
+    state.store.create_team(&caller, body)
+});
+handler!(list_teams, "list_teams", (), |state, caller| {
+    state.store.list_teams(&caller)
+});
+handler!(get_team, "get_team", (team), |state, caller| {
+    state.store.get_team(&caller, &team)
+});
+handler!(delete_team, "delete_team", (team), |state, caller| {
+    state.store.delete_team(&caller, &team)
+});
+handler!(add_member, "add_team_member", (team), body: AddMemberInput, |state, caller| {
+    state.store.add_team_member(&caller, &team, body)
+});
+handler!(set_role, "set_team_role", (team, member), body: SetRoleInput, |state, caller| {
+    async {
+        let member = user_id(&member)?;
+        Ok::<_, ApiError>(state.store.set_team_role(&caller, &team, member.as_str(), body).await?)
+    }
+});
+handler!(
+    remove_member,
+    "remove_team_member",
+    (team, member),
+    |state, caller| {
+        async {
+            let member = user_id(&member)?;
+            Ok::<_, ApiError>(
+                state
+                    .store
+                    .remove_team_member(&caller, &team, member.as_str())
+                    .await?,
+            )
+        }
+    }
+);
+handler!(invite, "invite_team_member", (team), body: InviteInput, |state, caller| {
+    state.store.invite_team_member(&caller, &team, body)
+});
+handler!(list_invitations, "list_invitations", (), |state, caller| {
+    state.store.list_invitations(&caller)
+});
+handler!(
+    accept_invitation,
+    "accept_invitation",
+    (id),
+    |state, caller| {
+        async {
+            let id = InvitationId::parse(&id).map_err(|e| path_error("id", e.to_string()))?;
+            Ok::<_, ApiError>(state.store.accept_invitation(&caller, &id).await?)
+        }
+    }
+);
+handler!(share_project, "share_project_with_team", (team), body: ShareProjectInput, |state, caller| {
+    state.store.share_project_with_team(&caller, &team, body)
+});
+handler!(
+    unshare_project,
+    "unshare_project_from_team",
+    (team, scope),
+    |state, caller| {
+        state
+            .store
+            .unshare_project_from_team(&caller, &team, &scope)
+    }
+);
+handler!(team_audit, "team_audit", (team), |state, caller| {
+    state.store.team_audit(&caller, &team)
+});
+handler!(export_team, "export_team", (team), |state, caller| {
+    state.store.export_team(&caller, &team)
+});
+
+/// The handler of each declared route, with the method it answers.
+fn handler_of(operation_id: &str) -> Option<(&'static str, MethodRouter<AppState>)> {
+    Some(match operation_id {
+        "create_team" => ("POST", post(create_team)),
+        "list_teams" => ("GET", get(list_teams)),
+        "get_team" => ("GET", get(get_team)),
+        "delete_team" => ("DELETE", delete(delete_team)),
+        "add_team_member" => ("POST", post(add_member)),
+        "set_team_role" => ("PATCH", patch(set_role)),
+        "remove_team_member" => ("DELETE", delete(remove_member)),
+        "invite_team_member" => ("POST", post(invite)),
+        "list_invitations" => ("GET", get(list_invitations)),
+        "accept_invitation" => ("POST", post(accept_invitation)),
+        "share_project_with_team" => ("POST", post(share_project)),
+        "unshare_project_from_team" => ("DELETE", delete(unshare_project)),
+        "team_audit" => ("GET", get(team_audit)),
+        "export_team" => ("GET", get(export_team)),
+        _ => return None,
+    })
+}
+
+/// Every route of `ADMIN_ROUTES`, mounted. Panics at start-up (and in
+/// the tests) when a declared route has no handler or its handler answers
+/// another method than the declaration.
+pub fn routes() -> Router<AppState> {
+    let mut by_path: Vec<(&str, MethodRouter<AppState>)> = Vec::new();
+    for r in ADMIN_ROUTES {
+        let (method, handler) = handler_of(r.operation_id)
+            .unwrap_or_else(|| panic!("admin route {} has no handler", r.operation_id));
+        assert_eq!(method, r.method, "admin route {}", r.operation_id);
+        match by_path.iter_mut().find(|(p, _)| *p == r.path) {
+            Some((_, m)) => *m = std::mem::take(m).merge(handler),
+            None => by_path.push((r.path, handler)),
+        }
+    }
+    let mut router = Router::new();
+    for (path, methods) in by_path {
+        router = router.route(path, methods);
+    }
+    router
+}

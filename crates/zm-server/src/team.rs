@@ -1,0 +1,181 @@
+//! `zero-memory team …`: the teams administration of the REST API, from
+//! the command line, acting as one user (`--as EMAIL`, default the owner)
+//! through the same store methods — so the same roles and audit rows.
+
+use anyhow::anyhow;
+use zm_contracts::teams::{AddMemberInput, CreateTeamInput, SetRoleInput, TeamDetail};
+use zm_store::{Caller, Store, Transport};
+
+use crate::cli::TeamCommand;
+use crate::commands::{find_user, open_store, print_table, tool};
+use crate::config::Config;
+
+/// The acting user's caller: `--as EMAIL`, else the owner.
+async fn actor(store: &Store, email: Option<&str>) -> anyhow::Result<Caller> {
+    let user = match email {
+        Some(e) => find_user(store, e).await?,
+        None => store
+            .owner()
+            .await
+            .map_err(tool)?
+            .ok_or_else(|| anyhow!("this database has no owner yet; pass --as EMAIL"))?,
+    };
+    if user.is_disabled() {
+        return Err(anyhow!("the account {} is disabled", user.email));
+    }
+    let mut caller = Caller::new(user.id);
+    caller.transport = Transport::Cli;
+    Ok(caller)
+}
+
+fn print_detail(d: &TeamDetail) {
+    println!(
+        "team {} ({}) — scope {} — your role: {} — created {}",
+        d.team.slug, d.team.name, d.team.scope, d.team.role, d.team.created_at
+    );
+    let rows: Vec<Vec<String>> = d
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.email.clone(),
+                m.role.to_string(),
+                m.user_id.to_string(),
+                m.added_at.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["MEMBER", "ROLE", "USER ID", "SINCE"], &rows);
+    if !d.projects.is_empty() {
+        let rows: Vec<Vec<String>> = d
+            .projects
+            .iter()
+            .map(|p| {
+                vec![
+                    p.scope.clone(),
+                    if p.owned { "team" } else { "shared" }.to_string(),
+                    p.added_at.clone(),
+                ]
+            })
+            .collect();
+        print_table(&["PROJECT", "KIND", "SINCE"], &rows);
+    }
+    if !d.invitations.is_empty() {
+        let rows: Vec<Vec<String>> = d
+            .invitations
+            .iter()
+            .map(|i| {
+                vec![
+                    i.id.to_string(),
+                    i.email.clone(),
+                    i.role.to_string(),
+                    i.status.to_string(),
+                    i.expires_at.clone(),
+                ]
+            })
+            .collect();
+        print_table(&["INVITATION", "EMAIL", "ROLE", "STATUS", "EXPIRES"], &rows);
+    }
+}
+
+pub async fn run(cfg: &Config, command: TeamCommand) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let result = run_on(&store, command).await;
+    store.close().await;
+    result
+}
+
+async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
+    match command {
+        TeamCommand::Create {
+            slug,
+            name,
+            actor: a,
+        } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let input: CreateTeamInput = zm_contracts::parse_input(&serde_json::json!({
+                "slug": slug,
+                "name": name,
+            }))
+            .map_err(tool)?;
+            let d = store.create_team(&caller, input).await.map_err(tool)?;
+            print_detail(&d);
+        }
+        TeamCommand::List { actor: a } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let list = store.list_teams(&caller).await.map_err(tool)?;
+            let rows: Vec<Vec<String>> = list
+                .teams
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.slug.clone(),
+                        t.name.clone(),
+                        t.role.to_string(),
+                        t.members.to_string(),
+                        t.created_at.clone(),
+                    ]
+                })
+                .collect();
+            print_table(&["TEAM", "NAME", "YOUR ROLE", "MEMBERS", "CREATED"], &rows);
+        }
+        TeamCommand::Show { slug, actor: a } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let d = store.get_team(&caller, &slug).await.map_err(tool)?;
+            print_detail(&d);
+        }
+        TeamCommand::Delete { slug, actor: a } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let done = store.delete_team(&caller, &slug).await.map_err(tool)?;
+            println!(
+                "deleted team {}: {} memories are readable by nobody; its admins can export them (GET /api/teams/{}/export) until {}, when they are erased",
+                done.slug, done.memories, done.slug, done.purge_after
+            );
+        }
+        TeamCommand::Add {
+            email,
+            team,
+            role,
+            actor: a,
+        } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let input = AddMemberInput {
+                email,
+                role: role.into(),
+            };
+            let m = store
+                .add_team_member(&caller, &team, input)
+                .await
+                .map_err(tool)?;
+            println!("{} is now {} of team {team}", m.email, m.role);
+        }
+        TeamCommand::Remove {
+            email,
+            team,
+            actor: a,
+        } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let user = find_user(store, &email).await?;
+            store
+                .remove_team_member(&caller, &team, &user.id)
+                .await
+                .map_err(tool)?;
+            println!("{email} is no longer a member of team {team}");
+        }
+        TeamCommand::Role {
+            email,
+            team,
+            role,
+            actor: a,
+        } => {
+            let caller = actor(store, a.as_deref()).await?;
+            let user = find_user(store, &email).await?;
+            let m = store
+                .set_team_role(&caller, &team, &user.id, SetRoleInput { role: role.into() })
+                .await
+                .map_err(tool)?;
+            println!("{} is now {} of team {team}", m.email, m.role);
+        }
+    }
+    Ok(())
+}

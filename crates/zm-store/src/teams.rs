@@ -1,0 +1,1420 @@
+//! Teams (migration 0008): members and roles, invitations, shared
+//! projects, the team audit log, deletion with a 30-day export window.
+//!
+//! A team owns the scope `team.<slug>`; its members are that scope's
+//! `scope_members` rows, so [`push_member_scopes`] — the one list of the
+//! scopes a user reaches — covers team memories, the team's own projects
+//! (`team.<slug>.<project>`) and members' projects shared with it. Roles are
+//! read from the database on every call: removing a member or lowering a
+//! role holds from the next request on, for open MCP sessions and issued
+//! tokens alike.
+//!
+//! Every team has a steward: a users row nobody can sign in as. A member
+//! who leaves hands their memories in scopes they no longer reach to the
+//! steward (the team's own scopes) or to the project's owner (a shared
+//! project); a deleted team hands all its memories to the steward, made
+//! private, until they are erased after [`TEAM_RETENTION_DAYS`].
+
+use sqlx::any::AnyRow;
+use zm_contracts::teams::{
+    AddMemberInput, CreateTeamInput, INVITATION_DEFAULT_DAYS, Invitation, InvitationList,
+    InvitationStatus, InviteInput, Removed, SetRoleInput, ShareProjectInput, TEAM_RETENTION_DAYS,
+    Team, TeamAction, TeamAudit, TeamDeleted, TeamDetail, TeamEvent, TeamExport, TeamList,
+    TeamMember, TeamProject,
+};
+use zm_contracts::{IdKind, InvitationId, ToolError, UserId, scope};
+
+use crate::clock::rfc3339;
+use crate::db::DbResult;
+use crate::rows::{FromAnyRow, col, enum_col, flag_col, opt_id_col};
+use crate::scopes::Role;
+use crate::sql::Sql;
+use crate::store::{Caller, Store};
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// The scopes `user_id` reaches as a member, as a subquery: scopes they
+/// are a member of, and the scopes their teams grant (the team's own
+/// projects and projects shared with it).
+pub(crate) fn push_member_scopes(sql: &mut Sql, user_id: &str) {
+    sql.push("SELECT scope FROM scope_members WHERE user_id = ")
+        .bind_str(user_id)
+        .push(" UNION ALL SELECT tp.scope FROM team_projects tp JOIN scope_members tsm ON tsm.scope = tp.team_scope WHERE tsm.user_id = ")
+        .bind_str(user_id);
+}
+
+/// The error a non-member gets for a team: the same as for a team that
+/// does not exist.
+fn no_team(slug: &str) -> ToolError {
+    ToolError::not_found(format!("Team {slug} not found."))
+}
+
+fn not_admin() -> ToolError {
+    ToolError::forbidden("Only the team's admins can do this (your role is not admin).")
+}
+
+/// A team row.
+struct TeamRow {
+    id: String,
+    slug: String,
+    name: String,
+    scope: String,
+    created_at: i64,
+    deleted_at: Option<i64>,
+    purge_after: Option<i64>,
+    steward_id: Option<String>,
+}
+
+impl FromAnyRow for TeamRow {
+    fn from_row(r: &AnyRow) -> Result<Self, ToolError> {
+        Ok(TeamRow {
+            id: col(r, "id")?,
+            slug: col(r, "slug")?,
+            name: col(r, "name")?,
+            scope: col(r, "scope")?,
+            created_at: col(r, "created_at")?,
+            deleted_at: col(r, "deleted_at")?,
+            purge_after: col(r, "purge_after")?,
+            steward_id: col(r, "steward_id")?,
+        })
+    }
+}
+
+struct MemberRow {
+    user_id: UserId,
+    email: String,
+    role: Role,
+    added_at: i64,
+}
+
+impl FromAnyRow for MemberRow {
+    fn from_row(r: &AnyRow) -> Result<Self, ToolError> {
+        Ok(MemberRow {
+            user_id: UserId::from_trusted(col::<String>(r, "user_id")?),
+            email: col(r, "email")?,
+            role: enum_col(r, "role")?,
+            added_at: col(r, "created_at")?,
+        })
+    }
+}
+
+impl MemberRow {
+    fn into_member(self) -> TeamMember {
+        TeamMember {
+            user_id: self.user_id,
+            email: self.email,
+            role: self.role,
+            added_at: rfc3339(self.added_at),
+        }
+    }
+}
+
+struct InvitationRow {
+    id: String,
+    email: String,
+    role: Role,
+    created_at: i64,
+    expires_at: i64,
+    accepted_at: Option<i64>,
+}
+
+impl FromAnyRow for InvitationRow {
+    fn from_row(r: &AnyRow) -> Result<Self, ToolError> {
+        Ok(InvitationRow {
+            id: col(r, "id")?,
+            email: col(r, "email")?,
+            role: enum_col(r, "role")?,
+            created_at: col(r, "created_at")?,
+            expires_at: col(r, "expires_at")?,
+            accepted_at: col(r, "accepted_at")?,
+        })
+    }
+}
+
+impl InvitationRow {
+    fn into_invitation(self, team: &str, now: i64) -> Invitation {
+        let status = if self.accepted_at.is_some() {
+            InvitationStatus::Accepted
+        } else if self.expires_at <= now {
+            InvitationStatus::Expired
+        } else {
+            InvitationStatus::Pending
+        };
+        Invitation {
+            id: InvitationId::from_trusted(self.id),
+            team: team.to_string(),
+            email: self.email,
+            role: self.role,
+            status,
+            expires_at: rfc3339(self.expires_at),
+            created_at: rfc3339(self.created_at),
+        }
+    }
+}
+
+/// One audit event to record.
+struct Event<'a> {
+    action: TeamAction,
+    user: Option<&'a str>,
+    subject: Option<&'a str>,
+    role: Option<Role>,
+}
+
+impl Event<'_> {
+    fn new(action: TeamAction) -> Self {
+        Event {
+            action,
+            user: None,
+            subject: None,
+            role: None,
+        }
+    }
+}
+
+/// The team slug a scope path names, if it is a team's (`team.<slug>` or
+/// `team.<slug>.…`) and not a legacy owner-namespaced one.
+pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
+    let mut labels = path.split('.');
+    if labels.next() != Some("team") {
+        return None;
+    }
+    labels.next().filter(|l| !l.starts_with("usr_"))
+}
+
+impl Store {
+    async fn team_row(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        slug: &str,
+    ) -> Result<Option<TeamRow>, ToolError> {
+        let row = sqlx::query("SELECT id, slug, name, scope, created_at, deleted_at, purge_after, steward_id FROM teams WHERE slug = $1")
+            .bind(slug)
+            .fetch_optional(&mut *conn)
+            .await
+            .db("team")?;
+        row.as_ref().map(TeamRow::from_row).transpose()
+    }
+
+    /// A live team and the caller's role in it; a deleted team or one the
+    /// caller is not a member of reads as not found.
+    async fn membership(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        slug: &str,
+    ) -> Result<(TeamRow, Role), ToolError> {
+        let Some(team) = self.team_row(conn, slug).await? else {
+            return Err(no_team(slug));
+        };
+        if team.deleted_at.is_some() {
+            return Err(no_team(slug));
+        }
+        let role = self.direct_role(conn, &caller.user_id, &team.scope).await?;
+        match role {
+            Some(r) => Ok((team, r)),
+            None => Err(no_team(slug)),
+        }
+    }
+
+    async fn direct_role(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        user_id: &str,
+        scope_path: &str,
+    ) -> Result<Option<Role>, ToolError> {
+        let role: Option<String> =
+            sqlx::query_scalar("SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2")
+                .bind(scope_path)
+                .bind(user_id)
+                .fetch_optional(&mut *conn)
+                .await
+                .db("member role")?;
+        role.map(|r| crate::rows::parse_stored(&r, "role", &format!("{scope_path}/{user_id}")))
+            .transpose()
+    }
+
+    async fn record(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        team_id: &str,
+        event: Event<'_>,
+    ) -> Result<(), ToolError> {
+        sqlx::query(
+            "INSERT INTO team_events (id, team_id, occurred_at, actor_id, action, subject_user_id, subject, role, request_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(IdKind::TeamEvent.generate())
+        .bind(team_id)
+        .bind(self.now())
+        .bind(caller.user_id.clone())
+        .bind(event.action.as_str())
+        .bind(event.user.map(str::to_string))
+        .bind(event.subject.map(str::to_string))
+        .bind(event.role.map(|r| r.as_str().to_string()))
+        .bind(caller.request_id.clone())
+        .execute(&mut *conn)
+        .await
+        .db("team event")?;
+        Ok(())
+    }
+
+    async fn team_view(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team: &TeamRow,
+        role: Role,
+    ) -> Result<TeamDetail, ToolError> {
+        let rows = sqlx::query(
+            "SELECT sm.user_id AS user_id, u.email AS email, sm.role AS role, sm.created_at AS created_at \
+             FROM scope_members sm JOIN users u ON u.id = sm.user_id WHERE sm.scope = $1 ORDER BY sm.created_at, sm.user_id",
+        )
+        .bind(&team.scope)
+        .fetch_all(&mut *conn)
+        .await
+        .db("team members")?;
+        let members: Vec<TeamMember> = MemberRow::from_rows(&rows)?
+            .into_iter()
+            .map(MemberRow::into_member)
+            .collect();
+        let rows = sqlx::query(
+            "SELECT scope, owned, added_by, created_at FROM team_projects WHERE team_scope = $1 ORDER BY created_at, scope",
+        )
+        .bind(&team.scope)
+        .fetch_all(&mut *conn)
+        .await
+        .db("team projects")?;
+        let mut projects = Vec::with_capacity(rows.len());
+        for r in &rows {
+            projects.push(TeamProject {
+                scope: col(r, "scope")?,
+                owned: flag_col(r, "owned")?,
+                added_by: opt_id_col(r, "added_by")?,
+                added_at: rfc3339(col(r, "created_at")?),
+            });
+        }
+        let invitations = if role == Role::Admin {
+            let rows = sqlx::query(
+                "SELECT id, email, role, created_at, expires_at, accepted_at FROM team_invitations \
+                 WHERE team_id = $1 AND accepted_at IS NULL ORDER BY created_at, id",
+            )
+            .bind(&team.id)
+            .fetch_all(&mut *conn)
+            .await
+            .db("team invitations")?;
+            let now = self.now();
+            InvitationRow::from_rows(&rows)?
+                .into_iter()
+                .map(|i| i.into_invitation(&team.slug, now))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(TeamDetail {
+            team: Team {
+                slug: team.slug.clone(),
+                name: team.name.clone(),
+                scope: team.scope.clone(),
+                role,
+                members: u32::try_from(members.len()).unwrap_or(u32::MAX),
+                created_at: rfc3339(team.created_at),
+            },
+            members,
+            projects,
+            invitations,
+        })
+    }
+
+    /// Create a team: its scope, its steward, the caller its first admin.
+    pub async fn create_team(
+        &self,
+        caller: &Caller,
+        input: CreateTeamInput,
+    ) -> Result<TeamDetail, ToolError> {
+        let slug = input.slug;
+        let team_scope = format!("team.{slug}");
+        scope::validate_path(&team_scope).map_err(|e| ToolError::validation(e.to_string()))?;
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        if self.team_row(&mut tx, &slug).await?.is_some() {
+            return Err(ToolError::conflict(format!(
+                "A team named {slug} already exists (or was deleted less than {TEAM_RETENTION_DAYS} days ago). Choose another slug."
+            )));
+        }
+        let taken: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
+            .bind(&team_scope)
+            .fetch_one(&mut *tx)
+            .await
+            .db("team scope taken")?;
+        if taken > 0 {
+            return Err(ToolError::conflict(format!(
+                "The scope {team_scope} is already in use. Choose another slug."
+            )));
+        }
+        let team_id = IdKind::Team.generate();
+        let steward = IdKind::User.generate();
+        sqlx::query("INSERT INTO users (id, email, password_hash, is_owner, created_at, disabled_at) VALUES ($1, $2, $3, 0, $4, $4)")
+            .bind(&steward)
+            .bind(format!("steward-{}@teams.invalid", team_id.to_lowercase()))
+            .bind("!team-steward")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("team steward")?;
+        let name = input
+            .name
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| slug.clone());
+        sqlx::query("INSERT INTO teams (id, slug, name, scope, created_by, created_at, steward_id) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(&team_id)
+            .bind(&slug)
+            .bind(&name)
+            .bind(&team_scope)
+            .bind(&caller.user_id)
+            .bind(now)
+            .bind(&steward)
+            .execute(&mut *tx)
+            .await
+            .db("insert team")?;
+        sqlx::query(
+            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3)",
+        )
+        .bind(&team_scope)
+        .bind(&steward)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .db("team scope")?;
+        sqlx::query(
+            "INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&team_scope)
+        .bind(&caller.user_id)
+        .bind(Role::Admin.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .db("team admin")?;
+        let team = self
+            .team_row(&mut tx, &slug)
+            .await?
+            .ok_or_else(ToolError::internal)?;
+        let mut created = Event::new(TeamAction::TeamCreated);
+        created.user = Some(&caller.user_id);
+        created.role = Some(Role::Admin);
+        self.record(&mut tx, caller, &team.id, created).await?;
+        let view = self.team_view(&mut tx, &team, Role::Admin).await?;
+        tx.commit().await.db("commit team")?;
+        Ok(view)
+    }
+
+    /// The live teams the caller is a member of.
+    pub async fn list_teams(&self, caller: &Caller) -> Result<TeamList, ToolError> {
+        let rows = sqlx::query(
+            "SELECT t.slug AS slug, t.name AS name, t.scope AS scope, t.created_at AS created_at, sm.role AS role, \
+             (SELECT COUNT(*) FROM scope_members c WHERE c.scope = t.scope) AS members \
+             FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 \
+             WHERE t.deleted_at IS NULL ORDER BY t.slug",
+        )
+        .bind(&caller.user_id)
+        .fetch_all(&self.pool)
+        .await
+        .db("list teams")?;
+        let mut teams = Vec::with_capacity(rows.len());
+        for r in &rows {
+            teams.push(Team {
+                slug: col(r, "slug")?,
+                name: col(r, "name")?,
+                scope: col(r, "scope")?,
+                role: enum_col(r, "role")?,
+                members: u32::try_from(col::<i64>(r, "members")?).unwrap_or(u32::MAX),
+                created_at: rfc3339(col(r, "created_at")?),
+            });
+        }
+        Ok(TeamList { teams })
+    }
+
+    /// One team, as a member sees it.
+    pub async fn get_team(&self, caller: &Caller, slug: &str) -> Result<TeamDetail, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let (team, role) = self.membership(&mut conn, caller, slug).await?;
+        self.team_view(&mut conn, &team, role).await
+    }
+
+    async fn admin_of(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        slug: &str,
+    ) -> Result<TeamRow, ToolError> {
+        let (team, role) = self.membership(conn, caller, slug).await?;
+        if role != Role::Admin {
+            return Err(not_admin());
+        }
+        Ok(team)
+    }
+
+    async fn admins(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team_scope: &str,
+    ) -> Result<i64, ToolError> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM scope_members WHERE scope = $1 AND role = $2")
+            .bind(team_scope)
+            .bind(Role::Admin.as_str())
+            .fetch_one(&mut *conn)
+            .await
+            .db("count admins")
+    }
+
+    async fn put_member(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        team: &TeamRow,
+        user_id: &str,
+        role: Role,
+    ) -> Result<TeamMember, ToolError> {
+        let previous = self.direct_role(conn, user_id, &team.scope).await?;
+        if previous == Some(role) {
+            return self.member(conn, team, user_id).await;
+        }
+        if previous == Some(Role::Admin) && self.admins(conn, &team.scope).await? <= 1 {
+            return Err(ToolError::conflict(format!(
+                "{user_id} is the last admin of team {}: make another member admin first.",
+                team.slug
+            )));
+        }
+        sqlx::query(
+            "INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (scope, user_id) DO UPDATE SET role = excluded.role",
+        )
+        .bind(&team.scope)
+        .bind(user_id)
+        .bind(role.as_str())
+        .bind(self.now())
+        .execute(&mut *conn)
+        .await
+        .db("put member")?;
+        let mut event = Event::new(if previous.is_some() {
+            TeamAction::RoleChanged
+        } else {
+            TeamAction::MemberAdded
+        });
+        event.user = Some(user_id);
+        event.role = Some(role);
+        self.record(conn, caller, &team.id, event).await?;
+        self.member(conn, team, user_id).await
+    }
+
+    async fn member(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team: &TeamRow,
+        user_id: &str,
+    ) -> Result<TeamMember, ToolError> {
+        let row = sqlx::query(
+            "SELECT sm.user_id AS user_id, u.email AS email, sm.role AS role, sm.created_at AS created_at \
+             FROM scope_members sm JOIN users u ON u.id = sm.user_id WHERE sm.scope = $1 AND sm.user_id = $2",
+        )
+        .bind(&team.scope)
+        .bind(user_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .db("member")?;
+        match row {
+            Some(r) => Ok(MemberRow::from_row(&r)?.into_member()),
+            None => Err(ToolError::not_found(format!(
+                "No member {user_id} in team {}.",
+                team.slug
+            ))),
+        }
+    }
+
+    /// Add an existing user (by email) with a role, or change their role.
+    pub async fn add_team_member(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        input: AddMemberInput,
+    ) -> Result<TeamMember, ToolError> {
+        let email = crate::identity::normalize_email(&input.email)?;
+        let mut tx = self.write_tx().await?;
+        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let user: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM users WHERE email = $1 AND disabled_at IS NULL AND id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL)",
+        )
+        .bind(&email)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("user by email")?;
+        let Some(user) = user else {
+            return Err(ToolError::not_found(format!(
+                "No active user signs in as {email}. Invite the address instead (POST /api/teams/{slug}/invitations): they accept once they have an account."
+            )));
+        };
+        let member = self
+            .put_member(&mut tx, caller, &team, &user, input.role)
+            .await?;
+        tx.commit().await.db("commit member")?;
+        Ok(member)
+    }
+
+    /// Change a member's role.
+    pub async fn set_team_role(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        user_id: &str,
+        input: SetRoleInput,
+    ) -> Result<TeamMember, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let team = self.admin_of(&mut tx, caller, slug).await?;
+        if self
+            .direct_role(&mut tx, user_id, &team.scope)
+            .await?
+            .is_none()
+        {
+            return Err(ToolError::not_found(format!(
+                "No member {user_id} in team {slug}."
+            )));
+        }
+        let member = self
+            .put_member(&mut tx, caller, &team, user_id, input.role)
+            .await?;
+        tx.commit().await.db("commit role")?;
+        Ok(member)
+    }
+
+    /// Remove a member (an admin), or leave (the member themself). What
+    /// they wrote into scopes they no longer reach stays with the team.
+    pub async fn remove_team_member(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        user_id: &str,
+    ) -> Result<Removed, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let (team, role) = self.membership(&mut tx, caller, slug).await?;
+        if user_id != caller.user_id && role != Role::Admin {
+            return Err(not_admin());
+        }
+        let Some(their_role) = self.direct_role(&mut tx, user_id, &team.scope).await? else {
+            return Err(ToolError::not_found(format!(
+                "No member {user_id} in team {slug}."
+            )));
+        };
+        if their_role == Role::Admin && self.admins(&mut tx, &team.scope).await? <= 1 {
+            return Err(ToolError::conflict(format!(
+                "{user_id} is the last admin of team {slug}: make another member admin, or delete the team."
+            )));
+        }
+        // Projects the leaving member shared stop being shared: the team
+        // no longer reads a non-member's project.
+        sqlx::query("DELETE FROM team_projects WHERE team_scope = $1 AND owned = 0 AND scope IN (SELECT path FROM scopes WHERE owner_id = $2)")
+            .bind(&team.scope)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await
+            .db("unshare their projects")?;
+        let reached = self.team_scopes(&mut tx, &team).await?;
+        sqlx::query("DELETE FROM scope_members WHERE scope = $1 AND user_id = $2")
+            .bind(&team.scope)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await
+            .db("remove member")?;
+        let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+        for (path, owned) in reached {
+            if self.role_in(&mut *tx, user_id, &path).await?.is_some() {
+                continue;
+            }
+            let heir = if owned {
+                steward.clone()
+            } else {
+                let owner: Option<String> =
+                    sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
+                        .bind(&path)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .db("project owner")?;
+                owner.unwrap_or_else(|| steward.clone())
+            };
+            if heir != user_id {
+                self.hand_over(&mut tx, user_id, &heir, &path).await?;
+            }
+        }
+        let mut event = Event::new(TeamAction::MemberRemoved);
+        event.user = Some(user_id);
+        event.role = Some(their_role);
+        self.record(&mut tx, caller, &team.id, event).await?;
+        tx.commit().await.db("commit removal")?;
+        Ok(Removed { removed: true })
+    }
+
+    /// The team's scope and every scope it grants: `(path, owned by the team)`.
+    async fn team_scopes(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team: &TeamRow,
+    ) -> Result<Vec<(String, bool)>, ToolError> {
+        let rows = sqlx::query("SELECT scope, owned FROM team_projects WHERE team_scope = $1")
+            .bind(&team.scope)
+            .fetch_all(&mut *conn)
+            .await
+            .db("team scopes")?;
+        let mut out = vec![(team.scope.clone(), true)];
+        for r in &rows {
+            out.push((col(r, "scope")?, flag_col(r, "owned")?));
+        }
+        Ok(out)
+    }
+
+    /// Give `from`'s memories in `path` (and what hangs on them) to `to`.
+    async fn hand_over(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        from: &str,
+        to: &str,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        // `$1` gives, `$2` receives, `$3` is the scope.
+        for (what, sql) in [
+            (
+                "hand over rules",
+                "UPDATE rules SET owner_id = $2 WHERE owner_id = $1 AND memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+            ),
+            (
+                "hand over links",
+                "UPDATE memory_links SET owner_id = $2 WHERE owner_id = $1 AND src IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+            ),
+            (
+                "hand over conflicts",
+                "UPDATE conflicts SET owner_id = $2 WHERE owner_id = $1 AND memory_a IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+            ),
+            (
+                "drop anchors",
+                "DELETE FROM memory_entities WHERE memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3) AND entity_id IN (SELECT id FROM entities WHERE owner_id = $1)",
+            ),
+            (
+                "hand over memories",
+                "UPDATE memories SET owner_id = $2 WHERE owner_id = $1 AND scope = $3",
+            ),
+        ] {
+            sqlx::query(sql)
+                .bind(from)
+                .bind(to)
+                .bind(path)
+                .execute(&mut *conn)
+                .await
+                .db(what)?;
+        }
+        Ok(())
+    }
+
+    /// Invite an email to the team.
+    pub async fn invite_team_member(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        input: InviteInput,
+    ) -> Result<Invitation, ToolError> {
+        let email = crate::identity::normalize_email(&input.email)?;
+        let mut tx = self.write_tx().await?;
+        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let now = self.now();
+        let days = i64::from(input.expires_in_days.unwrap_or(INVITATION_DEFAULT_DAYS));
+        let id = IdKind::Invitation.generate();
+        sqlx::query(
+            "INSERT INTO team_invitations (id, team_id, email, role, invited_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&id)
+        .bind(&team.id)
+        .bind(&email)
+        .bind(input.role.as_str())
+        .bind(&caller.user_id)
+        .bind(now)
+        .bind(now + days * DAY_MS)
+        .execute(&mut *tx)
+        .await
+        .db("invite")?;
+        let mut event = Event::new(TeamAction::InvitationCreated);
+        event.subject = Some(&email);
+        event.role = Some(input.role);
+        self.record(&mut tx, caller, &team.id, event).await?;
+        tx.commit().await.db("commit invitation")?;
+        Ok(Invitation {
+            id: InvitationId::from_trusted(id),
+            team: team.slug,
+            email,
+            role: input.role,
+            status: InvitationStatus::Pending,
+            expires_at: rfc3339(now + days * DAY_MS),
+            created_at: rfc3339(now),
+        })
+    }
+
+    /// The caller's email, if the account has one.
+    async fn email_of(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        user_id: &str,
+    ) -> Result<String, ToolError> {
+        let email: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .db("caller email")?;
+        email.ok_or_else(|| ToolError::unauthorized("Your account no longer exists."))
+    }
+
+    /// Open invitations addressed to the caller's email.
+    pub async fn list_invitations(&self, caller: &Caller) -> Result<InvitationList, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let email = self.email_of(&mut conn, &caller.user_id).await?;
+        let now = self.now();
+        let rows = sqlx::query(
+            "SELECT i.id AS id, i.email AS email, i.role AS role, i.created_at AS created_at, i.expires_at AS expires_at, \
+             i.accepted_at AS accepted_at, t.slug AS slug FROM team_invitations i JOIN teams t ON t.id = i.team_id \
+             WHERE i.email = $1 AND i.accepted_at IS NULL AND i.expires_at > $2 AND t.deleted_at IS NULL ORDER BY i.created_at, i.id",
+        )
+        .bind(&email)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .db("my invitations")?;
+        let mut invitations = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let slug: String = col(r, "slug")?;
+            invitations.push(InvitationRow::from_row(r)?.into_invitation(&slug, now));
+        }
+        Ok(InvitationList { invitations })
+    }
+
+    /// Accept an invitation addressed to the caller's email: once.
+    pub async fn accept_invitation(
+        &self,
+        caller: &Caller,
+        id: &InvitationId,
+    ) -> Result<TeamDetail, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let email = self.email_of(&mut tx, &caller.user_id).await?;
+        let row = sqlx::query(
+            "SELECT i.id AS id, i.email AS email, i.role AS role, i.created_at AS created_at, i.expires_at AS expires_at, \
+             i.accepted_at AS accepted_at, t.slug AS slug, t.deleted_at AS deleted_at FROM team_invitations i JOIN teams t ON t.id = i.team_id WHERE i.id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("invitation")?;
+        let missing = || ToolError::not_found(format!("Invitation {} not found.", id.as_str()));
+        // Someone else's invitation reads exactly like a missing one.
+        let Some(row) = row else {
+            return Err(missing());
+        };
+        let deleted: Option<i64> = col(&row, "deleted_at")?;
+        let slug: String = col(&row, "slug")?;
+        let inv = InvitationRow::from_row(&row)?;
+        if inv.email != email || deleted.is_some() {
+            return Err(missing());
+        }
+        if inv.accepted_at.is_some() {
+            return Err(ToolError::conflict(format!(
+                "Invitation {} was already accepted.",
+                id.as_str()
+            )));
+        }
+        let now = self.now();
+        if inv.expires_at <= now {
+            return Err(ToolError::conflict(format!(
+                "Invitation {} expired on {}; ask a team admin for a new one.",
+                id.as_str(),
+                rfc3339(inv.expires_at)
+            )));
+        }
+        let team = self
+            .team_row(&mut tx, &slug)
+            .await?
+            .ok_or_else(ToolError::internal)?;
+        sqlx::query("UPDATE team_invitations SET accepted_at = $1, accepted_by = $2 WHERE id = $3")
+            .bind(now)
+            .bind(&caller.user_id)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .db("accept invitation")?;
+        let mut accepted = Event::new(TeamAction::InvitationAccepted);
+        accepted.user = Some(&caller.user_id);
+        accepted.subject = Some(id.as_str());
+        accepted.role = Some(inv.role);
+        self.record(&mut tx, caller, &team.id, accepted).await?;
+        // A member already keeps the higher of the two roles.
+        let current = self
+            .direct_role(&mut tx, &caller.user_id, &team.scope)
+            .await?;
+        if current.is_none_or(|c| c.rank() < inv.role.rank()) {
+            self.put_member(&mut tx, caller, &team, &caller.user_id, inv.role)
+                .await?;
+        }
+        let role = self
+            .direct_role(&mut tx, &caller.user_id, &team.scope)
+            .await?
+            .ok_or_else(ToolError::internal)?;
+        let view = self.team_view(&mut tx, &team, role).await?;
+        tx.commit().await.db("commit acceptance")?;
+        Ok(view)
+    }
+
+    /// Share one of the caller's projects with a team.
+    pub async fn share_project_with_team(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        input: ShareProjectInput,
+    ) -> Result<TeamProject, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let (team, role) = self.membership(&mut tx, caller, slug).await?;
+        if !role.can_write() {
+            return Err(ToolError::forbidden(
+                "Sharing a project with a team needs the writer or admin role in it.",
+            ));
+        }
+        let path = match (&input.scope, &input.project_hint) {
+            (Some(s), None) => crate::scopes::canonical_path(caller, s.trim()),
+            (None, Some(h)) => self.hint_for_write(&mut tx, caller, h).await?,
+            _ => {
+                return Err(zm_contracts::validate::validation_error(vec![
+                    zm_contracts::FieldError {
+                        path: "scope".into(),
+                        reason: "give exactly one of scope and project_hint".into(),
+                    },
+                ]));
+            }
+        };
+        if scope::validate_path(&path).is_err() || !path.starts_with("proj.") {
+            return Err(zm_contracts::validate::validation_error(vec![
+                zm_contracts::FieldError {
+                    path: "scope".into(),
+                    reason: "a project scope (proj.…) you administer".into(),
+                },
+            ]));
+        }
+        if self.direct_role(&mut tx, &caller.user_id, &path).await? != Some(Role::Admin) {
+            // A project the caller does not administer reads as missing.
+            return Err(ToolError::not_found(format!("Project {path} not found.")));
+        }
+        let now = self.now();
+        sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 0, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
+            .bind(&team.scope)
+            .bind(&path)
+            .bind(&caller.user_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("share project")?;
+        // Sharing the project shares the sharer's own memories in it with
+        // the team (others' stay as their authors left them).
+        sqlx::query("UPDATE memories SET visibility = 'shared', shared_at = $1, shared_by = $2 WHERE scope = $3 AND owner_id = $2 AND visibility = 'private'")
+            .bind(now)
+            .bind(&caller.user_id)
+            .bind(&path)
+            .execute(&mut *tx)
+            .await
+            .db("share project memories")?;
+        let mut event = Event::new(TeamAction::ProjectShared);
+        event.subject = Some(&path);
+        self.record(&mut tx, caller, &team.id, event).await?;
+        let row = sqlx::query("SELECT scope, owned, added_by, created_at FROM team_projects WHERE team_scope = $1 AND scope = $2")
+            .bind(&team.scope)
+            .bind(&path)
+            .fetch_one(&mut *tx)
+            .await
+            .db("shared project")?;
+        let out = TeamProject {
+            scope: col(&row, "scope")?,
+            owned: flag_col(&row, "owned")?,
+            added_by: opt_id_col(&row, "added_by")?,
+            added_at: rfc3339(col(&row, "created_at")?),
+        };
+        tx.commit().await.db("commit share")?;
+        Ok(out)
+    }
+
+    /// Stop sharing a project with a team: its sharer, the project's admin
+    /// or a team admin may.
+    pub async fn unshare_project_from_team(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        path: &str,
+    ) -> Result<Removed, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let (team, role) = self.membership(&mut tx, caller, slug).await?;
+        let added_by: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT added_by FROM team_projects WHERE team_scope = $1 AND scope = $2 AND owned = 0",
+        )
+        .bind(&team.scope)
+        .bind(path)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("shared project")?;
+        let Some(added_by) = added_by else {
+            return Err(ToolError::not_found(format!(
+                "Project {path} is not shared with team {slug}."
+            )));
+        };
+        let project_admin =
+            self.direct_role(&mut tx, &caller.user_id, path).await? == Some(Role::Admin);
+        if role != Role::Admin && !project_admin && added_by.as_deref() != Some(&caller.user_id) {
+            return Err(not_admin());
+        }
+        sqlx::query("DELETE FROM team_projects WHERE team_scope = $1 AND scope = $2 AND owned = 0")
+            .bind(&team.scope)
+            .bind(path)
+            .execute(&mut *tx)
+            .await
+            .db("unshare project")?;
+        let mut event = Event::new(TeamAction::ProjectUnshared);
+        event.subject = Some(path);
+        self.record(&mut tx, caller, &team.id, event).await?;
+        tx.commit().await.db("commit unshare")?;
+        Ok(Removed { removed: true })
+    }
+
+    /// The team's audit log, newest first (admins).
+    pub async fn team_audit(&self, caller: &Caller, slug: &str) -> Result<TeamAudit, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let team = self.admin_of(&mut conn, caller, slug).await?;
+        let rows = sqlx::query(
+            "SELECT occurred_at, actor_id, action, subject_user_id, subject, role FROM team_events \
+             WHERE team_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT 1000",
+        )
+        .bind(&team.id)
+        .fetch_all(&mut *conn)
+        .await
+        .db("team audit")?;
+        let mut events = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let role: Option<String> = col(r, "role")?;
+            events.push(TeamEvent {
+                at: rfc3339(col(r, "occurred_at")?),
+                actor: opt_id_col(r, "actor_id")?,
+                action: enum_col(r, "action")?,
+                user_id: opt_id_col(r, "subject_user_id")?,
+                subject: col(r, "subject")?,
+                role: role
+                    .map(|s| crate::rows::parse_stored(&s, "role", "team_events"))
+                    .transpose()?,
+            });
+        }
+        Ok(TeamAudit { events })
+    }
+
+    /// Delete a team (admins): memberships and grants end now; its
+    /// memories go to the steward, private, exportable by the admins of
+    /// this moment until they are erased.
+    pub async fn delete_team(&self, caller: &Caller, slug: &str) -> Result<TeamDeleted, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+        let now = self.now();
+        let purge_after = now + TEAM_RETENTION_DAYS * DAY_MS;
+        sqlx::query("INSERT INTO team_export_grants (team_id, user_id) SELECT $1, user_id FROM scope_members WHERE scope = $2 AND role = $3")
+            .bind(&team.id)
+            .bind(&team.scope)
+            .bind(Role::Admin.as_str())
+            .execute(&mut *tx)
+            .await
+            .db("export grants")?;
+        let owned: Vec<String> = sqlx::query_scalar(
+            "SELECT scope FROM team_projects WHERE team_scope = $1 AND owned = 1",
+        )
+        .bind(&team.scope)
+        .fetch_all(&mut *tx)
+        .await
+        .db("team projects")?;
+        let mut memories = 0u64;
+        for path in std::iter::once(&team.scope).chain(owned.iter()) {
+            memories += self.retire_scope(&mut tx, &steward, path).await?;
+        }
+        // What members wrote into projects shared with the team goes to
+        // each project's owner, unless the writer is a member of it.
+        let shared: Vec<String> = sqlx::query_scalar(
+            "SELECT scope FROM team_projects WHERE team_scope = $1 AND owned = 0",
+        )
+        .bind(&team.scope)
+        .fetch_all(&mut *tx)
+        .await
+        .db("shared projects")?;
+        for path in &shared {
+            let owner: Option<String> =
+                sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
+                    .bind(path)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .db("project owner")?;
+            let Some(owner) = owner else { continue };
+            let writers: Vec<String> = sqlx::query_scalar(
+                "SELECT DISTINCT owner_id FROM memories WHERE scope = $1 AND owner_id <> $2 \
+                 AND owner_id NOT IN (SELECT user_id FROM scope_members WHERE scope = $1)",
+            )
+            .bind(path)
+            .bind(&owner)
+            .fetch_all(&mut *tx)
+            .await
+            .db("shared project writers")?;
+            for writer in writers {
+                self.hand_over(&mut tx, &writer, &owner, path).await?;
+            }
+        }
+        for (what, sql) in [
+            (
+                "drop grants",
+                "DELETE FROM team_projects WHERE team_scope = $1",
+            ),
+            ("drop members", "DELETE FROM scope_members WHERE scope = $1"),
+        ] {
+            sqlx::query(sql)
+                .bind(&team.scope)
+                .execute(&mut *tx)
+                .await
+                .db(what)?;
+        }
+        sqlx::query(
+            "UPDATE teams SET deleted_at = $1, deleted_by = $2, purge_after = $3 WHERE id = $4",
+        )
+        .bind(now)
+        .bind(&caller.user_id)
+        .bind(purge_after)
+        .bind(&team.id)
+        .execute(&mut *tx)
+        .await
+        .db("mark deleted")?;
+        self.record(
+            &mut tx,
+            caller,
+            &team.id,
+            Event::new(TeamAction::TeamDeleted),
+        )
+        .await?;
+        tx.commit().await.db("commit team deletion")?;
+        Ok(TeamDeleted {
+            slug: team.slug,
+            memories,
+            deleted_at: rfc3339(now),
+            purge_after: rfc3339(purge_after),
+        })
+    }
+
+    /// Hand every memory of one scope to the steward, private; drop what
+    /// members derived from them (rules, links, conflicts, anchors) and the
+    /// bindings that route writes there. Returns how many memories.
+    async fn retire_scope(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        steward: &str,
+        path: &str,
+    ) -> Result<u64, ToolError> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE scope = $1")
+            .bind(path)
+            .fetch_one(&mut *conn)
+            .await
+            .db("count team memories")?;
+        for (what, sql) in [
+            (
+                "drop rules",
+                "DELETE FROM rules WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1) OR applies_scope = $1",
+            ),
+            (
+                "drop links",
+                "DELETE FROM memory_links WHERE src IN (SELECT id FROM memories WHERE scope = $1) OR dst IN (SELECT id FROM memories WHERE scope = $1)",
+            ),
+            (
+                "drop conflicts",
+                "DELETE FROM conflicts WHERE memory_a IN (SELECT id FROM memories WHERE scope = $1) OR memory_b IN (SELECT id FROM memories WHERE scope = $1)",
+            ),
+            (
+                "drop anchors",
+                "DELETE FROM memory_entities WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1)",
+            ),
+            (
+                "drop bindings",
+                "DELETE FROM project_bindings WHERE scope = $1",
+            ),
+            (
+                "drop scope members",
+                "DELETE FROM scope_members WHERE scope = $1",
+            ),
+        ] {
+            sqlx::query(sql)
+                .bind(path)
+                .execute(&mut *conn)
+                .await
+                .db(what)?;
+        }
+        sqlx::query("UPDATE memories SET owner_id = $1, visibility = 'private' WHERE scope = $2")
+            .bind(steward)
+            .bind(path)
+            .execute(&mut *conn)
+            .await
+            .db("retire memories")?;
+        sqlx::query("UPDATE scopes SET owner_id = $1 WHERE path = $2")
+            .bind(steward)
+            .bind(path)
+            .execute(&mut *conn)
+            .await
+            .db("retire scope")?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Every memory of a team's scopes, for its admins; for a deleted team,
+    /// for its admins at deletion until the purge.
+    pub async fn export_team(&self, caller: &Caller, slug: &str) -> Result<TeamExport, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let Some(team) = self.team_row(&mut conn, slug).await? else {
+            return Err(no_team(slug));
+        };
+        let scopes: Vec<String> = if team.deleted_at.is_some() {
+            let granted: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM team_export_grants WHERE team_id = $1 AND user_id = $2",
+            )
+            .bind(&team.id)
+            .bind(&caller.user_id)
+            .fetch_one(&mut *conn)
+            .await
+            .db("export grant")?;
+            if granted == 0 || team.purge_after.is_some_and(|p| p <= self.now()) {
+                return Err(no_team(slug));
+            }
+            let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+            let mut sql = Sql::new("SELECT ");
+            sql.push(crate::search::MEMORY_COLUMNS)
+                .push(" FROM memories m WHERE m.owner_id = ")
+                .bind_str(&steward)
+                .push(" ORDER BY m.created_at, m.seq");
+            let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+            return Ok(TeamExport {
+                team: team.slug,
+                items: zm_contracts::Memory::from_rows(&rows)?,
+            });
+        } else {
+            self.admin_of(&mut conn, caller, slug).await?;
+            self.team_scopes(&mut conn, &team)
+                .await?
+                .into_iter()
+                .filter(|(_, owned)| *owned)
+                .map(|(p, _)| p)
+                .collect()
+        };
+        let mut sql = Sql::new("SELECT ");
+        sql.push(crate::search::MEMORY_COLUMNS)
+            .push(" FROM memories m WHERE m.visibility = 'shared' AND m.scope IN ");
+        sql.bind_list(scopes);
+        sql.push(" ORDER BY m.created_at, m.seq");
+        let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+        Ok(TeamExport {
+            team: team.slug,
+            items: zm_contracts::Memory::from_rows(&rows)?,
+        })
+    }
+
+    /// Erase deleted teams whose retention has ended: the steward's
+    /// memories and rows, the steward, the team. Returns how many teams.
+    /// `serve` runs it at start and every hour.
+    pub async fn purge_deleted_teams(&self) -> Result<u64, ToolError> {
+        let now = self.now();
+        let due: Vec<(String, Option<String>)> = {
+            let rows = sqlx::query("SELECT id, steward_id FROM teams WHERE deleted_at IS NOT NULL AND purge_after <= $1")
+                .bind(now)
+                .fetch_all(&self.pool)
+                .await
+                .db("teams due")?;
+            let mut v = Vec::with_capacity(rows.len());
+            for r in &rows {
+                v.push((col(r, "id")?, col(r, "steward_id")?));
+            }
+            v
+        };
+        let mut purged = 0;
+        for (team_id, steward) in due {
+            let mut tx = self.write_tx().await?;
+            if let Some(steward) = steward {
+                for (what, sql) in [
+                    (
+                        "purge conflicts",
+                        "DELETE FROM conflicts WHERE owner_id = $1",
+                    ),
+                    (
+                        "purge links",
+                        "DELETE FROM memory_links WHERE owner_id = $1",
+                    ),
+                    ("purge rules", "DELETE FROM rules WHERE owner_id = $1"),
+                    ("purge memories", "DELETE FROM memories WHERE owner_id = $1"),
+                    ("purge scopes", "DELETE FROM scopes WHERE owner_id = $1"),
+                    ("purge steward", "DELETE FROM users WHERE id = $1"),
+                ] {
+                    sqlx::query(sql)
+                        .bind(&steward)
+                        .execute(&mut *tx)
+                        .await
+                        .db(what)?;
+                }
+            }
+            sqlx::query("DELETE FROM teams WHERE id = $1")
+                .bind(&team_id)
+                .execute(&mut *tx)
+                .await
+                .db("purge team")?;
+            tx.commit().await.db("commit purge")?;
+            purged += 1;
+        }
+        Ok(purged)
+    }
+
+    /// The teams' scopes a user reaches, each with its team's slug: what
+    /// a default read set adds and what labels a hit with its team.
+    pub(crate) async fn team_scopes_of(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        user_id: &str,
+    ) -> Result<Vec<(String, String)>, ToolError> {
+        let rows = sqlx::query(
+            "SELECT t.scope AS scope, t.slug AS slug FROM teams t JOIN scope_members sm ON sm.scope = t.scope \
+             WHERE sm.user_id = $1 AND t.deleted_at IS NULL \
+             UNION ALL SELECT tp.scope AS scope, t.slug AS slug FROM team_projects tp JOIN teams t ON t.scope = tp.team_scope \
+             JOIN scope_members sm ON sm.scope = tp.team_scope WHERE sm.user_id = $1 AND t.deleted_at IS NULL",
+        )
+        .bind(user_id)
+        .fetch_all(&mut *conn)
+        .await
+        .db("team scopes of")?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            out.push((col(r, "scope")?, col(r, "slug")?));
+        }
+        Ok(out)
+    }
+
+    /// Does a team read this scope: the team's own scope or project, or a
+    /// project shared with a team?
+    pub(crate) async fn team_reads(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        path: &str,
+    ) -> Result<bool, ToolError> {
+        if !scope::is_shareable(path) {
+            return Ok(false);
+        }
+        if let Some(slug) = team_slug_of(path) {
+            let live: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM teams WHERE slug = $1 AND deleted_at IS NULL",
+            )
+            .bind(slug)
+            .fetch_one(&mut *conn)
+            .await
+            .db("team of scope")?;
+            return Ok(live > 0);
+        }
+        let shared: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM team_projects WHERE scope = $1")
+            .bind(path)
+            .fetch_one(&mut *conn)
+            .await
+            .db("shared project")?;
+        Ok(shared > 0)
+    }
+
+    /// Refuse to erase an account that is the last admin of a live team.
+    pub(crate) async fn check_not_last_admin(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        user_id: &str,
+    ) -> Result<(), ToolError> {
+        let teams: Vec<String> = sqlx::query_scalar(
+            "SELECT t.slug FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 AND sm.role = $2 \
+             WHERE t.deleted_at IS NULL AND NOT EXISTS (SELECT 1 FROM scope_members o WHERE o.scope = t.scope AND o.role = $2 AND o.user_id <> $1) \
+             ORDER BY t.slug",
+        )
+        .bind(user_id)
+        .bind(Role::Admin.as_str())
+        .fetch_all(&mut *conn)
+        .await
+        .db("last admin")?;
+        if teams.is_empty() {
+            return Ok(());
+        }
+        Err(ToolError::conflict(format!(
+            "You are the last admin of team(s) {}: make another member admin or delete the team(s) first.",
+            teams.join(", ")
+        )))
+    }
+
+    /// A team's own project being written for the first time by one of its
+    /// writers: record it as the team's, so every member reaches it.
+    /// `None` when `path` is not a live team's project or the caller may
+    /// not write it.
+    pub(crate) async fn bootstrap_team_project(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<Option<()>, ToolError> {
+        let Some(slug) = team_slug_of(path) else {
+            return Ok(None);
+        };
+        if path.split('.').count() < 3 {
+            return Ok(None);
+        }
+        let Some(team) = self.team_row(conn, slug).await? else {
+            return Ok(None);
+        };
+        if team.deleted_at.is_some() {
+            return Ok(None);
+        }
+        let role = self.direct_role(conn, &caller.user_id, &team.scope).await?;
+        if !role.is_some_and(Role::can_write) {
+            return Ok(None);
+        }
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
+            .bind(path)
+            .fetch_one(&mut *conn)
+            .await
+            .db("team project exists")?;
+        if exists > 0 {
+            return Ok(None);
+        }
+        let now = self.now();
+        let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+        sqlx::query(
+            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3)",
+        )
+        .bind(path)
+        .bind(&steward)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .db("team project scope")?;
+        sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 1, $3, $4)")
+            .bind(&team.scope)
+            .bind(path)
+            .bind(&caller.user_id)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .db("team project")?;
+        Ok(Some(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn team_slugs_come_from_team_paths_only() {
+        assert_eq!(team_slug_of("team.acme"), Some("acme"));
+        assert_eq!(team_slug_of("team.acme.web"), Some("acme"));
+        assert_eq!(team_slug_of("team.usr_abc_01.x"), None);
+        assert_eq!(team_slug_of("proj.acme.web"), None);
+    }
+}

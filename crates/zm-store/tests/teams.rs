@@ -1,0 +1,321 @@
+//! Teams, on every backend: the lifecycle (create, list, show, delete,
+//! the 30-day export window, the purge), every role against every write
+//! into a team scope, removal and demotion taking effect on the very next
+//! call, shared projects in both members' briefings with the right rules,
+//! invitations, the last-admin rules and the team audit log.
+//!
+//! Each test runs once per backend through [`backend_tests!`].
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use zm_contracts::teams::{
+    AddMemberInput, CreateTeamInput, InviteInput, SetRoleInput, ShareProjectInput, TeamAction,
+};
+use zm_contracts::{ErrorCode, InvitationId, TeamRole, ToolError};
+use zm_store::{Caller, Store};
+
+async fn team(store: &Store, admin: &Caller, l: &str, tag: &str) -> String {
+    let slug = unique(tag).replace('-', "_");
+    let input: CreateTeamInput = input!(CreateTeamInput, &json!({"slug": slug}));
+    let made = ok(store.create_team(admin, input).await, l, "create team");
+    assert_eq!(made.team.scope, format!("team.{slug}"), "[{l}]");
+    assert_eq!(made.team.role, TeamRole::Admin, "[{l}]");
+    slug
+}
+
+async fn add(store: &Store, admin: &Caller, l: &str, slug: &str, email: &str, role: TeamRole) {
+    ok(
+        store
+            .add_team_member(
+                admin,
+                slug,
+                AddMemberInput {
+                    email: email.to_string(),
+                    role,
+                },
+            )
+            .await,
+        l,
+        "add member",
+    );
+}
+
+/// The `remember` refusal for a scope, as (code, message).
+async fn refusal(store: &Store, who: &Caller, scope: &str) -> (ErrorCode, String) {
+    let e: ToolError = call(
+        store,
+        who,
+        "remember",
+        json!({"content": format!("A note for {scope}."), "scope": scope, "kind": "fact"}),
+    )
+    .await
+    .expect_err("the write is refused");
+    (e.code, e.message)
+}
+
+fn ids(out: &Value) -> Vec<String> {
+    out["memories"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|m| m["id"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+backend_tests! {
+    /// Create, list, show, refuse a taken slug, delete: the memories are
+    /// readable by nobody at once, exportable by the admins of that moment
+    /// for 30 days, then erased — and the slug is free again.
+    async fn team_lifecycle(store: Store, l: &str) {
+        let (_, a) = user(&store, "tl-a").await;
+        let (ub, b) = user(&store, "tl-b").await;
+        let (_, outsider) = user(&store, "tl-x").await;
+        let slug = team(&store, &a, l, "life").await;
+        let scope = format!("team.{slug}");
+        let taken = store
+            .create_team(&outsider, input!(CreateTeamInput, &json!({"slug": slug})))
+            .await;
+        err(taken, ErrorCode::Conflict, l, "a taken slug");
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let listed = ok(store.list_teams(&b).await, l, "list");
+        assert_eq!(listed.teams.len(), 1, "[{l}] {listed:?}");
+        assert_eq!((listed.teams[0].role, listed.teams[0].members), (TeamRole::Writer, 2), "[{l}]");
+        err(store.get_team(&outsider, &slug).await, ErrorCode::NotFound, l, "outsider show");
+        err(store.get_team(&outsider, "nosuchteamatall").await, ErrorCode::NotFound, l, "missing show");
+        let shown = ok(store.get_team(&b, &slug).await, l, "show");
+        assert_eq!(shown.members.len(), 2, "[{l}]");
+        assert!(shown.invitations.is_empty(), "[{l}] a writer sees no invitations");
+
+        let m = mem(&store, &b, l, json!({"content": "Deploys go through the staging gate.", "scope": scope, "kind": "convention"})).await;
+        let mine = mem(&store, &b, l, json!({"content": "Deploy note kept personally.", "scope": "personal", "kind": "fact"})).await;
+        assert!(recall_ids(&store, &a, l, json!({"query": "staging gate", "scopes": ["*"]})).await.contains(&m), "[{l}] the admin reads the writer's team memory");
+
+        err(store.delete_team(&b, &slug).await, ErrorCode::Forbidden, l, "a writer deletes");
+        let deleted = ok(store.delete_team(&a, &slug).await, l, "delete");
+        assert_eq!(deleted.memories, 1, "[{l}]");
+        for who in [&a, &b] {
+            let seen = recall_ids(&store, who, l, json!({"query": "staging gate deploys", "scopes": ["*"]})).await;
+            assert!(!seen.contains(&m), "[{l}] a deleted team's memory is readable by nobody");
+            err(call(&store, who, "forget", json!({"memory_id": m})).await, ErrorCode::NotFound, l, "forget a retired memory");
+        }
+        assert!(recall_ids(&store, &b, l, json!({"query": "deploy note", "scopes": ["*"]})).await.contains(&mine), "[{l}] personal memories are untouched");
+        err(store.get_team(&a, &slug).await, ErrorCode::NotFound, l, "show a deleted team");
+        assert!(ok(store.list_teams(&a).await, l, "list").teams.is_empty(), "[{l}]");
+        let export = ok(store.export_team(&a, &slug).await, l, "export by the admin");
+        assert_eq!(export.items.len(), 1, "[{l}]");
+        assert_eq!(export.items[0].id.as_str(), m, "[{l}]");
+        err(store.export_team(&b, &slug).await, ErrorCode::NotFound, l, "export by a writer");
+        err(store.export_team(&outsider, &slug).await, ErrorCode::NotFound, l, "export by an outsider");
+        err(store.create_team(&outsider, input!(CreateTeamInput, &json!({"slug": slug}))).await, ErrorCode::Conflict, l, "the slug is held for 30 days");
+
+        assert_eq!(ok(store.purge_deleted_teams().await, l, "early purge"), 0, "[{l}] nothing is due yet");
+        store.clock().advance_ms(31 * DAY_MS);
+        assert!(ok(store.purge_deleted_teams().await, l, "purge") >= 1, "[{l}]");
+        err(store.export_team(&a, &slug).await, ErrorCode::NotFound, l, "export after the purge");
+        let again = ok(store.create_team(&outsider, input!(CreateTeamInput, &json!({"slug": slug}))).await, l, "the slug is free");
+        assert_eq!(again.members.len(), 1, "[{l}]");
+        let old = recall_ids(&store, &outsider, l, json!({"query": "staging gate deploys", "scopes": ["*"]})).await;
+        assert!(!old.contains(&m), "[{l}] a new team of the same name sees nothing of the old one");
+        assert!(!store.list_users().await.unwrap().iter().any(|u| u.email.ends_with("@teams.invalid")), "[{l}] stewards are not listed as users");
+    }
+
+    /// Every role against every write into the team's scope, and what each
+    /// reads: writer and admin write; a reader's write is `forbidden`; a
+    /// non-member's, a former member's and another team's member's are
+    /// refused exactly like a scope that does not exist.
+    async fn roles_against_writes(store: Store, l: &str) {
+        let (_, admin) = user(&store, "rw-admin").await;
+        let (uw, writer) = user(&store, "rw-writer").await;
+        let (ur, reader) = user(&store, "rw-reader").await;
+        let (uf, former) = user(&store, "rw-former").await;
+        let (_, outsider) = user(&store, "rw-out").await;
+        let (_, other_admin) = user(&store, "rw-other").await;
+        let slug = team(&store, &admin, l, "roles").await;
+        let scope = format!("team.{slug}");
+        let _other = team(&store, &other_admin, l, "otherteam").await;
+        add(&store, &admin, l, &slug, &uw.email, TeamRole::Writer).await;
+        add(&store, &admin, l, &slug, &ur.email, TeamRole::Reader).await;
+        add(&store, &admin, l, &slug, &uf.email, TeamRole::Writer).await;
+        let uf_id = uf.id.clone();
+        ok(store.remove_team_member(&admin, &slug, &uf_id).await, l, "remove former");
+
+        let by_admin = mem(&store, &admin, l, json!({"content": "Every service exposes a healthz endpoint on port 8081.", "scope": scope, "kind": "convention"})).await;
+        let by_writer = mem(&store, &writer, l, json!({"content": "Feature flags live in the flagd sidecar.", "scope": scope, "kind": "fact"})).await;
+        let missing = refusal(&store, &outsider, "team.nosuchteamever").await;
+        assert_eq!(missing.0, ErrorCode::Forbidden, "[{l}]");
+        let (code, _) = refusal(&store, &reader, &scope).await;
+        assert_eq!(code, ErrorCode::Forbidden, "[{l}] a reader writes");
+        for (who, name) in [(&outsider, "non-member"), (&former, "former member"), (&other_admin, "another team's admin")] {
+            assert_eq!(refusal(&store, who, &scope).await, missing, "[{l}] a {name}'s write reads like a missing scope");
+        }
+        // share and move need the writer role too.
+        let personal = mem(&store, &reader, l, json!({"content": "Reader's own memo about flagd.", "scope": "personal", "kind": "fact"})).await;
+        err(call(&store, &reader, "share", json!({"memory_id": personal, "scope": scope})).await, ErrorCode::Forbidden, l, "reader shares");
+        err(call(&store, &reader, "move_memories", json!({"memory_ids": [personal], "scope": scope})).await, ErrorCode::Forbidden, l, "reader moves");
+        let w_personal = mem(&store, &writer, l, json!({"content": "Writer's memo: the flagd sidecar restarts nightly.", "scope": "personal", "kind": "fact"})).await;
+        ok(call(&store, &writer, "share", json!({"memory_id": w_personal, "scope": scope})).await, l, "writer shares");
+        let o_personal = mem(&store, &outsider, l, json!({"content": "Outsider memo.", "scope": "personal", "kind": "fact"})).await;
+        err(call(&store, &outsider, "share", json!({"memory_id": o_personal, "scope": scope})).await, ErrorCode::Forbidden, l, "outsider shares");
+        // A team's own project: a writer creates it, every member reads it.
+        let sub = format!("{scope}.web");
+        let in_sub = mem(&store, &writer, l, json!({"content": "The web app builds with vite.", "scope": sub, "kind": "fact"})).await;
+        assert_eq!(refusal(&store, &outsider, &format!("{scope}.api")).await, missing, "[{l}] an outsider cannot create a team project");
+        let (code, _) = refusal(&store, &reader, &format!("{scope}.api")).await;
+        assert_eq!(code, ErrorCode::Forbidden, "[{l}]");
+
+        // Reads: members see the team's memories through `*`, labelled
+        // with the team; nobody else sees them.
+        for who in [&admin, &writer, &reader] {
+            let out = ok(call(&store, who, "recall", json!({"query": "healthz flagd sidecar vite", "scopes": ["*"]})).await, l, "member recall");
+            let seen = ids(&out);
+            for m in [&by_admin, &by_writer, &in_sub, &w_personal] {
+                assert!(seen.contains(m), "[{l}] a member reads {m}: {seen:?}");
+            }
+            for hit in out["memories"].as_array().unwrap() {
+                if hit["scope"].as_str().is_some_and(|s| s.starts_with("team.")) {
+                    assert_eq!(hit["team"], json!(slug), "[{l}] {hit}");
+                }
+            }
+        }
+        for (who, name) in [(&outsider, "outsider"), (&former, "former"), (&other_admin, "other team")] {
+            let seen = recall_ids(&store, who, l, json!({"query": "healthz flagd sidecar vite", "scopes": ["*"]})).await;
+            for m in [&by_admin, &by_writer, &in_sub, &w_personal] {
+                assert!(!seen.contains(m), "[{l}] the {name} reads {m}");
+            }
+            err(store.get_memory(who, &zm_contracts::MemoryId::parse(&by_admin).unwrap()).await, ErrorCode::NotFound, l, name);
+        }
+        // A reader may not promote a team rule; a writer may.
+        err(call(&store, &reader, "promote_rule", json!({"memory_id": personal, "applies_scope": scope})).await, ErrorCode::Forbidden, l, "reader promotes");
+        ok(call(&store, &writer, "promote_rule", json!({"memory_id": by_writer, "applies_scope": scope})).await, l, "writer promotes");
+    }
+
+    /// A lowered role and a removal hold from the very next call, and what
+    /// the removed member wrote stays with the team, not with them.
+    async fn removal_and_demotion_take_effect_at_once(store: Store, l: &str) {
+        let (_, a) = user(&store, "rm-a").await;
+        let (ub, b) = user(&store, "rm-b").await;
+        let slug = team(&store, &a, l, "removal").await;
+        let scope = format!("team.{slug}");
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        // An attached session, as an open MCP connection carries it.
+        let b_session = attached(&with_session(&b, "ses_removal"), &scope);
+        let written = mem(&store, &b_session, l, json!({"content": "Rollbacks use the blue-green switch.", "kind": "convention", "scope": scope})).await;
+        ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Reader }).await, l, "demote");
+        let (code, _) = refusal(&store, &b_session, &scope).await;
+        assert_eq!(code, ErrorCode::Forbidden, "[{l}] the demoted writer's next write");
+        assert!(recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks", "scopes": ["*"]})).await.contains(&written), "[{l}] a reader still reads");
+        ok(store.remove_team_member(&a, &slug, &ub.id).await, l, "remove");
+        let seen = recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks"})).await;
+        assert!(seen.is_empty(), "[{l}] the removed member reads nothing of the team: {seen:?}");
+        err(store.get_memory(&b, &zm_contracts::MemoryId::parse(&written).unwrap()).await, ErrorCode::NotFound, l, "their own team memory");
+        err(call(&store, &b, "forget", json!({"memory_id": written})).await, ErrorCode::NotFound, l, "forget it");
+        let brief = ok(call(&store, &b_session, "build_context", json!({"topic": "rollbacks", "briefing": true})).await, l, "briefing");
+        assert!(!brief.to_string().contains("blue-green"), "[{l}] nothing in the removed member's briefing: {brief}");
+        assert!(recall_ids(&store, &a, l, json!({"query": "blue-green rollbacks", "scopes": ["*"]})).await.contains(&written), "[{l}] the team keeps it");
+        err(store.get_team(&b, &slug).await, ErrorCode::NotFound, l, "show after removal");
+        // Leaving: a member removes themself; the last admin cannot.
+        err(store.remove_team_member(&a, &slug, &a.user_id).await, ErrorCode::Conflict, l, "the last admin leaves");
+    }
+
+    /// A project shared with the team: both members' briefings carry its
+    /// memories and its rules, the team layer's rules, pinned first; the
+    /// second member's hint for the same repository lands in it.
+    async fn shared_project_in_both_briefings(store: Store, l: &str) {
+        let (_, a) = user(&store, "sp-a").await;
+        let (ub, b) = user(&store, "sp-b").await;
+        let (_, outsider) = user(&store, "sp-x").await;
+        let slug = team(&store, &a, l, "shared").await;
+        let scope = format!("team.{slug}");
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        let fact = mem(&store, &a, l, json!({"content": "The billing service retries webhooks three times.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        err(store.share_project_with_team(&outsider, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, ErrorCode::NotFound, l, "an outsider shares");
+        let shared = ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"project_hint": remote}))).await, l, "share");
+        assert_eq!((shared.scope.as_str(), shared.owned), (project.as_str(), false), "[{l}]");
+        // Rules: a project rule and a pinned team-layer rule.
+        let convention = mem(&store, &a, l, json!({"content": "Webhook handlers must be idempotent.", "kind": "convention", "project_hint": remote})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": convention})).await, l, "project rule");
+        let team_rule = mem(&store, &a, l, json!({"content": "Every change needs a second reviewer.", "kind": "convention", "scope": scope})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": team_rule})).await, l, "team rule");
+        ok(store.pin_rule(&a, &team_rule, true).await, l, "pin");
+        // B's hint for the same repository resolves to the shared project.
+        assert_eq!(project_of(&store, &b, l, &remote).await, project, "[{l}] B lands in the shared project");
+        for (who, name) in [(&a, "A"), (&b, "B")] {
+            let brief = ok(call(&store, who, "build_context", json!({"topic": "billing webhooks", "briefing": true, "project_hint": remote})).await, l, "briefing");
+            let text = brief.to_string();
+            assert!(text.contains(&fact), "[{l}] {name}'s briefing holds the project's fact: {text}");
+            let rules: Vec<&str> = brief["rules"].as_array().unwrap().iter().map(|r| r["text"].as_str().unwrap()).collect();
+            assert_eq!(rules.first().copied(), Some("Every change needs a second reviewer."), "[{l}] {name}: the pinned team rule leads: {rules:?}");
+            assert!(rules.contains(&"Webhook handlers must be idempotent."), "[{l}] {name}: the project rule: {rules:?}");
+        }
+        // B writes through the hint into the shared project; A reads it.
+        let by_b = mem(&store, &b, l, json!({"content": "Webhook signatures use HMAC-SHA256.", "kind": "fact", "project_hint": remote})).await;
+        assert!(recall_ids(&store, &a, l, json!({"query": "webhook signatures", "project_hint": remote})).await.contains(&by_b), "[{l}]");
+        let outsider_brief = ok(call(&store, &outsider, "build_context", json!({"topic": "billing webhooks", "briefing": true, "project_hint": remote})).await, l, "outsider briefing");
+        let text = outsider_brief.to_string();
+        assert!(!text.contains("idempotent") && !text.contains(&fact) && !text.contains("second reviewer"), "[{l}] the outsider sees none of it: {text}");
+        // Unsharing ends B's access; what B wrote there goes to A on B's removal.
+        ok(store.unshare_project_from_team(&a, &slug, &project).await, l, "unshare");
+        assert!(!recall_ids(&store, &b, l, json!({"query": "billing webhooks retries", "scopes": ["*"]})).await.contains(&fact), "[{l}] unshared");
+    }
+
+    /// Invitations: accepted once by the addressee; reuse, expiry, another
+    /// user and a deleted team are refused.
+    async fn invitations(store: Store, l: &str) {
+        let (_, a) = user(&store, "inv-a").await;
+        let (uc, c) = user(&store, "inv-c").await;
+        let (_, d) = user(&store, "inv-d").await;
+        let slug = team(&store, &a, l, "invites").await;
+        let inv = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email.to_uppercase(), "role": "reader"}))).await, l, "invite");
+        err(store.invite_team_member(&c, &slug, input!(InviteInput, &json!({"email": "x@example.com", "role": "admin"}))).await, ErrorCode::NotFound, l, "a non-member invites");
+        let mine = ok(store.list_invitations(&c).await, l, "list mine");
+        assert_eq!(mine.invitations.iter().map(|i| i.id.clone()).collect::<Vec<_>>(), vec![inv.id.clone()], "[{l}]");
+        assert!(ok(store.list_invitations(&d).await, l, "list d").invitations.is_empty(), "[{l}]");
+        let shown = ok(store.get_team(&a, &slug).await, l, "show");
+        assert_eq!(shown.invitations.len(), 1, "[{l}] the admin sees it");
+        err(store.accept_invitation(&d, &inv.id).await, ErrorCode::NotFound, l, "the wrong user");
+        let joined = ok(store.accept_invitation(&c, &inv.id).await, l, "accept");
+        assert_eq!(joined.team.role, TeamRole::Reader, "[{l}]");
+        err(store.accept_invitation(&c, &inv.id).await, ErrorCode::Conflict, l, "reuse");
+        let never = InvitationId::parse("inv_0000000000000000.0000000000").unwrap();
+        err(store.accept_invitation(&c, &never).await, ErrorCode::NotFound, l, "unknown");
+        let late = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "writer", "expires_in_days": 1}))).await, l, "invite again");
+        store.clock().advance_ms(2 * DAY_MS);
+        err(store.accept_invitation(&c, &late.id).await, ErrorCode::Conflict, l, "expired");
+        let (ue, e) = user(&store, "inv-e").await;
+        let gone = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": ue.email, "role": "writer"}))).await, l, "invite e");
+        ok(store.delete_team(&a, &slug).await, l, "delete");
+        err(store.accept_invitation(&e, &gone.id).await, ErrorCode::NotFound, l, "a deleted team's invitation");
+    }
+
+    /// The last admin cannot leave, be demoted, or erase their account
+    /// while the team stands; the audit log records every change, for
+    /// admins only.
+    async fn last_admin_and_audit(store: Store, l: &str) {
+        let (_, a) = user(&store, "la-a").await;
+        let (ub, b) = user(&store, "la-b").await;
+        let slug = team(&store, &a, l, "lastadmin").await;
+        err(store.set_team_role(&a, &slug, &a.user_id, SetRoleInput { role: TeamRole::Writer }).await, ErrorCode::Conflict, l, "demote the last admin");
+        err(call(&store, &a, "delete_account", json!({})).await, ErrorCode::Conflict, l, "erase the last admin");
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Reader).await;
+        err(store.team_audit(&b, &slug).await, ErrorCode::Forbidden, l, "a reader reads the audit");
+        ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Admin }).await, l, "promote b");
+        ok(store.remove_team_member(&b, &slug, &a.user_id).await, l, "b removes a");
+        let audit = ok(store.team_audit(&b, &slug).await, l, "audit");
+        let actions: Vec<TeamAction> = audit.events.iter().map(|e| e.action).collect();
+        assert_eq!(
+            actions,
+            vec![TeamAction::MemberRemoved, TeamAction::RoleChanged, TeamAction::MemberAdded, TeamAction::TeamCreated],
+            "[{l}] newest first"
+        );
+        assert_eq!(audit.events[0].actor.as_ref().map(zm_contracts::UserId::as_str), Some(b.user_id.as_str()), "[{l}] who");
+        assert_eq!(audit.events[0].user_id.as_ref().map(zm_contracts::UserId::as_str), Some(a.user_id.as_str()), "[{l}] whom");
+        assert_eq!(audit.events[1].role, Some(TeamRole::Admin), "[{l}]");
+        ok(call(&store, &a, "delete_account", json!({})).await, l, "a is no admin any more");
+    }
+}
