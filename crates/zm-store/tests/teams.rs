@@ -318,4 +318,100 @@ backend_tests! {
         assert_eq!(audit.events[1].role, Some(TeamRole::Admin), "[{l}]");
         ok(call(&store, &a, "delete_account", json!({})).await, l, "a is no admin any more");
     }
+
+    /// Every role × every tool against a team's memory: the admin (its
+    /// author), a writer, a reader, a former member, a non-member and
+    /// another team's admin. Members read it; writers write into the team;
+    /// owner-only changes stay the author's; everyone else gets exactly the
+    /// answer a memory that never existed gets.
+    async fn every_role_against_every_tool(store: Store, l: &str) {
+        let (_, admin) = user(&store, "er-admin").await;
+        let (uw, writer) = user(&store, "er-writer").await;
+        let (ur, reader) = user(&store, "er-reader").await;
+        let (uf, former) = user(&store, "er-former").await;
+        let (_, outsider) = user(&store, "er-out").await;
+        let (_, stranger) = user(&store, "er-other").await;
+        let slug = team(&store, &admin, l, "everyrole").await;
+        let scope = format!("team.{slug}");
+        team(&store, &stranger, l, "elsewhere").await;
+        for (u, role) in [(&uw, TeamRole::Writer), (&ur, TeamRole::Reader), (&uf, TeamRole::Writer)] {
+            add(&store, &admin, l, &slug, &u.email, role).await;
+        }
+        let m = mem(&store, &admin, l, json!({"content": "Team fact: the ledger service shards by tenant.", "kind": "fact", "scope": scope, "entities": [{"name": "ledger-service", "type": "service"}]})).await;
+        ok(store.remove_team_member(&admin, &slug, &uf.id).await, l, "remove the former member");
+        let roles: [(&str, &Caller, bool, bool); 6] = [
+            ("admin", &admin, true, true),
+            ("writer", &writer, true, true),
+            ("reader", &reader, true, false),
+            ("former member", &former, false, false),
+            ("non-member", &outsider, false, false),
+            ("another team's admin", &stranger, false, false),
+        ];
+        for (name, who, member, can_write) in roles {
+            let what = |tool: &str| format!("{name} × {tool}");
+            let is_author = name == "admin";
+            // Reads.
+            let hits = recall_ids(&store, who, l, json!({"query": "ledger service shards tenant", "scopes": ["*"]})).await;
+            assert_eq!(hits.contains(&m), member, "[{l}] {}", what("recall *"));
+            let hits = recall_ids(&store, who, l, json!({"query": "ledger service shards tenant", "scopes": [scope]})).await;
+            assert_eq!(hits.contains(&m), member, "[{l}] {}", what("recall team scope"));
+            let brief = ok(call(&store, who, "build_context", json!({"topic": "ledger shards", "briefing": true})).await, l, "briefing");
+            assert_eq!(brief.to_string().contains(&m), member, "[{l}] {}", what("build_context"));
+            let export = ok(call(&store, who, "export_memories", json!({"scopes": ["*"]})).await, l, "export");
+            assert_eq!(export.to_string().contains(&m), member, "[{l}] {}", what("export_memories"));
+            let ents = ok(call(&store, who, "entities", json!({"scope": scope})).await, l, "entities");
+            assert_eq!(ents.to_string().contains("ledger-service"), member, "[{l}] {} {ents}", what("entities"));
+            let got = store.get_memory(who, &zm_contracts::MemoryId::parse(&m).unwrap()).await;
+            assert_eq!(got.is_ok(), member, "[{l}] {}", what("get_memory"));
+            // Owner-only changes: only the author may; a member is told the
+            // memory is not theirs, and for everyone else it answers like
+            // one that never existed.
+            for (tool, extra) in [
+                ("forget", json!({})),
+                ("restore_memory", json!({})),
+                ("close_loop", json!({})),
+                ("share", json!({"scope": scope})),
+                ("promote_rule", json!({"applies_scope": scope})),
+                // Conflicts are their author's review queue.
+                ("challenge", json!({"reason": "doubted"})),
+            ] {
+                if is_author {
+                    continue;
+                }
+                let mut on_m = extra.clone();
+                on_m["memory_id"] = json!(m);
+                let mut on_never = extra;
+                on_never["memory_id"] = json!(NEVER);
+                let a = call(&store, who, tool, on_m).await.expect_err(&what(tool));
+                if member {
+                    // A member sees the memory: told it is not theirs.
+                    assert_ne!(a.code, ErrorCode::Internal, "[{l}] {}", what(tool));
+                } else {
+                    let n = call(&store, who, tool, on_never).await.expect_err(&what(tool));
+                    assert_eq!(shape(&a, &m), shape(&n, NEVER), "[{l}] {}", what(tool));
+                }
+            }
+            // Visible-memory tools: members may, the rest get not_found.
+            let own = mem(&store, who, l, json!({"content": format!("{name}'s own note about shards."), "kind": "fact", "scope": "personal"})).await;
+            let linked = call(&store, who, "link", json!({"src": own, "dst": m, "type": "relates_to"})).await;
+            assert_eq!(linked.is_ok(), member, "[{l}] {} {linked:?}", what("link"));
+            if !member {
+                let never = call(&store, who, "link", json!({"src": own, "dst": NEVER, "type": "relates_to"})).await;
+                assert_eq!(shape(&linked.unwrap_err(), &m), shape(&never.unwrap_err(), NEVER), "[{l}] {}", what("link"));
+            }
+            // Writes into the team.
+            let wrote = call(&store, who, "remember", json!({"content": format!("{name} writes a team note."), "kind": "fact", "scope": scope})).await;
+            assert_eq!(wrote.is_ok(), can_write, "[{l}] {} {wrote:?}", what("remember"));
+            let moved = call(&store, who, "move_memories", json!({"memory_ids": [own], "scope": scope})).await;
+            assert_eq!(moved.is_ok(), can_write, "[{l}] {} {moved:?}", what("move_memories"));
+            for refused in [wrote, moved].into_iter().filter_map(Result::err) {
+                assert_eq!(refused.code, ErrorCode::Forbidden, "[{l}] {}", what("write"));
+            }
+            // Conflicts of the team's memory are never listed to outsiders.
+            let listed = ok(call(&store, who, "list_conflicts", json!({})).await, l, "list_conflicts");
+            if !member {
+                assert!(!listed.to_string().contains(&m), "[{l}] {} {listed}", what("list_conflicts"));
+            }
+        }
+    }
 }
