@@ -57,6 +57,7 @@ id_kinds! {
     Team => "tem", "team";
     Invitation => "inv", "team invitation";
     TeamEvent => "tev", "team audit event";
+    WebSession => "wss", "dashboard sign-in session";
 }
 
 impl IdKind {

@@ -11,6 +11,7 @@
 //! answer RFC 6749 bodies (`{error, error_description}`) or HTML pages.
 
 pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod mcp;
 pub mod oauth;
@@ -77,7 +78,8 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
         .route("/mcp", any(mcp::handle))
         .with_state((state.clone(), endpoint));
     let oauth = oauth::routes(state.clone());
-    with_layers(api.merge(mcp).merge(oauth), state)
+    let dashboard = dashboard::routes(state.clone());
+    with_layers(api.merge(mcp).merge(oauth).merge(dashboard), state)
 }
 
 /// The layers every route gets: the JSON fallback, panic capture (500
@@ -91,9 +93,17 @@ pub fn with_layers(routes: Router, state: AppState) -> Router {
 
 /// Build the shared state (exposed for tests that add their own routes).
 pub fn state(store: Store, cfg: HttpConfig) -> AppState {
+    let limiter = Arc::new(RateLimiter::for_store(&store));
+    let clock = limiter.clock().clone();
+    let login_backoff = Arc::new(if limiter.is_shared() {
+        oauth::limit::LoginBackoff::shared(store.clone(), clock)
+    } else {
+        oauth::limit::LoginBackoff::new(clock)
+    });
     AppState {
         tools: zm_store::ToolService::new(store.clone()),
-        limiter: Arc::new(RateLimiter::for_store(&store)),
+        limiter,
+        login_backoff,
         store,
         cfg: Arc::new(cfg),
         metrics: Arc::new(Metrics::default()),

@@ -420,6 +420,9 @@ pub struct AppState {
     pub cfg: Arc<HttpConfig>,
     pub metrics: Arc<Metrics>,
     pub limiter: Arc<RateLimiter>,
+    /// Failed sign-ins per account, shared by the OAuth sign-in page and
+    /// the dashboard's.
+    pub(crate) login_backoff: Arc<crate::oauth::limit::LoginBackoff>,
 }
 
 #[cfg(test)]

@@ -216,6 +216,7 @@ These secrets are shown ONLY NOW; keep them somewhere safe.
     {token}
 
   This server ({base}) offers:
+    Dashboard:              {base}/  (sign in with the email and password above)
     MCP (Streamable HTTP):  {mcp}
     REST API:               {base}/api/tools/<tool>  (OpenAPI: {base}/api/openapi.json)
     OAuth 2.1 for MCP apps: {base}/.well-known/oauth-authorization-server
@@ -277,9 +278,12 @@ mod tests {
         assert!(text.contains(&first.password));
         assert!(text.contains("--data-dir"), "{text}");
         assert!(text.contains(" stdio"));
-        // True about what exists: MCP, REST, OAuth — no dashboard (GET / is
-        // not_found) — and about where stdout goes.
-        assert!(!text.to_lowercase().contains("dashboard"), "{text}");
+        // True about what exists: the dashboard, MCP, REST, OAuth — and
+        // about where stdout goes.
+        assert!(
+            text.contains("Dashboard:              http://127.0.0.1:8787/  (sign in with the email and password above)"),
+            "{text}"
+        );
         assert!(text.contains("http://127.0.0.1:8787/api/tools/"), "{text}");
         assert!(text.contains("http://127.0.0.1:8787/api/openapi.json"));
         assert!(text.contains("logs") && text.contains("--first-start-output"));

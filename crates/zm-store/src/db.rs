@@ -83,6 +83,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0008_teams.sql"),
         postgres: include_str!("../../../migrations/postgres/0008_teams.sql"),
     },
+    Migration {
+        version: 9,
+        name: "web_sessions",
+        sqlite: include_str!("../../../migrations/sqlite/0009_web_sessions.sql"),
+        postgres: include_str!("../../../migrations/postgres/0009_web_sessions.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

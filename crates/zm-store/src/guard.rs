@@ -198,6 +198,7 @@ pub fn rejection(hit: &SecretHit) -> ToolError {
     ToolError::validation(Prefix::SecretContentRejected.message(text)).with_details(json!({
         "field": hit.field,
         "detector": hit.detector,
+        "masked": hit.masked,
     }))
 }
 

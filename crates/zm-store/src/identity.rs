@@ -557,6 +557,13 @@ impl Store {
         if done.rows_affected() == 0 {
             return Ok(None);
         }
+        // Dashboard sessions end too (their lookup also refuses a disabled
+        // account, so this only clears the rows).
+        sqlx::query("DELETE FROM web_sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await
+            .db("end web sessions")?;
         let holder = OauthHolder {
             user_id,
             client_id: None,

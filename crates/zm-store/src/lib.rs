@@ -33,6 +33,7 @@ pub mod teams;
 mod testing;
 pub mod threads;
 pub mod transfer;
+pub mod web;
 
 pub use db::{Backend, OpenError, OpenOptions, sqlite_path, sqlite_url};
 pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind, User};

@@ -36,6 +36,8 @@ pub struct RuleRecord {
     pub applies_scope: Option<String>,
     pub status: RuleState,
     pub pinned: bool,
+    /// When it was (last) promoted (epoch ms).
+    pub promoted_at: Option<i64>,
 }
 
 impl FromAnyRow for RuleRecord {
@@ -48,6 +50,7 @@ impl FromAnyRow for RuleRecord {
             applies_scope: col(r, "applies_scope")?,
             status: enum_col(r, "status")?,
             pinned: flag_col(r, "pinned")?,
+            promoted_at: col(r, "promoted_at")?,
         })
     }
 }
@@ -271,7 +274,7 @@ impl Store {
 
     /// All the caller's rules, for management.
     pub async fn list_rules(&self, caller: &Caller) -> Result<Vec<RuleRecord>, ToolError> {
-        let rows = sqlx::query("SELECT id, memory_id, text, layer, applies_scope, status, pinned FROM rules WHERE owner_id = $1 ORDER BY pinned DESC, promoted_at DESC, id")
+        let rows = sqlx::query("SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules WHERE owner_id = $1 ORDER BY pinned DESC, promoted_at DESC, id")
             .bind(&caller.user_id)
             .fetch_all(&self.pool)
             .await

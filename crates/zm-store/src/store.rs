@@ -46,6 +46,8 @@ pub enum Transport {
     Rest,
     /// The command line (`zero-memory import`).
     Cli,
+    /// The web dashboard, for a signed-in person.
+    Dashboard,
     /// In-process callers: tests, benchmarks, checks.
     #[default]
     Internal,
@@ -56,6 +58,7 @@ impl Transport {
         Transport::Mcp,
         Transport::Rest,
         Transport::Cli,
+        Transport::Dashboard,
         Transport::Internal,
     ];
     pub const fn as_str(self) -> &'static str {
@@ -63,6 +66,7 @@ impl Transport {
             Transport::Mcp => "mcp",
             Transport::Rest => "rest",
             Transport::Cli => "cli",
+            Transport::Dashboard => "dashboard",
             Transport::Internal => "internal",
         }
     }

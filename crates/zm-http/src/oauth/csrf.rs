@@ -18,7 +18,7 @@ pub(super) const TTL_SECS: u64 = 600;
 const COOKIE: &str = "zm_oauth_csrf";
 
 /// A fresh random cookie value (32 bytes, base64url).
-pub(super) fn new_cookie() -> String {
+pub(crate) fn new_cookie() -> String {
     URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
 }
 
@@ -70,14 +70,14 @@ fn mac(key: &[u8; 32], cookie: &str, ts: u64, canonical: &str) -> Hmac<Sha256> {
 
 /// The form token binding `cookie` to the request whose canonical form is
 /// `canonical`, as of now.
-pub(super) fn token(key: &[u8; 32], cookie: &str, canonical: &str) -> String {
+pub(crate) fn token(key: &[u8; 32], cookie: &str, canonical: &str) -> String {
     let ts = now_secs();
     let tag = mac(key, cookie, ts, canonical).finalize().into_bytes();
     format!("{ts}.{}", URL_SAFE_NO_PAD.encode(tag))
 }
 
 /// Was `token` made for this cookie and request, and is it unexpired?
-pub(super) fn valid(key: &[u8; 32], cookie: &str, token: &str, canonical: &str) -> bool {
+pub(crate) fn valid(key: &[u8; 32], cookie: &str, token: &str, canonical: &str) -> bool {
     let Some((ts, tag)) = token.split_once('.') else {
         return false;
     };

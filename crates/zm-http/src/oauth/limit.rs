@@ -81,7 +81,7 @@ struct Failures {
 /// `login_failures` (the email hashed), where every instance sees the same
 /// count.
 #[derive(Debug)]
-pub(super) struct LoginBackoff {
+pub(crate) struct LoginBackoff {
     clock: Clock,
     accounts: Mutex<HashMap<String, Failures>>,
     shared: Option<zm_store::Store>,
@@ -107,7 +107,7 @@ fn account_key(email: &str) -> String {
 }
 
 impl LoginBackoff {
-    pub(super) fn new(clock: Clock) -> Self {
+    pub(crate) fn new(clock: Clock) -> Self {
         LoginBackoff {
             clock,
             accounts: Mutex::new(HashMap::new()),
@@ -116,7 +116,7 @@ impl LoginBackoff {
     }
 
     /// A back-off kept in `store`, shared by every instance on it.
-    pub(super) fn shared(store: zm_store::Store, clock: Clock) -> Self {
+    pub(crate) fn shared(store: zm_store::Store, clock: Clock) -> Self {
         LoginBackoff {
             shared: Some(store),
             ..LoginBackoff::new(clock)
@@ -131,7 +131,7 @@ impl LoginBackoff {
 
     /// `Err(seconds)` while the account is backing off (an honest
     /// `Retry-After`, at least 1).
-    pub(super) async fn check(&self, email: &str) -> Result<(), u64> {
+    pub(crate) async fn check(&self, email: &str) -> Result<(), u64> {
         if let Some(store) = &self.shared {
             // A database failure (logged by the store) lets the attempt on
             // to the password check, which needs the database too.
@@ -151,7 +151,7 @@ impl LoginBackoff {
     }
 
     /// Count a failed sign-in.
-    pub(super) async fn failed(&self, email: &str) {
+    pub(crate) async fn failed(&self, email: &str) {
         if let Some(store) = &self.shared {
             let _ = store
                 .login_failed(
@@ -193,7 +193,7 @@ impl LoginBackoff {
     }
 
     /// A successful sign-in clears the account.
-    pub(super) async fn succeeded(&self, email: &str) {
+    pub(crate) async fn succeeded(&self, email: &str) {
         if let Some(store) = &self.shared {
             let _ = store.login_succeeded(&account_key(email)).await;
             return;

@@ -33,9 +33,9 @@
 //! accepted; the cookie-bound token is the real check.
 
 mod authorize;
-mod csrf;
+pub(crate) mod csrf;
 mod error;
-mod limit;
+pub(crate) mod limit;
 mod metadata;
 mod pages;
 mod params;
@@ -72,12 +72,7 @@ impl FromRef<OauthState> for AppState {
 
 /// The OAuth routes (merge into the main router before its layers).
 pub fn routes(app: AppState) -> Router {
-    let clock = app.limiter.clock().clone();
-    let backoff = Arc::new(if app.limiter.is_shared() {
-        limit::LoginBackoff::shared(app.store.clone(), clock)
-    } else {
-        limit::LoginBackoff::new(clock)
-    });
+    let backoff = app.login_backoff.clone();
     let state = OauthState {
         key: Arc::new(*app.store.form_key()),
         app,

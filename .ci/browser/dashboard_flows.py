@@ -1,0 +1,317 @@
+"""The dashboard, end to end, in a real browser.
+
+Starts `zero-memory serve` on a fresh data directory the way the README does
+(the first start creates the owner and writes its password and token to a
+0600 file), then drives headless Chromium (Debian's chromium and
+chromium-driver, through .ci/browser/harness.py) through what a person does:
+
+  sign in with the printed credentials; an agent's `remember` over MCP
+  appears in the list; search finds it; edit keeps the history; bulk forget
+  with a confirmation; each error code's treatment; sign out ends the
+  session.
+
+On every page: zero JavaScript console errors and no serious or critical
+axe-core violation, at desktop width and at 360 px. Screenshots of the main
+pages go to --screenshots DIR (docs/screenshots in the repository).
+
+usage: dashboard_flows.py BINARY [--database-url URL] [--screenshots DIR]
+Closes with `dashboard browser flows: N passed, M failed`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "probes"))
+from harness import Browser, format_violations  # noqa: E402
+from zmserver import Server  # noqa: E402
+
+passed = 0
+failures: list[str] = []
+
+
+def check(cond: bool, what: str) -> None:
+    global passed
+    if cond:
+        passed += 1
+    else:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def first_start_secrets(path: Path) -> tuple[str, str, str]:
+    text = path.read_text()
+    email = re.search(r"email:\s+(\S+)", text).group(1)
+    password = re.search(r"password:\s+(\S+)", text).group(1)
+    token = re.search(r"(zm_pat_[A-Za-z0-9]+)", text).group(1)
+    return email, password, token
+
+
+def page_is_clean(b: Browser, what: str, mobile_too: bool = True, status: int | None = None) -> None:
+    """No console error, no serious axe violation, at both widths. An error
+    page is served with its code's status, which Chromium logs as the
+    document's network failure: that one entry (this URL, that status) is
+    expected; any other entry fails."""
+    errors = b.console_errors()
+    if status is not None:
+        url = b.driver.current_url
+        errors = [e for e in errors
+                  if not (e.get("source") == "network" and url in e.get("message", "")
+                          and f"status of {status}" in e.get("message", ""))]
+    check(not errors, f"{what}: console errors {errors}")
+    bad = b.serious_violations()
+    check(not bad, f"{what}: accessibility\n{format_violations(bad)}")
+    if mobile_too:
+        b.set_mobile()
+        width = b.driver.execute_script("return document.documentElement.scrollWidth")
+        wide = b.driver.execute_script(
+            "return Array.from(document.querySelectorAll('body *'))"
+            ".filter(e => e.getBoundingClientRect().right > 361)"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className + '#' + e.id)")
+        check(width <= 360, f"{what}: wider than 360 px on a phone ({width} px): {wide}")
+        bad = b.serious_violations()
+        check(not bad, f"{what} at 360 px: accessibility\n{format_violations(bad)}")
+        b.set_desktop()
+
+
+def shoot(b: Browser, shots: Path | None, name: str) -> None:
+    if shots:
+        b.screenshot(shots / f"{name}.png")
+
+
+def mcp_remember(srv: Server, token: str, content: str) -> str:
+    sid = srv.mcp_session(token)
+    status, _, msgs = srv.mcp(
+        token,
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "remember", "arguments": {"content": content, "kind": "decision", "scope": "personal"}}},
+        sid,
+    )
+    result = msgs[-1]["result"]
+    assert status == 200 and not result.get("isError"), msgs
+    return result["structuredContent"]["memory_id"]
+
+
+def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots: Path | None) -> None:
+    base = srv.base
+    # Signed out: the dashboard sends to the sign-in page.
+    b.get(base + "/")
+    b.wait_for("form#login")
+    check("/login" in b.driver.current_url, f"signed out, / went to {b.driver.current_url}")
+    page_is_clean(b, "sign-in page")
+    shoot(b, shots, "sign-in")
+    # A wrong password is marked inline.
+    b.fill("#email", email)
+    b.fill("#password", "not the password")
+    b.click("form#login button[type=submit]")
+    b.wait_for(".flash.error")
+    check("/login" in b.driver.current_url, "a wrong password stays on the sign-in page")
+    page_is_clean(b, "sign-in with an error", mobile_too=False, status=400)
+    # The printed credentials sign in.
+    b.fill("#email", email)
+    b.fill("#password", password)
+    b.click("form#login button[type=submit]")
+    b.wait_for("nav.main")
+    check(b.driver.current_url.rstrip("/") == base, f"signed in to {b.driver.current_url}")
+
+    # An agent remembers over MCP; the memory appears in the list.
+    memory = mcp_remember(srv, token, "We chose PostgreSQL over MongoDB for the billing ledger because of transactions.")
+    b.get(base + "/")
+    b.wait_for("ol#results")
+    check(memory in b.driver.page_source, "the agent's memory is listed")
+    page_is_clean(b, "memories list")
+    shoot(b, shots, "memories")
+
+    # Search finds it, ranked by recall, with its score.
+    b.fill("#q", "billing ledger")
+    b.click("form.search button[type=submit]")
+    b.wait_for("ol#results .score")
+    check(memory in b.driver.page_source, "search finds the memory")
+    page_is_clean(b, "search results", mobile_too=False)
+    shoot(b, shots, "search")
+
+    # Its page; edit keeps the history.
+    b.get(f"{base}/memories/{memory}")
+    b.wait_for("#memory-content")
+    page_is_clean(b, "memory page")
+    shoot(b, shots, "memory")
+    area = b.wait_for("#content")
+    area.clear()
+    area.send_keys("We chose PostgreSQL over MongoDB for the billing ledger: transactions and joins.")
+    b.click("form#edit button[type=submit]")
+    b.wait_for("#memory-content")
+    new_id = b.driver.current_url.rsplit("/", 1)[-1]
+    check(new_id != memory and new_id.startswith("mem_"), f"edit made a new memory ({new_id})")
+    b.get(f"{base}/memories/{memory}")
+    b.wait_for("#state")
+    check("superseded" in b.text_of("#state"), "the old version is superseded")
+    check(new_id in b.driver.page_source, "the old version links to the new one")
+
+    # Bulk forget: select two, confirm, both forgotten.
+    others = [mcp_remember(srv, token, f"Temporary note {i} about the staging cluster.") for i in range(2)]
+    b.get(base + "/")
+    b.wait_for("ol#results")
+    for mid in others:
+        b.click(f"input[name=ids][value='{mid}']")
+    b.driver.find_element("css selector", "#bulk-action").send_keys("Forget")
+    b.click("form#bulk .bulk button[type=submit]")
+    b.wait_for("#confirm-question")
+    check("Forget 2 memories?" in b.text_of("#confirm-question"), "the confirmation says how many")
+    page_is_clean(b, "bulk confirmation", mobile_too=False)
+    b.click("form#confirm button.danger")
+    b.wait_for("ol#results")
+    source = b.driver.page_source
+    check(all(mid in source for mid in others), "both are listed as forgotten")
+
+    # Error treatments, by code.
+    b.get(f"{base}/memories/mem_0000000000000000.0000000000")
+    b.wait_for("[data-error-code=not_found]")
+    check(b.driver.title.startswith("Not found"), "not_found: a 404 page")
+    page_is_clean(b, "not found page", mobile_too=False, status=404)
+    shoot(b, shots, "error-not-found")
+    b.get(f"{base}/memories/{new_id}")
+    b.fill("#share-scope", "proj.someone_else.secret")
+    b.click("form#share button[type=submit]")
+    b.wait_for("[data-error-code=forbidden]")
+    check(b.driver.find_element("css selector", ".missing").text != "", "forbidden: says what is missing")
+    page_is_clean(b, "forbidden page", mobile_too=False, status=403)
+    b.get(f"{base}/memories/{new_id}")
+    area = b.wait_for("#content")
+    area.clear()
+    area.send_keys(" ")
+    b.driver.execute_script("document.getElementById('content').removeAttribute('required')")
+    b.click("form#edit button[type=submit]")
+    b.wait_for(".field.invalid")
+    check(b.driver.find_element("css selector", "#content").get_attribute("aria-invalid") == "true",
+          "validation_failed: the field is marked inline")
+    page_is_clean(b, "validation page", mobile_too=False, status=400)
+
+    # Resolve a conflict: an agent challenges a memory; the person upholds it.
+    status, body = srv.tool(token, "challenge", {"memory_id": new_id, "reason": "the ledger may move to CockroachDB"})
+    check(status == 200, f"challenge over REST: {status} {body}")
+    b.get(base + "/review")
+    b.wait_for("ol#queue li.conflict")
+    page_is_clean(b, "review queue")
+    shoot(b, shots, "review")
+    b.click("ol#queue li.conflict form button")
+    b.wait_for("#queue-empty")
+    check(True, "the conflict is resolved")
+
+    # Pin, then revoke, a rule an agent promoted.
+    status, body = srv.tool(token, "promote_rule", {"memory_id": new_id, "rule_text": "Use PostgreSQL for anything with money in it."})
+    check(status == 200, f"promote_rule over REST: {status} {body}")
+    b.get(base + "/rules")
+    b.wait_for(f"tr[data-memory='{new_id}']")
+    b.click(f"tr[data-memory='{new_id}'] form[action$='/pin'] button")
+    b.wait_for(f"tr[data-memory='{new_id}'] .tag")
+    check("pinned" in b.text_of(f"tr[data-memory='{new_id}']"), "the rule is pinned")
+    check("Use PostgreSQL for anything" in b.text_of("#briefing-rules"), "the briefing preview carries it")
+    page_is_clean(b, "rules page")
+    shoot(b, shots, "rules")
+    b.fill(f"#reason-{new_id}".replace(".", "\\."), "we are moving billing")
+    b.click(f"tr[data-memory='{new_id}'] form[action$='/revoke'] button")
+    b.wait_for(f"tr[data-memory='{new_id}'] td.delivery")
+    check(b.text_of(f"tr[data-memory='{new_id}'] td.delivery") == "revoked", "the rule is revoked")
+
+    # Create a token, then use it over REST.
+    b.get(base + "/access")
+    b.wait_for("form#new-token")
+    b.fill("#token-name", "browser test")
+    b.click("form#new-token button[type=submit]")
+    b.wait_for("#token-secret")
+    secret = b.text_of("#token-secret")
+    status, body = srv.tool(secret, "recall", {"query": "billing ledger"})
+    check(status == 200 and any(m["id"] == new_id for m in body.get("memories", [])), f"the new token works over REST: {status}")
+    page_is_clean(b, "access page")
+    shoot(b, shots, "access")
+
+    # The other sections render cleanly too.
+    for path, name in [("/connect", "connect"), ("/teams", "teams"), ("/insight", "insight"), ("/account", "account")]:
+        b.get(base + path)
+        b.wait_for("main h1")
+        page_is_clean(b, f"{name} page")
+        shoot(b, shots, name)
+    # A team of one's own, created in the browser.
+    b.get(base + "/teams")
+    b.fill("#slug", "browsers")
+    b.click("form#new-team button[type=submit]")
+    b.wait_for("#members")
+    check(b.text_of("#my-role") == "admin", "the creator is the team's admin")
+    page_is_clean(b, "team page")
+    shoot(b, shots, "team")
+
+    # conflict: a memory that changed since the page was shown.
+    b.get(f"{base}/memories/{others[0]}")
+    b.wait_for("#memory-content")
+    status, _ = srv.tool(token, "restore_memory", {"memory_id": others[0]})
+    check(status == 200, "restored behind the page's back")
+    # The page still offers Restore; pressing it now meets a live memory.
+    if b.driver.find_elements("css selector", "form#restore button"):
+        b.click("form#restore button")
+        b.wait_for("[data-error-code]")
+        code = b.driver.find_element("css selector", "[data-error-code]").get_attribute("data-error-code")
+        check(code == "conflict", f"a stale restore is a conflict page ({code})")
+        check(b.driver.find_elements("css selector", "a.button[href]") != [], "conflict: offers to reload")
+        page_is_clean(b, "conflict page", mobile_too=False, status=409)
+
+    # Sign out ends the session: the old cookie no longer opens a page.
+    cookie = b.driver.get_cookie("zm_session")
+    check(cookie is not None and cookie.get("httpOnly") and cookie.get("sameSite") == "Strict",
+          f"the session cookie is HttpOnly and SameSite=Strict: {cookie}")
+    b.get(base + "/")
+    b.click("form#logout button[type=submit]")
+    b.wait_for("form#login")
+    status, _, _ = srv.raw("GET", "/", headers={"cookie": f"zm_session={cookie['value']}"})
+    check(status == 303, f"a signed-out session's cookie is refused (status {status})")
+
+    # rate_limited: failed sign-ins back off per account, and the page says when to retry.
+    for _ in range(6):
+        b.console_errors()  # the earlier error pages' own entries
+        b.get(base + "/login")
+        b.fill("#email", "nobody-here@example.com")
+        b.fill("#password", "wrong password")
+        b.click("form#login button[type=submit]")
+        b.wait_for(".flash.error")
+    check(b.driver.find_elements("css selector", "[data-error-code=rate_limited] .retry") != [],
+          "rate_limited: the page says when to retry")
+    page_is_clean(b, "rate limited page", mobile_too=False, status=429)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not args:
+        sys.exit(__doc__)
+    binary = args[0]
+    db_url = args[args.index("--database-url") + 1] if "--database-url" in args else None
+    shots = Path(args[args.index("--screenshots") + 1]) if "--screenshots" in args else None
+    if shots:
+        shots.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        secrets_file = Path(d) / "first-start.txt"
+        srv = Server(binary, d, db_url, args=["--first-start-output", str(secrets_file)])
+        srv.start()
+        try:
+            email, password, token = first_start_secrets(secrets_file)
+            with Browser() as b:
+                try:
+                    flows(srv, b, email, password, token, shots)
+                except Exception:  # a broken flow is a failure, with its trace
+                    failures.append(traceback.format_exc())
+                    print(traceback.format_exc(), flush=True)
+        finally:
+            srv.stop()
+            if failures:
+                print(srv.log()[-4000:])
+    print(f"dashboard browser flows: {passed} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

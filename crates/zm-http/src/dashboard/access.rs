@@ -1,0 +1,326 @@
+//! Access: personal access tokens (create with scopes and an expiry, the
+//! secret shown once; last use; revoke), the OAuth clients the person
+//! authorized (last use; revoke), and the Connect page — copy-paste set-up
+//! for Claude Code, Cursor, Codex and any MCP client, over stdio and HTTP,
+//! filled in with this server's URL.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use maud::{Markup, html};
+use zm_store::clock::rfc3339;
+use zm_store::{SCOPE_READ, SCOPE_WRITE};
+
+use super::errors::{self, Failure};
+use super::{Signed, html, layout, see_other, signed_form};
+use crate::state::AppState;
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+fn when(ms: Option<i64>, none: &str) -> String {
+    ms.map_or_else(
+        || none.to_string(),
+        |t| rfc3339(t).get(..16).unwrap_or("").replace('T', " "),
+    )
+}
+
+fn token_form(csrf: &str, failure: Option<&Failure>) -> Markup {
+    let name_error = failure.and_then(|f| f.field("name"));
+    html! {
+        form #new-token method="post" action="/access/tokens" {
+            input type="hidden" name="csrf" value=(csrf);
+            @if let Some(f) = failure { (f.notice()) }
+            div.field.invalid[name_error.is_some()] {
+                label for="token-name" { "Name" }
+                input #token-name type="text" name="name" maxlength="100" required placeholder="laptop, CI, …"
+                    aria-invalid=[name_error.as_ref().map(|_| "true")];
+                @if let Some(e) = &name_error { p.error { (e) } }
+            }
+            div.field {
+                label for="token-access" { "Access" }
+                select #token-access name="access" {
+                    option value="write" { "Read and write (mcp:read mcp:write)" }
+                    option value="read" { "Read only (mcp:read)" }
+                }
+            }
+            div.field {
+                label for="token-expiry" { "Expires" }
+                select #token-expiry name="expiry" {
+                    option value="30" { "in 30 days" }
+                    option value="90" selected { "in 90 days" }
+                    option value="365" { "in a year" }
+                    option value="never" { "never" }
+                }
+            }
+            button type="submit" { "Create token" }
+        }
+    }
+}
+
+async fn page_body(
+    state: &AppState,
+    signed: &Signed,
+    created: Option<(&str, &str)>,
+    failure: Option<&Failure>,
+) -> Result<Markup, Failure> {
+    let user = &signed.session.user_id;
+    let rid = signed.request_id.as_deref();
+    let tokens = state
+        .store
+        .list_tokens(user)
+        .await
+        .map_err(|e| Failure::from_tool(e, rid))?;
+    let clients = state
+        .store
+        .list_oauth_clients(user)
+        .await
+        .map_err(|e| Failure::from_tool(e, rid))?;
+    let now = state.store.clock().now_ms();
+    Ok(html! {
+        h1 { "Access" }
+        @if let Some((name, secret)) = created {
+            div.flash.ok role="status" #token-created {
+                p { "Token " strong { (name) } " created. Copy it now: it is shown only this once." }
+                p { code #token-secret { (secret) } " " button.secondary type="button" data-copy="#token-secret" hidden { "Copy" } }
+            }
+        }
+        h2 { "Personal access tokens" }
+        p.muted { "For MCP clients and scripts that send " code { "Authorization: Bearer …" } ". A token acts as you, with the access it was given." }
+        @if tokens.is_empty() { p #no-tokens { "No tokens yet." } } @else {
+            table #tokens {
+                thead { tr { th { "Name" } th { "Access" } th { "Created" } th { "Expires" } th { "Last used" } th { "Status" } th { span.sr-only { "Actions" } } } }
+                tbody {
+                    @for t in &tokens {
+                        @let status = if t.revoked_at.is_some() { "revoked" } else if t.expires_at.is_some_and(|e| e <= now) { "expired" } else { "active" };
+                        tr data-token=(t.id) {
+                            td { (t.name.clone().unwrap_or_default()) }
+                            td { (t.scopes.join(" ")) }
+                            td { (when(Some(t.created_at), "")) }
+                            td { (when(t.expires_at, "never")) }
+                            td { (when(t.last_used_at, "never")) }
+                            td.status { (status) }
+                            td {
+                                @if status == "active" {
+                                    form method="post" action=(format!("/access/tokens/{}/revoke", t.id)) {
+                                        input type="hidden" name="csrf" value=(signed.csrf);
+                                        button.secondary type="submit" aria-label=(format!("Revoke {}", t.name.clone().unwrap_or_else(|| t.id.clone()))) { "Revoke" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "New token" }
+        (token_form(&signed.csrf, failure))
+        h2 { "Authorized apps (OAuth)" }
+        @if clients.is_empty() { p { "No app has signed in with OAuth." } } @else {
+            table #oauth-clients {
+                thead { tr { th { "App" } th { "Access" } th { "Authorized" } th { "Last used" } th { "Status" } th { span.sr-only { "Actions" } } } }
+                tbody {
+                    @for c in &clients {
+                        tr {
+                            td { (c.client.client_name.clone().unwrap_or_else(|| c.client.id.clone())) }
+                            td { (c.scope) }
+                            td { (when(Some(c.authorized_at), "")) }
+                            td { (when(c.last_used_at, "never")) }
+                            td { @if c.revoked_at.is_some() { "revoked" } @else { "active" } }
+                            td {
+                                @if c.revoked_at.is_none() {
+                                    form method="post" action=(format!("/access/oauth/{}/revoke", c.client.id)) {
+                                        input type="hidden" name="csrf" value=(signed.csrf);
+                                        button.secondary type="submit" { "Revoke" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        p { "To connect a new client, see " a href="/connect" { "Connect" } "." }
+    })
+}
+
+/// `GET /access`.
+pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+    match page_body(&state, &signed, None, None).await {
+        Ok(body) => html(
+            StatusCode::OK,
+            layout::page(
+                "Access",
+                Some(&signed.session),
+                Some(("/access", &signed.csrf)),
+                body,
+            ),
+        ),
+        Err(f) => errors::page(Some(&signed.session), &f),
+    }
+}
+
+/// `POST /access/tokens`: the secret is shown on the answer, once.
+pub(crate) async fn create_token(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/access")),
+    };
+    let name = form.get("name").unwrap_or("").trim().to_string();
+    let invalid = |reason: &str| {
+        Failure::from_tool(
+            zm_contracts::ToolError::validation(format!("name: {reason}"))
+                .with_details(serde_json::json!({"fields": [{"path": "name", "reason": reason}]})),
+            rid,
+        )
+    };
+    let failure = if name.is_empty() {
+        Some(invalid("give the token a name"))
+    } else if name.chars().count() > 100 {
+        Some(invalid("at most 100 characters"))
+    } else {
+        None
+    };
+    if let Some(f) = failure {
+        return match page_body(&state, &signed, None, Some(&f)).await {
+            Ok(body) => html(
+                StatusCode::BAD_REQUEST,
+                layout::page(
+                    "Access",
+                    Some(&signed.session),
+                    Some(("/access", &signed.csrf)),
+                    body,
+                ),
+            ),
+            Err(f) => errors::page(Some(&signed.session), &f),
+        };
+    }
+    let scopes: &[&str] = if form.get("access") == Some("read") {
+        &[SCOPE_READ]
+    } else {
+        &[SCOPE_READ, SCOPE_WRITE]
+    };
+    let ttl = match form.get("expiry") {
+        Some("never") => None,
+        Some(d) => Some(d.parse::<i64>().unwrap_or(90).clamp(1, 3650) * DAY_MS),
+        None => Some(90 * DAY_MS),
+    };
+    let (_, secret) = match state
+        .store
+        .create_expiring_token(&signed.session.user_id, Some(&name), scopes, ttl)
+        .await
+    {
+        Ok(t) => t,
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    match page_body(&state, &signed, Some((&name, &secret)), None).await {
+        Ok(body) => html(
+            StatusCode::OK,
+            layout::page(
+                "Access",
+                Some(&signed.session),
+                Some(("/access", &signed.csrf)),
+                body,
+            ),
+        ),
+        Err(f) => errors::page(Some(&signed.session), &f),
+    }
+}
+
+/// `POST /access/tokens/{id}/revoke`.
+pub(crate) async fn revoke_token(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(f) = signed_form(&state, &signed, &headers, body).await {
+        return errors::page(Some(&signed.session), &f.back_to("/access"));
+    }
+    match state.store.revoke_token(&signed.session.user_id, &id).await {
+        Ok(()) => see_other("/access"),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/access"),
+        ),
+    }
+}
+
+/// `POST /access/oauth/{id}/revoke`.
+pub(crate) async fn revoke_client(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(f) = signed_form(&state, &signed, &headers, body).await {
+        return errors::page(Some(&signed.session), &f.back_to("/access"));
+    }
+    match state
+        .store
+        .revoke_oauth_client(&signed.session.user_id, &id)
+        .await
+    {
+        Ok(()) => see_other("/access"),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/access"),
+        ),
+    }
+}
+
+fn snippet(id: &str, text: &str) -> Markup {
+    html! {
+        div.snippet {
+            pre { code id=(id) { (text) } }
+            button.secondary type="button" data-copy=(format!("#{id}")) hidden { "Copy" }
+        }
+    }
+}
+
+/// `GET /connect`: set-up for every client, with this server's URL.
+pub(crate) async fn connect(State(state): State<AppState>, signed: Signed) -> Response {
+    let base = state.cfg.public_url.trim_end_matches('/');
+    let mcp = format!("{base}/mcp");
+    let body = html! {
+        h1 { "Connect an agent" }
+        p.lead { "Each agent connects with its own credentials. Over HTTP, clients that speak OAuth sign in with your email and password; others take a token from " a href="/access" { "Access" } "." }
+        h2 { "Claude Code" }
+        h3 { "Over HTTP (OAuth)" }
+        (snippet("cc-http", &format!("claude mcp add --transport http zero-memory {mcp}")))
+        h3 { "Over HTTP with a token" }
+        (snippet("cc-token", &format!("claude mcp add --transport http zero-memory {mcp} --header \"Authorization: Bearer <your token>\"")))
+        h3 { "Over stdio, on the server's machine" }
+        (snippet("cc-stdio", "claude mcp add zero-memory -- zero-memory stdio"))
+        h2 { "Cursor" }
+        p { "In " code { ".cursor/mcp.json" } " (or the global " code { "~/.cursor/mcp.json" } "):" }
+        (snippet("cursor", &format!("{{\n  \"mcpServers\": {{\n    \"zero-memory\": {{\n      \"url\": \"{mcp}\",\n      \"headers\": {{ \"Authorization\": \"Bearer <your token>\" }}\n    }}\n  }}\n}}")))
+        h2 { "Codex" }
+        p { "In " code { "~/.codex/config.toml" } ":" }
+        (snippet("codex", &format!("[mcp_servers.zero-memory]\nurl = \"{mcp}\"\nbearer_token_env_var = \"ZERO_MEMORY_TOKEN\"")))
+        h2 { "Any MCP client" }
+        dl.facts {
+            dt { "Streamable HTTP" } dd { code #mcp-url { (mcp) } }
+            dt { "OAuth 2.1 metadata" } dd { code { (base) "/.well-known/oauth-authorization-server" } }
+            dt { "stdio" } dd { code { "zero-memory stdio" } " (on the machine that holds the database)" }
+            dt { "REST" } dd { code { (base) "/api/tools/<tool>" } " — " a href="/api/openapi.json" { "OpenAPI" } }
+        }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Connect",
+            Some(&signed.session),
+            Some(("/connect", &signed.csrf)),
+            body,
+        ),
+    )
+}

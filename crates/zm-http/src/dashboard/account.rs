@@ -1,0 +1,270 @@
+//! Account: change the password (the current one first; other dashboard
+//! sessions and OAuth sign-ins end), export everything as our JSONL,
+//! delete the account after typing its email, and the audit log of the
+//! account's own changes.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::html;
+use serde_json::json;
+use zm_contracts::{ToolName, ToolOutput};
+
+use super::errors::{self, Failure};
+use super::{Signed, html, layout, see_other, signed_form};
+use crate::state::AppState;
+
+fn invalid(field: &str, reason: &str, rid: Option<&str>) -> Failure {
+    Failure::from_tool(
+        zm_contracts::ToolError::validation(format!("{field}: {reason}"))
+            .with_details(json!({"fields": [{"path": field, "reason": reason}]})),
+        rid,
+    )
+}
+
+async fn page(
+    state: &AppState,
+    signed: &Signed,
+    notice: Option<&str>,
+    failure: Option<&Failure>,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let audit = match state.store.audit_rows(&signed.session.user_id, 50).await {
+        Ok(a) => a,
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    let field_error = |name: &str| failure.and_then(|f| f.field(name));
+    let body = html! {
+        h1 { "Account" }
+        p { "Signed in as " strong { (signed.session.email) } "." }
+        @if let Some(n) = notice { div.flash.ok role="status" { (n) } }
+        @if let Some(f) = failure { (f.notice()) }
+        h2 { "Change your password" }
+        form #password method="post" action="/account/password" {
+            input type="hidden" name="csrf" value=(signed.csrf);
+            @for (name, label, auto) in [("current", "Current password", "current-password"), ("new", "New password (at least 8 characters)", "new-password"), ("again", "New password again", "new-password")] {
+                @let err = field_error(name);
+                div.field.invalid[err.is_some()] {
+                    label for=(format!("pw-{name}")) { (label) }
+                    input id=(format!("pw-{name}")) type="password" name=(name) autocomplete=(auto) required aria-invalid=[err.as_ref().map(|_| "true")];
+                    @if let Some(e) = &err { p.error { (e) } }
+                }
+            }
+            button type="submit" { "Change password" }
+            p.hint { "Your other dashboard sessions and every OAuth sign-in end; personal access tokens keep working." }
+        }
+        h2 { "Export everything" }
+        p { "Every memory you can read, live and forgotten, as JSONL — what " code { "zero-memory import" } " reads back." }
+        p { a.button.secondary #export href="/account/export" download { "Download the export" } }
+        h2 { "Your recent changes" }
+        @if audit.is_empty() { p.muted { "None yet." } } @else {
+            table #audit {
+                thead { tr { th { "Command" } th { "Outcome" } th { "Agent" } th { "Request" } } }
+                tbody {
+                    @for a in &audit {
+                        tr {
+                            td { code { (a["command"].as_str().unwrap_or("")) } }
+                            td { (a["outcome"].as_str().unwrap_or("")) @if let Some(c) = a["error_code"].as_str() { " (" (c) ")" } }
+                            td { (a["agent_name"].as_str().unwrap_or("")) }
+                            td { code { (a["request_id"].as_str().unwrap_or("")) } }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Delete your account" }
+        form #delete-account method="post" action="/account/delete" {
+            input type="hidden" name="csrf" value=(signed.csrf);
+            @let err = field_error("confirm");
+            div.field.invalid[err.is_some()] {
+                label for="confirm-email" { "Type your email to confirm" }
+                input #confirm-email type="text" name="confirm" required autocomplete="off" aria-invalid=[err.as_ref().map(|_| "true")];
+                @if let Some(e) = &err { p.error { (e) } }
+                p.hint { "Erases your account and everything you own, at once and for good. Export first." }
+            }
+            button.danger type="submit" { "Delete my account" }
+        }
+    };
+    let status = if failure.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    html(
+        status,
+        layout::page(
+            "Account",
+            Some(&signed.session),
+            Some(("/account", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+/// `GET /account`.
+pub(crate) async fn index(
+    State(state): State<AppState>,
+    signed: Signed,
+    axum::extract::RawQuery(q): axum::extract::RawQuery,
+) -> Response {
+    let changed = q.as_deref() == Some("changed=1");
+    page(
+        &state,
+        &signed,
+        changed.then_some("Your password was changed."),
+        None,
+    )
+    .await
+}
+
+/// `POST /account/password`.
+pub(crate) async fn password(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/account")),
+    };
+    let (current, new, again) = (
+        form.get("current").unwrap_or(""),
+        form.get("new").unwrap_or(""),
+        form.get("again").unwrap_or(""),
+    );
+    let verified = match state
+        .store
+        .verify_password(&signed.session.email, current)
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    let failure = if verified.is_none() {
+        Some(invalid("current", "not your current password", rid))
+    } else if new.chars().count() < 8 {
+        Some(invalid("new", "at least 8 characters", rid))
+    } else if new != again {
+        Some(invalid("again", "does not match the new password", rid))
+    } else {
+        None
+    };
+    if let Some(f) = failure {
+        return page(&state, &signed, None, Some(&f)).await;
+    }
+    if let Err(e) = state
+        .store
+        .change_password(&signed.session.user_id, new, false)
+        .await
+    {
+        return page(&state, &signed, None, Some(&Failure::from_tool(e, rid))).await;
+    }
+    // Other sessions end; this one goes on under a fresh secret.
+    if let Err(e) = state
+        .store
+        .web_sessions_end_all(&signed.session.user_id)
+        .await
+    {
+        return errors::page(Some(&signed.session), &Failure::from_tool(e, rid));
+    }
+    match state
+        .store
+        .web_session_create(&signed.session.user_id, None)
+        .await
+    {
+        Ok((secret, _)) => {
+            let mut resp = see_other("/account?changed=1");
+            if let Ok(v) = super::session_cookie(&state, &secret).parse() {
+                resp.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            resp
+        }
+        Err(e) => errors::page(None, &Failure::from_tool(e, rid)),
+    }
+}
+
+/// `GET /account/export`: every page of `export_memories`, as JSONL.
+pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Response {
+    let caller = signed.caller();
+    let mut out = String::new();
+    let mut input = json!({"limit": zm_contracts::EXPORT_PAGE_MAX});
+    loop {
+        match state
+            .tools
+            .call(&caller, ToolName::ExportMemories, &input)
+            .await
+        {
+            Ok(ToolOutput::ExportMemories(page)) => {
+                for m in &page.items {
+                    out.push_str(&serde_json::to_string(m).unwrap_or_default());
+                    out.push('\n');
+                }
+                match page.next_cursor {
+                    Some(c) => input["cursor"] = json!(c),
+                    None => break,
+                }
+            }
+            Ok(_) => break,
+            Err(e) => {
+                return errors::page(
+                    Some(&signed.session),
+                    &Failure::from_tool(e, signed.request_id.as_deref()),
+                );
+            }
+        }
+    }
+    let mut resp = out.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment; filename=\"zero-memory-export.jsonl\""),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// `POST /account/delete`: after typing the account's email.
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/account")),
+    };
+    if form.get("confirm").map(|c| c.trim().to_lowercase())
+        != Some(signed.session.email.to_lowercase())
+    {
+        return page(
+            &state,
+            &signed,
+            None,
+            Some(&invalid("confirm", "type your email exactly", rid)),
+        )
+        .await;
+    }
+    match state
+        .tools
+        .call(&signed.caller(), ToolName::DeleteAccount, &json!({}))
+        .await
+    {
+        Ok(_) => {
+            let mut resp = see_other("/login");
+            if let Ok(v) = super::clear_session_cookie(&state).parse() {
+                resp.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            resp
+        }
+        Err(e) => page(&state, &signed, None, Some(&Failure::from_tool(e, rid))).await,
+    }
+}

@@ -1,0 +1,187 @@
+//! How the dashboard shows a failure: from its error code, never from its
+//! message text. `validation_failed` marks the offending fields (a form
+//! re-renders with them inline; elsewhere they are listed),
+//! `unauthorized` sends to sign-in and back, `forbidden` says which
+//! permission is missing, `not_found` is a 404 page, `conflict` offers to
+//! reload, `rate_limited` says when to retry (and sends `Retry-After`),
+//! `internal` shows the request id to report. A content-guard refusal
+//! shows the masked sample the store gives, never the secret.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use maud::{Markup, html};
+use zm_contracts::{ErrorCode, ToolError};
+use zm_store::web::WebSession;
+
+use super::layout;
+
+/// A failure on its way to the page.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) error: ToolError,
+    pub(crate) request_id: Option<String>,
+    pub(crate) retry_after: Option<u64>,
+    /// Where "reload" and "sign in again" lead back to.
+    pub(crate) back: Option<String>,
+}
+
+impl Failure {
+    pub(crate) fn from_tool(error: ToolError, request_id: Option<&str>) -> Self {
+        Failure {
+            error,
+            request_id: request_id.map(str::to_string),
+            retry_after: None,
+            back: None,
+        }
+    }
+    pub(crate) fn forbidden(message: &str, request_id: Option<&str>) -> Self {
+        Self::from_tool(ToolError::forbidden(message), request_id)
+    }
+    pub(crate) fn invalid(message: impl Into<String>, request_id: Option<&str>) -> Self {
+        Self::from_tool(ToolError::validation(message.into()), request_id)
+    }
+    pub(crate) fn back_to(mut self, path: &str) -> Self {
+        self.back = Some(path.to_string());
+        self
+    }
+
+    /// The offending fields of a `validation_failed`: (path, reason).
+    pub(crate) fn fields(&self) -> Vec<(String, String)> {
+        self.error
+            .details
+            .as_ref()
+            .and_then(|d| d.get("fields"))
+            .and_then(|f| f.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|f| {
+                        (
+                            f["path"].as_str().unwrap_or("").to_string(),
+                            f["reason"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The reason given for one field, if it is among the offending ones.
+    pub(crate) fn field(&self, name: &str) -> Option<String> {
+        self.fields()
+            .into_iter()
+            .find(|(p, _)| {
+                p == name
+                    || p.starts_with(&format!("{name}."))
+                    || p.starts_with(&format!("{name}["))
+            })
+            .map(|(_, r)| r)
+    }
+
+    /// The content guard's masked sample, if this is its refusal (told by
+    /// the contract's stable prefix, never by the message text).
+    fn masked(&self) -> Vec<String> {
+        if !self
+            .error
+            .has_prefix(zm_contracts::prefixes::Prefix::SecretContentRejected)
+        {
+            return Vec::new();
+        }
+        self.error
+            .details
+            .as_ref()
+            .and_then(|d| d.get("masked"))
+            .and_then(|v| v.as_str())
+            .map(|s| vec![s.to_string()])
+            .unwrap_or_default()
+    }
+
+    /// The inline notice a form shows above its fields.
+    pub(crate) fn notice(&self) -> Markup {
+        let masked = self.masked();
+        html! {
+            div.flash.error role="alert" {
+                p { (summary(self.error.code)) }
+                @if self.error.code == ErrorCode::ValidationFailed && self.fields().is_empty() {
+                    p { (self.error.message) }
+                }
+                @if !masked.is_empty() {
+                    p { "What was found (masked): " @for m in &masked { code { (m) } " " } }
+                }
+            }
+        }
+    }
+}
+
+/// One line naming what kind of failure this is.
+fn summary(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::ValidationFailed => "Some of what was sent is not valid; see the marked fields.",
+        ErrorCode::Unauthorized => "You are signed out.",
+        ErrorCode::Forbidden => "You do not have permission to do this.",
+        ErrorCode::NotFound => "Not found.",
+        ErrorCode::Conflict => "This changed since the page was shown.",
+        ErrorCode::RateLimited => "Too many requests.",
+        ErrorCode::Internal => "Something went wrong on the server.",
+    }
+}
+
+/// The page of a failure that has no form to return to.
+pub(crate) fn page(session: Option<&WebSession>, f: &Failure) -> Response {
+    let code = f.error.code;
+    if code == ErrorCode::Unauthorized {
+        let next = f.back.as_deref().unwrap_or("/");
+        return super::see_other(&format!(
+            "/login?next={}",
+            url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+        ));
+    }
+    let status =
+        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let title = match code {
+        ErrorCode::ValidationFailed => "Not valid",
+        ErrorCode::Forbidden => "Not allowed",
+        ErrorCode::NotFound => "Not found",
+        ErrorCode::Conflict => "Changed meanwhile",
+        ErrorCode::RateLimited => "Slow down",
+        ErrorCode::Internal | ErrorCode::Unauthorized => "Server error",
+    };
+    let masked = f.masked();
+    let body = html! {
+        h1 { (title) }
+        div.flash.error role="alert" data-error-code=(code.as_str()) {
+            p { (summary(code)) }
+            @match code {
+                ErrorCode::ValidationFailed => {
+                    @let fields = f.fields();
+                    @if fields.is_empty() { p { (f.error.message) } }
+                    @else {
+                        ul { @for (path, reason) in &fields { li { code { (path) } ": " (reason) } } }
+                    }
+                    @if !masked.is_empty() {
+                        p { "What was found (masked): " @for m in &masked { code { (m) } " " } }
+                    }
+                }
+                ErrorCode::Forbidden => { p.missing { (f.error.message) } }
+                ErrorCode::NotFound => { p { "It does not exist, or it is not yours to see." } }
+                ErrorCode::Conflict => {
+                    p { (f.error.message) }
+                    p { a.button href=(f.back.as_deref().unwrap_or("/")) { "Reload" } }
+                }
+                ErrorCode::RateLimited => {
+                    p.retry { "Try again in " (f.retry_after.unwrap_or(60)) " seconds." }
+                }
+                ErrorCode::Internal | ErrorCode::Unauthorized => {
+                    p { "If it keeps happening, report this request id: " code.request-id { (f.request_id.as_deref().unwrap_or("unknown")) } }
+                }
+            }
+        }
+        p { a href="/" { "Back to your memories" } }
+    };
+    let mut resp = super::html(status, layout::page(title, session, None, body));
+    if let Some(secs) = f.retry_after
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}

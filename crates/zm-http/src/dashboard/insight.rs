@@ -1,0 +1,156 @@
+//! Insight: what the agents wrote over time (by kind, per week), where the
+//! live memories are (by scope), who wrote them (by agent), and how old
+//! the open loops are — as server-rendered SVG charts, each with a table
+//! of the same figures for screen readers and for copying.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use maud::{Markup, html};
+use zm_contracts::MemoryKind;
+
+use super::errors::{self, Failure};
+use super::memories::scope_label;
+use super::{Signed, html, layout};
+use crate::state::AppState;
+
+const WEEKS: i64 = 12;
+
+/// Horizontal bars: one per (label, value).
+fn bars(id: &str, title: &str, rows: &[(String, u64)]) -> Markup {
+    let max = rows.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
+    let row_h = 22;
+    let height = rows.len().max(1) * row_h + 8;
+    html! {
+        figure.chart {
+            svg id=(id) role="img" aria-labelledby=(format!("{id}-title")) viewBox=(format!("0 0 600 {height}")) width="100%" preserveAspectRatio="xMinYMin meet" {
+                title id=(format!("{id}-title")) { (title) }
+                @for (i, (label, n)) in rows.iter().enumerate() {
+                    @let y = i * row_h + 4;
+                    @let w = (*n * 330 / max).max(1);
+                    text x="0" y=(y + 15) class="label" { (label.chars().take(34).collect::<String>()) }
+                    rect x="210" y=(y + 3) width=(w) height="15" class="bar" {}
+                    text x=(215 + w) y=(y + 15) class="value" { (n) }
+                }
+            }
+            figcaption { (title) }
+        }
+    }
+}
+
+/// Weekly columns, stacked by kind.
+fn weekly(weeks: &[(i64, String, u64)], now: i64) -> Markup {
+    const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+    let first = (now / WEEK_MS - WEEKS + 1) * WEEK_MS;
+    let starts: Vec<i64> = (0..WEEKS).map(|i| first + i * WEEK_MS).collect();
+    let kinds: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
+    let total = |w: i64| {
+        weeks
+            .iter()
+            .filter(|(s, _, _)| *s == w)
+            .map(|(_, _, n)| *n)
+            .sum::<u64>()
+    };
+    let max = starts.iter().map(|w| total(*w)).max().unwrap_or(1).max(1);
+    let (col_w, chart_h) = (44u64, 160u64);
+    // (x, y, height, kind index, kind, count) of every stacked segment.
+    let mut segments: Vec<(u64, u64, u64, usize, &str, u64)> = Vec::new();
+    for (i, w) in starts.iter().enumerate() {
+        let x = 40 + col_w * i as u64;
+        let mut y = chart_h;
+        for (k, kind) in kinds.iter().enumerate() {
+            let n = weeks
+                .iter()
+                .find(|(s, v, _)| s == w && v == kind)
+                .map_or(0, |(_, _, n)| *n);
+            if n > 0 {
+                let h = (n * (chart_h - 10) / max).max(1);
+                y -= h.min(y);
+                segments.push((x, y, h, k, kind, n));
+            }
+        }
+    }
+    html! {
+        figure.chart {
+            svg #weekly role="img" aria-labelledby="weekly-title" viewBox=(format!("0 0 {} {}", 40 + col_w * WEEKS as u64, chart_h + 30)) width="100%" preserveAspectRatio="xMinYMin meet" {
+                title #weekly-title { "Memories written per week, by kind, the last " (WEEKS) " weeks" }
+                @for (x, y, h, k, kind, n) in &segments {
+                    rect x=(x + 4) y=(y) width=(col_w - 8) height=(h) class=(format!("k{k}")) { title { (kind) ": " (n) } }
+                }
+                @for (i, w) in starts.iter().enumerate() {
+                    text x=(40 + col_w * i as u64 + 6) y=(chart_h + 16) class="label" { (zm_store::clock::rfc3339(*w).get(5..10).unwrap_or("")) }
+                }
+                text x="0" y="12" class="value" { (max) }
+            }
+            figcaption {
+                "Per week, by kind: "
+                @for (k, kind) in kinds.iter().enumerate() { span class=(format!("swatch k{k}")) {} " " (kind) " " }
+            }
+        }
+        table.sr-table {
+            caption { "Memories written per week" }
+            thead { tr { th { "Week of" } th { "Memories" } } }
+            tbody { @for w in &starts { tr { td { (zm_store::clock::rfc3339(*w).get(..10).unwrap_or("")) } td { (total(*w)) } } } }
+        }
+    }
+}
+
+/// `GET /insight`.
+pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+    let caller = signed.caller();
+    let data = match state.store.insight(&caller, WEEKS).await {
+        Ok(d) => d,
+        Err(e) => {
+            return errors::page(
+                Some(&signed.session),
+                &Failure::from_tool(e, signed.request_id.as_deref()),
+            );
+        }
+    };
+    let now = state.store.clock().now_ms();
+    let scopes: Vec<(String, u64)> = data
+        .by_scope
+        .iter()
+        .map(|(s, n)| (scope_label(s, &caller.user_id), *n))
+        .collect();
+    let agents: Vec<(String, u64)> = data
+        .by_agent
+        .iter()
+        .map(|(a, n)| {
+            (
+                if a.is_empty() {
+                    "(none recorded)".into()
+                } else {
+                    a.clone()
+                },
+                *n,
+            )
+        })
+        .collect();
+    let ages: Vec<(String, u64)> = ["under a week", "under a month", "under a quarter", "older"]
+        .iter()
+        .zip(data.open_loop_ages)
+        .map(|(l, n)| ((*l).to_string(), n))
+        .collect();
+    let body = html! {
+        h1 { "Insight" }
+        h2 { "Written over time" }
+        (weekly(&data.weekly, now))
+        h2 { "Live memories by scope" }
+        (bars("by-scope", "Live memories by scope", &scopes))
+        h2 { "Memories by agent" }
+        (bars("by-agent", "Memories by writing agent", &agents))
+        h2 { "Open loops by age" }
+        (bars("loop-ages", "Live tasks and open questions by age", &ages))
+        p.muted { "Open loops are closed from a memory's page (" em { "Close the loop" } ") or by an agent's " code { "close_loop" } "." }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Insight",
+            Some(&signed.session),
+            Some(("/insight", &signed.csrf)),
+            body,
+        ),
+    )
+}

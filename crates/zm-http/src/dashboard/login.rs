@@ -1,0 +1,239 @@
+//! Sign-in and sign-out.
+//!
+//! The sign-in form is protected before any session exists like the OAuth
+//! one: a random pre-session cookie (`zm_login`, `SameSite=Strict`) and a
+//! form token that is an HMAC of it under the database's form key. Failed
+//! sign-ins back off per account (shared with OAuth) and are limited per
+//! client IP. A success makes a server-side session and goes back to the
+//! page that asked for it (a local path only).
+
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use maud::html;
+use serde::Deserialize;
+use zm_contracts::ToolError;
+use zm_store::RequestId;
+
+use super::errors::{self, Failure};
+use super::{Signed, cookie, html, layout, read_form, see_other, set_cookie};
+use crate::oauth::csrf;
+use crate::request::{ClientIp, ip_limit_key};
+use crate::state::AppState;
+
+const LOGIN_COOKIE: &str = "zm_login";
+/// What the sign-in form token is bound to besides the cookie.
+const CANONICAL: &str = "dashboard-login";
+
+#[derive(Deserialize)]
+pub(crate) struct Next {
+    next: Option<String>,
+}
+
+/// Only a local path is a place to go back to.
+fn local(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
+        _ => "/".to_string(),
+    }
+}
+
+fn form_page(
+    state: &AppState,
+    cookie_value: &str,
+    next: &str,
+    email: &str,
+    failure: Option<&Failure>,
+) -> String {
+    let token = csrf::token(state.store.form_key(), cookie_value, CANONICAL);
+    let body = html! {
+        div.signin {
+            h1 { "Sign in" }
+            p.lead { "Your agents' memory, for you to browse, correct and govern." }
+            @if let Some(f) = failure { (f.notice()) }
+            form #login method="post" action="/login" {
+                input type="hidden" name="csrf" value=(token);
+                input type="hidden" name="next" value=(next);
+                div.field {
+                    label for="email" { "Email" }
+                    input #email type="email" name="email" autocomplete="username" required value=(email);
+                }
+                div.field {
+                    label for="password" { "Password" }
+                    input #password type="password" name="password" autocomplete="current-password" required;
+                }
+                button type="submit" { "Sign in" }
+            }
+            p.muted { "The account " code { "zero-memory serve" } " created on its first start, or one made with " code { "zero-memory user add" } "." }
+        }
+    };
+    layout::page("Sign in", None, None, body)
+}
+
+/// `GET /login`.
+pub(crate) async fn page(
+    State(state): State<AppState>,
+    Query(q): Query<Next>,
+    headers: HeaderMap,
+) -> Response {
+    let next = local(q.next.as_deref());
+    if let Some(secret) = super::session_secret(&headers)
+        && let Ok(Some(_)) = state.store.web_session(&secret).await
+    {
+        return see_other(&next);
+    }
+    let value = csrf::new_cookie();
+    let mut resp = html(StatusCode::OK, form_page(&state, &value, &next, "", None));
+    if let Ok(v) = set_cookie(&state, LOGIN_COOKIE, &value, 600).parse() {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+/// `POST /login`.
+pub(crate) async fn submit(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    axum::Extension(request_id): axum::Extension<RequestId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = Some(request_id.0.as_str());
+    let form = match read_form(&state, &headers, body, rid).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(None, &f),
+    };
+    let next = local(form.get("next"));
+    let email = form.get("email").unwrap_or("").trim().to_string();
+    let again = |failure: Failure, status: StatusCode| {
+        let value = csrf::new_cookie();
+        let mut resp = html(
+            status,
+            form_page(&state, &value, &next, &email, Some(&failure)),
+        );
+        if let Ok(v) = set_cookie(&state, LOGIN_COOKIE, &value, 600).parse() {
+            resp.headers_mut().insert(header::SET_COOKIE, v);
+        }
+        resp
+    };
+    let cookie_value = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
+    if cookie_value.is_empty()
+        || !csrf::valid(
+            state.store.form_key(),
+            &cookie_value,
+            form.get("csrf").unwrap_or(""),
+            CANONICAL,
+        )
+    {
+        return again(
+            Failure::forbidden("The sign-in form expired. Sign in again.", rid),
+            StatusCode::FORBIDDEN,
+        );
+    }
+    // Per client IP, like the OAuth sign-in.
+    if state.cfg.oauth_rate_max > 0 {
+        let key = format!("dashboard:login:{}", ip_limit_key(&ip));
+        if let Err(secs) = state
+            .limiter
+            .hit(&key, state.cfg.oauth_rate_max, state.cfg.oauth_rate_window)
+            .await
+        {
+            state.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
+            let mut f = Failure::from_tool(
+                ToolError::rate_limited(format!("Too many sign-in attempts; retry in {secs} s.")),
+                rid,
+            );
+            f.retry_after = Some(secs);
+            return errors::page(None, &f);
+        }
+    }
+    if let Err(secs) = state.login_backoff.check(&email).await {
+        let mut f = Failure::from_tool(
+            ToolError::rate_limited(format!(
+                "Too many failed sign-ins for this account; retry in {secs} s."
+            )),
+            rid,
+        );
+        f.retry_after = Some(secs);
+        return errors::page(None, &f);
+    }
+    let password = form.get("password").unwrap_or("");
+    let user = match state.store.verify_password(&email, password).await {
+        Ok(u) => u,
+        Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
+    };
+    let Some(user) = user else {
+        state.login_backoff.failed(&email).await;
+        let f = Failure::from_tool(
+            ToolError::validation("Wrong email or password.").with_details(serde_json::json!({
+                "fields": [{"path": "password", "reason": "wrong email or password"}]
+            })),
+            rid,
+        );
+        return again(f, StatusCode::BAD_REQUEST);
+    };
+    state.login_backoff.succeeded(&email).await;
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let (secret, _) = match state.store.web_session_create(&user.id, agent).await {
+        Ok(s) => s,
+        Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
+    };
+    let mut resp = see_other(&next);
+    let h = resp.headers_mut();
+    for c in [
+        super::session_cookie(&state, &secret),
+        set_cookie(&state, LOGIN_COOKIE, "", 0),
+    ] {
+        if let Ok(v) = c.parse() {
+            h.append(header::SET_COOKIE, v);
+        }
+    }
+    resp
+}
+
+/// `POST /logout`: the session ends now, on the server.
+pub(crate) async fn logout(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(f) = super::signed_form(&state, &signed, &headers, body).await {
+        return errors::page(Some(&signed.session), &f);
+    }
+    if let Some(secret) = super::session_secret(&headers)
+        && let Err(e) = state.store.web_session_end(&secret).await
+    {
+        return errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, signed.request_id.as_deref()),
+        );
+    }
+    let mut resp = see_other("/login");
+    if let Ok(v) = super::clear_session_cookie(&state).parse() {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_local_paths_are_followed() {
+        assert_eq!(super::local(Some("/memories/x")), "/memories/x");
+        for bad in [
+            "//evil.example",
+            "https://evil.example",
+            "javascript:x",
+            "/\\evil",
+        ] {
+            assert_eq!(super::local(Some(bad)), "/", "{bad}");
+        }
+        assert_eq!(super::local(None), "/");
+    }
+}

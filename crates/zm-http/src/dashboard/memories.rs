@@ -1,0 +1,759 @@
+//! Memories: the ranked search box (`recall`, the same results and order
+//! an agent gets, score shown), the browsable list with a count for every
+//! filter value, a memory's page, and the changes a person makes — edit
+//! (a new memory that supersedes the old one, so history is kept),
+//! forget / restore, close a loop, share / move, and select many → forget,
+//! move or export after a confirmation that says how many.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use zm_contracts::{Memory, MemoryId, MemoryKind, ToolName, ToolOutput};
+use zm_store::web::{MemoryFilter, MemoryStatus};
+
+use super::errors::{self, Failure};
+use super::{Signed, html, layout, see_other, signed_form};
+use crate::state::AppState;
+
+/// Rows per page of the list and the search.
+const PAGE: u32 = 50;
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ListQuery {
+    q: Option<String>,
+    scope: Option<String>,
+    kind: Option<String>,
+    status: Option<String>,
+    agent: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    before: Option<i64>,
+    done: Option<String>,
+}
+
+/// `YYYY-MM-DD` → epoch ms at 00:00 UTC.
+fn day_ms(s: &str) -> Option<i64> {
+    chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc().timestamp_millis())
+}
+
+impl ListQuery {
+    fn filter(&self) -> MemoryFilter {
+        let nonempty = |v: &Option<String>| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        MemoryFilter {
+            scope: nonempty(&self.scope),
+            kind: nonempty(&self.kind).and_then(|k| MemoryKind::parse(&k)),
+            status: self
+                .status
+                .as_deref()
+                .and_then(MemoryStatus::parse)
+                .unwrap_or_default(),
+            agent: self.agent.clone().filter(|a| a.len() <= 200),
+            since: self.since.as_deref().and_then(day_ms),
+            until: self
+                .until
+                .as_deref()
+                .and_then(day_ms)
+                .map(|t| t + 24 * 60 * 60 * 1000),
+        }
+    }
+
+    /// This query with one parameter set (or removed), as a link.
+    fn with(&self, key: &str, value: Option<&str>) -> String {
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        let keep =
+            |k: &str, v: &Option<String>, pairs: &mut Vec<(&str, String)>, name: &'static str| {
+                if k != name
+                    && let Some(v) = v.as_deref().filter(|v| !v.is_empty())
+                {
+                    pairs.push((name, v.to_string()));
+                }
+            };
+        keep(key, &self.q, &mut pairs, "q");
+        keep(key, &self.scope, &mut pairs, "scope");
+        keep(key, &self.kind, &mut pairs, "kind");
+        keep(key, &self.status, &mut pairs, "status");
+        keep(key, &self.agent, &mut pairs, "agent");
+        keep(key, &self.since, &mut pairs, "since");
+        keep(key, &self.until, &mut pairs, "until");
+        if let Some(v) = value {
+            pairs.push((
+                match key {
+                    "q" => "q",
+                    "scope" => "scope",
+                    "kind" => "kind",
+                    "status" => "status",
+                    "agent" => "agent",
+                    "before" => "before",
+                    _ => "x",
+                },
+                v.to_string(),
+            ));
+        }
+        let qs = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+        if qs.is_empty() {
+            "/".to_string()
+        } else {
+            format!("/?{qs}")
+        }
+    }
+}
+
+/// A scope as the person reads it: their own layers by name.
+pub(crate) fn scope_label(scope: &str, user_id: &str) -> String {
+    if scope == zm_contracts::scope::personal_scope(user_id) {
+        "personal".into()
+    } else if scope == zm_contracts::scope::core_scope(user_id) {
+        "core".into()
+    } else {
+        scope.to_string()
+    }
+}
+
+/// A short, human line for a memory's time.
+fn when(rfc3339: &str) -> String {
+    rfc3339.get(..16).unwrap_or(rfc3339).replace('T', " ")
+}
+
+fn state_of(m: &Memory) -> &'static str {
+    match (&m.invalidated_at, &m.superseded_by) {
+        (None, _) => "live",
+        (Some(_), Some(_)) => "superseded",
+        (Some(_), None) => "forgotten",
+    }
+}
+
+fn call_failure(e: zm_contracts::ToolError, signed: &Signed) -> Failure {
+    Failure::from_tool(e, signed.request_id.as_deref())
+}
+
+/// `GET /`: search (with `q`) or browse.
+pub(crate) async fn index(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let caller = signed.caller();
+    let filter = q.filter();
+    let query = q.q.as_deref().map_or("", str::trim).to_string();
+    let facets = match state.store.memory_facets(&caller, &filter).await {
+        Ok(f) => f,
+        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+    };
+    // (id, content, kind, scope, created_at, state, score, team)
+    let mut rows: Vec<Row> = Vec::new();
+    let mut next = None;
+    let mut failure = None;
+    if query.is_empty() {
+        match state
+            .store
+            .browse_memories(&caller, &filter, q.before, PAGE)
+            .await
+        {
+            Ok(page) => {
+                next = page.next;
+                rows = page.items.iter().map(Row::from_memory).collect();
+            }
+            Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+        }
+    } else {
+        let mut input = json!({"query": query, "k": PAGE});
+        input["scopes"] = json!([filter.scope.clone().unwrap_or_else(|| "*".into())]);
+        if let Some(k) = filter.kind {
+            input["kinds"] = json!([k.as_str()]);
+        }
+        match state.tools.call(&caller, ToolName::Recall, &input).await {
+            Ok(ToolOutput::Recall(out)) => {
+                rows = out
+                    .memories
+                    .iter()
+                    .map(|h| Row {
+                        id: h.id.to_string(),
+                        content: h.content.clone(),
+                        kind: h.kind.as_str().to_string(),
+                        scope: h.scope.clone(),
+                        created_at: h.created_at.clone(),
+                        state: "live",
+                        score: Some(h.score),
+                        team: h.team.clone(),
+                        agent: None,
+                    })
+                    .collect();
+            }
+            Ok(_) => {}
+            Err(e) => failure = Some(call_failure(e, &signed).back_to("/")),
+        }
+    }
+    let done = q.done.as_deref().map(|d| match d {
+        "forget" => "Forgotten.",
+        "move" => "Moved.",
+        _ => "Done.",
+    });
+    let body = html! {
+        h1 { "Memories" }
+        @if let Some(d) = done { div.flash.ok role="status" { (d) } }
+        div.layout {
+            aside.filters aria-label="Filters" {
+                (facet_list("Scope", "scope", filter.scope.as_deref(), &facets.scopes, &q, &caller.user_id))
+                (facet_list("Kind", "kind", filter.kind.map(MemoryKind::as_str), &facets.kinds, &q, &caller.user_id))
+                h2 { "Status" }
+                ul {
+                    @for (status, n) in &facets.statuses {
+                        li class=(if *status == filter.status { "on" } else { "" }) {
+                            a href=(q.with("status", Some(status.as_str()))) { (status_label(*status)) }
+                            span.count { (n) }
+                        }
+                    }
+                }
+                (facet_list("Agent", "agent", filter.agent.as_deref(), &facets.agents, &q, &caller.user_id))
+                h2 { "Date" }
+                form.dates method="get" action="/" {
+                    @if let Some(v) = &q.q { input type="hidden" name="q" value=(v); }
+                    @if let Some(v) = &filter.scope { input type="hidden" name="scope" value=(v); }
+                    div.field { label for="since" { "From" } input #since type="date" name="since" value=(q.since.clone().unwrap_or_default()); }
+                    div.field { label for="until" { "To" } input #until type="date" name="until" value=(q.until.clone().unwrap_or_default()); }
+                    button.secondary type="submit" { "Apply dates" }
+                }
+            }
+            section aria-label="Results" {
+                form.search role="search" method="get" action="/" {
+                    label.sr-only for="q" { "Search your memories" }
+                    input #q type="search" name="q" placeholder="Search, as your agents recall" value=(query);
+                    @if let Some(v) = &filter.scope { input type="hidden" name="scope" value=(v); }
+                    @if let Some(v) = filter.kind { input type="hidden" name="kind" value=(v.as_str()); }
+                    button type="submit" { "Search" }
+                }
+                @if let Some(f) = &failure { (f.notice()) }
+                @if !query.is_empty() {
+                    p.muted { (rows.len()) " ranked by recall, as an agent gets them (live memories only). " a href=(q.with("q", None)) { "Clear the search" } }
+                }
+                @if rows.is_empty() {
+                    p #empty { "No memories match." }
+                } @else {
+                    form #bulk method="post" action="/memories/bulk" {
+                        input type="hidden" name="csrf" value=(signed.csrf);
+                        div.bulk {
+                            label { input type="checkbox" data-select-all; " Select all" }
+                            label for="bulk-action" { "With the selected:" }
+                            select #bulk-action name="action" {
+                                option value="forget" { "Forget" }
+                                option value="move" { "Move to scope…" }
+                                option value="export" { "Export (JSONL)" }
+                            }
+                            label.sr-only for="bulk-scope" { "Target scope for a move" }
+                            input #bulk-scope type="text" name="scope" placeholder="proj.… or team.… (for a move)";
+                            button.secondary type="submit" { "Continue" }
+                        }
+                        ol.memories #results {
+                            @for r in &rows { (r.item(&caller.user_id)) }
+                        }
+                    }
+                }
+                @if let Some(n) = next {
+                    div.pager { a rel="next" href=(q.with("before", Some(&n.to_string()))) { "Older →" } }
+                }
+            }
+        }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Memories",
+            Some(&signed.session),
+            Some(("/", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+fn status_label(s: MemoryStatus) -> &'static str {
+    match s {
+        MemoryStatus::Live => "Live",
+        MemoryStatus::OpenLoop => "Open loops",
+        MemoryStatus::Forgotten => "Forgotten",
+        MemoryStatus::Superseded => "Superseded",
+        MemoryStatus::All => "All",
+    }
+}
+
+fn facet_list(
+    title: &str,
+    key: &str,
+    chosen: Option<&str>,
+    values: &[(String, u64)],
+    q: &ListQuery,
+    user_id: &str,
+) -> Markup {
+    html! {
+        h2 { (title) }
+        ul {
+            li class=(if chosen.is_none() { "on" } else { "" }) {
+                a href=(q.with(key, None)) { "Any" }
+            }
+            @for (v, n) in values.iter().take(30) {
+                li class=(if chosen == Some(v.as_str()) { "on" } else { "" }) {
+                    a href=(q.with(key, Some(v))) {
+                        @if v.is_empty() { "(none)" } @else if key == "scope" { (scope_label(v, user_id)) } @else { (v) }
+                    }
+                    span.count { (n) }
+                }
+            }
+        }
+    }
+}
+
+/// One line of the list.
+struct Row {
+    id: String,
+    content: String,
+    kind: String,
+    scope: String,
+    created_at: String,
+    state: &'static str,
+    score: Option<f64>,
+    team: Option<String>,
+    agent: Option<String>,
+}
+
+impl Row {
+    fn from_memory(m: &Memory) -> Row {
+        let content: String = m.content.chars().take(400).collect();
+        Row {
+            id: m.id.to_string(),
+            content,
+            kind: m.kind.as_str().to_string(),
+            scope: m.scope.clone(),
+            created_at: m.created_at.clone(),
+            state: state_of(m),
+            score: None,
+            team: None,
+            agent: m.agent_name.clone(),
+        }
+    }
+
+    fn item(&self, user_id: &str) -> Markup {
+        let check = format!("pick-{}", self.id);
+        html! {
+            li.memory data-id=(self.id) {
+                input id=(check) type="checkbox" name="ids" value=(self.id) aria-label=(format!("Select {}", self.id));
+                a.memory-link.text href=(format!("/memories/{}", self.id)) { (self.content) }
+                div.meta {
+                    span.tag { (self.kind) }
+                    span.scope { (scope_label(&self.scope, user_id)) }
+                    @if let Some(t) = &self.team { span.tag.team { "team " (t) } }
+                    @if self.state != "live" { span class=(format!("tag state-{}", self.state)) { (self.state) } }
+                    @if let Some(a) = &self.agent { span { "by " (a) } }
+                    time datetime=(self.created_at) { (when(&self.created_at)) }
+                    @if let Some(s) = self.score { span.score { "score " (format!("{s:.3}")) } }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /memories/{id}`.
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+) -> Response {
+    let caller = signed.caller();
+    let not_found = || {
+        Failure::from_tool(
+            zm_contracts::ToolError::not_found(format!("Memory {id} not found.")),
+            signed.request_id.as_deref(),
+        )
+    };
+    let Ok(mid) = MemoryId::parse(&id) else {
+        return errors::page(Some(&signed.session), &not_found());
+    };
+    let m = match state.store.get_memory(&caller, &mid).await {
+        Ok(m) => m,
+        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+    };
+    // The chain of successors, as far as the caller can read it.
+    let mut chain: Vec<Memory> = Vec::new();
+    let mut next = m.superseded_by.clone();
+    while let Some(n) = next.take() {
+        if chain.len() >= 20 {
+            break;
+        }
+        match state.store.get_memory(&caller, &n).await {
+            Ok(s) => {
+                next = s.superseded_by.clone();
+                chain.push(s);
+            }
+            Err(_) => break,
+        }
+    }
+    let is_loop = matches!(m.kind, MemoryKind::Task | MemoryKind::OpenQuestion);
+    let live = m.invalidated_at.is_none();
+    let body = html! {
+        p { a href="/" { "← Memories" } }
+        h1 { "Memory " code { (m.id) } }
+        div.content #memory-content { (m.content) }
+        dl.facts {
+            dt { "Kind" } dd { (m.kind.as_str()) }
+            dt { "Scope" } dd { (scope_label(&m.scope, &caller.user_id)) @if scope_label(&m.scope, &caller.user_id) != m.scope { " " code.muted { (m.scope) } } }
+            dt { "Visibility" } dd { (m.visibility.as_str()) }
+            dt { "State" } dd #state { (state_of(&m)) @if let Some(t) = &m.invalidated_at { " since " (when(t)) } }
+            dt { "Written" } dd { (when(&m.created_at)) " by " (m.author_kind.as_str()) @if let Some(a) = &m.agent_name { " (" (a) ")" } }
+            dt { "URI" } dd { code #uri { "zm://memory/" (m.id) } }
+            @if let Some(s) = &m.superseded_by {
+                dt { "Superseded by" } dd { a href=(format!("/memories/{s}")) { code { (s) } } }
+            }
+        }
+        @if !chain.is_empty() {
+            h2 { "Newer versions" }
+            ol #chain { @for c in &chain { li { a href=(format!("/memories/{}", c.id)) { code { (c.id) } } " — " (c.content.chars().take(120).collect::<String>()) } } }
+        }
+        @if let Some(src) = &m.source {
+            h2 { "Provenance" }
+            pre.content { (serde_json::to_string_pretty(src).unwrap_or_default()) }
+        }
+        h2 { "Change it" }
+        @if live {
+            form #edit method="post" action=(format!("/memories/{}/edit", m.id)) {
+                input type="hidden" name="csrf" value=(signed.csrf);
+                div.field {
+                    label for="content" { "New text" }
+                    textarea #content name="content" required { (m.content) }
+                    p.hint { "Saving writes a new memory that supersedes this one: the history is kept." }
+                }
+                button type="submit" { "Save as a new version" }
+            }
+        }
+        div.actions {
+            @if live {
+                form #forget method="post" action=(format!("/memories/{}/forget", m.id)) {
+                    input type="hidden" name="csrf" value=(signed.csrf);
+                    div.field { label for="reason" { "Reason (optional)" } input #reason type="text" name="reason"; }
+                    button.danger type="submit" { "Forget" }
+                }
+                @if is_loop {
+                    form #close method="post" action=(format!("/memories/{}/close", m.id)) {
+                        input type="hidden" name="csrf" value=(signed.csrf);
+                        button type="submit" { "Close the loop" }
+                    }
+                }
+                form #share method="post" action=(format!("/memories/{}/share", m.id)) {
+                    input type="hidden" name="csrf" value=(signed.csrf);
+                    div.field { label for="share-scope" { "Share into scope" } input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required; }
+                    button.secondary type="submit" { "Share" }
+                }
+            } @else if m.superseded_by.is_none() {
+                form #restore method="post" action=(format!("/memories/{}/restore", m.id)) {
+                    input type="hidden" name="csrf" value=(signed.csrf);
+                    button type="submit" { "Restore" }
+                }
+            }
+        }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Memory",
+            Some(&signed.session),
+            Some(("/", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+/// `POST /memories/{id}/{forget|restore|close|share}`.
+pub(crate) async fn act(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let back = format!("/memories/{id}");
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to(&back)),
+    };
+    let (tool, input) = match action.as_str() {
+        "forget" => {
+            let mut v = json!({"memory_id": id});
+            if let Some(r) = form.get("reason").map(str::trim).filter(|r| !r.is_empty()) {
+                v["reason"] = json!(r);
+            }
+            (ToolName::Forget, v)
+        }
+        "restore" => (ToolName::RestoreMemory, json!({"memory_id": id})),
+        "close" => (ToolName::CloseLoop, json!({"memory_id": id})),
+        "share" => (
+            ToolName::Share,
+            json!({"memory_id": id, "scope": form.get("scope").unwrap_or("").trim()}),
+        ),
+        _ => {
+            return errors::page(
+                Some(&signed.session),
+                &Failure::from_tool(
+                    zm_contracts::ToolError::not_found("No such action."),
+                    signed.request_id.as_deref(),
+                ),
+            );
+        }
+    };
+    match state.tools.call(&signed.caller(), tool, &input).await {
+        Ok(_) => see_other(&back),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &call_failure(e, &signed).back_to(&back),
+        ),
+    }
+}
+
+/// `POST /memories/{id}/edit`: a new memory in the same scope and kind
+/// that supersedes this one.
+pub(crate) async fn edit(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let back = format!("/memories/{id}");
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to(&back)),
+    };
+    let caller = signed.caller();
+    let Ok(mid) = MemoryId::parse(&id) else {
+        return errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(
+                zm_contracts::ToolError::not_found(format!("Memory {id} not found.")),
+                signed.request_id.as_deref(),
+            ),
+        );
+    };
+    let old = match state.store.get_memory(&caller, &mid).await {
+        Ok(m) => m,
+        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+    };
+    let content = form.get("content").unwrap_or("").to_string();
+    let input = json!({
+        "content": content,
+        "kind": old.kind.as_str(),
+        "scope": old.scope,
+        "links": [{"dst": old.id.to_string(), "type": "supersedes"}],
+    });
+    match state.tools.call(&caller, ToolName::Remember, &input).await {
+        Ok(ToolOutput::Remember(out)) => see_other(&format!("/memories/{}", out.memory_id)),
+        Ok(_) => see_other(&back),
+        Err(e) => {
+            let f = call_failure(e, &signed).back_to(&back);
+            if f.error.code == zm_contracts::ErrorCode::ValidationFailed {
+                // The form again, the text kept, the field marked.
+                let reason = f.field("content").or_else(|| f.field("links"));
+                let page = html! {
+                    p { a href=(back) { "← Back to the memory" } }
+                    h1 { "Edit memory " code { (id) } }
+                    (f.notice())
+                    form #edit method="post" action=(format!("/memories/{id}/edit")) {
+                        input type="hidden" name="csrf" value=(signed.csrf);
+                        div.field.invalid {
+                            label for="content" { "New text" }
+                            textarea #content name="content" required aria-invalid="true" aria-describedby="content-error" { (content) }
+                            p.error #content-error { (reason.unwrap_or_else(|| f.error.message.clone())) }
+                        }
+                        button type="submit" { "Save as a new version" }
+                    }
+                };
+                return html(
+                    StatusCode::BAD_REQUEST,
+                    layout::page(
+                        "Edit memory",
+                        Some(&signed.session),
+                        Some(("/", &signed.csrf)),
+                        page,
+                    ),
+                );
+            }
+            errors::page(Some(&signed.session), &f)
+        }
+    }
+}
+
+/// `POST /memories/bulk`: a confirmation that says how many, then the
+/// change (forget or move, one tool call per memory / one move call), or
+/// the export of the selected memories as JSONL.
+pub(crate) async fn bulk(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/")),
+    };
+    let ids: Vec<String> = form.all("ids").into_iter().map(str::to_string).collect();
+    let action = form.get("action").unwrap_or("");
+    let scope = form.get("scope").unwrap_or("").trim().to_string();
+    if ids.is_empty() {
+        return errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(
+                zm_contracts::ToolError::validation("Select at least one memory.").with_details(
+                    json!({"fields": [{"path": "ids", "reason": "select at least one memory"}]}),
+                ),
+                signed.request_id.as_deref(),
+            ),
+        );
+    }
+    let caller = signed.caller();
+    if action == "export" {
+        let mut lines = String::new();
+        for id in &ids {
+            if let Ok(mid) = MemoryId::parse(id)
+                && let Ok(m) = state.store.get_memory(&caller, &mid).await
+            {
+                lines.push_str(&serde_json::to_string(&m).unwrap_or_default());
+                lines.push('\n');
+            }
+        }
+        let mut resp = lines.into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        h.insert(
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("attachment; filename=\"zero-memory-selection.jsonl\""),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return resp;
+    }
+    if !matches!(action, "forget" | "move") {
+        return errors::page(
+            Some(&signed.session),
+            &Failure::invalid(
+                "Choose forget, move or export.",
+                signed.request_id.as_deref(),
+            ),
+        );
+    }
+    if form.get("confirm") != Some("yes") {
+        let what = if action == "forget" {
+            format!(
+                "Forget {} memor{}?",
+                ids.len(),
+                if ids.len() == 1 { "y" } else { "ies" }
+            )
+        } else {
+            format!(
+                "Move {} memor{} to {scope}?",
+                ids.len(),
+                if ids.len() == 1 { "y" } else { "ies" }
+            )
+        };
+        let page = html! {
+            h1 { "Confirm" }
+            p #confirm-question { (what) }
+            @if action == "forget" { p.muted { "Forgotten memories can be restored from their page." } }
+            form #confirm method="post" action="/memories/bulk" {
+                input type="hidden" name="csrf" value=(signed.csrf);
+                input type="hidden" name="action" value=(action);
+                input type="hidden" name="scope" value=(scope);
+                input type="hidden" name="confirm" value="yes";
+                @for id in &ids { input type="hidden" name="ids" value=(id); }
+                div.actions {
+                    button.danger type="submit" { "Yes, " (action) " " (ids.len()) }
+                    a.button.secondary href="/" { "Cancel" }
+                }
+            }
+        };
+        return html(
+            StatusCode::OK,
+            layout::page(
+                "Confirm",
+                Some(&signed.session),
+                Some(("/", &signed.csrf)),
+                page,
+            ),
+        );
+    }
+    if action == "move" {
+        let input: Value = json!({"memory_ids": ids, "scope": scope});
+        return match state
+            .tools
+            .call(&caller, ToolName::MoveMemories, &input)
+            .await
+        {
+            Ok(_) => see_other("/?done=move"),
+            Err(e) => errors::page(
+                Some(&signed.session),
+                &call_failure(e, &signed).back_to("/"),
+            ),
+        };
+    }
+    // One transaction, each memory in its own savepoint: what can be
+    // forgotten is, and the rest is listed with its reason.
+    let mut inputs = Vec::with_capacity(ids.len());
+    for id in &ids {
+        match zm_contracts::parse_input::<zm_contracts::ForgetInput>(&json!({"memory_id": id})) {
+            Ok(i) => inputs.push(i),
+            Err(e) => {
+                return errors::page(
+                    Some(&signed.session),
+                    &call_failure(e, &signed).back_to("/"),
+                );
+            }
+        }
+    }
+    let results = match state
+        .tools
+        .run_batch::<zm_contracts::catalogue::tool::Forget>(&caller, inputs)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return errors::page(
+                Some(&signed.session),
+                &call_failure(e, &signed).back_to("/"),
+            );
+        }
+    };
+    let failed: Vec<(String, String)> = ids
+        .iter()
+        .zip(&results)
+        .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.clone(), e.message.clone())))
+        .collect();
+    if failed.is_empty() {
+        return see_other("/?status=forgotten&done=forget");
+    }
+    let page = html! {
+        h1 { "Forgotten, with exceptions" }
+        p { "Forgot " (results.len() - failed.len()) " of " (results.len()) "." }
+        div.flash.warn role="status" {
+            p { "These were not forgotten:" }
+            ul { @for (id, why) in &failed { li { a href=(format!("/memories/{id}")) { code { (id) } } ": " (why) } } }
+        }
+        p { a href="/" { "Back to your memories" } }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Forgotten",
+            Some(&signed.session),
+            Some(("/", &signed.csrf)),
+            page,
+        ),
+    )
+}

@@ -1,0 +1,361 @@
+//! The web dashboard: a person's view of their agents' memory, served at
+//! `/` by the same binary. Server-rendered HTML (maud: templates are Rust,
+//! checked at compile time), one stylesheet and one small script of
+//! progressive enhancement, both compiled in (`assets/`): no build step, no
+//! CDN, works offline, and every page works without JavaScript.
+//!
+//! Every read and change goes through the tool service (the same calls,
+//! results and errors as MCP and REST) or a store method; there is no SQL
+//! here and no second copy of a rule. A failure is rendered from its
+//! error code, never from its message text ([`errors`]).
+//!
+//! Security: a sign-in makes a server-side session (`zm_store::web`); its
+//! random secret lives in an `HttpOnly`, `SameSite=Strict` cookie (`Secure`
+//! whenever the public URL is https). Sign-out and `user disable` end it at
+//! once. Every form carries a CSRF token (an HMAC of the session secret
+//! under the database's form key; the sign-in form binds a pre-session
+//! cookie the same way) and every POST must come from our origin. Pages are
+//! served with a CSP without `unsafe-inline` and `frame-ancestors 'none'`.
+//! Failed sign-ins back off per account, shared with the OAuth sign-in.
+
+mod access;
+mod account;
+mod errors;
+mod insight;
+mod layout;
+mod login;
+mod memories;
+mod review;
+mod rules;
+mod teams;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use zm_store::RequestId;
+use zm_store::web::WebSession;
+
+use crate::state::AppState;
+
+pub(crate) use errors::Failure;
+
+/// The session cookie.
+const SESSION_COOKIE: &str = "zm_session";
+
+/// The largest form body accepted.
+const FORM_LIMIT: usize = 256 * 1024;
+
+/// The dashboard's routes (merged into the main router before its layers).
+pub fn routes(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(memories::index))
+        .route("/login", get(login::page).post(login::submit))
+        .route("/logout", post(login::logout))
+        .route("/memories/bulk", post(memories::bulk))
+        .route("/memories/{id}", get(memories::show))
+        .route("/memories/{id}/edit", post(memories::edit))
+        .route("/memories/{id}/{action}", post(memories::act))
+        .route("/review", get(review::index))
+        .route("/review/{dispute}", post(review::resolve))
+        .route("/rules", get(rules::index))
+        .route("/rules/download", get(rules::download))
+        .route("/rules/{memory_id}/{action}", post(rules::act))
+        .route("/access", get(access::index))
+        .route("/access/tokens", post(access::create_token))
+        .route("/access/tokens/{id}/revoke", post(access::revoke_token))
+        .route("/access/oauth/{id}/revoke", post(access::revoke_client))
+        .route("/connect", get(access::connect))
+        .route("/insight", get(insight::index))
+        .route("/account", get(account::index))
+        .route("/account/password", post(account::password))
+        .route("/account/export", get(account::export))
+        .route("/account/delete", post(account::delete))
+        .route("/teams", get(teams::index).post(teams::create))
+        .route("/teams/invitations/{id}/accept", post(teams::accept))
+        .route("/teams/{slug}", get(teams::show))
+        .route("/teams/{slug}/{action}", post(teams::act))
+        .route("/teams/{slug}/members/{user}/{action}", post(teams::member))
+        .route("/assets/app.css", get(css))
+        .route("/assets/app.js", get(js))
+        .with_state(state)
+}
+
+async fn css() -> Response {
+    asset(
+        "text/css; charset=utf-8",
+        include_str!("../../assets/app.css"),
+    )
+}
+
+async fn js() -> Response {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/app.js"),
+    )
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// The CSP of every dashboard page: our own script and stylesheet only,
+/// nothing inline, no framing, forms post only to us.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// An HTML answer with the headers every page carries.
+pub(crate) fn html(status: StatusCode, body: String) -> Response {
+    let mut resp = (status, body).into_response();
+    secure_headers(resp.headers_mut());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    resp
+}
+
+fn secure_headers(h: &mut HeaderMap) {
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+}
+
+/// A `303 See Other` to `to` (after a POST), with the page headers.
+pub(crate) fn see_other(to: &str) -> Response {
+    let mut resp = Redirect::to(to).into_response();
+    secure_headers(resp.headers_mut());
+    resp
+}
+
+/// Is the public URL https (cookies then get `Secure`)?
+fn secure(state: &AppState) -> bool {
+    state.cfg.public_url.starts_with("https://")
+}
+
+/// A cookie's value from the request.
+pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+}
+
+/// A `Set-Cookie` for the whole dashboard (`max_age` 0 clears it).
+pub(crate) fn set_cookie(state: &AppState, name: &str, value: &str, max_age: i64) -> String {
+    format!(
+        "{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
+        if secure(state) { "; Secure" } else { "" }
+    )
+}
+
+/// The CSRF token of a session's forms: an HMAC of its secret under the
+/// database's form key (every instance on one database agrees).
+pub(crate) fn csrf_token(state: &AppState, session_secret: &str) -> String {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(state.store.form_key()).expect("any key length");
+    mac.update(b"zm-dashboard-csrf/v1\0");
+    mac.update(session_secret.as_bytes());
+    URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+fn csrf_ok(state: &AppState, session_secret: &str, token: &str) -> bool {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(state.store.form_key()).expect("any key length");
+    mac.update(b"zm-dashboard-csrf/v1\0");
+    mac.update(session_secret.as_bytes());
+    URL_SAFE_NO_PAD
+        .decode(token)
+        .is_ok_and(|tag| mac.verify_slice(&tag).is_ok())
+}
+
+/// A signed-in request: the session, its secret (for the CSRF token) and
+/// the request id. Without a live session a GET is sent to the sign-in
+/// page and back; anything else too.
+pub(crate) struct Signed {
+    pub(crate) session: WebSession,
+    pub(crate) csrf: String,
+    secret: String,
+    pub(crate) request_id: Option<String>,
+}
+
+impl Signed {
+    /// The caller the tool service sees.
+    pub(crate) fn caller(&self) -> zm_store::Caller {
+        self.session.caller(self.request_id.clone())
+    }
+}
+
+impl FromRequestParts<AppState> for Signed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
+        let back = || {
+            let next = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            let target = if parts.method == axum::http::Method::GET && next != "/" {
+                format!(
+                    "/login?next={}",
+                    url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+                )
+            } else {
+                "/login".to_string()
+            };
+            see_other(&target)
+        };
+        let Some(secret) = cookie(&parts.headers, SESSION_COOKIE) else {
+            return Err(back());
+        };
+        match state.store.web_session(&secret).await {
+            Ok(Some(session)) => Ok(Signed {
+                session,
+                csrf: csrf_token(state, &secret),
+                secret,
+                request_id,
+            }),
+            Ok(None) => Err(back()),
+            Err(e) => Err(errors::page(
+                None,
+                &Failure::from_tool(e, request_id.as_deref()),
+            )),
+        }
+    }
+}
+
+/// A submitted form: its pairs in order (a name may repeat: `ids`).
+pub(crate) struct Form(pub Vec<(String, String)>);
+
+impl Form {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// Read a form POST of a signed-in person: our origin, the session's CSRF
+/// token, at most [`FORM_LIMIT`] bytes. A forged or stale form is
+/// `forbidden`, rendered as such.
+pub(crate) async fn signed_form(
+    state: &AppState,
+    signed: &Signed,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Form, Failure> {
+    let form = read_form(state, headers, body, signed.request_id.as_deref()).await?;
+    let token = form.get("csrf").unwrap_or("");
+    if !csrf_ok(state, &signed.secret, token) {
+        return Err(Failure::forbidden(
+            "This form expired or did not come from this dashboard. Reload the page and try again.",
+            signed.request_id.as_deref(),
+        ));
+    }
+    Ok(form)
+}
+
+/// Read a urlencoded form from our own origin.
+pub(crate) async fn read_form(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    request_id: Option<&str>,
+) -> Result<Form, Failure> {
+    if !same_origin(state, headers) {
+        return Err(Failure::forbidden(
+            "This form was sent from another site.",
+            request_id,
+        ));
+    }
+    let bytes = crate::request::read_body(body, FORM_LIMIT)
+        .await
+        .map_err(|e| Failure::invalid(e.describe(), request_id))?;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
+        .map_err(|e| Failure::invalid(format!("The form could not be read ({e})."), request_id))?;
+    Ok(Form(pairs))
+}
+
+/// `Origin` (or, without it, `Referer`) must be our public URL when sent.
+fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
+    let ours = crate::state::origin_of(&state.cfg.public_url);
+    if let Some(o) = headers.get(header::ORIGIN) {
+        return o.to_str().ok().map(str::to_string) == ours;
+    }
+    if let Some(r) = headers.get(header::REFERER) {
+        return r.to_str().ok().and_then(crate::state::origin_of) == ours;
+    }
+    true
+}
+
+/// The session cookie of a sign-in, and the one that clears it.
+pub(crate) fn session_cookie(state: &AppState, secret: &str) -> String {
+    set_cookie(
+        state,
+        SESSION_COOKIE,
+        secret,
+        zm_store::web::SESSION_MAX_MS / 1000,
+    )
+}
+
+pub(crate) fn clear_session_cookie(state: &AppState) -> String {
+    set_cookie(state, SESSION_COOKIE, "", 0)
+}
+
+/// The session secret a request carries, if any (sign-out).
+pub(crate) fn session_secret(headers: &HeaderMap) -> Option<String> {
+    cookie(headers, SESSION_COOKIE)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_csp_allows_nothing_inline() {
+        assert!(!super::CSP.contains("unsafe-inline"));
+        assert!(super::CSP.contains("frame-ancestors 'none'"));
+    }
+}

@@ -1,0 +1,226 @@
+//! The review queue: pending conflicts and near-duplicate pairs side by
+//! side with a word-level diff, each resolved with the resolutions the
+//! contract allows (`resolve_conflict`: a winner, keep both, retire the
+//! challenged memory) — through the tool service, like an agent would.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use maud::{Markup, html};
+use serde_json::json;
+use zm_contracts::{Conflict, ConflictSide, ToolName, ToolOutput};
+
+use super::errors::{self, Failure};
+use super::{Signed, html, layout, see_other, signed_form};
+use crate::state::AppState;
+
+/// A word-level diff of two texts: the longest common subsequence of their
+/// words, each side marked with what it alone holds.
+/// The words of one side of a diff, each marked when only that side holds it.
+pub(crate) type Marked = Vec<(bool, String)>;
+
+pub(crate) fn word_diff(a: &str, b: &str) -> (Marked, Marked) {
+    let wa: Vec<&str> = a.split_whitespace().collect();
+    let wb: Vec<&str> = b.split_whitespace().collect();
+    // Long texts: compare at most 400 words a side (a memory is short).
+    let (wa, wb) = (&wa[..wa.len().min(400)], &wb[..wb.len().min(400)]);
+    let (n, m) = (wa.len(), wb.len());
+    let mut lcs = vec![vec![0u16; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if wa[i] == wb[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let (mut left, mut right) = (Vec::new(), Vec::new());
+    while i < n && j < m {
+        if wa[i] == wb[j] {
+            left.push((false, wa[i].to_string()));
+            right.push((false, wb[j].to_string()));
+            i += 1;
+            j += 1;
+        } else if lcs[i + 1][j] >= lcs[i][j + 1] {
+            left.push((true, wa[i].to_string()));
+            i += 1;
+        } else {
+            right.push((true, wb[j].to_string()));
+            j += 1;
+        }
+    }
+    left.extend(wa[i..].iter().map(|w| (true, (*w).to_string())));
+    right.extend(wb[j..].iter().map(|w| (true, (*w).to_string())));
+    (left, right)
+}
+
+/// The words of one side; what only this side holds is marked (`del` on
+/// the left, `ins` on the right).
+fn words(ws: &[(bool, String)], left: bool) -> Markup {
+    html! {
+        @for (changed, w) in ws {
+            @if !*changed { (w) " " }
+            @else if left { del { (w) } " " }
+            @else { ins { (w) } " " }
+        }
+    }
+}
+
+fn side(s: &ConflictSide, label: &str, body: &Markup) -> Markup {
+    html! {
+        div.side {
+            h3 { (label) " " a href=(format!("/memories/{}", s.id)) { code { (s.id) } } }
+            p.muted { (s.kind.as_str()) " · " code { (s.scope) } " · " (s.created_at.get(..10).unwrap_or("")) }
+            p.content { (body) }
+        }
+    }
+}
+
+fn conflict_card(c: &Conflict, csrf: &str) -> Markup {
+    let action = format!("/review/{}", c.dispute_id);
+    html! {
+        li.conflict data-dispute=(c.dispute_id) {
+            h2 { (c.verdict.as_str()) " " span.muted { "(" (c.dispute_id) ")" } }
+            @if let Some(r) = &c.rationale { p { (r) } }
+            @match &c.memory_b {
+                Some(b) => {
+                    @let (l, r) = word_diff(&c.memory_a.content, &b.content);
+                    div.pair {
+                        (side(&c.memory_a, "A", &words(&l, true)))
+                        (side(b, "B", &words(&r, false)))
+                    }
+                    div.actions {
+                        form method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="winner" value=(c.memory_a.id);
+                            button type="submit" { "Keep A (B is superseded)" }
+                        }
+                        form method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="winner" value=(b.id);
+                            button type="submit" { "Keep B (A is superseded)" }
+                        }
+                        form method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="keep_both" value="true";
+                            button.secondary type="submit" { "Keep both" }
+                        }
+                    }
+                }
+                None => {
+                    (side(&c.memory_a, "Challenged", &html! { (c.memory_a.content) }))
+                    div.actions {
+                        form method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="keep_both" value="true";
+                            button type="submit" { "Uphold it" }
+                        }
+                        form method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="retire" value="true";
+                            button.danger type="submit" { "Retire it" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /review`.
+pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+    let rid = signed.request_id.as_deref();
+    let out = match state
+        .tools
+        .call(
+            &signed.caller(),
+            ToolName::ListConflicts,
+            &json!({"status": "pending", "limit": 100}),
+        )
+        .await
+    {
+        Ok(ToolOutput::ListConflicts(o)) => o,
+        Ok(_) => {
+            return errors::page(
+                Some(&signed.session),
+                &Failure::from_tool(zm_contracts::ToolError::internal(), rid),
+            );
+        }
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    let body = html! {
+        h1 { "Review" }
+        p.lead { "Conflicts and near-duplicates your agents found, oldest first. What you decide is what an agent's " code { "resolve_conflict" } " would do." }
+        @if out.conflicts.is_empty() { p #queue-empty { "Nothing to review." } } @else {
+            ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(c, &signed.csrf)) } }
+        }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Review",
+            Some(&signed.session),
+            Some(("/review", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+/// `POST /review/{dispute_id}`.
+pub(crate) async fn resolve(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(dispute): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/review")),
+    };
+    let mut input = json!({"dispute_id": dispute});
+    if let Some(w) = form.get("winner") {
+        input["winner"] = json!(w);
+    }
+    if form.get("keep_both") == Some("true") {
+        input["keep_both"] = json!(true);
+    }
+    if form.get("retire") == Some("true") {
+        input["retire"] = json!(true);
+    }
+    match state
+        .tools
+        .call(&signed.caller(), ToolName::ResolveConflict, &input)
+        .await
+    {
+        Ok(_) => see_other("/review"),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/review"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_diff_marks_only_what_differs() {
+        let (l, r) = super::word_diff(
+            "deploys run on Tuesday at noon",
+            "deploys run on Thursday at noon",
+        );
+        let changed = |v: &[(bool, String)]| {
+            v.iter()
+                .filter(|(c, _)| *c)
+                .map(|(_, w)| w.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(changed(&l), ["Tuesday"]);
+        assert_eq!(changed(&r), ["Thursday"]);
+        let (l, r) = super::word_diff("", "new text");
+        assert!(l.is_empty() && changed(&r) == ["new", "text"]);
+    }
+}

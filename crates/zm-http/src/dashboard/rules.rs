@@ -1,0 +1,210 @@
+//! Rules: the rules the person promoted, by layer, each with its delivery
+//! status (delivered, over the cap, past the TTL, revoked); pin, unpin and
+//! revoke with a reason; a preview of what an agent's briefing and MCP
+//! instructions carry; the delivered rules as a `CLAUDE.md`, `AGENTS.md`
+//! or `.cursorrules` block.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::html;
+use serde::Deserialize;
+use zm_contracts::Rule;
+use zm_store::rules::{RuleRecord, RuleState};
+use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
+
+use super::errors::{self, Failure};
+use super::{Signed, html, layout, see_other, signed_form};
+use crate::state::AppState;
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Why a promoted rule is or is not in the briefing.
+fn delivery(r: &RuleRecord, delivered: &[Rule], now: i64) -> &'static str {
+    match r.status {
+        RuleState::Revoked => "revoked",
+        RuleState::Dismissed => "dismissed",
+        RuleState::Promoted => {
+            if delivered.iter().any(|d| d.text == r.text) {
+                "delivered"
+            } else if !r.pinned
+                && r.promoted_at
+                    .is_some_and(|t| t < now - RULES_TTL_DAYS * DAY_MS)
+            {
+                "past the TTL"
+            } else if r.layer == zm_contracts::RuleLayer::Project {
+                "delivered in its project's briefings"
+            } else {
+                "over the cap"
+            }
+        }
+    }
+}
+
+/// `GET /rules`.
+pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+    let caller = signed.caller();
+    let rid = signed.request_id.as_deref();
+    let (records, delivered) = match tokio::try_join!(
+        state.store.list_rules(&caller),
+        state.store.user_rules(&caller)
+    ) {
+        Ok(v) => v,
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    let now = state.store.clock().now_ms();
+    let capped = zm_mcp::instructions::compose(&delivered, true);
+    let uncapped = zm_mcp::instructions::compose(&delivered, false);
+    let body = html! {
+        h1 { "Rules" }
+        p.lead { "Standing instructions your agents follow: every briefing carries the delivered ones, pinned first, at most " (RULES_CAP_PER_LAYER) " per layer; unpinned rules stop being delivered " (RULES_TTL_DAYS) " days after they were promoted." }
+        @for (layer, label) in [(zm_contracts::RuleLayer::User, "Your layer (every session)"), (zm_contracts::RuleLayer::Project, "Project and team layers")] {
+            h2 { (label) }
+            @let in_layer: Vec<&RuleRecord> = records.iter().filter(|r| r.layer == layer).collect();
+            @if in_layer.is_empty() { p.muted { "None." } } @else {
+                table.rules {
+                    thead { tr { th { "Rule" } th { "Applies to" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
+                    tbody {
+                        @for r in &in_layer {
+                            tr data-memory=(r.memory_id) {
+                                td { @if r.pinned { span.tag { "pinned" } " " } (r.text) " " a href=(format!("/memories/{}", r.memory_id)) { "(memory)" } }
+                                td { (r.applies_scope.clone().unwrap_or_else(|| "all your sessions".into())) }
+                                td.delivery { (delivery(r, &delivered, now)) }
+                                td {
+                                    @if r.status == RuleState::Promoted {
+                                        div.actions {
+                                            form method="post" action=(format!("/rules/{}/{}", r.memory_id, if r.pinned { "unpin" } else { "pin" })) {
+                                                input type="hidden" name="csrf" value=(signed.csrf);
+                                                button.secondary type="submit" { @if r.pinned { "Unpin" } @else { "Pin" } }
+                                            }
+                                            form method="post" action=(format!("/rules/{}/revoke", r.memory_id)) {
+                                                input type="hidden" name="csrf" value=(signed.csrf);
+                                                label.sr-only for=(format!("reason-{}", r.memory_id)) { "Reason for revoking" }
+                                                input id=(format!("reason-{}", r.memory_id)) type="text" name="reason" placeholder="Reason" required maxlength="500";
+                                                button.danger type="submit" { "Revoke" }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "What an agent receives" }
+        h3 { "In its briefing (" code { "build_context" } " with " code { "briefing: true" } ")" }
+        @if delivered.is_empty() { p.muted { "No rule is delivered." } } @else {
+            ol #briefing-rules { @for r in &delivered { li { @if r.pinned { span.tag { "pinned" } " " } (r.text) } } }
+        }
+        h3 { "In its MCP instructions at connect" }
+        pre.content #instructions { (uncapped.text) }
+        p.muted { "Clients that cap their instructions get " (capped.text.chars().count()) " characters: the rules are announced and delivered through the briefing." }
+        h3 { "As a file for your repository" }
+        p {
+            a.button.secondary href="/rules/download?format=claude" download { "CLAUDE.md block" } " "
+            a.button.secondary href="/rules/download?format=agents" download { "AGENTS.md block" } " "
+            a.button.secondary href="/rules/download?format=cursor" download { ".cursorrules block" }
+        }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Rules",
+            Some(&signed.session),
+            Some(("/rules", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+/// `POST /rules/{memory_id}/{pin|unpin|revoke}`.
+pub(crate) async fn act(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((memory_id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/rules")),
+    };
+    let caller = signed.caller();
+    let done = match action.as_str() {
+        "pin" => state.store.pin_rule(&caller, &memory_id, true).await,
+        "unpin" => state.store.pin_rule(&caller, &memory_id, false).await,
+        "revoke" => {
+            let reason = form.get("reason").unwrap_or("").trim();
+            if reason.is_empty() {
+                return errors::page(
+                    Some(&signed.session),
+                    &Failure::from_tool(
+                        zm_contracts::ToolError::validation("reason: say why the rule is revoked")
+                            .with_details(serde_json::json!({"fields": [{"path": "reason", "reason": "say why the rule is revoked"}]})),
+                        rid,
+                    )
+                    .back_to("/rules"),
+                );
+            }
+            state.store.revoke_rule(&caller, &memory_id, reason).await
+        }
+        _ => Err(zm_contracts::ToolError::not_found("No such action.")),
+    };
+    match done {
+        Ok(()) => see_other("/rules"),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, rid).back_to("/rules"),
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Format {
+    format: Option<String>,
+}
+
+/// `GET /rules/download?format=claude|agents|cursor`: the delivered rules
+/// as a block to paste into the file an agent reads.
+pub(crate) async fn download(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(q): Query<Format>,
+) -> Response {
+    let rules = match state.store.user_rules(&signed.caller()).await {
+        Ok(r) => r,
+        Err(e) => {
+            return errors::page(
+                Some(&signed.session),
+                &Failure::from_tool(e, signed.request_id.as_deref()),
+            );
+        }
+    };
+    let (file, heading) = match q.format.as_deref() {
+        Some("agents") => ("AGENTS.md", "## Standing rules (from zero-memory)"),
+        Some("cursor") => (".cursorrules", "# Standing rules (from zero-memory)"),
+        _ => ("CLAUDE.md", "## Standing rules (from zero-memory)"),
+    };
+    let mut text = format!("{heading}\n\n");
+    for r in &rules {
+        text.push_str(&format!(
+            "- {}{}\n",
+            if r.pinned { "(pinned) " } else { "" },
+            r.text.replace('\n', " ")
+        ));
+    }
+    let mut resp = text.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/markdown; charset=utf-8"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{file}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}

@@ -1,0 +1,436 @@
+//! Teams: the person's teams, creating one, and a team's page — members
+//! and roles (change, remove), invitations (send; the person's own to
+//! accept), shared projects, the audit log — through the same store
+//! methods as the REST administration API, so the same roles apply.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use maud::{Markup, html};
+use serde_json::json;
+use zm_contracts::teams::{
+    AddMemberInput, CreateTeamInput, InviteInput, SetRoleInput, ShareProjectInput, TeamDetail,
+};
+use zm_contracts::{InvitationId, TeamRole};
+
+use super::errors::{self, Failure};
+use super::{Form, Signed, html, layout, see_other, signed_form};
+use crate::state::AppState;
+
+fn role_select(id: &str, selected: TeamRole) -> Markup {
+    html! {
+        select id=(id) name="role" {
+            @for r in [TeamRole::Reader, TeamRole::Writer, TeamRole::Admin] {
+                option value=(r.as_str()) selected[r == selected] { (r.as_str()) }
+            }
+        }
+    }
+}
+
+/// `GET /teams`.
+pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+    let caller = signed.caller();
+    let rid = signed.request_id.as_deref();
+    let (teams, invitations) = match tokio::try_join!(
+        state.store.list_teams(&caller),
+        state.store.list_invitations(&caller)
+    ) {
+        Ok(v) => v,
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    let body = html! {
+        h1 { "Teams" }
+        p.lead { "A team's members share its memories and rules through their agents. " }
+        @if !invitations.invitations.is_empty() {
+            h2 { "Invitations for you" }
+            ul #my-invitations {
+                @for i in &invitations.invitations {
+                    li {
+                        "Team " strong { (i.team) } " as " (i.role.as_str()) " (until " (i.expires_at.get(..10).unwrap_or("")) ") "
+                        form method="post" action=(format!("/teams/invitations/{}/accept", i.id)) {
+                            input type="hidden" name="csrf" value=(signed.csrf);
+                            button type="submit" { "Accept" }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Your teams" }
+        @if teams.teams.is_empty() { p #no-teams { "You are in no team." } } @else {
+            table #teams {
+                thead { tr { th { "Team" } th { "Scope" } th { "Your role" } th { "Members" } } }
+                tbody {
+                    @for t in &teams.teams {
+                        tr { td { a href=(format!("/teams/{}", t.slug)) { (t.name) } } td { code { (t.scope) } } td { (t.role.as_str()) } td { (t.members) } }
+                    }
+                }
+            }
+        }
+        h2 { "Create a team" }
+        form #new-team method="post" action="/teams" {
+            input type="hidden" name="csrf" value=(signed.csrf);
+            div.field {
+                label for="slug" { "Slug" }
+                input #slug type="text" name="slug" required pattern="[a-z][a-z0-9_]{1,39}" aria-describedby="slug-hint";
+                p.hint #slug-hint { "Lowercase letters, digits and _; its scope will be team.<slug>." }
+            }
+            div.field { label for="team-name" { "Name" } input #team-name type="text" name="name" maxlength="100"; }
+            button type="submit" { "Create" }
+        }
+    };
+    html(
+        StatusCode::OK,
+        layout::page(
+            "Teams",
+            Some(&signed.session),
+            Some(("/teams", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+fn detail_page(
+    d: &TeamDetail,
+    csrf: &str,
+    audit: Option<&zm_contracts::teams::TeamAudit>,
+) -> Markup {
+    let admin = d.team.role == TeamRole::Admin;
+    let slug = &d.team.slug;
+    html! {
+        p { a href="/teams" { "← Teams" } }
+        h1 { (d.team.name) " " code { (d.team.scope) } }
+        p { "Your role: " strong #my-role { (d.team.role.as_str()) } }
+        h2 { "Members" }
+        table #members {
+            thead { tr { th { "Member" } th { "Role" } th { "Since" } @if admin { th { span.sr-only { "Actions" } } } } }
+            tbody {
+                @for m in &d.members {
+                    tr data-user=(m.user_id) {
+                        td { (m.email) }
+                        td {
+                            @if admin {
+                                form.inline method="post" action=(format!("/teams/{slug}/members/{}/role", m.user_id)) {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    label.sr-only for=(format!("role-{}", m.user_id)) { "Role of " (m.email) }
+                                    (role_select(&format!("role-{}", m.user_id), m.role))
+                                    button.secondary type="submit" { "Change" }
+                                }
+                            } @else { (m.role.as_str()) }
+                        }
+                        td { (m.added_at.get(..10).unwrap_or("")) }
+                        @if admin {
+                            td {
+                                form method="post" action=(format!("/teams/{slug}/members/{}/remove", m.user_id)) {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button.danger type="submit" aria-label=(format!("Remove {}", m.email)) { "Remove" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if admin {
+            h2 { "Invite or add" }
+            form #invite method="post" action=(format!("/teams/{slug}/invite")) {
+                input type="hidden" name="csrf" value=(csrf);
+                div.field { label for="invite-email" { "Email" } input #invite-email type="email" name="email" required; }
+                div.field { label for="invite-role" { "Role" } (role_select("invite-role", TeamRole::Writer)) }
+                div.actions {
+                    button type="submit" name="how" value="invite" { "Send an invitation" }
+                    button.secondary type="submit" name="how" value="add" { "Add an existing account now" }
+                }
+            }
+            @if !d.invitations.is_empty() {
+                h3 { "Open invitations" }
+                ul #invitations { @for i in &d.invitations { li { (i.email) " as " (i.role.as_str()) " — " (i.status.as_str()) " until " (i.expires_at.get(..10).unwrap_or("")) " — " code { (i.id) } } } }
+            }
+        }
+        h2 { "Shared projects" }
+        @if d.projects.is_empty() { p.muted { "None yet." } } @else {
+            ul #projects { @for p in &d.projects { li { code { (p.scope) } @if p.owned { " (the team's own)" } @else { " (shared by a member)" } } } }
+        }
+        @if d.team.role.can_write() {
+            form #share-project method="post" action=(format!("/teams/{slug}/projects")) {
+                input type="hidden" name="csrf" value=(csrf);
+                div.field {
+                    label for="project" { "Share one of your projects (its scope or repository)" }
+                    input #project type="text" name="project" required placeholder="proj.… or git@github.com:org/repo.git";
+                }
+                button.secondary type="submit" { "Share with the team" }
+            }
+        }
+        @if let Some(a) = audit {
+            h2 { "Audit log" }
+            table #audit {
+                thead { tr { th { "When" } th { "Who" } th { "What" } th { "Whom / what" } th { "Role" } } }
+                tbody {
+                    @for e in &a.events {
+                        tr {
+                            td { (e.at.get(..16).unwrap_or("").replace('T', " ")) }
+                            td { code { (e.actor.as_ref().map(ToString::to_string).unwrap_or_default()) } }
+                            td { (e.action.as_str()) }
+                            td { (e.user_id.as_ref().map(ToString::to_string).or_else(|| e.subject.clone()).unwrap_or_default()) }
+                            td { (e.role.map_or("", TeamRole::as_str)) }
+                        }
+                    }
+                }
+            }
+        }
+        @if admin {
+            h2 { "Delete the team" }
+            form #delete-team method="post" action=(format!("/teams/{slug}/delete")) {
+                input type="hidden" name="csrf" value=(csrf);
+                div.field {
+                    label for="confirm-slug" { "Type the team's slug to confirm" }
+                    input #confirm-slug type="text" name="confirm" required autocomplete="off";
+                    p.hint { "Its memories become readable by nobody, exportable by its admins for 30 days, then erased." }
+                }
+                button.danger type="submit" { "Delete " (slug) }
+            }
+        }
+    }
+}
+
+/// `GET /teams/{slug}`.
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(slug): Path<String>,
+) -> Response {
+    let caller = signed.caller();
+    let rid = signed.request_id.as_deref();
+    let d = match state.store.get_team(&caller, &slug).await {
+        Ok(d) => d,
+        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+    };
+    let audit = if d.team.role == TeamRole::Admin {
+        state.store.team_audit(&caller, &slug).await.ok()
+    } else {
+        None
+    };
+    let body = detail_page(&d, &signed.csrf, audit.as_ref());
+    html(
+        StatusCode::OK,
+        layout::page(
+            &d.team.name,
+            Some(&signed.session),
+            Some(("/teams", &signed.csrf)),
+            body,
+        ),
+    )
+}
+
+/// Parse a form's values through the contract's validation.
+macro_rules! parse {
+    ($t:ty, $raw:expr, $rid:expr) => {
+        zm_contracts::parse_input::<$t>(&$raw).map_err(|e| Failure::from_tool(e, $rid))
+    };
+}
+
+async fn form_of(
+    state: &AppState,
+    signed: &Signed,
+    headers: &HeaderMap,
+    body: Body,
+    back: &str,
+) -> Result<Form, Response> {
+    signed_form(state, signed, headers, body)
+        .await
+        .map_err(|f| errors::page(Some(&signed.session), &f.back_to(back)))
+}
+
+/// `POST /teams`: create.
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let form = match form_of(&state, &signed, &headers, body, "/teams").await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let mut raw = json!({"slug": form.get("slug").unwrap_or("").trim()});
+    if let Some(n) = form.get("name").map(str::trim).filter(|n| !n.is_empty()) {
+        raw["name"] = json!(n);
+    }
+    let result = match parse!(CreateTeamInput, raw, rid) {
+        Ok(input) => state
+            .store
+            .create_team(&signed.caller(), input)
+            .await
+            .map_err(|e| Failure::from_tool(e, rid)),
+        Err(f) => Err(f),
+    };
+    match result {
+        Ok(d) => see_other(&format!("/teams/{}", d.team.slug)),
+        Err(f) => errors::page(Some(&signed.session), &f.back_to("/teams")),
+    }
+}
+
+/// `POST /teams/{slug}/{invite|projects|delete}` and
+/// `POST /teams/{slug}/members/{user}/{role|remove}`.
+pub(crate) async fn act(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((slug, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let back = format!("/teams/{slug}");
+    let form = match form_of(&state, &signed, &headers, body, &back).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let caller = signed.caller();
+    let store = &state.store;
+    let result: Result<String, Failure> = match action.as_str() {
+        "invite" => {
+            let raw = json!({"email": form.get("email").unwrap_or("").trim(), "role": form.get("role").unwrap_or("")});
+            if form.get("how") == Some("add") {
+                match parse!(AddMemberInput, raw, rid) {
+                    Ok(i) => store
+                        .add_team_member(&caller, &slug, i)
+                        .await
+                        .map(|_| back.clone())
+                        .map_err(|e| Failure::from_tool(e, rid)),
+                    Err(f) => Err(f),
+                }
+            } else {
+                match parse!(InviteInput, raw, rid) {
+                    Ok(i) => store
+                        .invite_team_member(&caller, &slug, i)
+                        .await
+                        .map(|_| back.clone())
+                        .map_err(|e| Failure::from_tool(e, rid)),
+                    Err(f) => Err(f),
+                }
+            }
+        }
+        "projects" => {
+            let project = form.get("project").unwrap_or("").trim();
+            let raw = if project.starts_with("proj.") {
+                json!({"scope": project})
+            } else {
+                json!({"project_hint": project})
+            };
+            match parse!(ShareProjectInput, raw, rid) {
+                Ok(i) => store
+                    .share_project_with_team(&caller, &slug, i)
+                    .await
+                    .map(|_| back.clone())
+                    .map_err(|e| Failure::from_tool(e, rid)),
+                Err(f) => Err(f),
+            }
+        }
+        "delete" => {
+            if form.get("confirm").map(str::trim) == Some(slug.as_str()) {
+                store
+                    .delete_team(&caller, &slug)
+                    .await
+                    .map(|_| "/teams".to_string())
+                    .map_err(|e| Failure::from_tool(e, rid))
+            } else {
+                Err(Failure::from_tool(
+                    zm_contracts::ToolError::validation("confirm: type the team's slug to delete it")
+                        .with_details(json!({"fields": [{"path": "confirm", "reason": "type the team's slug to delete it"}]})),
+                    rid,
+                ))
+            }
+        }
+        _ => Err(Failure::from_tool(
+            zm_contracts::ToolError::not_found("No such action."),
+            rid,
+        )),
+    };
+    match result {
+        Ok(to) => see_other(&to),
+        Err(f) => errors::page(Some(&signed.session), &f.back_to(&back)),
+    }
+}
+
+/// `POST /teams/{slug}/members/{user}/{role|remove}`.
+pub(crate) async fn member(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((slug, user, action)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let back = format!("/teams/{slug}");
+    let form = match form_of(&state, &signed, &headers, body, &back).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let caller = signed.caller();
+    let result = match action.as_str() {
+        "role" => match parse!(
+            SetRoleInput,
+            json!({"role": form.get("role").unwrap_or("")}),
+            rid
+        ) {
+            Ok(i) => state
+                .store
+                .set_team_role(&caller, &slug, &user, i)
+                .await
+                .map(|_| back.clone())
+                .map_err(|e| Failure::from_tool(e, rid)),
+            Err(f) => Err(f),
+        },
+        "remove" => state
+            .store
+            .remove_team_member(&caller, &slug, &user)
+            .await
+            .map(|_| {
+                if user == caller.user_id {
+                    "/teams".to_string()
+                } else {
+                    back.clone()
+                }
+            })
+            .map_err(|e| Failure::from_tool(e, rid)),
+        _ => Err(Failure::from_tool(
+            zm_contracts::ToolError::not_found("No such action."),
+            rid,
+        )),
+    };
+    match result {
+        Ok(to) => see_other(&to),
+        Err(f) => errors::page(Some(&signed.session), &f.back_to(&back)),
+    }
+}
+
+/// `POST /teams/invitations/{id}/accept`.
+pub(crate) async fn accept(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    if let Err(r) = form_of(&state, &signed, &headers, body, "/teams").await {
+        return r;
+    }
+    let Ok(id) = InvitationId::parse(&id) else {
+        return errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(
+                zm_contracts::ToolError::not_found("Invitation not found."),
+                rid,
+            ),
+        );
+    };
+    match state.store.accept_invitation(&signed.caller(), &id).await {
+        Ok(d) => see_other(&format!("/teams/{}", d.team.slug)),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, rid).back_to("/teams"),
+        ),
+    }
+}

@@ -1,0 +1,495 @@
+//! The dashboard over real HTTP on loopback: sign-in (CSRF, back-off,
+//! session cookie flags), every page and action, errors by code, and
+//! isolation — another user, a team member and a removed member see
+//! exactly what they may, and a foreign id reads as not found.
+
+mod common;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use zm_http::HttpConfig;
+use zm_store::{Caller, Store};
+
+struct Server {
+    base: String,
+    store: Store,
+    running: common::Running,
+    _dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+async fn start() -> Server {
+    let (dir, store) = common::store().await;
+    let (listener, _, base) = common::listen().await;
+    let cfg = HttpConfig::local(&base);
+    let cancel = CancellationToken::new();
+    let limits = cfg.conn_limits();
+    let app = zm_http::router(store.clone(), cfg, cancel.clone());
+    Server {
+        base,
+        store,
+        running: common::serve(listener, app, limits, cancel),
+        _dir: dir,
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
+    }
+}
+
+/// What a browser keeps between requests: its cookies.
+#[derive(Default, Clone)]
+struct Browser {
+    cookies: Vec<(String, String)>,
+}
+
+struct Page {
+    status: u16,
+    location: Option<String>,
+    set_cookies: Vec<String>,
+    csp: Option<String>,
+    body: String,
+}
+
+fn field(html: &str, name: &str) -> Option<String> {
+    let needle = format!("name=\"{name}\" value=\"");
+    let start = html.find(&needle)? + needle.len();
+    let end = html[start..].find('"')? + start;
+    Some(html[start..end].replace("&amp;", "&"))
+}
+
+impl Browser {
+    fn header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn keep(&mut self, set_cookies: &[String]) {
+        for c in set_cookies {
+            let first = c.split(';').next().unwrap_or("");
+            if let Some((k, v)) = first.split_once('=') {
+                self.cookies.retain(|(name, _)| name != k);
+                if !v.is_empty() && !c.contains("Max-Age=0") {
+                    self.cookies.push((k.to_string(), v.to_string()));
+                }
+            }
+        }
+    }
+
+    async fn send(
+        &mut self,
+        s: &Server,
+        method: &str,
+        path: &str,
+        form: Option<&[(&str, &str)]>,
+        origin: Option<&str>,
+    ) -> Page {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut rb = s.http.request(method, format!("{}{path}", s.base));
+        if !self.cookies.is_empty() {
+            rb = rb.header("cookie", self.header());
+        }
+        if let Some(f) = form {
+            rb = rb
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("origin", origin.unwrap_or(&s.base))
+                .body(serde_urlencoded::to_string(f).unwrap());
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        let location = r
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let csp = r
+            .headers()
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let set_cookies: Vec<String> = r
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect();
+        self.keep(&set_cookies);
+        Page {
+            status,
+            location,
+            set_cookies,
+            csp,
+            body: r.text().await.unwrap(),
+        }
+    }
+
+    async fn get(&mut self, s: &Server, path: &str) -> Page {
+        self.send(s, "GET", path, None, None).await
+    }
+
+    async fn post(&mut self, s: &Server, path: &str, form: &[(&str, &str)]) -> Page {
+        self.send(s, "POST", path, Some(form), None).await
+    }
+
+    async fn sign_in(&mut self, s: &Server, email: &str, password: &str) -> Page {
+        let page = self.get(s, "/login").await;
+        let token = field(&page.body, "csrf").expect("a csrf field");
+        self.post(
+            s,
+            "/login",
+            &[
+                ("csrf", &token),
+                ("next", "/"),
+                ("email", email),
+                ("password", password),
+            ],
+        )
+        .await
+    }
+
+    /// The CSRF token of the signed-in session (from any page).
+    async fn csrf(&mut self, s: &Server) -> String {
+        field(&self.get(s, "/").await.body, "csrf").expect("a signed-in page carries the token")
+    }
+}
+
+async fn remember(store: &Store, user: &str, content: &str, scope: &str) -> String {
+    let out = zm_store::ToolService::new(store.clone())
+        .call(
+            &Caller::new(user),
+            zm_contracts::ToolName::Remember,
+            &json!({"content": content, "kind": "fact", "scope": scope}),
+        )
+        .await
+        .unwrap()
+        .to_json();
+    out["memory_id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn sign_in_browse_search_change_and_sign_out() {
+    let s = start().await;
+    let a = common::user(&s.store, "dash-a").await;
+    let m = remember(
+        &s.store,
+        &a.id,
+        "The billing cron runs at 02:00 UTC.",
+        "personal",
+    )
+    .await;
+    let mut b = Browser::default();
+
+    // Signed out: every page sends to the sign-in page and back.
+    let p = b.get(&s, &format!("/memories/{m}")).await;
+    assert_eq!(p.status, 303);
+    assert_eq!(
+        p.location.as_deref(),
+        Some(format!("/login?next=%2Fmemories%2F{m}").as_str())
+    );
+    let p = b.get(&s, "/login").await;
+    assert_eq!(p.status, 200);
+    let csp = p.csp.clone().unwrap();
+    assert!(
+        !csp.contains("unsafe-inline") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(p.set_cookies.iter().any(|c| c.starts_with("zm_login=")
+        && c.contains("SameSite=Strict")
+        && c.contains("HttpOnly")));
+
+    // A forged sign-in form (no token) and a wrong password are refused.
+    let p = b
+        .post(
+            &s,
+            "/login",
+            &[
+                ("email", "dash-a@example.com"),
+                ("password", "password-dash-a-123"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    let p = b.sign_in(&s, "dash-a@example.com", "wrong password").await;
+    assert_eq!(p.status, 400);
+    assert!(
+        p.body.contains("Wrong email or password") || p.body.contains("marked fields"),
+        "{}",
+        p.body
+    );
+    let p = b
+        .sign_in(&s, "dash-a@example.com", "password-dash-a-123")
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_deref()),
+        (303, Some("/")),
+        "{}",
+        p.body
+    );
+    let session = p
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("zm_session="))
+        .expect("a session cookie");
+    assert!(
+        session.contains("HttpOnly")
+            && session.contains("SameSite=Strict")
+            && !session.contains("Secure"),
+        "{session}"
+    );
+
+    // Browse and search.
+    let p = b.get(&s, "/").await;
+    assert_eq!(p.status, 200);
+    assert!(
+        p.body.contains(&m) && p.body.contains("billing cron"),
+        "{}",
+        p.body
+    );
+    let p = b.get(&s, "/?q=billing+cron").await;
+    assert!(
+        p.body.contains(&m) && p.body.contains("score "),
+        "{}",
+        p.body
+    );
+    let p = b.get(&s, &format!("/memories/{m}")).await;
+    assert!(p.body.contains(&format!("zm://memory/{m}")), "{}", p.body);
+
+    // Changes need the session's CSRF token and our origin.
+    let csrf = b.csrf(&s).await;
+    let p = b
+        .post(&s, &format!("/memories/{m}/forget"), &[("csrf", "forged")])
+        .await;
+    assert_eq!(p.status, 403);
+    let p = b
+        .send(
+            &s,
+            "POST",
+            &format!("/memories/{m}/forget"),
+            Some(&[("csrf", &csrf)]),
+            Some("https://evil.example"),
+        )
+        .await;
+    assert_eq!(p.status, 403);
+    // Edit keeps the history: a new memory supersedes the old one.
+    let p = b
+        .post(
+            &s,
+            &format!("/memories/{m}/edit"),
+            &[
+                ("csrf", &csrf),
+                ("content", "The billing cron runs at 03:00 UTC."),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let new_page = p.location.unwrap();
+    let p = b.get(&s, &format!("/memories/{m}")).await;
+    assert!(
+        p.body.contains("Superseded by")
+            && p.body.contains(new_page.trim_start_matches("/memories/")),
+        "{}",
+        p.body
+    );
+    // Forget and restore the new one.
+    let p = b
+        .post(
+            &s,
+            &format!("{new_page}/forget"),
+            &[("csrf", &csrf), ("reason", "wrong time")],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    assert!(b.get(&s, &new_page).await.body.contains("forgotten"));
+    assert_eq!(
+        b.post(&s, &format!("{new_page}/restore"), &[("csrf", &csrf)])
+            .await
+            .status,
+        303
+    );
+    assert!(b.get(&s, &new_page).await.body.contains(">live"));
+
+    // Bulk forget asks first, saying how many.
+    let x = remember(&s.store, &a.id, "Staging resets every Monday.", "personal").await;
+    let y = remember(&s.store, &a.id, "Use pnpm, not npm.", "personal").await;
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "forget"),
+                ("ids", &x),
+                ("ids", &y),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200);
+    assert!(p.body.contains("Forget 2 memories?"), "{}", p.body);
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "forget"),
+                ("confirm", "yes"),
+                ("ids", &x),
+                ("ids", &y),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let p = b.get(&s, "/?status=forgotten").await;
+    assert!(p.body.contains(&x) && p.body.contains(&y));
+
+    // Errors by code: a malformed id and an unknown one are a 404 page.
+    let p = b.get(&s, "/memories/mem_0000000000000000.0000000000").await;
+    assert_eq!(p.status, 404);
+    assert!(
+        p.body.contains("data-error-code=\"not_found\""),
+        "{}",
+        p.body
+    );
+
+    // Sign-out ends the session on the server: the old cookie is refused.
+    let old = b.clone();
+    let p = b.post(&s, "/logout", &[("csrf", &csrf)]).await;
+    assert_eq!((p.status, p.location.as_deref()), (303, Some("/login")));
+    let mut replay = old;
+    assert_eq!(
+        replay.get(&s, "/").await.status,
+        303,
+        "a signed-out cookie no longer works"
+    );
+    s.running.stop().await;
+}
+
+#[tokio::test]
+async fn disabling_an_account_ends_its_sessions_and_others_see_nothing() {
+    let s = start().await;
+    let a = common::user(&s.store, "iso-a").await;
+    let b_user = common::user(&s.store, "iso-b").await;
+    let secret = remember(
+        &s.store,
+        &a.id,
+        "A's private plan: migrate to Postgres 17.",
+        "personal",
+    )
+    .await;
+    let mut b = Browser::default();
+    assert_eq!(
+        b.sign_in(&s, "iso-b@example.com", "password-iso-b-123")
+            .await
+            .status,
+        303
+    );
+    // Another user's memory answers exactly like one that never existed.
+    let theirs = b.get(&s, &format!("/memories/{secret}")).await;
+    let never = b.get(&s, "/memories/mem_0000000000000000.0000000000").await;
+    assert_eq!(theirs.status, 404);
+    assert_eq!(
+        theirs.body.replace(&secret, "<ID>"),
+        never
+            .body
+            .replace("mem_0000000000000000.0000000000", "<ID>")
+    );
+    assert!(
+        !b.get(&s, "/?q=postgres+plan")
+            .await
+            .body
+            .contains("Postgres 17")
+    );
+    assert!(!b.get(&s, "/?status=all").await.body.contains(&secret));
+    let csrf = b.csrf(&s).await;
+    let p = b
+        .post(
+            &s,
+            &format!("/memories/{secret}/forget"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 404);
+    // Disabling B ends B's session at once.
+    s.store.disable_user(&b_user.id).await.unwrap();
+    assert_eq!(b.get(&s, "/").await.status, 303);
+    s.running.stop().await;
+}
+
+#[tokio::test]
+async fn team_members_see_the_team_and_removed_members_do_not() {
+    let s = start().await;
+    let a = common::user(&s.store, "tm-a").await;
+    let c = common::user(&s.store, "tm-c").await;
+    let admin = Caller::new(a.id.clone());
+    let input: zm_contracts::teams::CreateTeamInput =
+        zm_contracts::parse_input(&json!({"slug": "dashteam"})).unwrap();
+    s.store.create_team(&admin, input).await.unwrap();
+    s.store
+        .add_team_member(
+            &admin,
+            "dashteam",
+            zm_contracts::teams::AddMemberInput {
+                email: c.email.clone(),
+                role: zm_contracts::TeamRole::Reader,
+            },
+        )
+        .await
+        .unwrap();
+    let shared = remember(
+        &s.store,
+        &a.id,
+        "Team rule: deploys freeze on Fridays.",
+        "team.dashteam",
+    )
+    .await;
+    let private = remember(
+        &s.store,
+        &a.id,
+        "A's own draft about the freeze.",
+        "personal",
+    )
+    .await;
+    let mut browser = Browser::default();
+    assert_eq!(
+        browser
+            .sign_in(&s, "tm-c@example.com", "password-tm-c-123")
+            .await
+            .status,
+        303
+    );
+    let p = browser.get(&s, "/?status=all").await;
+    assert!(
+        p.body.contains(&shared) && !p.body.contains(&private),
+        "{}",
+        p.body
+    );
+    assert!(
+        p.body.contains("team.dashteam"),
+        "the scope facet lists the team"
+    );
+    assert_eq!(
+        browser.get(&s, &format!("/memories/{shared}")).await.status,
+        200
+    );
+    assert_eq!(
+        browser
+            .get(&s, &format!("/memories/{private}"))
+            .await
+            .status,
+        404
+    );
+    s.store
+        .remove_team_member(&admin, "dashteam", &c.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser.get(&s, &format!("/memories/{shared}")).await.status,
+        404,
+        "removed: at once"
+    );
+    assert!(!browser.get(&s, "/?status=all").await.body.contains(&shared));
+    s.running.stop().await;
+}

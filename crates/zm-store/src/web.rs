@@ -1,0 +1,459 @@
+//! What the dashboard needs of the store besides the tools: sign-in
+//! sessions (migration 0009) and browsing — a filtered, paged list of the
+//! memories a user can read, with the count of each filter value. Every
+//! read goes through the one visibility predicate
+//! ([`crate::scopes::push_visible`]); nothing here decides access anew.
+
+use sqlx::any::AnyRow;
+use zm_contracts::{IdKind, Memory, MemoryKind, ToolError};
+
+use crate::db::DbResult;
+use crate::identity::{hash_secret, random_secret};
+use crate::rows::{FromAnyRow, col};
+use crate::scopes::push_visible;
+use crate::sql::Sql;
+use crate::store::{Caller, Grant, Store, Transport};
+
+/// A session unused this long ends.
+pub const SESSION_IDLE_MS: i64 = 12 * 60 * 60 * 1000;
+/// A session ends this long after sign-in, used or not.
+pub const SESSION_MAX_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+/// How often a session in use records that it was seen.
+const SEEN_EVERY_MS: i64 = 60 * 1000;
+
+/// A signed-in dashboard session.
+#[derive(Debug, Clone)]
+pub struct WebSession {
+    /// `wss_…`: names the session in lists, never authenticates.
+    pub id: String,
+    pub user_id: String,
+    pub email: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+impl WebSession {
+    /// The caller a dashboard request acts as: the signed-in person, who
+    /// proved their password, with every grant (erasing the account still
+    /// needs its typed confirmation in the page).
+    pub fn caller(&self, request_id: Option<String>) -> Caller {
+        Caller {
+            user_id: self.user_id.clone(),
+            grant: Grant::Full,
+            transport: Transport::Dashboard,
+            agent_name: Some("dashboard".into()),
+            request_id,
+            ..Caller::default()
+        }
+    }
+}
+
+/// Which memories a list shows, by their state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryStatus {
+    /// Not forgotten, superseded or closed.
+    #[default]
+    Live,
+    /// Live tasks and open questions.
+    OpenLoop,
+    /// Invalidated without a successor (forgotten, or a closed loop).
+    Forgotten,
+    /// Replaced by a newer memory.
+    Superseded,
+    /// Every state.
+    All,
+}
+
+impl MemoryStatus {
+    pub const ALL: [MemoryStatus; 5] = [
+        MemoryStatus::Live,
+        MemoryStatus::OpenLoop,
+        MemoryStatus::Forgotten,
+        MemoryStatus::Superseded,
+        MemoryStatus::All,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryStatus::Live => "live",
+            MemoryStatus::OpenLoop => "open_loop",
+            MemoryStatus::Forgotten => "forgotten",
+            MemoryStatus::Superseded => "superseded",
+            MemoryStatus::All => "all",
+        }
+    }
+    pub fn parse(s: &str) -> Option<MemoryStatus> {
+        MemoryStatus::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+    fn push(self, sql: &mut Sql) {
+        sql.push(match self {
+            MemoryStatus::Live => " AND m.invalidated_at IS NULL",
+            MemoryStatus::OpenLoop => {
+                " AND m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question')"
+            }
+            MemoryStatus::Forgotten => {
+                " AND m.invalidated_at IS NOT NULL AND m.superseded_by IS NULL"
+            }
+            MemoryStatus::Superseded => " AND m.superseded_by IS NOT NULL",
+            MemoryStatus::All => "",
+        });
+    }
+}
+
+/// A list's filters; `None` is "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryFilter {
+    pub scope: Option<String>,
+    pub kind: Option<MemoryKind>,
+    pub status: MemoryStatus,
+    /// The writing agent's name (`""`: none recorded).
+    pub agent: Option<String>,
+    /// Written at or after (epoch ms).
+    pub since: Option<i64>,
+    /// Written before (epoch ms).
+    pub until: Option<i64>,
+}
+
+/// The facet a count belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Facet {
+    Scope,
+    Kind,
+    Status,
+    Agent,
+}
+
+impl MemoryFilter {
+    /// The predicate over `m`, leaving out one facet's own filter (so its
+    /// counts show what choosing another value would give).
+    fn push(&self, sql: &mut Sql, except: Option<Facet>) {
+        if except != Some(Facet::Scope)
+            && let Some(s) = &self.scope
+        {
+            sql.push(" AND m.scope = ").bind_str(s);
+        }
+        if except != Some(Facet::Kind)
+            && let Some(k) = self.kind
+        {
+            sql.push(" AND m.kind = ").bind_str(k.as_str());
+        }
+        if except != Some(Facet::Status) {
+            self.status.push(sql);
+        }
+        if except != Some(Facet::Agent)
+            && let Some(a) = &self.agent
+        {
+            if a.is_empty() {
+                sql.push(" AND m.agent_name IS NULL");
+            } else {
+                sql.push(" AND m.agent_name = ").bind_str(a);
+            }
+        }
+        if let Some(t) = self.since {
+            sql.push(" AND m.created_at >= ").bind_i64(t);
+        }
+        if let Some(t) = self.until {
+            sql.push(" AND m.created_at < ").bind_i64(t);
+        }
+    }
+}
+
+/// One page of a list, newest first.
+#[derive(Debug, Clone)]
+pub struct MemoryPage {
+    pub items: Vec<Memory>,
+    /// Where the next page starts (`seq` of the last row), if there is one.
+    pub next: Option<i64>,
+}
+
+/// How many memories each filter value would show.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facets {
+    pub scopes: Vec<(String, u64)>,
+    pub kinds: Vec<(String, u64)>,
+    pub statuses: Vec<(MemoryStatus, u64)>,
+    /// `""` stands for "no agent recorded".
+    pub agents: Vec<(String, u64)>,
+}
+
+fn counts(rows: &[AnyRow]) -> Result<Vec<(String, u64)>, ToolError> {
+    rows.iter()
+        .map(|r| {
+            let v: Option<String> = col(r, "v")?;
+            let n: i64 = col(r, "n")?;
+            Ok((v.unwrap_or_default(), u64::try_from(n).unwrap_or(0)))
+        })
+        .collect()
+}
+
+impl Store {
+    /// Sign in: a new session for `user_id`; returns the cookie secret
+    /// (shown to the browser once, stored only hashed) and the session.
+    pub async fn web_session_create(
+        &self,
+        user_id: &str,
+        user_agent: Option<&str>,
+    ) -> Result<(String, WebSession), ToolError> {
+        let secret = random_secret(43);
+        let id = IdKind::WebSession.generate();
+        let now = self.now();
+        let expires = now + SESSION_MAX_MS;
+        let email: String = sqlx::query_scalar("SELECT email FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_one(&self.pool)
+            .await
+            .db("session user")?;
+        sqlx::query(
+            "INSERT INTO web_sessions (id, token_hash, user_id, created_at, last_seen_at, expires_at, user_agent) VALUES ($1, $2, $3, $4, $4, $5, $6)",
+        )
+        .bind(&id)
+        .bind(hash_secret(&secret))
+        .bind(user_id)
+        .bind(now)
+        .bind(expires)
+        .bind(user_agent.map(|u| u.chars().take(200).collect::<String>()))
+        .execute(&self.pool)
+        .await
+        .db("create web session")?;
+        Ok((
+            secret,
+            WebSession {
+                id,
+                user_id: user_id.to_string(),
+                email,
+                created_at: now,
+                expires_at: expires,
+            },
+        ))
+    }
+
+    /// The live session a cookie secret names: unexpired, idle less than
+    /// 12 hours, its account enabled. Marks it seen (at most once a minute).
+    pub async fn web_session(&self, secret: &str) -> Result<Option<WebSession>, ToolError> {
+        let now = self.now();
+        let row = sqlx::query(
+            "SELECT s.id AS id, s.user_id AS user_id, u.email AS email, s.created_at AS created_at, \
+             s.expires_at AS expires_at, s.last_seen_at AS last_seen_at FROM web_sessions s JOIN users u ON u.id = s.user_id \
+             WHERE s.token_hash = $1 AND s.expires_at > $2 AND s.last_seen_at > $3 AND u.disabled_at IS NULL",
+        )
+        .bind(hash_secret(secret))
+        .bind(now)
+        .bind(now - SESSION_IDLE_MS)
+        .fetch_optional(&self.pool)
+        .await
+        .db("web session")?;
+        let Some(r) = row else { return Ok(None) };
+        let session = WebSession {
+            id: col(&r, "id")?,
+            user_id: col(&r, "user_id")?,
+            email: col(&r, "email")?,
+            created_at: col(&r, "created_at")?,
+            expires_at: col(&r, "expires_at")?,
+        };
+        let seen: i64 = col(&r, "last_seen_at")?;
+        if now - seen >= SEEN_EVERY_MS {
+            sqlx::query("UPDATE web_sessions SET last_seen_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(&session.id)
+                .execute(&self.pool)
+                .await
+                .db("session seen")?;
+        }
+        Ok(Some(session))
+    }
+
+    /// Sign out: the session ends now.
+    pub async fn web_session_end(&self, secret: &str) -> Result<(), ToolError> {
+        sqlx::query("DELETE FROM web_sessions WHERE token_hash = $1")
+            .bind(hash_secret(secret))
+            .execute(&self.pool)
+            .await
+            .db("end web session")?;
+        Ok(())
+    }
+
+    /// End every dashboard session of a user (disable, password change).
+    pub async fn web_sessions_end_all(&self, user_id: &str) -> Result<u64, ToolError> {
+        let done = sqlx::query("DELETE FROM web_sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&self.pool)
+            .await
+            .db("end web sessions")?;
+        Ok(done.rows_affected())
+    }
+
+    /// One page of the memories the caller can read, newest first,
+    /// starting below `before` (a `seq`).
+    pub async fn browse_memories(
+        &self,
+        caller: &Caller,
+        filter: &MemoryFilter,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<MemoryPage, ToolError> {
+        let mut sql = Sql::new(&format!(
+            "SELECT {}, m.seq AS page_seq FROM memories m WHERE ",
+            crate::search::MEMORY_COLUMNS
+        ));
+        push_visible(&mut sql, "m", &caller.user_id);
+        filter.push(&mut sql, None);
+        if let Some(b) = before {
+            sql.push(" AND m.seq < ").bind_i64(b);
+        }
+        sql.push(" ORDER BY m.seq DESC LIMIT ")
+            .bind_i64(i64::from(limit) + 1);
+        let mut rows = sql.query().fetch_all(&self.pool).await.db("browse")?;
+        let more = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let next = match rows.last() {
+            Some(last) if more => Some(col::<i64>(last, "page_seq")?),
+            _ => None,
+        };
+        Ok(MemoryPage {
+            items: Memory::from_rows(&rows)?,
+            next,
+        })
+    }
+
+    /// How many readable memories each value of each filter would show,
+    /// the other filters applied.
+    pub async fn memory_facets(
+        &self,
+        caller: &Caller,
+        filter: &MemoryFilter,
+    ) -> Result<Facets, ToolError> {
+        let group = |facet: Facet, column: &str| {
+            let mut sql = Sql::new(&format!(
+                "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
+            ));
+            push_visible(&mut sql, "m", &caller.user_id);
+            filter.push(&mut sql, Some(facet));
+            sql.push(&format!(" GROUP BY {column} ORDER BY n DESC, v"));
+            sql
+        };
+        let scopes = group(Facet::Scope, "m.scope");
+        let kinds = group(Facet::Kind, "m.kind");
+        let agents = group(Facet::Agent, "m.agent_name");
+        let mut out = Facets {
+            scopes: counts(
+                &scopes
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("facet scope")?,
+            )?,
+            kinds: counts(&kinds.query().fetch_all(&self.pool).await.db("facet kind")?)?,
+            agents: counts(
+                &agents
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("facet agent")?,
+            )?,
+            statuses: Vec::new(),
+        };
+        for status in MemoryStatus::ALL {
+            let mut sql = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
+            push_visible(&mut sql, "m", &caller.user_id);
+            filter.push(&mut sql, Some(Facet::Status));
+            status.push(&mut sql);
+            let row = sql.query().fetch_one(&self.pool).await.db("facet status")?;
+            out.statuses
+                .push((status, u64::try_from(col::<i64>(&row, "n")?).unwrap_or(0)));
+        }
+        Ok(out)
+    }
+}
+
+/// What the Insight page charts, over the memories a user can read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Insight {
+    /// Memories written per week (the week's first day, epoch ms) and
+    /// kind, the last `weeks` weeks, oldest first.
+    pub weekly: Vec<(i64, String, u64)>,
+    /// Live memories per scope.
+    pub by_scope: Vec<(String, u64)>,
+    /// Memories per writing agent (`""`: none recorded).
+    pub by_agent: Vec<(String, u64)>,
+    /// Live open loops by age: under a week, under a month, under a
+    /// quarter, older.
+    pub open_loop_ages: [u64; 4],
+}
+
+const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+impl Store {
+    /// The figures of the Insight page.
+    pub async fn insight(&self, caller: &Caller, weeks: i64) -> Result<Insight, ToolError> {
+        let now = self.now();
+        let from = (now / WEEK_MS - weeks + 1) * WEEK_MS;
+        let mut sql = Sql::new("SELECT (m.created_at / ");
+        sql.bind_i64(WEEK_MS)
+            .push(") AS w, m.kind AS v, COUNT(*) AS n FROM memories m WHERE ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" AND m.created_at >= ")
+            .bind_i64(from)
+            .push(" GROUP BY w, m.kind ORDER BY w, m.kind");
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("insight weekly")?;
+        let mut weekly = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let w: i64 = col(r, "w")?;
+            let v: String = col(r, "v")?;
+            let n: i64 = col(r, "n")?;
+            weekly.push((w * WEEK_MS, v, u64::try_from(n).unwrap_or(0)));
+        }
+        let group = |column: &str, live: bool| {
+            let mut sql = Sql::new(&format!(
+                "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
+            ));
+            push_visible(&mut sql, "m", &caller.user_id);
+            if live {
+                sql.push(" AND m.invalidated_at IS NULL");
+            }
+            sql.push(&format!(" GROUP BY {column} ORDER BY n DESC, v LIMIT 20"));
+            sql
+        };
+        let by_scope = counts(
+            &group("m.scope", true)
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("insight scopes")?,
+        )?;
+        let by_agent = counts(
+            &group("m.agent_name", false)
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("insight agents")?,
+        )?;
+        let mut ages = Sql::new("SELECT m.created_at AS t FROM memories m WHERE ");
+        push_visible(&mut ages, "m", &caller.user_id);
+        ages.push(" AND m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question')");
+        let mut open_loop_ages = [0u64; 4];
+        for r in &ages
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("insight loops")?
+        {
+            let age = now - col::<i64>(r, "t")?;
+            let bucket = match age {
+                a if a < WEEK_MS => 0,
+                a if a < 30 * WEEK_MS / 7 => 1,
+                a if a < 91 * WEEK_MS / 7 => 2,
+                _ => 3,
+            };
+            open_loop_ages[bucket] += 1;
+        }
+        Ok(Insight {
+            weekly,
+            by_scope,
+            by_agent,
+            open_loop_ages,
+        })
+    }
+}
