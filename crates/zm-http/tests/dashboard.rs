@@ -493,3 +493,82 @@ async fn team_members_see_the_team_and_removed_members_do_not() {
     assert!(!browser.get(&s, "/?status=all").await.body.contains(&shared));
     s.running.stop().await;
 }
+
+#[tokio::test]
+async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mcp_sessions() {
+    let s = start().await;
+    let a = common::user(&s.store, "ctx-a").await;
+    let tools = zm_store::ToolService::new(s.store.clone());
+    let caller = Caller::new(a.id.clone());
+    let call = |tool: zm_contracts::ToolName, args: serde_json::Value| {
+        let tools = tools.clone();
+        let caller = caller.clone();
+        async move { tools.call(&caller, tool, &args).await.unwrap().to_json() }
+    };
+    let first = call(zm_contracts::ToolName::Remember, json!({"content": "The search service uses OpenSearch.", "kind": "fact", "scope": "personal", "entities": [{"name": "search-service", "type": "service"}]})).await;
+    let first = first["memory_id"].as_str().unwrap().to_string();
+    let second = call(zm_contracts::ToolName::Remember, json!({"content": "OpenSearch runs three data nodes.", "kind": "fact", "scope": "personal"})).await;
+    let second = second["memory_id"].as_str().unwrap().to_string();
+    call(
+        zm_contracts::ToolName::Link,
+        json!({"src": second, "dst": first, "type": "relates_to"}),
+    )
+    .await;
+    let challenged = call(
+        zm_contracts::ToolName::Challenge,
+        json!({"memory_id": first, "reason": "we may move to Meilisearch"}),
+    )
+    .await;
+    let dispute = challenged["dispute_id"].as_str().unwrap().to_string();
+    let mut b = Browser::default();
+    assert_eq!(
+        b.sign_in(&s, "ctx-a@example.com", "password-ctx-a-123")
+            .await
+            .status,
+        303
+    );
+    let p = b.get(&s, &format!("/memories/{first}")).await;
+    assert!(
+        p.body.contains(&second) && p.body.contains("relates_to"),
+        "the link: {}",
+        p.body
+    );
+    assert!(p.body.contains("search-service"), "the entity");
+    assert!(p.body.contains(&dispute), "the conflict");
+
+    // An MCP session over HTTP is listed, and ending it ends it.
+    let token = common::token(&s.store, &a, None, &["mcp:read", "mcp:write"]).await;
+    let (status, sid, _) = common::mcp_post(&s.http, &s.base, &token, None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "listed-client", "version": "0"}}})).await;
+    assert_eq!(status, 200);
+    let sid = sid.unwrap();
+    let p = b.get(&s, "/access").await;
+    assert!(p.body.contains("listed-client"), "{}", p.body);
+    let csrf = field(&p.body, "csrf").unwrap();
+    let p = b
+        .post(
+            &s,
+            &format!("/access/sessions/{sid}/end"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    let (status, _, _) = common::mcp_post(
+        &s.http,
+        &s.base,
+        &token,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(status, 404, "the ended session is unknown");
+    // Someone else's session id reads as not found.
+    let p = b
+        .post(
+            &s,
+            "/access/sessions/ses_0000000000000000.0000000000/end",
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 404);
+    s.running.stop().await;
+}

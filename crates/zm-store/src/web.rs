@@ -457,3 +457,130 @@ impl Store {
         })
     }
 }
+
+/// What hangs on one memory, as its page shows it (only what the caller
+/// can read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryContext {
+    /// (link type, the other memory's id, `true` when this memory is the
+    /// link's source, the other memory's first characters).
+    pub links: Vec<(String, String, bool, String)>,
+    /// (entity name, entity type).
+    pub entities: Vec<(String, String)>,
+    /// (dispute id, verdict, status) of the caller's conflicts about it.
+    pub conflicts: Vec<(String, String, String)>,
+}
+
+/// An MCP-over-HTTP session of the user, as the Access page lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpSessionInfo {
+    pub id: String,
+    /// The client's name from its `initialize`, when it sent one.
+    pub client: Option<String>,
+    pub attached_project: Option<String>,
+    pub opened_at: i64,
+    pub seen_at: i64,
+}
+
+impl Store {
+    /// Links, entities and conflicts of a memory the caller can read
+    /// (`get_memory` decides that first; this reads only what it may).
+    pub async fn memory_context(
+        &self,
+        caller: &Caller,
+        memory_id: &str,
+    ) -> Result<MemoryContext, ToolError> {
+        let mut out = MemoryContext::default();
+        let mut sql = Sql::new(
+            "SELECT l.type AS t, l.src AS src, l.dst AS dst, m.content AS content FROM memory_links l \
+             JOIN memories m ON m.id = (CASE WHEN l.src = ",
+        );
+        sql.bind_str(memory_id)
+            .push(" THEN l.dst ELSE l.src END) WHERE (l.src = ")
+            .bind_str(memory_id)
+            .push(" OR l.dst = ")
+            .bind_str(memory_id)
+            .push(") AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" ORDER BY l.created_at LIMIT 50");
+        for r in &sql.query().fetch_all(&self.pool).await.db("memory links")? {
+            let src: String = col(r, "src")?;
+            let dst: String = col(r, "dst")?;
+            let content: String = col(r, "content")?;
+            let outgoing = src == memory_id;
+            out.links.push((
+                col(r, "t")?,
+                if outgoing { dst } else { src },
+                outgoing,
+                content.chars().take(120).collect(),
+            ));
+        }
+        let rows = sqlx::query(
+            "SELECT e.name AS name, e.type AS t FROM memory_entities me JOIN entities e ON e.id = me.entity_id \
+             WHERE me.memory_id = $1 ORDER BY e.name LIMIT 50",
+        )
+        .bind(memory_id)
+        .fetch_all(&self.pool)
+        .await
+        .db("memory entities")?;
+        for r in &rows {
+            out.entities.push((col(r, "name")?, col(r, "t")?));
+        }
+        let rows = sqlx::query(
+            "SELECT id, verdict, status FROM conflicts WHERE owner_id = $1 AND (memory_a = $2 OR memory_b = $2) \
+             ORDER BY created_at DESC LIMIT 20",
+        )
+        .bind(&caller.user_id)
+        .bind(memory_id)
+        .fetch_all(&self.pool)
+        .await
+        .db("memory conflicts")?;
+        for r in &rows {
+            out.conflicts
+                .push((col(r, "id")?, col(r, "verdict")?, col(r, "status")?));
+        }
+        Ok(out)
+    }
+
+    /// The user's open MCP-over-HTTP sessions, most recently used first.
+    pub async fn mcp_sessions_of(&self, user_id: &str) -> Result<Vec<McpSessionInfo>, ToolError> {
+        let rows = sqlx::query(
+            "SELECT id, init_params, attached_project, opened_at, seen_at FROM mcp_sessions WHERE user_id = $1 \
+             ORDER BY seen_at DESC LIMIT 100",
+        )
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await
+        .db("mcp sessions of")?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let params: Option<String> = col(r, "init_params")?;
+            let client = params
+                .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+                .and_then(|v| v["clientInfo"]["name"].as_str().map(str::to_string));
+            out.push(McpSessionInfo {
+                id: col(r, "id")?,
+                client,
+                attached_project: col(r, "attached_project")?,
+                opened_at: col(r, "opened_at")?,
+                seen_at: col(r, "seen_at")?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// End one of the user's MCP sessions (another user's id changes
+    /// nothing and reads as not found).
+    pub async fn mcp_session_end_for(&self, user_id: &str, id: &str) -> Result<(), ToolError> {
+        let done = sqlx::query("DELETE FROM mcp_sessions WHERE id = $1 AND user_id = $2")
+            .bind(id)
+            .bind(user_id)
+            .execute(&self.pool)
+            .await
+            .db("end mcp session")?;
+        if done.rows_affected() == 0 {
+            return Err(ToolError::not_found("No such session."));
+        }
+        Ok(())
+    }
+}

@@ -76,6 +76,11 @@ async fn page_body(
         .list_oauth_clients(user)
         .await
         .map_err(|e| Failure::from_tool(e, rid))?;
+    let sessions = state
+        .store
+        .mcp_sessions_of(user)
+        .await
+        .map_err(|e| Failure::from_tool(e, rid))?;
     let now = state.store.clock().now_ms();
     Ok(html! {
         h1 { "Access" }
@@ -133,6 +138,28 @@ async fn page_body(
                                         input type="hidden" name="csrf" value=(signed.csrf);
                                         button.secondary type="submit" { "Revoke" }
                                     }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Open MCP sessions (HTTP)" }
+        @if sessions.is_empty() { p #no-sessions { "No MCP client is connected over HTTP." } } @else {
+            table #mcp-sessions {
+                thead { tr { th { "Client" } th { "Attached project" } th { "Opened" } th { "Last seen" } th { span.sr-only { "Actions" } } } }
+                tbody {
+                    @for x in &sessions {
+                        tr {
+                            td { (x.client.clone().unwrap_or_else(|| "(unnamed)".into())) }
+                            td { (x.attached_project.clone().unwrap_or_default()) }
+                            td { (when(Some(x.opened_at), "")) }
+                            td { (when(Some(x.seen_at), "")) }
+                            td {
+                                form method="post" action=(format!("/access/sessions/{}/end", x.id)) {
+                                    input type="hidden" name="csrf" value=(signed.csrf);
+                                    button.secondary type="submit" { "End" }
                                 }
                             }
                         }
@@ -323,4 +350,29 @@ pub(crate) async fn connect(State(state): State<AppState>, signed: Signed) -> Re
             body,
         ),
     )
+}
+
+/// `POST /access/sessions/{id}/end`: the client's next request finds no
+/// session (it starts a new one, signing in again if its token is gone).
+pub(crate) async fn end_session(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(f) = signed_form(&state, &signed, &headers, body).await {
+        return errors::page(Some(&signed.session), &f.back_to("/access"));
+    }
+    match state
+        .store
+        .mcp_session_end_for(&signed.session.user_id, &id)
+        .await
+    {
+        Ok(()) => see_other("/access"),
+        Err(e) => errors::page(
+            Some(&signed.session),
+            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/access"),
+        ),
+    }
 }

@@ -397,6 +397,10 @@ pub(crate) async fn show(
             Err(_) => break,
         }
     }
+    let context = match state.store.memory_context(&caller, mid.as_str()).await {
+        Ok(c) => c,
+        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+    };
     let is_loop = matches!(m.kind, MemoryKind::Task | MemoryKind::OpenQuestion);
     let live = m.invalidated_at.is_none();
     let body = html! {
@@ -417,6 +421,30 @@ pub(crate) async fn show(
         @if !chain.is_empty() {
             h2 { "Newer versions" }
             ol #chain { @for c in &chain { li { a href=(format!("/memories/{}", c.id)) { code { (c.id) } } " — " (c.content.chars().take(120).collect::<String>()) } } }
+        }
+        @if !context.links.is_empty() {
+            h2 { "Links" }
+            ul #links {
+                @for (kind, other, outgoing, preview) in &context.links {
+                    li {
+                        @if *outgoing { "this " (kind) " " } @else { (kind) " this: " }
+                        a href=(format!("/memories/{other}")) { code { (other) } }
+                        " — " (preview)
+                    }
+                }
+            }
+        }
+        @if !context.entities.is_empty() {
+            h2 { "Entities" }
+            p #entities { @for (name, kind) in &context.entities { span.tag { (name) " · " (kind) } " " } }
+        }
+        @if !context.conflicts.is_empty() {
+            h2 { "Conflicts" }
+            ul #conflicts {
+                @for (id, verdict, status) in &context.conflicts {
+                    li { code { (id) } " — " (verdict) ", " (status) @if status == "pending" { " — " a href="/review" { "review it" } } }
+                }
+            }
         }
         @if let Some(src) = &m.source {
             h2 { "Provenance" }

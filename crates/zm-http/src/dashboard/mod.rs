@@ -72,6 +72,7 @@ pub fn routes(state: AppState) -> Router {
         .route("/access/tokens", post(access::create_token))
         .route("/access/tokens/{id}/revoke", post(access::revoke_token))
         .route("/access/oauth/{id}/revoke", post(access::revoke_client))
+        .route("/access/sessions/{id}/end", post(access::end_session))
         .route("/connect", get(access::connect))
         .route("/insight", get(insight::index))
         .route("/account", get(account::index))
