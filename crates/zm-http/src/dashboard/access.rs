@@ -12,8 +12,8 @@ use maud::{Markup, html};
 use zm_store::clock::rfc3339;
 use zm_store::{SCOPE_READ, SCOPE_WRITE};
 
-use super::errors::{self, Failure};
-use super::{Signed, html, layout, see_other, signed_form};
+use super::errors::Failure;
+use super::{Signed, change_then_back, signed_form};
 use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -174,16 +174,8 @@ async fn page_body(
 /// `GET /access`.
 pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
     match page_body(&state, &signed, None, None).await {
-        Ok(body) => html(
-            StatusCode::OK,
-            layout::page(
-                "Access",
-                Some(&signed.session),
-                Some(("/access", &signed.csrf)),
-                body,
-            ),
-        ),
-        Err(f) => errors::page(Some(&signed.session), &f),
+        Ok(body) => signed.page(StatusCode::OK, "Access", "/access", body),
+        Err(f) => signed.error(&f),
     }
 }
 
@@ -197,7 +189,7 @@ pub(crate) async fn create_token(
     let rid = signed.request_id.as_deref();
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/access")),
+        Err(f) => return signed.error(&f.back_to("/access")),
     };
     let name = form.get("name").unwrap_or("").trim().to_string();
     let invalid = |reason: &str| {
@@ -216,16 +208,8 @@ pub(crate) async fn create_token(
     };
     if let Some(f) = failure {
         return match page_body(&state, &signed, None, Some(&f)).await {
-            Ok(body) => html(
-                StatusCode::BAD_REQUEST,
-                layout::page(
-                    "Access",
-                    Some(&signed.session),
-                    Some(("/access", &signed.csrf)),
-                    body,
-                ),
-            ),
-            Err(f) => errors::page(Some(&signed.session), &f),
+            Ok(body) => signed.page(StatusCode::BAD_REQUEST, "Access", "/access", body),
+            Err(f) => signed.error(&f),
         };
     }
     let scopes: &[&str] = if form.get("access") == Some("read") {
@@ -244,19 +228,11 @@ pub(crate) async fn create_token(
         .await
     {
         Ok(t) => t,
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     match page_body(&state, &signed, Some((&name, &secret)), None).await {
-        Ok(body) => html(
-            StatusCode::OK,
-            layout::page(
-                "Access",
-                Some(&signed.session),
-                Some(("/access", &signed.csrf)),
-                body,
-            ),
-        ),
-        Err(f) => errors::page(Some(&signed.session), &f),
+        Ok(body) => signed.page(StatusCode::OK, "Access", "/access", body),
+        Err(f) => signed.error(&f),
     }
 }
 
@@ -268,16 +244,11 @@ pub(crate) async fn revoke_token(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(f) = signed_form(&state, &signed, &headers, body).await {
-        return errors::page(Some(&signed.session), &f.back_to("/access"));
-    }
-    match state.store.revoke_token(&signed.session.user_id, &id).await {
-        Ok(()) => see_other("/access"),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/access"),
-        ),
-    }
+    let user = signed.session.user_id.clone();
+    change_then_back(&state, &signed, &headers, body, "/access", async |_| {
+        state.store.revoke_token(&user, &id).await
+    })
+    .await
 }
 
 /// `POST /access/oauth/{id}/revoke`.
@@ -288,20 +259,11 @@ pub(crate) async fn revoke_client(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(f) = signed_form(&state, &signed, &headers, body).await {
-        return errors::page(Some(&signed.session), &f.back_to("/access"));
-    }
-    match state
-        .store
-        .revoke_oauth_client(&signed.session.user_id, &id)
-        .await
-    {
-        Ok(()) => see_other("/access"),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/access"),
-        ),
-    }
+    let user = signed.session.user_id.clone();
+    change_then_back(&state, &signed, &headers, body, "/access", async |_| {
+        state.store.revoke_oauth_client(&user, &id).await
+    })
+    .await
 }
 
 fn snippet(id: &str, text: &str) -> Markup {
@@ -341,15 +303,7 @@ pub(crate) async fn connect(State(state): State<AppState>, signed: Signed) -> Re
             dt { "REST" } dd { code { (base) "/api/tools/<tool>" } " — " a href="/api/openapi.json" { "OpenAPI" } }
         }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Connect",
-            Some(&signed.session),
-            Some(("/connect", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Connect", "/connect", body)
 }
 
 /// `POST /access/sessions/{id}/end`: the client's next request finds no
@@ -361,18 +315,9 @@ pub(crate) async fn end_session(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(f) = signed_form(&state, &signed, &headers, body).await {
-        return errors::page(Some(&signed.session), &f.back_to("/access"));
-    }
-    match state
-        .store
-        .mcp_session_end_for(&signed.session.user_id, &id)
-        .await
-    {
-        Ok(()) => see_other("/access"),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/access"),
-        ),
-    }
+    let user = signed.session.user_id.clone();
+    change_then_back(&state, &signed, &headers, body, "/access", async |_| {
+        state.store.mcp_session_end_for(&user, &id).await
+    })
+    .await
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use zm_contracts::{ToolName, ToolOutput};
 
 use super::errors::{self, Failure};
-use super::{Signed, html, layout, see_other, signed_form};
+use super::{Signed, see_other, signed_form};
 use crate::state::AppState;
 
 fn invalid(field: &str, reason: &str, rid: Option<&str>) -> Failure {
@@ -32,7 +32,7 @@ async fn page(
     let rid = signed.request_id.as_deref();
     let audit = match state.store.audit_rows(&signed.session.user_id, 50).await {
         Ok(a) => a,
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let field_error = |name: &str| failure.and_then(|f| f.field(name));
     let body = html! {
@@ -91,15 +91,7 @@ async fn page(
     } else {
         StatusCode::OK
     };
-    html(
-        status,
-        layout::page(
-            "Account",
-            Some(&signed.session),
-            Some(("/account", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(status, "Account", "/account", body)
 }
 
 /// `GET /account`.
@@ -128,7 +120,7 @@ pub(crate) async fn password(
     let rid = signed.request_id.as_deref();
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/account")),
+        Err(f) => return signed.error(&f.back_to("/account")),
     };
     let (current, new, again) = (
         form.get("current").unwrap_or(""),
@@ -141,7 +133,7 @@ pub(crate) async fn password(
         .await
     {
         Ok(v) => v,
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let failure = if verified.is_none() {
         Some(invalid("current", "not your current password", rid))
@@ -168,7 +160,7 @@ pub(crate) async fn password(
         .web_sessions_end_all(&signed.session.user_id)
         .await
     {
-        return errors::page(Some(&signed.session), &Failure::from_tool(e, rid));
+        return signed.error(&Failure::from_tool(e, rid));
     }
     match state
         .store
@@ -209,10 +201,7 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
             }
             Ok(_) => break,
             Err(e) => {
-                return errors::page(
-                    Some(&signed.session),
-                    &Failure::from_tool(e, signed.request_id.as_deref()),
-                );
+                return signed.error(&signed.fail(e));
             }
         }
     }
@@ -240,7 +229,7 @@ pub(crate) async fn delete(
     let rid = signed.request_id.as_deref();
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/account")),
+        Err(f) => return signed.error(&f.back_to("/account")),
     };
     if form.get("confirm").map(|c| c.trim().to_lowercase())
         != Some(signed.session.email.to_lowercase())

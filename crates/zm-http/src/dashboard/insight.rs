@@ -9,9 +9,8 @@ use axum::response::Response;
 use maud::{Markup, html};
 use zm_contracts::MemoryKind;
 
-use super::errors::{self, Failure};
+use super::Signed;
 use super::memories::scope_label;
-use super::{Signed, html, layout};
 use crate::state::AppState;
 
 const WEEKS: i64 = 12;
@@ -101,10 +100,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     let data = match state.store.insight(&caller, WEEKS).await {
         Ok(d) => d,
         Err(e) => {
-            return errors::page(
-                Some(&signed.session),
-                &Failure::from_tool(e, signed.request_id.as_deref()),
-            );
+            return signed.error(&signed.fail(e));
         }
     };
     let now = state.store.clock().now_ms();
@@ -144,13 +140,5 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         (bars("loop-ages", "Live tasks and open questions by age", &ages))
         p.muted { "Open loops are closed from a memory's page (" em { "Close the loop" } ") or by an agent's " code { "close_loop" } "." }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Insight",
-            Some(&signed.session),
-            Some(("/insight", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Insight", "/insight", body)
 }

@@ -204,15 +204,12 @@ pub(crate) async fn logout(
     body: Body,
 ) -> Response {
     if let Err(f) = super::signed_form(&state, &signed, &headers, body).await {
-        return errors::page(Some(&signed.session), &f);
+        return signed.error(&f);
     }
     if let Some(secret) = super::session_secret(&headers)
         && let Err(e) = state.store.web_session_end(&secret).await
     {
-        return errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, signed.request_id.as_deref()),
-        );
+        return signed.error(&signed.fail(e));
     }
     let mut resp = see_other("/login");
     if let Ok(v) = super::clear_session_cookie(&state).parse() {

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use zm_contracts::{Memory, MemoryId, MemoryKind, ToolName, ToolOutput};
 use zm_store::web::{MemoryFilter, MemoryStatus};
 
-use super::errors::{self, Failure};
-use super::{Signed, html, layout, see_other, signed_form};
+use super::errors::Failure;
+use super::{Signed, see_other, signed_form};
 use crate::state::AppState;
 
 /// Rows per page of the list and the search.
@@ -135,7 +135,7 @@ fn state_of(m: &Memory) -> &'static str {
 }
 
 fn call_failure(e: zm_contracts::ToolError, signed: &Signed) -> Failure {
-    Failure::from_tool(e, signed.request_id.as_deref())
+    signed.fail(e)
 }
 
 /// `GET /`: search (with `q`) or browse.
@@ -149,7 +149,7 @@ pub(crate) async fn index(
     let query = q.q.as_deref().map_or("", str::trim).to_string();
     let facets = match state.store.memory_facets(&caller, &filter).await {
         Ok(f) => f,
-        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+        Err(e) => return signed.error(&call_failure(e, &signed)),
     };
     // (id, content, kind, scope, created_at, state, score, team)
     let mut rows: Vec<Row> = Vec::new();
@@ -165,7 +165,7 @@ pub(crate) async fn index(
                 next = page.next;
                 rows = page.items.iter().map(Row::from_memory).collect();
             }
-            Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+            Err(e) => return signed.error(&call_failure(e, &signed)),
         }
     } else {
         let mut input = json!({"query": query, "k": PAGE});
@@ -266,15 +266,7 @@ pub(crate) async fn index(
             }
         }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Memories",
-            Some(&signed.session),
-            Some(("/", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Memories", "/", body)
 }
 
 fn status_label(s: MemoryStatus) -> &'static str {
@@ -376,11 +368,11 @@ pub(crate) async fn show(
         )
     };
     let Ok(mid) = MemoryId::parse(&id) else {
-        return errors::page(Some(&signed.session), &not_found());
+        return signed.error(&not_found());
     };
     let m = match state.store.get_memory(&caller, &mid).await {
         Ok(m) => m,
-        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+        Err(e) => return signed.error(&call_failure(e, &signed)),
     };
     // The chain of successors, as far as the caller can read it.
     let mut chain: Vec<Memory> = Vec::new();
@@ -399,7 +391,7 @@ pub(crate) async fn show(
     }
     let context = match state.store.memory_context(&caller, mid.as_str()).await {
         Ok(c) => c,
-        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+        Err(e) => return signed.error(&call_failure(e, &signed)),
     };
     let is_loop = matches!(m.kind, MemoryKind::Task | MemoryKind::OpenQuestion);
     let live = m.invalidated_at.is_none();
@@ -488,15 +480,7 @@ pub(crate) async fn show(
             }
         }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Memory",
-            Some(&signed.session),
-            Some(("/", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Memory", "/", body)
 }
 
 /// `POST /memories/{id}/{forget|restore|close|share}`.
@@ -510,7 +494,7 @@ pub(crate) async fn act(
     let back = format!("/memories/{id}");
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to(&back)),
+        Err(f) => return signed.error(&f.back_to(&back)),
     };
     let (tool, input) = match action.as_str() {
         "forget" => {
@@ -527,21 +511,15 @@ pub(crate) async fn act(
             json!({"memory_id": id, "scope": form.get("scope").unwrap_or("").trim()}),
         ),
         _ => {
-            return errors::page(
-                Some(&signed.session),
-                &Failure::from_tool(
-                    zm_contracts::ToolError::not_found("No such action."),
-                    signed.request_id.as_deref(),
-                ),
-            );
+            return signed.error(&Failure::from_tool(
+                zm_contracts::ToolError::not_found("No such action."),
+                signed.request_id.as_deref(),
+            ));
         }
     };
     match state.tools.call(&signed.caller(), tool, &input).await {
         Ok(_) => see_other(&back),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &call_failure(e, &signed).back_to(&back),
-        ),
+        Err(e) => signed.error(&call_failure(e, &signed).back_to(&back)),
     }
 }
 
@@ -557,21 +535,18 @@ pub(crate) async fn edit(
     let back = format!("/memories/{id}");
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to(&back)),
+        Err(f) => return signed.error(&f.back_to(&back)),
     };
     let caller = signed.caller();
     let Ok(mid) = MemoryId::parse(&id) else {
-        return errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(
-                zm_contracts::ToolError::not_found(format!("Memory {id} not found.")),
-                signed.request_id.as_deref(),
-            ),
-        );
+        return signed.error(&Failure::from_tool(
+            zm_contracts::ToolError::not_found(format!("Memory {id} not found.")),
+            signed.request_id.as_deref(),
+        ));
     };
     let old = match state.store.get_memory(&caller, &mid).await {
         Ok(m) => m,
-        Err(e) => return errors::page(Some(&signed.session), &call_failure(e, &signed)),
+        Err(e) => return signed.error(&call_failure(e, &signed)),
     };
     let content = form.get("content").unwrap_or("").to_string();
     let input = json!({
@@ -602,17 +577,9 @@ pub(crate) async fn edit(
                         button type="submit" { "Save as a new version" }
                     }
                 };
-                return html(
-                    StatusCode::BAD_REQUEST,
-                    layout::page(
-                        "Edit memory",
-                        Some(&signed.session),
-                        Some(("/", &signed.csrf)),
-                        page,
-                    ),
-                );
+                return signed.page(StatusCode::BAD_REQUEST, "Edit memory", "/", page);
             }
-            errors::page(Some(&signed.session), &f)
+            signed.error(&f)
         }
     }
 }
@@ -628,21 +595,18 @@ pub(crate) async fn bulk(
 ) -> Response {
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/")),
+        Err(f) => return signed.error(&f.back_to("/")),
     };
     let ids: Vec<String> = form.all("ids").into_iter().map(str::to_string).collect();
     let action = form.get("action").unwrap_or("");
     let scope = form.get("scope").unwrap_or("").trim().to_string();
     if ids.is_empty() {
-        return errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(
-                zm_contracts::ToolError::validation("Select at least one memory.").with_details(
-                    json!({"fields": [{"path": "ids", "reason": "select at least one memory"}]}),
-                ),
-                signed.request_id.as_deref(),
+        return signed.error(&Failure::from_tool(
+            zm_contracts::ToolError::validation("Select at least one memory.").with_details(
+                json!({"fields": [{"path": "ids", "reason": "select at least one memory"}]}),
             ),
-        );
+            signed.request_id.as_deref(),
+        ));
     }
     let caller = signed.caller();
     if action == "export" {
@@ -669,13 +633,10 @@ pub(crate) async fn bulk(
         return resp;
     }
     if !matches!(action, "forget" | "move") {
-        return errors::page(
-            Some(&signed.session),
-            &Failure::invalid(
-                "Choose forget, move or export.",
-                signed.request_id.as_deref(),
-            ),
-        );
+        return signed.error(&Failure::invalid(
+            "Choose forget, move or export.",
+            signed.request_id.as_deref(),
+        ));
     }
     if form.get("confirm") != Some("yes") {
         let what = if action == "forget" {
@@ -707,15 +668,7 @@ pub(crate) async fn bulk(
                 }
             }
         };
-        return html(
-            StatusCode::OK,
-            layout::page(
-                "Confirm",
-                Some(&signed.session),
-                Some(("/", &signed.csrf)),
-                page,
-            ),
-        );
+        return signed.page(StatusCode::OK, "Confirm", "/", page);
     }
     if action == "move" {
         let input: Value = json!({"memory_ids": ids, "scope": scope});
@@ -725,10 +678,7 @@ pub(crate) async fn bulk(
             .await
         {
             Ok(_) => see_other("/?done=move"),
-            Err(e) => errors::page(
-                Some(&signed.session),
-                &call_failure(e, &signed).back_to("/"),
-            ),
+            Err(e) => signed.error(&call_failure(e, &signed).back_to("/")),
         };
     }
     // One transaction, each memory in its own savepoint: what can be
@@ -738,10 +688,7 @@ pub(crate) async fn bulk(
         match zm_contracts::parse_input::<zm_contracts::ForgetInput>(&json!({"memory_id": id})) {
             Ok(i) => inputs.push(i),
             Err(e) => {
-                return errors::page(
-                    Some(&signed.session),
-                    &call_failure(e, &signed).back_to("/"),
-                );
+                return signed.error(&call_failure(e, &signed).back_to("/"));
             }
         }
     }
@@ -752,10 +699,7 @@ pub(crate) async fn bulk(
     {
         Ok(r) => r,
         Err(e) => {
-            return errors::page(
-                Some(&signed.session),
-                &call_failure(e, &signed).back_to("/"),
-            );
+            return signed.error(&call_failure(e, &signed).back_to("/"));
         }
     };
     let failed: Vec<(String, String)> = ids
@@ -775,13 +719,5 @@ pub(crate) async fn bulk(
         }
         p { a href="/" { "Back to your memories" } }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Forgotten",
-            Some(&signed.session),
-            Some(("/", &signed.csrf)),
-            page,
-        ),
-    )
+    signed.page(StatusCode::OK, "Forgotten", "/", page)
 }

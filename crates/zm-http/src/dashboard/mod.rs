@@ -219,6 +219,53 @@ impl Signed {
     pub(crate) fn caller(&self) -> zm_store::Caller {
         self.session.caller(self.request_id.clone())
     }
+
+    /// A tool or store error of this request, to show.
+    pub(crate) fn fail(&self, e: zm_contracts::ToolError) -> Failure {
+        Failure::from_tool(e, self.request_id.as_deref())
+    }
+
+    /// The page of a failure.
+    pub(crate) fn error(&self, f: &Failure) -> Response {
+        errors::page(Some(&self.session), f)
+    }
+
+    /// A whole page in the section `nav`.
+    pub(crate) fn page(
+        &self,
+        status: StatusCode,
+        title: &str,
+        nav: &str,
+        body: maud::Markup,
+    ) -> Response {
+        html(
+            status,
+            layout::page(title, Some(&self.session), Some((nav, &self.csrf)), body),
+        )
+    }
+}
+
+/// A form post that changes one thing: check the form, make the change,
+/// go back to `back` — or show the failure, with `back` to return to.
+pub(crate) async fn change_then_back<F>(
+    state: &AppState,
+    signed: &Signed,
+    headers: &HeaderMap,
+    body: Body,
+    back: &str,
+    change: F,
+) -> Response
+where
+    F: AsyncFnOnce(Form) -> Result<(), zm_contracts::ToolError>,
+{
+    let form = match signed_form(state, signed, headers, body).await {
+        Ok(f) => f,
+        Err(f) => return signed.error(&f.back_to(back)),
+    };
+    match change(form).await {
+        Ok(()) => see_other(back),
+        Err(e) => signed.error(&signed.fail(e).back_to(back)),
+    }
 }
 
 impl FromRequestParts<AppState> for Signed {

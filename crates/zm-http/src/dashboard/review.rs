@@ -11,8 +11,8 @@ use maud::{Markup, html};
 use serde_json::json;
 use zm_contracts::{Conflict, ConflictSide, ToolName, ToolOutput};
 
-use super::errors::{self, Failure};
-use super::{Signed, html, layout, see_other, signed_form};
+use super::errors::Failure;
+use super::{Signed, see_other, signed_form};
 use crate::state::AppState;
 
 /// A word-level diff of two texts: the longest common subsequence of their
@@ -144,12 +144,12 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     {
         Ok(ToolOutput::ListConflicts(o)) => o,
         Ok(_) => {
-            return errors::page(
-                Some(&signed.session),
-                &Failure::from_tool(zm_contracts::ToolError::internal(), rid),
-            );
+            return signed.error(&Failure::from_tool(
+                zm_contracts::ToolError::internal(),
+                rid,
+            ));
         }
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let body = html! {
         h1 { "Review" }
@@ -158,15 +158,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
             ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(c, &signed.csrf)) } }
         }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Review",
-            Some(&signed.session),
-            Some(("/review", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Review", "/review", body)
 }
 
 /// `POST /review/{dispute_id}`.
@@ -179,7 +171,7 @@ pub(crate) async fn resolve(
 ) -> Response {
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/review")),
+        Err(f) => return signed.error(&f.back_to("/review")),
     };
     let mut input = json!({"dispute_id": dispute});
     if let Some(w) = form.get("winner") {
@@ -197,10 +189,7 @@ pub(crate) async fn resolve(
         .await
     {
         Ok(_) => see_other("/review"),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, signed.request_id.as_deref()).back_to("/review"),
-        ),
+        Err(e) => signed.error(&signed.fail(e).back_to("/review")),
     }
 }
 

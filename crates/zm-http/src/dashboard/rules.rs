@@ -14,8 +14,8 @@ use zm_contracts::Rule;
 use zm_store::rules::{RuleRecord, RuleState};
 use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
 
-use super::errors::{self, Failure};
-use super::{Signed, html, layout, see_other, signed_form};
+use super::errors::Failure;
+use super::{Signed, see_other, signed_form};
 use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -51,7 +51,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         state.store.user_rules(&caller)
     ) {
         Ok(v) => v,
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let now = state.store.clock().now_ms();
     let capped = zm_mcp::instructions::compose(&delivered, true);
@@ -108,15 +108,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
             a.button.secondary href="/rules/download?format=cursor" download { ".cursorrules block" }
         }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Rules",
-            Some(&signed.session),
-            Some(("/rules", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Rules", "/rules", body)
 }
 
 /// `POST /rules/{memory_id}/{pin|unpin|revoke}`.
@@ -130,7 +122,7 @@ pub(crate) async fn act(
     let rid = signed.request_id.as_deref();
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
-        Err(f) => return errors::page(Some(&signed.session), &f.back_to("/rules")),
+        Err(f) => return signed.error(&f.back_to("/rules")),
     };
     let caller = signed.caller();
     let done = match action.as_str() {
@@ -139,9 +131,7 @@ pub(crate) async fn act(
         "revoke" => {
             let reason = form.get("reason").unwrap_or("").trim();
             if reason.is_empty() {
-                return errors::page(
-                    Some(&signed.session),
-                    &Failure::from_tool(
+                return signed.error(&Failure::from_tool(
                         zm_contracts::ToolError::validation("reason: say why the rule is revoked")
                             .with_details(serde_json::json!({"fields": [{"path": "reason", "reason": "say why the rule is revoked"}]})),
                         rid,
@@ -155,10 +145,7 @@ pub(crate) async fn act(
     };
     match done {
         Ok(()) => see_other("/rules"),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, rid).back_to("/rules"),
-        ),
+        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to("/rules")),
     }
 }
 
@@ -177,10 +164,7 @@ pub(crate) async fn download(
     let rules = match state.store.user_rules(&signed.caller()).await {
         Ok(r) => r,
         Err(e) => {
-            return errors::page(
-                Some(&signed.session),
-                &Failure::from_tool(e, signed.request_id.as_deref()),
-            );
+            return signed.error(&signed.fail(e));
         }
     };
     let (file, heading) = match q.format.as_deref() {

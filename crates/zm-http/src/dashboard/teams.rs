@@ -14,8 +14,8 @@ use zm_contracts::teams::{
 };
 use zm_contracts::{InvitationId, TeamRole};
 
-use super::errors::{self, Failure};
-use super::{Form, Signed, html, layout, see_other, signed_form};
+use super::errors::Failure;
+use super::{Form, Signed, see_other, signed_form};
 use crate::state::AppState;
 
 fn role_select(id: &str, selected: TeamRole) -> Markup {
@@ -37,7 +37,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         state.store.list_invitations(&caller)
     ) {
         Ok(v) => v,
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let body = html! {
         h1 { "Teams" }
@@ -79,15 +79,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
             button type="submit" { "Create" }
         }
     };
-    html(
-        StatusCode::OK,
-        layout::page(
-            "Teams",
-            Some(&signed.session),
-            Some(("/teams", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, "Teams", "/teams", body)
 }
 
 fn detail_page(
@@ -203,7 +195,7 @@ pub(crate) async fn show(
     let rid = signed.request_id.as_deref();
     let d = match state.store.get_team(&caller, &slug).await {
         Ok(d) => d,
-        Err(e) => return errors::page(Some(&signed.session), &Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let audit = if d.team.role == TeamRole::Admin {
         state.store.team_audit(&caller, &slug).await.ok()
@@ -211,15 +203,7 @@ pub(crate) async fn show(
         None
     };
     let body = detail_page(&d, &signed.csrf, audit.as_ref());
-    html(
-        StatusCode::OK,
-        layout::page(
-            &d.team.name,
-            Some(&signed.session),
-            Some(("/teams", &signed.csrf)),
-            body,
-        ),
-    )
+    signed.page(StatusCode::OK, &d.team.name, "/teams", body)
 }
 
 /// Parse a form's values through the contract's validation.
@@ -238,7 +222,7 @@ async fn form_of(
 ) -> Result<Form, Response> {
     signed_form(state, signed, headers, body)
         .await
-        .map_err(|f| errors::page(Some(&signed.session), &f.back_to(back)))
+        .map_err(|f| signed.error(&f.back_to(back)))
 }
 
 /// `POST /teams`: create.
@@ -267,7 +251,7 @@ pub(crate) async fn create(
     };
     match result {
         Ok(d) => see_other(&format!("/teams/{}", d.team.slug)),
-        Err(f) => errors::page(Some(&signed.session), &f.back_to("/teams")),
+        Err(f) => signed.error(&f.back_to("/teams")),
     }
 }
 
@@ -349,7 +333,7 @@ pub(crate) async fn act(
     };
     match result {
         Ok(to) => see_other(&to),
-        Err(f) => errors::page(Some(&signed.session), &f.back_to(&back)),
+        Err(f) => signed.error(&f.back_to(&back)),
     }
 }
 
@@ -401,7 +385,7 @@ pub(crate) async fn member(
     };
     match result {
         Ok(to) => see_other(&to),
-        Err(f) => errors::page(Some(&signed.session), &f.back_to(&back)),
+        Err(f) => signed.error(&f.back_to(&back)),
     }
 }
 
@@ -418,19 +402,13 @@ pub(crate) async fn accept(
         return r;
     }
     let Ok(id) = InvitationId::parse(&id) else {
-        return errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(
-                zm_contracts::ToolError::not_found("Invitation not found."),
-                rid,
-            ),
-        );
+        return signed.error(&Failure::from_tool(
+            zm_contracts::ToolError::not_found("Invitation not found."),
+            rid,
+        ));
     };
     match state.store.accept_invitation(&signed.caller(), &id).await {
         Ok(d) => see_other(&format!("/teams/{}", d.team.slug)),
-        Err(e) => errors::page(
-            Some(&signed.session),
-            &Failure::from_tool(e, rid).back_to("/teams"),
-        ),
+        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to("/teams")),
     }
 }
