@@ -238,6 +238,20 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         b.wait_for("main h1")
         page_is_clean(b, f"{name} page")
         shoot(b, shots, name)
+    # Import a server-memory file from the Account page; search finds it.
+    upload = Path(tempfile.mkdtemp()) / "memory.jsonl"
+    upload.write_text(json.dumps({"type": "entity", "name": "Payments API", "entityType": "service",
+                                  "observations": ["retries webhooks five times"]}) + "\n")
+    b.get(base + "/account")
+    b.wait_for("#import-file").send_keys(str(upload))
+    b.driver.find_element("css selector", "#import-format").send_keys("@modelcontextprotocol")
+    b.click("form#import button[type=submit]")
+    b.wait_for(".flash.ok")
+    check("1 new" in b.text_of(".flash.ok"), f"the import says what it did: {b.text_of('.flash.ok')}")
+    b.get(base + "/?q=webhooks")
+    b.wait_for("ol#results")
+    check("retries webhooks five times" in b.driver.page_source, "the imported memory is found")
+
     # A team of one's own, created in the browser.
     b.get(base + "/teams")
     b.fill("#slug", "browsers")

@@ -572,3 +572,82 @@ async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mc
     assert_eq!(p.status, 404);
     s.running.stop().await;
 }
+
+#[tokio::test]
+async fn the_account_page_imports_a_server_memory_file_once() {
+    let s = start().await;
+    common::user(&s.store, "imp-a").await;
+    let mut b = Browser::default();
+    assert_eq!(
+        b.sign_in(&s, "imp-a@example.com", "password-imp-a-123")
+            .await
+            .status,
+        303
+    );
+    let csrf = b.csrf(&s).await;
+    let file = concat!(
+        r#"{"type":"entity","name":"Payments API","entityType":"service","observations":["retries webhooks five times"]}"#,
+        "\n"
+    );
+    let cookies = b.header();
+    let upload = |csrf: &str, origin: &str| {
+        let boundary = "zmboundary42";
+        let body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"format\"\r\n\r\nserver-memory\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"target\"\r\n\r\n\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"memory.jsonl\"\r\nContent-Type: application/x-ndjson\r\n\r\n{file}\r\n\
+             --{boundary}--\r\n"
+        );
+        s.http
+            .post(format!("{}/account/import", s.base))
+            .header("cookie", cookies.clone())
+            .header("origin", origin.to_string())
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+    };
+    let r = upload(&csrf, &s.base).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("Imported memory.jsonl: 1 new"), "{text}");
+    let again = upload(&csrf, &s.base)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        again.contains("0 new") && again.contains("1 imported before"),
+        "{again}"
+    );
+    assert!(
+        b.get(&s, "/?q=webhooks")
+            .await
+            .body
+            .contains("retries webhooks five times")
+    );
+    // A forged token and another site are refused.
+    assert_eq!(
+        upload("forged", &s.base)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+    assert_eq!(
+        upload(&csrf, "https://evil.example")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+    s.running.stop().await;
+}

@@ -16,6 +16,7 @@ pub mod graph;
 pub mod guard;
 pub mod hint;
 pub mod identity;
+pub mod importer;
 pub mod limits;
 pub mod memories;
 pub mod oauth;

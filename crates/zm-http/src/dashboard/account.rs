@@ -57,6 +57,31 @@ async fn page(
         h2 { "Export everything" }
         p { "Every memory you can read, live and forgotten, as JSONL — what " code { "zero-memory import" } " reads back." }
         p { a.button.secondary #export href="/account/export" download { "Download the export" } }
+        h2 { "Import" }
+        form #import method="post" action="/account/import" enctype="multipart/form-data" {
+            input type="hidden" name="csrf" value=(signed.csrf);
+            div.field {
+                label for="import-file" { "File (JSONL, at most 20 MiB)" }
+                input #import-file type="file" name="file" accept=".jsonl,.json,.ndjson,application/x-ndjson" required;
+            }
+            div.field {
+                label for="import-format" { "Format" }
+                select #import-format name="format" {
+                    option value="zm" { "zero-memory export" }
+                    option value="server-memory" { "@modelcontextprotocol/server-memory" }
+                }
+            }
+            div.field {
+                label for="import-target" { "Into" }
+                select #import-target name="target" {
+                    option value="" { "as the file says (personal for server-memory)" }
+                    option value="personal" { "personal" }
+                    option value="core" { "core" }
+                }
+            }
+            button.secondary type="submit" { "Import" }
+            p.hint { "Importing the same file again adds nothing: each memory is recognised by its source." }
+        }
         h2 { "Your recent changes" }
         @if audit.is_empty() { p.muted { "None yet." } } @else {
             table #audit {
@@ -256,4 +281,134 @@ pub(crate) async fn delete(
         }
         Err(e) => page(&state, &signed, None, Some(&Failure::from_tool(e, rid))).await,
     }
+}
+
+/// The largest file the Account page imports.
+pub(crate) const IMPORT_LIMIT: usize = 20 * 1024 * 1024;
+
+/// `POST /account/import` (multipart): our JSONL or server-memory's, through
+/// the same importer as `zero-memory import`.
+pub(crate) async fn import(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    mut multipart: axum::extract::Multipart,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    if !super::same_origin(&state, &headers) {
+        return signed.error(&Failure::forbidden(
+            "This form was sent from another site.",
+            rid,
+        ));
+    }
+    let (mut csrf, mut format, mut target, mut file, mut name) = (
+        String::new(),
+        String::new(),
+        String::new(),
+        None,
+        String::new(),
+    );
+    loop {
+        match multipart.next_field().await {
+            Ok(Some(field)) => {
+                let field_name = field.name().unwrap_or("").to_string();
+                if field_name == "file" {
+                    name = field
+                        .file_name()
+                        .unwrap_or("upload.jsonl")
+                        .chars()
+                        .take(200)
+                        .collect();
+                    match field.bytes().await {
+                        Ok(b) => file = Some(b),
+                        Err(e) => {
+                            return signed.error(&Failure::invalid(
+                                format!("The file could not be read: {e}"),
+                                rid,
+                            ));
+                        }
+                    }
+                } else {
+                    let value = field.text().await.unwrap_or_default();
+                    match field_name.as_str() {
+                        "csrf" => csrf = value,
+                        "format" => format = value,
+                        "target" => target = value,
+                        _ => {}
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return signed.error(&Failure::invalid(
+                    format!("The upload could not be read: {e}"),
+                    rid,
+                ));
+            }
+        }
+    }
+    if !super::csrf_ok(&state, &signed.secret, &csrf) {
+        return signed.error(&Failure::forbidden(
+            "This form expired or did not come from this dashboard. Reload the page and try again.",
+            rid,
+        ));
+    }
+    let Some(bytes) = file.filter(|b| !b.is_empty()) else {
+        return page(
+            &state,
+            &signed,
+            None,
+            Some(&invalid("file", "choose a file to import", rid)),
+        )
+        .await;
+    };
+    let Ok(text) = String::from_utf8(bytes.to_vec()) else {
+        return page(
+            &state,
+            &signed,
+            None,
+            Some(&invalid("file", "the file is not UTF-8 text", rid)),
+        )
+        .await;
+    };
+    let format = match format.as_str() {
+        "server-memory" => zm_store::importer::ImportFormat::ServerMemory,
+        _ => zm_store::importer::ImportFormat::Zm,
+    };
+    let target = match target.as_str() {
+        "core" => Some(zm_store::importer::ImportInto::Core),
+        "personal" => Some(zm_store::importer::ImportInto::Personal),
+        _ => None,
+    };
+    let summary = zm_store::importer::import_text(
+        state.tools.clone(),
+        signed.caller(),
+        format!("dashboard upload: {name}"),
+        format,
+        target,
+        &text,
+    )
+    .await;
+    let notice = format!(
+        "Imported {name}: {} new, {} already present, {} imported before{}.",
+        summary.memories_imported,
+        summary.memories_existing,
+        summary.memories_skipped,
+        if summary.errors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} line(s) could not be imported: {}",
+                summary.errors.len(),
+                summary
+                    .errors
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" · ")
+            )
+        }
+    );
+    page(&state, &signed, Some(&notice), None).await
 }

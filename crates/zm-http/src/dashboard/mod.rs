@@ -79,6 +79,11 @@ pub fn routes(state: AppState) -> Router {
         .route("/account/password", post(account::password))
         .route("/account/export", get(account::export))
         .route("/account/delete", post(account::delete))
+        .route(
+            "/account/import",
+            post(account::import)
+                .layer(axum::extract::DefaultBodyLimit::max(account::IMPORT_LIMIT)),
+        )
         .route("/teams", get(teams::index).post(teams::create))
         .route("/teams/invitations/{id}/accept", post(teams::accept))
         .route("/teams/{slug}", get(teams::show))
@@ -194,7 +199,7 @@ pub(crate) fn csrf_token(state: &AppState, session_secret: &str) -> String {
     URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
-fn csrf_ok(state: &AppState, session_secret: &str, token: &str) -> bool {
+pub(crate) fn csrf_ok(state: &AppState, session_secret: &str, token: &str) -> bool {
     let mut mac =
         <Hmac<Sha256> as KeyInit>::new_from_slice(state.store.form_key()).expect("any key length");
     mac.update(b"zm-dashboard-csrf/v1\0");
@@ -210,7 +215,7 @@ fn csrf_ok(state: &AppState, session_secret: &str, token: &str) -> bool {
 pub(crate) struct Signed {
     pub(crate) session: WebSession,
     pub(crate) csrf: String,
-    secret: String,
+    pub(crate) secret: String,
     pub(crate) request_id: Option<String>,
 }
 
@@ -369,7 +374,7 @@ pub(crate) async fn read_form(
 }
 
 /// `Origin` (or, without it, `Referer`) must be our public URL when sent.
-fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
+pub(crate) fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
     let ours = crate::state::origin_of(&state.cfg.public_url);
     if let Some(o) = headers.get(header::ORIGIN) {
         return o.to_str().ok().map(str::to_string) == ours;

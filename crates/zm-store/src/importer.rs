@@ -1,0 +1,614 @@
+//! Importing files: our JSONL export, and the JSONL file of the official
+//! `@modelcontextprotocol/server-memory` — one importer for the command line
+//! (`zero-memory import`) and the dashboard's Account page.
+//!
+//! Every memory goes through the `import_memory` tool with a deterministic
+//! `source_hash`, so running the same import twice adds nothing the second
+//! time. The mapping of the server-memory graph is documented in
+//! `docs/CLI.md`:
+//!
+//! - each observation → one `fact` memory `"<name>: <observation>"` (the
+//!   observation as written when it already names the entity), idempotency
+//!   key sha256(`name|observation`); then anchored to its entity, with the
+//!   entity type mapped to ours, by a `remember` of the identical content
+//!   in the same scope (which deduplicates onto the imported memory and
+//!   creates/attaches the typed entity);
+//! - an entity without observations → one memory `"<name> is a <entityType>."`,
+//!   anchored the same way, so the entity and its type exist;
+//! - each relation → a `link` entity edge (our edge type when the relation
+//!   type is one after normalisation, else `relates_to`); a relation type
+//!   that is not ours is kept as a memory `"<from> <relation words> <to>."`
+//!   anchored to both entities, so nothing of the file is lost.
+
+use std::collections::HashMap;
+
+use crate::memories::match_key;
+use crate::service::{Handler, ToolService};
+use crate::store::Caller;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use zm_contracts::catalogue::tool;
+use zm_contracts::{
+    EdgeType, EntityType, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MemoryKind,
+    RememberOutput, ToolError, parse_input,
+};
+
+/// The file formats the importer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportFormat {
+    /// Our JSONL export (one `Memory` a line).
+    Zm,
+    /// The JSONL file of `@modelcontextprotocol/server-memory`.
+    ServerMemory,
+}
+
+/// Where imported memories go when the file does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportInto {
+    Core,
+    Personal,
+}
+
+/// A failure as one line: the message and the offending fields.
+pub fn describe(e: &ToolError) -> String {
+    let mut s = e.message.clone();
+    if let Some(fields) = e
+        .details
+        .as_ref()
+        .and_then(|d| d.get("fields"))
+        .and_then(|f| f.as_array())
+    {
+        let parts: Vec<String> = fields
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}: {}",
+                    f["path"].as_str().unwrap_or("?"),
+                    f["reason"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        if !parts.is_empty() {
+            s.push_str(&format!(" ({})", parts.join("; ")));
+        }
+    }
+    s
+}
+
+/// Import `text` as `format` for `caller`, through the tool service (each
+/// memory with a deterministic `source_hash`: importing the same file twice
+/// adds nothing the second time). `source_path` names the file in each
+/// memory's provenance.
+pub async fn import_text(
+    tools: ToolService,
+    caller: Caller,
+    source_path: String,
+    format: ImportFormat,
+    target: Option<ImportInto>,
+    text: &str,
+) -> Summary {
+    let mut imp = Importer {
+        tools,
+        caller,
+        source_path,
+        source_tool: match format {
+            ImportFormat::Zm => None,
+            ImportFormat::ServerMemory => Some("mcp-server-memory"),
+        },
+        summary: Summary::default(),
+    };
+    match format {
+        ImportFormat::Zm => import_zm(&mut imp, text, target).await,
+        ImportFormat::ServerMemory => {
+            import_server_memory(&mut imp, text, target.unwrap_or(ImportInto::Personal)).await;
+        }
+    }
+    imp.summary
+}
+
+/// What an import did.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    pub format: &'static str,
+    /// Non-blank lines read.
+    pub lines: usize,
+    /// server-memory: entity lines.
+    pub entities: usize,
+    /// server-memory: relation lines.
+    pub relations: usize,
+    /// New memories stored.
+    pub memories_imported: usize,
+    /// Lines whose content was already stored as an identical live memory
+    /// in the target scope (recorded, not stored again).
+    pub memories_existing: usize,
+    /// Lines imported by an earlier run (same source hash): skipped.
+    pub memories_skipped: usize,
+    /// zm: invalidated memories, which are not re-imported.
+    pub invalidated_skipped: usize,
+    /// server-memory: entity edges created.
+    pub edges_created: usize,
+    /// server-memory: entity edges that existed already.
+    pub edges_existing: usize,
+    /// Lines that could not be imported (the import exits 1).
+    pub errors: Vec<String>,
+    /// Things that were imported incompletely (e.g. an entity that could
+    /// not be anchored).
+    pub warnings: Vec<String>,
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn target_str(t: ImportTarget) -> &'static str {
+    t.as_str()
+}
+
+/// Our entity type for a server-memory `entityType` (case-insensitive
+/// exact match; anything else is a `concept`).
+pub fn map_entity_type(raw: &str) -> EntityType {
+    EntityType::parse(&raw.trim().to_lowercase()).unwrap_or(EntityType::Concept)
+}
+
+/// Our edge type for a server-memory `relationType`, and whether it is an
+/// exact match (lowercased, spaces and `-` as `_`) rather than the
+/// `relates_to` fallback.
+pub fn map_edge_type(raw: &str) -> (EdgeType, bool) {
+    let norm = raw.trim().to_lowercase().replace([' ', '-'], "_");
+    match EdgeType::parse(&norm) {
+        Some(t) => (t, true),
+        None => (EdgeType::RelatesTo, false),
+    }
+}
+
+/// The memory an observation becomes.
+pub fn observation_content(name: &str, observation: &str) -> String {
+    let obs = observation.trim();
+    if obs.to_lowercase().contains(&name.trim().to_lowercase()) {
+        obs.to_string()
+    } else {
+        format!("{}: {obs}", name.trim())
+    }
+}
+
+/// The memory an entity without observations becomes.
+pub fn entity_content(name: &str, entity_type: &str) -> String {
+    let t = entity_type.trim();
+    let t = if t.is_empty() { "entity" } else { t };
+    let article = if t.starts_with(['a', 'e', 'i', 'o', 'u', 'A', 'E', 'I', 'O', 'U']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{} is {article} {t}.", name.trim())
+}
+
+/// The memory a relation whose type is not ours becomes.
+pub fn relation_content(from: &str, relation_type: &str, to: &str) -> String {
+    let words = relation_type
+        .replace(['_', '-'], " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!("{} {words} {}.", from.trim(), to.trim())
+}
+
+/// One entity line of a server-memory file.
+#[derive(Debug, Deserialize)]
+struct SmEntity {
+    name: String,
+    #[serde(rename = "entityType", default)]
+    entity_type: String,
+    #[serde(default)]
+    observations: Vec<String>,
+}
+
+/// One relation line of a server-memory file.
+#[derive(Debug, Deserialize)]
+struct SmRelation {
+    from: String,
+    to: String,
+    #[serde(rename = "relationType")]
+    relation_type: String,
+}
+
+struct Importer {
+    tools: ToolService,
+    caller: Caller,
+    source_path: String,
+    source_tool: Option<&'static str>,
+    summary: Summary,
+}
+
+impl Importer {
+    /// Run one tool through the tool service (validation included): the
+    /// same pipeline as MCP and REST, typed output back.
+    async fn run<T: Handler>(&self, raw: &Value) -> Result<T::Output, ToolError> {
+        self.tools
+            .run::<T>(&self.caller, parse_input::<T::Input>(raw)?)
+            .await
+    }
+
+    /// Import one memory; counts the outcome. Returns the memory id.
+    async fn import(
+        &mut self,
+        content: &str,
+        kind: MemoryKind,
+        target: ImportTarget,
+        source_hash: &str,
+        extra: &[(&str, Value)],
+    ) -> Result<Option<MemoryId>, ToolError> {
+        let input = self.import_input(content, kind, target, source_hash, extra);
+        let out: ImportMemoryOutput = self.run::<tool::ImportMemory>(&input).await?;
+        self.count(&out);
+        Ok(out.memory_id)
+    }
+
+    /// The `import_memory` input of one memory.
+    fn import_input(
+        &self,
+        content: &str,
+        kind: MemoryKind,
+        target: ImportTarget,
+        source_hash: &str,
+        extra: &[(&str, Value)],
+    ) -> Value {
+        let mut input = json!({
+            "content": content,
+            "kind": kind.as_str(),
+            "target": target_str(target),
+            "source_path": self.source_path,
+            "source_hash": source_hash,
+        });
+        if let Some(t) = self.source_tool {
+            input["source_tool"] = json!(t);
+        }
+        for (k, v) in extra {
+            input[*k] = v.clone();
+        }
+        input
+    }
+
+    /// Count one import's outcome.
+    fn count(&mut self, out: &ImportMemoryOutput) {
+        if out.skipped {
+            self.summary.memories_skipped += 1;
+        } else if out.deduplicated == Some(true) {
+            self.summary.memories_existing += 1;
+        } else {
+            self.summary.memories_imported += 1;
+        }
+    }
+
+    /// Import many memories in one transaction (each in its own savepoint:
+    /// a refused one is reported with its label and the others land).
+    /// `pending` is emptied.
+    async fn import_batch(&mut self, pending: &mut Vec<(String, Value)>) {
+        let mut labels = Vec::with_capacity(pending.len());
+        let mut inputs = Vec::with_capacity(pending.len());
+        for (label, raw) in pending.drain(..) {
+            match parse_input(&raw) {
+                Ok(input) => {
+                    labels.push(label);
+                    inputs.push(input);
+                }
+                Err(e) => self
+                    .summary
+                    .errors
+                    .push(format!("{label}: {}", describe(&e))),
+            }
+        }
+        if inputs.is_empty() {
+            return;
+        }
+        match self
+            .tools
+            .run_batch::<tool::ImportMemory>(&self.caller, inputs)
+            .await
+        {
+            Ok(results) => {
+                for (label, result) in labels.into_iter().zip(results) {
+                    match result {
+                        Ok(out) => self.count(&out),
+                        Err(e) => self
+                            .summary
+                            .errors
+                            .push(format!("{label}: {}", describe(&e))),
+                    }
+                }
+            }
+            Err(e) => {
+                // The batch's transaction failed: none of it was written.
+                for label in labels {
+                    self.summary
+                        .errors
+                        .push(format!("{label}: {}", describe(&e)));
+                }
+            }
+        }
+    }
+
+    /// Attach entities to an imported memory: `remember` the identical
+    /// content in the same scope with `entities`, which deduplicates onto
+    /// the memory and creates/attaches the (typed) entities. Done only while
+    /// the memory is live, unchanged and still in that scope, so it can
+    /// never create a second memory.
+    async fn anchor(
+        &mut self,
+        id: &MemoryId,
+        content: &str,
+        target: ImportTarget,
+        entities: &[(String, EntityType)],
+    ) -> Result<(), ToolError> {
+        let scope = match target {
+            ImportTarget::Core => self.caller.core_scope(),
+            _ => self.caller.personal_scope(),
+        };
+        let m = self.tools.store().get_memory(&self.caller, id).await?;
+        if m.invalidated_at.is_some() || m.scope != scope || m.content != content.trim() {
+            return Ok(());
+        }
+        let mentions: Vec<Value> = entities
+            .iter()
+            .map(|(name, t)| json!({"name": name, "type": t.as_str()}))
+            .collect();
+        let out: RememberOutput = self
+            .run::<tool::Remember>(&json!({
+                "content": content,
+                "kind": "fact",
+                "scope": target_str(target),
+                "entities": mentions,
+            }))
+            .await?;
+        if out.memory_id != *id {
+            tracing::warn!(imported = %id, remembered = %out.memory_id, "anchoring landed on another memory");
+        }
+        Ok(())
+    }
+
+    async fn import_and_anchor(
+        &mut self,
+        line: usize,
+        content: &str,
+        target: ImportTarget,
+        source_hash: &str,
+        entities: &[(String, EntityType)],
+    ) {
+        match self
+            .import(content, MemoryKind::Fact, target, source_hash, &[])
+            .await
+        {
+            Ok(Some(id)) => {
+                if let Err(e) = self.anchor(&id, content, target, entities).await {
+                    let names: Vec<&str> = entities.iter().map(|(n, _)| n.as_str()).collect();
+                    self.summary.warnings.push(format!(
+                        "line {line}: imported, but could not attach it to {}: {}",
+                        names.join(", "),
+                        describe(&e)
+                    ));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.summary
+                    .errors
+                    .push(format!("line {line}: {:?}: {}", content, describe(&e)));
+            }
+        }
+    }
+}
+
+/// Memories imported per transaction (one commit, one fsync).
+const IMPORT_BATCH: usize = 500;
+
+/// Import our own JSONL export, in batches of [`IMPORT_BATCH`].
+async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportInto>) {
+    imp.summary.format = "zm";
+    let mut pending: Vec<(String, Value)> = Vec::with_capacity(IMPORT_BATCH);
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        imp.summary.lines += 1;
+        let m: Memory = match serde_json::from_str(raw) {
+            Ok(m) => m,
+            Err(e) => {
+                imp.summary.errors.push(format!(
+                    "line {line}: not a memory of a zero-memory export: {e}"
+                ));
+                continue;
+            }
+        };
+        if m.invalidated_at.is_some() {
+            imp.summary.invalidated_skipped += 1;
+            continue;
+        }
+        let to = match target {
+            Some(ImportInto::Core) => ImportTarget::Core,
+            Some(ImportInto::Personal) => ImportTarget::Personal,
+            None if m.scope.ends_with(".core") => ImportTarget::Core,
+            None => ImportTarget::Personal,
+        };
+        let hash = format!("{}:{}", m.id, sha256_hex(&m.content));
+        let mut extra: Vec<(&str, Value)> = Vec::new();
+        if let Some(v) = m
+            .source
+            .as_ref()
+            .and_then(|s| s.get("verbatim"))
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+        {
+            extra.push(("verbatim", json!(v)));
+        }
+        if let Some(a) = m.agent_name.as_deref().filter(|a| !a.trim().is_empty()) {
+            extra.push((
+                "source_tool",
+                json!(a.chars().take(200).collect::<String>()),
+            ));
+        }
+        let input = imp.import_input(&m.content, m.kind, to, &hash, &extra);
+        pending.push((format!("line {line}: memory {}", m.id), input));
+        if pending.len() >= IMPORT_BATCH {
+            imp.import_batch(&mut pending).await;
+        }
+    }
+    imp.import_batch(&mut pending).await;
+}
+
+/// Import the JSONL file of `@modelcontextprotocol/server-memory`.
+async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto) {
+    imp.summary.format = "server-memory";
+    let target = match target {
+        ImportInto::Core => ImportTarget::Core,
+        ImportInto::Personal => ImportTarget::Personal,
+    };
+    let mut entities: Vec<(usize, SmEntity)> = Vec::new();
+    let mut relations: Vec<(usize, SmRelation)> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        imp.summary.lines += 1;
+        let v: Value = match serde_json::from_str(raw) {
+            Ok(v) => v,
+            Err(e) => {
+                imp.summary
+                    .errors
+                    .push(format!("line {line}: not JSON: {e}"));
+                continue;
+            }
+        };
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "entity" => match serde_json::from_value::<SmEntity>(v) {
+                Ok(e) => entities.push((line, e)),
+                Err(e) => imp
+                    .summary
+                    .errors
+                    .push(format!("line {line}: not a server-memory entity: {e}")),
+            },
+            "relation" => match serde_json::from_value::<SmRelation>(v) {
+                Ok(r) => relations.push((line, r)),
+                Err(e) => imp
+                    .summary
+                    .errors
+                    .push(format!("line {line}: not a server-memory relation: {e}")),
+            },
+            other => imp.summary.errors.push(format!(
+                "line {line}: unknown line type {other:?} (expected \"entity\" or \"relation\")"
+            )),
+        }
+    }
+    imp.summary.entities = entities.len();
+    imp.summary.relations = relations.len();
+
+    // Entity types by match key, for anchoring relation memories.
+    let mut types: HashMap<String, EntityType> = HashMap::new();
+
+    // Entities first, so the typed entity exists before a relation's
+    // `link` looks the name up.
+    for (line, e) in &entities {
+        let name = e.name.trim();
+        if name.is_empty() {
+            imp.summary
+                .errors
+                .push(format!("line {line}: the entity has no name"));
+            continue;
+        }
+        let etype = map_entity_type(&e.entity_type);
+        types.entry(match_key(name)).or_insert(etype);
+        let anchors = [(name.to_string(), etype)];
+        let observations: Vec<&String> = e
+            .observations
+            .iter()
+            .filter(|o| !o.trim().is_empty())
+            .collect();
+        if observations.is_empty() {
+            let content = entity_content(name, &e.entity_type);
+            let hash = sha256_hex(&format!("{}|entityType|{}", e.name, e.entity_type));
+            imp.import_and_anchor(*line, &content, target, &hash, &anchors)
+                .await;
+            continue;
+        }
+        for obs in observations {
+            let content = observation_content(name, obs);
+            let hash = sha256_hex(&format!("{}|{}", e.name, obs));
+            imp.import_and_anchor(*line, &content, target, &hash, &anchors)
+                .await;
+        }
+    }
+
+    for (line, r) in &relations {
+        let (edge, exact) = map_edge_type(&r.relation_type);
+        let linked = imp
+            .run::<tool::Link>(
+                &json!({"src": r.from.trim(), "dst": r.to.trim(), "type": edge.as_str()}),
+            )
+            .await;
+        match linked {
+            Ok(out) if out.created => imp.summary.edges_created += 1,
+            Ok(_) => imp.summary.edges_existing += 1,
+            Err(e) => {
+                imp.summary.errors.push(format!(
+                    "line {line}: relation {:?} -[{}]-> {:?}: {}",
+                    r.from,
+                    r.relation_type,
+                    r.to,
+                    describe(&e)
+                ));
+                continue;
+            }
+        }
+        if !exact {
+            let content = relation_content(&r.from, &r.relation_type, &r.to);
+            let hash = sha256_hex(&format!("{}|{}|{}", r.from, r.relation_type, r.to));
+            let type_of = |n: &str| {
+                types
+                    .get(&match_key(n))
+                    .copied()
+                    .unwrap_or(EntityType::Concept)
+            };
+            let anchors = [
+                (r.from.trim().to_string(), type_of(&r.from)),
+                (r.to.trim().to_string(), type_of(&r.to)),
+            ];
+            imp.import_and_anchor(*line, &content, target, &hash, &anchors)
+                .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings() {
+        assert_eq!(map_entity_type("Person"), EntityType::Person);
+        assert_eq!(map_entity_type("organization"), EntityType::Concept);
+        assert_eq!(map_edge_type("works on"), (EdgeType::WorksOn, true));
+        assert_eq!(map_edge_type("Depends-On"), (EdgeType::DependsOn, true));
+        assert_eq!(map_edge_type("works_at"), (EdgeType::RelatesTo, false));
+        assert_eq!(map_edge_type("relates_to"), (EdgeType::RelatesTo, true));
+        assert_eq!(
+            observation_content("Alice", "likes tea"),
+            "Alice: likes tea"
+        );
+        assert_eq!(
+            observation_content("Alice", "alice likes tea"),
+            "alice likes tea"
+        );
+        assert_eq!(
+            entity_content("Acme", "organization"),
+            "Acme is an organization."
+        );
+        assert_eq!(entity_content("Bob", "person"), "Bob is a person.");
+        assert_eq!(
+            relation_content("Alice", "works_at", "Acme"),
+            "Alice works at Acme."
+        );
+    }
+}
