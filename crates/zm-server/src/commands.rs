@@ -330,6 +330,9 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
     )
     .with_attached_project(attached);
     let result = zm_mcp::serve_stdio(server).await;
+    if let Err(e) = store.flush_usage().await {
+        tracing::warn!(error = %e.message, "writing the last recall counts failed");
+    }
     store.close().await;
     result.map_err(|e| anyhow!("MCP over stdio failed: {e}"))
 }

@@ -117,6 +117,9 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         shown.public_base_url()
     );
     zm_http::serve(listener, app, limits, cancel, shutdown_signal()).await?;
+    if let Err(e) = store.flush_usage().await {
+        tracing::warn!(error = %e.message, "writing the last recall counts failed");
+    }
     store.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -89,6 +89,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0009_web_sessions.sql"),
         postgres: include_str!("../../../migrations/postgres/0009_web_sessions.sql"),
     },
+    Migration {
+        version: 10,
+        name: "memory_usage",
+        sqlite: include_str!("../../../migrations/sqlite/0010_memory_usage.sql"),
+        postgres: include_str!("../../../migrations/postgres/0010_memory_usage.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -15,8 +15,9 @@ use zm_contracts::ToolError;
 use crate::db::{Backend, DbResult};
 use crate::store::Store;
 
-/// The only table a fingerprint leaves out.
-pub const UNFINGERPRINTED: &[&str] = &["audit_log"];
+/// The tables a fingerprint leaves out: the audit log, and the recall
+/// counts (usage statistics, written between calls, not by one).
+pub const UNFINGERPRINTED: &[&str] = &["audit_log", "memory_usage"];
 
 /// The memory data keyed by identity: (table, key expression, state
 /// expression).

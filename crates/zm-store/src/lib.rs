@@ -34,6 +34,7 @@ pub mod teams;
 mod testing;
 pub mod threads;
 pub mod transfer;
+pub mod usage;
 pub mod web;
 
 pub use db::{Backend, OpenError, OpenOptions, sqlite_path, sqlite_url};

@@ -142,6 +142,8 @@ pub struct Store {
     pub(crate) thread_key: ThreadKey,
     pub(crate) form_key: Arc<[u8; 32]>,
     pub(crate) limits: crate::Limits,
+    /// Recall hits not written yet (shared by every clone).
+    pub(crate) usage: Arc<crate::usage::UsageBuffer>,
 }
 
 impl std::fmt::Debug for Store {
@@ -171,6 +173,7 @@ impl Store {
             thread_key,
             form_key,
             limits: opts.limits,
+            usage: Arc::default(),
         })
     }
 

@@ -97,6 +97,10 @@ fn weekly(weeks: &[(i64, String, u64)], now: i64) -> Markup {
 /// `GET /insight`.
 pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
     let caller = signed.caller();
+    let usage = match state.store.usage_figures(&caller).await {
+        Ok(u) => u,
+        Err(e) => return signed.error(&signed.fail(e)),
+    };
     let data = match state.store.insight(&caller, WEEKS).await {
         Ok(d) => d,
         Err(e) => {
@@ -136,6 +140,15 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         (bars("by-scope", "Live memories by scope", &scopes))
         h2 { "Memories by agent" }
         (bars("by-agent", "Memories by writing agent", &agents))
+        h2 { "Most recalled" }
+        @if usage.most.is_empty() { p.muted #most-recalled { "No recall counted yet (counts are written every 30 seconds)." } } @else {
+            ol #most-recalled { @for (id, text, n) in &usage.most { li { a href=(format!("/memories/{id}")) { (text) } " — " (n) " recall" @if *n != 1 { "s" } } } }
+        }
+        h2 { "Never recalled" }
+        p #never-recalled { strong { (usage.never) } " live memories no agent has recalled yet." @if !usage.never_oldest.is_empty() { " The oldest:" } }
+        @if !usage.never_oldest.is_empty() {
+            ul { @for (id, text) in &usage.never_oldest { li { a href=(format!("/memories/{id}")) { (text) } } } }
+        }
         h2 { "Open loops by age" }
         (bars("loop-ages", "Live tasks and open questions by age", &ages))
         p.muted { "Open loops are closed from a memory's page (" em { "Close the loop" } ") or by an agent's " code { "close_loop" } "." }

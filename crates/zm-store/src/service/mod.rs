@@ -157,7 +157,14 @@ impl ToolService {
                 }
             };
         }
-        zm_contracts::for_each_tool!(dispatch)
+        let out = zm_contracts::for_each_tool!(dispatch);
+        // Recall counts for the Insight page: noted after the read has
+        // answered, written at most every 30 s (see `crate::usage`).
+        if let Ok(ToolOutput::Recall(r)) = &out {
+            let ids: Vec<&str> = r.memories.iter().map(|m| m.id.as_str()).collect();
+            self.store.note_recalled(&ids).await;
+        }
+        out
     }
 
     /// Run a tool on an already typed input (the same pipeline minus the

@@ -1,0 +1,40 @@
+//! Recall counts (migration 0010), on every backend: what a recall through
+//! the tool service notes is written by `flush_usage`, summed across calls
+//! and store clones; only readable live memories are listed; a memory no
+//! agent recalled is counted as never recalled.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_store::Store;
+
+backend_tests! {
+    async fn recalls_are_counted_and_never_recalled_ones_listed(store: Store, l: &str) {
+        let (_, a) = user(&store, "use-a").await;
+        let (_, b) = user(&store, "use-b").await;
+        let hot = mem(&store, &a, l, json!({"content": "The ingest queue is Kafka.", "kind": "fact", "scope": "personal"})).await;
+        let cold = mem(&store, &a, l, json!({"content": "The office plant needs water on Fridays.", "kind": "fact", "scope": "personal"})).await;
+        let theirs = mem(&store, &b, l, json!({"content": "B's ingest notes: Kafka partitions are 12.", "kind": "fact", "scope": "personal"})).await;
+        for _ in 0..3 {
+            ok(call(&store, &a, "recall", json!({"query": "ingest queue Kafka"})).await, l, "recall");
+        }
+        // Another clone of the store (another request's) shares the buffer.
+        let clone = store.clone();
+        ok(call(&clone, &b, "recall", json!({"query": "ingest Kafka partitions"})).await, l, "recall b");
+        ok(store.flush_usage().await, l, "flush");
+        let usage = ok(store.usage_figures(&a).await, l, "usage");
+        assert_eq!(usage.most.first().map(|(id, _, n)| (id.as_str(), *n)), Some((hot.as_str(), 3)), "[{l}] {usage:?}");
+        assert!(!usage.most.iter().any(|(id, _, _)| *id == theirs), "[{l}] B's memory is not A's to see");
+        assert!(usage.never >= 1 && usage.never_oldest.iter().any(|(id, _)| *id == cold), "[{l}] {usage:?}");
+        // Counts add up across flushes; a forgotten memory is not listed.
+        ok(call(&store, &a, "recall", json!({"query": "ingest queue Kafka"})).await, l, "recall again");
+        ok(store.flush_usage().await, l, "flush again");
+        let usage = ok(store.usage_figures(&a).await, l, "usage");
+        assert_eq!(usage.most.first().map(|(_, _, n)| *n), Some(4), "[{l}]");
+        ok(call(&store, &a, "forget", json!({"memory_id": hot})).await, l, "forget");
+        assert!(ok(store.usage_figures(&a).await, l, "usage").most.is_empty(), "[{l}]");
+        let b_usage = ok(store.usage_figures(&b).await, l, "usage b");
+        assert_eq!(b_usage.most.first().map(|(id, _, _)| id.as_str()), Some(theirs.as_str()), "[{l}]");
+    }
+}
