@@ -529,7 +529,7 @@ mod tests {
             let details = err.details.clone().unwrap();
             assert_eq!(
                 details,
-                json!({"field": "content", "detector": hit.detector})
+                json!({"field": "content", "detector": hit.detector, "masked": hit.masked})
             );
             let whole = serde_json::to_string(&err.to_json()).unwrap();
             assert!(!err.message.contains(&secret));
