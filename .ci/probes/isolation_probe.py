@@ -197,6 +197,7 @@ def run(srv, ta, tb, b_email):
 
 
 def run_team(srv, ta, tc, td, c_email, d_email, suffix):
+    before = checks
     must = lambda r, what: r[0] in (200, 201) or sys.exit(f"team setup failed at {what}: {r}")
     slug = f"probe{suffix}"
     scope = f"team.{slug}"
@@ -284,6 +285,7 @@ def run_team(srv, ta, tc, td, c_email, d_email, suffix):
     check(r[0] == 200 and r[1].get("teams") == [], f"removed D still lists the team: {r}")
     r = srv.get("/api/rules", td)
     check(r[0] == 200 and not found(r[1], team_secrets), f"removed D's rules: {r}")
+    print(f"isolation probe, teams part: {checks - before} checks", flush=True)
 
 
 def snapshot(srv, token):

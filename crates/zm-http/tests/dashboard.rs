@@ -2,6 +2,11 @@
 //! session cookie flags), every page and action, errors by code, and
 //! isolation — another user, a team member and a removed member see
 //! exactly what they may, and a foreign id reads as not found.
+//!
+//! Every test runs on both backends: `<test>::sqlite` on a fresh file,
+//! `<test>::postgres` on `ZM_TEST_DATABASE_URL` (skipped, saying so,
+//! without it). Users and teams get run-unique names, so the PostgreSQL
+//! database may be shared.
 
 mod common;
 
@@ -18,8 +23,61 @@ struct Server {
     http: reqwest::Client,
 }
 
-async fn start() -> Server {
-    let (dir, store) = common::store().await;
+/// A run-unique lowercase suffix.
+fn unique() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..10)
+        .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
+        .collect()
+}
+
+/// A user `<who>-<unique>@example.com` and the password it signs in with.
+async fn person(store: &Store, who: &str) -> (zm_store::User, String, String) {
+    let tag = format!("{who}-{}", unique());
+    let user = common::user(store, &tag).await;
+    let email = user.email.clone();
+    (user, email, format!("password-{tag}-123"))
+}
+
+/// One `#[tokio::test]` per backend for each listed test.
+macro_rules! both_backends {
+    ($($name:ident)*) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::start(None).await).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                match std::env::var("ZM_TEST_DATABASE_URL").ok().filter(|u| !u.trim().is_empty()) {
+                    Some(url) => super::$name(super::start(Some(url)).await).await,
+                    None => eprintln!("ZM_TEST_DATABASE_URL is not set: skipped {}::postgres", stringify!($name)),
+                }
+            }
+        }
+    )*};
+}
+
+both_backends! {
+    sign_in_browse_search_change_and_sign_out
+    disabling_an_account_ends_its_sessions_and_others_see_nothing
+    team_members_see_the_team_and_removed_members_do_not
+    a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mcp_sessions
+    the_account_page_imports_a_server_memory_file_once
+    the_teams_pages_manage_a_team_end_to_end
+}
+
+async fn start(postgres: Option<String>) -> Server {
+    let (dir, store) = match postgres {
+        None => common::store().await,
+        Some(url) => (
+            tempfile::tempdir().unwrap(),
+            Store::open(url.trim())
+                .await
+                .expect("open ZM_TEST_DATABASE_URL"),
+        ),
+    };
     let (listener, _, base) = common::listen().await;
     let cfg = HttpConfig::local(&base);
     let cancel = CancellationToken::new();
@@ -169,10 +227,8 @@ async fn remember(store: &Store, user: &str, content: &str, scope: &str) -> Stri
     out["memory_id"].as_str().unwrap().to_string()
 }
 
-#[tokio::test]
-async fn sign_in_browse_search_change_and_sign_out() {
-    let s = start().await;
-    let a = common::user(&s.store, "dash-a").await;
+async fn sign_in_browse_search_change_and_sign_out(s: Server) {
+    let (a, a_email, a_password) = person(&s.store, "dash-a").await;
     let m = remember(
         &s.store,
         &a.id,
@@ -212,16 +268,14 @@ async fn sign_in_browse_search_change_and_sign_out() {
         )
         .await;
     assert_eq!(p.status, 403, "{}", p.body);
-    let p = b.sign_in(&s, "dash-a@example.com", "wrong password").await;
+    let p = b.sign_in(&s, &a_email, "wrong password").await;
     assert_eq!(p.status, 400);
     assert!(
         p.body.contains("Wrong email or password") || p.body.contains("marked fields"),
         "{}",
         p.body
     );
-    let p = b
-        .sign_in(&s, "dash-a@example.com", "password-dash-a-123")
-        .await;
+    let p = b.sign_in(&s, &a_email, &a_password).await;
     assert_eq!(
         (p.status, p.location.as_deref()),
         (303, Some("/")),
@@ -367,11 +421,9 @@ async fn sign_in_browse_search_change_and_sign_out() {
     s.running.stop().await;
 }
 
-#[tokio::test]
-async fn disabling_an_account_ends_its_sessions_and_others_see_nothing() {
-    let s = start().await;
-    let a = common::user(&s.store, "iso-a").await;
-    let b_user = common::user(&s.store, "iso-b").await;
+async fn disabling_an_account_ends_its_sessions_and_others_see_nothing(s: Server) {
+    let (a, _, _) = person(&s.store, "iso-a").await;
+    let (b_user, b_email, b_password) = person(&s.store, "iso-b").await;
     let secret = remember(
         &s.store,
         &a.id,
@@ -380,12 +432,7 @@ async fn disabling_an_account_ends_its_sessions_and_others_see_nothing() {
     )
     .await;
     let mut b = Browser::default();
-    assert_eq!(
-        b.sign_in(&s, "iso-b@example.com", "password-iso-b-123")
-            .await
-            .status,
-        303
-    );
+    assert_eq!(b.sign_in(&s, &b_email, &b_password).await.status, 303);
     // Another user's memory answers exactly like one that never existed.
     let theirs = b.get(&s, &format!("/memories/{secret}")).await;
     let never = b.get(&s, "/memories/mem_0000000000000000.0000000000").await;
@@ -418,19 +465,18 @@ async fn disabling_an_account_ends_its_sessions_and_others_see_nothing() {
     s.running.stop().await;
 }
 
-#[tokio::test]
-async fn team_members_see_the_team_and_removed_members_do_not() {
-    let s = start().await;
-    let a = common::user(&s.store, "tm-a").await;
-    let c = common::user(&s.store, "tm-c").await;
+async fn team_members_see_the_team_and_removed_members_do_not(s: Server) {
+    let (a, _, _) = person(&s.store, "tm-a").await;
+    let (c, c_email, c_password) = person(&s.store, "tm-c").await;
+    let team = format!("dashteam{}", unique());
     let admin = Caller::new(a.id.clone());
     let input: zm_contracts::teams::CreateTeamInput =
-        zm_contracts::parse_input(&json!({"slug": "dashteam"})).unwrap();
+        zm_contracts::parse_input(&json!({"slug": team})).unwrap();
     s.store.create_team(&admin, input).await.unwrap();
     s.store
         .add_team_member(
             &admin,
-            "dashteam",
+            &team,
             zm_contracts::teams::AddMemberInput {
                 email: c.email.clone(),
                 role: zm_contracts::TeamRole::Reader,
@@ -442,7 +488,7 @@ async fn team_members_see_the_team_and_removed_members_do_not() {
         &s.store,
         &a.id,
         "Team rule: deploys freeze on Fridays.",
-        "team.dashteam",
+        &format!("team.{team}"),
     )
     .await;
     let private = remember(
@@ -453,13 +499,7 @@ async fn team_members_see_the_team_and_removed_members_do_not() {
     )
     .await;
     let mut browser = Browser::default();
-    assert_eq!(
-        browser
-            .sign_in(&s, "tm-c@example.com", "password-tm-c-123")
-            .await
-            .status,
-        303
-    );
+    assert_eq!(browser.sign_in(&s, &c_email, &c_password).await.status, 303);
     let p = browser.get(&s, "/?status=all").await;
     assert!(
         p.body.contains(&shared) && !p.body.contains(&private),
@@ -467,7 +507,7 @@ async fn team_members_see_the_team_and_removed_members_do_not() {
         p.body
     );
     assert!(
-        p.body.contains("team.dashteam"),
+        p.body.contains(&format!("team.{team}")),
         "the scope facet lists the team"
     );
     assert_eq!(
@@ -482,7 +522,7 @@ async fn team_members_see_the_team_and_removed_members_do_not() {
         404
     );
     s.store
-        .remove_team_member(&admin, "dashteam", &c.id)
+        .remove_team_member(&admin, &team, &c.id)
         .await
         .unwrap();
     assert_eq!(
@@ -494,10 +534,10 @@ async fn team_members_see_the_team_and_removed_members_do_not() {
     s.running.stop().await;
 }
 
-#[tokio::test]
-async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mcp_sessions() {
-    let s = start().await;
-    let a = common::user(&s.store, "ctx-a").await;
+async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mcp_sessions(
+    s: Server,
+) {
+    let (a, a_email, a_password) = person(&s.store, "ctx-a").await;
     let tools = zm_store::ToolService::new(s.store.clone());
     let caller = Caller::new(a.id.clone());
     let call = |tool: zm_contracts::ToolName, args: serde_json::Value| {
@@ -521,12 +561,7 @@ async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mc
     .await;
     let dispute = challenged["dispute_id"].as_str().unwrap().to_string();
     let mut b = Browser::default();
-    assert_eq!(
-        b.sign_in(&s, "ctx-a@example.com", "password-ctx-a-123")
-            .await
-            .status,
-        303
-    );
+    assert_eq!(b.sign_in(&s, &a_email, &a_password).await.status, 303);
     let p = b.get(&s, &format!("/memories/{first}")).await;
     assert!(
         p.body.contains(&second) && p.body.contains("relates_to"),
@@ -573,17 +608,10 @@ async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mc
     s.running.stop().await;
 }
 
-#[tokio::test]
-async fn the_account_page_imports_a_server_memory_file_once() {
-    let s = start().await;
-    common::user(&s.store, "imp-a").await;
+async fn the_account_page_imports_a_server_memory_file_once(s: Server) {
+    let (_, a_email, a_password) = person(&s.store, "imp-a").await;
     let mut b = Browser::default();
-    assert_eq!(
-        b.sign_in(&s, "imp-a@example.com", "password-imp-a-123")
-            .await
-            .status,
-        303
-    );
+    assert_eq!(b.sign_in(&s, &a_email, &a_password).await.status, 303);
     let csrf = b.csrf(&s).await;
     let file = concat!(
         r#"{"type":"entity","name":"Payments API","entityType":"service","observations":["retries webhooks five times"]}"#,
@@ -649,5 +677,123 @@ async fn the_account_page_imports_a_server_memory_file_once() {
             .as_u16(),
         403
     );
+    s.running.stop().await;
+}
+
+async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
+    let (_, a_email, a_password) = person(&s.store, "tp-a").await;
+    let (c, c_email, c_password) = person(&s.store, "tp-c").await;
+    let slug = format!("pages{}", unique());
+    let mut admin = Browser::default();
+    assert_eq!(admin.sign_in(&s, &a_email, &a_password).await.status, 303);
+    let csrf = admin.csrf(&s).await;
+    let p = admin
+        .post(
+            &s,
+            "/teams",
+            &[("csrf", &csrf), ("slug", &slug), ("name", "Pages team")],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.clone()),
+        (303, Some(format!("/teams/{slug}"))),
+        "{}",
+        p.body
+    );
+    let p = admin
+        .post(&s, "/teams", &[("csrf", &csrf), ("slug", "Not A Slug")])
+        .await;
+    assert_eq!(p.status, 400, "a bad slug is validation_failed");
+    assert!(
+        p.body.contains("data-error-code=\"validation_failed\"") && p.body.contains("slug"),
+        "{}",
+        p.body
+    );
+    // Invite C; C accepts on the Teams page.
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/invite"),
+            &[
+                ("csrf", &csrf),
+                ("email", &c_email),
+                ("role", "reader"),
+                ("how", "invite"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let mut member = Browser::default();
+    assert_eq!(member.sign_in(&s, &c_email, &c_password).await.status, 303);
+    let page = member.get(&s, "/teams").await.body;
+    let accept = page
+        .split("action=\"")
+        .filter_map(|x| x.split('"').next())
+        .find(|a| a.starts_with("/teams/invitations/"))
+        .expect("C sees the invitation")
+        .to_string();
+    let member_csrf = member.csrf(&s).await;
+    let p = member.post(&s, &accept, &[("csrf", &member_csrf)]).await;
+    assert_eq!(p.location, Some(format!("/teams/{slug}")));
+    assert!(
+        member
+            .get(&s, &format!("/teams/{slug}"))
+            .await
+            .body
+            .contains("reader")
+    );
+    // A reader cannot manage; the admin can: role, then removal.
+    let p = member
+        .post(
+            &s,
+            &format!("/teams/{slug}/members/{}/role", c.id),
+            &[("csrf", &member_csrf), ("role", "admin")],
+        )
+        .await;
+    assert_eq!(p.status, 403);
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/members/{}/role", c.id),
+            &[("csrf", &csrf), ("role", "writer")],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let audit = admin.get(&s, &format!("/teams/{slug}")).await.body;
+    assert!(
+        audit.contains("role_changed") && audit.contains("invitation_accepted"),
+        "the audit log: {audit}"
+    );
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/members/{}/remove", c.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    assert_eq!(
+        member.get(&s, &format!("/teams/{slug}")).await.status,
+        404,
+        "removed: the team reads as missing"
+    );
+    // Deleting needs the slug typed.
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/delete"),
+            &[("csrf", &csrf), ("confirm", "wrong")],
+        )
+        .await;
+    assert_eq!(p.status, 400);
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/delete"),
+            &[("csrf", &csrf), ("confirm", &slug)],
+        )
+        .await;
+    assert_eq!(p.location.as_deref(), Some("/teams"));
+    assert_eq!(admin.get(&s, &format!("/teams/{slug}")).await.status, 404);
     s.running.stop().await;
 }

@@ -185,3 +185,63 @@ pub(crate) fn page(session: Option<&WebSession>, f: &Failure) -> Response {
     }
     resp
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(resp: Response) -> (u16, String, Option<String>) {
+        let status = resp.status().as_u16();
+        let retry = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = futures::executor::block_on(axum::body::to_bytes(resp.into_body(), usize::MAX))
+            .unwrap();
+        (status, String::from_utf8(bytes.to_vec()).unwrap(), retry)
+    }
+
+    #[test]
+    fn each_code_has_its_own_treatment() {
+        let rid = Some("req_0000000000000000.0000000000");
+        let (status, html, _) = body(page(None, &Failure::from_tool(ToolError::internal(), rid)));
+        assert_eq!(status, 500);
+        assert!(
+            html.contains("req_0000000000000000.0000000000"),
+            "internal shows the request id"
+        );
+        let mut limited = Failure::from_tool(ToolError::rate_limited("slow down"), rid);
+        limited.retry_after = Some(42);
+        let (status, html, retry) = body(page(None, &limited));
+        assert_eq!((status, retry.as_deref()), (429, Some("42")));
+        assert!(html.contains("Try again in 42 seconds"));
+        let (status, _, _) = body(page(
+            None,
+            &Failure::from_tool(ToolError::unauthorized("x"), rid).back_to("/rules"),
+        ));
+        assert_eq!(status, 303, "unauthorized sends to sign-in and back");
+        let (status, html, _) = body(page(
+            None,
+            &Failure::from_tool(ToolError::conflict("it moved"), rid).back_to("/memories/x"),
+        ));
+        assert_eq!(status, 409);
+        assert!(html.contains("href=\"/memories/x\"") && html.contains("Reload"));
+        let (status, html, _) = body(page(
+            None,
+            &Failure::forbidden("Only the team's admins can do this.", rid),
+        ));
+        assert_eq!(status, 403);
+        assert!(
+            html.contains("Only the team&#39;s admins can do this.")
+                || html.contains("Only the team's admins can do this.")
+        );
+        let secret = zm_contracts::ToolError::validation(
+            zm_contracts::prefixes::Prefix::SecretContentRejected.message("field `content` appears to contain a secret"),
+        )
+        .with_details(serde_json::json!({"field": "content", "detector": "aws-access-key", "masked": "AKIA…"}));
+        let (status, html, _) = body(page(None, &Failure::from_tool(secret, rid)));
+        assert_eq!(status, 400);
+        assert!(html.contains("AKIA…"), "the masked sample is shown");
+    }
+}
