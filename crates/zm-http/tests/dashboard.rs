@@ -66,6 +66,7 @@ both_backends! {
     a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mcp_sessions
     the_account_page_imports_a_server_memory_file_once
     the_teams_pages_manage_a_team_end_to_end
+    a_password_change_follows_the_stores_rules
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -795,5 +796,49 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         .await;
     assert_eq!(p.location.as_deref(), Some("/teams"));
     assert_eq!(admin.get(&s, &format!("/teams/{slug}")).await.status, 404);
+    s.running.stop().await;
+}
+
+async fn a_password_change_follows_the_stores_rules(s: Server) {
+    let (_, email, password) = person(&s.store, "pw-a").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    let p = b
+        .post(
+            &s,
+            "/account/password",
+            &[
+                ("csrf", &csrf),
+                ("current", &password),
+                ("new", "short"),
+                ("again", "short"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 400);
+    assert!(
+        p.body.contains("id=\"pw-new\"") && p.body.contains("aria-invalid=\"true\""),
+        "{}",
+        p.body
+    );
+    let p = b
+        .post(
+            &s,
+            "/account/password",
+            &[
+                ("csrf", &csrf),
+                ("current", &password),
+                ("new", "a much longer one"),
+                ("again", "a much longer one"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let mut fresh = Browser::default();
+    assert_eq!(
+        fresh.sign_in(&s, &email, "a much longer one").await.status,
+        303
+    );
     s.running.stop().await;
 }

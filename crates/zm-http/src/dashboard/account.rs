@@ -162,8 +162,6 @@ pub(crate) async fn password(
     };
     let failure = if verified.is_none() {
         Some(invalid("current", "not your current password", rid))
-    } else if new.chars().count() < 8 {
-        Some(invalid("new", "at least 8 characters", rid))
     } else if new != again {
         Some(invalid("again", "does not match the new password", rid))
     } else {
@@ -177,7 +175,13 @@ pub(crate) async fn password(
         .change_password(&signed.session.user_id, new, false)
         .await
     {
-        return page(&state, &signed, None, Some(&Failure::from_tool(e, rid))).await;
+        // The store owns the password rules; its refusal marks the field.
+        let f = if e.code == zm_contracts::ErrorCode::ValidationFailed {
+            invalid("new", &e.message, rid)
+        } else {
+            Failure::from_tool(e, rid)
+        };
+        return page(&state, &signed, None, Some(&f)).await;
     }
     // Other sessions end; this one goes on under a fresh secret.
     if let Err(e) = state
