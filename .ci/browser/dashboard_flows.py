@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -97,6 +99,18 @@ def mcp_remember(srv: Server, token: str, content: str) -> str:
     result = msgs[-1]["result"]
     assert status == 200 and not result.get("isError"), msgs
     return result["structuredContent"]["memory_id"]
+
+
+def run_sql(srv: Server, sql: str) -> None:
+    """Change the server's database behind its back (to make a real fault)."""
+    url = srv.env.get("ZM_DATABASE_URL")
+    if url:
+        subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, capture_output=True, timeout=60)
+    else:
+        con = sqlite3.connect(Path(srv.data_dir) / "zero-memory.db", timeout=30)
+        con.execute(sql)
+        con.commit()
+        con.close()
 
 
 def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots: Path | None) -> None:
@@ -238,6 +252,10 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         b.wait_for("main h1")
         page_is_clean(b, f"{name} page")
         shoot(b, shots, name)
+        if name == "insight":
+            # The searches above were recalls too, made from the dashboard.
+            rows = [r.text for r in b.driver.find_elements("css selector", "table#recall-activity tbody tr")]
+            check(any(r.startswith("dashboard ") for r in rows), f"insight: recall activity by agent ({rows})")
     # Import a server-memory file from the Account page; search finds it.
     upload = Path(tempfile.mkdtemp()) / "memory.jsonl"
     upload.write_text(json.dumps({"type": "entity", "name": "Payments API", "entityType": "service",
@@ -274,6 +292,26 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         check(code == "conflict", f"a stale restore is a conflict page ({code})")
         check(b.driver.find_elements("css selector", "a.button[href]") != [], "conflict: offers to reload")
         page_is_clean(b, "conflict page", mobile_too=False, status=409)
+
+    # internal: a real fault under the server (a table the Insight page
+    # reads is gone), shown with the request id to report; then put back.
+    run_sql(srv, "ALTER TABLE memory_usage RENAME TO memory_usage_parked")
+    try:
+        b.get(base + "/insight")
+        b.wait_for("[data-error-code]")
+        code = b.driver.find_element("css selector", "[data-error-code]").get_attribute("data-error-code")
+        check(code == "internal", f"a database fault is an internal error page ({code})")
+        rid = b.text_of("code.request-id")
+        check(re.fullmatch(r"req_[0-9A-Za-z._-]+", rid) is not None, f"internal: the page shows the request id ({rid})")
+        check("memory_usage" not in b.driver.page_source and "SELECT" not in b.driver.page_source,
+              "internal: no SQL reaches the page")
+        page_is_clean(b, "internal error page", mobile_too=False, status=500)
+        shoot(b, shots, "error-internal")
+    finally:
+        run_sql(srv, "ALTER TABLE memory_usage_parked RENAME TO memory_usage")
+    b.get(base + "/insight")
+    b.wait_for("#never-recalled")
+    check(True, "the Insight page is back once the table is")
 
     # Sign out ends the session: the old cookie no longer opens a page.
     cookie = b.driver.get_cookie("zm_session")

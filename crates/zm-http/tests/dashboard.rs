@@ -67,6 +67,7 @@ both_backends! {
     the_account_page_imports_a_server_memory_file_once
     the_teams_pages_manage_a_team_end_to_end
     a_password_change_follows_the_stores_rules
+    insight_charts_writing_by_scope_and_recalls_by_agent
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -839,6 +840,74 @@ async fn a_password_change_follows_the_stores_rules(s: Server) {
     assert_eq!(
         fresh.sign_in(&s, &email, "a much longer one").await.status,
         303
+    );
+    s.running.stop().await;
+}
+
+/// Insight: memories written per week by kind and by scope, and the
+/// signed-in person's own agents' recalls, by agent: another user's agent
+/// never shows.
+async fn insight_charts_writing_by_scope_and_recalls_by_agent(s: Server) {
+    let (a, a_email, a_password) = person(&s.store, "ins-a").await;
+    let (b, _, _) = person(&s.store, "ins-b").await;
+    remember(&s.store, &a.id, "The ingest queue is Kafka.", "personal").await;
+    remember(&s.store, &a.id, "Deploys go out on Tuesdays.", "core").await;
+    let svc = zm_store::ToolService::new(s.store.clone());
+    let recall = |user: &str, agent: &str| {
+        let mut caller = Caller::new(user);
+        caller.agent_name = Some(agent.to_string());
+        let svc = svc.clone();
+        async move {
+            svc.call(
+                &caller,
+                zm_contracts::ToolName::Recall,
+                &json!({"query": "ingest queue Kafka"}),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let mut br = Browser::default();
+    br.sign_in(&s, &a_email, &a_password).await;
+    let p = br.get(&s, "/insight").await;
+    assert_eq!(p.status, 200);
+    assert!(
+        p.body.contains("No recall by your agents counted yet"),
+        "{}",
+        p.body
+    );
+    for _ in 0..3 {
+        recall(&a.id, "cursor-agent").await;
+    }
+    recall(&a.id, "codex-cli").await;
+    recall(&b.id, "someone-elses-agent").await;
+    // The page writes the buffered counts itself before it reads them.
+    let p = br.get(&s, "/insight").await;
+    assert_eq!(p.status, 200);
+    let table = &p.body[p
+        .body
+        .find("id=\"recall-activity\"")
+        .expect("the recall table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert!(table.contains("<td>cursor-agent</td><td>3</td>"), "{table}");
+    assert!(table.contains("<td>codex-cli</td><td>1</td>"), "{table}");
+    assert!(
+        !p.body.contains("someone-elses-agent"),
+        "another user's agent is not shown"
+    );
+    assert!(
+        p.body.contains("id=\"recalls-weekly\""),
+        "the weekly recall chart"
+    );
+    // Writing by scope over time names both scopes, one memory each.
+    let chart = &p.body[p
+        .body
+        .find("id=\"weekly-scopes\"")
+        .expect("the scope chart")..];
+    let chart = &chart[..chart.find("</table>").unwrap()];
+    assert!(
+        chart.contains("<title>core: 1</title>") && chart.contains("<title>personal: 1</title>"),
+        "{chart}"
     );
     s.running.stop().await;
 }

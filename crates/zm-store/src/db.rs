@@ -95,6 +95,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0010_memory_usage.sql"),
         postgres: include_str!("../../../migrations/postgres/0010_memory_usage.sql"),
     },
+    Migration {
+        version: 11,
+        name: "recall_activity",
+        sqlite: include_str!("../../../migrations/sqlite/0011_recall_activity.sql"),
+        postgres: include_str!("../../../migrations/postgres/0011_recall_activity.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -17,7 +17,7 @@ use crate::store::Store;
 
 /// The tables a fingerprint leaves out: the audit log, and the recall
 /// counts (usage statistics, written between calls, not by one).
-pub const UNFINGERPRINTED: &[&str] = &["audit_log", "memory_usage"];
+pub const UNFINGERPRINTED: &[&str] = &["audit_log", "memory_usage", "recall_activity"];
 
 /// The memory data keyed by identity: (table, key expression, state
 /// expression).

@@ -24,9 +24,18 @@ use crate::store::{Caller, Store};
 /// How long hits wait in memory before they are written.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(30);
 
-/// Hits not written yet: memory id → (recalls, last recalled at), and
-/// when they were last written.
-type Pending = (HashMap<String, (i64, i64)>, Instant);
+/// A week in milliseconds: recall activity is counted per week.
+pub const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Counts not written yet, and when they were last written.
+#[derive(Debug)]
+struct Pending {
+    /// Memory id → (recalls, last recalled at).
+    hits: HashMap<String, (i64, i64)>,
+    /// (user id, agent, week start) → (recalls, memories returned).
+    activity: HashMap<(String, String, i64), (i64, i64)>,
+    since: Instant,
+}
 
 #[derive(Debug)]
 pub(crate) struct UsageBuffer {
@@ -36,7 +45,11 @@ pub(crate) struct UsageBuffer {
 impl Default for UsageBuffer {
     fn default() -> Self {
         UsageBuffer {
-            inner: Mutex::new((HashMap::new(), Instant::now())),
+            inner: Mutex::new(Pending {
+                hits: HashMap::new(),
+                activity: HashMap::new(),
+                since: Instant::now(),
+            }),
         }
     }
 }
@@ -48,21 +61,46 @@ impl UsageBuffer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Note one recall's hits; true when the buffer is due to be written.
-    pub(crate) fn note<'a>(&self, ids: impl IntoIterator<Item = &'a str>, now: i64) -> bool {
+    /// Note one recall by `agent` of `user` and its hits; true when the
+    /// buffer is due to be written.
+    pub(crate) fn note<'a>(
+        &self,
+        user: &str,
+        agent: &str,
+        ids: impl IntoIterator<Item = &'a str>,
+        now: i64,
+    ) -> bool {
         let mut g = self.lock();
+        let mut returned = 0;
         for id in ids {
-            let e = g.0.entry(id.to_string()).or_insert((0, now));
+            let e = g.hits.entry(id.to_string()).or_insert((0, now));
             e.0 += 1;
             e.1 = now;
+            returned += 1;
         }
-        g.1.elapsed() >= FLUSH_EVERY && !g.0.is_empty()
+        let week = now.div_euclid(WEEK_MS) * WEEK_MS;
+        let e = g
+            .activity
+            .entry((user.to_string(), agent.to_string(), week))
+            .or_insert((0, 0));
+        e.0 += 1;
+        e.1 += returned;
+        g.since.elapsed() >= FLUSH_EVERY
     }
 
-    fn take(&self) -> Vec<(String, i64, i64)> {
+    #[allow(clippy::type_complexity)]
+    fn take(
+        &self,
+    ) -> (
+        Vec<(String, i64, i64)>,
+        Vec<((String, String, i64), (i64, i64))>,
+    ) {
         let mut g = self.lock();
-        g.1 = Instant::now();
-        g.0.drain().map(|(id, (n, t))| (id, n, t)).collect()
+        g.since = Instant::now();
+        (
+            g.hits.drain().map(|(id, (n, t))| (id, n, t)).collect(),
+            g.activity.drain().collect(),
+        )
     }
 }
 
@@ -76,12 +114,21 @@ pub struct Usage {
     pub never: i64,
     /// The oldest of them: (id, first characters).
     pub never_oldest: Vec<(String, String)>,
+    /// The caller's own recalls per (week start, agent): (recalls,
+    /// memories returned), oldest week first.
+    pub activity: Vec<(i64, String, u64, u64)>,
 }
 
 impl Store {
-    /// Note a recall's hits; writes the buffer when it is due.
-    pub(crate) async fn note_recalled(&self, ids: &[&str]) {
-        if self.usage.note(ids.iter().copied(), self.now())
+    /// Note a recall and its hits; writes the buffer when it is due.
+    pub(crate) async fn note_recalled(&self, caller: &Caller, ids: &[&str]) {
+        let agent = match caller.agent_name.as_deref().map(str::trim) {
+            Some(a) if !a.is_empty() => a.chars().take(100).collect::<String>(),
+            _ => caller.transport.as_str().to_string(),
+        };
+        if self
+            .usage
+            .note(&caller.user_id, &agent, ids.iter().copied(), self.now())
             && let Err(e) = self.flush_usage().await
         {
             tracing::warn!(target: "zm_store", error = %e.message, "writing recall counts failed");
@@ -91,11 +138,27 @@ impl Store {
     /// Add the buffered recall counts to `memory_usage` now (at shutdown,
     /// and in tests). Memories erased meanwhile are skipped.
     pub async fn flush_usage(&self) -> Result<(), ToolError> {
-        let entries = self.usage.take();
-        if entries.is_empty() {
+        let (entries, activity) = self.usage.take();
+        if entries.is_empty() && activity.is_empty() {
             return Ok(());
         }
         let mut tx = self.write_tx().await?;
+        for ((user, agent, week), (recalls, hits)) in activity {
+            sqlx::query(
+                "INSERT INTO recall_activity (user_id, agent, week, recalls, hits) \
+                 SELECT id, $2, $3, $4, $5 FROM users WHERE id = $1 \
+                 ON CONFLICT (user_id, week, agent) DO UPDATE SET recalls = recall_activity.recalls + excluded.recalls, \
+                 hits = recall_activity.hits + excluded.hits",
+            )
+            .bind(&user)
+            .bind(&agent)
+            .bind(week)
+            .bind(recalls)
+            .bind(hits)
+            .execute(&mut *tx)
+            .await
+            .db("recall activity")?;
+        }
         for (id, n, at) in entries {
             sqlx::query(
                 "INSERT INTO memory_usage (memory_id, recalls, last_recalled_at) \
@@ -114,8 +177,9 @@ impl Store {
         Ok(())
     }
 
-    /// Most and never recalled, among the live memories the caller reads.
-    pub async fn usage_figures(&self, caller: &Caller) -> Result<Usage, ToolError> {
+    /// Most and never recalled, among the live memories the caller reads,
+    /// and the caller's own recall activity over the last `weeks` weeks.
+    pub async fn usage_figures(&self, caller: &Caller, weeks: i64) -> Result<Usage, ToolError> {
         let mut most = Sql::new(
             "SELECT m.id AS id, m.content AS content, u.recalls AS recalls FROM memory_usage u JOIN memories m ON m.id = u.memory_id WHERE ",
         );
@@ -158,6 +222,24 @@ impl Store {
             let content: String = col(r, "content")?;
             out.never_oldest
                 .push((col(r, "id")?, content.chars().take(120).collect()));
+        }
+        let from = (self.now().div_euclid(WEEK_MS) - weeks + 1) * WEEK_MS;
+        for r in &sqlx::query(
+            "SELECT week, agent, recalls, hits FROM recall_activity \
+             WHERE user_id = $1 AND week >= $2 ORDER BY week, agent",
+        )
+        .bind(&caller.user_id)
+        .bind(from)
+        .fetch_all(&self.pool)
+        .await
+        .db("recall activity")?
+        {
+            out.activity.push((
+                col(r, "week")?,
+                col(r, "agent")?,
+                u64::try_from(col::<i64>(r, "recalls")?).unwrap_or(0),
+                u64::try_from(col::<i64>(r, "hits")?).unwrap_or(0),
+            ));
         }
         Ok(out)
     }

@@ -13,6 +13,7 @@ use crate::rows::{FromAnyRow, col};
 use crate::scopes::push_visible;
 use crate::sql::Sql;
 use crate::store::{Caller, Grant, Store, Transport};
+use crate::usage::WEEK_MS;
 
 /// A session unused this long ends.
 pub const SESSION_IDLE_MS: i64 = 12 * 60 * 60 * 1000;
@@ -181,6 +182,18 @@ fn counts(rows: &[AnyRow]) -> Result<Vec<(String, u64)>, ToolError> {
             let v: Option<String> = col(r, "v")?;
             let n: i64 = col(r, "n")?;
             Ok((v.unwrap_or_default(), u64::try_from(n).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// `(week, value, count)` rows, weeks counted from the epoch, as (the
+/// week's first day in epoch ms, value, count).
+fn week_counts(rows: &[AnyRow]) -> Result<Vec<(i64, String, u64)>, ToolError> {
+    rows.iter()
+        .map(|r| {
+            let w: i64 = col(r, "w")?;
+            let n: i64 = col(r, "n")?;
+            Ok((w * WEEK_MS, col(r, "v")?, u64::try_from(n).unwrap_or(0)))
         })
         .collect()
 }
@@ -370,6 +383,9 @@ pub struct Insight {
     /// Memories written per week (the week's first day, epoch ms) and
     /// kind, the last `weeks` weeks, oldest first.
     pub weekly: Vec<(i64, String, u64)>,
+    /// Memories written per week and scope, the last `weeks` weeks,
+    /// oldest first.
+    pub weekly_scopes: Vec<(i64, String, u64)>,
     /// Live memories per scope.
     pub by_scope: Vec<(String, u64)>,
     /// Memories per writing agent (`""`: none recorded).
@@ -378,8 +394,6 @@ pub struct Insight {
     /// quarter, older.
     pub open_loop_ages: [u64; 4],
 }
-
-const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 impl Store {
     /// The figures of the Insight page.
@@ -398,13 +412,20 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .db("insight weekly")?;
-        let mut weekly = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let w: i64 = col(r, "w")?;
-            let v: String = col(r, "v")?;
-            let n: i64 = col(r, "n")?;
-            weekly.push((w * WEEK_MS, v, u64::try_from(n).unwrap_or(0)));
-        }
+        let weekly = week_counts(&rows)?;
+        let mut sql = Sql::new("SELECT (m.created_at / ");
+        sql.bind_i64(WEEK_MS)
+            .push(") AS w, m.scope AS v, COUNT(*) AS n FROM memories m WHERE ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" AND m.created_at >= ")
+            .bind_i64(from)
+            .push(" GROUP BY w, m.scope ORDER BY w, m.scope");
+        let weekly_scopes = week_counts(
+            &sql.query()
+                .fetch_all(&self.pool)
+                .await
+                .db("insight weekly scopes")?,
+        )?;
         let group = |column: &str, live: bool| {
             let mut sql = Sql::new(&format!(
                 "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
@@ -451,6 +472,7 @@ impl Store {
         }
         Ok(Insight {
             weekly,
+            weekly_scopes,
             by_scope,
             by_agent,
             open_loop_ages,

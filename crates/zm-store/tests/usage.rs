@@ -23,18 +23,46 @@ backend_tests! {
         let clone = store.clone();
         ok(call(&clone, &b, "recall", json!({"query": "ingest Kafka partitions"})).await, l, "recall b");
         ok(store.flush_usage().await, l, "flush");
-        let usage = ok(store.usage_figures(&a).await, l, "usage");
+        let usage = ok(store.usage_figures(&a, 12).await, l, "usage");
         assert_eq!(usage.most.first().map(|(id, _, n)| (id.as_str(), *n)), Some((hot.as_str(), 3)), "[{l}] {usage:?}");
         assert!(!usage.most.iter().any(|(id, _, _)| *id == theirs), "[{l}] B's memory is not A's to see");
         assert!(usage.never >= 1 && usage.never_oldest.iter().any(|(id, _)| *id == cold), "[{l}] {usage:?}");
         // Counts add up across flushes; a forgotten memory is not listed.
         ok(call(&store, &a, "recall", json!({"query": "ingest queue Kafka"})).await, l, "recall again");
         ok(store.flush_usage().await, l, "flush again");
-        let usage = ok(store.usage_figures(&a).await, l, "usage");
+        let usage = ok(store.usage_figures(&a, 12).await, l, "usage");
         assert_eq!(usage.most.first().map(|(_, _, n)| *n), Some(4), "[{l}]");
         ok(call(&store, &a, "forget", json!({"memory_id": hot})).await, l, "forget");
-        assert!(ok(store.usage_figures(&a).await, l, "usage").most.is_empty(), "[{l}]");
-        let b_usage = ok(store.usage_figures(&b).await, l, "usage b");
+        assert!(ok(store.usage_figures(&a, 12).await, l, "usage").most.is_empty(), "[{l}]");
+        let b_usage = ok(store.usage_figures(&b, 12).await, l, "usage b");
         assert_eq!(b_usage.most.first().map(|(id, _, _)| id.as_str()), Some(theirs.as_str()), "[{l}]");
+    }
+
+    async fn recall_activity_is_counted_per_agent_and_user(store: Store, l: &str) {
+        let (_, a) = user(&store, "act-a").await;
+        let (_, b) = user(&store, "act-b").await;
+        mem(&store, &a, l, json!({"content": "The ingest queue is Kafka.", "kind": "fact", "scope": "personal"})).await;
+        let mut claude = a.clone();
+        claude.agent_name = Some("claude-code".into());
+        for _ in 0..2 {
+            ok(call(&store, &claude, "recall", json!({"query": "ingest queue"})).await, l, "recall");
+        }
+        ok(call(&store, &a, "recall", json!({"query": "nothing matches this zebra"})).await, l, "recall");
+        ok(call(&store, &b, "recall", json!({"query": "ingest queue"})).await, l, "recall b");
+        ok(store.flush_usage().await, l, "flush");
+        let act = ok(store.usage_figures(&a, 12).await, l, "usage").activity;
+        let of = |agent: &str| act.iter().filter(|(_, g, _, _)| g == agent).map(|(_, _, r, h)| (*r, *h)).fold((0, 0), |s, x| (s.0 + x.0, s.1 + x.1));
+        assert_eq!(of("claude-code"), (2, 2), "[{l}] {act:?}");
+        // No client name: the transport stands for the agent.
+        assert_eq!(of("internal"), (1, 0), "[{l}] {act:?}");
+        assert_eq!(act.len(), 2, "[{l}] B's recall is not A's activity: {act:?}");
+        // Counts add up across flushes.
+        ok(call(&store, &claude, "recall", json!({"query": "ingest queue"})).await, l, "recall");
+        ok(store.flush_usage().await, l, "flush");
+        let act = ok(store.usage_figures(&a, 12).await, l, "usage").activity;
+        let claude_total: u64 = act.iter().filter(|(_, g, _, _)| g == "claude-code").map(|(_, _, r, _)| *r).sum();
+        assert_eq!(claude_total, 3, "[{l}] {act:?}");
+        let b_act = ok(store.usage_figures(&b, 12).await, l, "usage b").activity;
+        assert_eq!(b_act.iter().map(|(_, _, r, _)| *r).sum::<u64>(), 1, "[{l}] {b_act:?}");
     }
 }

@@ -162,7 +162,7 @@ impl ToolService {
         // answered, written at most every 30 s (see `crate::usage`).
         if let Ok(ToolOutput::Recall(r)) = &out {
             let ids: Vec<&str> = r.memories.iter().map(|m| m.id.as_str()).collect();
-            self.store.note_recalled(&ids).await;
+            self.store.note_recalled(caller, &ids).await;
         }
         out
     }
