@@ -5,6 +5,7 @@ mod bench_http;
 mod bench_suite;
 mod bench_support;
 mod bench_targets;
+mod quality;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -24,7 +25,10 @@ commands:
              --suite http: 64 HTTP clients on `zero-memory serve`;
              --suite all: the three, then one table of every target;
              --help for options
-  bench-http the same as `bench --suite http`";
+  bench-http the same as `bench --suite http`
+  quality    retrieval quality of recall (hit@1/5/10, recall@10, MRR@10)
+             on the paraphrase set and LongMemEval-S smoke, next to a BM25
+             baseline computed in the same run; --help for options";
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1);
@@ -47,6 +51,10 @@ fn main() -> ExitCode {
         Some("bench-http-run") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             bench_http::bench_http_run(&args)
+        }
+        Some("quality") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            quality::quality(&args)
         }
         Some("check") => {
             let mut failed = false;

@@ -1,0 +1,534 @@
+//! `cargo xtask quality`: retrieval quality of `recall`, next to a plain
+//! BM25 baseline computed in the same run over the same texts.
+//!
+//! Each data set is a corpus (items with an id and a text) and queries
+//! (each with the ids of its relevant items and a category). The corpus
+//! is remembered into a fresh SQLite store, one user, one store per data
+//! set; each query is one `recall` (`k` = 10) through the tool service,
+//! exactly as an agent calls it. The baseline ranks the same corpus with
+//! Okapi BM25 (k1 = 1.2, b = 0.75, lowercase `\w+` tokens, no stemming, no
+//! stop words).
+//!
+//! Figures per data set and per category: hit@1, hit@5, hit@10 (a
+//! relevant item in the top k), recall@10 (the share of relevant items in
+//! the top 10) and MRR@10.
+//!
+//! Data sets:
+//! * `paraphrase` — `bench/quality/paraphrase.jsonl`, written by the
+//!   project: each query shares no content word with its memory. Held out:
+//!   no constant is tuned on it.
+//! * `longmemeval-s-smoke` — `../shared/data/longmemeval-s-smoke/` (MIT):
+//!   conversation turns as memories, the question as the query, turn-level
+//!   gold. `--longmemeval DIR` points elsewhere; skipped when absent.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use zm_contracts::ToolName;
+use zm_store::{Caller, Store, ToolService};
+
+use crate::bench_support::{root, temp_dir};
+
+const USAGE: &str = "\
+usage: cargo xtask quality [--only NAME] [--longmemeval DIR] [--paraphrase FILE] [--json FILE]
+
+Runs every data set (or --only paraphrase | longmemeval-s-smoke) through
+`recall` on a fresh SQLite store and through a BM25 baseline, and prints
+hit@1/5/10, recall@10 and MRR@10 per data set and per category.
+--json FILE also writes the figures as JSON.";
+
+/// One item of a corpus.
+#[derive(Debug, Clone)]
+struct Item {
+    id: String,
+    text: String,
+    kind: &'static str,
+}
+
+/// One query: its relevant items and its category.
+#[derive(Debug, Clone)]
+struct Query {
+    text: String,
+    relevant: HashSet<String>,
+    category: String,
+}
+
+#[derive(Debug, Clone)]
+struct DataSet {
+    name: &'static str,
+    items: Vec<Item>,
+    queries: Vec<Query>,
+    /// Where it came from and what it is, one line.
+    about: String,
+}
+
+fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+fn str_field(v: &Value, key: &str, path: &Path) -> Result<String, String> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: an item without a string {key:?}", path.display()))
+}
+
+/// The contract's kind named `name`, as a static string.
+fn kind_of(name: &str) -> Result<&'static str, String> {
+    zm_contracts::MemoryKind::parse(name)
+        .map(zm_contracts::MemoryKind::as_str)
+        .ok_or_else(|| format!("unknown memory kind {name:?}"))
+}
+
+fn paraphrase(path: &Path) -> Result<DataSet, String> {
+    let mut items = Vec::new();
+    let mut queries = Vec::new();
+    for v in read_jsonl(path)? {
+        let id = str_field(&v, "id", path)?;
+        let kind = kind_of(&str_field(&v, "kind", path)?)?;
+        items.push(Item {
+            id: id.clone(),
+            text: str_field(&v, "memory", path)?,
+            kind,
+        });
+        queries.push(Query {
+            text: str_field(&v, "query", path)?,
+            relevant: HashSet::from([id]),
+            category: kind.to_string(),
+        });
+    }
+    Ok(DataSet {
+        name: "paraphrase",
+        about: format!(
+            "{} memories, one query each sharing no content word with its memory (bench/quality/paraphrase.jsonl; held out)",
+            items.len()
+        ),
+        items,
+        queries,
+    })
+}
+
+fn longmemeval(dir: &Path) -> Result<DataSet, String> {
+    let corpus = dir.join("corpus.jsonl");
+    let qpath = dir.join("queries.jsonl");
+    let mut items = Vec::new();
+    for v in read_jsonl(&corpus)? {
+        items.push(Item {
+            id: str_field(&v, "id", &corpus)?,
+            text: str_field(&v, "text", &corpus)?,
+            kind: "episode",
+        });
+    }
+    let mut queries = Vec::new();
+    for v in read_jsonl(&qpath)? {
+        let relevant: HashSet<String> = v
+            .get("relevant")
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("{}: a query without \"relevant\"", qpath.display()))?
+            .iter()
+            .filter_map(|r| r.as_str().map(str::to_string))
+            .collect();
+        queries.push(Query {
+            text: str_field(&v, "query", &qpath)?,
+            relevant,
+            category: str_field(&v, "category", &qpath)?,
+        });
+    }
+    Ok(DataSet {
+        name: "longmemeval-s-smoke",
+        about: format!(
+            "{} conversation turns as memories, {} questions, turn-level gold (LongMemEval-S smoke subset, MIT)",
+            items.len(),
+            queries.len()
+        ),
+        items,
+        queries,
+    })
+}
+
+/// Lowercase `\w+` tokens.
+fn tokens(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|t| !t.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Okapi BM25 over a corpus.
+struct Bm25 {
+    docs: Vec<HashMap<String, f64>>,
+    lens: Vec<f64>,
+    avg: f64,
+    idf: HashMap<String, f64>,
+}
+
+impl Bm25 {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+
+    fn new(texts: &[&str]) -> Bm25 {
+        let mut docs = Vec::with_capacity(texts.len());
+        let mut lens = Vec::with_capacity(texts.len());
+        let mut df: HashMap<String, f64> = HashMap::new();
+        for t in texts {
+            let toks = tokens(t);
+            lens.push(toks.len() as f64);
+            let mut tf: HashMap<String, f64> = HashMap::new();
+            for tok in toks {
+                *tf.entry(tok).or_default() += 1.0;
+            }
+            for k in tf.keys() {
+                *df.entry(k.clone()).or_default() += 1.0;
+            }
+            docs.push(tf);
+        }
+        let n = texts.len() as f64;
+        let avg = lens.iter().sum::<f64>() / n.max(1.0);
+        let idf = df
+            .into_iter()
+            .map(|(t, d)| (t, (1.0 + (n - d + 0.5) / (d + 0.5)).ln()))
+            .collect();
+        Bm25 {
+            docs,
+            lens,
+            avg,
+            idf,
+        }
+    }
+
+    /// The indices of the best `k` documents (score > 0), best first.
+    fn top(&self, query: &str, k: usize) -> Vec<usize> {
+        let q: HashSet<String> = tokens(query).into_iter().collect();
+        let mut scored: Vec<(usize, f64)> = self
+            .docs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, tf)| {
+                let s: f64 = q
+                    .iter()
+                    .filter_map(|t| {
+                        let f = *tf.get(t)?;
+                        let idf = self.idf.get(t)?;
+                        let norm = 1.0 - Self::B + Self::B * self.lens[i] / self.avg.max(1e-9);
+                        Some(idf * f * (Self::K1 + 1.0) / (f + Self::K1 * norm))
+                    })
+                    .sum();
+                (s > 0.0).then_some((i, s))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.into_iter().take(k).map(|(i, _)| i).collect()
+    }
+}
+
+/// The figures of a set of ranked answers.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+struct Figures {
+    queries: usize,
+    hit1: f64,
+    hit5: f64,
+    hit10: f64,
+    recall10: f64,
+    mrr10: f64,
+}
+
+impl Figures {
+    /// From (ranked item ids, relevant ids) per query.
+    fn of<'a>(runs: impl IntoIterator<Item = (&'a [String], &'a HashSet<String>)>) -> Figures {
+        let mut f = Figures::default();
+        for (ranked, relevant) in runs {
+            f.queries += 1;
+            let first = ranked.iter().take(10).position(|id| relevant.contains(id));
+            let hit = |k: usize| f64::from(u8::from(first.is_some_and(|p| p < k)));
+            f.hit1 += hit(1);
+            f.hit5 += hit(5);
+            f.hit10 += hit(10);
+            let found = ranked
+                .iter()
+                .take(10)
+                .filter(|id| relevant.contains(*id))
+                .collect::<HashSet<_>>()
+                .len();
+            f.recall10 += found as f64 / relevant.len().max(1) as f64;
+            f.mrr10 += first.map_or(0.0, |p| 1.0 / (p as f64 + 1.0));
+        }
+        let n = f.queries.max(1) as f64;
+        f.hit1 /= n;
+        f.hit5 /= n;
+        f.hit10 /= n;
+        f.recall10 /= n;
+        f.mrr10 /= n;
+        f
+    }
+
+    fn row(&self, label: &str, method: &str) -> String {
+        format!(
+            "| {label} | {method} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            self.queries, self.hit1, self.hit5, self.hit10, self.recall10, self.mrr10
+        )
+    }
+}
+
+/// What one data set gave: per method, per category (and `all`).
+#[derive(Debug, Clone, serde::Serialize)]
+struct Report {
+    data_set: String,
+    about: String,
+    /// Items the store refused (counted as never found).
+    refused: usize,
+    /// method → category → figures.
+    figures: BTreeMap<String, BTreeMap<String, Figures>>,
+    recall_ms_p50: f64,
+}
+
+async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
+    let dir = temp_dir("quality")?;
+    let url = zm_store::sqlite_url(&dir.join("quality.db"));
+    let store = Store::open(&url)
+        .await
+        .map_err(|e| format!("open {url}: {e}"))?;
+    let user = store
+        .create_user(
+            &format!("quality-{}@bench.zero-memory.invalid", set.name),
+            "quality password",
+        )
+        .await
+        .map_err(|e| format!("create the user: {e}"))?;
+    let caller = Caller::new(user.id.clone());
+    let tools = ToolService::new(store.clone());
+    // Memory id → the corpus items it holds (identical texts are one memory).
+    let mut held: HashMap<String, Vec<String>> = HashMap::new();
+    let mut refused = 0;
+    let started = Instant::now();
+    for item in &set.items {
+        let out = tools
+            .call(
+                &caller,
+                ToolName::Remember,
+                &json!({"content": item.text, "kind": item.kind, "scope": "personal"}),
+            )
+            .await;
+        match out {
+            Ok(out) => {
+                let v = out.to_json();
+                let id = v["memory_id"].as_str().unwrap_or_default().to_string();
+                held.entry(id).or_default().push(item.id.clone());
+            }
+            Err(e) => {
+                refused += 1;
+                eprintln!("  {}: {} refused: {}", set.name, item.id, e.message);
+            }
+        }
+    }
+    eprintln!(
+        "  {}: {} memories remembered in {:.1} s ({refused} refused)",
+        set.name,
+        set.items.len() - refused,
+        started.elapsed().as_secs_f64()
+    );
+    let mut ours: Vec<Vec<String>> = Vec::with_capacity(set.queries.len());
+    let mut times = Vec::with_capacity(set.queries.len());
+    for q in &set.queries {
+        let t = Instant::now();
+        let out = tools
+            .call(
+                &caller,
+                ToolName::Recall,
+                &json!({"query": q.text, "k": 10}),
+            )
+            .await
+            .map_err(|e| format!("recall {:?}: {}", q.text, e.message))?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        let v = out.to_json();
+        let ranked: Vec<String> = v["memories"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["id"].as_str())
+            .flat_map(|id| held.get(id).cloned().unwrap_or_default())
+            .collect();
+        ours.push(ranked);
+    }
+    times.sort_by(f64::total_cmp);
+    let bm25 = Bm25::new(
+        &set.items
+            .iter()
+            .map(|i| i.text.as_str())
+            .collect::<Vec<_>>(),
+    );
+    let baseline: Vec<Vec<String>> = set
+        .queries
+        .iter()
+        .map(|q| {
+            bm25.top(&q.text, 10)
+                .into_iter()
+                .map(|i| set.items[i].id.clone())
+                .collect()
+        })
+        .collect();
+    let mut categories: Vec<String> = set.queries.iter().map(|q| q.category.clone()).collect();
+    categories.sort();
+    categories.dedup();
+    let mut figures = BTreeMap::new();
+    for (method, runs) in [
+        (format!("recall ({mode})"), &ours),
+        ("BM25".to_string(), &baseline),
+    ] {
+        let mut by_cat = BTreeMap::new();
+        let pick = |cat: Option<&str>| {
+            Figures::of(
+                set.queries
+                    .iter()
+                    .zip(runs.iter())
+                    .filter(|(q, _)| cat.is_none_or(|c| q.category == c))
+                    .map(|(q, r)| (r.as_slice(), &q.relevant)),
+            )
+        };
+        by_cat.insert("all".to_string(), pick(None));
+        for c in &categories {
+            by_cat.insert(c.clone(), pick(Some(c)));
+        }
+        figures.insert(method, by_cat);
+    }
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Report {
+        data_set: set.name.to_string(),
+        about: set.about.clone(),
+        refused,
+        figures,
+        recall_ms_p50: times.get(times.len() / 2).copied().unwrap_or(0.0),
+    })
+}
+
+fn print(report: &Report) {
+    println!("\n### {}\n\n{}.", report.data_set, report.about);
+    if report.refused > 0 {
+        println!(
+            "{} items were refused by the store and count as misses.",
+            report.refused
+        );
+    }
+    println!(
+        "recall p50 {:.1} ms per query (this build).\n",
+        report.recall_ms_p50
+    );
+    println!("| category | method | queries | hit@1 | hit@5 | hit@10 | recall@10 | MRR@10 |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    let cats: Vec<&String> = report
+        .figures
+        .values()
+        .next()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    // `all` first, then each category.
+    let ordered = cats
+        .iter()
+        .filter(|c| c.as_str() == "all")
+        .chain(cats.iter().filter(|c| c.as_str() != "all"));
+    for cat in ordered {
+        for (method, by_cat) in &report.figures {
+            if let Some(f) = by_cat.get(*cat) {
+                println!("{}", f.row(cat, method));
+            }
+        }
+    }
+}
+
+pub(crate) fn quality(args: &[String]) -> ExitCode {
+    let mut only: Option<String> = None;
+    let mut lme = root().join("../shared/data/longmemeval-s-smoke");
+    let mut para = root().join("bench/quality/paraphrase.jsonl");
+    let mut json_out: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        let r = match a.as_str() {
+            "--only" => value("--only").map(|v| only = Some(v)),
+            "--longmemeval" => value("--longmemeval").map(|v| lme = PathBuf::from(v)),
+            "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
+            "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => Err(format!("unknown option {other:?}")),
+        };
+        if let Err(e) = r {
+            eprintln!("{e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    let mut sets = Vec::new();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if wanted("paraphrase") {
+        match paraphrase(&para) {
+            Ok(s) => sets.push(s),
+            Err(e) => {
+                eprintln!("quality: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if wanted("longmemeval-s-smoke") {
+        if lme.join("corpus.jsonl").exists() {
+            match longmemeval(&lme) {
+                Ok(s) => sets.push(s),
+                Err(e) => {
+                    eprintln!("quality: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        } else {
+            eprintln!(
+                "quality: {} not found: LongMemEval-S smoke skipped",
+                lme.display()
+            );
+        }
+    }
+    if sets.is_empty() {
+        eprintln!("quality: no data set to run\n\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mode = "lexical";
+    let mut reports = Vec::new();
+    for set in &sets {
+        match runtime.block_on(run_set(set, mode)) {
+            Ok(r) => {
+                print(&r);
+                reports.push(r);
+            }
+            Err(e) => {
+                eprintln!("quality: {}: {e}", set.name);
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(path) = json_out
+        && let Err(e) = crate::bench_support::write_figures(&path, &reports)
+    {
+        eprintln!("quality: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
