@@ -1,14 +1,31 @@
 #!/usr/bin/env python3
-"""Check bench/quality/paraphrase.jsonl, the hand-made paraphrase retrieval set.
+"""Check a hand-made paraphrase retrieval set (default: bench/quality/paraphrase.jsonl).
 
 Verifies that every line is a JSON object with the expected fields, that ids
 are unique, that every `kind` is a memory kind of the contract
-(crates/zm-contracts/src/enums.rs), that there are at least MIN_ITEMS items,
-and that no query shares a content word with its memory: after lowercasing,
-splitting on non-alphanumerics and dropping stop words, two words clash when
-they are equal, when their crude stems are equal, when one (of 4+ characters)
-is a prefix of the other, or when both have 6+ characters and share their
-first 5 characters.
+(crates/zm-contracts/src/enums.rs), that there are enough items (at least
+MIN_ITEMS in the held-out set paraphrase.jsonl, at least MIN_ITEMS_OTHER
+positive items in any other file, such as the development set
+paraphrase-dev.jsonl), and that no query shares a content word with its
+memory: after lowercasing, splitting on non-alphanumerics and dropping stop
+words, two words clash when they are equal, when their crude stems are equal,
+when one (of 4+ characters) is a prefix of the other, or when both have 6+
+characters and share their first 5 characters.
+
+A line may also be a negative item, a query that no memory answers:
+{"id": ..., "kind": null, "memory": null, "query": "<non-empty>",
+"category": "negative"}. Negatives are not counted as items and are skipped
+by the shared-word check.
+
+A file whose name contains "keyword" (the keyword development set,
+keyword-dev.jsonl) is checked the other way round: its queries are meant to
+reuse words of their memories, so instead of the no-shared-word rule each
+positive query must share at least one content word with its memory (same
+clash test), and at least MIN_ITEMS_KEYWORD positive items are required.
+Such a file may also hold distractor items, memories no query asks for:
+{"id": ..., "kind": "<contract kind>", "memory": "<non-empty>",
+"query": null, "category": "distractor"}. Distractors are not counted as
+items. Other files are checked exactly as described above.
 
 Prints every offending pair and exits 1 on any problem. Stdlib only.
 
@@ -27,7 +44,11 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_FILE = HERE / "paraphrase.jsonl"
 ENUMS_RS = HERE.parent.parent / "crates" / "zm-contracts" / "src" / "enums.rs"
 
-MIN_ITEMS = 200
+MIN_ITEMS = 200  # for the held-out set, DEFAULT_FILE
+MIN_ITEMS_OTHER = 50  # positive items, for any other file (e.g. the dev set)
+MIN_ITEMS_KEYWORD = 80  # positive items, for a keyword set (name contains "keyword")
+NEGATIVE = "negative"
+DISTRACTOR = "distractor"
 FIELDS = ("id", "kind", "memory", "query", "category")
 # The contract's kinds, used when enums.rs cannot be read.
 FALLBACK_KINDS = {
@@ -142,12 +163,16 @@ def contract_kinds() -> set[str]:
 
 def main(argv: list[str]) -> int:
     path = Path(argv[1]) if len(argv) > 1 else DEFAULT_FILE
+    # Keyword set: queries must share a word with their memory, not avoid it.
+    keyword = "keyword" in path.name
     kinds = contract_kinds()
     problems: list[str] = []
     clashes: list[str] = []
     ids: Counter[str] = Counter()
     per_kind: Counter[str] = Counter()
     items = 0
+    negatives = 0
+    distractors = 0
 
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -160,6 +185,38 @@ def main(argv: list[str]) -> int:
             continue
         if not isinstance(obj, dict):
             problems.append(f"line {lineno}: not a JSON object")
+            continue
+        if obj.get("category") == NEGATIVE:
+            bad = []
+            if not isinstance(obj.get("id"), str) or not obj["id"].strip():
+                bad.append("id must be a non-empty string")
+            if "kind" not in obj or obj["kind"] is not None:
+                bad.append("kind must be null")
+            if "memory" not in obj or obj["memory"] is not None:
+                bad.append("memory must be null")
+            if not isinstance(obj.get("query"), str) or not obj["query"].strip():
+                bad.append("query must be a non-empty string")
+            if bad:
+                problems.append(f"line {lineno}: negative item: {'; '.join(bad)}")
+                continue
+            negatives += 1
+            ids[obj["id"]] += 1
+            continue
+        if keyword and obj.get("category") == DISTRACTOR:
+            bad = []
+            if not isinstance(obj.get("id"), str) or not obj["id"].strip():
+                bad.append("id must be a non-empty string")
+            if obj.get("kind") not in kinds:
+                bad.append(f"kind must be a contract kind, not {obj.get('kind')!r}")
+            if not isinstance(obj.get("memory"), str) or not obj["memory"].strip():
+                bad.append("memory must be a non-empty string")
+            if "query" not in obj or obj["query"] is not None:
+                bad.append("query must be null")
+            if bad:
+                problems.append(f"line {lineno}: distractor item: {'; '.join(bad)}")
+                continue
+            distractors += 1
+            ids[obj["id"]] += 1
             continue
         missing = [f for f in FIELDS if not isinstance(obj.get(f), str) or not obj[f].strip()]
         if missing:
@@ -175,7 +232,14 @@ def main(argv: list[str]) -> int:
         if not qry_words:
             problems.append(f"line {lineno} ({obj['id']}): query has no content word")
         shared = sorted({f"{q}~{m}" for q in qry_words for m in mem_words if clash(q, m)})
-        if shared:
+        if keyword:
+            if qry_words and not shared:
+                clashes.append(
+                    f"{obj['id']}: shares no content word with its memory\n"
+                    f"    memory: {obj['memory']}\n"
+                    f"    query:  {obj['query']}"
+                )
+        elif shared:
             clashes.append(
                 f"{obj['id']}: shares {', '.join(shared)}\n"
                 f"    memory: {obj['memory']}\n"
@@ -185,8 +249,14 @@ def main(argv: list[str]) -> int:
     for i, n in ids.items():
         if n > 1:
             problems.append(f"duplicate id {i!r} ({n} times)")
-    if items < MIN_ITEMS:
-        problems.append(f"only {items} items, at least {MIN_ITEMS} required")
+    if keyword:
+        if items < MIN_ITEMS_KEYWORD:
+            problems.append(f"only {items} positive items, at least {MIN_ITEMS_KEYWORD} required")
+    elif path.resolve() == DEFAULT_FILE:
+        if items < MIN_ITEMS:
+            problems.append(f"only {items} items, at least {MIN_ITEMS} required")
+    elif items < MIN_ITEMS_OTHER:
+        problems.append(f"only {items} positive items, at least {MIN_ITEMS_OTHER} required")
 
     for c in clashes:
         print(c)
@@ -194,6 +264,17 @@ def main(argv: list[str]) -> int:
         print(p)
     print(f"{items} items; per kind: "
           + ", ".join(f"{k}={per_kind[k]}" for k in sorted(per_kind)))
+    if negatives:
+        print(f"{negatives} negative items (no shared-word check)")
+    if distractors:
+        print(f"{distractors} distractor items (memories without a query)")
+    if keyword:
+        if clashes or problems:
+            print(f"FAIL: {len(clashes)} query/memory pair(s) without a shared word, "
+                  f"{len(problems)} other problem(s)")
+            return 1
+        print("OK: every query shares a content word with its memory")
+        return 0
     if clashes or problems:
         print(f"FAIL: {len(clashes)} query/memory word clash(es), {len(problems)} other problem(s)")
         return 1

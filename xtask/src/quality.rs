@@ -33,12 +33,17 @@ use zm_store::{Caller, Store, ToolService};
 use crate::bench_support::{root, temp_dir};
 
 const USAGE: &str = "\
-usage: cargo xtask quality [--only NAME] [--longmemeval DIR] [--paraphrase FILE] [--json FILE]
+usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
+                           [--paraphrase FILE] [--json FILE] [--dev]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke) through
-`recall` on a fresh SQLite store and through a BM25 baseline, and prints
+`recall` on a fresh SQLite store, in each mode (default both: full text
+only, and hybrid with the bundled model, every memory embedded first), and
+through a BM25 baseline, and prints
 hit@1/5/10, recall@10 and MRR@10 per data set and per category.
---json FILE also writes the figures as JSON.";
+--json FILE also writes the figures as JSON. --dev runs the development
+sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl),
+the only ones constants are tuned on.";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -58,7 +63,7 @@ struct Query {
 
 #[derive(Debug, Clone)]
 struct DataSet {
-    name: &'static str,
+    name: String,
     items: Vec<Item>,
     queries: Vec<Query>,
     /// Where it came from and what it is, one line.
@@ -91,17 +96,30 @@ fn kind_of(name: &str) -> Result<&'static str, String> {
         .ok_or_else(|| format!("unknown memory kind {name:?}"))
 }
 
-fn paraphrase(path: &Path) -> Result<DataSet, String> {
+fn paraphrase(path: &Path, name: &str) -> Result<DataSet, String> {
     let mut items = Vec::new();
     let mut queries = Vec::new();
     for v in read_jsonl(path)? {
         let id = str_field(&v, "id", path)?;
+        if v.get("memory").is_none_or(Value::is_null) {
+            // A negative: a query no memory answers.
+            queries.push(Query {
+                text: str_field(&v, "query", path)?,
+                relevant: HashSet::new(),
+                category: "negative".into(),
+            });
+            continue;
+        }
         let kind = kind_of(&str_field(&v, "kind", path)?)?;
         items.push(Item {
             id: id.clone(),
             text: str_field(&v, "memory", path)?,
             kind,
         });
+        if v.get("query").is_none_or(Value::is_null) {
+            // A distractor: a memory no query asks for.
+            continue;
+        }
         queries.push(Query {
             text: str_field(&v, "query", path)?,
             relevant: HashSet::from([id]),
@@ -109,10 +127,13 @@ fn paraphrase(path: &Path) -> Result<DataSet, String> {
         });
     }
     Ok(DataSet {
-        name: "paraphrase",
+        name: name.to_string(),
         about: format!(
-            "{} memories, one query each sharing no content word with its memory (bench/quality/paraphrase.jsonl; held out)",
-            items.len()
+            "{} memories, {} queries with one relevant memory each, {} queries no memory answers ({})",
+            items.len(),
+            queries.iter().filter(|q| !q.relevant.is_empty()).count(),
+            queries.iter().filter(|q| q.relevant.is_empty()).count(),
+            path.strip_prefix(root()).unwrap_or(path).display()
         ),
         items,
         queries,
@@ -146,7 +167,7 @@ fn longmemeval(dir: &Path) -> Result<DataSet, String> {
         });
     }
     Ok(DataSet {
-        name: "longmemeval-s-smoke",
+        name: "longmemeval-s-smoke".to_string(),
         about: format!(
             "{} conversation turns as memories, {} questions, turn-level gold (LongMemEval-S smoke subset, MIT)",
             items.len(),
@@ -232,6 +253,79 @@ impl Bm25 {
     }
 }
 
+/// The bundled model alone: every item and query embedded, ranked by exact
+/// cosine over the whole corpus (what the dense leg could give at best).
+fn dense_reference(set: &DataSet) -> Result<Vec<Vec<String>>, String> {
+    let enc = zm_embed::bundled()
+        .ok_or("this build has no bundled model")?
+        .map_err(|e| e.to_string())?;
+    let embed = |texts: Vec<&str>| -> Result<Vec<Vec<f32>>, String> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(32) {
+            out.extend(enc.embed(chunk).map_err(|e| e.to_string())?);
+        }
+        Ok(out)
+    };
+    let items = embed(set.items.iter().map(|i| i.text.as_str()).collect())?;
+    let queries = embed(set.queries.iter().map(|q| q.text.as_str()).collect())?;
+    // Where a cosine floor would cut: the relevant memory's cosine for
+    // answered queries, the best cosine for queries nothing answers.
+    let cos = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+    let mut relevant: Vec<f32> = Vec::new();
+    let mut unanswered: Vec<f32> = Vec::new();
+    for (q, v) in set.queries.iter().zip(&queries) {
+        if q.relevant.is_empty() {
+            unanswered.push(items.iter().map(|i| cos(i, v)).fold(f32::MIN, f32::max));
+        } else {
+            relevant.extend(
+                set.items
+                    .iter()
+                    .zip(&items)
+                    .filter(|(it, _)| q.relevant.contains(&it.id))
+                    .map(|(_, i)| cos(i, v)),
+            );
+        }
+    }
+    let pct = |v: &mut Vec<f32>, p: &[usize]| -> String {
+        v.sort_by(f32::total_cmp);
+        p.iter()
+            .map(|p| {
+                let i = (v.len().saturating_sub(1) * p) / 100;
+                format!("p{p} {:.2}", v.get(i).copied().unwrap_or(f32::NAN))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "  {}: cosine of the relevant memory: {}",
+        set.name,
+        pct(&mut relevant, &[5, 10, 25, 50])
+    );
+    if !unanswered.is_empty() {
+        eprintln!(
+            "  {}: best cosine of a query nothing answers: {}",
+            set.name,
+            pct(&mut unanswered, &[50, 75, 90, 95])
+        );
+    }
+    Ok(queries
+        .iter()
+        .map(|q| {
+            let mut scored: Vec<(usize, f32)> = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i, v.iter().zip(q).map(|(a, b)| a * b).sum()))
+                .collect();
+            scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+            scored
+                .into_iter()
+                .take(10)
+                .map(|(i, _)| set.items[i].id.clone())
+                .collect()
+        })
+        .collect())
+}
+
 /// The figures of a set of ranked answers.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 struct Figures {
@@ -248,6 +342,9 @@ impl Figures {
     fn of<'a>(runs: impl IntoIterator<Item = (&'a [String], &'a HashSet<String>)>) -> Figures {
         let mut f = Figures::default();
         for (ranked, relevant) in runs {
+            if relevant.is_empty() {
+                continue;
+            }
             f.queries += 1;
             let first = ranked.iter().take(10).position(|id| relevant.contains(id));
             let hit = |k: usize| f64::from(u8::from(first.is_some_and(|p| p < k)));
@@ -292,7 +389,23 @@ struct Report {
     recall_ms_p50: f64,
 }
 
-async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
+/// `recall`'s mode: full text only, or fused with the bundled model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Lexical,
+    Hybrid,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Lexical => "lexical",
+            Mode::Hybrid => "hybrid",
+        }
+    }
+}
+
+async fn run_set(set: &DataSet, mode: Mode) -> Result<Report, String> {
     let dir = temp_dir("quality")?;
     let url = zm_store::sqlite_url(&dir.join("quality.db"));
     let store = Store::open(&url)
@@ -307,6 +420,12 @@ async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
         .map_err(|e| format!("create the user: {e}"))?;
     let caller = Caller::new(user.id.clone());
     let tools = ToolService::new(store.clone());
+    if mode == Mode::Hybrid {
+        let encoder = zm_embed::bundled()
+            .ok_or("this build has no bundled model")?
+            .map_err(|e| e.to_string())?;
+        store.set_encoder(encoder);
+    }
     // Memory id → the corpus items it holds (identical texts are one memory).
     let mut held: HashMap<String, Vec<String>> = HashMap::new();
     let mut refused = 0;
@@ -337,6 +456,25 @@ async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
         set.items.len() - refused,
         started.elapsed().as_secs_f64()
     );
+    if mode == Mode::Hybrid {
+        let started = Instant::now();
+        let mut embedded = 0;
+        loop {
+            let n = store
+                .embed_pending(64)
+                .await
+                .map_err(|e| format!("embed: {}", e.message))?;
+            if n == 0 {
+                break;
+            }
+            embedded += n;
+        }
+        eprintln!(
+            "  {}: {embedded} memories embedded in {:.1} s",
+            set.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
     let mut ours: Vec<Vec<String>> = Vec::with_capacity(set.queries.len());
     let mut times = Vec::with_capacity(set.queries.len());
     for q in &set.queries {
@@ -351,6 +489,28 @@ async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
             .map_err(|e| format!("recall {:?}: {}", q.text, e.message))?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         let v = out.to_json();
+        if std::env::var_os("ZM_QUALITY_TRACE").is_some() {
+            eprintln!("Q {}", q.text);
+            for m in v["memories"].as_array().into_iter().flatten().take(5) {
+                let id = m["id"].as_str().unwrap_or_default();
+                let hit = held
+                    .get(id)
+                    .is_some_and(|h| h.iter().any(|i| q.relevant.contains(i)));
+                eprintln!(
+                    "  {} score {:.4} sim {} fts {} {}",
+                    if hit { "*" } else { " " },
+                    m["score"].as_f64().unwrap_or(0.0),
+                    m["similarity"],
+                    m["fts_matched"],
+                    m["content"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(60)
+                        .collect::<String>()
+                );
+            }
+        }
         let ranked: Vec<String> = v["memories"]
             .as_array()
             .into_iter()
@@ -377,14 +537,21 @@ async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
                 .collect()
         })
         .collect();
+    let mut methods = vec![
+        (format!("recall ({})", mode.as_str()), ours),
+        ("BM25".to_string(), baseline),
+    ];
+    if mode == Mode::Hybrid {
+        methods.push((
+            "model alone (exact cosine)".to_string(),
+            dense_reference(set)?,
+        ));
+    }
     let mut categories: Vec<String> = set.queries.iter().map(|q| q.category.clone()).collect();
     categories.sort();
     categories.dedup();
     let mut figures = BTreeMap::new();
-    for (method, runs) in [
-        (format!("recall ({mode})"), &ours),
-        ("BM25".to_string(), &baseline),
-    ] {
+    for (method, runs) in &methods {
         let mut by_cat = BTreeMap::new();
         let pick = |cat: Option<&str>| {
             Figures::of(
@@ -399,12 +566,12 @@ async fn run_set(set: &DataSet, mode: &str) -> Result<Report, String> {
         for c in &categories {
             by_cat.insert(c.clone(), pick(Some(c)));
         }
-        figures.insert(method, by_cat);
+        figures.insert(method.clone(), by_cat);
     }
     store.close().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Report {
-        data_set: set.name.to_string(),
+        data_set: set.name.clone(),
         about: set.about.clone(),
         refused,
         figures,
@@ -451,6 +618,8 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut lme = root().join("../shared/data/longmemeval-s-smoke");
     let mut para = root().join("bench/quality/paraphrase.jsonl");
     let mut json_out: Option<PathBuf> = None;
+    let mut modes = vec![Mode::Lexical, Mode::Hybrid];
+    let mut dev = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -463,6 +632,19 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--longmemeval" => value("--longmemeval").map(|v| lme = PathBuf::from(v)),
             "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
+            "--dev" => {
+                dev = true;
+                Ok(())
+            }
+            "--mode" => value("--mode").and_then(|v| {
+                modes = match v.as_str() {
+                    "lexical" => vec![Mode::Lexical],
+                    "hybrid" => vec![Mode::Hybrid],
+                    "both" => vec![Mode::Lexical, Mode::Hybrid],
+                    other => return Err(format!("unknown mode {other:?}")),
+                };
+                Ok(())
+            }),
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -476,8 +658,22 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     }
     let mut sets = Vec::new();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
-    if wanted("paraphrase") {
-        match paraphrase(&para) {
+    let mut files = Vec::new();
+    if dev {
+        // The development sets: what constants are tuned on.
+        files.push((
+            "paraphrase-dev",
+            root().join("bench/quality/paraphrase-dev.jsonl"),
+        ));
+        files.push((
+            "keyword-dev",
+            root().join("bench/quality/keyword-dev.jsonl"),
+        ));
+    } else if wanted("paraphrase") {
+        files.push(("paraphrase", para.clone()));
+    }
+    for (name, path) in files {
+        match paraphrase(&path, name) {
             Ok(s) => sets.push(s),
             Err(e) => {
                 eprintln!("quality: {e}");
@@ -485,7 +681,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             }
         }
     }
-    if wanted("longmemeval-s-smoke") {
+    if !dev && wanted("longmemeval-s-smoke") {
         if lme.join("corpus.jsonl").exists() {
             match longmemeval(&lme) {
                 Ok(s) => sets.push(s),
@@ -510,18 +706,25 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mode = "lexical";
-    let mut reports = Vec::new();
+    let mut reports: Vec<Report> = Vec::new();
     for set in &sets {
-        match runtime.block_on(run_set(set, mode)) {
-            Ok(r) => {
-                print(&r);
-                reports.push(r);
+        let mut merged: Option<Report> = None;
+        for mode in &modes {
+            match runtime.block_on(run_set(set, *mode)) {
+                Ok(r) => match &mut merged {
+                    // One table per data set: every mode, one baseline.
+                    Some(m) => m.figures.extend(r.figures),
+                    None => merged = Some(r),
+                },
+                Err(e) => {
+                    eprintln!("quality: {}: {e}", set.name);
+                    return ExitCode::FAILURE;
+                }
             }
-            Err(e) => {
-                eprintln!("quality: {}: {e}", set.name);
-                return ExitCode::FAILURE;
-            }
+        }
+        if let Some(r) = merged {
+            print(&r);
+            reports.push(r);
         }
     }
     if let Some(path) = json_out

@@ -161,10 +161,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         format!(
-            "{}{}{}",
+            "{}{}{}{}",
             state.metrics.render().await,
             state.tools.metrics().render(),
-            storage
+            storage,
+            state.store.semantic_metrics().await
         ),
     )
         .into_response()

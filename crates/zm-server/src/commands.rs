@@ -329,7 +329,13 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
         Identity::User(user.id.clone()),
     )
     .with_attached_project(attached);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
     let result = zm_mcp::serve_stdio(server).await;
+    cancel.cancel();
+    if let Some(e) = embedder {
+        let _ = e.await;
+    }
     if let Err(e) = store.flush_usage().await {
         tracing::warn!(error = %e.message, "writing the last recall counts failed");
     }

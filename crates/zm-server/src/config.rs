@@ -693,6 +693,26 @@ knobs! {
             help: "Comma-separated MCP client names (`clientInfo.name`, case-insensitive) whose connect-time instructions are kept under 2,000 characters; `none` caps no client.",
             doc: "In the file, `capped_clients = []` caps no client too.",
         },
+        recall_mode: RecallMode {
+            env: "ZM_RECALL_MODE",
+            flag: "--recall-mode",
+            value_name: "MODE",
+            default: (RecallMode::default_for_build()),
+            shown: "`hybrid` (`lexical` in a build without the model)",
+            parse: RecallMode::parse,
+            help: "How `recall` and `build_context` search: `hybrid` (full text fused with the bundled embedding model) or `lexical` (full text only).",
+            doc: "Hybrid loads the model in the background after start-up (about 200 ms and 70 MiB); until it is ready, and for memories not embedded yet, recall is lexical. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
+        },
+        embed_per_second: u32 {
+            env: "ZM_EMBED_PER_SECOND",
+            flag: "--embed-per-second",
+            value_name: "N",
+            default: (0),
+            shown: "`0` (as fast as one core allows)",
+            range: 0..=100000,
+            help: "The most memories the background embedder embeds per second in hybrid mode; `0`: no limit (one core).",
+            doc: "Writes are never embedded inline: `remember` returns at once and the embedder catches up. `/metrics` reports its queue (`zm_embedding_queue`) and the time it spends.",
+        },
     }
 }
 
@@ -827,6 +847,48 @@ impl SqliteSynchronous {
 }
 
 impl Show for SqliteSynchronous {
+    fn show(&self) -> String {
+        self.as_str().into()
+    }
+}
+
+/// How recall searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecallMode {
+    Hybrid,
+    Lexical,
+}
+
+impl RecallMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecallMode::Hybrid => "hybrid",
+            RecallMode::Lexical => "lexical",
+        }
+    }
+
+    /// Hybrid when the model is compiled in.
+    pub fn default_for_build() -> Self {
+        if zm_embed::bundled_model().is_some() {
+            RecallMode::Hybrid
+        } else {
+            RecallMode::Lexical
+        }
+    }
+
+    fn parse(raw: &str) -> Result<Self, String> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "hybrid" if zm_embed::bundled_model().is_none() => Err(
+                "hybrid needs the embedding model, and this build has none (it was built without the `embed` feature)".into(),
+            ),
+            "hybrid" => Ok(RecallMode::Hybrid),
+            "lexical" => Ok(RecallMode::Lexical),
+            _ => Err(format!("{raw:?} is not hybrid or lexical")),
+        }
+    }
+}
+
+impl Show for RecallMode {
     fn show(&self) -> String {
         self.as_str().into()
     }

@@ -106,6 +106,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     shown.listen = listener.local_addr().unwrap_or(cfg.listen);
     let cancel = CancellationToken::new();
     spawn_team_purge(store.clone(), cancel.clone());
+    let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
     let limits = http.conn_limits();
     let app = zm_http::router(store.clone(), http, cancel.clone());
     tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
@@ -116,7 +117,11 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         shown.mcp_url(),
         shown.public_base_url()
     );
-    zm_http::serve(listener, app, limits, cancel, shutdown_signal()).await?;
+    zm_http::serve(listener, app, limits, cancel.clone(), shutdown_signal()).await?;
+    cancel.cancel();
+    if let Some(e) = embedder {
+        let _ = e.await;
+    }
     if let Err(e) = store.flush_usage().await {
         tracing::warn!(error = %e.message, "writing the last recall counts failed");
     }

@@ -101,6 +101,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0011_recall_activity.sql"),
         postgres: include_str!("../../../migrations/postgres/0011_recall_activity.sql"),
     },
+    Migration {
+        version: 12,
+        name: "memory_vectors",
+        sqlite: include_str!("../../../migrations/sqlite/0012_memory_vectors.sql"),
+        postgres: include_str!("../../../migrations/postgres/0012_memory_vectors.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

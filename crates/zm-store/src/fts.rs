@@ -24,6 +24,153 @@ pub fn query_terms(user_text: &str) -> Vec<String> {
         .collect()
 }
 
+/// English stop words: PostgreSQL's `english` text-search configuration
+/// (the Snowball list) drops these from both the content and the query.
+/// SQLite's FTS5 indexes them, so a query leaves them out itself — else
+/// "how are the invoices stored" matches every memory holding "the".
+pub const STOP_WORDS: &[&str] = &[
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "don",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "more",
+    "most",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "now",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "s",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "t",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// The terms a recall searches for: [`query_terms`] without
+/// [`STOP_WORDS`] — unless the query holds nothing else ("who are you"),
+/// then all of them.
+pub fn search_terms(user_text: &str) -> Vec<String> {
+    let terms = query_terms(user_text);
+    let content: Vec<String> = terms
+        .iter()
+        .filter(|t| STOP_WORDS.binary_search(&t.as_str()).is_err())
+        .cloned()
+        .collect();
+    if content.is_empty() { terms } else { content }
+}
+
 /// Which memories a full-text query matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
@@ -254,6 +401,19 @@ mod tests {
             pg_query_terms("foo' | bar & !baz <-> qux:*").as_deref(),
             Some("foo | bar | baz | qux")
         );
+    }
+
+    #[test]
+    fn stop_words_are_sorted_and_left_out_unless_alone() {
+        assert!(
+            STOP_WORDS.windows(2).all(|w| w[0] < w[1]),
+            "binary search needs order"
+        );
+        assert_eq!(
+            search_terms("how are the invoices stored"),
+            ["invoices", "stored"]
+        );
+        assert_eq!(search_terms("who are you"), ["who", "are", "you"]);
     }
 
     #[test]

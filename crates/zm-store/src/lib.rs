@@ -24,6 +24,7 @@ mod rows;
 pub mod rules;
 pub mod scopes;
 pub mod search;
+pub mod semantic;
 pub mod service;
 pub mod shared;
 pub mod similarity;

@@ -276,6 +276,27 @@ pub(crate) fn fts_newest(backend: Backend, sql: &mut Sql, limit: i64) {
 /// hold — `the`, a product's own name — would grow with the store.
 pub const RELEVANCE_BUDGET: i64 = 2000;
 
+/// Reciprocal rank fusion's constant: a hit at rank r (from 1) of a leg
+/// adds `1 / (RRF_K + r)`.
+pub const RRF_K: f64 = 60.0;
+/// The weight in the fusion of a full-text hit holding only some of the
+/// query's words (one holding every word weighs 1, as does a dense hit).
+/// Tuned on the development paraphrase set.
+pub const PARTIAL_WEIGHT: f64 = 0.5;
+/// How far below the nearest memory's cosine a dense hit may be.
+/// Tuned on the development sets.
+pub const DENSE_SPREAD: f64 = 0.15;
+/// How many hits of each leg are fused.
+pub const FUSION_DEPTH: usize = 50;
+/// How many nearest vectors the index proposes before the SQL visibility
+/// check keeps the first [`FUSION_DEPTH`] the caller reads.
+pub const DENSE_PREFILTER: usize = 200;
+/// The least cosine a dense hit needs: below it a memory is not proposed
+/// by meaning (it may still be a full-text hit). Tuned on the development
+/// paraphrase set (`bench/quality/paraphrase-dev.jsonl`), never on the
+/// held-out one.
+pub const DENSE_FLOOR: f64 = 0.20;
+
 /// The order of a full-text leg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LegOrder {
@@ -572,10 +593,40 @@ struct Neighbour {
     memory: Candidate,
 }
 
-/// Ranked full-text hits and the disputes around them.
+/// A candidate being ranked.
+struct Hit {
+    ranking: Ranking,
+    score: f64,
+    similarity: Option<f64>,
+    fts_matched: bool,
+}
+
+impl Hit {
+    fn of(ranking: Ranking, score: f64, similarity: Option<f64>, fts_matched: bool) -> Hit {
+        Hit {
+            ranking,
+            score,
+            similarity,
+            fts_matched,
+        }
+    }
+}
+
+/// A ranked hit with its content.
+#[derive(Debug)]
+struct ScoredHit {
+    memory: Candidate,
+    score: f64,
+    /// The cosine of the query and the memory, when both have a vector.
+    similarity: Option<f64>,
+    /// Found by the full-text legs.
+    fts_matched: bool,
+}
+
+/// Ranked hits and the disputes around them.
 #[derive(Debug, Default)]
 struct Ranked {
-    hits: Vec<(Candidate, f64)>,
+    hits: Vec<ScoredHit>,
     disputes: Disputes,
 }
 
@@ -729,26 +780,24 @@ impl Store {
         document_frequencies_of(&row, terms.len())
     }
 
-    /// Full-text hits within the read set. Memories holding **every** query
-    /// word rank above memories holding only some (those are searched only
-    /// when the first kind are fewer than `limit`); within each, by
-    /// relevance × decay (a memory with a pending challenge weighs 0.8).
-    /// The score is in [0, 1): at least 0.5 when every word matched. With
-    /// the pending conflicts that touch any candidate.
+    /// Full-text candidates within the read set, each with whether it
+    /// holds every query word. Memories holding **every** query word come
+    /// first (the legs holding only some are run only when the first kind
+    /// are fewer than `limit`).
     ///
     /// The work is bounded by the store's vocabulary, not its size (see
     /// [`LegPlan`]): words held by more than [`RELEVANCE_BUDGET`] memories
     /// are not scored across all of them.
-    async fn ranked(
+    async fn lexical_candidates(
         &self,
         caller: &Caller,
         text: &str,
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
         limit: usize,
-    ) -> Result<Ranked, ToolError> {
+    ) -> Result<Vec<(Ranking, bool)>, ToolError> {
         let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
-        let terms = fts::query_terms(text);
+        let terms = fts::search_terms(text);
         let df = self.document_frequencies(&terms).await?;
         let plan = LegPlan::new(&terms, &df);
         let mut candidates: Vec<(Ranking, bool)> = Vec::new();
@@ -767,36 +816,175 @@ impl Store {
                     .map(|c| (c, !leg.partial)),
             );
         }
-        let ids: Vec<MemoryId> = candidates.iter().map(|(c, _)| c.id.clone()).collect();
+        Ok(candidates)
+    }
+
+    /// The dense leg: the memories nearest to the query's vector that the
+    /// caller reads **now** (the index pre-filters as of its last refresh;
+    /// this query decides), live, in the read set and of the kinds asked
+    /// for, at least [`DENSE_FLOOR`] close; nearest first, at most
+    /// [`FUSION_DEPTH`].
+    async fn dense_candidates(
+        &self,
+        caller: &Caller,
+        query: &zm_embed::Vector,
+        set: &ReadSet,
+        kinds: Option<&[MemoryKind]>,
+    ) -> Result<Vec<(Ranking, f32)>, ToolError> {
+        let near: Vec<(MemoryId, f32)> = self
+            .nearest(query, &caller.user_id, set, DENSE_PREFILTER)
+            .into_iter()
+            .filter(|(_, c)| f64::from(*c) >= DENSE_FLOOR)
+            .collect();
+        // Far below the nearest is not a match by meaning either.
+        let best = near.first().map_or(0.0, |(_, c)| f64::from(*c));
+        let near: Vec<(MemoryId, f32)> = near
+            .into_iter()
+            .filter(|(_, c)| f64::from(*c) >= best - DENSE_SPREAD)
+            .collect();
+        if near.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = Sql::new(&format!(
+            "SELECT {RANK_COLUMNS}, 0.0 AS rel FROM memories m WHERE m.id IN "
+        ));
+        sql.bind_list(near.iter().map(|(id, _)| id.as_str()));
+        sql.push(" AND m.invalidated_at IS NULL AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(" AND ");
+        push_read_set(&mut sql, "m", set);
+        if let Some(kinds) = kinds {
+            sql.push(" AND m.kind IN ")
+                .bind_list(kinds.iter().map(|k| k.as_str()));
+        }
+        let rows = sql.query().fetch_all(&self.pool).await.db("dense leg")?;
+        let mut readable: HashMap<MemoryId, Ranking> = Ranking::from_rows(&rows)?
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
+            .collect();
+        Ok(near
+            .into_iter()
+            .filter_map(|(id, c)| readable.remove(&id).map(|r| (r, c)))
+            .take(FUSION_DEPTH)
+            .collect())
+    }
+
+    /// Hits within the read set, best first, at most `limit`, with the
+    /// pending conflicts that touch any of them.
+    ///
+    /// * **Lexical** (no model, or the query could not be embedded):
+    ///   memories holding every query word rank above memories holding only
+    ///   some; within each, by relevance × decay. The score is in [0, 1):
+    ///   at least 0.5 when every word matched.
+    /// * **Hybrid**: the full-text candidates (in that order, without
+    ///   decay) and the dense leg's (by cosine), the first [`FUSION_DEPTH`]
+    ///   of each, fused by reciprocal rank ([`RRF_K`]), then × decay. The
+    ///   score is the fused rank score scaled to (0, 1].
+    ///
+    /// Either way a memory with a pending challenge weighs 0.8.
+    async fn ranked(
+        &self,
+        caller: &Caller,
+        text: &str,
+        set: &ReadSet,
+        kinds: Option<&[MemoryKind]>,
+        limit: usize,
+    ) -> Result<Ranked, ToolError> {
+        // The query is embedded (on a blocking thread) while the full-text
+        // legs run.
+        let (query, lexical) = tokio::join!(
+            self.embed_query(text),
+            self.lexical_candidates(caller, text, set, kinds, limit)
+        );
+        let lexical = lexical?;
+        let dense = match &query {
+            Some(q) => self.dense_candidates(caller, q, set, kinds).await?,
+            None => Vec::new(),
+        };
+        let ids: Vec<MemoryId> = lexical
+            .iter()
+            .map(|(c, _)| c.id.clone())
+            .chain(dense.iter().map(|(c, _)| c.id.clone()))
+            .collect();
         let disputes = self.disputes(caller, &ids).await?;
         let now = self.now();
-        let mut ranked: Vec<(Ranking, f64)> = candidates
-            .into_iter()
-            .map(|(c, every_word)| {
-                let rel = c.rel.max(0.0);
-                let mut score = rel / (1.0 + rel) * decay(c.kind, now - c.created_at);
-                if disputes.challenged.contains(&c.id) {
-                    score *= 0.8;
+        let weight = |c: &Ranking| {
+            let w = decay(c.kind, now - c.created_at);
+            if disputes.challenged.contains(&c.id) {
+                w * 0.8
+            } else {
+                w
+            }
+        };
+        // Full-text relevance without decay: the tier, then bm25.
+        let lexical_order = |rel: f64, every_word: bool| {
+            let rel = rel.max(0.0);
+            let tier = if every_word { 0.5 } else { 0.0 };
+            tier + rel / (1.0 + rel) / 2.0
+        };
+        let mut ranked: Vec<Hit> = match &query {
+            None => lexical
+                .into_iter()
+                .map(|(c, every_word)| {
+                    let rel = c.rel.max(0.0);
+                    let tier = if every_word { 0.5 } else { 0.0 };
+                    let score = tier + rel / (1.0 + rel) * weight(&c) / 2.0;
+                    Hit::of(c, score, None, true)
+                })
+                .collect(),
+            Some(q) => {
+                let mut lexical = lexical;
+                lexical.sort_by(|a, b| {
+                    lexical_order(b.0.rel, b.1)
+                        .total_cmp(&lexical_order(a.0.rel, a.1))
+                        .then(b.0.created_at.cmp(&a.0.created_at))
+                });
+                lexical.truncate(FUSION_DEPTH);
+                let mut fused: HashMap<MemoryId, (Ranking, f64, bool)> = HashMap::new();
+                for (rank, (c, every_word)) in lexical.into_iter().enumerate() {
+                    let w = if every_word { 1.0 } else { PARTIAL_WEIGHT };
+                    let rrf = w / (RRF_K + rank as f64 + 1.0);
+                    fused.insert(c.id.clone(), (c, rrf, true));
                 }
-                let tier = if every_word { 0.5 } else { 0.0 };
-                (c, tier + score / 2.0)
-            })
-            .collect();
+                for (rank, (c, _)) in dense.into_iter().enumerate() {
+                    let rrf = 1.0 / (RRF_K + rank as f64 + 1.0);
+                    fused
+                        .entry(c.id.clone())
+                        .and_modify(|e| e.1 += rrf)
+                        .or_insert((c, rrf, false));
+                }
+                let best = 2.0 / (RRF_K + 1.0);
+                fused
+                    .into_values()
+                    .map(|(c, rrf, fts)| {
+                        let similarity = self.cosine_of(q, &c.id).map(f64::from);
+                        let score = rrf / best * weight(&c);
+                        Hit::of(c, score, similarity, fts)
+                    })
+                    .collect()
+            }
+        };
         ranked.sort_by(|a, b| {
-            b.1.total_cmp(&a.1)
-                .then(b.0.created_at.cmp(&a.0.created_at))
+            b.score
+                .total_cmp(&a.score)
+                .then(b.ranking.created_at.cmp(&a.ranking.created_at))
         });
         ranked.truncate(limit);
         let mut contents = self
-            .contents(ranked.iter().map(|(c, _)| c.id.as_str()))
+            .contents(ranked.iter().map(|h| h.ranking.id.as_str()))
             .await?;
         // A hit deleted between the two queries (`delete_account` of its
         // owner) is dropped, not shown empty.
         let hits = ranked
             .into_iter()
-            .filter_map(|(c, score)| {
-                let content = contents.remove(c.id.as_str())?;
-                Some((c.with_content(content), score))
+            .filter_map(|h| {
+                let content = contents.remove(h.ranking.id.as_str())?;
+                Some(ScoredHit {
+                    memory: h.ranking.with_content(content),
+                    score: h.score,
+                    similarity: h.similarity,
+                    fts_matched: h.fts_matched,
+                })
             })
             .collect();
         Ok(Ranked { hits, disputes })
@@ -949,7 +1137,7 @@ impl Store {
         let Ranked { hits, disputes } = self
             .ranked(caller, &input.query, &plan.set, input.kinds.as_deref(), k)
             .await?;
-        let ids: Vec<MemoryId> = hits.iter().map(|(c, _)| c.id.clone()).collect();
+        let ids: Vec<MemoryId> = hits.iter().map(|h| h.memory.id.clone()).collect();
         let graph = if input.include_graph {
             self.entities_of(&ids).await?
         } else {
@@ -959,7 +1147,8 @@ impl Store {
         let now = self.now();
         let memories = hits
             .iter()
-            .map(|(c, score)| {
+            .map(|h| {
+                let (c, score) = (&h.memory, h.score);
                 let dispute = disputes.by_memory.get(&c.id);
                 SearchHit {
                     id: c.id.clone(),
@@ -973,8 +1162,8 @@ impl Store {
                     disputed: dispute.is_some(),
                     dispute_id: dispute.map(|d| d.0.clone()),
                     dispute_with: dispute.and_then(|d| d.1.as_ref().map(MemoryId::to_string)),
-                    similarity: None,
-                    fts_matched: true,
+                    similarity: h.similarity.map(|s| (s * 1e6).round() / 1e6),
+                    fts_matched: h.fts_matched,
                     stale_days: stale_days(c, caller, now),
                     entities: input.include_graph.then(|| {
                         graph
@@ -1066,8 +1255,9 @@ impl Store {
             .await?
             .hits
             .into_iter()
-            .filter(|(c, _)| !promoted.contains(&c.id))
+            .filter(|h| !promoted.contains(&h.memory.id))
             .take(max_memories)
+            .map(|h| (h.memory, h.score))
             .collect();
         let ids: Vec<MemoryId> = hits.iter().map(|(c, _)| c.id.clone()).collect();
         let terms = fts::query_terms(&input.topic);

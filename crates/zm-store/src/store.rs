@@ -144,6 +144,8 @@ pub struct Store {
     pub(crate) limits: crate::Limits,
     /// Recall hits not written yet (shared by every clone).
     pub(crate) usage: Arc<crate::usage::UsageBuffer>,
+    /// The embedding model and the vector index (shared by every clone).
+    pub(crate) semantic: Arc<crate::semantic::Semantic>,
 }
 
 impl std::fmt::Debug for Store {
@@ -174,6 +176,7 @@ impl Store {
             form_key,
             limits: opts.limits,
             usage: Arc::default(),
+            semantic: Arc::default(),
         })
     }
 

@@ -164,6 +164,31 @@ impl ToolService {
             let ids: Vec<&str> = r.memories.iter().map(|m| m.id.as_str()).collect();
             self.store.note_recalled(caller, &ids).await;
         }
+        // The vector index pre-filters by owner, scope, sharing and
+        // liveness: this instance's own changes to them are seen at once
+        // (other instances' within the embedder's refresh).
+        if out.is_ok()
+            && matches!(
+                tool,
+                ToolName::Forget
+                    | ToolName::RestoreMemory
+                    | ToolName::Share
+                    | ToolName::MoveMemories
+            )
+        {
+            let ids: Vec<&str> = raw
+                .get("memory_id")
+                .into_iter()
+                .chain(
+                    raw.get("memory_ids")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten(),
+                )
+                .filter_map(Value::as_str)
+                .collect();
+            self.store.vector_meta_changed(&ids).await;
+        }
         out
     }
 

@@ -1,0 +1,579 @@
+//! Embeddings: what makes recall meet paraphrases (migration 0012).
+//!
+//! * **Writing.** `remember` never embeds. A background task (started by
+//!   the server, see `zm-server`'s `embedder.rs`) calls
+//!   [`Store::embed_pending`]: the live memories without a vector of the
+//!   current model, newest first, a batch at a time, each vector written
+//!   in its own short transaction with the model's identity. A memory the
+//!   model refuses gets a row without a vector, so it is not retried until
+//!   the model changes.
+//! * **The index.** Every instance keeps the vectors of the current model
+//!   in memory ([`VectorIndex`], int8: 388 bytes per memory for the
+//!   bundled model), with each memory's owner, scope, sharing and liveness
+//!   as of the last refresh. [`Store::refresh_vectors`] reads the rows
+//!   written since (by any instance); [`Store::refresh_vector_meta`]
+//!   re-reads the metadata (moves, shares, forgets) — the server does it
+//!   every 30 s and this instance's own changes are seen at once.
+//! * **Searching.** The index is a pre-filter only: it picks the nearest
+//!   vectors among memories the caller could read as of the last refresh,
+//!   and SQL then keeps those the caller reads **now** (the same
+//!   visibility and read-set predicates as the full-text legs, see
+//!   `search.rs`). A stale index can cost a dense hit, never leak one.
+//!
+//! Architecture invariant: a vector is compared only with vectors of the
+//! same model identity, and only after the SQL visibility check.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use zm_contracts::{MemoryId, ToolError};
+use zm_embed::{Encoder, Vector};
+
+use crate::db::{Backend, DbResult};
+use crate::rows::{col, id_col};
+use crate::scopes::ReadSet;
+use crate::store::Store;
+
+/// Characters of a memory given to the model (the bundled model reads
+/// 128 tokens, about 500 characters; the rest would be cut anyway).
+pub const EMBED_CHARS: usize = 2000;
+
+/// How many rows behind the last one read a refresh re-reads on
+/// PostgreSQL, where transactions may commit out of `vseq` order.
+const PG_REREAD: i64 = 512;
+
+/// What the index knows of one memory.
+#[derive(Debug, Clone)]
+struct Entry {
+    id: MemoryId,
+    owner: u32,
+    scope: u32,
+    shared: bool,
+    live: bool,
+}
+
+/// The in-memory vectors of one model.
+#[derive(Debug, Default)]
+pub(crate) struct VectorIndex {
+    model: String,
+    dims: usize,
+    entries: Vec<Entry>,
+    vectors: Vec<Vector>,
+    by_id: HashMap<MemoryId, usize>,
+    /// Interned owners and scopes.
+    names: HashMap<String, u32>,
+    last_vseq: i64,
+}
+
+impl VectorIndex {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(i) = self.names.get(name) {
+            return *i;
+        }
+        let i = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.insert(name.to_string(), i);
+        i
+    }
+
+    fn upsert(&mut self, meta: Meta, vector: Vector) {
+        let entry = Entry {
+            id: meta.id.clone(),
+            owner: self.intern(&meta.owner),
+            scope: self.intern(&meta.scope),
+            shared: meta.shared,
+            live: meta.live,
+        };
+        match self.by_id.get(&meta.id) {
+            Some(&i) => {
+                self.entries[i] = entry;
+                self.vectors[i] = vector;
+            }
+            None => {
+                self.by_id.insert(meta.id, self.entries.len());
+                self.entries.push(entry);
+                self.vectors.push(vector);
+            }
+        }
+    }
+
+    fn set_meta(&mut self, meta: &Meta) {
+        let Some(&i) = self.by_id.get(&meta.id) else {
+            return;
+        };
+        let owner = self.intern(&meta.owner);
+        let scope = self.intern(&meta.scope);
+        let e = &mut self.entries[i];
+        e.owner = owner;
+        e.scope = scope;
+        e.shared = meta.shared;
+        e.live = meta.live;
+    }
+
+    /// The `limit` nearest live vectors among memories `user` may read in
+    /// `set`, as of the last refresh; nearest first.
+    fn nearest(
+        &self,
+        query: &Vector,
+        user: &str,
+        set: &ReadSet,
+        limit: usize,
+    ) -> Vec<(MemoryId, f32)> {
+        if self.entries.is_empty() || query.dims() != self.dims {
+            return Vec::new();
+        }
+        let me = self.names.get(user).copied();
+        let scopes: Option<Vec<u32>> = match set {
+            ReadSet::All => None,
+            ReadSet::Scopes(s) => Some(
+                s.iter()
+                    .filter_map(|p| self.names.get(p).copied())
+                    .collect(),
+            ),
+        };
+        let mut best: Vec<(f32, usize)> = Vec::with_capacity(limit + 1);
+        let mut floor = f32::NEG_INFINITY;
+        for (i, e) in self.entries.iter().enumerate() {
+            if !e.live || !(e.shared || Some(e.owner) == me) {
+                continue;
+            }
+            if let Some(s) = &scopes
+                && !s.contains(&e.scope)
+            {
+                continue;
+            }
+            let c = self.vectors[i].cosine(query);
+            if best.len() == limit && c <= floor {
+                continue;
+            }
+            let at = best.partition_point(|(b, _)| *b >= c);
+            best.insert(at, (c, i));
+            if best.len() > limit {
+                best.pop();
+            }
+            if best.len() == limit {
+                floor = best[limit - 1].0;
+            }
+        }
+        best.into_iter()
+            .map(|(c, i)| (self.entries[i].id.clone(), c))
+            .collect()
+    }
+}
+
+/// A memory's metadata as the index keeps it.
+#[derive(Debug, Clone)]
+struct Meta {
+    id: MemoryId,
+    owner: String,
+    scope: String,
+    shared: bool,
+    live: bool,
+}
+
+fn meta_of(r: &sqlx::any::AnyRow) -> Result<Meta, ToolError> {
+    let visibility: String = col(r, "visibility")?;
+    let invalidated: Option<i64> = col(r, "invalidated_at")?;
+    Ok(Meta {
+        id: id_col(r, "id")?,
+        owner: col(r, "owner_id")?,
+        scope: col(r, "scope")?,
+        shared: visibility == "shared",
+        live: invalidated.is_none(),
+    })
+}
+
+/// Figures of the embedder, for `/metrics` and the logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SemanticStatus {
+    /// The model's identity, once loaded.
+    pub model: Option<String>,
+    /// Vectors in this instance's index.
+    pub indexed: usize,
+    /// Memories embedded by this process, and the time spent on them.
+    pub embedded: u64,
+    pub embed_micros: u64,
+    /// Queries embedded by this process, and the time spent on them.
+    pub queries: u64,
+    pub query_micros: u64,
+}
+
+/// The embedding state every clone of a store shares.
+#[derive(Default)]
+pub(crate) struct Semantic {
+    encoder: RwLock<Option<Arc<dyn Encoder>>>,
+    index: RwLock<VectorIndex>,
+    /// Where the current pass of [`Store::embed_pending`] is (the lowest
+    /// `seq` it has looked at); 0: start again from the newest.
+    cursor: AtomicU64,
+    embedded: AtomicU64,
+    embed_micros: AtomicU64,
+    queries: AtomicU64,
+    query_micros: AtomicU64,
+}
+
+impl std::fmt::Debug for Semantic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semantic").finish_non_exhaustive()
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Store {
+    /// Use `encoder` for recall and the embedder from now on. A different
+    /// model than before empties the index: its vectors are read again as
+    /// they are written for the new model.
+    pub fn set_encoder(&self, encoder: Arc<dyn Encoder>) {
+        {
+            let mut index = write(&self.semantic.index);
+            if index.model != encoder.model() {
+                *index = VectorIndex {
+                    model: encoder.model().to_string(),
+                    dims: encoder.dims(),
+                    ..VectorIndex::default()
+                };
+            }
+        }
+        self.semantic.cursor.store(0, Ordering::Relaxed);
+        *write(&self.semantic.encoder) = Some(encoder);
+    }
+
+    /// The encoder, when one is set.
+    pub(crate) fn encoder(&self) -> Option<Arc<dyn Encoder>> {
+        read(&self.semantic.encoder).clone()
+    }
+
+    /// The embedder's figures.
+    pub fn semantic_status(&self) -> SemanticStatus {
+        let s = &self.semantic;
+        SemanticStatus {
+            model: self.encoder().map(|e| e.model().to_string()),
+            indexed: read(&s.index).entries.len(),
+            embedded: s.embedded.load(Ordering::Relaxed),
+            embed_micros: s.embed_micros.load(Ordering::Relaxed),
+            queries: s.queries.load(Ordering::Relaxed),
+            query_micros: s.query_micros.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The embedder's figures in the Prometheus text format (nothing in
+    /// lexical mode or before the model is loaded).
+    pub async fn semantic_metrics(&self) -> String {
+        let st = self.semantic_status();
+        let Some(model) = &st.model else {
+            return String::new();
+        };
+        let queue = match self.embedding_queue().await {
+            Ok(n) => n.to_string(),
+            Err(_) => "NaN".into(),
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let secs = |us: u64| us as f64 / 1e6;
+        let model = model.replace(['\\', '"'], "_");
+        format!(
+            "# HELP zm_embedding_model The embedding model in use (hybrid recall).\n# TYPE zm_embedding_model gauge\nzm_embedding_model{{model=\"{model}\"}} 1\n\
+             # HELP zm_embedding_queue Live memories not embedded yet (recall finds them by full text only).\n# TYPE zm_embedding_queue gauge\nzm_embedding_queue {queue}\n\
+             # HELP zm_embedding_indexed Vectors in this instance's index.\n# TYPE zm_embedding_indexed gauge\nzm_embedding_indexed {}\n\
+             # HELP zm_embedded_total Memories embedded by this process.\n# TYPE zm_embedded_total counter\nzm_embedded_total {}\n\
+             # HELP zm_embedding_seconds_total Time spent embedding memories.\n# TYPE zm_embedding_seconds_total counter\nzm_embedding_seconds_total {:.3}\n\
+             # HELP zm_query_embeddings_total Queries embedded by this process.\n# TYPE zm_query_embeddings_total counter\nzm_query_embeddings_total {}\n\
+             # HELP zm_query_embedding_seconds_total Time spent embedding queries.\n# TYPE zm_query_embedding_seconds_total counter\nzm_query_embedding_seconds_total {:.3}\n",
+            st.indexed,
+            st.embedded,
+            secs(st.embed_micros),
+            st.queries,
+            secs(st.query_micros),
+        )
+    }
+
+    /// Live memories without a vector of the current model (0 without a
+    /// model).
+    pub async fn embedding_queue(&self) -> Result<i64, ToolError> {
+        let Some(enc) = self.encoder() else {
+            return Ok(0);
+        };
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM memories m WHERE m.invalidated_at IS NULL AND NOT EXISTS \
+             (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = $1)",
+        )
+        .bind(enc.model())
+        .fetch_one(&self.pool)
+        .await
+        .db("embedding queue")
+    }
+
+    /// Embed up to `max` live memories that have no vector of the current
+    /// model, newest first, and write their vectors. Returns how many were
+    /// written; 0 when none is pending (or no model is set).
+    pub async fn embed_pending(&self, max: usize) -> Result<usize, ToolError> {
+        let Some(enc) = self.encoder() else {
+            return Ok(0);
+        };
+        let model = enc.model().to_string();
+        let limit = i64::try_from(max.max(1)).unwrap_or(64);
+        let mut rows = Vec::new();
+        // One pass walks down from the newest memory; when it reaches the
+        // oldest, the next call starts again from the top (new writes).
+        for _ in 0..2 {
+            let below = i64::try_from(self.semantic.cursor.load(Ordering::Relaxed)).unwrap_or(0);
+            let mut sql =
+                crate::sql::Sql::new("SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, ");
+            sql.bind_i64(i64::try_from(EMBED_CHARS).unwrap_or(2000))
+                .push(") AS content FROM memories m WHERE m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
+                .bind_str(model.clone())
+                .push(")");
+            if below > 0 {
+                sql.push(" AND m.seq < ").bind_i64(below);
+            }
+            sql.push(" ORDER BY m.seq DESC LIMIT ").bind_i64(limit);
+            rows = sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("pending embeddings")?;
+            if let Some(last) = rows.last() {
+                let seq: i64 = col(last, "seq")?;
+                self.semantic
+                    .cursor
+                    .store(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
+                break;
+            }
+            if below == 0 {
+                return Ok(0);
+            }
+            self.semantic.cursor.store(0, Ordering::Relaxed);
+        }
+        let mut batch: Vec<(String, String)> = Vec::with_capacity(rows.len());
+        for r in &rows {
+            batch.push((col(r, "id")?, col(r, "content")?));
+        }
+        let started = std::time::Instant::now();
+        let enc2 = Arc::clone(&enc);
+        let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
+        let vectors = tokio::task::spawn_blocking(move || embed_each(enc2.as_ref(), &texts))
+            .await
+            .map_err(|e| {
+                tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
+                ToolError::internal()
+            })?;
+        let s = &self.semantic;
+        s.embed_micros
+            .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        for ((id, _), v) in batch.iter().zip(&vectors) {
+            sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1 AND model <> $2")
+                .bind(id)
+                .bind(&model)
+                .execute(&mut *tx)
+                .await
+                .db("replace vector")?;
+            sqlx::query(
+                "INSERT INTO memory_vectors (memory_id, model, vec, embedded_at) \
+                 SELECT id, $2, $3, $4 FROM memories WHERE id = $1 \
+                 ON CONFLICT (memory_id) DO NOTHING",
+            )
+            .bind(id)
+            .bind(&model)
+            .bind(v.as_ref().map(Vector::to_bytes))
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("write vector")?;
+        }
+        tx.commit().await.db("commit vectors")?;
+        s.embedded
+            .fetch_add(u64::try_from(batch.len()).unwrap_or(0), Ordering::Relaxed);
+        self.refresh_vectors().await?;
+        Ok(batch.len())
+    }
+
+    /// Read the vectors of the current model written since the last
+    /// refresh (by any instance) into the index; how many were read.
+    pub async fn refresh_vectors(&self) -> Result<usize, ToolError> {
+        let (model, dims, last) = {
+            let index = read(&self.semantic.index);
+            if index.model.is_empty() {
+                return Ok(0);
+            }
+            (index.model.clone(), index.dims, index.last_vseq)
+        };
+        let from = match self.backend {
+            Backend::Sqlite => last,
+            Backend::Postgres => (last - PG_REREAD).max(0),
+        };
+        let mut read_rows = 0;
+        let mut after = from;
+        loop {
+            let rows = sqlx::query(
+                "SELECT v.vseq AS vseq, v.vec AS vec, m.id AS id, m.owner_id AS owner_id, m.scope AS scope, \
+                 m.visibility AS visibility, m.invalidated_at AS invalidated_at \
+                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
+                 WHERE v.vseq > $1 AND v.model = $2 ORDER BY v.vseq LIMIT 2000",
+            )
+            .bind(after)
+            .bind(&model)
+            .fetch_all(&self.pool)
+            .await
+            .db("read vectors")?;
+            if rows.is_empty() {
+                break;
+            }
+            let mut index = write(&self.semantic.index);
+            if index.model != model {
+                return Ok(read_rows);
+            }
+            for r in &rows {
+                let vseq: i64 = col(r, "vseq")?;
+                after = after.max(vseq);
+                index.last_vseq = index.last_vseq.max(vseq);
+                let bytes: Option<Vec<u8>> = col(r, "vec")?;
+                let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) else {
+                    continue;
+                };
+                index.upsert(meta_of(r)?, vector);
+                read_rows += 1;
+            }
+        }
+        Ok(read_rows)
+    }
+
+    /// Re-read the owner, scope, sharing and liveness of every indexed
+    /// memory (memories erased meanwhile leave the index).
+    pub async fn refresh_vector_meta(&self) -> Result<(), ToolError> {
+        let model = read(&self.semantic.index).model.clone();
+        if model.is_empty() {
+            return Ok(());
+        }
+        let rows = sqlx::query(
+            "SELECT m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.visibility AS visibility, \
+             m.invalidated_at AS invalidated_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
+             WHERE v.model = $1",
+        )
+        .bind(&model)
+        .fetch_all(&self.pool)
+        .await
+        .db("vector metadata")?;
+        let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
+        let mut index = write(&self.semantic.index);
+        if index.model != model {
+            return Ok(());
+        }
+        let present: std::collections::HashSet<&MemoryId> = metas.iter().map(|m| &m.id).collect();
+        for e in &mut index.entries {
+            if !present.contains(&e.id) {
+                e.live = false;
+            }
+        }
+        for m in &metas {
+            index.set_meta(m);
+        }
+        Ok(())
+    }
+
+    /// These memories changed owner, scope, sharing or liveness on this
+    /// instance: re-read their metadata now.
+    pub(crate) async fn vector_meta_changed(&self, ids: &[&str]) {
+        if ids.is_empty() || read(&self.semantic.index).entries.is_empty() {
+            return;
+        }
+        let mut sql = crate::sql::Sql::new(
+            "SELECT id, owner_id, scope, visibility, invalidated_at FROM memories WHERE id IN ",
+        );
+        sql.bind_list(ids.iter().map(|s| (*s).to_string()));
+        match sql.query().fetch_all(&self.pool).await {
+            Ok(rows) => {
+                let mut index = write(&self.semantic.index);
+                for r in &rows {
+                    if let Ok(m) = meta_of(r) {
+                        index.set_meta(&m);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(target: "zm_store", error = %e, "re-reading vector metadata failed");
+            }
+        }
+    }
+
+    /// The query's vector, when a model is set (`None` in lexical mode,
+    /// while the model loads, or when the model refuses the text).
+    pub(crate) async fn embed_query(&self, text: &str) -> Option<Vector> {
+        let enc = self.encoder()?;
+        let text: String = text.chars().take(EMBED_CHARS).collect();
+        if text.trim().is_empty() {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let v = tokio::task::spawn_blocking(move || enc.embed(&[text.as_str()]))
+            .await
+            .ok()?;
+        let s = &self.semantic;
+        s.queries.fetch_add(1, Ordering::Relaxed);
+        s.query_micros
+            .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
+        match v {
+            Ok(mut v) if !v.is_empty() => Some(Vector::quantize(&v.swap_remove(0))),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(target: "zm_store", error = %e, "query not embedded");
+                None
+            }
+        }
+    }
+
+    /// The nearest vectors to `query` among memories `user` could read in
+    /// `set` as of the last refresh (a pre-filter: the caller checks
+    /// visibility in SQL).
+    pub(crate) fn nearest(
+        &self,
+        query: &Vector,
+        user: &str,
+        set: &ReadSet,
+        limit: usize,
+    ) -> Vec<(MemoryId, f32)> {
+        read(&self.semantic.index).nearest(query, user, set, limit)
+    }
+
+    /// Is memory `id` in this instance's vector index?
+    pub fn is_embedded(&self, id: &str) -> bool {
+        read(&self.semantic.index)
+            .by_id
+            .contains_key(&MemoryId::from_trusted(id))
+    }
+
+    /// The cosine of `query` and memory `id`'s vector, when indexed.
+    pub(crate) fn cosine_of(&self, query: &Vector, id: &MemoryId) -> Option<f32> {
+        let index = read(&self.semantic.index);
+        let i = *index.by_id.get(id)?;
+        Some(index.vectors[i].cosine(query))
+    }
+}
+
+/// Embed each text; `None` for a text the model refuses. A batch the model
+/// refuses as a whole is retried one text at a time.
+fn embed_each(enc: &dyn Encoder, texts: &[String]) -> Vec<Option<Vector>> {
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    if let Ok(vs) = enc.embed(&refs)
+        && vs.len() == texts.len()
+    {
+        return vs.iter().map(|v| Some(Vector::quantize(v))).collect();
+    }
+    refs.iter()
+        .map(|t| match enc.embed(&[*t]) {
+            Ok(mut v) if v.len() == 1 => Some(Vector::quantize(&v.swap_remove(0))),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,144 @@
+//! Hybrid recall with the bundled model, on every backend: a paraphrase
+//! sharing no word with its memory is found once the memory is embedded;
+//! a memory without a vector is still found by its words; changing the
+//! model's identity makes every memory pending again; vectors never cross
+//! users, and a forgotten memory is not found by meaning.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use serde_json::{Value, json};
+use zm_embed::{EmbedError, Encoder};
+use zm_store::{Caller, Store};
+
+/// The bundled model.
+fn model() -> Arc<dyn Encoder> {
+    zm_embed::bundled()
+        .expect("the tests are built with the bundled model")
+        .expect("the bundled model loads")
+}
+
+/// The bundled model under another identity (as a new model version would
+/// be): the same vectors, a different name.
+struct Renamed(Arc<dyn Encoder>, String);
+
+impl Encoder for Renamed {
+    fn model(&self) -> &str {
+        &self.1
+    }
+    fn dims(&self) -> usize {
+        self.0.dims()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.0.embed(texts)
+    }
+}
+
+/// Embed pending memories (newest first) until `ids` are all indexed. On a
+/// shared PostgreSQL database other tests' memories are embedded too.
+async fn embed(store: &Store, ids: &[&str], l: &str) {
+    for _ in 0..200 {
+        if ids.iter().all(|id| store.is_embedded(id)) {
+            return;
+        }
+        let n = ok(store.embed_pending(64).await, l, "embed");
+        if n == 0 {
+            ok(store.refresh_vectors().await, l, "refresh");
+        }
+    }
+    panic!("[{l}] {ids:?} were not embedded");
+}
+
+async fn hits(store: &Store, caller: &Caller, query: &str, l: &str) -> Vec<Value> {
+    let out = ok(
+        call(store, caller, "recall", json!({"query": query, "k": 10})).await,
+        l,
+        "recall",
+    );
+    out["memories"].as_array().cloned().unwrap_or_default()
+}
+
+fn find<'a>(hits: &'a [Value], id: &str) -> Option<&'a Value> {
+    hits.iter().find(|h| h["id"] == id)
+}
+
+backend_tests! {
+    async fn a_paraphrase_is_found_once_embedded(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-a").await;
+        let target = mem(&store, &a, l, json!({"content": "We chose Postgres over Mongo for billing because we need transactions.", "kind": "decision", "scope": "personal"})).await;
+        let other = mem(&store, &a, l, json!({"content": "The office plant needs water on Fridays.", "kind": "fact", "scope": "personal"})).await;
+        let query = "which datastore did we pick for invoices";
+        // Lexical: no word in common, nothing found.
+        assert!(find(&hits(&store, &a, query, l).await, &target).is_none(), "[{l}] lexical finds no paraphrase");
+        store.set_encoder(model());
+        // Model loaded, memory not embedded yet: still lexical.
+        assert!(find(&hits(&store, &a, query, l).await, &target).is_none(), "[{l}] not embedded yet");
+        embed(&store, &[&target, &other], l).await;
+        let found = hits(&store, &a, query, l).await;
+        let hit = find(&found, &target).unwrap_or_else(|| panic!("[{l}] the paraphrase finds its memory: {found:?}"));
+        assert_eq!(hit["fts_matched"], false, "[{l}] found by meaning, not by words");
+        let sim = hit["similarity"].as_f64().expect("a similarity");
+        assert!(sim > 0.2 && sim <= 1.0, "[{l}] similarity {sim}");
+        let pos = |id: &str| found.iter().position(|h| h["id"] == id);
+        assert!(pos(&other).is_none_or(|o| o > pos(&target).unwrap()), "[{l}] the paraphrase ranks above the unrelated memory");
+        // A query that shares words is found by both legs.
+        let both = hits(&store, &a, "Postgres billing transactions", l).await;
+        let hit = find(&both, &target).expect("found by its words");
+        assert_eq!(hit["fts_matched"], true, "[{l}]");
+        assert!(hit["similarity"].as_f64().is_some(), "[{l}] a full-text hit carries its cosine too");
+    }
+
+    async fn a_memory_without_a_vector_is_found_by_its_words(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-lex").await;
+        store.set_encoder(model());
+        let m = mem(&store, &a, l, json!({"content": "The ingest queue is Kafka with twelve partitions.", "kind": "fact", "scope": "personal"})).await;
+        assert!(!store.is_embedded(&m), "[{l}] remember never embeds inline");
+        let found = hits(&store, &a, "Kafka partitions", l).await;
+        let hit = find(&found, &m).expect("found by full text");
+        assert_eq!(hit["fts_matched"], true, "[{l}]");
+        assert!(hit["similarity"].is_null(), "[{l}] no vector, no similarity: {hit}");
+    }
+
+    async fn a_new_model_identity_embeds_everything_again(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-model").await;
+        let m = mem(&store, &a, l, json!({"content": "Deploys go out on Tuesdays after the change review.", "kind": "convention", "scope": "personal"})).await;
+        let base = model();
+        store.set_encoder(Arc::clone(&base));
+        embed(&store, &[&m], l).await;
+        let renamed = format!("{}+test-variant-{}", base.model(), unique(""));
+        store.set_encoder(Arc::new(Renamed(Arc::clone(&base), renamed.clone())));
+        assert_eq!(store.semantic_status().model.as_deref(), Some(renamed.as_str()));
+        assert!(!store.is_embedded(&m), "[{l}] vectors of another model are not compared");
+        assert!(ok(store.embedding_queue().await, l, "queue") >= 1, "[{l}] the memory is pending again");
+        let found = hits(&store, &a, "when do releases ship", l).await;
+        assert!(find(&found, &m).is_none_or(|h| h["fts_matched"] == true), "[{l}] no dense hit before re-embedding");
+        embed(&store, &[&m], l).await;
+        let found = hits(&store, &a, "what weekday do we release on", l).await;
+        let hit = find(&found, &m).unwrap_or_else(|| panic!("[{l}] found by meaning after re-embedding: {found:?}"));
+        assert_eq!(hit["fts_matched"], false, "[{l}]");
+    }
+
+    async fn vectors_never_cross_users_and_forgotten_memories_are_not_found(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-iso-a").await;
+        let (_, b) = user(&store, "hy-iso-b").await;
+        let secret = mem(&store, &a, l, json!({"content": "Our acquisition talks with Initech close in March.", "kind": "fact", "scope": "personal"})).await;
+        let gone = mem(&store, &a, l, json!({"content": "The staging cluster lives in Frankfurt.", "kind": "fact", "scope": "personal"})).await;
+        let own = mem(&store, &b, l, json!({"content": "B keeps a sourdough starter in the fridge.", "kind": "fact", "scope": "personal"})).await;
+        store.set_encoder(model());
+        embed(&store, &[&secret, &gone, &own], l).await;
+        // B asks about A's memory in other words: A's vector is never B's hit.
+        let found = hits(&store, &b, "when does the company merger finish", l).await;
+        assert!(found.iter().all(|h| h["id"] != secret && h["id"] != gone), "[{l}] another user's memory: {found:?}");
+        // A finds it; after forgetting, not by meaning either.
+        let found = hits(&store, &a, "where is the pre-production environment hosted", l).await;
+        assert!(find(&found, &gone).is_some(), "[{l}] A finds its own memory by meaning: {found:?}");
+        ok(call(&store, &a, "forget", json!({"memory_id": gone})).await, l, "forget");
+        let found = hits(&store, &a, "where is the pre-production environment hosted", l).await;
+        assert!(find(&found, &gone).is_none(), "[{l}] a forgotten memory is not recalled: {found:?}");
+        ok(call(&store, &a, "restore_memory", json!({"memory_id": gone})).await, l, "restore");
+        let found = hits(&store, &a, "where is the pre-production environment hosted", l).await;
+        assert!(find(&found, &gone).is_some(), "[{l}] restored, found by meaning again at once: {found:?}");
+    }
+}
