@@ -102,7 +102,9 @@ pub struct SearchHit {
     pub dispute_id: Option<String>,
     /// The other memory of the pending conflict, when it is a pair.
     pub dispute_with: Option<String>,
-    /// Vector similarity; null until a vector leg exists.
+    /// Cosine similarity of the query's and the memory's embeddings, in
+    /// hybrid recall; null in lexical mode and for a memory not embedded
+    /// yet.
     pub similarity: Option<f64>,
     /// True when the full-text leg matched.
     pub fts_matched: bool,

@@ -29,7 +29,7 @@ pub fn spawn(
     cancel: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if cfg.recall_mode != RecallMode::Hybrid {
-        tracing::info!("recall is lexical (--recall-mode lexical)");
+        tracing::debug!("recall is lexical (--recall-mode lexical)");
         return None;
     }
     let per_second = cfg.embed_per_second;
@@ -51,14 +51,14 @@ pub fn spawn(
                 return;
             }
         };
-        tracing::info!(
+        tracing::debug!(
             model = encoder.model(),
             ms = started.elapsed().as_millis(),
             "embedding model loaded"
         );
         store.set_encoder(encoder);
         match store.refresh_vectors().await {
-            Ok(n) => tracing::info!(vectors = n, "hybrid recall is ready"),
+            Ok(n) => tracing::debug!(vectors = n, "hybrid recall is ready"),
             Err(e) => tracing::warn!(error = %e.message, "reading the stored vectors failed"),
         }
         run(store, per_second, cancel).await;

@@ -846,7 +846,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut sql = Sql::new(&format!(
-            "SELECT {RANK_COLUMNS}, 0.0 AS rel FROM memories m WHERE m.id IN "
+            "SELECT {RANK_COLUMNS}, CAST(0.0 AS DOUBLE PRECISION) AS rel FROM memories m WHERE m.id IN "
         ));
         sql.bind_list(near.iter().map(|(id, _)| id.as_str()));
         sql.push(" AND m.invalidated_at IS NULL AND ");

@@ -327,10 +327,10 @@ impl Store {
         // oldest, the next call starts again from the top (new writes).
         for _ in 0..2 {
             let below = i64::try_from(self.semantic.cursor.load(Ordering::Relaxed)).unwrap_or(0);
-            let mut sql =
-                crate::sql::Sql::new("SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, ");
-            sql.bind_i64(i64::try_from(EMBED_CHARS).unwrap_or(2000))
-                .push(") AS content FROM memories m WHERE m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
+            let mut sql = crate::sql::Sql::new(&format!(
+                "SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, {EMBED_CHARS}) AS content FROM memories m WHERE"
+            ));
+            sql.push("  m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
                 .bind_str(model.clone())
                 .push(")");
             if below > 0 {
