@@ -116,6 +116,11 @@ const FLAGS: &[Flag] = &[
         suites: &[Suite::Store],
     },
     Flag {
+        name: "--recall-mode",
+        value: true,
+        suites: &[Suite::Store],
+    },
+    Flag {
         name: "--keep",
         value: false,
         suites: &[Suite::Store, Suite::Http],

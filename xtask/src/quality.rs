@@ -34,7 +34,7 @@ use crate::bench_support::{root, temp_dir};
 
 const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
-                           [--paraphrase FILE] [--json FILE] [--dev]
+                           [--paraphrase FILE] [--json FILE] [--dev] [--model DIR]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
@@ -43,7 +43,9 @@ through a BM25 baseline, and prints
 hit@1/5/10, recall@10 and MRR@10 per data set and per category.
 --json FILE also writes the figures as JSON. --dev runs the development
 sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl),
-the only ones constants are tuned on.";
+the only ones constants are tuned on. --model DIR embeds with a
+sentence-transformers model from DIR (as --embedding-model) instead of the
+bundled one.";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -255,10 +257,8 @@ impl Bm25 {
 
 /// The bundled model alone: every item and query embedded, ranked by exact
 /// cosine over the whole corpus (what the dense leg could give at best).
-fn dense_reference(set: &DataSet) -> Result<Vec<Vec<String>>, String> {
-    let enc = zm_embed::bundled()
-        .ok_or("this build has no bundled model")?
-        .map_err(|e| e.to_string())?;
+fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<String>>, String> {
+    let enc = model_of(model_dir)?;
     let embed = |texts: Vec<&str>| -> Result<Vec<Vec<f32>>, String> {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(32) {
@@ -405,7 +405,17 @@ impl Mode {
     }
 }
 
-async fn run_set(set: &DataSet, mode: Mode) -> Result<Report, String> {
+/// `--model DIR`, else the bundled model.
+fn model_of(dir: Option<&Path>) -> Result<std::sync::Arc<dyn zm_embed::Encoder>, String> {
+    match dir {
+        Some(d) => zm_embed::from_dir(d),
+        None => zm_embed::bundled(),
+    }
+    .ok_or("this build has no model support")?
+    .map_err(|e| e.to_string())
+}
+
+async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {
     let dir = temp_dir("quality")?;
     let url = zm_store::sqlite_url(&dir.join("quality.db"));
     let store = Store::open(&url)
@@ -421,9 +431,7 @@ async fn run_set(set: &DataSet, mode: Mode) -> Result<Report, String> {
     let caller = Caller::new(user.id.clone());
     let tools = ToolService::new(store.clone());
     if mode == Mode::Hybrid {
-        let encoder = zm_embed::bundled()
-            .ok_or("this build has no bundled model")?
-            .map_err(|e| e.to_string())?;
+        let encoder = model_of(model_dir)?;
         store.set_encoder(encoder);
     }
     // Memory id → the corpus items it holds (identical texts are one memory).
@@ -544,7 +552,7 @@ async fn run_set(set: &DataSet, mode: Mode) -> Result<Report, String> {
     if mode == Mode::Hybrid {
         methods.push((
             "model alone (exact cosine)".to_string(),
-            dense_reference(set)?,
+            dense_reference(set, model_dir)?,
         ));
     }
     let mut categories: Vec<String> = set.queries.iter().map(|q| q.category.clone()).collect();
@@ -620,6 +628,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut json_out: Option<PathBuf> = None;
     let mut modes = vec![Mode::Lexical, Mode::Hybrid];
     let mut dev = false;
+    let mut model_dir: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -632,6 +641,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--longmemeval" => value("--longmemeval").map(|v| lme = PathBuf::from(v)),
             "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
+            "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
             "--dev" => {
                 dev = true;
                 Ok(())
@@ -710,7 +720,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     for set in &sets {
         let mut merged: Option<Report> = None;
         for mode in &modes {
-            match runtime.block_on(run_set(set, *mode)) {
+            match runtime.block_on(run_set(set, *mode, model_dir.as_deref())) {
                 Ok(r) => match &mut merged {
                     // One table per data set: every mode, one baseline.
                     Some(m) => m.figures.extend(r.figures),

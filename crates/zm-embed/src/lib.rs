@@ -154,6 +154,21 @@ pub fn bundled() -> Option<Result<Arc<dyn Encoder>, EmbedError>> {
     }
 }
 
+/// A sentence-transformers model (BERT family, mean pooling) from a
+/// directory, instead of the bundled one: `None` in a build without the
+/// model support (the `pocket` feature).
+pub fn from_dir(dir: &std::path::Path) -> Option<Result<Arc<dyn Encoder>, EmbedError>> {
+    #[cfg(feature = "pocket")]
+    {
+        Some(dir::DirModel::load(dir).map(|m| Arc::new(m) as Arc<dyn Encoder>))
+    }
+    #[cfg(not(feature = "pocket"))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
 /// The identity of the bundled model without loading it (`None` without
 /// one).
 pub fn bundled_model() -> Option<String> {
@@ -166,6 +181,9 @@ pub fn bundled_model() -> Option<String> {
         None
     }
 }
+
+#[cfg(feature = "pocket")]
+mod dir;
 
 #[cfg(feature = "pocket")]
 mod pocket {

@@ -178,6 +178,11 @@ pub enum Command {
     Stdio(StdioArgs),
     /// Apply pending database migrations and print the schema version.
     Migrate,
+    /// Embed every live memory that has no vector of the model in use yet
+    /// (--embedding-model, else the bundled one), as `serve` and `stdio` do
+    /// in the background in hybrid mode, and wait until it is done. --all
+    /// embeds every memory again.
+    Reindex(ReindexArgs),
     /// Manage user accounts.
     #[command(subcommand)]
     User(UserCommand),
@@ -210,6 +215,13 @@ pub struct ServeArgs {
     pub owner: OwnerOptions,
     #[command(flatten)]
     pub mcp: McpOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct ReindexArgs {
+    /// Drop every stored vector first and embed all live memories again.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Debug, Args)]

@@ -53,6 +53,7 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         Command::Serve(_) => serve(cfg).await,
         Command::Stdio(args) => stdio(cfg, args).await,
         Command::Migrate => migrate(cfg).await,
+        Command::Reindex(args) => reindex(cfg, args.all).await,
         Command::User(UserCommand::Add {
             email,
             password_stdin,
@@ -352,6 +353,46 @@ async fn migrate(cfg: &Config) -> anyhow::Result<()> {
         "{}: schema version {}",
         cfg.database_url_redacted(),
         zm_store::db::latest_schema_version()
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------------------ reindex
+
+async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
+    let Some(loaded) = crate::config::RecallMode::encoder(cfg.embedding_model.as_deref()) else {
+        bail!("this build has no embedding model (it was built without the `embed` feature)");
+    };
+    let encoder = loaded.map_err(|e| anyhow!("{e}"))?;
+    let model = encoder.model().to_string();
+    let store = open_store(cfg).await?;
+    if all {
+        let dropped = store.drop_vectors().await.map_err(tool)?;
+        eprintln!("dropped {dropped} stored vectors");
+    }
+    store.set_encoder(encoder);
+    let pending = store.embedding_queue().await.map_err(tool)?;
+    eprintln!("embedding {pending} memories with {model}");
+    let started = std::time::Instant::now();
+    let mut done = 0usize;
+    let mut shown = 0usize;
+    loop {
+        let n = store.embed_pending(64).await.map_err(tool)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+        if done - shown >= 1000 {
+            shown = done;
+            eprintln!("  {done} / {pending}");
+        }
+    }
+    store.close().await;
+    let secs = started.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss)]
+    let rate = done as f64 / secs.max(1e-3);
+    println!(
+        "embedded {done} memories in {secs:.1} s ({rate:.0}/s): every live memory has a vector of {model}"
     );
     Ok(())
 }

