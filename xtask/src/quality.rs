@@ -407,12 +407,9 @@ impl Mode {
 
 /// `--model DIR`, else the bundled model.
 fn model_of(dir: Option<&Path>) -> Result<std::sync::Arc<dyn zm_embed::Encoder>, String> {
-    match dir {
-        Some(d) => zm_embed::from_dir(d),
-        None => zm_embed::bundled(),
-    }
-    .ok_or("this build has no model support")?
-    .map_err(|e| e.to_string())
+    zm_embed::load(dir)
+        .ok_or("this build has no model support")?
+        .map_err(|e| e.to_string())
 }
 
 async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {

@@ -169,6 +169,16 @@ pub fn from_dir(dir: &std::path::Path) -> Option<Result<Arc<dyn Encoder>, EmbedE
     }
 }
 
+/// The model to embed with: the one in `dir` when given (see
+/// [`from_dir`]), else the bundled one; `None` in a build without model
+/// support.
+pub fn load(dir: Option<&std::path::Path>) -> Option<Result<Arc<dyn Encoder>, EmbedError>> {
+    match dir {
+        Some(d) => from_dir(d),
+        None => bundled(),
+    }
+}
+
 /// The identity of the bundled model without loading it (`None` without
 /// one).
 pub fn bundled_model() -> Option<String> {

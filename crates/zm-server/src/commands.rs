@@ -360,7 +360,7 @@ async fn migrate(cfg: &Config) -> anyhow::Result<()> {
 // ------------------------------------------------------------------ reindex
 
 async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
-    let Some(loaded) = crate::config::RecallMode::encoder(cfg.embedding_model.as_deref()) else {
+    let Some(loaded) = zm_embed::load(cfg.embedding_model.as_deref()) else {
         bail!("this build has no embedding model (it was built without the `embed` feature)");
     };
     let encoder = loaded.map_err(|e| anyhow!("{e}"))?;

@@ -877,17 +877,6 @@ impl RecallMode {
         }
     }
 
-    /// The encoder to embed with: `--embedding-model`, else the bundled
-    /// model; `None` in a build without model support.
-    pub fn encoder(
-        dir: Option<&std::path::Path>,
-    ) -> Option<Result<std::sync::Arc<dyn zm_embed::Encoder>, zm_embed::EmbedError>> {
-        match dir {
-            Some(d) => zm_embed::from_dir(d),
-            None => zm_embed::bundled(),
-        }
-    }
-
     /// Hybrid when the model is compiled in.
     pub fn default_for_build() -> Self {
         if zm_embed::bundled_model().is_some() {

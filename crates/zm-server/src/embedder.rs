@@ -36,7 +36,7 @@ pub fn spawn(
     let dir = cfg.embedding_model.clone();
     Some(tokio::spawn(async move {
         let started = Instant::now();
-        let loaded = tokio::task::spawn_blocking(move || RecallMode::encoder(dir.as_deref())).await;
+        let loaded = tokio::task::spawn_blocking(move || zm_embed::load(dir.as_deref())).await;
         let encoder = match loaded {
             Ok(Some(Ok(e))) => e,
             Ok(Some(Err(e))) => {
