@@ -5,6 +5,7 @@ mod bench_http;
 mod bench_suite;
 mod bench_support;
 mod bench_targets;
+mod duplicates;
 mod quality;
 
 const USAGE: &str = "\

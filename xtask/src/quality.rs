@@ -36,14 +36,18 @@ const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev] [--model DIR]
 
-Runs every data set (or --only paraphrase | longmemeval-s-smoke) through
+Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
 only, and hybrid with the bundled model, every memory embedded first), and
 through a BM25 baseline, and prints
-hit@1/5/10, recall@10 and MRR@10 per data set and per category.
+hit@1/5/10, recall@10 and MRR@10 per data set and per category. In
+hybrid mode the near-duplicate pairs (bench/quality/duplicates.jsonl)
+follow: the share flagged by words at remember and by meaning after
+embedding, per label, and the cosine distribution.
 --json FILE also writes the figures as JSON. --dev runs the development
 sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl),
-the only ones constants are tuned on. --model DIR embeds with a
+the only ones constants are tuned on (duplicates-dev.jsonl for the
+near-duplicates). --model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
 bundled one.";
 
@@ -668,14 +672,11 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut files = Vec::new();
     if dev {
         // The development sets: what constants are tuned on.
-        files.push((
-            "paraphrase-dev",
-            root().join("bench/quality/paraphrase-dev.jsonl"),
-        ));
-        files.push((
-            "keyword-dev",
-            root().join("bench/quality/keyword-dev.jsonl"),
-        ));
+        for name in ["paraphrase-dev", "keyword-dev"] {
+            if wanted(name) || wanted(name.trim_end_matches("-dev")) {
+                files.push((name, root().join(format!("bench/quality/{name}.jsonl"))));
+            }
+        }
     } else if wanted("paraphrase") {
         files.push(("paraphrase", para.clone()));
     }
@@ -704,7 +705,17 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             );
         }
     }
-    if sets.is_empty() {
+    let duplicates = (modes.contains(&Mode::Hybrid) && wanted("duplicates")).then(|| {
+        if dev {
+            (
+                "duplicates-dev",
+                root().join("bench/quality/duplicates-dev.jsonl"),
+            )
+        } else {
+            ("duplicates", root().join("bench/quality/duplicates.jsonl"))
+        }
+    });
+    if sets.is_empty() && duplicates.is_none() {
         eprintln!("quality: no data set to run\n\n{USAGE}");
         return ExitCode::from(2);
     }
@@ -732,6 +743,14 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         if let Some(r) = merged {
             print(&r);
             reports.push(r);
+        }
+    }
+    if let Some((name, path)) = duplicates {
+        let r = model_of(model_dir.as_deref())
+            .and_then(|encoder| runtime.block_on(crate::duplicates::report(name, &path, encoder)));
+        if let Err(e) = r {
+            eprintln!("quality: {name}: {e}");
+            return ExitCode::FAILURE;
         }
     }
     if let Some(path) = json_out

@@ -7,6 +7,12 @@
 //!   in its own short transaction with the model's identity. A memory the
 //!   model refuses gets a row without a vector, so it is not retried until
 //!   the model changes.
+//! * **Near-duplicates by meaning.** After each batch, the embedder files
+//!   an `unjudged` conflict for every pair of live memories of one owner
+//!   in one scope at cosine [`MEANING_DUPLICATE_FLOOR`] or more that has
+//!   no conflict (of any status) and no link yet
+//!   ([`Store::file_meaning_duplicates`]). `remember` itself compares by
+//!   words only: the new memory has no vector yet.
 //! * **The index.** Every instance keeps the vectors of the current model
 //!   in memory ([`VectorIndex`], int8: 388 bytes per memory for the
 //!   bundled model), with each memory's owner, scope, sharing and liveness
@@ -38,6 +44,16 @@ use crate::store::Store;
 /// Characters of a memory given to the model (the bundled model reads
 /// 128 tokens, about 500 characters; the rest would be cut anyway).
 pub const EMBED_CHARS: usize = 2000;
+
+/// Cosine at or above which two live memories of one owner in one scope
+/// are filed as an `unjudged` conflict once both are embedded: near
+/// duplicates by meaning, which word overlap (`similar_existing`, TF-IDF at
+/// `remember`) misses when they are reworded. Chosen for the bundled model
+/// on `bench/quality/duplicates-dev.jsonl` (see `docs/QUALITY.md`).
+pub const MEANING_DUPLICATE_FLOOR: f32 = 0.88;
+
+/// At most this many meaning near-duplicates are filed per embedded memory.
+const MEANING_DUPLICATE_CAP: usize = 3;
 
 /// How many rows behind the last one read a refresh re-reads on
 /// PostgreSQL, where transactions may commit out of `vseq` order.
@@ -161,6 +177,37 @@ impl VectorIndex {
     }
 }
 
+impl VectorIndex {
+    /// Live memories of the same owner in the same scope as memory `id`
+    /// whose vectors are at least `floor` from its own, nearest first.
+    fn near_duplicates(&self, id: &MemoryId, floor: f32, cap: usize) -> Vec<(MemoryId, f32)> {
+        let Some(&i) = self.by_id.get(id) else {
+            return Vec::new();
+        };
+        let me = &self.entries[i];
+        if !me.live {
+            return Vec::new();
+        }
+        let v = &self.vectors[i];
+        let mut found: Vec<(f32, usize)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(j, e)| *j != i && e.live && e.owner == me.owner && e.scope == me.scope)
+            .filter_map(|(j, _)| {
+                let c = self.vectors[j].cosine(v);
+                (c >= floor).then_some((c, j))
+            })
+            .collect();
+        found.sort_by(|a, b| b.0.total_cmp(&a.0));
+        found.truncate(cap);
+        found
+            .into_iter()
+            .map(|(c, j)| (self.entries[j].id.clone(), c))
+            .collect()
+    }
+}
+
 /// A memory's metadata as the index keeps it.
 #[derive(Debug, Clone)]
 struct Meta {
@@ -196,6 +243,8 @@ pub struct SemanticStatus {
     /// Queries embedded by this process, and the time spent on them.
     pub queries: u64,
     pub query_micros: u64,
+    /// Near-duplicates by meaning filed as `unjudged` conflicts.
+    pub duplicates: u64,
 }
 
 /// The embedding state every clone of a store shares.
@@ -210,6 +259,8 @@ pub(crate) struct Semantic {
     embed_micros: AtomicU64,
     queries: AtomicU64,
     query_micros: AtomicU64,
+    /// `unjudged` conflicts filed by meaning.
+    duplicates: AtomicU64,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -264,6 +315,7 @@ impl Store {
             embed_micros: s.embed_micros.load(Ordering::Relaxed),
             queries: s.queries.load(Ordering::Relaxed),
             query_micros: s.query_micros.load(Ordering::Relaxed),
+            duplicates: s.duplicates.load(Ordering::Relaxed),
         }
     }
 
@@ -288,12 +340,14 @@ impl Store {
              # HELP zm_embedded_total Memories embedded by this process.\n# TYPE zm_embedded_total counter\nzm_embedded_total {}\n\
              # HELP zm_embedding_seconds_total Time spent embedding memories.\n# TYPE zm_embedding_seconds_total counter\nzm_embedding_seconds_total {:.3}\n\
              # HELP zm_query_embeddings_total Queries embedded by this process.\n# TYPE zm_query_embeddings_total counter\nzm_query_embeddings_total {}\n\
-             # HELP zm_query_embedding_seconds_total Time spent embedding queries.\n# TYPE zm_query_embedding_seconds_total counter\nzm_query_embedding_seconds_total {:.3}\n",
+             # HELP zm_query_embedding_seconds_total Time spent embedding queries.\n# TYPE zm_query_embedding_seconds_total counter\nzm_query_embedding_seconds_total {:.3}\n\
+             # HELP zm_meaning_duplicates_total Near-duplicates by meaning filed as unjudged conflicts by this process.\n# TYPE zm_meaning_duplicates_total counter\nzm_meaning_duplicates_total {}\n",
             st.indexed,
             st.embedded,
             secs(st.embed_micros),
             st.queries,
             secs(st.query_micros),
+            st.duplicates,
         )
     }
 
@@ -396,7 +450,72 @@ impl Store {
         s.embedded
             .fetch_add(u64::try_from(batch.len()).unwrap_or(0), Ordering::Relaxed);
         self.refresh_vectors().await?;
+        let fresh: Vec<MemoryId> = batch
+            .iter()
+            .zip(&vectors)
+            .filter(|(_, v)| v.is_some())
+            .map(|((id, _), _)| MemoryId::from_trusted(id))
+            .collect();
+        self.file_meaning_duplicates(&fresh).await?;
         Ok(batch.len())
+    }
+
+    /// The near-duplicate sweep by meaning: for each of these freshly
+    /// embedded memories, the live memories of the same owner in the same
+    /// scope at cosine [`MEANING_DUPLICATE_FLOOR`] or more become an
+    /// `unjudged` conflict, unless the pair already has a conflict (of any
+    /// status: a dismissed pair stays dismissed) or a link. Returns how
+    /// many were filed.
+    pub async fn file_meaning_duplicates(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
+        let pairs: Vec<(MemoryId, MemoryId, f32)> = {
+            let index = read(&self.semantic.index);
+            ids.iter()
+                .flat_map(|id| {
+                    index
+                        .near_duplicates(id, MEANING_DUPLICATE_FLOOR, MEANING_DUPLICATE_CAP)
+                        .into_iter()
+                        .map(move |(other, c)| (id.clone(), other, c))
+                })
+                .collect()
+        };
+        if pairs.is_empty() {
+            return Ok(0);
+        }
+        let now = self.now();
+        let mut filed = 0;
+        let mut tx = self.write_tx().await?;
+        for (a, b, cosine) in &pairs {
+            let rationale = format!(
+                "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
+            );
+            // SQL decides: both live, one owner, one scope, no conflict
+            // and no link between them yet.
+            let done = sqlx::query(
+                "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
+                 SELECT $1, a.owner_id, a.id, b.id, 'unjudged', NULL, $4, 'pending', $5 \
+                 FROM memories a JOIN memories b ON b.id = $3 \
+                 WHERE a.id = $2 AND b.owner_id = a.owner_id AND b.scope = a.scope \
+                 AND a.invalidated_at IS NULL AND b.invalidated_at IS NULL \
+                 AND NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = a.owner_id AND \
+                     ((c.memory_a = a.id AND c.memory_b = b.id) OR (c.memory_a = b.id AND c.memory_b = a.id))) \
+                 AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
+                     (l.src = a.id AND l.dst = b.id) OR (l.src = b.id AND l.dst = a.id))",
+            )
+            .bind(zm_contracts::IdKind::MemoryReview.generate())
+            .bind(a.as_str())
+            .bind(b.as_str())
+            .bind(&rationale)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .db("unjudged conflict by meaning")?;
+            filed += usize::try_from(done.rows_affected()).unwrap_or(0);
+        }
+        tx.commit().await.db("commit unjudged conflicts")?;
+        self.semantic
+            .duplicates
+            .fetch_add(u64::try_from(filed).unwrap_or(0), Ordering::Relaxed);
+        Ok(filed)
     }
 
     /// Drop every stored vector (`zero-memory reindex --all`): every live

@@ -2,7 +2,8 @@
 //! sharing no word with its memory is found once the memory is embedded;
 //! a memory without a vector is still found by its words; changing the
 //! model's identity makes every memory pending again; vectors never cross
-//! users, and a forgotten memory is not found by meaning.
+//! users, and a forgotten memory is not found by meaning; reworded
+//! near-duplicates become an `unjudged` conflict once embedded, once.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use common::*;
 use serde_json::{Value, json};
+use zm_contracts::MemoryId;
 use zm_embed::{EmbedError, Encoder};
 use zm_store::{Caller, Store};
 
@@ -140,5 +142,61 @@ backend_tests! {
         ok(call(&store, &a, "restore_memory", json!({"memory_id": gone})).await, l, "restore");
         let found = hits(&store, &a, "where is the pre-production environment hosted", l).await;
         assert!(find(&found, &gone).is_some(), "[{l}] restored, found by meaning again at once: {found:?}");
+    }
+
+    async fn reworded_duplicates_become_an_unjudged_conflict_once_embedded(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-dup-a").await;
+        let (_, b) = user(&store, "hy-dup-b").await;
+        let tag = unique("");
+        let first = mem(&store, &a, l, json!({"content": format!("We decided to use Postgres advisory locks for the {tag} job scheduler instead of Redis locks."), "kind": "decision", "scope": "personal"})).await;
+        let again = mem(&store, &a, l, json!({"content": format!("Decision: the {tag} job scheduler uses Postgres advisory locks, not Redis locks."), "kind": "decision", "scope": "personal"})).await;
+        let other = mem(&store, &a, l, json!({"content": format!("The {tag} office plant needs water on Fridays."), "kind": "fact", "scope": "personal"})).await;
+        let theirs = mem(&store, &b, l, json!({"content": format!("We decided to use Postgres advisory locks for the {tag} job scheduler instead of Redis locks."), "kind": "decision", "scope": "personal"})).await;
+        let unjudged = |who: Caller, status: &'static str| {
+            let store = store.clone();
+            async move {
+                let out = ok(call(&store, &who, "list_conflicts", json!({"verdict": "unjudged", "status": status})).await, l, "list_conflicts");
+                out["conflicts"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        let pair_of = |c: &Value| {
+            let mut p = [c["memory_a"]["id"].as_str().unwrap_or_default().to_string(), c["memory_b"]["id"].as_str().unwrap_or_default().to_string()];
+            p.sort();
+            p
+        };
+        let mut want = [first.clone(), again.clone()];
+        want.sort();
+        assert!(unjudged(a.clone(), "pending").await.is_empty(), "[{l}] too few words in common for remember's check");
+        let base = model();
+        store.set_encoder(Arc::clone(&base));
+        embed(&store, &[&first, &again, &other, &theirs], l).await;
+        if l == "sqlite" {
+            // A database of its own: the embedder's own sweep filed it.
+            assert_eq!(unjudged(a.clone(), "pending").await.len(), 1, "[{l}] filed by embed_pending");
+        }
+        // On a shared PostgreSQL database another test's store may have
+        // embedded these first; the sweep is idempotent, run it here too.
+        let ids: Vec<MemoryId> = [&first, &again, &other, &theirs].iter().map(|s| MemoryId::from_trusted(s.as_str())).collect();
+        ok(store.file_meaning_duplicates(&ids).await, l, "sweep");
+        let found = unjudged(a.clone(), "pending").await;
+        assert_eq!(found.len(), 1, "[{l}] one pair, filed once: {found:?}");
+        assert_eq!(pair_of(&found[0]), want, "[{l}] the reworded pair, not the unrelated memory");
+        assert!(found[0]["rationale"].as_str().is_some_and(|r| r.starts_with("Close in meaning")), "[{l}] {found:?}");
+        // The same text in another user's scope is never paired with A's.
+        assert!(unjudged(b.clone(), "pending").await.is_empty(), "[{l}] no pair across users");
+        // Judged once, never filed again: not by a second sweep, not after
+        // every memory is embedded again under a new model identity.
+        let dispute = found[0]["dispute_id"].as_str().expect("a dispute id").to_string();
+        ok(call(&store, &a, "resolve_conflict", json!({"dispute_id": dispute, "keep_both": true})).await, l, "resolve");
+        assert_eq!(ok(store.file_meaning_duplicates(&ids).await, l, "sweep again"), 0, "[{l}]");
+        let renamed = format!("{}+dup-variant-{}", base.model(), unique(""));
+        store.set_encoder(Arc::new(Renamed(Arc::clone(&base), renamed)));
+        embed(&store, &[&first, &again], l).await;
+        ok(store.file_meaning_duplicates(&ids).await, l, "sweep under the new model");
+        let pending = unjudged(a.clone(), "pending").await;
+        assert!(pending.is_empty(), "[{l}] the dismissed pair stays dismissed: {pending:?}");
+        let dismissed = unjudged(a.clone(), "dismissed").await;
+        assert_eq!(dismissed.len(), 1, "[{l}] {dismissed:?}");
+        assert_eq!(pair_of(&dismissed[0]), want, "[{l}]");
     }
 }
