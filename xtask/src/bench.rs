@@ -1093,8 +1093,19 @@ async fn run_backend(
             started.elapsed().as_secs_f64(),
             opts.queries
         );
+        let before = bench.store.semantic_status();
         let mut recall = bench.measure_recall(opts.queries).await?;
         recall.sort_unstable();
+        if opts.hybrid {
+            let after = bench.store.semantic_status();
+            let n = after.queries.saturating_sub(before.queries).max(1);
+            #[allow(clippy::cast_precision_loss)]
+            let mean =
+                after.query_micros.saturating_sub(before.query_micros) as f64 / n as f64 / 1000.0;
+            eprintln!(
+                "[{label}] recall's query embedding: {mean:.2} ms on average over {n} queries"
+            );
+        }
         let mut brief = bench.measure_briefing(briefings(opts.queries)).await?;
         brief.sort_unstable();
         let (bytes, size_note) = match sqlite_file {

@@ -107,6 +107,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0012_memory_vectors.sql"),
         postgres: include_str!("../../../migrations/postgres/0012_memory_vectors.sql"),
     },
+    Migration {
+        version: 13,
+        name: "conflict_pairs",
+        sqlite: include_str!("../../../migrations/sqlite/0013_conflict_pairs.sql"),
+        postgres: include_str!("../../../migrations/postgres/0013_conflict_pairs.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

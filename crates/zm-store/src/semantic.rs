@@ -55,6 +55,15 @@ pub const MEANING_DUPLICATE_FLOOR: f32 = 0.88;
 /// At most this many meaning near-duplicates are filed per embedded memory.
 const MEANING_DUPLICATE_CAP: usize = 3;
 
+/// The sweep looks at memories written in the last seven days (store
+/// clock): it flags what agents write now, not a backlog — re-embedding
+/// under a new model, or an import of old memories, files nothing.
+const MEANING_SWEEP_WINDOW_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// An owner with this many pending conflicts gets no more from the sweep
+/// until some are settled: a review queue nobody can work through is noise.
+const MEANING_PENDING_CAP: i64 = 100;
+
 /// How many rows behind the last one read a refresh re-reads on
 /// PostgreSQL, where transactions may commit out of `vseq` order.
 const PG_REREAD: i64 = 512;
@@ -461,12 +470,34 @@ impl Store {
     }
 
     /// The near-duplicate sweep by meaning: for each of these freshly
-    /// embedded memories, the live memories of the same owner in the same
-    /// scope at cosine [`MEANING_DUPLICATE_FLOOR`] or more become an
-    /// `unjudged` conflict, unless the pair already has a conflict (of any
-    /// status: a dismissed pair stays dismissed) or a link. Returns how
-    /// many were filed.
+    /// embedded memories written in the last seven days, the live memories
+    /// of the same owner in the same scope at cosine
+    /// [`MEANING_DUPLICATE_FLOOR`] or more become an `unjudged` conflict
+    /// (at most three per memory), unless the pair already has a conflict
+    /// (of any status: a dismissed pair stays dismissed) or a link, or the
+    /// owner already has [`MEANING_PENDING_CAP`] pending conflicts.
+    /// Returns how many were filed.
     pub async fn file_meaning_duplicates(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let now = self.now();
+        // Only recent memories of owners whose review queue has room.
+        let mut sql = crate::sql::Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
+        sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
+        sql.push(" AND m.invalidated_at IS NULL AND m.created_at >= ")
+            .bind_i64(now - MEANING_SWEEP_WINDOW_MS)
+            .push(" AND (SELECT COUNT(*) FROM conflicts p WHERE p.owner_id = m.owner_id AND p.status = 'pending') < ")
+            .bind_i64(MEANING_PENDING_CAP);
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("near-duplicate sweep")?;
+        let ids: Vec<MemoryId> = rows
+            .iter()
+            .map(|r| id_col(r, "id"))
+            .collect::<Result<_, _>>()?;
         let pairs: Vec<(MemoryId, MemoryId, f32)> = {
             let index = read(&self.semantic.index);
             ids.iter()
@@ -481,7 +512,6 @@ impl Store {
         if pairs.is_empty() {
             return Ok(0);
         }
-        let now = self.now();
         let mut filed = 0;
         let mut tx = self.write_tx().await?;
         for (a, b, cosine) in &pairs {
@@ -499,13 +529,15 @@ impl Store {
                  AND NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = a.owner_id AND \
                      ((c.memory_a = a.id AND c.memory_b = b.id) OR (c.memory_a = b.id AND c.memory_b = a.id))) \
                  AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
-                     (l.src = a.id AND l.dst = b.id) OR (l.src = b.id AND l.dst = a.id))",
+                     (l.src = a.id AND l.dst = b.id) OR (l.src = b.id AND l.dst = a.id)) \
+                 AND (SELECT COUNT(*) FROM conflicts p WHERE p.owner_id = a.owner_id AND p.status = 'pending') < $6",
             )
             .bind(zm_contracts::IdKind::MemoryReview.generate())
             .bind(a.as_str())
             .bind(b.as_str())
             .bind(&rationale)
             .bind(now)
+            .bind(MEANING_PENDING_CAP)
             .execute(&mut *tx)
             .await
             .db("unjudged conflict by meaning")?;

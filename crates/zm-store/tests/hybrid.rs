@@ -198,5 +198,18 @@ backend_tests! {
         let dismissed = unjudged(a.clone(), "dismissed").await;
         assert_eq!(dismissed.len(), 1, "[{l}] {dismissed:?}");
         assert_eq!(pair_of(&dismissed[0]), want, "[{l}]");
+        if l == "sqlite" {
+            // A backlog is not swept: the same kind of pair, written over a
+            // week before it is embedded, files nothing. (SQLite only: on a
+            // shared database another test's store, with its own clock,
+            // may embed these first.)
+            let old = mem(&store, &a, l, json!({"content": format!("We decided to use Postgres advisory locks for the {tag} mailer instead of Redis locks."), "kind": "decision", "scope": "personal"})).await;
+            let old_again = mem(&store, &a, l, json!({"content": format!("Decision: the {tag} mailer uses Postgres advisory locks, not Redis locks."), "kind": "decision", "scope": "personal"})).await;
+            store.clock().advance_ms(8 * 24 * 60 * 60 * 1000);
+            embed(&store, &[&old, &old_again], l).await;
+            let ids: Vec<MemoryId> = [&old, &old_again].iter().map(|s| MemoryId::from_trusted(s.as_str())).collect();
+            assert_eq!(ok(store.file_meaning_duplicates(&ids).await, l, "sweep a backlog"), 0, "[{l}]");
+            assert!(unjudged(a.clone(), "pending").await.is_empty(), "[{l}] a week-old pair is not filed");
+        }
     }
 }
