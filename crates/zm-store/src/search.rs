@@ -283,10 +283,6 @@ pub const RRF_K: f64 = 60.0;
 /// query's words (one holding every word weighs 1, as does a dense hit).
 /// Tuned on the development paraphrase set.
 pub const PARTIAL_WEIGHT: f64 = 0.5;
-/// A partial hit's weight is [`PARTIAL_WEIGHT`] times its relevance over
-/// the best partial hit's, at least this share of it. Tuned on the
-/// development sets.
-pub const PARTIAL_LEAST_SHARE: f64 = 0.25;
 /// How far below the nearest memory's cosine a dense hit may be.
 /// Tuned on the development sets.
 pub const DENSE_SPREAD: f64 = 0.15;
@@ -944,23 +940,9 @@ impl Store {
                         .then(b.0.created_at.cmp(&a.0.created_at))
                 });
                 lexical.truncate(FUSION_DEPTH);
-                // A partial hit weighs by its relevance against the best
-                // partial hit's: one rare word shared is worth less than
-                // most of the query's words.
-                let best_partial = lexical
-                    .iter()
-                    .filter(|(_, every_word)| !every_word)
-                    .map(|(c, _)| c.rel.max(0.0))
-                    .fold(0.0, f64::max);
                 let mut fused: HashMap<MemoryId, (Ranking, f64, bool)> = HashMap::new();
                 for (rank, (c, every_word)) in lexical.into_iter().enumerate() {
-                    let w = if every_word {
-                        1.0
-                    } else if best_partial > 0.0 {
-                        PARTIAL_WEIGHT * (c.rel.max(0.0) / best_partial).max(PARTIAL_LEAST_SHARE)
-                    } else {
-                        PARTIAL_WEIGHT
-                    };
+                    let w = if every_word { 1.0 } else { PARTIAL_WEIGHT };
                     let rrf = w / (RRF_K + rank as f64 + 1.0);
                     fused.insert(c.id.clone(), (c, rrf, true));
                 }
