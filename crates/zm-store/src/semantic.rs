@@ -10,7 +10,8 @@
 //! * **Near-duplicates by meaning.** After each batch, the embedder files
 //!   an `unjudged` conflict for every pair of live memories of one owner
 //!   in one scope at cosine [`MEANING_DUPLICATE_FLOOR`] or more that has
-//!   no conflict (of any status) and no link yet
+//!   no conflict (of any status) and no link yet, for memories written in
+//!   the last seven days and owners with fewer than 100 pending conflicts
 //!   ([`Store::file_meaning_duplicates`]). `remember` itself compares by
 //!   words only: the new memory has no vector yet.
 //! * **The index.** Every instance keeps the vectors of the current model
@@ -84,7 +85,11 @@ pub(crate) struct VectorIndex {
     model: String,
     dims: usize,
     entries: Vec<Entry>,
-    vectors: Vec<Vector>,
+    /// Entry `i`'s int8 coordinates are `codes[i * dims..(i + 1) * dims]`
+    /// and its scale `scales[i]`: one flat array, so a scan reads memory
+    /// in order instead of chasing one allocation per vector.
+    codes: Vec<i8>,
+    scales: Vec<f32>,
     by_id: HashMap<MemoryId, usize>,
     /// Interned owners and scopes.
     names: HashMap<String, u32>,
@@ -101,7 +106,7 @@ impl VectorIndex {
         i
     }
 
-    fn upsert(&mut self, meta: Meta, vector: Vector) {
+    fn upsert(&mut self, meta: Meta, vector: &Vector) {
         let entry = Entry {
             id: meta.id.clone(),
             owner: self.intern(&meta.owner),
@@ -109,17 +114,29 @@ impl VectorIndex {
             shared: meta.shared,
             live: meta.live,
         };
+        if vector.dims() != self.dims {
+            return;
+        }
         match self.by_id.get(&meta.id) {
             Some(&i) => {
                 self.entries[i] = entry;
-                self.vectors[i] = vector;
+                self.codes[i * self.dims..(i + 1) * self.dims].copy_from_slice(vector.values());
+                self.scales[i] = vector.scale();
             }
             None => {
                 self.by_id.insert(meta.id, self.entries.len());
                 self.entries.push(entry);
-                self.vectors.push(vector);
+                self.codes.extend_from_slice(vector.values());
+                self.scales.push(vector.scale());
             }
         }
+    }
+
+    /// The cosine of entry `i`'s vector and `query` (of this index's dims).
+    #[allow(clippy::cast_precision_loss)]
+    fn cosine_at(&self, i: usize, query: &Vector) -> f32 {
+        let code = &self.codes[i * self.dims..(i + 1) * self.dims];
+        zm_embed::dot_i8(code, query.values()) as f32 * self.scales[i] * query.scale()
     }
 
     fn set_meta(&mut self, meta: &Meta) {
@@ -167,7 +184,7 @@ impl VectorIndex {
             {
                 continue;
             }
-            let c = self.vectors[i].cosine(query);
+            let c = self.cosine_at(i, query);
             if best.len() == limit && c <= floor {
                 continue;
             }
@@ -197,14 +214,18 @@ impl VectorIndex {
         if !me.live {
             return Vec::new();
         }
-        let v = &self.vectors[i];
+        let d = self.dims;
+        let code = &self.codes[i * d..(i + 1) * d];
         let mut found: Vec<(f32, usize)> = self
             .entries
             .iter()
             .enumerate()
             .filter(|(j, e)| *j != i && e.live && e.owner == me.owner && e.scope == me.scope)
             .filter_map(|(j, _)| {
-                let c = self.vectors[j].cosine(v);
+                #[allow(clippy::cast_precision_loss)]
+                let c = zm_embed::dot_i8(&self.codes[j * d..(j + 1) * d], code) as f32
+                    * self.scales[j]
+                    * self.scales[i];
                 (c >= floor).then_some((c, j))
             })
             .collect();
@@ -611,7 +632,7 @@ impl Store {
                 let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) else {
                     continue;
                 };
-                index.upsert(meta_of(r)?, vector);
+                index.upsert(meta_of(r)?, &vector);
                 read_rows += 1;
             }
         }
@@ -726,7 +747,7 @@ impl Store {
     pub(crate) fn cosine_of(&self, query: &Vector, id: &MemoryId) -> Option<f32> {
         let index = read(&self.semantic.index);
         let i = *index.by_id.get(id)?;
-        Some(index.vectors[i].cosine(query))
+        (query.dims() == index.dims).then(|| index.cosine_at(i, query))
     }
 }
 
