@@ -165,15 +165,7 @@ pub(crate) async fn report(
             .collect();
         users.push((caller, at_remember));
     }
-    loop {
-        let n = store
-            .embed_pending(64)
-            .await
-            .map_err(|e| format!("embed: {}", e.message))?;
-        if n == 0 {
-            break;
-        }
-    }
+    crate::quality::embed_all(&store).await?;
     let mut across = 0;
     for (caller, at_remember) in &users {
         for c in conflicts(&tools, caller).await? {

@@ -409,6 +409,21 @@ impl Mode {
     }
 }
 
+/// Embed every pending memory, as the background embedder would; how many.
+pub(crate) async fn embed_all(store: &Store) -> Result<usize, String> {
+    let mut embedded = 0;
+    loop {
+        let n = store
+            .embed_pending(64)
+            .await
+            .map_err(|e| format!("embed: {}", e.message))?;
+        if n == 0 {
+            return Ok(embedded);
+        }
+        embedded += n;
+    }
+}
+
 /// `--model DIR`, else the bundled model.
 fn model_of(dir: Option<&Path>) -> Result<std::sync::Arc<dyn zm_embed::Encoder>, String> {
     zm_embed::load(dir)
@@ -467,17 +482,7 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
     );
     if mode == Mode::Hybrid {
         let started = Instant::now();
-        let mut embedded = 0;
-        loop {
-            let n = store
-                .embed_pending(64)
-                .await
-                .map_err(|e| format!("embed: {}", e.message))?;
-            if n == 0 {
-                break;
-            }
-            embedded += n;
-        }
+        let embedded = embed_all(&store).await?;
         eprintln!(
             "  {}: {embedded} memories embedded in {:.1} s",
             set.name,

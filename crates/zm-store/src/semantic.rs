@@ -107,6 +107,9 @@ impl VectorIndex {
     }
 
     fn upsert(&mut self, meta: Meta, vector: &Vector) {
+        if vector.dims() != self.dims {
+            return;
+        }
         let entry = Entry {
             id: meta.id.clone(),
             owner: self.intern(&meta.owner),
@@ -114,9 +117,6 @@ impl VectorIndex {
             shared: meta.shared,
             live: meta.live,
         };
-        if vector.dims() != self.dims {
-            return;
-        }
         match self.by_id.get(&meta.id) {
             Some(&i) => {
                 self.entries[i] = entry;
@@ -132,11 +132,21 @@ impl VectorIndex {
         }
     }
 
-    /// The cosine of entry `i`'s vector and `query` (of this index's dims).
+    /// Entry `i`'s int8 coordinates.
+    fn code(&self, i: usize) -> &[i8] {
+        &self.codes[i * self.dims..(i + 1) * self.dims]
+    }
+
+    /// The cosine of entry `i`'s vector and the vector `(code, scale)` (of
+    /// this index's dims).
     #[allow(clippy::cast_precision_loss)]
+    fn cosine_with(&self, i: usize, code: &[i8], scale: f32) -> f32 {
+        zm_embed::dot_i8(self.code(i), code) as f32 * self.scales[i] * scale
+    }
+
+    /// The cosine of entry `i`'s vector and `query`.
     fn cosine_at(&self, i: usize, query: &Vector) -> f32 {
-        let code = &self.codes[i * self.dims..(i + 1) * self.dims];
-        zm_embed::dot_i8(code, query.values()) as f32 * self.scales[i] * query.scale()
+        self.cosine_with(i, query.values(), query.scale())
     }
 
     fn set_meta(&mut self, meta: &Meta) {
@@ -201,9 +211,7 @@ impl VectorIndex {
             .map(|(c, i)| (self.entries[i].id.clone(), c))
             .collect()
     }
-}
 
-impl VectorIndex {
     /// Live memories of the same owner in the same scope as memory `id`
     /// whose vectors are at least `floor` from its own, nearest first.
     fn near_duplicates(&self, id: &MemoryId, floor: f32, cap: usize) -> Vec<(MemoryId, f32)> {
@@ -214,18 +222,14 @@ impl VectorIndex {
         if !me.live {
             return Vec::new();
         }
-        let d = self.dims;
-        let code = &self.codes[i * d..(i + 1) * d];
+        let (code, scale) = (self.code(i), self.scales[i]);
         let mut found: Vec<(f32, usize)> = self
             .entries
             .iter()
             .enumerate()
             .filter(|(j, e)| *j != i && e.live && e.owner == me.owner && e.scope == me.scope)
             .filter_map(|(j, _)| {
-                #[allow(clippy::cast_precision_loss)]
-                let c = zm_embed::dot_i8(&self.codes[j * d..(j + 1) * d], code) as f32
-                    * self.scales[j]
-                    * self.scales[i];
+                let c = self.cosine_with(j, code, scale);
                 (c >= floor).then_some((c, j))
             })
             .collect();
