@@ -78,7 +78,6 @@ impl Vector {
         out
     }
 
-    /// The dimension.
     /// The scale: coordinate `i` is `values()[i] as f32 * scale()`.
     pub fn scale(&self) -> f32 {
         self.scale
@@ -89,6 +88,7 @@ impl Vector {
         &self.values
     }
 
+    /// The dimension.
     pub fn dims(&self) -> usize {
         self.values.len()
     }
