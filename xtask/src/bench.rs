@@ -991,6 +991,34 @@ impl Bench {
         Ok(lat)
     }
 
+    /// How often the dense leg's search agrees with an exact scan of all
+    /// the reader's vectors (they differ only above the index's exact-scan
+    /// size): the share of the exact first 10 and first 50 it returns.
+    async fn dense_agreement(&self, label: &str) {
+        let mut rng = Rng(0x00A6_1EE5);
+        let (mut agree, mut of) = ([0usize; 2], [0usize; 2]);
+        for _ in 0..200 {
+            let q = query(&mut rng);
+            for (slot, depth) in [10, 50].into_iter().enumerate() {
+                if let Some((a, n)) = self
+                    .store
+                    .dense_agreement(&self.reader.user_id, &q, depth)
+                    .await
+                {
+                    agree[slot] += a;
+                    of[slot] += n;
+                }
+            }
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let share = |i: usize| agree[i] as f64 / of[i].max(1) as f64;
+        eprintln!(
+            "[{label}] dense search against an exact scan (200 queries): {:.3} of the exact first 10, {:.3} of the first 50",
+            share(0),
+            share(1)
+        );
+    }
+
     async fn measure_briefing(&mut self, n: usize) -> Result<Vec<Duration>, String> {
         let mut lat = Vec::with_capacity(n);
         for i in 0..n + 5 {
@@ -1105,6 +1133,7 @@ async fn run_backend(
             eprintln!(
                 "[{label}] recall's query embedding: {mean:.2} ms on average over {n} queries"
             );
+            bench.dense_agreement(label).await;
         }
         let mut brief = bench.measure_briefing(briefings(opts.queries)).await?;
         brief.sort_unstable();

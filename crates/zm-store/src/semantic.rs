@@ -30,7 +30,7 @@
 //! Architecture invariant: a vector is compared only with vectors of the
 //! same model identity, and only after the SQL visibility check.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -69,6 +69,14 @@ const MEANING_PENDING_CAP: i64 = 100;
 /// PostgreSQL, where transactions may commit out of `vseq` order.
 const PG_REREAD: i64 = 512;
 
+/// Up to this many vectors in the index, a nearest-neighbour search scans
+/// them all exactly; beyond, it shortlists by sign bits first.
+const EXACT_SCAN_MAX: usize = 20_000;
+
+/// How many candidates per neighbour asked for the sign-bit pass keeps for
+/// the exact int8 cosine.
+const SHORTLIST_FACTOR: usize = 10;
+
 /// What the index knows of one memory.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -90,6 +98,9 @@ pub(crate) struct VectorIndex {
     /// in order instead of chasing one allocation per vector.
     codes: Vec<i8>,
     scales: Vec<f32>,
+    /// Entry `i`'s sign bits (see [`sign_bits`]), `dims / 64` words (rounded
+    /// up) from `i × words`.
+    signs: Vec<u64>,
     by_id: HashMap<MemoryId, usize>,
     /// Interned owners and scopes.
     names: HashMap<String, u32>,
@@ -122,12 +133,16 @@ impl VectorIndex {
                 self.entries[i] = entry;
                 self.codes[i * self.dims..(i + 1) * self.dims].copy_from_slice(vector.values());
                 self.scales[i] = vector.scale();
+                let bits = sign_bits(vector.values());
+                let words = bits.len();
+                self.signs[i * words..(i + 1) * words].copy_from_slice(&bits);
             }
             None => {
                 self.by_id.insert(meta.id, self.entries.len());
                 self.entries.push(entry);
                 self.codes.extend_from_slice(vector.values());
                 self.scales.push(vector.scale());
+                self.signs.extend(sign_bits(vector.values()));
             }
         }
     }
@@ -164,6 +179,13 @@ impl VectorIndex {
 
     /// The `limit` nearest live vectors among memories `user` may read in
     /// `set`, as of the last refresh; nearest first.
+    ///
+    /// Up to [`EXACT_SCAN_MAX`] vectors every candidate's int8 cosine is
+    /// computed. Beyond, a first pass ranks the candidates by the Hamming
+    /// distance of their sign bits to the query's (48 bytes a vector
+    /// instead of 384), and only the [`SHORTLIST_FACTOR`] × `limit`
+    /// closest by that measure get the exact int8 cosine: approximate,
+    /// measured against the exact scan in `docs/BENCHMARKS.md`.
     fn nearest(
         &self,
         query: &Vector,
@@ -171,7 +193,20 @@ impl VectorIndex {
         set: &ReadSet,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
-        if self.entries.is_empty() || query.dims() != self.dims {
+        let shortlist = self.entries.len() > EXACT_SCAN_MAX;
+        self.search(query, user, set, limit, shortlist)
+    }
+
+    /// [`nearest`](Self::nearest), with the sign-bit shortlist or without.
+    fn search(
+        &self,
+        query: &Vector,
+        user: &str,
+        set: &ReadSet,
+        limit: usize,
+        approximate: bool,
+    ) -> Vec<(MemoryId, f32)> {
+        if self.entries.is_empty() || query.dims() != self.dims || limit == 0 {
             return Vec::new();
         }
         let me = self.names.get(user).copied();
@@ -183,31 +218,51 @@ impl VectorIndex {
                     .collect(),
             ),
         };
-        let mut best: Vec<(f32, usize)> = Vec::with_capacity(limit + 1);
-        let mut floor = f32::NEG_INFINITY;
-        for (i, e) in self.entries.iter().enumerate() {
-            if !e.live || !(e.shared || Some(e.owner) == me) {
-                continue;
+        let readable = |e: &Entry| {
+            e.live
+                && (e.shared || Some(e.owner) == me)
+                && scopes.as_ref().is_none_or(|s| s.contains(&e.scope))
+        };
+        let mut best = TopK::new(limit);
+        let shortlist = limit.saturating_mul(SHORTLIST_FACTOR);
+        if !approximate || shortlist >= self.entries.len() {
+            for (i, e) in self.entries.iter().enumerate() {
+                if readable(e) {
+                    best.offer(self.cosine_at(i, query), i);
+                }
             }
-            if let Some(s) = &scopes
-                && !s.contains(&e.scope)
-            {
-                continue;
+        } else {
+            let q = sign_bits(query.values());
+            let words = q.len();
+            let mut distance = vec![u16::MAX; self.entries.len()];
+            let mut histogram = vec![0usize; self.dims + 1];
+            for (i, e) in self.entries.iter().enumerate() {
+                if readable(e) {
+                    let d = hamming(&self.signs[i * words..(i + 1) * words], &q);
+                    histogram[usize::from(d)] += 1;
+                    distance[i] = d;
+                }
             }
-            let c = self.cosine_at(i, query);
-            if best.len() == limit && c <= floor {
-                continue;
+            // The smallest distance that keeps at least `shortlist`
+            // candidates (all of them when fewer are readable).
+            let mut kept = 0;
+            let mut cut = self.dims;
+            for (d, n) in histogram.iter().enumerate() {
+                kept += n;
+                if kept >= shortlist {
+                    cut = d;
+                    break;
+                }
             }
-            let at = best.partition_point(|(b, _)| *b >= c);
-            best.insert(at, (c, i));
-            if best.len() > limit {
-                best.pop();
-            }
-            if best.len() == limit {
-                floor = best[limit - 1].0;
+            let cut = u16::try_from(cut).unwrap_or(u16::MAX - 1);
+            for (i, d) in distance.iter().enumerate() {
+                if *d <= cut {
+                    best.offer(self.cosine_at(i, query), i);
+                }
             }
         }
-        best.into_iter()
+        best.into_sorted()
+            .into_iter()
             .map(|(c, i)| (self.entries[i].id.clone(), c))
             .collect()
     }
@@ -301,6 +356,60 @@ impl std::fmt::Debug for Semantic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Semantic").finish_non_exhaustive()
     }
+}
+
+/// The `k` best `(cosine, entry)` offered so far.
+struct TopK {
+    k: usize,
+    best: Vec<(f32, usize)>,
+    floor: f32,
+}
+
+impl TopK {
+    fn new(k: usize) -> TopK {
+        TopK {
+            k,
+            best: Vec::with_capacity(k + 1),
+            floor: f32::NEG_INFINITY,
+        }
+    }
+
+    fn offer(&mut self, c: f32, i: usize) {
+        if self.best.len() == self.k && c <= self.floor {
+            return;
+        }
+        let at = self.best.partition_point(|(b, _)| *b >= c);
+        self.best.insert(at, (c, i));
+        if self.best.len() > self.k {
+            self.best.pop();
+        }
+        if self.best.len() == self.k {
+            self.floor = self.best[self.k - 1].0;
+        }
+    }
+
+    /// Best first.
+    fn into_sorted(self) -> Vec<(f32, usize)> {
+        self.best
+    }
+}
+
+/// One bit per coordinate, set when it is positive: 64 coordinates a word.
+fn sign_bits(code: &[i8]) -> Vec<u64> {
+    code.chunks(64)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (j, v)| if *v > 0 { w | (1 << j) } else { w })
+        })
+        .collect()
+}
+
+/// How many of the bits differ (at most 64 × the words compared).
+fn hamming(a: &[u64], b: &[u64]) -> u16 {
+    let d: u32 = a.iter().zip(b).map(|(x, y)| (x ^ y).count_ones()).sum();
+    u16::try_from(d).unwrap_or(u16::MAX - 1)
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -740,6 +849,30 @@ impl Store {
         read(&self.semantic.index).nearest(query, user, set, limit)
     }
 
+    /// For the benchmark: of the exact scan's first `depth` neighbours of
+    /// `text` among everything `user_id` reads, how many the search that
+    /// recall runs also returns in its first `depth` (`None` in lexical
+    /// mode). Equal to `depth` (or the readable count) while the index
+    /// holds at most [`EXACT_SCAN_MAX`] vectors.
+    #[doc(hidden)]
+    pub async fn dense_agreement(
+        &self,
+        user_id: &str,
+        text: &str,
+        depth: usize,
+    ) -> Option<(usize, usize)> {
+        let query = self.embed_query(text).await?;
+        let index = read(&self.semantic.index);
+        let exact = index.search(&query, user_id, &ReadSet::All, depth, false);
+        let found: HashSet<MemoryId> = index
+            .nearest(&query, user_id, &ReadSet::All, depth)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let agree = exact.iter().filter(|(id, _)| found.contains(id)).count();
+        Some((agree, exact.len()))
+    }
+
     /// Is memory `id` in this instance's vector index?
     pub fn is_embedded(&self, id: &str) -> bool {
         read(&self.semantic.index)
@@ -770,4 +903,108 @@ fn embed_each(enc: &dyn Encoder, texts: &[String]) -> Vec<Option<Vector>> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic unit vector of `dims` coordinates.
+    fn random_unit(seed: &mut u64, dims: usize) -> Vec<f32> {
+        let v: Vec<f32> = (0..dims)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                #[allow(clippy::cast_precision_loss)]
+                let u = (*seed >> 40) as f32 / (1u64 << 24) as f32;
+                u - 0.5
+            })
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / n).collect()
+    }
+
+    /// An index of `n` vectors, owned by `alice` but every `stride`-th by
+    /// `bob`.
+    fn index(n: usize, stride: usize, seed: &mut u64) -> (VectorIndex, Vec<Vec<f32>>) {
+        let mut index = VectorIndex {
+            model: "test".into(),
+            dims: 384,
+            ..VectorIndex::default()
+        };
+        let mut raw = Vec::with_capacity(n);
+        for i in 0..n {
+            let v = random_unit(seed, 384);
+            let owner = if i.is_multiple_of(stride) { "bob" } else { "alice" };
+            index.upsert(
+                Meta {
+                    id: MemoryId::from_trusted(format!("mem_{i:06}")),
+                    owner: owner.into(),
+                    scope: "personal".into(),
+                    shared: false,
+                    live: true,
+                },
+                &Vector::quantize(&v),
+            );
+            raw.push(v);
+        }
+        (index, raw)
+    }
+
+    /// `v` moved a little: a query whose nearest stored vector is `v`.
+    fn near(v: &[f32], seed: &mut u64) -> Vector {
+        let noise = random_unit(seed, v.len());
+        let mixed: Vec<f32> = v.iter().zip(&noise).map(|(a, b)| a + 0.5 * b).collect();
+        Vector::quantize(&mixed)
+    }
+
+    #[test]
+    fn the_shortlist_finds_the_nearest_vector_and_only_readable_ones() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15;
+        let n = EXACT_SCAN_MAX + 5_000;
+        let (index, raw) = index(n, 40, &mut seed);
+        for target in [1usize, 777, 12_345, n - 1] {
+            let query = near(&raw[target], &mut seed);
+            let exact = index.search(&query, "alice", &ReadSet::All, 10, false);
+            let approx = index.nearest(&query, "alice", &ReadSet::All, 10);
+            let want = MemoryId::from_trusted(format!("mem_{target:06}"));
+            assert_eq!(exact[0].0, want, "the exact scan's nearest");
+            assert_eq!(approx[0].0, want, "the shortlist keeps the nearest");
+            assert_eq!(approx[0].1.to_bits(), exact[0].1.to_bits());
+            assert_eq!(approx.len(), 10);
+        }
+        // Bob reads only his own: every 40th vector.
+        let query = near(&raw[40 * 7], &mut seed);
+        let bob = index.nearest(&query, "bob", &ReadSet::All, 200);
+        assert_eq!(
+            bob[0].0,
+            MemoryId::from_trusted(format!("mem_{:06}", 40 * 7))
+        );
+        assert!(bob.iter().all(|(id, _)| {
+            let i: usize = id.as_str()["mem_".len()..].parse().unwrap_or(1);
+            i.is_multiple_of(40)
+        }));
+        // Fewer readable than the shortlist: the same as the exact scan.
+        let exact = index.search(&query, "bob", &ReadSet::All, 60, false);
+        let approx = index.nearest(&query, "bob", &ReadSet::All, 60);
+        assert_eq!(exact.len(), 60);
+        assert_eq!(approx, exact);
+        // Nobody else reads anything.
+        assert!(index.nearest(&query, "carol", &ReadSet::All, 10).is_empty());
+    }
+
+    #[test]
+    fn sign_bits_count_the_differing_signs() {
+        let a: Vec<i8> = (0..130).map(|i| if i % 3 == 0 { 5 } else { -5 }).collect();
+        let mut b = a.clone();
+        b[0] = -1; // positive → negative
+        b[64] = 0; // negative → zero: not positive either, no change
+        b[65] = 9; // negative → positive, in the second word
+        b[129] = 7; // positive → positive, in the third word
+        let (sa, sb) = (sign_bits(&a), sign_bits(&b));
+        assert_eq!(sa.len(), 3);
+        assert_eq!(hamming(&sa, &sa), 0);
+        assert_eq!(hamming(&sa, &sb), 2);
+    }
 }
