@@ -256,6 +256,12 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
             # The searches above were recalls too, made from the dashboard.
             rows = [r.text for r in b.driver.find_elements("css selector", "table#recall-activity tbody tr")]
             check(any(r.startswith("dashboard ") for r in rows), f"insight: recall activity by agent ({rows})")
+            # Its tables on a phone: checked above (no overflow, no
+            # violation); the picture is for a person to look at.
+            if shots:
+                b.set_mobile()
+                shoot(b, shots, "insight-360")
+                b.set_desktop()
     # Import a server-memory file from the Account page; search finds it.
     upload = Path(tempfile.mkdtemp()) / "memory.jsonl"
     upload.write_text(json.dumps({"type": "entity", "name": "Payments API", "entityType": "service",

@@ -39,36 +39,22 @@ struct Pair {
 }
 
 fn pairs(path: &Path) -> Result<Vec<Pair>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut out = Vec::new();
-    for (n, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
-        let field = |k: &str| {
-            v[k].as_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("{}:{}: no {k:?}", path.display(), n + 1))
-        };
-        let label = field("label")?;
-        if !LABELS.contains(&label.as_str()) {
-            return Err(format!(
-                "{}:{}: unknown label {label:?}",
-                path.display(),
-                n + 1
-            ));
-        }
-        out.push(Pair {
-            id: field("id")?,
-            label,
-            a: field("a")?,
-            b: field("b")?,
-        });
-    }
-    Ok(out)
+    use crate::quality::{read_jsonl, str_field};
+    read_jsonl(path)?
+        .iter()
+        .map(|v| {
+            let label = str_field(v, "label", path)?;
+            if !LABELS.contains(&label.as_str()) {
+                return Err(format!("{}: unknown label {label:?}", path.display()));
+            }
+            Ok(Pair {
+                id: str_field(v, "id", path)?,
+                label,
+                a: str_field(v, "a", path)?,
+                b: str_field(v, "b", path)?,
+            })
+        })
+        .collect()
 }
 
 /// What became of one pair.

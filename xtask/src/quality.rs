@@ -76,19 +76,22 @@ struct DataSet {
     about: String,
 }
 
-fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
+/// The one reader of every data set's format: JSON Lines, blank lines
+/// skipped; an error names the file and the line.
+pub(crate) fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
     text.lines()
-        .filter(|l| !l.trim().is_empty())
         .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
             serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
         })
         .collect()
 }
 
-fn str_field(v: &Value, key: &str, path: &Path) -> Result<String, String> {
+/// Field `key` of a data-set line, which must be a string.
+pub(crate) fn str_field(v: &Value, key: &str, path: &Path) -> Result<String, String> {
     v.get(key)
         .and_then(Value::as_str)
         .map(str::to_string)

@@ -321,6 +321,7 @@ impl Store {
                 c.dispute_id
             )));
         }
+        let mut retired = None;
         if let Some(loser) = retire {
             sqlx::query("UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 WHERE id = $5 AND invalidated_at IS NULL")
                 .bind(now)
@@ -331,6 +332,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .db("retire loser")?;
+            retired = Some(loser.clone());
             if let Some(w) = successor {
                 sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
                     .bind(w.as_str())
@@ -342,6 +344,9 @@ impl Store {
                     .await
                     .db("supersede link")?;
             }
+        }
+        if let Some(id) = retired {
+            cx.placement_changed(id.as_str());
         }
         Ok(ResolveConflictOutput { resolved: true })
     }

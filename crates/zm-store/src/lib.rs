@@ -29,6 +29,7 @@ pub mod service;
 pub mod shared;
 pub mod similarity;
 mod sql;
+mod statistics;
 pub mod store;
 pub mod teams;
 #[cfg(test)]

@@ -432,6 +432,9 @@ impl Store {
             self.near_duplicates(tx, caller, written, &prepared, &retired)
                 .await?
         };
+        for id in &retired {
+            cx.placement_changed(id);
+        }
         Ok(remember_output(RememberOutcome {
             memory_id,
             deduplicated,
@@ -895,6 +898,7 @@ impl Store {
             )));
         }
         self.invalidate(tx, caller, id).await?;
+        cx.placement_changed(id);
         Ok(ForgetOutput {
             memory_id: input.memory_id,
             invalidated: true,
@@ -926,6 +930,7 @@ impl Store {
             )));
         }
         self.invalidate(tx, caller, id).await?;
+        cx.placement_changed(id);
         Ok(CloseLoopOutput {
             memory_id: input.memory_id,
             closed: true,
@@ -959,6 +964,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("restore links")?;
+        cx.placement_changed(id);
         Ok(RestoreMemoryOutput {
             memory_id: input.memory_id,
             restored: true,

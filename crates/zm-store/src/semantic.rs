@@ -787,14 +787,14 @@ impl Store {
 
     /// These memories changed owner, scope, sharing or liveness on this
     /// instance: re-read their metadata now.
-    pub(crate) async fn vector_meta_changed(&self, ids: &[&str]) {
+    pub(crate) async fn vector_meta_changed(&self, ids: &[MemoryId]) {
         if ids.is_empty() || read(&self.semantic.index).entries.is_empty() {
             return;
         }
         let mut sql = crate::sql::Sql::new(
             "SELECT id, owner_id, scope, visibility, invalidated_at FROM memories WHERE id IN ",
         );
-        sql.bind_list(ids.iter().map(|s| (*s).to_string()));
+        sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
         match sql.query().fetch_all(&self.pool).await {
             Ok(rows) => {
                 let mut index = write(&self.semantic.index);
@@ -936,7 +936,11 @@ mod tests {
         let mut raw = Vec::with_capacity(n);
         for i in 0..n {
             let v = random_unit(seed, 384);
-            let owner = if i.is_multiple_of(stride) { "bob" } else { "alice" };
+            let owner = if i.is_multiple_of(stride) {
+                "bob"
+            } else {
+                "alice"
+            };
             index.upsert(
                 Meta {
                     id: MemoryId::from_trusted(format!("mem_{i:06}")),

@@ -146,6 +146,8 @@ pub struct Store {
     pub(crate) usage: Arc<crate::usage::UsageBuffer>,
     /// The embedding model and the vector index (shared by every clone).
     pub(crate) semantic: Arc<crate::semantic::Semantic>,
+    /// PostgreSQL's planner statistics, kept here when autovacuum is off.
+    pub(crate) statistics: Arc<crate::statistics::Statistics>,
 }
 
 impl std::fmt::Debug for Store {
@@ -168,6 +170,10 @@ impl Store {
         db::migrate(&pool, backend, &clock).await?;
         let thread_key = db::thread_key(&pool, &clock).await?;
         let form_key = Arc::new(db::form_key(&pool, &clock).await?);
+        let statistics = Arc::new(crate::statistics::Statistics::default());
+        if backend == Backend::Postgres {
+            statistics.start(&pool).await;
+        }
         Ok(Store {
             pool,
             backend,
@@ -177,6 +183,7 @@ impl Store {
             limits: opts.limits,
             usage: Arc::default(),
             semantic: Arc::default(),
+            statistics,
         })
     }
 

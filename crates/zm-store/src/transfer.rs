@@ -162,6 +162,7 @@ impl Store {
             Ok(placement) => {
                 if !placement.is_shared_in(&target) {
                     self.move_one(tx, caller, id, &target).await?;
+                    cx.placement_changed(id);
                 }
             }
         }
@@ -207,6 +208,7 @@ impl Store {
         let mut moved = Vec::new();
         let mut failed = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut changed = Vec::new();
         for mid in input.memory_ids {
             if !seen.insert(mid.as_str().to_string()) {
                 continue;
@@ -216,6 +218,7 @@ impl Store {
                     // Already shared there: nothing to change (a repeat is a no-op).
                     if !placement.is_shared_in(&target) {
                         self.move_one(tx, caller, mid.as_str(), &target).await?;
+                        changed.push(mid.clone());
                     }
                     moved.push(mid);
                 }
@@ -229,6 +232,9 @@ impl Store {
                     .into(),
                 }),
             }
+        }
+        for id in &changed {
+            cx.placement_changed(id.as_str());
         }
         Ok(MoveMemoriesOutput {
             scope: target,

@@ -26,7 +26,7 @@ use std::time::Instant;
 use serde_json::Value;
 use sqlx::{Any, AnyConnection, Transaction};
 use zm_contracts::catalogue::tool;
-use zm_contracts::{Access, ToolContract, ToolError, ToolName, ToolOutput, parse_input};
+use zm_contracts::{Access, MemoryId, ToolContract, ToolError, ToolName, ToolOutput, parse_input};
 
 use crate::audit::{AuditEntry, audit_payload};
 use crate::store::{Caller, Store};
@@ -52,6 +52,9 @@ pub struct Cx<'a> {
     store: &'a Store,
     access: Access,
     tx: TxSlot<'a>,
+    /// Memories whose owner, scope, sharing or liveness this call changed:
+    /// the vector index re-reads them once the call has committed.
+    placed: Vec<MemoryId>,
 }
 
 /// The write transaction of a call: not begun yet, the call's own, or a
@@ -69,6 +72,7 @@ impl<'a> Cx<'a> {
             store,
             access,
             tx: TxSlot::Unopened,
+            placed: Vec::new(),
         }
     }
 
@@ -84,6 +88,7 @@ impl<'a> Cx<'a> {
             store,
             access,
             tx: TxSlot::Batch(conn),
+            placed: Vec::new(),
         }
     }
 
@@ -104,13 +109,21 @@ impl<'a> Cx<'a> {
         }
     }
 
-    /// Commit the call's own transaction (a batch commits its own).
-    async fn commit(self) -> Result<(), ToolError> {
+    /// Note that this call changed memory `id`'s owner, scope, sharing or
+    /// liveness (what the vector index pre-filters by).
+    pub(crate) fn placement_changed(&mut self, id: &str) {
+        self.placed.push(MemoryId::from_trusted(id));
+    }
+
+    /// Commit the call's own transaction (a batch commits its own); the
+    /// memories whose placement it changed.
+    async fn commit(self) -> Result<Vec<MemoryId>, ToolError> {
         use crate::db::DbResult;
         match self.tx {
-            TxSlot::Own(tx) => tx.commit().await.db("commit"),
-            TxSlot::Unopened | TxSlot::Batch(_) => Ok(()),
+            TxSlot::Own(tx) => tx.commit().await.db("commit")?,
+            TxSlot::Unopened | TxSlot::Batch(_) => {}
         }
+        Ok(self.placed)
     }
 }
 
@@ -164,31 +177,6 @@ impl ToolService {
             let ids: Vec<&str> = r.memories.iter().map(|m| m.id.as_str()).collect();
             self.store.note_recalled(caller, &ids).await;
         }
-        // The vector index pre-filters by owner, scope, sharing and
-        // liveness: this instance's own changes to them are seen at once
-        // (other instances' within the embedder's refresh).
-        if out.is_ok()
-            && matches!(
-                tool,
-                ToolName::Forget
-                    | ToolName::RestoreMemory
-                    | ToolName::Share
-                    | ToolName::MoveMemories
-            )
-        {
-            let ids: Vec<&str> = raw
-                .get("memory_id")
-                .into_iter()
-                .chain(
-                    raw.get("memory_ids")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten(),
-                )
-                .filter_map(Value::as_str)
-                .collect();
-            self.store.vector_meta_changed(&ids).await;
-        }
         out
     }
 
@@ -236,6 +224,7 @@ impl ToolService {
         }
         let mut tx = self.store.write_tx().await?;
         let mut results = Vec::with_capacity(inputs.len());
+        let mut placed = Vec::new();
         for input in inputs {
             let started = Instant::now();
             let payload = audit_payload(&serde_json::to_value(&input).unwrap_or(Value::Null));
@@ -245,7 +234,11 @@ impl ToolService {
                 .db("savepoint")?;
             let result = {
                 let mut cx = Cx::in_batch(&self.store, caller, access, &mut tx);
-                T::handle(&self.store, &mut cx, input).await
+                let result = T::handle(&self.store, &mut cx, input).await;
+                if result.is_ok() {
+                    placed.append(&mut cx.placed);
+                }
+                result
             };
             if result.is_err() {
                 sqlx::query("ROLLBACK TO SAVEPOINT zm_batch_item")
@@ -268,6 +261,9 @@ impl ToolService {
             results.push(result);
         }
         tx.commit().await.db("commit batch")?;
+        self.store
+            .note_writes(u64::try_from(results.len()).unwrap_or(u64::MAX));
+        self.store.vector_meta_changed(&placed).await;
         Ok(results)
     }
 
@@ -325,7 +321,12 @@ impl ToolService {
             Ok(out) => {
                 let tx = cx.tx().await?;
                 self.store.audit_in(tx, caller, &entry(Ok(()))).await?;
-                cx.commit().await?;
+                let placed = cx.commit().await?;
+                self.store.note_writes(1);
+                // The vector index pre-filters by placement: this
+                // instance's own changes are seen at once (other
+                // instances' within the embedder's refresh).
+                self.store.vector_meta_changed(&placed).await;
                 Ok(out)
             }
             Err(e) => {
