@@ -995,28 +995,7 @@ impl Bench {
     /// the reader's vectors (they differ only above the index's exact-scan
     /// size): the share of the exact first 10 and first 50 it returns.
     async fn dense_agreement(&self, label: &str) {
-        let mut rng = Rng(0x00A6_1EE5);
-        let (mut agree, mut of) = ([0usize; 2], [0usize; 2]);
-        for _ in 0..200 {
-            let q = query(&mut rng);
-            for (slot, depth) in [10, 50].into_iter().enumerate() {
-                if let Some((a, n)) = self
-                    .store
-                    .dense_agreement(&self.reader.user_id, &q, depth)
-                    .await
-                {
-                    agree[slot] += a;
-                    of[slot] += n;
-                }
-            }
-        }
-        #[allow(clippy::cast_precision_loss)]
-        let share = |i: usize| agree[i] as f64 / of[i].max(1) as f64;
-        eprintln!(
-            "[{label}] dense search against an exact scan (200 queries): {:.3} of the exact first 10, {:.3} of the first 50",
-            share(0),
-            share(1)
-        );
+        dense_agreement(&self.store, &self.reader.user_id, label).await;
     }
 
     async fn measure_briefing(&mut self, n: usize) -> Result<Vec<Duration>, String> {
@@ -1040,6 +1019,66 @@ impl Bench {
             }
         }
         Ok(lat)
+    }
+}
+
+/// How often the dense leg's search agrees with an exact scan of all of
+/// `user_id`'s vectors, over 200 generated queries: the share of the exact
+/// first 10 and first 50 among its own first 10 and 50.
+pub(crate) async fn dense_agreement(store: &Store, user_id: &str, label: &str) {
+    let mut rng = Rng(0x00A6_1EE5);
+    let (mut agree, mut of) = ([0usize; 2], [0usize; 2]);
+    for _ in 0..200 {
+        let q = query(&mut rng);
+        for (slot, depth) in [10, 50].into_iter().enumerate() {
+            if let Some((a, n)) = store.dense_agreement(user_id, &q, depth).await {
+                agree[slot] += a;
+                of[slot] += n;
+            }
+        }
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let share = |i: usize| agree[i] as f64 / of[i].max(1) as f64;
+    eprintln!(
+        "[{label}] dense search against an exact scan (200 queries): {:.3} of the exact first 10, {:.3} of the first 50",
+        share(0),
+        share(1)
+    );
+}
+
+/// `xtask dense-agreement SQLITE_FILE EMAIL`: [`dense_agreement`] on a
+/// database a `bench --recall-mode hybrid --keep` run left (every memory
+/// embedded by the bundled model), without loading it again.
+pub(crate) fn dense_agreement_of(args: &[String]) -> ExitCode {
+    let [file, email] = args else {
+        eprintln!("usage: xtask dense-agreement SQLITE_FILE EMAIL");
+        return ExitCode::from(2);
+    };
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let run = async {
+        let store = Store::open(&zm_store::sqlite_url(Path::new(file)))
+            .await
+            .map_err(|e| e.to_string())?;
+        let user = store
+            .user_by_email(email)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no user {email}"))?;
+        let encoder = zm_embed::bundled()
+            .ok_or("this build has no bundled model")?
+            .map_err(|e| e.to_string())?;
+        store.set_encoder(encoder);
+        let n = store.refresh_vectors().await.map_err(|e| e.to_string())?;
+        eprintln!("{n} vectors in the index");
+        dense_agreement(&store, &user.id, file).await;
+        Ok::<(), String>(())
+    };
+    match rt.block_on(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dense-agreement: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -53,6 +53,10 @@ fn main() -> ExitCode {
             let args: Vec<String> = std::env::args().skip(2).collect();
             bench_http::bench_http_run(&args)
         }
+        Some("dense-agreement") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench::dense_agreement_of(&args)
+        }
         Some("quality") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             quality::quality(&args)

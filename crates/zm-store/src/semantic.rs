@@ -850,10 +850,11 @@ impl Store {
     }
 
     /// For the benchmark: of the exact scan's first `depth` neighbours of
-    /// `text` among everything `user_id` reads, how many the search that
-    /// recall runs also returns in its first `depth` (`None` in lexical
-    /// mode). Equal to `depth` (or the readable count) while the index
-    /// holds at most [`EXACT_SCAN_MAX`] vectors.
+    /// `text` among everything `user_id` reads, how many are among the
+    /// first `depth` of the search recall's dense leg runs (which asks for
+    /// [`DENSE_PREFILTER`](crate::search::DENSE_PREFILTER)); `None` in
+    /// lexical mode. Always all of them while the index holds at most
+    /// [`EXACT_SCAN_MAX`] vectors.
     #[doc(hidden)]
     pub async fn dense_agreement(
         &self,
@@ -865,8 +866,14 @@ impl Store {
         let index = read(&self.semantic.index);
         let exact = index.search(&query, user_id, &ReadSet::All, depth, false);
         let found: HashSet<MemoryId> = index
-            .nearest(&query, user_id, &ReadSet::All, depth)
+            .nearest(
+                &query,
+                user_id,
+                &ReadSet::All,
+                crate::search::DENSE_PREFILTER.max(depth),
+            )
             .into_iter()
+            .take(depth)
             .map(|(id, _)| id)
             .collect();
         let agree = exact.iter().filter(|(id, _)| found.contains(id)).count();
