@@ -7,9 +7,12 @@ embedded), as one of its users, waits until the embedding model is loaded
 and every vector is in the in-memory index, runs recalls over MCP, and
 prints the process's VmRSS and VmHWM (peak) from /proc.
 
-usage: rss_hybrid.py BINARY SQLITE_FILE EMAIL [--recalls N]
+usage: rss_hybrid.py BINARY SQLITE_FILE EMAIL [--recalls N] [--project-hint HINT]
 
-Also prints the recalls' round-trip times (p50, p99) over stdio.
+Also prints the recalls' round-trip times (p50, p99) over stdio. Every
+recall reads `scopes: ["*"]`; with --project-hint, the recalls read that
+project instead (for the benchmark's database, for example
+`git@github.com:acme/billing.git`).
 
 Standard library only. Newline-delimited JSON-RPC on the process's stdin
 and stdout, as every MCP stdio client speaks it.
@@ -31,6 +34,11 @@ def status_kib(pid, key):
 def main():
     args = sys.argv[1:]
     recalls = 200
+    hint = None
+    if "--project-hint" in args:
+        i = args.index("--project-hint")
+        hint = args[i + 1]
+        del args[i:i + 2]
     if "--recalls" in args:
         i = args.index("--recalls")
         recalls = int(args[i + 1])
@@ -92,13 +100,14 @@ def main():
         took = []
         for i in range(recalls):
             t1 = time.monotonic()
-            call("tools/call", {"name": "recall", "arguments": {"query": f"{queries[i % len(queries)]} {i}", "k": 10, "scopes": ["*"]}})
+            where = {"project_hint": hint} if hint else {"scopes": ["*"]}
+            call("tools/call", {"name": "recall", "arguments": {"query": f"{queries[i % len(queries)]} {i}", "k": 10, **where}})
             took.append((time.monotonic() - t1) * 1000)
         spent = time.monotonic() - t
         took.sort()
         print(f"after initialize: VmRSS {after_start / 1024:.0f} MiB")
         print(f"model loaded and index filled after {ready:.1f} s")
-        print(f"{recalls} recalls over stdio in {spent:.1f} s: p50 {took[len(took) // 2]:.2f} ms, "
+        print(f"{recalls} recalls ({'project_hint ' + hint if hint else 'scopes *'}) over stdio in {spent:.1f} s: p50 {took[len(took) // 2]:.2f} ms, "
               f"p99 {took[min(len(took) - 1, len(took) * 99 // 100)]:.2f} ms")
         print(f"VmRSS {status_kib(proc.pid, 'VmRSS') / 1024:.0f} MiB, peak (VmHWM) {status_kib(proc.pid, 'VmHWM') / 1024:.0f} MiB")
     finally:

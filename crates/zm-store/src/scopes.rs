@@ -56,6 +56,23 @@ pub(crate) fn push_read_set(sql: &mut Sql, alias: &str, set: &ReadSet) {
     }
 }
 
+/// The read-set predicate as a filter only, for a query that looks
+/// memories up by id: `(m.scope || '') IN (…)` is the same test, but no
+/// index on `scope` can serve it, so SQLite keeps driving by the ids.
+/// (With the plain predicate it drove by `memories_live_scope` and read a
+/// whole project to keep 200 ids: 66 ms instead of 0.5 at 100k memories.)
+pub(crate) fn push_read_set_filter(sql: &mut Sql, alias: &str, set: &ReadSet) {
+    match set {
+        ReadSet::All => {
+            sql.push("1 = 1");
+        }
+        ReadSet::Scopes(scopes) => {
+            sql.push(&format!("({alias}.scope || '') IN "));
+            sql.bind_list(scopes.iter().cloned());
+        }
+    }
+}
+
 /// Canonicalise a legacy `proj.<slug>` path to the caller's namespace.
 /// (`team.<slug>` is the team's own scope and stays as it is.)
 pub fn canonical_path(caller: &Caller, path: &str) -> String {

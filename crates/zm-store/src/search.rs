@@ -14,7 +14,9 @@ use crate::clock::{DAY_MS, rfc3339};
 use crate::db::{Backend, DbResult};
 use crate::fts;
 use crate::rows::{FromAnyRow, col, enum_col, id_col, json_col, opt_id_col};
-use crate::scopes::{ReadSet, explicit_read_set, pinned_read_set, push_read_set, push_visible};
+use crate::scopes::{
+    ReadSet, explicit_read_set, pinned_read_set, push_read_set, push_read_set_filter, push_visible,
+};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -852,7 +854,7 @@ impl Store {
         sql.push(" AND m.invalidated_at IS NULL AND ");
         push_visible(&mut sql, "m", &caller.user_id);
         sql.push(" AND ");
-        push_read_set(&mut sql, "m", set);
+        push_read_set_filter(&mut sql, "m", set);
         if let Some(kinds) = kinds {
             sql.push(" AND m.kind IN ")
                 .bind_list(kinds.iter().map(|k| k.as_str()));
