@@ -918,19 +918,20 @@ impl Store {
                 w
             }
         };
-        // Full-text relevance without decay: the tier, then bm25.
-        let lexical_order = |rel: f64, every_word: bool| {
+        // Full-text relevance: the tier (every word or some), then bm25
+        // squashed into [0, 0.5) and × `w` (the decay; 1 for the fusion's
+        // own order, which has none).
+        let lexical_score = |rel: f64, every_word: bool, w: f64| {
             let rel = rel.max(0.0);
             let tier = if every_word { 0.5 } else { 0.0 };
-            tier + rel / (1.0 + rel) / 2.0
+            tier + rel / (1.0 + rel) * w / 2.0
         };
+        let lexical_order = |rel: f64, every_word: bool| lexical_score(rel, every_word, 1.0);
         let mut ranked: Vec<Hit> = match &query {
             None => lexical
                 .into_iter()
                 .map(|(c, every_word)| {
-                    let rel = c.rel.max(0.0);
-                    let tier = if every_word { 0.5 } else { 0.0 };
-                    let score = tier + rel / (1.0 + rel) * weight(&c) / 2.0;
+                    let score = lexical_score(c.rel, every_word, weight(&c));
                     Hit::of(c, score, None, true)
                 })
                 .collect(),
