@@ -1133,18 +1133,7 @@ async fn run_backend(
                 bench.store.set_encoder(encoder);
             }
             let t = Instant::now();
-            let mut embedded = 0usize;
-            loop {
-                let n = bench
-                    .store
-                    .embed_pending(64)
-                    .await
-                    .map_err(|e| format!("embed: {e}"))?;
-                if n == 0 {
-                    break;
-                }
-                embedded += n;
-            }
+            let embedded = crate::quality::embed_all(&bench.store).await?;
             let secs = t.elapsed().as_secs_f64();
             #[allow(clippy::cast_precision_loss)]
             let rate = embedded as f64 / secs.max(1e-3);
