@@ -991,13 +991,6 @@ impl Bench {
         Ok(lat)
     }
 
-    /// How often the dense leg's search agrees with an exact scan of all
-    /// the reader's vectors (they differ only above the index's exact-scan
-    /// size): the share of the exact first 10 and first 50 it returns.
-    async fn dense_agreement(&self, label: &str) {
-        dense_agreement(&self.store, &self.reader.user_id, label).await;
-    }
-
     async fn measure_briefing(&mut self, n: usize) -> Result<Vec<Duration>, String> {
         let mut lat = Vec::with_capacity(n);
         for i in 0..n + 5 {
@@ -1161,7 +1154,7 @@ async fn run_backend(
             eprintln!(
                 "[{label}] recall's query embedding: {mean:.2} ms on average over {n} queries"
             );
-            bench.dense_agreement(label).await;
+            dense_agreement(&bench.store, &bench.reader.user_id, label).await;
         }
         let mut brief = bench.measure_briefing(briefings(opts.queries)).await?;
         brief.sort_unstable();

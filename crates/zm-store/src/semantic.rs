@@ -996,10 +996,11 @@ mod tests {
             let i: usize = id.as_str()["mem_".len()..].parse().unwrap_or(1);
             i.is_multiple_of(40)
         }));
-        // Fewer readable than the shortlist: the same as the exact scan.
-        let exact = index.search(&query, "bob", &ReadSet::All, 60, false);
-        let approx = index.nearest(&query, "bob", &ReadSet::All, 60);
-        assert_eq!(exact.len(), 60);
+        // Fewer readable (Bob's 625) than the shortlist (10 × 70): every
+        // one is scored, so the result is the exact scan's.
+        let exact = index.search(&query, "bob", &ReadSet::All, 70, false);
+        let approx = index.nearest(&query, "bob", &ReadSet::All, 70);
+        assert_eq!(exact.len(), 70);
         assert_eq!(approx, exact);
         // Nobody else reads anything.
         assert!(index.nearest(&query, "carol", &ReadSet::All, 10).is_empty());

@@ -47,14 +47,7 @@ impl Statistics {
             return;
         }
         self.enabled.store(true, Ordering::Relaxed);
-        let never: Option<bool> = sqlx::query_scalar(
-            "SELECT reltuples < 0 FROM pg_class WHERE oid = to_regclass('memories')",
-        )
-        .fetch_optional(pool)
-        .await
-        .ok()
-        .flatten();
-        if never == Some(true) {
+        if memories_reltuples(pool).await.is_some_and(|n| n < 0) {
             analyze(pool).await;
         }
         self.threshold
@@ -94,14 +87,21 @@ async fn analyze(pool: &AnyPool) {
     }
 }
 
-/// 50 + 10 % of the memories as the planner now counts them.
-async fn threshold(pool: &AnyPool) -> u64 {
-    let rows: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(GREATEST(reltuples, 0) AS BIGINT) FROM pg_class WHERE oid = to_regclass('memories')",
+/// How many memories the planner counts (`pg_class.reltuples`): -1 when
+/// the table was never analysed (PostgreSQL 14 and newer); `None` when it
+/// cannot be read.
+async fn memories_reltuples(pool: &AnyPool) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT CAST(reltuples AS BIGINT) FROM pg_class WHERE oid = to_regclass('memories')",
     )
     .fetch_optional(pool)
     .await
     .ok()
-    .flatten();
-    BASE_THRESHOLD + u64::try_from(rows.unwrap_or(0)).unwrap_or(0) / 10
+    .flatten()
+}
+
+/// 50 + 10 % of the memories as the planner now counts them.
+async fn threshold(pool: &AnyPool) -> u64 {
+    let rows = memories_reltuples(pool).await.unwrap_or(0).max(0);
+    BASE_THRESHOLD + u64::try_from(rows).unwrap_or(0) / 10
 }
