@@ -269,3 +269,34 @@ pub fn check_generated(
         )]),
     }
 }
+
+/// Where the workspace's one unsafe block may be: `zm-embed`'s forward
+/// pass (its `gemm` call). Every other crate forbids unsafe code through
+/// the workspace lints; `zm-embed` only denies it, so this keeps its
+/// allow-unsafe-code attribute to that one place.
+pub const UNSAFE_ALLOWED_IN: &str = "crates/zm-embed/src/native.rs";
+
+/// `files` (path from the workspace root, text) allow unsafe code once, in
+/// [`UNSAFE_ALLOWED_IN`], and nowhere else.
+pub fn check_unsafe_confined(files: &[(String, String)]) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    // Spelled in two halves so that this file does not match itself.
+    let needle = concat!("allow(", "unsafe_code)");
+    let mut allowed = 0;
+    for (path, text) in files {
+        let n = text.matches(needle).count();
+        if path == UNSAFE_ALLOWED_IN {
+            allowed += n;
+        } else if n > 0 {
+            errs.push(format!(
+                "{path} allows unsafe code: only {UNSAFE_ALLOWED_IN}'s gemm call may"
+            ));
+        }
+    }
+    if allowed > 1 {
+        errs.push(format!(
+            "{UNSAFE_ALLOWED_IN} allows unsafe code {allowed} times: once, for its gemm call"
+        ));
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs) }
+}

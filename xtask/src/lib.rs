@@ -113,7 +113,38 @@ pub fn run_checks() -> Vec<Outcome> {
             if errs.is_empty() { Ok(()) } else { Err(errs) }
         },
     });
+    out.push(Outcome {
+        name: "unsafe code confined",
+        result: unsafe_confined(),
+    });
     out
+}
+
+/// Every Rust source of the workspace's crates and tools, checked by
+/// [`checks::check_unsafe_confined`].
+pub fn unsafe_confined() -> Result<(), Vec<String>> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, root, out);
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && let Ok(text) = std::fs::read_to_string(&p)
+            {
+                let rel = p.strip_prefix(root).unwrap_or(&p);
+                out.push((rel.to_string_lossy().replace('\\', "/"), text));
+            }
+        }
+    }
+    let root = root();
+    let mut files = Vec::new();
+    for top in ["crates", "xtask"] {
+        walk(&root.join(top), &root, &mut files);
+    }
+    checks::check_unsafe_confined(&files)
 }
 
 /// Regenerate the snapshot and the docs, refusing when the version bump is

@@ -409,3 +409,32 @@ fn admin_routes_are_diffed_like_tools() {
     let r = compare_snapshot(&old, &with_version(new, &bumped("minor"))).unwrap();
     assert!(r.bump_sufficient(), "a new route needs only a minor bump");
 }
+
+#[test]
+fn unsafe_code_is_allowed_once_and_only_in_the_forward_pass() {
+    let file = |p: &str, t: &str| (p.to_string(), t.to_string());
+    // Built at run time so that this file does not match the check itself.
+    let gemm = format!("#[allow({})]\nunsafe {{ gemm() }}", "unsafe_code");
+    let gemm = gemm.as_str();
+    assert_eq!(
+        check_unsafe_confined(&[
+            file(UNSAFE_ALLOWED_IN, gemm),
+            file("crates/zm-store/src/lib.rs", "fn safe() {}")
+        ]),
+        Ok(())
+    );
+    let elsewhere =
+        check_unsafe_confined(&[file("crates/zm-store/src/semantic.rs", gemm)]).unwrap_err();
+    assert!(
+        elsewhere[0].contains("crates/zm-store/src/semantic.rs"),
+        "{elsewhere:?}"
+    );
+    let twice = format!("{gemm}\n{gemm}");
+    let twice = check_unsafe_confined(&[file(UNSAFE_ALLOWED_IN, &twice)]).unwrap_err();
+    assert!(twice[0].contains("2 times"), "{twice:?}");
+}
+
+#[test]
+fn the_workspace_allows_unsafe_code_only_in_the_forward_pass() {
+    assert_eq!(xtask::unsafe_confined(), Ok(()));
+}

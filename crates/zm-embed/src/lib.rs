@@ -206,6 +206,8 @@ pub fn bundled_model() -> Option<String> {
 
 #[cfg(feature = "pocket")]
 mod dir;
+#[cfg(feature = "pocket")]
+mod native;
 
 #[cfg(feature = "pocket")]
 mod pocket {
@@ -214,8 +216,19 @@ mod pocket {
     /// `pocket-encoder`: paraphrase-MiniLM-L3-v2, 4-bit weights in the
     /// crate, 384 dimensions, 128 tokens (longer texts are cut).
     pub(crate) struct Pocket {
-        inner: pocket_encoder::Encoder,
+        engine: Engine,
         model: String,
+    }
+
+    /// What runs the bundled weights.
+    pub(crate) enum Engine {
+        /// Our forward pass ([`crate::native`]) over the crate's own weight
+        /// file, found at build time (see `build.rs`).
+        #[cfg(zm_native_pocket)]
+        Native(Box<crate::native::TextModel>),
+        /// `pocket-encoder` itself (candle): when the build found no weight
+        /// file, or it is not the one `pocket-encoder` was published with.
+        Crate(pocket_encoder::Encoder),
     }
 
     /// `<id>@<weights sha256>`.
@@ -226,12 +239,24 @@ mod pocket {
 
     impl Pocket {
         pub(crate) fn load() -> Result<Pocket, EmbedError> {
+            #[cfg(zm_native_pocket)]
+            if let Some(native) = native::load()? {
+                return Ok(Pocket {
+                    engine: Engine::Native(Box::new(native)),
+                    model: identity(),
+                });
+            }
             let inner =
                 pocket_encoder::Encoder::new().map_err(|e| EmbedError::Load(e.to_string()))?;
             Ok(Pocket {
-                inner,
+                engine: Engine::Crate(inner),
                 model: identity(),
             })
+        }
+
+        #[cfg(test)]
+        pub(crate) fn engine(&self) -> &Engine {
+            &self.engine
         }
     }
 
@@ -243,10 +268,94 @@ mod pocket {
             pocket_encoder::model_info().dimensions
         }
         fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-            self.inner.embed(texts).map_err(|e| match e {
-                pocket_encoder::Error::Input(m) => EmbedError::Input(m.to_string()),
-                pocket_encoder::Error::Inference(m) => EmbedError::Inference(m),
-            })
+            match &self.engine {
+                #[cfg(zm_native_pocket)]
+                Engine::Native(m) => m.embed_all(texts),
+                Engine::Crate(e) => e.embed(texts).map_err(|e| match e {
+                    pocket_encoder::Error::Input(m) => EmbedError::Input(m.to_string()),
+                    pocket_encoder::Error::Inference(m) => EmbedError::Inference(m),
+                }),
+            }
+        }
+    }
+
+    /// The bundled weights in our forward pass.
+    #[cfg(zm_native_pocket)]
+    pub(crate) mod native {
+        use sha2::Digest;
+
+        use crate::EmbedError;
+        use crate::native::{Bert, Config, TextModel, safetensor};
+
+        pub(crate) const WEIGHTS: &[u8] =
+            include_bytes!(concat!(env!("ZM_POCKET_ASSETS"), "/model.safetensors"));
+        pub(crate) const TOKENIZER: &[u8] =
+            include_bytes!(concat!(env!("ZM_POCKET_ASSETS"), "/tokenizer.json"));
+        pub(crate) const CONFIG: &[u8] =
+            include_bytes!(concat!(env!("ZM_POCKET_ASSETS"), "/config.json"));
+
+        /// Whether the files the build found are the ones `pocket-encoder`
+        /// was published with (its `model_info()` carries their sha256).
+        pub(crate) fn genuine() -> bool {
+            let info = pocket_encoder::model_info();
+            let sha = |b: &[u8]| hex::encode(sha2::Sha256::digest(b));
+            info.revision == format!("sha256:{}", sha(WEIGHTS))
+                && info.tokenizer_sha256 == sha(TOKENIZER)
+        }
+
+        /// The bundled model in our forward pass; `None` when the files
+        /// are not `pocket-encoder`'s own.
+        pub(crate) fn load() -> Result<Option<TextModel>, EmbedError> {
+            if !genuine() {
+                return Ok(None);
+            }
+            let load =
+                |e: &dyn std::fmt::Display| EmbedError::Load(format!("the bundled model: {e}"));
+            let json: serde_json::Value = serde_json::from_slice(CONFIG).map_err(|e| load(&e))?;
+            let config = Config::from_json(&json)?;
+            let file = safetensors::SafeTensors::deserialize(WEIGHTS).map_err(|e| load(&e))?;
+            let bert = Bert::load(config, &mut |name, shape| {
+                if shape.len() < 2 {
+                    safetensor(&file, name, shape)
+                } else {
+                    dequantize(&file, name, shape)
+                }
+            })?;
+            let max = pocket_encoder::model_info().max_tokens;
+            TextModel::new(bert, TOKENIZER, max).map(Some)
+        }
+
+        /// A 2-D tensor in `pocket-encoder`'s storage: 4-bit values in
+        /// `<name>.q4` (two a byte, low nibble first, offset by 8) and one
+        /// f16 scale per 32 values in `<name>.scales`.
+        pub(crate) fn dequantize(
+            file: &safetensors::SafeTensors<'_>,
+            name: &str,
+            shape: &[usize],
+        ) -> Result<Vec<f32>, EmbedError> {
+            let missing = || EmbedError::Load(format!("the bundled model has no tensor {name}"));
+            let packed = file.tensor(&format!("{name}.q4")).map_err(|_| missing())?;
+            let scales = file
+                .tensor(&format!("{name}.scales"))
+                .map_err(|_| missing())?;
+            let scales: Vec<f32> = scales
+                .data()
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect();
+            let count = shape.iter().product::<usize>();
+            let packed = packed.data();
+            if packed.len() * 2 < count || scales.len() * 32 < count {
+                return Err(EmbedError::Load(format!(
+                    "the bundled tensor {name} is truncated"
+                )));
+            }
+            Ok((0..count)
+                .map(|i| {
+                    let nibble = (packed[i / 2] >> ((i % 2) * 4)) & 15;
+                    f32::from(i16::from(nibble) - 8) * scales[i / 32]
+                })
+                .collect())
         }
     }
 }
@@ -319,6 +428,161 @@ mod tests {
             .map(|(x, y)| i32::from(*x) * i32::from(*y))
             .sum();
         assert_eq!(dot_i8(&a, &b), want);
+    }
+
+    /// Texts of the lengths recall and the embedder see: a word, queries,
+    /// sentences, non-Latin text, and one past the 128-token cut.
+    #[cfg(zm_native_pocket)]
+    fn sample_texts() -> Vec<String> {
+        vec![
+            "billing".into(),
+            "which datastore did we pick for invoices".into(),
+            "We chose Postgres over Mongo for billing because invoices need transactions.".into(),
+            "Convention: run cargo fmt before every commit; CI rejects unformatted code.".into(),
+            "The dog chased the cat".into(),
+            "The cat chased the dog".into(),
+            "日本語 中文 مرحبا café 🦀".into(),
+            "word ".repeat(300),
+        ]
+    }
+
+    #[cfg(zm_native_pocket)]
+    fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+        a.iter()
+            .flatten()
+            .zip(b.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    #[cfg(zm_native_pocket)]
+    #[test]
+    fn the_bundled_weights_run_in_our_forward_pass_and_match_pocket_encoder() {
+        let ours = pocket::Pocket::load().expect("loads");
+        assert!(
+            matches!(ours.engine(), pocket::Engine::Native(_)),
+            "the build found pocket-encoder's weights, so they must run natively"
+        );
+        let texts = sample_texts();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mine = ours.embed(&refs).unwrap();
+        let theirs = pocket_encoder::Encoder::new()
+            .unwrap()
+            .embed(&refs)
+            .unwrap();
+        assert_eq!(mine.len(), texts.len());
+        assert!(mine.iter().all(|v| v.len() == 384));
+        let worst = max_abs_diff(&mine, &theirs);
+        assert!(
+            worst < 1e-4,
+            "coordinates drift from pocket-encoder's by {worst}"
+        );
+        eprintln!("coordinates within {worst:e} of pocket-encoder's");
+        // And so the stored form: the int8 vectors agree to within one step.
+        for (a, b) in mine.iter().zip(&theirs) {
+            let (qa, qb) = (Vector::quantize(a), Vector::quantize(b));
+            assert!(
+                qa.values()
+                    .iter()
+                    .zip(qb.values())
+                    .all(|(x, y)| (i16::from(*x) - i16::from(*y)).abs() <= 1)
+            );
+        }
+        assert!(matches!(ours.embed(&[" \n "]), Err(EmbedError::Input(_))));
+    }
+
+    /// A directory holding the bundled model as a sentence-transformers
+    /// export (f32 safetensors, some names under `bert.`).
+    #[cfg(zm_native_pocket)]
+    fn bundled_as_directory(tag: &str, config: &[u8]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("zm-embed-dir-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+        let file = safetensors::SafeTensors::deserialize(pocket::native::WEIGHTS).unwrap();
+        // The shapes of the f32 tensors the quantized ones stand for.
+        let shapes: std::collections::HashMap<String, Vec<usize>> = serde_json::from_str(
+            include_str!(concat!(env!("ZM_POCKET_ASSETS"), "/shapes.json")),
+        )
+        .unwrap();
+        let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        for name in file.names() {
+            let (base, quantized) = match name.strip_suffix(".q4") {
+                Some(base) => (base.to_string(), true),
+                None if name.ends_with(".scales") => continue,
+                None => (name.to_string(), false),
+            };
+            let shape = shapes[&base].clone();
+            let values = if quantized {
+                pocket::native::dequantize(&file, &base, &shape).unwrap()
+            } else {
+                native::safetensor(&file, &base, &shape).unwrap()
+            };
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let stored = if base.starts_with("encoder.layer.1") {
+                format!("bert.{base}")
+            } else {
+                base
+            };
+            tensors.push((stored, shape, bytes));
+        }
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+            .iter()
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                        .unwrap(),
+                )
+            })
+            .collect();
+        std::fs::write(
+            dir.join("model.safetensors"),
+            safetensors::serialize(views, None).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), pocket::native::TOKENIZER).unwrap();
+        std::fs::write(
+            dir.join("sentence_bert_config.json"),
+            br#"{"max_seq_length": 128}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("1_Pooling/config.json"),
+            br#"{"pooling_mode_mean_tokens": true}"#,
+        )
+        .unwrap();
+        dir
+    }
+
+    #[cfg(zm_native_pocket)]
+    #[test]
+    fn a_model_directory_runs_the_same_forward_pass() {
+        let dir = bundled_as_directory("same", pocket::native::CONFIG);
+        let model = from_dir(&dir).expect("compiled in").expect("loads");
+        assert!(model.model().starts_with("dir/"), "{}", model.model());
+        assert_eq!(model.dims(), 384);
+        let texts = sample_texts();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let bundled = bundled().unwrap().unwrap().embed(&refs).unwrap();
+        assert_eq!(max_abs_diff(&model.embed(&refs).unwrap(), &bundled), 0.0);
+
+        // What the forward pass does not compute is refused at load.
+        let mut config: serde_json::Value = serde_json::from_slice(pocket::native::CONFIG).unwrap();
+        config["hidden_act"] = "relu".into();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let Some(Err(EmbedError::Load(why))) = from_dir(&dir).map(|r| r.map(|_| ())) else {
+            panic!("a relu model loaded");
+        };
+        assert!(why.contains("hidden_act"), "{why}");
+        // A configuration that does not fit the weights names the tensor.
+        config["hidden_act"] = "gelu".into();
+        config["intermediate_size"] = 1024.into();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let Some(Err(EmbedError::Load(why))) = from_dir(&dir).map(|r| r.map(|_| ())) else {
+            panic!("weights of the wrong shape loaded");
+        };
+        assert!(why.contains("intermediate.dense.weight"), "{why}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[cfg(feature = "pocket")]

@@ -718,9 +718,9 @@ knobs! {
             flag: "--embed-per-second",
             value_name: "N",
             default: (0),
-            shown: "`0` (as fast as one core allows)",
+            shown: "`0` (no limit)",
             range: 0..=100000,
-            help: "The most memories the background embedder embeds per second in hybrid mode; `0`: no limit (one core).",
+            help: "The most memories the background embedder embeds per second in hybrid mode; `0`: no limit (its batches use every core; a query's embedding uses one).",
             doc: "Writes are never embedded inline: `remember` returns at once and the embedder catches up. `/metrics` reports its queue (`zm_embedding_queue`) and the time it spends.",
         },
     }

@@ -1,0 +1,532 @@
+//! A BERT encoder's forward pass on the CPU, in f32, one text at a time:
+//! what both the bundled model and a model from a directory run.
+//!
+//! Why our own and not candle's `BertModel`: candle stores a linear
+//! layer's weights `[out, in]` and multiplies through `gemm`, which then
+//! copies ("packs") the whole weight matrix on every call because it is
+//! the row-major left operand of the transposed product. For a short query
+//! (a dozen tokens) that copy was half the embedding's time. Here every
+//! weight matrix is transposed once at load (`[in, out]`), which `gemm`
+//! reads in place; the multiply runs on the calling thread (the recall
+//! that waits for it runs the full-text legs on the other core).
+//!
+//! Attention-masked mean pooling over one unpadded text is the plain mean
+//! of its token states; the caller L2-normalises.
+
+use crate::EmbedError;
+
+/// The shape of a BERT encoder (the fields of its `config.json` that the
+/// forward pass reads).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Config {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub intermediate: usize,
+    pub positions: usize,
+    pub type_vocab: usize,
+    pub eps: f32,
+}
+
+fn load_err(what: impl std::fmt::Display) -> EmbedError {
+    EmbedError::Load(what.to_string())
+}
+
+impl Config {
+    /// Read a Hugging Face `config.json`. Only what this forward pass
+    /// computes is accepted: absolute positions and the exact (erf) GELU.
+    pub(crate) fn from_json(v: &serde_json::Value) -> Result<Config, EmbedError> {
+        let n = |key: &str| {
+            v.get(key)
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .ok_or_else(|| load_err(format!("config.json: no positive {key}")))
+        };
+        let act = v
+            .get("hidden_act")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("gelu");
+        if act != "gelu" {
+            return Err(load_err(format!(
+                "config.json: hidden_act {act:?} is not supported (only \"gelu\")"
+            )));
+        }
+        if let Some(p) = v.get("position_embedding_type").and_then(|p| p.as_str())
+            && p != "absolute"
+        {
+            return Err(load_err(format!(
+                "config.json: position_embedding_type {p:?} is not supported (only \"absolute\")"
+            )));
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let eps = v
+            .get("layer_norm_eps")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(1e-12) as f32;
+        let c = Config {
+            vocab: n("vocab_size")?,
+            hidden: n("hidden_size")?,
+            layers: n("num_hidden_layers")?,
+            heads: n("num_attention_heads")?,
+            intermediate: n("intermediate_size")?,
+            positions: n("max_position_embeddings")?,
+            type_vocab: v
+                .get("type_vocab_size")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(2)
+                .max(1),
+            eps,
+        };
+        if !c.hidden.is_multiple_of(c.heads) {
+            return Err(load_err(
+                "config.json: hidden_size is not a multiple of num_attention_heads",
+            ));
+        }
+        Ok(c)
+    }
+}
+
+/// Where the forward pass gets its weights: `tensor(name, shape)` is the
+/// named tensor as f32, row-major, of exactly that shape (or an error).
+pub(crate) type Tensors<'a> = dyn FnMut(&str, &[usize]) -> Result<Vec<f32>, EmbedError> + 'a;
+
+/// A dense layer: `x·W + b`, with `W` stored `[inputs, outputs]`.
+struct Linear {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl Linear {
+    /// Read the layers `names` (each `[out_i, inputs]` weights and
+    /// `[out_i]` bias, in PyTorch's layout) as one layer whose outputs are
+    /// theirs side by side, transposed for `gemm`.
+    fn load(
+        t: &mut Tensors<'_>,
+        names: &[&str],
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<Linear, EmbedError> {
+        let total = outputs * names.len();
+        let mut w = vec![0f32; inputs * total];
+        let mut b = Vec::with_capacity(total);
+        for (part, name) in names.iter().enumerate() {
+            let weight = t(&format!("{name}.weight"), &[outputs, inputs])?;
+            for (o, row) in weight.chunks_exact(inputs).enumerate() {
+                for (i, x) in row.iter().enumerate() {
+                    w[i * total + part * outputs + o] = *x;
+                }
+            }
+            b.extend(t(&format!("{name}.bias"), &[outputs])?);
+        }
+        Ok(Linear {
+            w,
+            b,
+            inputs,
+            outputs: total,
+        })
+    }
+
+    /// `rows` input rows (`rows × inputs`, row-major) through the layer.
+    fn apply(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        assert_eq!(x.len(), rows * self.inputs, "input rows of the wrong width");
+        let mut out = Vec::with_capacity(rows * self.outputs);
+        for _ in 0..rows {
+            out.extend_from_slice(&self.b);
+        }
+        let (n, k) = (self.outputs, self.inputs);
+        // Both strides fit: the buffers are allocations of these sizes.
+        #[allow(clippy::cast_possible_wrap)]
+        let (n_s, k_s) = (n as isize, k as isize);
+        // SAFETY: `out` is rows × n, `x` rows × k and `w` k × n, all
+        // row-major, contiguous and owned; the destination aliases
+        // neither operand. `read_dst` adds the bias rows already in `out`.
+        #[allow(unsafe_code)]
+        unsafe {
+            gemm::gemm(
+                rows,
+                n,
+                k,
+                out.as_mut_ptr(),
+                1,
+                n_s,
+                true,
+                x.as_ptr(),
+                1,
+                k_s,
+                self.w.as_ptr(),
+                1,
+                n_s,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        out
+    }
+}
+
+/// Layer normalisation's scale and shift.
+struct Norm {
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn load(t: &mut Tensors<'_>, name: &str, width: usize, eps: f32) -> Result<Norm, EmbedError> {
+        Ok(Norm {
+            gamma: t(&format!("{name}.weight"), &[width])?,
+            beta: t(&format!("{name}.bias"), &[width])?,
+            eps,
+        })
+    }
+
+    /// Normalise every row of `x` in place.
+    #[allow(clippy::cast_precision_loss)]
+    fn apply(&self, x: &mut [f32]) {
+        let width = self.gamma.len();
+        for row in x.chunks_exact_mut(width) {
+            let mean = row.iter().sum::<f32>() / width as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+            let inv = (var + self.eps).sqrt().recip();
+            for ((v, g), b) in row.iter_mut().zip(&self.gamma).zip(&self.beta) {
+                *v = (*v - mean) * inv * g + b;
+            }
+        }
+    }
+}
+
+struct Layer {
+    /// Query, key and value side by side: one multiply instead of three.
+    qkv: Linear,
+    attention_out: Linear,
+    attention_norm: Norm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: Norm,
+}
+
+/// A BERT encoder's weights, ready for the forward pass.
+pub(crate) struct Bert {
+    config: Config,
+    words: Vec<f32>,
+    positions: Vec<f32>,
+    types: Vec<f32>,
+    embedding_norm: Norm,
+    layers: Vec<Layer>,
+}
+
+impl Bert {
+    /// Read the weights, under the names Hugging Face's `BertModel` gives
+    /// them (`embeddings.…`, `encoder.layer.N.…`).
+    pub(crate) fn load(config: Config, t: &mut Tensors<'_>) -> Result<Bert, EmbedError> {
+        let (h, eps) = (config.hidden, config.eps);
+        let words = t("embeddings.word_embeddings.weight", &[config.vocab, h])?;
+        let positions = t(
+            "embeddings.position_embeddings.weight",
+            &[config.positions, h],
+        )?;
+        let types = t(
+            "embeddings.token_type_embeddings.weight",
+            &[config.type_vocab, h],
+        )?;
+        let embedding_norm = Norm::load(t, "embeddings.LayerNorm", h, eps)?;
+        let layers = (0..config.layers)
+            .map(|l| {
+                let p = format!("encoder.layer.{l}");
+                Ok(Layer {
+                    qkv: Linear::load(
+                        t,
+                        &[
+                            &format!("{p}.attention.self.query"),
+                            &format!("{p}.attention.self.key"),
+                            &format!("{p}.attention.self.value"),
+                        ],
+                        h,
+                        h,
+                    )?,
+                    attention_out: Linear::load(
+                        t,
+                        &[&format!("{p}.attention.output.dense")],
+                        h,
+                        h,
+                    )?,
+                    attention_norm: Norm::load(
+                        t,
+                        &format!("{p}.attention.output.LayerNorm"),
+                        h,
+                        eps,
+                    )?,
+                    intermediate: Linear::load(
+                        t,
+                        &[&format!("{p}.intermediate.dense")],
+                        h,
+                        config.intermediate,
+                    )?,
+                    output: Linear::load(
+                        t,
+                        &[&format!("{p}.output.dense")],
+                        config.intermediate,
+                        h,
+                    )?,
+                    output_norm: Norm::load(t, &format!("{p}.output.LayerNorm"), h, eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>, EmbedError>>()?;
+        Ok(Bert {
+            config,
+            words,
+            positions,
+            types,
+            embedding_norm,
+            layers,
+        })
+    }
+
+    /// The hidden size: the dimension of the pooled vector.
+    pub(crate) fn dims(&self) -> usize {
+        self.config.hidden
+    }
+
+    /// The longest input, in tokens, the position table covers.
+    pub(crate) fn max_tokens(&self) -> usize {
+        self.config.positions
+    }
+
+    /// The mean of the last layer's token states for one text's token ids
+    /// and token types (not normalised).
+    pub(crate) fn pooled(&self, ids: &[u32], types: &[u32]) -> Result<Vec<f32>, EmbedError> {
+        let c = &self.config;
+        let (h, rows) = (c.hidden, ids.len());
+        if rows == 0 || rows > c.positions || types.len() != rows {
+            return Err(EmbedError::Inference(format!(
+                "{rows} tokens for a model of at most {}",
+                c.positions
+            )));
+        }
+        let mut x = Vec::with_capacity(rows * h);
+        for (r, (&id, &ty)) in ids.iter().zip(types).enumerate() {
+            let (id, ty) = (id as usize, ty as usize);
+            if id >= c.vocab || ty >= c.type_vocab {
+                return Err(EmbedError::Inference(
+                    "a token outside the vocabulary".into(),
+                ));
+            }
+            let word = &self.words[id * h..(id + 1) * h];
+            let pos = &self.positions[r * h..(r + 1) * h];
+            let kind = &self.types[ty * h..(ty + 1) * h];
+            x.extend(word.iter().zip(pos).zip(kind).map(|((w, p), k)| w + k + p));
+        }
+        self.embedding_norm.apply(&mut x);
+        for layer in &self.layers {
+            x = self.layer(layer, &x, rows);
+        }
+        let mut pooled = vec![0f32; h];
+        for row in x.chunks_exact(h) {
+            for (p, v) in pooled.iter_mut().zip(row) {
+                *p += v;
+            }
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let inv = 1.0 / rows as f32;
+        for p in &mut pooled {
+            *p *= inv;
+        }
+        Ok(pooled)
+    }
+
+    /// One encoder layer over `rows` token states.
+    #[allow(clippy::cast_precision_loss)]
+    fn layer(&self, layer: &Layer, x: &[f32], rows: usize) -> Vec<f32> {
+        let h = self.config.hidden;
+        let heads = self.config.heads;
+        let d = h / heads;
+        let qkv = layer.qkv.apply(x, rows);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut context = vec![0f32; rows * h];
+        let mut scores = vec![0f32; rows];
+        for head in 0..heads {
+            let at = |r: usize, part: usize| {
+                let start = r * 3 * h + part * h + head * d;
+                &qkv[start..start + d]
+            };
+            for i in 0..rows {
+                let q = at(i, 0);
+                let mut max = f32::NEG_INFINITY;
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let k = at(j, 1);
+                    *s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    max = max.max(*s);
+                }
+                let mut sum = 0f32;
+                for s in &mut scores {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let out = &mut context[i * h + head * d..i * h + (head + 1) * d];
+                for (j, s) in scores.iter().enumerate() {
+                    let p = s / sum;
+                    for (o, v) in out.iter_mut().zip(at(j, 2)) {
+                        *o += p * v;
+                    }
+                }
+            }
+        }
+        let mut attended = layer.attention_out.apply(&context, rows);
+        for (a, x) in attended.iter_mut().zip(x) {
+            *a += x;
+        }
+        layer.attention_norm.apply(&mut attended);
+        let mut inner = layer.intermediate.apply(&attended, rows);
+        for v in &mut inner {
+            *v *= 0.5 * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
+        }
+        let mut out = layer.output.apply(&inner, rows);
+        for (o, a) in out.iter_mut().zip(&attended) {
+            *o += a;
+        }
+        layer.output_norm.apply(&mut out);
+        out
+    }
+}
+
+/// A tokenizer and a BERT encoder: text in, unit vector out.
+pub(crate) struct TextModel {
+    bert: Bert,
+    tokenizer: tokenizers::Tokenizer,
+}
+
+impl TextModel {
+    /// Pair a tokenizer (`tokenizer.json`'s bytes) with the encoder; texts
+    /// are cut at `max_tokens` (including the special tokens), never past
+    /// the encoder's position table.
+    pub(crate) fn new(
+        bert: Bert,
+        tokenizer_json: &[u8],
+        max_tokens: usize,
+    ) -> Result<TextModel, EmbedError> {
+        let mut tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
+            .map_err(|e| load_err(format!("tokenizer.json: {e}")))?;
+        // One text at a time: no padding.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(tokenizers::TruncationParams {
+                max_length: max_tokens.min(bert.max_tokens()),
+                ..Default::default()
+            }))
+            .map_err(|e| load_err(format!("tokenizer truncation: {e}")))?;
+        Ok(TextModel { bert, tokenizer })
+    }
+
+    pub(crate) fn dims(&self) -> usize {
+        self.bert.dims()
+    }
+
+    /// Each text's unit vector, in order (the first failure is the
+    /// answer). More than one text is spread over the machine's cores, a
+    /// contiguous run of texts per core: the background embedder's batches
+    /// go as fast as candle's threaded multiply did, while one query runs
+    /// on the calling thread alone.
+    pub(crate) fn embed_all(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let per = texts.len().div_ceil(cores.min(texts.len()).max(1));
+        if texts.len() < 2 || cores < 2 {
+            return texts.iter().map(|t| self.embed(t)).collect();
+        }
+        std::thread::scope(|s| {
+            let runs: Vec<_> = texts
+                .chunks(per)
+                .map(|run| s.spawn(move || run.iter().map(|t| self.embed(t)).collect::<Vec<_>>()))
+                .collect();
+            let mut out = Vec::with_capacity(texts.len());
+            for run in runs {
+                let vectors = run
+                    .join()
+                    .map_err(|_| EmbedError::Inference("an embedding thread panicked".into()))?;
+                for v in vectors {
+                    out.push(v?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// One text's unit vector.
+    pub(crate) fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        if text.trim().is_empty() {
+            return Err(EmbedError::Input("a blank text".into()));
+        }
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| EmbedError::Inference(e.to_string()))?;
+        let mut v = self.bert.pooled(enc.get_ids(), enc.get_type_ids())?;
+        let norm = v
+            .iter()
+            .map(|x| f64::from(*x) * f64::from(*x))
+            .sum::<f64>()
+            .sqrt();
+        if !(norm.is_finite() && norm > 0.0) {
+            return Err(EmbedError::Inference(
+                "a zero or non-finite embedding".into(),
+            ));
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let inv = (1.0 / norm) as f32;
+        for x in &mut v {
+            *x *= inv;
+        }
+        Ok(v)
+    }
+}
+
+/// A safetensors file's tensor as f32 (stored as f32, f16 or bf16), found
+/// under `name` or `bert.name` (how some checkpoints prefix the encoder).
+pub(crate) fn safetensor(
+    file: &safetensors::SafeTensors<'_>,
+    name: &str,
+    shape: &[usize],
+) -> Result<Vec<f32>, EmbedError> {
+    let view = file
+        .tensor(name)
+        .or_else(|_| file.tensor(&format!("bert.{name}")))
+        .map_err(|_| load_err(format!("model.safetensors has no tensor {name}")))?;
+    if view.shape() != shape {
+        return Err(load_err(format!(
+            "model.safetensors: {name} has shape {:?}, the configuration says {shape:?}",
+            view.shape()
+        )));
+    }
+    let data = view.data();
+    let values: Vec<f32> = match view.dtype() {
+        safetensors::Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        safetensors::Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        safetensors::Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        other => {
+            return Err(load_err(format!(
+                "model.safetensors: {name} is {other:?}; f32, f16 or bf16 expected"
+            )));
+        }
+    };
+    if values.len() != shape.iter().product::<usize>() {
+        return Err(load_err(format!("model.safetensors: {name} is truncated")));
+    }
+    Ok(values)
+}
