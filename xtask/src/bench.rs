@@ -85,6 +85,17 @@ const BENCH_USAGE: &str = "usage: target/release/xtask bench-run [store options]
   --figures   also write the figures as JSON to PATH";
 
 /// The `bench-run` command (normally reached through `bench`).
+/// `ZM_BENCH_TRACE=sqlx::query=debug`: every SQL statement and its
+/// duration on stderr.
+fn trace_from_env() {
+    if std::env::var_os("ZM_BENCH_TRACE").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("ZM_BENCH_TRACE"))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+}
+
 pub(crate) fn bench_run(args: &[String]) -> ExitCode {
     let opts = match Options::parse(args) {
         Ok(o) => o,
@@ -93,12 +104,7 @@ pub(crate) fn bench_run(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if std::env::var_os("ZM_BENCH_TRACE").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_env("ZM_BENCH_TRACE"))
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    trace_from_env();
     if cfg!(debug_assertions) {
         eprintln!(
             "warning: this is a debug build; run `cargo xtask bench` (release) for honest figures"
@@ -793,11 +799,17 @@ impl Bench {
             .create_user(&email, "benchmark password")
             .await
             .map_err(|e| format!("create the user: {e}"))?;
-        let writer = Caller::new(user.id.clone());
-        let reader = Caller::new(user.id.clone());
+        Bench::of_user(store, &user.id).await
+    }
+
+    /// The benchmark as `user_id` (whose memories a kept database holds).
+    async fn of_user(store: Store, user_id: &str) -> Result<Bench, String> {
+        let user = Caller::new(user_id.to_string());
+        let writer = Caller::new(user.user_id.clone());
+        let reader = Caller::new(user.user_id.clone());
         let briefer = Caller {
             session_id: Some("ses_bench".into()),
-            ..Caller::new(user.id.clone())
+            ..user
         };
         let mut bench = Bench {
             tools: ToolService::new(store.clone()),
@@ -1037,6 +1049,79 @@ pub(crate) async fn dense_agreement(store: &Store, user_id: &str, label: &str) {
         share(0),
         share(1)
     );
+}
+
+/// `xtask recall-latency SQLITE_FILE EMAIL`: the store suite's recall and
+/// briefing measurement (500 recalls, 100 briefings, the same generated
+/// queries) on a database a `bench --keep` run left, in hybrid mode when
+/// the model is compiled in (else, or with `--lexical`, full text only),
+/// without loading and embedding it again.
+pub(crate) fn recall_latency(args: &[String]) -> ExitCode {
+    let (args, lexical) = match args {
+        [rest @ .., flag] if flag == "--lexical" => (rest, true),
+        _ => (args, false),
+    };
+    let [file, email] = args else {
+        eprintln!("usage: xtask recall-latency SQLITE_FILE EMAIL [--lexical]");
+        return ExitCode::from(2);
+    };
+    trace_from_env();
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let run = async {
+        let store = Store::open(&zm_store::sqlite_url(Path::new(file)))
+            .await
+            .map_err(|e| e.to_string())?;
+        let user = store
+            .user_by_email(email)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no user {email}"))?;
+        if let Some(encoder) = zm_embed::bundled().filter(|_| !lexical) {
+            store.set_encoder(encoder.map_err(|e| e.to_string())?);
+            let n = store.refresh_vectors().await.map_err(|e| e.to_string())?;
+            eprintln!("{n} vectors in the index");
+        }
+        // The bench wrote its memories on a store clock moved 5 minutes a
+        // memory: resume it where the writes stopped.
+        if let Some(newest) = store.newest_memory_ms().await.map_err(|e| e.to_string())? {
+            store
+                .clock()
+                .advance_ms((newest - store.clock().now_ms()).max(0));
+        }
+        let mut bench = Bench::of_user(store, &user.id).await?;
+        let before = bench.store.semantic_status();
+        let mut recall = bench.measure_recall(500).await?;
+        let after = bench.store.semantic_status();
+        recall.sort_unstable();
+        let mut brief = bench.measure_briefing(100).await?;
+        brief.sort_unstable();
+        let show = |what: &str, lat: &[Duration]| {
+            println!(
+                "{what}: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms ({} timed)",
+                ms(pct(lat, 50.0)),
+                ms(pct(lat, 95.0)),
+                ms(pct(lat, 99.0)),
+                lat.len()
+            );
+        };
+        show("recall", &recall);
+        show("briefing", &brief);
+        let n = after.queries.saturating_sub(before.queries);
+        if n > 0 {
+            #[allow(clippy::cast_precision_loss)]
+            let mean =
+                after.query_micros.saturating_sub(before.query_micros) as f64 / n as f64 / 1000.0;
+            println!("recall's query embedding: {mean:.2} ms on average over {n} queries");
+        }
+        Ok::<(), String>(())
+    };
+    match rt.block_on(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("recall-latency: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `xtask dense-agreement SQLITE_FILE EMAIL`: [`dense_agreement`] on a
@@ -1384,6 +1469,69 @@ async fn run(opts: Options) -> Result<(), String> {
         write_figures(path, &figures)?;
     }
     Ok(())
+}
+
+/// `xtask embed-speed [--model DIR]`: the embedding model alone, in this
+/// (release) build: one short query at a time, p50 and p99 over 400
+/// generated queries, then generated memory contents in batches of 32 (as
+/// the background embedder sends them), texts per second.
+pub(crate) fn embed_speed(args: &[String]) -> ExitCode {
+    let dir = match args {
+        [] => None,
+        [flag, dir] if flag == "--model" => Some(PathBuf::from(dir)),
+        _ => {
+            eprintln!("usage: xtask embed-speed [--model DIR]");
+            return ExitCode::from(2);
+        }
+    };
+    let loaded = Instant::now();
+    let encoder = match zm_embed::load(dir.as_deref()) {
+        Some(Ok(e)) => e,
+        Some(Err(e)) => {
+            eprintln!("embed-speed: {e}");
+            return ExitCode::FAILURE;
+        }
+        None => {
+            eprintln!("embed-speed: this build has no model support");
+            return ExitCode::FAILURE;
+        }
+    };
+    let load = loaded.elapsed();
+    let mut r = Rng(0x5eed_0e3b);
+    let queries: Vec<String> = (0..440).map(|_| query(&mut r)).collect();
+    let mut times = Vec::with_capacity(400);
+    for (i, q) in queries.iter().enumerate() {
+        let t = Instant::now();
+        if let Err(e) = encoder.embed(&[q.as_str()]) {
+            eprintln!("embed-speed: {e}");
+            return ExitCode::FAILURE;
+        }
+        // The first 40 warm the caches and are not counted.
+        if i >= 40 {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort();
+    let contents: Vec<String> = (0..640).map(|_| generate(&mut r).content).collect();
+    let t = Instant::now();
+    for batch in contents.chunks(32) {
+        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+        if let Err(e) = encoder.embed(&refs) {
+            eprintln!("embed-speed: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let per_second = contents.len() as f64 / t.elapsed().as_secs_f64();
+    println!("model: {}", encoder.model());
+    println!("load: {:.0} ms", ms(load));
+    println!(
+        "one query: p50 {:.2} ms, p99 {:.2} ms ({} queries)",
+        ms(pct(&times, 50.0)),
+        ms(pct(&times, 99.0)),
+        times.len()
+    );
+    println!("memory contents, batches of 32: {per_second:.0} texts/s");
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

@@ -29,7 +29,15 @@ commands:
   bench-http the same as `bench --suite http`
   quality    retrieval quality of recall (hit@1/5/10, recall@10, MRR@10)
              on the paraphrase set and LongMemEval-S smoke, next to a BM25
-             baseline computed in the same run; --help for options";
+             baseline computed in the same run; --help for options
+  embed-speed the embedding model alone (bundled, or --model DIR): one
+             query's p50/p99 and batch throughput; run it in release
+  recall-latency FILE EMAIL
+             the store suite's recall and briefing timings on a database
+             `bench --keep` left (hybrid when the model is compiled in)
+  dense-agreement FILE EMAIL
+             the dense leg's shortlist against an exact scan, on such a
+             database";
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1);
@@ -56,6 +64,14 @@ fn main() -> ExitCode {
         Some("dense-agreement") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             bench::dense_agreement_of(&args)
+        }
+        Some("recall-latency") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench::recall_latency(&args)
+        }
+        Some("embed-speed") => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            bench::embed_speed(&args)
         }
         Some("quality") => {
             let args: Vec<String> = std::env::args().skip(2).collect();
