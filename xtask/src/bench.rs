@@ -1051,11 +1051,37 @@ pub(crate) async fn dense_agreement(store: &Store, user_id: &str, label: &str) {
     );
 }
 
+/// A database a `bench --keep` run left, and the user `email` of it; with
+/// `hybrid`, the bundled model loaded and every vector read into the index
+/// (an error in a build without the model).
+async fn open_kept(
+    file: &str,
+    email: &str,
+    hybrid: bool,
+) -> Result<(Store, zm_store::User), String> {
+    let store = Store::open(&zm_store::sqlite_url(Path::new(file)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let user = store
+        .user_by_email(email)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no user {email}"))?;
+    if hybrid {
+        let encoder = zm_embed::bundled()
+            .ok_or("this build has no bundled model")?
+            .map_err(|e| e.to_string())?;
+        store.set_encoder(encoder);
+        let n = store.refresh_vectors().await.map_err(|e| e.to_string())?;
+        eprintln!("{n} vectors in the index");
+    }
+    Ok((store, user))
+}
+
 /// `xtask recall-latency SQLITE_FILE EMAIL`: the store suite's recall and
 /// briefing measurement (500 recalls, 100 briefings, the same generated
-/// queries) on a database a `bench --keep` run left, in hybrid mode when
-/// the model is compiled in (else, or with `--lexical`, full text only),
-/// without loading and embedding it again.
+/// queries) on a database a `bench --keep` run left, hybrid (or full text
+/// only with `--lexical`), without loading and embedding it again.
 pub(crate) fn recall_latency(args: &[String]) -> ExitCode {
     let (args, lexical) = match args {
         [rest @ .., flag] if flag == "--lexical" => (rest, true),
@@ -1068,19 +1094,7 @@ pub(crate) fn recall_latency(args: &[String]) -> ExitCode {
     trace_from_env();
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let run = async {
-        let store = Store::open(&zm_store::sqlite_url(Path::new(file)))
-            .await
-            .map_err(|e| e.to_string())?;
-        let user = store
-            .user_by_email(email)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no user {email}"))?;
-        if let Some(encoder) = zm_embed::bundled().filter(|_| !lexical) {
-            store.set_encoder(encoder.map_err(|e| e.to_string())?);
-            let n = store.refresh_vectors().await.map_err(|e| e.to_string())?;
-            eprintln!("{n} vectors in the index");
-        }
+        let (store, user) = open_kept(file, email, !lexical).await?;
         // The bench wrote its memories on a store clock moved 5 minutes a
         // memory: resume it where the writes stopped.
         if let Some(newest) = store.newest_memory_ms().await.map_err(|e| e.to_string())? {
@@ -1134,20 +1148,7 @@ pub(crate) fn dense_agreement_of(args: &[String]) -> ExitCode {
     };
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let run = async {
-        let store = Store::open(&zm_store::sqlite_url(Path::new(file)))
-            .await
-            .map_err(|e| e.to_string())?;
-        let user = store
-            .user_by_email(email)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no user {email}"))?;
-        let encoder = zm_embed::bundled()
-            .ok_or("this build has no bundled model")?
-            .map_err(|e| e.to_string())?;
-        store.set_encoder(encoder);
-        let n = store.refresh_vectors().await.map_err(|e| e.to_string())?;
-        eprintln!("{n} vectors in the index");
+        let (store, user) = open_kept(file, email, true).await?;
         dense_agreement(&store, &user.id, file).await;
         Ok::<(), String>(())
     };
