@@ -4,7 +4,7 @@
 //! which keeps them private and runs them through candle. `src/native.rs`
 //! runs the same weights about twice as fast, so this script looks for the
 //! crate's `assets/` directory (the exact version this crate pins) and, when
-//! found, hands its path to the compiler (`ZM_POCKET_ASSETS`) and turns on
+//! found, hands each file's path to the compiler (`ZM_POCKET_WEIGHTS` …) and turns on
 //! `cfg(zm_native_pocket)`. When it is not found (an unusual cargo layout),
 //! the build still succeeds and the bundled model runs through
 //! `pocket-encoder` itself: the same vectors, slower. At load the weights'
@@ -19,10 +19,25 @@ use std::path::{Path, PathBuf};
 
 const CRATE: &str = "pocket-encoder-0.1.2";
 
-fn complete(dir: &Path) -> bool {
-    ["model.safetensors", "tokenizer.json", "config.json"]
+/// The files `src/lib.rs` includes (shapes.json: its tests).
+const FILES: [(&str, &str); 4] = [
+    ("ZM_POCKET_WEIGHTS", "model.safetensors"),
+    ("ZM_POCKET_TOKENIZER", "tokenizer.json"),
+    ("ZM_POCKET_CONFIG", "config.json"),
+    ("ZM_POCKET_SHAPES", "shapes.json"),
+];
+
+/// Each file's path, when every one is there and its path is one
+/// `include_bytes!` can take (UTF-8, on one line).
+fn complete(dir: &Path) -> Option<Vec<(&'static str, String)>> {
+    FILES
         .iter()
-        .all(|f| dir.join(f).is_file())
+        .map(|(var, f)| {
+            let path = dir.join(f);
+            let text = path.to_str()?.to_string();
+            (path.is_file() && !text.contains(['\n', '\r'])).then_some((*var, text))
+        })
+        .collect()
 }
 
 fn candidates() -> Vec<PathBuf> {
@@ -60,13 +75,12 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_POCKET").is_none() {
         return;
     }
-    match candidates().into_iter().find(|d| complete(d)) {
-        Some(dir) => {
-            let dir = dir.canonicalize().unwrap_or(dir);
-            for f in ["model.safetensors", "tokenizer.json", "config.json"] {
-                println!("cargo::rerun-if-changed={}", dir.join(f).display());
+    match candidates().iter().find_map(|d| complete(d)) {
+        Some(files) => {
+            for (var, path) in files {
+                println!("cargo::rerun-if-changed={path}");
+                println!("cargo::rustc-env={var}={path}");
             }
-            println!("cargo::rustc-env=ZM_POCKET_ASSETS={}", dir.display());
             println!("cargo::rustc-cfg=zm_native_pocket");
         }
         None => println!(

@@ -84,7 +84,6 @@ const BENCH_USAGE: &str = "usage: target/release/xtask bench-run [store options]
 
   --figures   also write the figures as JSON to PATH";
 
-/// The `bench-run` command (normally reached through `bench`).
 /// `ZM_BENCH_TRACE=sqlx::query=debug`: every SQL statement and its
 /// duration on stderr.
 fn trace_from_env() {
@@ -96,6 +95,7 @@ fn trace_from_env() {
     }
 }
 
+/// The `bench-run` command (normally reached through `bench`).
 pub(crate) fn bench_run(args: &[String]) -> ExitCode {
     let opts = match Options::parse(args) {
         Ok(o) => o,

@@ -411,10 +411,13 @@ fn admin_routes_are_diffed_like_tools() {
 }
 
 #[test]
-fn unsafe_code_is_allowed_once_and_only_in_the_forward_pass() {
+fn unsafe_blocks_are_confined_to_the_forward_pass() {
     let file = |p: &str, t: &str| (p.to_string(), t.to_string());
     // Built at run time so that this file does not match the check itself.
-    let gemm = format!("#[allow({})]\nunsafe {{ gemm() }}", "unsafe_code");
+    let gemm = format!(
+        "#[allow({})]\nunsafe {{ gemm() }}",
+        concat!("unsafe", "_code")
+    );
     let gemm = gemm.as_str();
     assert_eq!(
         check_unsafe_confined(&[
@@ -431,10 +434,24 @@ fn unsafe_code_is_allowed_once_and_only_in_the_forward_pass() {
     );
     let twice = format!("{gemm}\n{gemm}");
     let twice = check_unsafe_confined(&[file(UNSAFE_ALLOWED_IN, &twice)]).unwrap_err();
-    assert!(twice[0].contains("2 times"), "{twice:?}");
+    assert!(twice[0].contains("2 unsafe"), "{twice:?}");
+    // One attribute for the whole file, then a second block: caught by the
+    // blocks, and another spelling of the lint is caught too.
+    let file_wide = format!(
+        "#![expect({})]\nfn a() {{ unsafe {{ x() }} }}\nfn b() {{ unsafe {{ y() }} }}",
+        concat!("unsafe", "_code")
+    );
+    assert!(check_unsafe_confined(&[file(UNSAFE_ALLOWED_IN, &file_wide)]).is_err());
+    let other = format!("#[allow(dead_code, {})]", concat!("unsafe", "_code"));
+    assert!(check_unsafe_confined(&[file("crates/zm-embed/src/lib.rs", &other)]).is_err());
+    // Words in comments are not code.
+    assert_eq!(
+        check_unsafe_confined(&[file("crates/zm-store/src/lib.rs", "// no unsafe { here }")]),
+        Ok(())
+    );
 }
 
 #[test]
-fn the_workspace_allows_unsafe_code_only_in_the_forward_pass() {
+fn the_workspace_has_unsafe_only_in_the_forward_pass() {
     assert_eq!(xtask::unsafe_confined(), Ok(()));
 }

@@ -21,7 +21,8 @@ pub enum EmbedError {
     /// The model could not be loaded.
     #[error("the embedding model could not be loaded: {0}")]
     Load(String),
-    /// A text the model refuses (blank, too long for one call).
+    /// A text the model refuses (blank; through `pocket-encoder`, also
+    /// more than 64 KiB, or a call over 4096 texts or 4 MiB).
     #[error("the text cannot be embedded: {0}")]
     Input(String),
     /// Inference failed.
@@ -226,7 +227,8 @@ mod pocket {
         /// file, found at build time (see `build.rs`).
         #[cfg(zm_native_pocket)]
         Native(Box<crate::native::TextModel>),
-        /// `pocket-encoder` itself (candle): when the build found no weight
+        /// `pocket-encoder` itself (candle; its own f32 code on Linux
+        /// ARM64): when the build found no weight
         /// file, or it is not the one `pocket-encoder` was published with.
         Crate(pocket_encoder::Encoder),
     }
@@ -287,12 +289,9 @@ mod pocket {
         use crate::EmbedError;
         use crate::native::{Bert, Config, TextModel, safetensor};
 
-        pub(crate) const WEIGHTS: &[u8] =
-            include_bytes!(concat!(env!("ZM_POCKET_ASSETS"), "/model.safetensors"));
-        pub(crate) const TOKENIZER: &[u8] =
-            include_bytes!(concat!(env!("ZM_POCKET_ASSETS"), "/tokenizer.json"));
-        pub(crate) const CONFIG: &[u8] =
-            include_bytes!(concat!(env!("ZM_POCKET_ASSETS"), "/config.json"));
+        pub(crate) const WEIGHTS: &[u8] = include_bytes!(env!("ZM_POCKET_WEIGHTS"));
+        pub(crate) const TOKENIZER: &[u8] = include_bytes!(env!("ZM_POCKET_TOKENIZER"));
+        pub(crate) const CONFIG: &[u8] = include_bytes!(env!("ZM_POCKET_CONFIG"));
 
         /// Whether the files the build found are the ones `pocket-encoder`
         /// was published with (its `model_info()` carries their sha256).
@@ -499,10 +498,8 @@ mod tests {
         std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
         let file = safetensors::SafeTensors::deserialize(pocket::native::WEIGHTS).unwrap();
         // The shapes of the f32 tensors the quantized ones stand for.
-        let shapes: std::collections::HashMap<String, Vec<usize>> = serde_json::from_str(
-            include_str!(concat!(env!("ZM_POCKET_ASSETS"), "/shapes.json")),
-        )
-        .unwrap();
+        let shapes: std::collections::HashMap<String, Vec<usize>> =
+            serde_json::from_str(include_str!(env!("ZM_POCKET_SHAPES"))).unwrap();
         let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for name in file.names() {
             let (base, quantized) = match name.strip_suffix(".q4") {

@@ -44,6 +44,13 @@ impl Config {
                 .filter(|n| *n > 0)
                 .ok_or_else(|| load_err(format!("config.json: no positive {key}")))
         };
+        if let Some(t) = v.get("model_type").and_then(|t| t.as_str())
+            && t != "bert"
+        {
+            return Err(load_err(format!(
+                "config.json: model_type {t:?} is not supported (only \"bert\")"
+            )));
+        }
         let act = v
             .get("hidden_act")
             .and_then(serde_json::Value::as_str)
@@ -116,12 +123,18 @@ impl Linear {
         let mut b = Vec::with_capacity(total);
         for (part, name) in names.iter().enumerate() {
             let weight = t(&format!("{name}.weight"), &[outputs, inputs])?;
+            let bias = t(&format!("{name}.bias"), &[outputs])?;
+            // The shapes `apply`'s unsafe multiply relies on, whatever the
+            // source of the tensors promised.
+            if weight.len() != outputs * inputs || bias.len() != outputs {
+                return Err(load_err(format!("{name}: a tensor of the wrong length")));
+            }
             for (o, row) in weight.chunks_exact(inputs).enumerate() {
                 for (i, x) in row.iter().enumerate() {
                     w[i * total + part * outputs + o] = *x;
                 }
             }
-            b.extend(t(&format!("{name}.bias"), &[outputs])?);
+            b.extend(bias);
         }
         Ok(Linear {
             w,
@@ -139,12 +152,14 @@ impl Linear {
             out.extend_from_slice(&self.b);
         }
         let (n, k) = (self.outputs, self.inputs);
+        assert_eq!(out.len(), rows * n, "bias of the wrong width");
+        assert_eq!(self.w.len(), k * n, "weights of the wrong size");
         // Both strides fit: the buffers are allocations of these sizes.
         #[allow(clippy::cast_possible_wrap)]
         let (n_s, k_s) = (n as isize, k as isize);
-        // SAFETY: `out` is rows × n, `x` rows × k and `w` k × n, all
-        // row-major, contiguous and owned; the destination aliases
-        // neither operand. `read_dst` adds the bias rows already in `out`.
+        // SAFETY: `out` is rows × n, `x` rows × k and `w` k × n (asserted
+        // above), all row-major, contiguous and owned; the destination
+        // aliases neither operand. `read_dst` adds the bias rows already in `out`.
         #[allow(unsafe_code)]
         unsafe {
             gemm::gemm(
@@ -436,20 +451,27 @@ impl TextModel {
     /// go as fast as candle's threaded multiply did, while one query runs
     /// on the calling thread alone.
     pub(crate) fn embed_all(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let per = texts.len().div_ceil(cores.min(texts.len()).max(1));
-        if texts.len() < 2 || cores < 2 {
+        if texts.len() < 2 {
             return texts.iter().map(|t| self.embed(t)).collect();
         }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        if cores < 2 {
+            return texts.iter().map(|t| self.embed(t)).collect();
+        }
+        let per = texts.len().div_ceil(cores.min(texts.len()));
         std::thread::scope(|s| {
             let runs: Vec<_> = texts
                 .chunks(per)
                 .map(|run| s.spawn(move || run.iter().map(|t| self.embed(t)).collect::<Vec<_>>()))
                 .collect();
+            // Every thread joined before the first failure is the answer.
+            let joined: Vec<_> = runs
+                .into_iter()
+                .map(std::thread::ScopedJoinHandle::join)
+                .collect();
             let mut out = Vec::with_capacity(texts.len());
-            for run in runs {
-                let vectors = run
-                    .join()
+            for vectors in joined {
+                let vectors = vectors
                     .map_err(|_| EmbedError::Inference("an embedding thread panicked".into()))?;
                 for v in vectors {
                     out.push(v?);

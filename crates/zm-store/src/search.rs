@@ -845,7 +845,8 @@ impl Store {
             .filter(|(_, c)| f64::from(*c) >= best - DENSE_SPREAD)
             .collect();
         // The index pre-filtered by visibility as of its last refresh, so
-        // nearly every id is readable: check them in rounds of twice the
+        // nearly every id is readable (a recall limited to some kinds,
+        // which the index does not know, may need more rounds): check them in rounds of twice the
         // depth, nearest first, and stop once the depth is filled — the
         // same first [`FUSION_DEPTH`] as checking all at once, in a
         // statement half the size.

@@ -79,7 +79,8 @@ const SHORTLIST_FACTOR: usize = 10;
 
 /// What the index knows of one memory besides its id: 12 bytes, so the
 /// scan's visibility pre-filter reads 1.2 MB at 100,000 vectors rather
-/// than walking past every id (a third of the scan's time before).
+/// than walking past every id (the scan's time did not move measurably:
+/// its arithmetic dominates, see `docs/BENCHMARKS.md`).
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     owner: u32,
