@@ -228,8 +228,8 @@ mod pocket {
         #[cfg(zm_native_pocket)]
         Native(Box<crate::native::TextModel>),
         /// `pocket-encoder` itself (candle; its own f32 code on Linux
-        /// ARM64): when the build found no weight
-        /// file, or it is not the one `pocket-encoder` was published with.
+        /// ARM64): when the build found no weight file, or it is not the
+        /// one `pocket-encoder` was published with.
         Crate(pocket_encoder::Encoder),
     }
 

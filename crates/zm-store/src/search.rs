@@ -846,10 +846,10 @@ impl Store {
             .collect();
         // The index pre-filtered by visibility as of its last refresh, so
         // nearly every id is readable (a recall limited to some kinds,
-        // which the index does not know, may need more rounds): check them in rounds of twice the
-        // depth, nearest first, and stop once the depth is filled — the
-        // same first [`FUSION_DEPTH`] as checking all at once, in a
-        // statement half the size.
+        // which the index does not know, may need more rounds): check
+        // them in rounds of twice the depth, nearest first, and stop once
+        // the depth is filled — the same first [`FUSION_DEPTH`] as
+        // checking all at once, in a statement half the size.
         let mut found = Vec::with_capacity(FUSION_DEPTH);
         for round in near.chunks(2 * FUSION_DEPTH) {
             let mut sql = Sql::new(&format!(
