@@ -134,6 +134,9 @@ impl Vector {
 }
 
 /// The dot product of two byte vectors, accumulated in 32 bits.
+/// (Inlined into callers, so a caller compiled for a wider instruction set
+/// vectorises it with that set.)
+#[inline]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     // Chunks of 32 with 32 independent accumulators: the form the compiler
     // vectorises best on baseline x86-64 (2.2x faster than chunks of 16 on
@@ -293,13 +296,22 @@ mod pocket {
         pub(crate) const TOKENIZER: &[u8] = include_bytes!(env!("ZM_POCKET_TOKENIZER"));
         pub(crate) const CONFIG: &[u8] = include_bytes!(env!("ZM_POCKET_CONFIG"));
 
+        /// The sha256 of `assets/config.json` in `pocket-encoder` 0.1.2
+        /// (the version Cargo.toml pins): `model_info()` carries no hash
+        /// of it, and it decides the forward pass (its layer-norm epsilon,
+        /// its activation) as much as the weights do.
+        const CONFIG_SHA256: &str =
+            "fc00f0ca1c3380f17937a4050908dd2cf743c36bebe437cf448b8aa4e7ddfe4d";
+
         /// Whether the files the build found are the ones `pocket-encoder`
-        /// was published with (its `model_info()` carries their sha256).
+        /// was published with (its `model_info()` carries the weights' and
+        /// the tokenizer's sha256).
         pub(crate) fn genuine() -> bool {
             let info = pocket_encoder::model_info();
             let sha = |b: &[u8]| hex::encode(sha2::Sha256::digest(b));
             info.revision == format!("sha256:{}", sha(WEIGHTS))
                 && info.tokenizer_sha256 == sha(TOKENIZER)
+                && sha(CONFIG) == CONFIG_SHA256
         }
 
         /// The bundled model in our forward pass; `None` when the files
@@ -454,6 +466,25 @@ mod tests {
             .fold(0.0, f32::max)
     }
 
+    /// The tests of our forward pass exist only where the build found
+    /// `pocket-encoder`'s weights; CI sets `ZM_REQUIRE_NATIVE_POCKET` so
+    /// that a build which did not find them fails here instead of
+    /// skipping them silently.
+    #[cfg(feature = "pocket")]
+    #[test]
+    fn the_forward_pass_is_ours_where_required() {
+        if std::env::var_os("ZM_REQUIRE_NATIVE_POCKET").is_none() {
+            return;
+        }
+        #[cfg(not(zm_native_pocket))]
+        panic!("ZM_REQUIRE_NATIVE_POCKET is set but build.rs did not find pocket-encoder's assets");
+        #[cfg(zm_native_pocket)]
+        assert!(matches!(
+            pocket::Pocket::load().expect("loads").engine(),
+            pocket::Engine::Native(_)
+        ));
+    }
+
     #[cfg(zm_native_pocket)]
     #[test]
     fn the_bundled_weights_run_in_our_forward_pass_and_match_pocket_encoder() {
@@ -563,14 +594,27 @@ mod tests {
         let bundled = bundled().unwrap().unwrap().embed(&refs).unwrap();
         assert_eq!(max_abs_diff(&model.embed(&refs).unwrap(), &bundled), 0.0);
 
-        // What the forward pass does not compute is refused at load.
+        // The activation is the configuration's: the same weights with
+        // ReLU or GELU's tanh form give other vectors (the tanh form
+        // close to the exact one).
         let mut config: serde_json::Value = serde_json::from_slice(pocket::native::CONFIG).unwrap();
-        config["hidden_act"] = "relu".into();
-        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-        let Some(Err(EmbedError::Load(why))) = from_dir(&dir).map(|r| r.map(|_| ())) else {
-            panic!("a relu model loaded");
+        let mut with_activation = |act: &str| {
+            config["hidden_act"] = act.into();
+            std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+            from_dir(&dir).map(|r| r.map(|m| m.embed(&refs).unwrap()))
+        };
+        let relu = with_activation("relu").unwrap().unwrap();
+        let tanh = with_activation("gelu_new").unwrap().unwrap();
+        assert!(max_abs_diff(&relu, &bundled) > 1e-3, "relu is not gelu");
+        let d = max_abs_diff(&tanh, &bundled);
+        assert!(d > 0.0 && d < 1e-2, "gelu_new against gelu: {d}");
+        // What the forward pass does not compute is refused at load.
+        let Some(Err(EmbedError::Load(why))) = with_activation("swish").map(|r| r.map(|_| ()))
+        else {
+            panic!("a swish model loaded");
         };
         assert!(why.contains("hidden_act"), "{why}");
+        let mut config: serde_json::Value = serde_json::from_slice(pocket::native::CONFIG).unwrap();
         // A configuration that does not fit the weights names the tensor.
         config["hidden_act"] = "gelu".into();
         config["intermediate_size"] = 1024.into();

