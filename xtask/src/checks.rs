@@ -270,6 +270,72 @@ pub fn check_generated(
     }
 }
 
+/// Every crate's `Cargo.toml` (path, parsed) takes the workspace's lints
+/// (`workspace`, parsed): `[lints] workspace = true`, or — Cargo cannot
+/// inherit the table with one lint changed — a copy of it in which
+/// `unsafe_code` alone differs, and only as `deny` (`zm-embed`, whose one
+/// unsafe block [`check_unsafe_confined`] keeps in place). A lint added to
+/// the workspace and not to such a copy fails here.
+pub fn check_lints(
+    workspace: &toml::Value,
+    crates: &[(String, toml::Value)],
+) -> Result<(), Vec<String>> {
+    let lint = concat!("unsafe", "_code");
+    let Some(wanted) = workspace.get("workspace").and_then(|w| w.get("lints")) else {
+        return Err(vec!["Cargo.toml has no [workspace.lints]".to_string()]);
+    };
+    let mut errs = Vec::new();
+    for (path, manifest) in crates {
+        let Some(lints) = manifest.get("lints") else {
+            errs.push(format!(
+                "{path}: no [lints] (add `[lints] workspace = true`)"
+            ));
+            continue;
+        };
+        if lints.get("workspace").and_then(toml::Value::as_bool) == Some(true) {
+            continue;
+        }
+        let groups: std::collections::BTreeSet<&String> = lints
+            .as_table()
+            .into_iter()
+            .flatten()
+            .chain(wanted.as_table().into_iter().flatten())
+            .map(|(k, _)| k)
+            .collect();
+        for group in groups {
+            let ours = lints.get(group).and_then(toml::Value::as_table);
+            let theirs = wanted.get(group).and_then(toml::Value::as_table);
+            let names: std::collections::BTreeSet<&String> = ours
+                .into_iter()
+                .flatten()
+                .chain(theirs.into_iter().flatten())
+                .map(|(k, _)| k)
+                .collect();
+            for name in names {
+                let a = ours.and_then(|t| t.get(name));
+                let b = theirs.and_then(|t| t.get(name));
+                if a == b {
+                    continue;
+                }
+                if group == "rust"
+                    && name == lint
+                    && a.and_then(toml::Value::as_str) == Some("deny")
+                {
+                    continue;
+                }
+                let show =
+                    |v: Option<&toml::Value>| v.map_or("absent".to_string(), ToString::to_string);
+                errs.push(format!(
+                    "{path}: lint {group}::{name} is {} here and {} in the workspace",
+                    show(a),
+                    show(b)
+                ));
+            }
+        }
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
 /// Where the workspace's one unsafe block may be: `zm-embed`'s forward
 /// pass (its `gemm` call). Every other crate forbids unsafe code through
 /// the workspace lints; `zm-embed` only denies it, so this keeps its

@@ -117,7 +117,52 @@ pub fn run_checks() -> Vec<Outcome> {
         name: "unsafe code confined",
         result: unsafe_confined(),
     });
+    out.push(Outcome {
+        name: "crate lints follow the workspace",
+        result: lints_follow_workspace(),
+    });
     out
+}
+
+/// The workspace's and every crate's manifest, checked by
+/// [`checks::check_lints`].
+pub fn lints_follow_workspace() -> Result<(), Vec<String>> {
+    let parse = |rel: &str| -> Result<toml::Value, Vec<String>> {
+        let text = read(rel).ok_or_else(|| vec![format!("{rel} is missing")])?;
+        toml::from_str(&text).map_err(|e| vec![format!("{rel} does not parse: {e}")])
+    };
+    let workspace = parse("Cargo.toml")?;
+    let members: Vec<String> = workspace
+        .get("workspace")
+        .and_then(|w| w.get("members"))
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(toml::Value::as_str)
+        .flat_map(|m| match m.strip_suffix("/*") {
+            // `crates/*`: every directory there with a manifest.
+            Some(dir) => {
+                let mut found: Vec<String> = std::fs::read_dir(root().join(dir))
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Result::ok)
+                    .filter(|e| e.path().join("Cargo.toml").is_file())
+                    .map(|e| format!("{dir}/{}/Cargo.toml", e.file_name().to_string_lossy()))
+                    .collect();
+                found.sort();
+                found
+            }
+            None => vec![format!("{m}/Cargo.toml")],
+        })
+        .collect();
+    if members.is_empty() {
+        return Err(vec!["Cargo.toml: no workspace members found".to_string()]);
+    }
+    let mut crates = Vec::with_capacity(members.len());
+    for m in members {
+        crates.push((m.clone(), parse(&m)?));
+    }
+    checks::check_lints(&workspace, &crates)
 }
 
 /// Every Rust source of the workspace's crates and tools, checked by

@@ -455,3 +455,51 @@ fn unsafe_blocks_are_confined_to_the_forward_pass() {
 fn the_workspace_has_unsafe_only_in_the_forward_pass() {
     assert_eq!(xtask::unsafe_confined(), Ok(()));
 }
+
+#[test]
+fn crate_lints_must_follow_the_workspace() {
+    let workspace: toml::Value = toml::from_str(concat!(
+        "[workspace.lints.rust]\nunsafe",
+        "_code = \"forbid\"\n[workspace.lints.clippy]\nmap_unwrap_or = \"warn\"\n",
+    ))
+    .unwrap();
+    let krate = |lints: &str| {
+        (
+            "crates/x/Cargo.toml".to_string(),
+            toml::from_str::<toml::Value>(lints).unwrap(),
+        )
+    };
+    let copy = concat!(
+        "[lints.rust]\nunsafe",
+        "_code = \"deny\"\n",
+        "[lints.clippy]\nmap_unwrap_or = \"warn\"\n"
+    );
+    assert_eq!(
+        check_lints(&workspace, &[krate("[lints]\nworkspace = true\n")]),
+        Ok(())
+    );
+    assert_eq!(check_lints(&workspace, &[krate(copy)]), Ok(()));
+    // A crate without lints, a copy missing a workspace lint, one adding
+    // its own, and one allowing unsafe code: each fails, naming the lint.
+    assert!(check_lints(&workspace, &[krate("[package]\nname = \"x\"\n")]).is_err());
+    let missing = check_lints(
+        &workspace,
+        &[krate(&copy.replace("map_unwrap_or = \"warn\"\n", ""))],
+    )
+    .unwrap_err();
+    assert!(missing[0].contains("clippy::map_unwrap_or"), "{missing:?}");
+    let extra = check_lints(
+        &workspace,
+        &[krate(&format!("{copy}needless_pass_by_value = \"warn\"\n"))],
+    )
+    .unwrap_err();
+    assert!(extra[0].contains("needless_pass_by_value"), "{extra:?}");
+    let allowed =
+        check_lints(&workspace, &[krate(&copy.replace("\"deny\"", "\"allow\""))]).unwrap_err();
+    assert!(allowed[0].contains("rust::unsafe"), "{allowed:?}");
+}
+
+#[test]
+fn the_workspace_crates_follow_its_lints() {
+    assert_eq!(xtask::lints_follow_workspace(), Ok(()));
+}
