@@ -34,7 +34,7 @@ use crate::bench_support::{root, temp_dir};
 
 const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
-                           [--paraphrase FILE] [--json FILE] [--dev] [--model DIR]
+                           [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
@@ -47,7 +47,9 @@ embedding, per label, and the cosine distribution.
 --json FILE also writes the figures as JSON. --dev runs the development
 sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl),
 the only ones constants are tuned on (duplicates-dev.jsonl for the
-near-duplicates). --model DIR embeds with a
+near-duplicates). --dev --sweep runs hybrid recall on the development
+sets over a grid of the fusion's constants and prints them best first.
+--model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
 bundled one.";
 
@@ -434,7 +436,27 @@ fn model_of(dir: Option<&Path>) -> Result<std::sync::Arc<dyn zm_embed::Encoder>,
         .map_err(|e| e.to_string())
 }
 
-async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {
+/// A data set remembered (and in hybrid mode embedded) into a fresh
+/// store, ready for its queries.
+struct Loaded {
+    dir: PathBuf,
+    store: Store,
+    tools: ToolService,
+    caller: Caller,
+    /// Memory id → the corpus items it holds (identical texts are one
+    /// memory).
+    held: HashMap<String, Vec<String>>,
+    refused: usize,
+}
+
+impl Loaded {
+    async fn close(self) {
+        self.store.close().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loaded, String> {
     let dir = temp_dir("quality")?;
     let url = zm_store::sqlite_url(&dir.join("quality.db"));
     let store = Store::open(&url)
@@ -453,7 +475,6 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
         let encoder = model_of(model_dir)?;
         store.set_encoder(encoder);
     }
-    // Memory id → the corpus items it holds (identical texts are one memory).
     let mut held: HashMap<String, Vec<String>> = HashMap::new();
     let mut refused = 0;
     let started = Instant::now();
@@ -492,13 +513,27 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
             started.elapsed().as_secs_f64()
         );
     }
+    Ok(Loaded {
+        dir,
+        store,
+        tools,
+        caller,
+        held,
+        refused,
+    })
+}
+
+/// Every query of `set` as one `recall` (`k` = 10): per query the corpus
+/// items found, best first; and each recall's time in ms.
+async fn ask(set: &DataSet, l: &Loaded) -> Result<(Vec<Vec<String>>, Vec<f64>), String> {
     let mut ours: Vec<Vec<String>> = Vec::with_capacity(set.queries.len());
     let mut times = Vec::with_capacity(set.queries.len());
     for q in &set.queries {
         let t = Instant::now();
-        let out = tools
+        let out = l
+            .tools
             .call(
-                &caller,
+                &l.caller,
                 ToolName::Recall,
                 &json!({"query": q.text, "k": 10}),
             )
@@ -510,7 +545,8 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
             eprintln!("Q {}", q.text);
             for m in v["memories"].as_array().into_iter().flatten().take(5) {
                 let id = m["id"].as_str().unwrap_or_default();
-                let hit = held
+                let hit = l
+                    .held
                     .get(id)
                     .is_some_and(|h| h.iter().any(|i| q.relevant.contains(i)));
                 eprintln!(
@@ -533,10 +569,16 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
             .into_iter()
             .flatten()
             .filter_map(|m| m["id"].as_str())
-            .flat_map(|id| held.get(id).cloned().unwrap_or_default())
+            .flat_map(|id| l.held.get(id).cloned().unwrap_or_default())
             .collect();
         ours.push(ranked);
     }
+    Ok((ours, times))
+}
+
+async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {
+    let loaded = load(set, mode, model_dir).await?;
+    let (ours, mut times) = ask(set, &loaded).await?;
     times.sort_by(f64::total_cmp);
     let bm25 = Bm25::new(
         &set.items
@@ -585,8 +627,8 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
         }
         figures.insert(method.clone(), by_cat);
     }
-    store.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let refused = loaded.refused;
+    loaded.close().await;
     Ok(Report {
         data_set: set.name.clone(),
         about: set.about.clone(),
@@ -594,6 +636,80 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
         figures,
         recall_ms_p50: times.get(times.len() / 2).copied().unwrap_or(0.0),
     })
+}
+
+/// `--sweep`: hybrid fusion's constants over a grid, on the development
+/// sets only (each remembered and embedded once), printing hit@10 and
+/// MRR@10 per set, best first by the mean of the two over the sets.
+async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String> {
+    use zm_store::search::Fusion;
+    let mut loaded = Vec::with_capacity(sets.len());
+    for set in sets {
+        loaded.push(load(set, Mode::Hybrid, model_dir).await?);
+    }
+    let mut grid = Vec::new();
+    grid.push(Fusion::DEFAULT);
+    for rrf_k in [20.0, 60.0] {
+        for partial_weight in [0.0, 0.1, 0.25, 0.35, 0.5, 0.75] {
+            for dense_weight in [1.0, 1.25, 1.5, 2.0, 3.0] {
+                for dense_spread in [0.15, 0.2, 0.25, 0.35, 2.0] {
+                    let f = Fusion {
+                        rrf_k,
+                        partial_weight,
+                        dense_weight,
+                        dense_spread,
+                        ..Fusion::DEFAULT
+                    };
+                    if !grid.contains(&f) {
+                        grid.push(f);
+                    }
+                }
+            }
+        }
+    }
+    let mut rows: Vec<(Fusion, Vec<Figures>, f64)> = Vec::with_capacity(grid.len());
+    for fusion in grid {
+        let mut figures = Vec::with_capacity(sets.len());
+        for (set, l) in sets.iter().zip(&loaded) {
+            l.store.set_fusion(fusion);
+            let (runs, _) = ask(set, l).await?;
+            figures.push(Figures::of(
+                set.queries
+                    .iter()
+                    .zip(&runs)
+                    .map(|(q, r)| (r.as_slice(), &q.relevant)),
+            ));
+        }
+        let objective = figures.iter().map(|f| f.hit10 + f.mrr10).sum::<f64>()
+            / (2.0 * figures.len().max(1) as f64);
+        rows.push((fusion, figures, objective));
+    }
+    for l in loaded {
+        l.close().await;
+    }
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut header = "| k | partial | dense weight | spread | floor |".to_string();
+    for set in sets {
+        header.push_str(&format!(" {0} hit@1 | hit@10 | MRR@10 |", set.name));
+    }
+    header.push_str(" mean |");
+    println!("\n{header}\n|{}", "---:|".repeat(6 + 3 * sets.len()));
+    for (f, figures, objective) in &rows {
+        let mark = if *f == Fusion::DEFAULT { " (now)" } else { "" };
+        let mut line = format!(
+            "| {}{mark} | {} | {} | {} | {} |",
+            f.rrf_k, f.partial_weight, f.dense_weight, f.dense_spread, f.dense_floor
+        );
+        for fig in figures {
+            line.push_str(&format!(
+                " {:.3} | {:.3} | {:.3} |",
+                fig.hit1, fig.hit10, fig.mrr10
+            ));
+        }
+        line.push_str(&format!(" {objective:.3} |"));
+        println!("{line}");
+    }
+    Ok(())
 }
 
 fn print(report: &Report) {
@@ -637,6 +753,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut json_out: Option<PathBuf> = None;
     let mut modes = vec![Mode::Lexical, Mode::Hybrid];
     let mut dev = false;
+    let mut sweeping = false;
     let mut model_dir: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -653,6 +770,10 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
             "--dev" => {
                 dev = true;
+                Ok(())
+            }
+            "--sweep" => {
+                sweeping = true;
                 Ok(())
             }
             "--mode" => value("--mode").and_then(|v| {
@@ -674,6 +795,10 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             eprintln!("{e}\n\n{USAGE}");
             return ExitCode::from(2);
         }
+    }
+    if sweeping && !dev {
+        eprintln!("quality: --sweep tunes, so it runs on the development sets only: add --dev");
+        return ExitCode::from(2);
     }
     let mut sets = Vec::new();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
@@ -732,6 +857,15 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    if sweeping {
+        return match runtime.block_on(sweep(&sets, model_dir.as_deref())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("quality: sweep: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut reports: Vec<Report> = Vec::new();
     for set in &sets {
         let mut merged: Option<Report> = None;

@@ -299,6 +299,42 @@ pub const DENSE_PREFILTER: usize = 200;
 /// held-out one.
 pub const DENSE_FLOOR: f64 = 0.20;
 
+/// The constants of hybrid fusion in one value. Recall uses
+/// [`Fusion::DEFAULT`] (the constants above); the quality benchmark's
+/// sweep (`cargo xtask quality --dev --sweep`) sets others on its own
+/// store to choose them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fusion {
+    /// [`RRF_K`].
+    pub rrf_k: f64,
+    /// [`PARTIAL_WEIGHT`].
+    pub partial_weight: f64,
+    /// The weight of a dense hit (a full-text hit holding every word
+    /// weighs 1).
+    pub dense_weight: f64,
+    /// [`DENSE_SPREAD`].
+    pub dense_spread: f64,
+    /// [`DENSE_FLOOR`].
+    pub dense_floor: f64,
+}
+
+impl Fusion {
+    /// What recall uses.
+    pub const DEFAULT: Fusion = Fusion {
+        rrf_k: RRF_K,
+        partial_weight: PARTIAL_WEIGHT,
+        dense_weight: 1.0,
+        dense_spread: DENSE_SPREAD,
+        dense_floor: DENSE_FLOOR,
+    };
+}
+
+impl Default for Fusion {
+    fn default() -> Fusion {
+        Fusion::DEFAULT
+    }
+}
+
 /// The order of a full-text leg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LegOrder {
@@ -832,17 +868,18 @@ impl Store {
         query: &zm_embed::Vector,
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
+        fusion: Fusion,
     ) -> Result<Vec<(Ranking, f32)>, ToolError> {
         let near: Vec<(MemoryId, f32)> = self
             .nearest(query, &caller.user_id, set, DENSE_PREFILTER)
             .into_iter()
-            .filter(|(_, c)| f64::from(*c) >= DENSE_FLOOR)
+            .filter(|(_, c)| f64::from(*c) >= fusion.dense_floor)
             .collect();
         // Far below the nearest is not a match by meaning either.
         let best = near.first().map_or(0.0, |(_, c)| f64::from(*c));
         let near: Vec<(MemoryId, f32)> = near
             .into_iter()
-            .filter(|(_, c)| f64::from(*c) >= best - DENSE_SPREAD)
+            .filter(|(_, c)| f64::from(*c) >= best - fusion.dense_spread)
             .collect();
         // The index pre-filtered by visibility as of its last refresh, so
         // nearly every id is readable (a recall limited to some kinds,
@@ -903,6 +940,7 @@ impl Store {
         kinds: Option<&[MemoryKind]>,
         limit: usize,
     ) -> Result<Ranked, ToolError> {
+        let fusion = self.fusion();
         // The query is embedded (on a blocking thread) while the full-text
         // legs run.
         let started = std::time::Instant::now();
@@ -922,7 +960,7 @@ impl Store {
         let lexical = lexical?;
         let both = started.elapsed();
         let dense = match &query {
-            Some(q) => self.dense_candidates(caller, q, set, kinds).await?,
+            Some(q) => self.dense_candidates(caller, q, set, kinds, fusion).await?,
             None => Vec::new(),
         };
         let dense_done = started.elapsed();
@@ -977,18 +1015,22 @@ impl Store {
                 lexical.truncate(FUSION_DEPTH);
                 let mut fused: HashMap<MemoryId, (Ranking, f64, bool)> = HashMap::new();
                 for (rank, (c, every_word)) in lexical.into_iter().enumerate() {
-                    let w = if every_word { 1.0 } else { PARTIAL_WEIGHT };
-                    let rrf = w / (RRF_K + rank as f64 + 1.0);
+                    let w = if every_word {
+                        1.0
+                    } else {
+                        fusion.partial_weight
+                    };
+                    let rrf = w / (fusion.rrf_k + rank as f64 + 1.0);
                     fused.insert(c.id.clone(), (c, rrf, true));
                 }
                 for (rank, (c, _)) in dense.into_iter().enumerate() {
-                    let rrf = 1.0 / (RRF_K + rank as f64 + 1.0);
+                    let rrf = fusion.dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
                     fused
                         .entry(c.id.clone())
                         .and_modify(|e| e.1 += rrf)
                         .or_insert((c, rrf, false));
                 }
-                let best = 2.0 / (RRF_K + 1.0);
+                let best = (1.0 + fusion.dense_weight) / (fusion.rrf_k + 1.0);
                 fused
                     .into_values()
                     .map(|(c, rrf, fts)| {

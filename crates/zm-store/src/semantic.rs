@@ -159,11 +159,13 @@ impl VectorIndex {
     /// The cosine of entry `i`'s vector and the vector `(code, scale)` (of
     /// this index's dims).
     #[allow(clippy::cast_precision_loss)]
+    #[inline]
     fn cosine_with(&self, i: usize, code: &[i8], scale: f32) -> f32 {
         zm_embed::dot_i8(self.code(i), code) as f32 * self.scales[i] * scale
     }
 
     /// The cosine of entry `i`'s vector and `query`.
+    #[inline]
     fn cosine_at(&self, i: usize, query: &Vector) -> f32 {
         self.cosine_with(i, query.values(), query.scale())
     }
@@ -229,28 +231,37 @@ impl VectorIndex {
         };
         let mut best = TopK::new(limit);
         let shortlist = limit.saturating_mul(SHORTLIST_FACTOR);
+        // The passes run in code compiled for the widest instruction set
+        // this CPU has (AVX2 and POPCNT on most x86-64 since 2013; the
+        // baseline where not), chosen at run time: the same arithmetic,
+        // faster.
+        let arch = pulp::Arch::new();
         if !approximate || shortlist >= self.entries.len() {
-            for (i, e) in self.entries.iter().enumerate() {
-                if readable(e) {
-                    best.offer(self.cosine_at(i, query), i);
+            arch.dispatch(|| {
+                for (i, e) in self.entries.iter().enumerate() {
+                    if readable(e) {
+                        best.offer(self.cosine_at(i, query), i);
+                    }
                 }
-            }
+            });
         } else {
             let q = sign_bits(query.values());
             let words = q.len();
             let mut distance = vec![u16::MAX; self.entries.len()];
             let mut histogram = vec![0usize; self.dims + 1];
-            for ((e, bits), d) in self
-                .entries
-                .iter()
-                .zip(self.signs.chunks_exact(words))
-                .zip(distance.iter_mut())
-            {
-                if readable(e) {
-                    *d = hamming(bits, &q);
-                    histogram[usize::from(*d)] += 1;
+            arch.dispatch(|| {
+                for ((e, bits), d) in self
+                    .entries
+                    .iter()
+                    .zip(self.signs.chunks_exact(words))
+                    .zip(distance.iter_mut())
+                {
+                    if readable(e) {
+                        *d = hamming(bits, &q);
+                        histogram[usize::from(*d)] += 1;
+                    }
                 }
-            }
+            });
             // The smallest distance that keeps at least `shortlist`
             // candidates (all of them when fewer are readable).
             let mut kept = 0;
@@ -263,11 +274,13 @@ impl VectorIndex {
                 }
             }
             let cut = u16::try_from(cut).unwrap_or(u16::MAX - 1);
-            for (i, d) in distance.iter().enumerate() {
-                if *d <= cut {
-                    best.offer(self.cosine_at(i, query), i);
+            arch.dispatch(|| {
+                for (i, d) in distance.iter().enumerate() {
+                    if *d <= cut {
+                        best.offer(self.cosine_at(i, query), i);
+                    }
                 }
-            }
+            });
         }
         best.into_sorted()
             .into_iter()
@@ -358,6 +371,10 @@ pub(crate) struct Semantic {
     query_micros: AtomicU64,
     /// `unjudged` conflicts filed by meaning.
     duplicates: AtomicU64,
+    /// Hybrid fusion's constants: always
+    /// [`Fusion::DEFAULT`](crate::search::Fusion::DEFAULT) but in the
+    /// quality benchmark's sweep.
+    fusion: RwLock<crate::search::Fusion>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -415,6 +432,7 @@ fn sign_bits(code: &[i8]) -> Vec<u64> {
 }
 
 /// How many of the bits differ (at most 64 × the words compared).
+#[inline]
 fn hamming(a: &[u64], b: &[u64]) -> u16 {
     let d: u32 = a.iter().zip(b).map(|(x, y)| (x ^ y).count_ones()).sum();
     u16::try_from(d).unwrap_or(u16::MAX - 1)
@@ -910,6 +928,18 @@ impl Store {
             .await
             .db("newest memory")?;
         col(&row, "newest")
+    }
+
+    /// For the quality benchmark's sweep: fuse with these constants
+    /// instead of [`Fusion::DEFAULT`](crate::search::Fusion::DEFAULT).
+    #[doc(hidden)]
+    pub fn set_fusion(&self, fusion: crate::search::Fusion) {
+        *write(&self.semantic.fusion) = fusion;
+    }
+
+    /// The fusion's constants in force.
+    pub(crate) fn fusion(&self) -> crate::search::Fusion {
+        *read(&self.semantic.fusion)
     }
 
     /// Is memory `id` in this instance's vector index?
