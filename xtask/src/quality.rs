@@ -800,6 +800,12 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         eprintln!("quality: --sweep tunes, so it runs on the development sets only: add --dev");
         return ExitCode::from(2);
     }
+    if sweeping && (json_out.is_some() || modes != [Mode::Lexical, Mode::Hybrid]) {
+        eprintln!(
+            "quality: --sweep ranks in hybrid mode and prints a table: drop --mode and --json"
+        );
+        return ExitCode::from(2);
+    }
     let mut sets = Vec::new();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let mut files = Vec::new();
