@@ -14,7 +14,7 @@ use std::path::Path;
 
 use sha2::Digest;
 
-use super::native::{Bert, Config, TextModel, safetensor};
+use super::native::{Bert, Config, Tensor, TextModel, safetensor};
 use super::{EmbedError, Encoder};
 
 pub(crate) struct DirModel {
@@ -54,7 +54,9 @@ impl DirModel {
         let digest = hex::encode(sha2::Sha256::digest(&weights));
         let file = safetensors::SafeTensors::deserialize(&weights)
             .map_err(|e| load_err("model.safetensors", e))?;
-        let bert = Bert::load(config, &mut |name, shape| safetensor(&file, name, shape))?;
+        let bert = Bert::load(config, &mut |name, shape| {
+            safetensor(&file, name, shape).map(Tensor::Dense)
+        })?;
         let text = TextModel::new(bert, &read(dir, "tokenizer.json")?, max_len)?;
         let name = raw
             .get("_name_or_path")

@@ -6,14 +6,17 @@
 //! copies ("packs") the whole weight matrix on every call because it is
 //! the row-major left operand of the transposed product. For a short query
 //! (a dozen tokens) that copy was half the embedding's time. Here every
-//! weight matrix is transposed once at load (`[in, out]`), which `gemm`
-//! reads in place; the multiply runs on the calling thread (the recall
-//! that waits for it runs the full-text legs on the other core).
+//! f32 weight matrix is transposed once at load (`[in, out]`), which
+//! `gemm` reads in place, and quantized weights (the bundled model's) stay
+//! quantized and go through [`crate::blocked`]; the multiply runs on the
+//! calling thread (the recall that waits for it runs the full-text legs
+//! on the other core).
 //!
 //! Attention-masked mean pooling over one unpadded text is the plain mean
 //! of its token states; the caller L2-normalises.
 
 use crate::EmbedError;
+use crate::blocked::{BLOCK, Blocked, Quantized};
 
 /// The shape of a BERT encoder (the fields of its `config.json` that the
 /// forward pass reads).
@@ -141,15 +144,48 @@ impl Config {
 }
 
 /// Where the forward pass gets its weights: `tensor(name, shape)` is the
-/// named tensor as f32, row-major, of exactly that shape (or an error).
-pub(crate) type Tensors<'a> = dyn FnMut(&str, &[usize]) -> Result<Vec<f32>, EmbedError> + 'a;
+/// named tensor, row-major, of exactly that shape (or an error).
+pub(crate) type Tensors<'a> = dyn FnMut(&str, &[usize]) -> Result<Tensor, EmbedError> + 'a;
 
-/// A dense layer: `x·W + b`, with `W` stored `[inputs, outputs]`.
+/// A stored tensor: f32 values, or small integers with a scale per block
+/// (the bundled model's form, kept as it is where the forward pass can
+/// compute on it).
+pub(crate) enum Tensor {
+    Dense(Vec<f32>),
+    Quantized(Quantized),
+}
+
+impl Tensor {
+    /// Its f32 values.
+    fn into_dense(self) -> Vec<f32> {
+        match self {
+            Tensor::Dense(v) => v,
+            Tensor::Quantized(q) => q.dequantize(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Tensor::Dense(v) => v.len(),
+            Tensor::Quantized(q) => q.values.len(),
+        }
+    }
+}
+
+/// A dense layer: `x·W + b`.
 struct Linear {
-    w: Vec<f32>,
+    w: Weights,
     b: Vec<f32>,
     inputs: usize,
     outputs: usize,
+}
+
+/// A dense layer's weights.
+enum Weights {
+    /// f32, stored `[inputs, outputs]` for `gemm`.
+    Dense(Vec<f32>),
+    /// Small integers and their scales, multiplied as they are.
+    Blocked(Blocked),
 }
 
 impl Linear {
@@ -163,25 +199,48 @@ impl Linear {
         outputs: usize,
     ) -> Result<Linear, EmbedError> {
         let total = outputs * names.len();
-        let mut w = vec![0f32; inputs * total];
+        let mut parts = Vec::with_capacity(names.len());
         let mut b = Vec::with_capacity(total);
-        for (part, name) in names.iter().enumerate() {
+        for name in names {
             let weight = t(&format!("{name}.weight"), &[outputs, inputs])?;
-            let bias = t(&format!("{name}.bias"), &[outputs])?;
+            let bias = t(&format!("{name}.bias"), &[outputs])?.into_dense();
             // The shapes `apply`'s unsafe multiply relies on, whatever the
             // source of the tensors promised.
             if weight.len() != outputs * inputs || bias.len() != outputs {
                 return Err(load_err(format!("{name}: a tensor of the wrong length")));
             }
+            parts.push(weight);
+            b.extend(bias);
+        }
+        // Quantized along rows that are whole blocks: kept as they are.
+        let quantized: Vec<&Quantized> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Tensor::Quantized(q) => Some(q),
+                Tensor::Dense(_) => None,
+            })
+            .collect();
+        if quantized.len() == parts.len()
+            && let Some(w) = Blocked::from_parts(&quantized, inputs, outputs)
+        {
+            return Ok(Linear {
+                w: Weights::Blocked(w),
+                b,
+                inputs,
+                outputs: total,
+            });
+        }
+        let mut w = vec![0f32; inputs * total];
+        for (part, weight) in parts.into_iter().enumerate() {
+            let weight = weight.into_dense();
             for (o, row) in weight.chunks_exact(inputs).enumerate() {
                 for (i, x) in row.iter().enumerate() {
                     w[i * total + part * outputs + o] = *x;
                 }
             }
-            b.extend(bias);
         }
         Ok(Linear {
-            w,
+            w: Weights::Dense(w),
             b,
             inputs,
             outputs: total,
@@ -195,9 +254,16 @@ impl Linear {
         for _ in 0..rows {
             out.extend_from_slice(&self.b);
         }
+        let w = match &self.w {
+            Weights::Blocked(w) => {
+                w.multiply_add(x, rows, &mut out);
+                return out;
+            }
+            Weights::Dense(w) => w,
+        };
         let (n, k) = (self.outputs, self.inputs);
         assert_eq!(out.len(), rows * n, "bias of the wrong width");
-        assert_eq!(self.w.len(), k * n, "weights of the wrong size");
+        assert_eq!(w.len(), k * n, "weights of the wrong size");
         // Both strides fit: the buffers are allocations of these sizes.
         #[allow(clippy::cast_possible_wrap)]
         let (n_s, k_s) = (n as isize, k as isize);
@@ -217,7 +283,7 @@ impl Linear {
                 x.as_ptr(),
                 1,
                 k_s,
-                self.w.as_ptr(),
+                w.as_ptr(),
                 1,
                 n_s,
                 1.0f32,
@@ -242,8 +308,8 @@ struct Norm {
 impl Norm {
     fn load(t: &mut Tensors<'_>, name: &str, width: usize, eps: f32) -> Result<Norm, EmbedError> {
         Ok(Norm {
-            gamma: t(&format!("{name}.weight"), &[width])?,
-            beta: t(&format!("{name}.bias"), &[width])?,
+            gamma: t(&format!("{name}.weight"), &[width])?.into_dense(),
+            beta: t(&format!("{name}.bias"), &[width])?.into_dense(),
             eps,
         })
     }
@@ -263,6 +329,13 @@ impl Norm {
     }
 }
 
+/// The word-embedding table: only the rows of a text's tokens are read,
+/// so the bundled model's stays in its stored form (a quarter of f32).
+enum Table {
+    Dense(Vec<f32>),
+    Quantized(Quantized),
+}
+
 struct Layer {
     /// Query, key and value side by side: one multiply instead of three.
     qkv: Linear,
@@ -276,7 +349,7 @@ struct Layer {
 /// A BERT encoder's weights, ready for the forward pass.
 pub(crate) struct Bert {
     config: Config,
-    words: Vec<f32>,
+    words: Table,
     positions: Vec<f32>,
     types: Vec<f32>,
     embedding_norm: Norm,
@@ -288,15 +361,20 @@ impl Bert {
     /// them (`embeddings.…`, `encoder.layer.N.…`).
     pub(crate) fn load(config: Config, t: &mut Tensors<'_>) -> Result<Bert, EmbedError> {
         let (h, eps) = (config.hidden, config.eps);
-        let words = t("embeddings.word_embeddings.weight", &[config.vocab, h])?;
+        let words = match t("embeddings.word_embeddings.weight", &[config.vocab, h])? {
+            Tensor::Quantized(q) if h.is_multiple_of(BLOCK) => Table::Quantized(q),
+            other => Table::Dense(other.into_dense()),
+        };
         let positions = t(
             "embeddings.position_embeddings.weight",
             &[config.positions, h],
-        )?;
+        )?
+        .into_dense();
         let types = t(
             "embeddings.token_type_embeddings.weight",
             &[config.type_vocab, h],
-        )?;
+        )?
+        .into_dense();
         let embedding_norm = Norm::load(t, "embeddings.LayerNorm", h, eps)?;
         let layers = (0..config.layers)
             .map(|l| {
@@ -379,10 +457,20 @@ impl Bert {
                     "a token outside the vocabulary".into(),
                 ));
             }
-            let word = &self.words[id * h..(id + 1) * h];
             let pos = &self.positions[r * h..(r + 1) * h];
             let kind = &self.types[ty * h..(ty + 1) * h];
-            x.extend(word.iter().zip(pos).zip(kind).map(|((w, p), k)| w + k + p));
+            let sum = |((w, p), k): ((f32, &f32), &f32)| w + k + p;
+            match &self.words {
+                Table::Dense(words) => x.extend(
+                    words[id * h..(id + 1) * h]
+                        .iter()
+                        .copied()
+                        .zip(pos)
+                        .zip(kind)
+                        .map(sum),
+                ),
+                Table::Quantized(words) => x.extend(words.row(id, h).zip(pos).zip(kind).map(sum)),
+            }
         }
         self.embedding_norm.apply(&mut x);
         for layer in &self.layers {

@@ -711,7 +711,7 @@ knobs! {
             shown: "`hybrid` (`lexical` in a build without the model)",
             parse: RecallMode::parse,
             help: "How `recall` and `build_context` search: `hybrid` (full text fused with the bundled embedding model) or `lexical` (full text only).",
-            doc: "Hybrid loads the model in the background after start-up (about 200 ms and 70 MiB); until it is ready, and for memories not embedded yet, recall is lexical. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
+            doc: "Hybrid loads the model in the background after start-up (about 100 ms and under 50 MiB); until it is ready, and for memories not embedded yet, recall is lexical. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
         },
         embed_per_second: u32 {
             env: "ZM_EMBED_PER_SECOND",
