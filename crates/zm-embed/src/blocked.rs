@@ -21,6 +21,7 @@ pub(crate) const BLOCK: usize = 32;
 const TILE: usize = 16;
 /// Rows at or below which the weights are turned into f32 in registers
 /// for each use rather than once into a panel (a query of a few words).
+#[cfg(target_arch = "x86_64")]
 const FUSED_ROWS: usize = 4;
 
 /// A dense layer's weights as small integers with a scale per block, in
@@ -398,7 +399,9 @@ mod tests {
         for (rows, inputs, outputs, parts) in [
             (0, 32, 16, 1),
             (1, 32, 16, 1),
+            (2, 64, 32, 1),
             (3, 64, 48, 1),
+            (6, 64, 32, 2),
             (4, 96, 16, 3),
             (5, 384, 384, 1),
             (13, 64, 8, 2),
