@@ -16,7 +16,7 @@
 //! of its token states; the caller L2-normalises.
 
 use crate::EmbedError;
-use crate::blocked::{BLOCK, Blocked, Quantized};
+use crate::blocked::{Blocked, Quantized};
 
 /// The shape of a BERT encoder (the fields of its `config.json` that the
 /// forward pass reads).
@@ -362,8 +362,8 @@ impl Bert {
     pub(crate) fn load(config: Config, t: &mut Tensors<'_>) -> Result<Bert, EmbedError> {
         let (h, eps) = (config.hidden, config.eps);
         let words = match t("embeddings.word_embeddings.weight", &[config.vocab, h])? {
-            Tensor::Quantized(q) if h.is_multiple_of(BLOCK) => Table::Quantized(q),
-            other => Table::Dense(other.into_dense()),
+            Tensor::Quantized(q) => Table::Quantized(q),
+            Tensor::Dense(v) => Table::Dense(v),
         };
         let positions = t(
             "embeddings.position_embeddings.weight",
