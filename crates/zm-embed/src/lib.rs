@@ -734,6 +734,17 @@ mod tests {
             panic!("a swish model loaded");
         };
         assert!(why.contains("hidden_act"), "{why}");
+        // A weight file cut short is refused at load, naming what is wrong.
+        let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
+        std::fs::write(dir.join("config.json"), pocket::native::CONFIG).unwrap();
+        for cut in [weights.len() - 1, 100, 4] {
+            std::fs::write(dir.join("model.safetensors"), &weights[..cut]).unwrap();
+            let Some(Err(EmbedError::Load(why))) = from_dir(&dir).map(|r| r.map(|_| ())) else {
+                panic!("a weight file cut at {cut} bytes loaded");
+            };
+            assert!(why.contains("model.safetensors"), "{why}");
+        }
+        std::fs::write(dir.join("model.safetensors"), &weights).unwrap();
         let mut config: serde_json::Value = serde_json::from_slice(pocket::native::CONFIG).unwrap();
         // A configuration that does not fit the weights names the tensor.
         config["hidden_act"] = "gelu".into();
@@ -779,6 +790,29 @@ mod tests {
             assert_eq!(native::mpnet_bucket(3, 3 + d, 32), after, "key {d} after");
             assert_eq!(native::mpnet_bucket(3 + d, 3, 32), before, "key {d} before");
         }
+        // What the attention adds to query i's score for key j: the
+        // table's row for bucket(i, j), in that head's column.
+        let heads = 3;
+        #[allow(clippy::cast_precision_loss)]
+        let table: Vec<f32> = (0..32)
+            .flat_map(|b| (0..heads).map(move |h| (b * 10 + h) as f32))
+            .collect();
+        let rows = 9;
+        let bias = native::DistanceBias::new(&table, heads, rows);
+        for h in 0..heads {
+            for i in 0..rows {
+                let row = bias.row(h, i).unwrap();
+                assert_eq!(row.len(), rows);
+                for (j, b) in row.iter().enumerate() {
+                    #[allow(clippy::cast_precision_loss)]
+                    let want = (native::mpnet_bucket(i, j, 32) * 10 + h) as f32;
+                    assert_eq!(*b, want, "head {h}, query {i}, key {j}");
+                }
+            }
+        }
+        // The next key is bucket 17, the previous one bucket 1.
+        assert_eq!(bias.row(0, 4).unwrap()[5], 170.0);
+        assert_eq!(bias.row(0, 4).unwrap()[3], 10.0);
     }
 
     #[cfg(zm_native_pocket)]

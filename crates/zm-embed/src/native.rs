@@ -43,18 +43,20 @@ pub(crate) enum Family {
     /// `model_type` `bert` (or none): Hugging Face's `BertModel`.
     Bert,
     /// `model_type` `mpnet`: Hugging Face's `MPNetModel`.
-    MpNet {
-        /// The first position's row in the position table (the padding
-        /// id + 1).
-        first_position: usize,
-        /// `relative_attention_num_buckets`.
-        buckets: usize,
-    },
+    MpNet,
 }
 
 /// How far apart two tokens must be for MPNet's relative-position buckets
 /// to stop growing (fixed in `MPNetModel`, not in its configuration).
 const MPNET_MAX_DISTANCE: usize = 128;
+/// MPNet's relative-position buckets: `MPNetModel` computes them for 32
+/// whatever its configuration says (the configuration only sizes the
+/// table), so any other table size is refused.
+const MPNET_BUCKETS: usize = 32;
+/// MPNet's first position's row in the position table: `MPNetModel`
+/// counts positions from its padding index (fixed at 1) + 1, whatever
+/// `pad_token_id` says.
+const MPNET_FIRST_POSITION: usize = 2;
 
 /// MPNet's bucket for the distance from query token `i` to key token `j`
 /// (as `MPNetModel` computes it, bidirectionally): half the buckets for
@@ -78,6 +80,47 @@ pub(crate) fn mpnet_bucket(i: usize, j: usize, buckets: usize) -> usize {
     let log = (n as f32 / exact as f32).ln() / (MPNET_MAX_DISTANCE as f32 / exact as f32).ln();
     let large = exact + (log * (half - exact) as f32) as usize;
     base + large.min(half - 1)
+}
+
+/// MPNet's attention bias for one text, from its table (`[bucket,
+/// head]`): the same in every layer.
+pub(crate) struct DistanceBias {
+    /// `[head][rows - 1 + j - i]`: the bias of key `j` for query `i`.
+    by_head: Vec<Vec<f32>>,
+    rows: usize,
+}
+
+impl DistanceBias {
+    /// No bias (BERT).
+    fn none() -> DistanceBias {
+        DistanceBias {
+            by_head: Vec::new(),
+            rows: 0,
+        }
+    }
+
+    /// The bias for a text of `rows` tokens.
+    pub(crate) fn new(relative: &[f32], heads: usize, rows: usize) -> DistanceBias {
+        let by_head = (0..heads)
+            .map(|head| {
+                (0..2 * rows - 1)
+                    .map(|d| {
+                        // Key j = d, query i = rows - 1: distance j - i.
+                        let bucket = mpnet_bucket(rows - 1, d, MPNET_BUCKETS);
+                        relative[bucket * heads + head]
+                    })
+                    .collect()
+            })
+            .collect();
+        DistanceBias { by_head, rows }
+    }
+
+    /// Query `i`'s bias under `head`, by key: `[j]` (`None` without a
+    /// bias).
+    pub(crate) fn row(&self, head: usize, i: usize) -> Option<&[f32]> {
+        let all = self.by_head.get(head)?;
+        Some(&all[self.rows - 1 - i..2 * self.rows - 1 - i])
+    }
 }
 
 /// The feed-forward layers' activation (`hidden_act`).
@@ -134,15 +177,17 @@ impl Config {
         };
         let family = match v.get("model_type").and_then(|t| t.as_str()) {
             None | Some("bert") => Family::Bert,
-            Some("mpnet") => Family::MpNet {
-                first_position: v
-                    .get("pad_token_id")
-                    .and_then(serde_json::Value::as_u64)
-                    .and_then(|n| usize::try_from(n).ok())
-                    .unwrap_or(1)
-                    + 1,
-                buckets: n("relative_attention_num_buckets")?,
-            },
+            Some("mpnet") => {
+                let buckets = v
+                    .get("relative_attention_num_buckets")
+                    .map_or(Some(MPNET_BUCKETS as u64), serde_json::Value::as_u64);
+                if buckets != Some(MPNET_BUCKETS as u64) {
+                    return Err(load_err(format!(
+                        "config.json: relative_attention_num_buckets must be {MPNET_BUCKETS} (what MPNetModel computes)"
+                    )));
+                }
+                Family::MpNet
+            }
             Some(t) => {
                 return Err(load_err(format!(
                     "config.json: model_type {t:?} is not supported (\"bert\" or \"mpnet\")"
@@ -184,7 +229,7 @@ impl Config {
             positions: n("max_position_embeddings")?,
             // MPNet has no token types: one row of zeros stands for them.
             type_vocab: match family {
-                Family::MpNet { .. } => 1,
+                Family::MpNet => 1,
                 Family::Bert => v
                     .get("type_vocab_size")
                     .and_then(serde_json::Value::as_u64)
@@ -196,14 +241,9 @@ impl Config {
             activation,
             family,
         };
-        if let Family::MpNet {
-            first_position,
-            buckets,
-        } = c.family
-            && (first_position >= c.positions || buckets < 4 || !buckets.is_multiple_of(4))
-        {
+        if c.family == Family::MpNet && c.positions <= MPNET_FIRST_POSITION {
             return Err(load_err(
-                "config.json: pad_token_id or relative_attention_num_buckets out of range",
+                "config.json: max_position_embeddings leaves MPNet no position",
             ));
         }
         if !c.hidden.is_multiple_of(c.heads) {
@@ -449,7 +489,7 @@ impl Family {
                 out: "attention.output.dense",
                 norm: "attention.output.LayerNorm",
             },
-            Family::MpNet { .. } => LayerNames {
+            Family::MpNet => LayerNames {
                 query: "attention.attn.q",
                 key: "attention.attn.k",
                 value: "attention.attn.v",
@@ -483,11 +523,11 @@ impl Bert {
                 .into_dense(),
                 Vec::new(),
             ),
-            Family::MpNet { buckets, .. } => (
+            Family::MpNet => (
                 vec![0f32; h],
                 t(
                     "encoder.relative_attention_bias.weight",
-                    &[buckets, config.heads],
+                    &[MPNET_BUCKETS, config.heads],
                 )?
                 .into_dense(),
             ),
@@ -551,7 +591,7 @@ impl Bert {
     fn first_position(&self) -> usize {
         match self.config.family {
             Family::Bert => 0,
-            Family::MpNet { first_position, .. } => first_position,
+            Family::MpNet => MPNET_FIRST_POSITION,
         }
     }
 
@@ -610,30 +650,18 @@ impl Bert {
     }
 
     /// MPNet's attention bias for a text of `rows` tokens, the same in
-    /// every layer: `[head][rows - 1 + j - i]` for query `i` and key `j`
-    /// (empty for BERT).
-    fn attention_bias(&self, rows: usize) -> Vec<Vec<f32>> {
-        let Family::MpNet { buckets, .. } = self.config.family else {
-            return Vec::new();
-        };
-        let heads = self.config.heads;
-        (0..heads)
-            .map(|head| {
-                (0..2 * rows - 1)
-                    .map(|d| {
-                        // Key j = d, query i = rows - 1: distance j - i.
-                        let bucket = mpnet_bucket(rows - 1, d, buckets);
-                        self.relative[bucket * heads + head]
-                    })
-                    .collect()
-            })
-            .collect()
+    /// every layer (none for BERT).
+    fn attention_bias(&self, rows: usize) -> DistanceBias {
+        match self.config.family {
+            Family::Bert => DistanceBias::none(),
+            Family::MpNet => DistanceBias::new(&self.relative, self.config.heads, rows),
+        }
     }
 
     /// One encoder layer over `rows` token states (`bias` as
     /// [`Bert::attention_bias`] gives it).
     #[allow(clippy::cast_precision_loss)]
-    fn layer(&self, layer: &Layer, x: &[f32], rows: usize, bias: &[Vec<f32>]) -> Vec<f32> {
+    fn layer(&self, layer: &Layer, x: &[f32], rows: usize, bias: &DistanceBias) -> Vec<f32> {
         let h = self.config.hidden;
         let heads = self.config.heads;
         let d = h / heads;
@@ -646,15 +674,15 @@ impl Bert {
                 let start = r * 3 * h + part * h + head * d;
                 &qkv[start..start + d]
             };
-            let head_bias = bias.get(head).map(Vec::as_slice);
             for i in 0..rows {
                 let q = at(i, 0);
                 let mut max = f32::NEG_INFINITY;
+                let row_bias = bias.row(head, i);
                 for (j, s) in scores.iter_mut().enumerate() {
                     let k = at(j, 1);
                     *s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    if let Some(b) = head_bias {
-                        *s += b[rows - 1 + j - i];
+                    if let Some(b) = row_bias {
+                        *s += b[j];
                     }
                     max = max.max(*s);
                 }
@@ -786,7 +814,8 @@ impl TextModel {
 }
 
 /// A safetensors file's tensor as f32 (stored as f32, f16 or bf16), found
-/// under `name` or `bert.name` (how some checkpoints prefix the encoder).
+/// under `name`, `bert.name` or `mpnet.name` (how some checkpoints prefix
+/// the encoder).
 pub(crate) fn safetensor(
     file: &safetensors::SafeTensors<'_>,
     name: &str,
@@ -795,6 +824,7 @@ pub(crate) fn safetensor(
     let view = file
         .tensor(name)
         .or_else(|_| file.tensor(&format!("bert.{name}")))
+        .or_else(|_| file.tensor(&format!("mpnet.{name}")))
         .map_err(|_| load_err(format!("model.safetensors has no tensor {name}")))?;
     if view.shape() != shape {
         return Err(load_err(format!(
@@ -802,8 +832,18 @@ pub(crate) fn safetensor(
             view.shape()
         )));
     }
-    let data = view.data();
-    let values: Vec<f32> = match view.dtype() {
+    to_f32(name, view.dtype(), view.data(), shape)
+}
+
+/// A tensor's stored bytes (f32, f16 or bf16, little-endian) as f32
+/// values, which must be exactly `shape`'s count.
+pub(crate) fn to_f32(
+    name: &str,
+    dtype: safetensors::Dtype,
+    data: &[u8],
+    shape: &[usize],
+) -> Result<Vec<f32>, EmbedError> {
+    let values: Vec<f32> = match dtype {
         safetensors::Dtype::F32 => data
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
