@@ -38,14 +38,16 @@ fn read(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
     std::fs::read(dir.join(name)).map_err(|e| load_err(&dir.join(name).display().to_string(), e))
 }
 
-/// A safetensors file read one tensor at a time: its header at open, each
-/// tensor's bytes when asked for. A model's file is never in memory
-/// whole (all-mpnet-base-v2's is 438 MB; read whole, it doubled the
-/// load's peak).
+/// A safetensors file read one tensor at a time: its header at open
+/// (parsed and checked by the `safetensors` crate: contiguous offsets,
+/// each tensor's byte count its shape's), each tensor's bytes when asked
+/// for. A model's file is never in memory whole (all-mpnet-base-v2's is
+/// 438 MB; read whole, it tripled the load's peak).
 struct TensorFile {
     file: std::fs::File,
-    /// Name → (dtype, shape, byte range in the file).
-    tensors: std::collections::HashMap<String, (safetensors::Dtype, Vec<usize>, u64, u64)>,
+    metadata: safetensors::tensor::Metadata,
+    /// Where the tensors' bytes start in the file.
+    data: u64,
 }
 
 /// The largest header accepted (safetensors' own limit).
@@ -67,59 +69,41 @@ impl TensorFile {
         let mut header = vec![0u8; usize::try_from(n).map_err(|_| bad("a huge header"))?];
         file.read_exact(&mut header)
             .map_err(|e| load_err(&what(), e))?;
-        let header: serde_json::Map<String, serde_json::Value> =
+        let metadata: safetensors::tensor::Metadata =
             serde_json::from_slice(&header).map_err(|e| load_err(&what(), e))?;
         let data = n + 8;
-        let mut tensors = std::collections::HashMap::new();
-        for (name, info) in header {
-            if name == "__metadata__" {
-                continue;
-            }
-            let entry = (|| {
-                let dtype: safetensors::Dtype =
-                    serde_json::from_value(info.get("dtype")?.clone()).ok()?;
-                let shape: Vec<usize> = serde_json::from_value(info.get("shape")?.clone()).ok()?;
-                let [start, end]: [u64; 2] =
-                    serde_json::from_value(info.get("data_offsets")?.clone()).ok()?;
-                (start <= end && end <= size - data).then_some((
-                    dtype,
-                    shape,
-                    data + start,
-                    data + end,
-                ))
-            })()
-            .ok_or_else(|| bad(&format!("the header's entry for {name} is malformed")))?;
-            tensors.insert(name, entry);
+        if u64::try_from(metadata.data_len()).ok() != Some(size - data) {
+            return Err(bad("the header does not describe the file's length"));
         }
-        Ok(TensorFile { file, tensors })
+        Ok(TensorFile {
+            file,
+            metadata,
+            data,
+        })
     }
 
-    /// The tensor `name` (or `bert.name`, `mpnet.name`) as f32, which must
-    /// have `shape` and hold only finite values.
+    /// The tensor `name` (or `bert.name`, `mpnet.name`: how checkpoints
+    /// saved with a task head prefix the encoder) as f32, which must have
+    /// `shape` and hold only finite values.
     fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, EmbedError> {
         use std::io::{Read, Seek};
-        let (dtype, stored, start, end) = self
-            .tensors
-            .get(name)
-            .or_else(|| self.tensors.get(&format!("bert.{name}")))
-            .or_else(|| self.tensors.get(&format!("mpnet.{name}")))
-            .cloned()
+        let info = self
+            .metadata
+            .info(name)
+            .or_else(|| self.metadata.info(&format!("bert.{name}")))
+            .or_else(|| self.metadata.info(&format!("mpnet.{name}")))
             .ok_or_else(|| EmbedError::Load(format!("model.safetensors has no tensor {name}")))?;
-        if stored != shape {
+        if info.shape != shape {
             return Err(EmbedError::Load(format!(
-                "model.safetensors: {name} has shape {stored:?}, the configuration says {shape:?}"
+                "model.safetensors: {name} has shape {:?}, the configuration says {shape:?}",
+                info.shape
             )));
         }
-        let count: usize = shape.iter().product();
-        let len = usize::try_from(end - start).unwrap_or(usize::MAX);
-        if count.checked_mul(dtype.bitsize() / 8) != Some(len) {
-            return Err(EmbedError::Load(format!(
-                "model.safetensors: {name} holds {len} bytes, not {count} {dtype:?} values"
-            )));
-        }
-        let mut bytes = vec![0u8; len];
+        let (start, end) = info.data_offsets;
+        let dtype = info.dtype;
+        let mut bytes = vec![0u8; end - start];
         self.file
-            .seek(std::io::SeekFrom::Start(start))
+            .seek(std::io::SeekFrom::Start(self.data + start as u64))
             .and_then(|_| self.file.read_exact(&mut bytes))
             .map_err(|e| load_err("model.safetensors", e))?;
         let values = to_f32(name, dtype, &bytes, shape)?;

@@ -68,8 +68,8 @@ const MPNET_FIRST_POSITION: usize = 2;
     clippy::cast_precision_loss,
     clippy::cast_sign_loss
 )]
-pub(crate) fn mpnet_bucket(i: usize, j: usize, buckets: usize) -> usize {
-    let half = buckets / 2;
+pub(crate) fn mpnet_bucket(i: usize, j: usize) -> usize {
+    let half = MPNET_BUCKETS / 2;
     let exact = half / 2;
     let (base, n) = if j > i { (half, j - i) } else { (0, i - j) };
     if n < exact {
@@ -106,7 +106,7 @@ impl DistanceBias {
                 (0..2 * rows - 1)
                     .map(|d| {
                         // Key j = d, query i = rows - 1: distance j - i.
-                        let bucket = mpnet_bucket(rows - 1, d, MPNET_BUCKETS);
+                        let bucket = mpnet_bucket(rows - 1, d);
                         relative[bucket * heads + head]
                     })
                     .collect()
@@ -260,8 +260,8 @@ impl Config {
 pub(crate) type Tensors<'a> = dyn FnMut(&str, &[usize]) -> Result<Tensor, EmbedError> + 'a;
 
 /// A stored tensor: f32 values, or small integers with a scale per block
-/// (the bundled model's form, kept as it is where the forward pass can
-/// compute on it).
+/// (the bundled model's 4-bit form, or a directory model's 8-bit one,
+/// kept as it is where the forward pass can compute on it).
 pub(crate) enum Tensor {
     Dense(Vec<f32>),
     Quantized(Quantized),
@@ -442,7 +442,7 @@ impl Norm {
 }
 
 /// The word-embedding table: only the rows of a text's tokens are read,
-/// so the bundled model's stays in its stored form (a quarter of f32).
+/// so a quantized one stays in its stored form.
 enum Table {
     Dense(Vec<f32>),
     Quantized(Quantized),
@@ -813,9 +813,8 @@ impl TextModel {
     }
 }
 
-/// A safetensors file's tensor as f32 (stored as f32, f16 or bf16), found
-/// under `name`, `bert.name` or `mpnet.name` (how some checkpoints prefix
-/// the encoder).
+/// A safetensors file's tensor as f32 (stored as f32, f16 or bf16): the
+/// bundled model's, whose file is in the binary.
 pub(crate) fn safetensor(
     file: &safetensors::SafeTensors<'_>,
     name: &str,
@@ -823,8 +822,6 @@ pub(crate) fn safetensor(
 ) -> Result<Vec<f32>, EmbedError> {
     let view = file
         .tensor(name)
-        .or_else(|_| file.tensor(&format!("bert.{name}")))
-        .or_else(|_| file.tensor(&format!("mpnet.{name}")))
         .map_err(|_| load_err(format!("model.safetensors has no tensor {name}")))?;
     if view.shape() != shape {
         return Err(load_err(format!(
