@@ -28,7 +28,12 @@ os.environ.setdefault("SE_OFFLINE", "true")
 os.environ.setdefault("SE_AVOID_STATS", "true")
 
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import TimeoutException, WebDriverException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -177,11 +182,27 @@ class Browser:
 
     # ---- elements --------------------------------------------------------
     def wait_for(self, selector: str, timeout: float = 10):
-        """The first element matching the CSS selector once it is visible."""
+        """The first element matching the CSS selector once it is visible.
+
+        A page that re-renders may replace the element between finding it
+        and asking whether it is displayed; that is "not yet", and the wait
+        looks again (Chrome reports it either as a stale element or as an
+        inspector error saying the node no longer belongs to the document).
+        Any other driver error still fails at once."""
+
+        def visible(driver):
+            try:
+                el = driver.find_element(By.CSS_SELECTOR, selector)
+                return el if el.is_displayed() else False
+            except (NoSuchElementException, StaleElementReferenceException):
+                return False
+            except WebDriverException as e:
+                if "does not belong to the document" in (e.msg or ""):
+                    return False
+                raise
+
         try:
-            return WebDriverWait(self.driver, timeout).until(
-                EC.visibility_of_element_located((By.CSS_SELECTOR, selector))
-            )
+            return WebDriverWait(self.driver, timeout).until(visible)
         except TimeoutException as e:
             raise HarnessError(
                 f"no visible element for {selector!r} within {timeout}s on {self.driver.current_url}"
