@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use zm_contracts::ToolName;
+use zm_store::semantic::Passages;
 use zm_store::{Caller, Store, ToolService};
 
 use crate::bench_support::{root, temp_dir};
@@ -35,6 +36,7 @@ use crate::bench_support::{root, temp_dir};
 const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
+                           [--passages LONGER_THAN,CHARS,MAX,WHOLE_WEIGHT]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
@@ -45,13 +47,18 @@ hybrid mode the near-duplicate pairs (bench/quality/duplicates.jsonl)
 follow: the share flagged by words at remember and by meaning after
 embedding, per label, and the cosine distribution.
 --json FILE also writes the figures as JSON. --dev runs the development
-sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl),
+sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl,
+and long-dev: their memories packed into long ones),
 the only ones constants are tuned on (duplicates-dev.jsonl for the
 near-duplicates). --dev --sweep runs hybrid recall on the development
 sets over a grid of the fusion's constants and prints them best first.
 --model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
-bundled one.";
+bundled one. --passages LONGER_THAN,CHARS,MAX,WHOLE_WEIGHT cuts a memory
+longer than LONGER_THAN characters into at most MAX passages of at most
+CHARS, each embedded besides the memory, and scores it WHOLE_WEIGHT × its
+own cosine + the rest × its best (the store's default: 400,150,20,0.5;
+0 as MAX embeds memories whole).";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -149,6 +156,85 @@ fn paraphrase(path: &Path, name: &str) -> Result<DataSet, String> {
         items,
         queries,
     })
+}
+
+/// `long-dev`: the development sets' memories, half of them joined into
+/// long ones — a needle among other memories, and short memories among
+/// long ones. The memories of `parts` (in an order fixed by a hash of
+/// their ids) are taken in turn as `n` memories alone, then `n` joined by
+/// spaces into one, for `n` = 4, 6, 8, 10, 12, 4, …; every answered query
+/// of `parts` then asks for the memory that holds its own. Built from
+/// development data only: what the passage constants (`zm_store::semantic`'s
+/// `Passages::DEFAULT`) were chosen on.
+fn long_dev(parts: &[DataSet]) -> DataSet {
+    const PACKED: [usize; 5] = [4, 6, 8, 10, 12];
+    let fnv = |s: &str| {
+        s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    };
+    let mut all: Vec<(&str, &Item)> = parts
+        .iter()
+        .flat_map(|p| p.items.iter().map(move |i| (p.name.as_str(), i)))
+        .collect();
+    all.sort_by_key(|(_, i)| fnv(&i.id));
+    let mut items = Vec::new();
+    let mut home: HashMap<&str, (String, usize)> = HashMap::new();
+    let mut rest = all.as_slice();
+    let sizes = PACKED
+        .iter()
+        .cycle()
+        .flat_map(|n| std::iter::repeat_n(1, *n).chain([*n]));
+    for n in sizes {
+        if rest.is_empty() {
+            break;
+        }
+        let (group, tail) = rest.split_at(n.min(rest.len()));
+        rest = tail;
+        let id = format!("long-{:03}", items.len());
+        for (_, i) in group {
+            home.insert(i.id.as_str(), (id.clone(), group.len()));
+        }
+        items.push(Item {
+            id,
+            text: group
+                .iter()
+                .map(|(_, i)| i.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            kind: group[0].1.kind,
+        });
+    }
+    let mut queries = Vec::new();
+    for p in parts {
+        for q in &p.queries {
+            let Some(needle) = q.relevant.iter().next() else {
+                continue;
+            };
+            let Some((id, n)) = home.get(needle.as_str()) else {
+                continue;
+            };
+            let bucket = match n {
+                1 => "alone",
+                _ => "among others",
+            };
+            queries.push(Query {
+                text: q.text.clone(),
+                relevant: HashSet::from([id.clone()]),
+                category: format!("{} {bucket}", p.name.trim_end_matches("-dev")),
+            });
+        }
+    }
+    DataSet {
+        name: "long-dev".into(),
+        about: format!(
+            "{} memories from the development sets' memories (half alone, half joined by 4 to 12), {} queries asking for the one that holds theirs",
+            items.len(),
+            queries.len()
+        ),
+        items,
+        queries,
+    }
 }
 
 fn longmemeval(dir: &Path) -> Result<DataSet, String> {
@@ -266,7 +352,11 @@ impl Bm25 {
 
 /// The bundled model alone: every item and query embedded, ranked by exact
 /// cosine over the whole corpus (what the dense leg could give at best).
-fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<String>>, String> {
+fn dense_reference(
+    set: &DataSet,
+    model_dir: Option<&Path>,
+    passages: Passages,
+) -> Result<Vec<Vec<String>>, String> {
     let enc = model_of(model_dir)?;
     let embed = |texts: Vec<&str>| -> Result<Vec<Vec<f32>>, String> {
         let mut out = Vec::with_capacity(texts.len());
@@ -275,11 +365,41 @@ fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<St
         }
         Ok(out)
     };
-    let items = embed(set.items.iter().map(|i| i.text.as_str()).collect())?;
+    // Each memory as the store embeds it: itself, then its passages when
+    // it is long; its score is the best of them.
+    let texts_of =
+        |t: &str| -> Vec<String> { passages.texts(t).into_iter().map(str::to_string).collect() };
+    let per_item: Vec<Vec<String>> = set.items.iter().map(|i| texts_of(&i.text)).collect();
+    let flat: Vec<&str> = per_item.iter().flatten().map(String::as_str).collect();
+    eprintln!(
+        "  {}: {} memories embedded as {} texts",
+        set.name,
+        set.items.len(),
+        flat.len()
+    );
+    let mut flat_vecs = embed(flat)?.into_iter();
+    let items: Vec<Vec<Vec<f32>>> = per_item
+        .iter()
+        .map(|t| flat_vecs.by_ref().take(t.len()).collect())
+        .collect();
     let queries = embed(set.queries.iter().map(|q| q.text.as_str()).collect())?;
     // Where a cosine floor would cut: the relevant memory's cosine for
     // answered queries, the best cosine for queries nothing answers.
-    let cos = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+    // A memory's score as the store computes it (in f32): its own
+    // cosine blended with the best of all its vectors'.
+    let cos = |a: &[Vec<f32>], b: &[f32]| -> f32 {
+        let each: Vec<f32> = a
+            .iter()
+            .map(|a| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
+            .collect();
+        let best = each.iter().copied().fold(f32::MIN, f32::max);
+        match each.first() {
+            Some(own) if each.len() > 1 => {
+                passages.whole_weight * own + (1.0 - passages.whole_weight) * best
+            }
+            _ => best,
+        }
+    };
     let mut relevant: Vec<f32> = Vec::new();
     let mut unanswered: Vec<f32> = Vec::new();
     for (q, v) in set.queries.iter().zip(&queries) {
@@ -323,7 +443,7 @@ fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<St
             let mut scored: Vec<(usize, f32)> = items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (i, v.iter().zip(q).map(|(a, b)| a * b).sum()))
+                .map(|(i, v)| (i, cos(v, q)))
                 .collect();
             scored.sort_by(|a, b| b.1.total_cmp(&a.1));
             scored
@@ -456,7 +576,12 @@ impl Loaded {
     }
 }
 
-async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loaded, String> {
+async fn load(
+    set: &DataSet,
+    mode: Mode,
+    model_dir: Option<&Path>,
+    passages: Passages,
+) -> Result<Loaded, String> {
     let dir = temp_dir("quality")?;
     let url = zm_store::sqlite_url(&dir.join("quality.db"));
     let store = Store::open(&url)
@@ -473,6 +598,7 @@ async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loa
     let tools = ToolService::new(store.clone());
     if mode == Mode::Hybrid {
         let encoder = model_of(model_dir)?;
+        store.set_passages(passages);
         store.set_encoder(encoder);
     }
     let mut held: HashMap<String, Vec<String>> = HashMap::new();
@@ -576,8 +702,13 @@ async fn ask(set: &DataSet, l: &Loaded) -> Result<(Vec<Vec<String>>, Vec<f64>), 
     Ok((ours, times))
 }
 
-async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {
-    let loaded = load(set, mode, model_dir).await?;
+async fn run_set(
+    set: &DataSet,
+    mode: Mode,
+    model_dir: Option<&Path>,
+    passages: Passages,
+) -> Result<Report, String> {
+    let loaded = load(set, mode, model_dir, passages).await?;
     let (ours, mut times) = ask(set, &loaded).await?;
     times.sort_by(f64::total_cmp);
     let bm25 = Bm25::new(
@@ -603,7 +734,7 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
     if mode == Mode::Hybrid {
         methods.push((
             "model alone (exact cosine)".to_string(),
-            dense_reference(set, model_dir)?,
+            dense_reference(set, model_dir, passages)?,
         ));
     }
     let mut categories: Vec<String> = set.queries.iter().map(|q| q.category.clone()).collect();
@@ -641,11 +772,18 @@ async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<
 /// `--sweep`: hybrid fusion's constants over a grid, on the development
 /// sets only (each remembered and embedded once), printing hit@10 and
 /// MRR@10 per set, best first by the mean of the two over the sets.
-async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String> {
+async fn sweep(
+    sets: &[DataSet],
+    model_dir: Option<&Path>,
+    passages: Passages,
+) -> Result<(), String> {
     use zm_store::search::Fusion;
     let mut loaded = Vec::with_capacity(sets.len());
     for set in sets {
-        loaded.push(load(set, Mode::Hybrid, model_dir).await?);
+        let l = load(set, Mode::Hybrid, model_dir, passages).await?;
+        // Each query is embedded once, not once per combination.
+        l.store.keep_query_vectors();
+        loaded.push(l);
     }
     let mut grid = Vec::new();
     grid.push(Fusion::DEFAULT);
@@ -755,6 +893,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut dev = false;
     let mut sweeping = false;
     let mut model_dir: Option<PathBuf> = None;
+    let mut passages = Passages::DEFAULT;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -768,6 +907,21 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
+            "--passages" => value("--passages").and_then(|v| {
+                let n: Vec<&str> = v.split(',').collect();
+                let bad =
+                    || format!("--passages wants LONGER_THAN,CHARS,MAX,WHOLE_WEIGHT, not {v:?}");
+                let [a, b, c, d] = n[..] else {
+                    return Err(bad());
+                };
+                passages = Passages {
+                    longer_than: a.parse().map_err(|_| bad())?,
+                    chars: b.parse().map_err(|_| bad())?,
+                    max: c.parse().map_err(|_| bad())?,
+                    whole_weight: d.parse().map_err(|_| bad())?,
+                };
+                Ok(())
+            }),
             "--dev" => {
                 dev = true;
                 Ok(())
@@ -819,15 +973,31 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     } else if wanted("paraphrase") {
         files.push(("paraphrase", para.clone()));
     }
+    let mut read_dev = Vec::new();
     for (name, path) in files {
         match paraphrase(&path, name) {
-            Ok(s) => sets.push(s),
+            Ok(s) => read_dev.push(s),
             Err(e) => {
                 eprintln!("quality: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
+    if dev && wanted("long-dev") {
+        // Built from both development sets, whichever of them --only keeps.
+        let mut parts = Vec::new();
+        for name in ["paraphrase-dev", "keyword-dev"] {
+            match paraphrase(&root().join(format!("bench/quality/{name}.jsonl")), name) {
+                Ok(s) => parts.push(s),
+                Err(e) => {
+                    eprintln!("quality: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        read_dev.push(long_dev(&parts));
+    }
+    sets.extend(read_dev);
     if !dev && wanted("longmemeval-s-smoke") {
         if lme.join("corpus.jsonl").exists() {
             match longmemeval(&lme) {
@@ -864,7 +1034,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         .build()
         .expect("a tokio runtime");
     if sweeping {
-        return match runtime.block_on(sweep(&sets, model_dir.as_deref())) {
+        return match runtime.block_on(sweep(&sets, model_dir.as_deref(), passages)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("quality: sweep: {e}");
@@ -876,7 +1046,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     for set in &sets {
         let mut merged: Option<Report> = None;
         for mode in &modes {
-            match runtime.block_on(run_set(set, *mode, model_dir.as_deref())) {
+            match runtime.block_on(run_set(set, *mode, model_dir.as_deref(), passages)) {
                 Ok(r) => match &mut merged {
                     // One table per data set: every mode, one baseline.
                     Some(m) => m.figures.extend(r.figures),
