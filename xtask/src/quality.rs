@@ -28,7 +28,6 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use zm_contracts::ToolName;
-use zm_store::semantic::Passages;
 use zm_store::{Caller, Store, ToolService};
 
 use crate::bench_support::{root, temp_dir};
@@ -36,7 +35,6 @@ use crate::bench_support::{root, temp_dir};
 const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
-                           [--passages LONGER_THAN,CHARS,MAX,WHOLE_WEIGHT]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
@@ -48,17 +46,13 @@ follow: the share flagged by words at remember and by meaning after
 embedding, per label, and the cosine distribution.
 --json FILE also writes the figures as JSON. --dev runs the development
 sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl,
-and long-dev: their memories packed into long ones),
+and long-dev: half their memories joined into long ones),
 the only ones constants are tuned on (duplicates-dev.jsonl for the
 near-duplicates). --dev --sweep runs hybrid recall on the development
 sets over a grid of the fusion's constants and prints them best first.
 --model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
-bundled one. --passages LONGER_THAN,CHARS,MAX,WHOLE_WEIGHT cuts a memory
-longer than LONGER_THAN characters into at most MAX passages of at most
-CHARS, each embedded besides the memory, and scores it WHOLE_WEIGHT × its
-own cosine + the rest × its best (the store's default: 400,150,20,0.5;
-0 as MAX embeds memories whole).";
+bundled one.";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -164,8 +158,7 @@ fn paraphrase(path: &Path, name: &str) -> Result<DataSet, String> {
 /// their ids) are taken in turn as `n` memories alone, then `n` joined by
 /// spaces into one, for `n` = 4, 6, 8, 10, 12, 4, …; every answered query
 /// of `parts` then asks for the memory that holds its own. Built from
-/// development data only: what the passage constants (`zm_store::semantic`'s
-/// `Passages::DEFAULT`) were chosen on.
+/// development data only.
 fn long_dev(parts: &[DataSet]) -> DataSet {
     const PACKED: [usize; 5] = [4, 6, 8, 10, 12];
     let fnv = |s: &str| {
@@ -352,11 +345,7 @@ impl Bm25 {
 
 /// The bundled model alone: every item and query embedded, ranked by exact
 /// cosine over the whole corpus (what the dense leg could give at best).
-fn dense_reference(
-    set: &DataSet,
-    model_dir: Option<&Path>,
-    passages: Passages,
-) -> Result<Vec<Vec<String>>, String> {
+fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<String>>, String> {
     let enc = model_of(model_dir)?;
     let embed = |texts: Vec<&str>| -> Result<Vec<Vec<f32>>, String> {
         let mut out = Vec::with_capacity(texts.len());
@@ -365,41 +354,11 @@ fn dense_reference(
         }
         Ok(out)
     };
-    // Each memory as the store embeds it: itself, then its passages when
-    // it is long; its score is the best of them.
-    let texts_of =
-        |t: &str| -> Vec<String> { passages.texts(t).into_iter().map(str::to_string).collect() };
-    let per_item: Vec<Vec<String>> = set.items.iter().map(|i| texts_of(&i.text)).collect();
-    let flat: Vec<&str> = per_item.iter().flatten().map(String::as_str).collect();
-    eprintln!(
-        "  {}: {} memories embedded as {} texts",
-        set.name,
-        set.items.len(),
-        flat.len()
-    );
-    let mut flat_vecs = embed(flat)?.into_iter();
-    let items: Vec<Vec<Vec<f32>>> = per_item
-        .iter()
-        .map(|t| flat_vecs.by_ref().take(t.len()).collect())
-        .collect();
+    let items = embed(set.items.iter().map(|i| i.text.as_str()).collect())?;
     let queries = embed(set.queries.iter().map(|q| q.text.as_str()).collect())?;
     // Where a cosine floor would cut: the relevant memory's cosine for
     // answered queries, the best cosine for queries nothing answers.
-    // A memory's score as the store computes it (in f32): its own
-    // cosine blended with the best of all its vectors'.
-    let cos = |a: &[Vec<f32>], b: &[f32]| -> f32 {
-        let each: Vec<f32> = a
-            .iter()
-            .map(|a| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
-            .collect();
-        let best = each.iter().copied().fold(f32::MIN, f32::max);
-        match each.first() {
-            Some(own) if each.len() > 1 => {
-                passages.whole_weight * own + (1.0 - passages.whole_weight) * best
-            }
-            _ => best,
-        }
-    };
+    let cos = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
     let mut relevant: Vec<f32> = Vec::new();
     let mut unanswered: Vec<f32> = Vec::new();
     for (q, v) in set.queries.iter().zip(&queries) {
@@ -443,7 +402,7 @@ fn dense_reference(
             let mut scored: Vec<(usize, f32)> = items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (i, cos(v, q)))
+                .map(|(i, v)| (i, v.iter().zip(q).map(|(a, b)| a * b).sum()))
                 .collect();
             scored.sort_by(|a, b| b.1.total_cmp(&a.1));
             scored
@@ -576,12 +535,7 @@ impl Loaded {
     }
 }
 
-async fn load(
-    set: &DataSet,
-    mode: Mode,
-    model_dir: Option<&Path>,
-    passages: Passages,
-) -> Result<Loaded, String> {
+async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loaded, String> {
     let dir = temp_dir("quality")?;
     let url = zm_store::sqlite_url(&dir.join("quality.db"));
     let store = Store::open(&url)
@@ -598,7 +552,6 @@ async fn load(
     let tools = ToolService::new(store.clone());
     if mode == Mode::Hybrid {
         let encoder = model_of(model_dir)?;
-        store.set_passages(passages);
         store.set_encoder(encoder);
     }
     let mut held: HashMap<String, Vec<String>> = HashMap::new();
@@ -702,13 +655,8 @@ async fn ask(set: &DataSet, l: &Loaded) -> Result<(Vec<Vec<String>>, Vec<f64>), 
     Ok((ours, times))
 }
 
-async fn run_set(
-    set: &DataSet,
-    mode: Mode,
-    model_dir: Option<&Path>,
-    passages: Passages,
-) -> Result<Report, String> {
-    let loaded = load(set, mode, model_dir, passages).await?;
+async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {
+    let loaded = load(set, mode, model_dir).await?;
     let (ours, mut times) = ask(set, &loaded).await?;
     times.sort_by(f64::total_cmp);
     let bm25 = Bm25::new(
@@ -734,7 +682,7 @@ async fn run_set(
     if mode == Mode::Hybrid {
         methods.push((
             "model alone (exact cosine)".to_string(),
-            dense_reference(set, model_dir, passages)?,
+            dense_reference(set, model_dir)?,
         ));
     }
     let mut categories: Vec<String> = set.queries.iter().map(|q| q.category.clone()).collect();
@@ -772,15 +720,11 @@ async fn run_set(
 /// `--sweep`: hybrid fusion's constants over a grid, on the development
 /// sets only (each remembered and embedded once), printing hit@10 and
 /// MRR@10 per set, best first by the mean of the two over the sets.
-async fn sweep(
-    sets: &[DataSet],
-    model_dir: Option<&Path>,
-    passages: Passages,
-) -> Result<(), String> {
+async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String> {
     use zm_store::search::Fusion;
     let mut loaded = Vec::with_capacity(sets.len());
     for set in sets {
-        let l = load(set, Mode::Hybrid, model_dir, passages).await?;
+        let l = load(set, Mode::Hybrid, model_dir).await?;
         // Each query is embedded once, not once per combination.
         l.store.keep_query_vectors();
         loaded.push(l);
@@ -789,7 +733,7 @@ async fn sweep(
     grid.push(Fusion::DEFAULT);
     for rrf_k in [20.0, 60.0] {
         for partial_weight in [0.0, 0.1, 0.25, 0.35, 0.5, 0.75] {
-            for dense_weight in [1.0, 1.25, 1.5, 2.0, 3.0] {
+            for dense_weight in [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0] {
                 for dense_spread in [0.15, 0.2, 0.25, 0.35, 2.0] {
                     let f = Fusion {
                         rrf_k,
@@ -893,7 +837,6 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut dev = false;
     let mut sweeping = false;
     let mut model_dir: Option<PathBuf> = None;
-    let mut passages = Passages::DEFAULT;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -907,21 +850,6 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
-            "--passages" => value("--passages").and_then(|v| {
-                let n: Vec<&str> = v.split(',').collect();
-                let bad =
-                    || format!("--passages wants LONGER_THAN,CHARS,MAX,WHOLE_WEIGHT, not {v:?}");
-                let [a, b, c, d] = n[..] else {
-                    return Err(bad());
-                };
-                passages = Passages {
-                    longer_than: a.parse().map_err(|_| bad())?,
-                    chars: b.parse().map_err(|_| bad())?,
-                    max: c.parse().map_err(|_| bad())?,
-                    whole_weight: d.parse().map_err(|_| bad())?,
-                };
-                Ok(())
-            }),
             "--dev" => {
                 dev = true;
                 Ok(())
@@ -1034,7 +962,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         .build()
         .expect("a tokio runtime");
     if sweeping {
-        return match runtime.block_on(sweep(&sets, model_dir.as_deref(), passages)) {
+        return match runtime.block_on(sweep(&sets, model_dir.as_deref())) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("quality: sweep: {e}");
@@ -1046,7 +974,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     for set in &sets {
         let mut merged: Option<Report> = None;
         for mode in &modes {
-            match runtime.block_on(run_set(set, *mode, model_dir.as_deref(), passages)) {
+            match runtime.block_on(run_set(set, *mode, model_dir.as_deref())) {
                 Ok(r) => match &mut merged {
                     // One table per data set: every mode, one baseline.
                     Some(m) => m.figures.extend(r.figures),

@@ -119,25 +119,6 @@ impl Vector {
         out
     }
 
-    /// The stored form of several vectors (one memory's, see `zm-store`):
-    /// each one's [`to_bytes`](Self::to_bytes), in order.
-    pub fn all_to_bytes(vectors: &[Vector]) -> Vec<u8> {
-        vectors.iter().flat_map(Vector::to_bytes).collect()
-    }
-
-    /// Read the stored form of one or more vectors of `dims` dimensions;
-    /// `None` when it is empty, not a whole number of `4 + dims`-byte
-    /// vectors, or a scale is not finite.
-    pub fn all_from_bytes(bytes: &[u8], dims: usize) -> Option<Vec<Vector>> {
-        if bytes.is_empty() || bytes.len() % (4 + dims) != 0 {
-            return None;
-        }
-        bytes
-            .chunks_exact(4 + dims)
-            .map(|b| Vector::from_bytes(b, dims))
-            .collect()
-    }
-
     /// Read the stored form; `None` when it is not `4 + dims` bytes.
     pub fn from_bytes(bytes: &[u8], dims: usize) -> Option<Vector> {
         if bytes.len() != 4 + dims {

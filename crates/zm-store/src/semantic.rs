@@ -46,157 +46,6 @@ use crate::store::Store;
 /// 128 tokens, about 500 characters; the rest would be cut anyway).
 pub const EMBED_CHARS: usize = 2000;
 
-/// The identity recorded with a memory's vectors: the model's, and how a
-/// memory is cut into passages. Changing either embeds everything again.
-fn vector_identity(enc: &dyn Encoder, p: Passages) -> String {
-    format!(
-        "{}+passages{}:{}x{}",
-        enc.model(),
-        p.longer_than,
-        p.chars,
-        p.max
-    )
-}
-
-/// A memory longer than this many characters (about a hundred tokens) is
-/// long: besides its own vector, its passages get one each. Shorter
-/// memories — nearly everything agents write — keep one vector.
-pub const LONG_MEMORY_CHARS: usize = 400;
-
-/// Characters of one passage of a long memory: a sentence or two.
-pub const PASSAGE_CHARS: usize = 150;
-
-/// At most this many passages of a long memory get a vector of their own:
-/// the first 3,000 characters.
-pub const MAX_PASSAGES: usize = 20;
-
-/// A long memory's dense score is `WHOLE_WEIGHT × (its own vector's
-/// cosine) + (1 − WHOLE_WEIGHT) × (the best cosine of all its vectors)`:
-/// a passage lifts a memory whose one sentence answers, without letting a
-/// long memory's many passages outrank short memories by chance alone.
-pub const WHOLE_WEIGHT: f32 = 0.5;
-
-/// How a long memory is cut into passages, each embedded on its own.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Passages {
-    /// A memory longer than this many characters is cut; shorter ones
-    /// are embedded as themselves only.
-    pub longer_than: usize,
-    /// At most this many characters a passage.
-    pub chars: usize,
-    /// At most this many passages a memory (0: none).
-    pub max: usize,
-    /// A long memory's dense score: this share of its own vector's cosine,
-    /// the rest the best cosine of all its vectors ([`WHOLE_WEIGHT`]).
-    pub whole_weight: f32,
-}
-
-impl Passages {
-    /// What the store uses: [`LONG_MEMORY_CHARS`], [`PASSAGE_CHARS`],
-    /// [`MAX_PASSAGES`].
-    pub const DEFAULT: Passages = Passages {
-        longer_than: LONG_MEMORY_CHARS,
-        chars: PASSAGE_CHARS,
-        max: MAX_PASSAGES,
-        whole_weight: WHOLE_WEIGHT,
-    };
-
-    /// The texts one memory is embedded as: the memory itself (its first
-    /// [`EMBED_CHARS`] characters), then — only when it is longer than
-    /// [`longer_than`](Self::longer_than) — its passages ([`passages`]). Its dense score is the
-    /// best cosine of any of them: a mean-pooled vector of a long memory
-    /// drowns the one sentence a question asks about.
-    pub fn texts(self, content: &str) -> Vec<&str> {
-        let whole = match content.char_indices().nth(EMBED_CHARS) {
-            Some((at, _)) => &content[..at],
-            None => content,
-        };
-        let mut out = vec![whole];
-        if self.max > 0 && content.chars().count() > self.longer_than {
-            out.extend(passages(content, self.chars, self.max));
-        }
-        out
-    }
-
-    /// How many characters of a memory [`texts`](Self::texts) may read.
-    fn reads(self) -> usize {
-        EMBED_CHARS.max(self.max.saturating_mul(self.chars).saturating_add(400))
-    }
-}
-
-impl Default for Passages {
-    fn default() -> Passages {
-        Passages::DEFAULT
-    }
-}
-
-/// [`Passages::DEFAULT`]'s [`texts`](Passages::texts).
-pub fn embedding_texts(content: &str) -> Vec<&str> {
-    Passages::DEFAULT.texts(content)
-}
-
-/// `text` cut into at most `max` passages of at most `chars` characters,
-/// in order: whole sentences (ending at `.`, `!` or `?` before white
-/// space, or at a line break) packed greedily; a sentence longer than a
-/// passage is cut at white space (or anywhere, when it has none). Blank
-/// passages are left out.
-pub fn passages(text: &str, chars: usize, max: usize) -> Vec<&str> {
-    let chars = chars.max(1);
-    // Sentence ends: byte offsets just past each sentence.
-    let mut ends = Vec::new();
-    let mut it = text.char_indices().peekable();
-    while let Some((i, c)) = it.next() {
-        let next = it.peek().map(|(_, n)| *n);
-        let end = i + c.len_utf8();
-        if c == '\n' || (matches!(c, '.' | '!' | '?') && next.is_none_or(char::is_whitespace)) {
-            ends.push(end);
-        }
-    }
-    if ends.last() != Some(&text.len()) {
-        ends.push(text.len());
-    }
-    let mut out: Vec<&str> = Vec::new();
-    let mut start = 0;
-    fn push<'t>(piece: &'t str, out: &mut Vec<&'t str>) {
-        if !piece.trim().is_empty() {
-            out.push(piece.trim());
-        }
-    }
-    let mut cut = 0; // the end of the last whole sentence that fits
-    for &end in &ends {
-        if out.len() >= max {
-            break;
-        }
-        if text[start..end].chars().count() <= chars {
-            cut = end;
-            continue;
-        }
-        // The passage so far is full: close it before this sentence.
-        if cut > start {
-            push(&text[start..cut], &mut out);
-            start = cut;
-        }
-        // A sentence longer than a passage: cut it at white space.
-        while out.len() < max && text[start..end].chars().count() > chars {
-            let limit = text[start..end]
-                .char_indices()
-                .nth(chars)
-                .map_or(end, |(at, _)| start + at);
-            let at = text[start..limit]
-                .rfind(char::is_whitespace)
-                .filter(|&w| w > 0)
-                .map_or(limit, |w| start + w);
-            push(&text[start..at], &mut out);
-            start = at;
-        }
-        cut = end;
-    }
-    if out.len() < max && cut > start {
-        push(&text[start..cut], &mut out);
-    }
-    out
-}
-
 /// Cosine at or above which two live memories of one owner in one scope
 /// are filed as an `unjudged` conflict once both are embedded: near
 /// duplicates by meaning, which word overlap (`similar_existing`, TF-IDF at
@@ -240,40 +89,23 @@ struct Entry {
     live: bool,
 }
 
-/// A vector slot whose memory was embedded again with another number of
-/// vectors: skipped by every scan (its bytes stay until the index is
-/// rebuilt; a model change rebuilds it).
-const ORPHAN: u32 = u32::MAX;
-
 /// The in-memory vectors of one model.
-///
-/// A memory has one vector or more (its own, then its passages', see
-/// [`embedding_texts`]), in consecutive *slots*; its dense score is the
-/// best cosine of any of them.
 #[derive(Debug, Default)]
 pub(crate) struct VectorIndex {
     model: String,
     dims: usize,
-    /// Memory `m` is `ids[m]`, with `entries[m]`; its vectors fill the
-    /// slots `spans[m].0 .. spans[m].0 + spans[m].1` (the first is the
-    /// memory's own).
+    /// Entry `i`'s memory is `ids[i]`.
     ids: Vec<MemoryId>,
     entries: Vec<Entry>,
-    spans: Vec<(usize, usize)>,
-    /// Slot `v` holds a vector of memory `memory[v]` ([`ORPHAN`] when
-    /// replaced).
-    memory: Vec<u32>,
-    /// Slot `v`'s int8 coordinates are `codes[v * dims..(v + 1) * dims]`
-    /// and its scale `scales[v]`: one flat array, so a scan reads memory
+    /// Entry `i`'s int8 coordinates are `codes[i * dims..(i + 1) * dims]`
+    /// and its scale `scales[i]`: one flat array, so a scan reads memory
     /// in order instead of chasing one allocation per vector.
     codes: Vec<i8>,
     scales: Vec<f32>,
-    /// Slot `v`'s sign bits (see [`sign_bits`]), `dims / 64` words (rounded
-    /// up) from `v × words`.
+    /// Entry `i`'s sign bits (see [`sign_bits`]), `dims / 64` words (rounded
+    /// up) from `i × words`.
     signs: Vec<u64>,
     by_id: HashMap<MemoryId, usize>,
-    /// [`Passages::whole_weight`].
-    whole_weight: f32,
     /// Interned owners and scopes.
     names: HashMap<String, u32>,
     last_vseq: i64,
@@ -289,10 +121,8 @@ impl VectorIndex {
         i
     }
 
-    /// Add or replace memory `meta.id` with these vectors (the memory's
-    /// own first); ignored when there are none or one has other dims.
-    fn upsert(&mut self, meta: Meta, vectors: &[Vector]) {
-        if vectors.is_empty() || vectors.iter().any(|v| v.dims() != self.dims) {
+    fn upsert(&mut self, meta: Meta, vector: &Vector) {
+        if vector.dims() != self.dims {
             return;
         }
         let entry = Entry {
@@ -301,93 +131,43 @@ impl VectorIndex {
             shared: meta.shared,
             live: meta.live,
         };
-        let m = match self.by_id.get(&meta.id) {
-            Some(&m) => {
-                self.entries[m] = entry;
-                let (start, len) = self.spans[m];
-                if len == vectors.len() {
-                    for (k, v) in vectors.iter().enumerate() {
-                        self.write_slot(start + k, v);
-                    }
-                    return;
-                }
-                for slot in &mut self.memory[start..start + len] {
-                    *slot = ORPHAN;
-                }
-                m
+        match self.by_id.get(&meta.id) {
+            Some(&i) => {
+                self.entries[i] = entry;
+                self.codes[i * self.dims..(i + 1) * self.dims].copy_from_slice(vector.values());
+                self.scales[i] = vector.scale();
+                let bits = sign_bits(vector.values());
+                let words = bits.len();
+                self.signs[i * words..(i + 1) * words].copy_from_slice(&bits);
             }
             None => {
-                let m = self.entries.len();
-                self.by_id.insert(meta.id.clone(), m);
+                self.by_id.insert(meta.id.clone(), self.entries.len());
                 self.ids.push(meta.id);
                 self.entries.push(entry);
-                self.spans.push((0, 0));
-                m
+                self.codes.extend_from_slice(vector.values());
+                self.scales.push(vector.scale());
+                self.signs.extend(sign_bits(vector.values()));
             }
-        };
-        let words = self.dims.div_ceil(64);
-        let start = self.memory.len();
-        let owner = u32::try_from(m).unwrap_or(ORPHAN);
-        self.memory.resize(start + vectors.len(), owner);
-        self.codes.resize((start + vectors.len()) * self.dims, 0);
-        self.scales.resize(start + vectors.len(), 0.0);
-        self.signs.resize((start + vectors.len()) * words, 0);
-        for (k, v) in vectors.iter().enumerate() {
-            self.write_slot(start + k, v);
         }
-        self.spans[m] = (start, vectors.len());
     }
 
-    fn write_slot(&mut self, slot: usize, vector: &Vector) {
-        self.codes[slot * self.dims..(slot + 1) * self.dims].copy_from_slice(vector.values());
-        self.scales[slot] = vector.scale();
-        let bits = sign_bits(vector.values());
-        let words = bits.len();
-        self.signs[slot * words..(slot + 1) * words].copy_from_slice(&bits);
+    /// Entry `i`'s int8 coordinates.
+    fn code(&self, i: usize) -> &[i8] {
+        &self.codes[i * self.dims..(i + 1) * self.dims]
     }
 
-    /// How many vector slots the index holds (orphans included).
-    fn slots(&self) -> usize {
-        self.memory.len()
-    }
-
-    /// Slot `v`'s int8 coordinates.
-    fn code(&self, v: usize) -> &[i8] {
-        &self.codes[v * self.dims..(v + 1) * self.dims]
-    }
-
-    /// The cosine of slot `v`'s vector and the vector `(code, scale)` (of
+    /// The cosine of entry `i`'s vector and the vector `(code, scale)` (of
     /// this index's dims).
     #[allow(clippy::cast_precision_loss)]
     #[inline(always)]
-    fn cosine_with(&self, v: usize, code: &[i8], scale: f32) -> f32 {
-        zm_embed::dot_i8(self.code(v), code) as f32 * self.scales[v] * scale
+    fn cosine_with(&self, i: usize, code: &[i8], scale: f32) -> f32 {
+        zm_embed::dot_i8(self.code(i), code) as f32 * self.scales[i] * scale
     }
 
-    /// The cosine of slot `v`'s vector and `query`.
+    /// The cosine of entry `i`'s vector and `query`.
     #[inline(always)]
-    fn cosine_at(&self, v: usize, query: &Vector) -> f32 {
-        self.cosine_with(v, query.values(), query.scale())
-    }
-
-    /// Memory `m`'s dense score for `query` (see [`WHOLE_WEIGHT`]).
-    fn memory_cosine(&self, m: usize, query: &Vector) -> f32 {
-        let (start, len) = self.spans[m];
-        let best = (start..start + len)
-            .map(|v| self.cosine_at(v, query))
-            .fold(f32::NEG_INFINITY, f32::max);
-        self.blend(m, best, query)
-    }
-
-    /// Memory `m`'s dense score, given the best cosine of its vectors.
-    #[inline(always)]
-    fn blend(&self, m: usize, best: f32, query: &Vector) -> f32 {
-        let (start, len) = self.spans[m];
-        if len <= 1 || self.whole_weight <= 0.0 {
-            return best;
-        }
-        let whole = self.cosine_at(start, query);
-        self.whole_weight * whole + (1.0 - self.whole_weight) * best
+    fn cosine_at(&self, i: usize, query: &Vector) -> f32 {
+        self.cosine_with(i, query.values(), query.scale())
     }
 
     fn set_meta(&mut self, meta: &Meta) {
@@ -403,14 +183,13 @@ impl VectorIndex {
         e.live = meta.live;
     }
 
-    /// The `limit` nearest live memories among those `user` may read in
-    /// `set`, as of the last refresh, each by the best cosine of its
-    /// vectors; nearest first.
+    /// The `limit` nearest live vectors among memories `user` may read in
+    /// `set`, as of the last refresh; nearest first.
     ///
     /// Up to [`EXACT_SCAN_MAX`] vectors every candidate's int8 cosine is
-    /// computed. Beyond, a first pass ranks the candidates' vectors by the
-    /// Hamming distance of their sign bits to the query's (48 bytes a
-    /// vector instead of 384), and only the [`SHORTLIST_FACTOR`] × `limit`
+    /// computed. Beyond, a first pass ranks the candidates by the Hamming
+    /// distance of their sign bits to the query's (48 bytes a vector
+    /// instead of 384), and only the [`SHORTLIST_FACTOR`] × `limit`
     /// closest by that measure get the exact int8 cosine: approximate,
     /// measured against the exact scan in `docs/BENCHMARKS.md`.
     fn nearest(
@@ -420,7 +199,7 @@ impl VectorIndex {
         set: &ReadSet,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
-        let shortlist = self.slots() > EXACT_SCAN_MAX;
+        let shortlist = self.entries.len() > EXACT_SCAN_MAX;
         self.search(query, user, set, limit, shortlist)
     }
 
@@ -445,15 +224,10 @@ impl VectorIndex {
                     .collect(),
             ),
         };
-        // Slot `v` is a current vector of a memory the caller may read.
-        let readable = |v: usize| {
-            let m = self.memory[v];
-            m != ORPHAN && {
-                let e = &self.entries[m as usize];
-                e.live
-                    && (e.shared || Some(e.owner) == me)
-                    && scopes.as_ref().is_none_or(|s| s.contains(&e.scope))
-            }
+        let readable = |e: &Entry| {
+            e.live
+                && (e.shared || Some(e.owner) == me)
+                && scopes.as_ref().is_none_or(|s| s.contains(&e.scope))
         };
         let mut best = TopK::new(limit);
         let shortlist = limit.saturating_mul(SHORTLIST_FACTOR);
@@ -462,16 +236,16 @@ impl VectorIndex {
         // baseline where not), chosen at run time: the same arithmetic,
         // faster.
         let arch = pulp::Arch::new();
-        if !approximate || shortlist >= self.slots() {
+        if !approximate || shortlist >= self.entries.len() {
             arch.dispatch(CosinePass {
                 index: self,
                 query,
-                keep: &readable,
+                keep: |i: usize| readable(&self.entries[i]),
                 best: &mut best,
             });
         } else {
             let q = sign_bits(query.values());
-            let mut distance = vec![u16::MAX; self.slots()];
+            let mut distance = vec![u16::MAX; self.entries.len()];
             let mut histogram = vec![0usize; self.dims + 1];
             arch.dispatch(HammingPass {
                 index: self,
@@ -495,19 +269,18 @@ impl VectorIndex {
             arch.dispatch(CosinePass {
                 index: self,
                 query,
-                keep: &|v: usize| distance[v] <= cut,
+                keep: |i: usize| distance[i] <= cut,
                 best: &mut best,
             });
         }
         best.into_sorted()
             .into_iter()
-            .map(|(c, m)| (self.ids[m].clone(), c))
+            .map(|(c, i)| (self.ids[i].clone(), c))
             .collect()
     }
 
     /// Live memories of the same owner in the same scope as memory `id`
-    /// whose own vectors (not their passages': a restatement is a whole
-    /// memory's) are at least `floor` from its own, nearest first.
+    /// whose vectors are at least `floor` from its own, nearest first.
     fn near_duplicates(&self, id: &MemoryId, floor: f32, cap: usize) -> Vec<(MemoryId, f32)> {
         let Some(&i) = self.by_id.get(id) else {
             return Vec::new();
@@ -516,15 +289,14 @@ impl VectorIndex {
         if !me.live {
             return Vec::new();
         }
-        let own = self.spans[i].0;
-        let (code, scale) = (self.code(own), self.scales[own]);
+        let (code, scale) = (self.code(i), self.scales[i]);
         let mut found: Vec<(f32, usize)> = self
             .entries
             .iter()
             .enumerate()
             .filter(|(j, e)| *j != i && e.live && e.owner == me.owner && e.scope == me.scope)
             .filter_map(|(j, _)| {
-                let c = self.cosine_with(self.spans[j].0, code, scale);
+                let c = self.cosine_with(j, code, scale);
                 (c >= floor).then_some((c, j))
             })
             .collect();
@@ -594,9 +366,6 @@ pub(crate) struct Semantic {
     /// [`Fusion::DEFAULT`](crate::search::Fusion::DEFAULT) but in the
     /// quality benchmark's sweep.
     fusion: RwLock<crate::search::Fusion>,
-    /// How long memories are cut: always [`Passages::DEFAULT`] but in
-    /// the quality benchmark.
-    passages: RwLock<Passages>,
     /// Query vectors kept by text: only the quality benchmark's sweep
     /// keeps them, as it asks every query again under each constant.
     query_memo: RwLock<Option<HashMap<String, Vector>>>,
@@ -608,8 +377,7 @@ impl std::fmt::Debug for Semantic {
     }
 }
 
-/// The int8 cosine of every slot `keep` admits; each memory's best offered
-/// to `best`.
+/// The int8 cosine of every entry `keep` admits, offered to `best`.
 ///
 /// The passes are `pulp::WithSimd` values, not closures: pulp calls
 /// `with_simd` inlined into a function compiled for the instruction set it
@@ -619,7 +387,7 @@ impl std::fmt::Debug for Semantic {
 struct CosinePass<'a, K> {
     index: &'a VectorIndex,
     query: &'a Vector,
-    keep: &'a K,
+    keep: K,
     best: &'a mut TopK,
 }
 
@@ -628,33 +396,15 @@ impl<K: Fn(usize) -> bool> pulp::WithSimd for CosinePass<'_, K> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        // A memory's slots are consecutive, so its best cosine is the
-        // maximum over one run of kept slots.
-        let mut run: Option<(u32, f32)> = None;
-        for v in 0..self.index.slots() {
-            if !(self.keep)(v) {
-                continue;
+        for i in 0..self.index.entries.len() {
+            if (self.keep)(i) {
+                self.best.offer(self.index.cosine_at(i, self.query), i);
             }
-            let m = self.index.memory[v];
-            let c = self.index.cosine_at(v, self.query);
-            run = match run {
-                Some((rm, rc)) if rm == m => Some((m, rc.max(c))),
-                Some((rm, rc)) => {
-                    let rm = rm as usize;
-                    self.best.offer(self.index.blend(rm, rc, self.query), rm);
-                    Some((m, c))
-                }
-                None => Some((m, c)),
-            };
-        }
-        if let Some((rm, rc)) = run {
-            let rm = rm as usize;
-            self.best.offer(self.index.blend(rm, rc, self.query), rm);
         }
     }
 }
 
-/// The Hamming distance of every readable slot's sign bits to the
+/// The Hamming distance of every readable entry's sign bits to the
 /// query's, and their histogram (see [`CosinePass`] for why a struct).
 struct HammingPass<'a, R> {
     index: &'a VectorIndex,
@@ -664,20 +414,20 @@ struct HammingPass<'a, R> {
     histogram: &'a mut [usize],
 }
 
-impl<R: Fn(usize) -> bool> pulp::WithSimd for HammingPass<'_, R> {
+impl<R: Fn(&Entry) -> bool> pulp::WithSimd for HammingPass<'_, R> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         let words = self.query.len();
-        for (v, (bits, d)) in self
+        for ((e, bits), d) in self
             .index
-            .signs
-            .chunks_exact(words)
+            .entries
+            .iter()
+            .zip(self.index.signs.chunks_exact(words))
             .zip(self.distance.iter_mut())
-            .enumerate()
         {
-            if (self.readable)(v) {
+            if (self.readable)(e) {
                 *d = hamming(bits, self.query);
                 self.histogram[usize::from(*d)] += 1;
             }
@@ -685,7 +435,7 @@ impl<R: Fn(usize) -> bool> pulp::WithSimd for HammingPass<'_, R> {
     }
 }
 
-/// The `k` best `(cosine, memory)` offered so far.
+/// The `k` best `(cosine, entry)` offered so far.
 struct TopK {
     k: usize,
     best: Vec<(f32, usize)>,
@@ -759,12 +509,9 @@ impl Store {
     pub fn set_encoder(&self, encoder: Arc<dyn Encoder>) {
         {
             let mut index = write(&self.semantic.index);
-            let identity = vector_identity(encoder.as_ref(), self.passages());
-            index.whole_weight = self.passages().whole_weight;
-            if index.model != identity {
+            if index.model != encoder.model() {
                 *index = VectorIndex {
-                    model: identity,
-                    whole_weight: self.passages().whole_weight,
+                    model: encoder.model().to_string(),
                     dims: encoder.dims(),
                     ..VectorIndex::default()
                 };
@@ -835,7 +582,7 @@ impl Store {
             "SELECT COUNT(*) FROM memories m WHERE m.invalidated_at IS NULL AND NOT EXISTS \
              (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = $1)",
         )
-        .bind(vector_identity(enc.as_ref(), self.passages()))
+        .bind(enc.model())
         .fetch_one(&self.pool)
         .await
         .db("embedding queue")
@@ -848,8 +595,7 @@ impl Store {
         let Some(enc) = self.encoder() else {
             return Ok(0);
         };
-        let cut = self.passages();
-        let model = vector_identity(enc.as_ref(), cut);
+        let model = enc.model().to_string();
         let limit = i64::try_from(max.max(1)).unwrap_or(64);
         let mut rows = Vec::new();
         // One pass walks down from the newest memory; when it reaches the
@@ -857,8 +603,7 @@ impl Store {
         for _ in 0..2 {
             let below = i64::try_from(self.semantic.cursor.load(Ordering::Relaxed)).unwrap_or(0);
             let mut sql = crate::sql::Sql::new(&format!(
-                "SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, {}) AS content FROM memories m WHERE",
-                cut.reads()
+                "SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, {EMBED_CHARS}) AS content FROM memories m WHERE"
             ));
             sql.push("  m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
                 .bind_str(model.clone())
@@ -890,31 +635,13 @@ impl Store {
         }
         let started = std::time::Instant::now();
         let enc2 = Arc::clone(&enc);
-        // Every memory's texts (itself, then its passages) in one batch.
-        let per_memory: Vec<Vec<String>> = batch
-            .iter()
-            .map(|(_, t)| cut.texts(t).into_iter().map(str::to_string).collect())
-            .collect();
-        let texts: Vec<String> = per_memory.iter().flatten().cloned().collect();
-        let flat = tokio::task::spawn_blocking(move || embed_each(enc2.as_ref(), &texts))
+        let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
+        let vectors = tokio::task::spawn_blocking(move || embed_each(enc2.as_ref(), &texts))
             .await
             .map_err(|e| {
                 tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
                 ToolError::internal()
             })?;
-        // A memory whose own text the model refuses gets no vector; a
-        // passage it refuses is left out.
-        let mut flat = flat.into_iter();
-        let vectors: Vec<Option<Vec<Vector>>> = per_memory
-            .iter()
-            .map(|texts| {
-                let mine: Vec<Option<Vector>> = flat.by_ref().take(texts.len()).collect();
-                match mine.first() {
-                    Some(Some(_)) => Some(mine.into_iter().flatten().collect()),
-                    _ => None,
-                }
-            })
-            .collect();
         let s = &self.semantic;
         s.embed_micros
             .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
@@ -934,7 +661,7 @@ impl Store {
             )
             .bind(id)
             .bind(&model)
-            .bind(v.as_deref().map(Vector::all_to_bytes))
+            .bind(v.as_ref().map(Vector::to_bytes))
             .bind(now)
             .execute(&mut *tx)
             .await
@@ -1046,7 +773,6 @@ impl Store {
         *index = VectorIndex {
             model: std::mem::take(&mut index.model),
             dims: index.dims,
-            whole_weight: index.whole_weight,
             ..VectorIndex::default()
         };
         drop(index);
@@ -1094,10 +820,10 @@ impl Store {
                 after = after.max(vseq);
                 index.last_vseq = index.last_vseq.max(vseq);
                 let bytes: Option<Vec<u8>> = col(r, "vec")?;
-                let Some(vectors) = bytes.and_then(|b| Vector::all_from_bytes(&b, dims)) else {
+                let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) else {
                     continue;
                 };
-                index.upsert(meta_of(r)?, &vectors);
+                index.upsert(meta_of(r)?, &vector);
                 read_rows += 1;
             }
         }
@@ -1280,24 +1006,11 @@ impl Store {
         *write(&self.semantic.fusion) = fusion;
     }
 
-    /// For the quality benchmark: cut long memories this way instead of
-    /// [`Passages::DEFAULT`]. Call it before [`set_encoder`](Self::set_encoder):
-    /// the vectors' identity includes it.
-    #[doc(hidden)]
-    pub fn set_passages(&self, passages: Passages) {
-        *write(&self.semantic.passages) = passages;
-    }
-
     /// For the quality benchmark's sweep: keep every query's vector by its
     /// text from now on, so asking it again does not embed it again.
     #[doc(hidden)]
     pub fn keep_query_vectors(&self) {
         write(&self.semantic.query_memo).get_or_insert_with(HashMap::new);
-    }
-
-    /// How long memories are cut.
-    fn passages(&self) -> Passages {
-        *read(&self.semantic.passages)
     }
 
     /// The fusion's constants in force.
@@ -1312,12 +1025,11 @@ impl Store {
             .contains_key(&MemoryId::from_trusted(id))
     }
 
-    /// The best cosine of `query` and memory `id`'s vectors (its own and
-    /// its passages'), when indexed: its dense score.
+    /// The cosine of `query` and memory `id`'s vector, when indexed.
     pub(crate) fn cosine_of(&self, query: &Vector, id: &MemoryId) -> Option<f32> {
         let index = read(&self.semantic.index);
         let i = *index.by_id.get(id)?;
-        (query.dims() == index.dims).then(|| index.memory_cosine(i, query))
+        (query.dims() == index.dims).then(|| index.cosine_at(i, query))
     }
 }
 
@@ -1382,7 +1094,7 @@ mod tests {
                     shared: false,
                     live: true,
                 },
-                &[Vector::quantize(&v)],
+                &Vector::quantize(&v),
             );
             raw.push(v);
         }
@@ -1430,131 +1142,6 @@ mod tests {
         assert_eq!(approx, exact);
         // Nobody else reads anything.
         assert!(index.nearest(&query, "carol", &ReadSet::All, 10).is_empty());
-    }
-
-    #[test]
-    fn a_memory_scores_its_best_vector_and_a_re_embedding_replaces_them_all() {
-        let mut seed = 0x2545_F491_4F6C_DD1D;
-        let mut index = VectorIndex {
-            model: "test".into(),
-            dims: 384,
-            ..VectorIndex::default()
-        };
-        let meta = |id: &str| Meta {
-            id: MemoryId::from_trusted(id),
-            owner: "alice".into(),
-            scope: "personal".into(),
-            shared: false,
-            live: true,
-        };
-        let raw: Vec<Vec<f32>> = (0..6).map(|_| random_unit(&mut seed, 384)).collect();
-        let q = |v: &[f32]| Vector::quantize(v);
-        // One memory of three vectors between two of one.
-        index.upsert(meta("mem_a"), &[q(&raw[0])]);
-        index.upsert(meta("mem_long"), &[q(&raw[1]), q(&raw[2]), q(&raw[3])]);
-        index.upsert(meta("mem_b"), &[q(&raw[4])]);
-        // Near its third vector: the long memory comes first, scored by
-        // that vector, and once.
-        let query = near(&raw[3], &mut seed);
-        let found = index.search(&query, "alice", &ReadSet::All, 10, false);
-        assert_eq!(found.len(), 3, "one result per memory: {found:?}");
-        assert_eq!(found[0].0, MemoryId::from_trusted("mem_long"));
-        let third = Vector::quantize(&raw[3]).cosine(&query);
-        assert!(
-            (found[0].1 - third).abs() < 1e-6,
-            "{} vs {third}",
-            found[0].1
-        );
-        assert!(found[0].1 > Vector::quantize(&raw[1]).cosine(&query) + 0.2);
-        assert_eq!(
-            index.memory_cosine(1, &query).to_bits(),
-            found[0].1.to_bits()
-        );
-        // Weighing its own vector in: halfway between the two.
-        index.whole_weight = 0.5;
-        let own = Vector::quantize(&raw[1]).cosine(&query);
-        let blended = index.search(&query, "alice", &ReadSet::All, 10, false);
-        let long = blended
-            .iter()
-            .find(|(id, _)| id.as_str() == "mem_long")
-            .map(|(_, c)| *c);
-        assert!(
-            (long.unwrap_or(f32::NAN) - (0.5 * own + 0.5 * third)).abs() < 1e-6,
-            "{long:?}"
-        );
-        assert_eq!(
-            index.memory_cosine(1, &query).to_bits(),
-            long.unwrap_or(f32::NAN).to_bits()
-        );
-        index.whole_weight = 0.0;
-        // Embedded again with one vector: the old passages no longer count.
-        index.upsert(meta("mem_long"), &[q(&raw[5])]);
-        let again = index.search(&query, "alice", &ReadSet::All, 10, false);
-        assert_eq!(again.len(), 3);
-        let long = again
-            .iter()
-            .find(|(id, _)| id.as_str() == "mem_long")
-            .map(|(_, c)| *c);
-        assert_eq!(long, Some(Vector::quantize(&raw[5]).cosine(&query)));
-        // Near-duplicates compare memories' own vectors only: a memory
-        // equal to another's passage is not its duplicate.
-        index.upsert(meta("mem_long"), &[q(&raw[1]), q(&raw[2])]);
-        index.upsert(meta("mem_c"), &[q(&raw[2])]);
-        assert!(
-            index
-                .near_duplicates(&MemoryId::from_trusted("mem_c"), 0.9, 3)
-                .is_empty()
-        );
-        index.upsert(meta("mem_d"), &[q(&raw[1])]);
-        let dup = index.near_duplicates(&MemoryId::from_trusted("mem_d"), 0.9, 3);
-        assert_eq!(dup.len(), 1);
-        assert_eq!(dup[0].0.as_str(), "mem_long");
-    }
-
-    #[test]
-    fn passages_keep_sentences_whole_and_cover_the_text_in_order() {
-        let text = "First sentence here. Second one is a little longer! \
-                    Third? Fourth sentence ends the first line.\nA line of its own\n\
-                    And the last sentence without a stop";
-        let p = passages(text, 50, 10);
-        assert!(p.iter().all(|x| x.chars().count() <= 50), "{p:?}");
-        assert_eq!(p[0], "First sentence here.");
-        assert_eq!(p[1], "Second one is a little longer! Third?");
-        assert_eq!(p[2], "Fourth sentence ends the first line.");
-        assert_eq!(p[3], "A line of its own");
-        assert_eq!(p[4], "And the last sentence without a stop");
-        assert_eq!(p.len(), 5);
-        // "3.5" and "e.g." inside a sentence do not end it.
-        let p = passages("Version 3.5 is fine, e.g.this one. Next.", 36, 10);
-        assert_eq!(p, vec!["Version 3.5 is fine, e.g.this one.", "Next."]);
-        // A sentence longer than a passage is cut at white space; at most
-        // `max` passages.
-        let long = "word ".repeat(30);
-        let p = passages(&long, 22, 3);
-        assert_eq!(p.len(), 3);
-        assert!(
-            p.iter()
-                .all(|x| x.chars().count() <= 22 && !x.ends_with(' '))
-        );
-        // No white space at all: cut anywhere, on a character boundary.
-        let accents = "é".repeat(25);
-        let p = passages(&accents, 10, 10);
-        assert_eq!(p.len(), 3);
-        assert_eq!(p[2].chars().count(), 5);
-        // A short memory is embedded as itself only; a long one as itself,
-        // then its passages.
-        assert_eq!(embedding_texts("short"), vec!["short"]);
-        let medium = "word ".repeat(LONG_MEMORY_CHARS / 5);
-        assert_eq!(embedding_texts(&medium), vec![medium.as_str()]);
-        let long = "A sentence of some length. ".repeat(40);
-        let texts = embedding_texts(&long);
-        assert_eq!(texts[0], long.as_str());
-        assert!(texts.len() > 2 && texts.len() <= 1 + MAX_PASSAGES);
-        assert!(
-            texts[1..]
-                .iter()
-                .all(|t| t.chars().count() <= PASSAGE_CHARS)
-        );
     }
 
     #[test]

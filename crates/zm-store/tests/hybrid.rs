@@ -92,44 +92,29 @@ backend_tests! {
         assert!(hit["similarity"].as_f64().is_some(), "[{l}] a full-text hit carries its cosine too");
     }
 
-    async fn a_detail_of_a_long_memory_is_scored_by_its_passage(store: Store, l: &str) {
-        let (_, a) = user(&store, "hy-long").await;
-        // One sentence about the billing datastore among a page of others.
-        let filler = [
-            "The quarterly offsite moved to the lake house near the old mill.",
-            "Marketing wants the new logo in teal rather than navy, and the print run waits for that.",
-            "Someone keeps leaving the espresso machine on overnight in the third-floor kitchen.",
-            "The hiring plan adds two designers in spring and one researcher in autumn.",
-            "Our booth at the trade fair needs a banner, a screen and a lot of stickers.",
-            "The parking garage closes for repainting over the long weekend.",
-        ];
-        let needle = "We chose Postgres over Mongo for billing because we need transactions.";
-        let content = format!("{} {} {needle} {}", filler[..3].join(" "), filler[3..].join(" "), filler.join(" "));
-        let long = mem(&store, &a, l, json!({"content": content, "kind": "episode", "scope": "personal"})).await;
+    async fn the_benchmark_sweep_embeds_each_query_once(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-memo").await;
+        let m = mem(&store, &a, l, json!({"content": "The nightly backup goes to a bucket in Oslo.", "kind": "fact", "scope": "personal"})).await;
         store.set_encoder(model());
-        embed(&store, &[&long], l).await;
-        let query = "which datastore did we pick for invoices";
-        let found = hits(&store, &a, query, l).await;
-        let hit = find(&found, &long).unwrap_or_else(|| panic!("[{l}] the long memory is found by meaning: {found:?}"));
-        assert_eq!(hit["fts_matched"], false, "[{l}]");
-        // Its similarity blends its own vector's cosine with the best of
-        // its passages', which is well above its own.
-        let enc = model();
-        let texts = zm_store::semantic::embedding_texts(&content);
-        assert!(texts.len() >= 3, "[{l}] a long memory has passages: {}", texts.len());
-        let q = zm_embed::Vector::quantize(&enc.embed(&[query]).unwrap()[0]);
-        let cosines: Vec<f32> = enc
-            .embed(&texts)
-            .unwrap()
-            .iter()
-            .map(|v| zm_embed::Vector::quantize(v).cosine(&q))
-            .collect();
-        let best = cosines.iter().copied().fold(f32::MIN, f32::max);
-        let w = zm_store::semantic::WHOLE_WEIGHT;
-        let want = w * cosines[0] + (1.0 - w) * best;
-        let sim = hit["similarity"].as_f64().expect("a similarity");
-        assert!((sim - f64::from(want)).abs() < 1e-4, "[{l}] similarity {sim}, want {want}, all {cosines:?}");
-        assert!(best > cosines[0] + 0.1, "[{l}] the needle's passage beats the whole memory: {cosines:?}");
+        embed(&store, &[&m], l).await;
+        let query = "where are the nightly copies of our data kept";
+        let asked = |store: &Store| store.semantic_status().queries;
+        let before = asked(&store);
+        let first = hits(&store, &a, query, l).await;
+        hits(&store, &a, query, l).await;
+        assert_eq!(asked(&store) - before, 2, "[{l}] recall embeds every query it is asked");
+        // Kept by text from now on: asked twice more, embedded once, and
+        // the same answer as the embedded query gave.
+        store.keep_query_vectors();
+        let kept = hits(&store, &a, query, l).await;
+        let again = hits(&store, &a, query, l).await;
+        assert_eq!(asked(&store) - before, 3, "[{l}] the kept vector is used");
+        let ranked = |h: &[Value]| -> Vec<(Value, Value)> { h.iter().map(|x| (x["id"].clone(), x["similarity"].clone())).collect() };
+        assert!(find(&first, &m).is_some_and(|h| h["similarity"].is_f64()), "[{l}] {first:?}");
+        assert_eq!(ranked(&kept), ranked(&first), "[{l}]");
+        assert_eq!(ranked(&again), ranked(&first), "[{l}]");
+        hits(&store, &a, "another question entirely", l).await;
+        assert_eq!(asked(&store) - before, 4, "[{l}] a new text is embedded");
     }
 
     async fn a_memory_without_a_vector_is_found_by_its_words(store: Store, l: &str) {
