@@ -35,6 +35,7 @@ use crate::bench_support::{root, temp_dir};
 const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
+                           [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
@@ -52,7 +53,8 @@ near-duplicates). --dev --sweep runs hybrid recall on the development
 sets over a grid of the fusion's constants and prints them best first.
 --model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
-bundled one.";
+bundled one. --fusion ranks with other fusion constants than recall's (the
+columns of --sweep; the defaults are 60,0.5,1,0.15,0.2).";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -166,11 +168,9 @@ fn long_dev(parts: &[DataSet]) -> DataSet {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         })
     };
-    let mut all: Vec<(&str, &Item)> = parts
-        .iter()
-        .flat_map(|p| p.items.iter().map(move |i| (p.name.as_str(), i)))
-        .collect();
-    all.sort_by_key(|(_, i)| fnv(&i.id));
+    // The two sets' ids are distinct (`d…`, `k…`).
+    let mut all: Vec<&Item> = parts.iter().flat_map(|p| &p.items).collect();
+    all.sort_by_key(|i| fnv(&i.id));
     let mut items = Vec::new();
     let mut home: HashMap<&str, (String, usize)> = HashMap::new();
     let mut rest = all.as_slice();
@@ -185,17 +185,17 @@ fn long_dev(parts: &[DataSet]) -> DataSet {
         let (group, tail) = rest.split_at(n.min(rest.len()));
         rest = tail;
         let id = format!("long-{:03}", items.len());
-        for (_, i) in group {
+        for i in group {
             home.insert(i.id.as_str(), (id.clone(), group.len()));
         }
         items.push(Item {
             id,
             text: group
                 .iter()
-                .map(|(_, i)| i.text.as_str())
+                .map(|i| i.text.as_str())
                 .collect::<Vec<_>>()
                 .join(" "),
-            kind: group[0].1.kind,
+            kind: group[0].kind,
         });
     }
     let mut queries = Vec::new();
@@ -655,8 +655,14 @@ async fn ask(set: &DataSet, l: &Loaded) -> Result<(Vec<Vec<String>>, Vec<f64>), 
     Ok((ours, times))
 }
 
-async fn run_set(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Report, String> {
+async fn run_set(
+    set: &DataSet,
+    mode: Mode,
+    model_dir: Option<&Path>,
+    fusion: zm_store::search::Fusion,
+) -> Result<Report, String> {
     let loaded = load(set, mode, model_dir).await?;
+    loaded.store.set_fusion(fusion);
     let (ours, mut times) = ask(set, &loaded).await?;
     times.sort_by(f64::total_cmp);
     let bm25 = Bm25::new(
@@ -837,6 +843,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut dev = false;
     let mut sweeping = false;
     let mut model_dir: Option<PathBuf> = None;
+    let mut fusion = zm_store::search::Fusion::DEFAULT;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -850,6 +857,22 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
+            "--fusion" => value("--fusion").and_then(|v| {
+                let n: Vec<f64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                let [rrf_k, partial_weight, dense_weight, dense_spread, dense_floor] = n[..] else {
+                    return Err(format!(
+                        "--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR (five numbers), not {v:?}"
+                    ));
+                };
+                fusion = zm_store::search::Fusion {
+                    rrf_k,
+                    partial_weight,
+                    dense_weight,
+                    dense_spread,
+                    dense_floor,
+                };
+                Ok(())
+            }),
             "--dev" => {
                 dev = true;
                 Ok(())
@@ -882,9 +905,13 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         eprintln!("quality: --sweep tunes, so it runs on the development sets only: add --dev");
         return ExitCode::from(2);
     }
-    if sweeping && (json_out.is_some() || modes != [Mode::Lexical, Mode::Hybrid]) {
+    if sweeping
+        && (json_out.is_some()
+            || modes != [Mode::Lexical, Mode::Hybrid]
+            || fusion != zm_store::search::Fusion::DEFAULT)
+    {
         eprintln!(
-            "quality: --sweep ranks in hybrid mode and prints a table: drop --mode and --json"
+            "quality: --sweep ranks in hybrid mode under its own constants and prints a table: drop --mode, --json and --fusion"
         );
         return ExitCode::from(2);
     }
@@ -974,7 +1001,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     for set in &sets {
         let mut merged: Option<Report> = None;
         for mode in &modes {
-            match runtime.block_on(run_set(set, *mode, model_dir.as_deref())) {
+            match runtime.block_on(run_set(set, *mode, model_dir.as_deref(), fusion)) {
                 Ok(r) => match &mut merged {
                     // One table per data set: every mode, one baseline.
                     Some(m) => m.figures.extend(r.figures),
@@ -1006,4 +1033,65 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_dev_holds_every_memory_once_and_asks_for_the_one_holding_the_answer() {
+        let dev: Vec<DataSet> = ["paraphrase-dev", "keyword-dev"]
+            .iter()
+            .map(|n| {
+                paraphrase(&root().join(format!("bench/quality/{n}.jsonl")), n)
+                    .expect("the development sets read")
+            })
+            .collect();
+        let long = long_dev(&dev);
+        let originals: Vec<&Item> = dev.iter().flat_map(|d| &d.items).collect();
+        // Every memory is in exactly one long-dev memory, whole; the
+        // characters add up (one space between joined memories).
+        let joined: usize = long.items.iter().map(|i| i.text.len()).sum();
+        let parts: usize = originals.iter().map(|i| i.text.len()).sum();
+        let holders = |text: &str| long.items.iter().filter(|l| l.text.contains(text)).count();
+        assert!(originals.iter().all(|i| holders(&i.text) >= 1));
+        let alone = long
+            .items
+            .iter()
+            .filter(|l| originals.iter().any(|i| i.text == l.text))
+            .count();
+        assert_eq!(joined, parts + (originals.len() - long.items.len()));
+        // Half alone: n alone, then n joined, for n = 4, 6, 8, 10, 12, 4, …
+        assert!(alone > 0 && alone < long.items.len());
+        assert!(
+            (alone as f64 / originals.len() as f64 - 0.5).abs() < 0.05,
+            "{alone} of {} alone",
+            originals.len()
+        );
+        // Every answered question, asking for the memory holding its own.
+        let answered: Vec<&Query> = dev
+            .iter()
+            .flat_map(|d| &d.queries)
+            .filter(|q| !q.relevant.is_empty())
+            .collect();
+        assert_eq!(long.queries.len(), answered.len());
+        for (q, orig) in long.queries.iter().zip(&answered) {
+            assert_eq!(q.text, orig.text);
+            let needle = orig.relevant.iter().next().expect("one relevant");
+            let text = &originals
+                .iter()
+                .find(|i| &i.id == needle)
+                .expect("its memory")
+                .text;
+            let home = q.relevant.iter().next().expect("one relevant");
+            let item = long.items.iter().find(|i| &i.id == home).expect("its home");
+            assert!(
+                item.text.contains(text.as_str()),
+                "{} not in {}",
+                text,
+                item.id
+            );
+        }
+    }
 }
