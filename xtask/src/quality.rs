@@ -939,7 +939,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
         }
     }
     if dev && wanted("long-dev") {
-        // Built from both development sets, whichever of them --only keeps.
+        // Built from both development files, also when --only picks it alone.
         let mut parts = Vec::new();
         for name in ["paraphrase-dev", "keyword-dev"] {
             match paraphrase(&root().join(format!("bench/quality/{name}.jsonl")), name) {
