@@ -858,11 +858,16 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
             "--fusion" => value("--fusion").and_then(|v| {
-                let n: Vec<f64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                let bad = || {
+                    format!("--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR (five numbers), not {v:?}")
+                };
+                let n: Vec<f64> = v
+                    .split(',')
+                    .map(|x| x.trim().parse::<f64>().ok().filter(|f| f.is_finite()))
+                    .collect::<Option<_>>()
+                    .ok_or_else(bad)?;
                 let [rrf_k, partial_weight, dense_weight, dense_spread, dense_floor] = n[..] else {
-                    return Err(format!(
-                        "--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR (five numbers), not {v:?}"
-                    ));
+                    return Err(bad());
                 };
                 fusion = zm_store::search::Fusion {
                     rrf_k,
@@ -917,42 +922,33 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     }
     let mut sets = Vec::new();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    // The files to read: in --dev, both development files (long-dev is
+    // built from the two, whichever sets --only keeps).
     let mut files = Vec::new();
     if dev {
-        // The development sets: what constants are tuned on.
         for name in ["paraphrase-dev", "keyword-dev"] {
-            if wanted(name) || wanted(name.trim_end_matches("-dev")) {
-                files.push((name, root().join(format!("bench/quality/{name}.jsonl"))));
-            }
+            files.push((name, root().join(format!("bench/quality/{name}.jsonl"))));
         }
     } else if wanted("paraphrase") {
         files.push(("paraphrase", para.clone()));
     }
-    let mut read_dev = Vec::new();
+    let mut read = Vec::new();
     for (name, path) in files {
         match paraphrase(&path, name) {
-            Ok(s) => read_dev.push(s),
+            Ok(s) => read.push(s),
             Err(e) => {
                 eprintln!("quality: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    if dev && wanted("long-dev") {
-        // Built from both development files, also when --only picks it alone.
-        let mut parts = Vec::new();
-        for name in ["paraphrase-dev", "keyword-dev"] {
-            match paraphrase(&root().join(format!("bench/quality/{name}.jsonl")), name) {
-                Ok(s) => parts.push(s),
-                Err(e) => {
-                    eprintln!("quality: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        read_dev.push(long_dev(&parts));
-    }
-    sets.extend(read_dev);
+    let long = (dev && wanted("long-dev")).then(|| long_dev(&read));
+    // The development sets: what constants are tuned on.
+    sets.extend(
+        read.into_iter()
+            .filter(|s| !dev || wanted(&s.name) || wanted(s.name.trim_end_matches("-dev"))),
+    );
+    sets.extend(long);
     if !dev && wanted("longmemeval-s-smoke") {
         if lme.join("corpus.jsonl").exists() {
             match longmemeval(&lme) {
@@ -1050,8 +1046,8 @@ mod tests {
             .collect();
         let long = long_dev(&dev);
         let originals: Vec<&Item> = dev.iter().flat_map(|d| &d.items).collect();
-        // Every memory is in exactly one long-dev memory, whole; the
-        // characters add up (one space between joined memories).
+        // Every memory is in a long-dev memory, whole, and the characters
+        // add up (one space between joined memories): nothing twice.
         let joined: usize = long.items.iter().map(|i| i.text.len()).sum();
         let parts: usize = originals.iter().map(|i| i.text.len()).sum();
         let holders = |text: &str| long.items.iter().filter(|l| l.text.contains(text)).count();
