@@ -124,14 +124,14 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     # A wrong password is marked inline.
     b.fill("#email", email)
     b.fill("#password", "not the password")
-    b.click("form#login button[type=submit]")
+    b.submit("form#login button[type=submit]")
     b.wait_for(".flash.error")
     check("/login" in b.driver.current_url, "a wrong password stays on the sign-in page")
     page_is_clean(b, "sign-in with an error", mobile_too=False, status=400)
     # The printed credentials sign in.
     b.fill("#email", email)
     b.fill("#password", password)
-    b.click("form#login button[type=submit]")
+    b.submit("form#login button[type=submit]")
     b.wait_for("nav.main")
     check(b.driver.current_url.rstrip("/") == base, f"signed in to {b.driver.current_url}")
 
@@ -145,7 +145,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
 
     # Search finds it, ranked by recall, with its score.
     b.fill("#q", "billing ledger")
-    b.click("form.search button[type=submit]")
+    b.submit("form.search button[type=submit]")
     b.wait_for("ol#results .score")
     check(memory in b.driver.page_source, "search finds the memory")
     page_is_clean(b, "search results", mobile_too=False)
@@ -159,7 +159,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     area = b.wait_for("#content")
     area.clear()
     area.send_keys("We chose PostgreSQL over MongoDB for the billing ledger: transactions and joins.")
-    b.click("form#edit button[type=submit]")
+    b.submit("form#edit button[type=submit]")
     b.wait_for("#memory-content")
     new_id = b.driver.current_url.rsplit("/", 1)[-1]
     check(new_id != memory and new_id.startswith("mem_"), f"edit made a new memory ({new_id})")
@@ -175,11 +175,11 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     for mid in others:
         b.click(f"input[name=ids][value='{mid}']")
     b.driver.find_element("css selector", "#bulk-action").send_keys("Forget")
-    b.click("form#bulk .bulk button[type=submit]")
+    b.submit("form#bulk .bulk button[type=submit]")
     b.wait_for("#confirm-question")
     check("Forget 2 memories?" in b.text_of("#confirm-question"), "the confirmation says how many")
     page_is_clean(b, "bulk confirmation", mobile_too=False)
-    b.click("form#confirm button.danger")
+    b.submit("form#confirm button.danger")
     b.wait_for("ol#results")
     source = b.driver.page_source
     check(all(mid in source for mid in others), "both are listed as forgotten")
@@ -192,7 +192,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     shoot(b, shots, "error-not-found")
     b.get(f"{base}/memories/{new_id}")
     b.fill("#share-scope", "proj.someone_else.secret")
-    b.click("form#share button[type=submit]")
+    b.submit("form#share button[type=submit]")
     b.wait_for("[data-error-code=forbidden]")
     check(b.driver.find_element("css selector", ".missing").text != "", "forbidden: says what is missing")
     page_is_clean(b, "forbidden page", mobile_too=False, status=403)
@@ -201,7 +201,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     area.clear()
     area.send_keys(" ")
     b.driver.execute_script("document.getElementById('content').removeAttribute('required')")
-    b.click("form#edit button[type=submit]")
+    b.submit("form#edit button[type=submit]")
     b.wait_for(".field.invalid")
     check(b.driver.find_element("css selector", "#content").get_attribute("aria-invalid") == "true",
           "validation_failed: the field is marked inline")
@@ -214,7 +214,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.wait_for("ol#queue li.conflict")
     page_is_clean(b, "review queue")
     shoot(b, shots, "review")
-    b.click("ol#queue li.conflict form button")
+    b.submit("ol#queue li.conflict form button")
     b.wait_for("#queue-empty")
     check(True, "the conflict is resolved")
 
@@ -223,14 +223,14 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(status == 200, f"promote_rule over REST: {status} {body}")
     b.get(base + "/rules")
     b.wait_for(f"tr[data-memory='{new_id}']")
-    b.click(f"tr[data-memory='{new_id}'] form[action$='/pin'] button")
+    b.submit(f"tr[data-memory='{new_id}'] form[action$='/pin'] button")
     b.wait_for(f"tr[data-memory='{new_id}'] .tag")
     check("pinned" in b.text_of(f"tr[data-memory='{new_id}']"), "the rule is pinned")
     check("Use PostgreSQL for anything" in b.text_of("#briefing-rules"), "the briefing preview carries it")
     page_is_clean(b, "rules page")
     shoot(b, shots, "rules")
     b.fill(f"#reason-{new_id}".replace(".", "\\."), "we are moving billing")
-    b.click(f"tr[data-memory='{new_id}'] form[action$='/revoke'] button")
+    b.submit(f"tr[data-memory='{new_id}'] form[action$='/revoke'] button")
     b.wait_for(f"tr[data-memory='{new_id}'] td.delivery")
     check(b.text_of(f"tr[data-memory='{new_id}'] td.delivery") == "revoked", "the rule is revoked")
 
@@ -238,7 +238,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.get(base + "/access")
     b.wait_for("form#new-token")
     b.fill("#token-name", "browser test")
-    b.click("form#new-token button[type=submit]")
+    b.submit("form#new-token button[type=submit]")
     b.wait_for("#token-secret")
     secret = b.text_of("#token-secret")
     status, body = srv.tool(secret, "recall", {"query": "billing ledger"})
@@ -269,7 +269,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.get(base + "/account")
     b.wait_for("#import-file").send_keys(str(upload))
     b.driver.find_element("css selector", "#import-format").send_keys("@modelcontextprotocol")
-    b.click("form#import button[type=submit]")
+    b.submit("form#import button[type=submit]")
     b.wait_for(".flash.ok")
     check("1 new" in b.text_of(".flash.ok"), f"the import says what it did: {b.text_of('.flash.ok')}")
     b.get(base + "/?q=webhooks")
@@ -279,7 +279,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     # A team of one's own, created in the browser.
     b.get(base + "/teams")
     b.fill("#slug", "browsers")
-    b.click("form#new-team button[type=submit]")
+    b.submit("form#new-team button[type=submit]")
     b.wait_for("#members")
     check(b.text_of("#my-role") == "admin", "the creator is the team's admin")
     page_is_clean(b, "team page")
@@ -292,7 +292,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(status == 200, "restored behind the page's back")
     # The page still offers Restore; pressing it now meets a live memory.
     if b.driver.find_elements("css selector", "form#restore button"):
-        b.click("form#restore button")
+        b.submit("form#restore button")
         b.wait_for("[data-error-code]")
         code = b.driver.find_element("css selector", "[data-error-code]").get_attribute("data-error-code")
         check(code == "conflict", f"a stale restore is a conflict page ({code})")
@@ -324,7 +324,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(cookie is not None and cookie.get("httpOnly") and cookie.get("sameSite") == "Strict",
           f"the session cookie is HttpOnly and SameSite=Strict: {cookie}")
     b.get(base + "/")
-    b.click("form#logout button[type=submit]")
+    b.submit("form#logout button[type=submit]")
     b.wait_for("form#login")
     status, _, _ = srv.raw("GET", "/", headers={"cookie": f"zm_session={cookie['value']}"})
     check(status == 303, f"a signed-out session's cookie is refused (status {status})")
@@ -335,7 +335,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         b.get(base + "/login")
         b.fill("#email", "nobody-here@example.com")
         b.fill("#password", "wrong password")
-        b.click("form#login button[type=submit]")
+        b.submit("form#login button[type=submit]")
         b.wait_for(".flash.error")
     check(b.driver.find_elements("css selector", "[data-error-code=rate_limited] .retry") != [],
           "rate_limited: the page says when to retry")

@@ -7,7 +7,7 @@ nothing is ever downloaded at run time.
     from harness import Browser
     with Browser() as b:
         b.get("http://127.0.0.1:8080/")
-        b.fill("#q", "hello"); b.click("button[type=submit]")
+        b.fill("#q", "hello"); b.submit("button[type=submit]")
         assert not b.console_errors()
         assert not b.serious_violations()
         b.screenshot("/tmp/page.png")
@@ -229,6 +229,24 @@ class Browser:
         except TimeoutException as e:
             raise HarnessError(f"{selector!r} never became clickable within {timeout}s") from e
         el.click()
+
+    def submit(self, selector: str, timeout: float = 10) -> None:
+        """Click a button that submits a form, then wait until the browser
+        has replaced the page with the server's answer.
+
+        Without this, waiting for an element that the old page also has
+        (``#memory-content`` after an edit, ``.flash.error`` after a second
+        failed sign-in) can return before the new page arrives, and the
+        test reads the old page's URL or text."""
+        old_page = self.driver.find_element(By.TAG_NAME, "html")
+        self.click(selector, timeout)
+        try:
+            WebDriverWait(self.driver, timeout).until(EC.staleness_of(old_page))
+        except TimeoutException as e:
+            raise HarnessError(
+                f"pressing {selector!r} did not load a new page within {timeout}s "
+                f"(still on {self.driver.current_url})"
+            ) from e
 
     def text_of(self, selector: str, timeout: float = 10) -> str:
         return self.wait_for(selector, timeout).text
