@@ -240,8 +240,23 @@ class Browser:
         test reads the old page's URL or text."""
         old_page = self.driver.find_element(By.TAG_NAME, "html")
         self.click(selector, timeout)
+
+        def replaced(_driver):
+            # Gone is gone, however Chrome words it: a stale element, or an
+            # inspector error saying the node left the document (the case
+            # Selenium's own staleness_of lets through).
+            try:
+                old_page.is_enabled()
+                return False
+            except StaleElementReferenceException:
+                return True
+            except WebDriverException as e:
+                if "does not belong to the document" in (e.msg or ""):
+                    return True
+                raise
+
         try:
-            WebDriverWait(self.driver, timeout).until(EC.staleness_of(old_page))
+            WebDriverWait(self.driver, timeout).until(replaced)
         except TimeoutException as e:
             raise HarnessError(
                 f"pressing {selector!r} did not load a new page within {timeout}s "
