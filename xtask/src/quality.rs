@@ -38,7 +38,8 @@ usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmem
                            [--locomo FILE]
                            [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR]
 
-Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates) through
+Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates; with
+--dev, paraphrase-dev | keyword-dev | long-dev | locomo-dev | duplicates) through
 `recall` on a fresh SQLite store, in each mode (default both: full text
 only, and hybrid with the bundled model, every memory embedded first), and
 through a BM25 baseline, and prints
@@ -1121,36 +1122,36 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             .filter(|s| !dev || wanted(&s.name) || wanted(s.name.trim_end_matches("-dev"))),
     );
     sets.extend(long);
-    if dev && (wanted("locomo-dev") || wanted("locomo")) {
-        if locomo_file.exists() {
-            match locomo(&locomo_file) {
-                Ok(s) => sets.push(s),
-                Err(e) => {
-                    eprintln!("quality: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        } else {
-            eprintln!(
-                "quality: {} not found: locomo-dev skipped (bench/quality/locomo.sh fetches it)",
-                locomo_file.display()
-            );
+    // A set read from a file the repository does not hold: skipped, with
+    // a note saying how to get it, when the file is absent.
+    let optional = [
+        (
+            dev && (wanted("locomo-dev") || wanted("locomo")),
+            locomo_file.clone(),
+            locomo as fn(&Path) -> Result<DataSet, String>,
+            "locomo-dev skipped (bench/quality/locomo.sh fetches it)",
+        ),
+        (
+            !dev && wanted("longmemeval-s-smoke"),
+            lme.join("corpus.jsonl"),
+            |corpus: &Path| longmemeval(corpus.parent().unwrap_or(corpus)),
+            "LongMemEval-S smoke skipped",
+        ),
+    ];
+    for (want, file, read_set, skipped) in optional {
+        if !want {
+            continue;
         }
-    }
-    if !dev && wanted("longmemeval-s-smoke") {
-        if lme.join("corpus.jsonl").exists() {
-            match longmemeval(&lme) {
-                Ok(s) => sets.push(s),
-                Err(e) => {
-                    eprintln!("quality: {e}");
-                    return ExitCode::FAILURE;
-                }
+        if !file.exists() {
+            eprintln!("quality: {} not found: {skipped}", file.display());
+            continue;
+        }
+        match read_set(&file) {
+            Ok(s) => sets.push(s),
+            Err(e) => {
+                eprintln!("quality: {e}");
+                return ExitCode::FAILURE;
             }
-        } else {
-            eprintln!(
-                "quality: {} not found: LongMemEval-S smoke skipped",
-                lme.display()
-            );
         }
     }
     let duplicates = (modes.contains(&Mode::Hybrid) && wanted("duplicates")).then(|| {
