@@ -359,7 +359,13 @@ fn locomo(path: &Path) -> Result<DataSet, String> {
                 Some(2) => "temporal",
                 Some(3) => "open-domain",
                 Some(4) => "single-hop",
-                _ => continue,
+                Some(5) => continue,
+                _ => {
+                    return Err(bad(&format!(
+                        "{sample}: a question whose category is not 1 to 5: {}",
+                        qa["category"]
+                    )));
+                }
             };
             // A few evidence entries hold several ids ("D8:6; D9:17").
             let relevant: HashSet<String> = qa["evidence"]
@@ -1124,29 +1130,30 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
     sets.extend(long);
     // A set read from a file the repository does not hold: skipped, with
     // a note saying how to get it, when the file is absent.
-    let optional = [
+    type Reader<'a> = Box<dyn Fn() -> Result<DataSet, String> + 'a>;
+    let optional: [(bool, PathBuf, Reader, &str); 2] = [
         (
             dev && (wanted("locomo-dev") || wanted("locomo")),
             locomo_file.clone(),
-            locomo as fn(&Path) -> Result<DataSet, String>,
+            Box::new(|| locomo(&locomo_file)),
             "locomo-dev skipped (bench/quality/locomo.sh fetches it)",
         ),
         (
             !dev && wanted("longmemeval-s-smoke"),
             lme.join("corpus.jsonl"),
-            |corpus: &Path| longmemeval(corpus.parent().unwrap_or(corpus)),
+            Box::new(|| longmemeval(&lme)),
             "LongMemEval-S smoke skipped",
         ),
     ];
-    for (want, file, read_set, skipped) in optional {
+    for (want, needed, read_set, skipped) in optional {
         if !want {
             continue;
         }
-        if !file.exists() {
-            eprintln!("quality: {} not found: {skipped}", file.display());
+        if !needed.exists() {
+            eprintln!("quality: {} not found: {skipped}", needed.display());
             continue;
         }
-        match read_set(&file) {
+        match read_set() {
             Ok(s) => sets.push(s),
             Err(e) => {
                 eprintln!("quality: {e}");
@@ -1256,7 +1263,17 @@ mod tests {
         )
         .expect("write");
         let set = locomo(&path).expect("it reads");
+        // A category the reader does not know is refused, not skipped.
+        let mut odd = conv("conv-3", "Cy");
+        odd["qa"][0]["category"] = json!(7);
+        let odd_path = dir.join("odd.json");
+        std::fs::write(&odd_path, json!([odd]).to_string()).expect("write");
+        let refused = locomo(&odd_path).expect_err("an unknown category");
         let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            refused.contains("conv-3") && refused.contains("category"),
+            "{refused}"
+        );
         assert_eq!(set.groups(), 2);
         let ids: Vec<(&str, usize)> = set.items.iter().map(|i| (i.id.as_str(), i.group)).collect();
         // Sessions in their order, each conversation its own group.

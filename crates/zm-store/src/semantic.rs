@@ -897,15 +897,15 @@ impl Store {
         if text.trim().is_empty() {
             return None;
         }
-        if let Some(v) = read(&self.semantic.query_memo)
-            .as_ref()
-            .and_then(|m| m.get(&text))
-        {
-            return Some(v.clone());
-        }
-        let memo_key = read(&self.semantic.query_memo)
-            .is_some()
-            .then(|| text.clone());
+        // Kept vectors (the sweep only): a kept one is the answer; else
+        // the text is the key to keep this one under.
+        let memo_key = match read(&self.semantic.query_memo).as_ref() {
+            Some(memo) => match memo.get(&text) {
+                Some(v) => return Some(v.clone()),
+                None => Some(text.clone()),
+            },
+            None => None,
+        };
         // Timed on the blocking thread: the model's time, not the wait for
         // a thread or for the runtime to notice the result.
         let (v, took) = tokio::task::spawn_blocking(move || {
