@@ -36,7 +36,7 @@ const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
                            [--locomo FILE]
-                           [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR]
+                           [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR[,MATCHED]] [--phrase W]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates; with
 --dev, paraphrase-dev | keyword-dev | long-dev | locomo-dev | duplicates) through
@@ -58,7 +58,10 @@ sets over a grid of the fusion's constants and prints them best first.
 --model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
 bundled one. --fusion ranks with other fusion constants than recall's (the
-columns of --sweep; the defaults are 60,0.5,1,0.15,0.2).";
+columns of --sweep; the defaults are 60,0.5,1,0.15,0.2,1; MATCHED, the
+dense weight when some memory holds every query word, defaults to recall's).
+--phrase W weighs neighbouring query words found near each other (both
+modes; SQLite) by W instead of recall's weight.";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -912,21 +915,26 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
         l.store.keep_query_vectors();
         loaded.push(l);
     }
+    // The grid (twelfth session): the dense weight with and without a
+    // memory holding every query word, around the constants in force.
     let mut grid = Vec::new();
     grid.push(Fusion::DEFAULT);
     for rrf_k in [20.0, 60.0] {
-        for partial_weight in [0.0, 0.1, 0.25, 0.35, 0.5, 0.75] {
-            for dense_weight in [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0] {
-                for dense_spread in [0.15, 0.2, 0.25, 0.35, 2.0] {
-                    let f = Fusion {
-                        rrf_k,
-                        partial_weight,
-                        dense_weight,
-                        dense_spread,
-                        ..Fusion::DEFAULT
-                    };
-                    if !grid.contains(&f) {
-                        grid.push(f);
+        for partial_weight in [0.35, 0.5] {
+            for dense_weight in [1.0, 1.5, 2.0] {
+                for dense_spread in [0.15, 0.25] {
+                    for matched_dense_weight in [0.0, 0.25, 0.5, 1.0] {
+                        let f = Fusion {
+                            rrf_k,
+                            partial_weight,
+                            dense_weight,
+                            matched_dense_weight,
+                            dense_spread,
+                            ..Fusion::DEFAULT
+                        };
+                        if !grid.contains(&f) {
+                            grid.push(f);
+                        }
                     }
                 }
             }
@@ -953,17 +961,23 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
         l.close().await;
     }
     rows.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let mut header = "| k | partial | dense weight | spread | floor |".to_string();
+    let mut header =
+        "| k | partial | dense weight | matched dense weight | spread | floor |".to_string();
     for set in sets {
         header.push_str(&format!(" {0} hit@1 | hit@10 | MRR@10 |", set.name));
     }
     header.push_str(" mean |");
-    println!("\n{header}\n|{}", "---:|".repeat(6 + 3 * sets.len()));
+    println!("\n{header}\n|{}", "---:|".repeat(7 + 3 * sets.len()));
     for (f, figures, objective) in &rows {
         let mark = if *f == Fusion::DEFAULT { " (now)" } else { "" };
         let mut line = format!(
-            "| {}{mark} | {} | {} | {} | {} |",
-            f.rrf_k, f.partial_weight, f.dense_weight, f.dense_spread, f.dense_floor
+            "| {}{mark} | {} | {} | {} | {} | {} |",
+            f.rrf_k,
+            f.partial_weight,
+            f.dense_weight,
+            f.matched_dense_weight,
+            f.dense_spread,
+            f.dense_floor
         );
         for fig in figures {
             line.push_str(&format!(
@@ -1038,23 +1052,40 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--model" => value("--model").map(|v| model_dir = Some(PathBuf::from(v))),
             "--fusion" => value("--fusion").and_then(|v| {
                 let bad = || {
-                    format!("--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR (five numbers), not {v:?}")
+                    format!(
+                        "--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR[,MATCHED_DENSE_WEIGHT] (five or six numbers), not {v:?}"
+                    )
                 };
                 let n: Vec<f64> = v
                     .split(',')
                     .map(|x| x.trim().parse::<f64>().ok().filter(|f| f.is_finite()))
                     .collect::<Option<_>>()
                     .ok_or_else(bad)?;
-                let [rrf_k, partial_weight, dense_weight, dense_spread, dense_floor] = n[..] else {
-                    return Err(bad());
-                };
+                let (rrf_k, partial_weight, dense_weight, dense_spread, dense_floor, matched) =
+                    match n[..] {
+                        [k, p, d, s, f] => (k, p, d, s, f, None),
+                        [k, p, d, s, f, m] => (k, p, d, s, f, Some(m)),
+                        _ => return Err(bad()),
+                    };
                 fusion = zm_store::search::Fusion {
                     rrf_k,
                     partial_weight,
                     dense_weight,
+                    matched_dense_weight: matched
+                        .unwrap_or(zm_store::search::Fusion::DEFAULT.matched_dense_weight),
                     dense_spread,
                     dense_floor,
+                    phrase_weight: fusion.phrase_weight,
                 };
+                Ok(())
+            }),
+            "--phrase" => value("--phrase").and_then(|v| {
+                fusion.phrase_weight = v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|w| w.is_finite() && *w >= 0.0)
+                    .ok_or_else(|| format!("--phrase wants a weight of at least 0, not {v:?}"))?;
                 Ok(())
             }),
             "--dev" => {

@@ -288,6 +288,16 @@ pub const PARTIAL_WEIGHT: f64 = 0.5;
 /// How far below the nearest memory's cosine a dense hit may be.
 /// Tuned on the development sets.
 pub const DENSE_SPREAD: f64 = 0.15;
+/// The weight of a dense hit in a recall where some memory holds every
+/// query word (1 otherwise, as a full-text hit holding every word).
+pub const MATCHED_DENSE_WEIGHT: f64 = 1.0;
+/// How much of the relevance of two neighbouring query words found near
+/// each other ([`PHRASE_WINDOW`]) a full-text hit gains, in both modes
+/// (SQLite: bm25 of the pairs; PostgreSQL's `ts_rank_cd` weighs proximity
+/// itself). 0: no pair is looked for.
+pub const PHRASE_WEIGHT: f64 = 0.0;
+/// How many tokens may stand between two query words found near each other.
+pub const PHRASE_WINDOW: usize = 3;
 /// How many hits of each leg are fused.
 pub const FUSION_DEPTH: usize = 50;
 /// How many nearest vectors the index proposes before the SQL visibility
@@ -312,10 +322,17 @@ pub struct Fusion {
     /// The weight of a dense hit (a full-text hit holding every word
     /// weighs 1).
     pub dense_weight: f64,
+    /// The weight of a dense hit when some memory the caller reads holds
+    /// every query word: the full-text leg then has a match on all the
+    /// words asked for, and the dense leg's nearest memories by topic
+    /// compete with it. [`MATCHED_DENSE_WEIGHT`].
+    pub matched_dense_weight: f64,
     /// [`DENSE_SPREAD`].
     pub dense_spread: f64,
     /// [`DENSE_FLOOR`].
     pub dense_floor: f64,
+    /// [`PHRASE_WEIGHT`].
+    pub phrase_weight: f64,
 }
 
 impl Fusion {
@@ -324,8 +341,10 @@ impl Fusion {
         rrf_k: RRF_K,
         partial_weight: PARTIAL_WEIGHT,
         dense_weight: 1.0,
+        matched_dense_weight: MATCHED_DENSE_WEIGHT,
         dense_spread: DENSE_SPREAD,
         dense_floor: DENSE_FLOOR,
+        phrase_weight: PHRASE_WEIGHT,
     };
 }
 
@@ -854,6 +873,46 @@ impl Store {
                     .map(|c| (c, !leg.partial)),
             );
         }
+        let phrase_weight = self.fusion().phrase_weight;
+        if phrase_weight > 0.0 && self.backend == Backend::Sqlite && !candidates.is_empty() {
+            // Neighbouring query words near each other: only words within
+            // the budget, so the pairs' postings stay bounded.
+            let near_terms: Vec<String> = terms
+                .iter()
+                .zip(&df)
+                .filter(|(_, d)| **d > 0 && **d <= RELEVANCE_BUDGET)
+                .map(|(t, _)| t.clone())
+                .collect();
+            if let Some(q) = fts::sqlite_near_pairs(&near_terms, PHRASE_WINDOW) {
+                let mut sql = Sql::new(&format!(
+                    "SELECT {RANK_COLUMNS}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m INDEXED BY memories_rank ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+                ));
+                sql.bind_str(q);
+                sql.push(" AND m.invalidated_at IS NULL AND ");
+                push_visible(&mut sql, "m", &caller.user_id);
+                sql.push(" AND ");
+                push_read_set(&mut sql, "m", set);
+                if let Some(kinds) = kinds {
+                    sql.push(" AND m.kind IN ")
+                        .bind_list(kinds.iter().map(|k| k.as_str()));
+                }
+                fts_order(&mut sql, pool);
+                let rows = sql
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("full-text proximity")?;
+                let near: HashMap<MemoryId, f64> = Ranking::from_rows(&rows)?
+                    .into_iter()
+                    .map(|r| (r.id, r.rel.max(0.0)))
+                    .collect();
+                for (c, _) in &mut candidates {
+                    if let Some(rel) = near.get(&c.id) {
+                        c.rel += phrase_weight * rel;
+                    }
+                }
+            }
+        }
         Ok(candidates)
     }
 
@@ -1013,6 +1072,13 @@ impl Store {
                         .then(b.0.created_at.cmp(&a.0.created_at))
                 });
                 lexical.truncate(FUSION_DEPTH);
+                // Some memory holds every word asked for: the dense leg
+                // weighs as much as it does then.
+                let dense_weight = if lexical.iter().any(|(_, every_word)| *every_word) {
+                    fusion.matched_dense_weight
+                } else {
+                    fusion.dense_weight
+                };
                 let mut fused: HashMap<MemoryId, (Ranking, f64, bool)> = HashMap::new();
                 for (rank, (c, every_word)) in lexical.into_iter().enumerate() {
                     let w = if every_word {
@@ -1024,13 +1090,13 @@ impl Store {
                     fused.insert(c.id.clone(), (c, rrf, true));
                 }
                 for (rank, (c, _)) in dense.into_iter().enumerate() {
-                    let rrf = fusion.dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
+                    let rrf = dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
                     fused
                         .entry(c.id.clone())
                         .and_modify(|e| e.1 += rrf)
                         .or_insert((c, rrf, false));
                 }
-                let best = (1.0 + fusion.dense_weight) / (fusion.rrf_k + 1.0);
+                let best = (1.0 + dense_weight) / (fusion.rrf_k + 1.0);
                 fused
                     .into_values()
                     .map(|(c, rrf, fts)| {
