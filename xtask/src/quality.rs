@@ -915,26 +915,23 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
         l.store.keep_query_vectors();
         loaded.push(l);
     }
-    // The grid (twelfth session): the dense weight with and without a
-    // memory holding every query word, around the constants in force.
+    // The grid (twelfth session): partial full-text hits weighed by the
+    // share of the query's words they hold, around the constants in force.
     let mut grid = Vec::new();
     grid.push(Fusion::DEFAULT);
-    for rrf_k in [20.0, 60.0] {
-        for partial_weight in [0.35, 0.5] {
-            for dense_weight in [1.0, 1.5, 2.0] {
+    for partial_weight in [0.5, 0.75, 1.0] {
+        for coverage_exponent in [0.0, 0.5, 1.0, 2.0, 3.0] {
+            for dense_weight in [1.0, 1.5] {
                 for dense_spread in [0.15, 0.25] {
-                    for matched_dense_weight in [0.0, 0.25, 0.5, 1.0] {
-                        let f = Fusion {
-                            rrf_k,
-                            partial_weight,
-                            dense_weight,
-                            matched_dense_weight,
-                            dense_spread,
-                            ..Fusion::DEFAULT
-                        };
-                        if !grid.contains(&f) {
-                            grid.push(f);
-                        }
+                    let f = Fusion {
+                        partial_weight,
+                        coverage_exponent,
+                        dense_weight,
+                        dense_spread,
+                        ..Fusion::DEFAULT
+                    };
+                    if !grid.contains(&f) {
+                        grid.push(f);
                     }
                 }
             }
@@ -962,18 +959,20 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
     }
     rows.sort_by(|a, b| b.2.total_cmp(&a.2));
     let mut header =
-        "| k | partial | dense weight | matched dense weight | spread | floor |".to_string();
+        "| k | partial | coverage exponent | dense weight | matched dense weight | spread | floor |"
+            .to_string();
     for set in sets {
         header.push_str(&format!(" {0} hit@1 | hit@10 | MRR@10 |", set.name));
     }
     header.push_str(" mean |");
-    println!("\n{header}\n|{}", "---:|".repeat(7 + 3 * sets.len()));
+    println!("\n{header}\n|{}", "---:|".repeat(8 + 3 * sets.len()));
     for (f, figures, objective) in &rows {
         let mark = if *f == Fusion::DEFAULT { " (now)" } else { "" };
         let mut line = format!(
-            "| {}{mark} | {} | {} | {} | {} | {} |",
+            "| {}{mark} | {} | {} | {} | {} | {} | {} |",
             f.rrf_k,
             f.partial_weight,
+            f.coverage_exponent,
             f.dense_weight,
             f.matched_dense_weight,
             f.dense_spread,
@@ -1076,7 +1075,17 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
                     dense_spread,
                     dense_floor,
                     phrase_weight: fusion.phrase_weight,
+                    coverage_exponent: fusion.coverage_exponent,
                 };
+                Ok(())
+            }),
+            "--coverage" => value("--coverage").and_then(|v| {
+                fusion.coverage_exponent = v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|w| w.is_finite() && *w >= 0.0)
+                    .ok_or_else(|| format!("--coverage wants an exponent of at least 0, not {v:?}"))?;
                 Ok(())
             }),
             "--phrase" => value("--phrase").and_then(|v| {

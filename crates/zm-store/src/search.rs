@@ -298,6 +298,10 @@ pub const MATCHED_DENSE_WEIGHT: f64 = 1.0;
 pub const PHRASE_WEIGHT: f64 = 0.0;
 /// How many tokens may stand between two query words found near each other.
 pub const PHRASE_WINDOW: usize = 3;
+/// A full-text hit holding only some of the query's words weighs
+/// [`PARTIAL_WEIGHT`] × (the share of the query's words it holds) ^ this.
+/// 0: every such hit weighs [`PARTIAL_WEIGHT`].
+pub const COVERAGE_EXPONENT: f64 = 0.0;
 /// How many hits of each leg are fused.
 pub const FUSION_DEPTH: usize = 50;
 /// How many nearest vectors the index proposes before the SQL visibility
@@ -333,6 +337,8 @@ pub struct Fusion {
     pub dense_floor: f64,
     /// [`PHRASE_WEIGHT`].
     pub phrase_weight: f64,
+    /// [`COVERAGE_EXPONENT`].
+    pub coverage_exponent: f64,
 }
 
 impl Fusion {
@@ -345,6 +351,7 @@ impl Fusion {
         dense_spread: DENSE_SPREAD,
         dense_floor: DENSE_FLOOR,
         phrase_weight: PHRASE_WEIGHT,
+        coverage_exponent: COVERAGE_EXPONENT,
     };
 }
 
@@ -837,6 +844,46 @@ impl Store {
         document_frequencies_of(&row, terms.len())
     }
 
+    /// The share of `terms` each of `ids` holds, by id (terms no memory
+    /// holds count for none). One statement, a test per term and memory.
+    async fn coverage(
+        &self,
+        terms: &[String],
+        ids: &[MemoryId],
+    ) -> Result<HashMap<MemoryId, f64>, ToolError> {
+        if terms.is_empty() || ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut sql = Sql::new("SELECT m.id, CAST(");
+        for (i, t) in terms.iter().enumerate() {
+            if i > 0 {
+                sql.push(" + ");
+            }
+            match self.backend {
+                Backend::Sqlite => {
+                    sql.push("(CASE WHEN m.seq IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ")
+                        .bind_str(format!("\"{t}\""))
+                        .push(") THEN 1 ELSE 0 END)");
+                }
+                Backend::Postgres => {
+                    sql.push("(CASE WHEN m.fts @@ to_tsquery('english', ")
+                        .bind_str(t.clone())
+                        .push(") THEN 1 ELSE 0 END)");
+                }
+            }
+        }
+        sql.push(" AS BIGINT) AS hits FROM memories m WHERE m.id IN ")
+            .bind_list(ids.iter().map(MemoryId::as_str));
+        let rows = sql.query().fetch_all(&self.pool).await.db("coverage")?;
+        let n = terms.len() as f64;
+        rows.iter()
+            .map(|r| {
+                let hits: i64 = col(r, "hits")?;
+                Ok((id_col(r, "id")?, hits as f64 / n))
+            })
+            .collect()
+    }
+
     /// Full-text candidates within the read set, each with whether it
     /// holds every query word. Memories holding **every** query word come
     /// first (the legs holding only some are run only when the first kind
@@ -852,7 +899,7 @@ impl Store {
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
         limit: usize,
-    ) -> Result<Vec<(Ranking, bool)>, ToolError> {
+    ) -> Result<(Vec<(Ranking, bool)>, HashMap<MemoryId, f64>), ToolError> {
         let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
         let terms = fts::search_terms(text);
         let df = self.document_frequencies(&terms).await?;
@@ -913,7 +960,26 @@ impl Store {
                 }
             }
         }
-        Ok(candidates)
+        let mut coverage = HashMap::new();
+        if self.fusion().coverage_exponent > 0.0 {
+            // Words held by more memories than the budget are left out:
+            // their postings would cost as much as scoring them.
+            let counted: Vec<String> = terms
+                .iter()
+                .zip(&df)
+                .filter(|(_, d)| **d > 0 && **d <= RELEVANCE_BUDGET)
+                .map(|(t, _)| t.clone())
+                .collect();
+            let partial: Vec<MemoryId> = candidates
+                .iter()
+                .filter(|(_, every_word)| !*every_word)
+                .map(|(c, _)| c.id.clone())
+                .collect();
+            if counted.len() > 1 {
+                coverage = self.coverage(&counted, &partial).await?;
+            }
+        }
+        Ok((candidates, coverage))
     }
 
     /// The dense leg: the memories nearest to the query's vector that the
@@ -1016,7 +1082,7 @@ impl Store {
             }
         );
         let ((query, embedded), (lexical, matched)) = (query, lexical);
-        let lexical = lexical?;
+        let (lexical, coverage) = lexical?;
         let both = started.elapsed();
         let dense = match &query {
             Some(q) => self.dense_candidates(caller, q, set, kinds, fusion).await?,
@@ -1085,6 +1151,9 @@ impl Store {
                         1.0
                     } else {
                         fusion.partial_weight
+                            * coverage
+                                .get(&c.id)
+                                .map_or(1.0, |share| share.powf(fusion.coverage_exponent))
                     };
                     let rrf = w / (fusion.rrf_k + rank as f64 + 1.0);
                     fused.insert(c.id.clone(), (c, rrf, true));
