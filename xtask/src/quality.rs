@@ -36,7 +36,7 @@ const USAGE: &str = "\
 usage: cargo xtask quality [--mode lexical|hybrid|both] [--only NAME] [--longmemeval DIR]
                            [--paraphrase FILE] [--json FILE] [--dev [--sweep]] [--model DIR]
                            [--locomo FILE]
-                           [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR[,MATCHED]] [--phrase W]
+                           [--fusion K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR[,COVERAGE]]
 
 Runs every data set (or --only paraphrase | longmemeval-s-smoke | duplicates; with
 --dev, paraphrase-dev | keyword-dev | long-dev | locomo-dev | duplicates) through
@@ -58,10 +58,9 @@ sets over a grid of the fusion's constants and prints them best first.
 --model DIR embeds with a
 sentence-transformers model from DIR (as --embedding-model) instead of the
 bundled one. --fusion ranks with other fusion constants than recall's (the
-columns of --sweep; the defaults are 60,0.5,1,0.15,0.2,1; MATCHED, the
-dense weight when some memory holds every query word, defaults to recall's).
---phrase W weighs neighbouring query words found near each other (both
-modes; SQLite) by W instead of recall's weight.";
+columns of --sweep; recall's are 60,1,1.5,0.25,0.2,2; five numbers leave
+COVERAGE, the exponent of a partial hit's share of the query's words, at 0:
+the fusion before the twelfth session, whose constants were 60,0.5,1,0.15,0.2).";
 
 /// One item of a corpus.
 #[derive(Debug, Clone)]
@@ -915,8 +914,9 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
         l.store.keep_query_vectors();
         loaded.push(l);
     }
-    // The grid (twelfth session): partial full-text hits weighed by the
-    // share of the query's words they hold, around the constants in force.
+    // The grid of the twelfth session: partial full-text hits weighed by
+    // the share of the query's words they hold, to a power (0: not at
+    // all, as before), with the dense leg's weight and spread.
     let mut grid = Vec::new();
     grid.push(Fusion::DEFAULT);
     for partial_weight in [0.5, 0.75, 1.0] {
@@ -924,6 +924,7 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
             for dense_weight in [1.0, 1.5] {
                 for dense_spread in [0.15, 0.25] {
                     let f = Fusion {
+                        rrf_k: 60.0,
                         partial_weight,
                         coverage_exponent,
                         dense_weight,
@@ -959,22 +960,20 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
     }
     rows.sort_by(|a, b| b.2.total_cmp(&a.2));
     let mut header =
-        "| k | partial | coverage exponent | dense weight | matched dense weight | spread | floor |"
-            .to_string();
+        "| k | partial | coverage exponent | dense weight | spread | floor |".to_string();
     for set in sets {
         header.push_str(&format!(" {0} hit@1 | hit@10 | MRR@10 |", set.name));
     }
     header.push_str(" mean |");
-    println!("\n{header}\n|{}", "---:|".repeat(8 + 3 * sets.len()));
+    println!("\n{header}\n|{}", "---:|".repeat(7 + 3 * sets.len()));
     for (f, figures, objective) in &rows {
         let mark = if *f == Fusion::DEFAULT { " (now)" } else { "" };
         let mut line = format!(
-            "| {}{mark} | {} | {} | {} | {} | {} | {} |",
+            "| {}{mark} | {} | {} | {} | {} | {} |",
             f.rrf_k,
             f.partial_weight,
             f.coverage_exponent,
             f.dense_weight,
-            f.matched_dense_weight,
             f.dense_spread,
             f.dense_floor
         );
@@ -1052,7 +1051,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
             "--fusion" => value("--fusion").and_then(|v| {
                 let bad = || {
                     format!(
-                        "--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR[,MATCHED_DENSE_WEIGHT] (five or six numbers), not {v:?}"
+                        "--fusion wants K,PARTIAL,DENSE_WEIGHT,SPREAD,FLOOR[,COVERAGE] (five or six numbers), not {v:?}"
                     )
                 };
                 let n: Vec<f64> = v
@@ -1060,41 +1059,21 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
                     .map(|x| x.trim().parse::<f64>().ok().filter(|f| f.is_finite()))
                     .collect::<Option<_>>()
                     .ok_or_else(bad)?;
-                let (rrf_k, partial_weight, dense_weight, dense_spread, dense_floor, matched) =
+                // Five numbers: as before the coverage exponent existed.
+                let (rrf_k, partial_weight, dense_weight, dense_spread, dense_floor, coverage) =
                     match n[..] {
-                        [k, p, d, s, f] => (k, p, d, s, f, None),
-                        [k, p, d, s, f, m] => (k, p, d, s, f, Some(m)),
+                        [k, p, d, s, f] => (k, p, d, s, f, 0.0),
+                        [k, p, d, s, f, c] => (k, p, d, s, f, c),
                         _ => return Err(bad()),
                     };
                 fusion = zm_store::search::Fusion {
                     rrf_k,
                     partial_weight,
+                    coverage_exponent: coverage,
                     dense_weight,
-                    matched_dense_weight: matched
-                        .unwrap_or(zm_store::search::Fusion::DEFAULT.matched_dense_weight),
                     dense_spread,
                     dense_floor,
-                    phrase_weight: fusion.phrase_weight,
-                    coverage_exponent: fusion.coverage_exponent,
                 };
-                Ok(())
-            }),
-            "--coverage" => value("--coverage").and_then(|v| {
-                fusion.coverage_exponent = v
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|w| w.is_finite() && *w >= 0.0)
-                    .ok_or_else(|| format!("--coverage wants an exponent of at least 0, not {v:?}"))?;
-                Ok(())
-            }),
-            "--phrase" => value("--phrase").and_then(|v| {
-                fusion.phrase_weight = v
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|w| w.is_finite() && *w >= 0.0)
-                    .ok_or_else(|| format!("--phrase wants a weight of at least 0, not {v:?}"))?;
                 Ok(())
             }),
             "--dev" => {

@@ -202,19 +202,6 @@ pub fn sqlite_match(user_text: &str, mode: Match) -> Option<String> {
     }))
 }
 
-/// An SQLite FTS5 `MATCH` expression for memories in which two terms that
-/// follow each other in `terms` stand at most `window` tokens apart:
-/// `NEAR("a" "b", w) OR NEAR("b" "c", w)`. `None` with fewer than two
-/// terms. Every term must be a [`query_terms`] term (alphanumeric only),
-/// so quoting it is safe.
-pub fn sqlite_near_pairs(terms: &[String], window: usize) -> Option<String> {
-    let pairs: Vec<String> = terms
-        .windows(2)
-        .map(|w| format!("NEAR(\"{}\" \"{}\", {window})", w[0], w[1]))
-        .collect();
-    (!pairs.is_empty()).then(|| pairs.join(" OR "))
-}
-
 /// The `n` most distinctive terms of a text, as text for [`sqlite_match_query`]
 /// / [`pg_query_terms`]: the longest distinct terms (long words are the rare
 /// ones), ties in order of appearance. A near-duplicate shares most of its
@@ -275,19 +262,6 @@ mod distinctive_tests {
         );
         assert_eq!(sqlite_match("AND", Match::All).as_deref(), Some("\"and\""));
         assert_eq!(pg_query("", Match::All), None);
-    }
-
-    #[test]
-    fn neighbouring_terms_pair_up_near_each_other() {
-        let terms = search_terms("Where is the billing service's staging database?");
-        assert_eq!(
-            sqlite_near_pairs(&terms, 3).as_deref(),
-            Some(
-                "NEAR(\"billing\" \"service\", 3) OR NEAR(\"service\" \"s\", 3) OR NEAR(\"s\" \"staging\", 3) OR NEAR(\"staging\" \"database\", 3)"
-            )
-        );
-        assert_eq!(sqlite_near_pairs(&search_terms("billing"), 3), None);
-        assert_eq!(sqlite_near_pairs(&[], 3), None);
     }
 
     #[test]

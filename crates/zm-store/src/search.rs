@@ -282,26 +282,22 @@ pub const RELEVANCE_BUDGET: i64 = 2000;
 /// adds `1 / (RRF_K + r)`.
 pub const RRF_K: f64 = 60.0;
 /// The weight in the fusion of a full-text hit holding only some of the
-/// query's words (one holding every word weighs 1, as does a dense hit).
-/// Tuned on the development paraphrase set.
-pub const PARTIAL_WEIGHT: f64 = 0.5;
+/// query's words, times the share of the words it holds to the power
+/// [`COVERAGE_EXPONENT`] (a hit holding every word weighs 1). Tuned on the
+/// development sets.
+pub const PARTIAL_WEIGHT: f64 = 1.0;
+/// A full-text hit holding one word of a four-word query weighs
+/// [`PARTIAL_WEIGHT`] × (1/4)^this: on a paraphrase such a hit is noise,
+/// on a keyword or conversational question one holding most words is the
+/// answer. Only words held by at most [`RELEVANCE_BUDGET`] memories are
+/// counted (the others cost as much as scoring them). Tuned on the
+/// development sets (twelfth session).
+pub const COVERAGE_EXPONENT: f64 = 2.0;
+/// The weight of a dense hit. Tuned on the development sets.
+pub const DENSE_WEIGHT: f64 = 1.5;
 /// How far below the nearest memory's cosine a dense hit may be.
 /// Tuned on the development sets.
-pub const DENSE_SPREAD: f64 = 0.15;
-/// The weight of a dense hit in a recall where some memory holds every
-/// query word (1 otherwise, as a full-text hit holding every word).
-pub const MATCHED_DENSE_WEIGHT: f64 = 1.0;
-/// How much of the relevance of two neighbouring query words found near
-/// each other ([`PHRASE_WINDOW`]) a full-text hit gains, in both modes
-/// (SQLite: bm25 of the pairs; PostgreSQL's `ts_rank_cd` weighs proximity
-/// itself). 0: no pair is looked for.
-pub const PHRASE_WEIGHT: f64 = 0.0;
-/// How many tokens may stand between two query words found near each other.
-pub const PHRASE_WINDOW: usize = 3;
-/// A full-text hit holding only some of the query's words weighs
-/// [`PARTIAL_WEIGHT`] × (the share of the query's words it holds) ^ this.
-/// 0: every such hit weighs [`PARTIAL_WEIGHT`].
-pub const COVERAGE_EXPONENT: f64 = 0.0;
+pub const DENSE_SPREAD: f64 = 0.25;
 /// How many hits of each leg are fused.
 pub const FUSION_DEPTH: usize = 50;
 /// How many nearest vectors the index proposes before the SQL visibility
@@ -323,22 +319,14 @@ pub struct Fusion {
     pub rrf_k: f64,
     /// [`PARTIAL_WEIGHT`].
     pub partial_weight: f64,
-    /// The weight of a dense hit (a full-text hit holding every word
-    /// weighs 1).
+    /// [`COVERAGE_EXPONENT`].
+    pub coverage_exponent: f64,
+    /// [`DENSE_WEIGHT`] (a full-text hit holding every word weighs 1).
     pub dense_weight: f64,
-    /// The weight of a dense hit when some memory the caller reads holds
-    /// every query word: the full-text leg then has a match on all the
-    /// words asked for, and the dense leg's nearest memories by topic
-    /// compete with it. [`MATCHED_DENSE_WEIGHT`].
-    pub matched_dense_weight: f64,
     /// [`DENSE_SPREAD`].
     pub dense_spread: f64,
     /// [`DENSE_FLOOR`].
     pub dense_floor: f64,
-    /// [`PHRASE_WEIGHT`].
-    pub phrase_weight: f64,
-    /// [`COVERAGE_EXPONENT`].
-    pub coverage_exponent: f64,
 }
 
 impl Fusion {
@@ -346,13 +334,23 @@ impl Fusion {
     pub const DEFAULT: Fusion = Fusion {
         rrf_k: RRF_K,
         partial_weight: PARTIAL_WEIGHT,
-        dense_weight: 1.0,
-        matched_dense_weight: MATCHED_DENSE_WEIGHT,
+        coverage_exponent: COVERAGE_EXPONENT,
+        dense_weight: DENSE_WEIGHT,
         dense_spread: DENSE_SPREAD,
         dense_floor: DENSE_FLOOR,
-        phrase_weight: PHRASE_WEIGHT,
-        coverage_exponent: COVERAGE_EXPONENT,
     };
+}
+
+impl Fusion {
+    /// The weight of a full-text hit holding `share` of the query's
+    /// (counted) words, in [0, 1]; 1 for a hit holding every word.
+    pub fn lexical_weight(&self, every_word: bool, share: f64) -> f64 {
+        if every_word {
+            1.0
+        } else {
+            self.partial_weight * share.clamp(0.0, 1.0).powf(self.coverage_exponent)
+        }
+    }
 }
 
 impl Default for Fusion {
@@ -844,8 +842,9 @@ impl Store {
         document_frequencies_of(&row, terms.len())
     }
 
-    /// The share of `terms` each of `ids` holds, by id (terms no memory
-    /// holds count for none). One statement, a test per term and memory.
+    /// The share of `terms` each of `ids` holds, by id. One statement: a
+    /// membership test per term and memory, so use it with few memories
+    /// and with terms whose postings are short (within the budget).
     async fn coverage(
         &self,
         terms: &[String],
@@ -874,7 +873,11 @@ impl Store {
         }
         sql.push(" AS BIGINT) AS hits FROM memories m WHERE m.id IN ")
             .bind_list(ids.iter().map(MemoryId::as_str));
-        let rows = sql.query().fetch_all(&self.pool).await.db("coverage")?;
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("word coverage")?;
         let n = terms.len() as f64;
         rows.iter()
             .map(|r| {
@@ -885,9 +888,11 @@ impl Store {
     }
 
     /// Full-text candidates within the read set, each with whether it
-    /// holds every query word. Memories holding **every** query word come
-    /// first (the legs holding only some are run only when the first kind
-    /// are fewer than `limit`).
+    /// holds every query word, and the query words a partial hit's share
+    /// is counted over (those held by at least one and at most
+    /// [`RELEVANCE_BUDGET`] memories). Memories holding **every** query
+    /// word come first (the legs holding only some are run only when the
+    /// first kind are fewer than `limit`).
     ///
     /// The work is bounded by the store's vocabulary, not its size (see
     /// [`LegPlan`]): words held by more than [`RELEVANCE_BUDGET`] memories
@@ -899,7 +904,7 @@ impl Store {
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
         limit: usize,
-    ) -> Result<(Vec<(Ranking, bool)>, HashMap<MemoryId, f64>), ToolError> {
+    ) -> Result<(Vec<(Ranking, bool)>, Vec<String>), ToolError> {
         let pool = i64::try_from((limit * 4).clamp(20, 400)).unwrap_or(400);
         let terms = fts::search_terms(text);
         let df = self.document_frequencies(&terms).await?;
@@ -920,66 +925,13 @@ impl Store {
                     .map(|c| (c, !leg.partial)),
             );
         }
-        let phrase_weight = self.fusion().phrase_weight;
-        if phrase_weight > 0.0 && self.backend == Backend::Sqlite && !candidates.is_empty() {
-            // Neighbouring query words near each other: only words within
-            // the budget, so the pairs' postings stay bounded.
-            let near_terms: Vec<String> = terms
-                .iter()
-                .zip(&df)
-                .filter(|(_, d)| **d > 0 && **d <= RELEVANCE_BUDGET)
-                .map(|(t, _)| t.clone())
-                .collect();
-            if let Some(q) = fts::sqlite_near_pairs(&near_terms, PHRASE_WINDOW) {
-                let mut sql = Sql::new(&format!(
-                    "SELECT {RANK_COLUMNS}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m INDEXED BY memories_rank ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
-                ));
-                sql.bind_str(q);
-                sql.push(" AND m.invalidated_at IS NULL AND ");
-                push_visible(&mut sql, "m", &caller.user_id);
-                sql.push(" AND ");
-                push_read_set(&mut sql, "m", set);
-                if let Some(kinds) = kinds {
-                    sql.push(" AND m.kind IN ")
-                        .bind_list(kinds.iter().map(|k| k.as_str()));
-                }
-                fts_order(&mut sql, pool);
-                let rows = sql
-                    .query()
-                    .fetch_all(&self.pool)
-                    .await
-                    .db("full-text proximity")?;
-                let near: HashMap<MemoryId, f64> = Ranking::from_rows(&rows)?
-                    .into_iter()
-                    .map(|r| (r.id, r.rel.max(0.0)))
-                    .collect();
-                for (c, _) in &mut candidates {
-                    if let Some(rel) = near.get(&c.id) {
-                        c.rel += phrase_weight * rel;
-                    }
-                }
-            }
-        }
-        let mut coverage = HashMap::new();
-        if self.fusion().coverage_exponent > 0.0 {
-            // Words held by more memories than the budget are left out:
-            // their postings would cost as much as scoring them.
-            let counted: Vec<String> = terms
-                .iter()
-                .zip(&df)
-                .filter(|(_, d)| **d > 0 && **d <= RELEVANCE_BUDGET)
-                .map(|(t, _)| t.clone())
-                .collect();
-            let partial: Vec<MemoryId> = candidates
-                .iter()
-                .filter(|(_, every_word)| !*every_word)
-                .map(|(c, _)| c.id.clone())
-                .collect();
-            if counted.len() > 1 {
-                coverage = self.coverage(&counted, &partial).await?;
-            }
-        }
-        Ok((candidates, coverage))
+        let counted = terms
+            .into_iter()
+            .zip(df)
+            .filter(|(_, d)| *d > 0 && *d <= RELEVANCE_BUDGET)
+            .map(|(t, _)| t)
+            .collect();
+        Ok((candidates, counted))
     }
 
     /// The dense leg: the memories nearest to the query's vector that the
@@ -1053,8 +1005,9 @@ impl Store {
     ///   at least 0.5 when every word matched.
     /// * **Hybrid**: the full-text candidates (in that order, without
     ///   decay) and the dense leg's (by cosine), the first [`FUSION_DEPTH`]
-    ///   of each, fused by reciprocal rank ([`RRF_K`]), then × decay. The
-    ///   score is the fused rank score scaled to (0, 1].
+    ///   of each, fused by reciprocal rank ([`RRF_K`]), each leg's hits
+    ///   weighed ([`Fusion::lexical_weight`], [`DENSE_WEIGHT`]), then ×
+    ///   decay. The score is the fused rank score scaled to (0, 1].
     ///
     /// Either way a memory with a pending challenge weighs 0.8.
     async fn ranked(
@@ -1082,11 +1035,48 @@ impl Store {
             }
         );
         let ((query, embedded), (lexical, matched)) = (query, lexical);
-        let (lexical, coverage) = lexical?;
+        let (mut lexical, counted) = lexical?;
         let both = started.elapsed();
-        let dense = match &query {
-            Some(q) => self.dense_candidates(caller, q, set, kinds, fusion).await?,
-            None => Vec::new(),
+        // Full-text relevance: the tier (every word or some), then bm25
+        // squashed into [0, 0.5) and × `w` (the decay; 1 for the fusion's
+        // own order, which has none).
+        let lexical_score = |rel: f64, every_word: bool, w: f64| {
+            let rel = rel.max(0.0);
+            let tier = if every_word { 0.5 } else { 0.0 };
+            tier + rel / (1.0 + rel) * w / 2.0
+        };
+        let lexical_order = |rel: f64, every_word: bool| lexical_score(rel, every_word, 1.0);
+        if query.is_some() {
+            // The fusion's full-text leg: its first FUSION_DEPTH.
+            lexical.sort_by(|a, b| {
+                lexical_order(b.0.rel, b.1)
+                    .total_cmp(&lexical_order(a.0.rel, a.1))
+                    .then(b.0.created_at.cmp(&a.0.created_at))
+            });
+            lexical.truncate(FUSION_DEPTH);
+        }
+        // The share of the query's words each partial hit of that leg
+        // holds, while the dense leg runs.
+        let partial: Vec<MemoryId> = lexical
+            .iter()
+            .filter(|(_, every_word)| !*every_word)
+            .map(|(c, _)| c.id.clone())
+            .collect();
+        let (dense, coverage) = match &query {
+            Some(q) => {
+                let (dense, coverage) = tokio::join!(
+                    self.dense_candidates(caller, q, set, kinds, fusion),
+                    async {
+                        if fusion.coverage_exponent > 0.0 && !counted.is_empty() {
+                            self.coverage(&counted, &partial).await
+                        } else {
+                            Ok(HashMap::new())
+                        }
+                    }
+                );
+                (dense?, coverage?)
+            }
+            None => (Vec::new(), HashMap::new()),
         };
         let dense_done = started.elapsed();
         let ids: Vec<MemoryId> = lexical
@@ -1113,15 +1103,6 @@ impl Store {
                 w
             }
         };
-        // Full-text relevance: the tier (every word or some), then bm25
-        // squashed into [0, 0.5) and × `w` (the decay; 1 for the fusion's
-        // own order, which has none).
-        let lexical_score = |rel: f64, every_word: bool, w: f64| {
-            let rel = rel.max(0.0);
-            let tier = if every_word { 0.5 } else { 0.0 };
-            tier + rel / (1.0 + rel) * w / 2.0
-        };
-        let lexical_order = |rel: f64, every_word: bool| lexical_score(rel, every_word, 1.0);
         let mut ranked: Vec<Hit> = match &query {
             None => lexical
                 .into_iter()
@@ -1131,41 +1112,23 @@ impl Store {
                 })
                 .collect(),
             Some(q) => {
-                let mut lexical = lexical;
-                lexical.sort_by(|a, b| {
-                    lexical_order(b.0.rel, b.1)
-                        .total_cmp(&lexical_order(a.0.rel, a.1))
-                        .then(b.0.created_at.cmp(&a.0.created_at))
-                });
-                lexical.truncate(FUSION_DEPTH);
-                // Some memory holds every word asked for: the dense leg
-                // weighs as much as it does then.
-                let dense_weight = if lexical.iter().any(|(_, every_word)| *every_word) {
-                    fusion.matched_dense_weight
-                } else {
-                    fusion.dense_weight
-                };
                 let mut fused: HashMap<MemoryId, (Ranking, f64, bool)> = HashMap::new();
                 for (rank, (c, every_word)) in lexical.into_iter().enumerate() {
-                    let w = if every_word {
-                        1.0
-                    } else {
-                        fusion.partial_weight
-                            * coverage
-                                .get(&c.id)
-                                .map_or(1.0, |share| share.powf(fusion.coverage_exponent))
-                    };
+                    // No word counted (every one too common): a partial
+                    // hit weighs PARTIAL_WEIGHT.
+                    let share = coverage.get(&c.id).copied().unwrap_or(1.0);
+                    let w = fusion.lexical_weight(every_word, share);
                     let rrf = w / (fusion.rrf_k + rank as f64 + 1.0);
                     fused.insert(c.id.clone(), (c, rrf, true));
                 }
                 for (rank, (c, _)) in dense.into_iter().enumerate() {
-                    let rrf = dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
+                    let rrf = fusion.dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
                     fused
                         .entry(c.id.clone())
                         .and_modify(|e| e.1 += rrf)
                         .or_insert((c, rrf, false));
                 }
-                let best = (1.0 + dense_weight) / (fusion.rrf_k + 1.0);
+                let best = (1.0 + fusion.dense_weight) / (fusion.rrf_k + 1.0);
                 fused
                     .into_values()
                     .map(|(c, rrf, fts)| {
@@ -1825,6 +1788,33 @@ mod tests {
             .into_iter()
             .map(|l| (l.text, l.mode, l.order, l.partial))
             .collect()
+    }
+
+    #[test]
+    fn a_partial_hit_weighs_by_the_share_of_the_query_it_holds() {
+        let f = Fusion::DEFAULT;
+        assert_eq!(
+            f.lexical_weight(true, 0.25),
+            1.0,
+            "every word: 1, whatever the count"
+        );
+        assert_eq!(f.lexical_weight(false, 1.0), PARTIAL_WEIGHT);
+        assert_eq!(
+            f.lexical_weight(false, 0.5),
+            PARTIAL_WEIGHT * 0.5f64.powf(COVERAGE_EXPONENT)
+        );
+        assert!(f.lexical_weight(false, 0.75) > f.lexical_weight(false, 0.25));
+        assert_eq!(f.lexical_weight(false, 0.0), 0.0);
+        // Out-of-range shares are clamped, never above a whole match.
+        assert_eq!(f.lexical_weight(false, 3.0), PARTIAL_WEIGHT);
+        // Exponent 0: the fusion before shares were counted.
+        let flat = Fusion {
+            coverage_exponent: 0.0,
+            partial_weight: 0.5,
+            ..Fusion::DEFAULT
+        };
+        assert_eq!(flat.lexical_weight(false, 0.25), 0.5);
+        assert_eq!(flat.lexical_weight(false, 1.0), 0.5);
     }
 
     #[test]

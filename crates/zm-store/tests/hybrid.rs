@@ -3,7 +3,8 @@
 //! a memory without a vector is still found by its words; changing the
 //! model's identity makes every memory pending again; vectors never cross
 //! users, and a forgotten memory is not found by meaning; reworded
-//! near-duplicates become an `unjudged` conflict once embedded, once.
+//! near-duplicates become an `unjudged` conflict once embedded, once; a
+//! full-text hit holding more of the query's words weighs more.
 
 mod common;
 
@@ -60,6 +61,31 @@ async fn hits(store: &Store, caller: &Caller, query: &str, l: &str) -> Vec<Value
         "recall",
     );
     out["memories"].as_array().cloned().unwrap_or_default()
+}
+
+/// An encoder that knows only the parity of a text's length: even texts
+/// lie on one axis, odd ones on another. A query of one parity is at cosine
+/// 0 from memories of the other, so the dense leg proposes none of them and
+/// hybrid recall ranks by its full-text leg alone.
+struct Parity;
+
+impl Encoder for Parity {
+    fn model(&self) -> &str {
+        "test-parity"
+    }
+    fn dims(&self) -> usize {
+        384
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0; 384];
+                v[t.len() % 2] = 1.0;
+                v
+            })
+            .collect())
+    }
 }
 
 fn find<'a>(hits: &'a [Value], id: &str) -> Option<&'a Value> {
@@ -236,5 +262,45 @@ backend_tests! {
             assert_eq!(ok(store.file_meaning_duplicates(&ids).await, l, "sweep a backlog"), 0, "[{l}]");
             assert!(unjudged(a.clone(), "pending").await.is_empty(), "[{l}] a week-old pair is not filed");
         }
+    }
+
+    async fn a_full_text_hit_holding_more_of_the_query_weighs_more(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-cover").await;
+        // Odd-length memories, an even-length query (trailing dots are no words).
+        let odd = |s: &str| if s.len() % 2 == 1 { s.to_string() } else { format!("{s}.") };
+        let remember = |text: String| {
+            let (store, a) = (&store, &a);
+            async move { mem(store, a, l, json!({"content": text, "kind": "fact", "scope": "personal"})).await }
+        };
+        // One query word, over and over: full text alone ranks it first.
+        let one = remember(odd("Zanzibar zanzibar zanzibar zanzibar zanzibar zanzibar zanzibar")).await;
+        // Three of the four words, once each, among memories holding them too.
+        let three = remember(odd("The ferry timetable at the harbour changed last week")).await;
+        let mut ids = vec![one.clone(), three.clone()];
+        for t in ["The ferry was late again", "Print the timetable for the kitchen wall", "The harbour closes at dusk"] {
+            ids.push(remember(odd(t)).await);
+        }
+        let query = "zanzibar ferry timetable harbour";
+        assert_eq!(query.len() % 2, 0, "an even-length query");
+        let pos = |found: &[Value], id: &str| found.iter().position(|h| h["id"] == id);
+        let lexical = hits(&store, &a, query, l).await;
+        assert!(
+            pos(&lexical, &one) < pos(&lexical, &three) && pos(&lexical, &one).is_some(),
+            "[{l}] by full-text relevance the repeated word ranks first: {lexical:?}"
+        );
+        store.set_encoder(Arc::new(Parity));
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        embed(&store, &refs, l).await;
+        let hybrid = hits(&store, &a, query, l).await;
+        assert!(
+            hybrid.iter().all(|h| h["fts_matched"] == true),
+            "[{l}] the dense leg proposes nothing here: {hybrid:?}"
+        );
+        assert_eq!(
+            pos(&hybrid, &three),
+            Some(0),
+            "[{l}] three of the four words outweigh one word repeated: {hybrid:?}"
+        );
+        assert!(pos(&hybrid, &one).is_some(), "[{l}] the one-word hit is still a hit");
     }
 }
