@@ -938,6 +938,25 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
             }
         }
     }
+    // Past the edges the first grid's best row sat on (dense weight 1.5,
+    // spread 0.25).
+    for coverage_exponent in [1.5, 2.0, 2.5] {
+        for dense_weight in [1.5, 2.0, 3.0] {
+            for dense_spread in [0.25, 0.35, 2.0] {
+                let f = Fusion {
+                    rrf_k: 60.0,
+                    partial_weight: 1.0,
+                    coverage_exponent,
+                    dense_weight,
+                    dense_spread,
+                    ..Fusion::DEFAULT
+                };
+                if !grid.contains(&f) {
+                    grid.push(f);
+                }
+            }
+        }
+    }
     let mut rows: Vec<(Fusion, Vec<Figures>, f64)> = Vec::with_capacity(grid.len());
     for fusion in grid {
         let mut figures = Vec::with_capacity(sets.len());
