@@ -1092,17 +1092,7 @@ pub(crate) fn quality(args: &[String]) -> ExitCode {
                     dense_weight,
                     dense_spread,
                     dense_floor,
-                    lexical_coverage_exponent: fusion.lexical_coverage_exponent,
                 };
-                Ok(())
-            }),
-            "--lexical-coverage" => value("--lexical-coverage").and_then(|v| {
-                fusion.lexical_coverage_exponent = v
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|w| w.is_finite() && *w >= 0.0)
-                    .ok_or_else(|| format!("--lexical-coverage wants at least 0, not {v:?}"))?;
                 Ok(())
             }),
             "--dev" => {

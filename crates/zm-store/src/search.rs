@@ -327,8 +327,6 @@ pub struct Fusion {
     pub dense_spread: f64,
     /// [`DENSE_FLOOR`].
     pub dense_floor: f64,
-    /// Experiment: lexical mode's partial hits × share ^ this.
-    pub lexical_coverage_exponent: f64,
 }
 
 impl Fusion {
@@ -340,7 +338,6 @@ impl Fusion {
         dense_weight: DENSE_WEIGHT,
         dense_spread: DENSE_SPREAD,
         dense_floor: DENSE_FLOOR,
-        lexical_coverage_exponent: 0.0,
     };
 }
 
@@ -1066,9 +1063,6 @@ impl Store {
             .map(|(c, _)| c.id.clone())
             .collect();
         let (dense, coverage) = match &query {
-            None if fusion.lexical_coverage_exponent > 0.0 && !counted.is_empty() => {
-                (Vec::new(), self.coverage(&counted, &partial).await?)
-            }
             Some(q) => {
                 let (dense, coverage) = tokio::join!(
                     self.dense_candidates(caller, q, set, kinds, fusion),
@@ -1113,17 +1107,7 @@ impl Store {
             None => lexical
                 .into_iter()
                 .map(|(c, every_word)| {
-                    let rel = if every_word {
-                        c.rel
-                    } else {
-                        c.rel.max(0.0)
-                            * coverage
-                                .get(&c.id)
-                                .copied()
-                                .unwrap_or(1.0)
-                                .powf(fusion.lexical_coverage_exponent)
-                    };
-                    let score = lexical_score(rel, every_word, weight(&c));
+                    let score = lexical_score(c.rel, every_word, weight(&c));
                     Hit::of(c, score, None, true)
                 })
                 .collect(),
