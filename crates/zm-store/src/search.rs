@@ -289,9 +289,11 @@ pub const PARTIAL_WEIGHT: f64 = 1.0;
 /// A full-text hit holding one word of a four-word query weighs
 /// [`PARTIAL_WEIGHT`] × (1/4)^this: on a paraphrase such a hit is noise,
 /// on a keyword or conversational question one holding most words is the
-/// answer. Only words held by at most [`RELEVANCE_BUDGET`] memories are
-/// counted (the others cost as much as scoring them). Tuned on the
-/// development sets (twelfth session).
+/// answer. Words held by more than [`RELEVANCE_BUDGET`] memories are not
+/// counted (they cost as much as scoring them); a word no memory holds
+/// is, so the share never depends on what other users wrote. A hit
+/// holding only words too common to count is taken to hold half of one.
+/// Tuned on the development sets (twelfth session).
 pub const COVERAGE_EXPONENT: f64 = 2.0;
 /// The weight of a dense hit. Tuned on the development sets.
 pub const DENSE_WEIGHT: f64 = 1.5;
@@ -882,15 +884,17 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let hits: i64 = col(r, "hits")?;
-                Ok((id_col(r, "id")?, hits as f64 / n))
+                // A partial hit holds some query word: one too common to
+                // count is half of one, so no hit weighs 0.
+                Ok((id_col(r, "id")?, (hits as f64).max(0.5) / n))
             })
             .collect()
     }
 
     /// Full-text candidates within the read set, each with whether it
     /// holds every query word, and the query words a partial hit's share
-    /// is counted over (those held by at least one and at most
-    /// [`RELEVANCE_BUDGET`] memories). Memories holding **every** query
+    /// is counted over (those held by at most [`RELEVANCE_BUDGET`]
+    /// memories, none included). Memories holding **every** query
     /// word come first (the legs holding only some are run only when the
     /// first kind are fewer than `limit`).
     ///
@@ -928,7 +932,7 @@ impl Store {
         let counted = terms
             .into_iter()
             .zip(df)
-            .filter(|(_, d)| *d > 0 && *d <= RELEVANCE_BUDGET)
+            .filter(|(_, d)| *d <= RELEVANCE_BUDGET)
             .map(|(t, _)| t)
             .collect();
         Ok((candidates, counted))
@@ -1064,15 +1068,17 @@ impl Store {
             .collect();
         let (dense, coverage) = match &query {
             Some(q) => {
-                let (dense, coverage) = tokio::join!(
-                    self.dense_candidates(caller, q, set, kinds, fusion),
+                // The share's statement first: it is sent before the
+                // dense leg's vector scan (synchronous) runs.
+                let (coverage, dense) = tokio::join!(
                     async {
                         if fusion.coverage_exponent > 0.0 && !counted.is_empty() {
                             self.coverage(&counted, &partial).await
                         } else {
                             Ok(HashMap::new())
                         }
-                    }
+                    },
+                    self.dense_candidates(caller, q, set, kinds, fusion)
                 );
                 (dense?, coverage?)
             }
