@@ -917,46 +917,43 @@ async fn sweep(sets: &[DataSet], model_dir: Option<&Path>) -> Result<(), String>
     // The grid of the twelfth session: partial full-text hits weighed by
     // the share of the query's words they hold, to a power (0: not at
     // all, as before), with the dense leg's weight and spread.
-    let mut grid = Vec::new();
-    grid.push(Fusion::DEFAULT);
-    for partial_weight in [0.5, 0.75, 1.0] {
-        for coverage_exponent in [0.0, 0.5, 1.0, 2.0, 3.0] {
-            for dense_weight in [1.0, 1.5] {
-                for dense_spread in [0.15, 0.25] {
-                    let f = Fusion {
-                        rrf_k: 60.0,
-                        partial_weight,
-                        coverage_exponent,
-                        dense_weight,
-                        dense_spread,
-                        ..Fusion::DEFAULT
-                    };
-                    if !grid.contains(&f) {
-                        grid.push(f);
+    let mut grid = vec![Fusion::DEFAULT];
+    // Every combination of the four, in this order, each row once.
+    let mut cross = |partials: &[f64], exponents: &[f64], denses: &[f64], spreads: &[f64]| {
+        for &partial_weight in partials {
+            for &coverage_exponent in exponents {
+                for &dense_weight in denses {
+                    for &dense_spread in spreads {
+                        let f = Fusion {
+                            rrf_k: 60.0,
+                            partial_weight,
+                            coverage_exponent,
+                            dense_weight,
+                            dense_spread,
+                            ..Fusion::DEFAULT
+                        };
+                        if !grid.contains(&f) {
+                            grid.push(f);
+                        }
                     }
                 }
             }
         }
-    }
+    };
+    cross(
+        &[0.5, 0.75, 1.0],
+        &[0.0, 0.5, 1.0, 2.0, 3.0],
+        &[1.0, 1.5],
+        &[0.15, 0.25],
+    );
     // Past the edges the first grid's best row sat on (dense weight 1.5,
     // spread 0.25).
-    for coverage_exponent in [1.5, 2.0, 2.5] {
-        for dense_weight in [1.5, 2.0, 3.0] {
-            for dense_spread in [0.25, 0.35, 2.0] {
-                let f = Fusion {
-                    rrf_k: 60.0,
-                    partial_weight: 1.0,
-                    coverage_exponent,
-                    dense_weight,
-                    dense_spread,
-                    ..Fusion::DEFAULT
-                };
-                if !grid.contains(&f) {
-                    grid.push(f);
-                }
-            }
-        }
-    }
+    cross(
+        &[1.0],
+        &[1.5, 2.0, 2.5],
+        &[1.5, 2.0, 3.0],
+        &[0.25, 0.35, 2.0],
+    );
     let mut rows: Vec<(Fusion, Vec<Figures>, f64)> = Vec::with_capacity(grid.len());
     for fusion in grid {
         let mut figures = Vec::with_capacity(sets.len());
