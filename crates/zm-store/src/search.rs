@@ -17,6 +17,7 @@ use crate::rows::{FromAnyRow, col, enum_col, id_col, json_col, opt_id_col};
 use crate::scopes::{
     ReadSet, explicit_read_set, pinned_read_set, push_read_set, push_read_set_filter, push_visible,
 };
+use crate::semantic::Reader;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -937,37 +938,50 @@ impl Store {
     }
 
     /// The dense leg: the memories nearest to the query's vector that the
-    /// caller reads **now** (the index pre-filters as of its last refresh;
-    /// this query decides), live, in the read set and of the kinds asked
-    /// for, at least [`DENSE_FLOOR`] close; nearest first, at most
-    /// [`FUSION_DEPTH`].
+    /// caller reads **now** (the index pre-filters by the caller's own
+    /// memories and `member_scopes`, with each memory's state as of the
+    /// index's last refresh; this query decides), live, in the read set
+    /// and of the kinds asked for, at least [`DENSE_FLOOR`] close and
+    /// within [`DENSE_SPREAD`] of the nearest of *those*; nearest first, at
+    /// most [`FUSION_DEPTH`].
     async fn dense_candidates(
         &self,
         caller: &Caller,
+        member_scopes: &[String],
         query: &zm_embed::Vector,
         set: &ReadSet,
         kinds: Option<&[MemoryKind]>,
         fusion: Fusion,
     ) -> Result<Vec<(Ranking, f32)>, ToolError> {
+        let reader = Reader {
+            user: &caller.user_id,
+            member_scopes,
+        };
         let near: Vec<(MemoryId, f32)> = self
-            .nearest(query, &caller.user_id, set, DENSE_PREFILTER)
+            .nearest(query, &reader, set, DENSE_PREFILTER)
             .into_iter()
             .filter(|(_, c)| f64::from(*c) >= fusion.dense_floor)
-            .collect();
-        // Far below the nearest is not a match by meaning either.
-        let best = near.first().map_or(0.0, |(_, c)| f64::from(*c));
-        let near: Vec<(MemoryId, f32)> = near
-            .into_iter()
-            .filter(|(_, c)| f64::from(*c) >= best - fusion.dense_spread)
             .collect();
         // The index pre-filtered by visibility as of its last refresh, so
         // nearly every id is readable (a recall limited to some kinds,
         // which the index does not know, may need more rounds): check
         // them in rounds of twice the depth, nearest first, and stop once
-        // the depth is filled — the same first [`FUSION_DEPTH`] as
-        // checking all at once, in a statement half the size.
-        let mut found = Vec::with_capacity(FUSION_DEPTH);
+        // the depth is filled or a candidate is far below the nearest
+        // readable one (not a match by meaning either) — the same first
+        // [`FUSION_DEPTH`] as checking all at once, in a statement half
+        // the size. The spread is measured from the nearest memory this
+        // caller reads now, never from one they do not: what they cannot
+        // read decides nothing about what they get.
+        let mut found: Vec<(Ranking, f32)> = Vec::with_capacity(FUSION_DEPTH);
+        let within = |found: &[(Ranking, f32)], c: f32| {
+            found
+                .first()
+                .is_none_or(|(_, best)| f64::from(c) >= f64::from(*best) - fusion.dense_spread)
+        };
         for round in near.chunks(2 * FUSION_DEPTH) {
+            if !round.first().is_some_and(|(_, c)| within(&found, *c)) {
+                break;
+            }
             let mut sql = Sql::new(&format!(
                 "SELECT {RANK_COLUMNS}, CAST(0.0 AS DOUBLE PRECISION) AS rel FROM memories m WHERE m.id IN "
             ));
@@ -985,14 +999,13 @@ impl Store {
                 .into_iter()
                 .map(|r| (r.id.clone(), r))
                 .collect();
-            found.extend(
-                round
-                    .iter()
-                    .filter_map(|(id, c)| readable.remove(id).map(|r| (r, *c)))
-                    .take(FUSION_DEPTH - found.len()),
-            );
-            if found.len() == FUSION_DEPTH {
-                break;
+            for (id, c) in round {
+                if found.len() == FUSION_DEPTH || !within(&found, *c) {
+                    return Ok(found);
+                }
+                if let Some(r) = readable.remove(id) {
+                    found.push((r, *c));
+                }
             }
         }
         Ok(found)
@@ -1024,7 +1037,9 @@ impl Store {
         // The query is embedded (on a blocking thread) while the full-text
         // legs run.
         let started = std::time::Instant::now();
-        let (query, lexical) = tokio::join!(
+        // With a model, the scopes whose shared memories the caller reads
+        // (the dense leg's filter) are read meanwhile too.
+        let (query, lexical, member_scopes) = tokio::join!(
             async {
                 let q = self.embed_query(text).await;
                 (q, started.elapsed())
@@ -1034,10 +1049,17 @@ impl Store {
                     .lexical_candidates(caller, text, set, kinds, limit)
                     .await;
                 (l, started.elapsed())
+            },
+            async {
+                match self.encoder() {
+                    Some(_) => self.member_scopes(&caller.user_id).await,
+                    None => Ok(Vec::new()),
+                }
             }
         );
         let ((query, embedded), (lexical, matched)) = (query, lexical);
         let (mut lexical, counted) = lexical?;
+        let member_scopes = member_scopes?;
         let both = started.elapsed();
         // Full-text relevance: the tier (every word or some), then bm25
         // squashed into [0, 0.5) and × `w` (the decay; 1 for the fusion's
@@ -1076,7 +1098,7 @@ impl Store {
                             Ok(HashMap::new())
                         }
                     },
-                    self.dense_candidates(caller, q, set, kinds, fusion)
+                    self.dense_candidates(caller, &member_scopes, q, set, kinds, fusion)
                 );
                 (dense?, coverage?)
             }

@@ -89,6 +89,17 @@ struct Entry {
     live: bool,
 }
 
+/// Who asks the index: a user, and the scopes whose shared memories that
+/// user reads now (their teams', and the projects shared with those
+/// teams: [`Store::member_scopes`], read from the database for each
+/// recall). A shared memory in any other scope is not a candidate: it must
+/// not take one of the dense leg's places, nor be the nearest that the
+/// others are measured against.
+pub(crate) struct Reader<'a> {
+    pub(crate) user: &'a str,
+    pub(crate) member_scopes: &'a [String],
+}
+
 /// The in-memory vectors of one model.
 #[derive(Debug, Default)]
 pub(crate) struct VectorIndex {
@@ -195,19 +206,19 @@ impl VectorIndex {
     fn nearest(
         &self,
         query: &Vector,
-        user: &str,
+        reader: &Reader<'_>,
         set: &ReadSet,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
         let shortlist = self.entries.len() > EXACT_SCAN_MAX;
-        self.search(query, user, set, limit, shortlist)
+        self.search(query, reader, set, limit, shortlist)
     }
 
     /// [`nearest`](Self::nearest), with the sign-bit shortlist or without.
     fn search(
         &self,
         query: &Vector,
-        user: &str,
+        reader: &Reader<'_>,
         set: &ReadSet,
         limit: usize,
         approximate: bool,
@@ -215,7 +226,13 @@ impl VectorIndex {
         if self.entries.is_empty() || query.dims() != self.dims || limit == 0 {
             return Vec::new();
         }
-        let me = self.names.get(user).copied();
+        let me = self.names.get(reader.user).copied();
+        // A scope the index has never seen holds no vector here.
+        let members: HashSet<u32> = reader
+            .member_scopes
+            .iter()
+            .filter_map(|p| self.names.get(p.as_str()).copied())
+            .collect();
         let scopes: Option<Vec<u32>> = match set {
             ReadSet::All => None,
             ReadSet::Scopes(s) => Some(
@@ -226,7 +243,7 @@ impl VectorIndex {
         };
         let readable = |e: &Entry| {
             e.live
-                && (e.shared || Some(e.owner) == me)
+                && (Some(e.owner) == me || (e.shared && members.contains(&e.scope)))
                 && scopes.as_ref().is_none_or(|s| s.contains(&e.scope))
         };
         let mut best = TopK::new(limit);
@@ -942,12 +959,12 @@ impl Store {
     pub(crate) fn nearest(
         &self,
         query: &Vector,
-        user: &str,
+        reader: &Reader<'_>,
         set: &ReadSet,
         limit: usize,
     ) -> Vec<(MemoryId, f32)> {
         let started = std::time::Instant::now();
-        let found = read(&self.semantic.index).nearest(query, user, set, limit);
+        let found = read(&self.semantic.index).nearest(query, reader, set, limit);
         tracing::debug!(
             target: "zm_store::ranked",
             scan_us = started.elapsed().as_micros(),
@@ -970,12 +987,17 @@ impl Store {
         depth: usize,
     ) -> Option<(usize, usize)> {
         let query = self.embed_query(text).await?;
+        let member_scopes = self.member_scopes(user_id).await.ok()?;
+        let reader = Reader {
+            user: user_id,
+            member_scopes: &member_scopes,
+        };
         let index = read(&self.semantic.index);
-        let exact = index.search(&query, user_id, &ReadSet::All, depth, false);
+        let exact = index.search(&query, &reader, &ReadSet::All, depth, false);
         let found: HashSet<MemoryId> = index
             .nearest(
                 &query,
-                user_id,
+                &reader,
                 &ReadSet::All,
                 crate::search::DENSE_PREFILTER.max(depth),
             )
@@ -1101,6 +1123,14 @@ mod tests {
         (index, raw)
     }
 
+    /// A reader who is a member of no scope: they read their own memories.
+    fn own(user: &str) -> Reader<'_> {
+        Reader {
+            user,
+            member_scopes: &[],
+        }
+    }
+
     /// `v` moved a little: a query whose nearest stored vector is `v`.
     fn near(v: &[f32], seed: &mut u64) -> Vector {
         let noise = random_unit(seed, v.len());
@@ -1115,8 +1145,8 @@ mod tests {
         let (index, raw) = index(n, 40, &mut seed);
         for target in [1usize, 777, 12_345, n - 1] {
             let query = near(&raw[target], &mut seed);
-            let exact = index.search(&query, "alice", &ReadSet::All, 10, false);
-            let approx = index.nearest(&query, "alice", &ReadSet::All, 10);
+            let exact = index.search(&query, &own("alice"), &ReadSet::All, 10, false);
+            let approx = index.nearest(&query, &own("alice"), &ReadSet::All, 10);
             let want = MemoryId::from_trusted(format!("mem_{target:06}"));
             assert_eq!(exact[0].0, want, "the exact scan's nearest");
             assert_eq!(approx[0].0, want, "the shortlist keeps the nearest");
@@ -1125,7 +1155,7 @@ mod tests {
         }
         // Bob reads only his own: every 40th vector.
         let query = near(&raw[40 * 7], &mut seed);
-        let bob = index.nearest(&query, "bob", &ReadSet::All, 200);
+        let bob = index.nearest(&query, &own("bob"), &ReadSet::All, 200);
         assert_eq!(
             bob[0].0,
             MemoryId::from_trusted(format!("mem_{:06}", 40 * 7))
@@ -1136,12 +1166,72 @@ mod tests {
         }));
         // Fewer readable (Bob's 625) than the shortlist (10 × 70): every
         // one is scored, so the result is the exact scan's.
-        let exact = index.search(&query, "bob", &ReadSet::All, 70, false);
-        let approx = index.nearest(&query, "bob", &ReadSet::All, 70);
+        let exact = index.search(&query, &own("bob"), &ReadSet::All, 70, false);
+        let approx = index.nearest(&query, &own("bob"), &ReadSet::All, 70);
         assert_eq!(exact.len(), 70);
         assert_eq!(approx, exact);
         // Nobody else reads anything.
-        assert!(index.nearest(&query, "carol", &ReadSet::All, 10).is_empty());
+        assert!(
+            index
+                .nearest(&query, &own("carol"), &ReadSet::All, 10)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_shared_memory_is_a_candidate_only_for_members_of_its_scope() {
+        let mut index = VectorIndex {
+            model: "m".into(),
+            dims: 8,
+            ..VectorIndex::default()
+        };
+        let mut seed = 0x0123_4567_89AB_CDEF;
+        let v = random_unit(&mut seed, 8);
+        let put = |index: &mut VectorIndex, id: &str, owner: &str, scope: &str, shared: bool| {
+            index.upsert(
+                Meta {
+                    id: MemoryId::from_trusted(id),
+                    owner: owner.into(),
+                    scope: scope.into(),
+                    shared,
+                    live: true,
+                },
+                &Vector::quantize(&v),
+            );
+        };
+        put(&mut index, "mem_mine", "bob", "personal", false);
+        put(&mut index, "mem_team_x", "dave", "team.x", true);
+        put(&mut index, "mem_team_y", "erin", "team.y", true);
+        put(&mut index, "mem_private", "alice", "team.x", false);
+        let query = Vector::quantize(&v);
+        let ids = |member_scopes: &[String]| {
+            let reader = Reader {
+                user: "bob",
+                member_scopes,
+            };
+            let mut ids: Vec<String> = index
+                .search(&query, &reader, &ReadSet::All, 10, false)
+                .into_iter()
+                .map(|(id, _)| id.as_str().to_string())
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(
+            ids(&[]),
+            ["mem_mine"],
+            "a member of nothing reads their own"
+        );
+        assert_eq!(
+            ids(&["team.x".to_string()]),
+            ["mem_mine", "mem_team_x"],
+            "team.x's shared memory, not its private one, nor team.y's"
+        );
+        assert_eq!(
+            ids(&["team.x".to_string(), "team.unknown".to_string()]),
+            ["mem_mine", "mem_team_x"],
+            "a scope the index has never seen changes nothing"
+        );
     }
 
     #[test]

@@ -43,6 +43,22 @@ pub(crate) fn push_member_scopes(sql: &mut Sql, user_id: &str) {
         .bind_str(user_id);
 }
 
+impl Store {
+    /// The scopes whose shared memories `user_id` reads now: the
+    /// [`push_member_scopes`] list, for a filter applied outside SQL (the
+    /// dense leg's index).
+    pub(crate) async fn member_scopes(&self, user_id: &str) -> Result<Vec<String>, ToolError> {
+        let mut sql = Sql::new("");
+        push_member_scopes(&mut sql, user_id);
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("member scopes")?;
+        rows.iter().map(|r| col(r, "scope")).collect()
+    }
+}
+
 /// The error a non-member gets for a team: the same as for a team that
 /// does not exist.
 fn no_team(slug: &str) -> ToolError {

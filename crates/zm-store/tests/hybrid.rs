@@ -4,7 +4,9 @@
 //! model's identity makes every memory pending again; vectors never cross
 //! users, and a forgotten memory is not found by meaning; reworded
 //! near-duplicates become an `unjudged` conflict once embedded, once; a
-//! full-text hit holding more of the query's words weighs more.
+//! full-text hit holding more of the query's words weighs more; memories
+//! the caller cannot read (another team's, or of a kind not asked for)
+//! decide nothing about the dense leg's hits.
 
 mod common;
 
@@ -258,6 +260,50 @@ backend_tests! {
             assert_eq!(ok(store.file_meaning_duplicates(&ids).await, l, "sweep a backlog"), 0, "[{l}]");
             assert!(unjudged(a.clone(), "pending").await.is_empty(), "[{l}] a week-old pair is not filed");
         }
+    }
+
+    async fn what_the_caller_cannot_read_decides_nothing_in_the_dense_leg(store: Store, l: &str) {
+        let (_, admin) = user(&store, "hy-team-admin").await;
+        let (_, outsider) = user(&store, "hy-team-out").await;
+        let slug = unique("hyteam").replace('-', "_");
+        ok(store.create_team(&admin, input!(zm_contracts::teams::CreateTeamInput, &json!({"slug": slug}))).await, l, "create team");
+        let scope = format!("team.{slug}");
+        let query = "which datastore did we pick for invoices";
+        // Another team's memory is the query itself: as near as can be.
+        let theirs = mem(&store, &admin, l, json!({"content": query, "kind": "decision", "scope": scope})).await;
+        // The outsider's paraphrase, and their own memory of another kind
+        // that is the query itself too.
+        let mine = mem(&store, &outsider, l, json!({"content": "We chose Postgres over Mongo for billing because we need transactions.", "kind": "decision", "scope": "personal"})).await;
+        let other_kind = mem(&store, &outsider, l, json!({"content": "Which datastore did we pick for invoices? Ask the billing team.", "kind": "open-question", "scope": "personal"})).await;
+        store.set_encoder(model());
+        embed(&store, &[&theirs, &mine, &other_kind], l).await;
+        let member = hits(&store, &admin, query, l).await;
+        assert!(find(&member, &theirs).is_some(), "[{l}] the team's member reads it: {member:?}");
+        // Found by meaning only, and far enough below the team's memory
+        // that measuring the spread from it would cut it.
+        let recall = |args: Value| {
+            let (store, outsider) = (&store, &outsider);
+            async move {
+                let out = ok(call(store, outsider, "recall", args).await, l, "outsider recall");
+                out["memories"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        let decisions = recall(json!({"query": query, "k": 10, "kinds": ["decision"]})).await;
+        assert!(find(&decisions, &theirs).is_none(), "[{l}] not readable: {decisions:?}");
+        let hit = find(&decisions, &mine).unwrap_or_else(|| {
+            panic!("[{l}] another team's memory nearer to the query does not push the outsider's own out: {decisions:?}")
+        });
+        assert_eq!(hit["fts_matched"], false, "[{l}] found by meaning");
+        let sim = hit["similarity"].as_f64().expect("a similarity");
+        assert!(sim < 1.0 - zm_store::search::DENSE_SPREAD, "[{l}] the test needs a paraphrase below the spread: {sim}");
+        // Naming the other team's scope gives it no say either.
+        let named = recall(json!({"query": query, "k": 10, "kinds": ["decision"], "scopes": [scope, "personal"]})).await;
+        assert!(find(&named, &theirs).is_none(), "[{l}] {named:?}");
+        assert!(find(&named, &mine).is_some(), "[{l}] named scopes: {named:?}");
+        // Of the caller's own, a memory of a kind not asked for is not the
+        // nearest either: the spread is measured among what the recall
+        // returns.
+        assert!(find(&decisions, &other_kind).is_none(), "[{l}] {decisions:?}");
     }
 
     async fn a_full_text_hit_holding_more_of_the_query_weighs_more(store: Store, l: &str) {
