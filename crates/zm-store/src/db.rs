@@ -113,6 +113,12 @@ static MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../../migrations/sqlite/0013_conflict_pairs.sql"),
         postgres: include_str!("../../../migrations/postgres/0013_conflict_pairs.sql"),
     },
+    Migration {
+        version: 14,
+        name: "imported_memories",
+        sqlite: include_str!("../../../migrations/sqlite/0014_imported_memories.sql"),
+        postgres: include_str!("../../../migrations/postgres/0014_imported_memories.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

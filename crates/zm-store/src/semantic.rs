@@ -58,7 +58,9 @@ const MEANING_DUPLICATE_CAP: usize = 3;
 
 /// The sweep looks at memories written in the last seven days (store
 /// clock): it flags what agents write now, not a backlog — re-embedding
-/// under a new model, or an import of old memories, files nothing.
+/// under a new model files nothing. What an import brings is left out
+/// whatever its age (an import's memories are written "now"): see
+/// [`Store::file_meaning_duplicates`].
 const MEANING_SWEEP_WINDOW_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 /// An owner with this many pending conflicts gets no more from the sweep
@@ -699,7 +701,8 @@ impl Store {
     }
 
     /// The near-duplicate sweep by meaning: for each of these freshly
-    /// embedded memories written in the last seven days, the live memories
+    /// embedded memories written in the last seven days (not brought by
+    /// an import), the live memories
     /// of the same owner in the same scope at cosine
     /// [`MEANING_DUPLICATE_FLOOR`] or more become an `unjudged` conflict
     /// (at most three per memory), unless the pair already has a conflict
@@ -714,7 +717,8 @@ impl Store {
         // Only recent memories of owners whose review queue has room.
         let mut sql = crate::sql::Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
         sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
-        sql.push(" AND m.invalidated_at IS NULL AND m.created_at >= ")
+        // Not what an import brought: old memories, written now.
+        sql.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM imports i WHERE i.memory_id = m.id) AND m.created_at >= ")
             .bind_i64(now - MEANING_SWEEP_WINDOW_MS)
             .push(" AND (SELECT COUNT(*) FROM conflicts p WHERE p.owner_id = m.owner_id AND p.status = 'pending') < ")
             .bind_i64(MEANING_PENDING_CAP);

@@ -6,7 +6,8 @@
 //! near-duplicates become an `unjudged` conflict once embedded, once; a
 //! full-text hit holding more of the query's words weighs more; memories
 //! the caller cannot read (another team's, or of a kind not asked for)
-//! decide nothing about the dense leg's hits.
+//! decide nothing about the dense leg's hits; what an import brings is
+//! not swept for near-duplicates.
 
 mod common;
 
@@ -260,6 +261,44 @@ backend_tests! {
             assert_eq!(ok(store.file_meaning_duplicates(&ids).await, l, "sweep a backlog"), 0, "[{l}]");
             assert!(unjudged(a.clone(), "pending").await.is_empty(), "[{l}] a week-old pair is not filed");
         }
+    }
+
+    async fn what_an_import_brings_files_no_meaning_duplicate(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-imp").await;
+        let tag = unique("");
+        let import = |content: String, n: u32| {
+            let (store, a, tag) = (&store, &a, &tag);
+            async move {
+                let args = json!({"content": content, "kind": "decision", "target": "personal", "source_path": "notes.md", "source_hash": format!("{tag}-{n}")});
+                let out = ok(call(store, a, "import_memory", args).await, l, "import");
+                out["memory_id"].as_str().expect("an id").to_string()
+            }
+        };
+        // Two reworded duplicates, both imported (an old export, say).
+        let one = import(format!("We decided to use Postgres advisory locks for the {tag} job scheduler instead of Redis locks."), 1).await;
+        let two = import(format!("Decision: the {tag} job scheduler uses Postgres advisory locks, not Redis locks."), 2).await;
+        let pending = || {
+            let (store, a) = (&store, &a);
+            async move {
+                let out = ok(call(store, a, "list_conflicts", json!({"verdict": "unjudged", "status": "pending"})).await, l, "list_conflicts");
+                out["conflicts"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        store.set_encoder(model());
+        embed(&store, &[&one, &two], l).await;
+        let ids = |v: &[&String]| v.iter().map(|s| MemoryId::from_trusted(s.as_str())).collect::<Vec<_>>();
+        assert_eq!(ok(store.file_meaning_duplicates(&ids(&[&one, &two])).await, l, "sweep"), 0, "[{l}]");
+        assert!(pending().await.is_empty(), "[{l}] an import files nothing");
+        // What an agent writes now is still paired with them.
+        let fresh = mem(&store, &a, l, json!({"content": format!("We use Postgres advisory locks, not Redis locks, for the {tag} job scheduler."), "kind": "decision", "scope": "personal"})).await;
+        embed(&store, &[&fresh], l).await;
+        ok(store.file_meaning_duplicates(&ids(&[&fresh])).await, l, "sweep the fresh one");
+        let found = pending().await;
+        assert!(!found.is_empty(), "[{l}] a fresh restatement of an imported memory is filed");
+        assert!(
+            found.iter().all(|c| [&c["memory_a"]["id"], &c["memory_b"]["id"]].contains(&&json!(fresh))),
+            "[{l}] every pair holds the fresh memory: {found:?}"
+        );
     }
 
     async fn what_the_caller_cannot_read_decides_nothing_in_the_dense_leg(store: Store, l: &str) {
