@@ -14,8 +14,9 @@
 //! bundled model's multiply, about three times as fast for a query as f32
 //! through `gemm` (docs/BENCHMARKS.md); the vectors stay within a cosine
 //! of 0.999 of f32's. The identity is the directory's model name, the
-//! sha256 of its weights and how they are kept, so another file under the
-//! same name re-embeds.
+//! sha256 of its weights, a hash of its `config.json` and
+//! `tokenizer.json`, its `max_seq_length` and how the weights are kept, so
+//! any of those changed under the same name re-embeds.
 
 use std::path::Path;
 
@@ -161,8 +162,9 @@ impl DirModel {
     }
 
     pub(crate) fn load_keeping(dir: &Path, keep: Keep) -> Result<DirModel, EmbedError> {
-        let raw: serde_json::Value = serde_json::from_slice(&read(dir, "config.json")?)
-            .map_err(|e| load_err("config.json", e))?;
+        let config_json = read(dir, "config.json")?;
+        let raw: serde_json::Value =
+            serde_json::from_slice(&config_json).map_err(|e| load_err("config.json", e))?;
         let config = Config::from_json(&raw)?;
         if let Ok(pooling) = std::fs::read(dir.join("1_Pooling/config.json")) {
             let p: serde_json::Value = serde_json::from_slice(&pooling)
@@ -190,7 +192,18 @@ impl DirModel {
                 Tensor::Dense(values)
             })
         })?;
-        let text = TextModel::new(bert, &read(dir, "tokenizer.json")?, max_len)?;
+        let tokenizer = read(dir, "tokenizer.json")?;
+        let text = TextModel::new(bert, &tokenizer, max_len)?;
+        // What decides the vectors besides the weights: the configuration
+        // (its activation, its layer-norm epsilon, its heads) and the
+        // tokenizer, each hashed on its own.
+        let setup = {
+            let mut h = sha2::Sha256::new();
+            for part in [&config_json, &tokenizer] {
+                h.update(sha2::Sha256::digest(part));
+            }
+            hex::encode(h.finalize())
+        };
         let name = raw
             .get("_name_or_path")
             .and_then(serde_json::Value::as_str)
@@ -205,7 +218,8 @@ impl DirModel {
         Ok(DirModel {
             text,
             identity: format!(
-                "dir/{name}@sha256:{digest}#max{max_len}{}",
+                "dir/{name}@sha256:{digest}#setup{}#max{max_len}{}",
+                &setup[..16],
                 match keep {
                     Keep::F32 => "",
                     Keep::Int8 => "#q8",

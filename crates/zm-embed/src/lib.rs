@@ -729,10 +729,15 @@ mod tests {
         let mut with_activation = |act: &str| {
             config["hidden_act"] = act.into();
             std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-            dir::DirModel::load_keeping(&dir, dir::Keep::F32).map(|m| m.embed(&refs).unwrap())
+            dir::DirModel::load_keeping(&dir, dir::Keep::F32)
+                .map(|m| (m.embed(&refs).unwrap(), m.model().to_string()))
         };
-        let relu = with_activation("relu").unwrap();
-        let tanh = with_activation("gelu_new").unwrap();
+        let (relu, relu_model) = with_activation("relu").unwrap();
+        let (tanh, tanh_model) = with_activation("gelu_new").unwrap();
+        // Other vectors, another identity: what one configuration stored
+        // is never compared with what the other embeds.
+        assert_ne!(relu_model, tanh_model);
+        assert_ne!(relu_model, f32_model.model());
         assert!(max_abs_diff(&relu, &bundled) > 1e-3, "relu is not gelu");
         let d = max_abs_diff(&tanh, &bundled);
         assert!(d > 0.0 && d < 1e-2, "gelu_new against gelu: {d}");
