@@ -747,6 +747,18 @@ impl Store {
         }
         let mut filed = 0;
         let mut tx = self.write_tx().await?;
+        if self.backend == Backend::Postgres {
+            // One sweep at a time across instances: each checks "no
+            // conflict for the pair yet" and the owner's pending count
+            // before it inserts, which READ COMMITTED alone does not keep
+            // true between two instances sweeping the same memories (after
+            // a model change they embed the same backlog). SQLite's
+            // `BEGIN IMMEDIATE` already serializes them.
+            sqlx::query("SELECT pg_advisory_xact_lock(7410433)")
+                .execute(&mut *tx)
+                .await
+                .db("near-duplicate sweep lock")?;
+        }
         for (a, b, cosine) in &pairs {
             let rationale = format!(
                 "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
