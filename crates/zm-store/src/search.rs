@@ -301,7 +301,9 @@ pub const DENSE_WEIGHT: f64 = 1.5;
 /// How far below the nearest memory's cosine a dense hit may be.
 /// Tuned on the development sets.
 pub const DENSE_SPREAD: f64 = 0.25;
-/// How many hits of each leg are fused.
+/// How many hits of each leg are fused (the full-text leg's first `k`
+/// when a recall asks for more: hybrid recall returns as many hits as
+/// lexical recall would, whether or not they have vectors yet).
 pub const FUSION_DEPTH: usize = 50;
 /// How many nearest vectors the index proposes before the SQL visibility
 /// check keeps the first [`FUSION_DEPTH`] the caller reads.
@@ -1071,13 +1073,14 @@ impl Store {
         };
         let lexical_order = |rel: f64, every_word: bool| lexical_score(rel, every_word, 1.0);
         if query.is_some() {
-            // The fusion's full-text leg: its first FUSION_DEPTH.
+            // The fusion's full-text leg: its first FUSION_DEPTH, or
+            // `limit` when that is more.
             lexical.sort_by(|a, b| {
                 lexical_order(b.0.rel, b.1)
                     .total_cmp(&lexical_order(a.0.rel, a.1))
                     .then(b.0.created_at.cmp(&a.0.created_at))
             });
-            lexical.truncate(FUSION_DEPTH);
+            lexical.truncate(FUSION_DEPTH.max(limit));
         }
         // The share of the query's words each partial hit of that leg
         // holds, while the dense leg runs.

@@ -7,7 +7,8 @@
 //! full-text hit holding more of the query's words weighs more; memories
 //! the caller cannot read (another team's, or of a kind not asked for)
 //! decide nothing about the dense leg's hits; what an import brings is
-//! not swept for near-duplicates.
+//! not swept for near-duplicates; a hybrid recall returns as many hits as
+//! a lexical one.
 
 mod common;
 
@@ -343,6 +344,30 @@ backend_tests! {
         // nearest either: the spread is measured among what the recall
         // returns.
         assert!(find(&decisions, &other_kind).is_none(), "[{l}] {decisions:?}");
+    }
+
+    async fn a_hybrid_recall_returns_as_many_hits_as_a_lexical_one(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-many").await;
+        let word = unique("quokka").replace('-', "");
+        let mut ids = Vec::new();
+        for i in 0..60 {
+            ids.push(mem(&store, &a, l, json!({"content": format!("Note {i} about the {word} enclosure."), "kind": "fact", "scope": "personal"})).await);
+        }
+        let ask = |k: u32| {
+            let (store, a, word) = (&store, &a, &word);
+            async move {
+                let out = ok(call(store, a, "recall", json!({"query": word, "k": k})).await, l, "recall");
+                out["memories"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        assert_eq!(ask(100).await.len(), 60, "[{l}] lexical: every match");
+        // A model whose vectors no memory has: the fusion runs, its dense
+        // leg empty.
+        store.set_encoder(Arc::new(QueryOnly));
+        let hybrid = ask(100).await;
+        assert_eq!(hybrid.len(), 60, "[{l}] hybrid: every match too, not the fusion's first 50");
+        assert!(ids.iter().all(|id| find(&hybrid, id).is_some()), "[{l}]");
+        assert_eq!(ask(10).await.len(), 10, "[{l}] k still bounds it");
     }
 
     async fn a_full_text_hit_holding_more_of_the_query_weighs_more(store: Store, l: &str) {
