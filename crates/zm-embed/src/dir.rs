@@ -35,6 +35,38 @@ fn load_err(what: &str, e: impl std::fmt::Display) -> EmbedError {
     EmbedError::Load(format!("{what}: {e}"))
 }
 
+/// `v` as JSON with every object's keys sorted: the same text for the
+/// same value, however the file was formatted.
+fn canonical(v: &serde_json::Value, out: &mut String) {
+    match v {
+        serde_json::Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&o[k], out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(x, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, EmbedError> {
     std::fs::read(dir.join(name)).map_err(|e| load_err(&dir.join(name).display().to_string(), e))
 }
@@ -162,9 +194,8 @@ impl DirModel {
     }
 
     pub(crate) fn load_keeping(dir: &Path, keep: Keep) -> Result<DirModel, EmbedError> {
-        let config_json = read(dir, "config.json")?;
-        let raw: serde_json::Value =
-            serde_json::from_slice(&config_json).map_err(|e| load_err("config.json", e))?;
+        let raw: serde_json::Value = serde_json::from_slice(&read(dir, "config.json")?)
+            .map_err(|e| load_err("config.json", e))?;
         let config = Config::from_json(&raw)?;
         if let Ok(pooling) = std::fs::read(dir.join("1_Pooling/config.json")) {
             let p: serde_json::Value = serde_json::from_slice(&pooling)
@@ -196,11 +227,25 @@ impl DirModel {
         let text = TextModel::new(bert, &tokenizer, max_len)?;
         // What decides the vectors besides the weights: the configuration
         // (its activation, its layer-norm epsilon, its heads) and the
-        // tokenizer, each hashed on its own.
+        // tokenizer, each hashed on its own as parsed JSON with sorted keys
+        // (two copies of a directory that differ only in line endings,
+        // spacing or the version of the library that wrote them get one
+        // identity: instances sharing a database must not re-embed each
+        // other's vectors).
         let setup = {
+            let tokenizer_json: serde_json::Value =
+                serde_json::from_slice(&tokenizer).map_err(|e| load_err("tokenizer.json", e))?;
+            let mut config_json = raw.clone();
+            if let Some(o) = config_json.as_object_mut() {
+                for incidental in ["_name_or_path", "transformers_version", "torch_dtype"] {
+                    o.remove(incidental);
+                }
+            }
             let mut h = sha2::Sha256::new();
-            for part in [&config_json, &tokenizer] {
-                h.update(sha2::Sha256::digest(part));
+            for part in [&config_json, &tokenizer_json] {
+                let mut text = String::new();
+                canonical(part, &mut text);
+                h.update(sha2::Sha256::digest(text.as_bytes()));
             }
             hex::encode(h.finalize())
         };

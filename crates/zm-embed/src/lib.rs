@@ -746,6 +746,16 @@ mod tests {
             panic!("a swish model loaded");
         };
         assert!(why.contains("hidden_act"), "{why}");
+        // The same settings written otherwise (spacing, line endings, the
+        // writing library's version): the same identity.
+        let mut same: serde_json::Value = serde_json::from_slice(pocket::native::CONFIG).unwrap();
+        same["transformers_version"] = "9.9.9".into();
+        let pretty = serde_json::to_string_pretty(&same)
+            .unwrap()
+            .replace('\n', "\r\n");
+        std::fs::write(dir.join("config.json"), pretty).unwrap();
+        let reformatted = dir::DirModel::load_keeping(&dir, dir::Keep::F32).unwrap();
+        assert_eq!(reformatted.model(), f32_model.model());
         // A weight file cut short is refused at load, naming what is wrong.
         let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
         std::fs::write(dir.join("config.json"), pocket::native::CONFIG).unwrap();

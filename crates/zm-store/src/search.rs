@@ -1009,6 +1009,9 @@ impl Store {
                     found.push((r, *c));
                 }
             }
+            if found.len() == FUSION_DEPTH {
+                break;
+            }
         }
         Ok(found)
     }

@@ -58,7 +58,8 @@ const MEANING_DUPLICATE_CAP: usize = 3;
 
 /// The sweep looks at memories written in the last seven days (store
 /// clock): it flags what agents write now, not a backlog — re-embedding
-/// under a new model files nothing. What an import brings is left out
+/// under a new model files nothing for older memories (and a pair judged
+/// once is never filed again). What an import brings is left out
 /// whatever its age (an import's memories are written "now"): see
 /// [`Store::file_meaning_duplicates`].
 const MEANING_SWEEP_WINDOW_MS: i64 = 7 * 24 * 60 * 60 * 1000;
@@ -717,8 +718,10 @@ impl Store {
         // Only recent memories of owners whose review queue has room.
         let mut sql = crate::sql::Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
         sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
-        // Not what an import brought: old memories, written now.
-        sql.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM imports i WHERE i.memory_id = m.id) AND m.created_at >= ")
+        // Not what an import brought: old memories, written now. (An
+        // import that found the text already there names that memory
+        // too, with the import's own time: an agent's memory stays in.)
+        sql.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM imports i WHERE i.memory_id = m.id AND i.created_at = m.created_at) AND m.created_at >= ")
             .bind_i64(now - MEANING_SWEEP_WINDOW_MS)
             .push(" AND (SELECT COUNT(*) FROM conflicts p WHERE p.owner_id = m.owner_id AND p.status = 'pending') < ")
             .bind_i64(MEANING_PENDING_CAP);
@@ -753,7 +756,13 @@ impl Store {
             // before it inserts, which READ COMMITTED alone does not keep
             // true between two instances sweeping the same memories (after
             // a model change they embed the same backlog). SQLite's
-            // `BEGIN IMMEDIATE` already serializes them.
+            // `BEGIN IMMEDIATE` already serializes them. READ COMMITTED
+            // whatever the server's default: each insert below then sees
+            // what the sweep before it committed.
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .execute(&mut *tx)
+                .await
+                .db("near-duplicate sweep isolation")?;
             sqlx::query("SELECT pg_advisory_xact_lock(7410433)")
                 .execute(&mut *tx)
                 .await

@@ -309,6 +309,26 @@ backend_tests! {
         ok(store.create_team(&admin, input!(zm_contracts::teams::CreateTeamInput, &json!({"slug": slug}))).await, l, "create team");
         let scope = format!("team.{slug}");
         let query = "which datastore did we pick for invoices";
+        // A teammate who owns nothing finds the team's paraphrase by
+        // meaning: the index proposes the shared memories of their scopes.
+        let (mate_user, mate) = user(&store, "hy-team-mate").await;
+        ok(
+            store
+                .add_team_member(
+                    &admin,
+                    &slug,
+                    zm_contracts::teams::AddMemberInput { email: mate_user.email.clone(), role: zm_contracts::TeamRole::Reader },
+                )
+                .await,
+            l,
+            "add member",
+        );
+        let team_para = mem(&store, &admin, l, json!({"content": "Billing runs on Postgres rather than Mongo since it needs transactions.", "kind": "decision", "scope": scope})).await;
+        store.set_encoder(model());
+        embed(&store, &[&team_para], l).await;
+        let mates = hits(&store, &mate, query, l).await;
+        let hit = find(&mates, &team_para).unwrap_or_else(|| panic!("[{l}] a teammate finds the team's paraphrase: {mates:?}"));
+        assert_eq!(hit["fts_matched"], false, "[{l}] by meaning");
         // Another team's memory is the query itself: as near as can be.
         let theirs = mem(&store, &admin, l, json!({"content": query, "kind": "decision", "scope": scope})).await;
         // The outsider's paraphrase, and their own memory of another kind
