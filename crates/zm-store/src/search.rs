@@ -941,8 +941,9 @@ impl Store {
 
     /// The dense leg: the memories nearest to the query's vector that the
     /// caller reads **now** (the index pre-filters by the caller's own
-    /// memories and `member_scopes`, with each memory's state as of the
-    /// index's last refresh; this query decides), live, in the read set
+    /// memories and `member_scopes`, the read set and the kinds, with each
+    /// memory's state as of the index's last refresh; this query decides),
+    /// live, in the read set
     /// and of the kinds asked for, at least [`DENSE_FLOOR`] close and
     /// within [`DENSE_SPREAD`] of the nearest of *those*; nearest first, at
     /// most [`FUSION_DEPTH`].
@@ -958,15 +959,15 @@ impl Store {
         let reader = Reader {
             user: &caller.user_id,
             member_scopes,
+            kinds,
         };
         let near: Vec<(MemoryId, f32)> = self
             .nearest(query, &reader, set, DENSE_PREFILTER)
             .into_iter()
             .filter(|(_, c)| f64::from(*c) >= fusion.dense_floor)
             .collect();
-        // The index pre-filtered by visibility as of its last refresh, so
-        // nearly every id is readable (a recall limited to some kinds,
-        // which the index does not know, may need more rounds): check
+        // The index pre-filtered by visibility and kind as of its last
+        // refresh, so nearly every id is readable: check
         // them in rounds of twice the depth, nearest first, and stop once
         // the depth is filled or a candidate is far below the nearest
         // readable one (not a match by meaning either) — the same first

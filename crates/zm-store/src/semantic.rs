@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use zm_contracts::{MemoryId, ToolError};
+use zm_contracts::{MemoryId, MemoryKind, ToolError};
 use zm_embed::{Encoder, Vector};
 
 use crate::db::{Backend, DbResult};
@@ -88,6 +88,8 @@ const SHORTLIST_FACTOR: usize = 10;
 struct Entry {
     owner: u32,
     scope: u32,
+    /// The memory's kind, interned like owners and scopes.
+    kind: u32,
     shared: bool,
     live: bool,
 }
@@ -101,6 +103,9 @@ struct Entry {
 pub(crate) struct Reader<'a> {
     pub(crate) user: &'a str,
     pub(crate) member_scopes: &'a [String],
+    /// The kinds a recall asks for (`None`: every kind): a memory of
+    /// another kind takes none of the index's places either.
+    pub(crate) kinds: Option<&'a [MemoryKind]>,
 }
 
 /// The in-memory vectors of one model.
@@ -142,6 +147,7 @@ impl VectorIndex {
         let entry = Entry {
             owner: self.intern(&meta.owner),
             scope: self.intern(&meta.scope),
+            kind: self.intern(&meta.kind),
             shared: meta.shared,
             live: meta.live,
         };
@@ -190,9 +196,11 @@ impl VectorIndex {
         };
         let owner = self.intern(&meta.owner);
         let scope = self.intern(&meta.scope);
+        let kind = self.intern(&meta.kind);
         let e = &mut self.entries[i];
         e.owner = owner;
         e.scope = scope;
+        e.kind = kind;
         e.shared = meta.shared;
         e.live = meta.live;
     }
@@ -236,6 +244,11 @@ impl VectorIndex {
             .iter()
             .filter_map(|p| self.names.get(p.as_str()).copied())
             .collect();
+        let kinds: Option<Vec<u32>> = reader.kinds.map(|ks| {
+            ks.iter()
+                .filter_map(|k| self.names.get(k.as_str()).copied())
+                .collect()
+        });
         let scopes: Option<Vec<u32>> = match set {
             ReadSet::All => None,
             ReadSet::Scopes(s) => Some(
@@ -248,6 +261,7 @@ impl VectorIndex {
             e.live
                 && (Some(e.owner) == me || (e.shared && members.contains(&e.scope)))
                 && scopes.as_ref().is_none_or(|s| s.contains(&e.scope))
+                && kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
         };
         let mut best = TopK::new(limit);
         let shortlist = limit.saturating_mul(SHORTLIST_FACTOR);
@@ -335,6 +349,7 @@ struct Meta {
     id: MemoryId,
     owner: String,
     scope: String,
+    kind: String,
     shared: bool,
     live: bool,
 }
@@ -346,6 +361,7 @@ fn meta_of(r: &sqlx::any::AnyRow) -> Result<Meta, ToolError> {
         id: id_col(r, "id")?,
         owner: col(r, "owner_id")?,
         scope: col(r, "scope")?,
+        kind: col(r, "kind")?,
         shared: visibility == "shared",
         live: invalidated.is_none(),
     })
@@ -841,7 +857,7 @@ impl Store {
         loop {
             let rows = sqlx::query(
                 "SELECT v.vseq AS vseq, v.vec AS vec, m.id AS id, m.owner_id AS owner_id, m.scope AS scope, \
-                 m.visibility AS visibility, m.invalidated_at AS invalidated_at \
+                 m.kind AS kind, m.visibility AS visibility, m.invalidated_at AS invalidated_at \
                  FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
                  WHERE v.vseq > $1 AND v.model = $2 ORDER BY v.vseq LIMIT 2000",
             )
@@ -880,8 +896,8 @@ impl Store {
             return Ok(());
         }
         let rows = sqlx::query(
-            "SELECT m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.visibility AS visibility, \
-             m.invalidated_at AS invalidated_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
+            "SELECT m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.kind AS kind, \
+             m.visibility AS visibility, m.invalidated_at AS invalidated_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
              WHERE v.model = $1",
         )
         .bind(&model)
@@ -913,7 +929,7 @@ impl Store {
             return;
         }
         let mut sql = crate::sql::Sql::new(
-            "SELECT id, owner_id, scope, visibility, invalidated_at FROM memories WHERE id IN ",
+            "SELECT id, owner_id, scope, kind, visibility, invalidated_at FROM memories WHERE id IN ",
         );
         sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
         match sql.query().fetch_all(&self.pool).await {
@@ -1016,6 +1032,7 @@ impl Store {
         let reader = Reader {
             user: user_id,
             member_scopes: &member_scopes,
+            kinds: None,
         };
         let index = read(&self.semantic.index);
         let exact = index.search(&query, &reader, &ReadSet::All, depth, false);
@@ -1138,6 +1155,7 @@ mod tests {
                     id: MemoryId::from_trusted(format!("mem_{i:06}")),
                     owner: owner.into(),
                     scope: "personal".into(),
+                    kind: "fact".into(),
                     shared: false,
                     live: true,
                 },
@@ -1153,6 +1171,7 @@ mod tests {
         Reader {
             user,
             member_scopes: &[],
+            kinds: None,
         }
     }
 
@@ -1218,6 +1237,7 @@ mod tests {
                     id: MemoryId::from_trusted(id),
                     owner: owner.into(),
                     scope: scope.into(),
+                    kind: "fact".into(),
                     shared,
                     live: true,
                 },
@@ -1233,6 +1253,7 @@ mod tests {
             let reader = Reader {
                 user: "bob",
                 member_scopes,
+                kinds: None,
             };
             let mut ids: Vec<String> = index
                 .search(&query, &reader, &ReadSet::All, 10, false)
@@ -1256,6 +1277,63 @@ mod tests {
             ids(&["team.x".to_string(), "team.unknown".to_string()]),
             ["mem_mine", "mem_team_x"],
             "a scope the index has never seen changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_memory_of_a_kind_not_asked_for_takes_no_place() {
+        let mut index = VectorIndex {
+            model: "m".into(),
+            dims: 16,
+            ..VectorIndex::default()
+        };
+        let mut seed = 0xDEAD_BEEF_0000_0001;
+        let query = random_unit(&mut seed, 16);
+        let put = |index: &mut VectorIndex, id: String, kind: &str, v: &[f32]| {
+            index.upsert(
+                Meta {
+                    id: MemoryId::from_trusted(id),
+                    owner: "bob".into(),
+                    scope: "personal".into(),
+                    kind: kind.into(),
+                    shared: false,
+                    live: true,
+                },
+                &Vector::quantize(v),
+            );
+        };
+        // 300 facts nearer the query than the one decision.
+        for i in 0..300 {
+            let noise = random_unit(&mut seed, 16);
+            let v: Vec<f32> = query.iter().zip(&noise).map(|(q, n)| q + 0.1 * n).collect();
+            put(&mut index, format!("mem_fact{i:03}"), "fact", &v);
+        }
+        let noise = random_unit(&mut seed, 16);
+        let far: Vec<f32> = query.iter().zip(&noise).map(|(q, n)| q + 0.8 * n).collect();
+        put(&mut index, "mem_decision".into(), "decision", &far);
+        let q = Vector::quantize(&query);
+        let ask = |kinds: Option<&[MemoryKind]>| {
+            let reader = Reader {
+                user: "bob",
+                member_scopes: &[],
+                kinds,
+            };
+            index.search(&q, &reader, &ReadSet::All, 200, false)
+        };
+        let all = ask(None);
+        assert_eq!(all.len(), 200);
+        assert!(
+            all.iter().all(|(id, _)| id.as_str() != "mem_decision"),
+            "every kind: the decision is not among the nearest 200"
+        );
+        let decisions = ask(Some(&[MemoryKind::Decision]));
+        assert_eq!(
+            decisions
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>(),
+            ["mem_decision"],
+            "decisions only: the facts take no place"
         );
     }
 
