@@ -888,10 +888,17 @@ impl Store {
         Ok(read_rows)
     }
 
-    /// Re-read the owner, scope, sharing and liveness of every indexed
-    /// memory (memories erased meanwhile leave the index).
+    /// Re-read the owner, scope, kind, sharing and liveness of every
+    /// indexed memory (memories erased meanwhile leave the index), and load
+    /// any vector of the model that the index lacks: one committed behind
+    /// what [`refresh_vectors`](Self::refresh_vectors) re-reads (on
+    /// PostgreSQL, a transaction that stalled while more than
+    /// `PG_REREAD` others committed) is found here, not never.
     pub async fn refresh_vector_meta(&self) -> Result<(), ToolError> {
-        let model = read(&self.semantic.index).model.clone();
+        let (model, dims) = {
+            let index = read(&self.semantic.index);
+            (index.model.clone(), index.dims)
+        };
         if model.is_empty() {
             return Ok(());
         }
@@ -905,19 +912,52 @@ impl Store {
         .await
         .db("vector metadata")?;
         let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
-        let mut index = write(&self.semantic.index);
-        if index.model != model {
-            return Ok(());
-        }
-        let present: std::collections::HashSet<&MemoryId> = metas.iter().map(|m| &m.id).collect();
-        let index = &mut *index;
-        for (e, id) in index.entries.iter_mut().zip(&index.ids) {
-            if !present.contains(id) {
-                e.live = false;
+        // Applied under the lock, which is let go before any statement.
+        let missing: Vec<String> = {
+            let mut guard = write(&self.semantic.index);
+            if guard.model != model {
+                return Ok(());
             }
-        }
-        for m in &metas {
-            index.set_meta(m);
+            let present: std::collections::HashSet<&MemoryId> =
+                metas.iter().map(|m| &m.id).collect();
+            let index = &mut *guard;
+            for (e, id) in index.entries.iter_mut().zip(&index.ids) {
+                if !present.contains(id) {
+                    e.live = false;
+                }
+            }
+            for m in &metas {
+                index.set_meta(m);
+            }
+            metas
+                .iter()
+                .filter(|m| !index.by_id.contains_key(&m.id))
+                .map(|m| m.id.as_str().to_string())
+                .collect()
+        };
+        for chunk in missing.chunks(500) {
+            let mut sql = crate::sql::Sql::new(
+                "SELECT v.vec AS vec, m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.kind AS kind, \
+                 m.visibility AS visibility, m.invalidated_at AS invalidated_at \
+                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.model = ",
+            );
+            sql.bind_str(&model).push(" AND v.memory_id IN ");
+            sql.bind_list(chunk.iter().cloned());
+            let rows = sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("missing vectors")?;
+            let mut index = write(&self.semantic.index);
+            if index.model != model {
+                return Ok(());
+            }
+            for r in &rows {
+                let bytes: Option<Vec<u8>> = col(r, "vec")?;
+                if let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) {
+                    index.upsert(meta_of(r)?, &vector);
+                }
+            }
         }
         Ok(())
     }
@@ -1335,6 +1375,70 @@ mod tests {
             ["mem_decision"],
             "decisions only: the facts take no place"
         );
+    }
+
+    /// A vector committed behind what `refresh_vectors` re-reads (an index
+    /// that has moved past it) is loaded by the metadata refresh.
+    #[tokio::test]
+    async fn a_vector_the_index_missed_is_loaded_by_the_metadata_refresh() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        for (label, _dir, store) in crate::testing::stores().await {
+            let email = format!(
+                "missed-{}@example.com",
+                crate::identity::random_secret(10).to_lowercase()
+            );
+            let user = store
+                .create_user(&email, "a long test password")
+                .await
+                .unwrap();
+            let caller = crate::Caller::new(user.id.clone());
+            let out = crate::ToolService::new(store.clone())
+                .call(
+                    &caller,
+                    ToolName::parse("remember").unwrap(),
+                    &json!({"content": "The nightly backup goes to a bucket in Oslo.", "kind": "fact", "scope": "personal"}),
+                )
+                .await
+                .unwrap()
+                .to_json();
+            let id = out["memory_id"].as_str().unwrap().to_string();
+            store.set_encoder(Arc::clone(&model));
+            for _ in 0..200 {
+                if store.is_embedded(&id) {
+                    break;
+                }
+                if store.embed_pending(64).await.unwrap() == 0 {
+                    store.refresh_vectors().await.unwrap();
+                }
+            }
+            assert!(store.is_embedded(&id), "[{label}] embedded");
+            // The index forgets every vector, and its place in the table
+            // moves past what `refresh_vectors` re-reads (PostgreSQL re-reads
+            // the last PG_REREAD): as an index that missed these rows.
+            {
+                let mut index = write(&store.semantic.index);
+                *index = VectorIndex {
+                    model: std::mem::take(&mut index.model),
+                    dims: index.dims,
+                    last_vseq: index.last_vseq + PG_REREAD,
+                    ..VectorIndex::default()
+                };
+            }
+            store.refresh_vectors().await.unwrap();
+            assert!(
+                !store.is_embedded(&id),
+                "[{label}] the rows are behind the index's place"
+            );
+            store.refresh_vector_meta().await.unwrap();
+            assert!(
+                store.is_embedded(&id),
+                "[{label}] found by the metadata refresh"
+            );
+        }
     }
 
     #[test]
