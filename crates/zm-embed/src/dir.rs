@@ -36,7 +36,9 @@ fn load_err(what: &str, e: impl std::fmt::Display) -> EmbedError {
 }
 
 /// `v` as JSON with every object's keys sorted: the same text for the
-/// same value, however the file was formatted.
+/// same value, however the file was formatted (and whether or not
+/// another crate turns on serde_json's `preserve_order`, which would make
+/// `Value::to_string` keep the file's order).
 fn canonical(v: &serde_json::Value, out: &mut String) {
     match v {
         serde_json::Value::Object(o) => {

@@ -254,6 +254,42 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
     Ok((pool, backend))
 }
 
+/// What several instances on one PostgreSQL database take turns at: one
+/// advisory-lock key each.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum InstanceLock {
+    /// Applying migrations at start.
+    Migrations = 7_410_431,
+    /// Admitting an MCP session (the per-user counts).
+    SessionAdmission = 7_410_432,
+    /// The near-duplicate sweep by meaning (no pair filed twice).
+    MeaningSweep = 7_410_433,
+}
+
+/// On PostgreSQL, wait for `lock` until the transaction ends; nothing on
+/// SQLite, whose `BEGIN IMMEDIATE` already serializes writers. Must be the
+/// transaction's first statement: it pins READ COMMITTED, whatever the
+/// server's default, so that what follows sees what the holder before
+/// committed (under REPEATABLE READ the snapshot would date from before
+/// the wait, and the lock would order nothing).
+pub(crate) async fn lock_across_instances(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    backend: Backend,
+    lock: InstanceLock,
+) -> Result<(), sqlx::Error> {
+    if backend != Backend::Postgres {
+        return Ok(());
+    }
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(lock as i64)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// Apply pending migrations; refuse a database from a newer build.
 pub(crate) async fn migrate(
     pool: &AnyPool,
@@ -265,12 +301,8 @@ pub(crate) async fn migrate(
         Backend::Postgres => "BEGIN",
     };
     let mut tx = pool.begin_with(begin).await?;
-    if backend == Backend::Postgres {
-        // One migrator at a time across processes.
-        sqlx::query("SELECT pg_advisory_xact_lock(7410431)")
-            .execute(&mut *tx)
-            .await?;
-    }
+    // One migrator at a time across processes.
+    lock_across_instances(&mut tx, backend, InstanceLock::Migrations).await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS zm_schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
     )

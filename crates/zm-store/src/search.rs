@@ -943,10 +943,9 @@ impl Store {
     /// caller reads **now** (the index pre-filters by the caller's own
     /// memories and `member_scopes`, the read set and the kinds, with each
     /// memory's state as of the index's last refresh; this query decides),
-    /// live, in the read set
-    /// and of the kinds asked for, at least [`DENSE_FLOOR`] close and
-    /// within [`DENSE_SPREAD`] of the nearest of *those*; nearest first, at
-    /// most [`FUSION_DEPTH`].
+    /// live, in the read set and of the kinds asked for, at least
+    /// [`DENSE_FLOOR`] close and within [`DENSE_SPREAD`] of the nearest of
+    /// *those*; nearest first, at most [`FUSION_DEPTH`].
     async fn dense_candidates(
         &self,
         caller: &Caller,
@@ -1732,16 +1731,7 @@ impl Store {
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
         // The caller's own rules, and every member's rules for a scope the
         // caller reaches as a member (a team's or a shared project's).
-        let mut members = Sql::new("");
-        crate::teams::push_member_scopes(&mut members, &caller.user_id);
-        let reached: Vec<String> = members
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .db("member scopes")?
-            .iter()
-            .map(|r| col::<String>(r, "scope"))
-            .collect::<Result<_, _>>()?;
+        let reached = self.member_scopes(&caller.user_id).await?;
         let mut sql = Sql::new(
             "SELECT owner_id, id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE status = ",
         );

@@ -37,7 +37,7 @@ use std::sync::{Arc, RwLock};
 use zm_contracts::{MemoryId, MemoryKind, ToolError};
 use zm_embed::{Encoder, Vector};
 
-use crate::db::{Backend, DbResult};
+use crate::db::{Backend, DbResult, InstanceLock};
 use crate::rows::{col, id_col};
 use crate::scopes::ReadSet;
 use crate::store::Store;
@@ -138,6 +138,21 @@ impl VectorIndex {
         let i = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
         self.names.insert(name.to_string(), i);
         i
+    }
+
+    /// Upsert every row holding a stored vector (`vec`) and the
+    /// [`META_COLUMNS`]; a row whose bytes are not a vector of `dims` is
+    /// skipped. Returns how many were upserted.
+    fn upsert_rows(&mut self, rows: &[sqlx::any::AnyRow], dims: usize) -> Result<usize, ToolError> {
+        let mut n = 0;
+        for r in rows {
+            let bytes: Option<Vec<u8>> = col(r, "vec")?;
+            if let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) {
+                self.upsert(meta_of(r)?, &vector);
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     fn upsert(&mut self, meta: Meta, vector: &Vector) {
@@ -353,6 +368,11 @@ struct Meta {
     shared: bool,
     live: bool,
 }
+
+/// What the index keeps of a memory, as columns of `memories m`: every
+/// statement that feeds [`meta_of`] selects these.
+const META_COLUMNS: &str = "m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.kind AS kind, \
+     m.visibility AS visibility, m.invalidated_at AS invalidated_at";
 
 fn meta_of(r: &sqlx::any::AnyRow) -> Result<Meta, ToolError> {
     let visibility: String = col(r, "visibility")?;
@@ -766,24 +786,14 @@ impl Store {
         }
         let mut filed = 0;
         let mut tx = self.write_tx().await?;
-        if self.backend == Backend::Postgres {
-            // One sweep at a time across instances: each checks "no
-            // conflict for the pair yet" and the owner's pending count
-            // before it inserts, which READ COMMITTED alone does not keep
-            // true between two instances sweeping the same memories (after
-            // a model change they embed the same backlog). SQLite's
-            // `BEGIN IMMEDIATE` already serializes them. READ COMMITTED
-            // whatever the server's default: each insert below then sees
-            // what the sweep before it committed.
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                .execute(&mut *tx)
-                .await
-                .db("near-duplicate sweep isolation")?;
-            sqlx::query("SELECT pg_advisory_xact_lock(7410433)")
-                .execute(&mut *tx)
-                .await
-                .db("near-duplicate sweep lock")?;
-        }
+        // One sweep at a time across instances: each checks "no conflict
+        // for the pair yet" and the owner's pending count before it
+        // inserts, which nothing else keeps true between two instances
+        // sweeping the same memories (after a model change they embed the
+        // same backlog).
+        crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::MeaningSweep)
+            .await
+            .db("near-duplicate sweep lock")?;
         for (a, b, cosine) in &pairs {
             let rationale = format!(
                 "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
@@ -855,17 +865,15 @@ impl Store {
         let mut read_rows = 0;
         let mut after = from;
         loop {
-            let rows = sqlx::query(
-                "SELECT v.vseq AS vseq, v.vec AS vec, m.id AS id, m.owner_id AS owner_id, m.scope AS scope, \
-                 m.kind AS kind, m.visibility AS visibility, m.invalidated_at AS invalidated_at \
-                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
-                 WHERE v.vseq > $1 AND v.model = $2 ORDER BY v.vseq LIMIT 2000",
-            )
-            .bind(after)
-            .bind(&model)
-            .fetch_all(&self.pool)
-            .await
-            .db("read vectors")?;
+            let mut sql = crate::sql::Sql::new(&format!(
+                "SELECT v.vseq AS vseq, v.vec AS vec, {META_COLUMNS} \
+                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.vseq > "
+            ));
+            sql.bind_i64(after)
+                .push(" AND v.model = ")
+                .bind_str(&model)
+                .push(" ORDER BY v.vseq LIMIT 2000");
+            let rows = sql.query().fetch_all(&self.pool).await.db("read vectors")?;
             if rows.is_empty() {
                 break;
             }
@@ -877,13 +885,8 @@ impl Store {
                 let vseq: i64 = col(r, "vseq")?;
                 after = after.max(vseq);
                 index.last_vseq = index.last_vseq.max(vseq);
-                let bytes: Option<Vec<u8>> = col(r, "vec")?;
-                let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) else {
-                    continue;
-                };
-                index.upsert(meta_of(r)?, &vector);
-                read_rows += 1;
             }
+            read_rows += index.upsert_rows(&rows, dims)?;
         }
         Ok(read_rows)
     }
@@ -902,15 +905,16 @@ impl Store {
         if model.is_empty() {
             return Ok(());
         }
-        let rows = sqlx::query(
-            "SELECT m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.kind AS kind, \
-             m.visibility AS visibility, m.invalidated_at AS invalidated_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
-             WHERE v.model = $1",
-        )
-        .bind(&model)
-        .fetch_all(&self.pool)
-        .await
-        .db("vector metadata")?;
+        let mut sql = crate::sql::Sql::new(&format!(
+            "SELECT {META_COLUMNS} FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
+             WHERE v.model = "
+        ));
+        sql.bind_str(&model);
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("vector metadata")?;
         let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
         // Applied under the lock, which is let go before any statement.
         let missing: Vec<String> = {
@@ -936,11 +940,10 @@ impl Store {
                 .collect()
         };
         for chunk in missing.chunks(500) {
-            let mut sql = crate::sql::Sql::new(
-                "SELECT v.vec AS vec, m.id AS id, m.owner_id AS owner_id, m.scope AS scope, m.kind AS kind, \
-                 m.visibility AS visibility, m.invalidated_at AS invalidated_at \
-                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.model = ",
-            );
+            let mut sql = crate::sql::Sql::new(&format!(
+                "SELECT v.vec AS vec, {META_COLUMNS} \
+                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.model = "
+            ));
             sql.bind_str(&model).push(" AND v.memory_id IN ");
             sql.bind_list(chunk.iter().cloned());
             let rows = sql
@@ -952,12 +955,7 @@ impl Store {
             if index.model != model {
                 return Ok(());
             }
-            for r in &rows {
-                let bytes: Option<Vec<u8>> = col(r, "vec")?;
-                if let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) {
-                    index.upsert(meta_of(r)?, &vector);
-                }
-            }
+            index.upsert_rows(&rows, dims)?;
         }
         Ok(())
     }
@@ -968,9 +966,9 @@ impl Store {
         if ids.is_empty() || read(&self.semantic.index).entries.is_empty() {
             return;
         }
-        let mut sql = crate::sql::Sql::new(
-            "SELECT id, owner_id, scope, kind, visibility, invalidated_at FROM memories WHERE id IN ",
-        );
+        let mut sql = crate::sql::Sql::new(&format!(
+            "SELECT {META_COLUMNS} FROM memories m WHERE m.id IN "
+        ));
         sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
         match sql.query().fetch_all(&self.pool).await {
             Ok(rows) => {
@@ -1191,19 +1189,24 @@ mod tests {
                 "alice"
             };
             index.upsert(
-                Meta {
-                    id: MemoryId::from_trusted(format!("mem_{i:06}")),
-                    owner: owner.into(),
-                    scope: "personal".into(),
-                    kind: "fact".into(),
-                    shared: false,
-                    live: true,
-                },
+                live_meta(&format!("mem_{i:06}"), owner, "personal", "fact", false),
                 &Vector::quantize(&v),
             );
             raw.push(v);
         }
         (index, raw)
+    }
+
+    /// A live memory's metadata.
+    fn live_meta(id: &str, owner: &str, scope: &str, kind: &str, shared: bool) -> Meta {
+        Meta {
+            id: MemoryId::from_trusted(id),
+            owner: owner.into(),
+            scope: scope.into(),
+            kind: kind.into(),
+            shared,
+            live: true,
+        }
     }
 
     /// A reader who is a member of no scope: they read their own memories.
@@ -1273,14 +1276,7 @@ mod tests {
         let v = random_unit(&mut seed, 8);
         let put = |index: &mut VectorIndex, id: &str, owner: &str, scope: &str, shared: bool| {
             index.upsert(
-                Meta {
-                    id: MemoryId::from_trusted(id),
-                    owner: owner.into(),
-                    scope: scope.into(),
-                    kind: "fact".into(),
-                    shared,
-                    live: true,
-                },
+                live_meta(id, owner, scope, "fact", shared),
                 &Vector::quantize(&v),
             );
         };
@@ -1331,14 +1327,7 @@ mod tests {
         let query = random_unit(&mut seed, 16);
         let put = |index: &mut VectorIndex, id: String, kind: &str, v: &[f32]| {
             index.upsert(
-                Meta {
-                    id: MemoryId::from_trusted(id),
-                    owner: "bob".into(),
-                    scope: "personal".into(),
-                    kind: kind.into(),
-                    shared: false,
-                    live: true,
-                },
+                live_meta(&id, "bob", "personal", kind, false),
                 &Vector::quantize(v),
             );
         };

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlx::Row;
 use zm_contracts::ToolError;
 
-use crate::db::{Backend, DbResult};
+use crate::db::{DbResult, InstanceLock};
 use crate::identity::hash_secret;
 use crate::store::Store;
 
@@ -217,14 +217,11 @@ impl Store {
     ) -> Result<Admission, ToolError> {
         let now = self.now();
         let mut tx = self.write_tx().await?;
-        if self.backend == Backend::Postgres {
-            // One admission at a time across instances: the counts below
-            // must not race.
-            sqlx::query("SELECT pg_advisory_xact_lock(7410432)")
-                .execute(&mut *tx)
-                .await
-                .db("lock session admission")?;
-        }
+        // One admission at a time across instances: the counts below
+        // must not race.
+        crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::SessionAdmission)
+            .await
+            .db("lock session admission")?;
         sqlx::query("DELETE FROM mcp_sessions WHERE seen_at <= $1")
             .bind(now.saturating_sub(caps.idle_ms))
             .execute(&mut *tx)
