@@ -20,7 +20,8 @@
 //!   as of the last refresh. [`Store::refresh_vectors`] reads the rows
 //!   written since (by any instance); [`Store::refresh_vector_meta`]
 //!   re-reads the metadata (moves, shares, forgets) — the server does it
-//!   every 30 s and this instance's own changes are seen at once.
+//!   every 30 s, and this instance's own changes (tools' writes, team
+//!   operations) are seen at once.
 //! * **Searching.** The index is a pre-filter only: it picks the nearest
 //!   vectors among memories the caller could read as of the last refresh,
 //!   and SQL then keeps those the caller reads **now** (the same
@@ -963,13 +964,29 @@ impl Store {
     /// These memories changed owner, scope, sharing or liveness on this
     /// instance: re-read their metadata now.
     pub(crate) async fn vector_meta_changed(&self, ids: &[MemoryId]) {
-        if ids.is_empty() || read(&self.semantic.index).entries.is_empty() {
+        self.reread_meta("m.id", ids.iter().map(|id| id.as_str().to_string()))
+            .await;
+    }
+
+    /// Memories of these scopes changed owner or sharing on this instance
+    /// outside the tool pipeline (a team's handover, sharing or deletion):
+    /// re-read their metadata now, as [`vector_meta_changed`](Self::vector_meta_changed)
+    /// does for a tool's writes.
+    pub(crate) async fn vector_meta_changed_in_scopes(&self, scopes: &[String]) {
+        self.reread_meta("m.scope", scopes.iter().cloned()).await;
+    }
+
+    /// Re-read the metadata of the memories whose `column` is one of
+    /// `values`. A failure only leaves the index as stale as the periodic
+    /// refresh allows: it is logged, not returned (the write committed).
+    async fn reread_meta(&self, column: &str, values: impl ExactSizeIterator<Item = String>) {
+        if values.len() == 0 || read(&self.semantic.index).entries.is_empty() {
             return;
         }
         let mut sql = crate::sql::Sql::new(&format!(
-            "SELECT {META_COLUMNS} FROM memories m WHERE m.id IN "
+            "SELECT {META_COLUMNS} FROM memories m WHERE {column} IN "
         ));
-        sql.bind_list(ids.iter().map(|id| id.as_str().to_string()));
+        sql.bind_list(values);
         match sql.query().fetch_all(&self.pool).await {
             Ok(rows) => {
                 let mut index = write(&self.semantic.index);

@@ -642,6 +642,7 @@ impl Store {
             .await
             .db("remove member")?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+        let mut handed = Vec::new();
         for (path, owned) in reached {
             if self.role_in(&mut *tx, user_id, &path).await?.is_some() {
                 continue;
@@ -659,6 +660,7 @@ impl Store {
             };
             if heir != user_id {
                 self.hand_over(&mut tx, user_id, &heir, &path).await?;
+                handed.push(path);
             }
         }
         let mut event = Event::new(TeamAction::MemberRemoved);
@@ -666,6 +668,7 @@ impl Store {
         event.role = Some(their_role);
         self.record(&mut tx, caller, &team.id, event).await?;
         tx.commit().await.db("commit removal")?;
+        self.vector_meta_changed_in_scopes(&handed).await;
         Ok(Removed { removed: true })
     }
 
@@ -954,6 +957,8 @@ impl Store {
             added_at: rfc3339(col(&row, "created_at")?),
         };
         tx.commit().await.db("commit share")?;
+        // The vector index sees the newly shared memories at once.
+        self.vector_meta_changed_in_scopes(&[path]).await;
         Ok(out)
     }
 
@@ -1115,6 +1120,11 @@ impl Store {
         )
         .await?;
         tx.commit().await.db("commit team deletion")?;
+        let touched: Vec<String> = std::iter::once(team.scope.clone())
+            .chain(owned)
+            .chain(shared)
+            .collect();
+        self.vector_meta_changed_in_scopes(&touched).await;
         Ok(TeamDeleted {
             slug: team.slug,
             memories,

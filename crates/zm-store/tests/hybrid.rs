@@ -6,7 +6,8 @@
 //! near-duplicates become an `unjudged` conflict once embedded, once; a
 //! full-text hit holding more of the query's words weighs more; memories
 //! the caller cannot read (another team's, or of a kind not asked for)
-//! decide nothing about the dense leg's hits; what an import brings is
+//! decide nothing about the dense leg's hits, and a project shared with
+//! a team is found by meaning at once; what an import brings is
 //! not swept for near-duplicates; a hybrid recall returns as many hits as
 //! a lexical one.
 
@@ -300,6 +301,37 @@ backend_tests! {
             found.iter().all(|c| [&c["memory_a"]["id"], &c["memory_b"]["id"]].contains(&&json!(fresh))),
             "[{l}] every pair holds the fresh memory: {found:?}"
         );
+    }
+
+    async fn a_project_shared_with_a_team_is_found_by_meaning_at_once(store: Store, l: &str) {
+        let (_, admin) = user(&store, "hy-share-admin").await;
+        let (mate_user, mate) = user(&store, "hy-share-mate").await;
+        let slug = unique("hyshare").replace('-', "_");
+        ok(store.create_team(&admin, input!(zm_contracts::teams::CreateTeamInput, &json!({"slug": slug}))).await, l, "create team");
+        let role = zm_contracts::TeamRole::Writer;
+        let add = zm_contracts::teams::AddMemberInput { email: mate_user.email.clone(), role };
+        ok(store.add_team_member(&admin, &slug, add).await, l, "add member");
+        // The teammate's own project, private, embedded while private.
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        let para = mem(&store, &mate, l, json!({"content": "Billing runs on Postgres rather than Mongo since it needs transactions.", "kind": "decision", "project_hint": remote})).await;
+        store.set_encoder(model());
+        embed(&store, &[&para], l).await;
+        let admins = || {
+            let (store, admin) = (&store, &admin);
+            async move {
+                let args = json!({"query": "which datastore did we pick for invoices", "k": 10, "scopes": ["*"]});
+                let out = ok(call(store, admin, "recall", args).await, l, "admin recall");
+                out["memories"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        assert!(find(&admins().await, &para).is_none(), "[{l}] private: not the admin's to read");
+        // Shared with the team (not through a tool): the index learns it at
+        // once, not at the next periodic refresh.
+        let share = input!(zm_contracts::teams::ShareProjectInput, &json!({"project_hint": remote}));
+        ok(store.share_project_with_team(&mate, &slug, share).await, l, "share the project");
+        let found = admins().await;
+        let hit = find(&found, &para).unwrap_or_else(|| panic!("[{l}] the shared project's paraphrase is found by meaning: {found:?}"));
+        assert_eq!(hit["fts_matched"], false, "[{l}] by meaning");
     }
 
     async fn what_the_caller_cannot_read_decides_nothing_in_the_dense_leg(store: Store, l: &str) {
