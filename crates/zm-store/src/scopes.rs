@@ -330,7 +330,14 @@ impl Store {
             return Ok(None);
         };
         let Some(key) = resolved.unbound else {
-            return Ok(Some(resolved.scope));
+            // A bound project (the caller's own, or a teammate's shared
+            // with their team) takes the write only under the caller's
+            // role there, as the same path named explicitly would: a
+            // team's reader writes nothing into it through a hint either.
+            return self
+                .writable_path(tx, caller, &resolved.scope)
+                .await
+                .map(Some);
         };
         self.bootstrap_scope(tx, &caller.user_id, &resolved.scope)
             .await?;

@@ -223,14 +223,17 @@ backend_tests! {
 
     /// A project shared with the team: both members' briefings carry its
     /// memories and its rules, the team layer's rules, pinned first; the
-    /// second member's hint for the same repository lands in it.
+    /// second member's hint for the same repository lands in it; a
+    /// reader's hint reads it and writes nothing into it.
     async fn shared_project_in_both_briefings(store: Store, l: &str) {
         let (_, a) = user(&store, "sp-a").await;
         let (ub, b) = user(&store, "sp-b").await;
         let (_, outsider) = user(&store, "sp-x").await;
+        let (ur, reader) = user(&store, "sp-r").await;
         let slug = team(&store, &a, l, "shared").await;
         let scope = format!("team.{slug}");
         add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        add(&store, &a, l, &slug, &ur.email, TeamRole::Reader).await;
         let remote = format!("git@github.com:acme/{}.git", unique("repo"));
         let fact = mem(&store, &a, l, json!({"content": "The billing service retries webhooks three times.", "kind": "fact", "project_hint": remote})).await;
         let project = project_of(&store, &a, l, &remote).await;
@@ -256,6 +259,16 @@ backend_tests! {
         // B writes through the hint into the shared project; A reads it.
         let by_b = mem(&store, &b, l, json!({"content": "Webhook signatures use HMAC-SHA256.", "kind": "fact", "project_hint": remote})).await;
         assert!(recall_ids(&store, &a, l, json!({"query": "webhook signatures", "project_hint": remote})).await.contains(&by_b), "[{l}]");
+        // The team's reader reads the shared project through the hint but
+        // writes nothing into it that way: not by remember, not by a
+        // refused kind routed from core, not by import; nothing is left.
+        assert_eq!(project_of(&store, &reader, l, &remote).await, project, "[{l}] the reader's hint reads the shared project");
+        let tag = unique("planted").replace('-', "");
+        let planted = format!("Webhook retries were raised to ten ({tag}).");
+        err(call(&store, &reader, "remember", json!({"content": planted, "kind": "fact", "project_hint": remote})).await, ErrorCode::Forbidden, l, "a reader remembers through the hint");
+        err(call(&store, &reader, "remember", json!({"content": planted, "kind": "task", "scope": "core", "project_hint": remote})).await, ErrorCode::Forbidden, l, "a reader's task routed by the hint");
+        err(call(&store, &reader, "import_memory", json!({"content": planted, "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, ErrorCode::Forbidden, l, "a reader imports through the hint");
+        assert!(recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.is_empty(), "[{l}] nothing the reader tried was written");
         let outsider_brief = ok(call(&store, &outsider, "build_context", json!({"topic": "billing webhooks", "briefing": true, "project_hint": remote})).await, l, "outsider briefing");
         let text = outsider_brief.to_string();
         assert!(!text.contains("idempotent") && !text.contains(&fact) && !text.contains("second reviewer"), "[{l}] the outsider sees none of it: {text}");
