@@ -801,9 +801,11 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
 }
 
 async fn a_password_change_follows_the_stores_rules(s: Server) {
-    let (_, email, password) = person(&s.store, "pw-a").await;
+    let (user, email, password) = person(&s.store, "pw-a").await;
     let mut b = Browser::default();
     assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let mut elsewhere = Browser::default();
+    assert_eq!(elsewhere.sign_in(&s, &email, &password).await.status, 303);
     let csrf = b.csrf(&s).await;
     let p = b
         .post(
@@ -836,11 +838,50 @@ async fn a_password_change_follows_the_stores_rules(s: Server) {
         )
         .await;
     assert_eq!(p.status, 303, "{}", p.body);
+    // The other session ended; this one goes on.
+    assert_eq!(elsewhere.get(&s, "/").await.status, 303, "ended");
+    assert_eq!(b.get(&s, "/account").await.status, 200, "kept");
     let mut fresh = Browser::default();
     assert_eq!(
         fresh.sign_in(&s, &email, "a much longer one").await.status,
         303
     );
+    // A change made outside the dashboard (`zero-memory user passwd`)
+    // ends every session too.
+    s.store
+        .change_password(&user.id, "the operator's new one", false)
+        .await
+        .unwrap();
+    assert_eq!(fresh.get(&s, "/").await.status, 303, "ended by the CLI");
+    assert_eq!(b.get(&s, "/").await.status, 303, "ended by the CLI");
+    // Guessing the current password backs off like signing in: after
+    // five wrong guesses even the right one waits.
+    let mut guesser = Browser::default();
+    assert_eq!(
+        guesser
+            .sign_in(&s, &email, "the operator's new one")
+            .await
+            .status,
+        303
+    );
+    let csrf = guesser.csrf(&s).await;
+    let form = |current: &'static str| {
+        [
+            ("csrf", csrf.clone()),
+            ("current", current.to_string()),
+            ("new", "a guessed new password".to_string()),
+            ("again", "a guessed new password".to_string()),
+        ]
+    };
+    for _ in 0..5 {
+        let f = form("a wrong guess");
+        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(guesser.post(&s, "/account/password", &f).await.status, 400);
+    }
+    let f = form("the operator's new one");
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = guesser.post(&s, "/account/password", &f).await;
+    assert_eq!(p.status, 429, "backed off: {}", p.body);
     s.running.stop().await;
 }
 

@@ -258,8 +258,9 @@ pub enum UserCommand {
     /// List the users.
     List,
     /// Set a user's password. Without --password-stdin a strong password is
-    /// generated and printed once. Every OAuth sign-in of the user is
-    /// revoked (the apps sign in again with the new password).
+    /// generated and printed once. Every dashboard session of the user ends
+    /// and every OAuth sign-in is revoked (the apps sign in again with the
+    /// new password).
     Passwd {
         /// The user's email address.
         email: String,

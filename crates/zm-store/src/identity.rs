@@ -480,10 +480,10 @@ impl Store {
         Ok(())
     }
 
-    /// Set a user's password and end what the old one let in: every OAuth
-    /// token family of the user is revoked (the apps sign in again), and,
-    /// with `revoke_personal_tokens`, every personal access token. One
-    /// transaction.
+    /// Set a user's password and end what the old one let in: every
+    /// dashboard session and every OAuth token family of the user (the
+    /// apps sign in again), and, with `revoke_personal_tokens`, every
+    /// personal access token. One transaction.
     pub async fn change_password(
         &self,
         user_id: &str,
@@ -502,6 +502,11 @@ impl Store {
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found("user not found"));
         }
+        sqlx::query("DELETE FROM web_sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await
+            .db("end web sessions")?;
         let holder = OauthHolder {
             user_id,
             client_id: None,

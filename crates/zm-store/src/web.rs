@@ -284,16 +284,6 @@ impl Store {
         Ok(())
     }
 
-    /// End every dashboard session of a user (disable, password change).
-    pub async fn web_sessions_end_all(&self, user_id: &str) -> Result<u64, ToolError> {
-        let done = sqlx::query("DELETE FROM web_sessions WHERE user_id = $1")
-            .bind(user_id)
-            .execute(&self.pool)
-            .await
-            .db("end web sessions")?;
-        Ok(done.rows_affected())
-    }
-
     /// One page of the memories the caller can read, newest first,
     /// starting below `before` (a `seq`).
     pub async fn browse_memories(

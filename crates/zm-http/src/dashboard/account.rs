@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde_json::json;
-use zm_contracts::{ToolName, ToolOutput};
+use zm_contracts::{ToolError, ToolName, ToolOutput};
 
 use super::errors::{self, Failure};
 use super::{Signed, see_other, signed_form};
@@ -152,14 +152,28 @@ pub(crate) async fn password(
         form.get("new").unwrap_or(""),
         form.get("again").unwrap_or(""),
     );
-    let verified = match state
-        .store
-        .verify_password(&signed.session.email, current)
-        .await
-    {
+    // Guessing the current password here backs off like signing in: a
+    // borrowed session does not turn into unlimited guesses.
+    let email = &signed.session.email;
+    if let Err(secs) = state.login_backoff.check(email).await {
+        let mut f = Failure::from_tool(
+            ToolError::rate_limited(format!(
+                "Too many wrong passwords for this account; retry in {secs} s."
+            )),
+            rid,
+        );
+        f.retry_after = Some(secs);
+        return signed.error(&f.back_to("/account"));
+    }
+    let verified = match state.store.verify_password(email, current).await {
         Ok(v) => v,
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
+    if verified.is_none() {
+        state.login_backoff.failed(email).await;
+    } else {
+        state.login_backoff.succeeded(email).await;
+    }
     let failure = if verified.is_none() {
         Some(invalid("current", "not your current password", rid))
     } else if new != again {
@@ -183,14 +197,7 @@ pub(crate) async fn password(
         };
         return page(&state, &signed, None, Some(&f)).await;
     }
-    // Other sessions end; this one goes on under a fresh secret.
-    if let Err(e) = state
-        .store
-        .web_sessions_end_all(&signed.session.user_id)
-        .await
-    {
-        return signed.error(&Failure::from_tool(e, rid));
-    }
+    // The store ended every session; this one goes on under a fresh secret.
     match state
         .store
         .web_session_create(&signed.session.user_id, None)
