@@ -33,10 +33,19 @@ pub(crate) struct Next {
     next: Option<String>,
 }
 
-/// Only a local path is a place to go back to.
+/// Only a local path is a place to go back to: it starts with one `/`
+/// and holds printable ASCII only. A browser drops tabs and line breaks
+/// from a `Location` before reading it (so `/<TAB>/evil.example` would be
+/// `//evil.example`, another site) and reads a backslash as `/`.
 fn local(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && n.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\') =>
+        {
+            n.to_string()
+        }
         _ => "/".to_string(),
     }
 }
@@ -223,11 +232,17 @@ mod tests {
     #[test]
     fn only_local_paths_are_followed() {
         assert_eq!(super::local(Some("/memories/x")), "/memories/x");
+        assert_eq!(super::local(Some("/?q=a b")), "/?q=a b");
         for bad in [
             "//evil.example",
             "https://evil.example",
             "javascript:x",
             "/\\evil",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r\n",
+            "/\u{7f}/evil.example",
+            "/é",
         ] {
             assert_eq!(super::local(Some(bad)), "/", "{bad}");
         }
