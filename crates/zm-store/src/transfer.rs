@@ -415,7 +415,9 @@ impl Store {
     }
 
     /// Erase the caller and everything they own; sever what others hold
-    /// that points at it. Other users' rows are untouched.
+    /// that points at it. Other users' rows are untouched, and an entity
+    /// the caller named first that others' memories name too is handed to
+    /// one of them instead of erased.
     pub(crate) async fn delete_account(
         &self,
         cx: &mut Cx<'_>,
@@ -436,6 +438,20 @@ impl Store {
             .fetch_one(&mut *tx)
             .await
             .db("count memories")?;
+        // An entity of a shared scope belongs to whoever named it first,
+        // and teammates' memories anchor to it: one that another user's
+        // memory still names goes to that memory's owner (the earliest),
+        // so the caller's erasure takes nothing from their memories.
+        sqlx::query(
+            "UPDATE entities SET owner_id = (SELECT m.owner_id FROM memory_entities me JOIN memories m ON m.id = me.memory_id \
+                 WHERE me.entity_id = entities.id AND m.owner_id <> $1 ORDER BY m.created_at, m.id LIMIT 1) \
+             WHERE owner_id = $1 AND EXISTS (SELECT 1 FROM memory_entities me JOIN memories m ON m.id = me.memory_id \
+                 WHERE me.entity_id = entities.id AND m.owner_id <> $1)",
+        )
+        .bind(uid)
+        .execute(&mut *tx)
+        .await
+        .db("hand over named entities")?;
         let entities: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM entities WHERE owner_id = $1")
             .bind(uid)
             .fetch_one(&mut *tx)

@@ -1,6 +1,7 @@
 //! `delete_account`, on every backend: it erases the caller (memories,
 //! entities, tokens, the account) idempotently and leaves another user's
-//! memories — even ones linked to the erased user's — whole.
+//! memories — even ones linked to the erased user's, or naming an entity
+//! the erased user named first — whole.
 //!
 //! Each test runs once per backend through [`backend_tests!`]:
 //! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
@@ -23,7 +24,9 @@ backend_tests! {
             .add_scope_member(&a.user_id, &project, &b.user_id, zm_store::Role::Writer)
             .await
             .unwrap();
-        let b_mem = mem(&store, &b, l, json!({"content": "B's decision in A's project.", "scope": project, "kind": "decision", "entities": [{"name": "Billing"}]})).await;
+        let b_mem = mem(&store, &b, l, json!({"content": "B's decision in A's project.", "scope": project, "kind": "decision", "entities": [{"name": "Billing"}, {"name": "Ledger"}]})).await;
+        // A names B's entity too: A's memory anchors to B's entity row.
+        let a_billing = mem(&store, &a, l, json!({"content": "A's note on how the invoices are retried.", "scope": project, "entities": [{"name": "billing"}]})).await;
         ok(
             call(
                 &store,
@@ -104,6 +107,15 @@ backend_tests! {
             "A after",
         );
         assert_eq!(before, after, "[{l}] A's memories are untouched");
+        // The entity A's memory names survives B (only B's Ledger went),
+        // still anchored to A's memory.
+        let listed = ok(call(&store, &a, "entities", json!({"scope": project})).await, l, "A's entities");
+        let names: Vec<&str> = listed["entities"].as_array().unwrap().iter().filter_map(|e| e["name"].as_str()).collect();
+        assert_eq!(names, vec!["Billing"], "[{l}] {listed}");
+        let pack = ok(call(&store, &a, "build_context", json!({"topic": "invoices retried", "scopes": [project]})).await, l, "A's context");
+        let memories = pack["memories"].as_array().unwrap();
+        let hit = memories.iter().find(|m| m["id"] == a_billing.as_str()).unwrap_or_else(|| panic!("[{l}] {pack}"));
+        assert!(hit.to_string().contains("Billing") || pack["entities"].to_string().contains("Billing"), "[{l}] A's memory keeps its anchor: {pack}");
         store
             .get_memory(&a, &zm_contracts::MemoryId::parse(&a_mem).unwrap())
             .await
