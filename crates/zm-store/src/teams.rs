@@ -312,7 +312,7 @@ impl Store {
         let invitations = if role == Role::Admin {
             let rows = sqlx::query(
                 "SELECT id, email, role, created_at, expires_at, accepted_at FROM team_invitations \
-                 WHERE team_id = $1 AND accepted_at IS NULL ORDER BY created_at, id",
+                 WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL ORDER BY created_at, id",
             )
             .bind(&team.id)
             .fetch_all(&mut *conn)
@@ -524,6 +524,28 @@ impl Store {
         self.member(conn, team, user_id).await
     }
 
+    /// An admin decided this user's membership (added, changed their role,
+    /// removed them): invitations to the team still open for their email
+    /// are withdrawn, so accepting one later cannot undo the decision.
+    async fn withdraw_invitations(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team: &TeamRow,
+        user_id: &str,
+    ) -> Result<(), ToolError> {
+        sqlx::query(
+            "UPDATE team_invitations SET revoked_at = $1 WHERE team_id = $2 AND accepted_at IS NULL AND revoked_at IS NULL \
+             AND email = (SELECT email FROM users WHERE id = $3)",
+        )
+        .bind(self.now())
+        .bind(&team.id)
+        .bind(user_id)
+        .execute(&mut *conn)
+        .await
+        .db("withdraw invitations")?;
+        Ok(())
+    }
+
     async fn member(
         &self,
         conn: &mut sqlx::AnyConnection,
@@ -573,6 +595,7 @@ impl Store {
         let member = self
             .put_member(&mut tx, caller, &team, &user, input.role)
             .await?;
+        self.withdraw_invitations(&mut tx, &team, &user).await?;
         tx.commit().await.db("commit member")?;
         Ok(member)
     }
@@ -599,6 +622,7 @@ impl Store {
         let member = self
             .put_member(&mut tx, caller, &team, user_id, input.role)
             .await?;
+        self.withdraw_invitations(&mut tx, &team, user_id).await?;
         tx.commit().await.db("commit role")?;
         Ok(member)
     }
@@ -641,6 +665,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("remove member")?;
+        self.withdraw_invitations(&mut tx, &team, user_id).await?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
         let mut handed = Vec::new();
         for (path, owned) in reached {
@@ -796,7 +821,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT i.id AS id, i.email AS email, i.role AS role, i.created_at AS created_at, i.expires_at AS expires_at, \
              i.accepted_at AS accepted_at, t.slug AS slug FROM team_invitations i JOIN teams t ON t.id = i.team_id \
-             WHERE i.email = $1 AND i.accepted_at IS NULL AND i.expires_at > $2 AND t.deleted_at IS NULL ORDER BY i.created_at, i.id",
+             WHERE i.email = $1 AND i.accepted_at IS NULL AND i.revoked_at IS NULL AND i.expires_at > $2 AND t.deleted_at IS NULL ORDER BY i.created_at, i.id",
         )
         .bind(&email)
         .bind(now)
@@ -821,7 +846,7 @@ impl Store {
         let email = self.email_of(&mut tx, &caller.user_id).await?;
         let row = sqlx::query(
             "SELECT i.id AS id, i.email AS email, i.role AS role, i.created_at AS created_at, i.expires_at AS expires_at, \
-             i.accepted_at AS accepted_at, t.slug AS slug, t.deleted_at AS deleted_at FROM team_invitations i JOIN teams t ON t.id = i.team_id WHERE i.id = $1",
+             i.accepted_at AS accepted_at, i.revoked_at AS revoked_at, t.slug AS slug, t.deleted_at AS deleted_at FROM team_invitations i JOIN teams t ON t.id = i.team_id WHERE i.id = $1",
         )
         .bind(id.as_str())
         .fetch_optional(&mut *tx)
@@ -833,6 +858,7 @@ impl Store {
             return Err(missing());
         };
         let deleted: Option<i64> = col(&row, "deleted_at")?;
+        let revoked: Option<i64> = col(&row, "revoked_at")?;
         let slug: String = col(&row, "slug")?;
         let inv = InvitationRow::from_row(&row)?;
         if inv.email != email || deleted.is_some() {
@@ -841,6 +867,12 @@ impl Store {
         if inv.accepted_at.is_some() {
             return Err(ToolError::conflict(format!(
                 "Invitation {} was already accepted.",
+                id.as_str()
+            )));
+        }
+        if revoked.is_some() {
+            return Err(ToolError::conflict(format!(
+                "Invitation {} was withdrawn: a team admin changed your membership after sending it. Ask them for a new one.",
                 id.as_str()
             )));
         }

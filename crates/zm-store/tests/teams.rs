@@ -278,7 +278,8 @@ backend_tests! {
     }
 
     /// Invitations: accepted once by the addressee; reuse, expiry, another
-    /// user and a deleted team are refused.
+    /// user, a deleted team, and an invitation an admin's later decision
+    /// about the member withdrew are refused.
     async fn invitations(store: Store, l: &str) {
         let (_, a) = user(&store, "inv-a").await;
         let (uc, c) = user(&store, "inv-c").await;
@@ -300,6 +301,22 @@ backend_tests! {
         let late = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "writer", "expires_in_days": 1}))).await, l, "invite again");
         store.clock().advance_ms(2 * DAY_MS);
         err(store.accept_invitation(&c, &late.id).await, ErrorCode::Conflict, l, "expired");
+        // An admin's decision about a member withdraws their open
+        // invitations: demoted or removed, they cannot accept their way
+        // back, and nobody sees the withdrawn ones as open.
+        let upgrade = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "admin"}))).await, l, "invite c as admin");
+        ok(store.set_team_role(&a, &slug, &c.user_id, SetRoleInput { role: TeamRole::Reader }).await, l, "c's role decided");
+        err(store.accept_invitation(&c, &upgrade.id).await, ErrorCode::Conflict, l, "withdrawn by a role change");
+        assert_eq!(ok(store.get_team(&c, &slug).await, l, "c's view").team.role, TeamRole::Reader, "[{l}] still a reader");
+        assert!(ok(store.list_invitations(&c).await, l, "c's list").invitations.is_empty(), "[{l}]");
+        assert!(ok(store.get_team(&a, &slug).await, l, "show").invitations.iter().all(|i| i.id != upgrade.id), "[{l}]");
+        let rejoin = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "writer"}))).await, l, "invite c again");
+        ok(store.remove_team_member(&a, &slug, &c.user_id).await, l, "remove c");
+        err(store.accept_invitation(&c, &rejoin.id).await, ErrorCode::Conflict, l, "withdrawn by the removal");
+        err(store.get_team(&c, &slug).await, ErrorCode::NotFound, l, "c stays out");
+        // An invitation sent after the decision is the admins' new word.
+        let welcome = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "reader"}))).await, l, "invite c afresh");
+        ok(store.accept_invitation(&c, &welcome.id).await, l, "accept the fresh one");
         let (ue, e) = user(&store, "inv-e").await;
         let gone = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": ue.email, "role": "writer"}))).await, l, "invite e");
         ok(store.delete_team(&a, &slug).await, l, "delete");
