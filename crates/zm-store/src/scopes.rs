@@ -163,6 +163,35 @@ impl Store {
         Ok(())
     }
 
+    /// On PostgreSQL, hold the rows of the teams that decide who writes
+    /// `path` (its own team, the teams it is shared with) until the write
+    /// commits (`FOR SHARE`): a team change (`FOR UPDATE`, see
+    /// `teams.rs`) waits for writes that already passed the role check and
+    /// then hands their memories over too, and a write that comes after it
+    /// reads the roles it left. Without it a member's write committed just
+    /// after their removal's hand-over stayed theirs. SQLite's write
+    /// transactions take turns already.
+    async fn hold_teams_of(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        if self.backend != crate::db::Backend::Postgres {
+            return Ok(());
+        }
+        let own_team = crate::teams::team_slug_of(path).map(|slug| format!("team.{slug}"));
+        sqlx::query(
+            "SELECT t.id FROM teams t WHERE t.scope = $1 \
+             OR t.scope IN (SELECT team_scope FROM team_projects WHERE scope = $2) ORDER BY t.id FOR SHARE",
+        )
+        .bind(own_team.unwrap_or_default())
+        .bind(path)
+        .fetch_all(&mut *tx)
+        .await
+        .db("hold the scope's teams")?;
+        Ok(())
+    }
+
     /// Resolve a write target path for the caller, creating the caller's own
     /// project/team scope on first use. Refuses what the caller cannot write.
     pub(crate) async fn writable_path(
@@ -180,6 +209,7 @@ impl Store {
             }
             return Err(ToolError::forbidden("You do not have access to this scope"));
         }
+        self.hold_teams_of(tx, &path).await?;
         match self.role_in(&mut *tx, &caller.user_id, &path).await? {
             Some(Role::Writer | Role::Admin) => return Ok(path),
             Some(Role::Reader) => {

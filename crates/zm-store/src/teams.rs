@@ -197,17 +197,34 @@ pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
     labels.next().filter(|l| !l.starts_with("usr_"))
 }
 
+/// Why a team row is read: to look, or to change the team (its members,
+/// roles, grants, invitations, its existence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum For {
+    Reading,
+    /// On PostgreSQL the row is locked (`FOR UPDATE`) until the change
+    /// commits, so changes to one team take turns: each reads the members
+    /// and roles the one before it left (two admins demoting each other
+    /// would otherwise each count two admins and leave none). SQLite's
+    /// write transactions already take turns.
+    Change,
+}
+
 impl Store {
     async fn team_row(
         &self,
         conn: &mut sqlx::AnyConnection,
         slug: &str,
+        purpose: For,
     ) -> Result<Option<TeamRow>, ToolError> {
-        let row = sqlx::query("SELECT id, slug, name, scope, created_at, deleted_at, purge_after, steward_id FROM teams WHERE slug = $1")
-            .bind(slug)
-            .fetch_optional(&mut *conn)
-            .await
-            .db("team")?;
+        let mut sql = Sql::new(
+            "SELECT id, slug, name, scope, created_at, deleted_at, purge_after, steward_id FROM teams WHERE slug = ",
+        );
+        sql.bind_str(slug);
+        if purpose == For::Change && self.backend == crate::db::Backend::Postgres {
+            sql.push(" FOR UPDATE");
+        }
+        let row = sql.query().fetch_optional(&mut *conn).await.db("team")?;
         row.as_ref().map(TeamRow::from_row).transpose()
     }
 
@@ -218,8 +235,9 @@ impl Store {
         conn: &mut sqlx::AnyConnection,
         caller: &Caller,
         slug: &str,
+        purpose: For,
     ) -> Result<(TeamRow, Role), ToolError> {
-        let Some(team) = self.team_row(conn, slug).await? else {
+        let Some(team) = self.team_row(conn, slug, purpose).await? else {
             return Err(no_team(slug));
         };
         if team.deleted_at.is_some() {
@@ -352,20 +370,26 @@ impl Store {
         scope::validate_path(&team_scope).map_err(|e| ToolError::validation(e.to_string()))?;
         let now = self.now();
         let mut tx = self.write_tx().await?;
-        if self.team_row(&mut tx, &slug).await?.is_some() {
-            return Err(ToolError::conflict(format!(
+        let slug_taken = || {
+            ToolError::conflict(format!(
                 "A team named {slug} already exists (or was deleted less than {TEAM_RETENTION_DAYS} days ago). Choose another slug."
-            )));
+            ))
+        };
+        if self.team_row(&mut tx, &slug, For::Reading).await?.is_some() {
+            return Err(slug_taken());
         }
         let taken: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
             .bind(&team_scope)
             .fetch_one(&mut *tx)
             .await
             .db("team scope taken")?;
-        if taken > 0 {
-            return Err(ToolError::conflict(format!(
+        let scope_taken = || {
+            ToolError::conflict(format!(
                 "The scope {team_scope} is already in use. Choose another slug."
-            )));
+            ))
+        };
+        if taken > 0 {
+            return Err(scope_taken());
         }
         let team_id = IdKind::Team.generate();
         let steward = IdKind::User.generate();
@@ -382,7 +406,9 @@ impl Store {
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| slug.clone());
-        sqlx::query("INSERT INTO teams (id, slug, name, scope, created_by, created_at, steward_id) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        // Two creations of one slug at once (PostgreSQL): the second finds
+        // the first's row here, and is told so, not an internal error.
+        let inserted = sqlx::query("INSERT INTO teams (id, slug, name, scope, created_by, created_at, steward_id) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING")
             .bind(&team_id)
             .bind(&slug)
             .bind(&name)
@@ -393,8 +419,11 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("insert team")?;
-        sqlx::query(
-            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3)",
+        if inserted.rows_affected() == 0 {
+            return Err(slug_taken());
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3) ON CONFLICT DO NOTHING",
         )
         .bind(&team_scope)
         .bind(&steward)
@@ -402,6 +431,9 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("team scope")?;
+        if inserted.rows_affected() == 0 {
+            return Err(scope_taken());
+        }
         sqlx::query(
             "INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -413,7 +445,7 @@ impl Store {
         .await
         .db("team admin")?;
         let team = self
-            .team_row(&mut tx, &slug)
+            .team_row(&mut tx, &slug, For::Reading)
             .await?
             .ok_or_else(ToolError::internal)?;
         let mut created = Event::new(TeamAction::TeamCreated);
@@ -454,7 +486,9 @@ impl Store {
     /// One team, as a member sees it.
     pub async fn get_team(&self, caller: &Caller, slug: &str) -> Result<TeamDetail, ToolError> {
         let mut conn = self.pool.acquire().await.db("acquire")?;
-        let (team, role) = self.membership(&mut conn, caller, slug).await?;
+        let (team, role) = self
+            .membership(&mut conn, caller, slug, For::Reading)
+            .await?;
         self.team_view(&mut conn, &team, role).await
     }
 
@@ -463,8 +497,9 @@ impl Store {
         conn: &mut sqlx::AnyConnection,
         caller: &Caller,
         slug: &str,
+        purpose: For,
     ) -> Result<TeamRow, ToolError> {
-        let (team, role) = self.membership(conn, caller, slug).await?;
+        let (team, role) = self.membership(conn, caller, slug, purpose).await?;
         if role != Role::Admin {
             return Err(not_admin());
         }
@@ -579,7 +614,7 @@ impl Store {
     ) -> Result<TeamMember, ToolError> {
         let email = crate::identity::normalize_email(&input.email)?;
         let mut tx = self.write_tx().await?;
-        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
         let user: Option<String> = sqlx::query_scalar(
             "SELECT id FROM users WHERE email = $1 AND disabled_at IS NULL AND id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL)",
         )
@@ -609,7 +644,7 @@ impl Store {
         input: SetRoleInput,
     ) -> Result<TeamMember, ToolError> {
         let mut tx = self.write_tx().await?;
-        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
         if self
             .direct_role(&mut tx, user_id, &team.scope)
             .await?
@@ -636,7 +671,7 @@ impl Store {
         user_id: &str,
     ) -> Result<Removed, ToolError> {
         let mut tx = self.write_tx().await?;
-        let (team, role) = self.membership(&mut tx, caller, slug).await?;
+        let (team, role) = self.membership(&mut tx, caller, slug, For::Change).await?;
         if user_id != caller.user_id && role != Role::Admin {
             return Err(not_admin());
         }
@@ -766,7 +801,7 @@ impl Store {
     ) -> Result<Invitation, ToolError> {
         let email = crate::identity::normalize_email(&input.email)?;
         let mut tx = self.write_tx().await?;
-        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
         let now = self.now();
         let days = i64::from(input.expires_in_days.unwrap_or(INVITATION_DEFAULT_DAYS));
         let id = IdKind::Invitation.generate();
@@ -884,17 +919,29 @@ impl Store {
                 rfc3339(inv.expires_at)
             )));
         }
+        // Taken in turn with the team's other changes; what was read above
+        // may have changed meanwhile: the team's deletion, the invitation's
+        // acceptance or withdrawal.
         let team = self
-            .team_row(&mut tx, &slug)
+            .team_row(&mut tx, &slug, For::Change)
             .await?
             .ok_or_else(ToolError::internal)?;
-        sqlx::query("UPDATE team_invitations SET accepted_at = $1, accepted_by = $2 WHERE id = $3")
+        if team.deleted_at.is_some() {
+            return Err(missing());
+        }
+        let accepted = sqlx::query("UPDATE team_invitations SET accepted_at = $1, accepted_by = $2 WHERE id = $3 AND accepted_at IS NULL AND revoked_at IS NULL")
             .bind(now)
             .bind(&caller.user_id)
             .bind(id.as_str())
             .execute(&mut *tx)
             .await
             .db("accept invitation")?;
+        if accepted.rows_affected() == 0 {
+            return Err(ToolError::conflict(format!(
+                "Invitation {} was accepted or withdrawn meanwhile.",
+                id.as_str()
+            )));
+        }
         let mut accepted = Event::new(TeamAction::InvitationAccepted);
         accepted.user = Some(&caller.user_id);
         accepted.subject = Some(id.as_str());
@@ -925,7 +972,7 @@ impl Store {
         input: ShareProjectInput,
     ) -> Result<TeamProject, ToolError> {
         let mut tx = self.write_tx().await?;
-        let (team, role) = self.membership(&mut tx, caller, slug).await?;
+        let (team, role) = self.membership(&mut tx, caller, slug, For::Change).await?;
         if !role.can_write() {
             return Err(ToolError::forbidden(
                 "Sharing a project with a team needs the writer or admin role in it.",
@@ -1003,7 +1050,7 @@ impl Store {
         path: &str,
     ) -> Result<Removed, ToolError> {
         let mut tx = self.write_tx().await?;
-        let (team, role) = self.membership(&mut tx, caller, slug).await?;
+        let (team, role) = self.membership(&mut tx, caller, slug, For::Change).await?;
         let added_by: Option<Option<String>> = sqlx::query_scalar(
             "SELECT added_by FROM team_projects WHERE team_scope = $1 AND scope = $2 AND owned = 0",
         )
@@ -1038,7 +1085,7 @@ impl Store {
     /// The team's audit log, newest first (admins).
     pub async fn team_audit(&self, caller: &Caller, slug: &str) -> Result<TeamAudit, ToolError> {
         let mut conn = self.pool.acquire().await.db("acquire")?;
-        let team = self.admin_of(&mut conn, caller, slug).await?;
+        let team = self.admin_of(&mut conn, caller, slug, For::Reading).await?;
         let rows = sqlx::query(
             "SELECT occurred_at, actor_id, action, subject_user_id, subject, role FROM team_events \
              WHERE team_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT 1000",
@@ -1069,7 +1116,7 @@ impl Store {
     /// this moment until they are erased.
     pub async fn delete_team(&self, caller: &Caller, slug: &str) -> Result<TeamDeleted, ToolError> {
         let mut tx = self.write_tx().await?;
-        let team = self.admin_of(&mut tx, caller, slug).await?;
+        let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
         let now = self.now();
         let purge_after = now + TEAM_RETENTION_DAYS * DAY_MS;
@@ -1230,7 +1277,7 @@ impl Store {
     /// for its admins at deletion until the purge.
     pub async fn export_team(&self, caller: &Caller, slug: &str) -> Result<TeamExport, ToolError> {
         let mut conn = self.pool.acquire().await.db("acquire")?;
-        let Some(team) = self.team_row(&mut conn, slug).await? else {
+        let Some(team) = self.team_row(&mut conn, slug, For::Reading).await? else {
             return Err(no_team(slug));
         };
         let scopes: Vec<String> = if team.deleted_at.is_some() {
@@ -1257,7 +1304,7 @@ impl Store {
                 items: zm_contracts::Memory::from_rows(&rows)?,
             });
         } else {
-            self.admin_of(&mut conn, caller, slug).await?;
+            self.admin_of(&mut conn, caller, slug, For::Reading).await?;
             self.team_scopes(&mut conn, &team)
                 .await?
                 .into_iter()
@@ -1388,6 +1435,18 @@ impl Store {
         conn: &mut sqlx::AnyConnection,
         user_id: &str,
     ) -> Result<(), ToolError> {
+        if self.backend == crate::db::Backend::Postgres {
+            // In turn with changes to those teams (see [`For::Change`]).
+            sqlx::query(
+                "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1 AND role = $2) \
+                 ORDER BY t.id FOR UPDATE",
+            )
+            .bind(user_id)
+            .bind(Role::Admin.as_str())
+            .fetch_all(&mut *conn)
+            .await
+            .db("lock the admin's teams")?;
+        }
         let teams: Vec<String> = sqlx::query_scalar(
             "SELECT t.slug FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 AND sm.role = $2 \
              WHERE t.deleted_at IS NULL AND NOT EXISTS (SELECT 1 FROM scope_members o WHERE o.scope = t.scope AND o.role = $2 AND o.user_id <> $1) \
@@ -1423,7 +1482,7 @@ impl Store {
         if path.split('.').count() < 3 {
             return Ok(None);
         }
-        let Some(team) = self.team_row(conn, slug).await? else {
+        let Some(team) = self.team_row(conn, slug, For::Change).await? else {
             return Ok(None);
         };
         if team.deleted_at.is_some() {

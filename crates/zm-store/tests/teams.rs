@@ -277,6 +277,72 @@ backend_tests! {
         assert!(!recall_ids(&store, &b, l, json!({"query": "billing webhooks retries", "scopes": ["*"]})).await.contains(&fact), "[{l}] unshared");
     }
 
+    /// Two admins demoting each other, or both leaving, at the same moment:
+    /// one of them stays admin. (On PostgreSQL each change counted the
+    /// admins before the other committed, and both went through.)
+    async fn admins_racing_each_other_leave_one_admin(store: Store, l: &str) {
+        let (ua, a) = user(&store, "race-a").await;
+        let (ub, b) = user(&store, "race-b").await;
+        for round in 0..12 {
+            let slug = team(&store, &a, l, "race").await;
+            add(&store, &a, l, &slug, &ub.email, TeamRole::Admin).await;
+            let role = || SetRoleInput { role: TeamRole::Reader };
+            let (x, y) = if round % 2 == 0 {
+                let (x, y) = tokio::join!(
+                    store.set_team_role(&a, &slug, &ub.id, role()),
+                    store.set_team_role(&b, &slug, &ua.id, role())
+                );
+                (x.map(|_| ()), y.map(|_| ()))
+            } else {
+                let (x, y) = tokio::join!(
+                    store.remove_team_member(&a, &slug, &ua.id),
+                    store.remove_team_member(&b, &slug, &ub.id)
+                );
+                (x.map(|_| ()), y.map(|_| ()))
+            };
+            assert!(x.is_ok() || y.is_ok(), "[{l}] round {round}: one change goes through: {x:?} {y:?}");
+            for e in [&x, &y].into_iter().filter_map(|r| r.as_ref().err()) {
+                assert!(matches!(e.code, zm_contracts::ErrorCode::Conflict | zm_contracts::ErrorCode::Forbidden | zm_contracts::ErrorCode::NotFound), "[{l}] round {round}: {e:?}");
+            }
+            // Whoever is still a member shows the team.
+            let shown = match store.get_team(&a, &slug).await {
+                Ok(t) => t,
+                Err(_) => ok(store.get_team(&b, &slug).await, l, "show"),
+            };
+            let admins = shown.members.iter().filter(|m| m.role == TeamRole::Admin).count();
+            assert_eq!(admins, 1, "[{l}] round {round}: {:?}", shown.members);
+        }
+    }
+
+    /// A member's write into the team racing their removal: either it
+    /// lands before the removal and is handed over with the rest, or it is
+    /// refused; the removed member never keeps a team memory of their own.
+    async fn a_write_racing_the_writers_removal_stays_with_the_team(store: Store, l: &str) {
+        let (_, a) = user(&store, "wr-a").await;
+        let (ub, b) = user(&store, "wr-b").await;
+        let mut landed = 0;
+        for round in 0..12 {
+            let slug = team(&store, &a, l, "wrace").await;
+            add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+            let tag = unique("wrace").replace('-', "");
+            let write = json!({"content": format!("Deploys of {tag} need a second reviewer."), "kind": "convention", "scope": format!("team.{slug}")});
+            let (wrote, removed) = tokio::join!(call(&store, &b, "remember", write), store.remove_team_member(&a, &slug, &ub.id));
+            ok(removed, l, "remove b");
+            let theirs = recall_ids(&store, &b, l, json!({"query": tag, "scopes": ["*"]})).await;
+            assert!(theirs.is_empty(), "[{l}] round {round}: the removed member keeps nothing of the team: {theirs:?}");
+            match wrote {
+                Ok(out) => {
+                    landed += 1;
+                    let id = out["memory_id"].as_str().expect("an id").to_string();
+                    let team_reads = recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await;
+                    assert!(team_reads.contains(&id), "[{l}] round {round}: the team keeps it: {team_reads:?}");
+                }
+                Err(e) => assert!(matches!(e.code, zm_contracts::ErrorCode::Forbidden | zm_contracts::ErrorCode::NotFound), "[{l}] round {round}: {e:?}"),
+            }
+        }
+        eprintln!("[{l}] {landed} of 12 racing writes landed before the removal");
+    }
+
     /// Invitations: accepted once by the addressee; reuse, expiry, another
     /// user, a deleted team, and an invitation an admin's later decision
     /// about the member withdrew are refused.
