@@ -96,6 +96,13 @@ pub fn is_shareable(path: &str) -> bool {
     path.starts_with("proj.") || path.starts_with("team.")
 }
 
+/// Is this a user's core scope (`user.<uid>.core`, exactly three labels)?
+/// A project or team whose last label is `core` is not.
+pub fn is_core(path: &str) -> bool {
+    let labels: Vec<&str> = path.split('.').collect();
+    matches!(labels.as_slice(), ["user", _, "core"])
+}
+
 /// Is this a personal (`user.*`) scope?
 pub fn is_personal(path: &str) -> bool {
     path == "user" || path.starts_with("user.")
@@ -246,6 +253,20 @@ impl ScopePath {
 mod tests {
     use super::*;
     use regex::Regex;
+
+    #[test]
+    fn only_a_users_core_scope_is_core() {
+        assert!(is_core(&core_scope("usr_a")));
+        for not in [
+            "user.usr_a",
+            "proj.usr_a.core",
+            "team.core",
+            "team.x.core",
+            "user.usr_a.core.x",
+        ] {
+            assert!(!is_core(not), "{not}");
+        }
+    }
 
     #[test]
     fn paths() {

@@ -724,9 +724,20 @@ fn import_reports_bad_lines_and_exits_1() {
     let env = Env::new();
     env.ok(&["user", "add", "alice@example.com"]);
     let file = env.dir.path().join("bad.jsonl");
+    // A token-shaped secret (built here so no scanner mistakes this file
+    // for one that holds a secret): the guard refuses it, and the report
+    // names the line, never the secret.
+    let secret = format!(
+        "{}{}",
+        "gh".to_owned() + "p_",
+        "a1B2c3D4e5".repeat(4)[..36].to_string()
+    );
     std::fs::write(
         &file,
-        "{\"type\":\"entity\",\"name\":\"Bob\",\"entityType\":\"person\",\"observations\":[\"likes chess\"]}\nnot json\n{\"type\":\"banana\"}\n",
+        format!(
+            "{{\"type\":\"entity\",\"name\":\"Bob\",\"entityType\":\"person\",\"observations\":[\"likes chess\"]}}\nnot json\n{{\"type\":\"banana\"}}\n\
+             {{\"type\":\"entity\",\"name\":\"Deploy\",\"entityType\":\"service\",\"observations\":[\"the deploy token is {secret}\"]}}\n"
+        ),
     )
     .unwrap();
     let out = env.run(&[
@@ -740,6 +751,7 @@ fn import_reports_bad_lines_and_exits_1() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("line 2") && err.contains("line 3"), "{err}");
+    assert!(err.contains("line 4") && !err.contains(&secret), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 imported"));
 }
 

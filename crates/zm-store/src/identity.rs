@@ -80,6 +80,33 @@ pub struct User {
     /// `zero-memory stdio` creates on a fresh database): no password
     /// verifies until one is set.
     pub has_password: bool,
+    /// Which password the account had when this row was read.
+    pub credential: Credential,
+}
+
+/// A tag of the password hash an account had (16 bytes of its sha256, not
+/// the hash). An OAuth sign-in carries the tag of the password it verified,
+/// and its code is issued only while the account still has that password
+/// and is enabled: a `user passwd` or `user disable` committed while the
+/// sign-in was between checking the password and storing the code is not
+/// outrun (see [`Store::issue_oauth_code`](crate::Store::issue_oauth_code)).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Credential([u8; 16]);
+
+impl Credential {
+    pub(crate) fn of(password_hash: &str) -> Credential {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(password_hash.as_bytes());
+        let mut tag = [0; 16];
+        tag.copy_from_slice(&digest[..16]);
+        Credential(tag)
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential(..)")
+    }
 }
 
 impl User {
@@ -222,6 +249,7 @@ impl FromAnyRow for User {
             created_at: col(r, "created_at")?,
             disabled_at: col(r, "disabled_at")?,
             has_password: col::<String>(r, "password_hash")? != NO_PASSWORD,
+            credential: Credential::of(&col::<String>(r, "password_hash")?),
         })
     }
 }
@@ -285,6 +313,13 @@ pub(crate) async fn revoke_oauth_of(
         }
         sql.push(" AND ").push(live);
     };
+    // Codes first: on PostgreSQL an exchange in flight holds its code's
+    // row, so this waits for it to commit, and the statements after it
+    // then see the family it started and revoke that too.
+    let mut codes = Sql::new("UPDATE oauth_codes SET used_at = ");
+    codes.bind_i64(now);
+    filter(&mut codes, "used_at IS NULL");
+    codes.query().execute(&mut *conn).await.db("spend codes")?;
     let mut families = Sql::new("UPDATE oauth_families SET revoked_at = ");
     families
         .bind_i64(now)
@@ -304,10 +339,6 @@ pub(crate) async fn revoke_oauth_of(
         .execute(&mut *conn)
         .await
         .db("revoke oauth tokens")?;
-    let mut codes = Sql::new("UPDATE oauth_codes SET used_at = ");
-    codes.bind_i64(now);
-    filter(&mut codes, "used_at IS NULL");
-    codes.query().execute(&mut *conn).await.db("spend codes")?;
     Ok(families.rows_affected())
 }
 
@@ -351,6 +382,7 @@ impl Store {
             created_at: now,
             disabled_at: None,
             has_password: true,
+            credential: Credential::of(&hash),
         })
     }
 
@@ -390,6 +422,7 @@ impl Store {
             created_at: now,
             disabled_at: None,
             has_password: false,
+            credential: Credential::of(NO_PASSWORD),
         }))
     }
 
@@ -832,11 +865,13 @@ mod tests {
             .await
             .unwrap()
             .id;
+        let credential = store.user_by_id(user_id).await.unwrap().unwrap().credential;
         let code = store
             .issue_oauth_code(
                 NewCode {
                     client_id: &client,
                     user_id,
+                    credential,
                     redirect_uri: REDIRECT,
                     code_challenge: CHALLENGE,
                     resource: None,

@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 use zm_contracts::catalogue::tool;
 use zm_contracts::{
     EdgeType, EntityType, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MemoryKind,
-    RememberOutput, ToolError, parse_input,
+    RememberOutput, ToolError, parse_input, scope,
 };
 
 /// The file formats the importer reads.
@@ -391,9 +391,12 @@ impl Importer {
             }
             Ok(None) => {}
             Err(e) => {
+                // The line number, not the content: a refused content may
+                // hold the very secret the guard refused (its refusal
+                // carries the masked sample).
                 self.summary
                     .errors
-                    .push(format!("line {line}: {:?}: {}", content, describe(&e)));
+                    .push(format!("line {line}: {}", describe(&e)));
             }
         }
     }
@@ -428,7 +431,7 @@ async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportInto>) {
         let to = match target {
             Some(ImportInto::Core) => ImportTarget::Core,
             Some(ImportInto::Personal) => ImportTarget::Personal,
-            None if m.scope.ends_with(".core") => ImportTarget::Core,
+            None if scope::is_core(&m.scope) => ImportTarget::Core,
             None => ImportTarget::Personal,
         };
         let hash = format!("{}:{}", m.id, sha256_hex(&m.content));

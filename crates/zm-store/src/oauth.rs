@@ -26,8 +26,9 @@ use zm_contracts::{IdKind, ToolError};
 use crate::audit::AuditEntry;
 use crate::clock::DAY_MS;
 use crate::db::DbResult;
-use crate::identity::{SCOPE_READ, SCOPE_WRITE, TokenKind, hash_secret, random_secret};
+use crate::identity::{Credential, SCOPE_READ, SCOPE_WRITE, TokenKind, hash_secret, random_secret};
 use crate::rows::{FromAnyRow, col, json_col};
+use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
 /// Prefix of an OAuth access token.
@@ -81,6 +82,8 @@ pub struct AuthorizedClient {
 pub struct NewCode<'a> {
     pub client_id: &'a str,
     pub user_id: &'a str,
+    /// The password the sign-in verified ([`User::credential`](crate::User::credential)).
+    pub credential: crate::identity::Credential,
     pub redirect_uri: &'a str,
     /// The PKCE S256 challenge.
     pub code_challenge: &'a str,
@@ -523,6 +526,32 @@ impl Store {
         let code = base64url(&rand::random::<[u8; 32]>());
         let now = self.now();
         let mut tx = self.write_tx().await?;
+        // The account as it is now, locked on PostgreSQL until the code is
+        // stored: a password change or a disable that committed since the
+        // password was checked refuses the sign-in, and one that comes
+        // later waits, then spends this code with the others.
+        let mut account = Sql::new("SELECT password_hash, disabled_at FROM users WHERE id = ");
+        account.bind_str(new.user_id);
+        if self.backend == crate::db::Backend::Postgres {
+            account.push(" FOR UPDATE");
+        }
+        let account = account
+            .query()
+            .fetch_optional(&mut *tx)
+            .await
+            .db("signing-in account")?;
+        let still_valid = match &account {
+            Some(r) => {
+                col::<Option<i64>>(r, "disabled_at")?.is_none()
+                    && Credential::of(&col::<String>(r, "password_hash")?) == new.credential
+            }
+            None => false,
+        };
+        if !still_valid {
+            return Err(ToolError::unauthorized(
+                "The account's password changed, or the account was disabled, while signing in: sign in again.",
+            ));
+        }
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE id = $1")
             .bind(new.client_id)
             .fetch_one(&mut *tx)
@@ -726,6 +755,10 @@ impl Store {
             tx.commit().await.db("commit spent code")?;
             return Err(refuse("The authorization was revoked."));
         }
+        if !account_enabled(&mut tx, &user_id).await? {
+            tx.commit().await.db("commit spent code")?;
+            return Err(refuse("The account is disabled."));
+        }
         let family_id = format!("fam_{}", random_secret(32));
         sqlx::query(
             "INSERT INTO oauth_families (id, client_id, user_id, scope, resource, created_at, last_used_at) VALUES ($1, $2, $3, $4, $5, $6, $6)",
@@ -857,7 +890,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("lock family")?;
-        if family.rows_affected() == 0 {
+        if family.rows_affected() == 0 || !account_enabled(&mut tx, &user_id).await? {
             return Err(rejected_refresh());
         }
         let family_scope: String =
@@ -973,6 +1006,15 @@ impl Store {
         };
         let now = self.now();
         let mut tx = self.write_tx().await?;
+        // The codes, families and tokens first, then the grant: the order an
+        // exchange takes them in (its code, then the grant), so on
+        // PostgreSQL the two wait for each other instead of deadlocking.
+        let holder = crate::identity::OauthHolder {
+            user_id,
+            client_id: Some(&client_id),
+        };
+        let families =
+            crate::identity::revoke_oauth_of(&mut tx, holder, "client_revoked", now).await?;
         let done = sqlx::query(
             "UPDATE oauth_grants SET revoked_at = $1 WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
         )
@@ -983,14 +1025,9 @@ impl Store {
         .await
         .db("revoke grant")?;
         if done.rows_affected() == 0 {
+            // Dropping the transaction undoes the revocations above.
             return Err(not_found());
         }
-        let holder = crate::identity::OauthHolder {
-            user_id,
-            client_id: Some(&client_id),
-        };
-        let families =
-            crate::identity::revoke_oauth_of(&mut tx, holder, "client_revoked", now).await?;
         tx.commit().await.db("commit client revocation")?;
         self.oauth_audit(
             Some(user_id),
@@ -1002,6 +1039,21 @@ impl Store {
         .await;
         Ok(())
     }
+}
+
+/// Is the account there and not disabled? (Disabling revokes every
+/// family; this refuses one that a sign-in racing the disable started.)
+async fn account_enabled(
+    conn: &mut sqlx::AnyConnection,
+    user_id: &str,
+) -> Result<bool, OauthError> {
+    let disabled: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT disabled_at FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .db("account state")?;
+    Ok(matches!(disabled, Some(None)))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The OAuth store on every backend: single-use codes, rotation, family
-//! revocation on replay, client revocation, and the races between them.
+//! revocation on replay, client revocation, and the races between them
+//! (a sign-in outrun by a password change or a disable included).
 //!
 //! Each test runs once per backend through [`backend_tests!`]:
 //! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
@@ -24,11 +25,13 @@ async fn client(store: &Store) -> String {
 }
 
 async fn code(store: &Store, client: &str, user: &str) -> String {
+    let credential = store.user_by_id(user).await.unwrap().unwrap().credential;
     store
         .issue_oauth_code(
             NewCode {
                 client_id: client,
                 user_id: user,
+                credential,
                 redirect_uri: REDIRECT,
                 code_challenge: CHALLENGE,
                 resource: None,
@@ -74,6 +77,43 @@ async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>)
 }
 
 backend_tests! {
+    /// A sign-in checked the password, then the password changed or the
+    /// account was disabled before its code was stored: no code, so no
+    /// token family outlives the change.
+    async fn a_sign_in_outrun_by_a_password_change_or_disable_gets_no_code(store: Store, label: &str) {
+        let (u, _) = user(&store, "oauth-race").await;
+        let c = client(&store).await;
+        let issue = |credential| {
+            let (store, c, id) = (&store, c.clone(), u.id.clone());
+            async move {
+                let new = NewCode {
+                    client_id: &c,
+                    user_id: &id,
+                    credential,
+                    redirect_uri: REDIRECT,
+                    code_challenge: CHALLENGE,
+                    resource: None,
+                    scope: "mcp:read mcp:write",
+                };
+                store.issue_oauth_code(new, None).await
+            }
+        };
+        // What the sign-in verified, then `user passwd`.
+        let verified = store.user_by_id(&u.id).await.unwrap().unwrap().credential;
+        store.change_password(&u.id, "a brand new password", false).await.unwrap();
+        let e = issue(verified).await.expect_err("a stale password issues nothing");
+        assert_eq!(e.code, ErrorCode::Unauthorized, "[{label}] {e:?}");
+        // Signed in with the new password: a code.
+        let now = store.user_by_id(&u.id).await.unwrap().unwrap().credential;
+        assert_ne!(now, verified, "[{label}]");
+        let fresh = issue(now).await.expect("the current password signs in");
+        exchange(&store, &c, &fresh).await.expect("and its code works");
+        // Disabled meanwhile: nothing either.
+        store.disable_user(&u.id).await.unwrap();
+        let e = issue(now).await.expect_err("a disabled account issues nothing");
+        assert_eq!(e.code, ErrorCode::Unauthorized, "[{label}] {e:?}");
+    }
+
     async fn codes_are_single_use_bound_and_short_lived(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-code").await;
         let c = client(&store).await;

@@ -280,13 +280,14 @@ pub(super) async fn submit(
         ));
     };
     st.backoff.succeeded(&email).await;
-    let code = st
+    let issued = st
         .app
         .store
         .issue_oauth_code(
             NewCode {
                 client_id: &authz.client.id,
                 user_id: &user.id,
+                credential: user.credential,
                 redirect_uri: &authz.redirect_uri,
                 code_challenge: &authz.code_challenge,
                 resource: authz.resource.as_deref(),
@@ -294,11 +295,24 @@ pub(super) async fn submit(
             },
             rid,
         )
-        .await
-        .map_err(|e| {
+        .await;
+    let code = match issued {
+        Ok(code) => code,
+        // The password changed or the account was disabled while this
+        // sign-in ran: the form again, saying so.
+        Err(e) if e.code == zm_contracts::ErrorCode::Unauthorized => {
+            let token = csrf::token(&st.key, &cookie, &canonical);
+            return Ok(pages::html(
+                StatusCode::UNAUTHORIZED,
+                pages::login(public_url, &authz, &token, &email, Some(&e.message)),
+                None,
+            ));
+        }
+        Err(e) => {
             tracing::error!(target: "zm_http", error = %e, "oauth code issue failed");
-            internal()
-        })?;
+            return Err(internal());
+        }
+    };
     let mut params = vec![("code", code.as_str())];
     if let Some(s) = &authz.state {
         params.push(("state", s));
