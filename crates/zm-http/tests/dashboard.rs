@@ -349,6 +349,20 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
         "{}",
         p.body
     );
+    // Saving the old version again (a stale tab) is refused: it would bring
+    // the superseded text back beside its successor.
+    let p = b
+        .post(
+            &s,
+            &format!("/memories/{m}/edit"),
+            &[
+                ("csrf", &csrf),
+                ("content", "The billing cron runs at 05:00 UTC."),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 409, "{}", p.body);
+    assert!(!b.get(&s, "/?q=05:00").await.body.contains("05:00 UTC"));
     // Forget and restore the new one.
     let p = b
         .post(
@@ -400,6 +414,37 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
     assert_eq!(p.status, 303, "{}", p.body);
     let p = b.get(&s, "/?status=forgotten").await;
     assert!(p.body.contains(&x) && p.body.contains(&y));
+    // A bulk move says what it could not move (x is forgotten now).
+    let z = remember(
+        &s.store,
+        &a.id,
+        "The search index rebuilds nightly.",
+        "personal",
+    )
+    .await;
+    let project = zm_contracts::scope::project_scope(&a.id, "dashmove");
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "move"),
+                ("scope", &project),
+                ("confirm", "yes"),
+                ("ids", &x),
+                ("ids", &z),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("Moved 1 of 2")
+            && p.body.contains(&x)
+            && !p.body.contains(&format!("{z}</code>")),
+        "{}",
+        p.body
+    );
 
     // Errors by code: a malformed id and an unknown one are a 404 page.
     let p = b.get(&s, "/memories/mem_0000000000000000.0000000000").await;
@@ -481,7 +526,7 @@ async fn team_members_see_the_team_and_removed_members_do_not(s: Server) {
             &team,
             zm_contracts::teams::AddMemberInput {
                 email: c.email.clone(),
-                role: zm_contracts::TeamRole::Reader,
+                role: zm_contracts::TeamRole::Writer,
             },
         )
         .await
@@ -512,9 +557,34 @@ async fn team_members_see_the_team_and_removed_members_do_not(s: Server) {
         p.body.contains(&format!("team.{team}")),
         "the scope facet lists the team"
     );
-    assert_eq!(
-        browser.get(&s, &format!("/memories/{shared}")).await.status,
-        200
+    let page = browser.get(&s, &format!("/memories/{shared}")).await;
+    assert_eq!(page.status, 200);
+    // A teammate's memory is read only here, even for a writer: editing
+    // would leave two versions (only its author can supersede it).
+    assert!(
+        page.body.contains("id=\"not-yours\"") && !page.body.contains("id=\"edit\""),
+        "{}",
+        page.body
+    );
+    let csrf = browser.csrf(&s).await;
+    let p = browser
+        .post(
+            &s,
+            &format!("/memories/{shared}/edit"),
+            &[
+                ("csrf", &csrf),
+                ("content", "Team rule: deploys freeze on Thursdays."),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    assert!(
+        !browser
+            .get(&s, "/?q=thursdays")
+            .await
+            .body
+            .contains("Thursdays"),
+        "no second version was written"
     );
     assert_eq!(
         browser

@@ -481,6 +481,9 @@ pub struct MemoryContext {
     pub entities: Vec<(String, String)>,
     /// (dispute id, verdict, status) of the caller's conflicts about it.
     pub conflicts: Vec<(String, String, String)>,
+    /// Is it the caller's own? Only its owner edits (supersedes), forgets,
+    /// restores or shares it; a teammate's shared memory is read only.
+    pub mine: bool,
 }
 
 /// An MCP-over-HTTP session of the user, as the Access page lists it.
@@ -502,7 +505,10 @@ impl Store {
         caller: &Caller,
         memory_id: &str,
     ) -> Result<MemoryContext, ToolError> {
-        let mut out = MemoryContext::default();
+        let mut out = MemoryContext {
+            mine: self.owns_memory(caller, memory_id).await?,
+            ..MemoryContext::default()
+        };
         let mut sql = Sql::new(
             "SELECT l.type AS t, l.src AS src, l.dst AS dst, m.content AS content FROM memory_links l \
              JOIN memories m ON m.id = (CASE WHEN l.src = ",
@@ -552,6 +558,18 @@ impl Store {
                 .push((col(r, "id")?, col(r, "verdict")?, col(r, "status")?));
         }
         Ok(out)
+    }
+
+    /// Is this memory the caller's own?
+    pub async fn owns_memory(&self, caller: &Caller, memory_id: &str) -> Result<bool, ToolError> {
+        let owned: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE id = $1 AND owner_id = $2")
+                .bind(memory_id)
+                .bind(&caller.user_id)
+                .fetch_one(&self.pool)
+                .await
+                .db("memory owner")?;
+        Ok(owned > 0)
     }
 
     /// The user's open MCP-over-HTTP sessions, most recently used first.

@@ -395,6 +395,7 @@ pub(crate) async fn show(
     };
     let is_loop = matches!(m.kind, MemoryKind::Task | MemoryKind::OpenQuestion);
     let live = m.invalidated_at.is_none();
+    let mine = context.mine;
     let body = html! {
         p { a href="/" { "← Memories" } }
         h1 { "Memory " code { (m.id) } }
@@ -443,7 +444,10 @@ pub(crate) async fn show(
             pre.content { (serde_json::to_string_pretty(src).unwrap_or_default()) }
         }
         h2 { "Change it" }
-        @if live {
+        @if !mine {
+            p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
+        }
+        @if live && mine {
             form #edit method="post" action=(format!("/memories/{}/edit", m.id)) {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 div.field {
@@ -455,7 +459,7 @@ pub(crate) async fn show(
             }
         }
         div.actions {
-            @if live {
+            @if mine && live {
                 form #forget method="post" action=(format!("/memories/{}/forget", m.id)) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     div.field { label for="reason" { "Reason (optional)" } input #reason type="text" name="reason"; }
@@ -472,7 +476,7 @@ pub(crate) async fn show(
                     div.field { label for="share-scope" { "Share into scope" } input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required; }
                     button.secondary type="submit" { "Share" }
                 }
-            } @else if m.superseded_by.is_none() {
+            } @else if mine && m.superseded_by.is_none() {
                 form #restore method="post" action=(format!("/memories/{}/restore", m.id)) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     button type="submit" { "Restore" }
@@ -548,6 +552,22 @@ pub(crate) async fn edit(
         Ok(m) => m,
         Err(e) => return signed.error(&call_failure(e, &signed)),
     };
+    // Superseding needs the old memory live and the caller's own: otherwise
+    // the new text would stand beside it (remember retires only what the
+    // caller owns), two versions where the form promised one.
+    let refusal = match state.store.owns_memory(&caller, mid.as_str()).await {
+        Err(e) => Some(e),
+        Ok(false) => Some(zm_contracts::ToolError::forbidden(
+            "A teammate wrote this memory: only its author can edit it.",
+        )),
+        Ok(true) if old.invalidated_at.is_some() => Some(zm_contracts::ToolError::conflict(
+            format!("Memory {id} was superseded or forgotten meanwhile: edit its newest version."),
+        )),
+        Ok(true) => None,
+    };
+    if let Some(e) = refusal {
+        return signed.error(&call_failure(e, &signed).back_to(&back));
+    }
     let content = form.get("content").unwrap_or("").to_string();
     let input = json!({
         "content": content,
@@ -677,6 +697,20 @@ pub(crate) async fn bulk(
             .call(&caller, ToolName::MoveMemories, &input)
             .await
         {
+            Ok(ToolOutput::MoveMemories(out)) if !out.failed.is_empty() => {
+                // What could not move is listed with its reason, as a bulk
+                // forget lists what it could not forget.
+                let page = html! {
+                    h1 { "Moved, with exceptions" }
+                    p { "Moved " (out.moved.len()) " of " (out.moved.len() + out.failed.len()) " into " code { (out.scope) } "." }
+                    div.flash.warn role="status" {
+                        p { "These were not moved:" }
+                        ul { @for f in &out.failed { li { a href=(format!("/memories/{}", f.memory_id)) { code { (f.memory_id) } } ": " (f.error) } } }
+                    }
+                    p { a href="/" { "Back to your memories" } }
+                };
+                signed.page(StatusCode::OK, "Moved", "/", page)
+            }
             Ok(_) => see_other("/?done=move"),
             Err(e) => signed.error(&call_failure(e, &signed).back_to("/")),
         };
