@@ -1134,12 +1134,13 @@ impl Store {
         .fetch_all(&mut *tx)
         .await
         .db("team projects")?;
-        let mut memories = 0u64;
-        for path in std::iter::once(&team.scope).chain(owned.iter()) {
-            memories += self.retire_scope(&mut tx, &steward, path).await?;
-        }
-        // What members wrote into projects shared with the team goes to
-        // each project's owner, unless the writer is a member of it.
+        // Its members as they stand, before their memberships end.
+        let members: Vec<String> =
+            sqlx::query_scalar("SELECT user_id FROM scope_members WHERE scope = $1")
+                .bind(&team.scope)
+                .fetch_all(&mut *tx)
+                .await
+                .db("team members")?;
         let shared: Vec<String> = sqlx::query_scalar(
             "SELECT scope FROM team_projects WHERE team_scope = $1 AND owned = 0",
         )
@@ -1147,26 +1148,9 @@ impl Store {
         .fetch_all(&mut *tx)
         .await
         .db("shared projects")?;
-        for path in &shared {
-            let owner: Option<String> =
-                sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
-                    .bind(path)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .db("project owner")?;
-            let Some(owner) = owner else { continue };
-            let writers: Vec<String> = sqlx::query_scalar(
-                "SELECT DISTINCT owner_id FROM memories WHERE scope = $1 AND owner_id <> $2 \
-                 AND owner_id NOT IN (SELECT user_id FROM scope_members WHERE scope = $1)",
-            )
-            .bind(path)
-            .bind(&owner)
-            .fetch_all(&mut *tx)
-            .await
-            .db("shared project writers")?;
-            for writer in writers {
-                self.hand_over(&mut tx, &writer, &owner, path).await?;
-            }
+        let mut memories = 0u64;
+        for path in std::iter::once(&team.scope).chain(owned.iter()) {
+            memories += self.retire_scope(&mut tx, &steward, path).await?;
         }
         for (what, sql) in [
             (
@@ -1180,6 +1164,25 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .db(what)?;
+        }
+        // What this team's members wrote into projects shared with it goes
+        // to each project's owner, unless the writer still reaches the
+        // project (a member of it, or through another team): as when one
+        // member is removed. Writers who reached it through another team
+        // only keep theirs.
+        for path in &shared {
+            let owner: Option<String> =
+                sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
+                    .bind(path)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .db("project owner")?;
+            let Some(owner) = owner else { continue };
+            for member in members.iter().filter(|m| **m != owner) {
+                if self.role_in(&mut *tx, member, path).await?.is_none() {
+                    self.hand_over(&mut tx, member, &owner, path).await?;
+                }
+            }
         }
         sqlx::query(
             "UPDATE teams SET deleted_at = $1, deleted_by = $2, purge_after = $3 WHERE id = $4",

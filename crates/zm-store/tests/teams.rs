@@ -343,6 +343,34 @@ backend_tests! {
         eprintln!("[{l}] {landed} of 12 racing writes landed before the removal");
     }
 
+    /// Deleting a team hands over only what its own members wrote into a
+    /// project it was shared with: a writer who reached the project through
+    /// another team keeps theirs.
+    async fn deleting_a_team_takes_nothing_from_another_teams_writers(store: Store, l: &str) {
+        let (_, alice) = user(&store, "dt-alice").await;
+        let (ub, bob) = user(&store, "dt-bob").await;
+        let (uc, carol) = user(&store, "dt-carol").await;
+        let first = team(&store, &alice, l, "dtone").await;
+        let second = team(&store, &alice, l, "dttwo").await;
+        add(&store, &alice, l, &first, &ub.email, TeamRole::Writer).await;
+        add(&store, &alice, l, &second, &uc.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &alice, l, json!({"content": "The ledger service settles nightly.", "kind": "fact", "project_hint": remote})).await;
+        for slug in [&first, &second] {
+            ok(store.share_project_with_team(&alice, slug, input!(ShareProjectInput, &json!({"project_hint": remote}))).await, l, "share");
+        }
+        let tag = unique("dt").replace('-', "");
+        let by_bob = mem(&store, &bob, l, json!({"content": format!("Ledger retries back off ({tag} bob)."), "kind": "fact", "project_hint": remote})).await;
+        let by_carol = mem(&store, &carol, l, json!({"content": format!("Ledger exports are CSV ({tag} carol)."), "kind": "fact", "project_hint": remote})).await;
+        ok(store.delete_team(&alice, &first).await, l, "delete the first team");
+        // Carol reaches the project through the second team: hers stays hers
+        // (she can still forget it); Bob's went to the project's owner.
+        assert!(recall_ids(&store, &carol, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&by_carol), "[{l}] Carol still reads hers");
+        ok(call(&store, &carol, "forget", json!({"memory_id": by_carol})).await, l, "Carol forgets her own");
+        err(call(&store, &bob, "forget", json!({"memory_id": by_bob})).await, ErrorCode::NotFound, l, "Bob's went to the owner");
+        ok(call(&store, &alice, "forget", json!({"memory_id": by_bob})).await, l, "the owner has Bob's");
+    }
+
     /// Invitations: accepted once by the addressee; reuse, expiry, another
     /// user, a deleted team, and an invitation an admin's later decision
     /// about the member withdrew are refused.
