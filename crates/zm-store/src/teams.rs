@@ -720,6 +720,19 @@ impl Store {
             };
             if heir != user_id {
                 self.hand_over(&mut tx, user_id, &heir, &path).await?;
+                // A rule they promoted for this scope from a memory of their
+                // own elsewhere (a personal one) stops reaching the scope:
+                // its source stays theirs, and they no longer belong here.
+                sqlx::query(
+                    "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = $1 \
+                     WHERE owner_id = $2 AND applies_scope = $3 AND status = 'promoted'",
+                )
+                .bind("its author left the scope")
+                .bind(user_id)
+                .bind(&path)
+                .execute(&mut *tx)
+                .await
+                .db("revoke the leaver's rules")?;
                 handed.push(path);
             }
         }

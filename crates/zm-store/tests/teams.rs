@@ -204,11 +204,23 @@ backend_tests! {
         // An attached session, as an open MCP connection carries it.
         let b_session = attached(&with_session(&b, "ses_removal"), &scope);
         let written = mem(&store, &b_session, l, json!({"content": "Rollbacks use the blue-green switch.", "kind": "convention", "scope": scope})).await;
+        // A rule B promotes for the team from a personal memory of B's.
+        let own = mem(&store, &b, l, json!({"content": "Every migration ships with its undo script.", "kind": "convention", "scope": "personal"})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": own, "applies_scope": scope})).await, l, "B's rule for the team");
+        let rules_of = |who: &Caller| {
+            let (store, who) = (&store, who.clone());
+            async move {
+                let brief = ok(call(store, &who, "build_context", json!({"topic": "migrations", "briefing": true, "scopes": ["*"]})).await, l, "briefing");
+                brief["rules"].to_string()
+            }
+        };
+        assert!(rules_of(&a).await.contains("undo script"), "[{l}] the team gets B's rule");
         ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Reader }).await, l, "demote");
         let (code, _) = refusal(&store, &b_session, &scope).await;
         assert_eq!(code, ErrorCode::Forbidden, "[{l}] the demoted writer's next write");
         assert!(recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks", "scopes": ["*"]})).await.contains(&written), "[{l}] a reader still reads");
         ok(store.remove_team_member(&a, &slug, &ub.id).await, l, "remove");
+        assert!(!rules_of(&a).await.contains("undo script"), "[{l}] a removed member's rule no longer reaches the team");
         let seen = recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks"})).await;
         assert!(seen.is_empty(), "[{l}] the removed member reads nothing of the team: {seen:?}");
         err(store.get_memory(&b, &zm_contracts::MemoryId::parse(&written).unwrap()).await, ErrorCode::NotFound, l, "their own team memory");
