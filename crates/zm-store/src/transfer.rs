@@ -490,11 +490,43 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("erase scopes")?;
-        sqlx::query("UPDATE scopes SET owner_id = (SELECT user_id FROM scope_members WHERE scope = scopes.path ORDER BY created_at LIMIT 1) WHERE owner_id = $1 AND path IN (SELECT scope FROM scope_members)")
-            .bind(uid)
-            .execute(&mut *tx)
+        // A project others still belong to goes to its highest-ranked
+        // member (the earliest among equals), who becomes its admin: it
+        // never stays without one.
+        let kept: Vec<String> = sqlx::query_scalar(
+            "SELECT path FROM scopes WHERE owner_id = $1 AND path IN (SELECT scope FROM scope_members) ORDER BY path",
+        )
+        .bind(uid)
+        .fetch_all(&mut *tx)
+        .await
+        .db("scopes to hand over")?;
+        for path in &kept {
+            let heir: String = sqlx::query_scalar(
+                "SELECT user_id FROM scope_members WHERE scope = $1 \
+                 ORDER BY CASE role WHEN 'admin' THEN 0 WHEN 'writer' THEN 1 ELSE 2 END, created_at, user_id LIMIT 1",
+            )
+            .bind(path)
+            .fetch_one(&mut *tx)
             .await
-            .db("hand over scopes")?;
+            .db("scope heir")?;
+            for (what, sql) in [
+                (
+                    "hand over scope",
+                    "UPDATE scopes SET owner_id = $1 WHERE path = $2",
+                ),
+                (
+                    "heir administers",
+                    "UPDATE scope_members SET role = 'admin' WHERE user_id = $1 AND scope = $2",
+                ),
+            ] {
+                sqlx::query(sql)
+                    .bind(&heir)
+                    .bind(path)
+                    .execute(&mut *tx)
+                    .await
+                    .db(what)?;
+            }
+        }
         let orphan: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE owner_id = $1")
             .bind(uid)
             .fetch_one(&mut *tx)

@@ -157,6 +157,25 @@ backend_tests! {
         );
     }
 
+    /// A project whose owner erases their account goes to its highest
+    /// ranked remaining member, who administers it from then on.
+    async fn an_erased_owners_project_keeps_an_admin(store: Store, l: &str) {
+        let (_, a) = user(&store, "heir-a").await;
+        let (_, reader) = user(&store, "heir-r").await;
+        let (_, writer) = user(&store, "heir-w").await;
+        let (_, later) = user(&store, "heir-l").await;
+        let project = project_of(&store, &a, l, &format!("/src/{}", unique("heir"))).await;
+        // The reader joined first; the writer outranks them.
+        store.add_scope_member(&a.user_id, &project, &reader.user_id, zm_store::Role::Reader).await.unwrap();
+        store.add_scope_member(&a.user_id, &project, &writer.user_id, zm_store::Role::Writer).await.unwrap();
+        ok(call(&store, &a, "delete_account", json!({})).await, l, "the owner erases their account");
+        err(store.add_scope_member(&reader.user_id, &project, &later.user_id, zm_store::Role::Reader).await, ErrorCode::Forbidden, l, "the reader does not administer it");
+        store
+            .add_scope_member(&writer.user_id, &project, &later.user_id, zm_store::Role::Reader)
+            .await
+            .unwrap_or_else(|e| panic!("[{l}] the writer administers the project now: {e}"));
+    }
+
     async fn delete_account_from_a_read_write_token_is_forbidden_and_erases_nothing(store: Store, l: &str) {
         let (u, local) = user(&store, "del-rw").await;
         let kept = mem(&store, &local, l, json!({"content": "Survives the injected agent.", "scope": "core"})).await;
