@@ -785,9 +785,15 @@ impl Store {
                 "hand over conflicts",
                 "UPDATE conflicts SET owner_id = $2 WHERE owner_id = $1 AND memory_a IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
             ),
+            // The entities they named in the scope go with it (the
+            // memories' anchors stay), and the edges between them.
             (
-                "drop anchors",
-                "DELETE FROM memory_entities WHERE memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3) AND entity_id IN (SELECT id FROM entities WHERE owner_id = $1)",
+                "hand over edges",
+                "UPDATE edges SET owner_id = $2 WHERE owner_id = $1 AND src IN (SELECT id FROM entities WHERE scope = $3)",
+            ),
+            (
+                "hand over entities",
+                "UPDATE entities SET owner_id = $2 WHERE owner_id = $1 AND scope = $3",
             ),
             (
                 "hand over memories",
@@ -1229,7 +1235,7 @@ impl Store {
     }
 
     /// Hand every memory of one scope to the steward, private; drop what
-    /// members derived from them (rules, links, conflicts, anchors) and the
+    /// members derived from them (rules, links, conflicts, the scope's entities) and the
     /// bindings that route writes there. Returns how many memories.
     async fn retire_scope(
         &self,
@@ -1255,10 +1261,9 @@ impl Store {
                 "drop conflicts",
                 "DELETE FROM conflicts WHERE memory_a IN (SELECT id FROM memories WHERE scope = $1) OR memory_b IN (SELECT id FROM memories WHERE scope = $1)",
             ),
-            (
-                "drop anchors",
-                "DELETE FROM memory_entities WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1)",
-            ),
+            // Entities are named per scope: the scope's go with it (their
+            // anchors and edges cascade), whoever named them.
+            ("drop entities", "DELETE FROM entities WHERE scope = $1"),
             (
                 "drop bindings",
                 "DELETE FROM project_bindings WHERE scope = $1",

@@ -383,6 +383,34 @@ backend_tests! {
         ok(call(&store, &alice, "forget", json!({"memory_id": by_bob})).await, l, "the owner has Bob's");
     }
 
+    /// Entities are named per scope: a removed member's names in the team
+    /// stay with the team (anchors kept) and leave their listing; a deleted
+    /// team's go with it, from everyone's listing.
+    async fn a_teams_entities_stay_with_the_team_and_go_with_it(store: Store, l: &str) {
+        let (_, a) = user(&store, "ent-a").await;
+        let (ub, b) = user(&store, "ent-b").await;
+        let slug = team(&store, &a, l, "ents").await;
+        let scope = format!("team.{slug}");
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        mem(&store, &b, l, json!({"content": "The switchboard routes pager alerts.", "kind": "fact", "scope": scope, "entities": [{"name": "Switchboard", "type": "service"}]})).await;
+        mem(&store, &a, l, json!({"content": "Admins own the pager rota.", "kind": "fact", "scope": scope, "entities": [{"name": "Pager", "type": "service"}]})).await;
+        let names = |who: &Caller| {
+            let (store, who) = (&store, who.clone());
+            async move {
+                let out = ok(call(store, &who, "entities", json!({"scope": "*"})).await, l, "entities");
+                let mut names: Vec<String> = out["entities"].as_array().unwrap().iter().filter_map(|e| e["name"].as_str().map(str::to_string)).collect();
+                names.sort();
+                names
+            }
+        };
+        assert_eq!(names(&b).await, vec!["Pager", "Switchboard"], "[{l}] a member reads the team's names");
+        ok(store.remove_team_member(&a, &slug, &ub.id).await, l, "remove b");
+        assert!(names(&b).await.is_empty(), "[{l}] the removed member keeps none of the team's names");
+        assert_eq!(names(&a).await, vec!["Pager", "Switchboard"], "[{l}] the team keeps them");
+        ok(store.delete_team(&a, &slug).await, l, "delete the team");
+        assert!(names(&a).await.is_empty(), "[{l}] a deleted team's names go with it");
+    }
+
     /// Invitations: accepted once by the addressee; reuse, expiry, another
     /// user, a deleted team, and an invitation an admin's later decision
     /// about the member withdrew are refused.
