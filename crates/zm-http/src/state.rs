@@ -92,6 +92,38 @@ impl HttpConfig {
         )
     }
 
+    /// May a browser form sent from `origin` to the host `host` (the
+    /// request's `Host`) change anything? The public URL's own origin, or
+    /// the very host the request came to when that host is one the server
+    /// answers to (a loopback alias, the public host, an allowed host):
+    /// `http://localhost:8787` while the public URL says `127.0.0.1`. A page
+    /// of another site sends its own origin, never ours, and a rebinding
+    /// site's host is not allowed.
+    pub fn form_origin_ok(&self, origin: &str, host: Option<&str>) -> bool {
+        if origin_of(&self.public_url).as_deref() == Some(origin) {
+            return true;
+        }
+        let Some(host) = host.map(str::to_ascii_lowercase) else {
+            return false;
+        };
+        let bare = match host.rsplit_once(':') {
+            Some((h, port))
+                if !h.is_empty()
+                    && port.bytes().all(|b| b.is_ascii_digit())
+                    && !host.ends_with(']') =>
+            {
+                h
+            }
+            _ => host.as_str(),
+        };
+        let known = ["localhost", "127.0.0.1", "[::1]"].contains(&bare)
+            || self.hosts().iter().any(|h| h.eq_ignore_ascii_case(&host));
+        known
+            && [format!("http://{host}"), format!("https://{host}")]
+                .iter()
+                .any(|o| o.eq_ignore_ascii_case(origin))
+    }
+
     /// Every Host value `/mcp` accepts.
     pub fn hosts(&self) -> Vec<String> {
         let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
@@ -500,6 +532,33 @@ mod tests {
         assert_eq!(origin_of("cursor://anysphere/cb"), None);
         assert_eq!(origin_of("null"), None);
         assert_eq!(origin_of("garbage"), None);
+    }
+
+    #[test]
+    fn forms_come_from_our_origin_or_the_loopback_host_they_were_sent_to() {
+        let mut cfg = HttpConfig::local("http://127.0.0.1:8787");
+        cfg.allowed_hosts = vec!["memory.lan:8787".into()];
+        let ok = |origin: &str, host: Option<&str>| cfg.form_origin_ok(origin, host);
+        assert!(ok("http://127.0.0.1:8787", None), "the public URL's");
+        assert!(
+            ok("http://localhost:8787", Some("localhost:8787")),
+            "a loopback alias"
+        );
+        assert!(ok("http://[::1]:8787", Some("[::1]:8787")));
+        assert!(
+            ok("http://memory.lan:8787", Some("Memory.lan:8787")),
+            "an allowed host"
+        );
+        for (origin, host) in [
+            ("https://evil.example", Some("127.0.0.1:8787")),
+            ("http://evil.example:8787", Some("evil.example:8787")),
+            ("http://localhost:8787", Some("127.0.0.1:8787")),
+            ("http://localhost:9999", Some("localhost:8787")),
+            ("http://localhost:8787", None),
+            ("null", Some("localhost:8787")),
+        ] {
+            assert!(!ok(origin, host), "{origin} to {host:?}");
+        }
     }
 
     #[test]

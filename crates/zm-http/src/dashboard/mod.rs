@@ -373,16 +373,19 @@ pub(crate) async fn read_form(
     Ok(Form(pairs))
 }
 
-/// `Origin` (or, without it, `Referer`) must be our public URL when sent.
+/// `Origin` (or, without it, `Referer`) must be ours when sent: the public
+/// URL's, or the loopback or allowed host the request came to
+/// ([`HttpConfig::form_origin_ok`](crate::state::HttpConfig::form_origin_ok)).
 pub(crate) fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
-    let ours = crate::state::origin_of(&state.cfg.public_url);
-    if let Some(o) = headers.get(header::ORIGIN) {
-        return o.to_str().ok().map(str::to_string) == ours;
-    }
-    if let Some(r) = headers.get(header::REFERER) {
-        return r.to_str().ok().and_then(crate::state::origin_of) == ours;
-    }
-    true
+    let sent = if let Some(o) = headers.get(header::ORIGIN) {
+        o.to_str().ok().map(str::to_string)
+    } else if let Some(r) = headers.get(header::REFERER) {
+        r.to_str().ok().and_then(crate::state::origin_of)
+    } else {
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    sent.is_some_and(|o| state.cfg.form_origin_ok(&o, host))
 }
 
 /// The session cookie of a sign-in, and the one that clears it.
