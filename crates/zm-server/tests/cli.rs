@@ -730,7 +730,7 @@ fn import_reports_bad_lines_and_exits_1() {
     let secret = format!(
         "{}{}",
         "gh".to_owned() + "p_",
-        "a1B2c3D4e5".repeat(4)[..36].to_string()
+        &"a1B2c3D4e5".repeat(4)[..36]
     );
     std::fs::write(
         &file,
