@@ -533,7 +533,9 @@ impl Store {
         let mut account = Sql::new("SELECT password_hash, disabled_at FROM users WHERE id = ");
         account.bind_str(new.user_id);
         if self.backend == crate::db::Backend::Postgres {
-            account.push(" FOR UPDATE");
+            // Not FOR UPDATE: the exchange's inserts check their foreign
+            // key on this row (KEY SHARE), which that would block.
+            account.push(" FOR NO KEY UPDATE");
         }
         let account = account
             .query()

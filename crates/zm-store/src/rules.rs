@@ -137,6 +137,8 @@ impl Store {
                         "applies_scope must be a project or team scope (proj.… or team.…)",
                     ));
                 }
+                // In turn with the scope's team changes, like a write.
+                self.hold_teams_of(&mut *tx, &path).await?;
                 match self.role_in(&mut *tx, &caller.user_id, &path).await? {
                     None => {
                         return Err(ToolError::not_found(format!("Scope {path} not found.")));

@@ -165,13 +165,13 @@ impl Store {
 
     /// On PostgreSQL, hold the rows of the teams that decide who writes
     /// `path` (its own team, the teams it is shared with) until the write
-    /// commits (`FOR SHARE`): a team change (`FOR UPDATE`, see
+    /// commits (`FOR SHARE`): a team change (`FOR NO KEY UPDATE`, see
     /// `teams.rs`) waits for writes that already passed the role check and
     /// then hands their memories over too, and a write that comes after it
     /// reads the roles it left. Without it a member's write committed just
     /// after their removal's hand-over stayed theirs. SQLite's write
     /// transactions take turns already.
-    async fn hold_teams_of(
+    pub(crate) async fn hold_teams_of(
         &self,
         tx: &mut sqlx::AnyConnection,
         path: &str,
@@ -399,6 +399,25 @@ impl Store {
             _ => Err(ToolError::validation(Prefix::ProjectHintUnresolvable.message(format!(
                 "project_hint {raw:?} does not resolve to a project. Pass the repository root path, its git remote URL, or the project name the briefing announced — or use scope \"core\" / \"personal\" for facts that hold outside any project."
             )))),
+        }
+    }
+
+    /// The project a hint names for an operation its own admin check
+    /// decides (sharing it with a team): an unbound hint creates the
+    /// caller's project as [`hint_for_write`](Self::hint_for_write) does; a
+    /// bound one is returned as it is, without the write's role check and
+    /// its hold on the teams the project is shared with (the caller already
+    /// holds one team's row for change: taking others here could deadlock
+    /// two such shares).
+    pub(crate) async fn hint_for_admin(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        raw: &str,
+    ) -> Result<String, ToolError> {
+        match self.lookup_hint(tx, caller, raw).await? {
+            Some(r) if r.unbound.is_none() && scope::is_shareable(&r.scope) => Ok(r.scope),
+            _ => self.hint_for_write(tx, caller, raw).await,
         }
     }
 

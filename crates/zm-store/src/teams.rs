@@ -202,7 +202,8 @@ pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum For {
     Reading,
-    /// On PostgreSQL the row is locked (`FOR UPDATE`) until the change
+    /// On PostgreSQL the row is locked (`FOR NO KEY UPDATE`: the change's
+    /// own audit rows check their foreign key on it) until the change
     /// commits, so changes to one team take turns: each reads the members
     /// and roles the one before it left (two admins demoting each other
     /// would otherwise each count two admins and leave none). SQLite's
@@ -222,7 +223,7 @@ impl Store {
         );
         sql.bind_str(slug);
         if purpose == For::Change && self.backend == crate::db::Backend::Postgres {
-            sql.push(" FOR UPDATE");
+            sql.push(" FOR NO KEY UPDATE");
         }
         let row = sql.query().fetch_optional(&mut *conn).await.db("team")?;
         row.as_ref().map(TeamRow::from_row).transpose()
@@ -720,22 +721,11 @@ impl Store {
             };
             if heir != user_id {
                 self.hand_over(&mut tx, user_id, &heir, &path).await?;
-                // A rule they promoted for this scope from a memory of their
-                // own elsewhere (a personal one) stops reaching the scope:
-                // its source stays theirs, and they no longer belong here.
-                sqlx::query(
-                    "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = $1 \
-                     WHERE owner_id = $2 AND applies_scope = $3 AND status = 'promoted'",
-                )
-                .bind("its author left the scope")
-                .bind(user_id)
-                .bind(&path)
-                .execute(&mut *tx)
-                .await
-                .db("revoke the leaver's rules")?;
                 handed.push(path);
             }
         }
+        self.revoke_rules_left_behind(&mut tx, user_id, &handed)
+            .await?;
         let mut event = Event::new(TeamAction::MemberRemoved);
         event.user = Some(user_id);
         event.role = Some(their_role);
@@ -761,6 +751,32 @@ impl Store {
             out.push((col(r, "scope")?, flag_col(r, "owned")?));
         }
         Ok(out)
+    }
+
+    /// After every hand-over of a departure: a rule `user` promoted for one
+    /// of the scopes they left from a memory still theirs (a personal one;
+    /// rules on handed-over memories went to the heir with them) stops
+    /// reaching it.
+    async fn revoke_rules_left_behind(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        user: &str,
+        left: &[String],
+    ) -> Result<(), ToolError> {
+        if left.is_empty() {
+            return Ok(());
+        }
+        let mut sql = Sql::new(
+            "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its author left the scope' WHERE owner_id = ",
+        );
+        sql.bind_str(user)
+            .push(" AND status = 'promoted' AND applies_scope IN ")
+            .bind_list(left.iter().cloned());
+        sql.query()
+            .execute(&mut *conn)
+            .await
+            .db("revoke the leaver's rules")?;
+        Ok(())
     }
 
     /// Give `from`'s memories in `path` (and what hangs on them) to `to`.
@@ -999,7 +1015,7 @@ impl Store {
         }
         let path = match (&input.scope, &input.project_hint) {
             (Some(s), None) => crate::scopes::canonical_path(caller, s.trim()),
-            (None, Some(h)) => self.hint_for_write(&mut tx, caller, h).await?,
+            (None, Some(h)) => self.hint_for_admin(&mut tx, caller, h).await?,
             _ => {
                 return Err(zm_contracts::validate::validation_error(vec![
                     zm_contracts::FieldError {
@@ -1200,6 +1216,8 @@ impl Store {
             for member in members.iter().filter(|m| **m != owner) {
                 if self.role_in(&mut *tx, member, path).await?.is_none() {
                     self.hand_over(&mut tx, member, &owner, path).await?;
+                    self.revoke_rules_left_behind(&mut tx, member, std::slice::from_ref(path))
+                        .await?;
                 }
             }
         }
@@ -1457,13 +1475,14 @@ impl Store {
         user_id: &str,
     ) -> Result<(), ToolError> {
         if self.backend == crate::db::Backend::Postgres {
-            // In turn with changes to those teams (see [`For::Change`]).
+            // In turn with changes to every team they belong to (see
+            // [`For::Change`]): a removal running beside the erasure would
+            // otherwise hand over rows the erasure is deleting.
             sqlx::query(
-                "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1 AND role = $2) \
-                 ORDER BY t.id FOR UPDATE",
+                "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1) \
+                 ORDER BY t.id FOR NO KEY UPDATE",
             )
             .bind(user_id)
-            .bind(Role::Admin.as_str())
             .fetch_all(&mut *conn)
             .await
             .db("lock the admin's teams")?;
@@ -1503,7 +1522,10 @@ impl Store {
         if path.split('.').count() < 3 {
             return Ok(None);
         }
-        let Some(team) = self.team_row(conn, slug, For::Change).await? else {
+        // Read, not locked for change: the write already holds the team's
+        // row for share (`hold_teams_of`), which keeps team changes out;
+        // asking for more would deadlock two first writes at once.
+        let Some(team) = self.team_row(conn, slug, For::Reading).await? else {
             return Ok(None);
         };
         if team.deleted_at.is_some() {
@@ -1523,8 +1545,10 @@ impl Store {
         }
         let now = self.now();
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+        // Two first writes at once (PostgreSQL) both get here: the second
+        // finds the first's rows, and lands in the same project.
         sqlx::query(
-            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3)",
+            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3) ON CONFLICT (path) DO NOTHING",
         )
         .bind(path)
         .bind(&steward)
@@ -1532,7 +1556,7 @@ impl Store {
         .execute(&mut *conn)
         .await
         .db("team project scope")?;
-        sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 1, $3, $4)")
+        sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
             .bind(&team.scope)
             .bind(path)
             .bind(&caller.user_id)
@@ -1540,7 +1564,15 @@ impl Store {
             .execute(&mut *conn)
             .await
             .db("team project")?;
-        Ok(Some(()))
+        let ours: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM team_projects WHERE team_scope = $1 AND scope = $2 AND owned = 1",
+        )
+        .bind(&team.scope)
+        .bind(path)
+        .fetch_one(&mut *conn)
+        .await
+        .db("team project made")?;
+        Ok((ours > 0).then_some(()))
     }
 }
 

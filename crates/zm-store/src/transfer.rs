@@ -123,7 +123,10 @@ impl Store {
         id: &str,
         target: &str,
     ) -> Result<(), ToolError> {
-        sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5")
+        // Still the caller's and live when it moves: on PostgreSQL a team
+        // removal may have handed it over since it was checked, and a
+        // memory handed over stays where its new owner got it.
+        let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL")
             .bind(target)
             .bind(Visibility::Shared.as_str())
             .bind(self.now())
@@ -132,6 +135,11 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("move memory")?;
+        if done.rows_affected() == 0 {
+            return Err(ToolError::conflict(format!(
+                "Memory {id} changed meanwhile (it is no longer yours, or was retired): nothing was moved."
+            )));
+        }
         Ok(())
     }
 

@@ -215,12 +215,18 @@ backend_tests! {
             }
         };
         assert!(rules_of(&a).await.contains("undo script"), "[{l}] the team gets B's rule");
+        // And one from a memory B wrote in a project of the team's: that
+        // memory stays with the team, and so does its rule.
+        let in_team = mem(&store, &b, l, json!({"content": "Every migration is reviewed by the data owner.", "kind": "convention", "scope": format!("{scope}.web")})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": in_team, "applies_scope": scope})).await, l, "B's rule from a team project");
         ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Reader }).await, l, "demote");
         let (code, _) = refusal(&store, &b_session, &scope).await;
         assert_eq!(code, ErrorCode::Forbidden, "[{l}] the demoted writer's next write");
         assert!(recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks", "scopes": ["*"]})).await.contains(&written), "[{l}] a reader still reads");
         ok(store.remove_team_member(&a, &slug, &ub.id).await, l, "remove");
-        assert!(!rules_of(&a).await.contains("undo script"), "[{l}] a removed member's rule no longer reaches the team");
+        let rules = rules_of(&a).await;
+        assert!(!rules.contains("undo script"), "[{l}] a removed member's personal rule no longer reaches the team: {rules}");
+        assert!(rules.contains("data owner"), "[{l}] the rule on a memory the team keeps stays: {rules}");
         let seen = recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks"})).await;
         assert!(seen.is_empty(), "[{l}] the removed member reads nothing of the team: {seen:?}");
         err(store.get_memory(&b, &zm_contracts::MemoryId::parse(&written).unwrap()).await, ErrorCode::NotFound, l, "their own team memory");
@@ -374,7 +380,20 @@ backend_tests! {
         let tag = unique("dt").replace('-', "");
         let by_bob = mem(&store, &bob, l, json!({"content": format!("Ledger retries back off ({tag} bob)."), "kind": "fact", "project_hint": remote})).await;
         let by_carol = mem(&store, &carol, l, json!({"content": format!("Ledger exports are CSV ({tag} carol)."), "kind": "fact", "project_hint": remote})).await;
+        // Bob's rule for the project, from a personal memory of his.
+        let project = project_of(&store, &alice, l, &remote).await;
+        let personal = mem(&store, &bob, l, json!({"content": "Ledger changes need two approvals.", "kind": "convention", "scope": "personal"})).await;
+        ok(call(&store, &bob, "promote_rule", json!({"memory_id": personal, "applies_scope": project})).await, l, "Bob's rule for the project");
+        let rules = || {
+            let (store, alice, remote) = (&store, &alice, &remote);
+            async move {
+                let brief = ok(call(store, alice, "build_context", json!({"topic": "ledger", "briefing": true, "project_hint": remote})).await, l, "briefing");
+                brief["rules"].to_string()
+            }
+        };
+        assert!(rules().await.contains("two approvals"), "[{l}] the project gets Bob's rule");
         ok(store.delete_team(&alice, &first).await, l, "delete the first team");
+        assert!(!rules().await.contains("two approvals"), "[{l}] Bob left with the team: his rule no longer reaches the project");
         // Carol reaches the project through the second team: hers stays hers
         // (she can still forget it); Bob's went to the project's owner.
         assert!(recall_ids(&store, &carol, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&by_carol), "[{l}] Carol still reads hers");
