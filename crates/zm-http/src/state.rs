@@ -116,8 +116,12 @@ impl HttpConfig {
             }
             _ => host.as_str(),
         };
+        // A configured host without a port stands for any port, as on /mcp.
         let known = ["localhost", "127.0.0.1", "[::1]"].contains(&bare)
-            || self.hosts().iter().any(|h| h.eq_ignore_ascii_case(&host));
+            || self
+                .hosts()
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(&host) || h.eq_ignore_ascii_case(bare));
         known
             && [format!("http://{host}"), format!("https://{host}")]
                 .iter()
@@ -537,7 +541,7 @@ mod tests {
     #[test]
     fn forms_come_from_our_origin_or_the_loopback_host_they_were_sent_to() {
         let mut cfg = HttpConfig::local("http://127.0.0.1:8787");
-        cfg.allowed_hosts = vec!["memory.lan:8787".into()];
+        cfg.allowed_hosts = vec!["memory.lan:8787".into(), "zm.internal".into()];
         let ok = |origin: &str, host: Option<&str>| cfg.form_origin_ok(origin, host);
         assert!(ok("http://127.0.0.1:8787", None), "the public URL's");
         assert!(
@@ -549,12 +553,17 @@ mod tests {
             ok("http://memory.lan:8787", Some("Memory.lan:8787")),
             "an allowed host"
         );
+        assert!(
+            ok("http://zm.internal:8787", Some("zm.internal:8787")),
+            "an allowed host without a port, on any port"
+        );
         for (origin, host) in [
             ("https://evil.example", Some("127.0.0.1:8787")),
             ("http://evil.example:8787", Some("evil.example:8787")),
             ("http://localhost:8787", Some("127.0.0.1:8787")),
             ("http://localhost:9999", Some("localhost:8787")),
             ("http://localhost:8787", None),
+            ("http://memory.lan:9999", Some("memory.lan:9999")),
             ("null", Some("localhost:8787")),
         ] {
             assert!(!ok(origin, host), "{origin} to {host:?}");

@@ -917,11 +917,19 @@ async fn a_password_change_follows_the_stores_rules(s: Server) {
         303
     );
     // A change made outside the dashboard (`zero-memory user passwd`)
-    // ends every session too.
+    // ends every session too, and a sign-in that checked the old password
+    // just before it gets no session.
+    let checked = s.store.user_by_id(&user.id).await.unwrap().unwrap();
     s.store
         .change_password(&user.id, "the operator's new one", false)
         .await
         .unwrap();
+    let late = s
+        .store
+        .web_session_create(&user.id, checked.credential, None)
+        .await
+        .expect_err("a sign-in outrun by the change");
+    assert_eq!(late.code, zm_contracts::ErrorCode::Unauthorized);
     assert_eq!(fresh.get(&s, "/").await.status, 303, "ended by the CLI");
     assert_eq!(b.get(&s, "/").await.status, 303, "ended by the CLI");
     // Guessing the current password backs off like signing in: after

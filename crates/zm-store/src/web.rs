@@ -199,22 +199,50 @@ fn week_counts(rows: &[AnyRow]) -> Result<Vec<(i64, String, u64)>, ToolError> {
 }
 
 impl Store {
-    /// Sign in: a new session for `user_id`; returns the cookie secret
-    /// (shown to the browser once, stored only hashed) and the session.
+    /// Sign in: a new session for `user_id`, who proved `credential` (the
+    /// password just verified); returns the cookie secret (shown to the
+    /// browser once, stored only hashed) and the session. Refused
+    /// (`unauthorized`) when the account no longer has that password or
+    /// is disabled: a `user passwd` or `user disable` that committed while
+    /// the password was being checked ends this sign-in too (on PostgreSQL
+    /// the account's row is held until the session is stored, so one that
+    /// comes later deletes it).
     pub async fn web_session_create(
         &self,
         user_id: &str,
+        credential: crate::identity::Credential,
         user_agent: Option<&str>,
     ) -> Result<(String, WebSession), ToolError> {
         let secret = random_secret(43);
         let id = IdKind::WebSession.generate();
         let now = self.now();
         let expires = now + SESSION_MAX_MS;
-        let email: String = sqlx::query_scalar("SELECT email FROM users WHERE id = $1")
-            .bind(user_id)
-            .fetch_one(&self.pool)
+        let mut tx = self.write_tx().await?;
+        let mut account =
+            Sql::new("SELECT email, password_hash, disabled_at FROM users WHERE id = ");
+        account.bind_str(user_id);
+        if self.backend == crate::db::Backend::Postgres {
+            account.push(" FOR NO KEY UPDATE");
+        }
+        let row = account
+            .query()
+            .fetch_optional(&mut *tx)
             .await
             .db("session user")?;
+        let email: String = match &row {
+            Some(r)
+                if col::<Option<i64>>(r, "disabled_at")?.is_none()
+                    && crate::identity::Credential::of(&col::<String>(r, "password_hash")?)
+                        == credential =>
+            {
+                col(r, "email")?
+            }
+            _ => {
+                return Err(ToolError::unauthorized(
+                    "The account's password changed, or the account was disabled, while signing in: sign in again.",
+                ));
+            }
+        };
         sqlx::query(
             "INSERT INTO web_sessions (id, token_hash, user_id, created_at, last_seen_at, expires_at, user_agent) VALUES ($1, $2, $3, $4, $4, $5, $6)",
         )
@@ -224,9 +252,10 @@ impl Store {
         .bind(now)
         .bind(expires)
         .bind(user_agent.map(|u| u.chars().take(200).collect::<String>()))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .db("create web session")?;
+        tx.commit().await.db("commit web session")?;
         Ok((
             secret,
             WebSession {

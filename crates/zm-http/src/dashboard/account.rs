@@ -197,10 +197,17 @@ pub(crate) async fn password(
         };
         return page(&state, &signed, None, Some(&f)).await;
     }
-    // The store ended every session; this one goes on under a fresh secret.
+    // The store ended every session; this one goes on under a fresh secret,
+    // proved by the password just set.
+    let user_id = &signed.session.user_id;
+    let credential = match state.store.user_by_id(user_id).await {
+        Ok(Some(u)) => u.credential,
+        Ok(None) => return see_other("/login"),
+        Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
+    };
     match state
         .store
-        .web_session_create(&signed.session.user_id, None)
+        .web_session_create(user_id, credential, None)
         .await
     {
         Ok((secret, _)) => {

@@ -188,7 +188,11 @@ pub(crate) async fn submit(
     let agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
-    let (secret, _) = match state.store.web_session_create(&user.id, agent).await {
+    let created = state
+        .store
+        .web_session_create(&user.id, user.credential, agent)
+        .await;
+    let (secret, _) = match created {
         Ok(s) => s,
         Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
     };
