@@ -218,6 +218,7 @@ pub async fn handle(
             user_id: user_id.clone(),
             token_id: "test-anonymous".into(),
             scopes: vec![zm_store::SCOPE_READ.into(), zm_store::SCOPE_WRITE.into()],
+            kind: zm_store::TokenKind::Pat,
         },
         None => match crate::auth::authenticate(&state, &parts).await {
             Ok(a) => a,

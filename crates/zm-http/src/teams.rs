@@ -34,6 +34,15 @@ fn admin_caller(
         .find(|r| r.operation_id == operation_id)
         .ok_or_else(|| ApiError::new(ToolError::internal()))?;
     let caller = caller_of(auth, headers, request_id);
+    // An MCP app's sign-in consents to reading and writing memories, not
+    // to running teams: changing one takes a personal access token (or the
+    // dashboard), so a client a user was tricked into authorizing cannot
+    // remove members or delete a team.
+    if route.access == RouteAccess::Write && auth.kind == zm_store::TokenKind::OauthAccess {
+        return Err(ApiError::new(ToolError::forbidden(
+            "Changing a team takes a personal access token (zero-memory token create) or the dashboard, not an MCP app's OAuth sign-in.",
+        )));
+    }
     if route.access == RouteAccess::Write && !caller.grant.can_write() {
         return Err(ApiError::new(ToolError::forbidden(
             "This token is read-only: changing a team needs the mcp:write scope.",

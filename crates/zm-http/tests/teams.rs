@@ -101,6 +101,40 @@ impl Server {
     }
 }
 
+/// An MCP app's OAuth access token of `user` (the sign-in done through the
+/// store, as the consent page does it).
+async fn oauth_token(store: &Store, user: &zm_store::User) -> String {
+    use zm_store::oauth::{CodeExchange, NewCode};
+    const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+    const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+    let client = store
+        .register_oauth_client(Some("some app"), &[REDIRECT.to_string()], None)
+        .await
+        .unwrap()
+        .id;
+    let new = NewCode {
+        client_id: &client,
+        user_id: &user.id,
+        credential: user.credential,
+        redirect_uri: REDIRECT,
+        code_challenge: CHALLENGE,
+        resource: None,
+        scope: "mcp:read mcp:write",
+    };
+    let code = store.issue_oauth_code(new, None).await.unwrap();
+    let ex = CodeExchange {
+        code: &code,
+        client_id: &client,
+        redirect_uri: REDIRECT,
+        verifier_challenge: CHALLENGE,
+    };
+    store
+        .exchange_oauth_code(ex, None)
+        .await
+        .unwrap()
+        .access_token
+}
+
 #[tokio::test]
 async fn teams_over_rest_and_a_removal_mid_session() {
     let s = start().await;
@@ -112,6 +146,20 @@ async fn teams_over_rest_and_a_removal_mid_session() {
     let ta_ro = common::token(&s.store, &a, None, &["mcp:read"]).await;
     let tb = common::token(&s.store, &b, None, &rw).await;
     let tc = common::token(&s.store, &c, None, &rw).await;
+
+    // An MCP app's OAuth token reads teams but changes none, whatever its
+    // scope: its sign-in consented to memories, not to running teams.
+    let app = oauth_token(&s.store, &a).await;
+    let (st, body) = s
+        .send("POST", "/api/teams", &app, Some(json!({"slug": "viaapp"})))
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    let (st, body) = s.send("GET", "/api/teams", &app, None).await;
+    assert_eq!(st, 200, "{body}");
 
     // Create: 201; a read-only token, a bad slug and a taken slug are refused.
     let (st, body) = s

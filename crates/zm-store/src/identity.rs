@@ -159,6 +159,8 @@ pub struct Authenticated {
     pub user_id: String,
     pub token_id: String,
     pub scopes: Vec<String>,
+    /// A personal access token, or an MCP app's OAuth access token.
+    pub kind: TokenKind,
 }
 
 impl Authenticated {
@@ -276,13 +278,14 @@ impl FromAnyRow for TokenInfo {
     }
 }
 
-/// A live token's row (`id, user_id, scopes`).
+/// A live token's row (`id, user_id, scopes, kind`).
 impl FromAnyRow for Authenticated {
     fn from_row(r: &AnyRow) -> Result<Authenticated, ToolError> {
         Ok(Authenticated {
             user_id: col(r, "user_id")?,
             token_id: col(r, "id")?,
             scopes: split_scopes(&col::<String>(r, "scopes")?),
+            kind: enum_col(r, "kind")?,
         })
     }
 }
@@ -785,7 +788,7 @@ impl Store {
         const LAST_USED_INTERVAL_MS: i64 = 60_000;
         let now = self.now();
         let row = sqlx::query(
-            "SELECT id, user_id, scopes FROM access_tokens \
+            "SELECT id, user_id, scopes, kind FROM access_tokens \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
              AND kind IN ($3, $4) \
              AND NOT EXISTS (SELECT 1 FROM users u WHERE u.id = access_tokens.user_id AND u.disabled_at IS NOT NULL) \
