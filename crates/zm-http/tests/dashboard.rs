@@ -67,6 +67,7 @@ both_backends! {
     the_account_page_imports_a_server_memory_file_once
     the_teams_pages_manage_a_team_end_to_end
     a_password_change_follows_the_stores_rules
+    a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped
     insight_charts_writing_by_scope_and_recalls_by_agent
 }
 
@@ -960,6 +961,62 @@ async fn a_password_change_follows_the_stores_rules(s: Server) {
     let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let p = guesser.post(&s, "/account/password", &f).await;
     assert_eq!(p.status, 429, "backed off: {}", p.body);
+    s.running.stop().await;
+}
+
+/// A sign-in over a session the browser still holds ends that one; a
+/// session past its end is dropped at the next sign-in.
+async fn a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped(s: Server) {
+    let (user, email, password) = person(&s.store, "ses-a").await;
+    // One tab fetched the form; another signed in meanwhile.
+    let mut tab = Browser::default();
+    let form = tab.get(&s, "/login").await;
+    let token = field(&form.body, "csrf").expect("a csrf field");
+    let mut other = tab.clone();
+    assert_eq!(other.sign_in(&s, &email, &password).await.status, 303);
+    // The browser's session cookie is the other tab's now; this tab's form
+    // still carries its own sign-in token.
+    let session = other
+        .cookies
+        .iter()
+        .find(|(k, _)| k == "zm_session")
+        .cloned()
+        .expect("a session cookie");
+    tab.cookies.retain(|(k, _)| k != "zm_session");
+    tab.cookies.push(session);
+    let first = other.clone();
+    let fields = [
+        ("csrf", token.as_str()),
+        ("next", "/"),
+        ("email", email.as_str()),
+        ("password", password.as_str()),
+    ];
+    assert_eq!(tab.post(&s, "/login", &fields).await.status, 303);
+    assert_eq!(tab.get(&s, "/").await.status, 200, "the new session");
+    let mut first = first;
+    assert_eq!(first.get(&s, "/").await.status, 303, "the old one ended");
+    if s.store.backend() == zm_store::Backend::Sqlite {
+        // (SQLite only: moving this store's clock 13 hours on would end the
+        // sessions of the other tests sharing a PostgreSQL database.)
+        let (_, idle) = s
+            .store
+            .web_session_create(&user.id, user.credential, None)
+            .await
+            .unwrap();
+        s.store.clock().advance_ms(13 * 60 * 60 * 1000);
+        let (_, fresh) = s
+            .store
+            .web_session_create(&user.id, user.credential, None)
+            .await
+            .unwrap();
+        let rows = s.store.fingerprint().await.unwrap().1;
+        let sessions = rows.get("web_sessions").cloned().unwrap_or_default();
+        assert!(
+            !sessions.iter().any(|r| r.contains(&idle.id)),
+            "the idle session's row is gone: {sessions:?}"
+        );
+        assert!(sessions.iter().any(|r| r.contains(&fresh.id)));
+    }
     s.running.stop().await;
 }
 

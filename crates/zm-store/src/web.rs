@@ -255,6 +255,14 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("create web session")?;
+        // Sessions past their end are dropped here, at a sign-in, rather
+        // than kept forever (each holds a user agent).
+        sqlx::query("DELETE FROM web_sessions WHERE expires_at <= $1 OR last_seen_at <= $2")
+            .bind(now)
+            .bind(now - SESSION_IDLE_MS)
+            .execute(&mut *tx)
+            .await
+            .db("drop ended web sessions")?;
         tx.commit().await.db("commit web session")?;
         Ok((
             secret,

@@ -185,6 +185,13 @@ pub(crate) async fn submit(
         return again(f, StatusCode::BAD_REQUEST);
     };
     state.login_backoff.succeeded(&email).await;
+    // A sign-in over a session this browser still holds ends that one: a
+    // shared machine's next person does not leave the last one signed in.
+    if let Some(old) = super::session_secret(&headers)
+        && let Err(e) = state.store.web_session_end(&old).await
+    {
+        return errors::page(None, &Failure::from_tool(e, rid));
+    }
     let agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
