@@ -121,7 +121,40 @@ pub fn run_checks() -> Vec<Outcome> {
         name: "crate lints follow the workspace",
         result: lints_follow_workspace(),
     });
+    out.push(Outcome {
+        name: "docs name the current contract version",
+        result: docs_name_the_contract_version(),
+    });
     out
+}
+
+/// The hand-written places that state the contract version (README's
+/// overview, CLI.md's `--version` line) say the current one: they are
+/// prose, so no generator keeps them true.
+pub fn docs_name_the_contract_version() -> Result<(), Vec<String>> {
+    let current = zm_contracts::CONTRACT_VERSION;
+    let mut errs = Vec::new();
+    for (path, before, after) in [
+        ("README.md", "(now **", "**)"),
+        ("docs/CLI.md", "(contract ", ")"),
+    ] {
+        let Some(text) = read(path) else {
+            errs.push(format!("{path}: missing"));
+            continue;
+        };
+        let stated = text
+            .split(before)
+            .nth(1)
+            .and_then(|rest| rest.split(after).next());
+        match stated {
+            Some(v) if v == current => {}
+            Some(v) => errs.push(format!(
+                "{path} says contract {v}, CONTRACT_VERSION is {current}"
+            )),
+            None => errs.push(format!("{path}: no `{before}X.Y.Z{after}` found")),
+        }
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs) }
 }
 
 /// The workspace's and every crate's manifest, checked by
