@@ -292,6 +292,38 @@ pub fn validation_error(fields: impl AsRef<[FieldError]>) -> ToolError {
 ///
 /// Never panics: every malformed input becomes a `validation_failed` error
 /// naming each offending field.
+/// Every string of the input holding U+0000, as a field error: PostgreSQL
+/// stores no NUL in text (SQLite would), so the same input must be refused
+/// the same way on both backends, and as the caller's to fix.
+fn nul_errors(v: &Value, path: &mut String, out: &mut Vec<FieldError>) {
+    match v {
+        Value::String(s) if s.contains('\0') => out.push(FieldError {
+            path: path.clone(),
+            reason: "holds a NUL character (U+0000); remove it".into(),
+        }),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                nul_errors(item, path, out);
+                path.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+                nul_errors(item, path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 pub fn parse_input<T>(raw: &Value) -> Result<T, ToolError>
 where
     T: DeserializeOwned + JsonSchema + Validate<Context = ()> + 'static,
@@ -305,7 +337,8 @@ where
             reason: "the input must be a JSON object".into(),
         }]));
     }
-    let errors = schema_errors(&validator_for::<T>(), raw);
+    let mut errors = schema_errors(&validator_for::<T>(), raw);
+    nul_errors(raw, &mut String::new(), &mut errors);
     // JSON Schema counts 3.0 as an integer; serde's integer types do not.
     let normalised = integral_floats_as_integers(raw);
     let raw = &normalised;

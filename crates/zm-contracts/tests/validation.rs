@@ -349,3 +349,19 @@ fn share_and_move_targets_must_be_project_or_team_scopes() {
             .unwrap_err();
     assert_eq!(paths(&err), vec!["applies_scope"]);
 }
+
+#[test]
+fn a_nul_character_is_refused_wherever_it_is() {
+    let err = parse_input::<RememberInput>(&json!({
+        "content": "a\u{0}b",
+        "scope": "core",
+        "entities": [{"name": "ok"}, {"name": "bad\u{0}"}],
+    }))
+    .unwrap_err();
+    let mut p = paths(&err);
+    p.sort();
+    assert_eq!(p, vec!["content", "entities[1].name"], "{err:?}");
+    assert!(fields(&err)[0].1.contains("NUL"), "{err:?}");
+    // Other control characters are text like any other.
+    parse_input::<RememberInput>(&json!({"content": "tab\there", "scope": "core"})).unwrap();
+}

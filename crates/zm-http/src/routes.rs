@@ -22,10 +22,8 @@ pub(crate) fn caller_of(
     request_id: &RequestId,
 ) -> Caller {
     let mut caller = Caller::authenticated(auth, Transport::Rest);
-    caller.agent_name = headers
-        .get("x-zm-agent")
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.chars().take(100).collect());
+    caller.agent_name =
+        zm_store::agent_name(headers.get("x-zm-agent").and_then(|v| v.to_str().ok()));
     caller.request_id = Some(request_id.0.clone());
     caller
 }

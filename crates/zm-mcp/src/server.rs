@@ -126,7 +126,7 @@ impl ZeroMemoryMcp {
         };
         // A stateless (2026-07-28) request has no transport session.
         let stateless = ctx.meta.protocol_version().is_some();
-        caller.agent_name = ctx.client_info().map(|i| i.name);
+        caller.agent_name = zm_store::agent_name(ctx.client_info().map(|i| i.name).as_deref());
         if let Some(shared) = Self::shared_session(ctx) {
             caller.session_id = Some(shared.conn_id.clone());
             caller.attached_project = shared.attached_project.clone();

@@ -45,6 +45,6 @@ pub use limits::{Limits, StorageSummary, Usage};
 pub use scopes::{ReadSet, Role};
 pub use service::{Cx, Handler, ToolMetrics, ToolService};
 pub use shared::{Admission, NewSession, SessionCaps, SharedSession};
-pub use store::{Caller, Grant, RequestId, Store, Transport};
+pub use store::{AGENT_NAME_MAX, Caller, Grant, RequestId, Store, Transport, agent_name};
 
 pub use fingerprint::{FINGERPRINT_TABLES, Fingerprint};

@@ -106,6 +106,24 @@ pub struct Caller {
     pub request_id: Option<String>,
 }
 
+/// The longest agent name kept, in characters.
+pub const AGENT_NAME_MAX: usize = 100;
+
+/// An agent name as a transport reports it (MCP `clientInfo.name`, REST's
+/// `X-ZM-Agent`), made fit to store: control characters dropped (U+0000
+/// would fail on PostgreSQL), trimmed, at most [`AGENT_NAME_MAX`]
+/// characters; `None` when nothing is left. Every transport goes through
+/// it: the name lands on every memory and audit row, and no quota counts it.
+pub fn agent_name(raw: Option<&str>) -> Option<String> {
+    let clean: String = raw?
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(AGENT_NAME_MAX)
+        .collect();
+    let clean = clean.trim();
+    (!clean.is_empty()).then(|| clean.to_string())
+}
+
 impl Caller {
     /// A local account with full access (stdio, the CLI, tests), account
     /// deletion included.
@@ -280,5 +298,23 @@ impl Store {
             .await
             .db("database size")?;
         Ok(size)
+    }
+}
+
+#[cfg(test)]
+mod agent_name_tests {
+    #[test]
+    fn agent_names_are_bounded_and_clean() {
+        assert_eq!(
+            super::agent_name(Some(" claude-code ")),
+            Some("claude-code".into())
+        );
+        assert_eq!(super::agent_name(Some("a\u{0}b\nc")), Some("abc".into()));
+        assert_eq!(
+            super::agent_name(Some(&"x".repeat(5000))).map(|s| s.chars().count()),
+            Some(100)
+        );
+        assert_eq!(super::agent_name(Some("\u{0}  ")), None);
+        assert_eq!(super::agent_name(None), None);
     }
 }
