@@ -673,13 +673,25 @@ async fn export(cfg: &Config, args: &ExportArgs) -> anyhow::Result<()> {
 
 /// Export into `path` through `<path>.partial`, renamed over `path` only
 /// once every page is written: a failed export leaves an earlier file
-/// whole instead of a truncated one.
+/// whole instead of a truncated one. Only a regular file (or a new one) is
+/// replaced so: a device, a pipe or a symbolic link (`/dev/stdout`,
+/// `>(gzip …)`, a `latest.jsonl` link) is written into as it is.
 async fn export_to_file(
     store: &Store,
     user: &User,
     page_size: u32,
     path: &Path,
 ) -> anyhow::Result<u64> {
+    let replaceable = match std::fs::symlink_metadata(path) {
+        Ok(m) => m.file_type().is_file(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
+    };
+    if !replaceable {
+        let mut file = crate::files::create_private_file(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        return export_pages(store, user, page_size, &mut file).await;
+    }
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
     let partial = std::path::PathBuf::from(partial);

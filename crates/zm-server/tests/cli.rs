@@ -619,6 +619,38 @@ fn import_server_memory_then_export_and_reimport() {
     // Export to stdout is the same.
     let stdout = env.ok(&["export", "--user", "alice@example.com"]);
     assert_eq!(stdout, exported);
+    // So is `--out /dev/stdout` (a device is written into, not replaced),
+    // and `--out` through a symbolic link writes its target, keeping the link.
+    let dev = env.ok(&[
+        "export",
+        "--user",
+        "alice@example.com",
+        "--out",
+        "/dev/stdout",
+    ]);
+    assert_eq!(dev, exported);
+    #[cfg(unix)]
+    {
+        let target = env.dir.path().join("target.jsonl");
+        let link = env.dir.path().join("latest.jsonl");
+        std::fs::write(&target, "").unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        env.ok(&[
+            "export",
+            "--user",
+            "alice@example.com",
+            "--out",
+            link.to_str().unwrap(),
+        ]);
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the link stays a link"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), exported);
+    }
     // Page by page (7 memories: pages of 2, 2, 2, 1, or 3, 3, 1): the same
     // lines, each once, in the same order.
     let paged = env.ok(&["export", "--user", "alice@example.com", "--page-size", "2"]);
