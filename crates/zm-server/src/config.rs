@@ -1432,6 +1432,13 @@ fn check_database_url(raw: &str) -> Result<(), String> {
     if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
         return match url::Url::parse(raw) {
             Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
+            // A local socket: `postgres:///DB?host=/run/postgresql`.
+            Ok(u)
+                if u.query_pairs()
+                    .any(|(k, v)| k == "host" && v.starts_with('/')) =>
+            {
+                Ok(())
+            }
             Ok(_) => Err(format!("{:?} has no host", redact_url(raw))),
             Err(e) => Err(format!("{:?} is not a URL: {e}", redact_url(raw))),
         };

@@ -8,8 +8,27 @@ use clap::FromArgMatches;
 use zm_server::config::Inputs;
 use zm_server::{cli, commands};
 
+/// Exit with clap's message, a rejected value's password hidden: clap
+/// quotes the raw value (`invalid value 'postgres://zm:S3cret@…'`), and
+/// such a line ends up in journald.
+fn exit_redacted(e: &clap::Error) -> ! {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::ValueValidation {
+        e.exit();
+    }
+    let mut text = e.render().to_string();
+    if let Some(ContextValue::String(raw)) = e.get(ContextKind::InvalidValue) {
+        text = text.replace(raw.as_str(), &zm_server::config::redact_url(raw));
+    }
+    eprint!("{text}");
+    std::process::exit(e.exit_code());
+}
+
 fn main() -> ExitCode {
-    let matches = cli::command().get_matches();
+    let matches = match cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => exit_redacted(&e),
+    };
     if let Err(e) = cli::check_flag_placement(&matches) {
         e.exit();
     }

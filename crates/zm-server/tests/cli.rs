@@ -513,6 +513,28 @@ fn config_check_fails_on_a_bad_value_naming_the_knob() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("ZM_TRUST_PROXY"), "{}", stderr(&out));
 
+    // A rejected database URL is reported without its password.
+    let out = env
+        .cmd(&["migrate", "--database-url", "postgress://zm:S3cretPw@db/zm"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("database-url") && !stderr(&out).contains("S3cretPw"),
+        "{}",
+        stderr(&out)
+    );
+    // A local socket is a host too.
+    let out = env
+        .cmd(&["config", "check"])
+        .env(
+            "ZM_DATABASE_URL",
+            "postgres:///zero_memory?host=/run/postgresql&user=zm",
+        )
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("has no host"), "{}", stderr(&out));
+
     // A model directory that is not one (a typo, an empty folder) is an
     // invalid configuration, not a silent fall back to lexical recall.
     let empty = env.dir.path().join("no-model-here");
