@@ -322,14 +322,28 @@ fn server_full() -> Response {
     resp
 }
 
+/// A request refused before it reached MCP: a 401 or a 429 in OAuth's
+/// shape (what clients read next to `WWW-Authenticate`); a failure of
+/// ours is the JSON-RPC internal error, never a verdict on the token.
 fn mcp_unauthorized(e: crate::error::ApiError) -> Response {
     let status = axum::http::StatusCode::from_u16(e.error.code.http_status())
         .unwrap_or(axum::http::StatusCode::UNAUTHORIZED);
-    let mut resp = (
-        status,
-        axum::Json(serde_json::json!({"error": if status == axum::http::StatusCode::TOO_MANY_REQUESTS { "rate_limited" } else { "invalid_token" }, "error_description": e.error.message})),
-    )
-        .into_response();
+    if status.is_server_error() {
+        return internal_error();
+    }
+    // RFC 6750 §3.1: a request without a token gets no error code (the
+    // challenge carries none either); a token that did not verify does.
+    let presented = e
+        .challenge
+        .as_deref()
+        .is_some_and(|c| c.contains("invalid_token"));
+    let mut body = serde_json::json!({"error_description": e.error.message});
+    if status == axum::http::StatusCode::TOO_MANY_REQUESTS {
+        body["error"] = "rate_limited".into();
+    } else if presented {
+        body["error"] = "invalid_token".into();
+    }
+    let mut resp = (status, axum::Json(body)).into_response();
     if let Some(c) = e.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
         resp.headers_mut()
             .insert(axum::http::header::WWW_AUTHENTICATE, c);

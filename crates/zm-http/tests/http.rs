@@ -439,8 +439,30 @@ async fn mcp_needs_a_bearer_and_guards_hosts_and_sessions() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let h = r.headers()["www-authenticate"].to_str().unwrap();
+    let h = r.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(h.contains("resource_metadata="), "{h}");
+    // No token: no error code, in the challenge or the body (RFC 6750 §3.1).
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        !h.contains("error=") && body.get("error").is_none(),
+        "{h} {body}"
+    );
+    // A token that does not verify: `invalid_token`, in both.
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth("zm_pat_bogus")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_token", "{body}");
     let (st, meta) = s
         .get("/.well-known/oauth-protected-resource/mcp", None)
         .await;
