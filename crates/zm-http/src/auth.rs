@@ -63,8 +63,11 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticat
     if let Some(max) = state.cfg.token_rate_limit.filter(|m| *m > 0)
         && let Err(secs) = state
             .limiter
+            // Per account, not per token: a user mints tokens at will
+            // (and every OAuth refresh is a new one), so a per-token
+            // window would be as many windows as they care to make.
             .hit(
-                &format!("token:{}", auth.token_id),
+                &format!("user:{}", auth.user_id),
                 max,
                 Duration::from_secs(60),
             )
@@ -76,7 +79,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticat
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Err(ApiError {
             error: ToolError::rate_limited(format!(
-                "Too many requests for this token; retry in {secs} s."
+                "Too many requests for this account; retry in {secs} s."
             )),
             challenge: None,
             retry_after: Some(secs),

@@ -19,7 +19,7 @@ pub struct HttpConfig {
     pub allowed_origins: Vec<String>,
     /// Largest request body, in bytes.
     pub body_limit: usize,
-    /// Requests per minute per token (`None`: no limit).
+    /// Requests per minute per account, all its tokens together (`None`: no limit).
     pub token_rate_limit: Option<u32>,
     /// MCP sessions open at most, all users together; beyond it a new
     /// session is refused (503), never another user's evicted.

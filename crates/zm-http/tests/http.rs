@@ -19,6 +19,13 @@ struct Server {
 }
 
 async fn start_with(extra: impl FnOnce(axum::Router, zm_http::AppState) -> axum::Router) -> Server {
+    start_configured(|_| {}, extra).await
+}
+
+async fn start_configured(
+    tune: impl FnOnce(&mut HttpConfig),
+    extra: impl FnOnce(axum::Router, zm_http::AppState) -> axum::Router,
+) -> Server {
     let (dir, store) = common::store().await;
     let a = common::user(&store, "a").await;
     let b = common::user(&store, "b").await;
@@ -28,6 +35,7 @@ async fn start_with(extra: impl FnOnce(axum::Router, zm_http::AppState) -> axum:
     let (listener, _, base) = common::listen().await;
     let mut cfg = HttpConfig::local(&base);
     cfg.body_limit = 64 * 1024;
+    tune(&mut cfg);
     let cancel = CancellationToken::new();
     let limits = cfg.conn_limits();
     let state = zm_http::state(store.clone(), cfg.clone());
@@ -664,4 +672,25 @@ async fn a_body_that_is_not_an_object_is_refused() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     s.stop().await;
+}
+
+/// The request limit counts an account, whichever of its tokens it uses:
+/// another token of the same user gets no fresh window; another user does.
+#[tokio::test]
+async fn the_request_limit_counts_an_account_not_a_token() {
+    let s = start_configured(|c| c.token_rate_limit = Some(3), |r, _| r).await;
+    let recall = json!({"query": "anything"});
+    for token in [&s.rw_a, &s.ro_a, &s.rw_a] {
+        let (st, v) = s
+            .post("/api/tools/recall", Some(token), recall.clone())
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, v) = s
+        .post("/api/tools/recall", Some(&s.ro_a), recall.clone())
+        .await;
+    assert_eq!((st, code(&v)), (429, "rate_limited"), "{v}");
+    let (st, v) = s.post("/api/tools/recall", Some(&s.rw_b), recall).await;
+    assert_eq!(st, 200, "{v}");
+    s.running.stop().await;
 }
