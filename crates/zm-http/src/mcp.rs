@@ -258,6 +258,31 @@ pub async fn handle(
     let delete = parts.method == Method::DELETE;
     parts.extensions.insert(auth.clone());
     let request = Request::from_parts(parts, body);
+    let opens = session.is_none();
+    let work = forward(state, mcp, auth, session, owned, delete, request);
+    if opens {
+        // A new session: the transport starts its worker before the answer
+        // exists, and only admission counts it. Run both to the end even if
+        // the client hangs up meanwhile (dropping the handler would cancel
+        // admission and leave a worker no cap counts).
+        return tokio::spawn(work)
+            .await
+            .unwrap_or_else(|_| internal_error());
+    }
+    work.await
+}
+
+/// Hand the request to the transport, then settle the session: close a
+/// deleted one, admit (or refuse) a new one.
+async fn forward(
+    state: AppState,
+    mcp: McpEndpoint,
+    auth: zm_store::Authenticated,
+    session: Option<String>,
+    owned: bool,
+    delete: bool,
+    request: Request,
+) -> Response {
     let mut response = match mcp.service.clone().oneshot(request).await {
         Ok(r) => r.map(Body::new),
         Err(never) => match never {},
