@@ -2,6 +2,7 @@
 
 use axum::Extension;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -56,12 +57,15 @@ pub(crate) async fn json_body(
 /// `POST /api/tools/{name}`: the same input, output and errors as MCP.
 pub async fn call_tool(
     State(state): State<AppState>,
-    Path(name): Path<String>,
     Auth(auth): Auth,
+    name: Result<Path<String>, PathRejection>,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // Authentication first; a path that is not text answers in the
+    // contract's error shape, like every other refusal.
+    let Path(name) = name.map_err(|e| ApiError::malformed(&e.body_text()))?;
     let Some(tool) = ToolName::parse(&name) else {
         return Err(ApiError::new(ToolError::not_found(format!(
             "No tool named {name:?}."
@@ -76,11 +80,12 @@ pub async fn call_tool(
 /// `GET /api/memories/{id}`: what `zm://memory/{id}` returns.
 pub async fn get_memory(
     State(state): State<AppState>,
-    Path(id): Path<String>,
     Auth(auth): Auth,
+    id: Result<Path<String>, PathRejection>,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::malformed(&e.body_text()))?;
     let id = MemoryId::parse(&id).map_err(|e| {
         zm_contracts::validate::validation_error(vec![zm_contracts::FieldError {
             path: "id".into(),

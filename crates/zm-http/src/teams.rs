@@ -95,13 +95,15 @@ where
     }
 }
 
+// Authentication before the path: an anonymous request is a 401 whatever
+// its path holds.
 macro_rules! handler {
     // A route without a body.
     ($name:ident, $op:literal, ($($p:ident),*), |$state:ident, $caller:ident| $call:expr) => {
         async fn $name(
             State($state): State<AppState>,
-            Params(($($p,)*)): Params<handler!(@types $($p),*)>,
             Auth(auth): Auth,
+            Params(($($p,)*)): Params<handler!(@types $($p),*)>,
             Extension(request_id): Extension<RequestId>,
             headers: HeaderMap,
         ) -> Result<Response, ApiError> {
@@ -114,8 +116,8 @@ macro_rules! handler {
     ($name:ident, $op:literal, ($($p:ident),*), $input:ident: $t:ty, |$state:ident, $caller:ident| $call:expr) => {
         async fn $name(
             State($state): State<AppState>,
-            Params(($($p,)*)): Params<handler!(@types $($p),*)>,
             Auth(auth): Auth,
+            Params(($($p,)*)): Params<handler!(@types $($p),*)>,
             Extension(request_id): Extension<RequestId>,
             headers: HeaderMap,
             body: Body,

@@ -694,3 +694,30 @@ async fn the_request_limit_counts_an_account_not_a_token() {
     assert_eq!(st, 200, "{v}");
     s.running.stop().await;
 }
+
+/// A path that is not text is answered after authentication, in the
+/// contract's error shape: 401 without a token, `validation_failed` with one.
+#[tokio::test]
+async fn a_path_that_is_not_text_is_refused_in_the_contracts_shape() {
+    let s = start().await;
+    for path in ["/api/tools/%FF", "/api/memories/%FF%FE"] {
+        let url = format!("{}{path}", s.base);
+        let request = || {
+            if path.starts_with("/api/memories") {
+                s.http.get(&url)
+            } else {
+                s.http.post(&url).json(&json!({}))
+            }
+        };
+        let r = request().send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{path}");
+        assert!(r.headers().contains_key("www-authenticate"), "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(code(&v), "unauthorized", "{path}: {v}");
+        let r = request().bearer_auth(&s.rw_a).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(code(&v), "validation_failed", "{path}: {v}");
+    }
+    s.running.stop().await;
+}
