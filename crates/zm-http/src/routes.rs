@@ -65,7 +65,7 @@ pub async fn call_tool(
 ) -> Result<Response, ApiError> {
     // Authentication first; a path that is not text answers in the
     // contract's error shape, like every other refusal.
-    let Path(name) = name.map_err(|e| ApiError::malformed(&e.body_text()))?;
+    let Path(name) = name.map_err(|e| ApiError::malformed(e.body_text()))?;
     let Some(tool) = ToolName::parse(&name) else {
         return Err(ApiError::new(ToolError::not_found(format!(
             "No tool named {name:?}."
@@ -85,7 +85,7 @@ pub async fn get_memory(
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(|e| ApiError::malformed(&e.body_text()))?;
+    let Path(id) = id.map_err(|e| ApiError::malformed(e.body_text()))?;
     let id = MemoryId::parse(&id).map_err(|e| {
         zm_contracts::validate::validation_error(vec![zm_contracts::FieldError {
             path: "id".into(),
