@@ -288,10 +288,6 @@ pub fn validation_error(fields: impl AsRef<[FieldError]>) -> ToolError {
     )
 }
 
-/// Validate raw JSON into a typed tool input.
-///
-/// Never panics: every malformed input becomes a `validation_failed` error
-/// naming each offending field.
 /// Every string of the input holding U+0000, as a field error: PostgreSQL
 /// stores no NUL in text (SQLite would), so the same input must be refused
 /// the same way on both backends, and as the caller's to fix.
@@ -324,6 +320,10 @@ fn nul_errors(v: &Value, path: &mut String, out: &mut Vec<FieldError>) {
     }
 }
 
+/// Validate raw JSON into a typed tool input.
+///
+/// Never panics: every malformed input becomes a `validation_failed` error
+/// naming each offending field.
 pub fn parse_input<T>(raw: &Value) -> Result<T, ToolError>
 where
     T: DeserializeOwned + JsonSchema + Validate<Context = ()> + 'static,

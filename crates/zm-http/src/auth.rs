@@ -25,7 +25,7 @@ pub fn bearer(parts: &Parts) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// Resolve the request's credentials, applying the optional per-token
+/// Resolve the request's credentials, applying the optional per-account
 /// rate limit.
 pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticated, ApiError> {
     let challenge = |desc: &str| {

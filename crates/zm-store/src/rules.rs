@@ -137,24 +137,17 @@ impl Store {
                         "applies_scope must be a project or team scope (proj.… or team.…)",
                     ));
                 }
-                // In turn with the scope's team changes, like a write.
-                self.hold_teams_of(&mut *tx, &path).await?;
-                match self.role_in(&mut *tx, &caller.user_id, &path).await? {
-                    None => {
-                        return Err(ToolError::not_found(format!("Scope {path} not found.")));
-                    }
-                    // Its members receive the rule: a reader may not set one.
-                    Some(role) if !role.can_write() => {
-                        return Err(ToolError::forbidden(format!(
-                            "Promoting a rule for {path} needs the writer or admin role there; yours is reader."
-                        )));
-                    }
-                    Some(_) => {}
-                }
+                self.may_set_rules_for(&mut *tx, caller, &path).await?;
                 (RuleLayer::Project, Some(path))
             }
             None if scope::is_personal(&memory_scope) => (RuleLayer::User, None),
-            None => (RuleLayer::Project, Some(memory_scope)),
+            // The memory's own project or team scope: the same check (a
+            // writer demoted to reader sets no rule for it either).
+            None => {
+                self.may_set_rules_for(&mut *tx, caller, &memory_scope)
+                    .await?;
+                (RuleLayer::Project, Some(memory_scope))
+            }
         };
         let text = input
             .rule_text
@@ -195,6 +188,25 @@ impl Store {
             status: RuleStatus::Promoted,
             delivery_note,
         })
+    }
+
+    /// May the caller set a rule every member of `path` receives? Its
+    /// writers and admins may; taken in turn with the scope's team
+    /// changes, like a write (`hold_teams_of`).
+    async fn may_set_rules_for(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        self.hold_teams_of(&mut *tx, path).await?;
+        match self.role_in(&mut *tx, &caller.user_id, path).await? {
+            None => Err(ToolError::not_found(format!("Scope {path} not found."))),
+            Some(role) if !role.can_write() => Err(ToolError::forbidden(format!(
+                "Promoting a rule for {path} needs the writer or admin role there; yours is reader."
+            ))),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Change one of the caller's promoted rules.

@@ -1205,6 +1205,8 @@ impl Store {
         // project (a member of it, or through another team): as when one
         // member is removed. Writers who reached it through another team
         // only keep theirs.
+        let mut left: std::collections::BTreeMap<&str, Vec<String>> =
+            std::collections::BTreeMap::new();
         for path in &shared {
             let owner: Option<String> =
                 sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
@@ -1216,10 +1218,15 @@ impl Store {
             for member in members.iter().filter(|m| **m != owner) {
                 if self.role_in(&mut *tx, member, path).await?.is_none() {
                     self.hand_over(&mut tx, member, &owner, path).await?;
-                    self.revoke_rules_left_behind(&mut tx, member, std::slice::from_ref(path))
-                        .await?;
+                    left.entry(member.as_str()).or_default().push(path.clone());
                 }
             }
+        }
+        // After every hand-over, as for a removal: rules whose source went
+        // to an heir went with it, still promoted.
+        for (member, paths) in &left {
+            self.revoke_rules_left_behind(&mut tx, member, paths)
+                .await?;
         }
         sqlx::query(
             "UPDATE teams SET deleted_at = $1, deleted_by = $2, purge_after = $3 WHERE id = $4",
@@ -1540,30 +1547,32 @@ impl Store {
             .fetch_one(&mut *conn)
             .await
             .db("team project exists")?;
-        if exists > 0 {
-            return Ok(None);
-        }
-        let now = self.now();
-        let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
-        // Two first writes at once (PostgreSQL) both get here: the second
-        // finds the first's rows, and lands in the same project.
-        sqlx::query(
-            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3) ON CONFLICT (path) DO NOTHING",
-        )
-        .bind(path)
-        .bind(&steward)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .db("team project scope")?;
-        sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
-            .bind(&team.scope)
+        // A scope that exists already is this team's project only if
+        // `team_projects` says so (another writer's first write may have
+        // made it since the role was read): checked below either way.
+        if exists == 0 {
+            let now = self.now();
+            let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
+            // Two first writes at once (PostgreSQL) both get here: the second
+            // finds the first's rows, and lands in the same project.
+            sqlx::query(
+                "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, $3) ON CONFLICT (path) DO NOTHING",
+            )
             .bind(path)
-            .bind(&caller.user_id)
+            .bind(&steward)
             .bind(now)
             .execute(&mut *conn)
             .await
-            .db("team project")?;
+            .db("team project scope")?;
+            sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 1, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
+                .bind(&team.scope)
+                .bind(path)
+                .bind(&caller.user_id)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .db("team project")?;
+        }
         let ours: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM team_projects WHERE team_scope = $1 AND scope = $2 AND owned = 1",
         )

@@ -122,10 +122,11 @@ impl Store {
         caller: &Caller,
         id: &str,
         target: &str,
-    ) -> Result<(), ToolError> {
+    ) -> Result<bool, ToolError> {
         // Still the caller's and live when it moves: on PostgreSQL a team
         // removal may have handed it over since it was checked, and a
-        // memory handed over stays where its new owner got it.
+        // memory handed over stays where its new owner got it. `false`:
+        // nothing moved.
         let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL")
             .bind(target)
             .bind(Visibility::Shared.as_str())
@@ -135,12 +136,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("move memory")?;
-        if done.rows_affected() == 0 {
-            return Err(ToolError::conflict(format!(
-                "Memory {id} changed meanwhile (it is no longer yours, or was retired): nothing was moved."
-            )));
-        }
-        Ok(())
+        Ok(done.rows_affected() > 0)
     }
 
     /// Widen one memory into a shared project or team scope.
@@ -169,7 +165,11 @@ impl Store {
             }
             Ok(placement) => {
                 if !placement.is_shared_in(&target) {
-                    self.move_one(tx, caller, id, &target).await?;
+                    if !self.move_one(tx, caller, id, &target).await? {
+                        return Err(ToolError::conflict(format!(
+                            "Memory {id} changed meanwhile (it is no longer yours, or was retired): nothing was moved."
+                        )));
+                    }
                     cx.placement_changed(id);
                 }
             }
@@ -225,7 +225,14 @@ impl Store {
                 Ok(placement) => {
                     // Already shared there: nothing to change (a repeat is a no-op).
                     if !placement.is_shared_in(&target) {
-                        self.move_one(tx, caller, mid.as_str(), &target).await?;
+                        if !self.move_one(tx, caller, mid.as_str(), &target).await? {
+                            // Handed over or retired since it was checked.
+                            failed.push(MoveFailure {
+                                memory_id: mid,
+                                error: "not the owner".into(),
+                            });
+                            continue;
+                        }
                         changed.push(mid.clone());
                     }
                     moved.push(mid);

@@ -222,6 +222,8 @@ backend_tests! {
         ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Reader }).await, l, "demote");
         let (code, _) = refusal(&store, &b_session, &scope).await;
         assert_eq!(code, ErrorCode::Forbidden, "[{l}] the demoted writer's next write");
+        // Nor a rule for the team from the memory B wrote there.
+        err(call(&store, &b, "promote_rule", json!({"memory_id": written})).await, ErrorCode::Forbidden, l, "a demoted writer's rule for the team");
         assert!(recall_ids(&store, &b_session, l, json!({"query": "blue-green rollbacks", "scopes": ["*"]})).await.contains(&written), "[{l}] a reader still reads");
         ok(store.remove_team_member(&a, &slug, &ub.id).await, l, "remove");
         let rules = rules_of(&a).await;
