@@ -346,6 +346,42 @@ pub(crate) async fn revoke_oauth_of(
 }
 
 impl Store {
+    /// What a sign-in stores (a dashboard session, an OAuth code) is
+    /// stored only while the account still has the password the sign-in
+    /// verified and is enabled: read here, in the storing transaction,
+    /// and on PostgreSQL held (`FOR NO KEY UPDATE`, which leaves foreign-key
+    /// checks on the row free) until it commits, so a `user passwd` or
+    /// `user disable` either refuses it or comes after and ends it.
+    /// Returns the account's email; `unauthorized` otherwise.
+    pub(crate) async fn hold_signing_in(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        user_id: &str,
+        credential: Credential,
+    ) -> Result<String, ToolError> {
+        let mut sql = Sql::new("SELECT email, password_hash, disabled_at FROM users WHERE id = ");
+        sql.bind_str(user_id);
+        if self.backend == crate::db::Backend::Postgres {
+            sql.push(" FOR NO KEY UPDATE");
+        }
+        let row = sql
+            .query()
+            .fetch_optional(&mut *tx)
+            .await
+            .db("signing-in account")?;
+        match &row {
+            Some(r)
+                if col::<Option<i64>>(r, "disabled_at")?.is_none()
+                    && Credential::of(&col::<String>(r, "password_hash")?) == credential =>
+            {
+                col(r, "email")
+            }
+            _ => Err(ToolError::unauthorized(
+                "The account's password changed, or the account was disabled, while signing in: sign in again.",
+            )),
+        }
+    }
+
     /// Create a user. The first user becomes the owner.
     pub async fn create_user(&self, email: &str, password: &str) -> Result<User, ToolError> {
         let email = normalize_email(email)?;

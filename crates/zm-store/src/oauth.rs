@@ -26,9 +26,8 @@ use zm_contracts::{IdKind, ToolError};
 use crate::audit::AuditEntry;
 use crate::clock::DAY_MS;
 use crate::db::DbResult;
-use crate::identity::{Credential, SCOPE_READ, SCOPE_WRITE, TokenKind, hash_secret, random_secret};
+use crate::identity::{SCOPE_READ, SCOPE_WRITE, TokenKind, hash_secret, random_secret};
 use crate::rows::{FromAnyRow, col, json_col};
-use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
 /// Prefix of an OAuth access token.
@@ -526,34 +525,8 @@ impl Store {
         let code = base64url(&rand::random::<[u8; 32]>());
         let now = self.now();
         let mut tx = self.write_tx().await?;
-        // The account as it is now, locked on PostgreSQL until the code is
-        // stored: a password change or a disable that committed since the
-        // password was checked refuses the sign-in, and one that comes
-        // later waits, then spends this code with the others.
-        let mut account = Sql::new("SELECT password_hash, disabled_at FROM users WHERE id = ");
-        account.bind_str(new.user_id);
-        if self.backend == crate::db::Backend::Postgres {
-            // Not FOR UPDATE: the exchange's inserts check their foreign
-            // key on this row (KEY SHARE), which that would block.
-            account.push(" FOR NO KEY UPDATE");
-        }
-        let account = account
-            .query()
-            .fetch_optional(&mut *tx)
-            .await
-            .db("signing-in account")?;
-        let still_valid = match &account {
-            Some(r) => {
-                col::<Option<i64>>(r, "disabled_at")?.is_none()
-                    && Credential::of(&col::<String>(r, "password_hash")?) == new.credential
-            }
-            None => false,
-        };
-        if !still_valid {
-            return Err(ToolError::unauthorized(
-                "The account's password changed, or the account was disabled, while signing in: sign in again.",
-            ));
-        }
+        self.hold_signing_in(&mut tx, new.user_id, new.credential)
+            .await?;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE id = $1")
             .bind(new.client_id)
             .fetch_one(&mut *tx)

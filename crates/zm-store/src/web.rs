@@ -218,31 +218,7 @@ impl Store {
         let now = self.now();
         let expires = now + SESSION_MAX_MS;
         let mut tx = self.write_tx().await?;
-        let mut account =
-            Sql::new("SELECT email, password_hash, disabled_at FROM users WHERE id = ");
-        account.bind_str(user_id);
-        if self.backend == crate::db::Backend::Postgres {
-            account.push(" FOR NO KEY UPDATE");
-        }
-        let row = account
-            .query()
-            .fetch_optional(&mut *tx)
-            .await
-            .db("session user")?;
-        let email: String = match &row {
-            Some(r)
-                if col::<Option<i64>>(r, "disabled_at")?.is_none()
-                    && crate::identity::Credential::of(&col::<String>(r, "password_hash")?)
-                        == credential =>
-            {
-                col(r, "email")?
-            }
-            _ => {
-                return Err(ToolError::unauthorized(
-                    "The account's password changed, or the account was disabled, while signing in: sign in again.",
-                ));
-            }
-        };
+        let email = self.hold_signing_in(&mut tx, user_id, credential).await?;
         sqlx::query(
             "INSERT INTO web_sessions (id, token_hash, user_id, created_at, last_seen_at, expires_at, user_agent) VALUES ($1, $2, $3, $4, $4, $5, $6)",
         )
