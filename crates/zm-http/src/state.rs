@@ -36,7 +36,8 @@ pub struct HttpConfig {
     /// The binary allows it only on a loopback listen address.
     pub test_anonymous_user: Option<String>,
     /// Requests per client IP and route allowed on the OAuth POST endpoints
-    /// (`/oauth/register`, `/oauth/authorize`, `/oauth/token`) per window.
+    /// (`/oauth/register`, `/oauth/authorize`, `/oauth/token`,
+    /// `/oauth/revoke`) per window.
     pub oauth_rate_max: u32,
     /// The fixed window of that limit (anchored at the first request).
     pub oauth_rate_window: Duration,

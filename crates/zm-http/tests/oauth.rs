@@ -963,6 +963,103 @@ async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
     s.stop().await;
 }
 
+/// `POST /oauth/revoke` (RFC 7009), as a client calls it.
+#[tokio::test]
+async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
+    let s = start().await;
+    let (client, t) = s.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    let refresh = t["refresh_token"].as_str().unwrap();
+    let revoke = |form: Vec<(&'static str, String)>| {
+        let (http, url) = (s.http.clone(), format!("{}/oauth/revoke", s.base));
+        async move {
+            let r = http.post(url).form(&form).send().await.unwrap();
+            let status = r.status().as_u16();
+            assert_eq!(header(&r, "cache-control"), "no-store");
+            (status, r.text().await.unwrap())
+        }
+    };
+    let with = |token: &str, client: &str| {
+        vec![
+            ("token", token.to_string()),
+            ("client_id", client.to_string()),
+        ]
+    };
+    // Refusals: nothing revoked by any of them.
+    let (st, body) = revoke(vec![("client_id", client.clone())]).await;
+    assert_eq!(st, 400, "{body}");
+    assert_eq!(
+        oauth_code(&serde_json::from_str(&body).unwrap()),
+        "invalid_request"
+    );
+    let (st, body) = revoke(vec![("token", access.to_string())]).await;
+    assert_eq!(st, 400, "client_id is required: {body}");
+    let (st, body) = revoke(with(access, "oac_unknown")).await;
+    assert_eq!(st, 401, "{body}");
+    assert_eq!(
+        oauth_code(&serde_json::from_str(&body).unwrap()),
+        "invalid_client"
+    );
+    let other = s.client().await;
+    let (st, body) = revoke(with(access, &other)).await;
+    assert_eq!(st, 400, "another client's token: {body}");
+    assert_eq!(
+        oauth_code(&serde_json::from_str(&body).unwrap()),
+        "invalid_grant"
+    );
+    let r = s
+        .http
+        .get(format!("{}/oauth/revoke", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(header(&r, "allow"), "POST");
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
+
+    // The access token, with a hint: that token only.
+    let mut form = with(access, &client);
+    form.push(("token_type_hint", "access_token".into()));
+    assert_eq!(revoke(form).await, (200, String::new()));
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 401);
+    let (st, t2) = s
+        .token(&[("grant_type", "refresh_token"), ("refresh_token", refresh)])
+        .await;
+    assert_eq!(st, 200, "the refresh token still works: {t2}");
+    let access2 = t2["access_token"].as_str().unwrap();
+    let refresh2 = t2["refresh_token"].as_str().unwrap();
+    assert_eq!(
+        s.rest(access2, "recall", json!({"query": "x"})).await.0,
+        200
+    );
+
+    // The refresh token, as JSON and with a wrong hint: the whole family.
+    let r = s
+        .http
+        .post(format!("{}/oauth/revoke", s.base))
+        .json(&json!({"token": refresh2, "client_id": client, "token_type_hint": "access_token"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        s.rest(access2, "recall", json!({"query": "x"})).await.0,
+        401
+    );
+    let (st, v) = s
+        .token(&[("grant_type", "refresh_token"), ("refresh_token", refresh2)])
+        .await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
+
+    // Unknown and already revoked tokens: 200, as RFC 7009 §2.2 says.
+    assert_eq!(revoke(with("zm_oat_never-issued", &client)).await.0, 200);
+    assert_eq!(revoke(with(refresh2, &client)).await.0, 200);
+    // The user's grant stands: the client is still listed as authorized.
+    let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
+    assert!(listed.iter().all(|c| c.revoked_at.is_none()), "{listed:?}");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn the_rate_limit_trips_and_retry_after_is_honest() {
     let s = start_with(|c| {
@@ -1106,6 +1203,14 @@ async fn metadata_follows_the_public_url() {
     assert_eq!(
         as_meta["registration_endpoint"],
         format!("{issuer}/oauth/register")
+    );
+    assert_eq!(
+        as_meta["revocation_endpoint"],
+        format!("{issuer}/oauth/revoke")
+    );
+    assert_eq!(
+        as_meta["revocation_endpoint_auth_methods_supported"],
+        json!(["none"])
     );
     assert_eq!(as_meta["code_challenge_methods_supported"], json!(["S256"]));
     assert_eq!(

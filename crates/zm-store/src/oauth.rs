@@ -940,6 +940,82 @@ impl Store {
         Ok(issued)
     }
 
+    /// RFC 7009 revocation by the client that holds the token: a refresh
+    /// token ends its whole family (every access and refresh token of that
+    /// sign-in, §2.1's SHOULD), an access token only itself. A token that
+    /// is unknown, not an OAuth token (a personal access token), expired or
+    /// already revoked changes nothing and is no error (§2.2); one issued
+    /// to another client is `invalid_grant` and stays as it was. The grant
+    /// stays: the client may sign in again without the user revoking it.
+    pub async fn revoke_oauth_token(
+        &self,
+        token: &str,
+        client_id: &str,
+        request_id: Option<&str>,
+    ) -> Result<(), OauthError> {
+        let hash = hash_secret(token.trim());
+        let now = self.now();
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query(
+            "SELECT id, kind, user_id, client_id, family_id FROM access_tokens \
+             WHERE token_hash = $1 AND kind IN ($2, $3)",
+        )
+        .bind(&hash)
+        .bind(TokenKind::OauthAccess.as_str())
+        .bind(TokenKind::OauthRefresh.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("read token to revoke")?;
+        let Some(row) = row else {
+            return Ok(());
+        };
+        let kind: String = col(&row, "kind")?;
+        let RefreshRow {
+            id: token_id,
+            user_id,
+            client_id: holder,
+            family_id,
+        } = RefreshRow::from_row(&row)?;
+        if holder != client_id {
+            return Err(OauthError::InvalidGrant(
+                "The token was issued to a different client.".into(),
+            ));
+        }
+        let refresh = kind == TokenKind::OauthRefresh.as_str();
+        let changed = if refresh {
+            // The family row first, as a rotation takes it.
+            revoke_family_in(&mut tx, &family_id, "client_revoked_token", now).await?
+        } else {
+            sqlx::query(
+                "UPDATE access_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+            )
+            .bind(now)
+            .bind(&token_id)
+            .execute(&mut *tx)
+            .await
+            .db("revoke access token")?
+            .rows_affected()
+                > 0
+        };
+        tx.commit().await.db("commit token revocation")?;
+        if changed {
+            let what = if refresh {
+                "refresh_token"
+            } else {
+                "access_token"
+            };
+            self.oauth_audit(
+                Some(&user_id),
+                "oauth.token_revoked",
+                json!({"client_id": holder, "family_id": family_id, "token_type": what}),
+                Ok(()),
+                request_id,
+            )
+            .await;
+        }
+        Ok(())
+    }
+
     /// The clients a user has authorized (revoked ones included, with
     /// `revoked_at`), oldest first.
     pub async fn list_oauth_clients(
@@ -1056,6 +1132,94 @@ mod tests {
         );
         assert_eq!(parse_scope(Some("mcp:read")).unwrap(), "mcp:read");
         assert_eq!(parse_scope(Some("mcp:read admin")).unwrap_err(), "admin");
+    }
+
+    /// A disabled account's code and refresh token are refused even where
+    /// the disable did not revoke them (a sign-in that slipped past it):
+    /// the flag is written here alone, without `disable_user`'s revocation.
+    #[tokio::test]
+    async fn exchange_and_refresh_refuse_a_disabled_account() {
+        const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+        const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+        for (label, _dir, store) in crate::testing::stores().await {
+            let email = format!("disabled-{}@example.com", random_secret(10).to_lowercase());
+            let user = store
+                .create_user(&email, "a long test password")
+                .await
+                .unwrap();
+            let client = store
+                .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None)
+                .await
+                .unwrap()
+                .id;
+            let code = |credential| {
+                let (store, client, user) = (&store, &client, &user.id);
+                async move {
+                    let new = NewCode {
+                        client_id: client,
+                        user_id: user,
+                        credential,
+                        redirect_uri: REDIRECT,
+                        code_challenge: CHALLENGE,
+                        resource: None,
+                        scope: "mcp:read mcp:write",
+                    };
+                    store.issue_oauth_code(new, None).await.unwrap()
+                }
+            };
+            let exchange = |code: String| {
+                let (store, client) = (&store, &client);
+                async move {
+                    let ex = CodeExchange {
+                        code: &code,
+                        client_id: client,
+                        redirect_uri: REDIRECT,
+                        verifier_challenge: CHALLENGE,
+                    };
+                    store.exchange_oauth_code(ex, None).await
+                }
+            };
+            let credential = store
+                .user_by_id(&user.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .credential;
+            let first = exchange(code(credential).await).await.unwrap();
+            let pending = code(credential).await;
+            sqlx::query("UPDATE users SET disabled_at = $1 WHERE id = $2")
+                .bind(store.now())
+                .bind(&user.id)
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            match exchange(pending).await {
+                Err(OauthError::InvalidGrant(d)) => {
+                    assert!(d.contains("disabled"), "[{label}] {d}");
+                }
+                other => panic!("[{label}] a disabled account's code: {other:?}"),
+            }
+            match store
+                .refresh_oauth_token(&first.refresh_token, None, None, None)
+                .await
+            {
+                Err(OauthError::InvalidGrant(_)) => {}
+                other => panic!("[{label}] a disabled account's refresh: {other:?}"),
+            }
+            // Enabled again, the family the disable did not revoke rotates.
+            sqlx::query("UPDATE users SET disabled_at = NULL WHERE id = $1")
+                .bind(&user.id)
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            assert!(
+                store
+                    .refresh_oauth_token(&first.refresh_token, None, None, None)
+                    .await
+                    .is_ok(),
+                "[{label}] the refusal spent nothing"
+            );
+        }
     }
 
     #[test]

@@ -254,6 +254,76 @@ backend_tests! {
         );
     }
 
+    /// RFC 7009: the holder revokes an access token alone, or a refresh
+    /// token with its family; another client's revocation is refused and
+    /// changes nothing; unknown tokens and personal access tokens are no
+    /// error and stay as they were.
+    async fn a_client_revokes_its_own_tokens(store: Store, label: &str) {
+        let (u, _) = user(&store, "oauth-revoke").await;
+        let (_, pat) = store.create_token(&u.id, None, &["mcp:read"]).await.unwrap();
+        let c = client(&store).await;
+        let t = exchange(&store, &c, &code(&store, &c, &u.id).await).await.unwrap();
+        let other = exchange(&store, &c, &code(&store, &c, &u.id).await).await.unwrap();
+        let c2 = client(&store).await;
+
+        // Another client: refused, nothing revoked.
+        invalid_grant(
+            store.revoke_oauth_token(&t.access_token, &c2, None).await,
+            label,
+            "another client's access token",
+        );
+        invalid_grant(
+            store.revoke_oauth_token(&t.refresh_token, &c2, None).await,
+            label,
+            "another client's refresh token",
+        );
+        assert!(works(&store, &t.access_token).await, "[{label}]");
+
+        // An access token alone: the refresh token still rotates.
+        store.revoke_oauth_token(&t.access_token, &c, None).await.unwrap();
+        assert!(!works(&store, &t.access_token).await, "[{label}] access revoked");
+        let t2 = store
+            .refresh_oauth_token(&t.refresh_token, Some(&c), None, None)
+            .await
+            .expect("revoking the access token leaves the refresh token");
+        assert!(works(&store, &t2.access_token).await, "[{label}]");
+        // Twice is no error.
+        store.revoke_oauth_token(&t.access_token, &c, None).await.unwrap();
+
+        // A refresh token ends its family, the newest access token too.
+        store.revoke_oauth_token(&t2.refresh_token, &c, None).await.unwrap();
+        assert!(!works(&store, &t2.access_token).await, "[{label}] family revoked");
+        invalid_grant(
+            store.refresh_oauth_token(&t2.refresh_token, Some(&c), None, None).await,
+            label,
+            "a revoked refresh token",
+        );
+        // Only that family: the other sign-in goes on.
+        assert!(works(&store, &other.access_token).await, "[{label}] other family");
+        // A spent refresh token of the family is no error either.
+        store.revoke_oauth_token(&t.refresh_token, &c, None).await.unwrap();
+
+        // Unknown tokens and personal access tokens: no error, no change.
+        store.revoke_oauth_token("zm_ort_nothing", &c, None).await.unwrap();
+        store.revoke_oauth_token(&pat, &c, None).await.unwrap();
+        assert!(works(&store, &pat).await, "[{label}] a PAT is not the client's to revoke");
+
+        // The grant stays: the client signs in again without the user.
+        let again = exchange(&store, &c, &code(&store, &c, &u.id).await).await;
+        assert!(again.is_ok(), "[{label}] {again:?}");
+        let audit = store.audit_rows(&u.id, 50).await.unwrap();
+        let revoked: Vec<_> = audit
+            .iter()
+            .filter(|r| r["command"] == "oauth.token_revoked")
+            .map(|r| r["payload"]["token_type"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            revoked,
+            ["refresh_token", "access_token"],
+            "[{label}] one audit row per revocation that changed something, newest first: {audit:?}"
+        );
+    }
+
     async fn racing_exchanges_and_refreshes_yield_one_winner(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-race").await;
         let c = client(&store).await;

@@ -1,5 +1,5 @@
 //! The per-client-IP, per-endpoint limit of the OAuth endpoints that do
-//! work: the three POSTs and `GET /oauth/authorize` (a database lookup and
+//! work: the four POSTs and `GET /oauth/authorize` (a database lookup and
 //! a page); and the per-account back-off on failed sign-ins
 //! ([`LoginBackoff`]).
 

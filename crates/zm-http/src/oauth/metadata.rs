@@ -18,6 +18,8 @@ pub async fn metadata(State(st): State<OauthState>) -> Response {
             "authorization_endpoint": format!("{base}/oauth/authorize"),
             "token_endpoint": format!("{base}/oauth/token"),
             "registration_endpoint": format!("{base}/oauth/register"),
+            "revocation_endpoint": format!("{base}/oauth/revoke"),
+            "revocation_endpoint_auth_methods_supported": ["none"],
             "response_types_supported": ["code"],
             "response_modes_supported": ["query"],
             "grant_types_supported": ["authorization_code", "refresh_token"],

@@ -11,11 +11,13 @@
 //! - `POST /oauth/token`: `authorization_code` (PKCE S256 mandatory) and
 //!   `refresh_token` (rotating; a replayed refresh token revokes its family)
 //!   (`token`).
+//! - `POST /oauth/revoke`: RFC 7009 revocation by the client holding the
+//!   token (`token::revoke`).
 //!
 //! Every failure is an [`OauthRejection`]: an RFC 6749 body
 //! `{error, error_description}`, or on the browser-facing endpoint an HTML
 //! page or a redirect back to the client — never the taxonomy body. The
-//! three POST endpoints and `GET /oauth/authorize` are limited per client
+//! four POST endpoints and `GET /oauth/authorize` are limited per client
 //! IP and endpoint (`limit`); their parameters are read by extractors that
 //! refuse repeats and more than 64 parameters (`params`). Failed sign-ins
 //! also back off per account, whatever the IP (`limit::LoginBackoff`).
@@ -91,6 +93,7 @@ pub fn routes(app: AppState) -> Router {
                 .fallback(get_or_post),
         )
         .route("/oauth/token", post(token::token).fallback(post_only))
+        .route("/oauth/revoke", post(token::revoke).fallback(post_only))
         .with_state(state)
 }
 

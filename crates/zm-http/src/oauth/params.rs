@@ -1,6 +1,6 @@
 //! Request parameters: the query of `GET /oauth/authorize`, the form of
 //! `POST /oauth/authorize`, the form (or JSON object) of `POST
-//! /oauth/token` — each parameter at most once (RFC 6749 §3.1), and at
+//! /oauth/token` and `POST /oauth/revoke` — each parameter at most once (RFC 6749 §3.1), and at
 //! most [`MAX_PARAMS`] of them: a longer list is refused before it is
 //! decoded.
 

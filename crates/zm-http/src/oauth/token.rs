@@ -1,5 +1,5 @@
 //! `POST /oauth/token`: the authorization-code exchange (PKCE S256) and
-//! refresh-token rotation.
+//! refresh-token rotation; `POST /oauth/revoke`: RFC 7009 revocation.
 
 use axum::Extension;
 use axum::extract::State;
@@ -64,6 +64,36 @@ pub(super) async fn token(
         "scope": tokens.scope,
     }))
     .into_response();
+    no_store(resp.headers_mut());
+    Ok(resp)
+}
+
+/// `POST /oauth/revoke` (RFC 7009): the client that holds a token ends it
+/// (a refresh token with its whole family). `200` with an empty body
+/// whether or not the token was known (§2.2); `token_type_hint` is not
+/// needed (our tokens say what they are) and any value is accepted. Every
+/// client is public, so `client_id` is its identification (§2.1 with RFC
+/// 6749 §2.3): required, and it must be the token's.
+pub(super) async fn revoke(
+    State(st): State<OauthState>,
+    _: Throttled,
+    request_id: Option<Extension<RequestId>>,
+    FormOrJsonParams(p): FormOrJsonParams,
+) -> Result<Response, OauthRejection> {
+    let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
+    let Some(token) = p.get("token") else {
+        return Err(OauthRejection::invalid_request("token is required."));
+    };
+    let Some(client_id) = p.get("client_id") else {
+        return Err(OauthRejection::invalid_request("client_id is required."));
+    };
+    let client = known_client(&st, client_id).await?;
+    st.app
+        .store
+        .revoke_oauth_token(token, &client.id, rid)
+        .await
+        .map_err(refused)?;
+    let mut resp = axum::http::StatusCode::OK.into_response();
     no_store(resp.headers_mut());
     Ok(resp)
 }
