@@ -129,7 +129,7 @@ pub async fn on_serve_start(store: &Store, cfg: &Config) -> anyhow::Result<()> {
         };
     }
     if let Some(owner) = users.iter().find(|u| u.is_owner && !u.has_password) {
-        eprintln!("{}", no_password_notice(&owner.email));
+        crate::commands::tell_operator(cfg, &no_password_notice(&owner.email));
     }
     Ok(())
 }
@@ -161,10 +161,13 @@ async fn first_start_to_file(store: &Store, cfg: &Config, path: &Path) -> anyhow
         )
     })?;
     file.sync_all()?;
-    eprintln!(
-        "zero-memory: first start: created the owner account {} and a personal access token; its password and the token are in {} (mode 0600). Read it, then delete it.",
-        first.email,
-        path.display()
+    crate::commands::tell_operator(
+        cfg,
+        &format!(
+            "zero-memory: first start: created the owner account {} and a personal access token; its password and the token are in {} (mode 0600). Read it, then delete it.",
+            first.email,
+            path.display()
+        ),
     );
     Ok(())
 }

@@ -42,9 +42,23 @@ pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
     match dispatch(command, &cfg).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("zero-memory: error: {e:#}");
+            match cfg.log_format {
+                LogFormat::Text => eprintln!("zero-memory: error: {e:#}"),
+                LogFormat::Json => tracing::error!(error = format!("{e:#}"), "zero-memory failed"),
+            }
             ExitCode::from(1)
         }
+    }
+}
+
+/// A line `serve` has for the operator on stderr (the first start, a
+/// missing password, test mode): as it is in text, as one `warn` event
+/// with `--log-format json`, so that every line on stderr is one JSON
+/// object for whatever collects them.
+pub fn tell_operator(cfg: &Config, text: &str) {
+    match cfg.log_format {
+        LogFormat::Text => eprintln!("{}", text.trim_end()),
+        LogFormat::Json => tracing::warn!("{}", text.trim_end()),
     }
 }
 

@@ -493,7 +493,7 @@ knobs! {
             shown: "`text`",
             parse: LogFormat::parse,
             help: "Log format: `text` or `json` (one JSON object per line).",
-            doc: "",
+            doc: "With `json`, `serve` writes nothing but JSON to stderr: its start banner is left to the `zero-memory is serving` event, the first-start, missing-password and test-mode notices are `warn` events, and a fatal error is an `error` event (for every command). The one-shot commands' own messages (`user add`, `import` …) stay text, and so does an invalid configuration (the format itself may be what is wrong).",
         },
     }
 

@@ -61,8 +61,9 @@ pub fn create_private_file(path: &Path) -> io::Result<File> {
 /// Before opening a SQLite database that may be created: its directory
 /// (`0700`) and an empty database file (`0600`), so the database — and the
 /// WAL and shared-memory files SQLite creates with the database file's
-/// mode — are private from the first byte. Then warn about a directory or
-/// database that group or others can read. Nothing for PostgreSQL.
+/// mode — are private from the first byte. Then warn about a database that
+/// group or others can read, and a directory they can write (a readable
+/// one shows only file names, as `/var/lib` does). Nothing for PostgreSQL.
 pub fn prepare_database(cfg: &Config) -> io::Result<()> {
     let url = cfg.open_options().url;
     let Some(db) = zm_store::sqlite_path(&url) else {
@@ -87,11 +88,42 @@ pub fn prepare_database(cfg: &Config) -> io::Result<()> {
             }
         }
     }
-    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
-        warn_if_exposed(dir, "data directory", "700");
+    if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty())
+        && let Some(mode) = writable_by_others(dir)
+    {
+        tracing::warn!(
+            path = %dir.display(),
+            mode = format!("{mode:o}"),
+            "other users of this machine can delete or replace the database in {}: keep it in a directory only this account can write (or chmod go-w it)",
+            dir.display()
+        );
     }
-    warn_if_exposed(&db, "database", "600");
+    if let Some(mode) = exposed_mode(&db) {
+        tracing::warn!(
+            path = %db.display(),
+            mode = format!("{mode:o}"),
+            "the database is readable by other users of this machine (memories, password hashes and token hashes live there); fix: chmod 600 {}",
+            db.display()
+        );
+    }
     Ok(())
+}
+
+/// The mode of a directory that group or others can write and that is not
+/// sticky (in a sticky one like `/tmp` they cannot remove our files), if it
+/// is one (Unix).
+pub fn writable_by_others(dir: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o7777;
+        (mode & 0o022 != 0 && mode & 0o1000 == 0).then_some(mode & 0o777)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
 }
 
 /// The mode bits group and others have on `path`, if any (Unix).
@@ -106,17 +138,6 @@ pub fn exposed_mode(path: &Path) -> Option<u32> {
     {
         let _ = path;
         None
-    }
-}
-
-fn warn_if_exposed(path: &Path, what: &str, fix: &str) {
-    if let Some(mode) = exposed_mode(path) {
-        tracing::warn!(
-            path = %path.display(),
-            mode = format!("{mode:o}"),
-            "the {what} is accessible to other users of this machine (memories, password hashes and token hashes live there); fix: chmod {fix} {}",
-            path.display()
-        );
     }
 }
 
@@ -145,5 +166,18 @@ mod tests {
         assert_eq!(mode(&file), 0o600, "an existing file is made private");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
         assert_eq!(exposed_mode(&file), None);
+
+        // A directory others may read is no warning; one they may write is,
+        // unless it is sticky.
+        assert_eq!(writable_by_others(&dir), None);
+        for (set, warned) in [
+            (0o755, None),
+            (0o775, Some(0o775)),
+            (0o757, Some(0o757)),
+            (0o1777, None),
+        ] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(set)).unwrap();
+            assert_eq!(writable_by_others(&dir), warned, "{set:o}");
+        }
     }
 }

@@ -95,7 +95,9 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             anyhow::bail!("ZM_TEST_ANONYMOUS_USER: the account {email} is disabled");
         }
         tracing::warn!(user = %email, "TEST MODE: /mcp requests without a token act as this user");
-        eprint!("{}", test_mode_warning(email));
+        if cfg.log_format == crate::config::LogFormat::Text {
+            eprint!("{}", test_mode_warning(email));
+        }
         http.test_anonymous_user = Some(user.id);
     }
     let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -110,13 +112,16 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     let limits = http.conn_limits();
     let app = zm_http::router(store.clone(), http, cancel.clone());
     tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
-    eprintln!(
-        "zero-memory {} serving on http://{} (MCP at {}, REST at {}/api)",
-        env!("CARGO_PKG_VERSION"),
-        shown.listen,
-        shown.mcp_url(),
-        shown.public_base_url()
-    );
+    // The banner for a person; JSON logs have the event above.
+    if cfg.log_format == crate::config::LogFormat::Text {
+        eprintln!(
+            "zero-memory {} serving on http://{} (MCP at {}, REST at {}/api)",
+            env!("CARGO_PKG_VERSION"),
+            shown.listen,
+            shown.mcp_url(),
+            shown.public_base_url()
+        );
+    }
     zm_http::serve(listener, app, limits, cancel.clone(), shutdown_signal()).await?;
     cancel.cancel();
     if let Some(e) = embedder {

@@ -1346,14 +1346,99 @@ fn exports_are_private_and_an_open_data_directory_is_warned_about() {
 
     let quiet = env.run(&["user", "list"]);
     assert!(!stderr(&quiet).contains("chmod"), "{}", stderr(&quiet));
+    // A directory others may read (as /var/lib) shows them names only.
     std::fs::set_permissions(env.data_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let quiet = env.run(&["user", "list"]);
+    assert!(
+        !stderr(&quiet).contains("other users"),
+        "{}",
+        stderr(&quiet)
+    );
+    // One they may write: they could replace the database.
+    std::fs::set_permissions(env.data_dir(), std::fs::Permissions::from_mode(0o775)).unwrap();
     let warned = env.run(&["user", "list"]);
     assert_success(&warned, &["user", "list"]);
     assert!(
-        stderr(&warned).contains(&format!("chmod 700 {}", env.data_dir().display())),
+        stderr(&warned).contains(&format!(
+            "can delete or replace the database in {}",
+            env.data_dir().display()
+        )),
         "{}",
         stderr(&warned)
     );
+    // A database others may read.
+    std::fs::set_permissions(env.data_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let db = env.data_dir().join("zero-memory.db");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let warned = env.run(&["user", "list"]);
+    assert!(
+        stderr(&warned).contains(&format!("chmod 600 {}", db.display())),
+        "{}",
+        stderr(&warned)
+    );
+}
+
+/// With `--log-format json` every line on stderr is one JSON object: the
+/// start, the first start's notice, and a command's fatal error.
+#[test]
+fn json_logs_put_nothing_but_json_on_stderr() {
+    let env = Env::new();
+    let file = env.dir.path().join("first-start.txt");
+    let mut cmd = env.cmd(&[
+        "--log-format",
+        "json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--first-start-output",
+        file.to_str().unwrap(),
+    ]);
+    cmd.env("ZM_LOG", "info");
+    let mut serve = Serve::spawn(cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !serve
+        .seen
+        .iter()
+        .any(|l| l.contains("zero-memory is serving"))
+    {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .expect("serve started");
+        match serve.stderr.recv_timeout(left) {
+            Ok(line) => serve.seen.push(line),
+            Err(e) => panic!("{e}: {:?}", serve.seen),
+        }
+    }
+    let (_, err) = serve.stop();
+    let events: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        events.iter().any(|e| e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("first start") && m.contains("first-start.txt"))),
+        "{err}"
+    );
+    // A fatal error: the port is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let failed = env.run(&["--log-format", "json", "serve", "--listen", &port]);
+    assert_eq!(failed.status.code(), Some(1));
+    let err = stderr(&failed);
+    let last: Value = serde_json::from_str(err.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {err}"));
+    assert_eq!(last["level"], "ERROR", "{err}");
+    assert!(
+        last["fields"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot listen"),
+        "{err}"
+    );
+    for line in err.lines() {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
 }
 
 /// The test-only anonymous user: started the way `.ci/conformance/run.sh`
