@@ -505,18 +505,19 @@ def check_file_modes(name, d):
         seen["export over a 0644 file"] = oct(mode(existing))
         if mode(existing) != 0o600:
             problems.append(f"export --out over an existing 0644 file left mode {oct(mode(existing))}, expected 0o600")
-        # A data directory readable by others draws a warning when `serve`
-        # starts (a log line at warn naming the chmod that fixes it).
-        os.chmod(data, 0o755)
+        # A data directory others can write draws a warning when `serve`
+        # starts (a log line at warn naming the directory): they could
+        # replace the database.
+        os.chmod(data, 0o775)
         logged = len(srv.log())
         try:
             srv.start()
         finally:
             srv.stop()
         new = srv.log()[logged:]
-        warned = [l for l in new.splitlines() if "WARN" in l and "chmod 700" in l and data in l]
+        warned = [l for l in new.splitlines() if "WARN" in l and "delete or replace the database" in l and data in l]
         if not warned:
-            problems.append(f"no warning for a 0755 data directory at start; log: {new.strip()[:300]!r}")
+            problems.append(f"no warning for a 0775 data directory at start; log: {new.strip()[:300]!r}")
         seen["open data dir warning"] = "yes" if warned else "no"
     finally:
         os.umask(old_umask)

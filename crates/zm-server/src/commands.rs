@@ -44,21 +44,29 @@ pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
         Err(e) => {
             match cfg.log_format {
                 LogFormat::Text => eprintln!("zero-memory: error: {e:#}"),
-                LogFormat::Json => tracing::error!(error = format!("{e:#}"), "zero-memory failed"),
+                LogFormat::Json => {
+                    tracing::error!(target: OPERATOR, error = format!("{e:#}"), "zero-memory failed");
+                }
             }
             ExitCode::from(1)
         }
     }
 }
 
+/// The target of the events that stand for what text mode prints to the
+/// operator whatever the log filter (the start banner, notices, a fatal
+/// error): with `--log-format json` it is always enabled, at `info`.
+pub const OPERATOR: &str = "zero_memory";
+
 /// A line `serve` has for the operator on stderr (the first start, a
 /// missing password, test mode): as it is in text, as one `warn` event
-/// with `--log-format json`, so that every line on stderr is one JSON
-/// object for whatever collects them.
+/// with `--log-format json` (target [`OPERATOR`], shown whatever the
+/// filter), so that every line on stderr is one JSON object for whatever
+/// collects them.
 pub fn tell_operator(cfg: &Config, text: &str) {
     match cfg.log_format {
         LogFormat::Text => eprintln!("{}", text.trim_end()),
-        LogFormat::Json => tracing::warn!("{}", text.trim_end()),
+        LogFormat::Json => tracing::warn!(target: OPERATOR, "{}", text.trim_end()),
     }
 }
 
@@ -136,8 +144,17 @@ pub fn log_filter(configured: &str) -> String {
 }
 
 /// Logs go to stderr, always (stdout is command output or the MCP protocol).
+/// With `--log-format json` the [`OPERATOR`] events are always on, and a
+/// panic is an `error` event instead of the default hook's plain text.
 fn init_logging(cfg: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&cfg.log))
+    let mut directives = log_filter(&cfg.log);
+    if cfg.log_format == LogFormat::Json {
+        directives.push_str(&format!(",{OPERATOR}=info"));
+        std::panic::set_hook(Box::new(|info| {
+            tracing::error!(target: OPERATOR, panic = %info, "zero-memory panicked");
+        }));
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -2,7 +2,8 @@
 //! SQLite database `0600` (SQLite gives its `-wal` and `-shm` files the
 //! database file's mode), and every file holding secrets or memories that
 //! a command writes (`export --out`, `--first-start-output`) `0600`.
-//! A data directory or database readable by group or others draws a warning.
+//! A database group or others can read or write, and a data directory
+//! they can write, draw a warning.
 
 use std::fs::File;
 use std::io;
@@ -102,22 +103,23 @@ pub fn prepare_database(cfg: &Config) -> io::Result<()> {
         tracing::warn!(
             path = %db.display(),
             mode = format!("{mode:o}"),
-            "the database is readable by other users of this machine (memories, password hashes and token hashes live there); fix: chmod 600 {}",
+            "the database is open to other users of this machine (memories, password hashes and token hashes live there); fix: chmod 600 {}",
             db.display()
         );
     }
     Ok(())
 }
 
-/// The mode of a directory that group or others can write and that is not
-/// sticky (in a sticky one like `/tmp` they cannot remove our files), if it
-/// is one (Unix).
+/// The mode of a directory that group or others can write, if it is one
+/// (Unix). Sticky or not: in a sticky one (`/tmp`) they cannot remove our
+/// files, but they can still plant a `-wal` file for SQLite to replay
+/// while none is there (between runs).
 pub fn writable_by_others(dir: &Path) -> Option<u32> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o7777;
-        (mode & 0o022 != 0 && mode & 0o1000 == 0).then_some(mode & 0o777)
+        (mode & 0o022 != 0).then_some(mode)
     }
     #[cfg(not(unix))]
     {
@@ -168,13 +170,13 @@ mod tests {
         assert_eq!(exposed_mode(&file), None);
 
         // A directory others may read is no warning; one they may write is,
-        // unless it is sticky.
+        // sticky or not.
         assert_eq!(writable_by_others(&dir), None);
         for (set, warned) in [
             (0o755, None),
             (0o775, Some(0o775)),
             (0o757, Some(0o757)),
-            (0o1777, None),
+            (0o1777, Some(0o1777)),
         ] {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(set)).unwrap();
             assert_eq!(writable_by_others(&dir), warned, "{set:o}");

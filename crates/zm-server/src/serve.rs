@@ -94,9 +94,16 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         if user.is_disabled() {
             anyhow::bail!("ZM_TEST_ANONYMOUS_USER: the account {email} is disabled");
         }
-        tracing::warn!(user = %email, "TEST MODE: /mcp requests without a token act as this user");
-        if cfg.log_format == crate::config::LogFormat::Text {
-            eprint!("{}", test_mode_warning(email));
+        match cfg.log_format {
+            crate::config::LogFormat::Text => {
+                tracing::warn!(user = %email, "TEST MODE: /mcp requests without a token act as this user");
+                eprint!("{}", test_mode_warning(email));
+            }
+            crate::config::LogFormat::Json => tracing::warn!(
+                target: crate::commands::OPERATOR,
+                user = %email,
+                "TEST MODE: /mcp requests without a token act as this user; never use it on a server anyone else can reach"
+            ),
         }
         http.test_anonymous_user = Some(user.id);
     }
@@ -111,9 +118,12 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
     let limits = http.conn_limits();
     let app = zm_http::router(store.clone(), http, cancel.clone());
-    tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
-    // The banner for a person; JSON logs have the event above.
-    if cfg.log_format == crate::config::LogFormat::Text {
+    // The banner for a person; JSON logs get it as an event whatever the
+    // filter, as text mode prints it whatever the filter.
+    if cfg.log_format == crate::config::LogFormat::Json {
+        tracing::info!(target: crate::commands::OPERATOR, listen = %shown.listen, mcp = %shown.mcp_url(), version = env!("CARGO_PKG_VERSION"), "zero-memory is serving");
+    } else {
+        tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
         eprintln!(
             "zero-memory {} serving on http://{} (MCP at {}, REST at {}/api)",
             env!("CARGO_PKG_VERSION"),
