@@ -251,21 +251,13 @@ impl DirModel {
             }
             hex::encode(h.finalize())
         };
-        let name = raw
-            .get("_name_or_path")
-            .and_then(serde_json::Value::as_str)
-            .filter(|n| !n.trim().is_empty())
-            .map_or_else(
-                || {
-                    dir.file_name()
-                        .map_or_else(|| "model".to_string(), |n| n.to_string_lossy().into_owned())
-                },
-                str::to_string,
-            );
+        // What the files hold, not what they are called: the same model in
+        // two directories (or with another `_name_or_path`) is one
+        // identity, and no path reaches the vectors' rows or `/metrics`.
         Ok(DirModel {
             text,
             identity: format!(
-                "dir/{name}@sha256:{digest}#setup{}#max{max_len}{}",
+                "dir@sha256:{digest}#setup{}#max{max_len}{}",
                 &setup[..16],
                 match keep {
                     Keep::F32 => "",

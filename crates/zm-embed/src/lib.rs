@@ -690,7 +690,7 @@ mod tests {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let f32_model = dir::DirModel::load_keeping(&dir, dir::Keep::F32).unwrap();
         assert!(
-            f32_model.model().starts_with("dir/"),
+            f32_model.model().starts_with("dir@sha256:"),
             "{}",
             f32_model.model()
         );
@@ -756,6 +756,14 @@ mod tests {
         std::fs::write(dir.join("config.json"), pretty).unwrap();
         let reformatted = dir::DirModel::load_keeping(&dir, dir::Keep::F32).unwrap();
         assert_eq!(reformatted.model(), f32_model.model());
+        // Another name, in another directory: the same files, the same
+        // identity (instances sharing a database must agree).
+        same["_name_or_path"] = "somebody/renamed".into();
+        let elsewhere = bundled_as_directory("elsewhere", same.to_string().as_bytes());
+        let moved = dir::DirModel::load_keeping(&elsewhere, dir::Keep::F32).unwrap();
+        assert_eq!(moved.model(), f32_model.model());
+        assert!(!moved.model().contains("renamed") && !moved.model().contains("elsewhere"));
+        std::fs::remove_dir_all(&elsewhere).unwrap();
         // A weight file cut short is refused at load, naming what is wrong.
         let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
         std::fs::write(dir.join("config.json"), pocket::native::CONFIG).unwrap();

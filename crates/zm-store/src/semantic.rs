@@ -206,6 +206,33 @@ impl VectorIndex {
         self.cosine_with(i, query.values(), query.scale())
     }
 
+    /// Drop the entries at `gone` (ascending positions): each takes the
+    /// last entry in its place, so the arrays stay dense. Returns how many.
+    fn remove_at(&mut self, gone: &[usize]) -> usize {
+        let dims = self.dims;
+        let words = dims.div_ceil(64);
+        for &i in gone.iter().rev() {
+            let last = self.ids.len() - 1;
+            self.by_id.remove(&self.ids[i]);
+            if i != last {
+                self.ids.swap(i, last);
+                self.entries.swap(i, last);
+                self.scales.swap(i, last);
+                self.codes
+                    .copy_within(last * dims..(last + 1) * dims, i * dims);
+                self.signs
+                    .copy_within(last * words..(last + 1) * words, i * words);
+                self.by_id.insert(self.ids[i].clone(), i);
+            }
+            self.ids.pop();
+            self.entries.pop();
+            self.scales.pop();
+            self.codes.truncate(last * dims);
+            self.signs.truncate(last * words);
+        }
+        gone.len()
+    }
+
     fn set_meta(&mut self, meta: &Meta) {
         let Some(&i) = self.by_id.get(&meta.id) else {
             return;
@@ -610,7 +637,7 @@ impl Store {
         };
         #[allow(clippy::cast_precision_loss)]
         let secs = |us: u64| us as f64 / 1e6;
-        let model = model.replace(['\\', '"'], "_");
+        let model = model.replace(['\\', '"', '\n'], "_");
         format!(
             "# HELP zm_embedding_model The embedding model in use (hybrid recall).\n# TYPE zm_embedding_model gauge\nzm_embedding_model{{model=\"{model}\"}} 1\n\
              # HELP zm_embedding_queue Live memories not embedded yet (recall finds them by full text only).\n# TYPE zm_embedding_queue gauge\nzm_embedding_queue {queue}\n\
@@ -725,16 +752,23 @@ impl Store {
             .db("write vector")?;
         }
         tx.commit().await.db("commit vectors")?;
-        s.embedded
-            .fetch_add(u64::try_from(batch.len()).unwrap_or(0), Ordering::Relaxed);
-        self.refresh_vectors().await?;
         let fresh: Vec<MemoryId> = batch
             .iter()
             .zip(&vectors)
             .filter(|(_, v)| v.is_some())
             .map(|((id, _), _)| MemoryId::from_trusted(id))
             .collect();
-        self.file_meaning_duplicates(&fresh).await?;
+        s.embedded
+            .fetch_add(u64::try_from(fresh.len()).unwrap_or(0), Ordering::Relaxed);
+        // The vectors are stored: what follows must not fail the batch (it
+        // would not come back, no longer pending). The index loads them
+        // at its next refresh at the latest.
+        if let Err(e) = self.refresh_vectors().await {
+            tracing::warn!(target: "zm_store", error = %e.message, "could not load fresh vectors into the index");
+        }
+        if let Err(e) = self.file_meaning_duplicates(&fresh).await {
+            tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
+        }
         Ok(batch.len())
     }
 
@@ -893,7 +927,8 @@ impl Store {
     }
 
     /// Re-read the owner, scope, kind, sharing and liveness of every
-    /// indexed memory (memories erased meanwhile leave the index), and load
+    /// indexed memory (memories erased meanwhile, or whose vector another
+    /// model's replaced, leave the index and its memory), and load
     /// any vector of the model that the index lacks: one committed behind
     /// what [`refresh_vectors`](Self::refresh_vectors) re-reads (on
     /// PostgreSQL, a transaction that stalled while more than
@@ -906,9 +941,12 @@ impl Store {
         if model.is_empty() {
             return Ok(());
         }
+        // Entries added after this point may be missing from the rows read
+        // below (committed after them): only the ones before may go.
+        let known = read(&self.semantic.index).ids.len();
         let mut sql = crate::sql::Sql::new(&format!(
             "SELECT {META_COLUMNS} FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
-             WHERE v.model = "
+             WHERE v.vec IS NOT NULL AND v.model = "
         ));
         sql.bind_str(&model);
         let rows = sql
@@ -926,11 +964,12 @@ impl Store {
             let present: std::collections::HashSet<&MemoryId> =
                 metas.iter().map(|m| &m.id).collect();
             let index = &mut *guard;
-            for (e, id) in index.entries.iter_mut().zip(&index.ids) {
-                if !present.contains(id) {
-                    e.live = false;
-                }
-            }
+            // This is the only place entries leave, so the first `known`
+            // are the ones there before the rows were read.
+            let gone: Vec<usize> = (0..known.min(index.ids.len()))
+                .filter(|&i| !present.contains(&index.ids[i]))
+                .collect();
+            index.remove_at(&gone);
             for m in &metas {
                 index.set_meta(m);
             }
@@ -1152,20 +1191,24 @@ impl Store {
     }
 }
 
-/// Embed each text; `None` for a text the model refuses. A batch the model
-/// refuses as a whole is retried one text at a time.
+/// Embed each text; `None` for a text the model refuses (or panics on). A
+/// batch the model refuses as a whole is retried one text at a time, so
+/// one bad text costs only its own vector.
 fn embed_each(enc: &dyn Encoder, texts: &[String]) -> Vec<Option<Vector>> {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    if let Ok(vs) = enc.embed(&refs)
+    if let Ok(Ok(vs)) = catch_unwind(AssertUnwindSafe(|| enc.embed(&refs)))
         && vs.len() == texts.len()
     {
         return vs.iter().map(|v| Some(Vector::quantize(v))).collect();
     }
     refs.iter()
-        .map(|t| match enc.embed(&[*t]) {
-            Ok(mut v) if v.len() == 1 => Some(Vector::quantize(&v.swap_remove(0))),
-            _ => None,
-        })
+        .map(
+            |t| match catch_unwind(AssertUnwindSafe(|| enc.embed(&[*t]))) {
+                Ok(Ok(mut v)) if v.len() == 1 => Some(Vector::quantize(&v.swap_remove(0))),
+                _ => None,
+            },
+        )
         .collect()
 }
 
@@ -1280,6 +1323,41 @@ mod tests {
                 .nearest(&query, &own("carol"), &ReadSet::All, 10)
                 .is_empty()
         );
+    }
+
+    /// Removing entries keeps every other one whole: its position in
+    /// `by_id`, its coordinates, sign bits and scale, found as before.
+    #[test]
+    fn removed_entries_leave_the_index_and_the_rest_stay_findable() {
+        let mut seed = 0x0123_4567_89AB_CDEF;
+        let (mut index, raw) = index(300, 7, &mut seed);
+        let gone: Vec<usize> = vec![0, 5, 6, 150, 298, 299];
+        assert_eq!(index.remove_at(&gone), 6);
+        assert_eq!(index.ids.len(), 294);
+        assert_eq!(index.entries.len(), 294);
+        assert_eq!(index.scales.len(), 294);
+        assert_eq!(index.codes.len(), 294 * 384);
+        assert_eq!(index.signs.len(), 294 * 6);
+        assert_eq!(index.by_id.len(), 294);
+        for (i, v) in raw.iter().enumerate() {
+            let id = MemoryId::from_trusted(format!("mem_{i:06}"));
+            if gone.contains(&i) {
+                assert!(!index.by_id.contains_key(&id), "{id} removed");
+                continue;
+            }
+            let at = index.by_id[&id];
+            assert_eq!(index.ids[at], id);
+            let q = Vector::quantize(v);
+            assert_eq!(index.code(at), q.values(), "{id}'s coordinates");
+            assert_eq!(index.scales[at].to_bits(), q.scale().to_bits());
+            assert_eq!(
+                &index.signs[at * 6..(at + 1) * 6],
+                sign_bits(q.values()).as_slice()
+            );
+            let owner = if i.is_multiple_of(7) { "bob" } else { "alice" };
+            let found = index.search(&near(v, &mut seed), &own(owner), &ReadSet::All, 1, false);
+            assert_eq!(found[0].0, id, "the nearest of a query near {id}");
+        }
     }
 
     #[test]
@@ -1444,6 +1522,16 @@ mod tests {
                 store.is_embedded(&id),
                 "[{label}] found by the metadata refresh"
             );
+            // Its vector gone from the table (as another model's vector
+            // replaces it, or an erasure takes the memory): the refresh
+            // takes it out of the index, not only out of the results.
+            sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1")
+                .bind(&id)
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            store.refresh_vector_meta().await.unwrap();
+            assert!(!store.is_embedded(&id), "[{label}] left the index");
         }
     }
 
