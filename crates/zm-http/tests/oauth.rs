@@ -1054,6 +1054,11 @@ async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
     // Unknown and already revoked tokens: 200, as RFC 7009 §2.2 says.
     assert_eq!(revoke(with("zm_oat_never-issued", &client)).await.0, 200);
     assert_eq!(revoke(with(refresh2, &client)).await.0, 200);
+    assert_eq!(
+        revoke(with(refresh2, &other)).await.0,
+        200,
+        "a revoked token is no token, whoever asks"
+    );
     // The user's grant stands: the client is still listed as authorized.
     let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
     assert!(listed.iter().all(|c| c.revoked_at.is_none()), "{listed:?}");

@@ -942,11 +942,13 @@ impl Store {
 
     /// RFC 7009 revocation by the client that holds the token: a refresh
     /// token ends its whole family (every access and refresh token of that
-    /// sign-in, §2.1's SHOULD), an access token only itself. A token that
-    /// is unknown, not an OAuth token (a personal access token), expired or
-    /// already revoked changes nothing and is no error (§2.2); one issued
-    /// to another client is `invalid_grant` and stays as it was. The grant
-    /// stays: the client may sign in again without the user revoking it.
+    /// sign-in, §2.1's SHOULD; a refresh token already rotated names its
+    /// family too), an access token only itself. A token that is unknown,
+    /// not an OAuth token (a personal access token), expired or already
+    /// revoked changes nothing and is no error (§2.2), whoever asks. A live
+    /// token issued to another client is `invalid_grant` (audited as a
+    /// refusal) and stays as it was. The grant stays: the client may sign
+    /// in again without the user revoking it.
     pub async fn revoke_oauth_token(
         &self,
         token: &str,
@@ -958,11 +960,12 @@ impl Store {
         let mut tx = self.write_tx().await?;
         let row = sqlx::query(
             "SELECT id, kind, user_id, client_id, family_id FROM access_tokens \
-             WHERE token_hash = $1 AND kind IN ($2, $3)",
+             WHERE token_hash = $1 AND kind IN ($2, $3) AND revoked_at IS NULL AND expires_at > $4",
         )
         .bind(&hash)
         .bind(TokenKind::OauthAccess.as_str())
         .bind(TokenKind::OauthRefresh.as_str())
+        .bind(now)
         .fetch_optional(&mut *tx)
         .await
         .db("read token to revoke")?;
@@ -977,9 +980,17 @@ impl Store {
             family_id,
         } = RefreshRow::from_row(&row)?;
         if holder != client_id {
-            return Err(OauthError::InvalidGrant(
-                "The token was issued to a different client.".into(),
-            ));
+            drop(tx);
+            let e = OauthError::InvalidGrant("The token was issued to a different client.".into());
+            self.oauth_audit(
+                Some(&user_id),
+                "oauth.token_revoked",
+                json!({"client_id": client_id, "holder_client_id": holder}),
+                Err(&ToolError::forbidden(e.description())),
+                request_id,
+            )
+            .await;
+            return Err(e);
         }
         let refresh = kind == TokenKind::OauthRefresh.as_str();
         let changed = if refresh {

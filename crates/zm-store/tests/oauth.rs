@@ -290,7 +290,9 @@ backend_tests! {
         // Twice is no error.
         store.revoke_oauth_token(&t.access_token, &c, None).await.unwrap();
 
-        // A refresh token ends its family, the newest access token too.
+        // A refresh token ends its family, the newest access token too (a
+        // millisecond later: the audit rows below come in order).
+        store.clock().advance_ms(1);
         store.revoke_oauth_token(&t2.refresh_token, &c, None).await.unwrap();
         assert!(!works(&store, &t2.access_token).await, "[{label}] family revoked");
         invalid_grant(
@@ -312,15 +314,27 @@ backend_tests! {
         let again = exchange(&store, &c, &code(&store, &c, &u.id).await).await;
         assert!(again.is_ok(), "[{label}] {again:?}");
         let audit = store.audit_rows(&u.id, 50).await.unwrap();
-        let revoked: Vec<_> = audit
+        let rows = |refused: bool| -> Vec<serde_json::Value> {
+            audit
+                .iter()
+                .filter(|r| r["command"] == "oauth.token_revoked" && r["error_code"].is_null() != refused)
+                .cloned()
+                .collect()
+        };
+        let kinds: Vec<String> = rows(false)
             .iter()
-            .filter(|r| r["command"] == "oauth.token_revoked")
             .map(|r| r["payload"]["token_type"].as_str().unwrap_or("").to_string())
             .collect();
         assert_eq!(
-            revoked,
+            kinds,
             ["refresh_token", "access_token"],
             "[{label}] one audit row per revocation that changed something, newest first: {audit:?}"
+        );
+        let refused = rows(true);
+        assert_eq!(refused.len(), 2, "[{label}] the two refusals: {audit:?}");
+        assert!(
+            refused.iter().all(|r| r["payload"]["client_id"] == c2 && r["payload"]["holder_client_id"] == c),
+            "[{label}] {refused:?}"
         );
     }
 
