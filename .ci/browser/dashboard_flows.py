@@ -7,7 +7,8 @@ chromium-driver, through .ci/browser/harness.py) through what a person does:
 
   sign in with the printed credentials; an agent's `remember` over MCP
   appears in the list; search finds it; edit keeps the history; bulk forget
-  with a confirmation; each error code's treatment; sign out ends the
+  with a confirmation; a teammate's memory (no edit) and a bulk move that
+  cannot take it along; each error code's treatment; sign out ends the
   session.
 
 On every page: zero JavaScript console errors and no serious or critical
@@ -284,6 +285,42 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(b.text_of("#my-role") == "admin", "the creator is the team's admin")
     page_is_clean(b, "team page")
     shoot(b, shots, "team")
+
+    # A teammate's memory: the page says whose it is and offers no edit,
+    # and a bulk move that takes it along lists it as not moved.
+    srv.add_user("mate@example.com")
+    mate = srv.token("mate@example.com")
+    status, body = srv.request_json("POST", "/api/teams/browsers/members", token,
+                                    {"email": "mate@example.com", "role": "writer"})
+    check(status in (200, 201), f"the mate is added to the team: {status} {body}")
+    status, body = srv.tool(mate, "remember", {"content": "Team convention: staging deploys wait for a green canary.",
+                                               "kind": "convention", "scope": "team.browsers"})
+    check(status == 200, f"the mate remembers into the team: {status} {body}")
+    theirs = body.get("memory_id", "")
+    status, body = srv.tool(token, "remember", {"content": "Team decision: canary traffic is five percent.",
+                                                "kind": "decision", "scope": "team.browsers"})
+    check(status == 200, f"the owner remembers into the team: {status} {body}")
+    ours = body.get("memory_id", "")
+    b.get(f"{base}/memories/{theirs}")
+    b.wait_for("#not-yours")
+    check(not b.driver.find_elements("css selector", "form#edit"), "a teammate's memory offers no edit")
+    page_is_clean(b, "a teammate's memory page")
+    shoot(b, shots, "memory-teammate")
+    b.get(base + "/?scope=team.browsers")
+    b.wait_for("ol#results")
+    for mid in (theirs, ours):
+        b.click(f"input[name=ids][value='{mid}']")
+    b.driver.find_element("css selector", "#bulk-action").send_keys("Move")
+    b.fill("#bulk-scope", "team.browsers.web")
+    b.submit("form#bulk .bulk button[type=submit]")
+    b.wait_for("#confirm-question")
+    b.submit("form#confirm button.danger")
+    b.wait_for("main h1")
+    check(b.text_of("main h1") == "Moved, with exceptions", f"a partial move says so: {b.text_of('main h1')}")
+    check(theirs in b.text_of(".flash.warn") and ours not in b.text_of(".flash.warn"),
+          "only the teammate's memory is listed as not moved")
+    page_is_clean(b, "moved with exceptions")
+    shoot(b, shots, "moved-with-exceptions")
 
     # conflict: a memory that changed since the page was shown.
     b.get(f"{base}/memories/{others[0]}")
