@@ -26,7 +26,7 @@ const CONFLICT_SELECT: &str = "SELECT c.id, c.status, c.verdict, c.confidence, c
     FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b";
 
 /// Rows whose memories are all the caller's.
-fn push_owned(sql: &mut Sql, user_id: &str) {
+pub(crate) fn push_owned(sql: &mut Sql, user_id: &str) {
     sql.push(" a.owner_id = ").bind_str(user_id);
     sql.push(" AND (c.memory_b IS NULL OR b.owner_id = ")
         .bind_str(user_id)
@@ -150,7 +150,11 @@ impl Store {
             });
         }
         let dispute_id = IdKind::MemoryReview.generate();
-        sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) VALUES ($1, $2, $3, NULL, $4, NULL, $5, $6, $7)")
+        // Two challenges at once (PostgreSQL): the one pending challenge a
+        // memory may have (a unique index) is the first's; the second
+        // finds it.
+        let inserted = sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) VALUES ($1, $2, $3, NULL, $4, NULL, $5, $6, $7) \
+             ON CONFLICT (memory_a) WHERE status = 'pending' AND verdict = 'challenged' DO NOTHING")
             .bind(&dispute_id)
             .bind(&caller.user_id)
             .bind(id)
@@ -161,6 +165,21 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("challenge insert")?;
+        if inserted.rows_affected() == 0 {
+            let dispute_id: String = sqlx::query_scalar(
+                "SELECT id FROM conflicts WHERE memory_a = $1 AND status = $2 AND verdict = $3",
+            )
+            .bind(id)
+            .bind(ConflictStatus::Pending.as_str())
+            .bind(ConflictVerdict::Challenged.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .db("challenge pending")?;
+            return Ok(ChallengeOutput {
+                dispute_id,
+                already_pending: true,
+            });
+        }
         Ok(ChallengeOutput {
             dispute_id,
             already_pending: false,
@@ -304,7 +323,26 @@ impl Store {
         } = plan;
         let now = self.now();
         let tx = cx.tx().await?;
-        let done = sqlx::query("UPDATE conflicts SET status = $1, resolution = $2, winner = $3, resolved_by = $4, resolved_at = $5 WHERE id = $6 AND status = $7")
+        // The winner that supersedes the other must still stand, and be the
+        // caller's (read in the transaction: a forget or a hand-over may
+        // have come between the conflict's load and now).
+        if let Some(w) = &successor {
+            let live: Option<Option<i64>> = sqlx::query_scalar(
+                "SELECT invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+            )
+            .bind(w.as_str())
+            .bind(&caller.user_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("resolve winner")?;
+            if !matches!(live, Some(None)) {
+                return Err(ToolError::conflict(format!(
+                    "Memory {} is invalidated (or no longer yours); restore it before it wins, or keep both.",
+                    w.as_str()
+                )));
+            }
+        }
+        let done = sqlx::query("UPDATE conflicts SET status = $1, resolution = $2, winner = $3, resolved_by = $4, resolved_at = $5 WHERE id = $6 AND status = $7 AND owner_id = $4")
             .bind(status.as_str())
             .bind(resolution.as_str())
             .bind(winner.map(MemoryId::into_string))
@@ -323,7 +361,7 @@ impl Store {
         }
         let mut retired = None;
         if let Some(loser) = retire {
-            sqlx::query("UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 WHERE id = $5 AND invalidated_at IS NULL")
+            let gone = sqlx::query("UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 WHERE id = $5 AND invalidated_at IS NULL AND owner_id = $2")
                 .bind(now)
                 .bind(&caller.user_id)
                 .bind(caller.agent_name.clone())
@@ -332,6 +370,11 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .db("retire loser")?;
+            // A rule promoted from the retired memory goes with it, as on
+            // a forget.
+            if gone.rows_affected() > 0 {
+                self.retire_rule_of(tx, caller, loser.as_str()).await?;
+            }
             retired = Some(loser.clone());
             if let Some(w) = successor {
                 sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")

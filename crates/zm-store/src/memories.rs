@@ -627,6 +627,27 @@ impl Store {
                     // Not the caller's, or already retired: nothing to supersede.
                     continue;
                 }
+                // A rule promoted from the old version follows the new one,
+                // in its state, with the new text when it had the old
+                // version's (an edit keeps the rule and corrects it). When
+                // the new memory has a rule of its own (an exact duplicate
+                // absorbed), the old one retires as on a forget.
+                let followed = sqlx::query(
+                    "UPDATE rules SET memory_id = $1, \
+                     text = CASE WHEN text = (SELECT content FROM memories WHERE id = $2) \
+                                 THEN (SELECT content FROM memories WHERE id = $1) ELSE text END \
+                     WHERE memory_id = $2 AND owner_id = $3 \
+                       AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.memory_id = $1)",
+                )
+                .bind(memory_id)
+                .bind(dst)
+                .bind(&caller.user_id)
+                .execute(&mut *tx)
+                .await
+                .db("rule follows its memory")?;
+                if followed.rows_affected() == 0 {
+                    self.retire_rule_of(tx, caller, dst).await?;
+                }
                 retired.push(dst.clone());
             }
             sqlx::query(

@@ -155,12 +155,35 @@ impl Store {
             .map(str::trim)
             .map(str::to_string)
             .unwrap_or(source.content);
+        // On PostgreSQL a forget (or a hand-over) may have committed since
+        // the memory was read: hold it now (after its teams, the order
+        // every write takes) and look again, so that a forget either waits
+        // for this rule and retires it, or wins and no rule is written.
+        if self.backend == crate::db::Backend::Postgres {
+            let still: Option<Option<i64>> = sqlx::query_scalar(
+                "SELECT invalidated_at FROM memories WHERE id = $1 AND owner_id = $2 FOR NO KEY UPDATE",
+            )
+            .bind(id)
+            .bind(&caller.user_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("promote hold")?;
+            match still {
+                None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
+                Some(Some(_)) => {
+                    return Err(ToolError::conflict(format!(
+                        "Memory {id} is invalidated; restore it before promoting it."
+                    )));
+                }
+                Some(None) => {}
+            }
+        }
         let now = self.now();
         sqlx::query(
             "INSERT INTO rules (id, owner_id, memory_id, text, layer, applies_scope, status, pinned, promoted_at, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8) \
-             ON CONFLICT (memory_id) DO UPDATE SET text = excluded.text, layer = excluded.layer, applies_scope = excluded.applies_scope, \
-             status = excluded.status, promoted_at = excluded.promoted_at, revoked_reason = NULL",
+             ON CONFLICT (memory_id) DO UPDATE SET owner_id = excluded.owner_id, text = excluded.text, layer = excluded.layer, applies_scope = excluded.applies_scope, \
+             status = excluded.status, pinned = 0, promoted_at = excluded.promoted_at, revoked_reason = NULL",
         )
         .bind(IdKind::RuleCandidate.generate())
         .bind(&caller.user_id)
@@ -209,13 +232,31 @@ impl Store {
         }
     }
 
-    /// Change one of the caller's promoted rules.
+    /// Change one of the caller's promoted rules. Pinning a rule that
+    /// members of a project or team receive takes what promoting it took
+    /// (the writer role there, now): a pinned rule leads every briefing and
+    /// never expires. Unpinning and revoking stay the owner's at any role.
     async fn set_rule(
         &self,
         caller: &Caller,
         memory_id: &str,
         change: RuleChange<'_>,
     ) -> Result<(), ToolError> {
+        let mut tx = self.write_tx().await?;
+        if matches!(change, RuleChange::Pin(true)) {
+            let applies: Option<Option<String>> = sqlx::query_scalar(
+                "SELECT applies_scope FROM rules WHERE owner_id = $1 AND memory_id = $2 AND status = $3",
+            )
+            .bind(&caller.user_id)
+            .bind(memory_id)
+            .bind(RuleState::Promoted.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .db("rule to pin")?;
+            if let Some(Some(path)) = applies {
+                self.may_set_rules_for(&mut tx, caller, &path).await?;
+            }
+        }
         let mut sql = Sql::new("UPDATE rules SET ");
         match change {
             RuleChange::Pin(pinned) => {
@@ -232,12 +273,13 @@ impl Store {
         sql.push(" AND memory_id = ").bind_str(memory_id);
         sql.push(" AND status = ")
             .bind_str(RuleState::Promoted.as_str());
-        let done = sql.query().execute(&self.pool).await.db("update rule")?;
+        let done = sql.query().execute(&mut *tx).await.db("update rule")?;
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found(format!(
                 "No rule from memory {memory_id}."
             )));
         }
+        tx.commit().await.db("commit rule change")?;
         Ok(())
     }
 

@@ -1214,23 +1214,28 @@ impl Store {
             .collect()
     }
 
-    /// Pending conflicts (owned by the caller) touching these memories, in
-    /// one query: which of them carry a pending challenge, and for each,
-    /// the newest dispute and the other memory of a pair.
+    /// Pending conflicts (owned by the caller, both memories the caller's:
+    /// a pair half handed over names nothing the caller can open) touching
+    /// these memories, in one query: which of them carry a pending
+    /// challenge, and for each, the newest dispute and the other memory of
+    /// a pair.
     async fn disputes(&self, caller: &Caller, ids: &[MemoryId]) -> Result<Disputes, ToolError> {
         let mut out = Disputes::default();
         if ids.is_empty() {
             return Ok(out);
         }
         let mut sql = Sql::new(
-            "SELECT id, memory_a, memory_b, verdict FROM conflicts WHERE status = 'pending' AND owner_id = ",
+            "SELECT c.id AS id, c.memory_a AS memory_a, c.memory_b AS memory_b, c.verdict AS verdict \
+             FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b \
+             WHERE c.status = 'pending' AND c.owner_id = ",
         );
-        sql.bind_str(&caller.user_id)
-            .push(" AND (memory_a IN ")
+        sql.bind_str(&caller.user_id).push(" AND");
+        crate::conflicts::push_owned(&mut sql, &caller.user_id);
+        sql.push(" AND (c.memory_a IN ")
             .bind_list(ids.iter().map(MemoryId::as_str));
-        sql.push(" OR memory_b IN ")
+        sql.push(" OR c.memory_b IN ")
             .bind_list(ids.iter().map(MemoryId::as_str))
-            .push(") ORDER BY created_at DESC, id DESC");
+            .push(") ORDER BY c.created_at DESC, c.id DESC");
         for r in sql.query().fetch_all(&self.pool).await.db("disputes")? {
             let id: String = col(&r, "id")?;
             let a: MemoryId = id_col(&r, "memory_a")?;

@@ -787,11 +787,24 @@ impl Store {
         to: &str,
         path: &str,
     ) -> Result<(), ToolError> {
+        // A user-layer rule is the giver's own instruction (their
+        // connect-time instructions and every briefing of theirs): it stays
+        // theirs, revoked, and never reaches the heir's.
+        sqlx::query(
+            "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its memory was handed over' \
+             WHERE owner_id = $1 AND layer = 'user' AND status = 'promoted' \
+               AND memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $2)",
+        )
+        .bind(from)
+        .bind(path)
+        .execute(&mut *conn)
+        .await
+        .db("revoke the giver's own rules")?;
         // `$1` gives, `$2` receives, `$3` is the scope.
         for (what, sql) in [
             (
                 "hand over rules",
-                "UPDATE rules SET owner_id = $2 WHERE owner_id = $1 AND memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+                "UPDATE rules SET owner_id = $2 WHERE owner_id = $1 AND layer <> 'user' AND memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
             ),
             (
                 "hand over links",

@@ -557,9 +557,13 @@ impl Store {
         for r in &rows {
             out.entities.push((col(r, "name")?, col(r, "t")?));
         }
+        // Both memories the caller's, as list_conflicts shows them.
         let rows = sqlx::query(
-            "SELECT id, verdict, status FROM conflicts WHERE owner_id = $1 AND (memory_a = $2 OR memory_b = $2) \
-             ORDER BY created_at DESC LIMIT 20",
+            "SELECT c.id AS id, c.verdict AS verdict, c.status AS status \
+             FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b \
+             WHERE c.owner_id = $1 AND (c.memory_a = $2 OR c.memory_b = $2) \
+               AND a.owner_id = $1 AND (c.memory_b IS NULL OR b.owner_id = $1) \
+             ORDER BY c.created_at DESC LIMIT 20",
         )
         .bind(&caller.user_id)
         .bind(memory_id)

@@ -15,6 +15,34 @@ use zm_contracts::ErrorCode;
 use zm_store::Store;
 
 backend_tests! {
+    /// Challenges of one memory at once: one dispute, the others told it is
+    /// already pending — never `internal`. (On PostgreSQL two transactions
+    /// can both find no pending challenge; the insert then defers to the
+    /// one-pending-challenge index instead of failing on it. This run does
+    /// not reliably interleave them there: it checks the answers.)
+    async fn challenges_at_once_share_one_dispute(store: Store, l: &str) {
+        let (_, a) = user(&store, "challenge-race").await;
+        let m = mem(&store, &a, l, json!({"content": "Backups are kept for ninety days.", "scope": "personal", "kind": "fact"})).await;
+        let tasks: Vec<_> = (0..6)
+            .map(|i| {
+                let (store, a, m) = (store.clone(), a.clone(), m.clone());
+                tokio::spawn(async move {
+                    call(&store, &a, "challenge", json!({"memory_id": m, "reason": format!("doubt {i}")})).await
+                })
+            })
+            .collect();
+        let mut disputes = std::collections::HashSet::new();
+        let mut fresh = 0;
+        for t in tasks {
+            let out = ok(t.await.unwrap(), l, "a challenge at once");
+            disputes.insert(out["dispute_id"].as_str().unwrap().to_string());
+            if out["already_pending"] == json!(false) {
+                fresh += 1;
+            }
+        }
+        assert_eq!((disputes.len(), fresh), (1, 1), "[{l}] one dispute, made once");
+    }
+
     async fn conflicts_challenge_list_get_resolve(store: Store, l: &str) {
         let (_, a) = user(&store, "conf-a").await;
         let (_, b) = user(&store, "conf-b").await;

@@ -226,6 +226,81 @@ backend_tests! {
         assert_eq!(store.user_rules(&a).await.unwrap().len(), 1, "[{l}]");
     }
 
+    /// A rule follows its memory's newer version (an edit keeps and
+    /// corrects the rule; a custom rule text stays); a challenged memory
+    /// retired by resolve_conflict takes its rule with it; a winner that
+    /// was forgotten meanwhile cannot win.
+    async fn a_rule_follows_an_edit_and_leaves_with_a_retired_memory(store: Store, l: &str) {
+        let (_, a) = user(&store, "rules-edit").await;
+        let texts = |rules: Vec<zm_contracts::Rule>| -> Vec<String> {
+            rules.into_iter().map(|r| r.text).collect()
+        };
+        let old = mem(&store, &a, l, json!({"content": "Never deploy on Fridays.", "scope": "personal", "kind": "preference"})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": old})).await, l, "promote");
+        let custom = mem(&store, &a, l, json!({"content": "Tabs are four spaces wide here.", "scope": "personal", "kind": "preference"})).await;
+        ok(
+            call(&store, &a, "promote_rule", json!({"memory_id": custom, "rule_text": "Indent with four spaces."})).await,
+            l,
+            "promote custom",
+        );
+        // Edit both, as the dashboard does: a new memory superseding the old.
+        let new = mem(&store, &a, l, json!({"content": "Never deploy on Fridays or before a holiday.", "scope": "personal", "kind": "preference", "links": [{"dst": old, "type": "supersedes"}]})).await;
+        let newer = mem(&store, &a, l, json!({"content": "Tabs are four columns wide here.", "scope": "personal", "kind": "preference", "links": [{"dst": custom, "type": "supersedes"}]})).await;
+        let mut rules = texts(store.user_rules(&a).await.unwrap());
+        rules.sort();
+        assert_eq!(
+            rules,
+            ["Indent with four spaces.", "Never deploy on Fridays or before a holiday."],
+            "[{l}] the edited rule has the new text, the custom one its own"
+        );
+        let listed = store.list_rules(&a).await.unwrap();
+        assert!(
+            listed.iter().all(|r| r.memory_id.as_str() == new || r.memory_id.as_str() == newer),
+            "[{l}] the rules point at the newest versions: {listed:?}"
+        );
+
+        // A promoted memory, challenged and retired: its rule leaves too.
+        let doubtful = mem(&store, &a, l, json!({"content": "Always squash merge.", "scope": "personal", "kind": "preference"})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": doubtful})).await, l, "promote doubtful");
+        let ch = ok(call(&store, &a, "challenge", json!({"memory_id": doubtful, "reason": "we rebase now"})).await, l, "challenge");
+        ok(
+            call(&store, &a, "resolve_conflict", json!({"dispute_id": ch["dispute_id"], "retire": true})).await,
+            l,
+            "retire",
+        );
+        assert!(
+            !texts(store.user_rules(&a).await.unwrap()).contains(&"Always squash merge.".to_string()),
+            "[{l}] the retired memory's rule is gone"
+        );
+
+        // A pair whose winner was forgotten before the resolve.
+        let x = mem(&store, &a, l, json!({"content": "The staging database is db-stage-1.", "scope": "personal", "kind": "fact"})).await;
+        let y = mem(&store, &a, l, json!({"content": "The staging database is db-stage-2.", "scope": "personal", "kind": "fact"})).await;
+        ok(call(&store, &a, "link", json!({"src": x, "dst": y, "type": "contradicts"})).await, l, "contradicts");
+        let listed = ok(call(&store, &a, "list_conflicts", json!({})).await, l, "list");
+        let pair = listed["conflicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["memory_b"]["id"] == json!(x) || c["memory_a"]["id"] == json!(x))
+            .cloned();
+        assert!(pair.is_some(), "[{l}] a contradicts link files a conflict: {listed}");
+        if let Some(pair) = pair {
+            ok(call(&store, &a, "forget", json!({"memory_id": y})).await, l, "forget the winner");
+            err(
+                call(&store, &a, "resolve_conflict", json!({"dispute_id": pair["dispute_id"], "winner": y})).await,
+                ErrorCode::Conflict,
+                l,
+                "a forgotten winner",
+            );
+            let still = ok(call(&store, &a, "recall", json!({"query": "staging database db-stage-1"})).await, l, "recall");
+            assert!(
+                still["memories"].as_array().unwrap().iter().any(|m| m["id"] == json!(x)),
+                "[{l}] the other memory stands: {still}"
+            );
+        }
+    }
+
     async fn briefing_reading_everything_delivers_the_pinned_projects_rules(store: Store, l: &str) {
         let (_, a) = user(&store, "rules-all").await;
         let project = project_of(&store, &a, l, "/src/rules-all-project").await;

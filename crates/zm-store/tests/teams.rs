@@ -241,6 +241,66 @@ backend_tests! {
         err(store.remove_team_member(&a, &slug, &a.user_id).await, ErrorCode::Conflict, l, "the last admin leaves");
     }
 
+    /// A leaver's own (user-layer) rule on a memory they moved into a
+    /// teammate's shared project stays theirs, revoked, when the memory
+    /// goes to the project's owner: it never reaches the heir's
+    /// instructions. A writer demoted to reader pins no team rule, and
+    /// still revokes their own.
+    async fn a_leavers_own_rule_stays_theirs_and_a_reader_pins_no_team_rule(store: Store, l: &str) {
+        let (_, b) = user(&store, "own-rule-b").await;
+        let (ua, a) = user(&store, "own-rule-a").await;
+        let slug = team(&store, &b, l, "ownrule").await;
+        add(&store, &b, l, &slug, &ua.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &b, l, json!({"content": "The ledger runs nightly.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &b, l, &remote).await;
+        ok(store.share_project_with_team(&b, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let text = format!("Always sign my commits ({}).", unique("t"));
+        let own = mem(&store, &a, l, json!({"content": text, "kind": "preference", "scope": "personal"})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": own})).await, l, "a user-layer rule");
+        let moved = ok(call(&store, &a, "move_memories", json!({"memory_ids": [own], "scope": project})).await, l, "move into the shared project");
+        assert_eq!(moved["moved"].as_array().map(Vec::len), Some(1), "[{l}] {moved}");
+        ok(store.remove_team_member(&b, &slug, &a.user_id).await, l, "remove A");
+        let heir_rules: Vec<String> = store.user_rules(&b).await.unwrap().into_iter().map(|r| r.text).collect();
+        assert!(!heir_rules.contains(&text), "[{l}] A's own rule reaches B: {heir_rules:?}");
+        let brief = ok(call(&store, &b, "build_context", json!({"topic": "commits", "briefing": true, "project_hint": remote})).await, l, "B's briefing");
+        assert!(!brief["rules"].to_string().contains(&text), "[{l}] nor B's briefing's rules (the memory is B's now): {brief}");
+        let listed = store.list_rules(&a).await.unwrap();
+        let kept = listed.iter().find(|r| r.memory_id.as_str() == own).expect("A keeps the rule's row");
+        assert_eq!(kept.status, zm_store::rules::RuleState::Revoked, "[{l}] {listed:?}");
+
+        // Pinning a team rule takes the writer role, as promoting it did.
+        let (uw, w) = user(&store, "own-rule-w").await;
+        add(&store, &b, l, &slug, &uw.email, TeamRole::Writer).await;
+        let rule = mem(&store, &w, l, json!({"content": "Every migration is reviewed twice.", "kind": "convention", "scope": format!("team.{slug}")})).await;
+        ok(call(&store, &w, "promote_rule", json!({"memory_id": rule})).await, l, "a team rule");
+        ok(store.set_team_role(&b, &slug, &uw.id, input!(SetRoleInput, &json!({"role": "reader"}))).await, l, "demote");
+        err(store.pin_rule(&w, &rule, true).await, ErrorCode::Forbidden, l, "a reader pins a team rule");
+        ok(store.revoke_rule(&w, &rule, "not mine to set any more").await, l, "a reader revokes their own");
+    }
+
+    /// A pair conflict half handed over (its other memory went to the team
+    /// when its author left) names nothing the leaver can open: their
+    /// recall shows no dispute with a memory that is no longer theirs.
+    async fn a_conflict_half_handed_over_names_nothing_foreign(store: Store, l: &str) {
+        let (_, admin) = user(&store, "half-admin").await;
+        let (ua, a) = user(&store, "half-a").await;
+        let slug = team(&store, &admin, l, "half").await;
+        add(&store, &admin, l, &slug, &ua.email, TeamRole::Writer).await;
+        let tag = unique("q").replace('-', "");
+        let mine = mem(&store, &a, l, json!({"content": format!("The release train leaves on Tuesdays ({tag})."), "scope": "personal", "kind": "fact"})).await;
+        let theirs = mem(&store, &a, l, json!({"content": format!("The release train leaves on Thursdays ({tag})."), "scope": format!("team.{slug}"), "kind": "fact"})).await;
+        ok(call(&store, &a, "link", json!({"src": mine, "dst": theirs, "type": "contradicts"})).await, l, "contradicts");
+        let hit = |out: &Value| out["memories"].as_array().unwrap().iter().find(|m| m["id"] == json!(mine)).cloned();
+        let before = ok(call(&store, &a, "recall", json!({"query": tag, "scopes": ["personal"]})).await, l, "recall before");
+        assert_eq!(hit(&before).map(|m| m["disputed"].clone()), Some(json!(true)), "[{l}] {before}");
+        ok(store.remove_team_member(&admin, &slug, &a.user_id).await, l, "remove A");
+        let after = ok(call(&store, &a, "recall", json!({"query": tag, "scopes": ["personal"]})).await, l, "recall after");
+        let m = hit(&after).expect("A's own memory is still found");
+        assert!(!m.to_string().contains(&theirs), "[{l}] A's hit names the handed-over memory: {m}");
+        assert_eq!(m["disputed"], json!(false), "[{l}] {m}");
+    }
+
     /// A project shared with the team: both members' briefings carry its
     /// memories and its rules, the team layer's rules, pinned first; the
     /// second member's hint for the same repository lands in it; a
@@ -487,9 +547,14 @@ backend_tests! {
         let slug = team(&store, &a, l, "lastadmin").await;
         err(store.set_team_role(&a, &slug, &a.user_id, SetRoleInput { role: TeamRole::Writer }).await, ErrorCode::Conflict, l, "demote the last admin");
         err(call(&store, &a, "delete_account", json!({})).await, ErrorCode::Conflict, l, "erase the last admin");
+        // Each change a millisecond after the last (store clock): the log
+        // orders events by time, and two in one millisecond by id.
+        store.clock().advance_ms(1);
         add(&store, &a, l, &slug, &ub.email, TeamRole::Reader).await;
         err(store.team_audit(&b, &slug).await, ErrorCode::Forbidden, l, "a reader reads the audit");
+        store.clock().advance_ms(1);
         ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Admin }).await, l, "promote b");
+        store.clock().advance_ms(1);
         ok(store.remove_team_member(&b, &slug, &a.user_id).await, l, "b removes a");
         let audit = ok(store.team_audit(&b, &slug).await, l, "audit");
         let actions: Vec<TeamAction> = audit.events.iter().map(|e| e.action).collect();
