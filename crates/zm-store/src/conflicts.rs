@@ -166,15 +166,21 @@ impl Store {
             .await
             .db("challenge insert")?;
         if inserted.rows_affected() == 0 {
-            let dispute_id: String = sqlx::query_scalar(
+            let pending: Option<String> = sqlx::query_scalar(
                 "SELECT id FROM conflicts WHERE memory_a = $1 AND status = $2 AND verdict = $3",
             )
             .bind(id)
             .bind(ConflictStatus::Pending.as_str())
             .bind(ConflictVerdict::Challenged.as_str())
-            .fetch_one(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await
             .db("challenge pending")?;
+            // Settled between the insert and this read: say so.
+            let Some(dispute_id) = pending else {
+                return Err(ToolError::conflict(format!(
+                    "A challenge of memory {id} was settled just now; challenge it again if it still stands."
+                )));
+            };
             return Ok(ChallengeOutput {
                 dispute_id,
                 already_pending: true,
@@ -323,18 +329,33 @@ impl Store {
         } = plan;
         let now = self.now();
         let tx = cx.tx().await?;
+        // The memories' teams first (PostgreSQL), as every write into a
+        // scope holds them before its rows: a team change handing either
+        // memory over waits for this, or runs first and is seen below.
+        self.hold_teams_of(&mut *tx, &c.memory_a.scope).await?;
+        if let Some(side) = &c.memory_b {
+            self.hold_teams_of(&mut *tx, &side.scope).await?;
+        }
         // The winner that supersedes the other must still stand, and be the
-        // caller's (read in the transaction: a forget or a hand-over may
-        // have come between the conflict's load and now).
+        // caller's (read in the transaction, and held on PostgreSQL: a
+        // forget or a hand-over may have come since the conflict's load).
         if let Some(w) = &successor {
-            let live: Option<Option<i64>> = sqlx::query_scalar(
-                "SELECT invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
-            )
-            .bind(w.as_str())
-            .bind(&caller.user_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .db("resolve winner")?;
+            let mut sql = crate::sql::Sql::new("SELECT invalidated_at FROM memories WHERE id = ");
+            sql.bind_str(w.as_str())
+                .push(" AND owner_id = ")
+                .bind_str(&caller.user_id);
+            if self.backend == crate::db::Backend::Postgres {
+                sql.push(" FOR NO KEY UPDATE");
+            }
+            let row = sql
+                .query()
+                .fetch_optional(&mut *tx)
+                .await
+                .db("resolve winner")?;
+            let live: Option<Option<i64>> = row
+                .as_ref()
+                .map(|r| col::<Option<i64>>(r, "invalidated_at"))
+                .transpose()?;
             if !matches!(live, Some(None)) {
                 return Err(ToolError::conflict(format!(
                     "Memory {} is invalidated (or no longer yours); restore it before it wins, or keep both.",
@@ -371,9 +392,24 @@ impl Store {
                 .await
                 .db("retire loser")?;
             // A rule promoted from the retired memory goes with it, as on
-            // a forget.
+            // a forget. Nothing retired: already invalidated (fine: the
+            // winner stands), or no longer the caller's (refused, undone).
             if gone.rows_affected() > 0 {
                 self.retire_rule_of(tx, caller, loser.as_str()).await?;
+            } else {
+                let mine: Option<String> =
+                    sqlx::query_scalar("SELECT id FROM memories WHERE id = $1 AND owner_id = $2")
+                        .bind(loser.as_str())
+                        .bind(&caller.user_id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .db("resolve loser")?;
+                if mine.is_none() {
+                    return Err(ToolError::conflict(format!(
+                        "Memory {} is no longer yours; this conflict cannot be settled by retiring it.",
+                        loser.as_str()
+                    )));
+                }
             }
             retired = Some(loser.clone());
             if let Some(w) = successor {

@@ -611,6 +611,22 @@ impl Store {
                 continue;
             }
             if *ltype == MemoryLinkType::Supersedes {
+                // The old version's teams first (PostgreSQL), as every write
+                // into a scope holds them before its rows: a team change
+                // handing that memory over waits, or runs first.
+                let old_scope: Option<String> = sqlx::query_scalar(
+                    "SELECT scope FROM memories WHERE id = $1 AND owner_id = $2",
+                )
+                .bind(dst)
+                .bind(&caller.user_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("supersede scope")?;
+                let Some(old_scope) = old_scope else {
+                    // Not the caller's: nothing to supersede.
+                    continue;
+                };
+                self.hold_teams_of(&mut *tx, &old_scope).await?;
                 let done = sqlx::query(
                     "UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 \
                      WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL",
@@ -627,21 +643,26 @@ impl Store {
                     // Not the caller's, or already retired: nothing to supersede.
                     continue;
                 }
-                // A rule promoted from the old version follows the new one,
-                // in its state, with the new text when it had the old
-                // version's (an edit keeps the rule and corrects it). When
-                // the new memory has a rule of its own (an exact duplicate
-                // absorbed), the old one retires as on a forget.
+                // A rule promoted from the old version follows the new one
+                // in the same scope (whose write already took the writer
+                // role there), in its state, with the new text when it had
+                // the old version's: an edit keeps the rule and corrects
+                // it. Into another scope, or onto a memory with a rule of
+                // its own (an exact duplicate absorbed), it retires as on
+                // a forget: a reader's personal rewrite of a team memory
+                // does not rewrite the team's rule.
                 let followed = sqlx::query(
                     "UPDATE rules SET memory_id = $1, \
                      text = CASE WHEN text = (SELECT content FROM memories WHERE id = $2) \
                                  THEN (SELECT content FROM memories WHERE id = $1) ELSE text END \
                      WHERE memory_id = $2 AND owner_id = $3 \
+                       AND (SELECT scope FROM memories WHERE id = $1) = $4 \
                        AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.memory_id = $1)",
                 )
                 .bind(memory_id)
                 .bind(dst)
                 .bind(&caller.user_id)
+                .bind(&old_scope)
                 .execute(&mut *tx)
                 .await
                 .db("rule follows its memory")?;

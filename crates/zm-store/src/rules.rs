@@ -112,9 +112,12 @@ impl Store {
                 "Memory {id} is invalidated; restore it before promoting it."
             )));
         }
+        // The caller's own rule row only: a giver's revoked row left on a
+        // memory handed over to the caller asks nothing of them.
         let previous: Option<String> =
-            sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1")
+            sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1 AND owner_id = $2")
                 .bind(id)
+                .bind(&caller.user_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .db("promote previous")?;
@@ -129,6 +132,9 @@ impl Store {
             )));
         }
         let memory_scope = source.scope;
+        // The memory's own teams (PostgreSQL), whatever scope the rule
+        // applies to: held before the memory row is, below.
+        self.hold_teams_of(&mut *tx, &memory_scope).await?;
         let (layer, applies) = match &input.applies_scope {
             Some(p) => {
                 let path = canonical_path(caller, p.as_str());
@@ -183,7 +189,8 @@ impl Store {
             "INSERT INTO rules (id, owner_id, memory_id, text, layer, applies_scope, status, pinned, promoted_at, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8) \
              ON CONFLICT (memory_id) DO UPDATE SET owner_id = excluded.owner_id, text = excluded.text, layer = excluded.layer, applies_scope = excluded.applies_scope, \
-             status = excluded.status, pinned = 0, promoted_at = excluded.promoted_at, revoked_reason = NULL",
+             status = excluded.status, promoted_at = excluded.promoted_at, revoked_reason = NULL, \
+             pinned = CASE WHEN rules.status = 'promoted' AND rules.owner_id = excluded.owner_id THEN rules.pinned ELSE 0 END",
         )
         .bind(IdKind::RuleCandidate.generate())
         .bind(&caller.user_id)
@@ -226,7 +233,7 @@ impl Store {
         match self.role_in(&mut *tx, &caller.user_id, path).await? {
             None => Err(ToolError::not_found(format!("Scope {path} not found."))),
             Some(role) if !role.can_write() => Err(ToolError::forbidden(format!(
-                "Promoting a rule for {path} needs the writer or admin role there; yours is reader."
+                "Setting a rule for {path} (promoting or pinning it) needs the writer or admin role there; yours is reader."
             ))),
             Some(_) => Ok(()),
         }

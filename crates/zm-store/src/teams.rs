@@ -755,7 +755,8 @@ impl Store {
 
     /// After every hand-over of a departure: a rule `user` promoted for one
     /// of the scopes they left from a memory still theirs (a personal one;
-    /// rules on handed-over memories went to the heir with them) stops
+    /// project and team rules on handed-over memories went to the heir
+    /// with them, user-layer ones were revoked in `hand_over`) stops
     /// reaching it.
     async fn revoke_rules_left_behind(
         &self,
@@ -800,6 +801,20 @@ impl Store {
         .execute(&mut *conn)
         .await
         .db("revoke the giver's own rules")?;
+        // A pending pair split by the hand-over (one memory goes, the other
+        // stays) is no one's to settle any more: dismissed, kept both.
+        sqlx::query(
+            "UPDATE conflicts SET status = 'dismissed', resolution = 'keep_both', resolved_by = $1, resolved_at = $3 \
+             WHERE owner_id = $1 AND status = 'pending' AND memory_b IS NOT NULL \
+               AND (memory_a IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $2)) \
+                <> (memory_b IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $2))",
+        )
+        .bind(from)
+        .bind(path)
+        .bind(self.now())
+        .execute(&mut *conn)
+        .await
+        .db("dismiss split conflicts")?;
         // `$1` gives, `$2` receives, `$3` is the scope.
         for (what, sql) in [
             (

@@ -243,6 +243,7 @@ backend_tests! {
             l,
             "promote custom",
         );
+        store.pin_rule(&a, &old, true).await.unwrap();
         // Edit both, as the dashboard does: a new memory superseding the old.
         let new = mem(&store, &a, l, json!({"content": "Never deploy on Fridays or before a holiday.", "scope": "personal", "kind": "preference", "links": [{"dst": old, "type": "supersedes"}]})).await;
         let newer = mem(&store, &a, l, json!({"content": "Tabs are four columns wide here.", "scope": "personal", "kind": "preference", "links": [{"dst": custom, "type": "supersedes"}]})).await;
@@ -257,6 +258,22 @@ backend_tests! {
         assert!(
             listed.iter().all(|r| r.memory_id.as_str() == new || r.memory_id.as_str() == newer),
             "[{l}] the rules point at the newest versions: {listed:?}"
+        );
+        assert!(
+            listed.iter().any(|r| r.memory_id.as_str() == new && r.pinned),
+            "[{l}] in its state: still pinned: {listed:?}"
+        );
+        // Rewritten into another scope, it does not follow: it retires.
+        let project = project_of(&store, &a, l, "/src/rules-edit-elsewhere").await;
+        let moved_on = mem(&store, &a, l, json!({"content": "Tabs are eight columns wide in the vendored code.", "scope": project, "kind": "convention", "links": [{"dst": newer, "type": "supersedes"}]})).await;
+        let listed = store.list_rules(&a).await.unwrap();
+        assert!(
+            !listed.iter().any(|r| r.memory_id.as_str() == moved_on),
+            "[{l}] no rule follows into another scope: {listed:?}"
+        );
+        assert!(
+            !texts(store.user_rules(&a).await.unwrap()).contains(&"Indent with four spaces.".to_string()),
+            "[{l}] the rule left with the version it was promoted from"
         );
 
         // A promoted memory, challenged and retired: its rule leaves too.
@@ -293,6 +310,8 @@ backend_tests! {
                 l,
                 "a forgotten winner",
             );
+            let got = ok(call(&store, &a, "get_conflict", json!({"dispute_id": pair["dispute_id"]})).await, l, "get");
+            assert_eq!(got["conflict"]["status"], json!("pending"), "[{l}] the refusal settled nothing: {got}");
             let still = ok(call(&store, &a, "recall", json!({"query": "staging database db-stage-1"})).await, l, "recall");
             assert!(
                 still["memories"].as_array().unwrap().iter().any(|m| m["id"] == json!(x)),

@@ -299,6 +299,9 @@ backend_tests! {
         let m = hit(&after).expect("A's own memory is still found");
         assert!(!m.to_string().contains(&theirs), "[{l}] A's hit names the handed-over memory: {m}");
         assert_eq!(m["disputed"], json!(false), "[{l}] {m}");
+        // The split pair was dismissed by the hand-over: pending for nobody.
+        let listed = ok(call(&store, &a, "list_conflicts", json!({})).await, l, "A's conflicts");
+        assert!(!listed.to_string().contains(&theirs), "[{l}] {listed}");
     }
 
     /// A project shared with the team: both members' briefings carry its
