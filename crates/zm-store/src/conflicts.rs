@@ -25,6 +25,22 @@ const CONFLICT_SELECT: &str = "SELECT c.id, c.status, c.verdict, c.confidence, c
     b.id AS b_id, b.kind AS b_kind, b.scope AS b_scope, b.created_at AS b_created, b.content AS b_content \
     FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b";
 
+/// The pending challenge of memory `id`, if it has one.
+async fn pending_challenge(
+    tx: &mut sqlx::AnyConnection,
+    id: &str,
+) -> Result<Option<String>, ToolError> {
+    sqlx::query_scalar(
+        "SELECT id FROM conflicts WHERE memory_a = $1 AND status = $2 AND verdict = $3",
+    )
+    .bind(id)
+    .bind(ConflictStatus::Pending.as_str())
+    .bind(ConflictVerdict::Challenged.as_str())
+    .fetch_optional(&mut *tx)
+    .await
+    .db("challenge pending")
+}
+
 /// Rows whose memories are all the caller's.
 pub(crate) fn push_owned(sql: &mut Sql, user_id: &str) {
     sql.push(" a.owner_id = ").bind_str(user_id);
@@ -134,16 +150,7 @@ impl Store {
                 "Memory {id} is invalidated; there is nothing to challenge."
             )));
         }
-        let pending: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM conflicts WHERE memory_a = $1 AND status = $2 AND verdict = $3",
-        )
-        .bind(id)
-        .bind(ConflictStatus::Pending.as_str())
-        .bind(ConflictVerdict::Challenged.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .db("challenge pending")?;
-        if let Some(dispute_id) = pending {
+        if let Some(dispute_id) = pending_challenge(tx, id).await? {
             return Ok(ChallengeOutput {
                 dispute_id,
                 already_pending: true,
@@ -166,17 +173,8 @@ impl Store {
             .await
             .db("challenge insert")?;
         if inserted.rows_affected() == 0 {
-            let pending: Option<String> = sqlx::query_scalar(
-                "SELECT id FROM conflicts WHERE memory_a = $1 AND status = $2 AND verdict = $3",
-            )
-            .bind(id)
-            .bind(ConflictStatus::Pending.as_str())
-            .bind(ConflictVerdict::Challenged.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .db("challenge pending")?;
             // Settled between the insert and this read: say so.
-            let Some(dispute_id) = pending else {
+            let Some(dispute_id) = pending_challenge(tx, id).await? else {
                 return Err(ToolError::conflict(format!(
                     "A challenge of memory {id} was settled just now; challenge it again if it still stands."
                 )));

@@ -71,7 +71,8 @@ pub(super) async fn token(
 /// `POST /oauth/revoke` (RFC 7009): the client that holds a token ends it
 /// (a refresh token with its whole family). `200` with an empty body
 /// whether or not the token was known (§2.2); `token_type_hint` is not
-/// needed (our tokens say what they are) and any value is accepted. Every
+/// needed (the store finds the token whatever its type) and any value is
+/// accepted. Every
 /// client is public, so `client_id` is its identification (§2.1 with RFC
 /// 6749 §2.3): required, and it must be the token's.
 pub(super) async fn revoke(
