@@ -440,6 +440,9 @@ pub(crate) struct Semantic {
     /// Where the current pass of [`Store::embed_pending`] is (the lowest
     /// `seq` it has looked at); 0: start again from the newest.
     cursor: AtomicU64,
+    /// The newest `seq` the current pass knows of: memories written after
+    /// it are embedded first, before the pass goes on down (0: none yet).
+    top: AtomicU64,
     embedded: AtomicU64,
     embed_micros: AtomicU64,
     queries: AtomicU64,
@@ -602,6 +605,7 @@ impl Store {
             }
         }
         self.semantic.cursor.store(0, Ordering::Relaxed);
+        self.semantic.top.store(0, Ordering::Relaxed);
         *write(&self.semantic.encoder) = Some(encoder);
     }
 
@@ -681,37 +685,67 @@ impl Store {
         };
         let model = enc.model().to_string();
         let limit = i64::try_from(max.max(1)).unwrap_or(64);
-        let mut rows = Vec::new();
-        // One pass walks down from the newest memory; when it reaches the
-        // oldest, the next call starts again from the top (new writes).
-        for _ in 0..2 {
-            let below = i64::try_from(self.semantic.cursor.load(Ordering::Relaxed)).unwrap_or(0);
+        // Pending memories with `seq` above or below a bound, newest first.
+        let pending = |bound: Option<(&str, i64)>| {
             let mut sql = crate::sql::Sql::new(&format!(
                 "SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, {EMBED_CHARS}) AS content FROM memories m WHERE"
             ));
             sql.push("  m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
                 .bind_str(model.clone())
                 .push(")");
-            if below > 0 {
-                sql.push(" AND m.seq < ").bind_i64(below);
+            if let Some((op, seq)) = bound {
+                sql.push(&format!(" AND m.seq {op} ")).bind_i64(seq);
             }
             sql.push(" ORDER BY m.seq DESC LIMIT ").bind_i64(limit);
-            rows = sql
+            sql
+        };
+        let s = &self.semantic;
+        let as_i64 = |a: &AtomicU64| i64::try_from(a.load(Ordering::Relaxed)).unwrap_or(0);
+        let mut rows = Vec::new();
+        // Memories written since the pass began come first: a long pass (a
+        // model change, a large import) does not leave them lexical-only
+        // until it ends. The pass's top moves up once all are taken.
+        let top = as_i64(&s.top);
+        if top > 0 && as_i64(&s.cursor) > 0 {
+            rows = pending(Some((">", top)))
                 .query()
                 .fetch_all(&self.pool)
                 .await
-                .db("pending embeddings")?;
-            if let Some(last) = rows.last() {
-                let seq: i64 = col(last, "seq")?;
-                self.semantic
-                    .cursor
+                .db("new pending embeddings")?;
+            if let Some(newest) = rows.first()
+                && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit
+            {
+                let seq: i64 = col(newest, "seq")?;
+                s.top
                     .store(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
-                break;
             }
-            if below == 0 {
-                return Ok(0);
+        }
+        // One pass walks down from the newest memory; when it reaches the
+        // oldest, the next call starts again from the top.
+        if rows.is_empty() {
+            for _ in 0..2 {
+                let below = as_i64(&s.cursor);
+                rows = pending((below > 0).then_some(("<", below)))
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("pending embeddings")?;
+                if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+                    if below == 0 {
+                        let seq: i64 = col(first, "seq")?;
+                        s.top
+                            .store(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
+                    }
+                    let seq: i64 = col(last, "seq")?;
+                    s.cursor
+                        .store(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
+                    break;
+                }
+                if below == 0 {
+                    return Ok(0);
+                }
+                s.cursor.store(0, Ordering::Relaxed);
             }
-            self.semantic.cursor.store(0, Ordering::Relaxed);
         }
         let mut batch: Vec<(String, String)> = Vec::with_capacity(rows.len());
         for r in &rows {
@@ -726,7 +760,6 @@ impl Store {
                 tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
                 ToolError::internal()
             })?;
-        let s = &self.semantic;
         s.embed_micros
             .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
         let now = self.now();
@@ -880,6 +913,7 @@ impl Store {
         };
         drop(index);
         self.semantic.cursor.store(0, Ordering::Relaxed);
+        self.semantic.top.store(0, Ordering::Relaxed);
         Ok(done.rows_affected())
     }
 
@@ -1532,6 +1566,84 @@ mod tests {
                 .unwrap();
             store.refresh_vector_meta().await.unwrap();
             assert!(!store.is_embedded(&id), "[{label}] left the index");
+        }
+    }
+
+    /// A memory written while a pass is under way is embedded next, not
+    /// after the older memories the pass has yet to reach.
+    #[tokio::test]
+    async fn a_new_write_goes_before_the_rest_of_a_pass() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        for (label, _dir, store) in crate::testing::stores().await {
+            let email = format!(
+                "pass-{}@example.com",
+                crate::identity::random_secret(10).to_lowercase()
+            );
+            let user = store
+                .create_user(&email, "a long test password")
+                .await
+                .unwrap();
+            let caller = crate::Caller::new(user.id.clone());
+            let tools = crate::ToolService::new(store.clone());
+            let remember = |text: String| {
+                let (tools, caller) = (&tools, &caller);
+                async move {
+                    tools
+                        .call(
+                            caller,
+                            ToolName::parse("remember").unwrap(),
+                            &json!({"content": text, "kind": "fact", "scope": "personal"}),
+                        )
+                        .await
+                        .unwrap()
+                        .to_json()["memory_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                }
+            };
+            let mut old = Vec::new();
+            for i in 0..3 {
+                old.push(
+                    remember(format!(
+                        "Backlog fact number {i} about the {label} archive."
+                    ))
+                    .await,
+                );
+            }
+            store.set_encoder(Arc::clone(&model));
+            // The pass starts from the newest of this database's pending
+            // memories (PostgreSQL's is shared: others' may come first);
+            // take steps of one until it has reached one of ours.
+            let mut steps = 0;
+            while !old.iter().any(|id| store.is_embedded(id)) {
+                assert!(
+                    store.embed_pending(1).await.unwrap() > 0,
+                    "[{label}] pending left"
+                );
+                steps += 1;
+                assert!(steps < 10_000, "[{label}] the pass never reached ours");
+            }
+            let fresh = remember(format!("A fact written during the {label} pass.")).await;
+            // Newer writes of other tests on a shared database go first too.
+            for _ in 0..1_000 {
+                if store.is_embedded(&fresh) {
+                    break;
+                }
+                store.embed_pending(1).await.unwrap();
+            }
+            assert!(
+                store.is_embedded(&fresh),
+                "[{label}] the new write is embedded"
+            );
+            assert!(
+                old.iter().filter(|id| store.is_embedded(id)).count() == 1,
+                "[{label}] before the rest of the pass"
+            );
         }
     }
 
