@@ -264,6 +264,14 @@ impl Store {
                 self.may_set_rules_for(&mut tx, caller, &path).await?;
             }
         }
+        let (command, payload) = match change {
+            RuleChange::Pin(true) => ("rule.pin", serde_json::json!({"memory_id": memory_id})),
+            RuleChange::Pin(false) => ("rule.unpin", serde_json::json!({"memory_id": memory_id})),
+            RuleChange::Revoke { reason } => (
+                "rule.revoke",
+                serde_json::json!({"memory_id": memory_id, "reason": reason}),
+            ),
+        };
         let mut sql = Sql::new("UPDATE rules SET ");
         match change {
             RuleChange::Pin(pinned) => {
@@ -286,6 +294,15 @@ impl Store {
                 "No rule from memory {memory_id}."
             )));
         }
+        // The dashboard's rule changes are audited like the tools' writes,
+        // in the same transaction.
+        let entry = crate::audit::AuditEntry {
+            command,
+            payload,
+            outcome: Ok(()),
+            duration_ms: 0,
+        };
+        self.audit_in(&mut tx, caller, &entry).await?;
         tx.commit().await.db("commit rule change")?;
         Ok(())
     }

@@ -244,6 +244,11 @@ backend_tests! {
             "promote custom",
         );
         store.pin_rule(&a, &old, true).await.unwrap();
+        let audit = store.audit_rows(&a.user_id, 5).await.unwrap();
+        assert!(
+            audit.iter().any(|r| r["command"] == "rule.pin" && r["payload"]["memory_id"] == json!(old)),
+            "[{l}] pinning is audited: {audit:?}"
+        );
         // Edit both, as the dashboard does: a new memory superseding the old.
         let new = mem(&store, &a, l, json!({"content": "Never deploy on Fridays or before a holiday.", "scope": "personal", "kind": "preference", "links": [{"dst": old, "type": "supersedes"}]})).await;
         let newer = mem(&store, &a, l, json!({"content": "Tabs are four columns wide here.", "scope": "personal", "kind": "preference", "links": [{"dst": custom, "type": "supersedes"}]})).await;
