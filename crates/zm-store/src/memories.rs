@@ -838,7 +838,11 @@ impl Store {
             return Ok(id);
         }
         let id = IdKind::Entity.generate();
-        sqlx::query("INSERT INTO entities (id, owner_id, scope, name, match_key, type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        // Two writes naming the same new entity at once (PostgreSQL): the
+        // second finds the first's row instead of failing on the unique
+        // (scope, name, type).
+        let inserted = sqlx::query("INSERT INTO entities (id, owner_id, scope, name, match_key, type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (scope, match_key, type) DO NOTHING")
             .bind(&id)
             .bind(e.owner)
             .bind(e.scope)
@@ -849,6 +853,17 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("entity insert")?;
+        if inserted.rows_affected() == 0 {
+            return sqlx::query_scalar(
+                "SELECT id FROM entities WHERE scope = $1 AND match_key = $2 AND type = $3",
+            )
+            .bind(e.scope)
+            .bind(e.key)
+            .bind(e.entity_type.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .db("entity lookup");
+        }
         Ok(id)
     }
 

@@ -1517,7 +1517,7 @@ impl Store {
                 e.types = None;
             }
         }
-        let edges = self.edges_among(&entity_ids).await?;
+        let edges = self.edges_among(caller, &entity_ids).await?;
 
         // Linked memories: entity co-mentions and typed-link neighbours.
         let linked = self
@@ -1585,13 +1585,22 @@ impl Store {
 
     /// The edges between these entities (an edge of an unknown type is a
     /// corrupt row, not one to drop).
-    async fn edges_among(&self, entity_ids: &[EntityId]) -> Result<Vec<ContextEdge>, ToolError> {
+    /// The caller's own edges between these entities: edges are a user's
+    /// personal graph (`link` makes them in the personal scope), so a
+    /// teammate reading a memory shared into a team sees its entities but
+    /// not the author's edges between them.
+    async fn edges_among(
+        &self,
+        caller: &Caller,
+        entity_ids: &[EntityId],
+    ) -> Result<Vec<ContextEdge>, ToolError> {
         if entity_ids.is_empty() {
             return Ok(Vec::new());
         }
         let mut sql = Sql::new(
-            "SELECT g.id, s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND g.src IN ",
+            "SELECT g.id, s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND g.owner_id = ",
         );
+        sql.bind_str(&caller.user_id).push(" AND g.src IN ");
         sql.bind_list(entity_ids.iter().map(EntityId::as_str))
             .push(" AND g.dst IN ")
             .bind_list(entity_ids.iter().map(EntityId::as_str));

@@ -279,6 +279,26 @@ backend_tests! {
         ok(store.revoke_rule(&w, &rule, "not mine to set any more").await, l, "a reader revokes their own");
     }
 
+    /// A memory shared into a team brings its entities, not its author's
+    /// personal graph: a teammate's briefing on it shows no edge the
+    /// author drew between those entities.
+    async fn a_shared_memory_shows_teammates_none_of_its_authors_edges(store: Store, l: &str) {
+        let (_, a) = user(&store, "edges-a").await;
+        let (ub, b) = user(&store, "edges-b").await;
+        let slug = team(&store, &a, l, "edges").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let tag = unique("e").replace('-', "");
+        let note = mem(&store, &a, l, json!({"content": format!("Billing calls VendorX for refunds ({tag})."), "kind": "fact", "scope": "personal", "entities": [{"name": "Billing"}, {"name": "VendorX"}]})).await;
+        ok(call(&store, &a, "link", json!({"src": "Billing", "dst": "VendorX", "type": "depends_on"})).await, l, "a private edge");
+        ok(call(&store, &a, "share", json!({"memory_id": note, "scope": format!("team.{slug}")})).await, l, "share");
+        let topic = json!({"topic": format!("billing vendorx refunds {tag}"), "scopes": ["*"]});
+        let own = ok(call(&store, &a, "build_context", topic.clone()).await, l, "A's briefing");
+        assert_eq!(own["edges"].as_array().map(Vec::len), Some(1), "[{l}] A sees her edge: {own}");
+        let mate = ok(call(&store, &b, "build_context", topic).await, l, "B's briefing");
+        assert!(mate.to_string().contains(&note), "[{l}] B reads the shared note: {mate}");
+        assert_eq!(mate["edges"], json!([]), "[{l}] but not A's edge: {mate}");
+    }
+
     /// A pair conflict half handed over (its other memory went to the team
     /// when its author left) names nothing the leaver can open: their
     /// recall shows no dispute with a memory that is no longer theirs.
