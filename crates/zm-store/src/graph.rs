@@ -239,7 +239,9 @@ impl Store {
         })
     }
 
-    /// List or search the entities the caller can see.
+    /// List or search the entities the caller can see: their own, and in
+    /// the scopes they are a member of those a live memory they can read
+    /// still names (a name from a teammate's forgotten note goes with it).
     pub(crate) async fn entities(
         &self,
         caller: &Caller,
@@ -249,9 +251,14 @@ impl Store {
             "SELECT e.id, e.name, e.type, e.scope, e.created_at FROM entities e WHERE (e.owner_id = ",
         );
         sql.bind_str(&caller.user_id);
-        sql.push(" OR e.scope IN (");
+        sql.push(" OR (e.scope IN (");
         crate::teams::push_member_scopes(&mut sql, &caller.user_id);
-        sql.push("))");
+        sql.push(
+            ") AND EXISTS (SELECT 1 FROM memory_entities me JOIN memories m ON m.id = me.memory_id \
+             WHERE me.entity_id = e.id AND m.invalidated_at IS NULL AND ",
+        );
+        crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+        sql.push(")))");
         if let Some(scope) = &input.scope {
             match scope.spec() {
                 ScopeSpec::All => {}

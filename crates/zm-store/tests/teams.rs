@@ -299,6 +299,27 @@ backend_tests! {
         assert_eq!(mate["edges"], json!([]), "[{l}] but not A's edge: {mate}");
     }
 
+    /// A teammate's entity name lasts as long as a memory the reader can
+    /// see names it: forgotten, the note takes its names with it.
+    async fn a_forgotten_team_note_takes_its_names_along(store: Store, l: &str) {
+        let (_, a) = user(&store, "names-a").await;
+        let (ub, b) = user(&store, "names-b").await;
+        let slug = team(&store, &a, l, "names").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let name = format!("Acme Layoffs {}", unique("n").replace('-', ""));
+        let note = mem(&store, &b, l, json!({"content": "A note that names a sensitive subject.", "kind": "fact", "scope": format!("team.{slug}"), "entities": [{"name": name}]})).await;
+        let listed = |who: &Caller| {
+            let (store, who) = (&store, who.clone());
+            async move {
+                ok(call(store, &who, "entities", json!({"query": "acme layoffs"})).await, l, "entities").to_string()
+            }
+        };
+        assert!(listed(&a).await.contains(&name), "[{l}] A sees the name while the note stands");
+        ok(call(&store, &b, "forget", json!({"memory_id": note})).await, l, "forget");
+        assert!(!listed(&a).await.contains(&name), "[{l}] gone with the note for A");
+        assert!(listed(&b).await.contains(&name), "[{l}] B's own entity stays B's");
+    }
+
     /// A pair conflict half handed over (its other memory went to the team
     /// when its author left) names nothing the leaver can open: their
     /// recall shows no dispute with a memory that is no longer theirs.
