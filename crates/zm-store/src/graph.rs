@@ -272,9 +272,19 @@ impl Store {
             }
         }
         if let Some(q) = &input.query {
-            sql.push(" AND LOWER(e.name) LIKE ")
+            // Case-insensitive beyond ASCII (SQLite's LOWER is ASCII only),
+            // and blind to spaces, `-` and `_` as entity matching is: the
+            // stored match key, searched with the query's own.
+            sql.push(" AND (LOWER(e.name) LIKE ")
                 .bind_str(format!("%{}%", like_escape(&q.trim().to_lowercase())))
                 .push(" ESCAPE '\\'");
+            let key = match_key(q);
+            if !key.is_empty() {
+                sql.push(" OR e.match_key LIKE ")
+                    .bind_str(format!("%{}%", like_escape(&key)))
+                    .push(" ESCAPE '\\'");
+            }
+            sql.push(")");
         }
         sql.push(" ORDER BY e.name, e.id LIMIT 500");
         let rows = sql.query().fetch_all(&self.pool).await.db("entities")?;

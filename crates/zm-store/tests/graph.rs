@@ -15,6 +15,18 @@ use zm_contracts::prefixes::Prefix;
 use zm_store::Store;
 
 backend_tests! {
+    /// `entities` searches like entity matching: case-insensitive beyond
+    /// ASCII (SQLite's LOWER is ASCII only), blind to spaces, `-`, `_`.
+    async fn entity_search_folds_case_and_separators(store: Store, l: &str) {
+        let (_, a) = user(&store, "search-a").await;
+        ok(call(&store, &a, "link", json!({"src": "Émile Zola", "dst": "Staging DB", "type": "relates_to"})).await, l, "edge");
+        for (q, want) in [("émile", "Émile Zola"), ("ÉMILE", "Émile Zola"), ("staging-db", "Staging DB"), ("stagingdb", "Staging DB")] {
+            let out = ok(call(&store, &a, "entities", json!({"query": q})).await, l, "search");
+            let names: Vec<&str> = out["entities"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+            assert!(names.contains(&want), "[{l}] {q:?} finds {want:?}: {names:?}");
+        }
+    }
+
     async fn link_entities_memories_and_isolation(store: Store, l: &str) {
         let (_, a) = user(&store, "link-a").await;
         let (_, b) = user(&store, "link-b").await;
