@@ -140,7 +140,18 @@ impl Store {
             .fetch_one(&mut *tx)
             .await
             .db("contradiction owners")?;
-            if owned == 2 {
+            // One pending conflict a pair: `B contradicts A` after
+            // `A contradicts B` files nothing more.
+            let pending: Option<String> = sqlx::query_scalar(
+                "SELECT id FROM conflicts WHERE status = 'pending' AND \
+                 ((memory_a = $1 AND memory_b = $2) OR (memory_a = $2 AND memory_b = $1))",
+            )
+            .bind(src)
+            .bind(dst)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("contradiction pending")?;
+            if owned == 2 && pending.is_none() {
                 sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
                     .bind(IdKind::MemoryReview.generate())
                     .bind(&caller.user_id)
@@ -184,12 +195,15 @@ impl Store {
         let (sname, dname) = (display_name(&input.src), display_name(&input.dst));
         let (skey, dkey) = (match_key(&sname), match_key(&dname));
         for (path, key) in [("src", &skey), ("dst", &dkey)] {
-            if key.is_empty() {
+            if !key.chars().any(char::is_alphanumeric) {
                 return Err(field_error(
                     path,
                     "an entity name needs at least one letter or digit",
                 ));
             }
+        }
+        if skey == dkey {
+            return Err(field_error("dst", "an entity cannot be linked to itself"));
         }
         let scope = caller.personal_scope();
         let tx = cx.tx().await?;

@@ -15,6 +15,21 @@ use zm_contracts::prefixes::Prefix;
 use zm_store::Store;
 
 backend_tests! {
+    /// Refused: an entity linked to itself (by its match key), a name of
+    /// punctuation only. One pending conflict a contradicting pair,
+    /// whichever way round it is linked.
+    async fn self_edges_punctuation_and_a_pair_linked_both_ways(store: Store, l: &str) {
+        let (_, a) = user(&store, "self-a").await;
+        err(call(&store, &a, "link", json!({"src": "Web App", "dst": "web-app", "type": "relates_to"})).await, ErrorCode::ValidationFailed, l, "a self edge");
+        err(call(&store, &a, "link", json!({"src": "!!!", "dst": "Web App", "type": "relates_to"})).await, ErrorCode::ValidationFailed, l, "punctuation only");
+        let x = mem(&store, &a, l, json!({"content": "The cache lives for five minutes.", "scope": "personal", "kind": "fact"})).await;
+        let y = mem(&store, &a, l, json!({"content": "The cache lives for an hour.", "scope": "personal", "kind": "fact"})).await;
+        ok(call(&store, &a, "link", json!({"src": x, "dst": y, "type": "contradicts"})).await, l, "x contradicts y");
+        ok(call(&store, &a, "link", json!({"src": y, "dst": x, "type": "contradicts"})).await, l, "y contradicts x");
+        let listed = ok(call(&store, &a, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list");
+        assert_eq!(listed["conflicts"].as_array().map(Vec::len), Some(1), "[{l}] one conflict for the pair: {listed}");
+    }
+
     /// `entities` searches like entity matching: case-insensitive beyond
     /// ASCII (SQLite's LOWER is ASCII only), blind to spaces, `-`, `_`.
     async fn entity_search_folds_case_and_separators(store: Store, l: &str) {
