@@ -233,6 +233,18 @@ impl VectorIndex {
         gone.len()
     }
 
+    /// Does entry `i` already hold `meta`'s owner, scope, kind, sharing and
+    /// liveness?
+    fn meta_matches(&self, i: usize, meta: &Meta) -> bool {
+        let e = &self.entries[i];
+        let is = |name: &str, id: u32| self.names.get(name) == Some(&id);
+        e.shared == meta.shared
+            && e.live == meta.live
+            && is(&meta.owner, e.owner)
+            && is(&meta.scope, e.scope)
+            && is(&meta.kind, e.kind)
+    }
+
     fn set_meta(&mut self, meta: &Meta) {
         let Some(&i) = self.by_id.get(&meta.id) else {
             return;
@@ -989,30 +1001,44 @@ impl Store {
             .await
             .db("vector metadata")?;
         let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
-        // Applied under the lock, which is let go before any statement.
-        let missing: Vec<String> = {
-            let mut guard = write(&self.semantic.index);
-            if guard.model != model {
+        let present: std::collections::HashSet<&MemoryId> = metas.iter().map(|m| &m.id).collect();
+        // Compared under the read lock, which recalls share: what changed,
+        // what left, what the index lacks. Every row is read here; only
+        // the changes (usually none) take the write lock below, so a
+        // recall never waits for 100,000 rows to be applied.
+        let (changed, gone, missing) = {
+            let index = read(&self.semantic.index);
+            if index.model != model {
                 return Ok(());
             }
-            let present: std::collections::HashSet<&MemoryId> =
-                metas.iter().map(|m| &m.id).collect();
-            let index = &mut *guard;
             // This is the only place entries leave, so the first `known`
-            // are the ones there before the rows were read.
+            // are the ones there before the rows were read, and their
+            // positions hold until the write lock below.
             let gone: Vec<usize> = (0..known.min(index.ids.len()))
                 .filter(|&i| !present.contains(&index.ids[i]))
                 .collect();
-            index.remove_at(&gone);
+            let mut changed: Vec<&Meta> = Vec::new();
+            let mut missing: Vec<String> = Vec::new();
             for m in &metas {
+                match index.by_id.get(&m.id) {
+                    Some(&i) if index.meta_matches(i, m) => {}
+                    Some(_) => changed.push(m),
+                    None => missing.push(m.id.as_str().to_string()),
+                }
+            }
+            (changed, gone, missing)
+        };
+        if !changed.is_empty() || !gone.is_empty() {
+            let mut index = write(&self.semantic.index);
+            if index.model != model {
+                return Ok(());
+            }
+            // By id first (positions move with the removals after).
+            for m in changed {
                 index.set_meta(m);
             }
-            metas
-                .iter()
-                .filter(|m| !index.by_id.contains_key(&m.id))
-                .map(|m| m.id.as_str().to_string())
-                .collect()
-        };
+            index.remove_at(&gone);
+        }
         for chunk in missing.chunks(500) {
             let mut sql = crate::sql::Sql::new(&format!(
                 "SELECT v.vec AS vec, {META_COLUMNS} \
@@ -1556,6 +1582,30 @@ mod tests {
                 store.is_embedded(&id),
                 "[{label}] found by the metadata refresh"
             );
+            // Forgotten by another instance: the refresh marks it, and
+            // marks it live again once it is restored.
+            let live = |store: &Store| {
+                let index = read(&store.semantic.index);
+                index.entries[index.by_id[&MemoryId::from_trusted(&id)]].live
+            };
+            for (sql, want) in [
+                (
+                    "UPDATE memories SET invalidated_at = 1 WHERE id = $1",
+                    false,
+                ),
+                (
+                    "UPDATE memories SET invalidated_at = NULL WHERE id = $1",
+                    true,
+                ),
+            ] {
+                sqlx::query(sql)
+                    .bind(&id)
+                    .execute(&store.pool)
+                    .await
+                    .unwrap();
+                store.refresh_vector_meta().await.unwrap();
+                assert_eq!(live(&store), want, "[{label}] {sql}");
+            }
             // Its vector gone from the table (as another model's vector
             // replaces it, or an erasure takes the memory): the refresh
             // takes it out of the index, not only out of the results.
