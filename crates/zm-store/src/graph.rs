@@ -143,7 +143,7 @@ impl Store {
             // One pending conflict a pair: `B contradicts A` after
             // `A contradicts B` files nothing more.
             let pending: Option<String> = sqlx::query_scalar(
-                "SELECT id FROM conflicts WHERE status = 'pending' AND \
+                "SELECT id FROM conflicts WHERE status = 'pending' AND verdict = 'contradiction' AND \
                  ((memory_a = $1 AND memory_b = $2) OR (memory_a = $2 AND memory_b = $1))",
             )
             .bind(src)

@@ -544,28 +544,48 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
         }
     }
 
+    // A name `link` can match: at least one letter or digit.
+    let nameable = |n: &str| match_key(n).chars().any(char::is_alphanumeric);
     for (line, r) in &relations {
         let (edge, exact) = map_edge_type(&r.relation_type);
-        let linked = imp
-            .run::<tool::Link>(
-                &json!({"src": r.from.trim(), "dst": r.to.trim(), "type": edge.as_str()}),
-            )
-            .await;
-        match linked {
-            Ok(out) if out.created => imp.summary.edges_created += 1,
-            Ok(_) => imp.summary.edges_existing += 1,
-            Err(e) => {
-                imp.summary.errors.push(format!(
-                    "line {line}: relation {:?} -[{}]-> {:?}: {}",
-                    r.from,
-                    r.relation_type,
-                    r.to,
-                    describe(&e)
-                ));
-                continue;
+        // What `link` refuses (an entity linked to itself, a name without
+        // letters or digits) makes no edge; the relation is still kept,
+        // as a memory, and the import goes on (a warning, not an error a
+        // second run would meet again).
+        let unlinkable = if match_key(&r.from) == match_key(&r.to) {
+            Some("an entity linked to itself")
+        } else if !nameable(&r.from) || !nameable(&r.to) {
+            Some("a name without letters or digits")
+        } else {
+            None
+        };
+        if let Some(why) = unlinkable {
+            imp.summary.warnings.push(format!(
+                "line {line}: relation {:?} -[{}]-> {:?}: no edge ({why}); kept as a memory",
+                r.from, r.relation_type, r.to
+            ));
+        } else {
+            let linked = imp
+                .run::<tool::Link>(
+                    &json!({"src": r.from.trim(), "dst": r.to.trim(), "type": edge.as_str()}),
+                )
+                .await;
+            match linked {
+                Ok(out) if out.created => imp.summary.edges_created += 1,
+                Ok(_) => imp.summary.edges_existing += 1,
+                Err(e) => {
+                    imp.summary.errors.push(format!(
+                        "line {line}: relation {:?} -[{}]-> {:?}: {}",
+                        r.from,
+                        r.relation_type,
+                        r.to,
+                        describe(&e)
+                    ));
+                    continue;
+                }
             }
         }
-        if !exact {
+        if !exact || unlinkable.is_some() {
             let content = relation_content(&r.from, &r.relation_type, &r.to);
             let hash = sha256_hex(&format!("{}|{}|{}", r.from, r.relation_type, r.to));
             let type_of = |n: &str| {
@@ -574,10 +594,14 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
                     .copied()
                     .unwrap_or(EntityType::Concept)
             };
-            let anchors = [
-                (r.from.trim().to_string(), type_of(&r.from)),
-                (r.to.trim().to_string(), type_of(&r.to)),
-            ];
+            let mut anchors: Vec<(String, EntityType)> = Vec::new();
+            for n in [&r.from, &r.to] {
+                let n = n.trim().to_string();
+                if nameable(&n) && !anchors.iter().any(|(a, _)| match_key(a) == match_key(&n)) {
+                    let t = type_of(&n);
+                    anchors.push((n, t));
+                }
+            }
             imp.import_and_anchor(*line, &content, target, &hash, &anchors)
                 .await;
         }
@@ -587,6 +611,56 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A relation `link` refuses (an entity linked to itself by its match
+    /// key, a name of punctuation only) makes no edge and no error: it is
+    /// kept as a memory, with a warning, and the rest imports.
+    #[tokio::test]
+    async fn a_relation_link_refuses_is_kept_as_a_memory() {
+        for (label, _dir, store) in crate::testing::stores().await {
+            let email = format!(
+                "rel-{}@example.com",
+                crate::identity::random_secret(10).to_lowercase()
+            );
+            let user = store
+                .create_user(&email, "a long test password")
+                .await
+                .unwrap();
+            let caller = Caller::new(user.id.clone());
+            let text = [
+                r#"{"type":"entity","name":"Node.js","entityType":"tool","observations":["runs the build"]}"#,
+                r#"{"type":"relation","from":"Node JS","to":"node_js","relationType":"alias_of"}"#,
+                r#"{"type":"relation","from":"!!!","to":"Web App","relationType":"relates_to"}"#,
+                r#"{"type":"relation","from":"Web App","to":"Node.js","relationType":"depends_on"}"#,
+            ]
+            .join("\n");
+            let summary = import_text(
+                crate::ToolService::new(store.clone()),
+                caller,
+                "memory.jsonl".into(),
+                ImportFormat::ServerMemory,
+                Some(ImportInto::Personal),
+                &text,
+            )
+            .await;
+            assert!(summary.errors.is_empty(), "[{label}] {summary:?}");
+            assert_eq!(
+                summary.edges_created, 1,
+                "[{label}] the good relation: {summary:?}"
+            );
+            assert_eq!(
+                summary
+                    .warnings
+                    .iter()
+                    .filter(|w| w.contains("no edge"))
+                    .count(),
+                2,
+                "[{label}] {summary:?}"
+            );
+            // The observation and both refused relations, as memories.
+            assert_eq!(summary.memories_imported, 3, "[{label}] {summary:?}");
+        }
+    }
 
     #[test]
     fn mappings() {

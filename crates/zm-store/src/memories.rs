@@ -550,7 +550,7 @@ impl Store {
             Anchoring::Named(named) => {
                 let entities = input.entities.iter().flatten();
                 for (e, (name, key)) in entities.zip(named) {
-                    if key.is_empty() {
+                    if !key.chars().any(char::is_alphanumeric) {
                         return Err(ToolError::validation(format!(
                             "entity name {:?} has no letters or digits",
                             e.name
@@ -840,7 +840,7 @@ impl Store {
         let id = IdKind::Entity.generate();
         // Two writes naming the same new entity at once (PostgreSQL): the
         // second finds the first's row instead of failing on the unique
-        // (scope, name, type).
+        // (scope, match_key, type).
         let inserted = sqlx::query("INSERT INTO entities (id, owner_id, scope, name, match_key, type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (scope, match_key, type) DO NOTHING")
             .bind(&id)
