@@ -618,15 +618,7 @@ mod tests {
     #[tokio::test]
     async fn a_relation_link_refuses_is_kept_as_a_memory() {
         for (label, _dir, store) in crate::testing::stores().await {
-            let email = format!(
-                "rel-{}@example.com",
-                crate::identity::random_secret(10).to_lowercase()
-            );
-            let user = store
-                .create_user(&email, "a long test password")
-                .await
-                .unwrap();
-            let caller = Caller::new(user.id.clone());
+            let caller = crate::testing::test_caller(&store, "rel").await;
             let text = [
                 r#"{"type":"entity","name":"Node.js","entityType":"tool","observations":["runs the build"]}"#,
                 r#"{"type":"relation","from":"Node JS","to":"node_js","relationType":"alias_of"}"#,

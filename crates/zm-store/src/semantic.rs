@@ -1538,15 +1538,7 @@ mod tests {
             return;
         };
         for (label, _dir, store) in crate::testing::stores().await {
-            let email = format!(
-                "missed-{}@example.com",
-                crate::identity::random_secret(10).to_lowercase()
-            );
-            let user = store
-                .create_user(&email, "a long test password")
-                .await
-                .unwrap();
-            let caller = crate::Caller::new(user.id.clone());
+            let caller = crate::testing::test_caller(&store, "missed").await;
             let out = crate::ToolService::new(store.clone())
                 .call(
                     &caller,
@@ -1636,15 +1628,7 @@ mod tests {
             return;
         };
         for (label, _dir, store) in crate::testing::stores().await {
-            let email = format!(
-                "pass-{}@example.com",
-                crate::identity::random_secret(10).to_lowercase()
-            );
-            let user = store
-                .create_user(&email, "a long test password")
-                .await
-                .unwrap();
-            let caller = crate::Caller::new(user.id.clone());
+            let caller = crate::testing::test_caller(&store, "pass").await;
             let tools = crate::ToolService::new(store.clone());
             let remember = |text: String| {
                 let (tools, caller) = (&tools, &caller);

@@ -12,6 +12,20 @@ pub(crate) async fn sqlite_store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
+/// A new user (a unique email: the PostgreSQL test database is shared),
+/// acting with no session.
+pub(crate) async fn test_caller(store: &Store, tag: &str) -> crate::Caller {
+    let email = format!(
+        "{tag}-{}@example.com",
+        crate::identity::random_secret(10).to_lowercase()
+    );
+    let user = store
+        .create_user(&email, "a long test password")
+        .await
+        .expect("create a test user");
+    crate::Caller::new(user.id)
+}
+
 /// A fresh SQLite store, and the PostgreSQL database of
 /// `ZM_TEST_DATABASE_URL` when it is set (shared: use unique emails).
 pub(crate) async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, Store)> {
