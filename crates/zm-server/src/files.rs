@@ -115,26 +115,21 @@ pub fn prepare_database(cfg: &Config) -> io::Result<()> {
 /// files, but they can still plant a `-wal` file for SQLite to replay
 /// while none is there (between runs).
 pub fn writable_by_others(dir: &Path) -> Option<u32> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o7777;
-        (mode & 0o022 != 0).then_some(mode)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        None
-    }
+    mode_of(dir).filter(|m| m & 0o022 != 0)
 }
 
 /// The mode bits group and others have on `path`, if any (Unix).
 pub fn exposed_mode(path: &Path) -> Option<u32> {
+    mode_of(path).map(|m| m & 0o777).filter(|m| m & 0o077 != 0)
+}
+
+/// `path`'s permission bits with set-id and sticky (Unix; `None`
+/// elsewhere, or when it cannot be read).
+fn mode_of(path: &Path) -> Option<u32> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then_some(mode)
+        Some(std::fs::metadata(path).ok()?.permissions().mode() & 0o7777)
     }
     #[cfg(not(unix))]
     {

@@ -20,10 +20,24 @@ use crate::store::{Caller, Store};
 const NOT_YOURS: &str = "Conflict not found or not yours.";
 
 /// The conflict columns with both sides (aliases c, a, b).
-const CONFLICT_SELECT: &str = "SELECT c.id, c.status, c.verdict, c.confidence, c.rationale, c.created_at, \
+const CONFLICT_COLUMNS: &str = "c.id, c.status, c.verdict, c.confidence, c.rationale, c.created_at, \
     a.id AS a_id, a.kind AS a_kind, a.scope AS a_scope, a.created_at AS a_created, a.content AS a_content, \
-    b.id AS b_id, b.kind AS b_kind, b.scope AS b_scope, b.created_at AS b_created, b.content AS b_content \
-    FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b";
+    b.id AS b_id, b.kind AS b_kind, b.scope AS b_scope, b.created_at AS b_created, b.content AS b_content";
+
+/// `SELECT columns` of the conflicts whose memories are all the caller's
+/// (aliases c, a, b), ending in a condition: add more with `AND`. The one
+/// place that decides which conflicts a user may see.
+pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
+    let mut sql = Sql::new(&format!(
+        "SELECT {columns} FROM conflicts c JOIN memories a ON a.id = c.memory_a \
+         LEFT JOIN memories b ON b.id = c.memory_b WHERE a.owner_id = "
+    ));
+    sql.bind_str(user_id)
+        .push(" AND (c.memory_b IS NULL OR b.owner_id = ")
+        .bind_str(user_id)
+        .push(")");
+    sql
+}
 
 /// The pending challenge of memory `id`, if it has one.
 async fn pending_challenge(
@@ -41,14 +55,6 @@ async fn pending_challenge(
     .db("challenge pending")
 }
 
-/// Rows whose memories are all the caller's.
-pub(crate) fn push_owned(sql: &mut Sql, user_id: &str) {
-    sql.push(" a.owner_id = ").bind_str(user_id);
-    sql.push(" AND (c.memory_b IS NULL OR b.owner_id = ")
-        .bind_str(user_id)
-        .push(")");
-}
-
 /// One side of a conflict (columns prefixed `a_` / `b_`); `None` when the
 /// row has no such memory.
 fn side(r: &AnyRow, p: &str) -> Result<Option<ConflictSide>, ToolError> {
@@ -64,7 +70,7 @@ fn side(r: &AnyRow, p: &str) -> Result<Option<ConflictSide>, ToolError> {
     }))
 }
 
-/// A conflict row ([`CONFLICT_SELECT`]).
+/// A conflict row ([`CONFLICT_COLUMNS`]).
 impl FromAnyRow for Conflict {
     fn from_row(r: &AnyRow) -> Result<Conflict, ToolError> {
         // The join is inner: a conflict without its first memory is corrupt.
@@ -196,9 +202,7 @@ impl Store {
         caller: &Caller,
         input: ListConflictsInput,
     ) -> Result<ListConflictsOutput, ToolError> {
-        let mut sql = Sql::new(CONFLICT_SELECT);
-        sql.push(" WHERE");
-        push_owned(&mut sql, &caller.user_id);
+        let mut sql = owned_conflicts(CONFLICT_COLUMNS, &caller.user_id);
         sql.push(" AND c.status = ").bind_str(input.status.as_str());
         if let Some(v) = input.verdict {
             sql.push(" AND c.verdict = ").bind_str(v.as_str());
@@ -220,11 +224,9 @@ impl Store {
         caller: &Caller,
         dispute_id: &str,
     ) -> Result<Conflict, ToolError> {
-        let mut sql = Sql::new(CONFLICT_SELECT);
-        sql.push(" WHERE c.id = ")
-            .bind_str(dispute_id.trim().to_ascii_lowercase())
-            .push(" AND");
-        push_owned(&mut sql, &caller.user_id);
+        let mut sql = owned_conflicts(CONFLICT_COLUMNS, &caller.user_id);
+        sql.push(" AND c.id = ")
+            .bind_str(dispute_id.trim().to_ascii_lowercase());
         let row = sql
             .query()
             .fetch_optional(&self.pool)
@@ -331,29 +333,14 @@ impl Store {
         // scope holds them before its rows: a team change handing either
         // memory over waits for this, or runs first and is seen below.
         self.hold_teams_of(&mut *tx, &c.memory_a.scope).await?;
-        if let Some(side) = &c.memory_b {
+        if let Some(side) = c.memory_b.as_ref().filter(|b| b.scope != c.memory_a.scope) {
             self.hold_teams_of(&mut *tx, &side.scope).await?;
         }
         // The winner that supersedes the other must still stand, and be the
         // caller's (read in the transaction, and held on PostgreSQL: a
         // forget or a hand-over may have come since the conflict's load).
         if let Some(w) = &successor {
-            let mut sql = crate::sql::Sql::new("SELECT invalidated_at FROM memories WHERE id = ");
-            sql.bind_str(w.as_str())
-                .push(" AND owner_id = ")
-                .bind_str(&caller.user_id);
-            if self.backend == crate::db::Backend::Postgres {
-                sql.push(" FOR NO KEY UPDATE");
-            }
-            let row = sql
-                .query()
-                .fetch_optional(&mut *tx)
-                .await
-                .db("resolve winner")?;
-            let live: Option<Option<i64>> = row
-                .as_ref()
-                .map(|r| col::<Option<i64>>(r, "invalidated_at"))
-                .transpose()?;
+            let live = self.hold_own_memory(tx, caller, w.as_str()).await?;
             if !matches!(live, Some(None)) {
                 return Err(ToolError::conflict(format!(
                     "Memory {} is invalidated (or no longer yours); restore it before it wins, or keep both.",

@@ -12,7 +12,7 @@ use zm_contracts::{
 use crate::clock::rfc3339;
 use crate::db::DbResult;
 use crate::guard;
-use crate::memories::{EntityRef, display_name, match_key};
+use crate::memories::{EntityRef, display_name, match_key, nameable};
 use crate::rows::{FromAnyRow, col, enum_col, id_col};
 use crate::scopes::canonical_path;
 use crate::service::Cx;
@@ -195,7 +195,7 @@ impl Store {
         let (sname, dname) = (display_name(&input.src), display_name(&input.dst));
         let (skey, dkey) = (match_key(&sname), match_key(&dname));
         for (path, key) in [("src", &skey), ("dst", &dkey)] {
-            if !key.chars().any(char::is_alphanumeric) {
+            if !nameable(key) {
                 return Err(field_error(
                     path,
                     "an entity name needs at least one letter or digit",

@@ -544,8 +544,7 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
         }
     }
 
-    // A name `link` can match: at least one letter or digit.
-    let nameable = |n: &str| match_key(n).chars().any(char::is_alphanumeric);
+    let nameable = |n: &str| crate::memories::nameable(&match_key(n));
     for (line, r) in &relations {
         let (edge, exact) = map_edge_type(&r.relation_type);
         // What `link` refuses (an entity linked to itself, a name without

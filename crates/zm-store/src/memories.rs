@@ -54,6 +54,12 @@ pub fn match_key(name: &str) -> String {
         .collect()
 }
 
+/// Can a match key name an entity? It needs a letter or digit (`link`,
+/// `remember`'s `entities` and the importer all ask this).
+pub fn nameable(key: &str) -> bool {
+    key.chars().any(char::is_alphanumeric)
+}
+
 /// Display name: trimmed, whitespace collapsed.
 pub fn display_name(name: &str) -> String {
     name.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -550,7 +556,7 @@ impl Store {
             Anchoring::Named(named) => {
                 let entities = input.entities.iter().flatten();
                 for (e, (name, key)) in entities.zip(named) {
-                    if !key.chars().any(char::is_alphanumeric) {
+                    if !nameable(key) {
                         return Err(ToolError::validation(format!(
                             "entity name {:?} has no letters or digits",
                             e.name
@@ -897,6 +903,34 @@ impl Store {
         crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
         let row = sql.query().fetch_one(exec).await.db("can read")?;
         Ok(col::<i64>(&row, "n")? > 0)
+    }
+
+    /// Whether memory `id` is still the caller's and live, read in `tx`
+    /// and on PostgreSQL held (`FOR NO KEY UPDATE`) to its end: `None` when
+    /// it is not the caller's (any more), else its `invalidated_at`. Take
+    /// the memory's teams first (`hold_teams_of`), the order every write
+    /// takes.
+    pub(crate) async fn hold_own_memory(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Option<Option<i64>>, ToolError> {
+        let mut sql = crate::sql::Sql::new("SELECT invalidated_at FROM memories WHERE id = ");
+        sql.bind_str(id)
+            .push(" AND owner_id = ")
+            .bind_str(&caller.user_id);
+        if self.backend == crate::db::Backend::Postgres {
+            sql.push(" FOR NO KEY UPDATE");
+        }
+        let row = sql
+            .query()
+            .fetch_optional(&mut *tx)
+            .await
+            .db("hold own memory")?;
+        row.as_ref()
+            .map(|r| col::<Option<i64>>(r, "invalidated_at"))
+            .transpose()
     }
 
     /// Load one of the caller's own memories for a lifecycle change.

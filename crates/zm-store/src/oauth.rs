@@ -273,18 +273,19 @@ impl FromAnyRow for SpentCode {
     }
 }
 
-/// A refresh token's row: every refresh token belongs to a client and a
-/// family (a NULL there is a corrupt row).
-struct RefreshRow {
+/// An OAuth token's row (access or refresh: refresh and revocation read
+/// it): every one belongs to a client and a family (a NULL there is a
+/// corrupt row).
+struct TokenRow {
     id: String,
     user_id: String,
     client_id: String,
     family_id: String,
 }
 
-impl FromAnyRow for RefreshRow {
-    fn from_row(r: &AnyRow) -> Result<RefreshRow, ToolError> {
-        Ok(RefreshRow {
+impl FromAnyRow for TokenRow {
+    fn from_row(r: &AnyRow) -> Result<TokenRow, ToolError> {
+        Ok(TokenRow {
             id: col(r, "id")?,
             user_id: col(r, "user_id")?,
             client_id: col(r, "client_id")?,
@@ -845,12 +846,12 @@ impl Store {
         let Some(row) = row else {
             return Err(rejected_refresh());
         };
-        let RefreshRow {
+        let TokenRow {
             id: token_id,
             user_id,
             client_id: token_client,
             family_id,
-        } = RefreshRow::from_row(&row)?;
+        } = TokenRow::from_row(&row)?;
         if client_id.is_some_and(|c| c != token_client) {
             return Err(OauthError::InvalidGrant(
                 "The refresh token was issued to a different client.".into(),
@@ -973,12 +974,12 @@ impl Store {
             return Ok(());
         };
         let kind: String = col(&row, "kind")?;
-        let RefreshRow {
+        let TokenRow {
             id: token_id,
             user_id,
             client_id: holder,
             family_id,
-        } = RefreshRow::from_row(&row)?;
+        } = TokenRow::from_row(&row)?;
         if holder != client_id {
             drop(tx);
             let e = OauthError::InvalidGrant("The token was issued to a different client.".into());

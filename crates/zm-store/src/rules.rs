@@ -132,9 +132,9 @@ impl Store {
             )));
         }
         let memory_scope = source.scope;
-        // The memory's own teams (PostgreSQL), whatever scope the rule
-        // applies to: held before the memory row is, below.
-        self.hold_teams_of(&mut *tx, &memory_scope).await?;
+        // The memory's own teams (PostgreSQL) are held before its row is,
+        // below: by `may_set_rules_for` when the rule applies to the
+        // memory's scope, here when it applies elsewhere.
         let (layer, applies) = match &input.applies_scope {
             Some(p) => {
                 let path = canonical_path(caller, p.as_str());
@@ -143,6 +143,7 @@ impl Store {
                         "applies_scope must be a project or team scope (proj.… or team.…)",
                     ));
                 }
+                self.hold_teams_of(&mut *tx, &memory_scope).await?;
                 self.may_set_rules_for(&mut *tx, caller, &path).await?;
                 (RuleLayer::Project, Some(path))
             }
@@ -162,27 +163,17 @@ impl Store {
             .map(str::to_string)
             .unwrap_or(source.content);
         // On PostgreSQL a forget (or a hand-over) may have committed since
-        // the memory was read: hold it now (after its teams, the order
-        // every write takes) and look again, so that a forget either waits
-        // for this rule and retires it, or wins and no rule is written.
-        if self.backend == crate::db::Backend::Postgres {
-            let still: Option<Option<i64>> = sqlx::query_scalar(
-                "SELECT invalidated_at FROM memories WHERE id = $1 AND owner_id = $2 FOR NO KEY UPDATE",
-            )
-            .bind(id)
-            .bind(&caller.user_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .db("promote hold")?;
-            match still {
-                None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
-                Some(Some(_)) => {
-                    return Err(ToolError::conflict(format!(
-                        "Memory {id} is invalidated; restore it before promoting it."
-                    )));
-                }
-                Some(None) => {}
+        // the memory was read: hold it now (after its teams) and look
+        // again, so that a forget either waits for this rule and retires
+        // it, or wins and no rule is written.
+        match self.hold_own_memory(tx, caller, id).await? {
+            None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
+            Some(Some(_)) => {
+                return Err(ToolError::conflict(format!(
+                    "Memory {id} is invalidated; restore it before promoting it."
+                )));
             }
+            Some(None) => {}
         }
         let now = self.now();
         sqlx::query(

@@ -1224,13 +1224,12 @@ impl Store {
         if ids.is_empty() {
             return Ok(out);
         }
-        let mut sql = Sql::new(
-            "SELECT c.id AS id, c.memory_a AS memory_a, c.memory_b AS memory_b, c.verdict AS verdict \
-             FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b \
-             WHERE c.status = 'pending' AND c.owner_id = ",
+        let mut sql = crate::conflicts::owned_conflicts(
+            "c.id AS id, c.memory_a AS memory_a, c.memory_b AS memory_b, c.verdict AS verdict",
+            &caller.user_id,
         );
-        sql.bind_str(&caller.user_id).push(" AND");
-        crate::conflicts::push_owned(&mut sql, &caller.user_id);
+        sql.push(" AND c.status = 'pending' AND c.owner_id = ")
+            .bind_str(&caller.user_id);
         sql.push(" AND (c.memory_a IN ")
             .bind_list(ids.iter().map(MemoryId::as_str));
         sql.push(" OR c.memory_b IN ")

@@ -558,18 +558,22 @@ impl Store {
             out.entities.push((col(r, "name")?, col(r, "t")?));
         }
         // Both memories the caller's, as list_conflicts shows them.
-        let rows = sqlx::query(
-            "SELECT c.id AS id, c.verdict AS verdict, c.status AS status \
-             FROM conflicts c JOIN memories a ON a.id = c.memory_a LEFT JOIN memories b ON b.id = c.memory_b \
-             WHERE c.owner_id = $1 AND (c.memory_a = $2 OR c.memory_b = $2) \
-               AND a.owner_id = $1 AND (c.memory_b IS NULL OR b.owner_id = $1) \
-             ORDER BY c.created_at DESC LIMIT 20",
-        )
-        .bind(&caller.user_id)
-        .bind(memory_id)
-        .fetch_all(&self.pool)
-        .await
-        .db("memory conflicts")?;
+        let mut sql = crate::conflicts::owned_conflicts(
+            "c.id AS id, c.verdict AS verdict, c.status AS status",
+            &caller.user_id,
+        );
+        sql.push(" AND c.owner_id = ")
+            .bind_str(&caller.user_id)
+            .push(" AND (c.memory_a = ")
+            .bind_str(memory_id)
+            .push(" OR c.memory_b = ")
+            .bind_str(memory_id)
+            .push(") ORDER BY c.created_at DESC LIMIT 20");
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("memory conflicts")?;
         for r in &rows {
             out.conflicts
                 .push((col(r, "id")?, col(r, "verdict")?, col(r, "status")?));
