@@ -332,10 +332,9 @@ impl Store {
         // The memories' teams first (PostgreSQL), as every write into a
         // scope holds them before its rows: a team change handing either
         // memory over waits for this, or runs first and is seen below.
-        self.hold_teams_of(&mut *tx, &c.memory_a.scope).await?;
-        if let Some(side) = c.memory_b.as_ref().filter(|b| b.scope != c.memory_a.scope) {
-            self.hold_teams_of(&mut *tx, &side.scope).await?;
-        }
+        let mut scopes = vec![c.memory_a.scope.as_str()];
+        scopes.extend(c.memory_b.as_ref().map(|b| b.scope.as_str()));
+        self.hold_teams_of(&mut *tx, &scopes).await?;
         // The winner that supersedes the other must still stand, and be the
         // caller's (read in the transaction, and held on PostgreSQL: a
         // forget or a hand-over may have come since the conflict's load).

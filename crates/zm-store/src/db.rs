@@ -32,6 +32,17 @@ struct Migration {
     name: &'static str,
     sqlite: &'static str,
     postgres: &'static str,
+    /// What SQL cannot do, run after it in the same transaction.
+    data: Option<DataStep>,
+}
+
+/// A migration's step in Rust: rewriting stored values by rules only Rust
+/// code knows.
+#[derive(Debug, Clone, Copy)]
+enum DataStep {
+    /// Entity match keys recomputed by today's [`crate::memories::match_key`],
+    /// merging entities whose keys now agree.
+    RekeyEntities,
 }
 
 static MIGRATIONS: &[Migration] = &[
@@ -40,84 +51,105 @@ static MIGRATIONS: &[Migration] = &[
         name: "initial",
         sqlite: include_str!("../../../migrations/sqlite/0001_initial.sql"),
         postgres: include_str!("../../../migrations/postgres/0001_initial.sql"),
+        data: None,
     },
     Migration {
         version: 2,
         name: "oauth",
         sqlite: include_str!("../../../migrations/sqlite/0002_oauth.sql"),
         postgres: include_str!("../../../migrations/postgres/0002_oauth.sql"),
+        data: None,
     },
     Migration {
         version: 3,
         name: "signed_threads",
         sqlite: include_str!("../../../migrations/sqlite/0003_signed_threads.sql"),
         postgres: include_str!("../../../migrations/postgres/0003_signed_threads.sql"),
+        data: None,
     },
     Migration {
         version: 4,
         name: "user_disabled",
         sqlite: include_str!("../../../migrations/sqlite/0004_user_disabled.sql"),
         postgres: include_str!("../../../migrations/postgres/0004_user_disabled.sql"),
+        data: None,
     },
     Migration {
         version: 5,
         name: "storage_usage",
         sqlite: include_str!("../../../migrations/sqlite/0005_storage_usage.sql"),
         postgres: include_str!("../../../migrations/postgres/0005_storage_usage.sql"),
+        data: None,
     },
     Migration {
         version: 6,
         name: "shared_state",
         sqlite: include_str!("../../../migrations/sqlite/0006_shared_state.sql"),
         postgres: include_str!("../../../migrations/postgres/0006_shared_state.sql"),
+        data: None,
     },
     Migration {
         version: 7,
         name: "rank_index",
         sqlite: include_str!("../../../migrations/sqlite/0007_rank_index.sql"),
         postgres: include_str!("../../../migrations/postgres/0007_rank_index.sql"),
+        data: None,
     },
     Migration {
         version: 8,
         name: "teams",
         sqlite: include_str!("../../../migrations/sqlite/0008_teams.sql"),
         postgres: include_str!("../../../migrations/postgres/0008_teams.sql"),
+        data: None,
     },
     Migration {
         version: 9,
         name: "web_sessions",
         sqlite: include_str!("../../../migrations/sqlite/0009_web_sessions.sql"),
         postgres: include_str!("../../../migrations/postgres/0009_web_sessions.sql"),
+        data: None,
     },
     Migration {
         version: 10,
         name: "memory_usage",
         sqlite: include_str!("../../../migrations/sqlite/0010_memory_usage.sql"),
         postgres: include_str!("../../../migrations/postgres/0010_memory_usage.sql"),
+        data: None,
     },
     Migration {
         version: 11,
         name: "recall_activity",
         sqlite: include_str!("../../../migrations/sqlite/0011_recall_activity.sql"),
         postgres: include_str!("../../../migrations/postgres/0011_recall_activity.sql"),
+        data: None,
     },
     Migration {
         version: 12,
         name: "memory_vectors",
         sqlite: include_str!("../../../migrations/sqlite/0012_memory_vectors.sql"),
         postgres: include_str!("../../../migrations/postgres/0012_memory_vectors.sql"),
+        data: None,
     },
     Migration {
         version: 13,
         name: "conflict_pairs",
         sqlite: include_str!("../../../migrations/sqlite/0013_conflict_pairs.sql"),
         postgres: include_str!("../../../migrations/postgres/0013_conflict_pairs.sql"),
+        data: None,
     },
     Migration {
         version: 14,
         name: "imported_memories",
         sqlite: include_str!("../../../migrations/sqlite/0014_imported_memories.sql"),
         postgres: include_str!("../../../migrations/postgres/0014_imported_memories.sql"),
+        data: None,
+    },
+    Migration {
+        version: 15,
+        name: "entity_keys_normalised",
+        sqlite: include_str!("../../../migrations/sqlite/0015_entity_keys_normalised.sql"),
+        postgres: include_str!("../../../migrations/postgres/0015_entity_keys_normalised.sql"),
+        data: Some(DataStep::RekeyEntities),
     },
 ];
 
@@ -329,6 +361,12 @@ pub(crate) async fn migrate(
         // and keeps stderr quiet.
         tracing::debug!(target: "zm_store", version = m.version, name = m.name, "applying migration");
         tx.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql))).await?;
+        match m.data {
+            Some(DataStep::RekeyEntities) => {
+                rekey_entities(&mut tx).await?;
+            }
+            None => {}
+        }
         sqlx::query(
             "INSERT INTO zm_schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
         )
@@ -340,6 +378,96 @@ pub(crate) async fn migrate(
     }
     tx.commit().await?;
     Ok(known.max(current))
+}
+
+/// Migration 15's step: every entity's match key recomputed from its name
+/// by today's [`crate::memories::match_key`] (Unicode-normalised), and the
+/// entities of one scope and type whose keys now agree merged into the
+/// oldest: their mentions and edges move to it (a pair it already has is
+/// kept once; an edge that would link it to itself is dropped), then the
+/// others are deleted. Runs inside the migration's transaction; answers
+/// how many entities it re-keyed and how many it merged away.
+async fn rekey_entities(tx: &mut sqlx::AnyConnection) -> Result<(usize, usize), sqlx::Error> {
+    use sqlx::Row;
+    use std::collections::HashMap;
+    let rows = sqlx::query(
+        "SELECT id, scope, type, name, match_key FROM entities ORDER BY created_at, id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut kept: HashMap<(String, String, String), String> = HashMap::new();
+    let (mut merges, mut rekeys) = (Vec::new(), Vec::new());
+    for row in &rows {
+        let id: String = row.try_get("id")?;
+        let name: String = row.try_get("name")?;
+        let stored: String = row.try_get("match_key")?;
+        let key = crate::memories::match_key(&name);
+        let slot = (row.try_get("scope")?, key.clone(), row.try_get("type")?);
+        match kept.get(&slot) {
+            Some(oldest) => merges.push((id, oldest.clone())),
+            None => {
+                kept.insert(slot, id.clone());
+                if key != stored {
+                    rekeys.push((id, key));
+                }
+            }
+        }
+    }
+    for (from, into) in &merges {
+        sqlx::query(
+            "UPDATE memory_entities SET entity_id = $2 WHERE entity_id = $1 AND NOT EXISTS \
+             (SELECT 1 FROM memory_entities m WHERE m.memory_id = memory_entities.memory_id AND m.entity_id = $2)",
+        )
+        .bind(from)
+        .bind(into)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE edges SET src = $2 WHERE src = $1 AND dst <> $2 AND NOT EXISTS \
+             (SELECT 1 FROM edges e WHERE e.src = $2 AND e.dst = edges.dst AND e.type = edges.type)",
+        )
+        .bind(from)
+        .bind(into)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE edges SET dst = $2 WHERE dst = $1 AND src <> $2 AND NOT EXISTS \
+             (SELECT 1 FROM edges e WHERE e.dst = $2 AND e.src = edges.src AND e.type = edges.type)",
+        )
+        .bind(from)
+        .bind(into)
+        .execute(&mut *tx)
+        .await?;
+        // What did not move (a pair the oldest already has, a self-link)
+        // goes with the entity (ON DELETE CASCADE).
+        sqlx::query("DELETE FROM entities WHERE id = $1")
+            .bind(from)
+            .execute(&mut *tx)
+            .await?;
+    }
+    // Two passes, so that no key is briefly held twice: first a key no
+    // name can have (keys hold no whitespace), then the new one.
+    for (id, _) in &rekeys {
+        sqlx::query("UPDATE entities SET match_key = $1 WHERE id = $2")
+            .bind(format!(" rekey {id}"))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    for (id, key) in &rekeys {
+        sqlx::query("UPDATE entities SET match_key = $1 WHERE id = $2")
+            .bind(key)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tracing::info!(
+        target: "zm_store",
+        rekeyed = rekeys.len(),
+        merged = merges.len(),
+        "entity match keys normalised"
+    );
+    Ok((rekeys.len(), merges.len()))
 }
 
 /// A 32-byte server secret by name, in hex: created once (the first open
@@ -395,6 +523,147 @@ pub(crate) async fn form_key(pool: &AnyPool, clock: &Arc<Clock>) -> Result<[u8; 
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// Migration 15's step merges entities stored under the old keys whose
+    /// names now agree (a composed and a decomposed "Café"), moving their
+    /// mentions and edges to the oldest, and re-keys the rest; a second
+    /// run changes nothing. Every backend.
+    #[tokio::test]
+    async fn rekey_merges_entities_whose_keys_now_agree() {
+        use serde_json::json;
+        use sqlx::Row;
+        use zm_contracts::{IdKind, ToolName};
+        for (label, _dir, store) in crate::testing::stores().await {
+            let caller = crate::testing::test_caller(&store, "rekey").await;
+            let service = crate::ToolService::new(store.clone());
+            let mut memories = Vec::new();
+            for content in ["Zola wrote about the café.", "The café opens at eight."] {
+                let out = service
+                    .call(
+                        &caller,
+                        ToolName::parse("remember").unwrap(),
+                        &json!({"content": content, "kind": "fact", "scope": "personal", "entities": [{"name": "Zola"}]}),
+                    )
+                    .await
+                    .unwrap()
+                    .to_json();
+                memories.push(out["memory_id"].as_str().unwrap().to_string());
+            }
+            let zola = sqlx::query(
+                "SELECT id, scope, type FROM entities WHERE owner_id = $1 AND match_key = 'zola'",
+            )
+            .bind(&caller.user_id)
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+            let (zola, scope, ty): (String, String, String) =
+                (zola.get("id"), zola.get("scope"), zola.get("type"));
+            // As the old key rule stored them: lowercase, nothing normalised.
+            let old = [
+                ("Caf\u{e9}", "caf\u{e9}"),
+                ("Cafe\u{301}", "cafe\u{301}"),
+                ("\u{ff21}\u{ff30}\u{ff29}", "\u{ff41}\u{ff50}\u{ff49}"),
+            ];
+            let mut ids = Vec::new();
+            for (at, (name, key)) in (1_i64..).zip(old) {
+                let id = IdKind::Entity.generate();
+                sqlx::query("INSERT INTO entities (id, owner_id, scope, name, match_key, type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+                    .bind(&id).bind(&caller.user_id).bind(&scope).bind(name).bind(key).bind(&ty).bind(at)
+                    .execute(&store.pool).await.unwrap();
+                ids.push(id);
+            }
+            let (composed, decomposed, api) = (&ids[0], &ids[1], &ids[2]);
+            for (memory, entity) in [
+                (&memories[0], composed),
+                (&memories[0], decomposed),
+                (&memories[1], decomposed),
+            ] {
+                sqlx::query("INSERT INTO memory_entities (memory_id, entity_id) VALUES ($1, $2)")
+                    .bind(memory)
+                    .bind(entity)
+                    .execute(&store.pool)
+                    .await
+                    .unwrap();
+            }
+            for (src, dst, ty) in [
+                (composed, &zola, "relates_to"),
+                (decomposed, &zola, "relates_to"),
+                (decomposed, api, "depends_on"),
+                (composed, decomposed, "relates_to"),
+                (&zola, decomposed, "mentions"),
+            ] {
+                sqlx::query("INSERT INTO edges (id, owner_id, src, dst, type, weight, source_memory, created_at) VALUES ($1, $2, $3, $4, $5, NULL, NULL, 1)")
+                    .bind(IdKind::Edge.generate()).bind(&caller.user_id).bind(src).bind(dst).bind(ty)
+                    .execute(&store.pool).await.unwrap();
+            }
+
+            let mut tx = store.pool.begin().await.unwrap();
+            let (rekeyed, merged) = rekey_entities(&mut tx).await.unwrap();
+            tx.commit().await.unwrap();
+            assert_eq!(
+                merged, 1,
+                "[{label}] the decomposed Café merged into the composed one"
+            );
+            assert!(rekeyed >= 1, "[{label}] the full-width name re-keyed");
+
+            let keys: Vec<(String, String)> = sqlx::query(
+                "SELECT id, match_key FROM entities WHERE owner_id = $1 ORDER BY created_at, id",
+            )
+            .bind(&caller.user_id)
+            .fetch_all(&store.pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get("id"), r.get("match_key")))
+            .collect();
+            assert_eq!(
+                keys,
+                vec![
+                    (composed.clone(), "caf\u{e9}".to_string()),
+                    (api.clone(), "api".to_string()),
+                    (zola.clone(), "zola".to_string())
+                ],
+                "[{label}] one Café, the full-width API re-keyed"
+            );
+            let mentions: Vec<(String, String)> = sqlx::query("SELECT memory_id, entity_id FROM memory_entities WHERE entity_id IN ($1, $2) ORDER BY memory_id")
+                .bind(composed).bind(decomposed).fetch_all(&store.pool).await.unwrap()
+                .iter().map(|r| (r.get("memory_id"), r.get("entity_id"))).collect();
+            let mut want = vec![
+                (memories[0].clone(), composed.clone()),
+                (memories[1].clone(), composed.clone()),
+            ];
+            want.sort();
+            assert_eq!(
+                mentions, want,
+                "[{label}] mentions moved, the shared one kept once"
+            );
+            let mut edges: Vec<(String, String, String)> =
+                sqlx::query("SELECT src, dst, type FROM edges WHERE owner_id = $1")
+                    .bind(&caller.user_id)
+                    .fetch_all(&store.pool)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| (r.get("src"), r.get("dst"), r.get("type")))
+                    .collect();
+            edges.sort();
+            let mut want = vec![
+                (composed.clone(), zola.clone(), "relates_to".to_string()),
+                (composed.clone(), api.clone(), "depends_on".to_string()),
+                (zola.clone(), composed.clone(), "mentions".to_string()),
+            ];
+            want.sort();
+            assert_eq!(
+                edges, want,
+                "[{label}] edges moved, the duplicate and the self-link dropped"
+            );
+
+            let mut tx = store.pool.begin().await.unwrap();
+            let again = rekey_entities(&mut tx).await.unwrap();
+            tx.commit().await.unwrap();
+            assert_eq!(again, (0, 0), "[{label}] a second run changes nothing");
+        }
+    }
 
     #[test]
     fn sqlite_paths() {

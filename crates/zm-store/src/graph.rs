@@ -118,19 +118,17 @@ impl Store {
             // review. Their teams held first (PostgreSQL): a removal
             // handing either over waits, or has run and the pair is not
             // the caller's to review.
-            for id in [src, dst] {
-                let scope: Option<String> = sqlx::query_scalar(
-                    "SELECT scope FROM memories WHERE id = $1 AND owner_id = $2",
-                )
-                .bind(id)
-                .bind(&caller.user_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .db("contradiction scope")?;
-                if let Some(scope) = scope {
-                    self.hold_teams_of(&mut *tx, &scope).await?;
-                }
-            }
+            let scopes: Vec<String> = sqlx::query_scalar(
+                "SELECT scope FROM memories WHERE id IN ($1, $2) AND owner_id = $3",
+            )
+            .bind(src)
+            .bind(dst)
+            .bind(&caller.user_id)
+            .fetch_all(&mut *tx)
+            .await
+            .db("contradiction scope")?;
+            let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            self.hold_teams_of(&mut *tx, &scopes).await?;
             let owned: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM memories WHERE id IN ($1, $2) AND owner_id = $3",
             )

@@ -46,11 +46,16 @@ pub fn content_hash(content: &str) -> String {
     hex::encode(Sha256::digest(content.trim().as_bytes()))
 }
 
-/// Entity match key: lowercase with whitespace, `_` and `-` removed.
+/// Entity match key: the name under NFKC (one form for composed and
+/// decomposed accents, full-width and ligature letters), lowercase, with
+/// whitespace, `_` and `-` removed, in NFC. Stored keys are recomputed by
+/// a migration whenever this changes (schema 15, `db::rekey_entities`).
 pub fn match_key(name: &str) -> String {
-    name.chars()
+    use unicode_normalization::UnicodeNormalization;
+    name.nfkc()
         .filter(|c| !c.is_whitespace() && *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
+        .nfc()
         .collect()
 }
 
@@ -632,7 +637,7 @@ impl Store {
                     // Not the caller's: nothing to supersede.
                     continue;
                 };
-                self.hold_teams_of(&mut *tx, &old_scope).await?;
+                self.hold_teams_of(&mut *tx, &[&old_scope]).await?;
                 let done = sqlx::query(
                     "UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 \
                      WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL",

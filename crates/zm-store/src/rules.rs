@@ -143,7 +143,10 @@ impl Store {
                         "applies_scope must be a project or team scope (proj.… or team.…)",
                     ));
                 }
-                self.hold_teams_of(&mut *tx, &memory_scope).await?;
+                // Both scopes' teams in one statement (team-id order);
+                // `may_set_rules_for` then holds rows already held.
+                self.hold_teams_of(&mut *tx, &[&memory_scope, &path])
+                    .await?;
                 self.may_set_rules_for(&mut *tx, caller, &path).await?;
                 (RuleLayer::Project, Some(path))
             }
@@ -220,7 +223,7 @@ impl Store {
         caller: &Caller,
         path: &str,
     ) -> Result<(), ToolError> {
-        self.hold_teams_of(&mut *tx, path).await?;
+        self.hold_teams_of(&mut *tx, &[path]).await?;
         match self.role_in(&mut *tx, &caller.user_id, path).await? {
             None => Err(ToolError::not_found(format!("Scope {path} not found."))),
             Some(role) if !role.can_write() => Err(ToolError::forbidden(format!(

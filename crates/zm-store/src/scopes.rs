@@ -164,31 +164,36 @@ impl Store {
     }
 
     /// On PostgreSQL, hold the rows of the teams that decide who writes
-    /// `path` (its own team, the teams it is shared with) until the write
-    /// commits (`FOR SHARE`): a team change (`FOR NO KEY UPDATE`, see
-    /// `teams.rs`) waits for writes that already passed the role check and
-    /// then hands their memories over too, and a write that comes after it
-    /// reads the roles it left. Without it a member's write committed just
-    /// after their removal's hand-over stayed theirs. SQLite's write
-    /// transactions take turns already.
+    /// each of `paths` (their own teams, the teams they are shared with)
+    /// until the write commits (`FOR SHARE`): a team change (`FOR NO KEY
+    /// UPDATE`, see `teams.rs`) waits for writes that already passed the
+    /// role check and then hands their memories over too, and a write that
+    /// comes after it reads the roles it left. Without it a member's write
+    /// committed just after their removal's hand-over stayed theirs.
+    /// Several paths are held in one statement, in team-id order, the order
+    /// a change of several teams (`delete_account`) takes them in: held one
+    /// path at a time, two teams could be taken in the opposite order and
+    /// deadlock. SQLite's write transactions take turns already.
     pub(crate) async fn hold_teams_of(
         &self,
         tx: &mut sqlx::AnyConnection,
-        path: &str,
+        paths: &[&str],
     ) -> Result<(), ToolError> {
-        if self.backend != crate::db::Backend::Postgres {
+        if self.backend != crate::db::Backend::Postgres || paths.is_empty() {
             return Ok(());
         }
-        let own_team = crate::teams::team_slug_of(path).map(|slug| format!("team.{slug}"));
-        sqlx::query(
-            "SELECT t.id FROM teams t WHERE t.scope = $1 \
-             OR t.scope IN (SELECT team_scope FROM team_projects WHERE scope = $2) ORDER BY t.id FOR SHARE",
-        )
-        .bind(own_team.unwrap_or_default())
-        .bind(path)
-        .fetch_all(&mut *tx)
-        .await
-        .db("hold the scope's teams")?;
+        let own_teams = paths
+            .iter()
+            .filter_map(|p| crate::teams::team_slug_of(p).map(|slug| format!("team.{slug}")));
+        let mut sql = Sql::new("SELECT t.id FROM teams t WHERE t.scope IN ");
+        sql.bind_list(own_teams)
+            .push(" OR t.scope IN (SELECT team_scope FROM team_projects WHERE scope IN ")
+            .bind_list(paths.iter().copied())
+            .push(") ORDER BY t.id FOR SHARE");
+        sql.query()
+            .fetch_all(&mut *tx)
+            .await
+            .db("hold the scopes' teams")?;
         Ok(())
     }
 
@@ -209,7 +214,7 @@ impl Store {
             }
             return Err(ToolError::forbidden("You do not have access to this scope"));
         }
-        self.hold_teams_of(tx, &path).await?;
+        self.hold_teams_of(tx, &[&path]).await?;
         match self.role_in(&mut *tx, &caller.user_id, &path).await? {
             Some(Role::Writer | Role::Admin) => return Ok(path),
             Some(Role::Reader) => {

@@ -30,6 +30,19 @@ backend_tests! {
         assert_eq!(listed["conflicts"].as_array().map(Vec::len), Some(1), "[{l}] one conflict for the pair: {listed}");
     }
 
+    /// One entity whatever Unicode form its name is typed in: a composed
+    /// and a decomposed "Café", full-width "ＡＰＩ" and "api" (NFKC).
+    async fn entity_names_match_across_unicode_forms(store: Store, l: &str) {
+        let (_, a) = user(&store, "nfkc-a").await;
+        ok(call(&store, &a, "link", json!({"src": "Caf\u{e9}", "dst": "\u{ff21}\u{ff30}\u{ff29}", "type": "relates_to"})).await, l, "edge");
+        let again = ok(call(&store, &a, "link", json!({"src": "Cafe\u{301}", "dst": "api", "type": "relates_to"})).await, l, "the same edge");
+        assert_eq!(again["created"].as_bool(), Some(false), "[{l}] the same two entities: {again}");
+        err(call(&store, &a, "link", json!({"src": "Cafe\u{301}", "dst": "CAF\u{c9}", "type": "relates_to"})).await, ErrorCode::ValidationFailed, l, "a self edge across forms");
+        let out = ok(call(&store, &a, "entities", json!({"query": "cafe\u{301}"})).await, l, "search");
+        let names: Vec<&str> = out["entities"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["Caf\u{e9}"], "[{l}] one entity, found by the decomposed form");
+    }
+
     /// `entities` searches like entity matching: case-insensitive beyond
     /// ASCII (SQLite's LOWER is ASCII only), blind to spaces, `-`, `_`.
     async fn entity_search_folds_case_and_separators(store: Store, l: &str) {

@@ -1,0 +1,12 @@
+-- zero-memory schema v15: entity match keys under Unicode normalisation.
+--
+-- An entity's match key was its name lowercased with whitespace, `_` and
+-- `-` removed, so "Café" typed composed (U+00E9) and decomposed (e + U+0301)
+-- were two entities, as were full-width and ligature spellings. Keys are
+-- now taken after NFKC normalisation. No SQL function computes them on
+-- both backends, so the rewrite is a Rust step of this migration
+-- (`rekey_entities` in crates/zm-store/src/db.rs), run in the same
+-- transaction right after this file: every key is recomputed, and the
+-- entities of one scope and type whose keys now agree are merged into the
+-- oldest (its mentions and edges move to it; an edge that would link the
+-- entity to itself is dropped).
