@@ -24,6 +24,17 @@ impl Backend {
             Backend::Postgres => "postgres",
         }
     }
+
+    /// A text expression to order by code point on both backends: SQLite
+    /// compares text bytewise, PostgreSQL by the database's collation
+    /// (`en_US.UTF-8` ignores case and `-` at first, so lists came out in
+    /// another order there, and another set past a `LIMIT`).
+    pub(crate) fn bytewise(self, expr: &str) -> String {
+        match self {
+            Backend::Sqlite => expr.to_string(),
+            Backend::Postgres => format!("{expr} COLLATE \"C\""),
+        }
+    }
 }
 
 /// A migration: its number, name and SQL per backend.
@@ -296,7 +307,15 @@ pub(crate) enum InstanceLock {
     SessionAdmission = 7_410_432,
     /// The near-duplicate sweep by meaning (no pair filed twice).
     MeaningSweep = 7_410_433,
+    /// Creating a user (one first user, the owner; one user per email).
+    UserCreation = 7_410_434,
 }
+
+/// The first key of the two-key advisory locks that order identical
+/// writes (`Store::hold_content`; the second key is a hash of the owner,
+/// scope and content). PostgreSQL keeps two-key advisory locks apart from
+/// the one-key [`InstanceLock`]s.
+pub(crate) const CONTENT_LOCK_CLASS: i32 = 7_410_440;
 
 /// On PostgreSQL, wait for `lock` until the transaction ends; nothing on
 /// SQLite, whose `BEGIN IMMEDIATE` already serializes writers. Must be the

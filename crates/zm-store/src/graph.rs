@@ -129,15 +129,23 @@ impl Store {
             .db("contradiction scope")?;
             let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
             self.hold_teams_of(&mut *tx, &scopes).await?;
-            let owned: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM memories WHERE id IN ($1, $2) AND owner_id = $3",
-            )
-            .bind(src)
-            .bind(dst)
-            .bind(&caller.user_id)
-            .fetch_one(&mut *tx)
-            .await
-            .db("contradiction owners")?;
+            // Both memories held (PostgreSQL, in id order): `A contradicts
+            // B` and `B contradicts A` at once take turns here, and the
+            // second sees the first one's conflict below.
+            let mut sql = crate::sql::Sql::new("SELECT id FROM memories WHERE id IN ");
+            sql.bind_list([src, dst])
+                .push(" AND owner_id = ")
+                .bind_str(&caller.user_id)
+                .push(" ORDER BY id");
+            if self.backend == crate::db::Backend::Postgres {
+                sql.push(" FOR NO KEY UPDATE");
+            }
+            let owned = sql
+                .query()
+                .fetch_all(&mut *tx)
+                .await
+                .db("contradiction owners")?
+                .len();
             // One pending conflict a pair: `B contradicts A` after
             // `A contradicts B` files nothing more.
             let pending: Option<String> = sqlx::query_scalar(
@@ -298,7 +306,10 @@ impl Store {
             }
             sql.push(")");
         }
-        sql.push(" ORDER BY e.name, e.id LIMIT 500");
+        sql.push(&format!(
+            " ORDER BY {}, e.id LIMIT 500",
+            self.backend.bytewise("e.name")
+        ));
         let rows = sql.query().fetch_all(&self.pool).await.db("entities")?;
         Ok(EntitiesOutput {
             entities: Entity::from_rows(&rows)?,

@@ -8,7 +8,7 @@ use sqlx::any::AnyRow;
 use zm_contracts::{IdKind, ToolError};
 
 use crate::audit::AuditEntry;
-use crate::db::DbResult;
+use crate::db::{DbResult, InstanceLock};
 use crate::rows::{FromAnyRow, col, enum_col, flag_col, stored_enum};
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
@@ -389,6 +389,11 @@ impl Store {
         let id = IdKind::User.generate();
         let now = self.now();
         let mut tx = self.write_tx().await?;
+        // One creation at a time across instances (PostgreSQL): two first
+        // users at once would both count no user and both become owner.
+        crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::UserCreation)
+            .await
+            .db("user creation lock")?;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE email = $1")
             .bind(&email)
             .fetch_one(&mut *tx)
@@ -433,6 +438,9 @@ impl Store {
         let id = IdKind::User.generate();
         let now = self.now();
         let mut tx = self.write_tx().await?;
+        crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::UserCreation)
+            .await
+            .db("user creation lock")?;
         let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
             .fetch_one(&mut *tx)
             .await
@@ -440,8 +448,8 @@ impl Store {
         if users > 0 {
             return Ok(None);
         }
-        // Two processes starting at once on PostgreSQL both see no user;
-        // the second insert meets the first one's email and is not a user.
+        // Creations take turns (above); a user made meanwhile by another
+        // way in would still be met here by its email.
         let inserted = sqlx::query("INSERT INTO users (id, email, password_hash, is_owner, created_at) VALUES ($1, $2, $3, 1, $4) ON CONFLICT (email) DO NOTHING")
             .bind(&id)
             .bind(&email)

@@ -486,6 +486,39 @@ impl Store {
         Ok(links)
     }
 
+    /// On PostgreSQL, take turns with every other write of the same content
+    /// by the same owner into the same scope until this transaction ends
+    /// (an advisory lock on a hash of the three): two identical writes at
+    /// once (a retried call, two sub-agents) would otherwise each miss the
+    /// other's uncommitted row and both insert. SQLite's write transactions
+    /// take turns already.
+    pub(crate) async fn hold_content(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        owner: &str,
+        scope_path: &str,
+        hash: &str,
+    ) -> Result<(), ToolError> {
+        if self.backend != crate::db::Backend::Postgres {
+            return Ok(());
+        }
+        let key = Sha256::new()
+            .chain_update(owner)
+            .chain_update([0])
+            .chain_update(scope_path)
+            .chain_update([0])
+            .chain_update(hash)
+            .finalize();
+        let key = i32::from_be_bytes([key[0], key[1], key[2], key[3]]);
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(crate::db::CONTENT_LOCK_CLASS)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .db("hold content")?;
+        Ok(())
+    }
+
     /// The live identical memory in the scope (absorbing the write), or a
     /// new row: `(id, deduplicated)`.
     async fn insert_or_absorb(
@@ -497,6 +530,8 @@ impl Store {
         (content, hash): (&str, &str),
         source: &Value,
     ) -> Result<(String, bool), ToolError> {
+        self.hold_content(tx, &caller.user_id, scope_path, hash)
+            .await?;
         let existing: Option<String> = sqlx::query_scalar(
             "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
         )
@@ -588,7 +623,7 @@ impl Store {
                 return Ok(anchors);
             }
         };
-        let rows = sqlx::query("SELECT id, name, match_key FROM entities WHERE scope = $1 AND owner_id = $2 ORDER BY created_at LIMIT 1000")
+        let rows = sqlx::query("SELECT id, name, match_key FROM entities WHERE scope = $1 AND owner_id = $2 ORDER BY created_at, id LIMIT 1000")
             .bind(scope_path)
             .bind(&caller.user_id)
             .fetch_all(&mut *tx)
@@ -828,7 +863,7 @@ impl Store {
         any_type: bool,
     ) -> Result<String, ToolError> {
         let found: Option<String> = if any_type {
-            sqlx::query_scalar("SELECT id FROM entities WHERE scope = $1 AND match_key = $2 ORDER BY created_at LIMIT 1")
+            sqlx::query_scalar("SELECT id FROM entities WHERE scope = $1 AND match_key = $2 ORDER BY created_at, id LIMIT 1")
                 .bind(e.scope)
                 .bind(e.key)
                 .fetch_optional(&mut *tx)

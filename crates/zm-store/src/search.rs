@@ -1266,7 +1266,10 @@ impl Store {
             "SELECT me.memory_id, e.id, e.name, e.type FROM memory_entities me JOIN entities e ON e.id = me.entity_id WHERE me.memory_id IN ",
         );
         sql.bind_list(ids.iter().map(MemoryId::as_str))
-            .push(" ORDER BY e.name");
+            .push(&format!(
+                " ORDER BY {}, e.id",
+                self.backend.bytewise("e.name")
+            ));
         let rows = sql.query().fetch_all(&self.pool).await.db("entities of")?;
         for e in AttachedEntity::from_rows(&rows)? {
             out.entry(e.memory_id.clone()).or_default().push(e);
@@ -1296,7 +1299,7 @@ impl Store {
         push_visible(&mut sql, "m", &caller.user_id);
         sql.push(" AND ");
         push_read_set(&mut sql, "m", set);
-        sql.push(" ORDER BY l.created_at DESC LIMIT 200");
+        sql.push(" ORDER BY l.created_at DESC, l.src, l.dst, l.type LIMIT 200");
         let rows = sql.query().fetch_all(&self.pool).await.db("neighbours")?;
         rows.iter()
             .map(|r| {
@@ -1603,7 +1606,7 @@ impl Store {
         sql.bind_list(entity_ids.iter().map(EntityId::as_str))
             .push(" AND g.dst IN ")
             .bind_list(entity_ids.iter().map(EntityId::as_str));
-        sql.push(" ORDER BY g.created_at LIMIT 100");
+        sql.push(" ORDER BY g.created_at, g.id LIMIT 100");
         let rows = sql.query().fetch_all(&self.pool).await.db("edges")?;
         ContextEdge::from_rows(&rows)
     }

@@ -719,7 +719,15 @@ impl Store {
         // until it ends. The pass's top moves up once all are taken.
         let top = as_i64(&s.top);
         if top > 0 && as_i64(&s.cursor) > 0 {
-            rows = pending(Some((">", top)))
+            // PostgreSQL hands out `seq` at insert, not at commit: a memory
+            // committed after a newer one moved `top` past it sits just
+            // below `top`, so the last PG_REREAD are looked at again (the
+            // embedded ones are left out by the query).
+            let since = match self.backend {
+                Backend::Sqlite => top,
+                Backend::Postgres => (top - PG_REREAD).max(0),
+            };
+            rows = pending(Some((">", since)))
                 .query()
                 .fetch_all(&self.pool)
                 .await
@@ -729,7 +737,7 @@ impl Store {
             {
                 let seq: i64 = col(newest, "seq")?;
                 s.top
-                    .store(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
+                    .fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
             }
         }
         // One pass walks down from the newest memory; when it reaches the

@@ -225,11 +225,15 @@ impl Store {
     }
 
     /// A write transaction (`BEGIN IMMEDIATE` on SQLite so writers queue on
-    /// the busy timeout instead of failing on lock upgrade).
+    /// the busy timeout instead of failing on lock upgrade). On PostgreSQL
+    /// READ COMMITTED whatever the server's or role's default: the writes
+    /// rely on it (a row lock or an `ON CONFLICT` wait, then a read that
+    /// sees what the other transaction committed); under REPEATABLE READ
+    /// or SERIALIZABLE they would fail with serialization errors instead.
     pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Any>, ToolError> {
         let begin = match self.backend {
             Backend::Sqlite => "BEGIN IMMEDIATE",
-            Backend::Postgres => "BEGIN",
+            Backend::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
         self.pool.begin_with(begin).await.db("begin transaction")
     }

@@ -460,12 +460,13 @@ impl Store {
 
     /// The live teams the caller is a member of.
     pub async fn list_teams(&self, caller: &Caller) -> Result<TeamList, ToolError> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT t.slug AS slug, t.name AS name, t.scope AS scope, t.created_at AS created_at, sm.role AS role, \
              (SELECT COUNT(*) FROM scope_members c WHERE c.scope = t.scope) AS members \
              FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 \
-             WHERE t.deleted_at IS NULL ORDER BY t.slug",
-        )
+             WHERE t.deleted_at IS NULL ORDER BY {}",
+            self.backend.bytewise("t.slug")
+        )))
         .bind(&caller.user_id)
         .fetch_all(&self.pool)
         .await
@@ -1522,11 +1523,12 @@ impl Store {
             .await
             .db("lock the admin's teams")?;
         }
-        let teams: Vec<String> = sqlx::query_scalar(
+        let teams: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT t.slug FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 AND sm.role = $2 \
              WHERE t.deleted_at IS NULL AND NOT EXISTS (SELECT 1 FROM scope_members o WHERE o.scope = t.scope AND o.role = $2 AND o.user_id <> $1) \
-             ORDER BY t.slug",
-        )
+             ORDER BY {}",
+            self.backend.bytewise("t.slug")
+        )))
         .bind(user_id)
         .bind(Role::Admin.as_str())
         .fetch_all(&mut *conn)

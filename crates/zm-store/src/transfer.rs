@@ -298,26 +298,42 @@ impl Store {
         };
         let now = self.now();
         let hash = input.source_hash.trim().to_string();
-        // The ledger row of an earlier import (its memory may be gone).
-        let prior: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2",
+        // Claim the ledger row first: the same item imported twice at once
+        // (PostgreSQL) waits here for the first import and is skipped,
+        // instead of failing on the ledger's key after inserting a copy.
+        let claimed = sqlx::query(
+            "INSERT INTO imports (owner_id, source_hash, memory_id, created_at) VALUES ($1, $2, NULL, $3) \
+             ON CONFLICT (owner_id, source_hash) DO NOTHING",
         )
         .bind(&caller.user_id)
         .bind(&hash)
-        .fetch_optional(&mut *tx)
+        .bind(now)
+        .execute(&mut *tx)
         .await
-        .db("import ledger")?;
-        if let Some(memory_id) = prior {
+        .db("import claim")?;
+        if claimed.rows_affected() == 0 {
+            // The ledger row of an earlier import (its memory may be gone).
+            let prior: Option<String> = sqlx::query_scalar(
+                "SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2",
+            )
+            .bind(&caller.user_id)
+            .bind(&hash)
+            .fetch_one(&mut *tx)
+            .await
+            .db("import ledger")?;
             return Ok(ImportMemoryOutput {
                 skipped: true,
-                memory_id: memory_id.map(MemoryId::from_trusted),
+                memory_id: prior.map(MemoryId::from_trusted),
                 deduplicated: None,
             });
         }
+        let chash = content_hash(&content);
+        self.hold_content(tx, &caller.user_id, &scope, &chash)
+            .await?;
         let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
             .bind(&caller.user_id)
             .bind(&scope)
-            .bind(content_hash(&content))
+            .bind(&chash)
             .fetch_optional(&mut *tx)
             .await
             .db("import dedup")?;
@@ -342,7 +358,7 @@ impl Store {
                 .bind(&scope)
                 .bind(input.kind.as_str())
                 .bind(&content)
-                .bind(content_hash(&content))
+                .bind(&chash)
                 .bind(Visibility::Private.as_str())
                 .bind(AuthorKind::Agent.as_str())
                 .bind(source.to_string())
@@ -355,14 +371,13 @@ impl Store {
                 id
             }
         };
-        sqlx::query("INSERT INTO imports (owner_id, source_hash, memory_id, created_at) VALUES ($1, $2, $3, $4)")
+        sqlx::query("UPDATE imports SET memory_id = $1 WHERE owner_id = $2 AND source_hash = $3")
+            .bind(&id)
             .bind(&caller.user_id)
             .bind(&hash)
-            .bind(&id)
-            .bind(now)
             .execute(&mut *tx)
             .await
-            .db("import claim")?;
+            .db("import ledger")?;
         Ok(ImportMemoryOutput {
             skipped: false,
             memory_id: Some(MemoryId::from_trusted(id)),

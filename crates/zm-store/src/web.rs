@@ -343,7 +343,10 @@ impl Store {
             ));
             push_visible(&mut sql, "m", &caller.user_id);
             filter.push(&mut sql, Some(facet));
-            sql.push(&format!(" GROUP BY {column} ORDER BY n DESC, v"));
+            sql.push(&format!(
+                " GROUP BY {column} ORDER BY n DESC, {}",
+                self.backend.bytewise("v")
+            ));
             sql
         };
         let scopes = group(Facet::Scope, "m.scope");
@@ -437,7 +440,11 @@ impl Store {
             if live {
                 sql.push(" AND m.invalidated_at IS NULL");
             }
-            sql.push(&format!(" GROUP BY {column} ORDER BY n DESC, v LIMIT 20"));
+            // None recorded (NULL) last on both backends, then by code point.
+            sql.push(&format!(
+                " GROUP BY {column} ORDER BY n DESC, (v IS NULL), {} LIMIT 20",
+                self.backend.bytewise("v")
+            ));
             sql
         };
         let by_scope = counts(
@@ -533,7 +540,7 @@ impl Store {
             .bind_str(memory_id)
             .push(") AND ");
         push_visible(&mut sql, "m", &caller.user_id);
-        sql.push(" ORDER BY l.created_at LIMIT 50");
+        sql.push(" ORDER BY l.created_at, l.src, l.dst, l.type LIMIT 50");
         for r in &sql.query().fetch_all(&self.pool).await.db("memory links")? {
             let src: String = col(r, "src")?;
             let dst: String = col(r, "dst")?;
@@ -546,10 +553,11 @@ impl Store {
                 content.chars().take(120).collect(),
             ));
         }
-        let rows = sqlx::query(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT e.name AS name, e.type AS t FROM memory_entities me JOIN entities e ON e.id = me.entity_id \
-             WHERE me.memory_id = $1 ORDER BY e.name LIMIT 50",
-        )
+             WHERE me.memory_id = $1 ORDER BY {}, e.id LIMIT 50",
+            self.backend.bytewise("e.name")
+        )))
         .bind(memory_id)
         .fetch_all(&self.pool)
         .await
@@ -568,7 +576,7 @@ impl Store {
             .bind_str(memory_id)
             .push(" OR c.memory_b = ")
             .bind_str(memory_id)
-            .push(") ORDER BY c.created_at DESC LIMIT 20");
+            .push(") ORDER BY c.created_at DESC, c.id DESC LIMIT 20");
         let rows = sql
             .query()
             .fetch_all(&self.pool)

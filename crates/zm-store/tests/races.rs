@@ -1,0 +1,138 @@
+//! Writes that meet at the same moment, on every backend: two identical
+//! `remember`s (a retried call, two sub-agents) are one memory; the same
+//! import item twice at once is imported once and skipped once; a pair
+//! linked `contradicts` both ways at once files one conflict. SQLite's
+//! writers take turns anyway; on PostgreSQL these hold the row or lock
+//! that orders them (they failed there before: two memories, `internal`,
+//! two conflicts). And on a PostgreSQL whose default isolation is
+//! REPEATABLE READ the same holds: write transactions pin READ COMMITTED.
+//!
+//! Each test runs once per backend through [`backend_tests!`]. Nothing
+//! waits on the clock: the tasks are started together and joined.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::*;
+use serde_json::{Value, json};
+use zm_store::{Caller, OpenOptions, Store};
+
+/// How many calls start at once (the PostgreSQL test pool has 4
+/// connections, so at least 4 are in flight together).
+const AT_ONCE: usize = 8;
+
+/// Run `tool` with each of `args` at once; every answer, in order.
+async fn at_once(
+    store: &Store,
+    caller: &Caller,
+    tool: &'static str,
+    args: Vec<Value>,
+) -> Vec<Result<Value, String>> {
+    let tasks: Vec<_> = args
+        .into_iter()
+        .map(|a| {
+            let (store, caller) = (store.clone(), caller.clone());
+            tokio::spawn(async move {
+                call(&store, &caller, tool, a)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("the task ran"));
+    }
+    out
+}
+
+/// Identical `remember`s at once answer one memory, stored once.
+async fn identical_writes(store: &Store, l: &str) {
+    let (_, a) = user(store, "same-write").await;
+    for round in 0..4 {
+        let content = format!("The release train leaves every {round}th Thursday at noon.");
+        let args = vec![json!({"content": content, "kind": "fact", "scope": "personal"}); AT_ONCE];
+        let answers = at_once(store, &a, "remember", args).await;
+        let ids: HashSet<String> = answers
+            .iter()
+            .map(|r| {
+                ok(r.clone(), l, "remember at once")["memory_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            ids.len(),
+            1,
+            "[{l}] round {round}: one memory for identical writes: {ids:?}"
+        );
+    }
+    assert_eq!(
+        owned(store, &a, l).await,
+        4,
+        "[{l}] four memories stored, one per round"
+    );
+}
+
+backend_tests! {
+    async fn identical_remembers_at_once_are_one_memory(store: Store, l: &str) {
+        identical_writes(&store, l).await;
+    }
+
+    /// The same item imported several times at once: imported once, every
+    /// other answer `skipped` with the same memory, none an error.
+    async fn one_import_item_at_once_is_imported_once(store: Store, l: &str) {
+        let (_, a) = user(&store, "same-import").await;
+        for round in 0..4 {
+            let args = json!({"content": format!("Use tabs in makefiles, rule {round}."), "kind": "convention", "target": "personal", "source_path": "CLAUDE.md", "source_hash": format!("race-{round}")});
+            let answers = at_once(&store, &a, "import_memory", vec![args; AT_ONCE]).await;
+            let answers: Vec<Value> = answers.into_iter().map(|r| ok(r, l, "import at once")).collect();
+            let imported = answers.iter().filter(|o| o["skipped"] == false).count();
+            let ids: HashSet<&str> = answers.iter().filter_map(|o| o["memory_id"].as_str()).collect();
+            assert_eq!((imported, ids.len()), (1, 1), "[{l}] round {round}: imported once, one memory: {answers:?}");
+        }
+        assert_eq!(owned(&store, &a, l).await, 4, "[{l}] four memories");
+    }
+
+    /// `x contradicts y` and `y contradicts x` at once: one pending conflict.
+    async fn a_pair_linked_both_ways_at_once_is_one_conflict(store: Store, l: &str) {
+        let (_, a) = user(&store, "both-ways").await;
+        for round in 0..4 {
+            let x = mem(&store, &a, l, json!({"content": format!("Deploys freeze on Friday {round}."), "scope": "personal", "kind": "decision"})).await;
+            let y = mem(&store, &a, l, json!({"content": format!("Deploys run every day {round}, Fridays too."), "scope": "personal", "kind": "decision"})).await;
+            let args: Vec<Value> = (0..AT_ONCE)
+                .map(|i| if i % 2 == 0 { json!({"src": x, "dst": y, "type": "contradicts"}) } else { json!({"src": y, "dst": x, "type": "contradicts"}) })
+                .collect();
+            for r in at_once(&store, &a, "link", args).await {
+                ok(r, l, "link at once");
+            }
+        }
+        let listed = ok(call(&store, &a, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list");
+        assert_eq!(listed["conflicts"].as_array().map(Vec::len), Some(4), "[{l}] one conflict a pair: {listed}");
+    }
+}
+
+/// On a PostgreSQL database whose sessions default to REPEATABLE READ,
+/// identical writes at once are still one memory: a write transaction
+/// pins READ COMMITTED (under REPEATABLE READ the second write's snapshot
+/// would predate the first one's commit, and it would insert a copy).
+#[tokio::test]
+async fn writes_pin_read_committed_whatever_the_default() {
+    let Some(url) = std::env::var(PG_ENV).ok().filter(|u| !u.trim().is_empty()) else {
+        eprintln!("{PG_ENV} is not set: skipped");
+        return;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{}{sep}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read",
+        url.trim()
+    );
+    let mut opts = OpenOptions::new(url);
+    opts.max_connections = 4;
+    let store = Store::open_with(opts)
+        .await
+        .expect("open PostgreSQL with REPEATABLE READ by default");
+    identical_writes(&store, "postgres, repeatable read by default").await;
+}
