@@ -197,6 +197,13 @@ pub enum Command {
     /// role the REST API would (admin to manage members).
     #[command(subcommand)]
     Team(TeamCommand),
+    /// Copy the whole database into a new, empty one, SQLite or PostgreSQL
+    /// (how an installation moves between backends): users, tokens, OAuth
+    /// clients, teams, every memory with its history, links, entities,
+    /// conflicts and rules, the audit log, the stored vectors and the
+    /// server's keys. Stop every zero-memory process on this database
+    /// first: what they write during the copy is not carried.
+    Copy(CopyArgs),
     /// Write a user's memories as JSONL (one memory per line).
     Export(ExportArgs),
     /// Import memories: our JSONL export, or the JSONL file of the official
@@ -436,6 +443,14 @@ pub enum OauthCommand {
         /// The client id (oac_…, from `oauth clients`).
         client_id: String,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// The destination: `postgres://…` or `sqlite://PATH` (a new file is
+    /// created private). It must hold no data.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
 }
 
 #[derive(Debug, Args)]

@@ -114,6 +114,7 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
             oauth_revoke(cfg, &user, &client_id).await
         }
         Command::Team(command) => crate::team::run(cfg, command).await,
+        Command::Copy(args) => copy(cfg, &args.to).await,
         Command::Export(args) => export(cfg, &args).await,
         Command::Import(args) => crate::import::run(cfg, &args).await,
         Command::Config(ConfigCommand::Check(_)) => unreachable!("handled before loading"),
@@ -384,6 +385,44 @@ async fn migrate(cfg: &Config) -> anyhow::Result<()> {
         "{}: schema version {}",
         cfg.database_url_redacted(),
         zm_store::db::latest_schema_version()
+    );
+    Ok(())
+}
+
+// --------------------------------------------------------------------- copy
+
+async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
+    let shown = crate::config::redact_url(to);
+    // A SQLite destination is created (private, as the server's own).
+    let url = if zm_store::sqlite_path(to).is_some() && !to.contains("mode=") {
+        format!("{to}{}mode=rwc", if to.contains('?') { '&' } else { '?' })
+    } else {
+        to.to_string()
+    };
+    if !url.starts_with("sqlite:")
+        && !url.starts_with("postgres://")
+        && !url.starts_with("postgresql://")
+    {
+        bail!("--to {shown}: use sqlite://PATH or postgres://…");
+    }
+    crate::files::prepare_database_url(&url)
+        .with_context(|| format!("cannot prepare the database {shown}"))?;
+    let store = open_store(cfg).await?;
+    let mut opts = zm_store::OpenOptions::new(url);
+    opts.max_connections = 2;
+    let report = store
+        .copy_into(&opts)
+        .await
+        .with_context(|| format!("cannot copy {} into {shown}", cfg.database_url_redacted()))?;
+    store.close().await;
+    for (table, rows) in &report.tables {
+        println!("{table}\t{rows}");
+    }
+    eprintln!(
+        "copied {} memories of {} users from {} into {shown}; point ZM_DATABASE_URL at it to serve from it",
+        report.rows("memories"),
+        report.rows("users"),
+        cfg.database_url_redacted()
     );
     Ok(())
 }

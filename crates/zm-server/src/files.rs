@@ -66,8 +66,12 @@ pub fn create_private_file(path: &Path) -> io::Result<File> {
 /// group or others can read, and a directory they can write (a readable
 /// one shows only file names, as `/var/lib` does). Nothing for PostgreSQL.
 pub fn prepare_database(cfg: &Config) -> io::Result<()> {
-    let url = cfg.open_options().url;
-    let Some(db) = zm_store::sqlite_path(&url) else {
+    prepare_database_url(&cfg.open_options().url)
+}
+
+/// [`prepare_database`] for a database URL (the destination of `copy`).
+pub fn prepare_database_url(url: &str) -> io::Result<()> {
+    let Some(db) = zm_store::sqlite_path(url) else {
         return Ok(());
     };
     let creates = url.contains("mode=rwc");

@@ -322,6 +322,62 @@ fn migrate_creates_the_database() {
     env.ok(&["migrate"]);
 }
 
+/// `copy` carries the database into a new one (here a SQLite file, created
+/// private): its users and tokens are there; a second copy into it, which
+/// now holds data, is refused with exit 1 and leaves it as it was.
+#[test]
+fn copy_into_a_new_database_and_refuse_a_full_one() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    env.ok(&[
+        "token",
+        "create",
+        "--user",
+        "alice@example.com",
+        "--name",
+        "laptop",
+    ]);
+    let dest = env.dir.path().join("moved").join("copy.db");
+    let url = format!("sqlite://{}", dest.display());
+    let out = env.run(&["copy", "--to", &url]);
+    assert_success(&out, &["copy"]);
+    let report = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(report.lines().any(|l| l == "users\t1"), "{report}");
+    assert!(report.lines().any(|l| l == "access_tokens\t1"), "{report}");
+    assert!(
+        stderr(&out).contains("copied 0 memories of 1 users"),
+        "{}",
+        stderr(&out)
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the copy is private");
+    }
+    let on_copy = |args: &[&str]| {
+        let mut c = bin();
+        c.arg("--database-url").arg(&url).args(args);
+        c.output().unwrap()
+    };
+    let tokens = on_copy(&["token", "list", "--user", "alice@example.com"]);
+    assert_success(&tokens, &["token list on the copy"]);
+    assert!(String::from_utf8_lossy(&tokens.stdout).contains("laptop"));
+    let again = env.run(&["copy", "--to", &url]);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already holds data"),
+        "{}",
+        stderr(&again)
+    );
+    let users = on_copy(&["user", "list"]);
+    assert_eq!(
+        String::from_utf8_lossy(&users.stdout).lines().count(),
+        2,
+        "still one user"
+    );
+}
+
 #[test]
 fn users_add_list_passwd() {
     let env = Env::new();

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqlx::Row;
 use zm_contracts::ToolError;
 
-use crate::db::{Backend, DbResult};
+use crate::db::DbResult;
 use crate::store::Store;
 
 /// The tables a fingerprint leaves out: the audit log, and the recall
@@ -147,34 +147,19 @@ impl Store {
         Ok(Fingerprint(memory_data, all))
     }
 
-    /// Every table of the schema (the full-text index's own tables aside:
-    /// they are derived from `memories` by triggers).
+    /// Every table of the schema (the full-text index's own tables aside).
     async fn table_names(&self) -> Result<Vec<String>, ToolError> {
-        let sql = match self.backend {
-            Backend::Sqlite => {
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'memories_fts%' ORDER BY name"
-            }
-            Backend::Postgres => {
-                "SELECT CAST(table_name AS TEXT) FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name"
-            }
-        };
-        sqlx::query_scalar(sql)
-            .fetch_all(&self.pool)
+        let mut conn = self.pool.acquire().await.db("table names")?;
+        crate::copy::table_names(&mut conn, self.backend)
             .await
             .db("table names")
     }
 
     async fn column_names(&self, table: &str) -> Result<Vec<String>, ToolError> {
-        let sql = match self.backend {
-            Backend::Sqlite => "SELECT name FROM pragma_table_info($1) ORDER BY cid",
-            Backend::Postgres => {
-                "SELECT CAST(column_name AS TEXT) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
-            }
-        };
-        sqlx::query_scalar(sql)
-            .bind(table)
-            .fetch_all(&self.pool)
+        let mut conn = self.pool.acquire().await.db("column names")?;
+        let columns = crate::copy::columns(&mut conn, self.backend, table)
             .await
-            .db("column names")
+            .db("column names")?;
+        Ok(columns.into_iter().map(|c| c.name).collect())
     }
 }

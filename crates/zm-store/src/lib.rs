@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod clock;
 pub mod conflicts;
+pub mod copy;
 mod cursor;
 pub mod db;
 pub mod fingerprint;
@@ -39,6 +40,7 @@ pub mod transfer;
 pub mod usage;
 pub mod web;
 
+pub use copy::{CopyError, CopyReport};
 pub use db::{Backend, OpenError, OpenOptions, sqlite_path, sqlite_url};
 pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind, User};
 pub use limits::{Limits, StorageSummary, Usage};

@@ -1,0 +1,590 @@
+//! Copying a whole database into an empty one, from either backend to
+//! either (`zero-memory copy --to URL`): how an installation that grew
+//! moves from SQLite to PostgreSQL, or back, with everything it holds —
+//! users, tokens, OAuth clients, teams, memories (retired ones too) with
+//! their scopes, history, links, entities, conflicts and rules, the audit
+//! log, the stored vectors, and the server's keys (so signed thread tokens
+//! and export cursors stay valid).
+//!
+//! The source is read in one snapshot (a read transaction; REPEATABLE
+//! READ on PostgreSQL) and the destination written in one transaction:
+//! a copy that fails leaves the destination as it found it.
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, AssertSqlSafe, Row};
+
+use crate::db::{self, Backend, OpenError, OpenOptions};
+use crate::store::Store;
+
+/// Every table a copy carries, in the order the migrations create them:
+/// a table's foreign keys point only to tables before it.
+pub const COPIED_TABLES: &[&str] = &[
+    "users",
+    "access_tokens",
+    "scopes",
+    "scope_members",
+    "project_bindings",
+    "memories",
+    "memory_links",
+    "entities",
+    "memory_entities",
+    "edges",
+    "conflicts",
+    "rules",
+    "imports",
+    "audit_log",
+    "oauth_clients",
+    "oauth_grants",
+    "oauth_codes",
+    "oauth_families",
+    "server_secrets",
+    "rate_windows",
+    "login_failures",
+    "mcp_sessions",
+    "teams",
+    "team_projects",
+    "team_invitations",
+    "team_events",
+    "team_export_grants",
+    "web_sessions",
+    "memory_usage",
+    "recall_activity",
+    "memory_vectors",
+];
+
+/// Tables a copy leaves to the destination: its migration ledger, and the
+/// storage totals its triggers compute from the memories as they arrive.
+pub const DERIVED_TABLES: &[&str] = &["zm_schema_migrations", "storage_usage"];
+
+/// Tables a destination may hold rows of and still count as empty (the
+/// copy replaces them): the keys a server makes at its first open, and
+/// the rate-limit windows and sign-in failures of a server that ran with
+/// no account.
+const REPLACED_TABLES: &[&str] = &["server_secrets", "rate_windows", "login_failures"];
+
+/// Columns numbered anew by the destination: the vector index reads new
+/// vectors by this number, which PostgreSQL hands out itself.
+const RENUMBERED: &[(&str, &str)] = &[("memory_vectors", "vseq")];
+
+/// What a copy wrote: rows per table, in copy order.
+#[derive(Debug, Clone, Default)]
+pub struct CopyReport {
+    pub tables: Vec<(&'static str, u64)>,
+}
+
+impl CopyReport {
+    /// Rows copied into `table`.
+    pub fn rows(&self, table: &str) -> u64 {
+        self.tables
+            .iter()
+            .find(|(t, _)| *t == table)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Why a copy did not happen. Operator errors: they never reach a client.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(
+        "the destination already holds data (table {0} has rows): copy into a new, empty database"
+    )]
+    NotEmpty(String),
+    #[error("table {table}, column {column}: type {kind:?} cannot be copied")]
+    UnknownType {
+        table: String,
+        column: String,
+        kind: String,
+    },
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// How a column's values are read and written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Int,
+    Real,
+    Text,
+    Bytes,
+}
+
+impl Kind {
+    /// From a declared SQLite type or a PostgreSQL `data_type`.
+    fn of(declared: &str) -> Option<Kind> {
+        let d = declared.to_ascii_lowercase();
+        if d.contains("int") {
+            Some(Kind::Int)
+        } else if d.contains("real") || d.contains("double") || d.contains("float") {
+            Some(Kind::Real)
+        } else if d.contains("text") || d.contains("char") {
+            Some(Kind::Text)
+        } else if d.contains("blob") || d.contains("bytea") {
+            Some(Kind::Bytes)
+        } else {
+            None
+        }
+    }
+}
+
+/// A column as the schema declares it.
+#[derive(Debug, Clone)]
+pub(crate) struct Column {
+    pub name: String,
+    declared: String,
+    /// Computed by the database (PostgreSQL's generated `tsvector`, an
+    /// identity always generated): never written.
+    generated: bool,
+}
+
+/// Every table of the schema, by name (the full-text index's own tables
+/// aside: triggers derive them from `memories`).
+pub(crate) async fn table_names(
+    conn: &mut AnyConnection,
+    backend: Backend,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sql = match backend {
+        Backend::Sqlite => {
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'memories_fts%' ORDER BY name"
+        }
+        Backend::Postgres => {
+            "SELECT CAST(table_name AS TEXT) FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name"
+        }
+    };
+    sqlx::query_scalar(sql).fetch_all(conn).await
+}
+
+/// A table's columns in declaration order.
+pub(crate) async fn columns(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    table: &str,
+) -> Result<Vec<Column>, sqlx::Error> {
+    let sql = match backend {
+        Backend::Sqlite => {
+            "SELECT name AS n, type AS t, 'NO' AS g, '' AS i FROM pragma_table_info($1) ORDER BY cid"
+        }
+        Backend::Postgres => {
+            "SELECT CAST(column_name AS TEXT) AS n, CAST(data_type AS TEXT) AS t, CAST(is_generated AS TEXT) AS g, \
+             CAST(COALESCE(identity_generation, '') AS TEXT) AS i \
+             FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
+        }
+    };
+    let rows = sqlx::query(sql).bind(table).fetch_all(conn).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Column {
+                name: r.try_get("n")?,
+                declared: r.try_get("t")?,
+                generated: r.try_get::<String, _>("g")? == "ALWAYS"
+                    || r.try_get::<String, _>("i")? == "ALWAYS",
+            })
+        })
+        .collect()
+}
+
+/// One value read from the source.
+enum Value {
+    Int(Option<i64>),
+    Real(Option<f64>),
+    Text(Option<String>),
+    Bytes(Option<Vec<u8>>),
+}
+
+fn read(row: &AnyRow, i: usize, kind: Kind) -> Result<Value, sqlx::Error> {
+    Ok(match kind {
+        Kind::Int => Value::Int(row.try_get(i)?),
+        Kind::Real => Value::Real(row.try_get(i)?),
+        Kind::Text => Value::Text(row.try_get(i)?),
+        Kind::Bytes => Value::Bytes(row.try_get(i)?),
+    })
+}
+
+/// Bound values per insert statement at most (both backends take many
+/// more; this keeps one statement's text and arguments small).
+const VALUES_PER_INSERT: usize = 4_000;
+
+impl Store {
+    /// Copy this database, all of it, into the empty database `to` (which
+    /// is created and migrated to this build's schema first). Refused when
+    /// the destination holds data (this database itself does, unless it
+    /// holds nothing to copy).
+    pub async fn copy_into(&self, to: &OpenOptions) -> Result<CopyReport, CopyError> {
+        let (dest, backend) = db::connect(to).await?;
+        let result = self.copy_to_pool(&dest, backend).await;
+        dest.close().await;
+        result
+    }
+
+    async fn copy_to_pool(
+        &self,
+        dest: &sqlx::AnyPool,
+        backend: Backend,
+    ) -> Result<CopyReport, CopyError> {
+        db::migrate(dest, backend, &self.clock).await?;
+        // The source in one snapshot: SQLite's read transaction holds its
+        // WAL snapshot from the first read; PostgreSQL's from the first
+        // statement under REPEATABLE READ.
+        let mut src = match self.backend {
+            Backend::Sqlite => self.pool.begin().await?,
+            Backend::Postgres => {
+                self.pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?
+            }
+        };
+        let mut dst = match backend {
+            Backend::Sqlite => dest.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => dest.begin().await?,
+        };
+        for table in COPIED_TABLES {
+            if REPLACED_TABLES.contains(table) {
+                sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}")))
+                    .execute(&mut *dst)
+                    .await?;
+                continue;
+            }
+            let sql = format!("SELECT 1 FROM {table} LIMIT 1");
+            if sqlx::query(AssertSqlSafe(sql))
+                .fetch_optional(&mut *dst)
+                .await?
+                .is_some()
+            {
+                return Err(CopyError::NotEmpty((*table).to_string()));
+            }
+        }
+        let mut report = CopyReport::default();
+        for table in COPIED_TABLES {
+            let n = copy_table(&mut src, self.backend, &mut dst, backend, table).await?;
+            report.tables.push((table, n));
+        }
+        if backend == Backend::Postgres {
+            // `memories.seq` came with its values; the next one follows them.
+            sqlx::query(
+                "SELECT setval(pg_get_serial_sequence('memories', 'seq'), (SELECT COALESCE(MAX(seq), 0) + 1 FROM memories), false)",
+            )
+            .execute(&mut *dst)
+            .await?;
+        }
+        dst.commit().await?;
+        src.rollback().await?;
+        Ok(report)
+    }
+}
+
+/// Copy one table's rows (the columns both sides have, but those the
+/// destination computes or numbers itself); how many.
+async fn copy_table(
+    src: &mut AnyConnection,
+    src_backend: Backend,
+    dst: &mut AnyConnection,
+    dst_backend: Backend,
+    table: &'static str,
+) -> Result<u64, CopyError> {
+    let theirs = columns(&mut *dst, dst_backend, table).await?;
+    let mut cols: Vec<(String, Kind)> = Vec::new();
+    for c in columns(&mut *src, src_backend, table).await? {
+        let Some(target) = theirs.iter().find(|t| t.name == c.name) else {
+            continue;
+        };
+        if c.generated || target.generated || RENUMBERED.contains(&(table, c.name.as_str())) {
+            continue;
+        }
+        let kind = Kind::of(&c.declared).ok_or_else(|| CopyError::UnknownType {
+            table: table.to_string(),
+            column: c.name.clone(),
+            kind: c.declared.clone(),
+        })?;
+        cols.push((c.name, kind));
+    }
+    let names = cols
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = sqlx::query(AssertSqlSafe(format!("SELECT {names} FROM {table}")))
+        .fetch_all(&mut *src)
+        .await?;
+    let per_insert = (VALUES_PER_INSERT / cols.len().max(1)).max(1);
+    for chunk in rows.chunks(per_insert) {
+        let mut sql = format!("INSERT INTO {table} ({names}) VALUES ");
+        let mut values = Vec::with_capacity(chunk.len() * cols.len());
+        for (r, row) in chunk.iter().enumerate() {
+            sql.push_str(if r == 0 { "(" } else { ", (" });
+            for (i, (_, kind)) in cols.iter().enumerate() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                values.push(read(row, i, *kind)?);
+                sql.push_str(&format!("${}", values.len()));
+            }
+            sql.push(')');
+        }
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for v in values {
+            q = match v {
+                Value::Int(v) => q.bind(v),
+                Value::Real(v) => q.bind(v),
+                Value::Text(v) => q.bind(v),
+                Value::Bytes(v) => q.bind(v),
+            };
+        }
+        q.execute(&mut *dst).await?;
+    }
+    Ok(rows.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value as Json, json};
+    use zm_contracts::ToolName;
+
+    use super::*;
+    use crate::{Caller, ToolService};
+
+    /// Every row of a copied table, over the columns a copy carries, as
+    /// canonical text, sorted.
+    async fn dump(pool: &sqlx::AnyPool, backend: Backend, table: &'static str) -> Vec<String> {
+        let mut conn = pool.acquire().await.unwrap();
+        let cols: Vec<(String, Kind)> = columns(&mut conn, backend, table)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| !c.generated && !RENUMBERED.contains(&(table, c.name.as_str())))
+            .filter(|c| !(table == "memories" && c.name == "fts"))
+            .map(|c| (c.name, Kind::of(&c.declared).unwrap()))
+            .collect();
+        let names = cols
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = sqlx::query(AssertSqlSafe(format!("SELECT {names} FROM {table}")))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        let mut out: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                cols.iter()
+                    .enumerate()
+                    .map(|(i, (n, k))| match read(r, i, *k).unwrap() {
+                        Value::Int(v) => format!("{n}={v:?}"),
+                        Value::Real(v) => format!("{n}={v:?}"),
+                        Value::Text(v) => format!("{n}={v:?}"),
+                        Value::Bytes(v) => format!("{n}={v:?}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    async fn call(store: &Store, caller: &Caller, tool: &str, args: Json) -> Json {
+        ToolService::new(store.clone())
+            .call(caller, ToolName::parse(tool).unwrap(), &args)
+            .await
+            .unwrap_or_else(|e| panic!("{tool}: {e}"))
+            .to_json()
+    }
+
+    /// A store holding a bit of everything: two users, a token, a team,
+    /// memories in three scopes (one retired, one superseded), entities,
+    /// links, a conflict, a rule, vectors.
+    async fn populated() -> (tempfile::TempDir, Store, String) {
+        let (dir, store) = crate::testing::sqlite_store().await;
+        let a = crate::testing::test_caller(&store, "copy-a").await;
+        let b = crate::testing::test_caller(&store, "copy-b").await;
+        let (_, token) = store
+            .create_token(
+                &a.user_id,
+                Some("laptop"),
+                &[crate::SCOPE_READ, crate::SCOPE_WRITE],
+            )
+            .await
+            .unwrap();
+        let team = zm_contracts::teams::CreateTeamInput {
+            slug: "infra".into(),
+            name: Some("Infra".into()),
+        };
+        store.create_team(&a, team).await.unwrap();
+        let first = call(&store, &a, "remember", json!({"content": "Billing runs on PostgreSQL sixteen.", "kind": "fact", "scope": "personal", "entities": [{"name": "Café"}, {"name": "Billing"}]})).await;
+        let first = first["memory_id"].as_str().unwrap().to_string();
+        call(&store, &a, "remember", json!({"content": "Billing moved to PostgreSQL seventeen.", "kind": "fact", "scope": "personal", "links": [{"dst": first, "type": "supersedes"}]})).await;
+        let team_note = call(&store, &a, "remember", json!({"content": "The infra team deploys on Tuesdays.", "kind": "convention", "scope": "team.infra"})).await;
+        let team_note = team_note["memory_id"].as_str().unwrap().to_string();
+        call(&store, &a, "promote_rule", json!({"memory_id": team_note})).await;
+        let x = call(&store, &a, "remember", json!({"content": "Cache entries live five minutes.", "kind": "fact", "scope": "personal"})).await;
+        let y = call(
+            &store,
+            &a,
+            "remember",
+            json!({"content": "Cache entries live one hour.", "kind": "fact", "scope": "personal"}),
+        )
+        .await;
+        call(
+            &store,
+            &a,
+            "link",
+            json!({"src": x["memory_id"], "dst": y["memory_id"], "type": "contradicts"}),
+        )
+        .await;
+        call(
+            &store,
+            &a,
+            "link",
+            json!({"src": "Billing", "dst": "PostgreSQL", "type": "depends_on"}),
+        )
+        .await;
+        let gone = call(
+            &store,
+            &b,
+            "remember",
+            json!({"content": "A note b forgets.", "kind": "episode", "scope": "personal"}),
+        )
+        .await;
+        call(
+            &store,
+            &b,
+            "forget",
+            json!({"memory_id": gone["memory_id"], "reason": "wrong"}),
+        )
+        .await;
+        if let Some(Ok(model)) = zm_embed::bundled() {
+            store.set_encoder(Arc::clone(&model));
+            while store.embed_pending(64).await.unwrap() > 0 {}
+        }
+        (dir, store, token)
+    }
+
+    async fn same_rows(from: &Store, to: &sqlx::AnyPool, to_backend: Backend, what: &str) {
+        for table in COPIED_TABLES {
+            let (a, b) = (
+                dump(&from.pool, from.backend, table).await,
+                dump(to, to_backend, table).await,
+            );
+            assert_eq!(a, b, "[{what}] table {table} copied row for row");
+        }
+    }
+
+    /// A copy carries every row of every table and works as the source
+    /// did (a token authenticates, recall finds by word; the server's keys
+    /// are among the rows); it refuses a destination that holds data, and itself.
+    async fn copy_and_check(from: &Store, to: &OpenOptions, token: &str, what: &str) {
+        let report = from
+            .copy_into(to)
+            .await
+            .unwrap_or_else(|e| panic!("[{what}] copy: {e}"));
+        assert!(
+            report.rows("memories") >= 6 && report.rows("users") >= 2,
+            "[{what}] {report:?}"
+        );
+        if zm_embed::bundled().is_some() {
+            assert!(
+                report.rows("memory_vectors") > 0,
+                "[{what}] the vectors came along: {report:?}"
+            );
+        }
+        let copy = Store::open_with(to.clone()).await.unwrap();
+        same_rows(from, &copy.pool, copy.backend, what).await;
+        let who = copy
+            .authenticate(token)
+            .await
+            .unwrap()
+            .expect("the token authenticates in the copy");
+        let caller = Caller::new(who.user_id);
+        let hits = call(
+            &copy,
+            &caller,
+            "recall",
+            json!({"query": "PostgreSQL seventeen"}),
+        )
+        .await;
+        assert_eq!(
+            hits["memories"][0]["content"], "Billing moved to PostgreSQL seventeen.",
+            "[{what}] recall in the copy: {hits}"
+        );
+        let again = from.copy_into(to).await;
+        assert!(
+            matches!(again, Err(CopyError::NotEmpty(_))),
+            "[{what}] a second copy is refused: {again:?}"
+        );
+        copy.close().await;
+    }
+
+    #[tokio::test]
+    async fn copies_everything_across_backends() {
+        let (dir, source, token) = populated().await;
+        let scratch = tempfile::tempdir().unwrap();
+        let to = OpenOptions::new(crate::sqlite_url(&scratch.path().join("copy.db")));
+        copy_and_check(&source, &to, &token, "sqlite to sqlite").await;
+        let itself = source
+            .copy_into(&OpenOptions::new(crate::sqlite_url(
+                &dir.path().join("zm.db"),
+            )))
+            .await;
+        assert!(matches!(itself, Err(CopyError::NotEmpty(_))), "{itself:?}");
+
+        let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        else {
+            eprintln!("ZM_TEST_DATABASE_URL is not set: the PostgreSQL copies were skipped");
+            return;
+        };
+        // A database of its own: a copy needs an empty one.
+        let name = format!(
+            "zm_copy_{}",
+            crate::identity::random_secret(8).to_lowercase()
+        );
+        let admin = sqlx::AnyPool::connect(url.trim()).await.unwrap();
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let (base, params) = url
+            .trim()
+            .split_once('?')
+            .map_or((url.trim(), ""), |(b, p)| (b, p));
+        let pg_url = format!(
+            "{}/{name}{}",
+            &base[..base.rfind('/').unwrap()],
+            if params.is_empty() {
+                String::new()
+            } else {
+                format!("?{params}")
+            }
+        );
+        let pg = OpenOptions::new(pg_url);
+        copy_and_check(&source, &pg, &token, "sqlite to postgres").await;
+        let pg_store = Store::open_with(pg.clone()).await.unwrap();
+        let back = OpenOptions::new(crate::sqlite_url(&scratch.path().join("back.db")));
+        copy_and_check(&pg_store, &back, &token, "postgres to sqlite").await;
+        pg_store.close().await;
+        sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+    }
+
+    /// Every table of the schema is either copied or derived by the
+    /// destination: a table a migration adds cannot be forgotten here.
+    #[tokio::test]
+    async fn every_table_is_copied_or_derived() {
+        for (label, _dir, store) in crate::testing::stores().await {
+            let mut conn = store.pool.acquire().await.unwrap();
+            for table in table_names(&mut conn, store.backend).await.unwrap() {
+                assert!(
+                    COPIED_TABLES.contains(&table.as_str())
+                        || DERIVED_TABLES.contains(&table.as_str()),
+                    "[{label}] table {table} is neither copied nor derived (add it to COPIED_TABLES in creation order)"
+                );
+            }
+        }
+    }
+}
