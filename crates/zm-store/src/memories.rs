@@ -824,6 +824,7 @@ impl Store {
                 &probe,
                 probe_match(probe.len()),
                 crate::search::FULL_CANDIDATE_COLUMNS,
+                owner,
             ) else {
                 return Ok(Vec::new());
             };
