@@ -53,7 +53,14 @@ pub async fn first_start(store: &Store, cfg: &Config) -> anyhow::Result<Option<F
     let (info, token) = store
         .create_token(&user.id, Some("first start"), &[SCOPE_READ, SCOPE_WRITE])
         .await
-        .map_err(|e| anyhow!("cannot create the owner's access token: {e}"))?;
+        .map_err(|e| {
+            anyhow!(
+                "cannot create the owner's access token: {e}; the owner account {} exists: set its password with `zero-memory user passwd {}` and create a token with `zero-memory token create --user {}`",
+                user.email,
+                user.email,
+                user.email
+            )
+        })?;
     tracing::info!(user = %user.email, token = %info.id, "first start: created the owner account and an access token");
     Ok(Some(FirstStart {
         email: user.email,
@@ -122,7 +129,13 @@ pub async fn on_serve_start(store: &Store, cfg: &Config) -> anyhow::Result<()> {
             Some(path) => first_start_to_file(store, cfg, path).await,
             None => {
                 if let Some(first) = first_start(store, cfg).await? {
-                    print_first_start(&first, cfg, None, &mut std::io::stdout().lock())?;
+                    print_first_start(&first, cfg, None, &mut std::io::stdout().lock())
+                        .with_context(|| {
+                            format!(
+                                "cannot write the first-start secrets to stdout; set a new password with `zero-memory user passwd {}` and create a token with `zero-memory token create --user {}`",
+                                first.email, first.email
+                            )
+                        })?;
                 }
                 Ok(())
             }

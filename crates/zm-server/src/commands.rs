@@ -762,11 +762,17 @@ async fn export_to_file(
             .with_context(|| format!("cannot write {}", path.display()))?;
         return export_pages(store, user, page_size, &mut file).await;
     }
+    // A name of this export's own, created new (never a file or link
+    // that was there): two exports to one path each write whole, and the
+    // later rename wins. Memories are private: created 0600.
     let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
+    partial.push(format!(
+        ".{}.{}.partial",
+        std::process::id(),
+        random_secret(8).to_lowercase()
+    ));
     let partial = std::path::PathBuf::from(partial);
-    // Memories are private: the file is created (or reset to) 0600.
-    let mut file = crate::files::create_private_file(&partial)
+    let mut file = crate::files::create_new_private_file(&partial)
         .with_context(|| format!("cannot write {}", partial.display()))?;
     let written = match export_pages(store, user, page_size, &mut file).await {
         Ok(n) => file

@@ -37,6 +37,19 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Create `path`, which must not exist, `0600` (`O_EXCL`: a file or a
+/// symbolic link planted there is refused, never followed).
+pub fn create_new_private_file(path: &Path) -> io::Result<File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(PRIVATE_FILE_MODE);
+    }
+    opts.open(path)
+}
+
 /// Open `path` for writing, truncated; a new file is created `0600`, and a
 /// regular file that existed is set to `0600` before anything is written.
 pub fn create_private_file(path: &Path) -> io::Result<File> {

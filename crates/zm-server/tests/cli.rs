@@ -768,9 +768,14 @@ fn import_server_memory_then_export_and_reimport() {
         paged_out.to_str().unwrap(),
     ]);
     assert_eq!(std::fs::read_to_string(&paged_out).unwrap(), exported);
+    let left: Vec<_> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".partial"))
+        .collect();
     assert!(
-        !env.dir.path().join("paged.jsonl.partial").exists(),
-        "the partial file is renamed into place"
+        left.is_empty(),
+        "the partial file is renamed into place: {left:?}"
     );
     for bad in ["0", "1001"] {
         let refused = env.run(&["export", "--user", "alice@example.com", "--page-size", bad]);
