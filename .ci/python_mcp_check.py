@@ -307,6 +307,21 @@ async def run_mode(name: str, mode: str, connect: Connect, contract: str, extra:
                     f"the message does not start with scope_target_required: {err.get('message')!r}",
                 )
 
+            async def pinned_read_attachment_holds() -> None:
+                # What a pinned read reports as the session's project is what
+                # the next call has: a session (stdio, a legacy HTTP session)
+                # keeps it and a scope-less remember lands there; a stateless
+                # 2026-07-28 HTTP request keeps nothing and says so.
+                res = await client.call_tool("recall", {"query": "anything", "project_hint": f"python-check-{mode}"})
+                project = (expect_success(res, "pinned recall").get("session") or {}).get("attached_project")
+                res = await client.call_tool("remember", {"content": f"A {mode} fact for the attached project."})
+                if project is None:
+                    err = expect_error(res, "validation_failed", "a scope-less remember with no project reported")
+                    expect(str(err.get("message", "")).startswith("scope_target_required:"), f"{err.get('message')!r}")
+                else:
+                    out = expect_success(res, "a scope-less remember after the reported attachment")
+                    expect(out.get("scope") == project, f"stored in {out.get('scope')!r}, the read reported {project!r}")
+
             for label, fn in [
                 ("contract version", contract_version),
                 ("tools/list", list_tools),
@@ -317,6 +332,7 @@ async def run_mode(name: str, mode: str, connect: Connect, contract: str, extra:
                 ("not_found", not_found),
                 ("conflict", conflict),
                 ("scope_target_required", scope_target_required),
+                ("a pinned read's attachment holds", pinned_read_attachment_holds),
             ]:
                 await m.check(label, fn)
     except Exception as e:  # the connection itself failed

@@ -32,6 +32,18 @@ impl ToolOutput {
         }
     }
 
+    /// The session state, for a transport that keeps another attachment
+    /// than the call saw (a parallel call attached the session first) or
+    /// none at all (a stateless request) to report what it keeps.
+    pub fn session_mut(&mut self) -> Option<&mut SessionState> {
+        match self {
+            ToolOutput::Remember(o) => o.session.as_mut(),
+            ToolOutput::Recall(o) => o.session.as_mut(),
+            ToolOutput::BuildContext(o) => o.session.as_mut(),
+            _ => None,
+        }
+    }
+
     /// The thread a call *issued* — a briefing's assertion — which the
     /// connection then keeps for calls that echo none. (`recall` and
     /// `remember` only echo a thread; a connection does not adopt it.)

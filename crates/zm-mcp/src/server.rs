@@ -163,24 +163,45 @@ impl ZeroMemoryMcp {
 
     /// Keep what the tool service reported about the session: the
     /// attachment it decided (first attach wins) and a thread it issued —
-    /// in the database for a shared (HTTP) session, else in the connection.
-    async fn carry(&self, out: &ToolOutput, ctx: &RequestContext<RoleServer>) {
+    /// in the database for a shared (HTTP) session, else in the connection
+    /// — and make the output report what is kept. Two calls in flight on
+    /// an unattached session may each attach it to another project: the
+    /// first one kept wins, and the other's output says so. A stateless
+    /// HTTP request keeps nothing: its output reports no attachment the
+    /// next request would not have.
+    async fn carry(
+        &self,
+        out: &mut ToolOutput,
+        ctx: &RequestContext<RoleServer>,
+        before: Option<&str>,
+    ) {
+        let attached = out.session().and_then(|s| s.attached_project.clone());
         if let Some(shared) = Self::shared_session(ctx) {
             // Only what changed: most calls report the attachment they had.
-            let project = out
-                .session()
-                .map(|s| s.attached_project.as_deref())
-                .filter(|p| *p != shared.attached_project.as_deref());
+            let project = attached
+                .as_deref()
+                .filter(|_| shared.attached_project.is_none());
             let thread = out
                 .issued_thread()
-                .filter(|t| Some(*t) != shared.thread.as_deref());
+                .filter(|t| Some(*t) != shared.thread.as_deref())
+                .map(str::to_string);
             if project.is_some() || thread.is_some() {
                 // A failure is logged by the store; the call itself succeeded.
-                let _ = self
+                let kept = self
                     .tools
                     .store()
-                    .mcp_session_carry(&shared.id, project, thread)
+                    .mcp_session_carry(&shared.id, project, thread.as_deref())
                     .await;
+                if let (Ok(Some(kept)), Some(session)) = (kept, out.session_mut()) {
+                    session.attached_project = Some(kept);
+                }
+            }
+            return;
+        }
+        if matches!(self.identity, Identity::Http) {
+            // No session: this handler lives for this request only.
+            if let Some(session) = out.session_mut() {
+                session.attached_project = before.map(str::to_string);
             }
             return;
         }
@@ -188,8 +209,10 @@ impl ZeroMemoryMcp {
             .conn
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(session) = out.session() {
-            st.attached_project = session.attached_project.clone();
+        match (&st.attached_project, out.session_mut()) {
+            (None, Some(_)) => st.attached_project = attached,
+            (Some(kept), Some(session)) => session.attached_project = Some(kept.clone()),
+            (_, None) => {}
         }
         if let Some(thread) = out.issued_thread() {
             st.thread = Some(thread.to_string());
@@ -254,8 +277,9 @@ impl ZeroMemoryMcp {
             attached_before: caller.attached_project.clone(),
         };
         match self.tools.call(&caller, tool, &args).await {
-            Ok(out) => {
-                self.carry(&out, ctx).await;
+            Ok(mut out) => {
+                self.carry(&mut out, ctx, caller.attached_project.as_deref())
+                    .await;
                 Ok(envelope::success(&out, &footer_ctx, Self::codex(ctx)))
             }
             Err(e) => Ok(envelope::failure(&e)),

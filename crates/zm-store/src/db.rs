@@ -480,12 +480,16 @@ async fn rekey_entities(tx: &mut sqlx::AnyConnection) -> Result<(usize, usize), 
             .execute(&mut *tx)
             .await?;
     }
-    tracing::info!(
-        target: "zm_store",
-        rekeyed = rekeys.len(),
-        merged = merges.len(),
-        "entity match keys normalised"
-    );
+    // Said only when it changed something: `stdio` migrates a new database
+    // at every client start and keeps stderr quiet.
+    if !rekeys.is_empty() || !merges.is_empty() {
+        tracing::info!(
+            target: "zm_store",
+            rekeyed = rekeys.len(),
+            merged = merges.len(),
+            "entity match keys normalised"
+        );
+    }
     Ok((rekeys.len(), merges.len()))
 }
 

@@ -340,21 +340,34 @@ impl Store {
         Ok(params.flatten())
     }
 
-    /// Keep what a tool call reported for the session: the attached
-    /// project (`Some`: the store's decision) and an issued thread.
+    /// Keep what a tool call reported for the session: the project it
+    /// attached an unattached session to, and an issued thread. Answers
+    /// the attachment the session keeps (`None` when no project was
+    /// given): the given one, or the one a parallel call stored first.
     pub async fn mcp_session_carry(
         &self,
         id: &str,
-        attached_project: Option<Option<&str>>,
+        attached_project: Option<&str>,
         thread: Option<&str>,
-    ) -> Result<(), ToolError> {
+    ) -> Result<Option<String>, ToolError> {
+        let mut kept = None;
         if let Some(project) = attached_project {
-            sqlx::query("UPDATE mcp_sessions SET attached_project = $2 WHERE id = $1")
+            // First attach wins here too: of two calls that attached an
+            // unattached session at once, the second keeps the first's.
+            sqlx::query(
+                "UPDATE mcp_sessions SET attached_project = $2 WHERE id = $1 AND attached_project IS NULL",
+            )
+            .bind(id)
+            .bind(project)
+            .execute(&self.pool)
+            .await
+            .db("carry a session's project")?;
+            kept = sqlx::query_scalar("SELECT attached_project FROM mcp_sessions WHERE id = $1")
                 .bind(id)
-                .bind(project)
-                .execute(&self.pool)
+                .fetch_optional(&self.pool)
                 .await
-                .db("carry a session's project")?;
+                .db("read a session's project")?
+                .flatten();
         }
         if let Some(thread) = thread {
             sqlx::query("UPDATE mcp_sessions SET thread = $2 WHERE id = $1")
@@ -364,7 +377,7 @@ impl Store {
                 .await
                 .db("carry a session's thread")?;
         }
-        Ok(())
+        Ok(kept)
     }
 
     /// End a session (the client's `DELETE`).
@@ -625,10 +638,21 @@ mod tests {
                     .unwrap()
                     .is_none()
             );
-            store
-                .mcp_session_carry(&sid(1), Some(Some("proj")), Some("thr"))
+            let kept = store
+                .mcp_session_carry(&sid(1), Some("proj"), Some("thr"))
                 .await
                 .unwrap();
+            assert_eq!(kept.as_deref(), Some("proj"), "{name}: attached");
+            // A second attachment (a parallel call's) keeps the first.
+            let kept = store
+                .mcp_session_carry(&sid(1), Some("other"), None)
+                .await
+                .unwrap();
+            assert_eq!(
+                kept.as_deref(),
+                Some("proj"),
+                "{name}: the first attach wins"
+            );
             let s = store
                 .mcp_session_touch(&sid(1), &a.id, 60_000)
                 .await
@@ -650,8 +674,19 @@ mod tests {
                     .as_deref(),
                 Some("{}")
             );
-            // Idle past the limit: gone.
+            // The Access page lists the open ones ...
+            let listed = store.mcp_sessions_of(&a.id, 60_000).await.unwrap();
+            assert_eq!(listed.len(), 2, "{name}: sessions 1 and 3 are open");
+            // Idle past the limit: gone, listed or not swept yet.
             store.clock().advance_ms(60_001);
+            assert!(
+                store
+                    .mcp_sessions_of(&a.id, 60_000)
+                    .await
+                    .unwrap()
+                    .is_empty(),
+                "{name}: an idle session is not listed as open"
+            );
             assert!(
                 store
                     .mcp_session_touch(&sid(3), &a.id, 60_000)

@@ -343,9 +343,11 @@ impl Store {
             ));
             push_visible(&mut sql, "m", &caller.user_id);
             filter.push(&mut sql, Some(facet));
+            // By the grouped column, not its alias: PostgreSQL takes an
+            // output alias only bare, not inside an expression.
             sql.push(&format!(
                 " GROUP BY {column} ORDER BY n DESC, {}",
-                self.backend.bytewise("v")
+                self.backend.bytewise(column)
             ));
             sql
         };
@@ -442,8 +444,8 @@ impl Store {
             }
             // None recorded (NULL) last on both backends, then by code point.
             sql.push(&format!(
-                " GROUP BY {column} ORDER BY n DESC, (v IS NULL), {} LIMIT 20",
-                self.backend.bytewise("v")
+                " GROUP BY {column} ORDER BY n DESC, ({column} IS NULL), {} LIMIT 20",
+                self.backend.bytewise(column)
             ));
             sql
         };
@@ -601,13 +603,20 @@ impl Store {
         Ok(owned > 0)
     }
 
-    /// The user's open MCP-over-HTTP sessions, most recently used first.
-    pub async fn mcp_sessions_of(&self, user_id: &str) -> Result<Vec<McpSessionInfo>, ToolError> {
+    /// The user's open MCP-over-HTTP sessions, most recently used first:
+    /// those used within `idle_ms` (an idle one is over, whether or not a
+    /// new session's admission has swept its row yet).
+    pub async fn mcp_sessions_of(
+        &self,
+        user_id: &str,
+        idle_ms: i64,
+    ) -> Result<Vec<McpSessionInfo>, ToolError> {
         let rows = sqlx::query(
-            "SELECT id, init_params, attached_project, opened_at, seen_at FROM mcp_sessions WHERE user_id = $1 \
-             ORDER BY seen_at DESC LIMIT 100",
+            "SELECT id, init_params, attached_project, opened_at, seen_at FROM mcp_sessions WHERE user_id = $1 AND seen_at > $2 \
+             ORDER BY seen_at DESC, id LIMIT 100",
         )
         .bind(user_id)
+        .bind(self.now().saturating_sub(idle_ms))
         .fetch_all(&self.pool)
         .await
         .db("mcp sessions of")?;

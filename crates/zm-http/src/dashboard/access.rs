@@ -78,7 +78,10 @@ async fn page_body(
         .map_err(|e| Failure::from_tool(e, rid))?;
     let sessions = state
         .store
-        .mcp_sessions_of(user)
+        .mcp_sessions_of(
+            user,
+            i64::try_from(state.cfg.session_idle.as_millis()).unwrap_or(i64::MAX),
+        )
         .await
         .map_err(|e| Failure::from_tool(e, rid))?;
     let now = state.store.clock().now_ms();
