@@ -457,13 +457,23 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
             eprintln!("  {done} / {pending}");
         }
     }
+    // Vectors made, not memories read: a text the model refuses is stored
+    // without one and not tried again until the model changes.
+    let embedded = usize::try_from(store.semantic_status().embedded).unwrap_or(usize::MAX);
     store.close().await;
     let secs = started.elapsed().as_secs_f64();
     #[allow(clippy::cast_precision_loss)]
     let rate = done as f64 / secs.max(1e-3);
-    println!(
-        "embedded {done} memories in {secs:.1} s ({rate:.0}/s): every live memory has a vector of {model}"
-    );
+    let refused = done.saturating_sub(embedded);
+    if refused == 0 {
+        println!(
+            "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s): every live memory has a vector of {model}"
+        );
+    } else {
+        println!(
+            "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s); the model refused {refused}, which recall finds by full text only (`reindex --all` tries them again)"
+        );
+    }
     Ok(())
 }
 

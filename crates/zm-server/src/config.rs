@@ -409,7 +409,7 @@ knobs! {
             shown: "`$XDG_DATA_HOME/zero-memory`, else `~/.local/share/zero-memory` (Linux and other Unix); `~/Library/Application Support/zero-memory` (macOS); `%APPDATA%\\zero-memory` (Windows)",
             parse: parse_dir,
             help: "Directory of the embedded SQLite database and other local state.",
-            doc: "Created on first use.",
+            doc: "Created on first use. Not needed with `ZM_DATABASE_URL` (a service account without a home directory runs on PostgreSQL).",
         },
         database_url: String {
             env: "ZM_DATABASE_URL",
@@ -1247,7 +1247,9 @@ impl Config {
     /// Check what no single knob's parser can: the combinations.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut errors = Vec::new();
-        if self.data_dir.as_os_str().is_empty() {
+        // The data directory holds only the SQLite database: with a
+        // database URL (PostgreSQL) a service account without a home runs.
+        if self.data_dir.as_os_str().is_empty() && self.database_url.is_none() {
             errors.push(self.err(
                 "data_dir",
                 "cannot determine the default data directory (no HOME/APPDATA); set ZM_DATA_DIR or --data-dir",
@@ -1673,6 +1675,21 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    /// No home directory: SQLite needs a data directory, a database URL
+    /// (PostgreSQL) does not.
+    #[test]
+    fn a_data_directory_only_for_sqlite() {
+        let mut cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();
+        cfg.data_dir = PathBuf::new();
+        let errs = cfg.validate().unwrap_err();
+        assert!(
+            errs.iter().any(|e| e.starts_with("ZM_DATA_DIR")),
+            "{errs:?}"
+        );
+        cfg.database_url = Some("postgres://db.internal/zero_memory".into());
+        assert_eq!(cfg.validate(), Ok(()));
     }
 
     #[test]

@@ -793,6 +793,22 @@ fn import_server_memory_then_export_and_reimport() {
     assert_eq!(second["memories_skipped"], 7);
     let bob = env.ok(&["export", "--user", "bob@example.com"]);
     assert_eq!(bob.lines().count(), 7);
+    // Restored where it was taken, into the account it came from: every
+    // memory is here already, none is stored twice.
+    let own = import_json(
+        &env,
+        &["--user", "alice@example.com", out.to_str().unwrap()],
+    );
+    assert_eq!(
+        (
+            own["memories_imported"].as_u64(),
+            own["memories_existing"].as_u64()
+        ),
+        (Some(0), Some(7)),
+        "{own}"
+    );
+    let alice = env.ok(&["export", "--user", "alice@example.com"]);
+    assert_eq!(alice, exported, "alice's memories are as they were");
 }
 
 #[test]

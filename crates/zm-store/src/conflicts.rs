@@ -335,6 +335,12 @@ impl Store {
         let mut scopes = vec![c.memory_a.scope.as_str()];
         scopes.extend(c.memory_b.as_ref().map(|b| b.scope.as_str()));
         self.hold_teams_of(&mut *tx, &scopes).await?;
+        // Then both memories, in id order (PostgreSQL), as a `contradicts`
+        // link between them holds them: holding the winner first and
+        // updating the loser after could deadlock with it.
+        let mut ids = vec![c.memory_a.id.as_str()];
+        ids.extend(c.memory_b.as_ref().map(|b| b.id.as_str()));
+        self.hold_memories(&mut *tx, &ids, None).await?;
         // The winner that supersedes the other must still stand, and be the
         // caller's (read in the transaction, and held on PostgreSQL: a
         // forget or a hand-over may have come since the conflict's load).

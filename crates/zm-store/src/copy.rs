@@ -10,6 +10,7 @@
 //! READ on PostgreSQL) and the destination written in one transaction:
 //! a copy that fails leaves the destination as it found it.
 
+use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
@@ -222,6 +223,19 @@ impl Store {
         dest: &sqlx::AnyPool,
         backend: Backend,
     ) -> Result<CopyReport, CopyError> {
+        // A destination holding data is refused before anything is written
+        // to it, its schema included (a working database of an older
+        // release named by mistake stays as its release left it). The
+        // check is made again in the copy's transaction.
+        {
+            let mut conn = dest.acquire().await?;
+            let present = table_names(&mut conn, backend).await?;
+            for table in COPIED_TABLES {
+                if present.iter().any(|t| t == table) {
+                    holds_rows(&mut conn, table).await?;
+                }
+            }
+        }
         db::migrate(dest, backend, &self.clock).await?;
         // The source in one snapshot: SQLite's read transaction holds its
         // WAL snapshot from the first read; PostgreSQL's from the first
@@ -245,14 +259,7 @@ impl Store {
                     .await?;
                 continue;
             }
-            let sql = format!("SELECT 1 FROM {table} LIMIT 1");
-            if sqlx::query(AssertSqlSafe(sql))
-                .fetch_optional(&mut *dst)
-                .await?
-                .is_some()
-            {
-                return Err(CopyError::NotEmpty((*table).to_string()));
-            }
+            holds_rows(&mut dst, table).await?;
         }
         let mut report = CopyReport::default();
         for table in COPIED_TABLES {
@@ -273,8 +280,22 @@ impl Store {
     }
 }
 
+/// `NotEmpty` when `table` has a row (the tables a copy replaces aside).
+async fn holds_rows(conn: &mut AnyConnection, table: &str) -> Result<(), CopyError> {
+    if REPLACED_TABLES.contains(&table) {
+        return Ok(());
+    }
+    let sql = format!("SELECT 1 FROM {table} LIMIT 1");
+    match sqlx::query(AssertSqlSafe(sql)).fetch_optional(conn).await? {
+        Some(_) => Err(CopyError::NotEmpty(table.to_string())),
+        None => Ok(()),
+    }
+}
+
 /// Copy one table's rows (the columns both sides have, but those the
-/// destination computes or numbers itself); how many.
+/// destination computes or numbers itself); how many. The rows stream
+/// from the source and are written a statement's worth at a time: a table
+/// of millions of rows is never held whole.
 async fn copy_table(
     src: &mut AnyConnection,
     src_backend: Backend,
@@ -303,36 +324,56 @@ async fn copy_table(
         .map(|(n, _)| n.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    let rows = sqlx::query(AssertSqlSafe(format!("SELECT {names} FROM {table}")))
-        .fetch_all(&mut *src)
-        .await?;
     let per_insert = (VALUES_PER_INSERT / cols.len().max(1)).max(1);
-    for chunk in rows.chunks(per_insert) {
-        let mut sql = format!("INSERT INTO {table} ({names}) VALUES ");
-        let mut values = Vec::with_capacity(chunk.len() * cols.len());
-        for (r, row) in chunk.iter().enumerate() {
-            sql.push_str(if r == 0 { "(" } else { ", (" });
-            for (i, (_, kind)) in cols.iter().enumerate() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                values.push(read(row, i, *kind)?);
-                sql.push_str(&format!("${}", values.len()));
-            }
-            sql.push(')');
+    let mut rows = sqlx::query(AssertSqlSafe(format!("SELECT {names} FROM {table}"))).fetch(src);
+    let (mut chunk, mut copied) = (Vec::with_capacity(per_insert), 0u64);
+    while let Some(row) = rows.try_next().await? {
+        chunk.push(row);
+        if chunk.len() == per_insert {
+            insert_rows(&mut *dst, table, &names, &cols, &chunk).await?;
+            copied += chunk.len() as u64;
+            chunk.clear();
         }
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for v in values {
-            q = match v {
-                Value::Int(v) => q.bind(v),
-                Value::Real(v) => q.bind(v),
-                Value::Text(v) => q.bind(v),
-                Value::Bytes(v) => q.bind(v),
-            };
-        }
-        q.execute(&mut *dst).await?;
     }
-    Ok(rows.len() as u64)
+    if !chunk.is_empty() {
+        insert_rows(&mut *dst, table, &names, &cols, &chunk).await?;
+        copied += chunk.len() as u64;
+    }
+    Ok(copied)
+}
+
+/// One multi-row `INSERT` of `rows` into `table`.
+async fn insert_rows(
+    dst: &mut AnyConnection,
+    table: &str,
+    names: &str,
+    cols: &[(String, Kind)],
+    rows: &[AnyRow],
+) -> Result<(), CopyError> {
+    let mut sql = format!("INSERT INTO {table} ({names}) VALUES ");
+    let mut values = Vec::with_capacity(rows.len() * cols.len());
+    for (r, row) in rows.iter().enumerate() {
+        sql.push_str(if r == 0 { "(" } else { ", (" });
+        for (i, (_, kind)) in cols.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            values.push(read(row, i, *kind)?);
+            sql.push_str(&format!("${}", values.len()));
+        }
+        sql.push(')');
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for v in values {
+        q = match v {
+            Value::Int(v) => q.bind(v),
+            Value::Real(v) => q.bind(v),
+            Value::Text(v) => q.bind(v),
+            Value::Bytes(v) => q.bind(v),
+        };
+    }
+    q.execute(dst).await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -570,6 +611,32 @@ mod tests {
             .execute(&admin)
             .await
             .unwrap();
+    }
+
+    /// A destination holding data on an older schema (a working database
+    /// named by mistake) is refused before anything is written to it: its
+    /// schema is not migrated.
+    #[tokio::test]
+    async fn a_full_destination_is_refused_before_its_migration() {
+        let (_dir, source, _) = populated().await;
+        let (_other, full) = crate::testing::sqlite_store().await;
+        crate::testing::test_caller(&full, "someone").await;
+        sqlx::query("DELETE FROM zm_schema_migrations WHERE version = $1")
+            .bind(db::latest_schema_version())
+            .execute(&full.pool)
+            .await
+            .unwrap();
+        let url = crate::sqlite_url(&_other.path().join("zm.db"));
+        let refused = source.copy_into(&OpenOptions::new(url)).await;
+        assert!(
+            matches!(refused, Err(CopyError::NotEmpty(ref t)) if t == "users"),
+            "{refused:?}"
+        );
+        let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
+            .fetch_one(&full.pool)
+            .await
+            .unwrap();
+        assert_eq!(version, db::latest_schema_version() - 1, "not migrated");
     }
 
     /// Every table of the schema is either copied or derived by the

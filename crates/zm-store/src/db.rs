@@ -311,11 +311,11 @@ pub(crate) enum InstanceLock {
     UserCreation = 7_410_434,
 }
 
-/// The first key of the two-key advisory locks that order identical
-/// writes (`Store::hold_content`; the second key is a hash of the owner,
-/// scope and content). PostgreSQL keeps two-key advisory locks apart from
+/// The first key of the two-key advisory locks that order an owner's
+/// writes of new memories (`Store::hold_writes_of`; the second key is a
+/// hash of the owner). PostgreSQL keeps two-key advisory locks apart from
 /// the one-key [`InstanceLock`]s.
-pub(crate) const CONTENT_LOCK_CLASS: i32 = 7_410_440;
+pub(crate) const OWNER_WRITES_LOCK_CLASS: i32 = 7_410_440;
 
 /// On PostgreSQL, wait for `lock` until the transaction ends; nothing on
 /// SQLite, whose `BEGIN IMMEDIATE` already serializes writers. Must be the

@@ -132,20 +132,9 @@ impl Store {
             // Both memories held (PostgreSQL, in id order): `A contradicts
             // B` and `B contradicts A` at once take turns here, and the
             // second sees the first one's conflict below.
-            let mut sql = crate::sql::Sql::new("SELECT id FROM memories WHERE id IN ");
-            sql.bind_list([src, dst])
-                .push(" AND owner_id = ")
-                .bind_str(&caller.user_id)
-                .push(" ORDER BY id");
-            if self.backend == crate::db::Backend::Postgres {
-                sql.push(" FOR NO KEY UPDATE");
-            }
-            let owned = sql
-                .query()
-                .fetch_all(&mut *tx)
-                .await
-                .db("contradiction owners")?
-                .len();
+            let owned = self
+                .hold_memories(&mut *tx, &[src, dst], Some(&caller.user_id))
+                .await?;
             // One pending conflict a pair: `B contradicts A` after
             // `A contradicts B` files nothing more.
             let pending: Option<String> = sqlx::query_scalar(

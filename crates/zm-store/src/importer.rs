@@ -120,7 +120,9 @@ pub struct Summary {
     /// New memories stored.
     pub memories_imported: usize,
     /// Lines whose content was already stored as an identical live memory
-    /// in the target scope (recorded, not stored again).
+    /// in the target scope (recorded, not stored again), and zm lines whose
+    /// exported memory is on this server and readable by the importer (an
+    /// export restored where it was taken: not stored a second time).
     pub memories_existing: usize,
     /// Lines imported by an earlier run (same source hash): skipped.
     pub memories_skipped: usize,
@@ -408,7 +410,7 @@ const IMPORT_BATCH: usize = 500;
 /// Import our own JSONL export, in batches of [`IMPORT_BATCH`].
 async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportInto>) {
     imp.summary.format = "zm";
-    let mut pending: Vec<(String, Value)> = Vec::with_capacity(IMPORT_BATCH);
+    let mut pending: Vec<(String, Value, String)> = Vec::with_capacity(IMPORT_BATCH);
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         if raw.trim().is_empty() {
@@ -452,12 +454,50 @@ async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportInto>) {
             ));
         }
         let input = imp.import_input(&m.content, m.kind, to, &hash, &extra);
-        pending.push((format!("line {line}: memory {}", m.id), input));
+        pending.push((
+            format!("line {line}: memory {}", m.id),
+            input,
+            m.id.as_str().to_string(),
+        ));
         if pending.len() >= IMPORT_BATCH {
-            imp.import_batch(&mut pending).await;
+            import_zm_batch(imp, &mut pending).await;
         }
     }
-    imp.import_batch(&mut pending).await;
+    import_zm_batch(imp, &mut pending).await;
+}
+
+/// One batch of zm lines: those whose exported memory is here already and
+/// readable by the importer are counted as existing, the rest imported.
+async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, String)>) {
+    if pending.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = pending.iter().map(|(_, _, id)| id.as_str()).collect();
+    let here = match imp
+        .tools
+        .store()
+        .readable_memory_ids(&imp.caller, &ids)
+        .await
+    {
+        Ok(here) => here,
+        Err(e) => {
+            for (label, _, _) in pending.drain(..) {
+                imp.summary
+                    .errors
+                    .push(format!("{label}: {}", describe(&e)));
+            }
+            return;
+        }
+    };
+    let mut batch: Vec<(String, Value)> = Vec::with_capacity(pending.len());
+    for (label, input, id) in pending.drain(..) {
+        if here.contains(&id) {
+            imp.summary.memories_existing += 1;
+        } else {
+            batch.push((label, input));
+        }
+    }
+    imp.import_batch(&mut batch).await;
 }
 
 /// Import the JSONL file of `@modelcontextprotocol/server-memory`.

@@ -486,36 +486,30 @@ impl Store {
         Ok(links)
     }
 
-    /// On PostgreSQL, take turns with every other write of the same content
-    /// by the same owner into the same scope until this transaction ends
-    /// (an advisory lock on a hash of the three): two identical writes at
-    /// once (a retried call, two sub-agents) would otherwise each miss the
-    /// other's uncommitted row and both insert. SQLite's write transactions
-    /// take turns already.
-    pub(crate) async fn hold_content(
+    /// On PostgreSQL, take turns with the owner's other writes of new
+    /// memories until this transaction ends (an advisory lock on a hash of
+    /// the owner): two identical writes at once (a retried call, two
+    /// sub-agents) would otherwise each miss the other's uncommitted row
+    /// and both insert. One lock per owner, not per content: an import
+    /// batch of 500 memories holds one lock, not 500 (the server's lock
+    /// table is shared and small), and the owner's inserts queue on their
+    /// storage total's row anyway. SQLite's writes take turns already.
+    pub(crate) async fn hold_writes_of(
         &self,
         tx: &mut sqlx::AnyConnection,
         owner: &str,
-        scope_path: &str,
-        hash: &str,
     ) -> Result<(), ToolError> {
         if self.backend != crate::db::Backend::Postgres {
             return Ok(());
         }
-        let key = Sha256::new()
-            .chain_update(owner)
-            .chain_update([0])
-            .chain_update(scope_path)
-            .chain_update([0])
-            .chain_update(hash)
-            .finalize();
+        let key = Sha256::digest(owner.as_bytes());
         let key = i32::from_be_bytes([key[0], key[1], key[2], key[3]]);
         sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(crate::db::CONTENT_LOCK_CLASS)
+            .bind(crate::db::OWNER_WRITES_LOCK_CLASS)
             .bind(key)
             .execute(&mut *tx)
             .await
-            .db("hold content")?;
+            .db("hold the owner's writes")?;
         Ok(())
     }
 
@@ -530,8 +524,7 @@ impl Store {
         (content, hash): (&str, &str),
         source: &Value,
     ) -> Result<(String, bool), ToolError> {
-        self.hold_content(tx, &caller.user_id, scope_path, hash)
-            .await?;
+        self.hold_writes_of(tx, &caller.user_id).await?;
         let existing: Option<String> = sqlx::query_scalar(
             "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
         )
@@ -944,6 +937,30 @@ impl Store {
         crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
         let row = sql.query().fetch_one(exec).await.db("can read")?;
         Ok(col::<i64>(&row, "n")? > 0)
+    }
+
+    /// Hold the rows of memories `ids` (PostgreSQL: `FOR NO KEY UPDATE`,
+    /// in id order, the order every write holding two memories takes, so
+    /// two such writes queue instead of deadlocking); with `owner`, only
+    /// that user's. Answers how many rows there are. Take the memories'
+    /// teams first (`hold_teams_of`).
+    pub(crate) async fn hold_memories(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        ids: &[&str],
+        owner: Option<&str>,
+    ) -> Result<usize, ToolError> {
+        let mut sql = crate::sql::Sql::new("SELECT id FROM memories WHERE id IN ");
+        sql.bind_list(ids.iter().copied());
+        if let Some(owner) = owner {
+            sql.push(" AND owner_id = ").bind_str(owner);
+        }
+        sql.push(" ORDER BY id");
+        if self.backend == crate::db::Backend::Postgres {
+            sql.push(" FOR NO KEY UPDATE");
+        }
+        let rows = sql.query().fetch_all(&mut *tx).await.db("hold memories")?;
+        Ok(rows.len())
     }
 
     /// Whether memory `id` is still the caller's and live, read in `tx`

@@ -328,8 +328,7 @@ impl Store {
             });
         }
         let chash = content_hash(&content);
-        self.hold_content(tx, &caller.user_id, &scope, &chash)
-            .await?;
+        self.hold_writes_of(tx, &caller.user_id).await?;
         let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
             .bind(&caller.user_id)
             .bind(&scope)
@@ -383,6 +382,25 @@ impl Store {
             memory_id: Some(MemoryId::from_trusted(id)),
             deduplicated: deduplicated.then_some(true),
         })
+    }
+
+    /// Which of `ids` name a memory on this server the caller can read
+    /// (live or invalidated): what an import of an export taken here finds
+    /// already here.
+    pub(crate) async fn readable_memory_ids(
+        &self,
+        caller: &Caller,
+        ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, ToolError> {
+        let mut sql = Sql::new("SELECT m.id FROM memories m WHERE m.id IN ");
+        sql.bind_list(ids.iter().copied()).push(" AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("readable memories")?;
+        rows.iter().map(|r| col::<String>(r, "id")).collect()
     }
 
     /// One page of every memory the caller can read (live and
