@@ -26,13 +26,18 @@ const CONFLICT_COLUMNS: &str = "c.id, c.status, c.verdict, c.confidence, c.ratio
 
 /// `SELECT columns` of the conflicts whose memories are all the caller's
 /// (aliases c, a, b), ending in a condition: add more with `AND`. The one
-/// place that decides which conflicts a user may see.
+/// place that decides which conflicts a user may see. A conflict belongs
+/// to its first memory's owner (filed by them, handed over with it), so
+/// `c.owner_id` names the same user: it lets the conflicts' own index
+/// (owner, status, created_at) find them without reading other users'.
 pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
     let mut sql = Sql::new(&format!(
         "SELECT {columns} FROM conflicts c JOIN memories a ON a.id = c.memory_a \
-         LEFT JOIN memories b ON b.id = c.memory_b WHERE a.owner_id = "
+         LEFT JOIN memories b ON b.id = c.memory_b WHERE c.owner_id = "
     ));
     sql.bind_str(user_id)
+        .push(" AND a.owner_id = ")
+        .bind_str(user_id)
         .push(" AND (c.memory_b IS NULL OR b.owner_id = ")
         .bind_str(user_id)
         .push(")");

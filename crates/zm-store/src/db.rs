@@ -162,6 +162,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0015_entity_keys_normalised.sql"),
         data: Some(DataStep::RekeyEntities),
     },
+    Migration {
+        version: 16,
+        name: "rules_by_scope",
+        sqlite: include_str!("../../../migrations/sqlite/0016_rules_by_scope.sql"),
+        postgres: include_str!("../../../migrations/postgres/0016_rules_by_scope.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

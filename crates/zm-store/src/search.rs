@@ -1237,9 +1237,7 @@ impl Store {
             "c.id AS id, c.memory_a AS memory_a, c.memory_b AS memory_b, c.verdict AS verdict",
             &caller.user_id,
         );
-        sql.push(" AND c.status = 'pending' AND c.owner_id = ")
-            .bind_str(&caller.user_id);
-        sql.push(" AND (c.memory_a IN ")
+        sql.push(" AND c.status = 'pending' AND (c.memory_a IN ")
             .bind_list(ids.iter().map(MemoryId::as_str));
         sql.push(" OR c.memory_b IN ")
             .bind_list(ids.iter().map(MemoryId::as_str))

@@ -69,6 +69,9 @@ const MEANING_SWEEP_WINDOW_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 /// until some are settled: a review queue nobody can work through is noise.
 const MEANING_PENDING_CAP: i64 = 100;
 
+/// How long an idle embedder looks only at memories written since its
+/// last whole pass found nothing (ms): a whole pass reads every memory.
+const FULL_PASS_EVERY_MS: i64 = 10 * 60 * 1000;
 /// How many rows behind the last one read a refresh re-reads on
 /// PostgreSQL, where transactions may commit out of `vseq` order.
 const PG_REREAD: i64 = 512;
@@ -455,6 +458,12 @@ pub(crate) struct Semantic {
     /// The newest `seq` the current pass knows of: memories written after
     /// it are embedded first, before the pass goes on down (0: none yet).
     top: AtomicU64,
+    /// The newest `seq` when a whole pass last found nothing pending (0:
+    /// not since the model was set): until [`FULL_PASS_EVERY_MS`] has
+    /// passed, an idle embedder looks only above it.
+    settled: AtomicU64,
+    /// When `settled` was set (the store's clock, ms).
+    settled_at: AtomicU64,
     embedded: AtomicU64,
     embed_micros: AtomicU64,
     queries: AtomicU64,
@@ -618,6 +627,7 @@ impl Store {
         }
         self.semantic.cursor.store(0, Ordering::Relaxed);
         self.semantic.top.store(0, Ordering::Relaxed);
+        self.semantic.settled.store(0, Ordering::Relaxed);
         *write(&self.semantic.encoder) = Some(encoder);
     }
 
@@ -740,6 +750,31 @@ impl Store {
                     .fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
             }
         }
+        // Settled (a whole pass found nothing pending, not long ago): only
+        // what was written since is looked at, not every memory again each
+        // idle second. A memory no pass can see coming (restored without
+        // a vector) waits for the next whole pass.
+        let settled = as_i64(&s.settled);
+        let fresh = self.now() - as_i64(&s.settled_at) < FULL_PASS_EVERY_MS;
+        if rows.is_empty() && as_i64(&s.cursor) == 0 && settled > 0 && fresh {
+            let since = match self.backend {
+                Backend::Sqlite => settled,
+                Backend::Postgres => (settled - PG_REREAD).max(0),
+            };
+            rows = pending(Some((">", since)))
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("new pending embeddings")?;
+            let Some(newest) = rows.first() else {
+                return Ok(0);
+            };
+            if i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit {
+                let seq: i64 = col(newest, "seq")?;
+                s.settled
+                    .fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
+            }
+        }
         // One pass walks down from the newest memory; when it reaches the
         // oldest, the next call starts again from the top.
         if rows.is_empty() {
@@ -762,6 +797,17 @@ impl Store {
                     break;
                 }
                 if below == 0 {
+                    // A whole pass found nothing: settled at the newest.
+                    let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM memories")
+                        .fetch_one(&self.pool)
+                        .await
+                        .db("newest memory")?;
+                    s.settled_at
+                        .store(u64::try_from(self.now()).unwrap_or(0), Ordering::Relaxed);
+                    s.settled.store(
+                        u64::try_from(newest.unwrap_or(0).max(1)).unwrap_or(1),
+                        Ordering::Relaxed,
+                    );
                     return Ok(0);
                 }
                 s.cursor.store(0, Ordering::Relaxed);
@@ -1698,6 +1744,66 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Once a whole pass has found nothing pending, an idle embedder looks
+    /// only at what was written since (not every memory each second): a
+    /// new write is embedded at once, a memory restored without a vector
+    /// waits for the next whole pass, ten minutes on. SQLite (a database
+    /// of its own: nobody else's writes).
+    #[tokio::test]
+    async fn a_settled_embedder_looks_only_at_new_writes() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "settled").await;
+        let tools = crate::ToolService::new(store.clone());
+        let call = |tool: &'static str, args: serde_json::Value| {
+            let (tools, caller) = (&tools, &caller);
+            async move {
+                tools
+                    .call(caller, ToolName::parse(tool).unwrap(), &args)
+                    .await
+                    .unwrap()
+                    .to_json()
+            }
+        };
+        let fact = |text: &str| json!({"content": text, "kind": "fact", "scope": "personal"});
+        let gone = call("remember", fact("The archive moved to cold storage.")).await["memory_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        call("forget", json!({"memory_id": gone})).await;
+        call("remember", fact("The build cache lives in the CI bucket.")).await;
+        store.set_encoder(Arc::clone(&model));
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        call("restore_memory", json!({"memory_id": gone})).await;
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            0,
+            "settled: no whole pass"
+        );
+        assert!(!store.is_embedded(&gone));
+        let new = call("remember", fact("Deploys need two approvals.")).await["memory_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            1,
+            "a new write at once"
+        );
+        assert!(store.is_embedded(&new));
+        store.clock().advance_ms(FULL_PASS_EVERY_MS);
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            1,
+            "the next whole pass"
+        );
+        assert!(store.is_embedded(&gone), "the restored memory is embedded");
     }
 
     #[test]

@@ -572,9 +572,7 @@ impl Store {
             "c.id AS id, c.verdict AS verdict, c.status AS status",
             &caller.user_id,
         );
-        sql.push(" AND c.owner_id = ")
-            .bind_str(&caller.user_id)
-            .push(" AND (c.memory_a = ")
+        sql.push(" AND (c.memory_a = ")
             .bind_str(memory_id)
             .push(" OR c.memory_b = ")
             .bind_str(memory_id)
