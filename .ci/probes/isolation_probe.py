@@ -215,8 +215,11 @@ def run_team(srv, ta, tc, td, c_email, d_email, suffix):
     r = srv.tool(ta, "remember", {"content": "Team convention: canary deploys last twenty minutes.", "kind": "convention", "scope": scope})
     must(r, "team memory")
     team_mems["by_a"] = r[1]["memory_id"]
-    for email in (c_email, d_email):
-        must(srv.request_json("POST", f"/api/teams/{slug}/members", ta, {"email": email, "role": "writer"}), f"add {email}")
+    # C and D join as members do: invited by A, accepted by them.
+    for email, token in ((c_email, tc), (d_email, td)):
+        r = srv.request_json("POST", f"/api/teams/{slug}/invitations", ta, {"email": email, "role": "writer"})
+        must(r, f"invite {email}")
+        must(srv.request_json("POST", f"/api/invitations/{r[1]['id']}/accept", token), f"{email} accepts")
     r = srv.tool(td, "remember", {"content": "Team gotcha: the signing keys rotate quarterly.", "kind": "gotcha", "scope": scope})
     must(r, "D's team memory")
     team_mems["by_d"] = r[1]["memory_id"]

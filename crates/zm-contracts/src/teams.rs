@@ -396,7 +396,7 @@ pub const ADMIN_ROUTES: &[AdminRoute] = &[
         method: "POST",
         path: "/api/teams/{team}/members",
         operation_id: "add_team_member",
-        summary: "Add an existing user to the team, or change their role (admins)",
+        summary: "Add an existing user to the team, or change their role (an admin who is the server's owner; other admins invite)",
         access: RouteAccess::Write,
         input: schema!(in AddMemberInput),
         output: schema!(out TeamMember),

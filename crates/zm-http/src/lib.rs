@@ -73,6 +73,7 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
             get(routes::protected_resource),
         )
         .method_not_allowed_fallback(routes::fallback)
+        .layer(axum::middleware::map_response(no_store))
         .with_state(state.clone());
     let mcp = Router::new()
         .route("/mcp", any(mcp::handle))
@@ -80,6 +81,15 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
     let oauth = oauth::routes(state.clone());
     let dashboard = dashboard::routes(state.clone());
     with_layers(api.merge(mcp).merge(oauth).merge(dashboard), state)
+}
+
+/// The API's answers hold a user's data: no cache keeps them (a proxy set
+/// to cache everything included), unless a route says otherwise.
+async fn no_store(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .entry(axum::http::header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    resp
 }
 
 /// The layers every route gets: the JSON fallback, panic capture (500

@@ -382,6 +382,22 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
     );
     assert!(b.get(&s, &new_page).await.body.contains(">live"));
 
+    // A bulk action takes at most 200 memories (a crafted form of more is
+    // refused before anything is read).
+    let many: Vec<(&str, &str)> = [
+        ("csrf", csrf.as_str()),
+        ("action", "forget"),
+        ("confirm", "yes"),
+    ]
+    .into_iter()
+    .chain(std::iter::repeat_n(
+        ("ids", "mem_0000000000000000.0000000000"),
+        201,
+    ))
+    .collect();
+    let p = b.post(&s, "/memories/bulk", &many).await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(p.body.contains("at most 200"), "{}", p.body);
     // Bulk forget asks first, saying how many.
     let x = remember(&s.store, &a.id, "Staging resets every Monday.", "personal").await;
     let y = remember(&s.store, &a.id, "Use pnpm, not npm.", "personal").await;
@@ -521,17 +537,14 @@ async fn team_members_see_the_team_and_removed_members_do_not(s: Server) {
     let input: zm_contracts::teams::CreateTeamInput =
         zm_contracts::parse_input(&json!({"slug": team})).unwrap();
     s.store.create_team(&admin, input).await.unwrap();
-    s.store
-        .add_team_member(
-            &admin,
-            &team,
-            zm_contracts::teams::AddMemberInput {
-                email: c.email.clone(),
-                role: zm_contracts::TeamRole::Writer,
-            },
-        )
-        .await
-        .unwrap();
+    common::join_team(
+        &s.store,
+        &admin,
+        &team,
+        &c.email,
+        zm_contracts::TeamRole::Writer,
+    )
+    .await;
     let shared = remember(
         &s.store,
         &a.id,

@@ -237,6 +237,15 @@ async fn every_error_status_on_the_rest_routes() {
     let (st, v) = s.get(&format!("/api/memories/{id}"), Some(&s.rw_a)).await;
     assert_eq!(st, 200);
     assert!(v["invalidated_at"].is_string());
+    // A user's data: no cache may keep it.
+    let r = s
+        .http
+        .get(format!("{}/api/memories/{id}", s.base))
+        .bearer_auth(&s.rw_a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["cache-control"].to_str().unwrap(), "no-store");
     // Health, readiness, metrics, contract.
     assert_eq!(s.get("/healthz", None).await.0, 200);
     assert_eq!(s.get("/readyz", None).await.0, 200);

@@ -1573,17 +1573,14 @@ async fn a_removed_members_oauth_token_reads_nothing_of_the_team() {
     let input: zm_contracts::teams::CreateTeamInput =
         zm_contracts::parse_input(&json!({"slug": "oauthteam"})).unwrap();
     s.store.create_team(&admin, input).await.unwrap();
-    s.store
-        .add_team_member(
-            &admin,
-            "oauthteam",
-            zm_contracts::teams::AddMemberInput {
-                email: EMAIL.into(),
-                role: zm_contracts::TeamRole::Writer,
-            },
-        )
-        .await
-        .unwrap();
+    common::join_team(
+        &s.store,
+        &admin,
+        "oauthteam",
+        EMAIL,
+        zm_contracts::TeamRole::Writer,
+    )
+    .await;
     let (st, v) = s
         .rest(
             access,

@@ -80,6 +80,9 @@ enum RuleChange<'a> {
     Revoke { reason: &'a str },
 }
 
+/// The longest reason a revoked rule keeps (characters).
+pub const REVOKE_REASON_MAX: usize = 500;
+
 impl Store {
     /// Promote one of the caller's memories to a standing rule.
     pub(crate) async fn promote_rule(
@@ -261,9 +264,10 @@ impl Store {
         let (command, payload) = match change {
             RuleChange::Pin(true) => ("rule.pin", serde_json::json!({"memory_id": memory_id})),
             RuleChange::Pin(false) => ("rule.unpin", serde_json::json!({"memory_id": memory_id})),
+            // Free text goes to the audit log as its length only.
             RuleChange::Revoke { reason } => (
                 "rule.revoke",
-                serde_json::json!({"memory_id": memory_id, "reason": reason}),
+                serde_json::json!({"memory_id": memory_id, "reason_chars": reason.chars().count()}),
             ),
         };
         let mut sql = Sql::new("UPDATE rules SET ");
@@ -342,6 +346,14 @@ impl Store {
         memory_id: &str,
         reason: &str,
     ) -> Result<(), ToolError> {
+        let reason = reason.trim();
+        let chars = reason.chars().count();
+        if chars == 0 || chars > REVOKE_REASON_MAX {
+            let why =
+                format!("say why the rule is revoked, in 1 to {REVOKE_REASON_MAX} characters");
+            return Err(ToolError::validation(format!("reason: {why}"))
+                .with_details(serde_json::json!({"fields": [{"path": "reason", "reason": why}]})));
+        }
         self.set_rule(caller, memory_id, RuleChange::Revoke { reason })
             .await
     }

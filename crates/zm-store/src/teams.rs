@@ -617,6 +617,22 @@ impl Store {
         let email = crate::identity::normalize_email(&input.email)?;
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
+        // A member gets the team's rules in every briefing and in the
+        // instructions their agents read at connect: joining takes their
+        // consent (an invitation they accept), but from the server's owner,
+        // who runs the server for them. Refused before the address is
+        // looked up: a refusal tells nothing of who has an account.
+        let owner: i64 = sqlx::query_scalar("SELECT is_owner FROM users WHERE id = $1")
+            .bind(&caller.user_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("caller is owner")?
+            .unwrap_or(0);
+        if owner != 1 {
+            return Err(ToolError::forbidden(format!(
+                "Only the server's owner adds an account to a team directly. Invite the address instead (POST /api/teams/{slug}/invitations): they join when they accept."
+            )));
+        }
         let user: Option<String> = sqlx::query_scalar(
             "SELECT id FROM users WHERE email = $1 AND disabled_at IS NULL AND id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL)",
         )

@@ -308,9 +308,7 @@ backend_tests! {
         let (mate_user, mate) = user(&store, "hy-share-mate").await;
         let slug = unique("hyshare").replace('-', "_");
         ok(store.create_team(&admin, input!(zm_contracts::teams::CreateTeamInput, &json!({"slug": slug}))).await, l, "create team");
-        let role = zm_contracts::TeamRole::Writer;
-        let add = zm_contracts::teams::AddMemberInput { email: mate_user.email.clone(), role };
-        ok(store.add_team_member(&admin, &slug, add).await, l, "add member");
+        join_team(&store, &admin, &slug, &mate_user.email, zm_contracts::TeamRole::Writer, l).await;
         // The teammate's own project, private, embedded while private.
         let remote = format!("git@github.com:acme/{}.git", unique("repo"));
         let para = mem(&store, &mate, l, json!({"content": "Billing runs on Postgres rather than Mongo since it needs transactions.", "kind": "decision", "project_hint": remote})).await;
@@ -344,17 +342,7 @@ backend_tests! {
         // A teammate who owns nothing finds the team's paraphrase by
         // meaning: the index proposes the shared memories of their scopes.
         let (mate_user, mate) = user(&store, "hy-team-mate").await;
-        ok(
-            store
-                .add_team_member(
-                    &admin,
-                    &slug,
-                    zm_contracts::teams::AddMemberInput { email: mate_user.email.clone(), role: zm_contracts::TeamRole::Reader },
-                )
-                .await,
-            l,
-            "add member",
-        );
+        join_team(&store, &admin, &slug, &mate_user.email, zm_contracts::TeamRole::Reader, l).await;
         let team_para = mem(&store, &admin, l, json!({"content": "Billing runs on Postgres rather than Mongo since it needs transactions.", "kind": "decision", "scope": scope})).await;
         store.set_encoder(model());
         embed(&store, &[&team_para], l).await;

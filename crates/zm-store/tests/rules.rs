@@ -102,6 +102,10 @@ backend_tests! {
             json!({"text": "Run `make lint` before every push.", "pinned": true}),
             "[{l}]"
         );
+        // A reason is needed, and 500 characters at most (it is kept).
+        for bad in [String::from("  "), "x".repeat(501)] {
+            err(store.revoke_rule(&a, &pref, &bad).await, ErrorCode::ValidationFailed, l, "revoke reason");
+        }
         // Revoked rules stop; re-promoting needs force.
         store
             .revoke_rule(&a, &pref, "no longer wanted")

@@ -25,21 +25,10 @@ async fn team(store: &Store, admin: &Caller, l: &str, tag: &str) -> String {
     slug
 }
 
+/// `email` joins the team with `role` as a member does: invited by the
+/// admin, accepted by them (only the server's owner adds directly).
 async fn add(store: &Store, admin: &Caller, l: &str, slug: &str, email: &str, role: TeamRole) {
-    ok(
-        store
-            .add_team_member(
-                admin,
-                slug,
-                AddMemberInput {
-                    email: email.to_string(),
-                    role,
-                },
-            )
-            .await,
-        l,
-        "add member",
-    );
+    join_team(store, admin, slug, email, role, l).await;
 }
 
 /// The `remember` refusal for a scope, as (code, message).
@@ -64,6 +53,79 @@ fn ids(out: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `admin` (not the owner) cannot add `member` directly, whether the
+/// address has an account or not; `owner`, admin of its own team, can.
+async fn refused_then_owner(
+    store: &Store,
+    admin: &Caller,
+    owner: &Caller,
+    member: &zm_store::User,
+    member_caller: &Caller,
+    l: &str,
+) {
+    let slug = team(store, admin, l, "direct").await;
+    for email in [
+        member.email.clone(),
+        format!("{}@example.com", unique("nobody")),
+    ] {
+        let e = err(
+            store
+                .add_team_member(
+                    admin,
+                    &slug,
+                    AddMemberInput {
+                        email,
+                        role: TeamRole::Writer,
+                    },
+                )
+                .await,
+            ErrorCode::Forbidden,
+            l,
+            "a direct add by an admin who is not the owner",
+        );
+        assert!(
+            e.message.contains("Invite the address"),
+            "[{l}] {}",
+            e.message
+        );
+    }
+    assert!(
+        store
+            .list_teams(member_caller)
+            .await
+            .unwrap()
+            .teams
+            .iter()
+            .all(|t| t.slug != slug),
+        "[{l}] not a member"
+    );
+    let own = team(store, owner, l, "ownerteam").await;
+    ok(
+        store
+            .add_team_member(
+                owner,
+                &own,
+                AddMemberInput {
+                    email: member.email.clone(),
+                    role: TeamRole::Reader,
+                },
+            )
+            .await,
+        l,
+        "the owner adds directly",
+    );
+    assert!(
+        store
+            .list_teams(member_caller)
+            .await
+            .unwrap()
+            .teams
+            .iter()
+            .any(|t| t.slug == own),
+        "[{l}] a member of the owner's team"
+    );
 }
 
 backend_tests! {
@@ -582,6 +644,24 @@ backend_tests! {
         err(store.accept_invitation(&e, &gone.id).await, ErrorCode::NotFound, l, "a deleted team's invitation");
     }
 
+    /// Joining takes the member's consent: an admin invites, the invitee
+    /// accepts. Only the server's owner adds an account directly; another
+    /// admin is refused before the address is looked up (a known and an
+    /// unknown address get the same answer).
+    async fn only_the_owner_adds_an_account_directly(store: Store, l: &str) {
+        let (_, a) = user(&store, "direct-a").await;
+        let (ub, b) = user(&store, "direct-b").await;
+        let owner = store.owner().await.unwrap().expect("the database has an owner");
+        let owner = Caller::new(owner.id);
+        if owner.user_id == a.user_id {
+            // SQLite's fresh database: a is its first user, so its owner;
+            // a later user plays the admin who is not.
+            let (_, c) = user(&store, "direct-c").await;
+            return refused_then_owner(&store, &c, &a, &ub, &b, l).await;
+        }
+        refused_then_owner(&store, &a, &owner, &ub, &b, l).await;
+    }
+
     /// The last admin cannot leave, be demoted, or erase their account
     /// while the team stands; the audit log records every change, for
     /// admins only.
@@ -600,7 +680,10 @@ backend_tests! {
         ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Admin }).await, l, "promote b");
         store.clock().advance_ms(1);
         ok(store.remove_team_member(&b, &slug, &a.user_id).await, l, "b removes a");
-        let audit = ok(store.team_audit(&b, &slug).await, l, "audit");
+        let mut audit = ok(store.team_audit(&b, &slug).await, l, "audit");
+        // b joined by invitation: its two events aside (one millisecond,
+        // ordered by id), the membership changes.
+        audit.events.retain(|e| !matches!(e.action, TeamAction::InvitationCreated | TeamAction::InvitationAccepted));
         let actions: Vec<TeamAction> = audit.events.iter().map(|e| e.action).collect();
         assert_eq!(
             actions,

@@ -21,6 +21,10 @@ use crate::state::AppState;
 
 /// Rows per page of the list and the search.
 const PAGE: u32 = 50;
+/// The most memories one bulk action takes (as many as `move_memories`
+/// takes in one call; a page shows `PAGE`): a crafted form of thousands
+/// of ids would hold one write transaction for all of them.
+const BULK_MAX: usize = 200;
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ListQuery {
@@ -624,6 +628,17 @@ pub(crate) async fn bulk(
         return signed.error(&Failure::from_tool(
             zm_contracts::ToolError::validation("Select at least one memory.").with_details(
                 json!({"fields": [{"path": "ids", "reason": "select at least one memory"}]}),
+            ),
+            signed.request_id.as_deref(),
+        ));
+    }
+    if ids.len() > BULK_MAX {
+        return signed.error(&Failure::from_tool(
+            zm_contracts::ToolError::validation(format!(
+                "Select at most {BULK_MAX} memories at once."
+            ))
+            .with_details(
+                json!({"fields": [{"path": "ids", "reason": format!("at most {BULK_MAX}")}]}),
             ),
             signed.request_id.as_deref(),
         ));

@@ -82,10 +82,13 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     signed.page(StatusCode::OK, "Teams", "/teams", body)
 }
 
+/// `server_owner`: the signed-in user runs the server, and may add an
+/// existing account directly; other admins invite.
 fn detail_page(
     d: &TeamDetail,
     csrf: &str,
     audit: Option<&zm_contracts::teams::TeamAudit>,
+    server_owner: bool,
 ) -> Markup {
     let admin = d.team.role == TeamRole::Admin;
     let slug = &d.team.slug;
@@ -124,14 +127,19 @@ fn detail_page(
             }
         }
         @if admin {
-            h2 { "Invite or add" }
+            h2 { @if server_owner { "Invite or add" } @else { "Invite" } }
             form #invite method="post" action=(format!("/teams/{slug}/invite")) {
                 input type="hidden" name="csrf" value=(csrf);
                 div.field { label for="invite-email" { "Email" } input #invite-email type="email" name="email" required; }
                 div.field { label for="invite-role" { "Role" } (role_select("invite-role", TeamRole::Writer)) }
                 div.actions {
                     button type="submit" name="how" value="invite" { "Send an invitation" }
-                    button.secondary type="submit" name="how" value="add" { "Add an existing account now" }
+                    @if server_owner {
+                        button.secondary type="submit" name="how" value="add" { "Add an existing account now" }
+                    }
+                }
+                @if !server_owner {
+                    p.hint { "They join when they accept: an invitation asks for their consent, because a member's agents receive the team's rules." }
                 }
             }
             @if !d.invitations.is_empty() {
@@ -202,7 +210,8 @@ pub(crate) async fn show(
     } else {
         None
     };
-    let body = detail_page(&d, &signed.csrf, audit.as_ref());
+    let server_owner = matches!(state.store.owner().await, Ok(Some(o)) if o.id == caller.user_id);
+    let body = detail_page(&d, &signed.csrf, audit.as_ref(), server_owner);
     signed.page(StatusCode::OK, &d.team.name, "/teams", body)
 }
 

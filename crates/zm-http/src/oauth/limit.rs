@@ -101,9 +101,28 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The key of an account: the email as the sign-in compares it.
-fn account_key(email: &str) -> String {
-    email.trim().to_lowercase()
+/// The longest email an account can have (the store refuses longer).
+const EMAIL_MAX: usize = 320;
+
+/// The key of an account: the email as the sign-in compares it; `None`
+/// for what no account can be (longer than any email), which is neither
+/// kept nor counted: the per-address limit still counts the attempt.
+fn account_key(email: &str) -> Option<String> {
+    let key = email.trim().to_lowercase();
+    (key.len() <= EMAIL_MAX).then_some(key)
+}
+
+/// The in-memory map's key: the account key hashed, so an entry's size is
+/// fixed whatever was typed.
+fn map_key(account: &str) -> String {
+    use sha2::Digest;
+    use std::fmt::Write;
+    sha2::Sha256::digest(account.as_bytes())
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 impl LoginBackoff {
@@ -132,16 +151,19 @@ impl LoginBackoff {
     /// `Err(seconds)` while the account is backing off (an honest
     /// `Retry-After`, at least 1).
     pub(crate) async fn check(&self, email: &str) -> Result<(), u64> {
+        let Some(account) = account_key(email) else {
+            return Ok(());
+        };
         if let Some(store) = &self.shared {
             // A database failure (logged by the store) lets the attempt on
             // to the password check, which needs the database too.
             return store
-                .login_backoff(&account_key(email), self.clock.wall_ms())
+                .login_backoff(&account, self.clock.wall_ms())
                 .await
                 .unwrap_or(Ok(()));
         }
         let now = self.clock.now();
-        match self.lock().get(&account_key(email)) {
+        match self.lock().get(&map_key(&account)) {
             Some(f) if f.until > now => {
                 let left = f.until - now;
                 Err(left.as_secs() + u64::from(left.subsec_nanos() > 0))
@@ -152,19 +174,19 @@ impl LoginBackoff {
 
     /// Count a failed sign-in.
     pub(crate) async fn failed(&self, email: &str) {
+        let Some(account) = account_key(email) else {
+            return;
+        };
         if let Some(store) = &self.shared {
             let _ = store
-                .login_failed(
-                    &account_key(email),
-                    self.clock.wall_ms(),
-                    millis(FORGET_AFTER),
-                    |n| millis(backoff_after(n)),
-                )
+                .login_failed(&account, self.clock.wall_ms(), millis(FORGET_AFTER), |n| {
+                    millis(backoff_after(n))
+                })
                 .await;
             return;
         }
         let now = self.clock.now();
-        let key = account_key(email);
+        let key = map_key(&account);
         let mut map = self.lock();
         if !map.contains_key(&key) && map.len() >= MAX_ACCOUNTS {
             map.retain(|_, f| now.saturating_duration_since(f.last) < FORGET_AFTER);
@@ -194,11 +216,14 @@ impl LoginBackoff {
 
     /// A successful sign-in clears the account.
     pub(crate) async fn succeeded(&self, email: &str) {
+        let Some(account) = account_key(email) else {
+            return;
+        };
         if let Some(store) = &self.shared {
-            let _ = store.login_succeeded(&account_key(email)).await;
+            let _ = store.login_succeeded(&account).await;
             return;
         }
-        self.lock().remove(&account_key(email));
+        self.lock().remove(&map_key(&account));
     }
 
     #[cfg(test)]
@@ -214,6 +239,23 @@ mod tests {
     /// The seconds left, allowing for the real time the test takes.
     async fn left(b: &LoginBackoff, email: &str) -> u64 {
         b.check(email).await.unwrap_err()
+    }
+
+    /// An email no account can have (longer than 320 characters) is not
+    /// kept: failures with megabytes of throwaway emails cost nothing; a
+    /// kept key has a fixed size.
+    #[tokio::test]
+    async fn an_overlong_email_is_not_kept_and_keys_are_fixed_size() {
+        let b = LoginBackoff::new(Clock::default());
+        let long = format!("{}@example.com", "a".repeat(100_000));
+        for _ in 0..FREE_FAILURES + 2 {
+            b.failed(&long).await;
+        }
+        assert_eq!(b.len(), 0);
+        assert_eq!(b.check(&long).await, Ok(()));
+        b.failed(&format!("{}@example.com", "b".repeat(300))).await;
+        assert_eq!(b.len(), 1);
+        assert!(b.lock().keys().all(|k| k.len() == 64));
     }
 
     #[tokio::test]

@@ -145,3 +145,33 @@ pub(crate) async fn mcp_post(
     };
     (status, sid, msgs)
 }
+
+/// The account signing in as `email` joins team `slug` with `role` as a
+/// member does: invited by `admin`, accepted by them (only the server's
+/// owner adds an account directly).
+pub(crate) async fn join_team(
+    store: &Store,
+    admin: &zm_store::Caller,
+    slug: &str,
+    email: &str,
+    role: zm_contracts::TeamRole,
+) {
+    let invitation = zm_contracts::teams::InviteInput {
+        email: email.to_string(),
+        role,
+        expires_in_days: None,
+    };
+    let invitation = store
+        .invite_team_member(admin, slug, invitation)
+        .await
+        .expect("invite");
+    let user = store
+        .user_by_email(email)
+        .await
+        .expect("user lookup")
+        .expect("the invitee has an account");
+    store
+        .accept_invitation(&zm_store::Caller::new(user.id), &invitation.id)
+        .await
+        .expect("accept");
+}

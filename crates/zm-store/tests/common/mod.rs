@@ -470,3 +470,38 @@ pub(crate) async fn owned(store: &Store, caller: &Caller, label: &str) -> u64 {
         .as_u64()
         .expect("count")
 }
+
+/// The account signing in as `email` joins team `slug` with `role` as a
+/// member does: invited by `admin`, accepted by them (only the server's
+/// owner adds an account directly).
+pub(crate) async fn join_team(
+    store: &Store,
+    admin: &Caller,
+    slug: &str,
+    email: &str,
+    role: zm_contracts::TeamRole,
+    label: &str,
+) {
+    let invitation = zm_contracts::teams::InviteInput {
+        email: email.to_string(),
+        role,
+        expires_in_days: None,
+    };
+    let invitation = ok(
+        store.invite_team_member(admin, slug, invitation).await,
+        label,
+        "invite",
+    );
+    let user = store
+        .user_by_email(email)
+        .await
+        .expect("user lookup")
+        .expect("the invitee has an account");
+    ok(
+        store
+            .accept_invitation(&Caller::new(user.id), &invitation.id)
+            .await,
+        label,
+        "accept",
+    );
+}
