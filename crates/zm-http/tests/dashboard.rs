@@ -69,9 +69,14 @@ both_backends! {
     a_password_change_follows_the_stores_rules
     a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped
     insight_charts_writing_by_scope_and_recalls_by_agent
+    deleting_the_account_takes_its_email_and_password
 }
 
 async fn start(postgres: Option<String>) -> Server {
+    start_with(postgres, |_| {}).await
+}
+
+async fn start_with(postgres: Option<String>, edit: impl FnOnce(&mut HttpConfig)) -> Server {
     let (dir, store) = match postgres {
         None => common::store().await,
         Some(url) => (
@@ -82,7 +87,8 @@ async fn start(postgres: Option<String>) -> Server {
         ),
     };
     let (listener, _, base) = common::listen().await;
-    let cfg = HttpConfig::local(&base);
+    let mut cfg = HttpConfig::local(&base);
+    edit(&mut cfg);
     let cancel = CancellationToken::new();
     let limits = cfg.conn_limits();
     let app = zm_http::router(store.clone(), cfg, cancel.clone());
@@ -1097,6 +1103,72 @@ async fn insight_charts_writing_by_scope_and_recalls_by_agent(s: Server) {
     assert!(
         chart.contains("<title>core: 1</title>") && chart.contains("<title>personal: 1</title>"),
         "{chart}"
+    );
+    s.running.stop().await;
+}
+
+/// A signed-in browser draws on its account's request budget
+/// (`ZM_TOKEN_RATE_LIMIT`), as the account's tokens do: a script on the
+/// dashboard is not a way around the limit.
+#[tokio::test]
+async fn the_dashboard_draws_on_the_accounts_request_budget() {
+    let s = start_with(None, |c| c.token_rate_limit = Some(3)).await;
+    let (_, email, password) = person(&s.store, "budget").await;
+    let mut b = Browser::default();
+    b.sign_in(&s, &email, &password).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(b.get(&s, "/rules").await.status);
+    }
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert_eq!(statuses[0], 200, "{statuses:?}");
+    s.running.stop().await;
+}
+
+/// Deleting the account takes the email typed out and the password: a
+/// borrowed session cannot erase it. The right pair erases it at once.
+async fn deleting_the_account_takes_its_email_and_password(s: Server) {
+    let (user, email, password) = person(&s.store, "erase").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    for (confirm, pw, field) in [
+        ("someone@else.test", password.as_str(), "confirm-email"),
+        (email.as_str(), "not the password", "delete-password"),
+    ] {
+        let p = b
+            .post(
+                &s,
+                "/account/delete",
+                &[("csrf", &csrf), ("confirm", confirm), ("password", pw)],
+            )
+            .await;
+        assert_eq!(p.status, 400, "{}", p.body);
+        assert!(
+            p.body.contains(&format!("id=\"{field}\"")) && p.body.contains("aria-invalid=\"true\""),
+            "{field}: {}",
+            p.body
+        );
+        assert!(
+            s.store.user_by_id(&user.id).await.unwrap().is_some(),
+            "still there"
+        );
+    }
+    let p = b
+        .post(
+            &s,
+            "/account/delete",
+            &[
+                ("csrf", &csrf),
+                ("confirm", &email),
+                ("password", &password),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert!(
+        s.store.user_by_id(&user.id).await.unwrap().is_none(),
+        "erased"
     );
     s.running.stop().await;
 }

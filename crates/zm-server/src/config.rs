@@ -556,8 +556,8 @@ knobs! {
             default: (0),
             shown: "`0` (off)",
             range: 0..=1000000,
-            help: "Requests per minute allowed per account (all its tokens together), 0 for no limit.",
-            doc: "Over it the answer is 429 `rate_limited` with `Retry-After`. Counted per account, not per token: a user can create tokens at will, and every OAuth refresh issues a new one.",
+            help: "Requests per minute allowed per account (all its tokens and dashboard sessions together), 0 for no limit.",
+            doc: "Over it the answer is 429 `rate_limited` with `Retry-After`. Counted per account, not per token: a user can create tokens at will, and every OAuth refresh issues a new one. The dashboard's signed-in pages draw on the same budget.",
         },
         max_sessions: usize {
             env: "ZM_MAX_SESSIONS",

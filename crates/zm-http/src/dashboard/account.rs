@@ -108,6 +108,12 @@ async fn page(
                 @if let Some(e) = &err { p.error { (e) } }
                 p.hint { "Erases your account and everything you own, at once and for good. Export first." }
             }
+            @let err = field_error("delete-password");
+            div.field.invalid[err.is_some()] {
+                label for="delete-password" { "Your password" }
+                input #delete-password type="password" name="password" required autocomplete="current-password" aria-invalid=[err.as_ref().map(|_| "true")];
+                @if let Some(e) = &err { p.error { (e) } }
+            }
             button.danger type="submit" { "Delete my account" }
         }
     };
@@ -152,30 +158,13 @@ pub(crate) async fn password(
         form.get("new").unwrap_or(""),
         form.get("again").unwrap_or(""),
     );
-    // Guessing the current password here backs off like signing in: a
-    // borrowed session does not turn into unlimited guesses.
-    let email = &signed.session.email;
-    if let Err(secs) = state.login_backoff.check(email).await {
-        let mut f = Failure::from_tool(
-            ToolError::rate_limited(format!(
-                "Too many wrong passwords for this account; retry in {secs} s."
-            )),
-            rid,
-        );
-        f.retry_after = Some(secs);
-        return signed.error(&f.back_to("/account"));
-    }
-    let verified = match state.store.verify_password(email, current).await {
-        Ok(v) => v,
-        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
+    let failure = match current_password(&state, &signed, current, "current").await {
+        Err(f) if f.retry_after.is_some() => return signed.error(&f.back_to("/account")),
+        Err(f) => Some(f),
+        Ok(()) => None,
     };
-    if verified.is_none() {
-        state.login_backoff.failed(email).await;
-    } else {
-        state.login_backoff.succeeded(email).await;
-    }
-    let failure = if verified.is_none() {
-        Some(invalid("current", "not your current password", rid))
+    let failure = if failure.is_some() {
+        failure
     } else if new != again {
         Some(invalid("again", "does not match the new password", rid))
     } else {
@@ -262,7 +251,41 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
     resp
 }
 
-/// `POST /account/delete`: after typing the account's email.
+/// Check the signed-in account's current password (form field `field`).
+/// Guessing it backs off like signing in: a borrowed session does not turn
+/// into unlimited guesses. A back-off is a failure with `retry_after`.
+async fn current_password(
+    state: &AppState,
+    signed: &Signed,
+    password: &str,
+    field: &str,
+) -> Result<(), Failure> {
+    let rid = signed.request_id.as_deref();
+    let email = &signed.session.email;
+    if let Err(secs) = state.login_backoff.check(email).await {
+        let mut f = Failure::from_tool(
+            ToolError::rate_limited(format!(
+                "Too many wrong passwords for this account; retry in {secs} s."
+            )),
+            rid,
+        );
+        f.retry_after = Some(secs);
+        return Err(f);
+    }
+    let verified = state
+        .store
+        .verify_password(email, password)
+        .await
+        .map_err(|e| Failure::from_tool(e, rid))?;
+    if verified.is_none() {
+        state.login_backoff.failed(email).await;
+        return Err(invalid(field, "not your current password", rid));
+    }
+    state.login_backoff.succeeded(email).await;
+    Ok(())
+}
+
+/// `POST /account/delete`: after typing the account's email and password.
 pub(crate) async fn delete(
     State(state): State<AppState>,
     signed: Signed,
@@ -284,6 +307,20 @@ pub(crate) async fn delete(
             Some(&invalid("confirm", "type your email exactly", rid)),
         )
         .await;
+    }
+    // The worst a borrowed session could do: it takes the password too,
+    // as changing the password does.
+    match current_password(
+        &state,
+        &signed,
+        form.get("password").unwrap_or(""),
+        "delete-password",
+    )
+    .await
+    {
+        Err(f) if f.retry_after.is_some() => return signed.error(&f.back_to("/account")),
+        Err(f) => return page(&state, &signed, None, Some(&f)).await,
+        Ok(()) => {}
     }
     match state
         .tools

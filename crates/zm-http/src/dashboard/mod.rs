@@ -298,12 +298,45 @@ impl FromRequestParts<AppState> for Signed {
             return Err(back());
         };
         match state.store.web_session(&secret).await {
-            Ok(Some(session)) => Ok(Signed {
-                session,
-                csrf: csrf_token(state, &secret),
-                secret,
-                request_id,
-            }),
+            Ok(Some(session)) => {
+                // The account's request budget (`ZM_TOKEN_RATE_LIMIT`),
+                // the one its tokens draw on: a page runs the same tools.
+                if let Some(max) = state.cfg.token_rate_limit.filter(|m| *m > 0)
+                    && let Err(secs) = state
+                        .limiter
+                        .hit(
+                            &format!("user:{}", session.user_id),
+                            max,
+                            std::time::Duration::from_secs(60),
+                        )
+                        .await
+                {
+                    state
+                        .metrics
+                        .rate_limited
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let mut page = errors::page(
+                        None,
+                        &Failure::from_tool(
+                            zm_contracts::ToolError::rate_limited(format!(
+                                "Too many requests for this account; retry in {secs} s."
+                            )),
+                            request_id.as_deref(),
+                        ),
+                    );
+                    if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
+                        page.headers_mut()
+                            .insert(axum::http::header::RETRY_AFTER, v);
+                    }
+                    return Err(page);
+                }
+                Ok(Signed {
+                    session,
+                    csrf: csrf_token(state, &secret),
+                    secret,
+                    request_id,
+                })
+            }
             Ok(None) => Err(back()),
             Err(e) => Err(errors::page(
                 None,
