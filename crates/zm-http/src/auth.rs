@@ -25,6 +25,29 @@ pub fn bearer(parts: &Parts) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
+/// Count one request against the account's budget (`ZM_TOKEN_RATE_LIMIT`
+/// requests a minute; none when unset): `Err(seconds to wait)` over it,
+/// counted in the metrics. Per account, not per token: a user mints tokens
+/// at will (and every OAuth refresh is a new one), so a per-token window
+/// would be as many windows as they care to make; the dashboard's session
+/// draws on the same budget.
+pub(crate) async fn account_budget(state: &AppState, user_id: &str) -> Result<(), u64> {
+    let Some(max) = state.cfg.token_rate_limit.filter(|m| *m > 0) else {
+        return Ok(());
+    };
+    let hit = state
+        .limiter
+        .hit(&format!("user:{user_id}"), max, Duration::from_secs(60))
+        .await;
+    if hit.is_err() {
+        state
+            .metrics
+            .rate_limited
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    hit
+}
+
 /// Resolve the request's credentials, applying the optional per-account
 /// rate limit.
 pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticated, ApiError> {
@@ -60,23 +83,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticat
             retry_after: None,
         });
     };
-    if let Some(max) = state.cfg.token_rate_limit.filter(|m| *m > 0)
-        && let Err(secs) = state
-            .limiter
-            // Per account, not per token: a user mints tokens at will
-            // (and every OAuth refresh is a new one), so a per-token
-            // window would be as many windows as they care to make.
-            .hit(
-                &format!("user:{}", auth.user_id),
-                max,
-                Duration::from_secs(60),
-            )
-            .await
-    {
-        state
-            .metrics
-            .rate_limited
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let Err(secs) = account_budget(state, &auth.user_id).await {
         return Err(ApiError {
             error: ToolError::rate_limited(format!(
                 "Too many requests for this account; retry in {secs} s."

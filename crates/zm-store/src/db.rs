@@ -439,31 +439,24 @@ async fn rekey_entities(tx: &mut sqlx::AnyConnection) -> Result<(usize, usize), 
             }
         }
     }
+    // Each moves what `$1` (merged away) has to `$2` (the oldest), but a
+    // pair `$2` already has and an edge that would link `$2` to itself.
+    const MOVES: [&str; 3] = [
+        "UPDATE memory_entities SET entity_id = $2 WHERE entity_id = $1 AND NOT EXISTS \
+         (SELECT 1 FROM memory_entities m WHERE m.memory_id = memory_entities.memory_id AND m.entity_id = $2)",
+        "UPDATE edges SET src = $2 WHERE src = $1 AND dst <> $2 AND NOT EXISTS \
+         (SELECT 1 FROM edges e WHERE e.src = $2 AND e.dst = edges.dst AND e.type = edges.type)",
+        "UPDATE edges SET dst = $2 WHERE dst = $1 AND src <> $2 AND NOT EXISTS \
+         (SELECT 1 FROM edges e WHERE e.dst = $2 AND e.src = edges.src AND e.type = edges.type)",
+    ];
     for (from, into) in &merges {
-        sqlx::query(
-            "UPDATE memory_entities SET entity_id = $2 WHERE entity_id = $1 AND NOT EXISTS \
-             (SELECT 1 FROM memory_entities m WHERE m.memory_id = memory_entities.memory_id AND m.entity_id = $2)",
-        )
-        .bind(from)
-        .bind(into)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE edges SET src = $2 WHERE src = $1 AND dst <> $2 AND NOT EXISTS \
-             (SELECT 1 FROM edges e WHERE e.src = $2 AND e.dst = edges.dst AND e.type = edges.type)",
-        )
-        .bind(from)
-        .bind(into)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE edges SET dst = $2 WHERE dst = $1 AND src <> $2 AND NOT EXISTS \
-             (SELECT 1 FROM edges e WHERE e.dst = $2 AND e.src = edges.src AND e.type = edges.type)",
-        )
-        .bind(from)
-        .bind(into)
-        .execute(&mut *tx)
-        .await?;
+        for sql in MOVES {
+            sqlx::query(sql)
+                .bind(from)
+                .bind(into)
+                .execute(&mut *tx)
+                .await?;
+        }
         // What did not move (a pair the oldest already has, a self-link)
         // goes with the entity (ON DELETE CASCADE).
         sqlx::query("DELETE FROM entities WHERE id = $1")

@@ -723,21 +723,19 @@ impl Store {
         };
         let s = &self.semantic;
         let as_i64 = |a: &AtomicU64| i64::try_from(a.load(Ordering::Relaxed)).unwrap_or(0);
-        let mut rows = Vec::new();
-        // Memories written since the pass began come first: a long pass (a
-        // model change, a large import) does not leave them lexical-only
-        // until it ends. The pass's top moves up once all are taken.
-        let top = as_i64(&s.top);
-        if top > 0 && as_i64(&s.cursor) > 0 {
-            // PostgreSQL hands out `seq` at insert, not at commit: a memory
-            // committed after a newer one moved `top` past it sits just
-            // below `top`, so the last PG_REREAD are looked at again (the
-            // embedded ones are left out by the query).
+        // The pending memories written after `mark` (newest first), and
+        // `mark` moved up to the newest once all of them are taken.
+        // PostgreSQL hands out `seq` at insert, not at commit: a memory
+        // committed after a newer one moved `mark` past it sits just below
+        // `mark`, so the last PG_REREAD are looked at again (the embedded
+        // ones are left out by the query).
+        let written_since = async |mark: &AtomicU64| -> Result<Vec<sqlx::any::AnyRow>, ToolError> {
+            let at = as_i64(mark);
             let since = match self.backend {
-                Backend::Sqlite => top,
-                Backend::Postgres => (top - PG_REREAD).max(0),
+                Backend::Sqlite => at,
+                Backend::Postgres => (at - PG_REREAD).max(0),
             };
-            rows = pending(Some((">", since)))
+            let rows = pending(Some((">", since)))
                 .query()
                 .fetch_all(&self.pool)
                 .await
@@ -746,33 +744,26 @@ impl Store {
                 && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit
             {
                 let seq: i64 = col(newest, "seq")?;
-                s.top
-                    .fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
+                mark.fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
             }
+            Ok(rows)
+        };
+        let mut rows = Vec::new();
+        // Memories written since the pass began come first: a long pass (a
+        // model change, a large import) does not leave them lexical-only
+        // until it ends.
+        if as_i64(&s.top) > 0 && as_i64(&s.cursor) > 0 {
+            rows = written_since(&s.top).await?;
         }
         // Settled (a whole pass found nothing pending, not long ago): only
         // what was written since is looked at, not every memory again each
         // idle second. A memory no pass can see coming (restored without
         // a vector) waits for the next whole pass.
-        let settled = as_i64(&s.settled);
         let fresh = self.now() - as_i64(&s.settled_at) < FULL_PASS_EVERY_MS;
-        if rows.is_empty() && as_i64(&s.cursor) == 0 && settled > 0 && fresh {
-            let since = match self.backend {
-                Backend::Sqlite => settled,
-                Backend::Postgres => (settled - PG_REREAD).max(0),
-            };
-            rows = pending(Some((">", since)))
-                .query()
-                .fetch_all(&self.pool)
-                .await
-                .db("new pending embeddings")?;
-            let Some(newest) = rows.first() else {
+        if rows.is_empty() && as_i64(&s.cursor) == 0 && as_i64(&s.settled) > 0 && fresh {
+            rows = written_since(&s.settled).await?;
+            if rows.is_empty() {
                 return Ok(0);
-            };
-            if i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit {
-                let seq: i64 = col(newest, "seq")?;
-                s.settled
-                    .fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
             }
         }
         // One pass walks down from the newest memory; when it reaches the

@@ -299,22 +299,9 @@ impl FromRequestParts<AppState> for Signed {
         };
         match state.store.web_session(&secret).await {
             Ok(Some(session)) => {
-                // The account's request budget (`ZM_TOKEN_RATE_LIMIT`),
-                // the one its tokens draw on: a page runs the same tools.
-                if let Some(max) = state.cfg.token_rate_limit.filter(|m| *m > 0)
-                    && let Err(secs) = state
-                        .limiter
-                        .hit(
-                            &format!("user:{}", session.user_id),
-                            max,
-                            std::time::Duration::from_secs(60),
-                        )
-                        .await
-                {
-                    state
-                        .metrics
-                        .rate_limited
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // The account's request budget, the one its tokens draw
+                // on: a page runs the same tools.
+                if let Err(secs) = crate::auth::account_budget(state, &session.user_id).await {
                     let mut page = errors::page(
                         None,
                         &Failure::from_tool(
