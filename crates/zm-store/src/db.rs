@@ -169,6 +169,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0016_rules_by_scope.sql"),
         data: None,
     },
+    Migration {
+        version: 17,
+        name: "team_event_order",
+        sqlite: include_str!("../../../migrations/sqlite/0017_team_event_order.sql"),
+        postgres: include_str!("../../../migrations/postgres/0017_team_event_order.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -276,8 +276,8 @@ impl Store {
         event: Event<'_>,
     ) -> Result<(), ToolError> {
         sqlx::query(
-            "INSERT INTO team_events (id, team_id, occurred_at, actor_id, action, subject_user_id, subject, role, request_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO team_events (id, team_id, occurred_at, actor_id, action, subject_user_id, subject, role, request_id, seq) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT COALESCE(MAX(seq), 0) + 1 FROM team_events WHERE team_id = $2))",
         )
         .bind(IdKind::TeamEvent.generate())
         .bind(team_id)
@@ -1168,7 +1168,7 @@ impl Store {
         let team = self.admin_of(&mut conn, caller, slug, For::Reading).await?;
         let rows = sqlx::query(
             "SELECT occurred_at, actor_id, action, subject_user_id, subject, role FROM team_events \
-             WHERE team_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT 1000",
+             WHERE team_id = $1 ORDER BY seq DESC, id DESC LIMIT 1000",
         )
         .bind(&team.id)
         .fetch_all(&mut *conn)

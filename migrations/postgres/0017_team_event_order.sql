@@ -1,0 +1,12 @@
+-- zero-memory schema v17: a team's audit events in the order they happened.
+--
+-- Events of one change often share a millisecond (an accepted invitation
+-- and the membership it grants), and were ordered among themselves by
+-- their random ids. `seq` counts a team's events: each is the team's
+-- highest so far plus one (team changes take turns on the team's row).
+-- Existing events are numbered by time, then id.
+ALTER TABLE team_events ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;
+UPDATE team_events t SET seq = r.n FROM (
+    SELECT id, ROW_NUMBER() OVER (PARTITION BY team_id ORDER BY occurred_at, id) AS n FROM team_events
+) r WHERE r.id = t.id;
+CREATE INDEX team_events_order ON team_events(team_id, seq);
