@@ -36,24 +36,6 @@ pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
     sql.push(")))");
 }
 
-/// [`push_visible`] with the caller's member scopes given as a list
-/// (`Store::member_scopes`, read once per call): for queries that find
-/// their rows by this predicate (a page of the newest, counts, an
-/// export). PostgreSQL then serves each arm from an index (the owner's;
-/// `memories_shared_scope`) and combines them; with the subquery it read
-/// every user's rows (a dashboard page of a user with three memories on a
-/// 23,000-memory database: 7.3 ms, 0.09 ms this way). A lookup by id may
-/// keep [`push_visible`].
-pub(crate) fn push_visible_among(sql: &mut Sql, alias: &str, user_id: &str, scopes: &[String]) {
-    sql.push(&format!("({alias}.owner_id = "))
-        .bind_str(user_id)
-        .push(&format!(
-            " OR ({alias}.visibility = 'shared' AND {alias}.scope IN "
-        ))
-        .bind_list(scopes.iter().cloned())
-        .push("))");
-}
-
 /// A hint resolved for the caller; `unbound` holds the key when no binding
 /// records it yet.
 struct ResolvedHint {

@@ -17,9 +17,7 @@ use crate::db::DbResult;
 use crate::guard;
 use crate::memories::content_hash;
 use crate::rows::{FromAnyRow, col, enum_col, id_col};
-use crate::scopes::{
-    ReadSet, canonical_path, explicit_read_set, push_read_set, push_visible, push_visible_among,
-};
+use crate::scopes::{ReadSet, canonical_path, explicit_read_set, push_read_set, push_visible};
 use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
@@ -424,12 +422,11 @@ impl Store {
             None => ReadSet::All,
         };
         let limit = usize::try_from(input.limit).unwrap_or(usize::MAX);
-        let scopes = self.member_scopes(&caller.user_id).await?;
         let mut sql = Sql::new(&format!(
             "SELECT {}, m.seq AS page_seq FROM memories m WHERE ",
             crate::search::MEMORY_COLUMNS
         ));
-        push_visible_among(&mut sql, "m", &caller.user_id, &scopes);
+        push_visible(&mut sql, "m", &caller.user_id);
         sql.push(" AND ");
         push_read_set(&mut sql, "m", &set);
         if let Some(pos) = after {
