@@ -25,6 +25,17 @@ impl Backend {
         }
     }
 
+    /// The suffix of a `SELECT` that holds the rows it reads until the
+    /// transaction ends (`FOR NO KEY UPDATE` on PostgreSQL: the rows stay
+    /// readable and referenceable, not changeable by another writer);
+    /// nothing on SQLite, whose write transactions take turns already.
+    pub(crate) fn hold_rows(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR NO KEY UPDATE",
+        }
+    }
+
     /// A text expression to order by code point on both backends: SQLite
     /// compares text bytewise, PostgreSQL by the database's collation
     /// (`en_US.UTF-8` ignores case and `-` at first, so lists came out in

@@ -360,10 +360,7 @@ impl Store {
         credential: Credential,
     ) -> Result<String, ToolError> {
         let mut sql = Sql::new("SELECT email, password_hash, disabled_at FROM users WHERE id = ");
-        sql.bind_str(user_id);
-        if self.backend == crate::db::Backend::Postgres {
-            sql.push(" FOR NO KEY UPDATE");
-        }
+        sql.bind_str(user_id).push(self.backend.hold_rows());
         let row = sql
             .query()
             .fetch_optional(&mut *tx)

@@ -955,10 +955,7 @@ impl Store {
         if let Some(owner) = owner {
             sql.push(" AND owner_id = ").bind_str(owner);
         }
-        sql.push(" ORDER BY id");
-        if self.backend == crate::db::Backend::Postgres {
-            sql.push(" FOR NO KEY UPDATE");
-        }
+        sql.push(" ORDER BY id").push(self.backend.hold_rows());
         let rows = sql.query().fetch_all(&mut *tx).await.db("hold memories")?;
         Ok(rows.len())
     }
@@ -977,10 +974,8 @@ impl Store {
         let mut sql = crate::sql::Sql::new("SELECT invalidated_at FROM memories WHERE id = ");
         sql.bind_str(id)
             .push(" AND owner_id = ")
-            .bind_str(&caller.user_id);
-        if self.backend == crate::db::Backend::Postgres {
-            sql.push(" FOR NO KEY UPDATE");
-        }
+            .bind_str(&caller.user_id)
+            .push(self.backend.hold_rows());
         let row = sql
             .query()
             .fetch_optional(&mut *tx)

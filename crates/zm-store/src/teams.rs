@@ -197,6 +197,23 @@ pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
     labels.next().filter(|l| !l.starts_with("usr_"))
 }
 
+/// Who may add an existing account to a team directly, as its admin: only
+/// the server's owner, who runs the server for its users. A member gets
+/// the team's rules in every briefing and in the instructions their agents
+/// read at connect, so anyone else invites and joining takes the member's
+/// consent (an invitation they accept).
+async fn adds_members_directly<'e, E>(exec: E, user_id: &str) -> Result<bool, ToolError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let owner: Option<i64> = sqlx::query_scalar("SELECT is_owner FROM users WHERE id = $1")
+        .bind(user_id)
+        .fetch_optional(exec)
+        .await
+        .db("adds members directly")?;
+    Ok(owner == Some(1))
+}
+
 /// Why a team row is read: to look, or to change the team (its members,
 /// roles, grants, invitations, its existence).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,8 +239,8 @@ impl Store {
             "SELECT id, slug, name, scope, created_at, deleted_at, purge_after, steward_id FROM teams WHERE slug = ",
         );
         sql.bind_str(slug);
-        if purpose == For::Change && self.backend == crate::db::Backend::Postgres {
-            sql.push(" FOR NO KEY UPDATE");
+        if purpose == For::Change {
+            sql.push(self.backend.hold_rows());
         }
         let row = sql.query().fetch_optional(&mut *conn).await.db("team")?;
         row.as_ref().map(TeamRow::from_row).transpose()
@@ -617,18 +634,9 @@ impl Store {
         let email = crate::identity::normalize_email(&input.email)?;
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
-        // A member gets the team's rules in every briefing and in the
-        // instructions their agents read at connect: joining takes their
-        // consent (an invitation they accept), but from the server's owner,
-        // who runs the server for them. Refused before the address is
-        // looked up: a refusal tells nothing of who has an account.
-        let owner: i64 = sqlx::query_scalar("SELECT is_owner FROM users WHERE id = $1")
-            .bind(&caller.user_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .db("caller is owner")?
-            .unwrap_or(0);
-        if owner != 1 {
+        // Refused before the address is looked up: a refusal tells nothing
+        // of who has an account.
+        if !adds_members_directly(&mut *tx, &caller.user_id).await? {
             return Err(ToolError::forbidden(format!(
                 "Only the server's owner adds an account to a team directly. Invite the address instead (POST /api/teams/{slug}/invitations): they join when they accept."
             )));
@@ -651,6 +659,13 @@ impl Store {
         self.withdraw_invitations(&mut tx, &team, &user).await?;
         tx.commit().await.db("commit member")?;
         Ok(member)
+    }
+
+    /// Whether `user_id`, as a team's admin, may add an existing account
+    /// directly ([`adds_members_directly`]); the dashboard offers it only
+    /// then.
+    pub async fn may_add_members_directly(&self, user_id: &str) -> Result<bool, ToolError> {
+        adds_members_directly(&self.pool, user_id).await
     }
 
     /// Change a member's role.

@@ -82,13 +82,13 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     signed.page(StatusCode::OK, "Teams", "/teams", body)
 }
 
-/// `server_owner`: the signed-in user runs the server, and may add an
-/// existing account directly; other admins invite.
+/// `adds_directly`: the signed-in user may add an existing account directly
+/// (`Store::may_add_members_directly`); other admins invite.
 fn detail_page(
     d: &TeamDetail,
     csrf: &str,
     audit: Option<&zm_contracts::teams::TeamAudit>,
-    server_owner: bool,
+    adds_directly: bool,
 ) -> Markup {
     let admin = d.team.role == TeamRole::Admin;
     let slug = &d.team.slug;
@@ -127,18 +127,18 @@ fn detail_page(
             }
         }
         @if admin {
-            h2 { @if server_owner { "Invite or add" } @else { "Invite" } }
+            h2 { @if adds_directly { "Invite or add" } @else { "Invite" } }
             form #invite method="post" action=(format!("/teams/{slug}/invite")) {
                 input type="hidden" name="csrf" value=(csrf);
                 div.field { label for="invite-email" { "Email" } input #invite-email type="email" name="email" required; }
                 div.field { label for="invite-role" { "Role" } (role_select("invite-role", TeamRole::Writer)) }
                 div.actions {
                     button type="submit" name="how" value="invite" { "Send an invitation" }
-                    @if server_owner {
+                    @if adds_directly {
                         button.secondary type="submit" name="how" value="add" { "Add an existing account now" }
                     }
                 }
-                @if !server_owner {
+                @if !adds_directly {
                     p.hint { "They join when they accept: an invitation asks for their consent, because a member's agents receive the team's rules." }
                 }
             }
@@ -210,8 +210,12 @@ pub(crate) async fn show(
     } else {
         None
     };
-    let server_owner = matches!(state.store.owner().await, Ok(Some(o)) if o.id == caller.user_id);
-    let body = detail_page(&d, &signed.csrf, audit.as_ref(), server_owner);
+    let adds_directly = state
+        .store
+        .may_add_members_directly(&caller.user_id)
+        .await
+        .unwrap_or(false);
+    let body = detail_page(&d, &signed.csrf, audit.as_ref(), adds_directly);
     signed.page(StatusCode::OK, &d.team.name, "/teams", body)
 }
 

@@ -112,17 +112,10 @@ fn account_key(email: &str) -> Option<String> {
     (key.len() <= EMAIL_MAX).then_some(key)
 }
 
-/// The in-memory map's key: the account key hashed, so an entry's size is
-/// fixed whatever was typed.
+/// The in-memory map's key: the account key hashed (as the shared
+/// back-off's rows are), so an entry's size is fixed whatever was typed.
 fn map_key(account: &str) -> String {
-    use sha2::Digest;
-    use std::fmt::Write;
-    sha2::Sha256::digest(account.as_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    zm_store::identity::hash_secret(account)
 }
 
 impl LoginBackoff {
