@@ -1172,3 +1172,56 @@ async fn deleting_the_account_takes_its_email_and_password(s: Server) {
     );
     s.running.stop().await;
 }
+
+/// Revoking a rule takes a reason the store accepts (1–500 characters):
+/// an empty or an over-long one is refused and the rule stays promoted.
+#[tokio::test]
+async fn revoking_a_rule_takes_a_reason_the_store_accepts() {
+    let s = start(None).await;
+    let (user, email, password) = person(&s.store, "revoke").await;
+    let m = remember(
+        &s.store,
+        &user.id,
+        "Run the linters before every push.",
+        "personal",
+    )
+    .await;
+    zm_store::ToolService::new(s.store.clone())
+        .call(
+            &Caller::new(&user.id),
+            zm_contracts::ToolName::PromoteRule,
+            &json!({"memory_id": m}),
+        )
+        .await
+        .unwrap();
+    let mut b = Browser::default();
+    b.sign_in(&s, &email, &password).await;
+    let csrf = b.csrf(&s).await;
+    let path = format!("/rules/{m}/revoke");
+    for bad in ["   ", &"x".repeat(501)] {
+        let p = b.post(&s, &path, &[("csrf", &csrf), ("reason", bad)]).await;
+        assert_eq!(p.status, 400, "{}", p.body);
+    }
+    let promoted = |rules: Vec<zm_store::rules::RuleRecord>| {
+        rules
+            .iter()
+            .any(|r| r.memory_id.as_str() == m && r.status == zm_store::rules::RuleState::Promoted)
+    };
+    assert!(
+        promoted(s.store.list_rules(&Caller::new(&user.id)).await.unwrap()),
+        "still promoted"
+    );
+    let p = b
+        .post(
+            &s,
+            &path,
+            &[("csrf", &csrf), ("reason", "we stopped linting")],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert!(
+        !promoted(s.store.list_rules(&Caller::new(&user.id)).await.unwrap()),
+        "revoked"
+    );
+    s.running.stop().await;
+}

@@ -128,18 +128,12 @@ pub(crate) async fn act(
     let done = match action.as_str() {
         "pin" => state.store.pin_rule(&caller, &memory_id, true).await,
         "unpin" => state.store.pin_rule(&caller, &memory_id, false).await,
+        // The store decides what a reason must be (1–500 characters).
         "revoke" => {
-            let reason = form.get("reason").unwrap_or("").trim();
-            if reason.is_empty() {
-                return signed.error(&Failure::from_tool(
-                        zm_contracts::ToolError::validation("reason: say why the rule is revoked")
-                            .with_details(serde_json::json!({"fields": [{"path": "reason", "reason": "say why the rule is revoked"}]})),
-                        rid,
-                    )
-                    .back_to("/rules"),
-                );
-            }
-            state.store.revoke_rule(&caller, &memory_id, reason).await
+            state
+                .store
+                .revoke_rule(&caller, &memory_id, form.get("reason").unwrap_or(""))
+                .await
         }
         _ => Err(zm_contracts::ToolError::not_found("No such action.")),
     };
