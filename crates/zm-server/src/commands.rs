@@ -393,18 +393,9 @@ async fn migrate(cfg: &Config) -> anyhow::Result<()> {
 
 async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
     let shown = crate::config::redact_url(to);
+    crate::config::check_database_url(to).map_err(|e| anyhow!("--to: {e}"))?;
     // A SQLite destination is created (private, as the server's own).
-    let url = if zm_store::sqlite_path(to).is_some() && !to.contains("mode=") {
-        format!("{to}{}mode=rwc", if to.contains('?') { '&' } else { '?' })
-    } else {
-        to.to_string()
-    };
-    if !url.starts_with("sqlite:")
-        && !url.starts_with("postgres://")
-        && !url.starts_with("postgresql://")
-    {
-        bail!("--to {shown}: use sqlite://PATH or postgres://…");
-    }
+    let url = crate::config::creating(to);
     crate::files::prepare_database_url(&url)
         .with_context(|| format!("cannot prepare the database {shown}"))?;
     let store = open_store(cfg).await?;

@@ -1326,15 +1326,10 @@ impl Config {
         self.database_url().starts_with("sqlite:")
     }
 
-    /// How to open the store. A SQLite URL without `mode=` gets
-    /// `mode=rwc` so the file is created on first use.
+    /// How to open the store (a SQLite file is created on first use:
+    /// [`creating`]).
     pub fn open_options(&self) -> zm_store::OpenOptions {
-        let mut url = self.database_url();
-        if self.is_sqlite() && !url.contains("mode=") {
-            url.push(if url.contains('?') { '&' } else { '?' });
-            url.push_str("mode=rwc");
-        }
-        let mut opts = zm_store::OpenOptions::new(url);
+        let mut opts = zm_store::OpenOptions::new(creating(&self.database_url()));
         opts.sqlite_synchronous = self.sqlite_synchronous.as_str().into();
         opts.limits = zm_store::Limits {
             max_text_chars: self.max_text_chars,
@@ -1420,7 +1415,9 @@ impl Config {
     }
 }
 
-fn check_database_url(raw: &str) -> Result<(), String> {
+/// What a database URL must be (`ZM_DATABASE_URL`, `copy --to`): a SQLite
+/// file or a PostgreSQL database; the message names it redacted.
+pub fn check_database_url(raw: &str) -> Result<(), String> {
     if raw.starts_with("sqlite:") {
         let path = zm_store::sqlite_path(raw);
         if path.as_deref().is_none_or(|p| p.as_os_str() == ":memory:") {
@@ -1449,6 +1446,16 @@ fn check_database_url(raw: &str) -> Result<(), String> {
         "{:?} is not supported: use sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB",
         redact_url(raw)
     ))
+}
+
+/// A database URL that creates a missing SQLite file: `mode=rwc` added
+/// to a SQLite URL that sets no `mode=`; any other URL as it is.
+pub fn creating(url: &str) -> String {
+    if url.starts_with("sqlite:") && !url.contains("mode=") {
+        format!("{url}{}mode=rwc", if url.contains('?') { '&' } else { '?' })
+    } else {
+        url.to_string()
+    }
 }
 
 /// Replace a URL's password (and any `password=` query value) with `***`.

@@ -370,6 +370,13 @@ fn copy_into_a_new_database_and_refuse_a_full_one() {
         "{}",
         stderr(&again)
     );
+    let bad = env.run(&["copy", "--to", "mysql://root:hunter2@db/zm"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("is not supported") && !stderr(&bad).contains("hunter2"),
+        "{}",
+        stderr(&bad)
+    );
     let users = on_copy(&["user", "list"]);
     assert_eq!(
         String::from_utf8_lossy(&users.stdout).lines().count(),
