@@ -129,6 +129,25 @@ impl HttpConfig {
                 .any(|o| o.eq_ignore_ascii_case(origin))
     }
 
+    /// May a request sent from a browser page at `origin` reach `/mcp`?
+    /// What [`form_origin_ok`](Self::form_origin_ok) accepts (our own
+    /// pages), or an origin the operator listed in `allowed_origins`,
+    /// compared as origins (scheme, host and port; a default port written
+    /// or not). Anything else is another site's page: MCP's transport rules
+    /// say to refuse it, with or without a configured list, so that a page
+    /// the user happens to visit cannot drive a local server.
+    pub fn mcp_origin_ok(&self, origin: &str, host: Option<&str>) -> bool {
+        if self.form_origin_ok(origin, host) {
+            return true;
+        }
+        let Some(sent) = origin_of(origin) else {
+            return false;
+        };
+        self.allowed_origins
+            .iter()
+            .any(|a| origin_of(a).is_some_and(|a| a.eq_ignore_ascii_case(&sent)))
+    }
+
     /// Every Host value `/mcp` accepts.
     pub fn hosts(&self) -> Vec<String> {
         let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]

@@ -511,6 +511,66 @@ async fn mcp_needs_a_bearer_and_guards_hosts_and_sessions() {
     s.stop().await;
 }
 
+/// A page of another site may not drive `/mcp` from the user's browser:
+/// its `Origin` is refused (403, before the token is read) unless it is the
+/// server's own or the operator listed it. Clients that send no `Origin`
+/// (every SDK outside a browser) are not affected.
+#[tokio::test]
+async fn mcp_refuses_pages_of_other_origins() {
+    let s = start_configured(
+        |c| c.allowed_origins = vec!["https://app.example.com:443".into()],
+        |r, _| r,
+    )
+    .await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
+    let send = |origin: Option<String>, token: Option<String>| {
+        let mut rb = s
+            .http
+            .post(format!("{}/mcp", s.base))
+            .header("accept", "application/json, text/event-stream")
+            .json(&init);
+        if let Some(o) = origin {
+            rb = rb.header("origin", o);
+        }
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        async move {
+            let r = rb.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap())
+        }
+    };
+    let port = s.base.rsplit(':').next().unwrap().to_string();
+    let other_port = if port == "1" { "2" } else { "1" };
+    for foreign in [
+        "https://evil.example".to_string(),
+        format!("http://127.0.0.1:{other_port}"),
+        "https://app.example.com:8443".to_string(),
+        "null".to_string(),
+    ] {
+        for token in [None, Some(s.rw_a.clone())] {
+            let (status, body) = send(Some(foreign.clone()), token).await;
+            assert_eq!(status, 403, "{foreign}: {body}");
+            let body: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["error"]["code"], -32000, "{body}");
+        }
+    }
+    for ours in [
+        None,
+        Some(s.base.clone()),
+        Some("https://app.example.com".to_string()),
+        Some("HTTPS://APP.EXAMPLE.COM".to_string()),
+    ] {
+        let (status, body) = send(ours.clone(), Some(s.rw_a.clone())).await;
+        assert_eq!(status, 200, "{ours:?}: {body}");
+        // Still authenticated: the origin is no credential.
+        let (status, _) = send(ours.clone(), None).await;
+        assert_eq!(status, 401, "{ours:?}");
+    }
+    s.stop().await;
+}
+
 /// Shutdown with writes in flight: REST writes are held inside the server
 /// (a gate in front of the remember route) while the shutdown signal is
 /// sent and the server stops taking connections; then the gate opens. Every

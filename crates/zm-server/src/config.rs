@@ -534,10 +534,10 @@ knobs! {
             flag: "--allowed-origins",
             value_name: "ORIGINS",
             default: (Vec::new()),
-            shown: "empty (Origin not checked)",
+            shown: "empty (only the server's own)",
             parse: parse_origins,
-            help: "Comma-separated browser origins (`scheme://host[:port]`) accepted on `/mcp`.",
-            doc: "",
+            help: "Comma-separated browser origins (`scheme://host[:port]`) accepted on `/mcp` besides the server's own.",
+            doc: "A request carrying any other `Origin` (a page of another site in the user's browser) is refused with 403 before its token is read; clients outside a browser send none. The server's own: the public URL's origin, and `http(s)://` the loopback or allowed host the request came to. Compared as origins: scheme, host and port (`https://app.example.com` and `https://app.example.com:443` are one).",
         },
         body_limit_bytes: usize {
             env: "ZM_BODY_LIMIT_BYTES",
