@@ -25,6 +25,26 @@ impl Sql {
             args: Vec::new(),
         }
     }
+    /// `template` with every `{name}` bound to the value `values` gives
+    /// that name (each occurrence its own placeholder, so a statement binds
+    /// exactly what it uses). Panics on a name `values` lacks: templates
+    /// are constants of the code.
+    pub(crate) fn template(template: &str, values: &[(&str, &Arg)]) -> Self {
+        let mut sql = Sql::default();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            let close = open + rest[open..].find('}').expect("a closed {name}");
+            let name = &rest[open + 1..close];
+            let value = values
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or_else(|| panic!("no value for {{{name}}}"), |(_, v)| (*v).clone());
+            sql.push(&rest[..open]).bind(value);
+            rest = &rest[close + 1..];
+        }
+        sql.push(rest);
+        sql
+    }
     pub(crate) fn push(&mut self, text: &str) -> &mut Self {
         self.text.push_str(text);
         self
@@ -74,5 +94,19 @@ impl Sql {
             };
         }
         q
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_binds_each_occurrence_in_order() {
+        let (x, y) = (Arg::Str("x".into()), Arg::I64(7));
+        let sql = Sql::template("a = {x} AND b = {y} OR c = {x}", &[("x", &x), ("y", &y)]);
+        assert_eq!(sql.text, "a = $1 AND b = $2 OR c = $3");
+        let args: Vec<String> = sql.args.iter().map(|a| format!("{a:?}")).collect();
+        assert_eq!(args, ["Str(\"x\")", "I64(7)", "Str(\"x\")"]);
     }
 }

@@ -28,7 +28,7 @@ use crate::clock::rfc3339;
 use crate::db::DbResult;
 use crate::rows::{FromAnyRow, col, enum_col, flag_col, opt_id_col};
 use crate::scopes::Role;
-use crate::sql::Sql;
+use crate::sql::{Arg, Sql};
 use crate::store::{Caller, Store};
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -720,6 +720,12 @@ impl Store {
         }
         // Projects the leaving member shared stop being shared: the team
         // no longer reads a non-member's project.
+        let theirs: Vec<String> = sqlx::query_scalar("SELECT scope FROM team_projects WHERE team_scope = $1 AND owned = 0 AND scope IN (SELECT path FROM scopes WHERE owner_id = $2) ORDER BY scope")
+            .bind(&team.scope)
+            .bind(user_id)
+            .fetch_all(&mut *tx)
+            .await
+            .db("their shared projects")?;
         sqlx::query("DELETE FROM team_projects WHERE team_scope = $1 AND owned = 0 AND scope IN (SELECT path FROM scopes WHERE owner_id = $2)")
             .bind(&team.scope)
             .bind(user_id)
@@ -758,6 +764,13 @@ impl Store {
         }
         self.revoke_rules_left_behind(&mut tx, user_id, &handed)
             .await?;
+        // Their projects, no longer shared: what the other members wrote
+        // there goes to them, as on any unsharing.
+        for path in theirs {
+            if self.settle_unshared(&mut tx, &team.scope, &path).await? {
+                handed.push(path);
+            }
+        }
         let mut event = Event::new(TeamAction::MemberRemoved);
         event.user = Some(user_id);
         event.role = Some(their_role);
@@ -812,7 +825,9 @@ impl Store {
         Ok(())
     }
 
-    /// Give `from`'s memories in `path` (and what hangs on them) to `to`.
+    /// Give `from`'s shared memories in `path` (and what hangs on them) to
+    /// `to`. A private one stays `from`'s, where it is: it was never the
+    /// team's to keep, and the heir must not start reading it.
     async fn hand_over(
         &self,
         conn: &mut sqlx::AnyConnection,
@@ -820,66 +835,81 @@ impl Store {
         to: &str,
         path: &str,
     ) -> Result<(), ToolError> {
-        // A user-layer rule is the giver's own instruction (their
-        // connect-time instructions and every briefing of theirs): it stays
-        // theirs, revoked, and never reaches the heir's.
-        sqlx::query(
-            "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its memory was handed over' \
-             WHERE owner_id = $1 AND layer = 'user' AND status = 'promoted' \
-               AND memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $2)",
-        )
-        .bind(from)
-        .bind(path)
-        .execute(&mut *conn)
-        .await
-        .db("revoke the giver's own rules")?;
-        // A pending pair split by the hand-over (one memory goes, the other
-        // stays) is no one's to settle any more: dismissed, kept both.
-        sqlx::query(
-            "UPDATE conflicts SET status = 'dismissed', resolution = 'keep_both', resolved_by = $1, resolved_at = $3 \
-             WHERE owner_id = $1 AND status = 'pending' AND memory_b IS NOT NULL \
-               AND (memory_a IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $2)) \
-                <> (memory_b IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $2))",
-        )
-        .bind(from)
-        .bind(path)
-        .bind(self.now())
-        .execute(&mut *conn)
-        .await
-        .db("dismiss split conflicts")?;
-        // `$1` gives, `$2` receives, `$3` is the scope.
-        for (what, sql) in [
+        // What goes, in every statement: the giver's shared memories in
+        // the scope (the last statement moves them).
+        const GOING: &str = "SELECT id FROM memories WHERE owner_id = {from} AND scope = {path} AND visibility = 'shared'";
+        let (from_arg, to_arg, path_arg) = (
+            Arg::Str(from.to_string()),
+            Arg::Str(to.to_string()),
+            Arg::Str(path.to_string()),
+        );
+        let now = Arg::I64(self.now());
+        let values = [
+            ("from", &from_arg),
+            ("to", &to_arg),
+            ("path", &path_arg),
+            ("now", &now),
+        ];
+        for (what, template) in [
+            // A user-layer rule is the giver's own instruction (their
+            // connect-time instructions and every briefing of theirs): it
+            // stays theirs, revoked, and never reaches the heir's.
+            (
+                "revoke the giver's own rules",
+                "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its memory was handed over' \
+                 WHERE owner_id = {from} AND layer = 'user' AND status = 'promoted' AND memory_id IN (GOING)",
+            ),
+            // A pending pair split by the hand-over (one memory goes, the
+            // other stays) is no one's to settle any more: dismissed, kept
+            // both. So is the giver's own challenge of a memory that goes;
+            // it stays theirs below (its reason and evidence are the
+            // giver's notes, not the team's).
+            (
+                "dismiss split conflicts",
+                "UPDATE conflicts SET status = 'dismissed', resolution = 'keep_both', resolved_by = {from}, resolved_at = {now} \
+                 WHERE owner_id = {from} AND status = 'pending' AND ( \
+                   (memory_b IS NULL AND memory_a IN (GOING)) \
+                   OR (memory_b IS NOT NULL AND (memory_a IN (GOING)) <> (memory_b IN (GOING))))",
+            ),
+            // A rule goes with its memory, but not its pin when the heir is
+            // a team's steward: pinning takes the writer role now, which a
+            // steward never holds, and nobody could unpin it.
             (
                 "hand over rules",
-                "UPDATE rules SET owner_id = $2 WHERE owner_id = $1 AND layer <> 'user' AND memory_id IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+                "UPDATE rules SET owner_id = {to}, \
+                 pinned = CASE WHEN EXISTS (SELECT 1 FROM teams t WHERE t.steward_id = {to}) THEN 0 ELSE pinned END \
+                 WHERE owner_id = {from} AND layer <> 'user' AND memory_id IN (GOING)",
             ),
             (
                 "hand over links",
-                "UPDATE memory_links SET owner_id = $2 WHERE owner_id = $1 AND src IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+                "UPDATE memory_links SET owner_id = {to} WHERE owner_id = {from} AND src IN (GOING)",
             ),
             (
                 "hand over conflicts",
-                "UPDATE conflicts SET owner_id = $2 WHERE owner_id = $1 AND memory_a IN (SELECT id FROM memories WHERE owner_id = $1 AND scope = $3)",
+                "UPDATE conflicts SET owner_id = {to} WHERE owner_id = {from} AND memory_b IS NOT NULL AND memory_a IN (GOING)",
             ),
-            // The entities they named in the scope go with it (the
-            // memories' anchors stay), and the edges between them.
+            // The entities they named in the scope that a memory going
+            // names go with it (the memories' anchors stay), and the edges
+            // between them; a name only their private memories use stays
+            // theirs.
             (
                 "hand over edges",
-                "UPDATE edges SET owner_id = $2 WHERE owner_id = $1 AND src IN (SELECT id FROM entities WHERE scope = $3)",
+                "UPDATE edges SET owner_id = {to} WHERE owner_id = {from} AND src IN ( \
+                   SELECT e.id FROM entities e WHERE e.scope = {path} AND EXISTS ( \
+                     SELECT 1 FROM memory_entities me WHERE me.entity_id = e.id AND me.memory_id IN (GOING)))",
             ),
             (
                 "hand over entities",
-                "UPDATE entities SET owner_id = $2 WHERE owner_id = $1 AND scope = $3",
+                "UPDATE entities SET owner_id = {to} WHERE owner_id = {from} AND scope = {path} AND EXISTS ( \
+                   SELECT 1 FROM memory_entities me WHERE me.entity_id = entities.id AND me.memory_id IN (GOING))",
             ),
             (
                 "hand over memories",
-                "UPDATE memories SET owner_id = $2 WHERE owner_id = $1 AND scope = $3",
+                "UPDATE memories SET owner_id = {to} WHERE owner_id = {from} AND scope = {path} AND visibility = 'shared'",
             ),
         ] {
-            sqlx::query(sql)
-                .bind(from)
-                .bind(to)
-                .bind(path)
+            Sql::template(&template.replace("GOING", GOING), &values)
+                .query()
                 .execute(&mut *conn)
                 .await
                 .db(what)?;
@@ -1170,11 +1200,58 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("unshare project")?;
+        let handed = self.settle_unshared(&mut tx, &team.scope, path).await?;
         let mut event = Event::new(TeamAction::ProjectUnshared);
         event.subject = Some(path);
         self.record(&mut tx, caller, &team.id, event).await?;
         tx.commit().await.db("commit unshare")?;
+        if handed {
+            self.vector_meta_changed_in_scopes(&[path.to_string()])
+                .await;
+        }
         Ok(Removed { removed: true })
+    }
+
+    /// After project `path` stopped being shared with the team of
+    /// `team_scope`: each member who no longer reaches it (not a member of
+    /// the project, nor of another team it is shared with) leaves it as on
+    /// a removal. What they shared there goes to the project's owner, and
+    /// their rules for it are revoked: a non-member keeps no write power
+    /// and no standing instruction in someone else's project. Whether
+    /// anything was handed over.
+    async fn settle_unshared(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        team_scope: &str,
+        path: &str,
+    ) -> Result<bool, ToolError> {
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
+                .bind(path)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("project owner")?;
+        let Some(owner) = owner else {
+            return Ok(false);
+        };
+        let members: Vec<String> = sqlx::query_scalar(
+            "SELECT user_id FROM scope_members WHERE scope = $1 AND user_id <> $2 ORDER BY user_id",
+        )
+        .bind(team_scope)
+        .bind(&owner)
+        .fetch_all(&mut *tx)
+        .await
+        .db("team members")?;
+        let mut handed = false;
+        let left = [path.to_string()];
+        for member in &members {
+            if self.role_in(&mut *tx, member, path).await?.is_none() {
+                self.hand_over(tx, member, &owner, path).await?;
+                self.revoke_rules_left_behind(tx, member, &left).await?;
+                handed = true;
+            }
+        }
+        Ok(handed)
     }
 
     /// The team's audit log, newest first (admins).

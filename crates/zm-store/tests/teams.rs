@@ -407,6 +407,110 @@ backend_tests! {
         assert!(!listed.to_string().contains(&theirs), "[{l}] {listed}");
     }
 
+    /// What a leaver handed over is what the team could read: a private
+    /// memory of theirs in a shared project (an import stays private)
+    /// stays theirs, and the project's owner never starts reading it. So
+    /// does their challenge of a memory that goes: its reason is theirs.
+    async fn a_leavers_private_memory_and_challenge_stay_theirs(store: Store, l: &str) {
+        let (_, a) = user(&store, "priv-a").await;
+        let (ub, b) = user(&store, "priv-b").await;
+        let slug = team(&store, &a, l, "priv").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let secret = format!("My own draft about the ledger ({}).", unique("s"));
+        let imported = ok(call(&store, &b, "import_memory", json!({"content": secret, "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, l, "B imports");
+        let private = imported["memory_id"].as_str().expect("an id").to_string();
+        let shared = mem(&store, &b, l, json!({"content": "Ledger exports are CSV.", "kind": "fact", "project_hint": remote})).await;
+        let reason = format!("I doubt this ({}).", unique("r"));
+        ok(call(&store, &b, "challenge", json!({"memory_id": shared, "reason": reason})).await, l, "B challenges");
+        let get = |who: &Caller, id: &str| {
+            let (store, who, id) = (store.clone(), who.clone(), id.to_string());
+            async move { store.get_memory(&who, &zm_contracts::MemoryId::parse(&id).expect("an id")).await }
+        };
+        err(get(&a, &private).await, ErrorCode::NotFound, l, "A reads B's private import before");
+        ok(store.remove_team_member(&a, &slug, &b.user_id).await, l, "remove B");
+        err(get(&a, &private).await, ErrorCode::NotFound, l, "A reads B's private import after B left");
+        ok(get(&b, &private).await, l, "B keeps it");
+        ok(get(&a, &shared).await, l, "the shared one is A's now");
+        for status in ["pending", "dismissed", "resolved"] {
+            let conflicts = ok(call(&store, &a, "list_conflicts", json!({"status": status})).await, l, "A's conflicts");
+            assert!(!conflicts.to_string().contains(&reason), "[{l}] B's challenge reached A: {conflicts}");
+        }
+    }
+
+    /// Unsharing a project is a departure for the members who reached it
+    /// only through the team: what they shared there goes to the project's
+    /// owner with its rules (who may then revoke them), and their rules
+    /// for it from memories elsewhere are revoked. No non-member keeps a
+    /// standing instruction, or a memory to forget, in someone else's
+    /// project. The same holds when the sharer leaves the team.
+    async fn unsharing_a_project_hands_the_members_writes_to_its_owner(store: Store, l: &str) {
+        for sharer_leaves in [false, true] {
+            let l = &format!("{l}, sharer leaves: {sharer_leaves}");
+            let (_, admin) = user(&store, "uns-admin").await;
+            let (ua, a) = user(&store, "uns-a").await;
+            let (ub, b) = user(&store, "uns-b").await;
+            let slug = team(&store, &admin, l, "uns").await;
+            add(&store, &admin, l, &slug, &ua.email, TeamRole::Writer).await;
+            add(&store, &admin, l, &slug, &ub.email, TeamRole::Writer).await;
+            let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+            mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+            let project = project_of(&store, &a, l, &remote).await;
+            ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+            let tag = unique("u").replace('-', "");
+            let note = mem(&store, &b, l, json!({"content": format!("Ledger entries are never deleted ({tag})."), "kind": "convention", "project_hint": remote})).await;
+            ok(call(&store, &b, "promote_rule", json!({"memory_id": note})).await, l, "B's project rule");
+            ok(store.pin_rule(&b, &note, true).await, l, "B pins it");
+            let elsewhere = mem(&store, &b, l, json!({"content": format!("Always tag ledger releases ({tag})."), "kind": "convention", "scope": "personal"})).await;
+            ok(call(&store, &b, "promote_rule", json!({"memory_id": elsewhere, "applies_scope": project})).await, l, "B's rule for the project from a personal memory");
+            if sharer_leaves {
+                ok(store.remove_team_member(&a, &slug, &a.user_id).await, l, "A leaves");
+            } else {
+                ok(store.unshare_project_from_team(&a, &slug, &project).await, l, "unshare");
+            }
+            // B no longer holds anything there.
+            err(call(&store, &b, "forget", json!({"memory_id": note})).await, ErrorCode::NotFound, l, "B forgets the note");
+            let b_rules = store.list_rules(&b).await.unwrap();
+            let mine = b_rules.iter().find(|r| r.memory_id.as_str() == elsewhere).expect("B keeps the row");
+            assert_eq!(mine.status, zm_store::rules::RuleState::Revoked, "[{l}] {b_rules:?}");
+            assert!(b_rules.iter().all(|r| r.memory_id.as_str() != note), "[{l}] the note's rule went with it: {b_rules:?}");
+            // A owns the note and its rule, and can take the rule down.
+            ok(store.get_memory(&a, &zm_contracts::MemoryId::parse(&note).unwrap()).await, l, "A reads the note");
+            let brief = ok(call(&store, &a, "build_context", json!({"topic": "ledger", "briefing": true, "project_hint": remote})).await, l, "A's briefing");
+            let rules = brief["rules"].to_string();
+            assert!(rules.contains(&format!("never deleted ({tag})")) && !rules.contains("Always tag ledger releases"), "[{l}] {rules}");
+            ok(store.revoke_rule(&a, &note, "not ours").await, l, "A revokes it");
+            let brief = ok(call(&store, &a, "build_context", json!({"topic": "ledger", "briefing": true, "project_hint": remote})).await, l, "A's briefing");
+            assert!(!brief["rules"].to_string().contains(&tag), "[{l}] {}", brief["rules"]);
+        }
+    }
+
+    /// A rule pinned by a member who is removed goes to the team's steward
+    /// unpinned: nobody can sign in as the steward to unpin it, and
+    /// pinning takes the writer role now, which the steward never holds.
+    async fn a_removed_members_pin_does_not_outlive_them(store: Store, l: &str) {
+        let (_, admin) = user(&store, "pin-admin").await;
+        let (uw, w) = user(&store, "pin-w").await;
+        let slug = team(&store, &admin, l, "pin").await;
+        add(&store, &admin, l, &slug, &uw.email, TeamRole::Writer).await;
+        let text = format!("Deploy only on Fridays ({}).", unique("p"));
+        let rule = mem(&store, &w, l, json!({"content": text, "kind": "convention", "scope": format!("team.{slug}")})).await;
+        ok(call(&store, &w, "promote_rule", json!({"memory_id": rule})).await, l, "team rule");
+        ok(store.pin_rule(&w, &rule, true).await, l, "pin");
+        let pinned = |out: &Value| {
+            out["rules"].as_array().unwrap().iter().find(|r| r["text"] == json!(text)).map(|r| r["pinned"].clone())
+        };
+        let topic = json!({"topic": "deploys", "briefing": true, "scopes": [format!("team.{slug}")]});
+        let before = ok(call(&store, &admin, "build_context", topic.clone()).await, l, "before");
+        assert_eq!(pinned(&before), Some(json!(true)), "[{l}] {}", before["rules"]);
+        ok(store.remove_team_member(&admin, &slug, &w.user_id).await, l, "remove W");
+        let after = ok(call(&store, &admin, "build_context", topic).await, l, "after");
+        assert_eq!(pinned(&after), Some(json!(false)), "[{l}] the team keeps the rule, unpinned: {}", after["rules"]);
+    }
+
     /// A project shared with the team: both members' briefings carry its
     /// memories and its rules, the team layer's rules, pinned first; the
     /// second member's hint for the same repository lands in it; a
