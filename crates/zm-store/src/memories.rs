@@ -101,6 +101,8 @@ impl FromAnyRow for KnownEntity {
 /// One of the caller's memories, as a lifecycle change reads it.
 struct OwnedMemory {
     kind: MemoryKind,
+    scope: String,
+    visibility: zm_contracts::Visibility,
     invalidated_at: Option<i64>,
 }
 
@@ -108,6 +110,8 @@ impl FromAnyRow for OwnedMemory {
     fn from_row(r: &AnyRow) -> Result<OwnedMemory, ToolError> {
         Ok(OwnedMemory {
             kind: enum_col(r, "kind")?,
+            scope: col(r, "scope")?,
+            visibility: enum_col(r, "visibility")?,
             invalidated_at: col(r, "invalidated_at")?,
         })
     }
@@ -986,7 +990,10 @@ impl Store {
             .transpose()
     }
 
-    /// Load one of the caller's own memories for a lifecycle change.
+    /// Load one of the caller's own memories for a lifecycle change: one
+    /// the members of its scope read takes the writer role there
+    /// (`may_change_own_in`), and is then held and read again, still the
+    /// caller's (on PostgreSQL a hand-over may have committed meanwhile).
     async fn owned(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -994,17 +1001,25 @@ impl Store {
         id: &str,
     ) -> Result<OwnedMemory, ToolError> {
         let row = sqlx::query(
-            "SELECT id, kind, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+            "SELECT id, kind, scope, visibility, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
         )
         .bind(id)
         .bind(&caller.user_id)
         .fetch_optional(&mut *tx)
         .await
         .db("load memory")?;
-        match row {
-            Some(r) => OwnedMemory::from_row(&r),
-            None => Err(ToolError::not_found(format!("Memory {id} not found."))),
-        }
+        let not_found = || ToolError::not_found(format!("Memory {id} not found."));
+        let mut memory = match row {
+            Some(r) => OwnedMemory::from_row(&r)?,
+            None => return Err(not_found()),
+        };
+        self.may_change_own_in(tx, caller, &memory.scope, memory.visibility)
+            .await?;
+        memory.invalidated_at = self
+            .hold_own_memory(tx, caller, id)
+            .await?
+            .ok_or_else(not_found)?;
+        Ok(memory)
     }
 
     async fn invalidate(
@@ -1061,6 +1076,7 @@ impl Store {
         let OwnedMemory {
             kind,
             invalidated_at: invalidated,
+            ..
         } = self.owned(tx, caller, id).await?;
         if !kind.is_loop() {
             return Err(ToolError::validation(format!(

@@ -197,6 +197,33 @@ impl Store {
         Ok(())
     }
 
+    /// May the caller change (forget, close, restore, move away, share
+    /// elsewhere) their own memory in `scope` with `visibility`? A private
+    /// memory, or one outside project and team scopes, is theirs alone:
+    /// yes. A shared one in a project or team scope is what the members
+    /// read: it takes the writer or admin role there now, as writing it
+    /// did (a writer demoted to reader changes no team content). Holds the
+    /// scope's teams first (`hold_teams_of`), like a write into it.
+    pub(crate) async fn may_change_own_in(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        path: &str,
+        visibility: zm_contracts::Visibility,
+    ) -> Result<(), ToolError> {
+        if visibility != zm_contracts::Visibility::Shared || !scope::is_shareable(path) {
+            return Ok(());
+        }
+        self.hold_teams_of(tx, &[path]).await?;
+        match self.role_in(&mut *tx, &caller.user_id, path).await? {
+            Some(role) if role.can_write() => Ok(()),
+            role => Err(ToolError::forbidden(format!(
+                "Changing a memory the members of {path} read needs the writer or admin role there; yours is {}.",
+                role.map_or("none", Role::as_str)
+            ))),
+        }
+    }
+
     /// Resolve a write target path for the caller, creating the caller's own
     /// project/team scope on first use. Refuses what the caller cannot write.
     pub(crate) async fn writable_path(

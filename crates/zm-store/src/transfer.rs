@@ -59,6 +59,8 @@ enum Refusal {
     NotFound,
     NotOwner,
     Invalidated,
+    /// Shared where the caller may no longer write (`may_change_own_in`).
+    ReadOnly(ToolError),
 }
 
 impl Store {
@@ -89,6 +91,15 @@ impl Store {
         }
         if row.invalidated_at.is_some() {
             return Ok(Err(Refusal::Invalidated));
+        }
+        if let Err(e) = self
+            .may_change_own_in(tx, caller, &row.scope, row.visibility)
+            .await
+        {
+            if e.code != zm_contracts::ErrorCode::Forbidden {
+                return Err(e);
+            }
+            return Ok(Err(Refusal::ReadOnly(e)));
         }
         Ok(Ok(Placement {
             scope: row.scope,
@@ -163,6 +174,7 @@ impl Store {
             Err(Refusal::Invalidated) => {
                 return Err(ToolError::conflict(format!("Memory {id} is invalidated.")));
             }
+            Err(Refusal::ReadOnly(e)) => return Err(e),
             Ok(placement) => {
                 if !placement.is_shared_in(&target) {
                     if !self.move_one(tx, caller, id, &target).await? {
@@ -240,11 +252,11 @@ impl Store {
                 Err(r) => failed.push(MoveFailure {
                     memory_id: mid,
                     error: match r {
-                        Refusal::NotFound => "not found",
-                        Refusal::NotOwner => "not the owner",
-                        Refusal::Invalidated => "invalidated",
-                    }
-                    .into(),
+                        Refusal::NotFound => "not found".into(),
+                        Refusal::NotOwner => "not the owner".into(),
+                        Refusal::Invalidated => "invalidated".into(),
+                        Refusal::ReadOnly(e) => e.message,
+                    },
                 }),
             }
         }

@@ -511,6 +511,47 @@ backend_tests! {
         assert_eq!(pinned(&after), Some(json!(false)), "[{l}] the team keeps the rule, unpinned: {}", after["rules"]);
     }
 
+    /// A writer demoted to reader changes none of what they wrote into the
+    /// team: forgetting, closing, restoring, sharing it elsewhere and
+    /// moving it away are refused (the members read it), and nothing
+    /// changed. Their personal memories stay theirs to change, and the
+    /// writer role back lets them again.
+    async fn a_demoted_reader_changes_no_team_content(store: Store, l: &str) {
+        let (_, admin) = user(&store, "dem-admin").await;
+        let (uw, w) = user(&store, "dem-w").await;
+        let slug = team(&store, &admin, l, "dem").await;
+        let scope = format!("team.{slug}");
+        add(&store, &admin, l, &slug, &uw.email, TeamRole::Writer).await;
+        let fact = mem(&store, &w, l, json!({"content": "The ledger shards by tenant.", "kind": "fact", "scope": scope})).await;
+        let task = mem(&store, &w, l, json!({"content": "Migrate the ledger to the new cluster.", "kind": "task", "scope": scope})).await;
+        let gone = mem(&store, &w, l, json!({"content": "The ledger runs on Tuesdays.", "kind": "fact", "scope": scope})).await;
+        ok(call(&store, &w, "forget", json!({"memory_id": gone})).await, l, "forget as a writer");
+        let own = mem(&store, &w, l, json!({"content": "I prefer short ledger reports.", "kind": "preference", "scope": "personal"})).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &w, l, json!({"content": "My side project exists.", "kind": "fact", "project_hint": remote})).await;
+        let elsewhere = project_of(&store, &w, l, &remote).await;
+        let demote = |role: &str| input!(SetRoleInput, &json!({"role": role}));
+        ok(store.set_team_role(&admin, &slug, &uw.id, demote("reader")).await, l, "demote");
+        for (tool, args) in [
+            ("forget", json!({"memory_id": fact})),
+            ("close_loop", json!({"memory_id": task})),
+            ("restore_memory", json!({"memory_id": gone})),
+            ("share", json!({"memory_id": fact, "scope": elsewhere})),
+        ] {
+            let e = err(call(&store, &w, tool, args).await, ErrorCode::Forbidden, l, tool);
+            assert!(e.message.contains("yours is reader"), "[{l}] {tool}: {}", e.message);
+        }
+        let moved = ok(call(&store, &w, "move_memories", json!({"memory_ids": [fact, task], "scope": elsewhere})).await, l, "move");
+        assert_eq!(moved["moved"], json!([]), "[{l}] {moved}");
+        assert_eq!(moved["failed"].as_array().map(Vec::len), Some(2), "[{l}] {moved}");
+        // Nothing changed: the admin still reads both where they were.
+        let hits = recall_ids(&store, &admin, l, json!({"query": "ledger", "scopes": [scope]})).await;
+        assert!(hits.contains(&fact) && hits.contains(&task) && !hits.contains(&gone), "[{l}] {hits:?}");
+        ok(call(&store, &w, "forget", json!({"memory_id": own})).await, l, "a personal memory stays theirs");
+        ok(store.set_team_role(&admin, &slug, &uw.id, demote("writer")).await, l, "writer again");
+        ok(call(&store, &w, "close_loop", json!({"memory_id": task})).await, l, "close as a writer");
+    }
+
     /// A project shared with the team: both members' briefings carry its
     /// memories and its rules, the team layer's rules, pinned first; the
     /// second member's hint for the same repository lands in it; a
