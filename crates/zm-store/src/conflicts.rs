@@ -377,6 +377,21 @@ impl Store {
         }
         let mut retired = None;
         if let Some(loser) = retire {
+            // Retiring a memory the members of its scope read takes the
+            // writer role there, as a forget of it does.
+            let placed = sqlx::query(
+                "SELECT scope, visibility FROM memories WHERE id = $1 AND owner_id = $2",
+            )
+            .bind(loser.as_str())
+            .bind(&caller.user_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("loser placement")?;
+            if let Some(r) = placed {
+                let scope: String = col(&r, "scope")?;
+                self.may_change_own_in(tx, caller, &scope, enum_col(&r, "visibility")?)
+                    .await?;
+            }
             let gone = sqlx::query("UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 WHERE id = $5 AND invalidated_at IS NULL AND owner_id = $2")
                 .bind(now)
                 .bind(&caller.user_id)

@@ -530,8 +530,10 @@ backend_tests! {
         let remote = format!("git@github.com:acme/{}.git", unique("repo"));
         mem(&store, &w, l, json!({"content": "My side project exists.", "kind": "fact", "project_hint": remote})).await;
         let elsewhere = project_of(&store, &w, l, &remote).await;
+        let ch = ok(call(&store, &w, "challenge", json!({"memory_id": fact, "reason": "it shards by region now"})).await, l, "challenge");
         let demote = |role: &str| input!(SetRoleInput, &json!({"role": role}));
         ok(store.set_team_role(&admin, &slug, &uw.id, demote("reader")).await, l, "demote");
+        err(call(&store, &w, "resolve_conflict", json!({"dispute_id": ch["dispute_id"], "retire": true})).await, ErrorCode::Forbidden, l, "retire by a resolve");
         for (tool, args) in [
             ("forget", json!({"memory_id": fact})),
             ("close_loop", json!({"memory_id": task})),
