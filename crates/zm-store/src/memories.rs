@@ -657,19 +657,25 @@ impl Store {
                 // The old version's teams first (PostgreSQL), as every write
                 // into a scope holds them before its rows: a team change
                 // handing that memory over waits, or runs first.
-                let old_scope: Option<String> = sqlx::query_scalar(
-                    "SELECT scope FROM memories WHERE id = $1 AND owner_id = $2",
+                let old = sqlx::query(
+                    "SELECT scope, visibility FROM memories WHERE id = $1 AND owner_id = $2",
                 )
                 .bind(dst)
                 .bind(&caller.user_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .db("supersede scope")?;
-                let Some(old_scope) = old_scope else {
+                let Some(old) = old else {
                     // Not the caller's: nothing to supersede.
                     continue;
                 };
+                let old_scope: String = col(&old, "scope")?;
+                // Retiring a memory its scope's members read takes the
+                // writer role there, as a forget of it does (this holds
+                // the scope's teams too).
                 self.hold_teams_of(&mut *tx, &[&old_scope]).await?;
+                self.may_change_own_in(tx, caller, &old_scope, enum_col(&old, "visibility")?)
+                    .await?;
                 let done = sqlx::query(
                     "UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 \
                      WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL",

@@ -534,6 +534,8 @@ backend_tests! {
         let demote = |role: &str| input!(SetRoleInput, &json!({"role": role}));
         ok(store.set_team_role(&admin, &slug, &uw.id, demote("reader")).await, l, "demote");
         err(call(&store, &w, "resolve_conflict", json!({"dispute_id": ch["dispute_id"], "retire": true})).await, ErrorCode::Forbidden, l, "retire by a resolve");
+        err(call(&store, &w, "remember", json!({"content": "The ledger shards by region.", "kind": "fact", "scope": "personal", "links": [{"dst": fact, "type": "supersedes"}]})).await, ErrorCode::Forbidden, l, "retire by a superseding remember");
+        assert!(recall_ids(&store, &w, l, json!({"query": "shards region", "scopes": ["personal"]})).await.is_empty(), "[{l}] the refused remember left nothing");
         for (tool, args) in [
             ("forget", json!({"memory_id": fact})),
             ("close_loop", json!({"memory_id": task})),
