@@ -12,8 +12,9 @@ Runs a real `zero-memory` binary and checks the limits it promises
     another user's session keeps answering;
  4. failed sign-ins behind a trusted proxy are limited whatever the
     client-controlled `X-Forwarded-For` hops say;
- 5. `/oauth/authorize` never redirects an error to a client_id/redirect_uri
-    pair that is not registered;
+ 5. `/oauth/authorize` never redirects an error found before a sign-in,
+    not even to a registered client_id/redirect_uri pair (registration is
+    anonymous); a sign-in does redirect back;
  6. file modes of the data directory, the database, its WAL/SHM, exports and
     the first-start secrets file; a warning for an open data directory;
  7. `stdio` on an empty data directory answers `initialize` and
@@ -408,16 +409,20 @@ def check_login_flood(name, d):
     report(name, not problems, figure, problems)
 
 
-# ---- 5. no redirect to an unverified client/redirect pair -----------------
+# ---- 5. no redirect before a sign-in ---------------------------------------
 
 def check_no_open_redirect(name, d):
     srv = new_server(d, "redirect", {"ZM_OAUTH_RATELIMIT_MAX": "100000"})
+    srv.add_user("owner@probe.test", PASSWORD)
     problems = []
     try:
         srv.start()
         good = "http://127.0.0.1:47003/cb"
         client = register_client(srv, good)
         register_client(srv, "https://other-app.probe.test/cb")  # a pair of someone else's
+        # Anyone may register the attacker's URI: a registered pair proves
+        # nothing about where it leads.
+        evil = register_client(srv, ATTACKER)
         q = authorize_query
         cases = {
             "unknown client_id": q("oac_doesnotexist", ATTACKER),
@@ -429,6 +434,10 @@ def check_no_open_redirect(name, d):
             "registered client, unregistered loopback path": q(client, "http://127.0.0.1:47003/elsewhere", response_type="token"),
             "no client_id": urllib.parse.urlencode({"redirect_uri": ATTACKER, "response_type": "code"}),
             "registered client, no redirect_uri": urllib.parse.urlencode({"client_id": client, "response_type": "token"}),
+            "attacker's registered pair, bad response_type": q(evil, ATTACKER, response_type="token"),
+            "attacker's registered pair, no code_challenge": q(evil, ATTACKER, code_challenge=""),
+            "attacker's registered pair, bad scope": q(evil, ATTACKER, scope="admin"),
+            "registered pair, bad response_type": q(client, good, response_type="token"),
         }
         redirected = 0
         for what, query in cases.items():
@@ -444,14 +453,18 @@ def check_no_open_redirect(name, d):
                     problems.append(f"{method} {what}: answered {status}, Location {loc}")
                 elif not 400 <= status < 500:
                     problems.append(f"{method} {what}: answered {status}, expected a 4xx page")
-        # Control: the registered pair does get its error redirected back
-        # (so the assertions above can see a redirect when there is one).
-        status, headers, _ = srv.raw("GET", "/oauth/authorize?" + q(client, good, response_type="token"))
+        # Control: a sign-in through the registered pair is redirected back
+        # with its code (so the assertions above can see a redirect when
+        # there is one).
+        cookie, fields = signin_form(srv, client, good)
+        form = urllib.parse.urlencode({**fields, "email": "owner@probe.test", "password": PASSWORD})
+        status, headers, _ = srv.raw("POST", "/oauth/authorize", form, {
+            "content-type": "application/x-www-form-urlencoded", "cookie": cookie})
         loc = header(headers, "location")
-        control = status == 302 and loc and loc[0].startswith(good + "?") and "error=unsupported_response_type" in loc[0]
+        control = status == 302 and loc and loc[0].startswith(good + "?") and "code=" in loc[0]
         if not control:
-            problems.append(f"control: the registered pair's error answered {status} Location {loc}, expected 302 back to {good}")
-        figure = f"{2 * len(cases)} unverified requests, {redirected} redirected; registered-pair control redirected: {bool(control)}"
+            problems.append(f"control: the sign-in answered {status} Location {loc}, expected 302 back to {good} with a code")
+        figure = f"{2 * len(cases)} requests before a sign-in, {redirected} redirected; sign-in control redirected: {bool(control)}"
     finally:
         srv.stop()
     report(name, not problems, figure, problems)
@@ -659,7 +672,7 @@ def main():
         run_check("2 slow-header client cut off", check_slow_header, d)
         run_check("3 1,000 MCP sessions of one user", check_sessions, d)
         run_check("4 failed sign-ins with rotating X-Forwarded-For", check_login_flood, d)
-        run_check("5 no redirect for an unverified client/redirect_uri", check_no_open_redirect, d)
+        run_check("5 no redirect before a sign-in", check_no_open_redirect, d)
         run_check("6 file modes", check_file_modes, d)
         run_check("7 stdio on an empty data dir", check_stdio, d)
         run_check("8 test-only anonymous switch", check_anonymous_switch, d)

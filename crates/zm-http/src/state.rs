@@ -54,10 +54,26 @@ pub struct HttpConfig {
     pub max_connections: usize,
 }
 
+/// `base` as the url crate writes it (scheme and host lowercased, a
+/// default port dropped), without a trailing slash: the one spelling the
+/// issuer, the resource and the cookies' `Secure` are decided on. What does
+/// not parse is kept as given.
+fn normalise_base(base: &str) -> String {
+    let base = base.trim().trim_end_matches('/');
+    match url::Url::parse(base) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {
+            u.as_str().trim_end_matches('/').to_string()
+        }
+        _ => base.to_string(),
+    }
+}
+
 impl HttpConfig {
+    /// A configuration for the server at `base` (normalised: see
+    /// `normalise_base`) with the defaults.
     pub fn local(base: &str) -> Self {
         HttpConfig {
-            public_url: base.trim_end_matches('/').to_string(),
+            public_url: normalise_base(base),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             body_limit: 1024 * 1024,
@@ -587,6 +603,24 @@ mod tests {
             ("null", Some("localhost:8787")),
         ] {
             assert!(!ok(origin, host), "{origin} to {host:?}");
+        }
+    }
+
+    #[test]
+    fn the_base_url_is_normalised() {
+        for (base, want) in [
+            (
+                "HTTPS://Memory.Example.COM:443/",
+                "https://memory.example.com",
+            ),
+            ("http://127.0.0.1:8787", "http://127.0.0.1:8787"),
+            (
+                "https://memory.example.com/Prefix/",
+                "https://memory.example.com/Prefix",
+            ),
+            ("not a url/", "not a url"),
+        ] {
+            assert_eq!(HttpConfig::local(base).public_url, want, "{base}");
         }
     }
 

@@ -1225,3 +1225,106 @@ async fn revoking_a_rule_takes_a_reason_the_store_accepts() {
     );
     s.running.stop().await;
 }
+
+/// Sign-ins in flight at once get no more than the five free attempts on
+/// either backend (on PostgreSQL the back-off lives in the database): each
+/// takes its place in the account's count before its password is checked.
+/// A right password after wrong ones, within the free attempts, signs in.
+mod parallel_sign_ins_get_only_the_free_attempts {
+    #[tokio::test]
+    async fn sqlite() {
+        super::parallel_sign_ins(None).await;
+    }
+    #[tokio::test]
+    async fn postgres() {
+        match std::env::var("ZM_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        {
+            Some(url) => super::parallel_sign_ins(Some(url)).await,
+            None => eprintln!(
+                "ZM_TEST_DATABASE_URL is not set: skipped parallel_sign_ins_get_only_the_free_attempts::postgres"
+            ),
+        }
+    }
+}
+
+async fn parallel_sign_ins(postgres: Option<String>) {
+    // No per-IP limit: only the account's back-off stands.
+    let s = start_with(postgres, |c| c.oauth_rate_max = 0).await;
+    let (_, email, password) = person(&s.store, "parallel").await;
+    let mut b = Browser::default();
+    for _ in 0..4 {
+        assert_eq!(b.sign_in(&s, &email, "a wrong guess").await.status, 400);
+    }
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+
+    let form = Browser::default().get(&s, "/login").await;
+    let token = field(&form.body, "csrf").expect("a csrf field");
+    let mut guesser = Browser::default();
+    guesser.keep(&form.set_cookies);
+    let s = std::sync::Arc::new(s);
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let (s, mut b, token, email) =
+                (s.clone(), guesser.clone(), token.clone(), email.clone());
+            tokio::spawn(async move {
+                let f = [
+                    ("csrf", token.as_str()),
+                    ("next", "/"),
+                    ("email", email.as_str()),
+                    ("password", "a wrong guess"),
+                ];
+                b.post(&s, "/login", &f).await.status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses.iter().filter(|&&st| st == 400).count(),
+        5,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&st| st == 429).count(),
+        15,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        Browser::default()
+            .sign_in(&s, &email, &password)
+            .await
+            .status,
+        429,
+        "backing off now"
+    );
+    let Ok(s) = std::sync::Arc::try_unwrap(s) else {
+        panic!("the tasks are done");
+    };
+    s.running.stop().await;
+}
+
+/// An upper-case `https` public URL still gives the session cookie
+/// `Secure`.
+#[tokio::test]
+async fn an_upper_case_https_public_url_makes_cookies_secure() {
+    let s = start_with(None, |c| {
+        c.public_url = "HTTPS://Memory.Example.com".into();
+    })
+    .await;
+    let (_, email, password) = person(&s.store, "secure").await;
+    let mut b = Browser::default();
+    let p = b.sign_in(&s, &email, &password).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let session = p
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("zm_session="))
+        .expect("a session cookie");
+    assert!(session.contains("; Secure"), "{session}");
+    s.running.stop().await;
+}

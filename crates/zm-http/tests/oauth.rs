@@ -743,7 +743,8 @@ async fn authorize_refusals() {
         assert!(html.contains("Cannot sign in"), "{html}");
     }
 
-    // Other errors go back to the (validated) redirect URI.
+    // Other errors are shown too, with their code: nobody has signed in
+    // yet, and a registered URI proves nothing (registration is anonymous).
     for (extra, want) in [
         (vec![("code_challenge_method", "plain")], "invalid_request"),
         (vec![("code_challenge", "")], "invalid_request"),
@@ -765,14 +766,15 @@ async fn authorize_refusals() {
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status().as_u16(), 302, "{extra:?}");
-        let loc = header(&r, "location");
-        assert!(loc.starts_with(REDIRECT_PORT), "{loc}");
-        let qp = query_of(&loc);
-        assert_eq!(param(&qp, "error"), Some(want), "{extra:?}");
-        assert_eq!(param(&qp, "state"), Some("s1"));
-        assert_eq!(param(&qp, "iss"), Some(s.base.as_str()));
-        assert!(param(&qp, "code").is_none());
+        assert_eq!(r.status().as_u16(), 400, "{extra:?}");
+        assert!(r.headers().get("location").is_none(), "{extra:?}");
+        assert_html_headers(&r);
+        let html = r.text().await.unwrap();
+        assert!(html.contains("Cannot sign in"), "{html}");
+        assert!(
+            html.contains(&format!("<code>{want}</code>")),
+            "{extra:?}: {html}"
+        );
     }
 
     // Wrong credentials: 401, the page again with the message, no code.
@@ -852,6 +854,95 @@ async fn authorize_refusals() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 302);
+    s.stop().await;
+}
+
+/// Registration is anonymous and takes any https redirect URI, so a
+/// registered pair proves nothing about where the URI leads: an error found
+/// before anyone signed in (here, on the page or on a form post that never
+/// reaches the password) is a page on this server, never a redirect, or the
+/// server would be anyone's redirector (RFC 9700 §4.11.2).
+#[tokio::test]
+async fn errors_before_sign_in_are_a_page_never_a_redirect() {
+    let s = start().await;
+    let evil = "https://evil.example/cb";
+    let (st, v) = s.register(json!({"redirect_uris": [evil]})).await;
+    assert_eq!(st, 201, "{v}");
+    let client = v["client_id"].as_str().unwrap().to_string();
+    let p = pkce();
+    let with = |drop: &str, extra: &[(&str, &str)]| {
+        let mut q: Vec<(String, String)> = [
+            ("response_type", "code"),
+            ("client_id", client.as_str()),
+            ("redirect_uri", evil),
+            ("code_challenge", p.challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("state", "s1"),
+        ]
+        .iter()
+        .filter(|(k, _)| *k != drop)
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+        for (k, v) in extra {
+            q.retain(|(n, _)| n != k);
+            q.push(((*k).to_string(), (*v).to_string()));
+        }
+        q
+    };
+    let cases = [
+        (
+            with("", &[("response_type", "token")]),
+            "unsupported_response_type",
+        ),
+        (with("code_challenge", &[]), "invalid_request"),
+        (with("response_type", &[]), "invalid_request"),
+        (with("", &[("scope", "admin")]), "invalid_scope"),
+        (
+            with("", &[("resource", "https://evil.example/mcp")]),
+            "invalid_target",
+        ),
+    ];
+    for (query, want) in &cases {
+        let r = s.authorize_get(query).await;
+        assert_eq!(r.status().as_u16(), 400, "{query:?}");
+        assert!(r.headers().get("location").is_none(), "{query:?}");
+        assert_html_headers(&r);
+        let html = r.text().await.unwrap();
+        assert!(html.contains(&format!("<code>{want}</code>")), "{html}");
+        assert!(
+            !html.contains("href=") && !html.contains("http-equiv"),
+            "nothing leads on by itself: {html}"
+        );
+    }
+    // The form post of such a request: the same page, before any password.
+    for (query, want) in &cases {
+        let mut form = query.clone();
+        form.push(("email".into(), EMAIL.into()));
+        form.push(("password".into(), PASSWORD.into()));
+        let r = s
+            .http
+            .post(format!("{}/oauth/authorize", s.base))
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{query:?}");
+        assert!(r.headers().get("location").is_none(), "{query:?}");
+        assert_html_headers(&r);
+        let html = r.text().await.unwrap();
+        assert!(html.contains(&format!("<code>{want}</code>")), "{html}");
+    }
+    // Markup in a description is text.
+    let r = s
+        .authorize_get(&with("", &[("scope", "<script>x</script>")]))
+        .await;
+    let html = r.text().await.unwrap();
+    assert!(
+        !html.contains("<script>") && html.contains("&lt;script&gt;"),
+        "{html}"
+    );
+    // A good request from the same client is the sign-in form.
+    assert_eq!(s.page(&with("", &[])).await.status, 200);
     s.stop().await;
 }
 
@@ -1511,6 +1602,88 @@ async fn failed_sign_ins_back_off_per_account_whatever_the_ip() {
         );
     }
     assert_eq!(s.post_form(&page, EMAIL, PASSWORD).await.status, 429);
+    s.stop().await;
+}
+
+/// Sign-ins in flight at once get no more than the free attempts: each
+/// takes its place in the account's count before its password is checked,
+/// so twenty parallel guesses are five wrong passwords and fifteen
+/// back-offs, not twenty guesses.
+#[tokio::test]
+async fn parallel_wrong_passwords_get_only_the_free_attempts() {
+    let s = start_with(|c| c.oauth_rate_max = 0).await;
+    let client = s.client().await;
+    let page = sign_in_page(&s, &client, None).await;
+    // A correct password after wrong ones, within the free attempts, signs
+    // in: taking a place does not lock the owner out.
+    for _ in 0..4 {
+        assert_eq!(
+            s.post_form(&page, EMAIL, "wrong-password").await.status,
+            401
+        );
+    }
+    assert_eq!(s.post_form(&page, EMAIL, PASSWORD).await.status, 302);
+    let page = sign_in_page(&s, &client, None).await;
+    let s = std::sync::Arc::new(s);
+    let page = std::sync::Arc::new(page);
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let (s, page) = (s.clone(), page.clone());
+            tokio::spawn(async move { s.post_form(&page, EMAIL, "wrong-password").await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        let posted = t.await.unwrap();
+        if posted.status == 429 {
+            assert!(posted.html.contains("Too many failed sign-ins"));
+            assert!(posted.retry_after.is_some_and(|r| (1..=30).contains(&r)));
+        }
+        statuses.push(posted.status);
+    }
+    statuses.sort_unstable();
+    let wrong = statuses.iter().filter(|&&st| st == 401).count();
+    assert_eq!(wrong, 5, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|&&st| st == 429).count(), 15);
+    // And the account backs off now, the right password too.
+    assert_eq!(s.post_form(&page, EMAIL, PASSWORD).await.status, 429);
+    let Ok(s) = std::sync::Arc::try_unwrap(s) else {
+        panic!("the tasks are done");
+    };
+    s.stop().await;
+}
+
+/// `ZM_PUBLIC_URL=HTTPS://Memory.Example.com/` is the issuer
+/// `https://memory.example.com`, and that URL's `/mcp` is our resource.
+#[tokio::test]
+async fn an_upper_case_public_url_is_normalised() {
+    let s = start_with(|c| {
+        c.public_url = HttpConfig::local("HTTPS://Memory.Example.COM:443/").public_url;
+    })
+    .await;
+    let r = s
+        .http
+        .get(format!("{}/.well-known/oauth-authorization-server", s.base))
+        .send()
+        .await
+        .unwrap();
+    let meta: Value = r.json().await.unwrap();
+    assert_eq!(meta["issuer"], "https://memory.example.com");
+    let client = s.client().await;
+    let p = pkce();
+    let r = s
+        .authorize_get(&[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT_PORT),
+            ("code_challenge", &p.challenge),
+            ("code_challenge_method", "S256"),
+            ("resource", "https://memory.example.com/mcp"),
+        ])
+        .await;
+    assert_eq!(r.status().as_u16(), 200, "the resource is ours");
+    let cookie = header(&r, "set-cookie");
+    assert!(cookie.contains("; Secure"), "{cookie}");
     s.stop().await;
 }
 

@@ -984,6 +984,10 @@ fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// The public URL as the url crate writes it — scheme and host lowercased,
+/// a default port dropped — without a trailing slash; a path prefix stays.
+/// Everything that compares it (the issuer, the resource, the cookies'
+/// `Secure`, the Host check) then sees one spelling.
 fn parse_public_url(raw: &str) -> Result<String, String> {
     let p = raw.trim().trim_end_matches('/');
     let u = url::Url::parse(p).map_err(|e| format!("{p:?} is not a URL: {e}"))?;
@@ -996,7 +1000,7 @@ fn parse_public_url(raw: &str) -> Result<String, String> {
     } else if !u.username().is_empty() || u.password().is_some() {
         Err(format!("{p:?} must not carry credentials"))
     } else {
-        Ok(p.to_string())
+        Ok(u.as_str().trim_end_matches('/').to_string())
     }
 }
 
@@ -1614,6 +1618,51 @@ mod tests {
         assert_eq!(cfg.public_host().as_deref(), Some("memory.example.com"));
         assert_eq!(cfg.mcp_url(), "https://memory.example.com/mcp");
         assert!(cfg.trust_proxy);
+    }
+
+    /// The public URL is kept as the url crate writes it: scheme and host
+    /// lowercased, a default port dropped, no trailing slash; a path prefix
+    /// stays as it was given. `HTTPS://Memory.Example.com` is the issuer
+    /// `https://memory.example.com` (and an https one).
+    #[test]
+    fn the_public_url_is_normalised() {
+        for (raw, want) in [
+            ("HTTPS://Memory.Example.com", "https://memory.example.com"),
+            (
+                "HTTPS://Memory.Example.COM:443/",
+                "https://memory.example.com",
+            ),
+            (
+                "  https://memory.example.com//  ",
+                "https://memory.example.com",
+            ),
+            ("http://LOCALHOST:8787/", "http://localhost:8787"),
+            ("Http://127.0.0.1:80", "http://127.0.0.1"),
+            (
+                "https://Memory.Example.com/Zm/",
+                "https://memory.example.com/Zm",
+            ),
+        ] {
+            assert_eq!(parse_public_url(raw).as_deref(), Ok(want), "{raw}");
+        }
+        let cfg = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_TRUST_PROXY", "true"),
+            ("ZM_PUBLIC_URL", "HTTPS://Memory.Example.com/"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            cfg.public_url.as_deref(),
+            Some("https://memory.example.com")
+        );
+        assert_eq!(cfg.mcp_url(), "https://memory.example.com/mcp");
+        assert_eq!(cfg.public_host().as_deref(), Some("memory.example.com"));
+        for bad in [
+            "ftp://memory.example.com",
+            "https://memory.example.com/?a=1",
+        ] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -128,35 +128,26 @@ impl Store {
         })
     }
 
-    /// The end of an account's sign-in back-off, if it is backing off now
-    /// (`Err(seconds)`).
-    pub async fn login_backoff(
-        &self,
-        account: &str,
-        now: i64,
-    ) -> Result<Result<(), u64>, ToolError> {
-        let until: Option<i64> =
-            sqlx::query_scalar("SELECT until_at FROM login_failures WHERE account = $1")
-                .bind(hash_secret(account))
-                .fetch_optional(&self.pool)
-                .await
-                .db("read a sign-in back-off")?;
-        Ok(match until {
-            Some(u) if u > now => Err(secs_until(now, u)),
-            _ => Ok(()),
-        })
-    }
-
-    /// Count a failed sign-in of `account` (atomically; a count older than
-    /// `forget_ms` starts over) and start the back-off `backoff_ms` gives
-    /// for the new count (0: none). Returns the new count.
-    pub async fn login_failed(
+    /// Take a place for a sign-in attempt of `account`, before its
+    /// password is checked: `Err(seconds)` (the honest `Retry-After`)
+    /// while the account backs off, counting nothing; otherwise the
+    /// attempt counts now, as a failure (a count older than `forget_ms`
+    /// starts over) until [`login_succeeded`](Self::login_succeeded)
+    /// clears the account, and the back-off `backoff_ms` gives for the new
+    /// count starts (0: none). Returns the new count.
+    ///
+    /// One transaction: the upsert holds the account's row until the
+    /// commit, so attempts at once — on any instance — take their places
+    /// one after another, and each sees the back-off the ones before it
+    /// started. Checking first and counting after the password check let
+    /// every attempt in flight through.
+    pub async fn login_attempt(
         &self,
         account: &str,
         now: i64,
         forget_ms: i64,
         backoff_ms: impl FnOnce(u32) -> i64,
-    ) -> Result<u32, ToolError> {
+    ) -> Result<Result<u32, u64>, ToolError> {
         let key = hash_secret(account);
         if sweep_due(&LOGIN_SWEEP) {
             sqlx::query("DELETE FROM login_failures WHERE last_at <= $1 AND until_at <= $2")
@@ -166,33 +157,44 @@ impl Store {
                 .await
                 .db("sweep sign-in failures")?;
         }
-        let count: i64 = sqlx::query_scalar(
+        let mut tx = self.write_tx().await?;
+        // While the account backs off the row stays as it is (and
+        // `until_at` in the future says so); otherwise the attempt counts.
+        let row = sqlx::query(
             "INSERT INTO login_failures (account, failures, last_at, until_at) VALUES ($1, 1, $2, 0) \
              ON CONFLICT (account) DO UPDATE SET \
-               failures = CASE WHEN login_failures.last_at <= $3 THEN 1 ELSE login_failures.failures + 1 END, \
-               last_at = $2 \
-             RETURNING failures",
+               failures = CASE WHEN login_failures.until_at > $2 THEN login_failures.failures \
+                               WHEN login_failures.last_at <= $3 THEN 1 \
+                               ELSE login_failures.failures + 1 END, \
+               last_at = CASE WHEN login_failures.until_at > $2 THEN login_failures.last_at ELSE $2 END \
+             RETURNING failures, until_at",
         )
         .bind(&key)
         .bind(now)
         .bind(now.saturating_sub(forget_ms))
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await
-        .db("count a failed sign-in")?;
+        .db("count a sign-in attempt")?;
+        let count: i64 = row.try_get("failures").db("sign-in failures")?;
+        let until: i64 = row.try_get("until_at").db("sign-in back-off end")?;
+        if until > now {
+            tx.rollback().await.db("end a refused sign-in attempt")?;
+            return Ok(Err(secs_until(now, until)));
+        }
         let count = u32::try_from(count).unwrap_or(u32::MAX);
         let wait = backoff_ms(count);
         if wait > 0 {
-            let until = now.saturating_add(wait);
             sqlx::query(
                 "UPDATE login_failures SET until_at = CASE WHEN until_at < $2 THEN $2 ELSE until_at END WHERE account = $1",
             )
             .bind(&key)
-            .bind(until)
-            .execute(&self.pool)
+            .bind(now.saturating_add(wait))
+            .execute(&mut *tx)
             .await
             .db("start a sign-in back-off")?;
         }
-        Ok(count)
+        tx.commit().await.db("commit a sign-in attempt")?;
+        Ok(Ok(count))
     }
 
     /// A successful sign-in clears the account's failures.
@@ -475,61 +477,36 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn login_failures_back_off_and_clear() {
+    async fn login_attempts_count_back_off_and_clear() {
         for (name, _dir, store) in stores().await {
             let account = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
             let now = store.now();
             let policy = |n: u32| if n >= 3 { 30_000 } else { 0 };
-            for i in 1..=2u32 {
-                assert_eq!(
-                    store
-                        .login_failed(&account, now, 3_600_000, policy)
-                        .await
-                        .unwrap(),
-                    i
-                );
-                assert_eq!(store.login_backoff(&account, now).await.unwrap(), Ok(()));
+            let attempt = |at: i64| store.login_attempt(&account, at, 3_600_000, policy);
+            for i in 1..=3u32 {
+                assert_eq!(attempt(now).await.unwrap(), Ok(i), "{name}");
             }
-            assert_eq!(
-                store
-                    .login_failed(&account, now, 3_600_000, policy)
-                    .await
-                    .unwrap(),
-                3
-            );
-            assert_eq!(
-                store.login_backoff(&account, now).await.unwrap(),
-                Err(30),
-                "{name}"
-            );
-            assert_eq!(
-                store.login_backoff(&account, now + 30_000).await.unwrap(),
-                Ok(())
-            );
+            // The third started the back-off: refused, counting nothing.
+            for _ in 0..3 {
+                assert_eq!(attempt(now + 1).await.unwrap(), Err(30), "{name}");
+            }
+            assert_eq!(attempt(now + 30_000).await.unwrap(), Ok(4), "{name}");
+            assert!(attempt(now + 30_001).await.unwrap().is_err());
             // A count older than the forget time starts over.
-            let later = now + 3_600_001;
-            assert_eq!(
-                store
-                    .login_failed(&account, later, 3_600_000, policy)
-                    .await
-                    .unwrap(),
-                1
-            );
-            store
-                .login_failed(&account, later, 3_600_000, policy)
-                .await
-                .unwrap();
-            store
-                .login_failed(&account, later, 3_600_000, policy)
-                .await
-                .unwrap();
-            assert!(store.login_backoff(&account, later).await.unwrap().is_err());
+            let later = now + 3_600_001 + 30_000;
+            assert_eq!(attempt(later).await.unwrap(), Ok(1), "{name}");
+            attempt(later).await.unwrap().unwrap();
+            attempt(later).await.unwrap().unwrap();
+            assert!(attempt(later).await.unwrap().is_err());
             store.login_succeeded(&account).await.unwrap();
-            assert_eq!(
-                store.login_backoff(&account, later).await.unwrap(),
-                Ok(()),
-                "{name}"
-            );
+            assert_eq!(attempt(later).await.unwrap(), Ok(1), "{name}: cleared");
+            let stored: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM login_failures WHERE account = $1")
+                    .bind(&account)
+                    .fetch_one(&store.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(stored, 0, "{name}: emails are stored hashed only");
         }
     }
 

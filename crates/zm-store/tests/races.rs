@@ -4,7 +4,8 @@
 //! linked `contradicts` both ways at once files one conflict. SQLite's
 //! writers take turns anyway; on PostgreSQL these hold the row or lock
 //! that orders them (they failed there before: two memories, `internal`,
-//! two conflicts). And on a PostgreSQL whose default isolation is
+//! two conflicts). Sign-in attempts of one account at once get no more
+//! than the free ones before the back-off. And on a PostgreSQL whose default isolation is
 //! REPEATABLE READ the same holds: write transactions pin READ COMMITTED.
 //!
 //! Each test runs once per backend through [`backend_tests!`]. Nothing
@@ -94,6 +95,40 @@ backend_tests! {
             assert_eq!((imported, ids.len()), (1, 1), "[{l}] round {round}: imported once, one memory: {answers:?}");
         }
         assert_eq!(owned(&store, &a, l).await, 4, "[{l}] four memories");
+    }
+
+    /// Sign-in attempts of one account at once (the shared back-off that
+    /// several instances on PostgreSQL use): each takes its place in the
+    /// count before its password would be checked, so twenty at once get
+    /// the five free ones between them and the rest wait out the back-off
+    /// the fifth started (a read, then a count after the check, let all
+    /// twenty through). A success clears the count.
+    async fn sign_in_attempts_at_once_get_only_the_free_ones(store: Store, l: &str) {
+        let account = format!("{}@example.com", unique("attempts"));
+        let now = store.clock().now_ms();
+        let policy = |n: u32| if n >= 5 { 30_000 } else { 0 };
+        let tasks: Vec<_> = (0..20)
+            .map(|_| {
+                let (store, account) = (store.clone(), account.clone());
+                tokio::spawn(async move { store.login_attempt(&account, now, 3_600_000, policy).await })
+            })
+            .collect();
+        let mut counts = Vec::new();
+        let mut refused = 0;
+        for t in tasks {
+            match ok(t.await.expect("the task ran"), l, "attempt at once") {
+                Ok(n) => counts.push(n),
+                Err(secs) => {
+                    assert_eq!(secs, 30, "[{l}] the honest wait");
+                    refused += 1;
+                }
+            }
+        }
+        counts.sort_unstable();
+        assert_eq!(counts, vec![1, 2, 3, 4, 5], "[{l}] five places, in turn");
+        assert_eq!(refused, 15, "[{l}]");
+        ok(store.login_succeeded(&account).await, l, "sign in");
+        assert_eq!(ok(store.login_attempt(&account, now, 3_600_000, policy).await, l, "after"), Ok(1), "[{l}] cleared");
     }
 
     /// `x contradicts y` and `y contradicts x` at once: one pending conflict.

@@ -262,7 +262,8 @@ async fn current_password(
 ) -> Result<(), Failure> {
     let rid = signed.request_id.as_deref();
     let email = &signed.session.email;
-    if let Err(secs) = state.login_backoff.check(email).await {
+    // Counted now, before the password check (a success clears it).
+    if let Err(secs) = state.login_backoff.attempt(email).await {
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
                 "Too many wrong passwords for this account; retry in {secs} s."
@@ -278,7 +279,6 @@ async fn current_password(
         .await
         .map_err(|e| Failure::from_tool(e, rid))?;
     if verified.is_none() {
-        state.login_backoff.failed(email).await;
         return Err(invalid(field, "not your current password", rid));
     }
     state.login_backoff.succeeded(email).await;

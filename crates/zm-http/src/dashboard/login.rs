@@ -159,7 +159,8 @@ pub(crate) async fn submit(
             return errors::page(None, &f);
         }
     }
-    if let Err(secs) = state.login_backoff.check(&email).await {
+    // Counted now, before the password check (a success clears it).
+    if let Err(secs) = state.login_backoff.attempt(&email).await {
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
                 "Too many failed sign-ins for this account; retry in {secs} s."
@@ -175,7 +176,6 @@ pub(crate) async fn submit(
         Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
     };
     let Some(user) = user else {
-        state.login_backoff.failed(&email).await;
         let f = Failure::from_tool(
             ToolError::validation("Wrong email or password.").with_details(serde_json::json!({
                 "fields": [{"path": "password", "reason": "wrong email or password"}]

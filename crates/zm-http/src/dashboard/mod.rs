@@ -163,9 +163,10 @@ pub(crate) fn see_other(to: &str) -> Response {
     resp
 }
 
-/// Is the public URL https (cookies then get `Secure`)?
+/// Is the public URL https (cookies then get `Secure`)? Decided on the
+/// parsed scheme, so no spelling of `https` (`HTTPS://…`) leaves it out.
 fn secure(state: &AppState) -> bool {
-    state.cfg.public_url.starts_with("https://")
+    url::Url::parse(&state.cfg.public_url).is_ok_and(|u| u.scheme() == "https")
 }
 
 /// A cookie's value from the request.

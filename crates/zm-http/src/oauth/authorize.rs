@@ -44,9 +44,13 @@ impl AuthzRequest {
     }
 }
 
-/// Validate an authorization request. Until the client and its redirect
-/// URI are trusted a failure is an HTML page; after, a redirect back to the
-/// client (RFC 6749 §4.1.2.1).
+/// Validate an authorization request. Every failure is an HTML page on
+/// this server, never a redirect: validation runs before anyone has signed
+/// in (on the page, and on the form post before the password), and a
+/// registered redirect URI proves nothing — registration is anonymous and
+/// takes any https URI, so redirecting errors there would make this server
+/// an open redirector (RFC 9700 §4.11.2). An unknown client or redirect URI
+/// is named as such; any other error by its RFC 6749 code.
 async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthRejection> {
     let page = |m: &str| OauthRejection::page(StatusCode::BAD_REQUEST, m);
     let Some(client_id) = p.get("client_id") else {
@@ -76,28 +80,17 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
     }
     let redirect_uri = redirect_uri.to_string();
     let state = p.get("state").map(str::to_string);
-    let fail = |state: Option<String>, error: &'static str, description: &str| {
-        Err(OauthRejection::Redirect {
-            redirect_uri: redirect_uri.clone(),
-            state,
-            iss: st.app.cfg.public_url.clone(),
-            error,
-            description: description.to_string(),
-        })
+    let fail = |error: &'static str, description: &str| {
+        Err(OauthRejection::request_page(error, description))
     };
     if state.as_ref().is_some_and(|s| s.len() > MAX_STATE_LEN) {
-        return fail(
-            None,
-            "invalid_request",
-            "state is longer than 2048 characters.",
-        );
+        return fail("invalid_request", "state is longer than 2048 characters.");
     }
     match p.get("response_type") {
         Some("code") => {}
-        None => return fail(state, "invalid_request", "response_type is required."),
+        None => return fail("invalid_request", "response_type is required."),
         Some(_) => {
             return fail(
-                state,
                 "unsupported_response_type",
                 "Only response_type=code is supported.",
             );
@@ -105,31 +98,24 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
     }
     let Some(challenge) = p.get("code_challenge") else {
         return fail(
-            state,
             "invalid_request",
             "code_challenge is required (PKCE with S256).",
         );
     };
     if !is_pkce_string(challenge) {
         return fail(
-            state,
             "invalid_request",
             "code_challenge must be 43..128 unreserved characters.",
         );
     }
     if p.get("code_challenge_method") != Some("S256") {
-        return fail(
-            state,
-            "invalid_request",
-            "code_challenge_method must be S256.",
-        );
+        return fail("invalid_request", "code_challenge_method must be S256.");
     }
     let resource = p.get("resource").map(str::to_string);
     if let Some(r) = &resource
         && !resource_ok(&st.app.cfg.public_url, r)
     {
         return fail(
-            state,
             "invalid_target",
             &format!("resource must be {}/mcp.", st.app.cfg.public_url),
         );
@@ -138,7 +124,6 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
         Ok(s) => s,
         Err(bad) => {
             return fail(
-                state,
                 "invalid_scope",
                 &format!("Unknown scope {bad:?}; supported: mcp:read mcp:write."),
             );
@@ -229,8 +214,10 @@ pub(super) async fn submit(
     let internal =
         || OauthRejection::page(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error.");
     // The account backs off after repeated failures, whatever the IP; the
-    // password is not even checked meanwhile.
-    if let Err(secs) = st.backoff.check(&email).await {
+    // password is not even checked meanwhile. The attempt takes its place
+    // in the count now, before the (slow) check, so attempts in flight at
+    // once get no more than the free ones; a success clears the count.
+    if let Err(secs) = st.backoff.attempt(&email).await {
         st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
         let token = csrf::token(&st.key, &cookie, &canonical);
         let mut resp = pages::html(
@@ -261,7 +248,6 @@ pub(super) async fn submit(
         None
     };
     let Some(user) = user else {
-        st.backoff.failed(&email).await;
         st.app
             .store
             .audit_oauth_login_failure(&email, &authz.client.id, rid)

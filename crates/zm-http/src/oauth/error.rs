@@ -10,8 +10,8 @@ use super::{no_store, pages, redirect};
 /// Why an OAuth request fails, rendered as RFC 6749 §5.2 / RFC 7591 §3.2.2
 /// requires: a JSON `{error, error_description}` body with the right
 /// status (and `Retry-After` / `Allow` where they apply), or — on the
-/// browser-facing authorization endpoint — an HTML page or a redirect back
-/// to the client. Never cached.
+/// browser-facing authorization endpoint — an HTML page (a redirect back
+/// to the client only for an outcome after a sign-in). Never cached.
 #[derive(Debug)]
 pub enum OauthRejection {
     /// 400 with an RFC 6749 / RFC 7591 error code.
@@ -27,12 +27,21 @@ pub enum OauthRejection {
     RateLimited { retry_after: u64 },
     /// 500 `server_error`; the cause was logged where it happened.
     ServerError,
-    /// Browser-facing, while the client or its redirect URI is not trusted:
-    /// an HTML error page, never a redirect.
-    Page { status: StatusCode, message: String },
-    /// Browser-facing, once the redirect URI is known good: back to the
-    /// client with `error`, `error_description`, `state` and `iss`
-    /// (RFC 6749 §4.1.2.1, RFC 9207).
+    /// Browser-facing, before a user has signed in in this request: an
+    /// HTML error page (with the RFC 6749 `error` code when there is one),
+    /// never a redirect. Registration is anonymous and takes any https
+    /// URI, so even a registered redirect URI may lead anywhere: sending
+    /// errors there before anyone signed in would make this server an
+    /// open redirector (RFC 9700 §4.11.2).
+    Page {
+        status: StatusCode,
+        error: Option<&'static str>,
+        message: String,
+    },
+    /// Browser-facing, only once the user has signed in and decided: back
+    /// to the client with `error`, `error_description`, `state` and `iss`
+    /// (RFC 6749 §4.1.2.1, RFC 9207). No such error exists today (signing
+    /// in is the consent); an error found before the sign-in is a `Page`.
     Redirect {
         redirect_uri: String,
         state: Option<String>,
@@ -57,7 +66,18 @@ impl OauthRejection {
     pub fn page(status: StatusCode, message: impl Into<String>) -> Self {
         OauthRejection::Page {
             status,
+            error: None,
             message: message.into(),
+        }
+    }
+
+    /// A refused authorization request, shown as a 400 page naming its
+    /// RFC 6749 `error` code (nothing is sent to the client).
+    pub fn request_page(error: &'static str, description: impl Into<String>) -> Self {
+        OauthRejection::Page {
+            status: StatusCode::BAD_REQUEST,
+            error: Some(error),
+            message: description.into(),
         }
     }
 
@@ -65,8 +85,8 @@ impl OauthRejection {
     /// authorization endpoint are shown as a 400 page, not a JSON body.
     pub fn into_page(self) -> Self {
         match self {
-            OauthRejection::BadRequest { description, .. } => {
-                Self::page(StatusCode::BAD_REQUEST, description)
+            OauthRejection::BadRequest { error, description } => {
+                Self::request_page(error, description)
             }
             other => other,
         }
@@ -77,7 +97,11 @@ impl IntoResponse for OauthRejection {
     fn into_response(self) -> Response {
         let mut extra = None;
         let (status, error, description) = match self {
-            OauthRejection::Page { status, message } => return pages::error(status, &message),
+            OauthRejection::Page {
+                status,
+                error,
+                message,
+            } => return pages::error(status, error, &message),
             OauthRejection::Redirect {
                 redirect_uri,
                 state,
@@ -199,13 +223,24 @@ mod tests {
 
     #[tokio::test]
     async fn browser_refusals_are_pages_or_redirects() {
-        let (st, h, _) = render(OauthRejection::invalid_request("Bad query.").into_page()).await;
-        assert_eq!(st, StatusCode::BAD_REQUEST);
+        let resp = OauthRejection::invalid_request("Bad <query>.")
+            .into_page()
+            .into_response();
+        let (parts, body) = resp.into_parts();
+        assert_eq!(parts.status, StatusCode::BAD_REQUEST);
+        let h = parts.headers;
         assert!(
             h[header::CONTENT_TYPE]
                 .to_str()
                 .unwrap()
                 .starts_with("text/html")
+        );
+        assert!(h.get(header::LOCATION).is_none());
+        let html = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        let html = String::from_utf8(html.to_vec()).unwrap();
+        assert!(
+            html.contains("<code>invalid_request</code>") && html.contains("Bad &lt;query&gt;."),
+            "{html}"
         );
         let (st, h, _) = render(OauthRejection::Redirect {
             redirect_uri: "http://127.0.0.1:5555/cb?a=1".into(),

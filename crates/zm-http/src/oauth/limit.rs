@@ -73,7 +73,9 @@ struct Failures {
 
 /// Failed sign-ins per account, whatever the client IP: after
 /// [`FREE_FAILURES`] failures each further attempt must wait 30 s, 1 min,
-/// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. Keyed by the
+/// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. An
+/// attempt counts as a failure from the moment it is let through
+/// ([`LoginBackoff::attempt`]), before its password is checked. Keyed by the
 /// normalised email, existing or not, so it says nothing about which emails
 /// exist. In memory, at most [`MAX_ACCOUNTS`] accounts: when full, ones
 /// idle for [`FORGET_AFTER`] go first, then the longest idle — or, built
@@ -141,46 +143,42 @@ impl LoginBackoff {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Take a place for a sign-in attempt, before its password is checked:
     /// `Err(seconds)` while the account is backing off (an honest
-    /// `Retry-After`, at least 1).
-    pub(crate) async fn check(&self, email: &str) -> Result<(), u64> {
+    /// `Retry-After`, at least 1; the attempt is refused and not counted).
+    /// Otherwise the attempt counts now, as a failure, until
+    /// [`succeeded`](Self::succeeded) clears the account; the one that uses
+    /// up the [`FREE_FAILURES`] starts the back-off. The check and the count
+    /// are one step (under the map's lock, or one database transaction), so
+    /// attempts in flight at once get no more than the free attempts
+    /// between them: checking first and counting after the (slow) password
+    /// check let every one of them through.
+    pub(crate) async fn attempt(&self, email: &str) -> Result<(), u64> {
         let Some(account) = account_key(email) else {
             return Ok(());
         };
         if let Some(store) = &self.shared {
             // A database failure (logged by the store) lets the attempt on
             // to the password check, which needs the database too.
-            return store
-                .login_backoff(&account, self.clock.wall_ms())
-                .await
-                .unwrap_or(Ok(()));
-        }
-        let now = self.clock.now();
-        match self.lock().get(&map_key(&account)) {
-            Some(f) if f.until > now => {
-                let left = f.until - now;
-                Err(left.as_secs() + u64::from(left.subsec_nanos() > 0))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Count a failed sign-in.
-    pub(crate) async fn failed(&self, email: &str) {
-        let Some(account) = account_key(email) else {
-            return;
-        };
-        if let Some(store) = &self.shared {
-            let _ = store
-                .login_failed(&account, self.clock.wall_ms(), millis(FORGET_AFTER), |n| {
+            return match store
+                .login_attempt(&account, self.clock.wall_ms(), millis(FORGET_AFTER), |n| {
                     millis(backoff_after(n))
                 })
-                .await;
-            return;
+                .await
+            {
+                Ok(Err(secs)) => Err(secs),
+                Ok(Ok(_)) | Err(_) => Ok(()),
+            };
         }
         let now = self.clock.now();
         let key = map_key(&account);
         let mut map = self.lock();
+        if let Some(f) = map.get(&key)
+            && f.until > now
+        {
+            let left = f.until - now;
+            return Err(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+        }
         if !map.contains_key(&key) && map.len() >= MAX_ACCOUNTS {
             map.retain(|_, f| now.saturating_duration_since(f.last) < FORGET_AFTER);
             if map.len() >= MAX_ACCOUNTS
@@ -205,6 +203,7 @@ impl LoginBackoff {
         if f.count >= FREE_FAILURES {
             f.until = now + backoff_after(f.count);
         }
+        Ok(())
     }
 
     /// A successful sign-in clears the account.
@@ -231,22 +230,24 @@ mod tests {
 
     /// The seconds left, allowing for the real time the test takes.
     async fn left(b: &LoginBackoff, email: &str) -> u64 {
-        b.check(email).await.unwrap_err()
+        b.attempt(email).await.unwrap_err()
     }
 
     /// An email no account can have (longer than 320 characters) is not
-    /// kept: failures with megabytes of throwaway emails cost nothing; a
+    /// kept: attempts with megabytes of throwaway emails cost nothing; a
     /// kept key has a fixed size.
     #[tokio::test]
     async fn an_overlong_email_is_not_kept_and_keys_are_fixed_size() {
         let b = LoginBackoff::new(Clock::default());
         let long = format!("{}@example.com", "a".repeat(100_000));
         for _ in 0..FREE_FAILURES + 2 {
-            b.failed(&long).await;
+            assert_eq!(b.attempt(&long).await, Ok(()));
         }
         assert_eq!(b.len(), 0);
-        assert_eq!(b.check(&long).await, Ok(()));
-        b.failed(&format!("{}@example.com", "b".repeat(300))).await;
+        assert_eq!(
+            b.attempt(&format!("{}@example.com", "b".repeat(300))).await,
+            Ok(())
+        );
         assert_eq!(b.len(), 1);
         assert!(b.lock().keys().all(|k| k.len() == 64));
     }
@@ -256,6 +257,48 @@ mod tests {
         let clock = Clock::default();
         let b = LoginBackoff::new(clock.clone());
         doubles_caps_and_resets(&b, &clock).await;
+    }
+
+    /// Twenty attempts at once get the five free ones between them, in
+    /// memory and in the database (`ZM_TEST_DATABASE_URL`, where two
+    /// instances share the count; skipped without it).
+    #[tokio::test]
+    async fn attempts_at_once_get_only_the_free_ones() {
+        let clock = Clock::default();
+        let b = std::sync::Arc::new(LoginBackoff::new(clock.clone()));
+        at_once(&[b.clone(), b], "memory").await;
+        let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        else {
+            eprintln!("skipped the shared half: set ZM_TEST_DATABASE_URL");
+            return;
+        };
+        let store = zm_store::Store::open(&url).await.unwrap();
+        let one = std::sync::Arc::new(LoginBackoff::shared(store.clone(), clock.clone()));
+        let two = std::sync::Arc::new(LoginBackoff::shared(store, clock));
+        at_once(&[one, two], "shared").await;
+    }
+
+    /// Twenty attempts of one fresh account at once, spread over `backoffs`.
+    async fn at_once(backoffs: &[std::sync::Arc<LoginBackoff>], what: &str) {
+        let email = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let (b, email) = (backoffs[i % backoffs.len()].clone(), email.clone());
+                tokio::spawn(async move { b.attempt(&email).await })
+            })
+            .collect();
+        let mut passed = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(()) => passed += 1,
+                // (An attempt that waited for another's row reads the
+                // clock before the wait: its wait may be a second longer.)
+                Err(secs) => assert!((1..=31).contains(&secs), "{what}: {secs}"),
+            }
+        }
+        assert_eq!(passed, FREE_FAILURES, "{what}");
     }
 
     /// The same policy when the back-off lives in the database
@@ -277,19 +320,16 @@ mod tests {
         let other = LoginBackoff::shared(store, clock.clone());
         let email = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
         for i in 0..FREE_FAILURES {
-            if i % 2 == 0 {
-                b.failed(&email).await;
-            } else {
-                other.failed(&email).await;
-            }
+            let on = if i % 2 == 0 { &b } else { &other };
+            assert_eq!(on.attempt(&email).await, Ok(()));
         }
-        assert!(b.check(&email).await.is_err());
+        assert!(b.attempt(&email).await.is_err());
         assert!(
-            other.check(&email).await.is_err(),
+            other.attempt(&email).await.is_err(),
             "the other instance sees it"
         );
         other.succeeded(&email).await;
-        assert_eq!(b.check(&email).await, Ok(()));
+        assert_eq!(b.attempt(&email).await, Ok(()));
     }
 
     async fn doubles_caps_and_resets(b: &LoginBackoff, clock: &Clock) {
@@ -300,41 +340,44 @@ mod tests {
         let other = format!("b-{tag}@example.com");
         let first = FIRST_BACKOFF.as_secs();
         for _ in 0..FREE_FAILURES - 1 {
-            b.failed(&a_upper).await;
-            assert_eq!(b.check(&a).await, Ok(()));
+            assert_eq!(b.attempt(&a_upper).await, Ok(()));
         }
-        b.failed(&a_spaced).await;
+        // The last free attempt passes, and starts the back-off.
+        assert_eq!(b.attempt(&a_spaced).await, Ok(()));
         let l = left(b, &a).await;
         assert!((first - 1..=first).contains(&l), "{l}");
         clock.advance(Duration::from_secs(first));
-        assert_eq!(b.check(&a).await, Ok(()));
-        b.failed(&a).await;
+        assert_eq!(b.attempt(&a).await, Ok(()));
         let l = left(b, &a).await;
         assert!((2 * first - 1..=2 * first).contains(&l), "{l}");
         clock.advance(Duration::from_secs(l));
-        b.failed(&a).await;
+        assert_eq!(b.attempt(&a).await, Ok(()));
         let l = left(b, &a).await;
         assert!((4 * first - 1..=4 * first).contains(&l), "{l}");
         // Capped, however many failures.
-        for _ in 0..100 {
-            b.failed(&a).await;
+        for _ in 0..30 {
+            clock.advance(MAX_BACKOFF);
+            assert_eq!(b.attempt(&a).await, Ok(()));
         }
         let l = left(b, &a).await;
         assert!((MAX_BACKOFF.as_secs() - 1..=MAX_BACKOFF.as_secs()).contains(&l));
-        // Other accounts are untouched; after the cap the owner gets in.
-        assert_eq!(b.check(&other).await, Ok(()));
+        // Other accounts are untouched; after the cap the owner gets in,
+        // and signing in clears the count.
+        assert_eq!(b.attempt(&other).await, Ok(()));
         clock.advance(MAX_BACKOFF);
-        assert_eq!(b.check(&a).await, Ok(()));
+        assert_eq!(b.attempt(&a).await, Ok(()));
         b.succeeded(&a).await;
-        b.failed(&a).await;
-        assert_eq!(b.check(&a).await, Ok(()));
+        for _ in 0..FREE_FAILURES {
+            assert_eq!(b.attempt(&a).await, Ok(()));
+        }
+        assert!(b.attempt(&a).await.is_err());
     }
 
     #[tokio::test]
     async fn backoff_is_bounded() {
         let b = LoginBackoff::new(Clock::default());
         for i in 0..MAX_ACCOUNTS + 50 {
-            b.failed(&format!("u{i}@example.com")).await;
+            assert_eq!(b.attempt(&format!("u{i}@example.com")).await, Ok(()));
         }
         assert_eq!(b.len(), MAX_ACCOUNTS);
     }

@@ -16,7 +16,9 @@
 //!
 //! Every failure is an [`OauthRejection`]: an RFC 6749 body
 //! `{error, error_description}`, or on the browser-facing endpoint an HTML
-//! page or a redirect back to the client — never the taxonomy body. The
+//! page (never a redirect: a request's errors are found before anyone has
+//! signed in, and a registered redirect URI proves nothing, RFC 9700
+//! §4.11.2) — never the taxonomy body. The
 //! four POST endpoints and `GET /oauth/authorize` are limited per client
 //! IP and endpoint (`limit`); their parameters are read by extractors that
 //! refuse repeats and more than 64 parameters (`params`). Failed sign-ins

@@ -76,16 +76,20 @@ fn document(title: &str, main: &str) -> String {
     )
 }
 
-/// The "Cannot sign in" page.
-pub(super) fn error(status: StatusCode, message: &str) -> Response {
-    html(status, error_page(message), None)
+/// The "Cannot sign in" page, naming the RFC 6749 `error` code if any.
+/// It links nowhere: nothing leads the browser on to the application.
+pub(super) fn error(status: StatusCode, code: Option<&str>, message: &str) -> Response {
+    html(status, error_page(code, message), None)
 }
 
-fn error_page(message: &str) -> String {
+fn error_page(code: Option<&str>, message: &str) -> String {
+    let code = code
+        .map(|c| format!("<p class=\"muted\">Error: <code>{}</code></p>\n", esc(c)))
+        .unwrap_or_default();
     document(
         "Cannot sign in",
         &format!(
-            "<h1>Cannot sign in</h1>\n<p class=\"error\">{}</p>\n<p class=\"muted\">Nothing was sent to the application. Close this page and connect again from your application.</p>",
+            "<h1>Cannot sign in</h1>\n<p class=\"error\">{}</p>\n{code}<p class=\"muted\">Nothing was sent to the application. Close this page and connect again from your application.</p>",
             esc(message)
         ),
     )
@@ -193,7 +197,7 @@ mod tests {
 
     #[test]
     fn pages_carry_the_security_headers() {
-        let r = error(StatusCode::BAD_REQUEST, "<nope>");
+        let r = error(StatusCode::BAD_REQUEST, Some("invalid_request"), "<nope>");
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
         let h = r.headers();
         assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
