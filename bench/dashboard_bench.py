@@ -8,7 +8,14 @@ byte (p50 / p95, measured on loopback from the request's start to the first
 byte of the answer) and the bytes transferred (the HTML; the stylesheet
 and the script are cached once fetched and reported separately).
 
-usage: dashboard_bench.py BINARY [--memories 10000] [--rounds 50] [--json FILE]
+With --others N, another account first imports N memories of its own (in
+batches of --memories-sized files): the signed-in user's pages then show
+what a user of a shared server sees, whose own memories are few among many
+of other people's. --database-url runs it on that (empty) database, e.g.
+PostgreSQL, instead of the data directory's SQLite file.
+
+usage: dashboard_bench.py BINARY [--memories 10000] [--others 0]
+       [--database-url URL] [--rounds 50] [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,10 +40,10 @@ WORDS = ("billing ledger postgres search cache deploy staging canary webhook ret
 KINDS = ["fact", "decision", "convention", "gotcha", "reference", "task", "open-question", "episode", "preference"]
 
 
-def generate(n: int, path: Path) -> None:
-    rng = random.Random(13)
+def generate(n: int, path: Path, seed: int = 13, first: int = 0) -> None:
+    rng = random.Random(seed)
     with path.open("w") as f:
-        for i in range(n):
+        for i in range(first, first + n):
             words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 24)))
             f.write(json.dumps({
                 "id": f"mem_{i:016d}.0000000000",
@@ -87,10 +94,21 @@ def main() -> None:
     n = int(args[args.index("--memories") + 1]) if "--memories" in args else 10000
     rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 50
     out_json = args[args.index("--json") + 1] if "--json" in args else None
+    others = int(args[args.index("--others") + 1]) if "--others" in args else 0
+    database_url = args[args.index("--database-url") + 1] if "--database-url" in args else None
     with tempfile.TemporaryDirectory() as d:
-        srv = Server(binary, d)
+        srv = Server(binary, d, database_url=database_url)
         email, password = "bench@example.com", "bench-password-123"
         srv.add_user(email, password)
+        if others:
+            srv.add_user("others@example.com", password)
+            t0 = time.perf_counter()
+            batch = 50000
+            for first in range(0, others, batch):
+                part = Path(d) / "others.jsonl"
+                generate(min(batch, others - first), part, seed=first + 1, first=10**9 + first)
+                srv.cli("import", "--user", "others@example.com", str(part))
+            print(f"imported another account's {others} memories in {time.perf_counter() - t0:.1f} s", flush=True)
         data = Path(d) / "bench.jsonl"
         generate(n, data)
         t0 = time.perf_counter()
@@ -128,7 +146,8 @@ def main() -> None:
                              "ttfb_p95_ms": round(pct(times, 95), 2), "bytes": max(sizes)})
         finally:
             srv.stop()
-    print(f"\n| page ({n} memories, {rounds} fetches each) | first byte p50 | p95 | bytes |")
+    where = f", another account's {others:,} besides" if others else ""
+    print(f"\n| page ({n} memories{where}, {rounds} fetches each) | first byte p50 | p95 | bytes |")
     print("|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['page']} | {r['ttfb_p50_ms']} ms | {r['ttfb_p95_ms']} ms | {r['bytes']:,} |")

@@ -187,6 +187,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0017_team_event_order.sql"),
         data: None,
     },
+    Migration {
+        version: 18,
+        name: "shared_by_scope",
+        sqlite: include_str!("../../../migrations/sqlite/0018_shared_by_scope.sql"),
+        postgres: include_str!("../../../migrations/postgres/0018_shared_by_scope.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

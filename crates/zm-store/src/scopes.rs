@@ -25,7 +25,9 @@ pub enum ReadSet {
 }
 
 /// The visibility predicate for memories aliased `m`: the caller's own, or
-/// shared into a scope the caller is a member of.
+/// shared into a scope the caller is a member of (a subquery: a filter for
+/// queries driven by ids, links or a full-text match; a query the
+/// visibility drives takes [`Visible`]).
 pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
     sql.push(&format!("({alias}.owner_id = "))
         .bind_str(user_id)
@@ -34,6 +36,51 @@ pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
         ));
     crate::teams::push_member_scopes(sql, user_id);
     sql.push(")))");
+}
+
+/// The visibility predicate of one caller, for a query that the
+/// visibility itself drives: a page, a count or a chart of what they read.
+/// On PostgreSQL the scopes they read as a member are listed, so that the
+/// planner sees two indexed sets (their own memories, and the shared ones
+/// of those scopes: migration 18) instead of a subquery it can only filter
+/// by, which walked every user's memories. SQLite keeps the subquery
+/// ([`push_visible`]). A query driven by something else (ids, links, a
+/// full-text match) keeps [`push_visible`] on both.
+#[derive(Debug, Clone)]
+pub(crate) struct Visible {
+    user_id: String,
+    listed: Option<Vec<String>>,
+}
+
+impl Visible {
+    pub(crate) fn push(&self, sql: &mut Sql, alias: &str) {
+        let Some(scopes) = &self.listed else {
+            push_visible(sql, alias, &self.user_id);
+            return;
+        };
+        sql.push(&format!("({alias}.owner_id = "))
+            .bind_str(&self.user_id)
+            .push(&format!(
+                " OR ({alias}.visibility = 'shared' AND {alias}.scope IN "
+            ))
+            .bind_list(scopes.iter().cloned())
+            .push("))");
+    }
+}
+
+impl Store {
+    /// What `caller` reads, for [`Visible::push`]: on PostgreSQL their
+    /// member scopes are read now (one query), as of this moment.
+    pub(crate) async fn visible_to(&self, caller: &Caller) -> Result<Visible, ToolError> {
+        let listed = match self.backend {
+            crate::db::Backend::Postgres => Some(self.member_scopes(&caller.user_id).await?),
+            crate::db::Backend::Sqlite => None,
+        };
+        Ok(Visible {
+            user_id: caller.user_id.clone(),
+            listed,
+        })
+    }
 }
 
 /// A hint resolved for the caller; `unbound` holds the key when no binding
@@ -461,6 +508,25 @@ impl Store {
         echoed
             .and_then(verify)
             .or_else(|| caller.thread.as_deref().and_then(verify))
+    }
+
+    /// Does the caller still reach `path`, a project a thread or a session
+    /// was pinned to? Their own projects always (one not written yet has no
+    /// row); any other shareable scope while they hold a role there.
+    pub(crate) async fn still_reaches(
+        &self,
+        caller: &Caller,
+        path: &str,
+    ) -> Result<bool, ToolError> {
+        if !scope::is_shareable(path)
+            || path.starts_with(&scope::project_scope(&caller.user_id, ""))
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .role_in(&self.pool, &caller.user_id, path)
+            .await?
+            .is_some())
     }
 
     /// Assert a thread for a pinned project (`build_context` only), as a

@@ -15,7 +15,8 @@ use crate::db::{Backend, DbResult};
 use crate::fts;
 use crate::rows::{FromAnyRow, col, enum_col, id_col, json_col, opt_id_col};
 use crate::scopes::{
-    ReadSet, explicit_read_set, pinned_read_set, push_read_set, push_read_set_filter, push_visible,
+    ReadSet, Visible, explicit_read_set, pinned_read_set, push_read_set, push_read_set_filter,
+    push_visible,
 };
 use crate::semantic::Reader;
 use crate::sql::Sql;
@@ -716,6 +717,8 @@ struct Disputes {
 /// The pin and read set of a read.
 struct ReadPlan {
     pin: Option<String>,
+    /// The session's attached project, if the caller still reaches it.
+    attached: Option<String>,
     set: ReadSet,
     thread: Option<crate::threads::Thread>,
     /// The caller's teams' scopes (scope, team slug): part of every
@@ -754,7 +757,18 @@ impl Store {
         thread_token: Option<&str>,
         briefing: bool,
     ) -> Result<ReadPlan, ToolError> {
-        let thread = self.thread_of(caller, thread_token);
+        // A thread or an attachment to a project the caller no longer
+        // reaches (they left its team, it was unshared) pins nothing: it
+        // would read nothing there, and a briefing would issue the same
+        // dead thread again.
+        let thread = match self.thread_of(caller, thread_token) {
+            Some(t) if self.still_reaches(caller, &t.scope).await? => Some(t),
+            _ => None,
+        };
+        let attached = match caller.attached_project.as_deref() {
+            Some(p) if self.still_reaches(caller, p).await? => Some(p.to_string()),
+            _ => None,
+        };
         // Pin precedence: hint → live thread → the session's attached project.
         // Explicit `scopes` override a recall's hint; a briefing still pins
         // the hinted project (its rules and thread) whatever it reads.
@@ -774,10 +788,7 @@ impl Store {
                 .filter(|s| scope::is_shareable(s));
         }
         if pin.is_none() {
-            pin = caller
-                .attached_project
-                .clone()
-                .filter(|s| scope::is_shareable(s));
+            pin = attached.clone().filter(|s| scope::is_shareable(s));
         }
         let teams = {
             let mut conn = self.pool.acquire().await.db("acquire")?;
@@ -796,6 +807,7 @@ impl Store {
         };
         Ok(ReadPlan {
             pin,
+            attached,
             set,
             thread,
             teams,
@@ -807,7 +819,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     async fn fts_candidates(
         &self,
-        caller: &Caller,
+        visible: &Visible,
         text: &str,
         mode: fts::Match,
         order: LegOrder,
@@ -819,7 +831,10 @@ impl Store {
             return Ok(Vec::new());
         };
         sql.push(" AND m.invalidated_at IS NULL AND ");
-        push_visible(&mut sql, "m", &caller.user_id);
+        // Listed on PostgreSQL: a common word matches every user's rows,
+        // and only the listed form lets the planner intersect the match
+        // with the caller's own and shared ones instead of filtering all.
+        visible.push(&mut sql, "m");
         sql.push(" AND ");
         push_read_set(&mut sql, "m", set);
         if let Some(kinds) = kinds {
@@ -925,12 +940,13 @@ impl Store {
         let plan = LegPlan::new(&terms, &df);
         let mut candidates: Vec<(Ranking, bool)> = Vec::new();
         let mut seen: HashSet<MemoryId> = HashSet::new();
+        let visible = self.visible_to(caller).await?;
         for leg in plan.legs {
             if leg.partial && candidates.len() >= limit {
                 break;
             }
             let found = self
-                .fts_candidates(caller, &leg.text, leg.mode, leg.order, set, kinds, pool)
+                .fts_candidates(&visible, &leg.text, leg.mode, leg.order, set, kinds, pool)
                 .await?;
             candidates.extend(
                 found
@@ -1324,17 +1340,11 @@ impl Store {
             .collect()
     }
 
-    fn session_after_read(
-        caller: &Caller,
-        pin: Option<&str>,
-        thread: Option<String>,
-    ) -> SessionState {
+    fn session_after_read(plan: &ReadPlan, thread: Option<String>) -> SessionState {
         SessionState {
-            // First attach wins: a pin attaches only an unattached session.
-            attached_project: caller
-                .attached_project
-                .clone()
-                .or_else(|| pin.map(str::to_string)),
+            // First attach wins: a pin attaches only an unattached session
+            // (or one attached to a project the caller no longer reaches).
+            attached_project: plan.attached.clone().or_else(|| plan.pin.clone()),
             thread,
         }
     }
@@ -1424,14 +1434,10 @@ impl Store {
                 preview: headline(&n.memory.content, RELATED_PREVIEW_CHARS).0,
             });
         }
-        let thread = plan.thread.map(|t| t.token);
+        let thread = plan.thread.as_ref().map(|t| t.token.clone());
         Ok(RecallOutput {
             memories,
-            session: Some(Self::session_after_read(
-                caller,
-                plan.pin.as_deref(),
-                thread,
-            )),
+            session: Some(Self::session_after_read(&plan, thread)),
             project_scope: plan.pin,
             related,
         })
@@ -1563,11 +1569,7 @@ impl Store {
             rules: Vec::new(),
             open_loops: Vec::new(),
             open_loops_total: 0,
-            session: Some(Self::session_after_read(
-                caller,
-                plan.pin.as_deref(),
-                thread,
-            )),
+            session: Some(Self::session_after_read(&plan, thread)),
         };
         if input.briefing {
             out.recent = self.recent(caller, &plan.set, &ids, &promoted, now).await?;
@@ -1718,7 +1720,7 @@ impl Store {
             " FROM memories m WHERE m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question') AND m.created_at >= ",
         );
         where_.bind_i64(since).push(" AND ");
-        push_visible(&mut where_, "m", &caller.user_id);
+        self.visible_to(caller).await?.push(&mut where_, "m");
         where_.push(" AND ");
         push_read_set(&mut where_, "m", set);
         let mut count = Sql::new("SELECT COUNT(*) AS n");

@@ -434,11 +434,12 @@ impl Store {
             None => ReadSet::All,
         };
         let limit = usize::try_from(input.limit).unwrap_or(usize::MAX);
+        let visible = self.visible_to(caller).await?;
         let mut sql = Sql::new(&format!(
             "SELECT {}, m.seq AS page_seq FROM memories m WHERE ",
             crate::search::MEMORY_COLUMNS
         ));
-        push_visible(&mut sql, "m", &caller.user_id);
+        visible.push(&mut sql, "m");
         sql.push(" AND ");
         push_read_set(&mut sql, "m", &set);
         if let Some(pos) = after {

@@ -17,7 +17,6 @@ use zm_contracts::ToolError;
 
 use crate::db::DbResult;
 use crate::rows::col;
-use crate::scopes::push_visible;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
@@ -180,10 +179,11 @@ impl Store {
     /// Most and never recalled, among the live memories the caller reads,
     /// and the caller's own recall activity over the last `weeks` weeks.
     pub async fn usage_figures(&self, caller: &Caller, weeks: i64) -> Result<Usage, ToolError> {
+        let visible = self.visible_to(caller).await?;
         let mut most = Sql::new(
             "SELECT m.id AS id, m.content AS content, u.recalls AS recalls FROM memory_usage u JOIN memories m ON m.id = u.memory_id WHERE ",
         );
-        push_visible(&mut most, "m", &caller.user_id);
+        visible.push(&mut most, "m");
         most.push(" AND m.invalidated_at IS NULL ORDER BY u.recalls DESC, u.last_recalled_at DESC LIMIT 10");
         let mut out = Usage::default();
         for r in &most
@@ -200,7 +200,7 @@ impl Store {
             ));
         }
         let mut never = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
-        push_visible(&mut never, "m", &caller.user_id);
+        visible.push(&mut never, "m");
         never.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_usage u WHERE u.memory_id = m.id)");
         out.never = col(
             &never
@@ -211,7 +211,7 @@ impl Store {
             "n",
         )?;
         let mut oldest = Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE ");
-        push_visible(&mut oldest, "m", &caller.user_id);
+        visible.push(&mut oldest, "m");
         oldest.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_usage u WHERE u.memory_id = m.id) ORDER BY m.seq LIMIT 10");
         for r in &oldest
             .query()

@@ -306,11 +306,12 @@ impl Store {
         before: Option<i64>,
         limit: u32,
     ) -> Result<MemoryPage, ToolError> {
+        let visible = self.visible_to(caller).await?;
         let mut sql = Sql::new(&format!(
             "SELECT {}, m.seq AS page_seq FROM memories m WHERE ",
             crate::search::MEMORY_COLUMNS
         ));
-        push_visible(&mut sql, "m", &caller.user_id);
+        visible.push(&mut sql, "m");
         filter.push(&mut sql, None);
         if let Some(b) = before {
             sql.push(" AND m.seq < ").bind_i64(b);
@@ -337,11 +338,12 @@ impl Store {
         caller: &Caller,
         filter: &MemoryFilter,
     ) -> Result<Facets, ToolError> {
+        let visible = self.visible_to(caller).await?;
         let group = |facet: Facet, column: &str| {
             let mut sql = Sql::new(&format!(
                 "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
             ));
-            push_visible(&mut sql, "m", &caller.user_id);
+            visible.push(&mut sql, "m");
             filter.push(&mut sql, Some(facet));
             // By the grouped column, not its alias: PostgreSQL takes an
             // output alias only bare, not inside an expression.
@@ -374,7 +376,7 @@ impl Store {
         };
         for status in MemoryStatus::ALL {
             let mut sql = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
-            push_visible(&mut sql, "m", &caller.user_id);
+            visible.push(&mut sql, "m");
             filter.push(&mut sql, Some(Facet::Status));
             status.push(&mut sql);
             let row = sql.query().fetch_one(&self.pool).await.db("facet status")?;
@@ -408,10 +410,11 @@ impl Store {
     pub async fn insight(&self, caller: &Caller, weeks: i64) -> Result<Insight, ToolError> {
         let now = self.now();
         let from = (now / WEEK_MS - weeks + 1) * WEEK_MS;
+        let visible = self.visible_to(caller).await?;
         let mut sql = Sql::new("SELECT (m.created_at / ");
         sql.bind_i64(WEEK_MS)
             .push(") AS w, m.kind AS v, COUNT(*) AS n FROM memories m WHERE ");
-        push_visible(&mut sql, "m", &caller.user_id);
+        visible.push(&mut sql, "m");
         sql.push(" AND m.created_at >= ")
             .bind_i64(from)
             .push(" GROUP BY w, m.kind ORDER BY w, m.kind");
@@ -424,7 +427,7 @@ impl Store {
         let mut sql = Sql::new("SELECT (m.created_at / ");
         sql.bind_i64(WEEK_MS)
             .push(") AS w, m.scope AS v, COUNT(*) AS n FROM memories m WHERE ");
-        push_visible(&mut sql, "m", &caller.user_id);
+        visible.push(&mut sql, "m");
         sql.push(" AND m.created_at >= ")
             .bind_i64(from)
             .push(" GROUP BY w, m.scope ORDER BY w, m.scope");
@@ -438,7 +441,7 @@ impl Store {
             let mut sql = Sql::new(&format!(
                 "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
             ));
-            push_visible(&mut sql, "m", &caller.user_id);
+            visible.push(&mut sql, "m");
             if live {
                 sql.push(" AND m.invalidated_at IS NULL");
             }
@@ -464,7 +467,7 @@ impl Store {
                 .db("insight agents")?,
         )?;
         let mut ages = Sql::new("SELECT m.created_at AS t FROM memories m WHERE ");
-        push_visible(&mut ages, "m", &caller.user_id);
+        visible.push(&mut ages, "m");
         ages.push(" AND m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question')");
         let mut open_loop_ages = [0u64; 4];
         for r in &ages

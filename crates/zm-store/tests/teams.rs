@@ -556,6 +556,31 @@ backend_tests! {
         ok(call(&store, &w, "close_loop", json!({"memory_id": task})).await, l, "close as a writer");
     }
 
+    /// A thread pinned to a project the caller left pins nothing any more:
+    /// a briefing echoing it reads no project and issues no thread for it
+    /// (it used to renew the dead thread on every briefing).
+    async fn a_thread_to_a_project_left_is_not_renewed(store: Store, l: &str) {
+        let (_, a) = user(&store, "thr-a").await;
+        let (ub, b) = user(&store, "thr-b").await;
+        let slug = team(&store, &a, l, "thr").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let brief = ok(call(&store, &b, "build_context", json!({"topic": "ledger", "briefing": true, "project_hint": remote})).await, l, "B's briefing");
+        assert_eq!(brief["project_scope"], json!(project), "[{l}] {brief}");
+        let thread = brief["session"]["thread"].as_str().expect("a thread").to_string();
+        let again = ok(call(&store, &b, "build_context", json!({"topic": "ledger", "thread": thread})).await, l, "echoed");
+        assert_eq!(again["project_scope"], json!(project), "[{l}] the thread pins the project while B reaches it");
+        ok(store.remove_team_member(&a, &slug, &b.user_id).await, l, "remove B");
+        let after = ok(call(&store, &b, "build_context", json!({"topic": "ledger", "thread": thread})).await, l, "after leaving");
+        assert_eq!(after["project_scope"], Value::Null, "[{l}] {after}");
+        assert_eq!(after["session"]["thread"], Value::Null, "[{l}] no thread is issued for it: {after}");
+        let recalled = ok(call(&store, &b, "recall", json!({"query": "ledger", "thread": thread})).await, l, "recall after leaving");
+        assert_ne!(recalled["session"]["attached_project"], json!(project), "[{l}] {recalled}");
+    }
+
     /// A project shared with the team: both members' briefings carry its
     /// memories and its rules, the team layer's rules, pinned first; the
     /// second member's hint for the same repository lands in it; a
