@@ -749,13 +749,9 @@ impl Store {
             let heir = if owned {
                 steward.clone()
             } else {
-                let owner: Option<String> =
-                    sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
-                        .bind(&path)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .db("project owner")?;
-                owner.unwrap_or_else(|| steward.clone())
+                self.scope_owner(&mut tx, &path)
+                    .await?
+                    .unwrap_or_else(|| steward.clone())
             };
             if heir != user_id {
                 self.hand_over(&mut tx, user_id, &heir, &path).await?;
@@ -1212,6 +1208,20 @@ impl Store {
         Ok(Removed { removed: true })
     }
 
+    /// Who owns scope `path` (a project's owner: the heir of what members
+    /// leave behind in it), if it exists.
+    async fn scope_owner(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        path: &str,
+    ) -> Result<Option<String>, ToolError> {
+        sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
+            .bind(path)
+            .fetch_optional(&mut *conn)
+            .await
+            .db("scope owner")
+    }
+
     /// After project `path` stopped being shared with the team of
     /// `team_scope`: each member who no longer reaches it (not a member of
     /// the project, nor of another team it is shared with) leaves it as on
@@ -1225,13 +1235,7 @@ impl Store {
         team_scope: &str,
         path: &str,
     ) -> Result<bool, ToolError> {
-        let owner: Option<String> =
-            sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
-                .bind(path)
-                .fetch_optional(&mut *tx)
-                .await
-                .db("project owner")?;
-        let Some(owner) = owner else {
+        let Some(owner) = self.scope_owner(tx, path).await? else {
             return Ok(false);
         };
         let members: Vec<String> = sqlx::query_scalar(
@@ -1345,13 +1349,9 @@ impl Store {
         let mut left: std::collections::BTreeMap<&str, Vec<String>> =
             std::collections::BTreeMap::new();
         for path in &shared {
-            let owner: Option<String> =
-                sqlx::query_scalar("SELECT owner_id FROM scopes WHERE path = $1")
-                    .bind(path)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .db("project owner")?;
-            let Some(owner) = owner else { continue };
+            let Some(owner) = self.scope_owner(&mut tx, path).await? else {
+                continue;
+            };
             for member in members.iter().filter(|m| **m != owner) {
                 if self.role_in(&mut *tx, member, path).await?.is_none() {
                     self.hand_over(&mut tx, member, &owner, path).await?;
@@ -1405,23 +1405,27 @@ impl Store {
         steward: &str,
         path: &str,
     ) -> Result<u64, ToolError> {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE scope = $1")
-            .bind(path)
-            .fetch_one(&mut *conn)
-            .await
-            .db("count team memories")?;
+        // The team's memories are the shared ones: a private row (an
+        // import) stays its owner's, as on a departure.
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM memories WHERE scope = $1 AND visibility = 'shared'",
+        )
+        .bind(path)
+        .fetch_one(&mut *conn)
+        .await
+        .db("count team memories")?;
         for (what, sql) in [
             (
                 "drop rules",
-                "DELETE FROM rules WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1) OR applies_scope = $1",
+                "DELETE FROM rules WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared') OR applies_scope = $1",
             ),
             (
                 "drop links",
-                "DELETE FROM memory_links WHERE src IN (SELECT id FROM memories WHERE scope = $1) OR dst IN (SELECT id FROM memories WHERE scope = $1)",
+                "DELETE FROM memory_links WHERE src IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared') OR dst IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared')",
             ),
             (
                 "drop conflicts",
-                "DELETE FROM conflicts WHERE memory_a IN (SELECT id FROM memories WHERE scope = $1) OR memory_b IN (SELECT id FROM memories WHERE scope = $1)",
+                "DELETE FROM conflicts WHERE memory_a IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared') OR memory_b IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared')",
             ),
             // Entities are named per scope: the scope's go with it (their
             // anchors and edges cascade), whoever named them.
@@ -1441,7 +1445,7 @@ impl Store {
                 .await
                 .db(what)?;
         }
-        sqlx::query("UPDATE memories SET owner_id = $1, visibility = 'private' WHERE scope = $2")
+        sqlx::query("UPDATE memories SET owner_id = $1, visibility = 'private' WHERE scope = $2 AND visibility = 'shared'")
             .bind(steward)
             .bind(path)
             .execute(&mut *conn)
