@@ -571,6 +571,131 @@ async fn mcp_refuses_pages_of_other_origins() {
     s.stop().await;
 }
 
+/// With no origin configured (the default), `/mcp` still refuses a page
+/// of another site and accepts its own origin.
+#[tokio::test]
+async fn mcp_refuses_other_origins_by_default() {
+    let s = start().await;
+    let post = |origin: String| {
+        s.http
+            .post(format!("{}/mcp", s.base))
+            .bearer_auth(&s.rw_a)
+            .header("accept", "application/json, text/event-stream")
+            .header("origin", origin)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}}))
+            .send()
+    };
+    let foreign = post("https://evil.example".into()).await.unwrap();
+    assert_eq!(foreign.status().as_u16(), 403);
+    let own = post(s.base.clone()).await.unwrap();
+    assert_eq!(own.status().as_u16(), 200);
+    s.stop().await;
+}
+
+/// An HTTP session attached to a project its user has left lets go of it
+/// at the next read, in the database too: the next scope-less write is
+/// asked for a project (`validation_failed`) instead of being refused in
+/// the project left (`forbidden`).
+#[tokio::test]
+async fn a_session_lets_go_of_a_project_left() {
+    let s = start().await;
+    let a = s
+        .store
+        .user_by_email("a@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    let a = zm_store::Caller::new(a.id);
+    let b = s
+        .store
+        .user_by_email("b@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    s.store
+        .create_team(
+            &a,
+            zm_contracts::teams::CreateTeamInput {
+                slug: "ledger_team".into(),
+                name: None,
+            },
+        )
+        .await
+        .unwrap();
+    common::join_team(
+        &s.store,
+        &a,
+        "ledger_team",
+        "b@example.com",
+        zm_contracts::TeamRole::Writer,
+    )
+    .await;
+    let hint = "git@github.com:acme/ledger.git";
+    let (st, _) = s
+        .post("/api/tools/remember", Some(&s.rw_a), json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": hint}))
+        .await;
+    assert_eq!(st, 200);
+    s.store
+        .share_project_with_team(
+            &a,
+            "ledger_team",
+            zm_contracts::teams::ShareProjectInput {
+                scope: None,
+                project_hint: Some(hint.into()),
+            },
+        )
+        .await
+        .unwrap();
+    let sid = s.mcp_session(&s.rw_b).await;
+    let call = |id: u32, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}});
+    let (_, _, msgs) = s
+        .mcp(
+            &s.rw_b,
+            Some(&sid),
+            call(
+                3,
+                "recall",
+                json!({"query": "ledger", "project_hint": hint}),
+            ),
+        )
+        .await;
+    let project = msgs[0]["result"]["structuredContent"]["project_scope"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        msgs[0]["result"]["structuredContent"]["session"]["attached_project"],
+        json!(project)
+    );
+    s.store
+        .remove_team_member(&a, "ledger_team", &b.id)
+        .await
+        .unwrap();
+    let (_, _, msgs) = s
+        .mcp(
+            &s.rw_b,
+            Some(&sid),
+            call(4, "recall", json!({"query": "ledger"})),
+        )
+        .await;
+    assert!(
+        msgs[0]["result"]["structuredContent"]["session"]["attached_project"].is_null(),
+        "{msgs:?}"
+    );
+    let (_, _, msgs) = s
+        .mcp(
+            &s.rw_b,
+            Some(&sid),
+            call(5, "remember", json!({"content": "A scope-less note."})),
+        )
+        .await;
+    let text = msgs[0]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("validation_failed"), "{msgs:?}");
+    s.stop().await;
+}
+
 /// Shutdown with writes in flight: REST writes are held inside the server
 /// (a gate in front of the remember route) while the shutdown signal is
 /// sent and the server stops taking connections; then the gate opens. Every

@@ -178,9 +178,13 @@ impl ZeroMemoryMcp {
         let attached = out.session().and_then(|s| s.attached_project.clone());
         if let Some(shared) = Self::shared_session(ctx) {
             // Only what changed: most calls report the attachment they had.
-            let project = attached
-                .as_deref()
-                .filter(|_| shared.attached_project.is_none());
+            // A read reports another one when it attached an unattached
+            // session, or when the session's project is one the caller no
+            // longer reaches (left, unshared): it is replaced over the one
+            // held (compare-and-set).
+            let held = shared.attached_project.as_deref();
+            let project = (out.session().is_some() && attached.as_deref() != held)
+                .then_some((held, attached.as_deref()));
             let thread = out
                 .issued_thread()
                 .filter(|t| Some(*t) != shared.thread.as_deref())
@@ -192,8 +196,10 @@ impl ZeroMemoryMcp {
                     .store()
                     .mcp_session_carry(&shared.id, project, thread.as_deref())
                     .await;
-                if let (Ok(Some(kept)), Some(session)) = (kept, out.session_mut()) {
-                    session.attached_project = Some(kept);
+                if let (Ok(kept), Some(session), true) =
+                    (kept, out.session_mut(), project.is_some())
+                {
+                    session.attached_project = kept;
                 }
             }
             return;
@@ -211,6 +217,13 @@ impl ZeroMemoryMcp {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match (&st.attached_project, out.session_mut()) {
             (None, Some(_)) => st.attached_project = attached,
+            // The project held when the call began, which the caller no
+            // longer reaches: the read let go of it.
+            (Some(kept), Some(_))
+                if Some(kept.as_str()) == before && attached.as_deref() != before =>
+            {
+                st.attached_project = attached;
+            }
             (Some(kept), Some(session)) => session.attached_project = Some(kept.clone()),
             (_, None) => {}
         }

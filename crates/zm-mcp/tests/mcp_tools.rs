@@ -1423,6 +1423,81 @@ async fn a_pinned_recall_attaches_an_unattached_connection() {
     .await;
 }
 
+/// A connection attached to a project its user no longer reaches (they
+/// left the team it was shared with) lets go of it at the next read: the
+/// read reports no attachment, the connection keeps none, and the next
+/// pinned read attaches it anew.
+#[tokio::test]
+async fn a_connection_lets_go_of_a_project_left() {
+    use zm_contracts::teams::{AddMemberInput, CreateTeamInput, ShareProjectInput};
+    let env = Env::new().await;
+    let owner = env.caller();
+    let member_id = env.add_user("member@example.com").await;
+    env.store
+        .create_team(
+            &owner,
+            CreateTeamInput {
+                slug: "core_team".into(),
+                name: None,
+            },
+        )
+        .await
+        .unwrap();
+    env.store
+        .add_team_member(
+            &owner,
+            "core_team",
+            AddMemberInput {
+                email: "member@example.com".into(),
+                role: zm_contracts::TeamRole::Writer,
+            },
+        )
+        .await
+        .unwrap();
+    let shared_hint = "git@github.com:acme/ledger.git";
+    let c_owner = env.connect().await;
+    c_owner
+        .ok("remember", json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": shared_hint}))
+        .await;
+    env.store
+        .share_project_with_team(
+            &owner,
+            "core_team",
+            ShareProjectInput {
+                scope: None,
+                project_hint: Some(shared_hint.into()),
+            },
+        )
+        .await
+        .unwrap();
+    let c = env.connect_as(&member_id).await;
+    let r = c
+        .ok(
+            "recall",
+            json!({"query": "ledger", "project_hint": shared_hint}),
+        )
+        .await;
+    let project = s(&r["project_scope"]);
+    assert_eq!(r["session"]["attached_project"], project.as_str());
+    assert_eq!(
+        c.server.attached_project().as_deref(),
+        Some(project.as_str())
+    );
+    env.store
+        .remove_team_member(&owner, "core_team", &member_id)
+        .await
+        .unwrap();
+    let r = c.ok("recall", json!({"query": "ledger"})).await;
+    assert!(r["session"]["attached_project"].is_null(), "{r}");
+    assert_eq!(c.server.attached_project(), None);
+    let r = c
+        .ok("recall", json!({"query": "ledger", "project_hint": HINT}))
+        .await;
+    let own = s(&r["project_scope"]);
+    assert_ne!(own, project);
+    assert_eq!(c.server.attached_project().as_deref(), Some(own.as_str()));
+}
+
 #[tokio::test]
 async fn a_thread_carries_the_project_to_a_second_connection() {
     for era in [Era::Legacy, Era::Modern] {

@@ -342,25 +342,31 @@ impl Store {
         Ok(params.flatten())
     }
 
-    /// Keep what a tool call reported for the session: the project it
-    /// attached an unattached session to, and an issued thread. Answers
-    /// the attachment the session keeps (`None` when no project was
-    /// given): the given one, or the one a parallel call stored first.
+    /// Keep what a tool call reported for the session: the attachment it
+    /// decided, and an issued thread. `attach` is `(held, reported)`: the
+    /// attachment the session held when the call began and the one the
+    /// call reported. It is stored only over `held` (a compare-and-set):
+    /// first attach wins for an unattached session (of two calls that
+    /// attached it at once, the second keeps the first's), and a held
+    /// project the caller no longer reaches (the only reason a read reports
+    /// another) is replaced, or cleared, once. Answers the attachment the
+    /// session keeps (`None` when `attach` is).
     pub async fn mcp_session_carry(
         &self,
         id: &str,
-        attached_project: Option<&str>,
+        attach: Option<(Option<&str>, Option<&str>)>,
         thread: Option<&str>,
     ) -> Result<Option<String>, ToolError> {
         let mut kept = None;
-        if let Some(project) = attached_project {
-            // First attach wins here too: of two calls that attached an
-            // unattached session at once, the second keeps the first's.
+        if let Some((held, reported)) = attach {
             sqlx::query(
-                "UPDATE mcp_sessions SET attached_project = $2 WHERE id = $1 AND attached_project IS NULL",
+                "UPDATE mcp_sessions SET attached_project = $2 WHERE id = $1 \
+                 AND (attached_project = $3 OR (attached_project IS NULL AND $4 = 1))",
             )
             .bind(id)
-            .bind(project)
+            .bind(reported)
+            .bind(held.unwrap_or(""))
+            .bind(i64::from(held.is_none()))
             .execute(&self.pool)
             .await
             .db("carry a session's project")?;
@@ -616,13 +622,13 @@ mod tests {
                     .is_none()
             );
             let kept = store
-                .mcp_session_carry(&sid(1), Some("proj"), Some("thr"))
+                .mcp_session_carry(&sid(1), Some((None, Some("proj"))), Some("thr"))
                 .await
                 .unwrap();
             assert_eq!(kept.as_deref(), Some("proj"), "{name}: attached");
             // A second attachment (a parallel call's) keeps the first.
             let kept = store
-                .mcp_session_carry(&sid(1), Some("other"), None)
+                .mcp_session_carry(&sid(1), Some((None, Some("other"))), None)
                 .await
                 .unwrap();
             assert_eq!(
@@ -650,6 +656,33 @@ mod tests {
                     .unwrap()
                     .as_deref(),
                 Some("{}")
+            );
+            // A held project the caller left is replaced over itself only:
+            // once, and not by a call that began before the replacement.
+            let carry = |held: Option<&'static str>, to: Option<&'static str>| {
+                let (store, id) = (store.clone(), sid(1));
+                async move {
+                    store
+                        .mcp_session_carry(&id, Some((held, to)), None)
+                        .await
+                        .unwrap()
+                }
+            };
+            assert_eq!(
+                carry(Some("proj"), Some("next")).await.as_deref(),
+                Some("next"),
+                "{name}"
+            );
+            assert_eq!(
+                carry(Some("proj"), Some("stale")).await.as_deref(),
+                Some("next"),
+                "{name}"
+            );
+            assert_eq!(carry(Some("next"), None).await, None, "{name}: cleared");
+            assert_eq!(
+                carry(None, Some("proj")).await.as_deref(),
+                Some("proj"),
+                "{name}"
             );
             // The Access page lists the open ones ...
             let listed = store.mcp_sessions_of(&a.id, 60_000).await.unwrap();
