@@ -58,7 +58,7 @@ pub struct HttpConfig {
 /// default port dropped), without a trailing slash: the one spelling the
 /// issuer, the resource and the cookies' `Secure` are decided on. What does
 /// not parse is kept as given.
-fn normalise_base(base: &str) -> String {
+pub(crate) fn normalise_base(base: &str) -> String {
     let base = base.trim().trim_end_matches('/');
     match url::Url::parse(base) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => {

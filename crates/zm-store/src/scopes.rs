@@ -25,9 +25,9 @@ pub enum ReadSet {
 }
 
 /// The visibility predicate for memories aliased `m`: the caller's own, or
-/// shared into a scope the caller is a member of (a subquery: a filter for
-/// queries driven by ids, links or a full-text match; a query the
-/// visibility drives takes [`Visible`]).
+/// shared into a scope the caller is a member of (a subquery: the filter of
+/// a query driven by ids or links; a query the visibility drives, or a
+/// full-text leg, takes [`Visible`]).
 pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
     sql.push(&format!("({alias}.owner_id = "))
         .bind_str(user_id)
@@ -44,8 +44,9 @@ pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
 /// planner sees two indexed sets (their own memories, and the shared ones
 /// of those scopes: migration 18) instead of a subquery it can only filter
 /// by, which walked every user's memories. SQLite keeps the subquery
-/// ([`push_visible`]). A query driven by something else (ids, links, a
-/// full-text match) keeps [`push_visible`] on both.
+/// ([`push_visible`]). Recall's full-text legs take it too (a common
+/// word matches every user's rows). A query driven by ids or links keeps
+/// [`push_visible`] on both.
 #[derive(Debug, Clone)]
 pub(crate) struct Visible {
     user_id: String,

@@ -113,7 +113,35 @@ fn no_store(h: &mut HeaderMap) {
     h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
 }
 
-/// The resource indicator (RFC 8707) we accept: our `/mcp`.
+/// The resource indicator (RFC 8707) we accept: our `/mcp`, compared as
+/// URLs in the public URL's own spelling (`HTTPS://Memory.Example.com:443/mcp/`
+/// is ours when the public URL is `https://memory.example.com`).
 fn resource_ok(public_url: &str, resource: &str) -> bool {
-    resource.trim_end_matches('/') == format!("{public_url}/mcp")
+    crate::state::normalise_base(resource) == format!("{public_url}/mcp")
+}
+
+#[cfg(test)]
+mod resource_tests {
+    use super::resource_ok;
+
+    #[test]
+    fn the_resource_is_compared_as_a_url() {
+        let ours = "https://memory.example.com";
+        for r in [
+            "https://memory.example.com/mcp",
+            "https://memory.example.com/mcp/",
+            "HTTPS://Memory.Example.com:443/mcp",
+        ] {
+            assert!(resource_ok(ours, r), "{r}");
+        }
+        for r in [
+            "https://memory.example.com/MCP",
+            "https://memory.example.com:8443/mcp",
+            "http://memory.example.com/mcp",
+            "https://evil.example/mcp",
+            "https://memory.example.com/mcp/x",
+        ] {
+            assert!(!resource_ok(ours, r), "{r}");
+        }
+    }
 }
