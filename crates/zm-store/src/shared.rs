@@ -157,6 +157,18 @@ impl Store {
                 .await
                 .db("sweep sign-in failures")?;
         }
+        // An account backing off is refused by a read: a flood of attempts
+        // on it writes nothing and queues on no lock. The upsert below
+        // decides whatever this read misses (a back-off that began since).
+        let until: Option<i64> =
+            sqlx::query_scalar("SELECT until_at FROM login_failures WHERE account = $1")
+                .bind(&key)
+                .fetch_optional(&self.pool)
+                .await
+                .db("read a sign-in back-off")?;
+        if let Some(until) = until.filter(|u| *u > now) {
+            return Ok(Err(secs_until(now, until)));
+        }
         let mut tx = self.write_tx().await?;
         // While the account backs off the row stays as it is (and
         // `until_at` in the future says so); otherwise the attempt counts.
