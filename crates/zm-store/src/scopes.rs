@@ -25,62 +25,154 @@ pub enum ReadSet {
 }
 
 /// The visibility predicate for memories aliased `m`: the caller's own, or
-/// shared into a scope the caller is a member of (a subquery: the filter of
-/// a query driven by ids or links; a query the visibility drives, or a
-/// full-text leg, takes [`Visible`]).
+/// shared into a scope the caller is a member of. A filter only, for a
+/// query driven by ids or links: the subquery, and the columns written as
+/// expressions (`m.owner_id || ''`), which no index can serve, so that
+/// neither planner drives such a lookup through an index of everyone's
+/// memories (SQLite answered recall's lookup of a hundred ids with a
+/// `MULTI-INDEX OR` over the owner's index and the shared one: 66 ms
+/// instead of 0.5 at 200,000 memories). A query the visibility drives, and
+/// a full-text leg, take [`Visible`].
 pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
-    sql.push(&format!("({alias}.owner_id = "))
+    sql.push(&format!("(({alias}.owner_id || '') = "))
         .bind_str(user_id)
         .push(&format!(
-            " OR ({alias}.visibility = 'shared' AND {alias}.scope IN ("
+            " OR ({alias}.visibility = 'shared' AND ({alias}.scope || '') IN ("
         ));
     crate::teams::push_member_scopes(sql, user_id);
     sql.push(")))");
 }
 
-/// The visibility predicate of one caller, for a query that the
-/// visibility itself drives: a page, a count or a chart of what they read.
-/// On PostgreSQL the scopes they read as a member are listed, so that the
-/// planner sees two indexed sets (their own memories, and the shared ones
-/// of those scopes: migration 18) instead of a subquery it can only filter
-/// by, which walked every user's memories. SQLite keeps the subquery
-/// ([`push_visible`]). Recall's full-text legs take it too (a common
-/// word matches every user's rows). A query driven by ids or links keeps
-/// [`push_visible`] on both.
+/// The visibility predicate of one caller, for a query that the visibility
+/// itself drives (a page, a count, a chart of what they read, a briefing's
+/// open loops) or a full-text leg (a common word matches every user's
+/// rows). Both indexes it needs exist (the owner's, and the shared
+/// memories' by scope: migration 18); how a planner can use them differs:
+/// - PostgreSQL: the member scopes listed, `owner = me OR (shared AND
+///   scope IN (list))`: its planner weighs the two indexes by their
+///   statistics for this very user (`BitmapOr`) or walks.
+/// - SQLite keeps no per-value statistics, so the store decides from the
+///   per-user counts `storage_usage` keeps: a caller who reads at most an
+///   eighth of all memories gets their rows looked up (`m.seq IN` their
+///   own ∪ their scopes' shared, each by its index); anyone else, and
+///   every full-text leg (driven by the match), the filter
+///   ([`push_visible`]), which the walk newest first serves best.
 #[derive(Debug, Clone)]
 pub(crate) struct Visible {
     user_id: String,
-    listed: Option<Vec<String>>,
+    form: VisibleForm,
+}
+
+#[derive(Debug, Clone)]
+enum VisibleForm {
+    /// [`push_visible`].
+    Filter,
+    /// PostgreSQL: the member scopes listed.
+    Listed(Vec<String>),
+    /// SQLite, a small reader: their rows looked up by `seq`.
+    LookedUp(Vec<String>),
 }
 
 impl Visible {
     pub(crate) fn push(&self, sql: &mut Sql, alias: &str) {
-        let Some(scopes) = &self.listed else {
-            push_visible(sql, alias, &self.user_id);
-            return;
-        };
-        sql.push(&format!("({alias}.owner_id = "))
-            .bind_str(&self.user_id)
-            .push(&format!(
-                " OR ({alias}.visibility = 'shared' AND {alias}.scope IN "
-            ))
-            .bind_list(scopes.iter().cloned())
-            .push("))");
+        match &self.form {
+            VisibleForm::Filter => push_visible(sql, alias, &self.user_id),
+            VisibleForm::Listed(scopes) => {
+                sql.push(&format!("({alias}.owner_id = "))
+                    .bind_str(&self.user_id)
+                    .push(&format!(
+                        " OR ({alias}.visibility = 'shared' AND {alias}.scope IN "
+                    ))
+                    .bind_list(scopes.iter().cloned())
+                    .push("))");
+            }
+            VisibleForm::LookedUp(scopes) => {
+                sql.push(&format!(
+                    "{alias}.seq IN (SELECT seq FROM memories WHERE owner_id = "
+                ))
+                .bind_str(&self.user_id)
+                .push(
+                    " UNION ALL SELECT seq FROM memories WHERE visibility = 'shared' AND scope IN ",
+                )
+                .bind_list(scopes.iter().cloned())
+                .push(")");
+            }
+        }
     }
 }
 
+/// A SQLite caller reads "few" memories when they are at most this share
+/// (1 / N) of all of them: looking their rows up then beats walking.
+const FEW_OF: i64 = 8;
+
 impl Store {
-    /// What `caller` reads, for [`Visible::push`]: on PostgreSQL their
-    /// member scopes are read now (one query), as of this moment.
+    /// What `caller` reads, for a query the visibility drives
+    /// ([`Visible`]): read now, as of this moment (on PostgreSQL one query;
+    /// on SQLite two or three, all by index).
     pub(crate) async fn visible_to(&self, caller: &Caller) -> Result<Visible, ToolError> {
-        let listed = match self.backend {
-            crate::db::Backend::Postgres => Some(self.member_scopes(&caller.user_id).await?),
-            crate::db::Backend::Sqlite => None,
+        let user_id = caller.user_id.clone();
+        let scopes = self.member_scopes(&user_id).await?;
+        let form = match self.backend {
+            crate::db::Backend::Postgres => VisibleForm::Listed(scopes),
+            crate::db::Backend::Sqlite => {
+                if self.reads_few(&user_id, &scopes).await? {
+                    VisibleForm::LookedUp(scopes)
+                } else {
+                    VisibleForm::Filter
+                }
+            }
+        };
+        Ok(Visible { user_id, form })
+    }
+
+    /// What a full-text leg filters by: the same rule, listed on
+    /// PostgreSQL; on SQLite the match drives, and the filter needs no
+    /// query first.
+    pub(crate) async fn visible_in_match(&self, caller: &Caller) -> Result<Visible, ToolError> {
+        let form = match self.backend {
+            crate::db::Backend::Postgres => {
+                VisibleForm::Listed(self.member_scopes(&caller.user_id).await?)
+            }
+            crate::db::Backend::Sqlite => VisibleForm::Filter,
         };
         Ok(Visible {
             user_id: caller.user_id.clone(),
-            listed,
+            form,
         })
+    }
+
+    /// SQLite: does `user_id` read at most 1 / [`FEW_OF`] of all memories
+    /// (their own by `storage_usage`, their scopes' shared ones counted by
+    /// index up to that bound)? A store under 1,000 memories never does:
+    /// walking it is cheap.
+    async fn reads_few(&self, user_id: &str, scopes: &[String]) -> Result<bool, ToolError> {
+        let row = sqlx::query(
+            "SELECT COALESCE((SELECT memories FROM storage_usage WHERE user_id = $1), 0) AS own, \
+                    COALESCE((SELECT SUM(memories) FROM storage_usage), 0) AS total",
+        )
+        .bind(user_id)
+        .fetch_one(&self.pool)
+        .await
+        .db("read counts")?;
+        let own: i64 = crate::rows::col(&row, "own")?;
+        let total: i64 = crate::rows::col(&row, "total")?;
+        let bound = total / FEW_OF;
+        if total < 1_000 || own > bound {
+            return Ok(false);
+        }
+        if scopes.is_empty() {
+            return Ok(true);
+        }
+        let mut sql = Sql::new(
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM memories WHERE visibility = 'shared' AND scope IN ",
+        );
+        sql.bind_list(scopes.iter().cloned())
+            .push(" LIMIT ")
+            .bind_i64(bound - own + 1)
+            .push(")");
+        let row = sql.query().fetch_one(&self.pool).await.db("shared count")?;
+        let shared: i64 = crate::rows::col(&row, "n")?;
+        Ok(own + shared <= bound)
     }
 }
 

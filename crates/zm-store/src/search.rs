@@ -940,7 +940,7 @@ impl Store {
         let plan = LegPlan::new(&terms, &df);
         let mut candidates: Vec<(Ranking, bool)> = Vec::new();
         let mut seen: HashSet<MemoryId> = HashSet::new();
-        let visible = self.visible_to(caller).await?;
+        let visible = self.visible_in_match(caller).await?;
         for leg in plan.legs {
             if leg.partial && candidates.len() >= limit {
                 break;

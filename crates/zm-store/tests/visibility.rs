@@ -1,0 +1,71 @@
+//! What a page, a count or an export shows a user who reads few of a
+//! store's memories, on every backend: exactly their own and their scopes'
+//! shared ones. (On SQLite such a reader's rows are looked up instead of
+//! walked, `scopes::Visible`; on PostgreSQL the member scopes are listed.)
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::catalogue::tool;
+use zm_contracts::teams::CreateTeamInput;
+use zm_contracts::{ImportMemoryInput, TeamRole, parse_input};
+use zm_store::web::MemoryFilter;
+use zm_store::{Store, ToolService};
+
+fn import(content: &str, hash: &str) -> ImportMemoryInput {
+    parse_input(&json!({
+        "content": content,
+        "kind": "fact",
+        "target": "personal",
+        "source_path": "notes/big.md",
+        "source_hash": hash,
+    }))
+    .expect("a valid import")
+}
+
+backend_tests! {
+    /// 1,200 private memories of one account; another reads 3 of their
+    /// own and 2 shared into a team: every view shows them those 5, and
+    /// the big account still pages through its own.
+    async fn a_small_reader_sees_exactly_their_rows(store: Store, l: &str) {
+        let tools = ToolService::new(store.clone());
+        let (_, big) = user(&store, "vis-big").await;
+        let (us, small) = user(&store, "vis-small").await;
+        let tag = unique("v").replace('-', "");
+        let inputs = (0..1200)
+            .map(|i| import(&format!("Ledger note {i} of the big account ({tag})."), &format!("{tag}-{i}")))
+            .collect();
+        tools.run_batch::<tool::ImportMemory>(&big, inputs).await.expect("the batch commits");
+        let slug = unique("vis").replace('-', "_");
+        ok(store.create_team(&big, input!(CreateTeamInput, &json!({"slug": slug}))).await, l, "team");
+        join_team(&store, &big, &slug, &us.email, TeamRole::Reader, l).await;
+        let mut expected = BTreeSet::new();
+        for i in 0..2 {
+            expected.insert(mem(&store, &big, l, json!({"content": format!("Team ledger rule {i} ({tag})."), "kind": "fact", "scope": format!("team.{slug}")})).await);
+        }
+        for i in 0..3 {
+            expected.insert(mem(&store, &small, l, json!({"content": format!("My ledger note {i} ({tag})."), "kind": "fact", "scope": "personal"})).await);
+        }
+        let filter = MemoryFilter::default();
+        let page = ok(store.browse_memories(&small, &filter, None, 50).await, l, "browse");
+        let seen: BTreeSet<String> = page.items.iter().map(|m| m.id.as_str().to_string()).collect();
+        assert_eq!(seen, expected, "[{l}] the page");
+        assert_eq!(page.next, None, "[{l}]");
+        let facets = ok(store.memory_facets(&small, &filter).await, l, "facets");
+        assert_eq!(facets.kinds.iter().map(|(_, n)| n).sum::<u64>(), 5, "[{l}] {facets:?}");
+        assert_eq!(facets.scopes.len(), 2, "[{l}] {facets:?}");
+        let insight = ok(store.insight(&small, 12).await, l, "insight");
+        assert_eq!(insight.by_scope.iter().map(|(_, n)| n).sum::<u64>(), 5, "[{l}] {insight:?}");
+        let export = ok(call(&store, &small, "export_memories", json!({"scopes": ["*"]})).await, l, "export");
+        let exported: BTreeSet<String> = export["items"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
+        assert_eq!(exported, expected, "[{l}] the export");
+        // The big account pages through its own, newest first.
+        let page = ok(store.browse_memories(&big, &filter, None, 50).await, l, "big browse");
+        assert_eq!(page.items.len(), 50, "[{l}]");
+        assert!(page.next.is_some(), "[{l}]");
+        assert!(page.items.iter().all(|m| !expected.contains(m.id.as_str()) || m.scope.starts_with("team.")), "[{l}]");
+    }
+}
