@@ -194,6 +194,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0018_shared_by_scope.sql"),
         data: None,
     },
+    Migration {
+        version: 19,
+        name: "fts_tenant",
+        sqlite: include_str!("../../../migrations/sqlite/0019_fts_tenant.sql"),
+        postgres: include_str!("../../../migrations/postgres/0019_fts_tenant.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

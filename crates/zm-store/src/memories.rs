@@ -842,6 +842,7 @@ impl Store {
                 &probe.join(" "),
                 crate::fts::Match::All,
                 crate::search::FULL_CANDIDATE_COLUMNS,
+                None,
             ) else {
                 return Ok(Vec::new());
             };

@@ -54,9 +54,11 @@ pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
 /// - SQLite keeps no per-value statistics, so the store decides from the
 ///   per-user counts `storage_usage` keeps: a caller who reads at most an
 ///   eighth of all memories gets their rows looked up (`m.seq IN` their
-///   own ∪ their scopes' shared, each by its index); anyone else, and
-///   every full-text leg (driven by the match), the filter
-///   ([`push_visible`]), which the walk newest first serves best.
+///   own ∪ their scopes' shared, each by its index); anyone else the
+///   filter ([`push_visible`]), which the walk newest first serves best.
+///   A full-text leg is driven by the match and filtered; a small
+///   reader's match is first narrowed inside the index to their owner
+///   and scope tokens ([`Visible::fts_tenants`], migration 19).
 #[derive(Debug, Clone)]
 pub(crate) struct Visible {
     user_id: String,
@@ -71,12 +73,18 @@ enum VisibleForm {
     Listed(Vec<String>),
     /// SQLite, a small reader: their rows looked up by `seq`.
     LookedUp(Vec<String>),
+    /// SQLite, a small reader's full-text leg: [`push_visible`], and the
+    /// match narrowed in the index to their owner and scopes' tokens
+    /// ([`Visible::fts_tenants`]).
+    Tenants(Vec<String>),
 }
 
 impl Visible {
     pub(crate) fn push(&self, sql: &mut Sql, alias: &str) {
         match &self.form {
-            VisibleForm::Filter => push_visible(sql, alias, &self.user_id),
+            VisibleForm::Filter | VisibleForm::Tenants(_) => {
+                push_visible(sql, alias, &self.user_id);
+            }
             VisibleForm::Listed(scopes) => {
                 sql.push(&format!("({alias}.owner_id = "))
                     .bind_str(&self.user_id)
@@ -99,6 +107,31 @@ impl Visible {
             }
         }
     }
+}
+
+impl Visible {
+    /// SQLite: the `fts_tenant` column filter of a small reader's
+    /// full-text match (`fts_tenant : ("o…" OR "s…" …)`: their own memories
+    /// and the shared ones of their scopes, as migration 19 writes the
+    /// tokens), so the index intersects before any row is read; `None`
+    /// for everyone else, whom the walk newest first serves (the owner
+    /// token of a user holding most of the file is as long as the match).
+    /// A prefilter only: [`Visible::push`] still decides.
+    pub(crate) fn fts_tenants(&self) -> Option<String> {
+        let VisibleForm::Tenants(scopes) = &self.form else {
+            return None;
+        };
+        let mut tokens = vec![fts_tenant_token('o', &self.user_id)];
+        tokens.extend(scopes.iter().map(|s| fts_tenant_token('s', s)));
+        Some(format!("fts_tenant : ({})", tokens.join(" OR ")))
+    }
+}
+
+/// One token of the `fts_tenant` column, quoted for `MATCH`: `tag` and
+/// the value's bytes in hex, as migration 19's `hex()` writes it (the
+/// tokenizer folds the case). Hex digits only: no quote or operator.
+fn fts_tenant_token(tag: char, value: &str) -> String {
+    format!("\"{tag}{}\"", hex::encode_upper(value.as_bytes()))
 }
 
 /// A SQLite caller reads "few" memories when they are at most this share
@@ -126,14 +159,19 @@ impl Store {
     }
 
     /// What a full-text leg filters by: the same rule, listed on
-    /// PostgreSQL; on SQLite the match drives, and the filter needs no
-    /// query first.
+    /// PostgreSQL; on SQLite the match drives, filtered, and narrowed in
+    /// the index to a small reader's tokens ([`Visible::fts_tenants`]).
     pub(crate) async fn visible_in_match(&self, caller: &Caller) -> Result<Visible, ToolError> {
+        let scopes = self.member_scopes(&caller.user_id).await?;
         let form = match self.backend {
-            crate::db::Backend::Postgres => {
-                VisibleForm::Listed(self.member_scopes(&caller.user_id).await?)
+            crate::db::Backend::Postgres => VisibleForm::Listed(scopes),
+            crate::db::Backend::Sqlite => {
+                if self.reads_few(&caller.user_id, &scopes).await? {
+                    VisibleForm::Tenants(scopes)
+                } else {
+                    VisibleForm::Filter
+                }
             }
-            crate::db::Backend::Sqlite => VisibleForm::Filter,
         };
         Ok(Visible {
             user_id: caller.user_id.clone(),

@@ -161,16 +161,24 @@ impl Candidate {
 
 /// The start of a full-text query selecting `columns` of memories `m`
 /// holding all or any of the text's words, and the relevance `rel`; `None`
-/// when the text holds no searchable word.
+/// when the text holds no searchable word. On SQLite `tenants` (from
+/// [`Visible::fts_tenants`]) narrows the match to the memories of those
+/// owner and scope tokens inside the index; the caller still filters by
+/// visibility.
 pub(crate) fn fts_select(
     backend: Backend,
     text: &str,
     mode: fts::Match,
     columns: &str,
+    tenants: Option<&str>,
 ) -> Option<Sql> {
     match backend {
         Backend::Sqlite => {
-            let q = fts::sqlite_match(text, mode)?;
+            let words = fts::sqlite_match(text, mode)?;
+            let q = match tenants {
+                Some(t) => format!("{FTS_WORDS} : ({words}) AND {t}"),
+                None => format!("{FTS_WORDS} : ({words})"),
+            };
             // CROSS JOIN pins the join order: the full-text match drives and
             // each hit is fetched by rowid. Left to itself the planner may
             // drive from an index on `memories` (owner, scope) and re-run
@@ -182,8 +190,9 @@ pub(crate) fn fts_select(
             } else {
                 ""
             };
+            // The tenant column's tokens weigh nothing in the relevance.
             let mut sql = Sql::new(&format!(
-                "SELECT {columns}, -bm25(memories_fts) AS rel FROM memories_fts CROSS JOIN memories m{index} ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
+                "SELECT {columns}, -bm25(memories_fts, 1.0, 0.0) AS rel FROM memories_fts CROSS JOIN memories m{index} ON m.seq = memories_fts.rowid WHERE memories_fts MATCH "
             ));
             sql.bind_str(q);
             Some(sql)
@@ -197,6 +206,15 @@ pub(crate) fn fts_select(
             Some(sql)
         }
     }
+}
+
+/// The column of SQLite's full-text index that holds the words (the other,
+/// `fts_tenant`, holds owner and scope tokens: migration 19).
+const FTS_WORDS: &str = "content";
+
+/// A SQLite `MATCH` for one query term, in the words' column only.
+fn fts_word(term: &str) -> String {
+    format!("{FTS_WORDS} : \"{term}\"")
 }
 
 /// A query selecting `columns` of memories `m` that hold at least
@@ -230,7 +248,7 @@ pub(crate) fn shared_words_select(
         match backend {
             Backend::Sqlite => {
                 sql.push("SELECT rowid AS r FROM memories_fts WHERE memories_fts MATCH ")
-                    .bind_str(format!("\"{t}\""));
+                    .bind_str(fts_word(t));
             }
             Backend::Postgres => {
                 sql.push("SELECT seq AS r FROM memories WHERE owner_id = ")
@@ -503,7 +521,7 @@ pub(crate) fn document_frequencies_sql(
             sql.push(", ");
         }
         sql.push("(SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ")
-            .bind_str(format!("\"{t}\""));
+            .bind_str(fts_word(t));
         sql.push(&format!(" LIMIT {cap}) f) AS d{i}"));
     }
     Frequencies::Known(Some(sql))
@@ -827,7 +845,9 @@ impl Store {
         kinds: Option<&[MemoryKind]>,
         pool: i64,
     ) -> Result<Vec<Ranking>, ToolError> {
-        let Some(mut sql) = fts_select(self.backend, text, mode, RANK_COLUMNS) else {
+        let tenants = visible.fts_tenants();
+        let Some(mut sql) = fts_select(self.backend, text, mode, RANK_COLUMNS, tenants.as_deref())
+        else {
             return Ok(Vec::new());
         };
         sql.push(" AND m.invalidated_at IS NULL AND ");
@@ -888,7 +908,7 @@ impl Store {
             match self.backend {
                 Backend::Sqlite => {
                     sql.push("(CASE WHEN m.seq IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ")
-                        .bind_str(format!("\"{t}\""))
+                        .bind_str(fts_word(t))
                         .push(") THEN 1 ELSE 0 END)");
                 }
                 Backend::Postgres => {

@@ -38,7 +38,8 @@ backend_tests! {
         let inputs = (0..1200)
             .map(|i| import(&format!("Ledger note {i} of the big account ({tag})."), &format!("{tag}-{i}")))
             .collect();
-        tools.run_batch::<tool::ImportMemory>(&big, inputs).await.expect("the batch commits");
+        let imported = tools.run_batch::<tool::ImportMemory>(&big, inputs).await.expect("the batch commits");
+        let first_import = imported[0].as_ref().expect("imported").memory_id.clone().expect("an id").as_str().to_string();
         let slug = unique("vis").replace('-', "_");
         ok(store.create_team(&big, input!(CreateTeamInput, &json!({"slug": slug}))).await, l, "team");
         join_team(&store, &big, &slug, &us.email, TeamRole::Reader, l).await;
@@ -62,6 +63,24 @@ backend_tests! {
         let export = ok(call(&store, &small, "export_memories", json!({"scopes": ["*"]})).await, l, "export");
         let exported: BTreeSet<String> = export["items"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
         assert_eq!(exported, expected, "[{l}] the export");
+        // Recall of a word all 1,205 memories hold: the small reader's
+        // five (on SQLite their match is narrowed in the full-text index
+        // to their owner and scope tokens first, `Visible::fts_tenants`).
+        let recalled = |out: zm_contracts::RecallOutput| -> BTreeSet<String> {
+            out.memories.iter().map(|m| m.id.as_str().to_string()).collect()
+        };
+        let out = ok(recall(&store, &small, json!({"query": "ledger", "k": 20})).await, l, "recall");
+        assert_eq!(recalled(out), expected, "[{l}] recall");
+        // One of the big account's notes moved into the team is shared
+        // with the small reader from then on: the index's tokens follow
+        // the scope and the sharing (migration 19's update trigger).
+        ok(call(&store, &big, "move_memories", json!({"memory_ids": [first_import], "scope": format!("team.{slug}")})).await, l, "move");
+        expected.insert(first_import.clone());
+        let out = ok(recall(&store, &small, json!({"query": "ledger", "k": 20})).await, l, "recall after the move");
+        assert_eq!(recalled(out), expected, "[{l}] recall after the move");
+        let out = ok(recall(&store, &small, json!({"query": "big account ledger note", "k": 20})).await, l, "recall of its words");
+        assert!(recalled(out).contains(&first_import), "[{l}] the moved note by its own words");
+        assert!(store.integrity_check().await.expect("integrity check"), "[{l}] integrity");
         // The big account pages through its own, newest first.
         let page = ok(store.browse_memories(&big, &filter, None, 50).await, l, "big browse");
         assert_eq!(page.items.len(), 50, "[{l}]");
