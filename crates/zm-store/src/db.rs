@@ -226,20 +226,70 @@ pub enum OpenError {
     Io(#[from] std::io::Error),
 }
 
-/// Log a database failure and return the generic `internal` error.
+/// Log a failure and return the generic `internal` error.
 pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> ToolError {
     tracing::error!(target: "zm_store", error = %err, "{context}");
     ToolError::internal()
 }
 
-/// `?`-friendly conversion of sqlx errors into the generic internal error.
+/// Log a database failure and return the generic `internal` error. A
+/// statement that lost to concurrent writes ([`is_contention`]) inside
+/// [`watch_contention`] marks the watched run as worth re-running (the
+/// tool service re-runs a write call from scratch) and is logged at warn;
+/// anywhere else it is an error like any other.
+pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
+    if is_contention(err) && CONTENTION.try_with(|lost| lost.set(true)).is_ok() {
+        tracing::warn!(target: "zm_store", error = %err, contention = true, "{context}");
+        return ToolError::internal();
+    }
+    internal(context, err)
+}
+
+/// PostgreSQL's SQLSTATEs after which the transaction was aborted only
+/// because of what ran beside it, so the same work in a new transaction
+/// may well succeed: `deadlock_detected` (this transaction was the
+/// victim) and `serialization_failure`.
+const CONTENTION_SQLSTATES: [&str; 2] = ["40P01", "40001"];
+
+/// Did this statement lose to concurrent writes (a deadlock victim, a
+/// serialization failure)? SQLite never answers these codes: its writers
+/// queue (`BEGIN IMMEDIATE`, the busy timeout).
+pub(crate) fn is_contention(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(e) => e
+            .code()
+            .is_some_and(|code| CONTENTION_SQLSTATES.contains(&code.as_ref())),
+        _ => false,
+    }
+}
+
+tokio::task_local! {
+    /// Whether a database failure of the run [`watch_contention`] scopes
+    /// was contention (set by [`database`]).
+    static CONTENTION: std::cell::Cell<bool>;
+}
+
+/// Run `fut`, noting whether a database failure in it lost to concurrent
+/// writes: its output, and that. A nested watch keeps its failures to
+/// itself (a batch's item does not mark its batch).
+pub(crate) async fn watch_contention<F: Future>(fut: F) -> (F::Output, bool) {
+    CONTENTION
+        .scope(std::cell::Cell::new(false), async move {
+            let out = fut.await;
+            (out, CONTENTION.with(std::cell::Cell::get))
+        })
+        .await
+}
+
+/// `?`-friendly conversion of sqlx errors into the generic internal error
+/// (through [`database`]).
 pub(crate) trait DbResult<T> {
     fn db(self, context: &str) -> Result<T, ToolError>;
 }
 
 impl<T> DbResult<T> for Result<T, sqlx::Error> {
     fn db(self, context: &str) -> Result<T, ToolError> {
-        self.map_err(|e| internal(context, e))
+        self.map_err(|e| database(context, &e))
     }
 }
 
@@ -718,6 +768,76 @@ mod tests {
             tx.commit().await.unwrap();
             assert_eq!(again, (0, 0), "[{label}] a second run changes nothing");
         }
+    }
+
+    /// A database error with a SQLSTATE, as a driver reports one.
+    #[derive(Debug)]
+    struct Coded(&'static str);
+
+    impl std::fmt::Display for Coded {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error with SQLSTATE {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Coded {}
+
+    impl sqlx::error::DatabaseError for Coded {
+        fn message(&self) -> &str {
+            "coded"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn coded(code: &'static str) -> sqlx::Error {
+        sqlx::Error::Database(Box::new(Coded(code)))
+    }
+
+    /// A deadlock victim (40P01) and a serialization failure (40001) lost
+    /// to concurrent writes; a unique violation, a lost connection or a
+    /// row not found did not. Inside a watch, only the former mark it
+    /// (a nested watch keeps its own), and every failure still answers
+    /// `internal` (the tool service decides what the caller sees).
+    #[tokio::test]
+    async fn contention_is_classified_by_sqlstate() {
+        assert!(is_contention(&coded("40P01")));
+        assert!(is_contention(&coded("40001")));
+        assert!(!is_contention(&coded("23505")));
+        assert!(!is_contention(&coded("25P02")));
+        assert!(!is_contention(&sqlx::Error::RowNotFound));
+        assert!(!is_contention(&sqlx::Error::PoolTimedOut));
+
+        let fail = |code| async move { Err::<(), _>(coded(code)).db("test") };
+        let (out, lost) = watch_contention(fail("40P01")).await;
+        assert_eq!(out, Err(ToolError::internal()));
+        assert!(lost, "a deadlock victim marks the watched run");
+        let (_, lost) = watch_contention(fail("40001")).await;
+        assert!(lost, "a serialization failure marks the watched run");
+        let (out, lost) = watch_contention(fail("23505")).await;
+        assert_eq!(out, Err(ToolError::internal()));
+        assert!(!lost, "another failure does not");
+        let (_, lost) = watch_contention(async {
+            let (_, inner) = watch_contention(fail("40P01")).await;
+            assert!(inner, "the inner watch sees its own");
+        })
+        .await;
+        assert!(!lost, "a nested watch keeps its failures to itself");
+        // Outside any watch: nothing to mark, the same answer.
+        assert_eq!(fail("40P01").await, Err(ToolError::internal()));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!                    · write tools share one, opened on first use
 //!     4. audit       write tools: the audit row joins the write's
 //!                    transaction, then it commits (a failure rolls back
-//!                    and is audited on its own)
+//!                    and is audited on its own; a PostgreSQL deadlock
+//!                    victim or serialization failure re-runs the call
+//!                    from scratch, up to 4 attempts, then `conflict`)
 //!     5. measure     calls, errors by code, latency — per tool and transport
 //!  transport ◀── ToolOutput (typed: session, ranked/linked ids, footer facts)
 //! ```
@@ -35,8 +37,10 @@ pub use metrics::ToolMetrics;
 
 /// A tool's typed handler: `Input → Result<Output, ToolError>` over a
 /// call context. Implemented once per tool (in `handlers.rs`); the
-/// dispatch over [`ToolName`] is generated from the catalogue.
-pub trait Handler: ToolContract {
+/// dispatch over [`ToolName`] is generated from the catalogue. The input
+/// is `Clone` so that a write that lost to concurrent writes can be run
+/// again from the same input (see [`ToolService::run`]).
+pub trait Handler: ToolContract<Input: Clone> {
     fn handle(
         store: &Store,
         cx: &mut Cx<'_>,
@@ -127,6 +131,40 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// How many times a write call (or a batch's item) runs at most when it
+/// keeps losing to concurrent writes (a PostgreSQL deadlock victim, a
+/// serialization failure).
+const WRITE_ATTEMPTS: u32 = 4;
+
+/// The wait before re-running a write that lost after `attempt` attempts:
+/// 5–10 ms after the first, then twice as long each time (at most 40 ms
+/// before the fourth), jittered so that the writes that collided do not
+/// meet again in step.
+async fn back_off(attempt: u32) {
+    let base = 5_u64 << attempt.saturating_sub(1).min(3);
+    let wait = rand::random_range(base..=2 * base);
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+}
+
+/// What a write that lost to concurrent writes on every attempt answers
+/// (logged): nothing of it was written, and the same call may well
+/// succeed now.
+fn lost_to_contention(tool: &str, attempts: u32) -> ToolError {
+    tracing::warn!(
+        target: "zm_store",
+        tool,
+        attempts,
+        "a write lost to concurrent writes on every attempt: answered conflict"
+    );
+    ToolError::conflict(
+        "The write collided with concurrent writes and was not applied; nothing was written, retry it.",
+    )
+}
+
+fn elapsed_ms(started: Instant) -> i64 {
+    i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX)
+}
+
 /// The tool service. Cheap to clone; clones share their metrics.
 #[derive(Debug, Clone)]
 pub struct ToolService {
@@ -182,6 +220,13 @@ impl ToolService {
 
     /// Run a tool on an already typed input (the same pipeline minus the
     /// JSON validation step): for Rust callers such as the importer.
+    ///
+    /// A write whose transaction lost to concurrent writes on PostgreSQL
+    /// (a deadlock victim, a serialization failure: nothing of it was
+    /// written) is run again from scratch in a new transaction after a
+    /// short jittered wait, up to [`WRITE_ATTEMPTS`] attempts in all; one
+    /// that loses every time answers `conflict`. The call is audited and
+    /// measured once, whatever the number of attempts.
     pub async fn run<T: Handler>(
         &self,
         caller: &Caller,
@@ -200,15 +245,17 @@ impl ToolService {
     /// one fsync): each call inside its own savepoint, so a refused call
     /// (validation, the content guard, a quota) leaves nothing and the
     /// others still land. Each call is authorised, audited (in the batch's
-    /// transaction) and measured like a single call. The outer `Err` means
-    /// the batch's transaction itself failed: then nothing of it was
-    /// written. Read tools are refused (`internal`): they need no batch.
+    /// transaction) and measured like a single call; an item that lost to
+    /// concurrent writes is run again inside the batch, as [`Self::run`]
+    /// runs a call again. The outer `Err` means the batch's transaction
+    /// itself failed: then nothing of it was written (`conflict` when it
+    /// lost to concurrent writes: the same batch may be run again). Read
+    /// tools are refused (`internal`): they need no batch.
     pub async fn run_batch<T: Handler>(
         &self,
         caller: &Caller,
         inputs: Vec<T::Input>,
     ) -> Result<Vec<Result<T::Output, ToolError>>, ToolError> {
-        use crate::db::DbResult;
         let access = T::TOOL.access();
         if access == Access::Read {
             tracing::error!(target: "zm_store", tool = T::NAME, "a read tool was batched");
@@ -222,6 +269,25 @@ impl ToolService {
             }
             return Ok(inputs.iter().map(|_| Err(e.clone())).collect());
         }
+        let (batch, lost) =
+            crate::db::watch_contention(self.batch_in_one_tx::<T>(caller, inputs)).await;
+        match batch {
+            Err(_) if lost => Err(lost_to_contention(T::NAME, 1)),
+            batch => batch,
+        }
+    }
+
+    /// The body of [`ToolService::run_batch`]: its one transaction. An item
+    /// that lost to concurrent writes (PostgreSQL) is rolled back to its
+    /// savepoint, which also ends the transaction's aborted state, and run
+    /// again like a single call.
+    async fn batch_in_one_tx<T: Handler>(
+        &self,
+        caller: &Caller,
+        inputs: Vec<T::Input>,
+    ) -> Result<Vec<Result<T::Output, ToolError>>, ToolError> {
+        use crate::db::DbResult;
+        let access = T::TOOL.access();
         let mut tx = self.store.write_tx().await?;
         let mut results = Vec::with_capacity(inputs.len());
         let mut placed = Vec::new();
@@ -232,25 +298,38 @@ impl ToolService {
                 .execute(&mut *tx)
                 .await
                 .db("savepoint")?;
-            let result = {
-                let mut cx = Cx::in_batch(&self.store, caller, access, &mut tx);
-                let result = T::handle(&self.store, &mut cx, input).await;
-                if result.is_ok() {
-                    placed.append(&mut cx.placed);
+            let mut attempt = 1;
+            let result = loop {
+                let (result, lost) = crate::db::watch_contention(async {
+                    let mut cx = Cx::in_batch(&self.store, caller, access, &mut tx);
+                    let out = T::handle(&self.store, &mut cx, input.clone()).await?;
+                    Ok((out, std::mem::take(&mut cx.placed)))
+                })
+                .await;
+                if result.is_err() {
+                    sqlx::query("ROLLBACK TO SAVEPOINT zm_batch_item")
+                        .execute(&mut *tx)
+                        .await
+                        .db("rollback to savepoint")?;
                 }
-                result
+                match result {
+                    Ok((out, mut changed)) => {
+                        placed.append(&mut changed);
+                        break Ok(out);
+                    }
+                    Err(_) if lost && attempt < WRITE_ATTEMPTS => {
+                        back_off(attempt).await;
+                        attempt += 1;
+                    }
+                    Err(_) if lost => break Err(lost_to_contention(T::NAME, attempt)),
+                    Err(e) => break Err(e),
+                }
             };
-            if result.is_err() {
-                sqlx::query("ROLLBACK TO SAVEPOINT zm_batch_item")
-                    .execute(&mut *tx)
-                    .await
-                    .db("rollback to savepoint")?;
-            }
             let entry = AuditEntry {
                 command: T::NAME,
                 payload,
                 outcome: result.as_ref().map(|_| ()),
-                duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                duration_ms: elapsed_ms(started),
             };
             self.store.audit_in(&mut tx, caller, &entry).await?;
             sqlx::query("RELEASE SAVEPOINT zm_batch_item")
@@ -297,46 +376,83 @@ impl ToolService {
         result
     }
 
-    /// Handle, then audit a write in its own transaction.
+    /// Handle, then audit a write in its own transaction; a write that
+    /// lost to concurrent writes is run again from scratch (see
+    /// [`ToolService::run`]).
     async fn execute<T: Handler>(
         &self,
         caller: &Caller,
         input: T::Input,
     ) -> Result<T::Output, ToolError> {
         let access = T::TOOL.access();
-        let mut cx = Cx::new(&self.store, caller, access);
         if access == Access::Read {
+            let mut cx = Cx::new(&self.store, caller, access);
             return T::handle(&self.store, &mut cx, input).await;
         }
+        // The first attempt's payload and start: one call, one audit row.
         let payload = audit_payload(&serde_json::to_value(&input).unwrap_or(Value::Null));
         let started = Instant::now();
-        let result = T::handle(&self.store, &mut cx, input).await;
-        let entry = |outcome| AuditEntry {
+        let mut attempt = 1;
+        let failure = loop {
+            let (result, lost) = crate::db::watch_contention(self.write_attempt::<T>(
+                caller,
+                input.clone(),
+                &payload,
+                started,
+            ))
+            .await;
+            match result {
+                Ok((out, placed)) => {
+                    self.store.note_writes(1);
+                    // The vector index pre-filters by placement: this
+                    // instance's own changes are seen at once (other
+                    // instances' within the embedder's refresh).
+                    self.store.vector_meta_changed(&placed).await;
+                    return Ok(out);
+                }
+                // Nothing of the attempt was written (its transaction was
+                // rolled back): the same call from scratch.
+                Err(_) if lost && attempt < WRITE_ATTEMPTS => {
+                    back_off(attempt).await;
+                    attempt += 1;
+                }
+                Err(_) if lost => break lost_to_contention(T::NAME, attempt),
+                Err(e) => break e,
+            }
+        };
+        // The refusal is audited on its own.
+        let entry = AuditEntry {
             command: T::NAME,
             payload,
-            outcome,
-            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            outcome: Err(&failure),
+            duration_ms: elapsed_ms(started),
         };
-        match result {
-            Ok(out) => {
-                let tx = cx.tx().await?;
-                self.store.audit_in(tx, caller, &entry(Ok(()))).await?;
-                let placed = cx.commit().await?;
-                self.store.note_writes(1);
-                // The vector index pre-filters by placement: this
-                // instance's own changes are seen at once (other
-                // instances' within the embedder's refresh).
-                self.store.vector_meta_changed(&placed).await;
-                Ok(out)
-            }
-            Err(e) => {
-                // Dropping the transaction rolls any partial write back;
-                // the refusal is audited on its own.
-                drop(cx);
-                self.store.audit(caller, &entry(Err(&e))).await;
-                Err(e)
-            }
-        }
+        self.store.audit(caller, &entry).await;
+        Err(failure)
+    }
+
+    /// One attempt at a write call in a transaction of its own: handle,
+    /// audit, commit. On failure the context is dropped, which rolls the
+    /// transaction back: nothing of the attempt remains.
+    async fn write_attempt<T: Handler>(
+        &self,
+        caller: &Caller,
+        input: T::Input,
+        payload: &Value,
+        started: Instant,
+    ) -> Result<(T::Output, Vec<MemoryId>), ToolError> {
+        let mut cx = Cx::new(&self.store, caller, T::TOOL.access());
+        let out = T::handle(&self.store, &mut cx, input).await?;
+        let entry = AuditEntry {
+            command: T::NAME,
+            payload: payload.clone(),
+            outcome: Ok(()),
+            duration_ms: elapsed_ms(started),
+        };
+        let tx = cx.tx().await?;
+        self.store.audit_in(tx, caller, &entry).await?;
+        let placed = cx.commit().await?;
+        Ok((out, placed))
     }
 }
 
