@@ -30,8 +30,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use zm_contracts::catalogue::tool;
 use zm_contracts::{
-    EdgeType, EntityType, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MemoryKind,
-    RememberOutput, ToolError, parse_input, scope,
+    EdgeType, EntityType, ErrorCode, ImportMemoryOutput, ImportTarget, Memory, MemoryId,
+    MemoryKind, RememberOutput, ToolError, parse_input, scope,
 };
 
 /// The file formats the importer reads.
@@ -384,11 +384,19 @@ impl Importer {
             Ok(Some(id)) => {
                 if let Err(e) = self.anchor(&id, content, target, entities).await {
                     let names: Vec<&str> = entities.iter().map(|(n, _)| n.as_str()).collect();
-                    self.summary.warnings.push(format!(
+                    let what = format!(
                         "line {line}: imported, but could not attach it to {}: {}",
                         names.join(", "),
                         describe(&e)
-                    ));
+                    );
+                    // A failure a new run may not meet again is an error
+                    // (the import exits 1): the next run skips the line's
+                    // memory and attaches it then. Any other is for good.
+                    if worth_another_run(&e) {
+                        self.summary.errors.push(what);
+                    } else {
+                        self.summary.warnings.push(what);
+                    }
                 }
             }
             Ok(None) => {}
@@ -402,6 +410,16 @@ impl Importer {
             }
         }
     }
+}
+
+/// Did this failure come from the moment rather than from the file (the
+/// database failed, concurrent writes won, a limit of the moment), so that
+/// running the same import again may succeed?
+fn worth_another_run(e: &ToolError) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::Internal | ErrorCode::Conflict | ErrorCode::RateLimited
+    )
 }
 
 /// Memories imported per transaction (one commit, one fsync).
@@ -650,6 +668,56 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An observation imported but not attached to its entity because the
+    /// database failed makes the import fail (exit 1), and the next run,
+    /// which skips the memory, attaches it. (SQLite: a trigger refuses new
+    /// entities for the first run.)
+    #[tokio::test]
+    async fn a_failed_attachment_fails_the_import_and_the_next_run_attaches_it() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "anchor").await;
+        let text = r#"{"type":"entity","name":"Billing","entityType":"project","observations":["invoices are stored in Postgres"]}"#;
+        let run = || {
+            import_text(
+                crate::ToolService::new(store.clone()),
+                caller.clone(),
+                "memory.jsonl".into(),
+                ImportFormat::ServerMemory,
+                Some(ImportInto::Personal),
+                text,
+            )
+        };
+        sqlx::raw_sql(
+            "CREATE TRIGGER refuse_entities BEFORE INSERT ON entities BEGIN SELECT RAISE(ABORT, 'entities refused'); END",
+        )
+        .execute(&store.pool)
+        .await
+        .expect("the trigger");
+        let first = run().await;
+        assert_eq!(first.memories_imported, 1, "{first:?}");
+        assert_eq!(first.errors.len(), 1, "the attachment failed: {first:?}");
+        assert!(first.errors[0].contains("could not attach it to Billing"), "{first:?}");
+        let entities: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM entities")
+            .fetch_one(&store.pool)
+            .await
+            .expect("count");
+        assert_eq!(entities, 0);
+        sqlx::raw_sql("DROP TRIGGER refuse_entities")
+            .execute(&store.pool)
+            .await
+            .expect("drop the trigger");
+        let second = run().await;
+        assert!(second.errors.is_empty() && second.warnings.is_empty(), "{second:?}");
+        assert_eq!(second.memories_skipped, 1, "{second:?}");
+        let attached: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM memory_entities me JOIN entities e ON e.id = me.entity_id WHERE e.name = 'Billing'",
+        )
+        .fetch_one(&store.pool)
+        .await
+        .expect("count");
+        assert_eq!(attached, 1, "the next run attached it");
+    }
 
     /// A relation `link` refuses (an entity linked to itself by its match
     /// key, a name of punctuation only) makes no edge and no error: it is
