@@ -101,6 +101,12 @@ impl HttpConfig {
         }
     }
 
+    /// The path prefix of the public URL ([`PathPrefix`]): what every URL
+    /// the dashboard emits starts with.
+    pub(crate) fn path_prefix(&self) -> PathPrefix {
+        PathPrefix::of(&self.public_url)
+    }
+
     /// The RFC 9728 metadata URL advertised in 401 challenges.
     pub fn resource_metadata_url(&self) -> String {
         format!(
@@ -198,6 +204,105 @@ pub fn origin_of(url: &str) -> Option<String> {
         .map(|u| u.origin())
         .filter(url::Origin::is_tuple)
         .map(|o| o.ascii_serialization())
+}
+
+/// The path a proxy serves the server under, taken from the public URL:
+/// `""` at the root, `/zm` for `https://host/zm` (the proxy strips it and
+/// forwards to our root, so the router never sees it). The one place that
+/// path is derived: the cookies' `Path` ([`CookieScope`]) and every URL the
+/// dashboard emits — links, form actions, assets, redirects, return-to
+/// targets ([`join`](Self::join), [`strip`](Self::strip)) — follow it.
+///
+/// A public URL that does not parse, or whose path could not be written in
+/// a cookie attribute or a root-relative URL (a `;`, a byte that is not
+/// printable ASCII, an empty segment: `//host` would name another site),
+/// gives no prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PathPrefix(String);
+
+impl PathPrefix {
+    /// The prefix of the server at `public_url`.
+    pub(crate) fn of(public_url: &str) -> Self {
+        let path = url::Url::parse(public_url)
+            .map(|u| u.path().trim_end_matches('/').to_string())
+            .unwrap_or_default();
+        if path.bytes().all(|b| b.is_ascii_graphic() && b != b';') && !path.contains("//") {
+            PathPrefix(path)
+        } else {
+            PathPrefix::default()
+        }
+    }
+
+    /// `""` or `/zm`: no trailing slash.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The public path of `route`, one of our paths as the router sees it
+    /// (starting with `/`, query allowed): `/zm/memories/x` for
+    /// `/memories/x`, `/zm/` for `/`; without a prefix, `route` as it is.
+    pub(crate) fn join(&self, route: &str) -> String {
+        debug_assert!(route.starts_with('/'), "a route starts with /: {route}");
+        format!("{}{route}", self.0)
+    }
+
+    /// The route a public path names, when it is under the prefix (the
+    /// inverse of [`join`](Self::join)): `/zm/x?y` is `/x?y` and `/zm` is
+    /// `/`; `/zmx`, `/other` and anything not starting with `/` are not
+    /// ours (`None`). Without a prefix, any path starting with `/`.
+    pub(crate) fn strip<'a>(&self, public: &'a str) -> Option<&'a str> {
+        let rest = public.strip_prefix(self.0.as_str())?;
+        if rest.is_empty() && !self.0.is_empty() {
+            return Some("/");
+        }
+        rest.starts_with('/').then_some(rest)
+    }
+}
+
+/// Where a cookie of ours applies, behind the public URL: the one place the
+/// dashboard's cookies and the OAuth sign-in form's decide their `Path` and
+/// `Secure`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CookieScope {
+    /// The public URL's path prefix ([`PathPrefix`]) followed by `under`,
+    /// `/` when both are empty: `https://host/zm` scopes the dashboard
+    /// (`""`) to `/zm` and the OAuth form (`"/oauth"`) to `/zm/oauth`.
+    /// `/zm`, not `/zm/`: a cookie path also matches the bare `/zm` (and
+    /// never `/zmx`, RFC 6265 §5.1.4).
+    pub(crate) path: String,
+    /// The public URL is https (decided on the parsed scheme, whatever the
+    /// spelling).
+    pub(crate) secure: bool,
+}
+
+impl CookieScope {
+    /// The scope of the routes at `under` (`""` or a path starting with
+    /// `/`) of the server at `public_url`.
+    pub(crate) fn of(public_url: &str, under: &str) -> Self {
+        let secure = url::Url::parse(public_url).is_ok_and(|u| u.scheme() == "https");
+        let path = format!("{}{under}", PathPrefix::of(public_url).as_str());
+        CookieScope {
+            path: if path.is_empty() { "/".into() } else { path },
+            secure,
+        }
+    }
+
+    /// A `Set-Cookie` value: `HttpOnly`, with `same_site`, this scope's
+    /// `Path` and `Secure` (`max_age` 0 and an empty value clear it; a
+    /// cookie is cleared only under the `Path` it was set with).
+    pub(crate) fn set_cookie(
+        &self,
+        name: &str,
+        value: &str,
+        max_age: u64,
+        same_site: &str,
+    ) -> String {
+        format!(
+            "{name}={value}; Path={}; Max-Age={max_age}; HttpOnly; SameSite={same_site}{}",
+            self.path,
+            if self.secure { "; Secure" } else { "" }
+        )
+    }
 }
 
 /// Prometheus counters of the HTTP layer: counts only, never user data.
@@ -622,6 +727,88 @@ mod tests {
         ] {
             assert_eq!(HttpConfig::local(base).public_url, want, "{base}");
         }
+    }
+
+    #[test]
+    fn cookies_are_scoped_to_the_public_urls_path() {
+        for (base, under, path, secure) in [
+            ("http://127.0.0.1:8787", "", "/", false),
+            ("http://127.0.0.1:8787", "/oauth", "/oauth", false),
+            ("https://memory.example.com", "", "/", true),
+            ("HTTPS://Memory.Example.com", "", "/", true),
+            ("https://memory.example.com/zm", "", "/zm", true),
+            (
+                "https://memory.example.com/zm/",
+                "/oauth",
+                "/zm/oauth",
+                true,
+            ),
+            ("https://host.example/a/b", "", "/a/b", true),
+            ("https://host.example/a;Domain=evil.example", "", "/", true),
+            ("not a url", "/oauth", "/oauth", false),
+            ("not a url", "", "/", false),
+        ] {
+            let scope = CookieScope::of(&normalise_base(base), under);
+            assert_eq!(
+                (scope.path.as_str(), scope.secure),
+                (path, secure),
+                "{base} {under}"
+            );
+        }
+        assert_eq!(
+            CookieScope::of("https://h.example/zm", "").set_cookie("c", "v", 60, "Strict"),
+            "c=v; Path=/zm; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
+        );
+    }
+
+    #[test]
+    fn the_path_prefix_is_the_public_urls_path() {
+        for (base, prefix) in [
+            ("http://127.0.0.1:8787", ""),
+            ("https://memory.example.com/", ""),
+            ("https://memory.example.com/zm", "/zm"),
+            ("https://memory.example.com/zm/", "/zm"),
+            ("https://host.example/a/b", "/a/b"),
+            ("https://host.example/a;Domain=evil.example", ""),
+            ("https://host.example//evil.example", ""),
+            ("not a url", ""),
+        ] {
+            assert_eq!(
+                PathPrefix::of(&normalise_base(base)).as_str(),
+                prefix,
+                "{base}"
+            );
+        }
+        let zm = PathPrefix::of("https://host.example/zm");
+        assert_eq!(zm.join("/"), "/zm/");
+        assert_eq!(zm.join("/memories/x?y=1"), "/zm/memories/x?y=1");
+        assert_eq!(zm.strip("/zm"), Some("/"));
+        assert_eq!(zm.strip("/zm/"), Some("/"));
+        assert_eq!(zm.strip("/zm/memories/x?y=1"), Some("/memories/x?y=1"));
+        for other in [
+            "/",
+            "/zmx",
+            "/other/zm",
+            "zm/x",
+            "/zm?x",
+            "https://evil/zm/",
+        ] {
+            assert_eq!(zm.strip(other), None, "{other}");
+        }
+        let root = PathPrefix::default();
+        assert_eq!(root.join("/login?next=%2F"), "/login?next=%2F");
+        assert_eq!(root.strip("/memories/x"), Some("/memories/x"));
+        assert_eq!(root.strip("memories"), None);
+    }
+
+    #[test]
+    fn a_prefixed_public_url_accepts_its_own_forms() {
+        // Browsers send the origin, never the path: the prefix changes
+        // nothing about which forms are ours.
+        let cfg = HttpConfig::local("https://memory.example.com/zm");
+        assert!(cfg.form_origin_ok("https://memory.example.com", Some("memory.example.com")));
+        assert!(cfg.form_origin_ok("https://memory.example.com", None));
+        assert!(!cfg.form_origin_ok("https://evil.example", Some("memory.example.com")));
     }
 
     #[test]

@@ -299,6 +299,7 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
     assert!(
         session.contains("HttpOnly")
             && session.contains("SameSite=Strict")
+            && session.contains("; Path=/;")
             && !session.contains("Secure"),
         "{session}"
     );
@@ -482,6 +483,13 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
     let old = b.clone();
     let p = b.post(&s, "/logout", &[("csrf", &csrf)]).await;
     assert_eq!((p.status, p.location.as_deref()), (303, Some("/login")));
+    assert!(
+        p.set_cookies.iter().any(|c| c.starts_with("zm_session=;")
+            && c.contains("; Path=/;")
+            && c.contains("Max-Age=0")),
+        "sign-out clears the cookie where it was set: {:?}",
+        p.set_cookies
+    );
     let mut replay = old;
     assert_eq!(
         replay.get(&s, "/").await.status,
@@ -1326,5 +1334,366 @@ async fn an_upper_case_https_public_url_makes_cookies_secure() {
         .find(|c| c.starts_with("zm_session="))
         .expect("a session cookie");
     assert!(session.contains("; Secure"), "{session}");
+    s.running.stop().await;
+}
+
+/// Behind a public URL with a path prefix (`ZM_PUBLIC_URL=https://host/zm`,
+/// a proxy serving the dashboard under `/zm`), the dashboard's cookies are
+/// scoped to that prefix, like the OAuth form's (`/zm/oauth`), and sign-out
+/// clears the session cookie under the same path (a browser keeps a cookie
+/// cleared under another path).
+#[tokio::test]
+async fn cookies_follow_a_path_prefix_of_the_public_url() {
+    let s = start_with(None, |c| {
+        c.public_url = format!("{}/zm", c.public_url);
+    })
+    .await;
+    let (_, email, password) = person(&s.store, "prefix").await;
+    let mut b = Browser::default();
+    let with_path = |cookies: &[String], name: &str| -> Vec<String> {
+        cookies
+            .iter()
+            .filter(|c| c.starts_with(&format!("{name}=")))
+            .cloned()
+            .collect()
+    };
+    let login = b.get(&s, "/login").await;
+    let pre = with_path(&login.set_cookies, "zm_login");
+    assert!(
+        pre.len() == 1 && pre[0].contains("; Path=/zm;"),
+        "the sign-in form's cookie: {pre:?}"
+    );
+    let p = b.sign_in(&s, &email, &password).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let session = with_path(&p.set_cookies, "zm_session");
+    assert!(
+        session.len() == 1
+            && session[0].contains("; Path=/zm;")
+            && session[0].contains("HttpOnly")
+            && session[0].contains("SameSite=Strict"),
+        "{session:?}"
+    );
+    let spent = with_path(&p.set_cookies, "zm_login");
+    assert!(
+        spent.len() == 1 && spent[0].contains("; Path=/zm;") && spent[0].contains("Max-Age=0"),
+        "the form's cookie is cleared under its path: {spent:?}"
+    );
+    let csrf = b.csrf(&s).await;
+    let p = b.post(&s, "/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let cleared = with_path(&p.set_cookies, "zm_session");
+    assert!(
+        cleared.len() == 1
+            && cleared[0].starts_with("zm_session=;")
+            && cleared[0].contains("; Path=/zm;")
+            && cleared[0].contains("Max-Age=0"),
+        "sign-out clears the session cookie under /zm: {cleared:?}"
+    );
+    s.running.stop().await;
+}
+
+/// Every URL a page names in an `href`, `src`, `action` or `formaction`
+/// attribute (maud writes every attribute double-quoted).
+fn page_urls(html: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for attr in ["href", "src", "action", "formaction"] {
+        let needle = format!(" {attr}=\"");
+        let mut rest = html;
+        while let Some(i) = rest.find(&needle) {
+            rest = &rest[i + needle.len()..];
+            let end = rest.find('"').unwrap_or(rest.len());
+            out.push(rest[..end].replace("&amp;", "&"));
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// Sign in and walk the dashboard behind a public URL whose path is
+/// `prefix` (`""` or `/zm`), as a proxy that strips the prefix forwards
+/// it (routes are fetched at the server's root): every main page, a
+/// memory, an error page, a confirmation, the sign-in page, and the
+/// redirects of a sign-in, a change, a team's creation and the sign-out.
+/// Returns every URL they emit — attributes and `Location`s — with the
+/// route that emitted it. Return-to targets are checked on the way.
+async fn emitted_urls(s: &Server, prefix: &str) -> Vec<(String, String)> {
+    let (user, email, password) = person(&s.store, "prefixed").await;
+    let tools = zm_store::ToolService::new(s.store.clone());
+    let caller = Caller::new(user.id.clone());
+    let call = |tool: zm_contracts::ToolName, args: serde_json::Value| {
+        let tools = tools.clone();
+        let caller = caller.clone();
+        async move { tools.call(&caller, tool, &args).await.unwrap().to_json() }
+    };
+    let first = remember(
+        &s.store,
+        &user.id,
+        "The search service uses OpenSearch.",
+        "personal",
+    )
+    .await;
+    let second = remember(
+        &s.store,
+        &user.id,
+        "OpenSearch runs three data nodes.",
+        "personal",
+    )
+    .await;
+    let third = remember(
+        &s.store,
+        &user.id,
+        "The staging cluster is in eu-west-1.",
+        "personal",
+    )
+    .await;
+    call(
+        zm_contracts::ToolName::Link,
+        json!({"src": second, "dst": first, "type": "relates_to"}),
+    )
+    .await;
+    call(
+        zm_contracts::ToolName::Challenge,
+        json!({"memory_id": first, "reason": "we may move to Meilisearch"}),
+    )
+    .await;
+    call(
+        zm_contracts::ToolName::PromoteRule,
+        json!({"memory_id": second}),
+    )
+    .await;
+    common::token(&s.store, &user, None, &["mcp:read"]).await;
+
+    let mut urls: Vec<(String, String)> = Vec::new();
+    let mut b = Browser::default();
+    let public = |route: &str| format!("{prefix}{route}");
+    let route_of = |location: &str| {
+        location
+            .strip_prefix(prefix)
+            .filter(|r| r.starts_with('/'))
+            .unwrap_or_else(|| panic!("{location} is not under {prefix:?}"))
+            .to_string()
+    };
+    let next_of = |route: &str| {
+        format!(
+            "{}/login?next={}",
+            prefix,
+            url::form_urlencoded::byte_serialize(public(route).as_bytes()).collect::<String>()
+        )
+    };
+
+    // Signed out: sent to the sign-in page, coming back to the public path.
+    let asked = format!("/memories/{first}");
+    let p = b.get(s, &asked).await;
+    assert_eq!(p.status, 303);
+    assert_eq!(p.location.as_deref(), Some(next_of(&asked).as_str()));
+    let login = route_of(p.location.as_deref().unwrap());
+    let p = b.get(s, &login).await;
+    assert_eq!(p.status, 200);
+    assert_eq!(
+        field(&p.body, "next").as_deref(),
+        Some(public(&asked).as_str()),
+        "the form carries the public return-to path"
+    );
+    urls.extend(page_urls(&p.body).into_iter().map(|u| (login.clone(), u)));
+
+    // Signing in goes back there.
+    let token = field(&p.body, "csrf").unwrap();
+    let back = public(&asked);
+    let p = b
+        .post(
+            s,
+            "/login",
+            &[
+                ("csrf", &token),
+                ("next", &back),
+                ("email", &email),
+                ("password", &password),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_deref()),
+        (303, Some(back.as_str()))
+    );
+    urls.push(("POST /login".into(), p.location.unwrap()));
+    // Signed in, the sign-in page sends on to a return-to path of ours.
+    let p = b
+        .get(
+            s,
+            &format!(
+                "/login?next={}",
+                url::form_urlencoded::byte_serialize(public("/rules").as_bytes())
+                    .collect::<String>()
+            ),
+        )
+        .await;
+    assert_eq!(p.location, Some(public("/rules")));
+    urls.push(("GET /login".into(), p.location.unwrap()));
+
+    let csrf = b.csrf(s).await;
+    // A team, for the Teams pages.
+    let slug = format!("prefix{}", unique());
+    let p = b
+        .post(
+            s,
+            "/teams",
+            &[("csrf", &csrf), ("slug", &slug), ("name", "Prefix team")],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.clone()),
+        (303, Some(public(&format!("/teams/{slug}")))),
+        "{}",
+        p.body
+    );
+    urls.push(("POST /teams".into(), p.location.unwrap()));
+
+    for route in [
+        "/".to_string(),
+        "/?q=OpenSearch".to_string(),
+        "/?status=all&kind=fact".to_string(),
+        format!("/memories/{first}"),
+        format!("/memories/{second}"),
+        "/memories/nope".to_string(),
+        "/review".to_string(),
+        "/rules".to_string(),
+        "/access".to_string(),
+        "/connect".to_string(),
+        "/teams".to_string(),
+        format!("/teams/{slug}"),
+        "/insight".to_string(),
+        "/account".to_string(),
+    ] {
+        let p = b.get(s, &route).await;
+        assert!(
+            [200, 404].contains(&p.status),
+            "{route}: {} {}",
+            p.status,
+            p.body
+        );
+        assert!(p.location.is_none(), "{route}");
+        urls.extend(page_urls(&p.body).into_iter().map(|u| (route.clone(), u)));
+    }
+    // A bulk action's confirmation, then a change and its redirect.
+    let p = b
+        .post(
+            s,
+            "/memories/bulk",
+            &[("csrf", &csrf), ("action", "forget"), ("ids", &third)],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    urls.extend(
+        page_urls(&p.body)
+            .into_iter()
+            .map(|u| ("POST /memories/bulk".to_string(), u)),
+    );
+    let p = b
+        .post(s, &format!("/memories/{third}/forget"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        (p.status, p.location.clone()),
+        (303, Some(public(&format!("/memories/{third}"))))
+    );
+    urls.push(("POST forget".into(), p.location.unwrap()));
+    // A form that expired: the error page.
+    let p = b
+        .post(
+            s,
+            &format!("/memories/{third}/restore"),
+            &[("csrf", "stale")],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    urls.extend(
+        page_urls(&p.body)
+            .into_iter()
+            .map(|u| ("POST restore".to_string(), u)),
+    );
+
+    let p = b.post(s, "/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(
+        (p.status, p.location.clone()),
+        (303, Some(public("/login")))
+    );
+    urls.push(("POST /logout".into(), p.location.unwrap()));
+    urls
+}
+
+/// Behind `ZM_PUBLIC_URL=…/zm` (a proxy strips `/zm` and forwards to our
+/// root), every URL the dashboard emits — links, form actions, the
+/// stylesheet and the script, redirects and the return-to parameter —
+/// starts with `/zm/`; return-to targets outside it are not followed.
+/// Without a prefix, nothing names `/zm`.
+#[tokio::test]
+async fn every_dashboard_url_is_under_the_public_urls_path_prefix() {
+    let s = start_with(None, |c| {
+        c.public_url = format!("{}/zm", c.public_url);
+    })
+    .await;
+    let urls = emitted_urls(&s, "/zm").await;
+    let rooted: Vec<&(String, String)> = urls.iter().filter(|(_, u)| u.starts_with('/')).collect();
+    assert!(rooted.len() > 100, "the walk saw the pages' URLs: {urls:?}");
+    for want in [
+        "/zm/assets/app.css",
+        "/zm/assets/app.js",
+        "/zm/logout",
+        "/zm/memories/bulk",
+        "/zm/api/openapi.json",
+    ] {
+        assert!(
+            rooted.iter().any(|(_, u)| u == want),
+            "{want} in {rooted:?}"
+        );
+    }
+    let outside: Vec<_> = rooted
+        .iter()
+        .filter(|(_, u)| !(u == "/zm" || u.starts_with("/zm/")))
+        .collect();
+    assert!(outside.is_empty(), "URLs outside /zm: {outside:?}");
+
+    // Return-to targets: only a path under the prefix is followed.
+    let (_, email, password) = person(&s.store, "prefix-next").await;
+    for (next, to) in [
+        ("/zm/rules", "/zm/rules"),
+        ("/zm", "/zm/"),
+        ("/rules", "/zm/"),
+        ("/zmx/rules", "/zm/"),
+        ("/zm/../other-app", "/zm/"),
+        ("/zm/%2e%2e/other-app", "/zm/"),
+        ("/zm//evil.example", "/zm/"),
+        ("//evil.example/zm/", "/zm/"),
+        ("https://evil.example/zm/", "/zm/"),
+    ] {
+        let mut b = Browser::default();
+        let token = field(&b.get(&s, "/login").await.body, "csrf").unwrap();
+        let p = b
+            .post(
+                &s,
+                "/login",
+                &[
+                    ("csrf", &token),
+                    ("next", next),
+                    ("email", &email),
+                    ("password", &password),
+                ],
+            )
+            .await;
+        assert_eq!(
+            (p.status, p.location.as_deref()),
+            (303, Some(to)),
+            "next={next}"
+        );
+    }
+    s.running.stop().await;
+
+    let s = start(None).await;
+    let urls = emitted_urls(&s, "").await;
+    assert!(urls.iter().any(|(_, u)| u == "/assets/app.css"), "{urls:?}");
+    let named: Vec<_> = urls
+        .iter()
+        .filter(|(_, u)| u.starts_with("/zm") || u.starts_with("//"))
+        .collect();
+    assert!(named.is_empty(), "no prefix, yet: {named:?}");
     s.running.stop().await;
 }

@@ -477,7 +477,11 @@ async fn register_authorize_token_mcp_refresh_and_replay() {
 
     // Replaying the spent refresh token fails and kills the family.
     let (st, v) = s
-        .token(&[("grant_type", "refresh_token"), ("refresh_token", &refresh)])
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &refresh),
+            ("client_id", &client),
+        ])
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"), "{v}");
     let (st, v) = s.rest(&access2, "recall", json!({"query": "x"})).await;
@@ -496,6 +500,7 @@ async fn register_authorize_token_mcp_refresh_and_replay() {
         .token(&[
             ("grant_type", "refresh_token"),
             ("refresh_token", &refresh2),
+            ("client_id", &client),
         ])
         .await;
     assert_eq!(
@@ -606,6 +611,7 @@ async fn token_refusals() {
         .token(&[
             ("grant_type", "refresh_token"),
             ("refresh_token", "zm_ort_nope"),
+            ("client_id", &client),
         ])
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
@@ -613,6 +619,7 @@ async fn token_refusals() {
         .token(&[
             ("grant_type", "refresh_token"),
             ("refresh_token", "zm_ort_nope"),
+            ("client_id", &client),
             ("resource", "https://elsewhere.example/mcp"),
         ])
         .await;
@@ -679,10 +686,90 @@ async fn token_refusals() {
         .token(&[
             ("grant_type", "refresh_token"),
             ("refresh_token", t["refresh_token"].as_str().unwrap()),
+            ("client_id", &client),
             ("scope", "mcp:read mcp:write"),
         ])
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_scope"));
+    s.stop().await;
+}
+
+/// OAuth 2.1 §4.3 (with §2.4, §3.2.1): a public client refreshing names
+/// itself, and only the client the token was issued to may use it. Every
+/// refusal leaves the token as it was: it still rotates for its client
+/// afterwards (a spent token would be `invalid_grant` there, and its
+/// family revoked as a replay).
+#[tokio::test]
+async fn a_refresh_names_its_client_and_a_refusal_spends_nothing() {
+    let s = start().await;
+    let (client, t) = s.tokens().await;
+    let refresh = t["refresh_token"].as_str().unwrap();
+    let access = t["access_token"].as_str().unwrap();
+    let other = s.client().await;
+    let fake = zm_contracts::IdKind::OauthClient.generate();
+    let grant = |client_id: Option<&str>| {
+        let mut form = vec![
+            ("grant_type", "refresh_token".to_string()),
+            ("refresh_token", refresh.to_string()),
+        ];
+        if let Some(c) = client_id {
+            form.push(("client_id", c.to_string()));
+        }
+        form
+    };
+    let send = |form: Vec<(&'static str, String)>| {
+        let (http, url) = (s.http.clone(), format!("{}/oauth/token", s.base));
+        async move {
+            let r = http.post(url).form(&form).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (st, v) = send(grant(None)).await;
+    assert_eq!(
+        (st, oauth_code(&v)),
+        (400, "invalid_request"),
+        "a refresh without client_id: {v}"
+    );
+    assert!(
+        v["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("client_id"),
+        "{v}"
+    );
+    let (st, v) = send(grant(Some(&other))).await;
+    assert_eq!(
+        (st, oauth_code(&v)),
+        (400, "invalid_grant"),
+        "another client's refresh token: {v}"
+    );
+    let (st, v) = send(grant(Some(&fake))).await;
+    assert_eq!((st, oauth_code(&v)), (401, "invalid_client"), "{v}");
+    // As JSON too.
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .json(&json!({"grant_type": "refresh_token", "refresh_token": refresh}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(oauth_code(&r.json().await.unwrap()), "invalid_request");
+
+    // Nothing was spent: the first access token still works, and the
+    // refresh token rotates once, for its own client.
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
+    let (st, t2) = send(grant(Some(&client))).await;
+    assert_eq!(st, 200, "the refused attempts left the token usable: {t2}");
+    let access2 = t2["access_token"].as_str().unwrap();
+    assert_eq!(
+        s.rest(access2, "recall", json!({"query": "x"})).await.0,
+        200
+    );
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
+    // And only once: now it is spent.
+    let (st, v) = send(grant(Some(&client))).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"), "{v}");
     s.stop().await;
 }
 
@@ -1033,7 +1120,11 @@ async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
         .unwrap();
     assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 401);
     let (st, v) = s
-        .token(&[("grant_type", "refresh_token"), ("refresh_token", refresh)])
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh),
+            ("client_id", &client),
+        ])
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
     let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
@@ -1114,7 +1205,11 @@ async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
     assert_eq!(revoke(form).await, (200, String::new()));
     assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 401);
     let (st, t2) = s
-        .token(&[("grant_type", "refresh_token"), ("refresh_token", refresh)])
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh),
+            ("client_id", &client),
+        ])
         .await;
     assert_eq!(st, 200, "the refresh token still works: {t2}");
     let access2 = t2["access_token"].as_str().unwrap();
@@ -1138,7 +1233,11 @@ async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
         401
     );
     let (st, v) = s
-        .token(&[("grant_type", "refresh_token"), ("refresh_token", refresh2)])
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh2),
+            ("client_id", &client),
+        ])
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"));
 

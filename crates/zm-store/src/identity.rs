@@ -945,7 +945,7 @@ mod tests {
 
     async fn refreshes(store: &Store, t: &IssuedTokens) -> bool {
         store
-            .refresh_oauth_token(&t.refresh_token, Some(&t.client_id), None, None)
+            .refresh_oauth_token(&t.refresh_token, &t.client_id, None, None)
             .await
             .is_ok()
     }

@@ -774,12 +774,15 @@ impl Store {
 
     /// The `refresh_token` grant: rotate. A refresh token presented a second
     /// time revokes its whole family (every access and refresh token
-    /// descending from the same authorization). `scope`, when given, must
-    /// be within the family's; it narrows the new access token only.
+    /// descending from the same authorization). `client_id` is the client
+    /// presenting it (every client is public: its id is its
+    /// identification): another client's token is `invalid_grant` and is
+    /// neither spent nor taken for a replay. `scope`, when given, must be
+    /// within the family's; it narrows the new access token only.
     pub async fn refresh_oauth_token(
         &self,
         refresh_token: &str,
-        client_id: Option<&str>,
+        client_id: &str,
         scope: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
@@ -807,6 +810,12 @@ impl Store {
             });
             let actor = known.as_ref().map(|k| k.0.clone());
             let payload = match &known {
+                // Another client's token names both (the holder first).
+                Some((_, client, family)) if client.as_deref() != Some(client_id) => json!({
+                    "client_id": client,
+                    "family_id": family,
+                    "presented_client_id": client_id,
+                }),
                 Some((_, client, family)) => json!({
                     "client_id": client,
                     "family_id": family,
@@ -829,7 +838,7 @@ impl Store {
     async fn refresh_inner(
         &self,
         hash: &str,
-        client_id: Option<&str>,
+        client_id: &str,
         scope: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
@@ -852,7 +861,7 @@ impl Store {
             client_id: token_client,
             family_id,
         } = TokenRow::from_row(&row)?;
-        if client_id.is_some_and(|c| c != token_client) {
+        if client_id != token_client {
             return Err(OauthError::InvalidGrant(
                 "The refresh token was issued to a different client.".into(),
             ));
@@ -1212,7 +1221,7 @@ mod tests {
                 other => panic!("[{label}] a disabled account's code: {other:?}"),
             }
             match store
-                .refresh_oauth_token(&first.refresh_token, None, None, None)
+                .refresh_oauth_token(&first.refresh_token, &first.client_id, None, None)
                 .await
             {
                 Err(OauthError::InvalidGrant(_)) => {}
@@ -1226,7 +1235,7 @@ mod tests {
                 .unwrap();
             assert!(
                 store
-                    .refresh_oauth_token(&first.refresh_token, None, None, None)
+                    .refresh_oauth_token(&first.refresh_token, &first.client_id, None, None)
                     .await
                     .is_ok(),
                 "[{label}] the refusal spent nothing"

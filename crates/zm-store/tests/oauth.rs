@@ -178,7 +178,7 @@ backend_tests! {
         );
         // The refresh token outlives it.
         let t2 = store
-            .refresh_oauth_token(&t.refresh_token, Some(&c), None, None)
+            .refresh_oauth_token(&t.refresh_token, &c, None, None)
             .await
             .unwrap();
         assert!(works(&store, &t2.access_token).await, "[{label}]");
@@ -195,12 +195,12 @@ backend_tests! {
             .await
             .unwrap();
         let t2 = store
-            .refresh_oauth_token(&t1.refresh_token, Some(&c), None, None)
+            .refresh_oauth_token(&t1.refresh_token, &c, None, None)
             .await
             .unwrap();
         assert_eq!(t2.family_id, t1.family_id, "[{label}]");
         let t3 = store
-            .refresh_oauth_token(&t2.refresh_token, None, Some("mcp:read"), None)
+            .refresh_oauth_token(&t2.refresh_token, &c, Some("mcp:read"), None)
             .await
             .unwrap();
         assert_eq!(t3.scope, "mcp:read", "[{label}] narrowed");
@@ -208,14 +208,14 @@ backend_tests! {
         assert!(!auth.can_write(), "[{label}]");
         // Narrowing applies to the access token; the family keeps its scope.
         let t4 = store
-            .refresh_oauth_token(&t3.refresh_token, None, Some("mcp:write mcp:read"), None)
+            .refresh_oauth_token(&t3.refresh_token, &c, Some("mcp:write mcp:read"), None)
             .await
             .unwrap();
         assert_eq!(t4.scope, "mcp:read mcp:write", "[{label}]");
         // Replay t1's (spent) refresh token.
         invalid_grant(
             store
-                .refresh_oauth_token(&t1.refresh_token, None, None, None)
+                .refresh_oauth_token(&t1.refresh_token, &c, None, None)
                 .await,
             label,
             "replay",
@@ -230,7 +230,7 @@ backend_tests! {
         }
         invalid_grant(
             store
-                .refresh_oauth_token(&t4.refresh_token, None, None, None)
+                .refresh_oauth_token(&t4.refresh_token, &c, None, None)
                 .await,
             label,
             "the newest refresh token is dead too",
@@ -241,10 +241,27 @@ backend_tests! {
         let c2 = client(&store).await;
         invalid_grant(
             store
-                .refresh_oauth_token(&other.refresh_token, Some(&c2), None, None)
+                .refresh_oauth_token(&other.refresh_token, &c2, None, None)
                 .await,
             label,
             "foreign client",
+        );
+        // The refusal spent nothing: the token rotates for its own client,
+        // and no replay was seen (the family lives on).
+        let rotated = store
+            .refresh_oauth_token(&other.refresh_token, &c, None, None)
+            .await
+            .expect("another client's attempt left the token as it was");
+        assert!(works(&store, &rotated.access_token).await, "[{label}]");
+        let audit_row = store
+            .audit_rows(&u.id, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r["command"] == "oauth.refresh" && r["payload"]["presented_client_id"] == c2);
+        assert!(
+            audit_row.is_some_and(|r| r["payload"]["client_id"] == c),
+            "[{label}] the refusal's audit row names both clients"
         );
         let audit = store.audit_rows(&u.id, 50).await.unwrap();
         assert!(
@@ -283,7 +300,7 @@ backend_tests! {
         store.revoke_oauth_token(&t.access_token, &c, None).await.unwrap();
         assert!(!works(&store, &t.access_token).await, "[{label}] access revoked");
         let t2 = store
-            .refresh_oauth_token(&t.refresh_token, Some(&c), None, None)
+            .refresh_oauth_token(&t.refresh_token, &c, None, None)
             .await
             .expect("revoking the access token leaves the refresh token");
         assert!(works(&store, &t2.access_token).await, "[{label}]");
@@ -296,7 +313,7 @@ backend_tests! {
         store.revoke_oauth_token(&t2.refresh_token, &c, None).await.unwrap();
         assert!(!works(&store, &t2.access_token).await, "[{label}] family revoked");
         invalid_grant(
-            store.refresh_oauth_token(&t2.refresh_token, Some(&c), None, None).await,
+            store.refresh_oauth_token(&t2.refresh_token, &c, None, None).await,
             label,
             "a revoked refresh token",
         );
@@ -363,9 +380,9 @@ backend_tests! {
             .unwrap();
         let mut tasks = Vec::new();
         for _ in 0..6 {
-            let (store, r) = (store.clone(), t.refresh_token.clone());
+            let (store, r, c) = (store.clone(), t.refresh_token.clone(), c.clone());
             tasks.push(tokio::spawn(async move {
-                store.refresh_oauth_token(&r, None, None, None).await
+                store.refresh_oauth_token(&r, &c, None, None).await
             }));
         }
         let results: Vec<_> = futures_join(tasks).await;
@@ -412,7 +429,7 @@ backend_tests! {
         assert!(!works(&store, &t.access_token).await, "[{label}]");
         invalid_grant(
             store
-                .refresh_oauth_token(&t.refresh_token, None, None, None)
+                .refresh_oauth_token(&t.refresh_token, &c, None, None)
                 .await,
             label,
             "refresh after revocation",

@@ -25,11 +25,11 @@ fn when(ms: Option<i64>, none: &str) -> String {
     )
 }
 
-fn token_form(csrf: &str, failure: Option<&Failure>) -> Markup {
+fn token_form(signed: &Signed, failure: Option<&Failure>) -> Markup {
     let name_error = failure.and_then(|f| f.field("name"));
     html! {
-        form #new-token method="post" action="/access/tokens" {
-            input type="hidden" name="csrf" value=(csrf);
+        form #new-token method="post" action=(signed.href("/access/tokens")) {
+            input type="hidden" name="csrf" value=(signed.csrf);
             @if let Some(f) = failure { (f.notice()) }
             div.field.invalid[name_error.is_some()] {
                 label for="token-name" { "Name" }
@@ -110,7 +110,7 @@ async fn page_body(
                             td.status { (status) }
                             td {
                                 @if status == "active" {
-                                    form method="post" action=(format!("/access/tokens/{}/revoke", t.id)) {
+                                    form method="post" action=(signed.href(&format!("/access/tokens/{}/revoke", t.id))) {
                                         input type="hidden" name="csrf" value=(signed.csrf);
                                         button.secondary type="submit" aria-label=(format!("Revoke {}", t.name.clone().unwrap_or_else(|| t.id.clone()))) { "Revoke" }
                                     }
@@ -122,7 +122,7 @@ async fn page_body(
             }
         }
         h2 { "New token" }
-        (token_form(&signed.csrf, failure))
+        (token_form(signed, failure))
         h2 { "Authorized apps (OAuth)" }
         @if clients.is_empty() { p { "No app has signed in with OAuth." } } @else {
             table #oauth-clients {
@@ -137,7 +137,7 @@ async fn page_body(
                             td { @if c.revoked_at.is_some() { "revoked" } @else { "active" } }
                             td {
                                 @if c.revoked_at.is_none() {
-                                    form method="post" action=(format!("/access/oauth/{}/revoke", c.client.id)) {
+                                    form method="post" action=(signed.href(&format!("/access/oauth/{}/revoke", c.client.id))) {
                                         input type="hidden" name="csrf" value=(signed.csrf);
                                         button.secondary type="submit" { "Revoke" }
                                     }
@@ -160,7 +160,7 @@ async fn page_body(
                             td { (when(Some(x.opened_at), "")) }
                             td { (when(Some(x.seen_at), "")) }
                             td {
-                                form method="post" action=(format!("/access/sessions/{}/end", x.id)) {
+                                form method="post" action=(signed.href(&format!("/access/sessions/{}/end", x.id))) {
                                     input type="hidden" name="csrf" value=(signed.csrf);
                                     button.secondary type="submit" { "End" }
                                 }
@@ -170,7 +170,7 @@ async fn page_body(
                 }
             }
         }
-        p { "To connect a new client, see " a href="/connect" { "Connect" } "." }
+        p { "To connect a new client, see " a href=(signed.href("/connect")) { "Connect" } "." }
     })
 }
 
@@ -284,7 +284,7 @@ pub(crate) async fn connect(State(state): State<AppState>, signed: Signed) -> Re
     let mcp = format!("{base}/mcp");
     let body = html! {
         h1 { "Connect an agent" }
-        p.lead { "Each agent connects with its own credentials. Over HTTP, clients that speak OAuth sign in with your email and password; others take a token from " a href="/access" { "Access" } "." }
+        p.lead { "Each agent connects with its own credentials. Over HTTP, clients that speak OAuth sign in with your email and password; others take a token from " a href=(signed.href("/access")) { "Access" } "." }
         h2 { "Claude Code" }
         h3 { "Over HTTP (OAuth)" }
         (snippet("cc-http", &format!("claude mcp add --transport http zero-memory {mcp}")))
@@ -303,7 +303,7 @@ pub(crate) async fn connect(State(state): State<AppState>, signed: Signed) -> Re
             dt { "Streamable HTTP" } dd { code #mcp-url { (mcp) } }
             dt { "OAuth 2.1 metadata" } dd { code { (base) "/.well-known/oauth-authorization-server" } }
             dt { "stdio" } dd { code { "zero-memory stdio" } " (on the machine that holds the database)" }
-            dt { "REST" } dd { code { (base) "/api/tools/<tool>" } " — " a href="/api/openapi.json" { "OpenAPI" } }
+            dt { "REST" } dd { code { (base) "/api/tools/<tool>" } " — " a href=(signed.href("/api/openapi.json")) { "OpenAPI" } }
         }
     };
     signed.page(StatusCode::OK, "Connect", "/connect", body)

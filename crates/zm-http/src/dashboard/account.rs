@@ -12,7 +12,7 @@ use serde_json::json;
 use zm_contracts::{ToolError, ToolName, ToolOutput};
 
 use super::errors::{self, Failure};
-use super::{Signed, see_other, signed_form};
+use super::{Signed, signed_form};
 use crate::state::AppState;
 
 fn invalid(field: &str, reason: &str, rid: Option<&str>) -> Failure {
@@ -41,7 +41,7 @@ async fn page(
         @if let Some(n) = notice { div.flash.ok role="status" { (n) } }
         @if let Some(f) = failure { (f.notice()) }
         h2 { "Change your password" }
-        form #password method="post" action="/account/password" {
+        form #password method="post" action=(signed.href("/account/password")) {
             input type="hidden" name="csrf" value=(signed.csrf);
             @for (name, label, auto) in [("current", "Current password", "current-password"), ("new", "New password (at least 8 characters)", "new-password"), ("again", "New password again", "new-password")] {
                 @let err = field_error(name);
@@ -56,9 +56,9 @@ async fn page(
         }
         h2 { "Export everything" }
         p { "Every memory you can read, live and forgotten, as JSONL — what " code { "zero-memory import" } " reads back." }
-        p { a.button.secondary #export href="/account/export" download { "Download the export" } }
+        p { a.button.secondary #export href=(signed.href("/account/export")) download { "Download the export" } }
         h2 { "Import" }
-        form #import method="post" action="/account/import" enctype="multipart/form-data" {
+        form #import method="post" action=(signed.href("/account/import")) enctype="multipart/form-data" {
             input type="hidden" name="csrf" value=(signed.csrf);
             div.field {
                 label for="import-file" { "File (JSONL, at most 20 MiB)" }
@@ -99,7 +99,7 @@ async fn page(
             }
         }
         h2 { "Delete your account" }
-        form #delete-account method="post" action="/account/delete" {
+        form #delete-account method="post" action=(signed.href("/account/delete")) {
             input type="hidden" name="csrf" value=(signed.csrf);
             @let err = field_error("confirm");
             div.field.invalid[err.is_some()] {
@@ -191,8 +191,8 @@ pub(crate) async fn password(
     let user_id = &signed.session.user_id;
     let credential = match state.store.user_by_id(user_id).await {
         Ok(Some(u)) => u.credential,
-        Ok(None) => return see_other("/login"),
-        Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
+        Ok(None) => return signed.see_other("/login"),
+        Err(e) => return errors::page(&signed.prefix, None, &Failure::from_tool(e, rid)),
     };
     match state
         .store
@@ -200,13 +200,13 @@ pub(crate) async fn password(
         .await
     {
         Ok((secret, _)) => {
-            let mut resp = see_other("/account?changed=1");
+            let mut resp = signed.see_other("/account?changed=1");
             if let Ok(v) = super::session_cookie(&state, &secret).parse() {
                 resp.headers_mut().insert(header::SET_COOKIE, v);
             }
             resp
         }
-        Err(e) => errors::page(None, &Failure::from_tool(e, rid)),
+        Err(e) => errors::page(&signed.prefix, None, &Failure::from_tool(e, rid)),
     }
 }
 
@@ -328,7 +328,7 @@ pub(crate) async fn delete(
         .await
     {
         Ok(_) => {
-            let mut resp = see_other("/login");
+            let mut resp = signed.see_other("/login");
             if let Ok(v) = super::clear_session_cookie(&state).parse() {
                 resp.headers_mut().insert(header::SET_COOKIE, v);
             }

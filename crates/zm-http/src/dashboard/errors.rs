@@ -14,6 +14,7 @@ use zm_contracts::{ErrorCode, ToolError};
 use zm_store::web::WebSession;
 
 use super::layout;
+use crate::state::PathPrefix;
 
 /// A failure on its way to the page.
 #[derive(Debug, Clone)]
@@ -21,7 +22,8 @@ pub(crate) struct Failure {
     pub(crate) error: ToolError,
     pub(crate) request_id: Option<String>,
     pub(crate) retry_after: Option<u64>,
-    /// Where "reload" and "sign in again" lead back to.
+    /// Where "reload" and "sign in again" lead back to: a route
+    /// (`/memories/x`), made public (under the path prefix) on the page.
     pub(crate) back: Option<String>,
 }
 
@@ -125,15 +127,13 @@ fn summary(code: ErrorCode) -> &'static str {
     }
 }
 
-/// The page of a failure that has no form to return to.
-pub(crate) fn page(session: Option<&WebSession>, f: &Failure) -> Response {
+/// The page of a failure that has no form to return to; its links are
+/// under the public URL's path `prefix`.
+pub(crate) fn page(prefix: &PathPrefix, session: Option<&WebSession>, f: &Failure) -> Response {
     let code = f.error.code;
     if code == ErrorCode::Unauthorized {
-        let next = f.back.as_deref().unwrap_or("/");
-        return super::see_other(&format!(
-            "/login?next={}",
-            url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
-        ));
+        let back = f.back.as_deref().unwrap_or("/");
+        return super::see_other(prefix, &super::login_then(prefix, back));
     }
     let status =
         StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -165,7 +165,7 @@ pub(crate) fn page(session: Option<&WebSession>, f: &Failure) -> Response {
                 ErrorCode::NotFound => { p { "It does not exist, or it is not yours to see." } }
                 ErrorCode::Conflict => {
                     p { (f.error.message) }
-                    p { a.button href=(f.back.as_deref().unwrap_or("/")) { "Reload" } }
+                    p { a.button href=(prefix.join(f.back.as_deref().unwrap_or("/"))) { "Reload" } }
                 }
                 ErrorCode::RateLimited => {
                     p.retry { "Try again in " (f.retry_after.unwrap_or(60)) " seconds." }
@@ -175,9 +175,9 @@ pub(crate) fn page(session: Option<&WebSession>, f: &Failure) -> Response {
                 }
             }
         }
-        p { a href="/" { "Back to your memories" } }
+        p { a href=(prefix.join("/")) { "Back to your memories" } }
     };
-    let mut resp = super::html(status, layout::page(title, session, None, body));
+    let mut resp = super::html(status, layout::page(prefix, title, session, None, body));
     if let Some(secs) = f.retry_after
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
     {
@@ -205,7 +205,11 @@ mod tests {
     #[test]
     fn each_code_has_its_own_treatment() {
         let rid = Some("req_0000000000000000.0000000000");
-        let (status, html, _) = body(page(None, &Failure::from_tool(ToolError::internal(), rid)));
+        let (status, html, _) = body(page(
+            &PathPrefix::default(),
+            None,
+            &Failure::from_tool(ToolError::internal(), rid),
+        ));
         assert_eq!(status, 500);
         assert!(
             html.contains("req_0000000000000000.0000000000"),
@@ -213,21 +217,24 @@ mod tests {
         );
         let mut limited = Failure::from_tool(ToolError::rate_limited("slow down"), rid);
         limited.retry_after = Some(42);
-        let (status, html, retry) = body(page(None, &limited));
+        let (status, html, retry) = body(page(&PathPrefix::default(), None, &limited));
         assert_eq!((status, retry.as_deref()), (429, Some("42")));
         assert!(html.contains("Try again in 42 seconds"));
         let (status, _, _) = body(page(
+            &PathPrefix::default(),
             None,
             &Failure::from_tool(ToolError::unauthorized("x"), rid).back_to("/rules"),
         ));
         assert_eq!(status, 303, "unauthorized sends to sign-in and back");
         let (status, html, _) = body(page(
+            &PathPrefix::default(),
             None,
             &Failure::from_tool(ToolError::conflict("it moved"), rid).back_to("/memories/x"),
         ));
         assert_eq!(status, 409);
         assert!(html.contains("href=\"/memories/x\"") && html.contains("Reload"));
         let (status, html, _) = body(page(
+            &PathPrefix::default(),
             None,
             &Failure::forbidden("Only the team's admins can do this.", rid),
         ));
@@ -240,8 +247,40 @@ mod tests {
             zm_contracts::prefixes::Prefix::SecretContentRejected.message("field `content` appears to contain a secret"),
         )
         .with_details(serde_json::json!({"field": "content", "detector": "aws-access-key", "masked": "AKIA…"}));
-        let (status, html, _) = body(page(None, &Failure::from_tool(secret, rid)));
+        let (status, html, _) = body(page(
+            &PathPrefix::default(),
+            None,
+            &Failure::from_tool(secret, rid),
+        ));
         assert_eq!(status, 400);
         assert!(html.contains("AKIA…"), "the masked sample is shown");
+    }
+
+    #[test]
+    fn behind_a_prefix_every_link_and_redirect_is_under_it() {
+        let zm = PathPrefix::of("https://host.example/zm");
+        let rid = Some("req_0000000000000000.0000000000");
+        let resp = page(
+            &zm,
+            None,
+            &Failure::from_tool(ToolError::unauthorized("x"), rid).back_to("/rules"),
+        );
+        assert_eq!(
+            resp.headers()[header::LOCATION],
+            "/zm/login?next=%2Fzm%2Frules"
+        );
+        let (_, html, _) = body(page(
+            &zm,
+            None,
+            &Failure::from_tool(ToolError::conflict("it moved"), rid).back_to("/memories/x"),
+        ));
+        for url in [
+            "href=\"/zm/memories/x\"",
+            "href=\"/zm/\"",
+            "href=\"/zm/assets/app.css\"",
+            "src=\"/zm/assets/app.js\"",
+        ] {
+            assert!(html.contains(url), "{url} in {html}");
+        }
     }
 }

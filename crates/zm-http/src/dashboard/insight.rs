@@ -244,12 +244,12 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         (bars("by-agent", "Memories by writing agent", &agents))
         h2 { "Most recalled" }
         @if usage.most.is_empty() { p.muted #most-recalled { "No recall counted yet." } } @else {
-            ol #most-recalled { @for (id, text, n) in &usage.most { li { a href=(format!("/memories/{id}")) { (text) } " — " (n) " recall" @if *n != 1 { "s" } } } }
+            ol #most-recalled { @for (id, text, n) in &usage.most { li { a href=(signed.href(&format!("/memories/{id}"))) { (text) } " — " (n) " recall" @if *n != 1 { "s" } } } }
         }
         h2 { "Never recalled" }
         p #never-recalled { strong { (usage.never) } " live memories no agent has recalled yet." @if !usage.never_oldest.is_empty() { " The oldest:" } }
         @if !usage.never_oldest.is_empty() {
-            ul { @for (id, text) in &usage.never_oldest { li { a href=(format!("/memories/{id}")) { (text) } } } }
+            ul { @for (id, text) in &usage.never_oldest { li { a href=(signed.href(&format!("/memories/{id}"))) { (text) } } } }
         }
         h2 { "Open loops by age" }
         (bars("loop-ages", "Live tasks and open questions by age", &ages))

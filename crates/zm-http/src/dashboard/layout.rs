@@ -4,7 +4,9 @@
 use maud::{DOCTYPE, Markup, html};
 use zm_store::web::WebSession;
 
-/// The dashboard's sections, in the order of the navigation.
+use crate::state::PathPrefix;
+
+/// The dashboard's sections (their routes), in the order of the navigation.
 pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("/", "Memories"),
     ("/review", "Review"),
@@ -17,12 +19,14 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
 ];
 
 /// A whole page. `current` marks the section in the navigation; `csrf`
-/// (the session's token) adds the sign-out button.
+/// (the session's token) adds the sign-out button. Every URL of the shell
+/// is under the public URL's path `prefix`.
 #[allow(
     clippy::needless_pass_by_value,
     reason = "callers build the body for this page and hand it over"
 )]
 pub(crate) fn page(
+    prefix: &PathPrefix,
     title: &str,
     session: Option<&WebSession>,
     chrome: Option<(&str, &str)>,
@@ -37,22 +41,22 @@ pub(crate) fn page(
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " — zero-memory" }
                 link rel="icon" href="data:,";
-                link rel="stylesheet" href="/assets/app.css";
-                script src="/assets/app.js" defer {}
+                link rel="stylesheet" href=(prefix.join("/assets/app.css"));
+                script src=(prefix.join("/assets/app.js")) defer {}
             }
             body {
                 a.skip href="#main" { "Skip to content" }
                 header.top {
-                    a.brand href="/" { "zero-memory" }
+                    a.brand href=(prefix.join("/")) { "zero-memory" }
                     @if let Some(s) = session {
                         nav.main aria-label="Sections" {
                             ul {
-                                @for (href, label) in SECTIONS {
+                                @for (route, label) in SECTIONS {
                                     li {
-                                        @if Some(*href) == current {
-                                            a href=(href) aria-current="page" { (label) }
+                                        @if Some(*route) == current {
+                                            a href=(prefix.join(route)) aria-current="page" { (label) }
                                         } @else {
-                                            a href=(href) { (label) }
+                                            a href=(prefix.join(route)) { (label) }
                                         }
                                     }
                                 }
@@ -61,7 +65,7 @@ pub(crate) fn page(
                         div.who {
                             span { (s.email) }
                             @if let Some(token) = csrf {
-                                form #logout method="post" action="/logout" {
+                                form #logout method="post" action=(prefix.join("/logout")) {
                                     input type="hidden" name="csrf" value=(token);
                                     button.secondary type="submit" { "Sign out" }
                                 }

@@ -5,7 +5,8 @@
 //! form token that is an HMAC of it under the database's form key. Failed
 //! sign-ins back off per account (shared with OAuth) and are limited per
 //! client IP. A success makes a server-side session and goes back to the
-//! page that asked for it (a local path only).
+//! page that asked for it (a path of ours, under the public URL's path
+//! prefix, only).
 
 use std::sync::atomic::Ordering;
 
@@ -19,10 +20,10 @@ use zm_contracts::ToolError;
 use zm_store::RequestId;
 
 use super::errors::{self, Failure};
-use super::{Signed, cookie, html, layout, read_form, see_other, set_cookie};
+use super::{Signed, cookie, html, layout, read_form, redirect, set_cookie};
 use crate::oauth::csrf;
 use crate::request::{ClientIp, ip_limit_key};
-use crate::state::AppState;
+use crate::state::{AppState, PathPrefix};
 
 const LOGIN_COOKIE: &str = "zm_login";
 /// What the sign-in form token is bound to besides the cookie.
@@ -33,25 +34,36 @@ pub(crate) struct Next {
     next: Option<String>,
 }
 
-/// Only a local path is a place to go back to: it starts with one `/`
-/// and holds printable ASCII only. A browser drops tabs and line breaks
+/// The public path to go back to after signing in: `next` when it is a
+/// path of ours — under the public URL's path `prefix`, then a route that
+/// starts with one `/`, holds printable ASCII only and no dot segment —
+/// and the memories page otherwise. A browser drops tabs and line breaks
 /// from a `Location` before reading it (so `/<TAB>/evil.example` would be
-/// `//evil.example`, another site) and reads a backslash as `/`.
-fn local(next: Option<&str>) -> String {
-    match next {
-        Some(n)
-            if n.starts_with('/')
-                && !n.starts_with("//")
-                && n.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\') =>
-        {
-            n.to_string()
-        }
-        _ => "/".to_string(),
-    }
+/// `//evil.example`, another site), reads a backslash as `/` and resolves
+/// `..` (so `/zm/../app` would be another application on the host).
+fn local(prefix: &PathPrefix, next: Option<&str>) -> String {
+    let route = next.and_then(|n| prefix.strip(n)).filter(|r| {
+        !r.starts_with("//")
+            && r.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\')
+            && !has_dot_segment(r)
+    });
+    prefix.join(route.unwrap_or("/"))
+}
+
+/// Does the path of `route` (before its query) hold a `.` or `..`
+/// segment, written plainly or percent-encoded (`%2e`), as a browser
+/// resolves it?
+fn has_dot_segment(route: &str) -> bool {
+    let path = route.split(['?', '#']).next().unwrap_or("");
+    path.split('/').any(|seg| {
+        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+        seg == "." || seg == ".."
+    })
 }
 
 fn form_page(
     state: &AppState,
+    prefix: &PathPrefix,
     cookie_value: &str,
     next: &str,
     email: &str,
@@ -63,7 +75,7 @@ fn form_page(
             h1 { "Sign in" }
             p.lead { "Your agents' memory, for you to browse, correct and govern." }
             @if let Some(f) = failure { (f.notice()) }
-            form #login method="post" action="/login" {
+            form #login method="post" action=(prefix.join("/login")) {
                 input type="hidden" name="csrf" value=(token);
                 input type="hidden" name="next" value=(next);
                 div.field {
@@ -79,7 +91,7 @@ fn form_page(
             p.muted { "The account " code { "zero-memory serve" } " created on its first start, or one made with " code { "zero-memory user add" } "." }
         }
     };
-    layout::page("Sign in", None, None, body)
+    layout::page(prefix, "Sign in", None, None, body)
 }
 
 /// `GET /login`.
@@ -88,14 +100,18 @@ pub(crate) async fn page(
     Query(q): Query<Next>,
     headers: HeaderMap,
 ) -> Response {
-    let next = local(q.next.as_deref());
+    let prefix = state.cfg.path_prefix();
+    let next = local(&prefix, q.next.as_deref());
     if let Some(secret) = super::session_secret(&headers)
         && let Ok(Some(_)) = state.store.web_session(&secret).await
     {
-        return see_other(&next);
+        return redirect(&next);
     }
     let value = csrf::new_cookie();
-    let mut resp = html(StatusCode::OK, form_page(&state, &value, &next, "", None));
+    let mut resp = html(
+        StatusCode::OK,
+        form_page(&state, &prefix, &value, &next, "", None),
+    );
     if let Ok(v) = set_cookie(&state, LOGIN_COOKIE, &value, 600).parse() {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -111,17 +127,18 @@ pub(crate) async fn submit(
     body: Body,
 ) -> Response {
     let rid = Some(request_id.0.as_str());
+    let prefix = state.cfg.path_prefix();
     let form = match read_form(&state, &headers, body, rid).await {
         Ok(f) => f,
-        Err(f) => return errors::page(None, &f),
+        Err(f) => return errors::page(&prefix, None, &f),
     };
-    let next = local(form.get("next"));
+    let next = local(&prefix, form.get("next"));
     let email = form.get("email").unwrap_or("").trim().to_string();
     let again = |failure: Failure, status: StatusCode| {
         let value = csrf::new_cookie();
         let mut resp = html(
             status,
-            form_page(&state, &value, &next, &email, Some(&failure)),
+            form_page(&state, &prefix, &value, &next, &email, Some(&failure)),
         );
         if let Ok(v) = set_cookie(&state, LOGIN_COOKIE, &value, 600).parse() {
             resp.headers_mut().insert(header::SET_COOKIE, v);
@@ -156,7 +173,7 @@ pub(crate) async fn submit(
                 rid,
             );
             f.retry_after = Some(secs);
-            return errors::page(None, &f);
+            return errors::page(&prefix, None, &f);
         }
     }
     // Counted now, before the password check (a success clears it).
@@ -168,12 +185,12 @@ pub(crate) async fn submit(
             rid,
         );
         f.retry_after = Some(secs);
-        return errors::page(None, &f);
+        return errors::page(&prefix, None, &f);
     }
     let password = form.get("password").unwrap_or("");
     let user = match state.store.verify_password(&email, password).await {
         Ok(u) => u,
-        Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
+        Err(e) => return errors::page(&prefix, None, &Failure::from_tool(e, rid)),
     };
     let Some(user) = user else {
         let f = Failure::from_tool(
@@ -190,7 +207,7 @@ pub(crate) async fn submit(
     if let Some(old) = super::session_secret(&headers)
         && let Err(e) = state.store.web_session_end(&old).await
     {
-        return errors::page(None, &Failure::from_tool(e, rid));
+        return errors::page(&prefix, None, &Failure::from_tool(e, rid));
     }
     let agent = headers
         .get(header::USER_AGENT)
@@ -201,9 +218,9 @@ pub(crate) async fn submit(
         .await;
     let (secret, _) = match created {
         Ok(s) => s,
-        Err(e) => return errors::page(None, &Failure::from_tool(e, rid)),
+        Err(e) => return errors::page(&prefix, None, &Failure::from_tool(e, rid)),
     };
-    let mut resp = see_other(&next);
+    let mut resp = redirect(&next);
     let h = resp.headers_mut();
     for c in [
         super::session_cookie(&state, &secret),
@@ -231,7 +248,7 @@ pub(crate) async fn logout(
     {
         return signed.error(&signed.fail(e));
     }
-    let mut resp = see_other("/login");
+    let mut resp = signed.see_other("/login");
     if let Ok(v) = super::clear_session_cookie(&state).parse() {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -240,10 +257,14 @@ pub(crate) async fn logout(
 
 #[cfg(test)]
 mod tests {
+    use crate::state::PathPrefix;
+
     #[test]
     fn only_local_paths_are_followed() {
-        assert_eq!(super::local(Some("/memories/x")), "/memories/x");
-        assert_eq!(super::local(Some("/?q=a b")), "/?q=a b");
+        let root = PathPrefix::default();
+        let local = |next| super::local(&root, next);
+        assert_eq!(local(Some("/memories/x")), "/memories/x");
+        assert_eq!(local(Some("/?q=a b")), "/?q=a b");
         for bad in [
             "//evil.example",
             "https://evil.example",
@@ -254,9 +275,40 @@ mod tests {
             "/\r\n",
             "/\u{7f}/evil.example",
             "/é",
+            "/../evil",
+            "/a/%2E%2e/evil",
         ] {
-            assert_eq!(super::local(Some(bad)), "/", "{bad}");
+            assert_eq!(local(Some(bad)), "/", "{bad}");
         }
-        assert_eq!(super::local(None), "/");
+        assert_eq!(local(None), "/");
+    }
+
+    #[test]
+    fn behind_a_prefix_only_paths_under_it_are_followed() {
+        let zm = PathPrefix::of("https://host.example/zm");
+        let local = |next| super::local(&zm, next);
+        assert_eq!(local(Some("/zm/memories/x")), "/zm/memories/x");
+        assert_eq!(local(Some("/zm/?q=a b")), "/zm/?q=a b");
+        assert_eq!(local(Some("/zm")), "/zm/");
+        assert_eq!(local(Some("/zm/a/..x/b")), "/zm/a/..x/b");
+        for bad in [
+            "/",
+            "/memories/x",
+            "/zmx/memories",
+            "/other/zm/x",
+            "/zm//evil.example",
+            "/zm/\\evil",
+            "/zm/\t/evil.example",
+            "/zm/../app",
+            "/zm/%2e%2E/app",
+            "/zm/./../app",
+            "/zm/..?x",
+            "//evil.example/zm/",
+            "https://evil.example/zm/",
+            "zm/x",
+        ] {
+            assert_eq!(local(Some(bad)), "/zm/", "{bad}");
+        }
+        assert_eq!(local(None), "/zm/");
     }
 }

@@ -16,7 +16,7 @@ use zm_contracts::{Memory, MemoryId, MemoryKind, ToolName, ToolOutput};
 use zm_store::web::{MemoryFilter, MemoryStatus};
 
 use super::errors::Failure;
-use super::{Signed, see_other, signed_form};
+use super::{Signed, signed_form};
 use crate::state::AppState;
 
 /// Rows per page of the list and the search.
@@ -209,20 +209,20 @@ pub(crate) async fn index(
         @if let Some(d) = done { div.flash.ok role="status" { (d) } }
         div.layout {
             aside.filters aria-label="Filters" {
-                (facet_list("Scope", "scope", filter.scope.as_deref(), &facets.scopes, &q, &caller.user_id))
-                (facet_list("Kind", "kind", filter.kind.map(MemoryKind::as_str), &facets.kinds, &q, &caller.user_id))
+                (facet_list(&signed, "Scope", "scope", filter.scope.as_deref(), &facets.scopes, &q))
+                (facet_list(&signed, "Kind", "kind", filter.kind.map(MemoryKind::as_str), &facets.kinds, &q))
                 h2 { "Status" }
                 ul {
                     @for (status, n) in &facets.statuses {
                         li class=(if *status == filter.status { "on" } else { "" }) {
-                            a href=(q.with("status", Some(status.as_str()))) { (status_label(*status)) }
+                            a href=(signed.href(&q.with("status", Some(status.as_str())))) { (status_label(*status)) }
                             span.count { (n) }
                         }
                     }
                 }
-                (facet_list("Agent", "agent", filter.agent.as_deref(), &facets.agents, &q, &caller.user_id))
+                (facet_list(&signed, "Agent", "agent", filter.agent.as_deref(), &facets.agents, &q))
                 h2 { "Date" }
-                form.dates method="get" action="/" {
+                form.dates method="get" action=(signed.href("/")) {
                     @if let Some(v) = &q.q { input type="hidden" name="q" value=(v); }
                     @if let Some(v) = &filter.scope { input type="hidden" name="scope" value=(v); }
                     div.field { label for="since" { "From" } input #since type="date" name="since" value=(q.since.clone().unwrap_or_default()); }
@@ -231,7 +231,7 @@ pub(crate) async fn index(
                 }
             }
             section aria-label="Results" {
-                form.search role="search" method="get" action="/" {
+                form.search role="search" method="get" action=(signed.href("/")) {
                     label.sr-only for="q" { "Search your memories" }
                     input #q type="search" name="q" placeholder="Search, as your agents recall" value=(query);
                     @if let Some(v) = &filter.scope { input type="hidden" name="scope" value=(v); }
@@ -240,12 +240,12 @@ pub(crate) async fn index(
                 }
                 @if let Some(f) = &failure { (f.notice()) }
                 @if !query.is_empty() {
-                    p.muted { (rows.len()) " ranked by recall, as an agent gets them (live memories only). " a href=(q.with("q", None)) { "Clear the search" } }
+                    p.muted { (rows.len()) " ranked by recall, as an agent gets them (live memories only). " a href=(signed.href(&q.with("q", None))) { "Clear the search" } }
                 }
                 @if rows.is_empty() {
                     p #empty { "No memories match." }
                 } @else {
-                    form #bulk method="post" action="/memories/bulk" {
+                    form #bulk method="post" action=(signed.href("/memories/bulk")) {
                         input type="hidden" name="csrf" value=(signed.csrf);
                         div.bulk {
                             label { input type="checkbox" data-select-all; " Select all" }
@@ -260,12 +260,12 @@ pub(crate) async fn index(
                             button.secondary type="submit" { "Continue" }
                         }
                         ol.memories #results {
-                            @for r in &rows { (r.item(&caller.user_id)) }
+                            @for r in &rows { (r.item(&signed)) }
                         }
                     }
                 }
                 @if let Some(n) = next {
-                    div.pager { a rel="next" href=(q.with("before", Some(&n.to_string()))) { "Older →" } }
+                    div.pager { a rel="next" href=(signed.href(&q.with("before", Some(&n.to_string())))) { "Older →" } }
                 }
             }
         }
@@ -284,22 +284,23 @@ fn status_label(s: MemoryStatus) -> &'static str {
 }
 
 fn facet_list(
+    signed: &Signed,
     title: &str,
     key: &str,
     chosen: Option<&str>,
     values: &[(String, u64)],
     q: &ListQuery,
-    user_id: &str,
 ) -> Markup {
+    let user_id = signed.session.user_id.as_str();
     html! {
         h2 { (title) }
         ul {
             li class=(if chosen.is_none() { "on" } else { "" }) {
-                a href=(q.with(key, None)) { "Any" }
+                a href=(signed.href(&q.with(key, None))) { "Any" }
             }
             @for (v, n) in values.iter().take(30) {
                 li class=(if chosen == Some(v.as_str()) { "on" } else { "" }) {
-                    a href=(q.with(key, Some(v))) {
+                    a href=(signed.href(&q.with(key, Some(v)))) {
                         @if v.is_empty() { "(none)" } @else if key == "scope" { (scope_label(v, user_id)) } @else { (v) }
                     }
                     span.count { (n) }
@@ -338,12 +339,13 @@ impl Row {
         }
     }
 
-    fn item(&self, user_id: &str) -> Markup {
+    fn item(&self, signed: &Signed) -> Markup {
+        let user_id = signed.session.user_id.as_str();
         let check = format!("pick-{}", self.id);
         html! {
             li.memory data-id=(self.id) {
                 input id=(check) type="checkbox" name="ids" value=(self.id) aria-label=(format!("Select {}", self.id));
-                a.memory-link.text href=(format!("/memories/{}", self.id)) { (self.content) }
+                a.memory-link.text href=(signed.href(&format!("/memories/{}", self.id))) { (self.content) }
                 div.meta {
                     span.tag { (self.kind) }
                     span.scope { (scope_label(&self.scope, user_id)) }
@@ -401,7 +403,7 @@ pub(crate) async fn show(
     let live = m.invalidated_at.is_none();
     let mine = context.mine;
     let body = html! {
-        p { a href="/" { "← Memories" } }
+        p { a href=(signed.href("/")) { "← Memories" } }
         h1 { "Memory " code { (m.id) } }
         div.content #memory-content { (m.content) }
         dl.facts {
@@ -412,12 +414,12 @@ pub(crate) async fn show(
             dt { "Written" } dd { (when(&m.created_at)) " by " (m.author_kind.as_str()) @if let Some(a) = &m.agent_name { " (" (a) ")" } }
             dt { "URI" } dd { code #uri { "zm://memory/" (m.id) } }
             @if let Some(s) = &m.superseded_by {
-                dt { "Superseded by" } dd { a href=(format!("/memories/{s}")) { code { (s) } } }
+                dt { "Superseded by" } dd { a href=(signed.href(&format!("/memories/{s}"))) { code { (s) } } }
             }
         }
         @if !chain.is_empty() {
             h2 { "Newer versions" }
-            ol #chain { @for c in &chain { li { a href=(format!("/memories/{}", c.id)) { code { (c.id) } } " — " (c.content.chars().take(120).collect::<String>()) } } }
+            ol #chain { @for c in &chain { li { a href=(signed.href(&format!("/memories/{}", c.id))) { code { (c.id) } } " — " (c.content.chars().take(120).collect::<String>()) } } }
         }
         @if !context.links.is_empty() {
             h2 { "Links" }
@@ -425,7 +427,7 @@ pub(crate) async fn show(
                 @for (kind, other, outgoing, preview) in &context.links {
                     li {
                         @if *outgoing { "this " (kind) " " } @else { (kind) " this: " }
-                        a href=(format!("/memories/{other}")) { code { (other) } }
+                        a href=(signed.href(&format!("/memories/{other}"))) { code { (other) } }
                         " — " (preview)
                     }
                 }
@@ -439,7 +441,7 @@ pub(crate) async fn show(
             h2 { "Conflicts" }
             ul #conflicts {
                 @for (id, verdict, status) in &context.conflicts {
-                    li { code { (id) } " — " (verdict) ", " (status) @if status == "pending" { " — " a href="/review" { "review it" } } }
+                    li { code { (id) } " — " (verdict) ", " (status) @if status == "pending" { " — " a href=(signed.href("/review")) { "review it" } } }
                 }
             }
         }
@@ -452,7 +454,7 @@ pub(crate) async fn show(
             p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
         }
         @if live && mine {
-            form #edit method="post" action=(format!("/memories/{}/edit", m.id)) {
+            form #edit method="post" action=(signed.href(&format!("/memories/{}/edit", m.id))) {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 div.field {
                     label for="content" { "New text" }
@@ -464,24 +466,24 @@ pub(crate) async fn show(
         }
         div.actions {
             @if mine && live {
-                form #forget method="post" action=(format!("/memories/{}/forget", m.id)) {
+                form #forget method="post" action=(signed.href(&format!("/memories/{}/forget", m.id))) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     div.field { label for="reason" { "Reason (optional)" } input #reason type="text" name="reason"; }
                     button.danger type="submit" { "Forget" }
                 }
                 @if is_loop {
-                    form #close method="post" action=(format!("/memories/{}/close", m.id)) {
+                    form #close method="post" action=(signed.href(&format!("/memories/{}/close", m.id))) {
                         input type="hidden" name="csrf" value=(signed.csrf);
                         button type="submit" { "Close the loop" }
                     }
                 }
-                form #share method="post" action=(format!("/memories/{}/share", m.id)) {
+                form #share method="post" action=(signed.href(&format!("/memories/{}/share", m.id))) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     div.field { label for="share-scope" { "Share into scope" } input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required; }
                     button.secondary type="submit" { "Share" }
                 }
             } @else if mine && m.superseded_by.is_none() {
-                form #restore method="post" action=(format!("/memories/{}/restore", m.id)) {
+                form #restore method="post" action=(signed.href(&format!("/memories/{}/restore", m.id))) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     button type="submit" { "Restore" }
                 }
@@ -526,7 +528,7 @@ pub(crate) async fn act(
         }
     };
     match state.tools.call(&signed.caller(), tool, &input).await {
-        Ok(_) => see_other(&back),
+        Ok(_) => signed.see_other(&back),
         Err(e) => signed.error(&call_failure(e, &signed).back_to(&back)),
     }
 }
@@ -580,18 +582,18 @@ pub(crate) async fn edit(
         "links": [{"dst": old.id.to_string(), "type": "supersedes"}],
     });
     match state.tools.call(&caller, ToolName::Remember, &input).await {
-        Ok(ToolOutput::Remember(out)) => see_other(&format!("/memories/{}", out.memory_id)),
-        Ok(_) => see_other(&back),
+        Ok(ToolOutput::Remember(out)) => signed.see_other(&format!("/memories/{}", out.memory_id)),
+        Ok(_) => signed.see_other(&back),
         Err(e) => {
             let f = call_failure(e, &signed).back_to(&back);
             if f.error.code == zm_contracts::ErrorCode::ValidationFailed {
                 // The form again, the text kept, the field marked.
                 let reason = f.field("content").or_else(|| f.field("links"));
                 let page = html! {
-                    p { a href=(back) { "← Back to the memory" } }
+                    p { a href=(signed.href(&back)) { "← Back to the memory" } }
                     h1 { "Edit memory " code { (id) } }
                     (f.notice())
-                    form #edit method="post" action=(format!("/memories/{id}/edit")) {
+                    form #edit method="post" action=(signed.href(&format!("/memories/{id}/edit"))) {
                         input type="hidden" name="csrf" value=(signed.csrf);
                         div.field.invalid {
                             label for="content" { "New text" }
@@ -691,7 +693,7 @@ pub(crate) async fn bulk(
             h1 { "Confirm" }
             p #confirm-question { (what) }
             @if action == "forget" { p.muted { "Forgotten memories can be restored from their page." } }
-            form #confirm method="post" action="/memories/bulk" {
+            form #confirm method="post" action=(signed.href("/memories/bulk")) {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 input type="hidden" name="action" value=(action);
                 input type="hidden" name="scope" value=(scope);
@@ -699,7 +701,7 @@ pub(crate) async fn bulk(
                 @for id in &ids { input type="hidden" name="ids" value=(id); }
                 div.actions {
                     button.danger type="submit" { "Yes, " (action) " " (ids.len()) }
-                    a.button.secondary href="/" { "Cancel" }
+                    a.button.secondary href=(signed.href("/")) { "Cancel" }
                 }
             }
         };
@@ -720,13 +722,13 @@ pub(crate) async fn bulk(
                     p { "Moved " (out.moved.len()) " of " (out.moved.len() + out.failed.len()) " into " code { (out.scope) } "." }
                     div.flash.warn role="status" {
                         p { "These were not moved:" }
-                        ul { @for f in &out.failed { li { a href=(format!("/memories/{}", f.memory_id)) { code { (f.memory_id) } } ": " (f.error) } } }
+                        ul { @for f in &out.failed { li { a href=(signed.href(&format!("/memories/{}", f.memory_id))) { code { (f.memory_id) } } ": " (f.error) } } }
                     }
-                    p { a href="/" { "Back to your memories" } }
+                    p { a href=(signed.href("/")) { "Back to your memories" } }
                 };
                 signed.page(StatusCode::OK, "Moved", "/", page)
             }
-            Ok(_) => see_other("/?done=move"),
+            Ok(_) => signed.see_other("/?done=move"),
             Err(e) => signed.error(&call_failure(e, &signed).back_to("/")),
         };
     }
@@ -757,16 +759,16 @@ pub(crate) async fn bulk(
         .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.clone(), e.message.clone())))
         .collect();
     if failed.is_empty() {
-        return see_other("/?status=forgotten&done=forget");
+        return signed.see_other("/?status=forgotten&done=forget");
     }
     let page = html! {
         h1 { "Forgotten, with exceptions" }
         p { "Forgot " (results.len() - failed.len()) " of " (results.len()) "." }
         div.flash.warn role="status" {
             p { "These were not forgotten:" }
-            ul { @for (id, why) in &failed { li { a href=(format!("/memories/{id}")) { code { (id) } } ": " (why) } } }
+            ul { @for (id, why) in &failed { li { a href=(signed.href(&format!("/memories/{id}"))) { code { (id) } } ": " (why) } } }
         }
-        p { a href="/" { "Back to your memories" } }
+        p { a href=(signed.href("/")) { "Back to your memories" } }
     };
     signed.page(StatusCode::OK, "Forgotten", "/", page)
 }

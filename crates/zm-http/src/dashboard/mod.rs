@@ -11,12 +11,21 @@
 //!
 //! Security: a sign-in makes a server-side session (`zm_store::web`); its
 //! random secret lives in an `HttpOnly`, `SameSite=Strict` cookie (`Secure`
-//! whenever the public URL is https). Sign-out and `user disable` end it at
+//! whenever the public URL is https; its `Path` is the public URL's path,
+//! `/` or the prefix a proxy serves it under). Sign-out and `user disable` end it at
 //! once. Every form carries a CSRF token (an HMAC of the session secret
 //! under the database's form key; the sign-in form binds a pre-session
 //! cookie the same way) and every POST must come from our origin. Pages are
 //! served with a CSP without `unsafe-inline` and `frame-ancestors 'none'`.
 //! Failed sign-ins back off per account, shared with the OAuth sign-in.
+//!
+//! Behind a proxy that serves the server under a path (`ZM_PUBLIC_URL=
+//! https://host/zm`, the proxy stripping `/zm`), the routes stay at our
+//! root while every URL a page, a redirect or a return-to target carries
+//! is public: the handlers and templates write routes (`/memories/x`) and
+//! turn them into public paths (`/zm/memories/x`) as they emit them, with
+//! the one [`PathPrefix`] of the public URL (`Signed::href`,
+//! [`see_other`], `layout::page`).
 
 mod access;
 mod account;
@@ -43,7 +52,7 @@ use sha2::Sha256;
 use zm_store::RequestId;
 use zm_store::web::WebSession;
 
-use crate::state::AppState;
+use crate::state::{AppState, CookieScope, PathPrefix};
 
 pub(crate) use errors::Failure;
 
@@ -156,17 +165,27 @@ fn secure_headers(h: &mut HeaderMap) {
     );
 }
 
-/// A `303 See Other` to `to` (after a POST), with the page headers.
-pub(crate) fn see_other(to: &str) -> Response {
-    let mut resp = Redirect::to(to).into_response();
+/// A `303 See Other` to the route `to` (after a POST), under the public
+/// URL's path prefix, with the page headers.
+pub(crate) fn see_other(prefix: &PathPrefix, to: &str) -> Response {
+    redirect(&prefix.join(to))
+}
+
+/// A `303 See Other` to a public path (one already under the prefix: a
+/// return-to target), with the page headers.
+fn redirect(public: &str) -> Response {
+    let mut resp = Redirect::to(public).into_response();
     secure_headers(resp.headers_mut());
     resp
 }
 
-/// Is the public URL https (cookies then get `Secure`)? Decided on the
-/// parsed scheme, so no spelling of `https` (`HTTPS://…`) leaves it out.
-fn secure(state: &AppState) -> bool {
-    url::Url::parse(&state.cfg.public_url).is_ok_and(|u| u.scheme() == "https")
+/// `/login?next=…` (a route), the sign-in page coming back to the route
+/// `back`: `next` is its public path, as the browser will follow it.
+pub(crate) fn login_then(prefix: &PathPrefix, back: &str) -> String {
+    format!(
+        "/login?next={}",
+        url::form_urlencoded::byte_serialize(prefix.join(back).as_bytes()).collect::<String>()
+    )
 }
 
 /// A cookie's value from the request.
@@ -182,12 +201,12 @@ pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter(|v| !v.is_empty() && v.len() <= 128)
 }
 
-/// A `Set-Cookie` for the whole dashboard (`max_age` 0 clears it).
-pub(crate) fn set_cookie(state: &AppState, name: &str, value: &str, max_age: i64) -> String {
-    format!(
-        "{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
-        if secure(state) { "; Secure" } else { "" }
-    )
+/// A `Set-Cookie` for the whole dashboard (`max_age` 0 clears it): the
+/// dashboard is served at the public URL's root, so its cookies are scoped
+/// to that URL's path (`/`, or the prefix it sits under behind a proxy, as
+/// the OAuth form's cookie is), `Secure` whenever that URL is https.
+pub(crate) fn set_cookie(state: &AppState, name: &str, value: &str, max_age: u64) -> String {
+    CookieScope::of(&state.cfg.public_url, "").set_cookie(name, value, max_age, "Strict")
 }
 
 /// The CSRF token of a session's forms: an HMAC of its secret under the
@@ -210,17 +229,29 @@ pub(crate) fn csrf_ok(state: &AppState, session_secret: &str, token: &str) -> bo
         .is_ok_and(|tag| mac.verify_slice(&tag).is_ok())
 }
 
-/// A signed-in request: the session, its secret (for the CSRF token) and
-/// the request id. Without a live session a GET is sent to the sign-in
-/// page and back; anything else too.
+/// A signed-in request: the session, its secret (for the CSRF token), the
+/// request id and the public URL's path prefix. Without a live session a
+/// GET is sent to the sign-in page and back; anything else too.
 pub(crate) struct Signed {
     pub(crate) session: WebSession,
     pub(crate) csrf: String,
     pub(crate) secret: String,
     pub(crate) request_id: Option<String>,
+    pub(crate) prefix: PathPrefix,
 }
 
 impl Signed {
+    /// The public path of one of our routes, for a link or a form action:
+    /// `/zm/memories/x` for `/memories/x` behind `https://host/zm`.
+    pub(crate) fn href(&self, route: &str) -> String {
+        self.prefix.join(route)
+    }
+
+    /// A `303 See Other` to one of our routes.
+    pub(crate) fn see_other(&self, route: &str) -> Response {
+        see_other(&self.prefix, route)
+    }
+
     /// The caller the tool service sees.
     pub(crate) fn caller(&self) -> zm_store::Caller {
         self.session.caller(self.request_id.clone())
@@ -233,7 +264,7 @@ impl Signed {
 
     /// The page of a failure.
     pub(crate) fn error(&self, f: &Failure) -> Response {
-        errors::page(Some(&self.session), f)
+        errors::page(&self.prefix, Some(&self.session), f)
     }
 
     /// A whole page in the section `nav`.
@@ -246,7 +277,13 @@ impl Signed {
     ) -> Response {
         html(
             status,
-            layout::page(title, Some(&self.session), Some((nav, &self.csrf)), body),
+            layout::page(
+                &self.prefix,
+                title,
+                Some(&self.session),
+                Some((nav, &self.csrf)),
+                body,
+            ),
         )
     }
 }
@@ -269,7 +306,7 @@ where
         Err(f) => return signed.error(&f.back_to(back)),
     };
     match change(form).await {
-        Ok(()) => see_other(back),
+        Ok(()) => signed.see_other(back),
         Err(e) => signed.error(&signed.fail(e).back_to(back)),
     }
 }
@@ -279,21 +316,16 @@ impl FromRequestParts<AppState> for Signed {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
+        let prefix = state.cfg.path_prefix();
         let back = || {
-            let next = parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string();
-            let target = if parts.method == axum::http::Method::GET && next != "/" {
-                format!(
-                    "/login?next={}",
-                    url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
-                )
+            // The route asked for (the proxy stripped the prefix).
+            let route = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let target = if parts.method == axum::http::Method::GET && route != "/" {
+                login_then(&prefix, route)
             } else {
                 "/login".to_string()
             };
-            see_other(&target)
+            see_other(&prefix, &target)
         };
         let Some(secret) = cookie(&parts.headers, SESSION_COOKIE) else {
             return Err(back());
@@ -304,6 +336,7 @@ impl FromRequestParts<AppState> for Signed {
                 // on: a page runs the same tools.
                 if let Err(secs) = crate::auth::account_budget(state, &session.user_id).await {
                     let mut page = errors::page(
+                        &prefix,
                         None,
                         &Failure::from_tool(
                             zm_contracts::ToolError::rate_limited(format!(
@@ -323,10 +356,12 @@ impl FromRequestParts<AppState> for Signed {
                     csrf: csrf_token(state, &secret),
                     secret,
                     request_id,
+                    prefix,
                 })
             }
             Ok(None) => Err(back()),
             Err(e) => Err(errors::page(
+                &prefix,
                 None,
                 &Failure::from_tool(e, request_id.as_deref()),
             )),
@@ -409,13 +444,14 @@ pub(crate) fn same_origin(state: &AppState, headers: &HeaderMap) -> bool {
     sent.is_some_and(|o| state.cfg.form_origin_ok(&o, host))
 }
 
-/// The session cookie of a sign-in, and the one that clears it.
+/// The session cookie of a sign-in, and the one that clears it (the same
+/// `Path`: a browser clears a cookie only under the path it was set with).
 pub(crate) fn session_cookie(state: &AppState, secret: &str) -> String {
     set_cookie(
         state,
         SESSION_COOKIE,
         secret,
-        zm_store::web::SESSION_MAX_MS / 1000,
+        u64::try_from(zm_store::web::SESSION_MAX_MS / 1000).unwrap_or(0),
     )
 }
 

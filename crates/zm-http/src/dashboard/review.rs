@@ -12,7 +12,7 @@ use serde_json::json;
 use zm_contracts::{Conflict, ConflictSide, ToolName, ToolOutput};
 
 use super::errors::Failure;
-use super::{Signed, see_other, signed_form};
+use super::{Signed, signed_form};
 use crate::state::AppState;
 
 /// A word-level diff of two texts: the longest common subsequence of their
@@ -69,18 +69,19 @@ fn words(ws: &[(bool, String)], left: bool) -> Markup {
     }
 }
 
-fn side(s: &ConflictSide, label: &str, body: &Markup) -> Markup {
+fn side(signed: &Signed, s: &ConflictSide, label: &str, body: &Markup) -> Markup {
     html! {
         div.side {
-            h3 { (label) " " a href=(format!("/memories/{}", s.id)) { code { (s.id) } } }
+            h3 { (label) " " a href=(signed.href(&format!("/memories/{}", s.id))) { code { (s.id) } } }
             p.muted { (s.kind.as_str()) " · " code { (s.scope) } " · " (s.created_at.get(..10).unwrap_or("")) }
             p.content { (body) }
         }
     }
 }
 
-fn conflict_card(c: &Conflict, csrf: &str) -> Markup {
-    let action = format!("/review/{}", c.dispute_id);
+fn conflict_card(signed: &Signed, c: &Conflict) -> Markup {
+    let action = signed.href(&format!("/review/{}", c.dispute_id));
+    let csrf = &signed.csrf;
     html! {
         li.conflict data-dispute=(c.dispute_id) {
             h2 { (c.verdict.as_str()) " " span.muted { "(" (c.dispute_id) ")" } }
@@ -89,8 +90,8 @@ fn conflict_card(c: &Conflict, csrf: &str) -> Markup {
                 Some(b) => {
                     @let (l, r) = word_diff(&c.memory_a.content, &b.content);
                     div.pair {
-                        (side(&c.memory_a, "A", &words(&l, true)))
-                        (side(b, "B", &words(&r, false)))
+                        (side(signed, &c.memory_a, "A", &words(&l, true)))
+                        (side(signed, b, "B", &words(&r, false)))
                     }
                     div.actions {
                         form method="post" action=(action) {
@@ -111,7 +112,7 @@ fn conflict_card(c: &Conflict, csrf: &str) -> Markup {
                     }
                 }
                 None => {
-                    (side(&c.memory_a, "Challenged", &html! { (c.memory_a.content) }))
+                    (side(signed, &c.memory_a, "Challenged", &html! { (c.memory_a.content) }))
                     div.actions {
                         form method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
@@ -155,7 +156,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         h1 { "Review" }
         p.lead { "Conflicts and near-duplicates your agents found, oldest first. What you decide is what an agent's " code { "resolve_conflict" } " would do." }
         @if out.conflicts.is_empty() { p #queue-empty { "Nothing to review." } } @else {
-            ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(c, &signed.csrf)) } }
+            ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(&signed, c)) } }
         }
     };
     signed.page(StatusCode::OK, "Review", "/review", body)
@@ -188,7 +189,7 @@ pub(crate) async fn resolve(
         .call(&signed.caller(), ToolName::ResolveConflict, &input)
         .await
     {
-        Ok(_) => see_other("/review"),
+        Ok(_) => signed.see_other("/review"),
         Err(e) => signed.error(&signed.fail(e).back_to("/review")),
     }
 }

@@ -15,7 +15,7 @@ use zm_store::rules::{RuleRecord, RuleState};
 use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
 
 use super::errors::Failure;
-use super::{Signed, see_other, signed_form};
+use super::{Signed, signed_form};
 use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -68,17 +68,17 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                     tbody {
                         @for r in &in_layer {
                             tr data-memory=(r.memory_id) {
-                                td { @if r.pinned { span.tag { "pinned" } " " } (r.text) " " a href=(format!("/memories/{}", r.memory_id)) { "(memory)" } }
+                                td { @if r.pinned { span.tag { "pinned" } " " } (r.text) " " a href=(signed.href(&format!("/memories/{}", r.memory_id))) { "(memory)" } }
                                 td { (r.applies_scope.clone().unwrap_or_else(|| "all your sessions".into())) }
                                 td.delivery { (delivery(r, &delivered, now)) }
                                 td {
                                     @if r.status == RuleState::Promoted {
                                         div.actions {
-                                            form method="post" action=(format!("/rules/{}/{}", r.memory_id, if r.pinned { "unpin" } else { "pin" })) {
+                                            form method="post" action=(signed.href(&format!("/rules/{}/{}", r.memory_id, if r.pinned { "unpin" } else { "pin" }))) {
                                                 input type="hidden" name="csrf" value=(signed.csrf);
                                                 button.secondary type="submit" { @if r.pinned { "Unpin" } @else { "Pin" } }
                                             }
-                                            form method="post" action=(format!("/rules/{}/revoke", r.memory_id)) {
+                                            form method="post" action=(signed.href(&format!("/rules/{}/revoke", r.memory_id))) {
                                                 input type="hidden" name="csrf" value=(signed.csrf);
                                                 label.sr-only for=(format!("reason-{}", r.memory_id)) { "Reason for revoking" }
                                                 input id=(format!("reason-{}", r.memory_id)) type="text" name="reason" placeholder="Reason" required maxlength="500";
@@ -103,9 +103,9 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         p.muted { "Clients that cap their instructions get " (capped.text.chars().count()) " characters: the rules are announced and delivered through the briefing." }
         h3 { "As a file for your repository" }
         p {
-            a.button.secondary href="/rules/download?format=claude" download { "CLAUDE.md block" } " "
-            a.button.secondary href="/rules/download?format=agents" download { "AGENTS.md block" } " "
-            a.button.secondary href="/rules/download?format=cursor" download { ".cursorrules block" }
+            a.button.secondary href=(signed.href("/rules/download?format=claude")) download { "CLAUDE.md block" } " "
+            a.button.secondary href=(signed.href("/rules/download?format=agents")) download { "AGENTS.md block" } " "
+            a.button.secondary href=(signed.href("/rules/download?format=cursor")) download { ".cursorrules block" }
         }
     };
     signed.page(StatusCode::OK, "Rules", "/rules", body)
@@ -138,7 +138,7 @@ pub(crate) async fn act(
         _ => Err(zm_contracts::ToolError::not_found("No such action.")),
     };
     match done {
-        Ok(()) => see_other("/rules"),
+        Ok(()) => signed.see_other("/rules"),
         Err(e) => signed.error(&Failure::from_tool(e, rid).back_to("/rules")),
     }
 }

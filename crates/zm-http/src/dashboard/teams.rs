@@ -15,7 +15,7 @@ use zm_contracts::teams::{
 use zm_contracts::{InvitationId, TeamRole};
 
 use super::errors::Failure;
-use super::{Form, Signed, see_other, signed_form};
+use super::{Form, Signed, signed_form};
 use crate::state::AppState;
 
 fn role_select(id: &str, selected: TeamRole) -> Markup {
@@ -48,7 +48,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                 @for i in &invitations.invitations {
                     li {
                         "Team " strong { (i.team) } " as " (i.role.as_str()) " (until " (i.expires_at.get(..10).unwrap_or("")) ") "
-                        form method="post" action=(format!("/teams/invitations/{}/accept", i.id)) {
+                        form method="post" action=(signed.href(&format!("/teams/invitations/{}/accept", i.id))) {
                             input type="hidden" name="csrf" value=(signed.csrf);
                             button type="submit" { "Accept" }
                         }
@@ -62,13 +62,13 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                 thead { tr { th { "Team" } th { "Scope" } th { "Your role" } th { "Members" } } }
                 tbody {
                     @for t in &teams.teams {
-                        tr { td { a href=(format!("/teams/{}", t.slug)) { (t.name) } } td { code { (t.scope) } } td { (t.role.as_str()) } td { (t.members) } }
+                        tr { td { a href=(signed.href(&format!("/teams/{}", t.slug))) { (t.name) } } td { code { (t.scope) } } td { (t.role.as_str()) } td { (t.members) } }
                     }
                 }
             }
         }
         h2 { "Create a team" }
-        form #new-team method="post" action="/teams" {
+        form #new-team method="post" action=(signed.href("/teams")) {
             input type="hidden" name="csrf" value=(signed.csrf);
             div.field {
                 label for="slug" { "Slug" }
@@ -85,15 +85,16 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
 /// `adds_directly`: the signed-in user may add an existing account directly
 /// (`Store::may_add_members_directly`); other admins invite.
 fn detail_page(
+    signed: &Signed,
     d: &TeamDetail,
-    csrf: &str,
     audit: Option<&zm_contracts::teams::TeamAudit>,
     adds_directly: bool,
 ) -> Markup {
     let admin = d.team.role == TeamRole::Admin;
     let slug = &d.team.slug;
+    let csrf = &signed.csrf;
     html! {
-        p { a href="/teams" { "← Teams" } }
+        p { a href=(signed.href("/teams")) { "← Teams" } }
         h1 { (d.team.name) " " code { (d.team.scope) } }
         p { "Your role: " strong #my-role { (d.team.role.as_str()) } }
         h2 { "Members" }
@@ -105,7 +106,7 @@ fn detail_page(
                         td { (m.email) }
                         td {
                             @if admin {
-                                form.inline method="post" action=(format!("/teams/{slug}/members/{}/role", m.user_id)) {
+                                form.inline method="post" action=(signed.href(&format!("/teams/{slug}/members/{}/role", m.user_id))) {
                                     input type="hidden" name="csrf" value=(csrf);
                                     label.sr-only for=(format!("role-{}", m.user_id)) { "Role of " (m.email) }
                                     (role_select(&format!("role-{}", m.user_id), m.role))
@@ -116,7 +117,7 @@ fn detail_page(
                         td { (m.added_at.get(..10).unwrap_or("")) }
                         @if admin {
                             td {
-                                form method="post" action=(format!("/teams/{slug}/members/{}/remove", m.user_id)) {
+                                form method="post" action=(signed.href(&format!("/teams/{slug}/members/{}/remove", m.user_id))) {
                                     input type="hidden" name="csrf" value=(csrf);
                                     button.danger type="submit" aria-label=(format!("Remove {}", m.email)) { "Remove" }
                                 }
@@ -128,7 +129,7 @@ fn detail_page(
         }
         @if admin {
             h2 { @if adds_directly { "Invite or add" } @else { "Invite" } }
-            form #invite method="post" action=(format!("/teams/{slug}/invite")) {
+            form #invite method="post" action=(signed.href(&format!("/teams/{slug}/invite"))) {
                 input type="hidden" name="csrf" value=(csrf);
                 div.field { label for="invite-email" { "Email" } input #invite-email type="email" name="email" required; }
                 div.field { label for="invite-role" { "Role" } (role_select("invite-role", TeamRole::Writer)) }
@@ -152,7 +153,7 @@ fn detail_page(
             ul #projects { @for p in &d.projects { li { code { (p.scope) } @if p.owned { " (the team's own)" } @else { " (shared by a member)" } } } }
         }
         @if d.team.role.can_write() {
-            form #share-project method="post" action=(format!("/teams/{slug}/projects")) {
+            form #share-project method="post" action=(signed.href(&format!("/teams/{slug}/projects"))) {
                 input type="hidden" name="csrf" value=(csrf);
                 div.field {
                     label for="project" { "Share one of your projects (its scope or repository)" }
@@ -180,7 +181,7 @@ fn detail_page(
         }
         @if admin {
             h2 { "Delete the team" }
-            form #delete-team method="post" action=(format!("/teams/{slug}/delete")) {
+            form #delete-team method="post" action=(signed.href(&format!("/teams/{slug}/delete"))) {
                 input type="hidden" name="csrf" value=(csrf);
                 div.field {
                     label for="confirm-slug" { "Type the team's slug to confirm" }
@@ -215,7 +216,7 @@ pub(crate) async fn show(
         .may_add_members_directly(&caller.user_id)
         .await
         .unwrap_or(false);
-    let body = detail_page(&d, &signed.csrf, audit.as_ref(), adds_directly);
+    let body = detail_page(&signed, &d, audit.as_ref(), adds_directly);
     signed.page(StatusCode::OK, &d.team.name, "/teams", body)
 }
 
@@ -263,7 +264,7 @@ pub(crate) async fn create(
         Err(f) => Err(f),
     };
     match result {
-        Ok(d) => see_other(&format!("/teams/{}", d.team.slug)),
+        Ok(d) => signed.see_other(&format!("/teams/{}", d.team.slug)),
         Err(f) => signed.error(&f.back_to("/teams")),
     }
 }
@@ -345,7 +346,7 @@ pub(crate) async fn act(
         )),
     };
     match result {
-        Ok(to) => see_other(&to),
+        Ok(to) => signed.see_other(&to),
         Err(f) => signed.error(&f.back_to(&back)),
     }
 }
@@ -397,7 +398,7 @@ pub(crate) async fn member(
         )),
     };
     match result {
-        Ok(to) => see_other(&to),
+        Ok(to) => signed.see_other(&to),
         Err(f) => signed.error(&f.back_to(&back)),
     }
 }
@@ -421,7 +422,7 @@ pub(crate) async fn accept(
         ));
     };
     match state.store.accept_invitation(&signed.caller(), &id).await {
-        Ok(d) => see_other(&format!("/teams/{}", d.team.slug)),
+        Ok(d) => signed.see_other(&format!("/teams/{}", d.team.slug)),
         Err(e) => signed.error(&Failure::from_tool(e, rid).back_to("/teams")),
     }
 }

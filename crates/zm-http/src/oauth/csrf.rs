@@ -10,7 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::state::origin_of;
+use crate::state::{CookieScope, origin_of};
 
 /// How long a rendered sign-in form (and a fresh cookie) stays valid.
 pub(super) const TTL_SECS: u64 = 600;
@@ -36,19 +36,10 @@ pub(super) fn cookie(headers: &HeaderMap) -> Option<String> {
 }
 
 /// The `Set-Cookie` value for `value` (an empty value and `max_age` 0
-/// clear it), scoped to our `/oauth` path, `Secure` behind https.
+/// clear it), scoped to our `/oauth` path under the public URL's
+/// ([`CookieScope`]), `Secure` behind https.
 pub(super) fn set_cookie(public_url: &str, value: &str, max_age: u64) -> String {
-    let (secure, path) = match url::Url::parse(public_url) {
-        Ok(u) => (
-            u.scheme() == "https",
-            format!("{}/oauth", u.path().trim_end_matches('/')),
-        ),
-        Err(_) => (false, "/oauth".to_string()),
-    };
-    format!(
-        "{COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{}",
-        if secure { "; Secure" } else { "" }
-    )
+    CookieScope::of(public_url, "/oauth").set_cookie(COOKIE, value, max_age, "Lax")
 }
 
 fn now_secs() -> u64 {

@@ -5,13 +5,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{no_store, pages, redirect};
+use super::{no_store, pages};
 
 /// Why an OAuth request fails, rendered as RFC 6749 §5.2 / RFC 7591 §3.2.2
 /// requires: a JSON `{error, error_description}` body with the right
 /// status (and `Retry-After` / `Allow` where they apply), or — on the
-/// browser-facing authorization endpoint — an HTML page (a redirect back
-/// to the client only for an outcome after a sign-in). Never cached.
+/// browser-facing authorization endpoint — an HTML page, never a redirect
+/// to the client (only a sign-in's code goes back there, and that is no
+/// rejection). Never cached.
 #[derive(Debug)]
 pub enum OauthRejection {
     /// 400 with an RFC 6749 / RFC 7591 error code.
@@ -37,17 +38,6 @@ pub enum OauthRejection {
         status: StatusCode,
         error: Option<&'static str>,
         message: String,
-    },
-    /// Browser-facing, only once the user has signed in and decided: back
-    /// to the client with `error`, `error_description`, `state` and `iss`
-    /// (RFC 6749 §4.1.2.1, RFC 9207). No such error exists today (signing
-    /// in is the consent); an error found before the sign-in is a `Page`.
-    Redirect {
-        redirect_uri: String,
-        state: Option<String>,
-        iss: String,
-        error: &'static str,
-        description: String,
     },
 }
 
@@ -102,23 +92,6 @@ impl IntoResponse for OauthRejection {
                 error,
                 message,
             } => return pages::error(status, error, &message),
-            OauthRejection::Redirect {
-                redirect_uri,
-                state,
-                iss,
-                error,
-                description,
-            } => {
-                let mut params = vec![
-                    ("error", error),
-                    ("error_description", description.as_str()),
-                ];
-                if let Some(s) = &state {
-                    params.push(("state", s));
-                }
-                params.push(("iss", &iss));
-                return redirect::found(&redirect::with_query(&redirect_uri, &params));
-            }
             OauthRejection::BadRequest { error, description } => {
                 (StatusCode::BAD_REQUEST, error, description)
             }
@@ -222,7 +195,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn browser_refusals_are_pages_or_redirects() {
+    async fn browser_refusals_are_pages_never_redirects() {
         let resp = OauthRejection::invalid_request("Bad <query>.")
             .into_page()
             .into_response();
@@ -242,19 +215,5 @@ mod tests {
             html.contains("<code>invalid_request</code>") && html.contains("Bad &lt;query&gt;."),
             "{html}"
         );
-        let (st, h, _) = render(OauthRejection::Redirect {
-            redirect_uri: "http://127.0.0.1:5555/cb?a=1".into(),
-            state: Some("s 1".into()),
-            iss: "https://memory.example.com".into(),
-            error: "invalid_scope",
-            description: "Unknown scope.".into(),
-        })
-        .await;
-        assert_eq!(st, StatusCode::FOUND);
-        assert_eq!(
-            h[header::LOCATION],
-            "http://127.0.0.1:5555/cb?a=1&error=invalid_scope&error_description=Unknown+scope.&state=s+1&iss=https%3A%2F%2Fmemory.example.com"
-        );
-        assert_eq!(h[header::CACHE_CONTROL], "no-store");
     }
 }

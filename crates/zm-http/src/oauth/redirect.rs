@@ -202,6 +202,29 @@ mod tests {
     }
 
     #[test]
+    fn the_code_goes_back_appended_to_the_registered_query() {
+        let code = [
+            ("code", "c 1"),
+            ("state", "s&1"),
+            ("iss", "https://m.example"),
+        ];
+        assert_eq!(
+            with_query("http://127.0.0.1:5555/cb?a=1", &code),
+            "http://127.0.0.1:5555/cb?a=1&code=c+1&state=s%261&iss=https%3A%2F%2Fm.example"
+        );
+        assert_eq!(
+            with_query("com.example.app:/cb", &code[..1]),
+            "com.example.app:/cb?code=c+1"
+        );
+        let resp = found("https://app.example.com/cb?code=x");
+        assert_eq!(resp.status(), StatusCode::FOUND);
+        let h = resp.headers();
+        assert_eq!(h[header::LOCATION], "https://app.example.com/cb?code=x");
+        assert_eq!(h[header::CACHE_CONTROL], "no-store");
+        assert_eq!(h["referrer-policy"], "no-referrer");
+    }
+
+    #[test]
     fn registrations() {
         use serde_json::json;
         let ok = json!([

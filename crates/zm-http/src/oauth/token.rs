@@ -134,25 +134,27 @@ async fn exchange(
 }
 
 /// `grant_type=refresh_token`: rotation, optionally narrowing the scope.
+/// Every client is public, so `client_id` is its identification (OAuth 2.1
+/// §4.3 with §2.4, §3.2.1): required, and the refresh token must have been
+/// issued to that client. A refusal here or in the store (a missing or
+/// unknown client, another client's token) spends nothing: the token stays
+/// as it was, for its own client.
 async fn refresh(
     st: &OauthState,
     p: &Params,
     rid: Option<&str>,
 ) -> Result<IssuedTokens, OauthRejection> {
-    let Some(refresh) = p.get("refresh_token") else {
-        return Err(OauthRejection::invalid_request(
-            "refresh_token is required.",
-        ));
-    };
-    let client = match p.get("client_id") {
-        None => None,
-        Some(id) => Some(known_client(st, id).await?),
-    };
+    for k in ["refresh_token", "client_id"] {
+        if p.get(k).is_none() {
+            return Err(OauthRejection::invalid_request(format!("{k} is required.")));
+        }
+    }
+    let client = known_client(st, p.get("client_id").unwrap_or("")).await?;
     st.app
         .store
         .refresh_oauth_token(
-            refresh,
-            client.as_ref().map(|c| c.id.as_str()),
+            p.get("refresh_token").unwrap_or(""),
+            &client.id,
             p.get("scope"),
             rid,
         )
