@@ -240,6 +240,8 @@ impl Store {
     /// members of a project or team receive takes what promoting it took
     /// (the writer role there, now): a pinned rule leads every briefing and
     /// never expires. Unpinning and revoking stay the owner's at any role.
+    /// A rule a team's steward holds (a departed member's) is revoked by
+    /// the team's admins ([`Store::act_for_steward`]); nobody pins it.
     async fn set_rule(
         &self,
         caller: &Caller,
@@ -261,7 +263,13 @@ impl Store {
                 self.may_set_rules_for(&mut tx, caller, &path).await?;
             }
         }
-        let (command, payload) = match change {
+        // Whose rule changes: the caller's own, or a steward's that the
+        // caller revokes for their team (`for_team`, its slug).
+        let (owner, for_team) = match change {
+            RuleChange::Revoke { .. } => self.revoked_by(&mut tx, caller, memory_id).await?,
+            RuleChange::Pin(_) => (caller.user_id.clone(), None),
+        };
+        let (command, mut payload) = match change {
             RuleChange::Pin(true) => ("rule.pin", serde_json::json!({"memory_id": memory_id})),
             RuleChange::Pin(false) => ("rule.unpin", serde_json::json!({"memory_id": memory_id})),
             // Free text goes to the audit log as its length only.
@@ -270,6 +278,9 @@ impl Store {
                 serde_json::json!({"memory_id": memory_id, "reason_chars": reason.chars().count()}),
             ),
         };
+        if let Some(slug) = for_team {
+            payload["team"] = serde_json::Value::String(slug);
+        }
         let mut sql = Sql::new("UPDATE rules SET ");
         match change {
             RuleChange::Pin(pinned) => {
@@ -282,7 +293,7 @@ impl Store {
                     .bind_str(reason);
             }
         }
-        sql.push(" WHERE owner_id = ").bind_str(&caller.user_id);
+        sql.push(" WHERE owner_id = ").bind_str(&owner);
         sql.push(" AND memory_id = ").bind_str(memory_id);
         sql.push(" AND status = ")
             .bind_str(RuleState::Promoted.as_str());
@@ -303,6 +314,48 @@ impl Store {
         self.audit_in(&mut tx, caller, &entry).await?;
         tx.commit().await.db("commit rule change")?;
         Ok(())
+    }
+
+    /// Whose promoted rule from memory `memory_id` the caller revokes:
+    /// their own, or one their team's steward holds while they are the
+    /// team's admin (with the team's slug, held in turn with its changes).
+    /// A rule the caller may not revoke reads as missing, as a foreign id
+    /// does, unless it is their team's steward's (`forbidden` below admin).
+    async fn revoked_by(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        memory_id: &str,
+    ) -> Result<(String, Option<String>), ToolError> {
+        let missing = || ToolError::not_found(format!("No rule from memory {memory_id}."));
+        let row = sqlx::query(
+            "SELECT r.owner_id AS owner_id, m.scope AS scope FROM rules r JOIN memories m ON m.id = r.memory_id \
+             WHERE r.memory_id = $1 AND r.status = $2",
+        )
+        .bind(memory_id)
+        .bind(RuleState::Promoted.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("rule to revoke")?;
+        let Some(row) = row else {
+            return Err(missing());
+        };
+        let owner: String = col(&row, "owner_id")?;
+        if owner == caller.user_id {
+            return Ok((owner, None));
+        }
+        let scope: String = col(&row, "scope")?;
+        let slug = self
+            .act_for_steward(
+                tx,
+                caller,
+                &owner,
+                &scope,
+                "Revoking a rule a departed member left to the team",
+                missing,
+            )
+            .await?;
+        Ok((owner, Some(slug)))
     }
 
     /// Revoke the promoted rule from memory `memory_id`, if any, because
@@ -339,7 +392,8 @@ impl Store {
             .await
     }
 
-    /// Revoke a promoted rule (terminal until re-promoted with force).
+    /// Revoke a promoted rule (terminal until re-promoted with force): the
+    /// caller's own, or, for a team's admin, one the team's steward holds.
     pub async fn revoke_rule(
         &self,
         caller: &Caller,

@@ -13,7 +13,9 @@
 //! who leaves hands their memories in scopes they no longer reach to the
 //! steward (the team's own scopes) or to the project's owner (a shared
 //! project); a deleted team hands all its memories to the steward, made
-//! private, until they are erased after [`TEAM_RETENTION_DAYS`].
+//! private, until they are erased after [`TEAM_RETENTION_DAYS`]. Nobody
+//! signs in as a steward: its team's admins act for it where someone must
+//! (revoking a rule it holds: `Store::act_for_steward`).
 
 use sqlx::any::AnyRow;
 use zm_contracts::teams::{
@@ -523,6 +525,67 @@ impl Store {
             return Err(not_admin());
         }
         Ok(team)
+    }
+
+    /// May the caller act for a team's steward on what it holds in
+    /// `scope_path` (revoke a rule handed to it)? Nobody signs in as a
+    /// steward, so the admins of its team act for it there: `owner_id` is
+    /// the steward of the live team whose own scope (or team project)
+    /// `scope_path` is, and the caller is that team's admin now. Anything
+    /// else the caller cannot touch reads as `missing` — another member's
+    /// row, another team's steward, a team they are not a member of —
+    /// except that a member of the team without the admin role is told
+    /// `forbidden`. Taken in turn with the team's changes, like them
+    /// ([`For::Change`]): a role change or removal racing it either lands
+    /// first and is obeyed, or waits. Returns the team's slug.
+    pub(crate) async fn act_for_steward(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        owner_id: &str,
+        scope_path: &str,
+        what: &str,
+        missing: impl FnOnce() -> ToolError,
+    ) -> Result<String, ToolError> {
+        let Some(slug) = team_slug_of(scope_path) else {
+            return Err(missing());
+        };
+        let Some(team) = self.team_row(conn, slug, For::Change).await? else {
+            return Err(missing());
+        };
+        if team.deleted_at.is_some() || team.steward_id.as_deref() != Some(owner_id) {
+            return Err(missing());
+        }
+        match self.direct_role(conn, &caller.user_id, &team.scope).await? {
+            None => Err(missing()),
+            Some(Role::Admin) => Ok(team.slug),
+            Some(role) => Err(ToolError::forbidden(format!(
+                "{what} needs the admin role in team {}; yours is {role}.",
+                team.slug
+            ))),
+        }
+    }
+
+    /// The rules a team's steward holds (those its departed members left
+    /// in the team's scopes), for the team's admins, who may revoke them
+    /// ([`Store::revoke_rule`]).
+    pub async fn team_steward_rules(
+        &self,
+        caller: &Caller,
+        slug: &str,
+    ) -> Result<Vec<crate::rules::RuleRecord>, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let team = self.admin_of(&mut conn, caller, slug, For::Reading).await?;
+        let steward = team.steward_id.ok_or_else(ToolError::internal)?;
+        let rows = sqlx::query(
+            "SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules \
+             WHERE owner_id = $1 ORDER BY pinned DESC, promoted_at DESC, id",
+        )
+        .bind(&steward)
+        .fetch_all(&mut *conn)
+        .await
+        .db("steward rules")?;
+        crate::rules::RuleRecord::from_rows(&rows)
     }
 
     async fn admins(
