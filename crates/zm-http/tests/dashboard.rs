@@ -66,6 +66,7 @@ both_backends! {
     a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mcp_sessions
     the_account_page_imports_a_server_memory_file_once
     the_teams_pages_manage_a_team_end_to_end
+    a_teams_admins_revoke_on_its_page_the_rules_departed_members_left
     a_password_change_follows_the_stores_rules
     a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped
     insight_charts_writing_by_scope_and_recalls_by_agent
@@ -895,6 +896,261 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         .await;
     assert_eq!(p.location.as_deref(), Some("/teams"));
     assert_eq!(admin.get(&s, &format!("/teams/{slug}")).await.status, 404);
+    s.running.stop().await;
+}
+
+/// The rule texts of `user`'s briefing over `scope`.
+async fn briefing_rules(store: &Store, user: &str, scope: &str) -> Vec<String> {
+    let out = zm_store::ToolService::new(store.clone())
+        .call(
+            &Caller::new(user),
+            zm_contracts::ToolName::BuildContext,
+            &json!({"topic": "releases and deploys", "briefing": true, "scopes": [scope]}),
+        )
+        .await
+        .unwrap()
+        .to_json();
+    out["rules"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r["text"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The part of a page from the table row of the rule from `memory_id` to
+/// the end of that row.
+fn rule_row<'a>(html: &'a str, memory_id: &str) -> Option<&'a str> {
+    let start = html.find(&format!("<tr data-memory=\"{memory_id}\""))?;
+    let end = html[start..].find("</tr>")? + start;
+    Some(&html[start..end])
+}
+
+async fn a_teams_admins_revoke_on_its_page_the_rules_departed_members_left(s: Server) {
+    steward_rules_on_the_team_page(s, "").await;
+}
+
+/// Behind a path prefix, the revoke form's action and return-to path are
+/// under it, and so is the redirect back to the team's page.
+#[tokio::test]
+async fn a_departed_members_rule_is_revoked_from_the_team_page_under_a_path_prefix() {
+    let s = start_with(None, |c| {
+        c.public_url = format!("{}/zm", c.public_url);
+    })
+    .await;
+    steward_rules_on_the_team_page(s, "/zm").await;
+}
+
+/// A writer promotes two team rules and is removed: their rules go to the
+/// team's steward. The admin's team page lists them (before, it says there
+/// are none), each with a revoke form that comes back to the page; a
+/// reader's page of the same team shows no such section, and the reader's
+/// revoke is refused. Revoking takes the rule off the list, off the
+/// steward's rules in force and out of the reader's briefing; a return-to
+/// path that is not the dashboard's leads to the Rules page instead.
+/// `prefix`: the public URL's path (`""` or `/zm`).
+async fn steward_rules_on_the_team_page(s: Server, prefix: &str) {
+    let public = |route: &str| format!("{prefix}{route}");
+    let (a, a_email, a_password) = person(&s.store, "stw-admin").await;
+    let (w, _, _) = person(&s.store, "stw-writer").await;
+    let (r, r_email, r_password) = person(&s.store, "stw-reader").await;
+    let slug = format!("steward{}", unique());
+    let scope = format!("team.{slug}");
+    let team_page = format!("/teams/{slug}");
+    let admin = Caller::new(a.id.clone());
+    let input: zm_contracts::teams::CreateTeamInput =
+        zm_contracts::parse_input(&json!({"slug": slug})).unwrap();
+    s.store.create_team(&admin, input).await.unwrap();
+    for (who, role) in [
+        (&w, zm_contracts::TeamRole::Writer),
+        (&r, zm_contracts::TeamRole::Reader),
+    ] {
+        common::join_team(&s.store, &admin, &slug, &who.email, role).await;
+    }
+    let tools = zm_store::ToolService::new(s.store.clone());
+    let writer = Caller::new(w.id.clone());
+    let mut rules = Vec::new();
+    for text in [
+        "Every release needs a changelog entry.",
+        "Staging deploys wait for a green canary.",
+    ] {
+        let out = tools
+            .call(
+                &writer,
+                zm_contracts::ToolName::Remember,
+                &json!({"content": text, "kind": "convention", "scope": scope}),
+            )
+            .await
+            .unwrap()
+            .to_json();
+        let m = out["memory_id"].as_str().unwrap().to_string();
+        tools
+            .call(
+                &writer,
+                zm_contracts::ToolName::PromoteRule,
+                &json!({"memory_id": m}),
+            )
+            .await
+            .unwrap();
+        rules.push((m, text));
+    }
+    let (first, first_text) = rules[0].clone();
+    let (second, second_text) = rules[1].clone();
+
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &a_email, &a_password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    // While the writer is a member, the rules are theirs: none is listed.
+    let p = b.get(&s, &team_page).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("Rules left by former members")
+            && p.body.contains("id=\"no-steward-rules\"")
+            && !p.body.contains(&format!("/rules/{first}/revoke")),
+        "{}",
+        p.body
+    );
+    // The admin removes the writer on this page.
+    let p = b
+        .post(
+            &s,
+            &format!("/teams/{slug}/members/{}/remove", w.id),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_deref()),
+        (303, Some(public(&team_page).as_str())),
+        "{}",
+        p.body
+    );
+    let p = b.get(&s, &team_page).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"steward-rules\"") && !p.body.contains("id=\"no-steward-rules\""),
+        "{}",
+        p.body
+    );
+    for (m, text) in &rules {
+        let row = rule_row(&p.body, m).unwrap_or_else(|| panic!("{m} is listed: {}", p.body));
+        for want in [
+            text.to_string(),
+            format!("<code>{scope}</code>"),
+            format!("action=\"{}\"", public(&format!("/rules/{m}/revoke"))),
+            format!("name=\"csrf\" value=\"{csrf}\""),
+            format!("name=\"next\" value=\"{}\"", public(&team_page)),
+            "name=\"reason\"".to_string(),
+            ">Revoke</button>".to_string(),
+        ] {
+            assert!(row.contains(&want), "{want} in {row}");
+        }
+    }
+
+    // A reader of the same team sees no such section, and may not revoke.
+    let mut reader = Browser::default();
+    assert_eq!(reader.sign_in(&s, &r_email, &r_password).await.status, 303);
+    let p = reader.get(&s, &team_page).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        !p.body.contains("Rules left by former members")
+            && !p.body.contains("steward-rules")
+            && !p.body.contains("/revoke"),
+        "{}",
+        p.body
+    );
+    let reader_csrf = reader.csrf(&s).await;
+    let p = reader
+        .post(
+            &s,
+            &format!("/rules/{first}/revoke"),
+            &[
+                ("csrf", &reader_csrf),
+                ("reason", "not mine to keep"),
+                ("next", &public(&team_page)),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    assert!(
+        briefing_rules(&s.store, &r.id, &scope)
+            .await
+            .contains(&first_text.to_string()),
+        "the departed writer's rule is still delivered"
+    );
+
+    // The admin revokes the first from the page's form: back to the page,
+    // which no longer lists it.
+    let p = b
+        .post(
+            &s,
+            &format!("/rules/{first}/revoke"),
+            &[
+                ("csrf", &csrf),
+                ("next", &public(&team_page)),
+                ("reason", "the changelog is generated now"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_deref()),
+        (303, Some(public(&team_page).as_str())),
+        "{}",
+        p.body
+    );
+    let p = b.get(&s, &team_page).await;
+    assert!(
+        rule_row(&p.body, &first).is_none() && rule_row(&p.body, &second).is_some(),
+        "{}",
+        p.body
+    );
+    let state = |records: Vec<zm_store::rules::RuleRecord>, m: &str| {
+        records
+            .into_iter()
+            .find(|r| r.memory_id.as_str() == m)
+            .map(|r| r.status)
+    };
+    let kept = s.store.team_steward_rules(&admin, &slug).await.unwrap();
+    assert_eq!(
+        state(kept.clone(), &first),
+        Some(zm_store::rules::RuleState::Revoked)
+    );
+    assert_eq!(
+        state(kept, &second),
+        Some(zm_store::rules::RuleState::Promoted)
+    );
+    let delivered = briefing_rules(&s.store, &r.id, &scope).await;
+    assert!(
+        !delivered.contains(&first_text.to_string())
+            && delivered.contains(&second_text.to_string()),
+        "{delivered:?}"
+    );
+
+    // A return-to path outside the dashboard is not followed.
+    let p = b
+        .post(
+            &s,
+            &format!("/rules/{second}/revoke"),
+            &[
+                ("csrf", &csrf),
+                ("next", &format!("//evil.example{}", public(&team_page))),
+                ("reason", "canaries are automatic"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_deref()),
+        (303, Some(public("/rules").as_str())),
+        "{}",
+        p.body
+    );
+    let p = b.get(&s, &team_page).await;
+    assert!(
+        p.body.contains("id=\"no-steward-rules\"") && !p.body.contains("id=\"steward-rules\""),
+        "{}",
+        p.body
+    );
     s.running.stop().await;
 }
 

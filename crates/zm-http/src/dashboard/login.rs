@@ -42,12 +42,19 @@ pub(crate) struct Next {
 /// `//evil.example`, another site), reads a backslash as `/` and resolves
 /// `..` (so `/zm/../app` would be another application on the host).
 fn local(prefix: &PathPrefix, next: Option<&str>) -> String {
-    let route = next.and_then(|n| prefix.strip(n)).filter(|r| {
+    prefix.join(next.and_then(|n| local_route(prefix, n)).unwrap_or("/"))
+}
+
+/// The route a return-to path `next` (public, as a page sent it) names,
+/// when it is one of ours by the rules of [`local`]; `None` otherwise.
+/// Every form that returns somewhere it was told goes by it (the sign-in,
+/// a rule revoked from a team's page).
+pub(super) fn local_route<'a>(prefix: &PathPrefix, next: &'a str) -> Option<&'a str> {
+    prefix.strip(next).filter(|r| {
         !r.starts_with("//")
             && r.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\')
             && !has_dot_segment(r)
-    });
-    prefix.join(route.unwrap_or("/"))
+    })
 }
 
 /// Does the path of `route` (before its query) hold a `.` or `..`

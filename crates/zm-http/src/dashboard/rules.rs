@@ -2,15 +2,17 @@
 //! status (delivered, over the cap, past the TTL, revoked); pin, unpin and
 //! revoke with a reason; a preview of what an agent's briefing and MCP
 //! instructions carry; the delivered rules as a `CLAUDE.md`, `AGENTS.md`
-//! or `.cursorrules` block.
+//! or `.cursorrules` block. A rule's row cells and its revoke form are
+//! drawn here for every page that lists rules (a team's page lists those
+//! its departed members left, for its admins to revoke).
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
-use zm_contracts::Rule;
+use zm_contracts::{MemoryId, Rule};
 use zm_store::rules::{RuleRecord, RuleState};
 use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
 
@@ -21,7 +23,7 @@ use crate::state::AppState;
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// Why a promoted rule is or is not in the briefing.
-fn delivery(r: &RuleRecord, delivered: &[Rule], now: i64) -> &'static str {
+pub(super) fn delivery(r: &RuleRecord, delivered: &[Rule], now: i64) -> &'static str {
     match r.status {
         RuleState::Revoked => "revoked",
         RuleState::Dismissed => "dismissed",
@@ -38,6 +40,60 @@ fn delivery(r: &RuleRecord, delivered: &[Rule], now: i64) -> &'static str {
             } else {
                 "over the cap"
             }
+        }
+    }
+}
+
+/// A rule as the first cell of its row shows it: its pinned tag, its text
+/// (cut after `max_chars` characters, when given, with an ellipsis) and a
+/// link to its memory, which holds the whole of it.
+pub(super) fn rule_cell(signed: &Signed, r: &RuleRecord, max_chars: Option<usize>) -> Markup {
+    let text = match max_chars {
+        Some(n) if r.text.chars().count() > n => {
+            format!("{}…", r.text.chars().take(n).collect::<String>().trim_end())
+        }
+        _ => r.text.clone(),
+    };
+    html! {
+        @if r.pinned { span.tag { "pinned" } " " }
+        (text) " "
+        a href=(signed.href(&format!("/memories/{}", r.memory_id))) { "(memory)" }
+    }
+}
+
+/// When a rule was promoted and, unpinned, the day it stops being
+/// delivered ([`RULES_TTL_DAYS`] later).
+pub(super) fn promoted_until(r: &RuleRecord) -> String {
+    let day = |ms: i64| {
+        zm_store::clock::rfc3339(ms)
+            .get(..10)
+            .unwrap_or("")
+            .to_string()
+    };
+    match r.promoted_at {
+        None => String::new(),
+        Some(at) if r.pinned => day(at),
+        Some(at) => format!(
+            "{} (delivered until {})",
+            day(at),
+            day(at + RULES_TTL_DAYS * DAY_MS)
+        ),
+    }
+}
+
+/// The form that revokes the promoted rule from memory `memory_id`, with a
+/// reason. `back` is the route it returns to afterwards (sent as `next`, a
+/// public path, as the sign-in page's is); the Rules page without it.
+pub(super) fn revoke_form(signed: &Signed, memory_id: &MemoryId, back: Option<&str>) -> Markup {
+    html! {
+        form method="post" action=(signed.href(&format!("/rules/{memory_id}/revoke"))) {
+            input type="hidden" name="csrf" value=(signed.csrf);
+            @if let Some(back) = back {
+                input type="hidden" name="next" value=(signed.href(back));
+            }
+            label.sr-only for=(format!("reason-{memory_id}")) { "Reason for revoking" }
+            input id=(format!("reason-{memory_id}")) type="text" name="reason" placeholder="Reason" required maxlength="500";
+            button.danger type="submit" { "Revoke" }
         }
     }
 }
@@ -68,7 +124,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                     tbody {
                         @for r in &in_layer {
                             tr data-memory=(r.memory_id) {
-                                td { @if r.pinned { span.tag { "pinned" } " " } (r.text) " " a href=(signed.href(&format!("/memories/{}", r.memory_id))) { "(memory)" } }
+                                td { (rule_cell(&signed, r, None)) }
                                 td { (r.applies_scope.clone().unwrap_or_else(|| "all your sessions".into())) }
                                 td.delivery { (delivery(r, &delivered, now)) }
                                 td {
@@ -78,12 +134,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                                                 input type="hidden" name="csrf" value=(signed.csrf);
                                                 button.secondary type="submit" { @if r.pinned { "Unpin" } @else { "Pin" } }
                                             }
-                                            form method="post" action=(signed.href(&format!("/rules/{}/revoke", r.memory_id))) {
-                                                input type="hidden" name="csrf" value=(signed.csrf);
-                                                label.sr-only for=(format!("reason-{}", r.memory_id)) { "Reason for revoking" }
-                                                input id=(format!("reason-{}", r.memory_id)) type="text" name="reason" placeholder="Reason" required maxlength="500";
-                                                button.danger type="submit" { "Revoke" }
-                                            }
+                                            (revoke_form(&signed, &r.memory_id, None))
                                         }
                                     }
                                 }
@@ -111,7 +162,10 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     signed.page(StatusCode::OK, "Rules", "/rules", body)
 }
 
-/// `POST /rules/{memory_id}/{pin|unpin|revoke}`.
+/// `POST /rules/{memory_id}/{pin|unpin|revoke}`, back to the Rules page,
+/// or to the page of ours its form names in `next` (a public path, checked
+/// as the sign-in page checks its own: a team's page revokes the rules its
+/// departed members left and returns there).
 pub(crate) async fn act(
     State(state): State<AppState>,
     signed: Signed,
@@ -124,6 +178,11 @@ pub(crate) async fn act(
         Ok(f) => f,
         Err(f) => return signed.error(&f.back_to("/rules")),
     };
+    let back = form
+        .get("next")
+        .and_then(|next| super::login::local_route(&signed.prefix, next))
+        .unwrap_or("/rules")
+        .to_string();
     let caller = signed.caller();
     let done = match action.as_str() {
         "pin" => state.store.pin_rule(&caller, &memory_id, true).await,
@@ -138,8 +197,8 @@ pub(crate) async fn act(
         _ => Err(zm_contracts::ToolError::not_found("No such action.")),
     };
     match done {
-        Ok(()) => signed.see_other("/rules"),
-        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to("/rules")),
+        Ok(()) => signed.see_other(&back),
+        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to(&back)),
     }
 }
 

@@ -1,7 +1,9 @@
 //! Teams: the person's teams, creating one, and a team's page — members
 //! and roles (change, remove), invitations (send; the person's own to
-//! accept), shared projects, the audit log — through the same store
-//! methods as the REST administration API, so the same roles apply.
+//! accept), shared projects, the audit log, the rules departed members
+//! left to the team's steward (for its admins to revoke) — through the
+//! same store methods as the REST administration API, so the same roles
+//! apply.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -12,10 +14,11 @@ use serde_json::json;
 use zm_contracts::teams::{
     AddMemberInput, CreateTeamInput, InviteInput, SetRoleInput, ShareProjectInput, TeamDetail,
 };
-use zm_contracts::{InvitationId, TeamRole};
+use zm_contracts::{ErrorCode, InvitationId, TeamRole};
+use zm_store::rules::{RuleRecord, RuleState};
 
 use super::errors::Failure;
-use super::{Form, Signed, signed_form};
+use super::{Form, Signed, rules, signed_form};
 use crate::state::AppState;
 
 fn role_select(id: &str, selected: TeamRole) -> Markup {
@@ -82,13 +85,54 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     signed.page(StatusCode::OK, "Teams", "/teams", body)
 }
 
+/// The longest excerpt of a rule's text the team's page shows (its memory
+/// holds the rest).
+const RULE_EXCERPT_CHARS: usize = 200;
+
+/// What an admin's page adds to every member's.
+struct AdminView {
+    audit: Option<zm_contracts::teams::TeamAudit>,
+    /// The promoted rules the team's steward holds: departed members'.
+    steward_rules: Vec<RuleRecord>,
+}
+
+/// The rules departed members left to the team's steward, still in force,
+/// each with a form that revokes it and comes back to this page.
+fn steward_rules(signed: &Signed, slug: &str, records: &[RuleRecord], now: i64) -> Markup {
+    let back = format!("/teams/{slug}");
+    html! {
+        h2 #steward-rules-heading { "Rules left by former members" }
+        @if records.is_empty() {
+            p.muted #no-steward-rules { "None: no former member left a rule in force." }
+        } @else {
+            p.hint { "Members who left the team promoted these rules for its scopes. Every member's agents still receive them; as an admin you may revoke them." }
+            table.rules #steward-rules aria-labelledby="steward-rules-heading" {
+                thead { tr { th { "Rule" } th { "Applies to" } th { "Promoted" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
+                tbody {
+                    @for r in records {
+                        tr data-memory=(r.memory_id) {
+                            td { (rules::rule_cell(signed, r, Some(RULE_EXCERPT_CHARS))) }
+                            td { code { (r.applies_scope.as_deref().unwrap_or("")) } }
+                            td { (rules::promoted_until(r)) }
+                            td.delivery { (rules::delivery(r, &[], now)) }
+                            td { div.actions { (rules::revoke_form(signed, &r.memory_id, Some(&back))) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `adds_directly`: the signed-in user may add an existing account directly
-/// (`Store::may_add_members_directly`); other admins invite.
+/// (`Store::may_add_members_directly`); other admins invite. `admin_view`
+/// only for the team's admins.
 fn detail_page(
     signed: &Signed,
     d: &TeamDetail,
-    audit: Option<&zm_contracts::teams::TeamAudit>,
+    admin_view: Option<&AdminView>,
     adds_directly: bool,
+    now: i64,
 ) -> Markup {
     let admin = d.team.role == TeamRole::Admin;
     let slug = &d.team.slug;
@@ -162,7 +206,10 @@ fn detail_page(
                 button.secondary type="submit" { "Share with the team" }
             }
         }
-        @if let Some(a) = audit {
+        @if let Some(v) = admin_view {
+            (steward_rules(signed, slug, &v.steward_rules, now))
+        }
+        @if let Some(a) = admin_view.and_then(|v| v.audit.as_ref()) {
             h2 { "Audit log" }
             table #audit {
                 thead { tr { th { "When" } th { "Who" } th { "What" } th { "Whom / what" } th { "Role" } } }
@@ -206,8 +253,24 @@ pub(crate) async fn show(
         Ok(d) => d,
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
-    let audit = if d.team.role == TeamRole::Admin {
-        state.store.team_audit(&caller, &slug).await.ok()
+    let admin_view = if d.team.role == TeamRole::Admin {
+        let (audit, kept) = tokio::join!(
+            state.store.team_audit(&caller, &slug),
+            state.store.team_steward_rules(&caller, &slug)
+        );
+        match kept {
+            Ok(kept) => Some(AdminView {
+                audit: audit.ok(),
+                steward_rules: kept
+                    .into_iter()
+                    .filter(|r| r.status == RuleState::Promoted)
+                    .collect(),
+            }),
+            // No longer the team's admin since the role was read: the
+            // page is a member's.
+            Err(e) if matches!(e.code, ErrorCode::Forbidden | ErrorCode::NotFound) => None,
+            Err(e) => return signed.error(&Failure::from_tool(e, rid)),
+        }
     } else {
         None
     };
@@ -216,7 +279,8 @@ pub(crate) async fn show(
         .may_add_members_directly(&caller.user_id)
         .await
         .unwrap_or(false);
-    let body = detail_page(&signed, &d, audit.as_ref(), adds_directly);
+    let now = state.store.clock().now_ms();
+    let body = detail_page(&signed, &d, admin_view.as_ref(), adds_directly, now);
     signed.page(StatusCode::OK, &d.team.name, "/teams", body)
 }
 
