@@ -65,7 +65,8 @@ def main():
             if result != "ok":
                 failures.append(f"integrity_check: {result}")
             try:
-                con.execute("INSERT INTO memories_fts(memories_fts) VALUES('integrity-check')")
+                # rank 1: checked against memories (words, owner and scope tokens).
+                con.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES('integrity-check', 1)")
             except sqlite3.DatabaseError as e:
                 failures.append(f"full-text index is inconsistent: {e}")
             con.close()

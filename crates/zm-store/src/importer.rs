@@ -697,7 +697,10 @@ mod tests {
         let first = run().await;
         assert_eq!(first.memories_imported, 1, "{first:?}");
         assert_eq!(first.errors.len(), 1, "the attachment failed: {first:?}");
-        assert!(first.errors[0].contains("could not attach it to Billing"), "{first:?}");
+        assert!(
+            first.errors[0].contains("could not attach it to Billing"),
+            "{first:?}"
+        );
         let entities: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM entities")
             .fetch_one(&store.pool)
             .await
@@ -708,7 +711,10 @@ mod tests {
             .await
             .expect("drop the trigger");
         let second = run().await;
-        assert!(second.errors.is_empty() && second.warnings.is_empty(), "{second:?}");
+        assert!(
+            second.errors.is_empty() && second.warnings.is_empty(),
+            "{second:?}"
+        );
         assert_eq!(second.memories_skipped, 1, "{second:?}");
         let attached: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM memory_entities me JOIN entities e ON e.id = me.entity_id WHERE e.name = 'Billing'",

@@ -262,7 +262,8 @@ impl Store {
     }
 
     /// Is the database structurally sound? SQLite runs `PRAGMA
-    /// integrity_check` (true when it reports exactly `ok`); PostgreSQL,
+    /// integrity_check` (true when it reports exactly `ok`) and the
+    /// full-text index checked against `memories`; PostgreSQL,
     /// which has no equivalent, answers whether `SELECT 1` succeeds.
     pub async fn integrity_check(&self) -> Result<bool, ToolError> {
         match self.backend {
@@ -273,6 +274,18 @@ impl Store {
                     .db("integrity check")?;
                 if rows.len() != 1 || rows[0] != "ok" {
                     tracing::error!(target: "zm_store", problems = ?rows, "integrity check failed");
+                    return Ok(false);
+                }
+                // The full-text index against `memories`, its words and its
+                // owner and scope tokens (rank 1: the external content is
+                // read too; without it only the index's own structure is).
+                if let Err(e) = sqlx::query(
+                    "INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)",
+                )
+                .execute(&self.pool)
+                .await
+                {
+                    tracing::error!(target: "zm_store", error = %e, "the full-text index does not match memories");
                     return Ok(false);
                 }
                 Ok(true)

@@ -96,16 +96,16 @@ struct AdminView {
     steward_rules: Vec<RuleRecord>,
 }
 
-/// The rules departed members left to the team's steward, still in force,
+/// The promoted rules departed members left to the team's steward,
 /// each with a form that revokes it and comes back to this page.
 fn steward_rules(signed: &Signed, slug: &str, records: &[RuleRecord], now: i64) -> Markup {
     let back = format!("/teams/{slug}");
     html! {
         h2 #steward-rules-heading { "Rules left by former members" }
         @if records.is_empty() {
-            p.muted #no-steward-rules { "None: no former member left a rule in force." }
+            p.muted #no-steward-rules { "None: no former member left a promoted rule." }
         } @else {
-            p.hint { "Members who left the team promoted these rules for its scopes. Every member's agents still receive them; as an admin you may revoke them." }
+            p.hint { "Members who left the team promoted these rules for its scopes. Every member's agents receive them until their 90 days end (Delivery says which still are); as an admin you may revoke them." }
             table.rules #steward-rules aria-labelledby="steward-rules-heading" {
                 thead { tr { th { "Rule" } th { "Applies to" } th { "Promoted" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
                 tbody {

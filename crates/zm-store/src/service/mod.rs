@@ -269,11 +269,47 @@ impl ToolService {
             }
             return Ok(inputs.iter().map(|_| Err(e.clone())).collect());
         }
-        let (batch, lost) =
-            crate::db::watch_contention(self.batch_in_one_tx::<T>(caller, inputs)).await;
+        let started = Instant::now();
+        let payloads: Vec<Value> = inputs
+            .iter()
+            .map(|i| audit_payload(&serde_json::to_value(i).unwrap_or(Value::Null)))
+            .collect();
+        let (batch, lost) = crate::db::watch_contention(self.batch_in_one_tx::<T>(
+            caller,
+            inputs,
+            payloads.clone(),
+        ))
+        .await;
         match batch {
-            Err(_) if lost => Err(lost_to_contention(T::NAME, 1)),
-            batch => batch,
+            // Measured once committed: an item counts as what it answered.
+            Ok(items) => Ok(items
+                .into_iter()
+                .map(|(result, at)| {
+                    self.metrics.record(T::TOOL, caller, &result, at);
+                    result
+                })
+                .collect()),
+            // Nothing of the batch was written (its audit rows neither):
+            // each call is audited and measured as refused, on its own.
+            Err(e) => {
+                let e = if lost {
+                    lost_to_contention(T::NAME, 1)
+                } else {
+                    e
+                };
+                let refused: Result<T::Output, ToolError> = Err(e.clone());
+                for payload in payloads {
+                    let entry = AuditEntry {
+                        command: T::NAME,
+                        payload,
+                        outcome: Err(&e),
+                        duration_ms: elapsed_ms(started),
+                    };
+                    self.store.audit(caller, &entry).await;
+                    self.metrics.record(T::TOOL, caller, &refused, started);
+                }
+                Err(e)
+            }
         }
     }
 
@@ -281,19 +317,20 @@ impl ToolService {
     /// that lost to concurrent writes (PostgreSQL) is rolled back to its
     /// savepoint, which also ends the transaction's aborted state, and run
     /// again like a single call.
+    /// Each item's answer comes with when it started, for the metrics.
     async fn batch_in_one_tx<T: Handler>(
         &self,
         caller: &Caller,
         inputs: Vec<T::Input>,
-    ) -> Result<Vec<Result<T::Output, ToolError>>, ToolError> {
+        payloads: Vec<Value>,
+    ) -> Result<Vec<(Result<T::Output, ToolError>, Instant)>, ToolError> {
         use crate::db::DbResult;
         let access = T::TOOL.access();
         let mut tx = self.store.write_tx().await?;
         let mut results = Vec::with_capacity(inputs.len());
         let mut placed = Vec::new();
-        for input in inputs {
+        for (input, payload) in inputs.into_iter().zip(payloads) {
             let started = Instant::now();
-            let payload = audit_payload(&serde_json::to_value(&input).unwrap_or(Value::Null));
             sqlx::query("SAVEPOINT zm_batch_item")
                 .execute(&mut *tx)
                 .await
@@ -336,8 +373,7 @@ impl ToolService {
                 .execute(&mut *tx)
                 .await
                 .db("release savepoint")?;
-            self.metrics.record(T::TOOL, caller, &result, started);
-            results.push(result);
+            results.push((result, started));
         }
         tx.commit().await.db("commit batch")?;
         self.store
@@ -474,4 +510,65 @@ fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod batch_failure_tests {
+    use super::*;
+    use zm_contracts::catalogue::tool;
+    use zm_contracts::{ErrorCode, ImportMemoryInput, parse_input};
+
+    fn import(content: &str, hash: &str) -> ImportMemoryInput {
+        parse_input(&serde_json::json!({
+            "content": content,
+            "kind": "fact",
+            "target": "personal",
+            "source_path": "notes/batch.md",
+            "source_hash": hash,
+        }))
+        .expect("a valid import")
+    }
+
+    /// A batch whose transaction fails after its first call was handled
+    /// (SQLite: a trigger refuses the second call's audit row) wrote
+    /// nothing, so no call of it counts as a success: each is measured as
+    /// the batch's refusal.
+    #[tokio::test]
+    async fn a_failed_batch_counts_no_call_as_done() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "batch-fail").await;
+        sqlx::raw_sql(
+            "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log WHEN NEW.payload LIKE '%fail-2%' \
+             BEGIN SELECT RAISE(ABORT, 'audit refused'); END",
+        )
+        .execute(&store.pool)
+        .await
+        .expect("the trigger");
+        let tools = ToolService::new(store.clone());
+        let out = tools
+            .run_batch::<tool::ImportMemory>(
+                &caller,
+                vec![
+                    import("First batch fact.", "fail-1"),
+                    import("Second batch fact.", "fail-2"),
+                ],
+            )
+            .await;
+        assert_eq!(out.map(|_| ()), Err(ToolError::internal()));
+        let memories: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories")
+            .fetch_one(&store.pool)
+            .await
+            .expect("count");
+        assert_eq!(memories, 0, "nothing of the batch was written");
+        let counted = |code| {
+            tools
+                .metrics()
+                .count(ToolName::ImportMemory, caller.transport, code)
+        };
+        assert_eq!(
+            (counted(None), counted(Some(ErrorCode::Internal))),
+            (0, 2),
+            "both calls counted as refused"
+        );
+    }
 }
