@@ -141,49 +141,45 @@ const FEW_OF: i64 = 8;
 impl Store {
     /// What `caller` reads, for a query the visibility drives
     /// ([`Visible`]): read now, as of this moment (on PostgreSQL one query;
-    /// on SQLite two or three, all by index).
+    /// on SQLite one to three, all by index).
     pub(crate) async fn visible_to(&self, caller: &Caller) -> Result<Visible, ToolError> {
-        let user_id = caller.user_id.clone();
-        let scopes = self.member_scopes(&user_id).await?;
-        let form = match self.backend {
-            crate::db::Backend::Postgres => VisibleForm::Listed(scopes),
-            crate::db::Backend::Sqlite => {
-                if self.reads_few(&user_id, &scopes).await? {
-                    VisibleForm::LookedUp(scopes)
-                } else {
-                    VisibleForm::Filter
-                }
-            }
-        };
-        Ok(Visible { user_id, form })
+        self.visible(caller, VisibleForm::LookedUp).await
     }
 
     /// What a full-text leg filters by: the same rule, listed on
     /// PostgreSQL; on SQLite the match drives, filtered, and narrowed in
     /// the index to a small reader's tokens ([`Visible::fts_tenants`]).
     pub(crate) async fn visible_in_match(&self, caller: &Caller) -> Result<Visible, ToolError> {
-        let scopes = self.member_scopes(&caller.user_id).await?;
-        let form = match self.backend {
-            crate::db::Backend::Postgres => VisibleForm::Listed(scopes),
-            crate::db::Backend::Sqlite => {
-                if self.reads_few(&caller.user_id, &scopes).await? {
-                    VisibleForm::Tenants(scopes)
-                } else {
-                    VisibleForm::Filter
-                }
-            }
-        };
-        Ok(Visible {
-            user_id: caller.user_id.clone(),
-            form,
-        })
+        self.visible(caller, VisibleForm::Tenants).await
     }
 
-    /// SQLite: does `user_id` read at most 1 / [`FEW_OF`] of all memories
-    /// (their own by `storage_usage`, their scopes' shared ones counted by
-    /// index up to that bound)? A store under 1,000 memories never does:
-    /// walking it is cheap.
-    async fn reads_few(&self, user_id: &str, scopes: &[String]) -> Result<bool, ToolError> {
+    /// [`Visible`] for `caller`: the member scopes listed on PostgreSQL; on
+    /// SQLite `few` of them for a small reader, else the filter.
+    async fn visible(
+        &self,
+        caller: &Caller,
+        few: fn(Vec<String>) -> VisibleForm,
+    ) -> Result<Visible, ToolError> {
+        let user_id = caller.user_id.clone();
+        let form = match self.backend {
+            crate::db::Backend::Postgres => {
+                VisibleForm::Listed(self.member_scopes(&user_id).await?)
+            }
+            crate::db::Backend::Sqlite => match self.few_readers_scopes(&user_id).await? {
+                Some(scopes) => few(scopes),
+                None => VisibleForm::Filter,
+            },
+        };
+        Ok(Visible { user_id, form })
+    }
+
+    /// SQLite: the member scopes of `user_id` when they read at most 1 /
+    /// [`FEW_OF`] of all memories (their own by `storage_usage`, their
+    /// scopes' shared ones counted by index up to that bound); `None`
+    /// otherwise — decided from the counts first, so a user holding much
+    /// of the file costs one small query. A store under 1,000 memories
+    /// never has a small reader: walking it is cheap.
+    async fn few_readers_scopes(&self, user_id: &str) -> Result<Option<Vec<String>>, ToolError> {
         let row = sqlx::query(
             "SELECT COALESCE((SELECT memories FROM storage_usage WHERE user_id = $1), 0) AS own, \
                     COALESCE((SELECT SUM(memories) FROM storage_usage), 0) AS total",
@@ -196,10 +192,11 @@ impl Store {
         let total: i64 = crate::rows::col(&row, "total")?;
         let bound = total / FEW_OF;
         if total < 1_000 || own > bound {
-            return Ok(false);
+            return Ok(None);
         }
+        let scopes = self.member_scopes(user_id).await?;
         if scopes.is_empty() {
-            return Ok(true);
+            return Ok(Some(scopes));
         }
         let mut sql = Sql::new(
             "SELECT COUNT(*) AS n FROM (SELECT 1 FROM memories WHERE visibility = 'shared' AND scope IN ",
@@ -210,7 +207,7 @@ impl Store {
             .push(")");
         let row = sql.query().fetch_one(&self.pool).await.db("shared count")?;
         let shared: i64 = crate::rows::col(&row, "n")?;
-        Ok(own + shared <= bound)
+        Ok((own + shared <= bound).then_some(scopes))
     }
 }
 
