@@ -8,8 +8,9 @@ chromium-driver, through .ci/browser/harness.py) through what a person does:
   sign in with the printed credentials; an agent's `remember` over MCP
   appears in the list; search finds it; edit keeps the history; bulk forget
   with a confirmation; a teammate's memory (no edit) and a bulk move that
-  cannot take it along; each error code's treatment; sign out ends the
-  session.
+  cannot take it along; a departed teammate's rule revoked from the team's
+  page; the OAuth error page; each error code's treatment; sign out ends
+  the session.
 
 On every page: zero JavaScript console errors and no serious or critical
 axe-core violation, at desktop width and at 360 px. Screenshots of the main
@@ -321,6 +322,36 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
           "only the teammate's memory is listed as not moved")
     page_is_clean(b, "moved with exceptions")
     shoot(b, shots, "moved-with-exceptions")
+
+    # A rule the mate promoted for the team outlives their removal: the
+    # team's page lists it to its admin, who revokes it there.
+    status, body = srv.tool(mate, "promote_rule", {"memory_id": theirs,
+                                                   "rule_text": "Deploy to staging only after a green canary."})
+    check(status == 200, f"the mate promotes a team rule: {status} {body}")
+    b.get(base + "/teams/browsers")
+    b.wait_for("#no-steward-rules")
+    rows = [r for r in b.driver.find_elements("css selector", "table#members tbody tr")
+            if "mate@example.com" in r.text]
+    check(len(rows) == 1, "the mate is listed on the team's page")
+    mate_id = rows[0].get_attribute("data-user") if rows else ""
+    b.submit(f"tr[data-user='{mate_id}'] form[action$='/remove'] button")
+    b.wait_for(f"#steward-rules tr[data-memory='{theirs}']")
+    check("Deploy to staging only after a green canary." in b.text_of("#steward-rules"),
+          "the departed mate's rule is listed to the admin")
+    page_is_clean(b, "team page with a departed member's rule")
+    shoot(b, shots, "team-steward-rules")
+    b.fill(f"#reason-{theirs}".replace(".", "\\."), "the canary rule moved to the runbook")
+    b.submit(f"#steward-rules tr[data-memory='{theirs}'] form[action$='/revoke'] button")
+    b.wait_for("#no-steward-rules")
+    check(b.driver.current_url.endswith("/teams/browsers"), f"the revoke returns to the team: {b.driver.current_url}")
+
+    # OAuth: a request the server cannot serve is a page of its own (no
+    # redirect to the client), readable on a phone.
+    b.get(base + "/oauth/authorize?response_type=code")
+    b.wait_for("main h1")
+    check(b.text_of("main h1") == "Cannot sign in", f"an OAuth request error: {b.text_of('main h1')}")
+    page_is_clean(b, "OAuth error page", status=400)
+    shoot(b, shots, "oauth-error")
 
     # conflict: a memory that changed since the page was shown.
     b.get(f"{base}/memories/{others[0]}")
