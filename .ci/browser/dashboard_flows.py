@@ -339,6 +339,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check("Deploy to staging only after a green canary." in b.text_of("#steward-rules"),
           "the departed mate's rule is listed to the admin")
     page_is_clean(b, "team page with a departed member's rule")
+    b.driver.execute_script("document.getElementById('steward-rules-heading').scrollIntoView()")
     shoot(b, shots, "team-steward-rules")
     b.fill(f"#reason-{theirs}".replace(".", "\\."), "the canary rule moved to the runbook")
     b.submit(f"#steward-rules tr[data-memory='{theirs}'] form[action$='/revoke'] button")
