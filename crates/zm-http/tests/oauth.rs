@@ -1377,7 +1377,21 @@ async fn the_rate_limit_trips_and_retry_after_is_honest() {
 
 #[tokio::test]
 async fn metadata_follows_the_public_url() {
-    let s = start_with(|c| c.public_url = "https://memory.example.com".into()).await;
+    metadata_follows("https://memory.example.com").await;
+}
+
+/// Behind a proxy that serves the server under a path (docs/DEPLOYMENT.md,
+/// "Under a path prefix"): the issuer, every endpoint, the resource and
+/// the challenge's metadata URL carry the path.
+#[tokio::test]
+async fn metadata_follows_a_public_url_with_a_path() {
+    metadata_follows("https://example.com/zm").await;
+}
+
+/// The discovery documents, the 401 challenge and the resource check of a
+/// server whose public URL is `issuer`.
+async fn metadata_follows(issuer: &'static str) {
+    let s = start_with(|c| c.public_url = issuer.into()).await;
     let get = |path: &str| {
         let url = format!("{}{path}", s.base);
         let http = s.http.clone();
@@ -1387,7 +1401,6 @@ async fn metadata_follows_the_public_url() {
             r.json::<Value>().await.unwrap()
         }
     };
-    let issuer = "https://memory.example.com";
     let as_meta = get("/.well-known/oauth-authorization-server").await;
     assert_eq!(as_meta["issuer"], issuer);
     assert_eq!(
