@@ -517,7 +517,7 @@ knobs! {
             shown: "unset (`http://<listen>`)",
             parse: parse_public_url,
             help: "The external base URL clients reach the server at (`https://memory.example.com`, e.g. behind a reverse proxy); its host is accepted as a Host value.",
-            doc: "It is the OAuth issuer and the base of advertised URLs. `http`/`https`, no query, no credentials. See [REVERSE_PROXY.md](REVERSE_PROXY.md).",
+            doc: "It is the OAuth issuer and the base of advertised URLs. `http`/`https`, no query, no credentials. A path (`https://example.com/zm`) is a prefix the proxy strips: the dashboard's links, redirects and cookies and every advertised URL carry it ([DEPLOYMENT.md](DEPLOYMENT.md#under-a-path-prefix)). See [REVERSE_PROXY.md](REVERSE_PROXY.md).",
         },
         allowed_hosts: Vec<String> {
             env: "ZM_ALLOWED_HOSTS",
