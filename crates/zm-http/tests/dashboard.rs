@@ -67,6 +67,7 @@ both_backends! {
     the_account_page_imports_a_server_memory_file_once
     the_teams_pages_manage_a_team_end_to_end
     a_teams_admins_revoke_on_its_page_the_rules_departed_members_left
+    a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_member_left
     a_password_change_follows_the_stores_rules
     a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped
     insight_charts_writing_by_scope_and_recalls_by_agent
@@ -1151,6 +1152,143 @@ async fn steward_rules_on_the_team_page(s: Server, prefix: &str) {
         "{}",
         p.body
     );
+    s.running.stop().await;
+}
+
+/// A writer's team memory (a fact) and open loop (a task) go to the
+/// team's steward when the writer is removed. The admin's page of each
+/// says so (`#for-team`) and offers Forget (and Close for the loop), never
+/// edit or share; forgetting it there offers Restore, which brings it
+/// back, and closing the loop closes it. The memory stays the steward's.
+/// A reader's page of the same memory is read only, as for a teammate's
+/// (`#not-yours`, no Forget), and the reader's forget is refused.
+async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_member_left(s: Server) {
+    let (a, a_email, a_password) = person(&s.store, "stm-admin").await;
+    let (w, _, _) = person(&s.store, "stm-writer").await;
+    let (r, r_email, r_password) = person(&s.store, "stm-reader").await;
+    let slug = format!("stewardm{}", unique());
+    let scope = format!("team.{slug}");
+    let admin = Caller::new(a.id.clone());
+    let input: zm_contracts::teams::CreateTeamInput =
+        zm_contracts::parse_input(&json!({"slug": slug})).unwrap();
+    s.store.create_team(&admin, input).await.unwrap();
+    for (who, role) in [
+        (&w, zm_contracts::TeamRole::Writer),
+        (&r, zm_contracts::TeamRole::Reader),
+    ] {
+        common::join_team(&s.store, &admin, &slug, &who.email, role).await;
+    }
+    let fact = remember(
+        &s.store,
+        &w.id,
+        "The staging database is rebuilt nightly.",
+        &scope,
+    )
+    .await;
+    let task = zm_store::ToolService::new(s.store.clone())
+        .call(
+            &Caller::new(w.id.clone()),
+            zm_contracts::ToolName::Remember,
+            &json!({"content": "Move the staging rebuild to Sundays.", "kind": "task", "scope": scope}),
+        )
+        .await
+        .unwrap()
+        .to_json()["memory_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.store
+        .remove_team_member(&admin, &slug, &w.id)
+        .await
+        .unwrap();
+
+    // The reader: read only, as for a teammate's memory.
+    let mut reader = Browser::default();
+    assert_eq!(reader.sign_in(&s, &r_email, &r_password).await.status, 303);
+    let p = reader.get(&s, &format!("/memories/{fact}")).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"not-yours\"")
+            && !p.body.contains("id=\"forget\"")
+            && !p.body.contains("id=\"for-team\""),
+        "{}",
+        p.body
+    );
+    let csrf = reader.csrf(&s).await;
+    let p = reader
+        .post(&s, &format!("/memories/{fact}/forget"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+
+    // The admin: Forget (and Close for the loop), no edit, no share.
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &a_email, &a_password).await.status, 303);
+    let page = format!("/memories/{fact}");
+    let p = b.get(&s, &page).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"for-team\"")
+            && p.body.contains(&slug)
+            && p.body.contains("id=\"forget\"")
+            && !p.body.contains("id=\"not-yours\"")
+            && !p.body.contains("id=\"edit\"")
+            && !p.body.contains("id=\"share\"")
+            && !p.body.contains("id=\"close\"")
+            && !p.body.contains("id=\"restore\""),
+        "{}",
+        p.body
+    );
+    let csrf = b.csrf(&s).await;
+    let p = b
+        .post(
+            &s,
+            &format!("{page}/forget"),
+            &[("csrf", &csrf), ("reason", "stale")],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let p = b.get(&s, &page).await;
+    assert!(
+        p.body.contains("forgotten")
+            && p.body.contains("id=\"restore\"")
+            && !p.body.contains("id=\"forget\""),
+        "{}",
+        p.body
+    );
+    assert!(
+        !reader.get(&s, "/").await.body.contains(&fact),
+        "forgotten for every member"
+    );
+    let p = b
+        .post(&s, &format!("{page}/restore"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let p = b.get(&s, &page).await;
+    assert!(
+        p.body.contains(">live") && p.body.contains("id=\"forget\""),
+        "{}",
+        p.body
+    );
+    assert!(
+        reader.get(&s, "/").await.body.contains(&fact),
+        "back for every member"
+    );
+    // The loop: closed from its page.
+    let p = b.get(&s, &format!("/memories/{task}")).await;
+    assert!(
+        p.body.contains("id=\"close\"") && !p.body.contains("id=\"share\""),
+        "{}",
+        p.body
+    );
+    let p = b
+        .post(&s, &format!("/memories/{task}/close"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert!(!reader.get(&s, "/").await.body.contains(&task), "closed");
+    // Still the steward's, not the admin's.
+    for m in [&fact, &task] {
+        assert!(!s.store.owns_memory(&admin, m).await.unwrap(), "{m}");
+    }
     s.running.stop().await;
 }
 

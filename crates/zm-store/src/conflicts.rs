@@ -405,7 +405,8 @@ impl Store {
             // a forget. Nothing retired: already invalidated (fine: the
             // winner stands), or no longer the caller's (refused, undone).
             if gone.rows_affected() > 0 {
-                self.retire_rule_of(tx, caller, loser.as_str()).await?;
+                self.retire_rule_of(tx, &caller.user_id, loser.as_str())
+                    .await?;
             } else {
                 let mine: Option<String> =
                     sqlx::query_scalar("SELECT id FROM memories WHERE id = $1 AND owner_id = $2")

@@ -98,8 +98,11 @@ impl FromAnyRow for KnownEntity {
     }
 }
 
-/// One of the caller's memories, as a lifecycle change reads it.
+/// A memory a lifecycle change reads: the caller's own, or one a team's
+/// steward holds that the caller, its team's admin, changes for it.
 struct OwnedMemory {
+    /// The caller, or the team steward the caller acts for.
+    owner_id: String,
     kind: MemoryKind,
     scope: String,
     visibility: zm_contracts::Visibility,
@@ -109,6 +112,7 @@ struct OwnedMemory {
 impl FromAnyRow for OwnedMemory {
     fn from_row(r: &AnyRow) -> Result<OwnedMemory, ToolError> {
         Ok(OwnedMemory {
+            owner_id: col(r, "owner_id")?,
             kind: enum_col(r, "kind")?,
             scope: col(r, "scope")?,
             visibility: enum_col(r, "visibility")?,
@@ -716,7 +720,7 @@ impl Store {
                 .await
                 .db("rule follows its memory")?;
                 if followed.rows_affected() == 0 {
-                    self.retire_rule_of(tx, caller, dst).await?;
+                    self.retire_rule_of(tx, &caller.user_id, dst).await?;
                 }
                 retired.push(dst.clone());
             }
@@ -997,10 +1001,16 @@ impl Store {
             .transpose()
     }
 
-    /// Load one of the caller's own memories for a lifecycle change: one
-    /// the members of its scope read takes the writer role there
-    /// (`may_change_own_in`), and is then held and read again, still the
-    /// caller's (on PostgreSQL a hand-over may have committed meanwhile).
+    /// Load a memory the caller may change for a lifecycle change (forget,
+    /// close, restore). Their own: one the members of its scope read takes
+    /// the writer role there (`may_change_own_in`), and is then held and
+    /// read again, still the caller's (on PostgreSQL a hand-over may have
+    /// committed meanwhile). Another account's: only a shared one a team's
+    /// steward holds in that team's scopes, for the team's admin
+    /// (`act_for_steward`, which holds the team's row first, then the
+    /// memory's is held and read again, still the steward's, in that scope
+    /// and shared); the team's writers and readers are `forbidden`, and
+    /// anything else reads as not found, as a foreign id does.
     async fn owned(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -1008,10 +1018,9 @@ impl Store {
         id: &str,
     ) -> Result<OwnedMemory, ToolError> {
         let row = sqlx::query(
-            "SELECT id, kind, scope, visibility, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+            "SELECT owner_id, kind, scope, visibility, invalidated_at FROM memories WHERE id = $1",
         )
         .bind(id)
-        .bind(&caller.user_id)
         .fetch_optional(&mut *tx)
         .await
         .db("load memory")?;
@@ -1020,19 +1029,62 @@ impl Store {
             Some(r) => OwnedMemory::from_row(&r)?,
             None => return Err(not_found()),
         };
-        self.may_change_own_in(tx, caller, &memory.scope, memory.visibility)
-            .await?;
-        memory.invalidated_at = self
-            .hold_own_memory(tx, caller, id)
-            .await?
-            .ok_or_else(not_found)?;
+        if memory.owner_id == caller.user_id {
+            self.may_change_own_in(tx, caller, &memory.scope, memory.visibility)
+                .await?;
+            memory.invalidated_at = self
+                .hold_own_memory(tx, caller, id)
+                .await?
+                .ok_or_else(not_found)?;
+            return Ok(memory);
+        }
+        // What a team's members read and its steward holds: the team's
+        // admins change it for the steward. A private row is its owner's
+        // alone, whoever holds it.
+        if memory.visibility != zm_contracts::Visibility::Shared {
+            return Err(not_found());
+        }
+        self.act_for_steward(
+            tx,
+            caller,
+            &memory.owner_id,
+            &memory.scope,
+            "Changing a memory a departed member left to the team",
+            not_found,
+        )
+        .await?;
+        let mut sql = crate::sql::Sql::new(
+            "SELECT scope, visibility, invalidated_at FROM memories WHERE id = ",
+        );
+        sql.bind_str(id)
+            .push(" AND owner_id = ")
+            .bind_str(&memory.owner_id)
+            .push(self.backend.hold_rows());
+        let held = sql
+            .query()
+            .fetch_optional(&mut *tx)
+            .await
+            .db("hold the steward's memory")?;
+        let Some(held) = held else {
+            return Err(not_found());
+        };
+        let visibility: zm_contracts::Visibility = enum_col(&held, "visibility")?;
+        if col::<String>(&held, "scope")? != memory.scope
+            || visibility != zm_contracts::Visibility::Shared
+        {
+            return Err(not_found());
+        }
+        memory.invalidated_at = col(&held, "invalidated_at")?;
         Ok(memory)
     }
 
+    /// Invalidate memory `id` of `owner` (the caller, or the steward the
+    /// caller acts for), as the caller.
     async fn invalidate(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
+        owner: &str,
         id: &str,
     ) -> Result<(), ToolError> {
         sqlx::query("UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3 WHERE id = $4 AND invalidated_at IS NULL")
@@ -1045,7 +1097,7 @@ impl Store {
             .db("invalidate")?;
         // A rule promoted from the memory goes with it: the briefing stops
         // delivering it (restore_memory does not re-promote it).
-        self.retire_rule_of(tx, caller, id).await
+        self.retire_rule_of(tx, owner, id).await
     }
 
     /// Invalidate a memory (add-only: it leaves search, nothing is deleted).
@@ -1063,7 +1115,7 @@ impl Store {
                 "Memory {id} is already invalidated; restore_memory brings it back."
             )));
         }
-        self.invalidate(tx, caller, id).await?;
+        self.invalidate(tx, caller, &memory.owner_id, id).await?;
         cx.placement_changed(id);
         Ok(ForgetOutput {
             memory_id: input.memory_id,
@@ -1081,6 +1133,7 @@ impl Store {
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
         let OwnedMemory {
+            owner_id,
             kind,
             invalidated_at: invalidated,
             ..
@@ -1096,7 +1149,7 @@ impl Store {
                 "Memory {id} is already closed or invalidated."
             )));
         }
-        self.invalidate(tx, caller, id).await?;
+        self.invalidate(tx, caller, &owner_id, id).await?;
         cx.placement_changed(id);
         Ok(CloseLoopOutput {
             memory_id: input.memory_id,
@@ -1104,7 +1157,8 @@ impl Store {
         })
     }
 
-    /// Undo an invalidation (owner only).
+    /// Undo an invalidation (the owner, or for a team's steward the
+    /// team's admins).
     pub(crate) async fn restore_memory(
         &self,
         cx: &mut Cx<'_>,

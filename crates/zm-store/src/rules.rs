@@ -358,13 +358,14 @@ impl Store {
         Ok((owner, Some(slug)))
     }
 
-    /// Revoke the promoted rule from memory `memory_id`, if any, because
-    /// the memory was invalidated (forgotten or closed). Re-promoting it
-    /// needs `force`, as after any revocation.
+    /// Revoke `owner`'s promoted rule from memory `memory_id`, if any,
+    /// because the memory was invalidated (forgotten or closed; `owner` is
+    /// the memory's, which a team's admin may invalidate for its steward).
+    /// Re-promoting it needs `force`, as after any revocation.
     pub(crate) async fn retire_rule_of(
         &self,
         tx: &mut sqlx::AnyConnection,
-        caller: &Caller,
+        owner: &str,
         memory_id: &str,
     ) -> Result<(), ToolError> {
         let mut sql = Sql::new("UPDATE rules SET status = ");
@@ -372,7 +373,7 @@ impl Store {
             .push(", pinned = 0, revoked_reason = ")
             .bind_str("memory invalidated")
             .push(" WHERE owner_id = ")
-            .bind_str(&caller.user_id)
+            .bind_str(owner)
             .push(" AND memory_id = ")
             .bind_str(memory_id)
             .push(" AND status = ")

@@ -15,7 +15,8 @@
 //! project); a deleted team hands all its memories to the steward, made
 //! private, until they are erased after [`TEAM_RETENTION_DAYS`]. Nobody
 //! signs in as a steward: its team's admins act for it where someone must
-//! (revoking a rule it holds: `Store::act_for_steward`).
+//! (revoking a rule it holds; forgetting, closing or restoring a memory it
+//! holds: `Store::act_for_steward`).
 
 use sqlx::any::AnyRow;
 use zm_contracts::teams::{
@@ -214,6 +215,17 @@ where
         .await
         .db("adds members directly")?;
     Ok(owner == Some(1))
+}
+
+/// Where a caller stands towards a team's steward that holds a row
+/// ([`Store::act_for_steward`]).
+enum StewardStanding {
+    /// Not a steward's row of a live team the caller is a member of.
+    None,
+    /// A member of the steward's team below admin (team slug, role).
+    Member(String, Role),
+    /// An admin of the steward's team (its slug): acts for the steward.
+    Admin(String),
 }
 
 /// Why a team row is read: to look, or to change the team (its members,
@@ -528,7 +540,8 @@ impl Store {
     }
 
     /// May the caller act for a team's steward on what it holds in
-    /// `scope_path` (revoke a rule handed to it)? Nobody signs in as a
+    /// `scope_path` (revoke a rule handed to it; forget, close or restore
+    /// a memory handed to it)? Nobody signs in as a
     /// steward, so the admins of its team act for it there: `owner_id` is
     /// the steward of the live team whose own scope (or team project)
     /// `scope_path` is, and the caller is that team's admin now. Anything
@@ -547,23 +560,66 @@ impl Store {
         what: &str,
         missing: impl FnOnce() -> ToolError,
     ) -> Result<String, ToolError> {
+        match self
+            .steward_standing(conn, caller, owner_id, scope_path, For::Change)
+            .await?
+        {
+            StewardStanding::Admin(slug) => Ok(slug),
+            StewardStanding::Member(slug, role) => Err(ToolError::forbidden(format!(
+                "{what} needs the admin role in team {slug}; yours is {role}."
+            ))),
+            StewardStanding::None => Err(missing()),
+        }
+    }
+
+    /// Would [`Store::act_for_steward`] let the caller act for the owner
+    /// of a row in `scope_path`, as of now (read without taking turns with
+    /// the team's changes: for showing what the caller may do, never for
+    /// deciding it)? The team's slug when it would.
+    pub(crate) async fn may_act_for_steward(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        owner_id: &str,
+        scope_path: &str,
+    ) -> Result<Option<String>, ToolError> {
+        Ok(
+            match self
+                .steward_standing(conn, caller, owner_id, scope_path, For::Reading)
+                .await?
+            {
+                StewardStanding::Admin(slug) => Some(slug),
+                _ => None,
+            },
+        )
+    }
+
+    /// The one answer to "where does the caller stand towards the steward
+    /// holding a row in `scope_path`": see [`Store::act_for_steward`].
+    async fn steward_standing(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        owner_id: &str,
+        scope_path: &str,
+        purpose: For,
+    ) -> Result<StewardStanding, ToolError> {
         let Some(slug) = team_slug_of(scope_path) else {
-            return Err(missing());
+            return Ok(StewardStanding::None);
         };
-        let Some(team) = self.team_row(conn, slug, For::Change).await? else {
-            return Err(missing());
+        let Some(team) = self.team_row(conn, slug, purpose).await? else {
+            return Ok(StewardStanding::None);
         };
         if team.deleted_at.is_some() || team.steward_id.as_deref() != Some(owner_id) {
-            return Err(missing());
+            return Ok(StewardStanding::None);
         }
-        match self.direct_role(conn, &caller.user_id, &team.scope).await? {
-            None => Err(missing()),
-            Some(Role::Admin) => Ok(team.slug),
-            Some(role) => Err(ToolError::forbidden(format!(
-                "{what} needs the admin role in team {}; yours is {role}.",
-                team.slug
-            ))),
-        }
+        Ok(
+            match self.direct_role(conn, &caller.user_id, &team.scope).await? {
+                None => StewardStanding::None,
+                Some(Role::Admin) => StewardStanding::Admin(team.slug),
+                Some(role) => StewardStanding::Member(team.slug, role),
+            },
+        )
     }
 
     /// The rules a team's steward holds (those its departed members left

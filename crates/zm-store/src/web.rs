@@ -509,6 +509,10 @@ pub struct MemoryContext {
     /// Is it the caller's own? Only its owner edits (supersedes), forgets,
     /// restores or shares it; a teammate's shared memory is read only.
     pub mine: bool,
+    /// The team whose steward holds it (a departed member's, shared in the
+    /// team's scopes) when the caller is that team's admin: they may
+    /// forget, close or restore it for the steward, and nothing else.
+    pub for_team: Option<String>,
 }
 
 /// An MCP-over-HTTP session of the user, as the Access page lists it.
@@ -534,6 +538,9 @@ impl Store {
             mine: self.owns_memory(caller, memory_id).await?,
             ..MemoryContext::default()
         };
+        if !out.mine {
+            out.for_team = self.steward_team_of(caller, memory_id).await?;
+        }
         let mut sql = Sql::new(
             "SELECT l.type AS t, l.src AS src, l.dst AS dst, m.content AS content FROM memory_links l \
              JOIN memories m ON m.id = (CASE WHEN l.src = ",
@@ -602,6 +609,31 @@ impl Store {
                 .await
                 .db("memory owner")?;
         Ok(owned > 0)
+    }
+
+    /// The team whose admin the caller is, when memory `memory_id` is held
+    /// by that team's steward and shared in its scopes: what
+    /// `Store::act_for_steward` would let them change now (read, not held).
+    async fn steward_team_of(
+        &self,
+        caller: &Caller,
+        memory_id: &str,
+    ) -> Result<Option<String>, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let row =
+            sqlx::query("SELECT owner_id, scope FROM memories WHERE id = $1 AND visibility = $2")
+                .bind(memory_id)
+                .bind(zm_contracts::Visibility::Shared.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .db("memory holder")?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let owner: String = col(&row, "owner_id")?;
+        let scope: String = col(&row, "scope")?;
+        self.may_act_for_steward(&mut conn, caller, &owner, &scope)
+            .await
     }
 
     /// The user's open MCP-over-HTTP sessions, most recently used first:

@@ -402,6 +402,11 @@ pub(crate) async fn show(
     let is_loop = matches!(m.kind, MemoryKind::Task | MemoryKind::OpenQuestion);
     let live = m.invalidated_at.is_none();
     let mine = context.mine;
+    // A memory a departed member left to a team's steward: the team's
+    // admins forget, close or restore it for the steward (the store
+    // decides that again on the call), nothing else.
+    let for_team = context.for_team.as_deref();
+    let changes = mine || for_team.is_some();
     let body = html! {
         p { a href=(signed.href("/")) { "← Memories" } }
         h1 { "Memory " code { (m.id) } }
@@ -450,7 +455,9 @@ pub(crate) async fn show(
             pre.content { (serde_json::to_string_pretty(src).unwrap_or_default()) }
         }
         h2 { "Change it" }
-        @if !mine {
+        @if let Some(team) = for_team {
+            p #for-team.hint { "A former member of team " (team) " left this memory to the team. As the team's admin you may forget it, close it if it is an open loop, and restore it; nobody edits, shares or moves it." }
+        } @else if !mine {
             p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
         }
         @if live && mine {
@@ -465,7 +472,7 @@ pub(crate) async fn show(
             }
         }
         div.actions {
-            @if mine && live {
+            @if changes && live {
                 form #forget method="post" action=(signed.href(&format!("/memories/{}/forget", m.id))) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     div.field { label for="reason" { "Reason (optional)" } input #reason type="text" name="reason"; }
@@ -477,12 +484,14 @@ pub(crate) async fn show(
                         button type="submit" { "Close the loop" }
                     }
                 }
-                form #share method="post" action=(signed.href(&format!("/memories/{}/share", m.id))) {
-                    input type="hidden" name="csrf" value=(signed.csrf);
-                    div.field { label for="share-scope" { "Share into scope" } input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required; }
-                    button.secondary type="submit" { "Share" }
+                @if mine {
+                    form #share method="post" action=(signed.href(&format!("/memories/{}/share", m.id))) {
+                        input type="hidden" name="csrf" value=(signed.csrf);
+                        div.field { label for="share-scope" { "Share into scope" } input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required; }
+                        button.secondary type="submit" { "Share" }
+                    }
                 }
-            } @else if mine && m.superseded_by.is_none() {
+            } @else if changes && m.superseded_by.is_none() {
                 form #restore method="post" action=(signed.href(&format!("/memories/{}/restore", m.id))) {
                     input type="hidden" name="csrf" value=(signed.csrf);
                     button type="submit" { "Restore" }
