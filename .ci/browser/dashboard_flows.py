@@ -9,7 +9,8 @@ chromium-driver, through .ci/browser/harness.py) through what a person does:
   appears in the list; search finds it; edit keeps the history; bulk forget
   with a confirmation; a teammate's memory (no edit) and a bulk move that
   cannot take it along; a departed teammate's rule revoked from the team's
-  page; the OAuth error page; each error code's treatment; sign out ends
+  page and their memory forgotten and restored by the admin; the OAuth
+  error page; each error code's treatment; sign out ends
   the session.
 
 On every page: zero JavaScript console errors and no serious or critical
@@ -345,6 +346,18 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.submit(f"#steward-rules tr[data-memory='{theirs}'] form[action$='/revoke'] button")
     b.wait_for("#no-steward-rules")
     check(b.driver.current_url.endswith("/teams/browsers"), f"the revoke returns to the team: {b.driver.current_url}")
+    # The memory the mate left is the team's to clean up: its admin may
+    # forget it (and restore it), not edit it.
+    b.get(f"{base}/memories/{theirs}")
+    b.wait_for("#for-team")
+    check(not b.driver.find_elements("css selector", "form#edit"), "a departed member's memory offers no edit")
+    page_is_clean(b, "a departed member's memory page")
+    shoot(b, shots, "memory-steward")
+    b.submit("form#forget button[type=submit]")
+    b.wait_for("form#restore")
+    b.submit("form#restore button[type=submit]")
+    b.wait_for("form#forget")
+    check(True, "the admin forgot and restored the departed member's memory")
 
     # OAuth: a request the server cannot serve is a page of its own (no
     # redirect to the client), readable on a phone.
