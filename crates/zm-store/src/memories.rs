@@ -840,13 +840,16 @@ impl Store {
                 .bind_i64(SIMILAR_FETCH);
             sql
         } else {
-            // Common words only: the newest memories holding the rarest.
+            // Common words only: the newest memories holding the rarest
+            // (a writer who owns few of a shared file's memories has the
+            // match narrowed to theirs inside the full-text index).
+            let tenant = self.own_fts_tenant(&mut *tx, owner).await?;
             let Some(mut sql) = crate::search::fts_select(
                 self.backend,
                 &probe.join(" "),
                 crate::fts::Match::All,
                 crate::search::FULL_CANDIDATE_COLUMNS,
-                None,
+                tenant.as_deref(),
             ) else {
                 return Ok(Vec::new());
             };

@@ -134,6 +134,49 @@ fn fts_tenant_token(tag: char, value: &str) -> String {
     format!("\"{tag}{}\"", hex::encode_upper(value.as_bytes()))
 }
 
+/// SQLite: `(own, bound)` when `user_id` owns at most `bound` = 1 /
+/// [`FEW_OF`] of all memories (by `storage_usage`) in a store of at least
+/// 1,000; `None` otherwise.
+async fn owns_few(
+    conn: &mut sqlx::AnyConnection,
+    user_id: &str,
+) -> Result<Option<(i64, i64)>, ToolError> {
+    let row = sqlx::query(
+        "SELECT COALESCE((SELECT memories FROM storage_usage WHERE user_id = $1), 0) AS own, \
+                COALESCE((SELECT SUM(memories) FROM storage_usage), 0) AS total",
+    )
+    .bind(user_id)
+    .fetch_one(&mut *conn)
+    .await
+    .db("read counts")?;
+    let own: i64 = crate::rows::col(&row, "own")?;
+    let total: i64 = crate::rows::col(&row, "total")?;
+    let bound = total / FEW_OF;
+    Ok((total >= 1_000 && own <= bound).then_some((own, bound)))
+}
+
+impl Store {
+    /// SQLite: the `fts_tenant` filter of `owner`'s own memories when they
+    /// own few of the file ([`owns_few`]), for a probe of their own
+    /// memories (the near-duplicate check at `remember`): the index
+    /// intersects the match with their postings before any row is read.
+    /// `None` for a user who owns much of it, and on PostgreSQL (whose
+    /// probe reads only the owner's postings already).
+    pub(crate) async fn own_fts_tenant(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        owner: &str,
+    ) -> Result<Option<String>, ToolError> {
+        if self.backend != crate::db::Backend::Sqlite || owns_few(conn, owner).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "fts_tenant : ({})",
+            fts_tenant_token('o', owner)
+        )))
+    }
+}
+
 /// A SQLite caller reads "few" memories when they are at most this share
 /// (1 / N) of all of them: looking their rows up then beats walking.
 const FEW_OF: i64 = 8;
@@ -180,20 +223,11 @@ impl Store {
     /// of the file costs one small query. A store under 1,000 memories
     /// never has a small reader: walking it is cheap.
     async fn few_readers_scopes(&self, user_id: &str) -> Result<Option<Vec<String>>, ToolError> {
-        let row = sqlx::query(
-            "SELECT COALESCE((SELECT memories FROM storage_usage WHERE user_id = $1), 0) AS own, \
-                    COALESCE((SELECT SUM(memories) FROM storage_usage), 0) AS total",
-        )
-        .bind(user_id)
-        .fetch_one(&self.pool)
-        .await
-        .db("read counts")?;
-        let own: i64 = crate::rows::col(&row, "own")?;
-        let total: i64 = crate::rows::col(&row, "total")?;
-        let bound = total / FEW_OF;
-        if total < 1_000 || own > bound {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let Some((own, bound)) = owns_few(&mut conn, user_id).await? else {
             return Ok(None);
-        }
+        };
+        drop(conn);
         let scopes = self.member_scopes(user_id).await?;
         if scopes.is_empty() {
             return Ok(Some(scopes));

@@ -80,6 +80,13 @@ backend_tests! {
         assert_eq!(recalled(out), expected, "[{l}] recall after the move");
         let out = ok(recall(&store, &small, json!({"query": "big account ledger note", "k": 20})).await, l, "recall of its words");
         assert!(recalled(out).contains(&first_import), "[{l}] the moved note by its own words");
+        // A near-duplicate of the small reader's own, in words all 1,200 of
+        // the big account's memories hold (the probe's common-words path;
+        // on SQLite narrowed to their owner token inside the index).
+        let first = ok(remember(&store, &small, json!({"content": format!("Ledger note of the big account ({tag})."), "kind": "fact", "scope": "personal"})).await, l, "remember");
+        let again = ok(remember(&store, &small, json!({"content": format!("The big account: ledger note ({tag})!"), "kind": "fact", "scope": "personal"})).await, l, "remember again");
+        let similar: Vec<String> = again.similar_existing.unwrap_or_default().iter().map(|s| s.id.as_str().to_string()).collect();
+        assert_eq!(similar, [first.memory_id.as_str().to_string()], "[{l}] the probe finds the reader's own and nobody else's");
         assert!(store.integrity_check().await.expect("integrity check"), "[{l}] integrity");
         // The big account pages through its own, newest first.
         let page = ok(store.browse_memories(&big, &filter, None, 50).await, l, "big browse");
