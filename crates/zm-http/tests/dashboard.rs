@@ -1285,6 +1285,33 @@ async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_memb
         .await;
     assert_eq!(p.status, 303, "{}", p.body);
     assert!(!reader.get(&s, "/").await.body.contains(&task), "closed");
+    // A selection forgets only the admin's own: the departed member's
+    // memory is listed as not theirs and stays live for every member.
+    let own = remember(&s.store, &a.id, "The admin's own staging note.", &scope).await;
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "forget"),
+                ("confirm", "yes"),
+                ("ids", &own),
+                ("ids", &fact),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("Forgot 1 of 2") && p.body.contains("not yours"),
+        "{}",
+        p.body
+    );
+    let listed = reader.get(&s, "/").await.body;
+    assert!(
+        listed.contains(&fact) && !listed.contains(&own),
+        "only the admin's own was forgotten"
+    );
     // Still the steward's, not the admin's.
     for m in [&fact, &task] {
         assert!(!s.store.owns_memory(&admin, m).await.unwrap(), "{m}");

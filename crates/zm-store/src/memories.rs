@@ -1176,6 +1176,25 @@ impl Store {
                 "Memory {id} is not invalidated."
             )));
         }
+        // Restoring drops the `supersedes` links that point at it. A
+        // team's admin restoring for the steward never drops another
+        // account's: a memory its author superseded with one of their own
+        // stays theirs to restore.
+        if memory.owner_id != caller.user_id {
+            let others: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM memory_links WHERE dst = $1 AND type = 'supersedes' AND owner_id <> $2",
+            )
+            .bind(id)
+            .bind(&memory.owner_id)
+            .fetch_one(&mut *tx)
+            .await
+            .db("superseding links")?;
+            if others > 0 {
+                return Err(ToolError::conflict(format!(
+                    "Memory {id} was superseded by a newer memory of its author; a team's admins restore only what was forgotten or closed."
+                )));
+            }
+        }
         sqlx::query(
             "UPDATE memories SET invalidated_at = NULL, invalidated_by = NULL, invalidated_by_agent = NULL, superseded_by = NULL WHERE id = $1",
         )

@@ -560,10 +560,22 @@ impl Store {
         what: &str,
         missing: impl FnOnce() -> ToolError,
     ) -> Result<String, ToolError> {
-        match self
-            .steward_standing(conn, caller, owner_id, scope_path, For::Change)
+        // Read first, without taking turns: only a team's admin queues
+        // behind its changes (anyone else is answered at once, and a
+        // batch of theirs takes no team row for change: two members'
+        // batches of forgets, each holding the team for share, would
+        // deadlock upgrading it).
+        let standing = match self
+            .steward_standing(conn, caller, owner_id, scope_path, For::Reading)
             .await?
         {
+            StewardStanding::Admin(_) => {
+                self.steward_standing(conn, caller, owner_id, scope_path, For::Change)
+                    .await?
+            }
+            other => other,
+        };
+        match standing {
             StewardStanding::Admin(slug) => Ok(slug),
             StewardStanding::Member(slug, role) => Err(ToolError::forbidden(format!(
                 "{what} needs the admin role in team {slug}; yours is {role}."

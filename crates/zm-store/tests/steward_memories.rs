@@ -83,6 +83,30 @@ async fn steward_state(
 }
 
 backend_tests! {
+    /// A team memory its author superseded with a memory of their own
+    /// (in their personal scope) before leaving: the link is the author's,
+    /// so the team's admin cannot restore the old version (that would drop
+    /// the author's link); it stays superseded.
+    async fn an_admin_does_not_restore_what_its_author_superseded(store: Store, l: &str) {
+        let (_, admin) = user(&store, "sms-admin").await;
+        let slug = team(&store, &admin, l, "sms").await;
+        let scope = format!("team.{slug}");
+        let (uw, w) = member(&store, &admin, l, &slug, "sms-w", TeamRole::Writer).await;
+        let word = unique("old").replace('-', "");
+        let old = note(&store, &w, l, &scope, "fact", &word).await;
+        mem(
+            &store,
+            &w,
+            l,
+            json!({"content": format!("The staging rebuild {word} now runs at four."), "kind": "fact", "scope": "personal",
+                   "links": [{"dst": old, "type": "supersedes"}]}),
+        )
+        .await;
+        ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "remove W");
+        err(restore(&store, &admin, &old).await, ErrorCode::Conflict, l, "restore what its author superseded");
+        assert!(!recalls(&store, &admin, l, &word, &old).await, "[{l}] the old version stays superseded");
+    }
+
     /// A writer's team memory (promoted to a rule) and open loops go to
     /// the steward when the writer is removed or leaves. The team's admin
     /// forgets the memory: it leaves every member's recall and its rule is

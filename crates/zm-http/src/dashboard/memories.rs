@@ -742,11 +742,29 @@ pub(crate) async fn bulk(
         };
     }
     // One transaction, each memory in its own savepoint: what can be
-    // forgotten is, and the rest is listed with its reason.
+    // forgotten is, and the rest is listed with its reason. Only the
+    // caller's own: a team's admin forgets a departed member's memory
+    // from its page, one at a time, never swept up in a selection.
     let mut inputs = Vec::with_capacity(ids.len());
+    let mut failed: Vec<(String, String)> = Vec::new();
+    let mut own_ids = Vec::with_capacity(ids.len());
     for id in &ids {
+        match state.store.owns_memory(&caller, id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                failed.push((
+                    id.clone(),
+                    "not yours: a selection forgets only your own memories (a team's admin forgets a departed member's memory from its page)".to_string(),
+                ));
+                continue;
+            }
+            Err(e) => return signed.error(&call_failure(e, &signed).back_to("/")),
+        }
         match zm_contracts::parse_input::<zm_contracts::ForgetInput>(&json!({"memory_id": id})) {
-            Ok(i) => inputs.push(i),
+            Ok(i) => {
+                inputs.push(i);
+                own_ids.push(id.clone());
+            }
             Err(e) => {
                 return signed.error(&call_failure(e, &signed).back_to("/"));
             }
@@ -762,17 +780,18 @@ pub(crate) async fn bulk(
             return signed.error(&call_failure(e, &signed).back_to("/"));
         }
     };
-    let failed: Vec<(String, String)> = ids
-        .iter()
-        .zip(&results)
-        .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.clone(), e.message.clone())))
-        .collect();
+    failed.extend(
+        own_ids
+            .iter()
+            .zip(&results)
+            .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.clone(), e.message.clone()))),
+    );
     if failed.is_empty() {
         return signed.see_other("/?status=forgotten&done=forget");
     }
     let page = html! {
         h1 { "Forgotten, with exceptions" }
-        p { "Forgot " (results.len() - failed.len()) " of " (results.len()) "." }
+        p { "Forgot " (ids.len() - failed.len()) " of " (ids.len()) "." }
         div.flash.warn role="status" {
             p { "These were not forgotten:" }
             ul { @for (id, why) in &failed { li { a href=(signed.href(&format!("/memories/{id}"))) { code { (id) } } ": " (why) } } }
