@@ -16,32 +16,9 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use zm_contracts::teams::CreateTeamInput;
 use zm_contracts::{ErrorCode, TeamRole};
 use zm_store::rules::RuleState;
-use zm_store::{Caller, Store, User};
-
-/// A new team administered by `admin`; its slug.
-async fn team(store: &Store, admin: &Caller, l: &str, tag: &str) -> String {
-    let slug = unique(tag).replace('-', "_");
-    let input: CreateTeamInput = input!(CreateTeamInput, &json!({"slug": slug}));
-    ok(store.create_team(admin, input).await, l, "create team");
-    slug
-}
-
-/// A member of team `slug` with `role` (invited, accepted).
-async fn member(
-    store: &Store,
-    admin: &Caller,
-    l: &str,
-    slug: &str,
-    tag: &str,
-    role: TeamRole,
-) -> (User, Caller) {
-    let (u, c) = user(store, tag).await;
-    join_team(store, admin, slug, &u.email, role, l).await;
-    (u, c)
-}
+use zm_store::{Caller, Store};
 
 /// `who` remembers `kind` in `scope`, its text carrying the run-unique
 /// word `word`; the memory's id.
@@ -63,25 +40,6 @@ async fn recalls(store: &Store, who: &Caller, l: &str, word: &str, id: &str) -> 
         .any(|m| m == id)
 }
 
-/// The state of the steward's rule from `memory_id`, as the team's admin
-/// lists the steward's rules.
-async fn steward_state(
-    store: &Store,
-    admin: &Caller,
-    l: &str,
-    slug: &str,
-    memory_id: &str,
-) -> Option<RuleState> {
-    ok(
-        store.team_steward_rules(admin, slug).await,
-        l,
-        "the steward's rules",
-    )
-    .into_iter()
-    .find(|r| r.memory_id.as_str() == memory_id)
-    .map(|r| r.status)
-}
-
 backend_tests! {
     /// A team memory its author superseded with a memory of their own
     /// (in their personal scope) before leaving: the link is the author's,
@@ -89,9 +47,9 @@ backend_tests! {
     /// the author's link); it stays superseded.
     async fn an_admin_does_not_restore_what_its_author_superseded(store: Store, l: &str) {
         let (_, admin) = user(&store, "sms-admin").await;
-        let slug = team(&store, &admin, l, "sms").await;
+        let slug = create_team_of(&store, &admin, l, "sms").await;
         let scope = format!("team.{slug}");
-        let (uw, w) = member(&store, &admin, l, &slug, "sms-w", TeamRole::Writer).await;
+        let (uw, w) = team_member(&store, &admin, l, &slug, "sms-w", TeamRole::Writer).await;
         let word = unique("old").replace('-', "");
         let old = note(&store, &w, l, &scope, "fact", &word).await;
         mem(
@@ -117,10 +75,10 @@ backend_tests! {
         for leaves in [false, true] {
             let l = &format!("{l}, the writer leaves: {leaves}");
             let (_, admin) = user(&store, "smf-admin").await;
-            let slug = team(&store, &admin, l, "smf").await;
+            let slug = create_team_of(&store, &admin, l, "smf").await;
             let scope = format!("team.{slug}");
-            let (uw, w) = member(&store, &admin, l, &slug, "smf-w", TeamRole::Writer).await;
-            let (_, reader) = member(&store, &admin, l, &slug, "smf-r", TeamRole::Reader).await;
+            let (uw, w) = team_member(&store, &admin, l, &slug, "smf-w", TeamRole::Writer).await;
+            let (_, reader) = team_member(&store, &admin, l, &slug, "smf-r", TeamRole::Reader).await;
             let word = unique("stale").replace('-', "");
             let fact = note(&store, &w, l, &scope, "fact", &word).await;
             ok(call(&store, &w, "promote_rule", json!({"memory_id": fact})).await, l, "promote");
@@ -135,13 +93,13 @@ backend_tests! {
             for who in [&admin, &reader] {
                 assert!(recalls(&store, who, l, &word, &fact).await, "[{l}] handed over, still read");
             }
-            assert_eq!(steward_state(&store, &admin, l, &slug, &fact).await, Some(RuleState::Promoted), "[{l}]");
+            assert_eq!(steward_rule_state(&store, &admin, l, &slug, &fact).await, Some(RuleState::Promoted), "[{l}]");
 
             ok(forget(&store, &admin, &fact).await, l, "the admin forgets the steward's memory");
             for who in [&admin, &reader] {
                 assert!(!recalls(&store, who, l, &word, &fact).await, "[{l}] forgotten for every member");
             }
-            assert_eq!(steward_state(&store, &admin, l, &slug, &fact).await, Some(RuleState::Revoked), "[{l}] its rule goes with it");
+            assert_eq!(steward_rule_state(&store, &admin, l, &slug, &fact).await, Some(RuleState::Revoked), "[{l}] its rule goes with it");
             err(forget(&store, &admin, &fact).await, ErrorCode::Conflict, l, "forget twice");
             ok(restore(&store, &admin, &fact).await, l, "the admin restores it");
             for who in [&admin, &reader] {
@@ -175,12 +133,12 @@ backend_tests! {
     /// admin again, they forget it.
     async fn a_writer_or_reader_of_the_team_is_forbidden(store: Store, l: &str) {
         let (_, admin) = user(&store, "smx-admin").await;
-        let slug = team(&store, &admin, l, "smx").await;
+        let slug = create_team_of(&store, &admin, l, "smx").await;
         let scope = format!("team.{slug}");
-        let (uw, w) = member(&store, &admin, l, &slug, "smx-w", TeamRole::Writer).await;
-        let (_, writer) = member(&store, &admin, l, &slug, "smx-w2", TeamRole::Writer).await;
-        let (_, reader) = member(&store, &admin, l, &slug, "smx-r", TeamRole::Reader).await;
-        let (ua2, admin2) = member(&store, &admin, l, &slug, "smx-a2", TeamRole::Admin).await;
+        let (uw, w) = team_member(&store, &admin, l, &slug, "smx-w", TeamRole::Writer).await;
+        let (_, writer) = team_member(&store, &admin, l, &slug, "smx-w2", TeamRole::Writer).await;
+        let (_, reader) = team_member(&store, &admin, l, &slug, "smx-r", TeamRole::Reader).await;
+        let (ua2, admin2) = team_member(&store, &admin, l, &slug, "smx-a2", TeamRole::Admin).await;
         let word = unique("kept").replace('-', "");
         let fact = note(&store, &w, l, &scope, "fact", &word).await;
         let task = note(&store, &w, l, &scope, "task", &format!("{word}task")).await;
@@ -213,9 +171,9 @@ backend_tests! {
     /// own admin does forget it.
     async fn another_teams_admin_finds_no_memory(store: Store, l: &str) {
         let (_, admin) = user(&store, "smo-admin").await;
-        let slug = team(&store, &admin, l, "smo").await;
+        let slug = create_team_of(&store, &admin, l, "smo").await;
         let scope = format!("team.{slug}");
-        let (uw, w) = member(&store, &admin, l, &slug, "smo-w", TeamRole::Writer).await;
+        let (uw, w) = team_member(&store, &admin, l, &slug, "smo-w", TeamRole::Writer).await;
         let word = unique("far").replace('-', "");
         let fact = note(&store, &w, l, &scope, "fact", &word).await;
         let task = note(&store, &w, l, &scope, "task", &format!("{word}task")).await;
@@ -223,8 +181,8 @@ backend_tests! {
         ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "remove W");
         ok(forget(&store, &admin, &gone).await, l, "the admin forgets one");
         let (_, other_admin) = user(&store, "smo-other").await;
-        let other = team(&store, &other_admin, l, "smoother").await;
-        let (uw2, w2) = member(&store, &other_admin, l, &other, "smo-w2", TeamRole::Writer).await;
+        let other = create_team_of(&store, &other_admin, l, "smoother").await;
+        let (uw2, w2) = team_member(&store, &other_admin, l, &other, "smo-w2", TeamRole::Writer).await;
         note(&store, &w2, l, &format!("team.{other}"), "fact", &unique("x").replace('-', "")).await;
         ok(store.remove_team_member(&other_admin, &other, &uw2.id).await, l, "remove W2");
         let (_, outsider) = user(&store, "smo-x").await;
@@ -251,10 +209,10 @@ backend_tests! {
     /// owner forgets it.
     async fn a_current_members_memory_stays_theirs(store: Store, l: &str) {
         let (_, admin) = user(&store, "smm-admin").await;
-        let slug = team(&store, &admin, l, "smm").await;
+        let slug = create_team_of(&store, &admin, l, "smm").await;
         let scope = format!("team.{slug}");
-        let (ugone, gone) = member(&store, &admin, l, &slug, "smm-gone", TeamRole::Writer).await;
-        let (_, w) = member(&store, &admin, l, &slug, "smm-w", TeamRole::Writer).await;
+        let (ugone, gone) = team_member(&store, &admin, l, &slug, "smm-gone", TeamRole::Writer).await;
+        let (_, w) = team_member(&store, &admin, l, &slug, "smm-w", TeamRole::Writer).await;
         let word = unique("mine").replace('-', "");
         let left = note(&store, &gone, l, &scope, "fact", &format!("{word}left")).await;
         let theirs = note(&store, &w, l, &scope, "task", &word).await;
@@ -285,21 +243,15 @@ backend_tests! {
 #[tokio::test]
 async fn a_forget_takes_turns_with_a_role_change() {
     let l = "postgres";
-    let Some(store) = postgres_store().await else {
-        eprintln!(
-            "{PG_ENV} is not set: skipped a_forget_takes_turns_with_a_role_change (PostgreSQL only)"
-        );
+    let Some((store, raw)) = postgres_with_raw("a_forget_takes_turns_with_a_role_change").await
+    else {
         return;
     };
-    let url = std::env::var(PG_ENV).expect("set, since the store opened");
-    let raw = sqlx::AnyPool::connect(url.trim())
-        .await
-        .expect("a raw connection to the PostgreSQL test database");
     let (_, admin) = user(&store, "smr-admin").await;
-    let slug = team(&store, &admin, l, "smr").await;
+    let slug = create_team_of(&store, &admin, l, "smr").await;
     let scope = format!("team.{slug}");
-    let (uw, w) = member(&store, &admin, l, &slug, "smr-w", TeamRole::Writer).await;
-    let (ua2, admin2) = member(&store, &admin, l, &slug, "smr-a2", TeamRole::Admin).await;
+    let (uw, w) = team_member(&store, &admin, l, &slug, "smr-w", TeamRole::Writer).await;
+    let (ua2, admin2) = team_member(&store, &admin, l, &slug, "smr-a2", TeamRole::Admin).await;
     let word = unique("race").replace('-', "");
     let fact = note(&store, &w, l, &scope, "fact", &word).await;
     ok(
@@ -307,44 +259,12 @@ async fn a_forget_takes_turns_with_a_role_change() {
         l,
         "remove W",
     );
-    let mut change = raw.begin().await.expect("begin the role change");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *change)
-        .await
-        .expect("the change's backend");
-    sqlx::query("SELECT id FROM teams WHERE slug = $1 FOR NO KEY UPDATE")
-        .bind(&slug)
-        .fetch_one(&mut *change)
-        .await
-        .expect("hold the team's row");
-    sqlx::query("UPDATE scope_members SET role = 'writer' WHERE scope = $1 AND user_id = $2")
-        .bind(&scope)
-        .bind(&ua2.id)
-        .execute(&mut *change)
-        .await
-        .expect("demote the second admin");
+    let (change, pid) = hold_a_demotion(&raw, &slug, &scope, &ua2.id).await;
     let forgetting = {
         let (store, admin2, fact) = (store.clone(), admin2.clone(), fact.clone());
         tokio::spawn(async move { forget(&store, &admin2, &fact).await })
     };
-    let mut waited = false;
-    for _ in 0..6_000 {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
-        )
-        .bind(pid)
-        .fetch_one(&raw)
-        .await
-        .expect("read pg_locks");
-        if waiting > 0 {
-            waited = true;
-            break;
-        }
-        if forgetting.is_finished() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let waited = waits_on(&raw, pid, &forgetting).await;
     change.commit().await.expect("commit the role change");
     let done = forgetting.await.expect("the forget's task");
     assert!(

@@ -14,32 +14,9 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use zm_contracts::teams::CreateTeamInput;
 use zm_contracts::{ErrorCode, TeamRole};
 use zm_store::rules::RuleState;
-use zm_store::{Caller, Store, User};
-
-/// A new team administered by `admin`; its slug.
-async fn team(store: &Store, admin: &Caller, l: &str, tag: &str) -> String {
-    let slug = unique(tag).replace('-', "_");
-    let input: CreateTeamInput = input!(CreateTeamInput, &json!({"slug": slug}));
-    ok(store.create_team(admin, input).await, l, "create team");
-    slug
-}
-
-/// A member of team `slug` with `role` (invited, accepted).
-async fn member(
-    store: &Store,
-    admin: &Caller,
-    l: &str,
-    slug: &str,
-    tag: &str,
-    role: TeamRole,
-) -> (User, Caller) {
-    let (u, c) = user(store, tag).await;
-    join_team(store, admin, slug, &u.email, role, l).await;
-    (u, c)
-}
+use zm_store::{Caller, Store};
 
 /// `who` remembers a convention in `scope` and promotes it to a rule for
 /// that scope; (memory id, rule text).
@@ -89,25 +66,6 @@ async fn briefing_rules(store: &Store, who: &Caller, l: &str, scopes: &[&str]) -
         .unwrap_or_default()
 }
 
-/// The state of the rule from `memory_id` among the team steward's rules,
-/// as the team's admin lists them.
-async fn steward_state(
-    store: &Store,
-    admin: &Caller,
-    l: &str,
-    slug: &str,
-    memory_id: &str,
-) -> Option<RuleState> {
-    ok(
-        store.team_steward_rules(admin, slug).await,
-        l,
-        "the steward's rules",
-    )
-    .into_iter()
-    .find(|r| r.memory_id.as_str() == memory_id)
-    .map(|r| r.status)
-}
-
 backend_tests! {
     /// A writer's team rule, in the team's scope and in one of its own
     /// projects, goes to the steward when the writer is removed or leaves;
@@ -118,11 +76,11 @@ backend_tests! {
         for leaves in [false, true] {
             let l = &format!("{l}, the writer leaves: {leaves}");
             let (_, admin) = user(&store, "stw-admin").await;
-            let slug = team(&store, &admin, l, "stw").await;
+            let slug = create_team_of(&store, &admin, l, "stw").await;
             let scope = format!("team.{slug}");
             let project = format!("{scope}.web");
-            let (uw, w) = member(&store, &admin, l, &slug, "stw-w", TeamRole::Writer).await;
-            let (_, reader) = member(&store, &admin, l, &slug, "stw-r", TeamRole::Reader).await;
+            let (uw, w) = team_member(&store, &admin, l, &slug, "stw-w", TeamRole::Writer).await;
+            let (_, reader) = team_member(&store, &admin, l, &slug, "stw-r", TeamRole::Reader).await;
             let tag = unique("t");
             let (in_team, team_text) = team_rule(&store, &w, l, &scope, &format!("team {tag}")).await;
             let (in_project, project_text) = team_rule(&store, &w, l, &project, &format!("web {tag}")).await;
@@ -134,7 +92,7 @@ backend_tests! {
             }
             // The steward holds both, still delivered to the team.
             for id in [&in_team, &in_project] {
-                assert_eq!(steward_state(&store, &admin, l, &slug, id).await, Some(RuleState::Promoted), "[{l}] {id}");
+                assert_eq!(steward_rule_state(&store, &admin, l, &slug, id).await, Some(RuleState::Promoted), "[{l}] {id}");
             }
             for who in [&admin, &reader] {
                 let rules = briefing_rules(&store, who, l, &scopes).await;
@@ -147,7 +105,7 @@ backend_tests! {
                 assert!(!rules.contains(&team_text) && !rules.contains(&project_text), "[{l}] revoked rules are delivered: {rules:?}");
             }
             for id in [&in_team, &in_project] {
-                assert_eq!(steward_state(&store, &admin, l, &slug, id).await, Some(RuleState::Revoked), "[{l}] {id}");
+                assert_eq!(steward_rule_state(&store, &admin, l, &slug, id).await, Some(RuleState::Revoked), "[{l}] {id}");
             }
             // It is not the admin's rule: their own listing stays empty.
             assert!(store.list_rules(&admin).await.unwrap().is_empty(), "[{l}]");
@@ -170,12 +128,12 @@ backend_tests! {
     /// decides: promoted again to admin, they revoke it.
     async fn a_writer_or_reader_of_the_team_is_forbidden(store: Store, l: &str) {
         let (_, admin) = user(&store, "stf-admin").await;
-        let slug = team(&store, &admin, l, "stf").await;
+        let slug = create_team_of(&store, &admin, l, "stf").await;
         let scope = format!("team.{slug}");
-        let (uw, w) = member(&store, &admin, l, &slug, "stf-w", TeamRole::Writer).await;
-        let (_, writer) = member(&store, &admin, l, &slug, "stf-w2", TeamRole::Writer).await;
-        let (_, reader) = member(&store, &admin, l, &slug, "stf-r", TeamRole::Reader).await;
-        let (ua2, admin2) = member(&store, &admin, l, &slug, "stf-a2", TeamRole::Admin).await;
+        let (uw, w) = team_member(&store, &admin, l, &slug, "stf-w", TeamRole::Writer).await;
+        let (_, writer) = team_member(&store, &admin, l, &slug, "stf-w2", TeamRole::Writer).await;
+        let (_, reader) = team_member(&store, &admin, l, &slug, "stf-r", TeamRole::Reader).await;
+        let (ua2, admin2) = team_member(&store, &admin, l, &slug, "stf-a2", TeamRole::Admin).await;
         let (rule, text) = team_rule(&store, &w, l, &scope, &unique("f")).await;
         ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "remove W");
         let role = |r: &str| input!(zm_contracts::teams::SetRoleInput, &json!({"role": r}));
@@ -184,7 +142,7 @@ backend_tests! {
             let e = err(store.revoke_rule(who, &rule, "not wanted").await, ErrorCode::Forbidden, l, name);
             assert!(e.message.contains("admin role") && e.message.contains(&format!("yours is {held}")), "[{l}] {name}: {}", e.message);
         }
-        assert_eq!(steward_state(&store, &admin, l, &slug, &rule).await, Some(RuleState::Promoted), "[{l}]");
+        assert_eq!(steward_rule_state(&store, &admin, l, &slug, &rule).await, Some(RuleState::Promoted), "[{l}]");
         assert!(briefing_rules(&store, &reader, l, &[&scope]).await.contains(&text), "[{l}] still delivered");
         // Nothing was written on their behalf.
         for who in [&writer, &reader, &admin2] {
@@ -201,16 +159,16 @@ backend_tests! {
     /// that never existed. The team's own admin does revoke it.
     async fn another_teams_admin_finds_no_rule(store: Store, l: &str) {
         let (_, admin) = user(&store, "sto-admin").await;
-        let slug = team(&store, &admin, l, "sto").await;
+        let slug = create_team_of(&store, &admin, l, "sto").await;
         let scope = format!("team.{slug}");
-        let (uw, w) = member(&store, &admin, l, &slug, "sto-w", TeamRole::Writer).await;
+        let (uw, w) = team_member(&store, &admin, l, &slug, "sto-w", TeamRole::Writer).await;
         let (rule, text) = team_rule(&store, &w, l, &scope, &unique("o")).await;
         ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "remove W");
         let (_, other_admin) = user(&store, "sto-other").await;
-        let other = team(&store, &other_admin, l, "stoother").await;
+        let other = create_team_of(&store, &other_admin, l, "stoother").await;
         // The other team's steward holds a rule too: its admin's power
         // stays with that team.
-        let (uw2, w2) = member(&store, &other_admin, l, &other, "sto-w2", TeamRole::Writer).await;
+        let (uw2, w2) = team_member(&store, &other_admin, l, &other, "sto-w2", TeamRole::Writer).await;
         team_rule(&store, &w2, l, &format!("team.{other}"), &unique("p")).await;
         ok(store.remove_team_member(&other_admin, &other, &uw2.id).await, l, "remove W2");
         let (_, outsider) = user(&store, "sto-x").await;
@@ -219,7 +177,7 @@ backend_tests! {
             let e = err(store.revoke_rule(who, &rule, "why").await, ErrorCode::NotFound, l, name);
             assert_eq!(shape(&e, &rule), shape(&never, NEVER), "[{l}] {name}: told apart from a missing rule");
         }
-        assert_eq!(steward_state(&store, &admin, l, &slug, &rule).await, Some(RuleState::Promoted), "[{l}]");
+        assert_eq!(steward_rule_state(&store, &admin, l, &slug, &rule).await, Some(RuleState::Promoted), "[{l}]");
         err(store.team_steward_rules(&other_admin, &slug).await, ErrorCode::NotFound, l, "another team's steward listing");
         ok(store.revoke_rule(&admin, &rule, "stale").await, l, "the team's admin revokes it");
         assert!(!briefing_rules(&store, &admin, l, &[&scope]).await.contains(&text), "[{l}]");
@@ -230,10 +188,10 @@ backend_tests! {
     /// as before; still delivered), and its owner revokes it.
     async fn a_current_members_rule_stays_theirs(store: Store, l: &str) {
         let (_, admin) = user(&store, "stm-admin").await;
-        let slug = team(&store, &admin, l, "stm").await;
+        let slug = create_team_of(&store, &admin, l, "stm").await;
         let scope = format!("team.{slug}");
-        let (ugone, gone) = member(&store, &admin, l, &slug, "stm-gone", TeamRole::Writer).await;
-        let (_, w) = member(&store, &admin, l, &slug, "stm-w", TeamRole::Writer).await;
+        let (ugone, gone) = team_member(&store, &admin, l, &slug, "stm-gone", TeamRole::Writer).await;
+        let (_, w) = team_member(&store, &admin, l, &slug, "stm-w", TeamRole::Writer).await;
         let (left, left_text) = team_rule(&store, &gone, l, &scope, &unique("left")).await;
         let (theirs, their_text) = team_rule(&store, &w, l, &scope, &unique("kept")).await;
         ok(store.remove_team_member(&admin, &slug, &ugone.id).await, l, "remove the first writer");
@@ -259,21 +217,15 @@ backend_tests! {
 #[tokio::test]
 async fn a_revocation_takes_turns_with_a_role_change() {
     let l = "postgres";
-    let Some(store) = postgres_store().await else {
-        eprintln!(
-            "{PG_ENV} is not set: skipped a_revocation_takes_turns_with_a_role_change (PostgreSQL only)"
-        );
+    let Some((store, raw)) = postgres_with_raw("a_revocation_takes_turns_with_a_role_change").await
+    else {
         return;
     };
-    let url = std::env::var(PG_ENV).expect("set, since the store opened");
-    let raw = sqlx::AnyPool::connect(url.trim())
-        .await
-        .expect("a raw connection to the PostgreSQL test database");
     let (_, admin) = user(&store, "str-admin").await;
-    let slug = team(&store, &admin, l, "str").await;
+    let slug = create_team_of(&store, &admin, l, "str").await;
     let scope = format!("team.{slug}");
-    let (uw, w) = member(&store, &admin, l, &slug, "str-w", TeamRole::Writer).await;
-    let (ua2, admin2) = member(&store, &admin, l, &slug, "str-a2", TeamRole::Admin).await;
+    let (uw, w) = team_member(&store, &admin, l, &slug, "str-w", TeamRole::Writer).await;
+    let (ua2, admin2) = team_member(&store, &admin, l, &slug, "str-a2", TeamRole::Admin).await;
     let (rule, text) = team_rule(&store, &w, l, &scope, &unique("r")).await;
     ok(
         store.remove_team_member(&admin, &slug, &uw.id).await,
@@ -281,44 +233,12 @@ async fn a_revocation_takes_turns_with_a_role_change() {
         "remove W",
     );
     // The role change, held open: the team's row, then the new role.
-    let mut change = raw.begin().await.expect("begin the role change");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *change)
-        .await
-        .expect("the change's backend");
-    sqlx::query("SELECT id FROM teams WHERE slug = $1 FOR NO KEY UPDATE")
-        .bind(&slug)
-        .fetch_one(&mut *change)
-        .await
-        .expect("hold the team's row");
-    sqlx::query("UPDATE scope_members SET role = 'writer' WHERE scope = $1 AND user_id = $2")
-        .bind(&scope)
-        .bind(&ua2.id)
-        .execute(&mut *change)
-        .await
-        .expect("demote the second admin");
+    let (change, pid) = hold_a_demotion(&raw, &slug, &scope, &ua2.id).await;
     let revoke = {
         let (store, admin2, rule) = (store.clone(), admin2.clone(), rule.clone());
         tokio::spawn(async move { store.revoke_rule(&admin2, &rule, "stale").await })
     };
-    let mut waited = false;
-    for _ in 0..6_000 {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
-        )
-        .bind(pid)
-        .fetch_one(&raw)
-        .await
-        .expect("read pg_locks");
-        if waiting > 0 {
-            waited = true;
-            break;
-        }
-        if revoke.is_finished() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let waited = waits_on(&raw, pid, &revoke).await;
     change.commit().await.expect("commit the role change");
     let done = revoke.await.expect("the revocation's task");
     assert!(
@@ -333,7 +253,7 @@ async fn a_revocation_takes_turns_with_a_role_change() {
     );
     assert!(e.message.contains("yours is writer"), "[{l}] {}", e.message);
     assert_eq!(
-        steward_state(&store, &admin, l, &slug, &rule).await,
+        steward_rule_state(&store, &admin, l, &slug, &rule).await,
         Some(RuleState::Promoted),
         "[{l}]"
     );

@@ -505,3 +505,117 @@ pub(crate) async fn join_team(
         "accept",
     );
 }
+
+/// A new team administered by `admin`; its slug (from `tag`, unique).
+pub(crate) async fn create_team_of(store: &Store, admin: &Caller, l: &str, tag: &str) -> String {
+    let slug = unique(tag).replace('-', "_");
+    let input: zm_contracts::teams::CreateTeamInput = input!(
+        zm_contracts::teams::CreateTeamInput,
+        &serde_json::json!({"slug": slug})
+    );
+    ok(store.create_team(admin, input).await, l, "create team");
+    slug
+}
+
+/// A new user, member of team `slug` with `role` (invited, accepted).
+pub(crate) async fn team_member(
+    store: &Store,
+    admin: &Caller,
+    l: &str,
+    slug: &str,
+    tag: &str,
+    role: zm_contracts::TeamRole,
+) -> (User, Caller) {
+    let (u, c) = user(store, tag).await;
+    join_team(store, admin, slug, &u.email, role, l).await;
+    (u, c)
+}
+
+/// The state of the rule from `memory_id` among team `slug`'s steward's
+/// rules, as the team's admin lists them.
+pub(crate) async fn steward_rule_state(
+    store: &Store,
+    admin: &Caller,
+    l: &str,
+    slug: &str,
+    memory_id: &str,
+) -> Option<zm_store::rules::RuleState> {
+    ok(
+        store.team_steward_rules(admin, slug).await,
+        l,
+        "the steward's rules",
+    )
+    .into_iter()
+    .find(|r| r.memory_id.as_str() == memory_id)
+    .map(|r| r.status)
+}
+
+/// PostgreSQL only: a raw pool on [`PG_ENV`]'s database beside the store,
+/// or `None` (with a note naming `test`) when it is not set.
+pub(crate) async fn postgres_with_raw(test: &str) -> Option<(Store, sqlx::AnyPool)> {
+    let Some(store) = postgres_store().await else {
+        eprintln!("{PG_ENV} is not set: skipped {test} (PostgreSQL only)");
+        return None;
+    };
+    let url = std::env::var(PG_ENV).expect("set, since the store opened");
+    let raw = sqlx::AnyPool::connect(url.trim())
+        .await
+        .expect("a raw connection to the PostgreSQL test database");
+    Some((store, raw))
+}
+
+/// A role change of team `slug` held open on `raw`, as every team change
+/// takes turns: the team's row held for change, then `user_id`'s role in
+/// `scope` lowered to writer. The transaction (commit it to let waiters
+/// on) and its backend's pid.
+pub(crate) async fn hold_a_demotion(
+    raw: &sqlx::AnyPool,
+    slug: &str,
+    scope: &str,
+    user_id: &str,
+) -> (sqlx::Transaction<'static, sqlx::Any>, i32) {
+    let mut change = raw.begin().await.expect("begin the role change");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *change)
+        .await
+        .expect("the change's backend");
+    sqlx::query("SELECT id FROM teams WHERE slug = $1 FOR NO KEY UPDATE")
+        .bind(slug)
+        .fetch_one(&mut *change)
+        .await
+        .expect("hold the team's row");
+    sqlx::query("UPDATE scope_members SET role = 'writer' WHERE scope = $1 AND user_id = $2")
+        .bind(scope)
+        .bind(user_id)
+        .execute(&mut *change)
+        .await
+        .expect("demote");
+    (change, pid)
+}
+
+/// Whether some backend comes to wait on backend `pid`'s locks before
+/// `task` finishes (polled in a bounded loop of `pg_locks`; no assertion
+/// waits on the clock).
+pub(crate) async fn waits_on<T>(
+    raw: &sqlx::AnyPool,
+    pid: i32,
+    task: &tokio::task::JoinHandle<T>,
+) -> bool {
+    for _ in 0..6_000 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(pid)
+        .fetch_one(raw)
+        .await
+        .expect("read pg_locks");
+        if waiting > 0 {
+            return true;
+        }
+        if task.is_finished() {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    false
+}
