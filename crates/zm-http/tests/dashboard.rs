@@ -1202,13 +1202,14 @@ async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_memb
         .await
         .unwrap();
 
-    // The reader: read only, as for a teammate's memory.
+    // The reader: read only, told who may change it.
     let mut reader = Browser::default();
     assert_eq!(reader.sign_in(&s, &r_email, &r_password).await.status, 303);
     let p = reader.get(&s, &format!("/memories/{fact}")).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(
-        p.body.contains("id=\"not-yours\"")
+        p.body.contains("id=\"left-to-team\"")
+            && !p.body.contains("id=\"not-yours\"")
             && !p.body.contains("id=\"forget\"")
             && !p.body.contains("id=\"for-team\""),
         "{}",

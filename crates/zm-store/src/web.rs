@@ -513,6 +513,10 @@ pub struct MemoryContext {
     /// team's scopes) when the caller is that team's admin: they may
     /// forget, close or restore it for the steward, and nothing else.
     pub for_team: Option<String>,
+    /// A team's steward holds it (a departed member left it to the team)
+    /// and the caller is not that team's admin: its admins may forget it,
+    /// nobody else changes it.
+    pub left_to_team: bool,
 }
 
 /// An MCP-over-HTTP session of the user, as the Access page lists it.
@@ -540,6 +544,17 @@ impl Store {
         };
         if !out.mine {
             out.for_team = self.steward_team_of(caller, memory_id).await?;
+        }
+        if !out.mine && out.for_team.is_none() {
+            let held: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM memories m JOIN teams t ON t.steward_id = m.owner_id \
+                 WHERE m.id = $1 AND t.deleted_at IS NULL",
+            )
+            .bind(memory_id)
+            .fetch_one(&self.pool)
+            .await
+            .db("memory held for a team")?;
+            out.left_to_team = held > 0;
         }
         let mut sql = Sql::new(
             "SELECT l.type AS t, l.src AS src, l.dst AS dst, m.content AS content FROM memory_links l \

@@ -457,6 +457,8 @@ pub(crate) async fn show(
         h2 { "Change it" }
         @if let Some(team) = for_team {
             p #for-team.hint { "A former member of team " (team) " left this memory to the team. As the team's admin you may forget it, close it if it is an open loop, and restore it; nobody edits, shares or moves it." }
+        } @else if context.left_to_team {
+            p #left-to-team.hint { "A former member left this memory to the team: its admins may forget it; nobody edits, shares or moves it. To dispute it, ask your agent to challenge it." }
         } @else if !mine {
             p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
         }
