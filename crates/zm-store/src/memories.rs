@@ -989,19 +989,33 @@ impl Store {
         caller: &Caller,
         id: &str,
     ) -> Result<Option<Option<i64>>, ToolError> {
-        let mut sql = crate::sql::Sql::new("SELECT invalidated_at FROM memories WHERE id = ");
+        Ok(self
+            .hold_memory_of(tx, &caller.user_id, id)
+            .await?
+            .map(|m| m.invalidated_at))
+    }
+
+    /// Memory `id` as it is now, still `owner`'s, held like
+    /// [`Store::hold_own_memory`]; `None` when it is not theirs (any more).
+    async fn hold_memory_of(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        owner: &str,
+        id: &str,
+    ) -> Result<Option<OwnedMemory>, ToolError> {
+        let mut sql = crate::sql::Sql::new(
+            "SELECT owner_id, kind, scope, visibility, invalidated_at FROM memories WHERE id = ",
+        );
         sql.bind_str(id)
             .push(" AND owner_id = ")
-            .bind_str(&caller.user_id)
+            .bind_str(owner)
             .push(self.backend.hold_rows());
         let row = sql
             .query()
             .fetch_optional(&mut *tx)
             .await
-            .db("hold own memory")?;
-        row.as_ref()
-            .map(|r| col::<Option<i64>>(r, "invalidated_at"))
-            .transpose()
+            .db("hold memory")?;
+        row.as_ref().map(OwnedMemory::from_row).transpose()
     }
 
     /// Load a memory the caller may change for a lifecycle change (forget,
@@ -1056,28 +1070,14 @@ impl Store {
             not_found,
         )
         .await?;
-        let mut sql = crate::sql::Sql::new(
-            "SELECT scope, visibility, invalidated_at FROM memories WHERE id = ",
-        );
-        sql.bind_str(id)
-            .push(" AND owner_id = ")
-            .bind_str(&memory.owner_id)
-            .push(self.backend.hold_rows());
-        let held = sql
-            .query()
-            .fetch_optional(&mut *tx)
-            .await
-            .db("hold the steward's memory")?;
-        let Some(held) = held else {
-            return Err(not_found());
-        };
-        let visibility: zm_contracts::Visibility = enum_col(&held, "visibility")?;
-        if col::<String>(&held, "scope")? != memory.scope
-            || visibility != zm_contracts::Visibility::Shared
-        {
+        let held = self
+            .hold_memory_of(tx, &memory.owner_id, id)
+            .await?
+            .ok_or_else(not_found)?;
+        if held.scope != memory.scope || held.visibility != zm_contracts::Visibility::Shared {
             return Err(not_found());
         }
-        memory.invalidated_at = col(&held, "invalidated_at")?;
+        memory.invalidated_at = held.invalidated_at;
         Ok(memory)
     }
 
