@@ -108,7 +108,7 @@ impl FromAnyRow for AuditRow {
 /// One audit entry.
 pub struct AuditEntry<'a> {
     pub command: &'a str,
-    pub payload: Value,
+    pub payload: &'a Value,
     pub outcome: Result<(), &'a ToolError>,
     pub duration_ms: i64,
 }

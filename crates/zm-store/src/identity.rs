@@ -672,7 +672,7 @@ impl Store {
     ) -> Result<(), ToolError> {
         let entry = AuditEntry {
             command,
-            payload: serde_json::json!({
+            payload: &serde_json::json!({
                 "oauth_families_revoked": revoked.oauth_families,
                 "personal_tokens_revoked": revoked.personal_tokens,
             }),

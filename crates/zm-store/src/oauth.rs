@@ -406,7 +406,7 @@ impl Store {
             };
             let entry = AuditEntry {
                 command,
-                payload,
+                payload: &payload,
                 outcome,
                 duration_ms: 0,
             };

@@ -307,7 +307,7 @@ impl Store {
         // in the same transaction.
         let entry = crate::audit::AuditEntry {
             command,
-            payload,
+            payload: &payload,
             outcome: Ok(()),
             duration_ms: 0,
         };

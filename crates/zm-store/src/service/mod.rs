@@ -274,12 +274,8 @@ impl ToolService {
             .iter()
             .map(|i| audit_payload(&serde_json::to_value(i).unwrap_or(Value::Null)))
             .collect();
-        let (batch, lost) = crate::db::watch_contention(self.batch_in_one_tx::<T>(
-            caller,
-            inputs,
-            payloads.clone(),
-        ))
-        .await;
+        let (batch, lost) =
+            crate::db::watch_contention(self.batch_in_one_tx::<T>(caller, inputs, &payloads)).await;
         match batch {
             // Measured once committed: an item counts as what it answered.
             Ok(items) => Ok(items
@@ -298,7 +294,7 @@ impl ToolService {
                     e
                 };
                 let refused: Result<T::Output, ToolError> = Err(e.clone());
-                for payload in payloads {
+                for payload in &payloads {
                     let entry = AuditEntry {
                         command: T::NAME,
                         payload,
@@ -322,7 +318,7 @@ impl ToolService {
         &self,
         caller: &Caller,
         inputs: Vec<T::Input>,
-        payloads: Vec<Value>,
+        payloads: &[Value],
     ) -> Result<Vec<(Result<T::Output, ToolError>, Instant)>, ToolError> {
         use crate::db::DbResult;
         let access = T::TOOL.access();
@@ -398,7 +394,7 @@ impl ToolService {
                     if T::TOOL.access() != Access::Read {
                         let entry = AuditEntry {
                             command: T::NAME,
-                            payload: audit_payload(raw),
+                            payload: &audit_payload(raw),
                             outcome: Err(&e),
                             duration_ms: 0,
                         };
@@ -459,7 +455,7 @@ impl ToolService {
         // The refusal is audited on its own.
         let entry = AuditEntry {
             command: T::NAME,
-            payload,
+            payload: &payload,
             outcome: Err(&failure),
             duration_ms: elapsed_ms(started),
         };
@@ -481,7 +477,7 @@ impl ToolService {
         let out = T::handle(&self.store, &mut cx, input).await?;
         let entry = AuditEntry {
             command: T::NAME,
-            payload: payload.clone(),
+            payload,
             outcome: Ok(()),
             duration_ms: elapsed_ms(started),
         };
