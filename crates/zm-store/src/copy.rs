@@ -53,9 +53,11 @@ pub const COPIED_TABLES: &[&str] = &[
     "memory_vectors",
 ];
 
-/// Tables a copy leaves to the destination: its migration ledger, and the
-/// storage totals its triggers compute from the memories as they arrive.
-pub const DERIVED_TABLES: &[&str] = &["zm_schema_migrations", "storage_usage"];
+/// Tables a copy leaves to the destination: its migration ledger, the
+/// storage totals its triggers compute from the memories as they arrive,
+/// and the source's embedders' short claims (the destination's embedder
+/// makes its own).
+pub const DERIVED_TABLES: &[&str] = &["zm_schema_migrations", "storage_usage", "embedding_claims"];
 
 /// Tables a destination may hold rows of and still count as empty (the
 /// copy replaces them): the keys a server makes at its first open, and

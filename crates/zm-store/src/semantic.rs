@@ -75,6 +75,11 @@ const FULL_PASS_EVERY_MS: i64 = 10 * 60 * 1000;
 /// How many rows behind the last one read a refresh re-reads on
 /// PostgreSQL, where transactions may commit out of `vseq` order.
 const PG_REREAD: i64 = 512;
+/// How long an embedder's claim on a batch lasts (ms): far longer than a
+/// batch takes to embed (under a second with the bundled model, a few
+/// with a large model from a directory), short enough that the memories
+/// of an embedder that died are pending again soon.
+const CLAIM_MS: i64 = 2 * 60 * 1000;
 
 /// Up to this many vectors in the index, a nearest-neighbour search scans
 /// them all exactly; beyond, it shortlists by sign bits first.
@@ -707,13 +712,19 @@ impl Store {
         };
         let model = enc.model().to_string();
         let limit = i64::try_from(max.max(1)).unwrap_or(64);
-        // Pending memories with `seq` above or below a bound, newest first.
+        let now = self.now();
+        // Pending memories with `seq` above or below a bound, newest first,
+        // but for those another embedder is embedding now.
         let pending = |bound: Option<(&str, i64)>| {
             let mut sql = crate::sql::Sql::new(&format!(
                 "SELECT m.seq AS seq, m.id AS id, substr(m.content, 1, {EMBED_CHARS}) AS content FROM memories m WHERE"
             ));
             sql.push("  m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
                 .bind_str(model.clone())
+                .push(") AND NOT EXISTS (SELECT 1 FROM embedding_claims c WHERE c.memory_id = m.id AND c.model = ")
+                .bind_str(model.clone())
+                .push(" AND c.until_at > ")
+                .bind_i64(now)
                 .push(")");
             if let Some((op, seq)) = bound {
                 sql.push(&format!(" AND m.seq {op} ")).bind_i64(seq);
@@ -789,6 +800,14 @@ impl Store {
                 }
                 if below == 0 {
                     // A whole pass found nothing: settled at the newest.
+                    // Claims of embedders that died before they wrote
+                    // lapsed; those of memories forgotten meanwhile would
+                    // stay: drop what lapsed.
+                    sqlx::query("DELETE FROM embedding_claims WHERE until_at <= $1")
+                        .bind(now)
+                        .execute(&self.pool)
+                        .await
+                        .db("drop lapsed embedding claims")?;
                     let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM memories")
                         .fetch_one(&self.pool)
                         .await
@@ -808,6 +827,13 @@ impl Store {
         for r in &rows {
             batch.push((col(r, "id")?, col(r, "content")?));
         }
+        // Another instance may have read the same memories since: embed
+        // only those this one claims.
+        let claimed = self.claim_for_embedding(&model, &batch, now).await?;
+        batch.retain(|(id, _)| claimed.contains(id));
+        if batch.is_empty() {
+            return Ok(0);
+        }
         let started = std::time::Instant::now();
         let enc2 = Arc::clone(&enc);
         let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
@@ -819,7 +845,7 @@ impl Store {
             })?;
         s.embed_micros
             .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
-        let now = self.now();
+        let embedded_at = self.now();
         let mut tx = self.write_tx().await?;
         for ((id, _), v) in batch.iter().zip(&vectors) {
             sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1 AND model <> $2")
@@ -836,11 +862,21 @@ impl Store {
             .bind(id)
             .bind(&model)
             .bind(v.as_ref().map(Vector::to_bytes))
-            .bind(now)
+            .bind(embedded_at)
             .execute(&mut *tx)
             .await
             .db("write vector")?;
         }
+        let mut release = crate::sql::Sql::new("DELETE FROM embedding_claims WHERE model = ");
+        release
+            .bind_str(model.clone())
+            .push(" AND memory_id IN ")
+            .bind_list(batch.iter().map(|(id, _)| id.clone()));
+        release
+            .query()
+            .execute(&mut *tx)
+            .await
+            .db("release embedding claims")?;
         tx.commit().await.db("commit vectors")?;
         let fresh: Vec<MemoryId> = batch
             .iter()
@@ -860,6 +896,41 @@ impl Store {
             tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
         }
         Ok(batch.len())
+    }
+
+    /// Claim these memories for this embedder under `model` until
+    /// [`CLAIM_MS`] from `now`, in one statement: a memory is claimed
+    /// unless another embedder's claim of the same model is still live
+    /// (on PostgreSQL a concurrent claim of the same memory waits for this
+    /// one and then finds it live). Returns the ids claimed; a memory
+    /// deleted meanwhile is not among them. Claims are taken in id order,
+    /// so two embedders' overlapping claims queue instead of deadlocking.
+    async fn claim_for_embedding(
+        &self,
+        model: &str,
+        batch: &[(String, String)],
+        now: i64,
+    ) -> Result<std::collections::HashSet<String>, ToolError> {
+        let mut sql = crate::sql::Sql::new(
+            "INSERT INTO embedding_claims (memory_id, model, until_at) SELECT m.id, ",
+        );
+        sql.bind_str(model)
+            .push(", ")
+            .bind_i64(now.saturating_add(CLAIM_MS))
+            .push(" FROM memories m WHERE m.id IN ")
+            .bind_list(batch.iter().map(|(id, _)| id.clone()))
+            .push(
+                " ORDER BY m.id ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model, until_at = excluded.until_at \
+                 WHERE embedding_claims.model <> excluded.model OR embedding_claims.until_at <= ",
+            )
+            .bind_i64(now)
+            .push(" RETURNING memory_id");
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("claim memories to embed")?;
+        rows.iter().map(|r| col(r, "memory_id")).collect()
     }
 
     /// The near-duplicate sweep by meaning: for each of these freshly

@@ -9,7 +9,8 @@
 //! decide nothing about the dense leg's hits, and a project shared with
 //! a team is found by meaning at once; what an import brings is
 //! not swept for near-duplicates; a hybrid recall returns as many hits as
-//! a lexical one.
+//! a lexical one; two instances on one database never embed one memory at
+//! once.
 
 mod common;
 
@@ -446,5 +447,179 @@ backend_tests! {
             hybrid.iter().all(|h| h["score"].as_f64().is_some_and(|s| s > 0.0)),
             "[{l}] every hit scores above 0: {hybrid:?}"
         );
+    }
+}
+
+/// A unit vector of its own for each text (no two of these memories are
+/// near duplicates by meaning).
+fn spread(texts: &[&str]) -> Vec<Vec<f32>> {
+    texts
+        .iter()
+        .map(|t| {
+            let at = t
+                .bytes()
+                .fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize))
+                % 384;
+            let mut unit = vec![0.0; 384];
+            unit[at] = 1.0;
+            unit
+        })
+        .collect()
+}
+
+/// An embedder caught in the middle of a batch: it tells the test which
+/// texts it was given, then holds them until the test lets it go.
+struct Held {
+    model: String,
+    entered: tokio::sync::mpsc::UnboundedSender<Vec<String>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Encoder for Held {
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn dims(&self) -> usize {
+        384
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let _ = self
+            .entered
+            .send(texts.iter().map(|t| (*t).to_string()).collect());
+        // Let go, or the test ended (its sender dropped).
+        let _ = self
+            .release
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .recv();
+        Ok(spread(texts))
+    }
+}
+
+/// An embedder that notes every text it embeds.
+struct Noted {
+    model: String,
+    texts: std::sync::Mutex<Vec<String>>,
+}
+
+impl Noted {
+    /// The texts embedded since the last call.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .texts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+impl Encoder for Noted {
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn dims(&self) -> usize {
+        384
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.texts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(texts.iter().map(|t| (*t).to_string()));
+        Ok(spread(texts))
+    }
+}
+
+/// Two instances on one database embed different memories: what one is
+/// embedding, the other leaves alone (on a shared PostgreSQL database other
+/// tests' memories are pending too, so only this test's are compared, and
+/// the exact batches are checked on SQLite); the claim of an instance that
+/// died lapses, and its memories are taken by the other.
+#[tokio::test]
+async fn two_instances_never_embed_one_memory_at_once() {
+    for (l, first, second) in twin_stores().await {
+        let tag = unique("claimed-");
+        let (_, a) = user(&first, "claims").await;
+        let topics = [
+            "harbour", "invoices", "kitchen", "ferry", "garden", "billing",
+        ];
+        for topic in topics {
+            mem(&first, &a, l, json!({"content": format!("{tag} a note about the {topic} schedule"), "kind": "fact", "scope": "personal"})).await;
+        }
+        let ours = |texts: &[String]| -> std::collections::BTreeSet<String> {
+            texts
+                .iter()
+                .filter(|t| t.starts_with(&tag))
+                .cloned()
+                .collect()
+        };
+        let model = unique("test-claims-");
+        let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        first.set_encoder(Arc::new(Held {
+            model: model.clone(),
+            entered: entered_tx,
+            release: std::sync::Mutex::new(release_rx),
+        }));
+        let noted = Arc::new(Noted {
+            model: model.clone(),
+            texts: std::sync::Mutex::new(Vec::new()),
+        });
+        second.set_encoder(noted.clone());
+
+        let mut held = tokio::spawn({
+            let first = first.clone();
+            async move { first.embed_pending(3).await }
+        });
+        let in_first = tokio::select! {
+            texts = entered.recv() => texts.expect("the first instance took a batch"),
+            r = &mut held => panic!("[{l}] the first instance ended without embedding: {r:?}"),
+        };
+        ok(
+            second.embed_pending(3).await,
+            l,
+            "the second instance embeds",
+        );
+        let in_second = noted.take();
+        assert!(
+            ours(&in_first).is_disjoint(&ours(&in_second)),
+            "[{l}] the second instance embedded what the first is embedding: {in_first:?} / {in_second:?}"
+        );
+        if l == "sqlite" {
+            assert_eq!(
+                ours(&in_first).len(),
+                3,
+                "[{l}] the first took the three newest: {in_first:?}"
+            );
+            assert_eq!(
+                ours(&in_second).len(),
+                3,
+                "[{l}] the second took the next three: {in_second:?}"
+            );
+        }
+
+        // The first instance dies as it is (its claim stays): once the
+        // claim has lapsed, the second embeds those memories.
+        second.clock().advance_ms(2 * 60 * 1000 + 1);
+        if l == "sqlite" {
+            ok(
+                second.embed_pending(3).await,
+                l,
+                "the second instance retakes",
+            );
+            assert_eq!(
+                ours(&noted.take()),
+                ours(&in_first),
+                "[{l}] the lapsed claim's memories"
+            );
+            assert_eq!(
+                ok(second.embedding_queue().await, l, "queue"),
+                0,
+                "[{l}] nothing pending"
+            );
+        }
+        release.send(()).expect("the first instance waits");
+        let done = held.await.expect("the first instance's task");
+        assert_eq!(ok(done, l, "the first instance's batch"), 3, "[{l}]");
     }
 }

@@ -58,6 +58,30 @@ pub(crate) async fn sqlite_store() -> Store {
     store
 }
 
+/// Two handles on one database, as two instances of the server hold it:
+/// on a fresh SQLite file always, and on the shared PostgreSQL test
+/// database when [`PG_ENV`] is set. Each with its backend's label; each
+/// handle has its own pool and its own clock.
+pub(crate) async fn twin_stores() -> Vec<(&'static str, Store, Store)> {
+    let dir = tempfile::Builder::new()
+        .prefix("twins-")
+        .tempdir_in(scratch_root())
+        .expect("create a temporary directory");
+    let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
+    let first = Store::open(&url).await.expect("open the SQLite test store");
+    let second = Store::open(&url).await.expect("open it again");
+    KEEP.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(dir);
+    let mut twins = vec![("sqlite", first, second)];
+    if let (Some(first), Some(second)) = (postgres_store().await, postgres_store().await) {
+        twins.push(("postgres", first, second));
+    } else {
+        eprintln!("{PG_ENV} is not set: the twin stores are SQLite only");
+    }
+    twins
+}
+
 /// A store on the shared PostgreSQL test database, or `None` when
 /// [`PG_ENV`] is not set.
 pub(crate) async fn postgres_store() -> Option<Store> {
@@ -548,6 +572,32 @@ pub(crate) async fn steward_rule_state(
     .into_iter()
     .find(|r| r.memory_id.as_str() == memory_id)
     .map(|r| r.status)
+}
+
+/// What team `slug`'s audit log records of changes to what its steward
+/// holds, oldest first: (action, who, which memory).
+pub(crate) async fn steward_events(
+    store: &Store,
+    admin: &Caller,
+    l: &str,
+    slug: &str,
+) -> Vec<(zm_contracts::teams::TeamAction, String, String)> {
+    let audit = ok(
+        store.team_audit(admin, slug).await,
+        l,
+        "the team's audit log",
+    );
+    let mut events: Vec<_> = audit
+        .events
+        .into_iter()
+        .filter(|e| e.action.is_for_steward())
+        .map(|e| {
+            let actor = e.actor.map(|a| a.to_string()).unwrap_or_default();
+            (e.action, actor, e.subject.unwrap_or_default())
+        })
+        .collect();
+    events.reverse();
+    events
 }
 
 /// PostgreSQL only: a raw pool on [`PG_ENV`]'s database beside the store,
