@@ -56,7 +56,10 @@ impl TeamRole {
 }
 
 crate::enums::wire_enum! {
-    /// What a team audit event records.
+    /// What a team audit event records. The `steward_*` actions are a team
+    /// admin's changes to what departed members left to the team's steward
+    /// (a rule revoked; a memory forgotten, closed or restored), with the
+    /// memory as the event's subject.
     TeamAction {
         TeamCreated = "team_created",
         TeamDeleted = "team_deleted",
@@ -67,6 +70,24 @@ crate::enums::wire_enum! {
         InvitationAccepted = "invitation_accepted",
         ProjectShared = "project_shared",
         ProjectUnshared = "project_unshared",
+        StewardRuleRevoked = "steward_rule_revoked",
+        StewardMemoryForgotten = "steward_memory_forgotten",
+        StewardMemoryClosed = "steward_memory_closed",
+        StewardMemoryRestored = "steward_memory_restored",
+    }
+}
+
+impl TeamAction {
+    /// An admin's change to what the team's steward holds: the event's
+    /// subject is a memory's id.
+    pub fn is_for_steward(self) -> bool {
+        matches!(
+            self,
+            TeamAction::StewardRuleRevoked
+                | TeamAction::StewardMemoryForgotten
+                | TeamAction::StewardMemoryClosed
+                | TeamAction::StewardMemoryRestored
+        )
     }
 }
 
@@ -280,7 +301,7 @@ pub struct TeamEvent {
     pub action: TeamAction,
     /// The member concerned, when one is.
     pub user_id: Option<UserId>,
-    /// The email, scope or invitation concerned, when one is.
+    /// The email, scope, invitation or memory concerned, when one is.
     pub subject: Option<String>,
     /// The role given, when one was.
     pub role: Option<TeamRole>,

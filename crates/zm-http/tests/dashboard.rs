@@ -1161,7 +1161,8 @@ async fn steward_rules_on_the_team_page(s: Server, prefix: &str) {
 /// edit or share; forgetting it there offers Restore, which brings it
 /// back, and closing the loop closes it. The memory stays the steward's.
 /// A reader's page of the same memory is read only, as for a teammate's
-/// (`#not-yours`, no Forget), and the reader's forget is refused.
+/// (`#not-yours`, no Forget), and the reader's forget is refused. The
+/// team page's audit log lists each change with a link to the memory.
 async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_member_left(s: Server) {
     let (a, a_email, a_password) = person(&s.store, "stm-admin").await;
     let (w, _, _) = person(&s.store, "stm-writer").await;
@@ -1316,6 +1317,21 @@ async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_memb
     // Still the steward's, not the admin's.
     for m in [&fact, &task] {
         assert!(!s.store.owns_memory(&admin, m).await.unwrap(), "{m}");
+    }
+    // The team page's audit log names each change, linking the memory.
+    let p = b.get(&s, &format!("/teams/{slug}")).await;
+    let audit = p.body.split("id=\"audit\"").nth(1).unwrap_or_default();
+    for (action, m) in [
+        ("steward_memory_forgotten", &fact),
+        ("steward_memory_restored", &fact),
+        ("steward_memory_closed", &task),
+    ] {
+        assert!(audit.contains(action), "{action}: {}", p.body);
+        assert!(
+            audit.contains(&format!("href=\"/memories/{m}\"")),
+            "{m} linked: {}",
+            p.body
+        );
     }
     s.running.stop().await;
 }

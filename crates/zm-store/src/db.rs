@@ -201,6 +201,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0019_fts_tenant.sql"),
         data: None,
     },
+    Migration {
+        version: 20,
+        name: "embedding_claims",
+        sqlite: include_str!("../../../migrations/sqlite/0020_embedding_claims.sql"),
+        postgres: include_str!("../../../migrations/postgres/0020_embedding_claims.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -838,6 +845,44 @@ mod tests {
         assert!(!lost, "a nested watch keeps its failures to itself");
         // Outside any watch: nothing to mark, the same answer.
         assert_eq!(fail("40P01").await, Err(ToolError::internal()));
+    }
+
+    /// A write outside the tool service (team administration, a rule's
+    /// change) that lost to concurrent writes runs again, up to four
+    /// attempts; one that loses every time answers `conflict`; any other
+    /// failure, and a success, are the first attempt's answer.
+    #[tokio::test]
+    async fn a_write_that_lost_runs_again() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use zm_contracts::ErrorCode;
+        // Fails with `code` on its first `losses` runs, then succeeds.
+        let run = |code: &'static str, losses: u32| {
+            let runs = AtomicU32::new(0);
+            async move {
+                let out = crate::service::rerun_on_contention("test write", || async {
+                    if runs.fetch_add(1, Ordering::Relaxed) < losses {
+                        Err(coded(code)).db("test write")
+                    } else {
+                        Ok(())
+                    }
+                })
+                .await;
+                (out, runs.load(Ordering::Relaxed))
+            }
+        };
+        assert_eq!(run("40P01", 0).await, (Ok(()), 1));
+        assert_eq!(run("40P01", 2).await, (Ok(()), 3), "lost twice, then done");
+        assert_eq!(
+            run("40001", 3).await,
+            (Ok(()), 4),
+            "the fourth attempt is the last"
+        );
+        let (out, runs) = run("40P01", 4).await;
+        assert_eq!(runs, 4, "never a fifth");
+        assert_eq!(out.map_err(|e| e.code), Err(ErrorCode::Conflict));
+        let (out, runs) = run("23505", 4).await;
+        assert_eq!(runs, 1, "another failure is not run again");
+        assert_eq!(out, Err(ToolError::internal()));
     }
 
     #[test]

@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
 use zm_contracts::scope::{self, ScopeSpec};
+use zm_contracts::teams::TeamAction;
 use zm_contracts::{
     AuthorKind, CloseLoopInput, CloseLoopOutput, EntityId, EntityType, ForgetInput, ForgetOutput,
     IdKind, Memory, MemoryId, MemoryKind, MemoryLinkType, RememberInput, RememberOutput,
@@ -107,6 +108,27 @@ struct OwnedMemory {
     scope: String,
     visibility: zm_contracts::Visibility,
     invalidated_at: Option<i64>,
+    /// The team whose steward holds it, when the caller acts for the
+    /// steward as the team's admin; `None` for the caller's own.
+    for_team: Option<crate::teams::StewardTeam>,
+}
+
+impl OwnedMemory {
+    /// Note a change the caller made for a team's steward in the team's
+    /// audit log (nothing for the caller's own memory).
+    async fn record_for_team(
+        &self,
+        store: &Store,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        action: zm_contracts::teams::TeamAction,
+        id: &str,
+    ) -> Result<(), ToolError> {
+        match &self.for_team {
+            Some(team) => store.record_for_steward(tx, caller, team, action, id).await,
+            None => Ok(()),
+        }
+    }
 }
 
 impl FromAnyRow for OwnedMemory {
@@ -117,6 +139,7 @@ impl FromAnyRow for OwnedMemory {
             scope: col(r, "scope")?,
             visibility: enum_col(r, "visibility")?,
             invalidated_at: col(r, "invalidated_at")?,
+            for_team: None,
         })
     }
 }
@@ -1061,15 +1084,16 @@ impl Store {
         if memory.visibility != zm_contracts::Visibility::Shared {
             return Err(not_found());
         }
-        self.act_for_steward(
-            tx,
-            caller,
-            &memory.owner_id,
-            &memory.scope,
-            "Changing a memory a departed member left to the team",
-            not_found,
-        )
-        .await?;
+        let team = self
+            .act_for_steward(
+                tx,
+                caller,
+                &memory.owner_id,
+                &memory.scope,
+                "Changing a memory a departed member left to the team",
+                not_found,
+            )
+            .await?;
         let held = self
             .hold_memory_of(tx, &memory.owner_id, id)
             .await?
@@ -1078,6 +1102,7 @@ impl Store {
             return Err(not_found());
         }
         memory.invalidated_at = held.invalidated_at;
+        memory.for_team = Some(team);
         Ok(memory)
     }
 
@@ -1119,6 +1144,9 @@ impl Store {
             )));
         }
         self.invalidate(tx, caller, &memory.owner_id, id).await?;
+        memory
+            .record_for_team(self, tx, caller, TeamAction::StewardMemoryForgotten, id)
+            .await?;
         cx.placement_changed(id);
         Ok(ForgetOutput {
             memory_id: input.memory_id,
@@ -1135,24 +1163,23 @@ impl Store {
         let caller = cx.caller;
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
-        let OwnedMemory {
-            owner_id,
-            kind,
-            invalidated_at: invalidated,
-            ..
-        } = self.owned(tx, caller, id).await?;
+        let memory = self.owned(tx, caller, id).await?;
+        let kind = memory.kind;
         if !kind.is_loop() {
             return Err(ToolError::validation(format!(
                 "Memory {id} is a {kind}, not an open loop (task or open-question); use forget to invalidate it."
             ))
             .with_details(json!({"fields": [{"path": "memory_id", "reason": format!("is a {kind}, not a task or open-question")}]})));
         }
-        if invalidated.is_some() {
+        if memory.invalidated_at.is_some() {
             return Err(ToolError::conflict(format!(
                 "Memory {id} is already closed or invalidated."
             )));
         }
-        self.invalidate(tx, caller, &owner_id, id).await?;
+        self.invalidate(tx, caller, &memory.owner_id, id).await?;
+        memory
+            .record_for_team(self, tx, caller, TeamAction::StewardMemoryClosed, id)
+            .await?;
         cx.placement_changed(id);
         Ok(CloseLoopOutput {
             memory_id: input.memory_id,
@@ -1207,6 +1234,9 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("restore links")?;
+        memory
+            .record_for_team(self, tx, caller, TeamAction::StewardMemoryRestored, id)
+            .await?;
         cx.placement_changed(id);
         Ok(RestoreMemoryOutput {
             memory_id: input.memory_id,

@@ -73,6 +73,7 @@ impl FromAnyRow for RuleSource {
 }
 
 /// A change the owner makes to a promoted rule.
+#[derive(Clone, Copy)]
 enum RuleChange<'a> {
     /// Pin (or unpin) it.
     Pin(bool),
@@ -242,7 +243,21 @@ impl Store {
     /// never expires. Unpinning and revoking stay the owner's at any role.
     /// A rule a team's steward holds (a departed member's) is revoked by
     /// the team's admins ([`Store::act_for_steward`]); nobody pins it.
+    /// Run again when it lost to concurrent writes, as a tool's write is.
     async fn set_rule(
+        &self,
+        caller: &Caller,
+        memory_id: &str,
+        change: RuleChange<'_>,
+    ) -> Result<(), ToolError> {
+        crate::service::rerun_on_contention("rule change", move || {
+            self.set_rule_once(caller, memory_id, change)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::set_rule`], in a transaction of its own.
+    async fn set_rule_once(
         &self,
         caller: &Caller,
         memory_id: &str,
@@ -264,7 +279,7 @@ impl Store {
             }
         }
         // Whose rule changes: the caller's own, or a steward's that the
-        // caller revokes for their team (`for_team`, its slug).
+        // caller revokes for their team (`for_team`).
         let (owner, for_team) = match change {
             RuleChange::Revoke { .. } => self.revoked_by(&mut tx, caller, memory_id).await?,
             RuleChange::Pin(_) => (caller.user_id.clone(), None),
@@ -278,8 +293,8 @@ impl Store {
                 serde_json::json!({"memory_id": memory_id, "reason_chars": reason.chars().count()}),
             ),
         };
-        if let Some(slug) = for_team {
-            payload["team"] = serde_json::Value::String(slug);
+        if let Some(team) = &for_team {
+            payload["team"] = serde_json::Value::String(team.slug.clone());
         }
         let mut sql = Sql::new("UPDATE rules SET ");
         match change {
@@ -303,6 +318,16 @@ impl Store {
                 "No rule from memory {memory_id}."
             )));
         }
+        if let Some(team) = &for_team {
+            self.record_for_steward(
+                &mut tx,
+                caller,
+                team,
+                zm_contracts::teams::TeamAction::StewardRuleRevoked,
+                memory_id,
+            )
+            .await?;
+        }
         // The dashboard's rule changes are audited like the tools' writes,
         // in the same transaction.
         let entry = crate::audit::AuditEntry {
@@ -318,7 +343,7 @@ impl Store {
 
     /// Whose promoted rule from memory `memory_id` the caller revokes:
     /// their own, or one their team's steward holds while they are the
-    /// team's admin (with the team's slug, held in turn with its changes).
+    /// team's admin (with the team, held in turn with its changes).
     /// A rule the caller may not revoke reads as missing, as a foreign id
     /// does, unless it is their team's steward's (`forbidden` below admin).
     async fn revoked_by(
@@ -326,7 +351,7 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         memory_id: &str,
-    ) -> Result<(String, Option<String>), ToolError> {
+    ) -> Result<(String, Option<crate::teams::StewardTeam>), ToolError> {
         let missing = || ToolError::not_found(format!("No rule from memory {memory_id}."));
         let row = sqlx::query(
             "SELECT r.owner_id AS owner_id, m.scope AS scope FROM rules r JOIN memories m ON m.id = r.memory_id \
@@ -345,7 +370,7 @@ impl Store {
             return Ok((owner, None));
         }
         let scope: String = col(&row, "scope")?;
-        let slug = self
+        let team = self
             .act_for_steward(
                 tx,
                 caller,
@@ -355,7 +380,7 @@ impl Store {
                 missing,
             )
             .await?;
-        Ok((owner, Some(slug)))
+        Ok((owner, Some(team)))
     }
 
     /// Revoke `owner`'s promoted rule from memory `memory_id`, if any,

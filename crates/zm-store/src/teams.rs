@@ -224,8 +224,16 @@ enum StewardStanding {
     None,
     /// A member of the steward's team below admin (team slug, role).
     Member(String, Role),
-    /// An admin of the steward's team (its slug): acts for the steward.
-    Admin(String),
+    /// An admin of the steward's team: acts for the steward.
+    Admin(StewardTeam),
+}
+
+/// The team whose steward an admin acts for ([`Store::act_for_steward`]):
+/// what the change names in its audit entry and the team's audit log.
+#[derive(Debug, Clone)]
+pub(crate) struct StewardTeam {
+    pub(crate) id: String,
+    pub(crate) slug: String,
 }
 
 /// Why a team row is read: to look, or to change the team (its members,
@@ -397,6 +405,18 @@ impl Store {
         caller: &Caller,
         input: CreateTeamInput,
     ) -> Result<TeamDetail, ToolError> {
+        crate::service::rerun_on_contention("create_team", move || {
+            self.create_team_once(caller, input.clone())
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::create_team`], in a transaction of its own.
+    async fn create_team_once(
+        &self,
+        caller: &Caller,
+        input: CreateTeamInput,
+    ) -> Result<TeamDetail, ToolError> {
         let slug = input.slug;
         let team_scope = format!("team.{slug}");
         scope::validate_path(&team_scope).map_err(|e| ToolError::validation(e.to_string()))?;
@@ -550,7 +570,8 @@ impl Store {
     /// except that a member of the team without the admin role is told
     /// `forbidden`. Taken in turn with the team's changes, like them
     /// ([`For::Change`]): a role change or removal racing it either lands
-    /// first and is obeyed, or waits. Returns the team's slug.
+    /// first and is obeyed, or waits. Returns the team; the change then
+    /// goes in its audit log ([`Store::record_for_steward`]).
     pub(crate) async fn act_for_steward(
         &self,
         conn: &mut sqlx::AnyConnection,
@@ -559,7 +580,7 @@ impl Store {
         scope_path: &str,
         what: &str,
         missing: impl FnOnce() -> ToolError,
-    ) -> Result<String, ToolError> {
+    ) -> Result<StewardTeam, ToolError> {
         // Read first, without taking turns: only a team's admin queues
         // behind its changes (anyone else is answered at once, and a
         // batch of theirs takes no team row for change: two members'
@@ -576,12 +597,31 @@ impl Store {
             other => other,
         };
         match standing {
-            StewardStanding::Admin(slug) => Ok(slug),
+            StewardStanding::Admin(team) => Ok(team),
             StewardStanding::Member(slug, role) => Err(ToolError::forbidden(format!(
                 "{what} needs the admin role in team {slug}; yours is {role}."
             ))),
             StewardStanding::None => Err(missing()),
         }
+    }
+
+    /// Record in `team`'s audit log that the caller, its admin, changed
+    /// what its steward holds (`action`, on memory `memory_id`), in the
+    /// change's transaction: the team's other admins see who did what to
+    /// what a departed member left.
+    pub(crate) async fn record_for_steward(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        team: &StewardTeam,
+        action: TeamAction,
+        memory_id: &str,
+    ) -> Result<(), ToolError> {
+        let event = Event {
+            subject: Some(memory_id),
+            ..Event::new(action)
+        };
+        self.record(conn, caller, &team.id, event).await
     }
 
     /// Would [`Store::act_for_steward`] let the caller act for the owner
@@ -600,7 +640,7 @@ impl Store {
                 .steward_standing(conn, caller, owner_id, scope_path, For::Reading)
                 .await?
             {
-                StewardStanding::Admin(slug) => Some(slug),
+                StewardStanding::Admin(team) => Some(team.slug),
                 _ => None,
             },
         )
@@ -628,7 +668,10 @@ impl Store {
         Ok(
             match self.direct_role(conn, &caller.user_id, &team.scope).await? {
                 None => StewardStanding::None,
-                Some(Role::Admin) => StewardStanding::Admin(team.slug),
+                Some(Role::Admin) => StewardStanding::Admin(StewardTeam {
+                    id: team.id,
+                    slug: team.slug,
+                }),
                 Some(role) => StewardStanding::Member(team.slug, role),
             },
         )
@@ -762,6 +805,19 @@ impl Store {
         slug: &str,
         input: AddMemberInput,
     ) -> Result<TeamMember, ToolError> {
+        crate::service::rerun_on_contention("add_team_member", move || {
+            self.add_team_member_once(caller, slug, input.clone())
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::add_team_member`], in a transaction of its own.
+    async fn add_team_member_once(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        input: AddMemberInput,
+    ) -> Result<TeamMember, ToolError> {
         let email = crate::identity::normalize_email(&input.email)?;
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
@@ -807,6 +863,20 @@ impl Store {
         user_id: &str,
         input: SetRoleInput,
     ) -> Result<TeamMember, ToolError> {
+        crate::service::rerun_on_contention("set_team_role", move || {
+            self.set_team_role_once(caller, slug, user_id, input.clone())
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::set_team_role`], in a transaction of its own.
+    async fn set_team_role_once(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        user_id: &str,
+        input: SetRoleInput,
+    ) -> Result<TeamMember, ToolError> {
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
         if self
@@ -829,6 +899,19 @@ impl Store {
     /// Remove a member (an admin), or leave (the member themself). What
     /// they wrote into scopes they no longer reach stays with the team.
     pub async fn remove_team_member(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        user_id: &str,
+    ) -> Result<Removed, ToolError> {
+        crate::service::rerun_on_contention("remove_team_member", move || {
+            self.remove_team_member_once(caller, slug, user_id)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::remove_team_member`], in a transaction of its own.
+    async fn remove_team_member_once(
         &self,
         caller: &Caller,
         slug: &str,
@@ -1051,6 +1134,19 @@ impl Store {
         slug: &str,
         input: InviteInput,
     ) -> Result<Invitation, ToolError> {
+        crate::service::rerun_on_contention("invite_team_member", move || {
+            self.invite_team_member_once(caller, slug, input.clone())
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::invite_team_member`], in a transaction of its own.
+    async fn invite_team_member_once(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        input: InviteInput,
+    ) -> Result<Invitation, ToolError> {
         let email = crate::identity::normalize_email(&input.email)?;
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
@@ -1125,6 +1221,18 @@ impl Store {
 
     /// Accept an invitation addressed to the caller's email: once.
     pub async fn accept_invitation(
+        &self,
+        caller: &Caller,
+        id: &InvitationId,
+    ) -> Result<TeamDetail, ToolError> {
+        crate::service::rerun_on_contention("accept_invitation", move || {
+            self.accept_invitation_once(caller, id)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::accept_invitation`], in a transaction of its own.
+    async fn accept_invitation_once(
         &self,
         caller: &Caller,
         id: &InvitationId,
@@ -1223,6 +1331,19 @@ impl Store {
         slug: &str,
         input: ShareProjectInput,
     ) -> Result<TeamProject, ToolError> {
+        crate::service::rerun_on_contention("share_project_with_team", move || {
+            self.share_project_with_team_once(caller, slug, input.clone())
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::share_project_with_team`], in a transaction of its own.
+    async fn share_project_with_team_once(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        input: ShareProjectInput,
+    ) -> Result<TeamProject, ToolError> {
         let mut tx = self.write_tx().await?;
         let (team, role) = self.membership(&mut tx, caller, slug, For::Change).await?;
         if !role.can_write() {
@@ -1296,6 +1417,19 @@ impl Store {
     /// Stop sharing a project with a team: its sharer, the project's admin
     /// or a team admin may.
     pub async fn unshare_project_from_team(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        path: &str,
+    ) -> Result<Removed, ToolError> {
+        crate::service::rerun_on_contention("unshare_project_from_team", move || {
+            self.unshare_project_from_team_once(caller, slug, path)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::unshare_project_from_team`], in a transaction of its own.
+    async fn unshare_project_from_team_once(
         &self,
         caller: &Caller,
         slug: &str,
@@ -1422,6 +1556,18 @@ impl Store {
     /// memories go to the steward, private, exportable by the admins of
     /// this moment until they are erased.
     pub async fn delete_team(&self, caller: &Caller, slug: &str) -> Result<TeamDeleted, ToolError> {
+        crate::service::rerun_on_contention("delete_team", move || {
+            self.delete_team_once(caller, slug)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::delete_team`], in a transaction of its own.
+    async fn delete_team_once(
+        &self,
+        caller: &Caller,
+        slug: &str,
+    ) -> Result<TeamDeleted, ToolError> {
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;

@@ -1,7 +1,8 @@
 //! A write that loses to concurrent writes on PostgreSQL — the victim of a
 //! deadlock — is run again from scratch by the tool service, transparently:
 //! the call succeeds and writes once. One that loses on every attempt
-//! answers `conflict`, having written nothing. PostgreSQL only (SQLite's
+//! answers `conflict`, having written nothing. Team administration is run
+//! again the same way. PostgreSQL only (SQLite's
 //! writers queue and never deadlock): skipped, with a note, when
 //! `ZM_TEST_DATABASE_URL` is unset.
 //!
@@ -352,4 +353,113 @@ async fn a_write_that_loses_every_attempt_answers_conflict() {
         (0, 1),
         "one call counted, a conflict"
     );
+}
+
+/// Team administration is run again like a tool's write: a role change
+/// that is a deadlock's victim lands once, with one audit event. (Without
+/// the rerun it answered `internal`: a 500 on the dashboard.)
+///
+/// The role change holds the team's row (`For::Change`), then writes the
+/// member's row in the team's scope. The test's transaction holds that
+/// row first, waits until the change queues behind it, then asks for the
+/// team's row: the change's backend, which waited first, finds the cycle
+/// and is the victim; the test's transaction then lets go.
+#[tokio::test]
+async fn a_team_change_that_lost_a_deadlock_is_run_again() {
+    let Some((store, raw)) = postgres("a_team_change_that_lost_a_deadlock_is_run_again").await
+    else {
+        return;
+    };
+    let (_, admin) = user(&store, "ct-admin").await;
+    let slug = create_team_of(&store, &admin, L, "ct").await;
+    let (member, _) = team_member(
+        &store,
+        &admin,
+        L,
+        &slug,
+        "ct-w",
+        zm_contracts::TeamRole::Writer,
+    )
+    .await;
+    let mut tx = raw.begin().await.expect("begin the test's transaction");
+    sqlx::query("SET LOCAL deadlock_timeout = '10s'")
+        .execute(&mut *tx)
+        .await
+        .expect("a superuser may set deadlock_timeout");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("the test's backend");
+    let held: Option<String> = sqlx::query_scalar(
+        "SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2 FOR UPDATE",
+    )
+    .bind(format!("team.{slug}"))
+    .bind(&member.id)
+    .fetch_optional(&mut *tx)
+    .await
+    .expect("hold the member's row");
+    assert_eq!(held.as_deref(), Some("writer"));
+
+    let change = tokio::spawn({
+        let (store, admin, slug, id) = (
+            store.clone(),
+            admin.clone(),
+            slug.clone(),
+            member.id.clone(),
+        );
+        async move {
+            let reader = input!(
+                zm_contracts::teams::SetRoleInput,
+                &json!({"role": "reader"})
+            );
+            store.set_team_role(&admin, &slug, &id, reader).await
+        }
+    });
+    let mut queued = false;
+    for _ in 0..6_000 {
+        let waiting: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)) LIMIT 1",
+        )
+        .bind(pid)
+        .fetch_optional(&raw)
+        .await
+        .expect("read pg_locks");
+        if waiting.is_some() {
+            queued = true;
+            break;
+        }
+        assert!(
+            !change.is_finished(),
+            "the role change ended before it queued: {:?}",
+            change.await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(queued, "the role change never waited for the member's row");
+    // Close the cycle: the change's backend loses, this one gets the row.
+    sqlx::query("SELECT id FROM teams WHERE slug = $1 FOR UPDATE")
+        .bind(&slug)
+        .execute(&mut *tx)
+        .await
+        .expect("the test's transaction is not the deadlock's victim");
+    tx.rollback().await.expect("let go");
+
+    let member_now = change
+        .await
+        .expect("the role change's task")
+        .expect("run again, the role change lands");
+    assert_eq!(member_now.role, zm_contracts::TeamRole::Reader);
+    let audit = store
+        .team_audit(&admin, &slug)
+        .await
+        .expect("the team's audit log");
+    let changes = audit
+        .events
+        .iter()
+        .filter(|e| {
+            e.action == zm_contracts::teams::TeamAction::RoleChanged
+                && e.user_id.as_ref().map(ToString::to_string) == Some(member.id.clone())
+        })
+        .count();
+    assert_eq!(changes, 1, "one role change recorded: {:?}", audit.events);
 }

@@ -16,6 +16,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
+use zm_contracts::teams::TeamAction;
 use zm_contracts::{ErrorCode, TeamRole};
 use zm_store::rules::RuleState;
 use zm_store::{Caller, Store};
@@ -124,6 +125,19 @@ backend_tests! {
                     "[{l}] {command} {id} audited as the admin's: {audit:?}"
                 );
             }
+            // And in the team's audit log, each once (the refused second
+            // tries left nothing), for its other admins to see.
+            let by_admin = |action, id: &String| (action, admin.user_id.clone(), id.clone());
+            assert_eq!(
+                steward_events(&store, &admin, l, &slug).await,
+                vec![
+                    by_admin(TeamAction::StewardMemoryForgotten, &fact),
+                    by_admin(TeamAction::StewardMemoryRestored, &fact),
+                    by_admin(TeamAction::StewardMemoryClosed, &task),
+                    by_admin(TeamAction::StewardMemoryClosed, &question),
+                ],
+                "[{l}] the team's audit log"
+            );
         }
     }
 
@@ -231,6 +245,13 @@ backend_tests! {
         assert!(recalls(&store, &admin, l, &word, &theirs).await, "[{l}] still read");
         ok(forget(&store, &w, &theirs).await, l, "the owner forgets their own");
         assert!(!recalls(&store, &admin, l, &word, &theirs).await, "[{l}]");
+        // A member's change to their own memory is theirs: the team's log
+        // holds only what was done for the steward.
+        assert_eq!(
+            steward_events(&store, &admin, l, &slug).await,
+            vec![(TeamAction::StewardMemoryForgotten, admin.user_id.clone(), left.clone())],
+            "[{l}] the team's audit log"
+        );
     }
 }
 

@@ -14,6 +14,7 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
+use zm_contracts::teams::TeamAction;
 use zm_contracts::{ErrorCode, TeamRole};
 use zm_store::rules::RuleState;
 use zm_store::{Caller, Store};
@@ -119,6 +120,13 @@ backend_tests! {
             assert!(revoked.iter().any(|r| r["payload"]["memory_id"] == json!(in_team)), "[{l}] {revoked:?}");
             // Revoked is terminal: a second revocation finds no rule.
             err(store.revoke_rule(&admin, &in_team, "again").await, ErrorCode::NotFound, l, "revoke twice");
+            // The team's audit log names both revocations, once each.
+            let by_admin = |id: &String| (TeamAction::StewardRuleRevoked, admin.user_id.clone(), id.clone());
+            assert_eq!(
+                steward_events(&store, &admin, l, &slug).await,
+                vec![by_admin(&in_team), by_admin(&in_project)],
+                "[{l}] the team's audit log"
+            );
         }
     }
 

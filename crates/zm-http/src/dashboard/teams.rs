@@ -219,7 +219,17 @@ fn detail_page(
                             td { (e.at.get(..16).unwrap_or("").replace('T', " ")) }
                             td { code { (e.actor.as_ref().map(ToString::to_string).unwrap_or_default()) } }
                             td { (e.action.as_str()) }
-                            td { (e.user_id.as_ref().map(ToString::to_string).or_else(|| e.subject.clone()).unwrap_or_default()) }
+                            td {
+                                @match (&e.user_id, &e.subject) {
+                                    (Some(user), _) => (user),
+                                    // What a departed member left: its page.
+                                    (None, Some(memory)) if e.action.is_for_steward() => {
+                                        a href=(signed.href(&format!("/memories/{memory}"))) { code { (memory) } }
+                                    }
+                                    (None, Some(subject)) => (subject),
+                                    (None, None) => "",
+                                }
+                            }
                             td { (e.role.map_or("", TeamRole::as_str)) }
                         }
                     }

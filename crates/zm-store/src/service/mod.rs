@@ -149,16 +149,42 @@ async fn back_off(attempt: u32) {
 /// What a write that lost to concurrent writes on every attempt answers
 /// (logged): nothing of it was written, and the same call may well
 /// succeed now.
-fn lost_to_contention(tool: &str, attempts: u32) -> ToolError {
+fn lost_to_contention(what: &str, attempts: u32) -> ToolError {
     tracing::warn!(
         target: "zm_store",
-        tool,
+        write = what,
         attempts,
         "a write lost to concurrent writes on every attempt: answered conflict"
     );
     ToolError::conflict(
         "The write collided with concurrent writes and was not applied; nothing was written, retry it.",
     )
+}
+
+/// Run `attempt`, a write that is one transaction of its own and does
+/// nothing but it (team administration, a rule's change from the
+/// dashboard), again from scratch when it lost to concurrent writes (a
+/// PostgreSQL deadlock's victim, a serialization failure), as the tool
+/// service runs a tool's write again: after a short jittered wait, up to
+/// [`WRITE_ATTEMPTS`] attempts in all; one that loses every time answers
+/// `conflict`. Any other outcome is the attempt's. `what` names the write
+/// in the log.
+pub(crate) async fn rerun_on_contention<T, F: Future<Output = Result<T, ToolError>>>(
+    what: &str,
+    attempt: impl Fn() -> F,
+) -> Result<T, ToolError> {
+    let mut n = 1;
+    loop {
+        let (result, lost) = crate::db::watch_contention(attempt()).await;
+        match result {
+            Err(_) if lost && n < WRITE_ATTEMPTS => {
+                back_off(n).await;
+                n += 1;
+            }
+            Err(_) if lost => return Err(lost_to_contention(what, n)),
+            other => return other,
+        }
+    }
 }
 
 fn elapsed_ms(started: Instant) -> i64 {
@@ -424,38 +450,28 @@ impl ToolService {
         // The first attempt's payload and start: one call, one audit row.
         let payload = audit_payload(&serde_json::to_value(&input).unwrap_or(Value::Null));
         let started = Instant::now();
-        let mut attempt = 1;
-        let failure = loop {
-            let (result, lost) = crate::db::watch_contention(self.write_attempt::<T>(
-                caller,
-                input.clone(),
-                &payload,
-                started,
-            ))
-            .await;
-            match result {
-                Ok((out, placed)) => {
-                    self.store.note_writes(1);
-                    // The vector index pre-filters by placement: this
-                    // instance's own changes are seen at once (other
-                    // instances' within the embedder's refresh).
-                    self.store.vector_meta_changed(&placed).await;
-                    return Ok(out);
-                }
-                // Nothing of the attempt was written (its transaction was
-                // rolled back): the same call from scratch.
-                Err(_) if lost && attempt < WRITE_ATTEMPTS => {
-                    back_off(attempt).await;
-                    attempt += 1;
-                }
-                Err(_) if lost => break lost_to_contention(T::NAME, attempt),
-                Err(e) => break e,
+        // A failed attempt wrote nothing (its transaction was rolled back):
+        // one that lost to concurrent writes runs again from scratch.
+        let payload = &payload;
+        let failure = match rerun_on_contention(T::NAME, move || {
+            self.write_attempt::<T>(caller, input.clone(), payload, started)
+        })
+        .await
+        {
+            Ok((out, placed)) => {
+                self.store.note_writes(1);
+                // The vector index pre-filters by placement: this
+                // instance's own changes are seen at once (other
+                // instances' within the embedder's refresh).
+                self.store.vector_meta_changed(&placed).await;
+                return Ok(out);
             }
+            Err(failure) => failure,
         };
         // The refusal is audited on its own.
         let entry = AuditEntry {
             command: T::NAME,
-            payload: &payload,
+            payload,
             outcome: Err(&failure),
             duration_ms: elapsed_ms(started),
         };
