@@ -538,24 +538,37 @@ impl Store {
         caller: &Caller,
         memory_id: &str,
     ) -> Result<MemoryContext, ToolError> {
-        let mut out = MemoryContext {
-            mine: self.owns_memory(caller, memory_id).await?,
-            ..MemoryContext::default()
-        };
-        if !out.mine {
-            out.for_team = self.steward_team_of(caller, memory_id).await?;
+        let mut out = MemoryContext::default();
+        // Whose it is, in one read: the caller's own, or a live team's
+        // steward's (which the team's admins may change, and the team's
+        // other members see as left to the team).
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let holder = sqlx::query(
+            "SELECT m.owner_id AS owner_id, m.scope AS scope, m.visibility AS visibility, \
+             CAST(CASE WHEN EXISTS (SELECT 1 FROM teams t WHERE t.steward_id = m.owner_id AND t.deleted_at IS NULL) \
+             THEN 1 ELSE 0 END AS BIGINT) AS stewards \
+             FROM memories m WHERE m.id = $1",
+        )
+        .bind(memory_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .db("memory holder")?;
+        if let Some(row) = holder {
+            let owner: String = col(&row, "owner_id")?;
+            out.mine = owner == caller.user_id;
+            if !out.mine && crate::rows::flag_col(&row, "stewards")? {
+                let visibility: zm_contracts::Visibility =
+                    crate::rows::enum_col(&row, "visibility")?;
+                if visibility == zm_contracts::Visibility::Shared {
+                    let scope: String = col(&row, "scope")?;
+                    out.for_team = self
+                        .may_act_for_steward(&mut conn, caller, &owner, &scope)
+                        .await?;
+                }
+                out.left_to_team = out.for_team.is_none();
+            }
         }
-        if !out.mine && out.for_team.is_none() {
-            let held: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM memories m JOIN teams t ON t.steward_id = m.owner_id \
-                 WHERE m.id = $1 AND t.deleted_at IS NULL",
-            )
-            .bind(memory_id)
-            .fetch_one(&self.pool)
-            .await
-            .db("memory held for a team")?;
-            out.left_to_team = held > 0;
-        }
+        drop(conn);
         let mut sql = Sql::new(
             "SELECT l.type AS t, l.src AS src, l.dst AS dst, m.content AS content FROM memory_links l \
              JOIN memories m ON m.id = (CASE WHEN l.src = ",
@@ -624,31 +637,6 @@ impl Store {
                 .await
                 .db("memory owner")?;
         Ok(owned > 0)
-    }
-
-    /// The team whose admin the caller is, when memory `memory_id` is held
-    /// by that team's steward and shared in its scopes: what
-    /// `Store::act_for_steward` would let them change now (read, not held).
-    async fn steward_team_of(
-        &self,
-        caller: &Caller,
-        memory_id: &str,
-    ) -> Result<Option<String>, ToolError> {
-        let mut conn = self.pool.acquire().await.db("acquire")?;
-        let row =
-            sqlx::query("SELECT owner_id, scope FROM memories WHERE id = $1 AND visibility = $2")
-                .bind(memory_id)
-                .bind(zm_contracts::Visibility::Shared.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .db("memory holder")?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let owner: String = col(&row, "owner_id")?;
-        let scope: String = col(&row, "scope")?;
-        self.may_act_for_steward(&mut conn, caller, &owner, &scope)
-            .await
     }
 
     /// The user's open MCP-over-HTTP sessions, most recently used first:
