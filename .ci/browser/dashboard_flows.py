@@ -410,6 +410,11 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.wait_for("form#login")
     status, _, _ = srv.raw("GET", "/", headers={"cookie": f"zm_session={cookie['value']}"})
     check(status == 303, f"a signed-out session's cookie is refused (status {status})")
+    # The browser stays known to the account it signed in to (its own
+    # count of failed sign-ins): a cookie that is no session.
+    device = b.driver.get_cookie("zm_device")
+    check(device is not None and device.get("httpOnly") and device.get("sameSite") == "Strict",
+          f"the known-browser cookie outlives sign-out, HttpOnly and SameSite=Strict: {device}")
 
     # rate_limited: failed sign-ins back off per account, and the page says when to retry.
     for _ in range(6):

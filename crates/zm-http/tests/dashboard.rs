@@ -1676,6 +1676,8 @@ async fn revoking_a_rule_takes_a_reason_the_store_accepts() {
 /// either backend (on PostgreSQL the back-off lives in the database): each
 /// takes its place in the account's count before its password is checked.
 /// A right password after wrong ones, within the free attempts, signs in.
+/// A browser that signed in before is counted apart (its `zm_device`
+/// cookie, made for that account only) and is not locked out.
 mod parallel_sign_ins_get_only_the_free_attempts {
     #[tokio::test]
     async fn sqlite() {
@@ -1747,6 +1749,57 @@ async fn parallel_sign_ins(postgres: Option<String>) {
             .status,
         429,
         "backing off now"
+    );
+    // The browser that signed in before is counted apart: the guesses
+    // made elsewhere do not lock it out, and it has its own free attempts.
+    assert!(
+        b.cookies.iter().any(|(k, _)| k == "zm_device"),
+        "a sign-in makes the browser known: {:?}",
+        b.cookies
+    );
+    // (Signed out since: only the device cookie is left.)
+    let device: Vec<(String, String)> = b
+        .cookies
+        .iter()
+        .filter(|(k, _)| k == "zm_device")
+        .cloned()
+        .collect();
+    let mut owner = Browser {
+        cookies: device.clone(),
+    };
+    assert_eq!(owner.sign_in(&s, &email, "a wrong guess").await.status, 400);
+    assert_eq!(
+        owner.sign_in(&s, &email, &password).await.status,
+        303,
+        "its owner's browser gets in"
+    );
+    // A known browser's cookie names its own account only.
+    let (_, other_email, other_password) = person(&s.store, "parallel-other").await;
+    let mut borrowed = Browser { cookies: device };
+    for _ in 0..5 {
+        assert_eq!(
+            borrowed
+                .sign_in(&s, &other_email, "a wrong guess")
+                .await
+                .status,
+            400
+        );
+    }
+    assert_eq!(
+        Browser::default()
+            .sign_in(&s, &other_email, &other_password)
+            .await
+            .status,
+        429,
+        "the other account backs off"
+    );
+    assert_eq!(
+        borrowed
+            .sign_in(&s, &other_email, &other_password)
+            .await
+            .status,
+        429,
+        "not a browser that account knows"
     );
     let Ok(s) = std::sync::Arc::try_unwrap(s) else {
         panic!("the tasks are done");

@@ -152,6 +152,8 @@ struct Posted {
     status: u16,
     location: Option<String>,
     retry_after: Option<u64>,
+    /// The `zm_device` cookie the answer sets (`name=value`), if any.
+    device: Option<String>,
     html: String,
 }
 
@@ -240,10 +242,18 @@ impl Server {
         if location.is_none() && !json_429 {
             assert_html_headers(&r);
         }
+        let device = r
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or("").to_string())
+            .find(|c| c.starts_with("zm_device="));
         Posted {
             status,
             location,
             retry_after,
+            device,
             html: r.text().await.unwrap(),
         }
     }
@@ -1645,6 +1655,8 @@ async fn failed_sign_ins_are_limited_per_ip_behind_an_appending_proxy() {
     s.stop().await;
 }
 
+/// Failed sign-ins back off per account whatever the IP, and whether the
+/// account exists; a browser that signed in to it before is counted apart.
 #[tokio::test]
 async fn failed_sign_ins_back_off_per_account_whatever_the_ip() {
     // No per-IP limit at all: only the account's back-off stands.
@@ -1706,6 +1718,7 @@ async fn failed_sign_ins_back_off_per_account_whatever_the_ip() {
     let page = sign_in_page(&s, &client, None).await;
     let posted = s.post_form(&page, EMAIL, PASSWORD).await;
     assert_eq!(posted.status, 302, "{}", posted.html);
+    let device = posted.device.expect("a sign-in makes the browser known");
     let page = sign_in_page(&s, &client, None).await;
     for _ in 0..5 {
         assert_eq!(
@@ -1714,6 +1727,17 @@ async fn failed_sign_ins_back_off_per_account_whatever_the_ip() {
         );
     }
     assert_eq!(s.post_form(&page, EMAIL, PASSWORD).await.status, 429);
+    // The browser that signed in is counted apart: whoever failed
+    // elsewhere does not lock it out.
+    let mut known = sign_in_page(&s, &client, None).await;
+    known.cookie = Some(format!("{}; {device}", known.cookie.unwrap_or_default()));
+    let posted = s.post_form(&known, EMAIL, PASSWORD).await;
+    assert_eq!(posted.status, 302, "{}", posted.html);
+    assert_eq!(
+        s.post_form(&page, EMAIL, PASSWORD).await.status,
+        429,
+        "still backing off elsewhere"
+    );
     s.stop().await;
 }
 

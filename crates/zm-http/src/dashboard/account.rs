@@ -158,7 +158,7 @@ pub(crate) async fn password(
         form.get("new").unwrap_or(""),
         form.get("again").unwrap_or(""),
     );
-    let failure = match current_password(&state, &signed, current, "current").await {
+    let failure = match current_password(&state, &signed, &headers, current, "current").await {
         Err(f) if f.retry_after.is_some() => return signed.error(&f.back_to("/account")),
         Err(f) => Some(f),
         Ok(()) => None,
@@ -252,18 +252,23 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
 }
 
 /// Check the signed-in account's current password (form field `field`).
-/// Guessing it backs off like signing in: a borrowed session does not turn
+/// Guessing it backs off like signing in (a browser that signed in to the
+/// account counted apart, as there): a borrowed session does not turn
 /// into unlimited guesses. A back-off is a failure with `retry_after`.
 async fn current_password(
     state: &AppState,
     signed: &Signed,
+    headers: &HeaderMap,
     password: &str,
     field: &str,
 ) -> Result<(), Failure> {
     let rid = signed.request_id.as_deref();
     let email = &signed.session.email;
     // Counted now, before the password check (a success clears it).
-    if let Err(secs) = state.login_backoff.attempt(email).await {
+    let device = state
+        .login_backoff
+        .known_device(state.store.form_key(), email, headers);
+    if let Err(secs) = state.login_backoff.attempt(email, device.as_deref()).await {
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
                 "Too many wrong passwords for this account; retry in {secs} s."
@@ -281,7 +286,10 @@ async fn current_password(
     if verified.is_none() {
         return Err(invalid(field, "not your current password", rid));
     }
-    state.login_backoff.succeeded(email).await;
+    state
+        .login_backoff
+        .succeeded(email, device.as_deref())
+        .await;
     Ok(())
 }
 
@@ -313,6 +321,7 @@ pub(crate) async fn delete(
     match current_password(
         &state,
         &signed,
+        &headers,
         form.get("password").unwrap_or(""),
         "delete-password",
     )

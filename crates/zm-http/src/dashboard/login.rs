@@ -23,7 +23,7 @@ use super::errors::{self, Failure};
 use super::{Signed, cookie, html, layout, read_form, redirect, set_cookie};
 use crate::oauth::csrf;
 use crate::request::{ClientIp, ip_limit_key};
-use crate::state::{AppState, PathPrefix};
+use crate::state::{AppState, CookieScope, PathPrefix};
 
 const LOGIN_COOKIE: &str = "zm_login";
 /// What the sign-in form token is bound to besides the cookie.
@@ -183,8 +183,12 @@ pub(crate) async fn submit(
             return errors::page(&prefix, None, &f);
         }
     }
-    // Counted now, before the password check (a success clears it).
-    if let Err(secs) = state.login_backoff.attempt(&email).await {
+    // Counted now, before the password check (a success clears it); a
+    // browser that signed in to the account before is counted apart.
+    let device = state
+        .login_backoff
+        .known_device(state.store.form_key(), &email, &headers);
+    if let Err(secs) = state.login_backoff.attempt(&email, device.as_deref()).await {
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
                 "Too many failed sign-ins for this account; retry in {secs} s."
@@ -208,7 +212,10 @@ pub(crate) async fn submit(
         );
         return again(f, StatusCode::BAD_REQUEST);
     };
-    state.login_backoff.succeeded(&email).await;
+    state
+        .login_backoff
+        .succeeded(&email, device.as_deref())
+        .await;
     // A sign-in over a session this browser still holds ends that one: a
     // shared machine's next person does not leave the last one signed in.
     if let Some(old) = super::session_secret(&headers)
@@ -229,10 +236,18 @@ pub(crate) async fn submit(
     };
     let mut resp = redirect(&next);
     let h = resp.headers_mut();
+    let known = state.login_backoff.device_cookie(
+        state.store.form_key(),
+        &email,
+        &CookieScope::of(&state.cfg.public_url, ""),
+    );
     for c in [
         super::session_cookie(&state, &secret),
         set_cookie(&state, LOGIN_COOKIE, "", 0),
-    ] {
+    ]
+    .into_iter()
+    .chain(known)
+    {
         if let Ok(v) = c.parse() {
             h.append(header::SET_COOKIE, v);
         }

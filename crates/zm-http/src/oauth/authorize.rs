@@ -15,6 +15,7 @@ use super::params::{FormParams, Params, QueryParams};
 use super::token::is_pkce_string;
 use super::{OauthRejection, OauthState, csrf, pages, redirect, resource_ok};
 use crate::request::RequestId;
+use crate::state::CookieScope;
 
 /// Longest `state`.
 const MAX_STATE_LEN: usize = 2048;
@@ -216,8 +217,10 @@ pub(super) async fn submit(
     // The account backs off after repeated failures, whatever the IP; the
     // password is not even checked meanwhile. The attempt takes its place
     // in the count now, before the (slow) check, so attempts in flight at
-    // once get no more than the free ones; a success clears the count.
-    if let Err(secs) = st.backoff.attempt(&email).await {
+    // once get no more than the free ones; a success clears the count. A
+    // browser that signed in to the account before is counted apart.
+    let device = st.backoff.known_device(st.key.as_slice(), &email, &headers);
+    if let Err(secs) = st.backoff.attempt(&email, device.as_deref()).await {
         st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
         let token = csrf::token(&st.key, &cookie, &canonical);
         let mut resp = pages::html(
@@ -265,7 +268,7 @@ pub(super) async fn submit(
             None,
         ));
     };
-    st.backoff.succeeded(&email).await;
+    st.backoff.succeeded(&email, device.as_deref()).await;
     let issued = st
         .app
         .store
@@ -305,8 +308,13 @@ pub(super) async fn submit(
     }
     params.push(("iss", public_url));
     let mut resp = redirect::found(&redirect::with_query(&authz.redirect_uri, &params));
-    if let Ok(v) = HeaderValue::from_str(&csrf::set_cookie(public_url, "", 0)) {
-        resp.headers_mut().insert(header::SET_COOKIE, v);
+    let known =
+        st.backoff
+            .device_cookie(st.key.as_slice(), &email, &CookieScope::of(public_url, ""));
+    for c in std::iter::once(csrf::set_cookie(public_url, "", 0)).chain(known) {
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            resp.headers_mut().append(header::SET_COOKIE, v);
+        }
     }
     Ok(resp)
 }

@@ -1,7 +1,8 @@
 //! The per-client-IP, per-endpoint limit of the OAuth endpoints that do
 //! work: the four POSTs and `GET /oauth/authorize` (a database lookup and
 //! a page); and the per-account back-off on failed sign-ins
-//! ([`LoginBackoff`]).
+//! ([`LoginBackoff`]), which a browser the account signed in from before
+//! does not share ([`LoginBackoff::known_device`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,11 +10,16 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
 
 use super::{OauthRejection, OauthState};
 use crate::request::{ClientIp, ip_limit_key};
-use crate::state::Clock;
+use crate::state::{Clock, CookieScope};
 
 /// Extractor: counts the request against `oauth_rate_max` requests per
 /// `oauth_rate_window` for its client IP (see [`ClientIp`]; an IPv6
@@ -59,6 +65,14 @@ pub(super) const FREE_FAILURES: u32 = 5;
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest back-off: the owner always gets in after at most this long.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+/// The cookie that makes a browser known to the account it last signed in
+/// to: `<issued ms>.<HMAC>` of the account and that time under the
+/// database's form key, so that only the server makes one and one made for
+/// an account names no other.
+pub(crate) const DEVICE_COOKIE: &str = "zm_device";
+/// How long a browser stays known after its last successful sign-in.
+pub(crate) const DEVICE_TTL: Duration = Duration::from_secs(180 * 24 * 60 * 60);
+
 /// An account's failures are forgotten this long after the last one.
 const FORGET_AFTER: Duration = Duration::from_secs(60 * 60);
 /// Accounts tracked at most (per process).
@@ -73,7 +87,12 @@ struct Failures {
 
 /// Failed sign-ins per account, whatever the client IP: after
 /// [`FREE_FAILURES`] failures each further attempt must wait 30 s, 1 min,
-/// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. An
+/// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. A browser
+/// that signed in to the account before ([`Self::known_device`]) is
+/// counted apart, with the same back-off: whoever guesses an account's
+/// password from elsewhere, however often, never locks its owner's own
+/// browser out (a per-account back-off alone is theirs to hold shut with
+/// one wrong guess per 15 minutes). An
 /// attempt counts as a failure from the moment it is let through
 /// ([`LoginBackoff::attempt`]), before its password is checked. Keyed by the
 /// normalised email, existing or not, so it says nothing about which emails
@@ -114,6 +133,26 @@ fn account_key(email: &str) -> Option<String> {
     (key.len() <= EMAIL_MAX).then_some(key)
 }
 
+/// The key an attempt is counted under: its account's, or, from a browser
+/// the account knows, that browser's own with the account.
+fn counted_key(email: &str, device: Option<&str>) -> Option<String> {
+    let account = account_key(email)?;
+    Some(match device {
+        Some(d) => format!("{account}\0device:{d}"),
+        None => account,
+    })
+}
+
+/// The MAC of a device cookie for `account` issued at `issued_ms`.
+fn device_mac(key: &[u8], account: &str, issued_ms: i64) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
+    mac.update(b"zm-device/v1\0");
+    mac.update(account.as_bytes());
+    mac.update(b"\0");
+    mac.update(issued_ms.to_string().as_bytes());
+    mac
+}
+
 /// The in-memory map's key: the account key hashed (as the shared
 /// back-off's rows are), so an entry's size is fixed whatever was typed.
 fn map_key(account: &str) -> String {
@@ -143,6 +182,51 @@ impl LoginBackoff {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The browser of this request, when it signed in to `email`'s account
+    /// within [`DEVICE_TTL`] and kept the cookie the server gave it then
+    /// ([`Self::device_cookie`]): an id for it, which [`Self::attempt`] and
+    /// [`Self::succeeded`] count apart from the account. `None` for any
+    /// other browser, and for a cookie made for another account, altered
+    /// or too old.
+    pub(crate) fn known_device(
+        &self,
+        key: &[u8],
+        email: &str,
+        headers: &HeaderMap,
+    ) -> Option<String> {
+        let account = account_key(email)?;
+        let value = crate::dashboard::cookie(headers, DEVICE_COOKIE)?;
+        let (issued, tag) = value.split_once('.')?;
+        let issued_ms: i64 = issued.parse().ok()?;
+        let age = self.clock.wall_ms().saturating_sub(issued_ms);
+        // (A minute ahead: another instance's clock may run a little fast.)
+        if !(-60_000..=millis(DEVICE_TTL)).contains(&age) {
+            return None;
+        }
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        device_mac(key, &account, issued_ms)
+            .verify_slice(&tag)
+            .ok()?;
+        Some(URL_SAFE_NO_PAD.encode(tag.get(..16)?))
+    }
+
+    /// The `Set-Cookie` that makes this browser known to `email`'s account
+    /// for [`DEVICE_TTL`] (given at each successful sign-in), under `scope`:
+    /// `HttpOnly`, `SameSite=Strict` (the sign-in forms post from the
+    /// server's own pages). `None` for an email no account can have.
+    pub(crate) fn device_cookie(
+        &self,
+        key: &[u8],
+        email: &str,
+        scope: &CookieScope,
+    ) -> Option<String> {
+        let account = account_key(email)?;
+        let issued_ms = self.clock.wall_ms();
+        let tag = device_mac(key, &account, issued_ms).finalize().into_bytes();
+        let value = format!("{issued_ms}.{}", URL_SAFE_NO_PAD.encode(tag));
+        Some(scope.set_cookie(DEVICE_COOKIE, &value, DEVICE_TTL.as_secs(), "Strict"))
+    }
+
     /// Take a place for a sign-in attempt, before its password is checked:
     /// `Err(seconds)` while the account is backing off (an honest
     /// `Retry-After`, at least 1; the attempt is refused and not counted).
@@ -153,8 +237,10 @@ impl LoginBackoff {
     /// attempts in flight at once get no more than the free attempts
     /// between them: checking first and counting after the (slow) password
     /// check let every one of them through.
-    pub(crate) async fn attempt(&self, email: &str) -> Result<(), u64> {
-        let Some(account) = account_key(email) else {
+    /// An attempt from a browser the account knows (`device`, from
+    /// [`Self::known_device`]) is counted under that browser's own key.
+    pub(crate) async fn attempt(&self, email: &str, device: Option<&str>) -> Result<(), u64> {
+        let Some(account) = counted_key(email, device) else {
             return Ok(());
         };
         if let Some(store) = &self.shared {
@@ -206,9 +292,11 @@ impl LoginBackoff {
         Ok(())
     }
 
-    /// A successful sign-in clears the account.
-    pub(crate) async fn succeeded(&self, email: &str) {
-        let Some(account) = account_key(email) else {
+    /// A successful sign-in clears the count it was taken under: the
+    /// account's, or the known browser's (`device`) — not the account's,
+    /// which whoever failed elsewhere built.
+    pub(crate) async fn succeeded(&self, email: &str, device: Option<&str>) {
+        let Some(account) = counted_key(email, device) else {
             return;
         };
         if let Some(store) = &self.shared {
@@ -230,7 +318,7 @@ mod tests {
 
     /// The seconds left, allowing for the real time the test takes.
     async fn left(b: &LoginBackoff, email: &str) -> u64 {
-        b.attempt(email).await.unwrap_err()
+        b.attempt(email, None).await.unwrap_err()
     }
 
     /// An email no account can have (longer than 320 characters) is not
@@ -241,11 +329,12 @@ mod tests {
         let b = LoginBackoff::new(Clock::default());
         let long = format!("{}@example.com", "a".repeat(100_000));
         for _ in 0..FREE_FAILURES + 2 {
-            assert_eq!(b.attempt(&long).await, Ok(()));
+            assert_eq!(b.attempt(&long, None).await, Ok(()));
         }
         assert_eq!(b.len(), 0);
         assert_eq!(
-            b.attempt(&format!("{}@example.com", "b".repeat(300))).await,
+            b.attempt(&format!("{}@example.com", "b".repeat(300)), None)
+                .await,
             Ok(())
         );
         assert_eq!(b.len(), 1);
@@ -286,7 +375,7 @@ mod tests {
         let tasks: Vec<_> = (0..20)
             .map(|i| {
                 let (b, email) = (backoffs[i % backoffs.len()].clone(), email.clone());
-                tokio::spawn(async move { b.attempt(&email).await })
+                tokio::spawn(async move { b.attempt(&email, None).await })
             })
             .collect();
         let mut passed = 0;
@@ -321,15 +410,116 @@ mod tests {
         let email = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
         for i in 0..FREE_FAILURES {
             let on = if i % 2 == 0 { &b } else { &other };
-            assert_eq!(on.attempt(&email).await, Ok(()));
+            assert_eq!(on.attempt(&email, None).await, Ok(()));
         }
-        assert!(b.attempt(&email).await.is_err());
+        assert!(b.attempt(&email, None).await.is_err());
         assert!(
-            other.attempt(&email).await.is_err(),
+            other.attempt(&email, None).await.is_err(),
             "the other instance sees it"
         );
-        other.succeeded(&email).await;
-        assert_eq!(b.attempt(&email).await, Ok(()));
+        other.succeeded(&email, None).await;
+        assert_eq!(b.attempt(&email, None).await, Ok(()));
+        a_known_browser_is_counted_apart(&b, &clock).await;
+    }
+
+    #[tokio::test]
+    async fn a_known_browser_is_counted_apart_in_memory() {
+        let clock = Clock::default();
+        a_known_browser_is_counted_apart(&LoginBackoff::new(clock.clone()), &clock).await;
+    }
+
+    /// Whoever guesses an account's password elsewhere does not lock out a
+    /// browser that signed in to it before: that browser has its own count
+    /// (the same back-off), and its success clears only that. A cookie
+    /// made for another account, under another key, altered or too old
+    /// makes no browser known.
+    async fn a_known_browser_is_counted_apart(b: &LoginBackoff, clock: &Clock) {
+        let key = [7u8; 32];
+        let tag = zm_contracts::IdKind::Request.generate();
+        let a = format!("d-{tag}@example.com");
+        let scope = CookieScope::of("http://127.0.0.1:8787", "");
+        let sent = |set: &str| {
+            let mut h = HeaderMap::new();
+            let pair = set.split(';').next().unwrap_or_default();
+            h.insert(axum::http::header::COOKIE, pair.parse().unwrap());
+            h
+        };
+        let set = b.device_cookie(&key, &a, &scope).expect("a cookie");
+        assert!(
+            set.starts_with("zm_device=")
+                && set.contains("HttpOnly")
+                && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        let owner = sent(&set);
+        let device = b
+            .known_device(&key, &a, &owner)
+            .expect("the browser is known");
+        assert_eq!(
+            b.known_device(&key, &a.to_uppercase(), &owner),
+            Some(device.clone()),
+            "the account's key"
+        );
+        for _ in 0..FREE_FAILURES {
+            assert_eq!(b.attempt(&a, None).await, Ok(()));
+        }
+        assert!(
+            b.attempt(&a, None).await.is_err(),
+            "locked for everyone else"
+        );
+        assert_eq!(
+            b.attempt(&a, Some(&device)).await,
+            Ok(()),
+            "the owner's browser gets in"
+        );
+        b.succeeded(&a, Some(&device)).await;
+        assert!(
+            b.attempt(&a, None).await.is_err(),
+            "its success clears only its own count"
+        );
+        for _ in 0..FREE_FAILURES {
+            assert_eq!(b.attempt(&a, Some(&device)).await, Ok(()));
+        }
+        assert!(
+            b.attempt(&a, Some(&device)).await.is_err(),
+            "a known browser backs off too"
+        );
+
+        let other = format!("e-{tag}@example.com");
+        assert_eq!(
+            b.known_device(&key, &other, &owner),
+            None,
+            "made for another account"
+        );
+        assert_eq!(
+            b.known_device(&[8u8; 32], &a, &owner),
+            None,
+            "made under another key"
+        );
+        let pair = set.split(';').next().unwrap_or_default();
+        let altered = format!(
+            "{}{}",
+            &pair[..pair.len() - 1],
+            if pair.ends_with('A') { 'B' } else { 'A' }
+        );
+        assert_eq!(b.known_device(&key, &a, &sent(&altered)), None, "altered");
+        let (name_issued, tag_part) = pair.split_once('.').expect("issued.tag");
+        let later = format!(
+            "{}.{tag_part}",
+            name_issued.replace(|c: char| c.is_ascii_digit(), "9")
+        );
+        assert_eq!(
+            b.known_device(&key, &a, &sent(&later)),
+            None,
+            "another issue time"
+        );
+        assert_eq!(
+            b.known_device(&key, &a, &HeaderMap::new()),
+            None,
+            "no cookie"
+        );
+        clock.advance(DEVICE_TTL + Duration::from_secs(60));
+        assert_eq!(b.known_device(&key, &a, &owner), None, "too old");
     }
 
     async fn doubles_caps_and_resets(b: &LoginBackoff, clock: &Clock) {
@@ -340,44 +530,44 @@ mod tests {
         let other = format!("b-{tag}@example.com");
         let first = FIRST_BACKOFF.as_secs();
         for _ in 0..FREE_FAILURES - 1 {
-            assert_eq!(b.attempt(&a_upper).await, Ok(()));
+            assert_eq!(b.attempt(&a_upper, None).await, Ok(()));
         }
         // The last free attempt passes, and starts the back-off.
-        assert_eq!(b.attempt(&a_spaced).await, Ok(()));
+        assert_eq!(b.attempt(&a_spaced, None).await, Ok(()));
         let l = left(b, &a).await;
         assert!((first - 1..=first).contains(&l), "{l}");
         clock.advance(Duration::from_secs(first));
-        assert_eq!(b.attempt(&a).await, Ok(()));
+        assert_eq!(b.attempt(&a, None).await, Ok(()));
         let l = left(b, &a).await;
         assert!((2 * first - 1..=2 * first).contains(&l), "{l}");
         clock.advance(Duration::from_secs(l));
-        assert_eq!(b.attempt(&a).await, Ok(()));
+        assert_eq!(b.attempt(&a, None).await, Ok(()));
         let l = left(b, &a).await;
         assert!((4 * first - 1..=4 * first).contains(&l), "{l}");
         // Capped, however many failures.
         for _ in 0..30 {
             clock.advance(MAX_BACKOFF);
-            assert_eq!(b.attempt(&a).await, Ok(()));
+            assert_eq!(b.attempt(&a, None).await, Ok(()));
         }
         let l = left(b, &a).await;
         assert!((MAX_BACKOFF.as_secs() - 1..=MAX_BACKOFF.as_secs()).contains(&l));
         // Other accounts are untouched; after the cap the owner gets in,
         // and signing in clears the count.
-        assert_eq!(b.attempt(&other).await, Ok(()));
+        assert_eq!(b.attempt(&other, None).await, Ok(()));
         clock.advance(MAX_BACKOFF);
-        assert_eq!(b.attempt(&a).await, Ok(()));
-        b.succeeded(&a).await;
+        assert_eq!(b.attempt(&a, None).await, Ok(()));
+        b.succeeded(&a, None).await;
         for _ in 0..FREE_FAILURES {
-            assert_eq!(b.attempt(&a).await, Ok(()));
+            assert_eq!(b.attempt(&a, None).await, Ok(()));
         }
-        assert!(b.attempt(&a).await.is_err());
+        assert!(b.attempt(&a, None).await.is_err());
     }
 
     #[tokio::test]
     async fn backoff_is_bounded() {
         let b = LoginBackoff::new(Clock::default());
         for i in 0..MAX_ACCOUNTS + 50 {
-            assert_eq!(b.attempt(&format!("u{i}@example.com")).await, Ok(()));
+            assert_eq!(b.attempt(&format!("u{i}@example.com"), None).await, Ok(()));
         }
         assert_eq!(b.len(), MAX_ACCOUNTS);
     }
