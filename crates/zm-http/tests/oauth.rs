@@ -1656,7 +1656,7 @@ async fn failed_sign_ins_are_limited_per_ip_behind_an_appending_proxy() {
 }
 
 /// Failed sign-ins back off per account whatever the IP, and whether the
-/// account exists; a browser that signed in to it before is counted apart.
+/// account exists; the browser that last signed in to it is counted apart.
 #[tokio::test]
 async fn failed_sign_ins_back_off_per_account_whatever_the_ip() {
     // No per-IP limit at all: only the account's back-off stands.

@@ -420,6 +420,11 @@ async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
 
 // ------------------------------------------------------------------ reindex
 
+/// How long `reindex` waits for memories another embedder holds (a running
+/// server's batch, or the claims of one that stopped mid-batch, which lapse
+/// after two minutes) before it gives up.
+const REINDEX_PATIENCE: std::time::Duration = std::time::Duration::from_secs(180);
+
 async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
     let Some(loaded) = zm_embed::load(cfg.embedding_model.as_deref()) else {
         bail!("this build has no embedding model (it was built without the `embed` feature)");
@@ -437,11 +442,28 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let mut done = 0usize;
     let mut shown = 0usize;
+    // Since this command last embedded something (or began).
+    let mut progress = std::time::Instant::now();
     loop {
         let n = store.embed_pending(64).await.map_err(tool)?;
         if n == 0 {
-            break;
+            // Nothing this command may take: done, unless a running server
+            // is embedding what is left (its claims), or a server that
+            // stopped mid-batch left claims that lapse after two minutes.
+            let left = store.embedding_queue().await.map_err(tool)?;
+            if left == 0 {
+                break;
+            }
+            if progress.elapsed() > REINDEX_PATIENCE {
+                bail!(
+                    "{left} memories are still without a vector of {model}, held by another embedder for over {} s; run reindex again later",
+                    REINDEX_PATIENCE.as_secs()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            continue;
         }
+        progress = std::time::Instant::now();
         done += n;
         if done - shown >= 1000 {
             shown = done;

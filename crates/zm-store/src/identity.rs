@@ -94,6 +94,12 @@ pub struct User {
 pub struct Credential([u8; 16]);
 
 impl Credential {
+    /// The tag itself, to bind something to this password (a MAC's
+    /// input: a password change voids it); never shown.
+    pub fn tag(&self) -> [u8; 16] {
+        self.0
+    }
+
     pub(crate) fn of(password_hash: &str) -> Credential {
         use sha2::Digest;
         let digest = sha2::Sha256::digest(password_hash.as_bytes());

@@ -808,6 +808,19 @@ impl Store {
                         .execute(&self.pool)
                         .await
                         .db("drop lapsed embedding claims")?;
+                    // What other embedders hold now is not settled: their
+                    // batches may fail, or their claims lapse. Whole
+                    // passes go on while any is held.
+                    let held: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM embedding_claims WHERE model = $1",
+                    )
+                    .bind(&model)
+                    .fetch_one(&self.pool)
+                    .await
+                    .db("embedding claims held")?;
+                    if held > 0 {
+                        return Ok(0);
+                    }
                     let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM memories")
                         .fetch_one(&self.pool)
                         .await
@@ -867,16 +880,18 @@ impl Store {
             .await
             .db("write vector")?;
         }
-        let mut release = crate::sql::Sql::new("DELETE FROM embedding_claims WHERE model = ");
-        release
-            .bind_str(model.clone())
-            .push(" AND memory_id IN ")
-            .bind_list(batch.iter().map(|(id, _)| id.clone()));
-        release
-            .query()
-            .execute(&mut *tx)
-            .await
-            .db("release embedding claims")?;
+        // Released in id order, the order claims are taken in: a claim
+        // waiting on one of these rows holds none this release waits for.
+        let mut claimed: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
+        claimed.sort_unstable();
+        for id in claimed {
+            sqlx::query("DELETE FROM embedding_claims WHERE memory_id = $1 AND model = $2")
+                .bind(id)
+                .bind(&model)
+                .execute(&mut *tx)
+                .await
+                .db("release embedding claim")?;
+        }
         tx.commit().await.db("commit vectors")?;
         let fresh: Vec<MemoryId> = batch
             .iter()
@@ -919,6 +934,11 @@ impl Store {
             .bind_i64(now.saturating_add(CLAIM_MS))
             .push(" FROM memories m WHERE m.id IN ")
             .bind_list(batch.iter().map(|(id, _)| id.clone()))
+            // Still without a vector: another embedder may have written
+            // it since this one read the batch.
+            .push(" AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.model = ")
+            .bind_str(model)
+            .push(")")
             .push(
                 " ORDER BY m.id ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model, until_at = excluded.until_at \
                  WHERE embedding_claims.model <> excluded.model OR embedding_claims.until_at <= ",

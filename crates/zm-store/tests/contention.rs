@@ -52,7 +52,9 @@ struct Holder {
 }
 
 impl Holder {
-    async fn lock_row(raw: &AnyPool, old: &str) -> Holder {
+    /// The test's transaction, which never looks for deadlocks before the
+    /// other side does, holding nothing yet.
+    async fn begin(raw: &AnyPool) -> Holder {
         let mut tx = raw.begin().await.expect("begin the test's transaction");
         sqlx::query("SET LOCAL deadlock_timeout = '10s'")
             .execute(&mut *tx)
@@ -62,14 +64,19 @@ impl Holder {
             .fetch_one(&mut *tx)
             .await
             .expect("the test's backend");
+        Holder { tx, pid }
+    }
+
+    async fn lock_row(raw: &AnyPool, old: &str) -> Holder {
+        let mut holder = Holder::begin(raw).await;
         let held: Option<String> =
             sqlx::query_scalar("SELECT id FROM memories WHERE id = $1 FOR UPDATE")
                 .bind(old)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut *holder.tx)
                 .await
                 .expect("lock the old memory's row");
         assert!(held.is_some(), "the old memory exists");
-        Holder { tx, pid }
+        holder
     }
 
     /// Wait until a backend waits for a row this transaction holds (not
@@ -381,15 +388,7 @@ async fn a_team_change_that_lost_a_deadlock_is_run_again() {
         zm_contracts::TeamRole::Writer,
     )
     .await;
-    let mut tx = raw.begin().await.expect("begin the test's transaction");
-    sqlx::query("SET LOCAL deadlock_timeout = '10s'")
-        .execute(&mut *tx)
-        .await
-        .expect("a superuser may set deadlock_timeout");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *tx)
-        .await
-        .expect("the test's backend");
+    let Holder { mut tx, pid } = Holder::begin(&raw).await;
     let held: Option<String> = sqlx::query_scalar(
         "SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2 FOR UPDATE",
     )

@@ -598,8 +598,21 @@ async fn two_instances_never_embed_one_memory_at_once() {
             );
         }
 
-        // The first instance dies as it is (its claim stays): once the
-        // claim has lapsed, the second embeds those memories.
+        // The first instance dies as it is (its claim stays): nothing is
+        // the second's to take while the claim holds, but the second does
+        // not settle for that; once the claim has lapsed, it embeds them.
+        if l == "sqlite" {
+            assert_eq!(
+                ok(second.embed_pending(3).await, l, "while claimed"),
+                0,
+                "[{l}]"
+            );
+            assert_eq!(
+                ok(second.embedding_queue().await, l, "queue"),
+                3,
+                "[{l}] still pending"
+            );
+        }
         second.clock().advance_ms(2 * 60 * 1000 + 1);
         if l == "sqlite" {
             ok(

@@ -267,7 +267,8 @@ async fn current_password(
     // Counted now, before the password check (a success clears it).
     let device = state
         .login_backoff
-        .known_device(state.store.form_key(), email, headers);
+        .known_device(&state.store, state.store.form_key(), email, headers)
+        .await;
     if let Err(secs) = state.login_backoff.attempt(email, device.as_deref()).await {
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(

@@ -184,10 +184,11 @@ pub(crate) async fn submit(
         }
     }
     // Counted now, before the password check (a success clears it); a
-    // browser that signed in to the account before is counted apart.
+    // browser that last signed in to the account is counted apart.
     let device = state
         .login_backoff
-        .known_device(state.store.form_key(), &email, &headers);
+        .known_device(&state.store, state.store.form_key(), &email, &headers)
+        .await;
     if let Err(secs) = state.login_backoff.attempt(&email, device.as_deref()).await {
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
@@ -238,6 +239,7 @@ pub(crate) async fn submit(
     let h = resp.headers_mut();
     let known = state.login_backoff.device_cookie(
         state.store.form_key(),
+        &user,
         &email,
         &CookieScope::of(&state.cfg.public_url, ""),
     );

@@ -218,8 +218,11 @@ pub(super) async fn submit(
     // password is not even checked meanwhile. The attempt takes its place
     // in the count now, before the (slow) check, so attempts in flight at
     // once get no more than the free ones; a success clears the count. A
-    // browser that signed in to the account before is counted apart.
-    let device = st.backoff.known_device(st.key.as_slice(), &email, &headers);
+    // browser that last signed in to the account is counted apart.
+    let device = st
+        .backoff
+        .known_device(&st.app.store, st.key.as_slice(), &email, &headers)
+        .await;
     if let Err(secs) = st.backoff.attempt(&email, device.as_deref()).await {
         st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
         let token = csrf::token(&st.key, &cookie, &canonical);
@@ -308,9 +311,12 @@ pub(super) async fn submit(
     }
     params.push(("iss", public_url));
     let mut resp = redirect::found(&redirect::with_query(&authz.redirect_uri, &params));
-    let known =
-        st.backoff
-            .device_cookie(st.key.as_slice(), &email, &CookieScope::of(public_url, ""));
+    let known = st.backoff.device_cookie(
+        st.key.as_slice(),
+        &user,
+        &email,
+        &CookieScope::of(public_url, ""),
+    );
     for c in std::iter::once(csrf::set_cookie(public_url, "", 0)).chain(known) {
         if let Ok(v) = HeaderValue::from_str(&c) {
             resp.headers_mut().append(header::SET_COOKIE, v);

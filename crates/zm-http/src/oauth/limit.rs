@@ -66,9 +66,11 @@ pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest back-off: the owner always gets in after at most this long.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 /// The cookie that makes a browser known to the account it last signed in
-/// to: `<issued ms>.<HMAC>` of the account and that time under the
-/// database's form key, so that only the server makes one and one made for
-/// an account names no other.
+/// to: `<issued ms>.<HMAC>` of the account (its id, its email and its
+/// current password's credential tag) and that time under the database's
+/// form key, so that only the server makes one, one made for an account
+/// names no other, and changing the password (or erasing the account)
+/// voids every one made before.
 pub(crate) const DEVICE_COOKIE: &str = "zm_device";
 /// How long a browser stays known after its last successful sign-in.
 pub(crate) const DEVICE_TTL: Duration = Duration::from_secs(180 * 24 * 60 * 60);
@@ -88,7 +90,7 @@ struct Failures {
 /// Failed sign-ins per account, whatever the client IP: after
 /// [`FREE_FAILURES`] failures each further attempt must wait 30 s, 1 min,
 /// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. A browser
-/// that signed in to the account before ([`Self::known_device`]) is
+/// that last signed in to the account ([`Self::known_device`]) is
 /// counted apart, with the same back-off: whoever guesses an account's
 /// password from elsewhere, however often, never locks its owner's own
 /// browser out (a per-account back-off alone is theirs to hold shut with
@@ -143,10 +145,14 @@ fn counted_key(email: &str, device: Option<&str>) -> Option<String> {
     })
 }
 
-/// The MAC of a device cookie for `account` issued at `issued_ms`.
-fn device_mac(key: &[u8], account: &str, issued_ms: i64) -> Hmac<Sha256> {
+/// The MAC of a device cookie for `user` (signing in as `account`, its
+/// email's key) issued at `issued_ms`.
+fn device_mac(key: &[u8], user: &zm_store::User, account: &str, issued_ms: i64) -> Hmac<Sha256> {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
     mac.update(b"zm-device/v1\0");
+    mac.update(user.id.as_bytes());
+    mac.update(b"\0");
+    mac.update(&user.credential.tag());
     mac.update(account.as_bytes());
     mac.update(b"\0");
     mac.update(issued_ms.to_string().as_bytes());
@@ -182,14 +188,17 @@ impl LoginBackoff {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The browser of this request, when it signed in to `email`'s account
-    /// within [`DEVICE_TTL`] and kept the cookie the server gave it then
+    /// The browser of this request, when it last signed in to `email`'s
+    /// account within [`DEVICE_TTL`], since the account's password last
+    /// changed, and kept the cookie the server gave it then
     /// ([`Self::device_cookie`]): an id for it, which [`Self::attempt`] and
     /// [`Self::succeeded`] count apart from the account. `None` for any
-    /// other browser, and for a cookie made for another account, altered
-    /// or too old.
-    pub(crate) fn known_device(
+    /// other browser, and for a cookie made for another account (or a
+    /// disabled one), before the password changed, altered or too old.
+    /// The account is read only when the request carries such a cookie.
+    pub(crate) async fn known_device(
         &self,
+        store: &zm_store::Store,
         key: &[u8],
         email: &str,
         headers: &HeaderMap,
@@ -204,25 +213,35 @@ impl LoginBackoff {
             return None;
         }
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        device_mac(key, &account, issued_ms)
+        // A database failure makes no browser known: the attempt counts
+        // for the account, as any other.
+        let user = store.user_by_email(&account).await.ok()??;
+        if user.is_disabled() {
+            return None;
+        }
+        device_mac(key, &user, &account, issued_ms)
             .verify_slice(&tag)
             .ok()?;
         Some(URL_SAFE_NO_PAD.encode(tag.get(..16)?))
     }
 
-    /// The `Set-Cookie` that makes this browser known to `email`'s account
-    /// for [`DEVICE_TTL`] (given at each successful sign-in), under `scope`:
+    /// The `Set-Cookie` that makes this browser known to `user`'s account
+    /// (signed in to as `email`) for [`DEVICE_TTL`] or until its password
+    /// changes (given at each successful sign-in), under `scope`:
     /// `HttpOnly`, `SameSite=Strict` (the sign-in forms post from the
     /// server's own pages). `None` for an email no account can have.
     pub(crate) fn device_cookie(
         &self,
         key: &[u8],
+        user: &zm_store::User,
         email: &str,
         scope: &CookieScope,
     ) -> Option<String> {
         let account = account_key(email)?;
         let issued_ms = self.clock.wall_ms();
-        let tag = device_mac(key, &account, issued_ms).finalize().into_bytes();
+        let tag = device_mac(key, user, &account, issued_ms)
+            .finalize()
+            .into_bytes();
         let value = format!("{issued_ms}.{}", URL_SAFE_NO_PAD.encode(tag));
         Some(scope.set_cookie(DEVICE_COOKIE, &value, DEVICE_TTL.as_secs(), "Strict"))
     }
@@ -406,7 +425,7 @@ mod tests {
         let clock = Clock::default();
         let b = LoginBackoff::shared(store.clone(), clock.clone());
         doubles_caps_and_resets(&b, &clock).await;
-        let other = LoginBackoff::shared(store, clock.clone());
+        let other = LoginBackoff::shared(store.clone(), clock.clone());
         let email = format!("{}@example.com", zm_contracts::IdKind::Request.generate());
         for i in 0..FREE_FAILURES {
             let on = if i % 2 == 0 { &b } else { &other };
@@ -419,24 +438,35 @@ mod tests {
         );
         other.succeeded(&email, None).await;
         assert_eq!(b.attempt(&email, None).await, Ok(()));
-        a_known_browser_is_counted_apart(&b, &clock).await;
+        a_known_browser_is_counted_apart(&b, &store, &clock).await;
     }
 
     #[tokio::test]
     async fn a_known_browser_is_counted_apart_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
+            .await
+            .unwrap();
         let clock = Clock::default();
-        a_known_browser_is_counted_apart(&LoginBackoff::new(clock.clone()), &clock).await;
+        a_known_browser_is_counted_apart(&LoginBackoff::new(clock.clone()), &store, &clock).await;
     }
 
-    /// Whoever guesses an account's password elsewhere does not lock out a
-    /// browser that signed in to it before: that browser has its own count
-    /// (the same back-off), and its success clears only that. A cookie
-    /// made for another account, under another key, altered or too old
-    /// makes no browser known.
-    async fn a_known_browser_is_counted_apart(b: &LoginBackoff, clock: &Clock) {
+    /// Whoever guesses an account's password elsewhere does not lock out
+    /// the browser that last signed in to it: that browser has its own
+    /// count (the same back-off), and its success clears only that. A
+    /// cookie made for another account, under another key, for another
+    /// time, altered, too old, or made before the password changed makes
+    /// no browser known.
+    async fn a_known_browser_is_counted_apart(
+        b: &LoginBackoff,
+        store: &zm_store::Store,
+        clock: &Clock,
+    ) {
         let key = [7u8; 32];
-        let tag = zm_contracts::IdKind::Request.generate();
+        let tag = zm_contracts::IdKind::Request.generate().to_lowercase();
         let a = format!("d-{tag}@example.com");
+        let password = "correct horse battery staple";
+        let user = store.create_user(&a, password).await.unwrap();
         let scope = CookieScope::of("http://127.0.0.1:8787", "");
         let sent = |set: &str| {
             let mut h = HeaderMap::new();
@@ -444,7 +474,7 @@ mod tests {
             h.insert(axum::http::header::COOKIE, pair.parse().unwrap());
             h
         };
-        let set = b.device_cookie(&key, &a, &scope).expect("a cookie");
+        let set = b.device_cookie(&key, &user, &a, &scope).expect("a cookie");
         assert!(
             set.starts_with("zm_device=")
                 && set.contains("HttpOnly")
@@ -452,11 +482,12 @@ mod tests {
             "{set}"
         );
         let owner = sent(&set);
-        let device = b
-            .known_device(&key, &a, &owner)
-            .expect("the browser is known");
+        let known = async |email: &str, key: &[u8], h: &HeaderMap| {
+            b.known_device(store, key, email, h).await
+        };
+        let device = known(&a, &key, &owner).await.expect("the browser is known");
         assert_eq!(
-            b.known_device(&key, &a.to_uppercase(), &owner),
+            known(&a.to_uppercase(), &key, &owner).await,
             Some(device.clone()),
             "the account's key"
         );
@@ -486,40 +517,51 @@ mod tests {
         );
 
         let other = format!("e-{tag}@example.com");
+        store.create_user(&other, password).await.unwrap();
         assert_eq!(
-            b.known_device(&key, &other, &owner),
+            known(&other, &key, &owner).await,
             None,
             "made for another account"
         );
         assert_eq!(
-            b.known_device(&[8u8; 32], &a, &owner),
+            known(&a, &[8u8; 32], &owner).await,
             None,
             "made under another key"
         );
         let pair = set.split(';').next().unwrap_or_default();
-        let altered = format!(
-            "{}{}",
-            &pair[..pair.len() - 1],
-            if pair.ends_with('A') { 'B' } else { 'A' }
-        );
-        assert_eq!(b.known_device(&key, &a, &sent(&altered)), None, "altered");
-        let (name_issued, tag_part) = pair.split_once('.').expect("issued.tag");
-        let later = format!(
-            "{}.{tag_part}",
-            name_issued.replace(|c: char| c.is_ascii_digit(), "9")
-        );
+        let (issued, mac) = pair
+            .trim_start_matches("zm_device=")
+            .split_once('.')
+            .expect("issued.tag");
+        // One character of the MAC changed (its first: all six bits count).
+        let flipped = if mac.starts_with('A') { "B" } else { "A" };
+        let altered = format!("zm_device={issued}.{flipped}{}", &mac[1..]);
+        assert_eq!(known(&a, &key, &sent(&altered)).await, None, "altered");
+        let later = format!("zm_device={}.{mac}", issued.parse::<i64>().unwrap() + 1);
         assert_eq!(
-            b.known_device(&key, &a, &sent(&later)),
+            known(&a, &key, &sent(&later)).await,
             None,
             "another issue time"
         );
+        assert_eq!(known(&a, &key, &HeaderMap::new()).await, None, "no cookie");
+        // A new password voids every cookie made before it.
+        store
+            .set_password(&user.id, "a brand new passphrase")
+            .await
+            .unwrap();
         assert_eq!(
-            b.known_device(&key, &a, &HeaderMap::new()),
+            known(&a, &key, &owner).await,
             None,
-            "no cookie"
+            "made before the password changed"
+        );
+        let changed = store.user_by_email(&a).await.unwrap().unwrap();
+        let renewed = sent(&b.device_cookie(&key, &changed, &a, &scope).unwrap());
+        assert!(
+            known(&a, &key, &renewed).await.is_some(),
+            "a sign-in since makes it known again"
         );
         clock.advance(DEVICE_TTL + Duration::from_secs(60));
-        assert_eq!(b.known_device(&key, &a, &owner), None, "too old");
+        assert_eq!(known(&a, &key, &renewed).await, None, "too old");
     }
 
     async fn doubles_caps_and_resets(b: &LoginBackoff, clock: &Clock) {
