@@ -107,9 +107,7 @@ impl Visible {
             }
         }
     }
-}
 
-impl Visible {
     /// SQLite: the `fts_tenant` column filter of a small reader's
     /// full-text match (`fts_tenant : ("o…" OR "s…" …)`: their own memories
     /// and the shared ones of their scopes, as migration 19 writes the
@@ -133,6 +131,10 @@ impl Visible {
 fn fts_tenant_token(tag: char, value: &str) -> String {
     format!("\"{tag}{}\"", hex::encode_upper(value.as_bytes()))
 }
+
+/// A SQLite caller reads "few" memories when they are at most this share
+/// (1 / N) of all of them: looking their rows up then beats walking.
+const FEW_OF: i64 = 8;
 
 /// SQLite: `(own, bound)` when `user_id` owns at most `bound` = 1 /
 /// [`FEW_OF`] of all memories (by `storage_usage`) in a store of at least
@@ -175,13 +177,7 @@ impl Store {
             fts_tenant_token('o', owner)
         )))
     }
-}
 
-/// A SQLite caller reads "few" memories when they are at most this share
-/// (1 / N) of all of them: looking their rows up then beats walking.
-const FEW_OF: i64 = 8;
-
-impl Store {
     /// What `caller` reads, for a query the visibility drives
     /// ([`Visible`]): read now, as of this moment (on PostgreSQL one query;
     /// on SQLite one to three, all by index).
