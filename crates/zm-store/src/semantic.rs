@@ -769,7 +769,9 @@ impl Store {
         // Settled (a whole pass found nothing pending, not long ago): only
         // what was written since is looked at, not every memory again each
         // idle second. A memory no pass can see coming (restored without
-        // a vector) waits for the next whole pass.
+        // a vector) waits for the next whole pass. (No pass settles while
+        // other embedders hold claims, below: what they hold then is
+        // older than the mark only if it was restored.)
         let fresh = self.now() - as_i64(&s.settled_at) < FULL_PASS_EVERY_MS;
         if rows.is_empty() && as_i64(&s.cursor) == 0 && as_i64(&s.settled) > 0 && fresh {
             rows = written_since(&s.settled).await?;
@@ -811,14 +813,7 @@ impl Store {
                     // What other embedders hold now is not settled: their
                     // batches may fail, or their claims lapse. Whole
                     // passes go on while any is held.
-                    let held: i64 = sqlx::query_scalar(
-                        "SELECT COUNT(*) FROM embedding_claims WHERE model = $1",
-                    )
-                    .bind(&model)
-                    .fetch_one(&self.pool)
-                    .await
-                    .db("embedding claims held")?;
-                    if held > 0 {
+                    if self.claims_held(&model).await? > 0 {
                         return Ok(0);
                     }
                     let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM memories")
@@ -911,6 +906,15 @@ impl Store {
             tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
         }
         Ok(batch.len())
+    }
+
+    /// How many claims of `model` embedders hold (live or lapsed).
+    async fn claims_held(&self, model: &str) -> Result<i64, ToolError> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM embedding_claims WHERE model = $1")
+            .bind(model)
+            .fetch_one(&self.pool)
+            .await
+            .db("embedding claims held")
     }
 
     /// Claim these memories for this embedder under `model` until
