@@ -219,6 +219,14 @@ impl Browser {
         .await
     }
 
+    /// The bulk forget of `ids`, confirmed (the answer to "Forget N
+    /// memories?").
+    async fn bulk_forget(&mut self, s: &Server, csrf: &str, ids: &[&str]) -> Page {
+        let mut form = vec![("csrf", csrf), ("action", "forget"), ("confirm", "yes")];
+        form.extend(ids.iter().map(|id| ("ids", *id)));
+        self.post(s, "/memories/bulk", &form).await
+    }
+
     /// The CSRF token of the signed-in session (from any page).
     async fn csrf(&mut self, s: &Server) -> String {
         field(&self.get(s, "/").await.body, "csrf").expect("a signed-in page carries the token")
@@ -424,19 +432,7 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
         .await;
     assert_eq!(p.status, 200);
     assert!(p.body.contains("Forget 2 memories?"), "{}", p.body);
-    let p = b
-        .post(
-            &s,
-            "/memories/bulk",
-            &[
-                ("csrf", &csrf),
-                ("action", "forget"),
-                ("confirm", "yes"),
-                ("ids", &x),
-                ("ids", &y),
-            ],
-        )
-        .await;
+    let p = b.bulk_forget(&s, &csrf, &[&x, &y]).await;
     assert_eq!(p.status, 303, "{}", p.body);
     let p = b.get(&s, "/?status=forgotten").await;
     assert!(p.body.contains(&x) && p.body.contains(&y));
@@ -1290,19 +1286,7 @@ async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_memb
     // A selection forgets only the admin's own: the departed member's
     // memory is listed as not theirs and stays live for every member.
     let own = remember(&s.store, &a.id, "The admin's own staging note.", &scope).await;
-    let p = b
-        .post(
-            &s,
-            "/memories/bulk",
-            &[
-                ("csrf", &csrf),
-                ("action", "forget"),
-                ("confirm", "yes"),
-                ("ids", &own),
-                ("ids", &fact),
-            ],
-        )
-        .await;
+    let p = b.bulk_forget(&s, &csrf, &[&own, &fact]).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(
         p.body.contains("Forgot 1 of 2") && p.body.contains("not yours"),
