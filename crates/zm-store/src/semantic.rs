@@ -804,8 +804,11 @@ impl Store {
                     // A whole pass found nothing: settled at the newest.
                     // Claims of embedders that died before they wrote
                     // lapsed; those of memories forgotten meanwhile would
-                    // stay: drop what lapsed.
-                    sqlx::query("DELETE FROM embedding_claims WHERE until_at <= $1")
+                    // stay: drop what lapsed, of this model only (an
+                    // embedder of another model, or whose clock runs
+                    // ahead, never drops what another is embedding).
+                    sqlx::query("DELETE FROM embedding_claims WHERE model = $1 AND until_at <= $2")
+                        .bind(&model)
                         .bind(now)
                         .execute(&self.pool)
                         .await
