@@ -523,6 +523,17 @@ impl Store {
         new: NewCode<'_>,
         request_id: Option<&str>,
     ) -> Result<String, ToolError> {
+        crate::service::rerun_on_contention("oauth sign-in", || {
+            self.issue_oauth_code_once(new, request_id)
+        })
+        .await
+    }
+
+    async fn issue_oauth_code_once(
+        &self,
+        new: NewCode<'_>,
+        request_id: Option<&str>,
+    ) -> Result<String, ToolError> {
         let code = base64url(&rand::random::<[u8; 32]>());
         let now = self.now();
         let mut tx = self.write_tx().await?;
@@ -617,7 +628,10 @@ impl Store {
         ex: CodeExchange<'_>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
-        let result = self.exchange_inner(ex, request_id).await;
+        let result = crate::service::rerun_on_contention("oauth code exchange", || {
+            self.exchange_inner(ex, request_id)
+        })
+        .await;
         if let Err(e) = &result {
             let err = ToolError::validation(e.to_string());
             let actor = sqlx::query_scalar::<_, String>(
@@ -787,9 +801,10 @@ impl Store {
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
         let hash = hash_secret(refresh_token.trim());
-        let result = self
-            .refresh_inner(&hash, client_id, scope, request_id)
-            .await;
+        let result = crate::service::rerun_on_contention("oauth refresh", || {
+            self.refresh_inner(&hash, client_id, scope, request_id)
+        })
+        .await;
         if let Err(e) = &result {
             let row = sqlx::query(
                 "SELECT user_id, client_id, family_id FROM access_tokens WHERE token_hash = $1 AND kind = $2",
@@ -960,6 +975,18 @@ impl Store {
     /// refusal) and stays as it was. The grant stays: the client may sign
     /// in again without the user revoking it.
     pub async fn revoke_oauth_token(
+        &self,
+        token: &str,
+        client_id: &str,
+        request_id: Option<&str>,
+    ) -> Result<(), OauthError> {
+        crate::service::rerun_on_contention("oauth revocation", || {
+            self.revoke_oauth_token_once(token, client_id, request_id)
+        })
+        .await
+    }
+
+    async fn revoke_oauth_token_once(
         &self,
         token: &str,
         client_id: &str,

@@ -207,7 +207,23 @@ impl Store {
     /// the password was being checked ends this sign-in too (on PostgreSQL
     /// the account's row is held until the session is stored, so one that
     /// comes later deletes it).
+    ///
+    /// The sign-in is run again when it lost to concurrent writes (a
+    /// PostgreSQL deadlock between sign-ins dropping the same ended
+    /// sessions, say), up to four attempts, then `conflict`.
     pub async fn web_session_create(
+        &self,
+        user_id: &str,
+        credential: crate::identity::Credential,
+        user_agent: Option<&str>,
+    ) -> Result<(String, WebSession), ToolError> {
+        crate::service::rerun_on_contention("sign-in", || {
+            self.web_session_create_once(user_id, credential, user_agent)
+        })
+        .await
+    }
+
+    async fn web_session_create_once(
         &self,
         user_id: &str,
         credential: crate::identity::Credential,

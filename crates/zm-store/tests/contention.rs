@@ -1,8 +1,8 @@
 //! A write that loses to concurrent writes on PostgreSQL — the victim of a
 //! deadlock — is run again from scratch by the tool service, transparently:
 //! the call succeeds and writes once. One that loses on every attempt
-//! answers `conflict`, having written nothing. Team administration is run
-//! again the same way. PostgreSQL only (SQLite's
+//! answers `conflict`, having written nothing. Team administration and a
+//! sign-in are run again the same way. PostgreSQL only (SQLite's
 //! writers queue and never deadlock): skipped, with a note, when
 //! `ZM_TEST_DATABASE_URL` is unset.
 //!
@@ -461,4 +461,102 @@ async fn a_team_change_that_lost_a_deadlock_is_run_again() {
         })
         .count();
     assert_eq!(changes, 1, "one role change recorded: {:?}", audit.events);
+}
+
+/// A sign-in that lost a deadlock is run again, as a tool's write is.
+/// The dashboard's sign-in holds the account's row (so that a password
+/// change racing it ends it) and drops every ended session. The test's
+/// transaction holds an ended session's row, waits until the sign-in
+/// queues behind it, then asks for the account's row: the sign-in's
+/// backend, which waited first, is the victim; the test lets go, and the
+/// sign-in, run again, stores one session.
+#[tokio::test]
+async fn a_sign_in_that_lost_a_deadlock_is_run_again() {
+    let Some((store, raw)) = postgres("a_sign_in_that_lost_a_deadlock_is_run_again").await else {
+        return;
+    };
+    let (signing_in, _) = user(&store, "ct-signin").await;
+    let (other, _) = user(&store, "ct-ended").await;
+    let ended = unique("wss_ended");
+    sqlx::query(
+        "INSERT INTO web_sessions (id, token_hash, user_id, created_at, last_seen_at, expires_at) VALUES ($1, $2, $3, 1, 1, 2)",
+    )
+    .bind(&ended)
+    .bind(unique("hash"))
+    .bind(&other.id)
+    .execute(&raw)
+    .await
+    .expect("an ended session");
+    let Holder { mut tx, pid } = Holder::begin(&raw).await;
+    let held: Option<String> =
+        sqlx::query_scalar("SELECT id FROM web_sessions WHERE id = $1 FOR UPDATE")
+            .bind(&ended)
+            .fetch_optional(&mut *tx)
+            .await
+            .expect("hold the ended session's row");
+    assert!(held.is_some());
+
+    let sign_in = tokio::spawn({
+        let (store, id, credential) = (store.clone(), signing_in.id.clone(), signing_in.credential);
+        async move {
+            store
+                .web_session_create(&id, credential, Some("contention test"))
+                .await
+        }
+    });
+    let mut queued = false;
+    for _ in 0..6_000 {
+        let waiting: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)) LIMIT 1",
+        )
+        .bind(pid)
+        .fetch_optional(&raw)
+        .await
+        .expect("read pg_locks");
+        if waiting.is_some() {
+            queued = true;
+            break;
+        }
+        assert!(
+            !sign_in.is_finished(),
+            "the sign-in ended before it queued: {:?}",
+            sign_in.await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(
+        queued,
+        "the sign-in never waited for the ended session's row"
+    );
+    // Close the cycle: the sign-in's backend loses, this one gets the row.
+    sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
+        .bind(&signing_in.id)
+        .execute(&mut *tx)
+        .await
+        .expect("the test's transaction is not the deadlock's victim");
+    tx.rollback().await.expect("let go");
+
+    let (secret, session) = sign_in
+        .await
+        .expect("the sign-in's task")
+        .expect("run again, the sign-in lands");
+    assert_eq!(session.user_id, signing_in.id);
+    let found = store.web_session(&secret).await.expect("read the session");
+    assert_eq!(
+        found.map(|s| s.id),
+        Some(session.id),
+        "the session is stored"
+    );
+    let sessions: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM web_sessions WHERE user_id = $1")
+        .bind(&signing_in.id)
+        .fetch_one(&raw)
+        .await
+        .expect("count sessions");
+    assert_eq!(sessions, 1, "one session, however many attempts");
+    let gone: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM web_sessions WHERE id = $1")
+        .bind(&ended)
+        .fetch_one(&raw)
+        .await
+        .expect("count the ended session");
+    assert_eq!(gone, 0, "the ended session is dropped");
 }

@@ -163,16 +163,22 @@ fn lost_to_contention(what: &str, attempts: u32) -> ToolError {
 
 /// Run `attempt`, a write that is one transaction of its own and does
 /// nothing but it (team administration, a rule's change from the
-/// dashboard), again from scratch when it lost to concurrent writes (a
+/// dashboard, a sign-in's session, the OAuth token endpoint's grants and
+/// revocations), again from scratch when it lost to concurrent writes (a
 /// PostgreSQL deadlock's victim, a serialization failure), as the tool
 /// service runs a tool's write again: after a short jittered wait, up to
 /// [`WRITE_ATTEMPTS`] attempts in all; one that loses every time answers
-/// `conflict`. Any other outcome is the attempt's. `what` names the write
-/// in the log.
-pub(crate) async fn rerun_on_contention<T, F: Future<Output = Result<T, ToolError>>>(
+/// `conflict` (in the caller's error type: the OAuth token endpoint's
+/// answers it as `server_error`). Any other outcome is the attempt's.
+/// `what` names the write in the log.
+pub(crate) async fn rerun_on_contention<T, E, F>(
     what: &str,
     attempt: impl Fn() -> F,
-) -> Result<T, ToolError> {
+) -> Result<T, E>
+where
+    E: From<ToolError>,
+    F: Future<Output = Result<T, E>>,
+{
     let mut n = 1;
     loop {
         let (result, lost) = crate::db::watch_contention(attempt()).await;
@@ -181,7 +187,7 @@ pub(crate) async fn rerun_on_contention<T, F: Future<Output = Result<T, ToolErro
                 back_off(n).await;
                 n += 1;
             }
-            Err(_) if lost => return Err(lost_to_contention(what, n)),
+            Err(_) if lost => return Err(lost_to_contention(what, n).into()),
             other => return other,
         }
     }
