@@ -289,7 +289,18 @@ impl ZeroMemoryMcp {
         let footer_ctx = FooterContext {
             attached_before: caller.attached_project.clone(),
         };
-        match self.tools.call(&caller, tool, &args).await {
+        // A read stops when the client cancels it (`notifications/cancelled`,
+        // or its session ends); a write runs to its end. rmcp sends no
+        // answer to a cancelled request, so what a stopped read returns
+        // here is never seen.
+        let Some(result) = self
+            .tools
+            .call_unless_cancelled(&caller, tool, &args, ctx.ct.cancelled())
+            .await
+        else {
+            return Err(McpError::internal_error("The request was cancelled.", None));
+        };
+        match result {
             Ok(mut out) => {
                 self.carry(&mut out, ctx, caller.attached_project.as_deref())
                     .await;

@@ -1,7 +1,8 @@
 //! The tool service's policies, on every backend: read tools write nothing
 //! (every table compared, the audit log aside), a read-only token creates
 //! no row, a write and its audit row commit together — and a refused
-//! write leaves nothing half-written — and every call is counted.
+//! write leaves nothing half-written — and every call is counted; a read
+//! the client cancels stops unanswered, a write it cancels still lands.
 //!
 //! These tests compare whole databases, so each runs on a store of its
 //! own: a fresh SQLite file, and on PostgreSQL a fresh schema of the test
@@ -83,6 +84,8 @@ isolated_tests! {
         => read_tools_write_nothing_sqlite, read_tools_write_nothing_postgres;
     a_write_and_its_audit_row_commit_together
         => write_and_audit_commit_together_sqlite, write_and_audit_commit_together_postgres;
+    a_cancelled_read_stops_and_a_cancelled_write_lands
+        => cancelled_calls_sqlite, cancelled_calls_postgres;
 }
 
 async fn call(tools: &ToolService, caller: &Caller, tool: ToolName, args: Value) -> Value {
@@ -375,6 +378,106 @@ async fn a_write_and_its_audit_row_commit_together(store: Store, label: &str) {
         }
         let rows = store.audit_rows(&caller.user_id, 1).await.unwrap();
         assert_eq!(audited(&rows), vec!["remember ok"], "[{label}]");
+        store.close().await;
+    }
+}
+
+/// A client's cancellation (MCP `notifications/cancelled`) stops a read
+/// and not a write: the read answers nothing and is counted as cancelled,
+/// not as a call; the write is applied and audited as if nothing had
+/// been said. A cancellation that never comes changes nothing.
+async fn a_cancelled_read_stops_and_a_cancelled_write_lands(store: Store, label: &str) {
+    {
+        let tools = ToolService::new(store.clone());
+        let caller = populated(&tools).await;
+        let recall = json!({"query": "billing invoices"});
+        let before = fingerprint(&store, label).await;
+
+        let stopped = tools
+            .call_unless_cancelled(&caller, ToolName::Recall, &recall, std::future::ready(()))
+            .await;
+        assert!(
+            stopped.is_none(),
+            "[{label}] a cancelled read answers nothing: {stopped:?}"
+        );
+        let m = tools.metrics();
+        assert_eq!(
+            m.cancelled(ToolName::Recall, caller.transport),
+            1,
+            "[{label}]"
+        );
+        assert_eq!(
+            m.count(ToolName::Recall, caller.transport, None),
+            0,
+            "[{label}] not counted as a call"
+        );
+        assert_eq!(
+            before.changed_tables(&fingerprint(&store, label).await),
+            Vec::<(String, usize, usize)>::new(),
+            "[{label}] a cancelled read wrote nothing"
+        );
+
+        let answered = tools
+            .call_unless_cancelled(&caller, ToolName::Recall, &recall, std::future::pending())
+            .await
+            .expect("no cancellation: an answer")
+            .expect("the recall succeeds")
+            .to_json();
+        assert!(
+            answered["memories"]
+                .as_array()
+                .is_some_and(|m| !m.is_empty()),
+            "[{label}] an uncancelled read answers: {answered}"
+        );
+
+        let remembered = tools
+            .call_unless_cancelled(
+                &caller,
+                ToolName::Remember,
+                &json!({"content": "Cancelled or not, the nightly export runs at three.", "kind": "fact", "scope": "personal"}),
+                std::future::ready(()),
+            )
+            .await
+            .expect("a write answers whatever the client does")
+            .expect("the remember succeeds")
+            .to_json();
+        let id = remembered["memory_id"]
+            .as_str()
+            .expect("a memory id")
+            .to_owned();
+        let found = call(
+            &tools,
+            &caller,
+            ToolName::Recall,
+            json!({"query": "nightly export"}),
+        )
+        .await;
+        assert!(
+            found["memories"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|h| h["id"] == id.as_str())),
+            "[{label}] the cancelled write landed: {found}"
+        );
+        let audit = store.audit_rows(&caller.user_id, 20).await.unwrap();
+        assert_eq!(
+            audit.len(),
+            6,
+            "[{label}] five writes in the fixture, this one: {audit:?}"
+        );
+        assert!(
+            audit[0]["command"] == "remember" && audit[0]["outcome"] == "ok",
+            "[{label}] the cancelled write was audited: {audit:?}"
+        );
+        assert_eq!(
+            m.cancelled(ToolName::Remember, caller.transport),
+            0,
+            "[{label}]"
+        );
+        assert_eq!(
+            m.count(ToolName::Remember, caller.transport, None),
+            4,
+            "[{label}] three in the fixture, this one"
+        );
         store.close().await;
     }
 }

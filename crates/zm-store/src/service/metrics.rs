@@ -21,6 +21,9 @@ const OUTCOMES: usize = 1 + ErrorCode::ALL.len();
 #[derive(Debug, Default)]
 struct Cell {
     outcomes: [AtomicU64; OUTCOMES],
+    /// Read calls the client cancelled before they answered (not in
+    /// `outcomes`: they answered nothing).
+    cancelled: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +91,19 @@ impl ToolMetrics {
         );
     }
 
+    /// A read call of `tool` that its client cancelled: stopped unanswered.
+    pub(crate) fn record_cancelled(&self, tool: ToolName, caller: &Caller) {
+        self.cell(tool, caller.transport)
+            .cancelled
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls of `tool` over `transport` that their client cancelled and
+    /// that stopped unanswered.
+    pub fn cancelled(&self, tool: ToolName, transport: Transport) -> u64 {
+        self.cell(tool, transport).cancelled.load(Ordering::Relaxed)
+    }
+
     /// Calls of `tool` over `transport` that ended with `code` (`None`:
     /// succeeded).
     pub fn count(&self, tool: ToolName, transport: Transport, code: Option<ErrorCode>) -> u64 {
@@ -98,9 +114,18 @@ impl ToolMetrics {
     pub fn render(&self) -> String {
         let mut calls = String::new();
         let mut errors = String::new();
+        let mut cancelled = String::new();
         for tool in ToolName::ALL {
             for transport in Transport::ALL {
                 let cell = self.cell(*tool, *transport);
+                let stopped = cell.cancelled.load(Ordering::Relaxed);
+                if stopped > 0 {
+                    let _ = writeln!(
+                        cancelled,
+                        "zm_tool_cancelled_total{{tool=\"{tool}\",transport=\"{}\"}} {stopped}",
+                        transport.as_str()
+                    );
+                }
                 let total: u64 = cell
                     .outcomes
                     .iter()
@@ -128,6 +153,8 @@ impl ToolMetrics {
         out.push_str(&calls);
         out.push_str("# HELP zm_tool_errors_total Failed tool calls by tool, transport and error code.\n# TYPE zm_tool_errors_total counter\n");
         out.push_str(&errors);
+        out.push_str("# HELP zm_tool_cancelled_total Read tool calls stopped unanswered because their client cancelled them, by tool and transport.\n# TYPE zm_tool_cancelled_total counter\n");
+        out.push_str(&cancelled);
         out.push_str("# HELP zm_tool_duration_seconds Tool call latency, validation to response.\n# TYPE zm_tool_duration_seconds histogram\n");
         for tool in ToolName::ALL {
             let lat = &self.latency[*tool as usize];
@@ -193,6 +220,15 @@ mod tests {
         ));
         assert!(text.contains("zm_tool_calls_total{tool=\"remember\",transport=\"mcp\"} 1"));
         assert!(text.contains("zm_tool_duration_seconds_count{tool=\"recall\"} 2"));
+        assert!(!text.contains("zm_tool_cancelled_total{"));
+        m.record_cancelled(ToolName::Recall, &caller);
+        assert_eq!(m.cancelled(ToolName::Recall, Transport::Mcp), 1);
+        assert_eq!(m.cancelled(ToolName::Recall, Transport::Rest), 0);
+        assert_eq!(m.count(ToolName::Recall, Transport::Mcp, None), 0);
+        assert!(
+            m.render()
+                .contains("zm_tool_cancelled_total{tool=\"recall\",transport=\"mcp\"} 1")
+        );
         assert!(text.contains("zm_tool_duration_seconds_bucket{tool=\"recall\",le=\"+Inf\"} 2"));
     }
 }

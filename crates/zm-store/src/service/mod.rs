@@ -250,6 +250,37 @@ impl ToolService {
         out
     }
 
+    /// [`Self::call`] for a client that may cancel the call (MCP's
+    /// `notifications/cancelled`, or its session ending): `cancelled`
+    /// completes when it does. A **read** tool stops where it is (its
+    /// work is dropped; it wrote nothing but the recall counts it would
+    /// note after answering) and answers `None`, counted in
+    /// `zm_tool_cancelled_total`. A **write** tool runs to its end
+    /// whatever the client does, so that it is either applied and audited
+    /// in full or not at all by its own outcome, never cut between the
+    /// two by a message racing it; its answer goes unread.
+    pub async fn call_unless_cancelled(
+        &self,
+        caller: &Caller,
+        tool: ToolName,
+        raw: &Value,
+        cancelled: impl Future<Output = ()>,
+    ) -> Option<Result<ToolOutput, ToolError>> {
+        if tool.access() != Access::Read {
+            return Some(self.call(caller, tool, raw).await);
+        }
+        tokio::select! {
+            // A call cancelled before it began does not begin.
+            biased;
+            () = cancelled => {
+                self.metrics.record_cancelled(tool, caller);
+                tracing::debug!(target: "zm_store", %tool, "a read call was cancelled by its client");
+                None
+            }
+            out = self.call(caller, tool, raw) => Some(out),
+        }
+    }
+
     /// Run a tool on an already typed input (the same pipeline minus the
     /// JSON validation step): for Rust callers such as the importer.
     ///
