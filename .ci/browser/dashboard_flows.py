@@ -358,6 +358,27 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.submit("form#restore button[type=submit]")
     b.wait_for("form#forget")
     check(True, "the admin forgot and restored the departed member's memory")
+    # What the admin did for the steward is in the team's audit log, each
+    # row linking the memory it touched.
+    b.get(base + "/teams/browsers")
+    b.wait_for("table#audit")
+    audit = b.driver.find_elements("css selector", "table#audit tbody tr")
+    steward = [r.find_elements("css selector", "td")[2].text for r in audit
+               if r.find_elements("css selector", f"a[href*='/memories/{theirs}']")]
+    check(steward[:3] == ["steward_memory_restored", "steward_memory_forgotten", "steward_rule_revoked"],
+          f"the audit log lists the admin's steward acts newest first, linking the memory: {steward}")
+    removed = [[c.text for c in r.find_elements("css selector", "td")] for r in audit
+               if r.find_elements("css selector", "td")[2].text == "member_removed"]
+    check(len(removed) == 1 and removed[0][3] == "mate@example.com" and removed[0][1] != "",
+          f"the audit log names the member removed by their email: {removed}")
+    page_is_clean(b, "team page with the steward's audit rows")
+    b.driver.execute_script("document.getElementById('audit').scrollIntoView()")
+    shoot(b, shots, "team-audit")
+    if shots:
+        b.set_mobile()
+        b.driver.execute_script("document.getElementById('audit').scrollIntoView()")
+        shoot(b, shots, "team-audit-360")
+        b.set_desktop()
 
     # OAuth: a request the server cannot serve is a page of its own (no
     # redirect to the client), readable on a phone.

@@ -298,9 +298,15 @@ pub struct TeamEvent {
     pub at: String,
     /// Who did it.
     pub actor: Option<UserId>,
+    /// The actor's email now (`null` when there is no actor, or their
+    /// account was deleted).
+    pub actor_email: Option<String>,
     pub action: TeamAction,
     /// The member concerned, when one is.
     pub user_id: Option<UserId>,
+    /// That member's email now (`null` when there is no member concerned,
+    /// or their account was deleted).
+    pub user_email: Option<String>,
     /// The email, scope, invitation or memory concerned, when one is.
     pub subject: Option<String>,
     /// The role given, when one was.

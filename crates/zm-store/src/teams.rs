@@ -1528,8 +1528,10 @@ impl Store {
         let mut conn = self.pool.acquire().await.db("acquire")?;
         let team = self.admin_of(&mut conn, caller, slug, For::Reading).await?;
         let rows = sqlx::query(
-            "SELECT occurred_at, actor_id, action, subject_user_id, subject, role FROM team_events \
-             WHERE team_id = $1 ORDER BY seq DESC, id DESC LIMIT 1000",
+            "SELECT e.occurred_at AS occurred_at, e.actor_id AS actor_id, a.email AS actor_email, e.action AS action, \
+             e.subject_user_id AS subject_user_id, u.email AS user_email, e.subject AS subject, e.role AS role \
+             FROM team_events e LEFT JOIN users a ON a.id = e.actor_id LEFT JOIN users u ON u.id = e.subject_user_id \
+             WHERE e.team_id = $1 ORDER BY e.seq DESC, e.id DESC LIMIT 1000",
         )
         .bind(&team.id)
         .fetch_all(&mut *conn)
@@ -1541,8 +1543,10 @@ impl Store {
             events.push(TeamEvent {
                 at: rfc3339(col(r, "occurred_at")?),
                 actor: opt_id_col(r, "actor_id")?,
+                actor_email: col(r, "actor_email")?,
                 action: enum_col(r, "action")?,
                 user_id: opt_id_col(r, "subject_user_id")?,
+                user_email: col(r, "user_email")?,
                 subject: col(r, "subject")?,
                 role: role
                     .map(|s| crate::rows::parse_stored(&s, "role", "team_events"))

@@ -859,7 +859,7 @@ backend_tests! {
     /// while the team stands; the audit log records every change, for
     /// admins only.
     async fn last_admin_and_audit(store: Store, l: &str) {
-        let (_, a) = user(&store, "la-a").await;
+        let (ua, a) = user(&store, "la-a").await;
         let (ub, b) = user(&store, "la-b").await;
         let slug = team(&store, &a, l, "lastadmin").await;
         err(store.set_team_role(&a, &slug, &a.user_id, SetRoleInput { role: TeamRole::Writer }).await, ErrorCode::Conflict, l, "demote the last admin");
@@ -881,7 +881,18 @@ backend_tests! {
         assert_eq!(audit.events[0].actor.as_ref().map(zm_contracts::UserId::as_str), Some(b.user_id.as_str()), "[{l}] who");
         assert_eq!(audit.events[0].user_id.as_ref().map(zm_contracts::UserId::as_str), Some(a.user_id.as_str()), "[{l}] whom");
         assert_eq!(audit.events[1].role, Some(TeamRole::Admin), "[{l}]");
+        // Each named by their email too, as the account has it now.
+        assert_eq!(audit.events[0].actor_email.as_deref(), Some(ub.email.as_str()), "[{l}] who, by email");
+        assert_eq!(audit.events[0].user_email.as_deref(), Some(ua.email.as_str()), "[{l}] whom, by email");
+        let created = audit.events.last().expect("the team's creation");
+        assert_eq!(created.actor_email.as_deref(), Some(ua.email.as_str()), "[{l}]");
         ok(call(&store, &a, "delete_account", json!({})).await, l, "a is no admin any more");
+        // An erased account keeps its id in the log, and has no email.
+        let audit = ok(store.team_audit(&b, &slug).await, l, "audit after a's erasure");
+        let removal = audit.events.iter().find(|e| e.action == TeamAction::MemberRemoved).expect("the removal");
+        assert_eq!(removal.user_id.as_ref().map(zm_contracts::UserId::as_str), Some(a.user_id.as_str()), "[{l}]");
+        assert_eq!(removal.user_email, None, "[{l}] an erased account's email is gone");
+        assert_eq!(removal.actor_email.as_deref(), Some(ub.email.as_str()), "[{l}]");
     }
 
     /// Every role × every tool against a team's memory: the admin (its

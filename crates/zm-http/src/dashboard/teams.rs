@@ -98,6 +98,18 @@ struct AdminView {
 
 /// The promoted rules departed members left to the team's steward,
 /// each with a form that revokes it and comes back to this page.
+/// Someone in the audit log: their email, with their id on hover; the id
+/// alone when their account is gone.
+fn who(id: Option<&zm_contracts::UserId>, email: Option<&str>) -> Markup {
+    html! {
+        @match (id, email) {
+            (Some(id), Some(email)) => span title=(id) { (email) },
+            (Some(id), None) => code { (id) },
+            (None, _) => "",
+        }
+    }
+}
+
 fn steward_rules(signed: &Signed, slug: &str, records: &[RuleRecord], now: i64) -> Markup {
     let back = format!("/teams/{slug}");
     html! {
@@ -217,11 +229,11 @@ fn detail_page(
                     @for e in &a.events {
                         tr {
                             td { (e.at.get(..16).unwrap_or("").replace('T', " ")) }
-                            td { code { (e.actor.as_ref().map(ToString::to_string).unwrap_or_default()) } }
+                            td { (who(e.actor.as_ref(), e.actor_email.as_deref())) }
                             td { (e.action.as_str()) }
                             td {
                                 @match (&e.user_id, &e.subject) {
-                                    (Some(user), _) => (user),
+                                    (Some(user), _) => (who(Some(user), e.user_email.as_deref())),
                                     // What a departed member left: its page.
                                     (None, Some(memory)) if e.action.is_for_steward() => {
                                         a href=(signed.href(&format!("/memories/{memory}"))) { code { (memory) } }
