@@ -96,8 +96,6 @@ struct AdminView {
     steward_rules: Vec<RuleRecord>,
 }
 
-/// The promoted rules departed members left to the team's steward,
-/// each with a form that revokes it and comes back to this page.
 /// Someone in the audit log: their email, with their id on hover; the id
 /// alone when their account is gone.
 fn who(id: Option<&zm_contracts::UserId>, email: Option<&str>) -> Markup {
@@ -110,6 +108,8 @@ fn who(id: Option<&zm_contracts::UserId>, email: Option<&str>) -> Markup {
     }
 }
 
+/// The promoted rules departed members left to the team's steward,
+/// each with a form that revokes it and comes back to this page.
 fn steward_rules(signed: &Signed, slug: &str, records: &[RuleRecord], now: i64) -> Markup {
     let back = format!("/teams/{slug}");
     html! {
