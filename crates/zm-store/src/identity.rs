@@ -389,6 +389,14 @@ impl Store {
     pub async fn create_user(&self, email: &str, password: &str) -> Result<User, ToolError> {
         let email = normalize_email(email)?;
         let hash = hash_password(password)?;
+        crate::service::rerun_on_contention("create user", || {
+            self.create_user_once(email.clone(), &hash)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::create_user`], the password already hashed.
+    async fn create_user_once(&self, email: String, hash: &str) -> Result<User, ToolError> {
         let id = IdKind::User.generate();
         let now = self.now();
         let mut tx = self.write_tx().await?;
@@ -415,7 +423,7 @@ impl Store {
         sqlx::query("INSERT INTO users (id, email, password_hash, is_owner, created_at) VALUES ($1, $2, $3, $4, $5)")
             .bind(&id)
             .bind(&email)
-            .bind(&hash)
+            .bind(hash)
             .bind(is_owner)
             .bind(now)
             .execute(&mut *tx)
@@ -429,7 +437,7 @@ impl Store {
             created_at: now,
             disabled_at: None,
             has_password: true,
-            credential: Credential::of(&hash),
+            credential: Credential::of(hash),
         })
     }
 
@@ -574,6 +582,20 @@ impl Store {
         revoke_personal_tokens: bool,
     ) -> Result<Revoked, ToolError> {
         let hash = hash_password(password)?;
+        crate::service::rerun_on_contention("change password", || {
+            self.change_password_once(user_id, &hash, revoke_personal_tokens)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::change_password`], the password already
+    /// hashed.
+    async fn change_password_once(
+        &self,
+        user_id: &str,
+        hash: &str,
+        revoke_personal_tokens: bool,
+    ) -> Result<Revoked, ToolError> {
         let now = self.now();
         let mut tx = self.write_tx().await?;
         let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
@@ -625,6 +647,12 @@ impl Store {
     /// [`Store::enable_user`]) and the password. `Ok(None)` when it was
     /// already disabled.
     pub async fn disable_user(&self, user_id: &str) -> Result<Option<Revoked>, ToolError> {
+        crate::service::rerun_on_contention("disable user", || self.disable_user_once(user_id))
+            .await
+    }
+
+    /// One attempt at [`Store::disable_user`].
+    async fn disable_user_once(&self, user_id: &str) -> Result<Option<Revoked>, ToolError> {
         let now = self.now();
         let mut tx = self.write_tx().await?;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE id = $1")
@@ -694,6 +722,11 @@ impl Store {
 
     /// Enable a disabled account; `false` when it was not disabled.
     pub async fn enable_user(&self, user_id: &str) -> Result<bool, ToolError> {
+        crate::service::rerun_on_contention("enable user", || self.enable_user_once(user_id)).await
+    }
+
+    /// One attempt at [`Store::enable_user`].
+    async fn enable_user_once(&self, user_id: &str) -> Result<bool, ToolError> {
         let exists = self.user_by_id(user_id).await?;
         let Some(user) = exists else {
             return Err(ToolError::not_found("user not found"));

@@ -1095,6 +1095,18 @@ impl Store {
         user_id: &str,
         client_id: &str,
     ) -> Result<(), ToolError> {
+        crate::service::rerun_on_contention("revoke oauth client", || {
+            self.revoke_oauth_client_once(user_id, client_id)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::revoke_oauth_client`].
+    async fn revoke_oauth_client_once(
+        &self,
+        user_id: &str,
+        client_id: &str,
+    ) -> Result<(), ToolError> {
         let not_found = || {
             ToolError::not_found(format!(
                 "No OAuth client {client_id:?} is authorized for this user."

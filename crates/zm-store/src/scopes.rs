@@ -488,6 +488,20 @@ impl Store {
                 "only project and team scopes have members",
             ));
         }
+        crate::service::rerun_on_contention("add scope member", || {
+            self.add_scope_member_once(granted_by, path, user_id, role)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::add_scope_member`], the path checked.
+    async fn add_scope_member_once(
+        &self,
+        granted_by: &str,
+        path: &str,
+        user_id: &str,
+        role: Role,
+    ) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
         let admin = self.role_in(&mut *tx, granted_by, path).await?;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")

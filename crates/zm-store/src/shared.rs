@@ -229,6 +229,18 @@ impl Store {
         new: NewSession<'_>,
         caps: SessionCaps,
     ) -> Result<Admission, ToolError> {
+        crate::service::rerun_on_contention("admit an MCP session", || {
+            self.mcp_session_admit_once(new.clone(), caps)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::mcp_session_admit`].
+    async fn mcp_session_admit_once(
+        &self,
+        new: NewSession<'_>,
+        caps: SessionCaps,
+    ) -> Result<Admission, ToolError> {
         let now = self.now();
         let mut tx = self.write_tx().await?;
         // One admission at a time across instances: the counts below

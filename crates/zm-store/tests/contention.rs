@@ -1,8 +1,8 @@
 //! A write that loses to concurrent writes on PostgreSQL — the victim of a
 //! deadlock — is run again from scratch by the tool service, transparently:
 //! the call succeeds and writes once. One that loses on every attempt
-//! answers `conflict`, having written nothing. Team administration and a
-//! sign-in are run again the same way. PostgreSQL only (SQLite's
+//! answers `conflict`, having written nothing. Team administration, a
+//! sign-in and a password change are run again the same way. PostgreSQL only (SQLite's
 //! writers queue and never deadlock): skipped, with a note, when
 //! `ZM_TEST_DATABASE_URL` is unset.
 //!
@@ -362,6 +362,62 @@ async fn a_write_that_loses_every_attempt_answers_conflict() {
     );
 }
 
+/// Make a write a deadlock's victim over two rows: the test's transaction
+/// takes `first` (a `SELECT … FOR UPDATE` of one row, with its
+/// arguments), then `start`s the write, waits until a backend queues
+/// behind that row (the write, which by then holds the row `second`
+/// names), then takes `second`. The write's backend, which waited first,
+/// finds the cycle and loses; the test's transaction gets its row and
+/// lets go. The write's outcome.
+async fn lose_a_deadlock<T>(
+    raw: &AnyPool,
+    first: (&str, &[&str]),
+    second: (&str, &[&str]),
+    start: impl FnOnce() -> JoinHandle<T>,
+) -> T {
+    let bound = |(sql, args): (&str, &[&str])| {
+        args.iter()
+            .fold(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())), |q, a| {
+                q.bind(a.to_string())
+            })
+    };
+    let Holder { mut tx, pid } = Holder::begin(raw).await;
+    let held = bound(first)
+        .fetch_optional(&mut *tx)
+        .await
+        .expect("hold the first row");
+    assert!(held.is_some(), "the first row exists: {}", first.0);
+    let write = start();
+    let mut queued = false;
+    for _ in 0..6_000 {
+        let waiting: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)) LIMIT 1",
+        )
+        .bind(pid)
+        .fetch_optional(raw)
+        .await
+        .expect("read pg_locks");
+        if waiting.is_some() {
+            queued = true;
+            break;
+        }
+        assert!(
+            !write.is_finished(),
+            "the write ended before it queued behind {}",
+            first.0
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(queued, "the write never waited for the row the test holds");
+    // Close the cycle: the write's backend loses, this one gets the row.
+    bound(second)
+        .execute(&mut *tx)
+        .await
+        .expect("the test's transaction is not the deadlock's victim");
+    tx.rollback().await.expect("let go");
+    write.await.expect("the write's task")
+}
+
 /// Team administration is run again like a tool's write: a role change
 /// that is a deadlock's victim lands once, with one audit event. (Without
 /// the rerun it answered `internal`: a 500 on the dashboard.)
@@ -388,65 +444,31 @@ async fn a_team_change_that_lost_a_deadlock_is_run_again() {
         zm_contracts::TeamRole::Writer,
     )
     .await;
-    let Holder { mut tx, pid } = Holder::begin(&raw).await;
-    let held: Option<String> = sqlx::query_scalar(
-        "SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2 FOR UPDATE",
-    )
-    .bind(format!("team.{slug}"))
-    .bind(&member.id)
-    .fetch_optional(&mut *tx)
-    .await
-    .expect("hold the member's row");
-    assert_eq!(held.as_deref(), Some("writer"));
-
-    let change = tokio::spawn({
-        let (store, admin, slug, id) = (
-            store.clone(),
-            admin.clone(),
-            slug.clone(),
-            member.id.clone(),
-        );
-        async move {
-            let reader = input!(
-                zm_contracts::teams::SetRoleInput,
-                &json!({"role": "reader"})
+    let member_now = lose_a_deadlock(
+        &raw,
+        (
+            "SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2 FOR UPDATE",
+            &[&format!("team.{slug}"), &member.id],
+        ),
+        ("SELECT id FROM teams WHERE slug = $1 FOR UPDATE", &[&slug]),
+        || {
+            let (store, admin, slug, id) = (
+                store.clone(),
+                admin.clone(),
+                slug.clone(),
+                member.id.clone(),
             );
-            store.set_team_role(&admin, &slug, &id, reader).await
-        }
-    });
-    let mut queued = false;
-    for _ in 0..6_000 {
-        let waiting: Option<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)) LIMIT 1",
-        )
-        .bind(pid)
-        .fetch_optional(&raw)
-        .await
-        .expect("read pg_locks");
-        if waiting.is_some() {
-            queued = true;
-            break;
-        }
-        assert!(
-            !change.is_finished(),
-            "the role change ended before it queued: {:?}",
-            change.await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    assert!(queued, "the role change never waited for the member's row");
-    // Close the cycle: the change's backend loses, this one gets the row.
-    sqlx::query("SELECT id FROM teams WHERE slug = $1 FOR UPDATE")
-        .bind(&slug)
-        .execute(&mut *tx)
-        .await
-        .expect("the test's transaction is not the deadlock's victim");
-    tx.rollback().await.expect("let go");
-
-    let member_now = change
-        .await
-        .expect("the role change's task")
-        .expect("run again, the role change lands");
+            tokio::spawn(async move {
+                let reader = input!(
+                    zm_contracts::teams::SetRoleInput,
+                    &json!({"role": "reader"})
+                );
+                store.set_team_role(&admin, &slug, &id, reader).await
+            })
+        },
+    )
+    .await
+    .expect("run again, the role change lands");
     assert_eq!(member_now.role, zm_contracts::TeamRole::Reader);
     let audit = store
         .team_audit(&admin, &slug)
@@ -487,59 +509,28 @@ async fn a_sign_in_that_lost_a_deadlock_is_run_again() {
     .execute(&raw)
     .await
     .expect("an ended session");
-    let Holder { mut tx, pid } = Holder::begin(&raw).await;
-    let held: Option<String> =
-        sqlx::query_scalar("SELECT id FROM web_sessions WHERE id = $1 FOR UPDATE")
-            .bind(&ended)
-            .fetch_optional(&mut *tx)
-            .await
-            .expect("hold the ended session's row");
-    assert!(held.is_some());
-
-    let sign_in = tokio::spawn({
-        let (store, id, credential) = (store.clone(), signing_in.id.clone(), signing_in.credential);
-        async move {
-            store
-                .web_session_create(&id, credential, Some("contention test"))
-                .await
-        }
-    });
-    let mut queued = false;
-    for _ in 0..6_000 {
-        let waiting: Option<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)) LIMIT 1",
-        )
-        .bind(pid)
-        .fetch_optional(&raw)
-        .await
-        .expect("read pg_locks");
-        if waiting.is_some() {
-            queued = true;
-            break;
-        }
-        assert!(
-            !sign_in.is_finished(),
-            "the sign-in ended before it queued: {:?}",
-            sign_in.await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    assert!(
-        queued,
-        "the sign-in never waited for the ended session's row"
-    );
-    // Close the cycle: the sign-in's backend loses, this one gets the row.
-    sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
-        .bind(&signing_in.id)
-        .execute(&mut *tx)
-        .await
-        .expect("the test's transaction is not the deadlock's victim");
-    tx.rollback().await.expect("let go");
-
-    let (secret, session) = sign_in
-        .await
-        .expect("the sign-in's task")
-        .expect("run again, the sign-in lands");
+    let (secret, session) = lose_a_deadlock(
+        &raw,
+        (
+            "SELECT id FROM web_sessions WHERE id = $1 FOR UPDATE",
+            &[&ended],
+        ),
+        (
+            "SELECT id FROM users WHERE id = $1 FOR UPDATE",
+            &[&signing_in.id],
+        ),
+        || {
+            let (store, id, credential) =
+                (store.clone(), signing_in.id.clone(), signing_in.credential);
+            tokio::spawn(async move {
+                store
+                    .web_session_create(&id, credential, Some("contention test"))
+                    .await
+            })
+        },
+    )
+    .await
+    .expect("run again, the sign-in lands");
     assert_eq!(session.user_id, signing_in.id);
     let found = store.web_session(&secret).await.expect("read the session");
     assert_eq!(
@@ -559,4 +550,66 @@ async fn a_sign_in_that_lost_a_deadlock_is_run_again() {
         .await
         .expect("count the ended session");
     assert_eq!(gone, 0, "the ended session is dropped");
+}
+
+/// User administration is run again too: a password change that lost a
+/// deadlock lands once. The change holds the account's row, then ends
+/// the account's dashboard sessions; the test's transaction holds one of
+/// those sessions' rows, then asks for the account's.
+#[tokio::test]
+async fn a_password_change_that_lost_a_deadlock_is_run_again() {
+    let Some((store, raw)) = postgres("a_password_change_that_lost_a_deadlock_is_run_again").await
+    else {
+        return;
+    };
+    let (account, _) = user(&store, "ct-passwd").await;
+    let (secret, session) = store
+        .web_session_create(&account.id, account.credential, None)
+        .await
+        .expect("a dashboard session");
+    const NEW: &str = "a brand new passphrase for the contention test";
+    let revoked = lose_a_deadlock(
+        &raw,
+        (
+            "SELECT id FROM web_sessions WHERE id = $1 FOR UPDATE",
+            &[&session.id],
+        ),
+        (
+            "SELECT id FROM users WHERE id = $1 FOR UPDATE",
+            &[&account.id],
+        ),
+        || {
+            let (store, id) = (store.clone(), account.id.clone());
+            tokio::spawn(async move { store.change_password(&id, NEW, false).await })
+        },
+    )
+    .await
+    .expect("run again, the password change lands");
+    assert_eq!(revoked.personal_tokens, 0);
+    assert!(
+        store
+            .web_session(&secret)
+            .await
+            .expect("read the session")
+            .is_none(),
+        "the old password's session ended"
+    );
+    let signs_in = |password: &'static str| {
+        let (store, email) = (store.clone(), account.email.clone());
+        async move {
+            store
+                .verify_password(&email, password)
+                .await
+                .expect("verify")
+                .is_some()
+        }
+    };
+    assert!(signs_in(NEW).await, "the new password signs in");
+    assert!(!signs_in(PASSWORD).await, "the old one does not");
+    let audit = store.audit_rows(&account.id, 20).await.expect("audit rows");
+    let changes = audit
+        .iter()
+        .filter(|r| r["command"] == "user.passwd")
+        .count();
+    assert_eq!(changes, 1, "one password change audited: {audit:?}");
 }
