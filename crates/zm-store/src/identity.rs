@@ -429,6 +429,9 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("insert user")?;
+        let payload = serde_json::json!({"is_owner": is_owner == 1, "password": true});
+        self.audit_identity(&mut tx, &id, "user.add", &payload)
+            .await?;
         tx.commit().await.db("commit user")?;
         Ok(User {
             id,
@@ -469,10 +472,13 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("insert local owner")?;
-        tx.commit().await.db("commit local owner")?;
         if inserted.rows_affected() == 0 {
             return Ok(None);
         }
+        let payload = serde_json::json!({"is_owner": true, "password": false});
+        self.audit_identity(&mut tx, &id, "user.add", &payload)
+            .await?;
+        tx.commit().await.db("commit local owner")?;
         Ok(Some(User {
             id,
             email,
@@ -704,12 +710,26 @@ impl Store {
         command: &str,
         revoked: Revoked,
     ) -> Result<(), ToolError> {
+        let payload = serde_json::json!({
+            "oauth_families_revoked": revoked.oauth_families,
+            "personal_tokens_revoked": revoked.personal_tokens,
+        });
+        self.audit_identity(tx, user_id, command, &payload).await
+    }
+
+    /// The audit row of a change to an account or its credentials, in the
+    /// change's transaction, with `user_id` as its actor (the audit log is
+    /// read per account): what changed, never a secret.
+    async fn audit_identity(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        user_id: &str,
+        command: &str,
+        payload: &serde_json::Value,
+    ) -> Result<(), ToolError> {
         let entry = AuditEntry {
             command,
-            payload: &serde_json::json!({
-                "oauth_families_revoked": revoked.oauth_families,
-                "personal_tokens_revoked": revoked.personal_tokens,
-            }),
+            payload,
             outcome: Ok(()),
             duration_ms: 0,
         };
@@ -827,6 +847,7 @@ impl Store {
         let id = IdKind::AccessToken.generate();
         let now = self.now();
         let expires = ttl_ms.map(|t| now + t);
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "INSERT INTO access_tokens (id, user_id, kind, name, token_hash, scopes, created_at, expires_at) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM users WHERE id = $2)",
@@ -839,12 +860,18 @@ impl Store {
         .bind(scopes.join(" "))
         .bind(now)
         .bind(expires)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .db("create token")?;
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found("user not found"));
         }
+        let payload = serde_json::json!({
+            "token_id": id, "kind": kind.as_str(), "name": name, "scopes": scopes, "expires_at": expires,
+        });
+        self.audit_identity(&mut tx, user_id, "token.create", &payload)
+            .await?;
+        tx.commit().await.db("commit token")?;
         Ok((
             TokenInfo {
                 id,
@@ -913,16 +940,21 @@ impl Store {
 
     /// Revoke one of the user's tokens. Another user's token reads as not found.
     pub async fn revoke_token(&self, user_id: &str, token_id: &str) -> Result<(), ToolError> {
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query("UPDATE access_tokens SET revoked_at = $1 WHERE id = $2 AND user_id = $3 AND revoked_at IS NULL")
             .bind(self.now())
             .bind(token_id)
             .bind(user_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .db("revoke token")?;
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found("token not found"));
         }
+        let payload = serde_json::json!({"token_id": token_id});
+        self.audit_identity(&mut tx, user_id, "token.revoke", &payload)
+            .await?;
+        tx.commit().await.db("commit token revocation")?;
         Ok(())
     }
 }
@@ -1104,8 +1136,9 @@ mod tests {
         );
     }
 
-    /// The account changes in a user's audit log, sorted (rows of one
-    /// millisecond have no order): (command, OAuth families revoked,
+    /// The operator's account changes in a user's audit log (`user passwd`,
+    /// `disable`, `enable`; not the account's creation), sorted (rows of
+    /// one millisecond have no order): (command, OAuth families revoked,
     /// personal tokens revoked).
     async fn account_audit(store: &Store, user_id: &str) -> Vec<(String, u64, u64)> {
         store
@@ -1116,7 +1149,7 @@ mod tests {
             .filter(|r| {
                 r["command"]
                     .as_str()
-                    .is_some_and(|c| c.starts_with("user."))
+                    .is_some_and(|c| c.starts_with("user.") && c != "user.add")
             })
             .map(|r| {
                 (

@@ -1,5 +1,7 @@
 //! The audit log, on every backend: write commands are audited — failures
 //! too — without content or secrets, newest first; reads are not audited.
+//! So are an account's creation and its personal access tokens' creation
+//! and revocation.
 //!
 //! Each test runs once per backend through [`backend_tests!`]:
 //! `<test>::sqlite` always, `<test>::postgres` when `ZM_TEST_DATABASE_URL`
@@ -50,7 +52,9 @@ backend_tests! {
             "recall",
         );
         let rows = store.audit_rows(&a.user_id, 10).await.unwrap();
-        assert_eq!(rows.len(), 2, "[{l}] reads are not audited: {rows:?}");
+        // The account's creation, then the two writes.
+        assert_eq!(rows.len(), 3, "[{l}] reads are not audited: {rows:?}");
+        assert_eq!(rows[2]["command"], "user.add", "[{l}]");
         let text = serde_json::to_string(&rows).unwrap();
         assert!(
             !text.contains(&secret) && !text.contains(&long),
@@ -63,5 +67,30 @@ backend_tests! {
             rows[1]["payload"]["scope"], "core",
             "[{l}] structure is kept"
         );
+    }
+
+    /// An account's creation and its personal access tokens' creation and
+    /// revocation are audited in their own transactions, under the
+    /// account, without the secret; a refused revocation leaves no row.
+    async fn account_and_token_changes_are_audited_without_secrets(store: Store, l: &str) {
+        let (u, _) = user(&store, "audit-tokens").await;
+        let (info, secret) = store
+            .create_expiring_token(&u.id, Some("laptop"), &["mcp:read"], Some(3_600_000))
+            .await
+            .unwrap();
+        ok(store.revoke_token(&u.id, &info.id).await, l, "revoke");
+        err(store.revoke_token(&u.id, &info.id).await, ErrorCode::NotFound, l, "revoke twice");
+        let rows = store.audit_rows(&u.id, 10).await.unwrap();
+        let commands: Vec<&str> = rows.iter().filter_map(|r| r["command"].as_str()).collect();
+        assert_eq!(commands, ["token.revoke", "token.create", "user.add"], "[{l}] newest first");
+        assert!(rows.iter().all(|r| r["outcome"] == "ok"), "[{l}] {rows:?}");
+        assert_eq!(rows[1]["payload"]["token_id"], info.id.as_str(), "[{l}]");
+        assert_eq!(rows[1]["payload"]["scopes"], json!(["mcp:read"]), "[{l}]");
+        assert_eq!(rows[1]["payload"]["name"], "laptop", "[{l}]");
+        assert_eq!(rows[0]["payload"]["token_id"], info.id.as_str(), "[{l}]");
+        assert_eq!(rows[2]["payload"]["is_owner"], json!(u.is_owner), "[{l}]");
+        let text = serde_json::to_string(&rows).unwrap();
+        assert!(!text.contains(&secret), "[{l}] no secret in the audit log");
+        assert!(!text.contains(&u.email), "[{l}] no email in the audit log");
     }
 }

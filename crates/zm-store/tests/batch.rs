@@ -22,9 +22,11 @@ fn import(content: &str, hash: &str) -> ImportMemoryInput {
     .expect("a valid import")
 }
 
+/// The tool calls' audit rows (not the account's creation), sorted.
 fn audited(rows: &[Value]) -> Vec<String> {
     let mut v: Vec<String> = rows
         .iter()
+        .filter(|r| r["command"] != "user.add")
         .map(|r| {
             format!(
                 "{} {}",

@@ -318,8 +318,8 @@ async fn a_write_and_its_audit_row_commit_together(store: Store, label: &str) {
         let rows = store.audit_rows(&caller.user_id, 100).await.unwrap();
         assert_eq!(
             audited(&rows).len(),
-            5,
-            "[{label}] one audit row per write: {:?}",
+            6,
+            "[{label}] one audit row per write, the account's creation first: {:?}",
             audited(&rows)
         );
 
@@ -461,8 +461,8 @@ async fn a_cancelled_read_stops_and_a_cancelled_write_lands(store: Store, label:
         let audit = store.audit_rows(&caller.user_id, 20).await.unwrap();
         assert_eq!(
             audit.len(),
-            6,
-            "[{label}] five writes in the fixture, this one: {audit:?}"
+            7,
+            "[{label}] the account and five writes in the fixture, this one: {audit:?}"
         );
         assert!(
             audit[0]["command"] == "remember" && audit[0]["outcome"] == "ok",
