@@ -230,6 +230,19 @@ impl ToolService {
         tool: ToolName,
         raw: &Value,
     ) -> Result<ToolOutput, ToolError> {
+        let out = self.answer(caller, tool, raw).await;
+        self.note(caller, &out).await;
+        out
+    }
+
+    /// The call's answer: authorised, validated, handled, audited,
+    /// measured.
+    async fn answer(
+        &self,
+        caller: &Caller,
+        tool: ToolName,
+        raw: &Value,
+    ) -> Result<ToolOutput, ToolError> {
         macro_rules! dispatch {
             ($($marker:ident)*) => {
                 match tool {
@@ -240,22 +253,26 @@ impl ToolService {
                 }
             };
         }
-        let out = zm_contracts::for_each_tool!(dispatch);
-        // Recall counts for the Insight page: noted after the read has
-        // answered, written at most every 30 s (see `crate::usage`).
-        if let Ok(ToolOutput::Recall(r)) = &out {
+        zm_contracts::for_each_tool!(dispatch)
+    }
+
+    /// What the Insight page counts of an answer: a recall's hits, noted
+    /// after the read has answered and written at most every 30 s (see
+    /// `crate::usage`; that write carries every user's counts since the
+    /// last, so it is never cut short by a cancellation).
+    async fn note(&self, caller: &Caller, out: &Result<ToolOutput, ToolError>) {
+        if let Ok(ToolOutput::Recall(r)) = out {
             let ids: Vec<&str> = r.memories.iter().map(|m| m.id.as_str()).collect();
             self.store.note_recalled(caller, &ids).await;
         }
-        out
     }
 
     /// [`Self::call`] for a client that may cancel the call (MCP's
     /// `notifications/cancelled`, or its session ending): `cancelled`
     /// completes when it does. A **read** tool stops where it is (its
-    /// work is dropped; it wrote nothing but the recall counts it would
-    /// note after answering) and answers `None`, counted in
-    /// `zm_tool_cancelled_total`. A **write** tool runs to its end
+    /// work is dropped: a read writes nothing) and answers `None`, counted
+    /// in `zm_tool_cancelled_total`; one that answered first is noted as
+    /// [`Self::call`] notes it, whatever comes after. A **write** tool runs to its end
     /// whatever the client does, so that it is either applied and audited
     /// in full or not at all by its own outcome, never cut between the
     /// two by a message racing it; its answer goes unread.
@@ -277,7 +294,10 @@ impl ToolService {
                 tracing::debug!(target: "zm_store", %tool, "a read call was cancelled by its client");
                 None
             }
-            out = self.call(caller, tool, raw) => Some(out),
+            out = self.answer(caller, tool, raw) => {
+                self.note(caller, &out).await;
+                Some(out)
+            }
         }
     }
 
