@@ -213,6 +213,8 @@ mod blocked;
 #[cfg(feature = "pocket")]
 mod dir;
 #[cfg(feature = "pocket")]
+mod gelu;
+#[cfg(feature = "pocket")]
 mod native;
 
 #[cfg(feature = "pocket")]

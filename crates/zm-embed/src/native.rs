@@ -126,7 +126,8 @@ impl DistanceBias {
 /// The feed-forward layers' activation (`hidden_act`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Activation {
-    /// `gelu`: the exact GELU, `x·Φ(x)` with the error function.
+    /// `gelu`: the exact GELU, `x·Φ(x)` with the error function
+    /// ([`crate::gelu`]).
     Gelu,
     /// `gelu_new`, `gelu_pytorch_tanh`: GELU's tanh approximation.
     GeluTanh,
@@ -137,11 +138,7 @@ pub(crate) enum Activation {
 impl Activation {
     fn apply(self, values: &mut [f32]) {
         match self {
-            Activation::Gelu => {
-                for v in values {
-                    *v *= 0.5 * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
-                }
-            }
+            Activation::Gelu => crate::gelu::apply(values),
             Activation::GeluTanh => {
                 // sqrt(2 / pi)
                 const C: f32 = 0.797_884_6;
