@@ -866,8 +866,10 @@ impl Store {
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found("user not found"));
         }
+        // Not its name: free text of the user's, which the audit log would
+        // keep after the account is erased.
         let payload = serde_json::json!({
-            "token_id": id, "kind": kind.as_str(), "name": name, "scopes": scopes, "expires_at": expires,
+            "token_id": id, "kind": kind.as_str(), "scopes": scopes, "expires_at": expires,
         });
         self.audit_identity(&mut tx, user_id, "token.create", &payload)
             .await?;
