@@ -843,6 +843,21 @@ impl Store {
             .collect();
         scopes.sort();
         scopes.dedup();
+        crate::service::rerun_on_contention("create token", || {
+            self.create_token_once(user_id, kind, name, &scopes, ttl_ms)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::create_token_of_kind`], the scopes checked.
+    async fn create_token_once(
+        &self,
+        user_id: &str,
+        kind: TokenKind,
+        name: Option<&str>,
+        scopes: &[String],
+        ttl_ms: Option<i64>,
+    ) -> Result<(TokenInfo, String), ToolError> {
         let secret = format!("{}{}", kind.prefix(), random_secret(40));
         let id = IdKind::AccessToken.generate();
         let now = self.now();
@@ -880,7 +895,7 @@ impl Store {
                 user_id: user_id.to_string(),
                 kind,
                 name: name.map(str::to_string),
-                scopes,
+                scopes: scopes.to_vec(),
                 created_at: now,
                 expires_at: expires,
                 last_used_at: None,
@@ -942,6 +957,14 @@ impl Store {
 
     /// Revoke one of the user's tokens. Another user's token reads as not found.
     pub async fn revoke_token(&self, user_id: &str, token_id: &str) -> Result<(), ToolError> {
+        crate::service::rerun_on_contention("revoke token", || {
+            self.revoke_token_once(user_id, token_id)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::revoke_token`].
+    async fn revoke_token_once(&self, user_id: &str, token_id: &str) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
         let done = sqlx::query("UPDATE access_tokens SET revoked_at = $1 WHERE id = $2 AND user_id = $3 AND revoked_at IS NULL")
             .bind(self.now())
