@@ -447,7 +447,7 @@ async fn a_team_change_that_lost_a_deadlock_is_run_again() {
     let member_now = lose_a_deadlock(
         &raw,
         (
-            "SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2 FOR UPDATE",
+            "SELECT role FROM scope_members WHERE scope = $1 AND user_id = $2 AND role = 'writer' FOR UPDATE",
             &[&format!("team.{slug}"), &member.id],
         ),
         ("SELECT id FROM teams WHERE slug = $1 FOR UPDATE", &[&slug]),
