@@ -1223,10 +1223,11 @@ impl Store {
         });
         ranked.truncate(limit);
         let mut contents = self
-            .contents(ranked.iter().map(|h| h.ranking.id.as_str()))
+            .contents(caller, ranked.iter().map(|h| h.ranking.id.as_str()))
             .await?;
         // A hit deleted between the two queries (`delete_account` of its
-        // owner) is dropped, not shown empty.
+        // owner), or no longer the caller's to read (a removal from its
+        // team, an unsharing), is dropped, not shown.
         let hits = ranked
             .into_iter()
             .filter_map(|h| {
@@ -1242,17 +1243,21 @@ impl Store {
         Ok(Ranked { hits, disputes })
     }
 
-    /// The whole content of these memories, by id.
+    /// The whole content of those of these memories the caller still
+    /// reads, by id (the visibility checked again: the ranking ran in
+    /// another statement).
     async fn contents<'a>(
         &self,
+        caller: &Caller,
         ids: impl IntoIterator<Item = &'a str>,
     ) -> Result<HashMap<String, String>, ToolError> {
         let ids: Vec<&str> = ids.into_iter().collect();
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let mut sql = Sql::new("SELECT id, content FROM memories WHERE id IN ");
-        sql.bind_list(ids);
+        let mut sql = Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE m.id IN ");
+        sql.bind_list(ids).push(" AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
         let rows = sql.query().fetch_all(&self.pool).await.db("hit contents")?;
         rows.iter()
             .map(|r| Ok((col(r, "id")?, col(r, "content")?)))

@@ -1096,7 +1096,7 @@ impl Store {
             ),
             (
                 "hand over conflicts",
-                "UPDATE conflicts SET owner_id = {to} WHERE owner_id = {from} AND memory_b IS NOT NULL AND memory_a IN (GOING)",
+                "UPDATE conflicts SET owner_id = {to} WHERE owner_id = {from} AND memory_b IS NOT NULL AND memory_a IN (GOING) AND memory_b IN (GOING)",
             ),
             // The entities they named in the scope that a memory going
             // names go with it (the memories' anchors stay), and the edges
@@ -1823,6 +1823,13 @@ impl Store {
                         "DELETE FROM memory_links WHERE owner_id = $1",
                     ),
                     ("purge rules", "DELETE FROM rules WHERE owner_id = $1"),
+                    // Others' memories the team's superseded keep their
+                    // state but lose the pointer, as at an account's erasure.
+                    (
+                        "sever supersedes",
+                        "UPDATE memories SET superseded_by = NULL WHERE owner_id <> $1 \
+                         AND superseded_by IN (SELECT id FROM memories WHERE owner_id = $1)",
+                    ),
                     ("purge memories", "DELETE FROM memories WHERE owner_id = $1"),
                     ("purge scopes", "DELETE FROM scopes WHERE owner_id = $1"),
                     ("purge steward", "DELETE FROM users WHERE id = $1"),

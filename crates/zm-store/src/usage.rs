@@ -101,6 +101,27 @@ impl UsageBuffer {
             g.activity.drain().collect(),
         )
     }
+
+    /// Put back what [`take`](Self::take) took and could not write (the
+    /// transaction failed, so none of it landed): the next flush carries
+    /// it, added to what was noted meanwhile.
+    fn give_back(
+        &self,
+        hits: Vec<(String, i64, i64)>,
+        activity: Vec<((String, String, i64), (i64, i64))>,
+    ) {
+        let mut g = self.lock();
+        for (id, n, at) in hits {
+            let e = g.hits.entry(id).or_insert((0, at));
+            e.0 += n;
+            e.1 = e.1.max(at);
+        }
+        for (key, (recalls, returned)) in activity {
+            let e = g.activity.entry(key).or_insert((0, 0));
+            e.0 += recalls;
+            e.1 += returned;
+        }
+    }
 }
 
 /// The Insight page's usage figures.
@@ -141,6 +162,19 @@ impl Store {
         if entries.is_empty() && activity.is_empty() {
             return Ok(());
         }
+        let written = self.write_usage(&entries, &activity).await;
+        if written.is_err() {
+            self.usage.give_back(entries, activity);
+        }
+        written
+    }
+
+    /// Add these counts in one transaction: all of them or none.
+    async fn write_usage(
+        &self,
+        entries: &[(String, i64, i64)],
+        activity: &[((String, String, i64), (i64, i64))],
+    ) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
         for ((user, agent, week), (recalls, hits)) in activity {
             sqlx::query(
@@ -149,11 +183,11 @@ impl Store {
                  ON CONFLICT (user_id, week, agent) DO UPDATE SET recalls = recall_activity.recalls + excluded.recalls, \
                  hits = recall_activity.hits + excluded.hits",
             )
-            .bind(&user)
-            .bind(&agent)
-            .bind(week)
-            .bind(recalls)
-            .bind(hits)
+            .bind(user)
+            .bind(agent)
+            .bind(*week)
+            .bind(*recalls)
+            .bind(*hits)
             .execute(&mut *tx)
             .await
             .db("recall activity")?;
@@ -165,9 +199,9 @@ impl Store {
                  ON CONFLICT (memory_id) DO UPDATE SET recalls = memory_usage.recalls + excluded.recalls, \
                  last_recalled_at = excluded.last_recalled_at",
             )
-            .bind(&id)
-            .bind(n)
-            .bind(at)
+            .bind(id)
+            .bind(*n)
+            .bind(*at)
             .execute(&mut *tx)
             .await
             .db("recall counts")?;
@@ -242,5 +276,33 @@ impl Store {
             ));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts a failed flush took are carried by the next one, added to
+    /// what was noted meanwhile, not lost.
+    #[test]
+    fn counts_given_back_join_the_next_flush() {
+        let buffer = UsageBuffer::default();
+        buffer.note("usr_a", "cli", ["mem_1", "mem_2"], 1_000);
+        let (hits, activity) = buffer.take();
+        buffer.note("usr_a", "cli", ["mem_1"], 2_000);
+        buffer.give_back(hits, activity);
+        let (mut hits, activity) = buffer.take();
+        hits.sort();
+        assert_eq!(
+            hits,
+            vec![("mem_1".to_string(), 2, 2_000), ("mem_2".to_string(), 1, 1_000)]
+        );
+        assert_eq!(
+            activity,
+            vec![(("usr_a".to_string(), "cli".to_string(), 0), (2, 3))]
+        );
+        let (hits, activity) = buffer.take();
+        assert!(hits.is_empty() && activity.is_empty(), "taken once");
     }
 }

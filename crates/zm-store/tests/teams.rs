@@ -185,6 +185,24 @@ backend_tests! {
         assert!(!store.list_users().await.unwrap().iter().any(|u| u.email.ends_with("@teams.invalid")), "[{l}] stewards are not listed as users");
     }
 
+    /// A memory the team's superseded keeps its state when the team is
+    /// purged, but no longer names a successor that is gone.
+    async fn a_purged_teams_successor_is_no_longer_named(store: Store, l: &str) {
+        let (_, a) = user(&store, "ps-a").await;
+        let slug = team(&store, &a, l, "purgesuccessor").await;
+        let old = mem(&store, &a, l, json!({"content": "Deploys need two approvals.", "scope": "personal", "kind": "convention"})).await;
+        let new = mem(&store, &a, l, json!({"content": "Deploys need one approval from the on-call engineer.", "scope": format!("team.{slug}"), "kind": "convention", "links": [{"dst": old, "type": "supersedes"}]})).await;
+        let old_id = zm_contracts::MemoryId::parse(&old).unwrap();
+        let before = ok(store.get_memory(&a, &old_id).await, l, "get before");
+        assert_eq!(before.superseded_by.as_ref().map(|m| m.as_str().to_string()), Some(new), "[{l}]");
+        ok(store.delete_team(&a, &slug).await, l, "delete");
+        store.clock().advance_ms(31 * DAY_MS);
+        assert!(ok(store.purge_deleted_teams().await, l, "purge") >= 1, "[{l}]");
+        let after = ok(store.get_memory(&a, &old_id).await, l, "get after");
+        assert_eq!(after.superseded_by, None, "[{l}] names a purged memory");
+        assert!(after.invalidated_at.is_some(), "[{l}] still retired");
+    }
+
     /// Every role against every write into the team's scope, and what each
     /// reads: writer and admin write; a reader's write is `forbidden`; a
     /// non-member's, a former member's and another team's member's are
@@ -218,6 +236,18 @@ backend_tests! {
         let personal = mem(&store, &reader, l, json!({"content": "Reader's own memo about flagd.", "scope": "personal", "kind": "fact"})).await;
         err(call(&store, &reader, "share", json!({"memory_id": personal, "scope": scope})).await, ErrorCode::Forbidden, l, "reader shares");
         err(call(&store, &reader, "move_memories", json!({"memory_ids": [personal], "scope": scope})).await, ErrorCode::Forbidden, l, "reader moves");
+        // A link shows in everyone's recall who reads both ends: a reader
+        // links none of the team's memories, not even to one of their own.
+        for (src, dst, what) in [(&by_admin, &by_writer, "two team memories"), (&personal, &by_admin, "their own to a team memory")] {
+            for ty in ["relates_to", "supersedes", "contradicts"] {
+                let out = call(&store, &reader, "link", json!({"src": src, "dst": dst, "type": ty})).await;
+                err(out, ErrorCode::Forbidden, l, &format!("a reader links {what} ({ty})"));
+            }
+        }
+        let reader_note = mem(&store, &reader, l, json!({"content": "Reader's second memo: flagd reloads on SIGHUP.", "scope": "personal", "kind": "fact"})).await;
+        ok(call(&store, &reader, "link", json!({"src": personal, "dst": reader_note, "type": "relates_to"})).await, l, "a reader links their own memories");
+        let linked = ok(call(&store, &writer, "link", json!({"src": by_writer, "dst": by_admin, "type": "relates_to"})).await, l, "a writer links team memories");
+        assert_eq!(linked["created"], json!(true), "[{l}]");
         let w_personal = mem(&store, &writer, l, json!({"content": "Writer's memo: the flagd sidecar restarts nightly.", "scope": "personal", "kind": "fact"})).await;
         ok(call(&store, &writer, "share", json!({"memory_id": w_personal, "scope": scope})).await, l, "writer shares");
         let o_personal = mem(&store, &outsider, l, json!({"content": "Outsider memo.", "scope": "personal", "kind": "fact"})).await;
@@ -967,10 +997,15 @@ backend_tests! {
                     assert_eq!(shape(&a, &m), shape(&n, NEVER), "[{l}] {}", what(tool));
                 }
             }
-            // Visible-memory tools: members may, the rest get not_found.
+            // A link shows in every reader's recall of both ends: writers
+            // may link to the team's memory, a reader is `forbidden`, the
+            // rest get not_found.
             let own = mem(&store, who, l, json!({"content": format!("{name}'s own note about shards."), "kind": "fact", "scope": "personal"})).await;
             let linked = call(&store, who, "link", json!({"src": own, "dst": m, "type": "relates_to"})).await;
-            assert_eq!(linked.is_ok(), member, "[{l}] {} {linked:?}", what("link"));
+            assert_eq!(linked.is_ok(), can_write, "[{l}] {} {linked:?}", what("link"));
+            if member && !can_write {
+                assert_eq!(linked.as_ref().unwrap_err().code, ErrorCode::Forbidden, "[{l}] {}", what("link"));
+            }
             if !member {
                 let never = call(&store, who, "link", json!({"src": own, "dst": NEVER, "type": "relates_to"})).await;
                 assert_eq!(shape(&linked.unwrap_err(), &m), shape(&never.unwrap_err(), NEVER), "[{l}] {}", what("link"));
