@@ -73,6 +73,7 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
             get(routes::protected_resource),
         )
         .method_not_allowed_fallback(routes::fallback)
+        .route_layer(axum::middleware::from_fn(request::refuse_nul_in_uri))
         .layer(axum::middleware::map_response(no_store))
         .with_state(state.clone());
     let mcp = Router::new()

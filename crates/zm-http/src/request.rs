@@ -220,3 +220,47 @@ mod tests {
         assert!(!is_json(&HeaderMap::new()));
     }
 }
+
+/// What a request whose path, query or form holds U+0000 is told: no
+/// field takes it (PostgreSQL cannot store it, and on SQLite it would
+/// cut a name short), so it is refused before anything reads it.
+pub(crate) const NUL_REFUSED: &str =
+    "The request holds a NUL character (%00), which no field accepts.";
+
+/// Whether the URI's path or query holds an encoded NUL. A raw NUL never
+/// gets this far (it is not a URI character), and `%00` is its only
+/// encoding; `%2500` is a `%` followed by `00`, not a NUL.
+pub(crate) fn uri_holds_nul(uri: &axum::http::Uri) -> bool {
+    let encoded = |s: &str| s.as_bytes().windows(3).any(|w| w == b"%00");
+    encoded(uri.path()) || uri.query().is_some_and(encoded)
+}
+
+/// Refuse an API request with an encoded NUL in its path or query:
+/// `validation_failed`, before a handler hands the text to the store.
+pub(crate) async fn refuse_nul_in_uri(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if uri_holds_nul(req.uri()) {
+        return crate::error::ApiError::new(zm_contracts::ToolError::validation(NUL_REFUSED))
+            .into_response();
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::uri_holds_nul;
+
+    #[test]
+    fn an_encoded_nul_is_found_in_the_path_or_the_query_and_nothing_else_is() {
+        let holds = |s: &str| uri_holds_nul(&s.parse().unwrap());
+        assert!(holds("/api/teams/a%00b"));
+        assert!(holds("/?scope=%00"));
+        assert!(holds("/x?a=1&b=z%00"));
+        assert!(!holds("/api/teams/a%2500b"), "a percent sign and two zeros");
+        assert!(!holds("/?q=100%25&n=00"));
+        assert!(!holds("/memories/mem_0000"));
+    }
+}

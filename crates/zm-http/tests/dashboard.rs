@@ -10,7 +10,7 @@
 
 mod common;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use zm_http::HttpConfig;
 use zm_store::{Caller, Store};
@@ -72,6 +72,7 @@ both_backends! {
     a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped
     insight_charts_writing_by_scope_and_recalls_by_agent
     deleting_the_account_takes_its_email_and_password
+    a_nul_character_is_refused_as_validation_failed_everywhere
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -2171,4 +2172,102 @@ async fn every_dashboard_url_is_under_the_public_urls_path_prefix() {
         .collect();
     assert!(named.is_empty(), "no prefix, yet: {named:?}");
     s.running.stop().await;
+}
+
+/// U+0000 in a path, a query or a form is refused as `validation_failed`
+/// before anything reads it, on both backends (PostgreSQL cannot store it
+/// and answered `internal`; SQLite cut names short at it): the dashboard
+/// with its error page, the REST API with its error envelope, OAuth with
+/// `invalid_request`.
+async fn a_nul_character_is_refused_as_validation_failed_everywhere(s: Server) {
+    let (a, email, password) = person(&s.store, "dash-nul").await;
+    let mut b = Browser::default();
+    // The sign-in form, before anyone is signed in.
+    let page = b.get(&s, "/login").await;
+    let token = field(&page.body, "csrf").expect("a csrf field");
+    let nul_email = format!("{email}\0");
+    let refused = b
+        .post(
+            &s,
+            "/login",
+            &[
+                ("csrf", &token),
+                ("next", "/"),
+                ("email", &nul_email),
+                ("password", &password),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("NUL character"), "{}", refused.body);
+    assert_eq!(
+        b.sign_in(&s, &email, &password).await.status,
+        303,
+        "the same form without it signs in"
+    );
+    // Paths and queries of signed-in pages.
+    for path in [
+        "/?scope=%00",
+        "/?agent=a%00",
+        "/teams/a%00b",
+        "/memories/mem_%00",
+    ] {
+        let page = b.get(&s, path).await;
+        assert_eq!(page.status, 400, "{path}: {}", page.body);
+        assert!(page.body.contains("NUL character"), "{path}: {}", page.body);
+    }
+    assert_eq!(b.get(&s, "/?scope=personal").await.status, 200);
+    // A signed-in form.
+    let csrf = b.csrf(&s).await;
+    let form = b
+        .post(
+            &s,
+            "/access/tokens",
+            &[("csrf", &csrf), ("name", "laptop\0"), ("expiry", "30")],
+        )
+        .await;
+    assert_eq!(form.status, 400, "{}", form.body);
+    // The REST API: the envelope, with the contract's code.
+    let bearer = common::token(&s.store, &a, None, &["mcp:read", "mcp:write"]).await;
+    for path in [
+        "/api/teams/a%00b",
+        "/api/memories/mem_%00",
+        "/api/rules?scope=%00",
+    ] {
+        let r = s
+            .http
+            .get(format!("{}{path}", s.base))
+            .bearer_auth(&bearer)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            v["error"]["code"],
+            json!("validation_failed"),
+            "{path}: {v}"
+        );
+    }
+    // OAuth's parameters.
+    let r = s
+        .http
+        .get(format!(
+            "{}/oauth/authorize?client_id=a%00&response_type=code",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .form(&[("grant_type", "authorization_code"), ("code", "zm_oac_\0")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"], json!("invalid_request"), "{v}");
 }

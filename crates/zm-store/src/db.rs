@@ -249,7 +249,30 @@ pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
         tracing::warn!(target: "zm_store", error = %err, contention = true, "{context}");
         return ToolError::internal();
     }
+    if holds_nul(err) {
+        // A text no check before the database refused: the caller's to
+        // fix, so not `internal` (and nothing of the SQL reaches them).
+        tracing::warn!(target: "zm_store", error = %err, "{context}");
+        return ToolError::validation(NUL_IN_TEXT);
+    }
     internal(context, err)
+}
+
+/// What a text holding U+0000 is told when it reaches PostgreSQL.
+pub(crate) const NUL_IN_TEXT: &str =
+    "A text holds a NUL character (U+0000), which no field accepts.";
+
+/// Did PostgreSQL refuse a text for holding U+0000 (SQLSTATE 22021,
+/// `character_not_in_repertoire`, "invalid byte sequence for encoding
+/// \"UTF8\": 0x00")? Every way in validates text first (tool inputs,
+/// the HTTP layer); this is the net under them.
+pub(crate) fn holds_nul(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(e) => {
+            e.code().is_some_and(|code| code == "22021") && e.message().contains("0x00")
+        }
+        _ => false,
+    }
 }
 
 /// PostgreSQL's SQLSTATEs after which the transaction was aborted only

@@ -107,13 +107,14 @@ impl Store {
         // both ends, so linking a memory others read changes what they
         // read: the writer role there, as for any other change (a reader
         // links only what stays their own).
-        let placed: Vec<(String, String)> =
-            sqlx::query_as("SELECT scope, visibility FROM memories WHERE id IN ($1, $2) ORDER BY id")
-                .bind(src)
-                .bind(dst)
-                .fetch_all(&mut *tx)
-                .await
-                .db("link ends")?;
+        let placed: Vec<(String, String)> = sqlx::query_as(
+            "SELECT scope, visibility FROM memories WHERE id IN ($1, $2) ORDER BY id",
+        )
+        .bind(src)
+        .bind(dst)
+        .fetch_all(&mut *tx)
+        .await
+        .db("link ends")?;
         for (scope, visibility) in &placed {
             let visibility = crate::rows::parse_stored(visibility, "visibility", scope)?;
             self.may_change_own_in(&mut *tx, caller, scope, visibility)

@@ -78,7 +78,28 @@ pub fn normalize_project_hint(raw: &str) -> Result<ProjectKey, HintError> {
     if slug.is_empty() {
         return Err(HintError::NoSlug);
     }
-    Ok(ProjectKey { kind, key, slug })
+    Ok(ProjectKey {
+        kind,
+        key: stored_key(key),
+        slug,
+    })
+}
+
+/// Longest key kept as it is, in bytes. A longer one (a hint of up to
+/// 2,048 characters can normalise to several kilobytes of non-ASCII) is
+/// kept as its SHA-256: PostgreSQL's unique index on the bindings takes
+/// at most 2,704 bytes a row.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+fn stored_key(key: String) -> String {
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    use sha2::Digest;
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(key.as_bytes()))
+    )
 }
 
 /// `host[:port]/path` after `scheme://`, possibly with `user[:pass]@`.
@@ -192,6 +213,29 @@ mod tests {
 
     fn ok(raw: &str) -> ProjectKey {
         normalize_project_hint(raw).unwrap_or_else(|e| panic!("{raw:?}: {e}"))
+    }
+
+    #[test]
+    fn a_long_key_is_kept_as_its_hash_and_a_short_one_as_it_is() {
+        let short = ok("/home/dev/src/alpha-service");
+        assert_eq!(short.key, "/home/dev/src/alpha-service");
+        // 600 three-byte characters: 1,800 bytes once normalised.
+        let long_hint = format!("/{}/web", "項".repeat(600));
+        let long = ok(&long_hint);
+        assert!(
+            long.key.starts_with("sha256:") && long.key.len() == 71,
+            "{}",
+            long.key
+        );
+        assert_eq!(long.slug, "web");
+        assert_eq!(ok(&long_hint).key, long.key, "the same hint, the same key");
+        assert_ne!(ok(&format!("/{}/web", "項".repeat(601))).key, long.key);
+        let at_limit = format!("/{}", "a".repeat(MAX_KEY_BYTES - 1));
+        assert_eq!(
+            ok(&at_limit).key,
+            at_limit,
+            "a key of the limit's length is kept"
+        );
     }
 
     #[test]

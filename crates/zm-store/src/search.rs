@@ -1255,7 +1255,8 @@ impl Store {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let mut sql = Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE m.id IN ");
+        let mut sql =
+            Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE m.id IN ");
         sql.bind_list(ids).push(" AND ");
         push_visible(&mut sql, "m", &caller.user_id);
         let rows = sql.query().fetch_all(&self.pool).await.db("hit contents")?;

@@ -36,6 +36,11 @@ struct Pending {
     since: Instant,
 }
 
+/// Taken recall counts: (memory id, recalls, last recalled at).
+type HitCounts = Vec<(String, i64, i64)>;
+/// Taken activity: ((user id, agent, week start), (recalls, returned)).
+type ActivityCounts = Vec<((String, String, i64), (i64, i64))>;
+
 #[derive(Debug)]
 pub(crate) struct UsageBuffer {
     inner: Mutex<Pending>,
@@ -87,13 +92,7 @@ impl UsageBuffer {
         g.since.elapsed() >= FLUSH_EVERY
     }
 
-    #[allow(clippy::type_complexity)]
-    fn take(
-        &self,
-    ) -> (
-        Vec<(String, i64, i64)>,
-        Vec<((String, String, i64), (i64, i64))>,
-    ) {
+    fn take(&self) -> (HitCounts, ActivityCounts) {
         let mut g = self.lock();
         g.since = Instant::now();
         (
@@ -105,11 +104,7 @@ impl UsageBuffer {
     /// Put back what [`take`](Self::take) took and could not write (the
     /// transaction failed, so none of it landed): the next flush carries
     /// it, added to what was noted meanwhile.
-    fn give_back(
-        &self,
-        hits: Vec<(String, i64, i64)>,
-        activity: Vec<((String, String, i64), (i64, i64))>,
-    ) {
+    fn give_back(&self, hits: HitCounts, activity: ActivityCounts) {
         let mut g = self.lock();
         for (id, n, at) in hits {
             let e = g.hits.entry(id).or_insert((0, at));
@@ -172,8 +167,8 @@ impl Store {
     /// Add these counts in one transaction: all of them or none.
     async fn write_usage(
         &self,
-        entries: &[(String, i64, i64)],
-        activity: &[((String, String, i64), (i64, i64))],
+        entries: &HitCounts,
+        activity: &ActivityCounts,
     ) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
         for ((user, agent, week), (recalls, hits)) in activity {
@@ -296,7 +291,10 @@ mod tests {
         hits.sort();
         assert_eq!(
             hits,
-            vec![("mem_1".to_string(), 2, 2_000), ("mem_2".to_string(), 1, 1_000)]
+            vec![
+                ("mem_1".to_string(), 2, 2_000),
+                ("mem_2".to_string(), 1, 1_000)
+            ]
         );
         assert_eq!(
             activity,

@@ -14,6 +14,29 @@ use zm_contracts::ErrorCode;
 use zm_store::{SCOPE_READ, SCOPE_WRITE, Store};
 
 backend_tests! {
+    /// Text holding U+0000 that reaches the store unchecked is never
+    /// `internal`: SQLite finds nothing by it, PostgreSQL (which cannot
+    /// store it) answers `validation_failed`. The HTTP layer and tool
+    /// inputs refuse it first; this is the net under them.
+    async fn a_nul_in_unchecked_text_is_never_internal(store: Store, label: &str) {
+        let (u, caller) = user(&store, "nul").await;
+        let nul_email = format!("{}\0", u.email);
+        match store.verify_password(&nul_email, PASSWORD).await {
+            Ok(found) => assert!(found.is_none(), "[{label}] signs nobody in"),
+            Err(e) => assert_eq!(e.code, ErrorCode::ValidationFailed, "[{label}] {e:?}"),
+        }
+        match store.get_team(&caller, "a\0b").await {
+            Ok(t) => panic!("[{label}] found a team {t:?}"),
+            Err(e) => assert!(
+                matches!(e.code, ErrorCode::NotFound | ErrorCode::ValidationFailed),
+                "[{label}] {e:?}"
+            ),
+        }
+        if label == "postgres" {
+            err(store.verify_password(&nul_email, PASSWORD).await, ErrorCode::ValidationFailed, label, "PostgreSQL refuses the text");
+        }
+    }
+
     async fn tokens_and_passwords(store: Store, label: &str) {
         let (u, _) = user(&store, "tok").await;
         let (other, _) = user(&store, "tok-other").await;

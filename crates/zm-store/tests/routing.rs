@@ -17,6 +17,23 @@ use zm_contracts::prefixes::Prefix;
 use zm_store::Store;
 
 backend_tests! {
+    /// A project hint as long as the contract allows, of characters that
+    /// take three bytes each, binds its project on both backends (its key
+    /// is longer than PostgreSQL indexes), and writes through it again
+    /// land in the same project.
+    async fn a_hint_longer_than_an_index_takes_binds_its_project(store: Store, label: &str) {
+        let (_, caller) = user(&store, "longhint").await;
+        // Varied characters: PostgreSQL compresses an index entry first,
+        // and a repeated one would fit.
+        let varied: String = (0..2_000u32).map(|i| char::from_u32(0x4E00 + (i * 7_919) % 20_000).unwrap()).collect();
+        let hint = format!("/{varied}/ledger");
+        assert!(hint.chars().count() <= 2_048, "within the contract's limit");
+        let first = ok(call(&store, &caller, "remember", json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": hint})).await, label, "first write");
+        let second = ok(call(&store, &caller, "remember", json!({"content": "Ledger exports are CSV files.", "kind": "fact", "project_hint": hint})).await, label, "second write");
+        assert_eq!(first["scope"], second["scope"], "[{label}] {first} {second}");
+        assert!(first["scope"].as_str().is_some_and(|s| s.ends_with(".ledger")), "[{label}] {first}");
+    }
+
     async fn write_refusals_and_every_way_out(store: Store, label: &str) {
         let (_, caller) = user(&store, "refuse").await;
 

@@ -100,7 +100,27 @@ pub fn routes(state: AppState) -> Router {
         .route("/teams/{slug}/members/{user}/{action}", post(teams::member))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refuse_nul_in_uri,
+        ))
         .with_state(state)
+}
+
+/// Refuse a dashboard request with an encoded NUL in its path or query
+/// (`?scope=%00`, `/teams/a%00b`) with the `validation_failed` page,
+/// before a handler hands the text to the store.
+async fn refuse_nul_in_uri(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if crate::request::uri_holds_nul(req.uri()) {
+        let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+        let failure = Failure::invalid(crate::request::NUL_REFUSED, request_id.as_deref());
+        return errors::page(&state.cfg.path_prefix(), None, &failure);
+    }
+    next.run(req).await
 }
 
 async fn css() -> Response {
@@ -426,6 +446,12 @@ pub(crate) async fn read_form(
         .map_err(|e| Failure::invalid(e.describe(), request_id))?;
     let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
         .map_err(|e| Failure::invalid(format!("The form could not be read ({e})."), request_id))?;
+    if pairs
+        .iter()
+        .any(|(k, v)| k.contains('\0') || v.contains('\0'))
+    {
+        return Err(Failure::invalid(crate::request::NUL_REFUSED, request_id));
+    }
     Ok(Form(pairs))
 }
 

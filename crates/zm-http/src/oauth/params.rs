@@ -54,6 +54,9 @@ impl Params {
     fn from_pairs(pairs: Vec<(String, String)>) -> Result<Params, String> {
         let mut map = HashMap::with_capacity(pairs.len());
         for (k, v) in pairs {
+            if k.contains('\0') || v.contains('\0') {
+                return Err(crate::request::NUL_REFUSED.to_string());
+            }
             match map.entry(k) {
                 Entry::Occupied(e) => {
                     return Err(format!("The parameter {:?} is repeated.", e.key()));
