@@ -1074,6 +1074,33 @@ async fn registration_refusals() {
         .register(json!({"redirect_uris": [REDIRECT], "client_name": ""}))
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_client_metadata"));
+    // A name that could read as another on the sign-in page: a right-to-left
+    // override, a zero-width space, a line separator, a control character.
+    for hidden in [
+        "Claude \u{202E}edoC",
+        "Cur\u{200B}sor",
+        "App\u{2028}",
+        "App\u{0007}",
+    ] {
+        let (st, v) = s
+            .register(json!({"redirect_uris": [REDIRECT], "client_name": hidden}))
+            .await;
+        assert_eq!(
+            (st, oauth_code(&v)),
+            (400, "invalid_client_metadata"),
+            "{hidden:?}"
+        );
+    }
+    let (st, v) = s
+        .register(json!({"redirect_uris": [REDIRECT], "client_name": "Zed — 日本語 ✓"}))
+        .await;
+    assert_eq!(st, 201, "an ordinary name of any script: {v}");
+    // Redirect URIs hold at most 8 KiB together.
+    let long: Vec<String> = (0..5)
+        .map(|i| format!("https://app.example/{i}/{}", "p".repeat(2000)))
+        .collect();
+    let (st, v) = s.register(json!({"redirect_uris": long})).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_redirect_uri"), "{v}");
     let r = s
         .http
         .post(format!("{}/oauth/register", s.base))
@@ -1924,5 +1951,34 @@ async fn a_removed_members_oauth_token_reads_nothing_of_the_team() {
         (403, Some("forbidden")),
         "{v}"
     );
+    s.stop().await;
+}
+
+/// When the registrations waiting for their first sign-in reach the cap, a
+/// registration is told to come back later: 429 with `Retry-After`.
+#[tokio::test]
+async fn a_registration_past_the_waiting_cap_is_told_to_retry() {
+    let s = start().await;
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
+         INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) \
+         SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
+    )
+    .bind(zm_store::oauth::MAX_WAITING_CLIENTS)
+    .bind(s.store.clock().now_ms())
+    .execute(&raw)
+    .await
+    .expect("fill");
+    let r = s
+        .http
+        .post(format!("{}/oauth/register", s.base))
+        .json(&json!({"redirect_uris": [REDIRECT]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers().get("retry-after").unwrap(), "300");
     s.stop().await;
 }

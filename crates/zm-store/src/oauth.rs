@@ -41,8 +41,14 @@ pub const REFRESH_TTL_MS: i64 = 30 * DAY_MS;
 /// Lifetime of an authorization code: five minutes.
 pub const CODE_TTL_MS: i64 = 300_000;
 /// Registrations that never completed an authorization are forgotten after
-/// this long (a day: a real client signs in minutes after registering).
-pub const ABANDONED_CLIENT_MS: i64 = DAY_MS;
+/// this long (an hour: a real client opens the sign-in page as soon as it
+/// has registered).
+pub const ABANDONED_CLIENT_MS: i64 = 3_600_000;
+/// Most registrations that may wait for their first sign-in at once: past
+/// it a registration is `rate_limited` until older ones are signed in
+/// through or forgotten. Registration is anonymous, so what it may store
+/// is bounded (with 8 KiB of redirect URIs a client, 80 MiB).
+pub const MAX_WAITING_CLIENTS: i64 = 10_000;
 /// Every scope an OAuth client may ask for, in canonical order.
 pub const OAUTH_SCOPES: &[&str] = &[SCOPE_READ, SCOPE_WRITE];
 
@@ -457,6 +463,19 @@ impl Store {
             .map_err(|e| crate::db::internal("redirect uris", e))?;
         // Clients nobody ever authorized do not pile up.
         self.prune_unused_oauth_clients(ABANDONED_CLIENT_MS).await?;
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL LIMIT $1) w",
+        )
+        .bind(MAX_WAITING_CLIENTS)
+        .fetch_one(&self.pool)
+        .await
+        .db("count waiting oauth clients")?;
+        if waiting >= MAX_WAITING_CLIENTS {
+            tracing::warn!(target: "zm_store", waiting, "oauth registrations refused: too many wait for a sign-in");
+            return Err(ToolError::rate_limited(
+                "Too many registered clients are waiting for their first sign-in; try again later.",
+            ));
+        }
         sqlx::query(
             "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) VALUES ($1, $2, $3, NULL, $4)",
         )

@@ -458,3 +458,51 @@ backend_tests! {
         assert!(store.oauth_client(&c).await.unwrap().is_some(), "[{label}]");
     }
 }
+
+/// Registration is anonymous, so the registrations waiting for their first
+/// sign-in are capped: past the cap a registration is `rate_limited`, and
+/// once the waiting ones are forgotten (an hour after registering) it works
+/// again. SQLite only: filling the shared PostgreSQL test database would
+/// refuse the other tests' registrations.
+#[tokio::test]
+async fn registrations_waiting_for_a_sign_in_are_capped() {
+    use zm_store::oauth::{ABANDONED_CLIENT_MS, MAX_WAITING_CLIENTS};
+    let dir = tempfile::Builder::new()
+        .prefix("waiting-")
+        .tempdir_in(scratch_root())
+        .expect("a temporary directory");
+    let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
+    let store = Store::open(&url).await.expect("open the store");
+    let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
+    let now = store.clock().now_ms();
+    // All but one of the cap, waiting (no owner), registered just now.
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
+         INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) \
+         SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
+    )
+    .bind(MAX_WAITING_CLIENTS - 1)
+    .bind(now)
+    .execute(&raw)
+    .await
+    .expect("fill");
+    let last = client(&store).await;
+    let refused = store
+        .register_oauth_client(Some("one too many"), &[REDIRECT.to_string()], None)
+        .await
+        .expect_err("the cap is reached");
+    assert_eq!(refused.code, ErrorCode::RateLimited, "{refused:?}");
+    // A client someone signed in through no longer waits.
+    let (u, _) = user(&store, "cap").await;
+    code(&store, &last, &u.id).await;
+    client(&store).await;
+    // An hour later the waiting ones are forgotten, the signed-in one kept.
+    store.clock().advance_ms(ABANDONED_CLIENT_MS + 1);
+    client(&store).await;
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients")
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+    assert_eq!(left, 2, "the signed-in client and the newest");
+    assert!(store.oauth_client(&last).await.unwrap().is_some());
+}

@@ -16,6 +16,10 @@ const KNOWN_APP_SCHEMES: &[&str] = &["cursor"];
 const MAX_REDIRECT_URIS: usize = 20;
 /// Longest redirect URI.
 const MAX_REDIRECT_URI_LEN: usize = 2048;
+/// Most characters one client's redirect URIs hold together: a
+/// registration is anonymous, so what one may store is bounded (a client
+/// registers one to a few short URIs).
+const MAX_REDIRECT_URIS_LEN: usize = 8192;
 
 fn is_loopback(url: &url::Url) -> bool {
     match url.host() {
@@ -93,6 +97,12 @@ pub(super) fn registration(uris: Option<&Value>) -> Result<Vec<String>, String> 
         if !out.iter().any(|x| x == u) {
             out.push(u.to_string());
         }
+    }
+    let total: usize = out.iter().map(String::len).sum();
+    if total > MAX_REDIRECT_URIS_LEN {
+        return Err(format!(
+            "redirect_uris must hold at most {MAX_REDIRECT_URIS_LEN} characters together."
+        ));
     }
     Ok(out)
 }
@@ -249,5 +259,15 @@ mod tests {
         );
         let many: Vec<String> = (0..21).map(|i| format!("https://a.example/{i}")).collect();
         assert!(registration(Some(&json!(many))).is_err());
+        // Four long URIs fit (8,188 characters), a fifth does not.
+        let long = |i: usize| format!("https://a.example/{i}/{}", "p".repeat(2025));
+        let four: Vec<String> = (0..4).map(long).collect();
+        assert_eq!(four.iter().map(String::len).sum::<usize>(), 8188);
+        assert_eq!(registration(Some(&json!(four))).unwrap().len(), 4);
+        let five: Vec<String> = (0..5).map(long).collect();
+        assert_eq!(
+            registration(Some(&json!(five))).unwrap_err(),
+            "redirect_uris must hold at most 8192 characters together."
+        );
     }
 }

@@ -39,6 +39,18 @@ impl FromRequest<OauthState> for ClientMetadata {
     }
 }
 
+/// What a client's name shown on the sign-in page may not hold: control
+/// characters, format characters (bidirectional overrides such as U+202E
+/// and zero-width ones, which can make a name read as another) and line or
+/// paragraph separators.
+static HIDDEN: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]").expect("the pattern compiles")
+});
+
+/// When to try again after a registration refused because too many wait
+/// for their first sign-in (they are forgotten an hour after registering).
+const REGISTRATIONS_FULL_RETRY_S: u64 = 300;
+
 /// `POST /oauth/register`.
 pub(super) async fn register(
     State(st): State<OauthState>,
@@ -50,9 +62,9 @@ pub(super) async fn register(
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => {
             let n = s.chars().count();
-            if !(1..=256).contains(&n) || s.chars().any(char::is_control) {
+            if !(1..=256).contains(&n) || HIDDEN.is_match(s) {
                 return Err(invalid_metadata(
-                    "client_name must be 1..256 characters, without control characters.",
+                    "client_name must be 1..256 characters, without control, format or line-separator characters.",
                 ));
             }
             Some(s.clone())
@@ -79,9 +91,15 @@ pub(super) async fn register(
             request_id.as_ref().map(|Extension(r)| r.as_str()),
         )
         .await
-        .map_err(|e| {
-            tracing::error!(target: "zm_http", error = %e, "oauth registration failed");
-            OauthRejection::ServerError
+        .map_err(|e| match e.code {
+            // Too many registrations wait for a sign-in (the store logged it).
+            zm_contracts::ErrorCode::RateLimited => OauthRejection::RateLimited {
+                retry_after: REGISTRATIONS_FULL_RETRY_S,
+            },
+            _ => {
+                tracing::error!(target: "zm_http", error = %e, "oauth registration failed");
+                OauthRejection::ServerError
+            }
         })?;
     let mut body = json!({
         "client_id": client.id,

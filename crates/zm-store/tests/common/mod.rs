@@ -38,7 +38,7 @@ static KEEP: Mutex<Vec<tempfile::TempDir>> = Mutex::new(Vec::new());
 
 /// Where the SQLite files go: cargo's scratch directory for integration
 /// tests (inside `target/`, so `cargo clean` removes leftovers).
-fn scratch_root() -> std::path::PathBuf {
+pub(crate) fn scratch_root() -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("zm-store-tests");
     std::fs::create_dir_all(&root).expect("create the test scratch directory");
     root
