@@ -1982,3 +1982,65 @@ async fn a_registration_past_the_waiting_cap_is_told_to_retry() {
     assert_eq!(r.headers().get("retry-after").unwrap(), "300");
     s.stop().await;
 }
+
+/// The form's CSRF cookie is sent again with every form rendered, so it
+/// lives as long as the form's token: a form loaded late in the cookie's
+/// life, or a retry after a wrong password, does not expire early.
+#[tokio::test]
+async fn every_sign_in_form_sends_its_csrf_cookie_again() {
+    let s = start().await;
+    let client = s.client().await;
+    let p = pkce();
+    let query = [
+        ("response_type", "code"),
+        ("client_id", client.as_str()),
+        ("redirect_uri", REDIRECT_PORT),
+        ("code_challenge", p.challenge.as_str()),
+        ("code_challenge_method", "S256"),
+    ];
+    let first = s.page(&query).await;
+    let cookie = first
+        .cookie
+        .clone()
+        .expect("the first page sets the cookie");
+    let again = s
+        .http
+        .get(format!("{}/oauth/authorize", s.base))
+        .query(&query)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        set_cookie(&again).as_deref(),
+        Some(cookie.as_str()),
+        "the same cookie, sent again"
+    );
+    let max_age = again
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("zm_oauth_csrf="))
+        .map(str::to_string)
+        .unwrap();
+    assert!(max_age.contains("Max-Age="), "{max_age}");
+    let mut form = first.fields.clone();
+    form.push(("email".into(), EMAIL.into()));
+    form.push(("password".into(), "not the password".into()));
+    let wrong = s
+        .http
+        .post(format!("{}/oauth/authorize", s.base))
+        .form(&form)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    assert_eq!(
+        set_cookie(&wrong).as_deref(),
+        Some(cookie.as_str()),
+        "the retry's form keeps it too"
+    );
+    s.stop().await;
+}

@@ -215,11 +215,21 @@ pub fn normalize_email(email: &str) -> Result<String, ToolError> {
     }
 }
 
+/// The longest password, in bytes of UTF-8: one limit for setting and for
+/// signing in (the dashboard, the OAuth page, the CLI), so no password can
+/// be set that a sign-in form then refuses.
+pub const MAX_PASSWORD_BYTES: usize = 4096;
+
 fn hash_password(password: &str) -> Result<String, ToolError> {
     if password.len() < 8 {
         return Err(ToolError::validation(
             "the password must be at least 8 characters",
         ));
+    }
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(ToolError::validation(format!(
+            "the password must be at most {MAX_PASSWORD_BYTES} bytes"
+        )));
     }
     let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
         .map_err(|e| crate::db::internal("salt", e))?;
@@ -539,6 +549,10 @@ impl Store {
         email: &str,
         password: &str,
     ) -> Result<Option<User>, ToolError> {
+        if password.len() > MAX_PASSWORD_BYTES {
+            // No password that long can be set: nobody's, whoever asks.
+            return Ok(None);
+        }
         let email = email.trim().to_lowercase();
         let row = sqlx::query(select_users!("WHERE email = $1"))
             .bind(&email)

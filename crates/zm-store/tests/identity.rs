@@ -37,6 +37,22 @@ backend_tests! {
         }
     }
 
+    /// One password limit for setting and for signing in: a password
+    /// longer than `MAX_PASSWORD_BYTES` is refused when set and signs
+    /// nobody in; one of exactly that length works both ways.
+    async fn the_password_limit_is_one_for_setting_and_signing_in(store: Store, label: &str) {
+        use zm_store::identity::MAX_PASSWORD_BYTES;
+        let (u, _) = user(&store, "pwlimit").await;
+        let longest = "é".repeat(MAX_PASSWORD_BYTES / 2);
+        assert_eq!(longest.len(), MAX_PASSWORD_BYTES);
+        ok(store.set_password(&u.id, &longest).await, label, "the longest password");
+        let me = ok(store.verify_password(&u.email, &longest).await, label, "sign in with it");
+        assert_eq!(me.map(|m| m.id), Some(u.id.clone()), "[{label}]");
+        let over = format!("{longest}x");
+        err(store.set_password(&u.id, &over).await, ErrorCode::ValidationFailed, label, "one byte over");
+        assert!(ok(store.verify_password(&u.email, &over).await, label, "sign in over").is_none(), "[{label}]");
+    }
+
     async fn tokens_and_passwords(store: Store, label: &str) {
         let (u, _) = user(&store, "tok").await;
         let (other, _) = user(&store, "tok-other").await;

@@ -150,14 +150,15 @@ pub(super) async fn page(
 ) -> Result<Response, OauthRejection> {
     let QueryParams(p) = query.map_err(OauthRejection::into_page)?;
     let authz = validate(&st, &p).await?;
-    let (cookie, set) = match csrf::cookie(&headers) {
-        Some(c) => (c, None),
-        None => {
-            let c = csrf::new_cookie();
-            let set = csrf::set_cookie(&st.app.cfg.public_url, &c, csrf::TTL_SECS);
-            (c, Some(set))
-        }
-    };
+    // The cookie is sent again with every form, so it lives as long as
+    // the form's token does (a form rendered late in the cookie's life
+    // would otherwise expire early).
+    let cookie = csrf::cookie(&headers).unwrap_or_else(csrf::new_cookie);
+    let set = Some(csrf::set_cookie(
+        &st.app.cfg.public_url,
+        &cookie,
+        csrf::TTL_SECS,
+    ));
     let token = csrf::token(&st.key, &cookie, &authz.canonical());
     Ok(pages::html(
         StatusCode::OK,
@@ -237,13 +238,14 @@ pub(super) async fn submit(
                     "Too many failed sign-ins for this account. Try again in {secs} seconds."
                 )),
             ),
-            None,
+            Some(csrf::set_cookie(public_url, &cookie, csrf::TTL_SECS)),
         );
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         return Ok(resp);
     }
-    let shaped = (3..=320).contains(&email.chars().count()) && (1..=1024).contains(&password.len());
+    let shaped = (3..=320).contains(&email.chars().count())
+        && (1..=zm_store::identity::MAX_PASSWORD_BYTES).contains(&password.len());
     let user = if shaped {
         st.app
             .store
@@ -268,7 +270,7 @@ pub(super) async fn submit(
                 &email,
                 Some("Invalid email or password."),
             ),
-            None,
+            Some(csrf::set_cookie(public_url, &cookie, csrf::TTL_SECS)),
         ));
     };
     st.backoff.succeeded(&email, device.as_deref()).await;
@@ -297,7 +299,7 @@ pub(super) async fn submit(
             return Ok(pages::html(
                 StatusCode::UNAUTHORIZED,
                 pages::login(public_url, &authz, &token, &email, Some(&e.message)),
-                None,
+                Some(csrf::set_cookie(public_url, &cookie, csrf::TTL_SECS)),
             ));
         }
         Err(e) => {

@@ -99,7 +99,8 @@ struct Failures {
 /// ([`LoginBackoff::attempt`]), before its password is checked. Keyed by the
 /// normalised email, existing or not, so it says nothing about which emails
 /// exist. In memory, at most [`MAX_ACCOUNTS`] accounts: when full, ones
-/// idle for [`FORGET_AFTER`] go first, then the longest idle — or, built
+/// idle for [`FORGET_AFTER`] go first, then the longest idle of those not
+/// backing off, and only then the back-off that ends first — or, built
 /// with [`LoginBackoff::shared`] (PostgreSQL), in the database's
 /// `login_failures` (the email hashed), where every instance sees the same
 /// count.
@@ -286,13 +287,16 @@ impl LoginBackoff {
         }
         if !map.contains_key(&key) && map.len() >= MAX_ACCOUNTS {
             map.retain(|_, f| now.saturating_duration_since(f.last) < FORGET_AFTER);
+            // An account backing off is the last to go, and of those the
+            // one whose back-off ends first: filling the map with throwaway
+            // emails must not hand a guessed account its free attempts back.
             if map.len() >= MAX_ACCOUNTS
-                && let Some(oldest) = map
+                && let Some(victim) = map
                     .iter()
-                    .min_by_key(|(_, f)| f.last)
+                    .min_by_key(|(_, f)| (f.until > now, f.until, f.last))
                     .map(|(k, _)| k.clone())
             {
-                map.remove(&oldest);
+                map.remove(&victim);
             }
         }
         let f = map.entry(key).or_insert(Failures {
@@ -612,5 +616,26 @@ mod tests {
             assert_eq!(b.attempt(&format!("u{i}@example.com"), None).await, Ok(()));
         }
         assert_eq!(b.len(), MAX_ACCOUNTS);
+    }
+
+    /// Filling the map with throwaway emails does not give a guessed
+    /// account its free attempts back: an account backing off is kept while
+    /// any account that is not can go.
+    #[tokio::test]
+    async fn eviction_keeps_an_account_that_is_backing_off() {
+        let b = LoginBackoff::new(Clock::default());
+        let target = "owner@example.com";
+        for _ in 0..FREE_FAILURES {
+            assert_eq!(b.attempt(target, None).await, Ok(()));
+        }
+        assert!(b.attempt(target, None).await.is_err(), "backing off");
+        for i in 0..MAX_ACCOUNTS + 50 {
+            assert_eq!(b.attempt(&format!("u{i}@example.com"), None).await, Ok(()));
+        }
+        assert_eq!(b.len(), MAX_ACCOUNTS);
+        assert!(
+            b.attempt(target, None).await.is_err(),
+            "still backing off after the map filled up"
+        );
     }
 }

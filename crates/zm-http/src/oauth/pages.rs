@@ -156,7 +156,7 @@ wants to {access} on <code>{server}</code>.</p>\n\
 <label for=\"email\">Email</label>\n\
 <input id=\"email\" type=\"email\" name=\"email\" value=\"{email}\" autocomplete=\"username\" required maxlength=\"320\">\n\
 <label for=\"password\">Password</label>\n\
-<input id=\"password\" type=\"password\" name=\"password\" autocomplete=\"current-password\" required maxlength=\"1024\">\n\
+<input id=\"password\" type=\"password\" name=\"password\" autocomplete=\"current-password\" required>\n\
 <button type=\"submit\">Sign in and allow</button>\n</form>\n\
 <p class=\"muted\">Only continue if you just asked this application to connect to your memory.</p>",
         name = esc(name),
