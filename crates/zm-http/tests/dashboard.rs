@@ -73,6 +73,7 @@ both_backends! {
     insight_charts_writing_by_scope_and_recalls_by_agent
     deleting_the_account_takes_its_email_and_password
     a_nul_character_is_refused_as_validation_failed_everywhere
+    an_address_that_does_not_read_is_the_validation_page
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -2270,4 +2271,32 @@ async fn a_nul_character_is_refused_as_validation_failed_everywhere(s: Server) {
     assert_eq!(r.status().as_u16(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"], json!("invalid_request"), "{v}");
+}
+
+/// A query string that does not read (a `before` that is no number, a
+/// repeated `next`) is the dashboard's `validation_failed` page with its
+/// headers, not a bare plain-text 400.
+async fn an_address_that_does_not_read_is_the_validation_page(s: Server) {
+    let (_, email, password) = person(&s.store, "dash-query").await;
+    let mut b = Browser::default();
+    let login = b.get(&s, "/login?next=/a&next=/b").await;
+    assert_eq!(login.status, 400, "{}", login.body);
+    assert!(login.csp.is_some(), "the page's headers");
+    assert!(login.body.contains("could not be read"), "{}", login.body);
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    for path in [
+        "/?before=abc",
+        "/?before=-",
+        "/rules/download?format=a&format=b",
+    ] {
+        let page = b.get(&s, path).await;
+        assert_eq!(page.status, 400, "{path}: {}", page.body);
+        assert!(page.csp.is_some(), "{path}: the page's headers");
+        assert!(
+            page.body.contains("could not be read"),
+            "{path}: {}",
+            page.body
+        );
+    }
+    assert_eq!(b.get(&s, "/?before=5").await.status, 200);
 }

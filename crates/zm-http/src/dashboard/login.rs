@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use maud::html;
@@ -104,7 +104,7 @@ fn form_page(
 /// `GET /login`.
 pub(crate) async fn page(
     State(state): State<AppState>,
-    Query(q): Query<Next>,
+    super::PageQuery(q): super::PageQuery<Next>,
     headers: HeaderMap,
 ) -> Response {
     let prefix = state.cfg.path_prefix();

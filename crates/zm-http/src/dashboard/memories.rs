@@ -6,7 +6,7 @@
 //! move or export after a confirmation that says how many.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -146,7 +146,7 @@ fn call_failure(e: zm_contracts::ToolError, signed: &Signed) -> Failure {
 pub(crate) async fn index(
     State(state): State<AppState>,
     signed: Signed,
-    Query(q): Query<ListQuery>,
+    super::PageQuery(q): super::PageQuery<ListQuery>,
 ) -> Response {
     let caller = signed.caller();
     let filter = q.filter();

@@ -389,6 +389,32 @@ impl FromRequestParts<AppState> for Signed {
     }
 }
 
+/// A page's query string, read into `T`; one that does not read (a
+/// `before` that is not a number, a repeated `next`) is the
+/// `validation_failed` page, not axum's plain-text 400.
+pub(crate) struct PageQuery<T>(pub T);
+
+impl<T> FromRequestParts<AppState> for PageQuery<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(q)) => Ok(PageQuery(q)),
+            Err(e) => {
+                let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
+                let failure = Failure::invalid(
+                    format!("The address could not be read: {}.", e.body_text()),
+                    request_id.as_deref(),
+                );
+                Err(errors::page(&state.cfg.path_prefix(), None, &failure))
+            }
+        }
+    }
+}
+
 /// A submitted form: its pairs in order (a name may repeat: `ids`).
 pub(crate) struct Form(pub Vec<(String, String)>);
 

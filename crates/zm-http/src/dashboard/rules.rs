@@ -7,7 +7,7 @@
 //! its departed members left, for its admins to revoke).
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -212,7 +212,7 @@ pub(crate) struct Format {
 pub(crate) async fn download(
     State(state): State<AppState>,
     signed: Signed,
-    Query(q): Query<Format>,
+    super::PageQuery(q): super::PageQuery<Format>,
 ) -> Response {
     let rules = match state.store.user_rules(&signed.caller()).await {
         Ok(r) => r,
