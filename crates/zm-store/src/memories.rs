@@ -556,19 +556,6 @@ impl Store {
         source: &Value,
     ) -> Result<(String, bool), ToolError> {
         self.hold_writes_of(tx, &caller.user_id).await?;
-        let existing: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
-        )
-        .bind(&caller.user_id)
-        .bind(scope_path)
-        .bind(hash)
-        .fetch_optional(&mut *tx)
-        .await
-        .db("dedup probe")?;
-        if let Some(id) = existing {
-            return Ok((id, true));
-        }
-        let id = IdKind::Memory.generate();
         // Written into a team's scope or a project shared with a team, a
         // memory is the team's to read; elsewhere it stays private until
         // `share` widens it.
@@ -577,6 +564,24 @@ impl Store {
         } else {
             Visibility::Private
         };
+        // Only a memory the same people read absorbs the write: a private
+        // one (an import into a shared project) would keep from the team
+        // what this write gives it.
+        let existing: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND visibility = $4 \
+             AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
+        )
+        .bind(&caller.user_id)
+        .bind(scope_path)
+        .bind(hash)
+        .bind(visibility.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("dedup probe")?;
+        if let Some(id) = existing {
+            return Ok((id, true));
+        }
+        let id = IdKind::Memory.generate();
         sqlx::query(
             "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",

@@ -471,6 +471,32 @@ backend_tests! {
         }
     }
 
+    /// A write into a project shared with the team is the team's to read,
+    /// even when the writer holds the same text privately there (an
+    /// import): the private row does not absorb it.
+    async fn a_shared_write_is_not_absorbed_by_a_private_twin(store: Store, l: &str) {
+        let (_, a) = user(&store, "twin-a").await;
+        let (ub, b) = user(&store, "twin-b").await;
+        let slug = team(&store, &a, l, "twin").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let tag = unique("t").replace('-', "");
+        let text = format!("Ledger exports run at two in the morning ({tag}).");
+        let imported = ok(call(&store, &b, "import_memory", json!({"content": text, "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, l, "B imports");
+        let private = imported["memory_id"].as_str().unwrap().to_string();
+        assert!(!recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&private), "[{l}] an import stays private");
+        let wrote = ok(call(&store, &b, "remember", json!({"content": text, "kind": "fact", "project_hint": remote})).await, l, "B remembers it");
+        assert_ne!(wrote["deduplicated"], json!(true), "[{l}] {wrote}");
+        let shared = wrote["memory_id"].as_str().unwrap().to_string();
+        assert_ne!(shared, private, "[{l}]");
+        assert!(recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&shared), "[{l}] the team reads the write");
+        let again = ok(call(&store, &b, "remember", json!({"content": text, "kind": "fact", "project_hint": remote})).await, l, "B remembers it again");
+        assert_eq!((again["deduplicated"].clone(), again["memory_id"].clone()), (json!(true), json!(shared)), "[{l}] the shared one absorbs a repeat");
+    }
+
     /// Unsharing a project is a departure for the members who reached it
     /// only through the team: what they shared there goes to the project's
     /// owner with its rules (who may then revoke them), and their rules
