@@ -241,6 +241,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.get(base + "/access")
     b.wait_for("form#new-token")
     b.fill("#token-name", "browser test")
+    b.fill("#token-password", password)
     b.submit("form#new-token button[type=submit]")
     b.wait_for("#token-secret")
     secret = b.text_of("#token-secret")

@@ -74,6 +74,7 @@ both_backends! {
     deleting_the_account_takes_its_email_and_password
     a_nul_character_is_refused_as_validation_failed_everywhere
     an_address_that_does_not_read_is_the_validation_page
+    a_token_takes_the_password_and_a_password_change_may_revoke_tokens
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -2299,4 +2300,110 @@ async fn an_address_that_does_not_read_is_the_validation_page(s: Server) {
         );
     }
     assert_eq!(b.get(&s, "/?before=5").await.status, 200);
+}
+
+/// A personal access token outlives the session that made it, so making
+/// one takes the account's password (a borrowed session does not become
+/// lasting access); and a password change may revoke every personal token
+/// too, when asked.
+async fn a_token_takes_the_password_and_a_password_change_may_revoke_tokens(s: Server) {
+    let (user, email, password) = person(&s.store, "tok-pw").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    let access = b.get(&s, "/access").await;
+    assert!(
+        access.body.contains("id=\"token-password\""),
+        "the form asks for it"
+    );
+    for (given, what) in [
+        (None, "no password"),
+        (Some("a wrong guess"), "a wrong password"),
+    ] {
+        let mut form = vec![
+            ("csrf", csrf.as_str()),
+            ("name", "laptop"),
+            ("expiry", "never"),
+        ];
+        if let Some(p) = given {
+            form.push(("password", p));
+        }
+        let page = b.post(&s, "/access/tokens", &form).await;
+        assert_eq!(page.status, 400, "{what}: {}", page.body);
+        assert!(!page.body.contains("zm_pat_"), "{what}: no token made");
+        assert!(
+            page.body.contains("id=\"token-password\"")
+                && page.body.contains("aria-invalid=\"true\""),
+            "{what}: the field is marked"
+        );
+    }
+    assert!(
+        s.store.list_tokens(&user.id).await.unwrap().is_empty(),
+        "no token was made"
+    );
+    let made = b
+        .post(
+            &s,
+            "/access/tokens",
+            &[
+                ("csrf", &csrf),
+                ("name", "laptop"),
+                ("expiry", "never"),
+                ("password", &password),
+            ],
+        )
+        .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    assert!(made.body.contains("zm_pat_"), "the secret is shown once");
+    // A password change keeps personal tokens unless asked to revoke them.
+    let kept = common::token(&s.store, &user, None, &["mcp:read"]).await;
+    let change = |current: String, new: &'static str, revoke: bool| {
+        let mut form = vec![
+            ("csrf", csrf.clone()),
+            ("current", current),
+            ("new", new.to_string()),
+            ("again", new.to_string()),
+        ];
+        if revoke {
+            form.push(("revoke_tokens", "yes".to_string()));
+        }
+        form
+    };
+    let f = change(password.clone(), "the second password", false);
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(b.post(&s, "/account/password", &f).await.status, 303);
+    assert!(
+        s.store.authenticate(&kept).await.unwrap().is_some(),
+        "kept without the box"
+    );
+    let csrf = b.csrf(&s).await;
+    let f = change(
+        "the second password".to_string(),
+        "the third password",
+        true,
+    );
+    let f: Vec<(&str, &str)> = f
+        .iter()
+        .map(|(k, v)| {
+            if *k == "csrf" {
+                (*k, csrf.as_str())
+            } else {
+                (*k, v.as_str())
+            }
+        })
+        .collect();
+    assert_eq!(b.post(&s, "/account/password", &f).await.status, 303);
+    assert!(
+        s.store.authenticate(&kept).await.unwrap().is_none(),
+        "revoked with the box"
+    );
+    assert!(
+        s.store
+            .list_tokens(&user.id)
+            .await
+            .unwrap()
+            .iter()
+            .all(|t| t.revoked_at.is_some()),
+        "every personal token"
+    );
 }

@@ -27,6 +27,7 @@ fn when(ms: Option<i64>, none: &str) -> String {
 
 fn token_form(signed: &Signed, failure: Option<&Failure>) -> Markup {
     let name_error = failure.and_then(|f| f.field("name"));
+    let password_error = failure.and_then(|f| f.field("password"));
     html! {
         form #new-token method="post" action=(signed.href("/access/tokens")) {
             input type="hidden" name="csrf" value=(signed.csrf);
@@ -52,6 +53,14 @@ fn token_form(signed: &Signed, failure: Option<&Failure>) -> Markup {
                     option value="365" { "in a year" }
                     option value="never" { "never" }
                 }
+            }
+            // A token outlives the session that made it: whoever holds a
+            // borrowed session must not be able to keep access that way.
+            div.field.invalid[password_error.is_some()] {
+                label for="token-password" { "Your password (to confirm)" }
+                input #token-password type="password" name="password" required autocomplete="current-password"
+                    aria-invalid=[password_error.as_ref().map(|_| "true")];
+                @if let Some(e) = &password_error { p.error { (e) } }
             }
             button type="submit" { "Create token" }
         }
@@ -209,7 +218,25 @@ pub(crate) async fn create_token(
     } else {
         None
     };
+    // The account's password too: a token outlives the session, so a
+    // borrowed session does not turn into lasting access (checked like a
+    // password change, with the sign-in back-off).
+    let failure = match failure {
+        Some(f) => Some(f),
+        None => super::account::current_password(
+            &state,
+            &signed,
+            &headers,
+            form.get("password").unwrap_or(""),
+            "password",
+        )
+        .await
+        .err(),
+    };
     if let Some(f) = failure {
+        if f.retry_after.is_some() {
+            return signed.error(&f.back_to("/access"));
+        }
         return match page_body(&state, &signed, None, Some(&f)).await {
             Ok(body) => signed.page(StatusCode::BAD_REQUEST, "Access", "/access", body),
             Err(f) => signed.error(&f),

@@ -51,8 +51,11 @@ async fn page(
                     @if let Some(e) = &err { p.error { (e) } }
                 }
             }
+            div.field {
+                label { input #pw-revoke type="checkbox" name="revoke_tokens" value="yes"; " Also revoke my personal access tokens" }
+            }
             button type="submit" { "Change password" }
-            p.hint { "Your other dashboard sessions and every OAuth sign-in end; personal access tokens keep working." }
+            p.hint { "Your other dashboard sessions and every OAuth sign-in end. Personal access tokens keep working unless you revoke them here too (do, if someone else may have used your account)." }
         }
         h2 { "Export everything" }
         p { "Every memory you can read, live and forgotten, as JSONL — what " code { "zero-memory import" } " reads back." }
@@ -175,7 +178,11 @@ pub(crate) async fn password(
     }
     if let Err(e) = state
         .store
-        .change_password(&signed.session.user_id, new, false)
+        .change_password(
+            &signed.session.user_id,
+            new,
+            form.get("revoke_tokens") == Some("yes"),
+        )
         .await
     {
         // The store owns the password rules; its refusal marks the field.
@@ -255,7 +262,7 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
 /// Guessing it backs off like signing in (a browser that signed in to the
 /// account counted apart, as there): a borrowed session does not turn
 /// into unlimited guesses. A back-off is a failure with `retry_after`.
-async fn current_password(
+pub(crate) async fn current_password(
     state: &AppState,
     signed: &Signed,
     headers: &HeaderMap,

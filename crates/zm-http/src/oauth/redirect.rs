@@ -260,7 +260,7 @@ mod tests {
         let many: Vec<String> = (0..21).map(|i| format!("https://a.example/{i}")).collect();
         assert!(registration(Some(&json!(many))).is_err());
         // Four long URIs fit (8,188 characters), a fifth does not.
-        let long = |i: usize| format!("https://a.example/{i}/{}", "p".repeat(2025));
+        let long = |i: usize| format!("https://a.example/{i}/{}", "p".repeat(2027));
         let four: Vec<String> = (0..4).map(long).collect();
         assert_eq!(four.iter().map(String::len).sum::<usize>(), 8188);
         assert_eq!(registration(Some(&json!(four))).unwrap().len(), 4);
