@@ -1262,10 +1262,53 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .db("get memory")?;
-        match row {
-            Some(r) => Memory::from_row(&r),
-            None => Err(ToolError::not_found(format!("Memory {id} not found."))),
+        let mut memory = match row {
+            Some(r) => Memory::from_row(&r)?,
+            None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
+        };
+        self.hide_unreadable_successors(caller, std::slice::from_mut(&mut memory))
+            .await?;
+        Ok(memory)
+    }
+
+    /// Leave out the successor a memory names when the caller cannot read
+    /// it (a writer superseded a team memory with a private one, or the
+    /// successor's author left the team): what a result names, the caller
+    /// can open. One query for the whole page.
+    pub(crate) async fn hide_unreadable_successors(
+        &self,
+        caller: &Caller,
+        memories: &mut [Memory],
+    ) -> Result<(), ToolError> {
+        let mut named: Vec<&str> = memories
+            .iter()
+            .filter_map(|m| m.superseded_by.as_ref().map(MemoryId::as_str))
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        if named.is_empty() {
+            return Ok(());
         }
+        let mut sql = crate::sql::Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
+        sql.bind_list(named.iter().copied()).push(" AND ");
+        crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+        let readable: std::collections::HashSet<String> = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("readable successors")?
+            .iter()
+            .map(|r| col::<String>(r, "id"))
+            .collect::<Result<_, _>>()?;
+        for m in memories.iter_mut() {
+            if m.superseded_by
+                .as_ref()
+                .is_some_and(|s| !readable.contains(s.as_str()))
+            {
+                m.superseded_by = None;
+            }
+        }
+        Ok(())
     }
 }
 

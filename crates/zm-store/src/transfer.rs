@@ -467,7 +467,8 @@ impl Store {
             }
             _ => None,
         };
-        let items = Memory::from_rows(&rows)?;
+        let mut items = Memory::from_rows(&rows)?;
+        self.hide_unreadable_successors(caller, &mut items).await?;
         Ok(ExportMemoriesOutput {
             count: u32::try_from(items.len()).unwrap_or(u32::MAX),
             items,

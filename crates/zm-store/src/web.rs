@@ -341,10 +341,9 @@ impl Store {
             Some(last) if more => Some(col::<i64>(last, "page_seq")?),
             _ => None,
         };
-        Ok(MemoryPage {
-            items: Memory::from_rows(&rows)?,
-            next,
-        })
+        let mut items = Memory::from_rows(&rows)?;
+        self.hide_unreadable_successors(caller, &mut items).await?;
+        Ok(MemoryPage { items, next })
     }
 
     /// How many readable memories each value of each filter would show,

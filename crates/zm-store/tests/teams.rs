@@ -471,6 +471,31 @@ backend_tests! {
         }
     }
 
+    /// A team memory its author superseded with a private one names no
+    /// successor to the teammates, who cannot open it; the author still
+    /// sees which memory replaced it.
+    async fn a_successor_a_teammate_cannot_read_is_not_named(store: Store, l: &str) {
+        let (_, a) = user(&store, "succ-a").await;
+        let (uw, w) = user(&store, "succ-w").await;
+        let slug = team(&store, &a, l, "succ").await;
+        add(&store, &a, l, &slug, &uw.email, TeamRole::Writer).await;
+        let old = mem(&store, &w, l, json!({"content": "Staging deploys need a ticket.", "kind": "convention", "scope": format!("team.{slug}")})).await;
+        let private = mem(&store, &w, l, json!({"content": "Staging deploys need a ticket and my sign-off.", "kind": "convention", "scope": "personal", "links": [{"dst": old, "type": "supersedes"}]})).await;
+        let old_id = zm_contracts::MemoryId::parse(&old).unwrap();
+        let by_author = ok(store.get_memory(&w, &old_id).await, l, "the author reads it");
+        assert_eq!(by_author.superseded_by.as_ref().map(|m| m.as_str().to_string()), Some(private.clone()), "[{l}]");
+        let by_mate = ok(store.get_memory(&a, &old_id).await, l, "a teammate reads it");
+        assert!(by_mate.invalidated_at.is_some(), "[{l}] retired for everyone");
+        assert_eq!(by_mate.superseded_by, None, "[{l}] names a memory the teammate cannot open");
+        err(store.get_memory(&a, &zm_contracts::MemoryId::parse(&private).unwrap()).await, ErrorCode::NotFound, l, "the private successor");
+        let export = ok(call(&store, &a, "export_memories", json!({"scopes": ["*"]})).await, l, "the teammate's export");
+        assert!(export.to_string().contains(&old), "[{l}] exported");
+        assert!(!export.to_string().contains(&private), "[{l}] the export names it: {export}");
+        let mine = ok(call(&store, &w, "export_memories", json!({"scopes": ["*"]})).await, l, "the author's export");
+        let item = mine["items"].as_array().unwrap().iter().find(|m| m["id"] == json!(old)).cloned().unwrap();
+        assert_eq!(item["superseded_by"], json!(private), "[{l}] {item}");
+    }
+
     /// A write into a project shared with the team is the team's to read,
     /// even when the writer holds the same text privately there (an
     /// import): the private row does not absorb it.
