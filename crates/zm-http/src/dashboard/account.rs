@@ -385,6 +385,14 @@ pub(crate) async fn import(
             Ok(Some(field)) => {
                 let field_name = field.name().unwrap_or("").to_string();
                 if field_name == "file" {
+                    // The form's token comes first (the page puts it
+                    // there): no file is read for a forged or stale form.
+                    if !super::csrf_ok(&state, &signed.secret, &csrf) {
+                        return signed.error(&Failure::forbidden(
+                            "This form expired or did not come from this dashboard. Reload the page and try again.",
+                            rid,
+                        ));
+                    }
                     name = field
                         .file_name()
                         .unwrap_or("upload.jsonl")
