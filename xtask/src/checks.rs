@@ -165,8 +165,20 @@ pub fn check_ledger(ledger: &Ledger, doc: &Value) -> Result<(), Vec<String>> {
             ));
         }
     }
-    for h in &ledger.history {
+    for (i, h) in ledger.history.iter().enumerate() {
         parse("history entry", &h.version, &mut errs);
+        // A major release tells its upgraders what broke, in the table
+        // DEPRECATIONS.md asks them to read (the first release broke
+        // nothing).
+        if i > 0
+            && h.class == zm_contracts::deprecations::ChangeClass::Breaking
+            && !ledger.breaking.iter().any(|b| b.version == h.version)
+        {
+            errs.push(format!(
+                "history entry {}: a breaking release without a [[breaking]] row",
+                h.version
+            ));
+        }
     }
     if let Some(current) = &current
         && !ledger

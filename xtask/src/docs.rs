@@ -114,8 +114,10 @@ fails unless the version was bumped at least that much. Deprecations: [DEPRECATI
 Every failure outside the protocol envelopes has the body `{{\"error\": {{\"code\", \"message\", \"details\"?}}}}`. \
 Branch on `code`, never on `message`. On MCP a failure is a tool result with `isError: true` whose first \
 text block is this body; it carries no `structuredContent` (clients validate that against the tool's \
-`outputSchema`, which describes the success). `validation_failed` carries \
-`details.fields: [{{path, reason}}]`, one entry per offending field.\n\n\
+`outputSchema`, which describes the success). A `validation_failed` of an input that does not match \
+its schema carries `details.fields: [{{path, reason}}]`, one entry per offending field; a secret refused \
+by the content guard (prefix `secret_content_rejected:`) carries `details: {{field, detector, masked}}`; \
+other refusals the message explains may carry no `details`.\n\n\
 | code | HTTP status |\n|---|---|\n"
     );
     for c in doc["error_codes"].as_array().into_iter().flatten() {

@@ -131,18 +131,23 @@ impl Store {
         input: ChallengeInput,
     ) -> Result<ChallengeOutput, ToolError> {
         let caller = cx.caller;
-        let mut rationale = input.reason.trim().to_string();
-        if let Some(e) = input
+        let reason = input.reason.trim();
+        let evidence = input
             .evidence
             .as_deref()
             .map(str::trim)
-            .filter(|e| !e.is_empty())
-        {
+            .filter(|e| !e.is_empty());
+        // Each input under its own name: the refusal names the field the
+        // caller sent the secret in.
+        let fields = std::iter::once(("reason".to_string(), reason))
+            .chain(evidence.map(|e| ("evidence".to_string(), e)));
+        if let Some(hit) = guard::check_fields(fields) {
+            return Err(guard::rejection(&hit));
+        }
+        let mut rationale = reason.to_string();
+        if let Some(e) = evidence {
             rationale.push_str("\n\nEvidence: ");
             rationale.push_str(e);
-        }
-        if let Some(hit) = guard::check_fields([("content".to_string(), rationale.as_str())]) {
-            return Err(guard::rejection(&hit));
         }
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;

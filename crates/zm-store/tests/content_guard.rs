@@ -17,6 +17,25 @@ use zm_contracts::{ErrorCode, ExportMemoriesInput};
 use zm_store::Store;
 
 backend_tests! {
+    /// A challenge's secret is refused under the field it was sent in
+    /// (`reason` or `evidence`), and nothing is filed.
+    async fn a_challenge_names_the_field_that_holds_a_secret(store: Store, label: &str) {
+        let (_, caller) = user(&store, "guard-challenge").await;
+        let m = mem_id(&store, &caller, label).await;
+        let (detector, secret) = fake_secrets().into_iter().next().unwrap();
+        for (field, raw) in [
+            ("reason", json!({"memory_id": m, "reason": format!("the key {secret} was rotated")})),
+            ("evidence", json!({"memory_id": m, "reason": "it was rotated", "evidence": format!("see {secret}")})),
+        ] {
+            let e = err(call(&store, &caller, "challenge", raw).await, ErrorCode::ValidationFailed, label, field);
+            assert_prefix(&e, Prefix::SecretContentRejected, label, field);
+            let details = e.details.clone().unwrap_or_default();
+            assert_eq!((details["field"].clone(), details["detector"].clone()), (json!(field), json!(detector)), "[{label}] {field}");
+        }
+        let listed = ok(call(&store, &caller, "list_conflicts", json!({})).await, label, "list");
+        assert_eq!(listed["conflicts"], json!([]), "[{label}] nothing filed");
+    }
+
     async fn content_guard_refuses_each_detector_in_each_field(store: Store, label: &str) {
         let (_, caller) = user(&store, "guard").await;
         for (i, (detector, secret)) in fake_secrets().into_iter().enumerate() {
@@ -127,4 +146,19 @@ backend_tests! {
             assert_eq!(got.content, text, "[{label}] stored as written");
         }
     }
+}
+
+/// A memory of the caller's to challenge.
+async fn mem_id(store: &Store, caller: &zm_store::Caller, label: &str) -> String {
+    let out = ok(
+        remember(
+            store,
+            caller,
+            json!({"content": "The deploy key lives in the vault.", "scope": "core"}),
+        )
+        .await,
+        label,
+        "remember",
+    );
+    out.memory_id.as_str().to_string()
 }
