@@ -16,7 +16,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use zm_contracts::catalogue::{CATALOGUE, PROMPTS, RESOURCES};
 use zm_contracts::uri::{ResourceUri, UriError};
-use zm_contracts::{CONTRACT_VERSION, ErrorCode, IdKind, ToolName, ToolOutput};
+use zm_contracts::{CONTRACT_VERSION, ErrorCode, IdKind, ToolError, ToolName, ToolOutput};
 use zm_store::{Authenticated, Caller, RequestId, SharedSession, ToolService, Transport};
 
 use crate::envelope::{self, FooterContext};
@@ -273,6 +273,22 @@ impl ZeroMemoryMcp {
     }
 
     /// Run one tool call and build its MCP result.
+    /// The local account a stdio connection serves, read again on every
+    /// request: one disabled or erased meanwhile is refused at once, as an
+    /// HTTP request's token is at its authentication.
+    async fn account_live(&self) -> Result<(), ToolError> {
+        let Identity::User(uid) = &self.identity else {
+            return Ok(());
+        };
+        match self.tools.store().user_by_id(uid).await? {
+            Some(u) if !u.is_disabled() => Ok(()),
+            Some(_) => Err(ToolError::unauthorized(
+                "This account is disabled; `zero-memory user enable` lets it in again.",
+            )),
+            None => Err(ToolError::unauthorized("This account no longer exists.")),
+        }
+    }
+
     async fn run_tool(
         &self,
         name: &str,
@@ -286,6 +302,9 @@ impl ZeroMemoryMcp {
             ));
         };
         let caller = self.caller(ctx)?;
+        if let Err(e) = self.account_live().await {
+            return Ok(envelope::failure(&e));
+        }
         let footer_ctx = FooterContext {
             attached_before: caller.attached_project.clone(),
         };
@@ -455,6 +474,9 @@ impl ServerHandler for ZeroMemoryMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let caller = self.caller(&ctx)?;
+        self.account_live()
+            .await
+            .map_err(|e| McpError::invalid_request(e.message, None))?;
         let text = match ResourceUri::parse(&request.uri) {
             Ok(ResourceUri::Memory(id)) => {
                 match self.tools.store().get_memory(&caller, &id).await {

@@ -1655,3 +1655,20 @@ async fn resource_links_follow_the_rank() {
     assert_eq!(got[12].0, neighbour, "linked memory");
     assert!((got[12].1 - 0.3).abs() < 1e-6, "linked memory: {got:?}");
 }
+
+/// A stdio connection reads its account on every request: disabling it
+/// (`zero-memory user disable`) refuses the very next call, and enabling
+/// it lets the next one in.
+#[tokio::test]
+async fn a_disabled_account_is_refused_on_its_open_stdio_connection() {
+    let env = Env::new().await;
+    let uid = env.add_user("stdio-user@example.com").await;
+    let client = env.connect_as(&uid).await;
+    client.ok("recall", json!({"query": "anything"})).await;
+    env.store.disable_user(&uid).await.unwrap();
+    let e = client.err("recall", json!({"query": "anything"}), "unauthorized").await;
+    assert!(e["message"].as_str().unwrap().contains("disabled"), "{e}");
+    client.err("remember", json!({"content": "Written while disabled.", "kind": "fact"}), "unauthorized").await;
+    env.store.enable_user(&uid).await.unwrap();
+    client.ok("recall", json!({"query": "anything"})).await;
+}
