@@ -364,7 +364,14 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
     .with_attached_project(attached);
     let cancel = tokio_util::sync::CancellationToken::new();
     let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
-    let result = zm_mcp::serve_stdio(server).await;
+    // A client that stops its server with SIGTERM (or a Ctrl-C in a
+    // terminal) gets the same clean close as one that closes stdin: the
+    // recall counts written, the embedder's claims released, the database
+    // closed. A call still running is dropped with its transaction.
+    let result = tokio::select! {
+        r = zm_mcp::serve_stdio(server) => r,
+        () = crate::serve::shutdown_signal() => Ok(()),
+    };
     cancel.cancel();
     if let Some(e) = embedder {
         let _ = e.await;
@@ -396,6 +403,16 @@ async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
     crate::config::check_database_url(to).map_err(|e| anyhow!("--to: {e}"))?;
     // A SQLite destination is created (private, as the server's own).
     let url = crate::config::creating(to);
+    // A source that is not there is a mistyped path, not an empty store:
+    // opening it would create it and copy nothing, reporting success.
+    if let Some(path) = zm_store::db::sqlite_path(&cfg.database_url())
+        && !path.exists()
+    {
+        bail!(
+            "the source database {} does not exist: nothing to copy (check --data-dir or --database-url)",
+            path.display()
+        );
+    }
     crate::files::prepare_database_url(&url)
         .with_context(|| format!("cannot prepare the database {shown}"))?;
     let store = open_store(cfg).await?;

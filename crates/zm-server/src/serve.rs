@@ -59,7 +59,7 @@ fn spawn_team_purge(store: Store, cancel: CancellationToken) {
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

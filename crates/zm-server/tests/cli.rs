@@ -383,6 +383,16 @@ fn copy_into_a_new_database_and_refuse_a_full_one() {
         2,
         "still one user"
     );
+    // A source that is not there (a mistyped data directory) copies
+    // nothing and says so, and creates neither database.
+    let elsewhere = env.dir.path().join("no-such-dir");
+    let fresh = env.dir.path().join("fresh.db");
+    let mut c = bin();
+    c.arg("--data-dir").arg(&elsewhere).args(["copy", "--to", &format!("sqlite://{}", fresh.display())]);
+    let missing = c.output().unwrap();
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("does not exist"), "{}", stderr(&missing));
+    assert!(!elsewhere.join("zero-memory.db").exists() && !fresh.exists(), "nothing created");
 }
 
 #[test]
@@ -982,9 +992,22 @@ impl Stdio2 {
         }
     }
 
+    /// Send SIGTERM, stdin still open, and wait for the exit status.
+    #[cfg(unix)]
+    fn terminate(self) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        self.wait_exit()
+    }
+
     /// Close stdin and wait for the exit status.
     fn finish(mut self) -> (Option<i32>, String) {
         drop(self.child.stdin.take());
+        self.wait_exit()
+    }
+
+    fn wait_exit(mut self) -> (Option<i32>, String) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -1000,7 +1023,7 @@ impl Stdio2 {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("stdio did not exit after EOF");
+                panic!("stdio did not exit");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -1124,6 +1147,22 @@ fn stdio_with_user_and_project() {
     assert!(bob.contains("Widgets are built with make."));
     let alice = env.ok(&["export", "--user", "alice@example.com"]);
     assert!(!alice.contains("Widgets"));
+}
+
+/// A client that stops its stdio server with SIGTERM (stdin still open)
+/// gets a clean exit, as at end of input, not a process killed by the
+/// signal.
+#[cfg(unix)]
+#[test]
+fn stdio_exits_0_on_sigterm() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let mut s = Stdio2::start(&env, &["--user", "alice@example.com"]);
+    initialize(&mut s);
+    s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "anything"}}}));
+    assert!(s.response(2)["result"].is_object());
+    let (code, err) = s.terminate();
+    assert_eq!(code, Some(0), "{err}");
 }
 
 #[test]
