@@ -38,9 +38,81 @@ pub struct ConnLimits {
 /// requests (no request has been read, so there is no route to answer).
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
 
+/// How long a shutdown waits for the requests in flight to be answered
+/// before it ends the MCP sessions regardless.
+const ANSWER_GRACE: Duration = Duration::from_secs(30);
+/// How long it then waits for the connections to close before it returns
+/// anyway (a client that stopped reading holds its connection open).
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// The requests being answered: counted from their arrival until their
+/// response's body has been sent (or dropped), except an MCP `GET`, the
+/// standalone event stream, which lasts as long as its session.
+#[derive(Debug, Default)]
+struct InFlight(std::sync::atomic::AtomicUsize);
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> Answering {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Answering(self.clone())
+    }
+
+    fn is_idle(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst) == 0
+    }
+
+    /// Until no request is being answered (checked every 20 ms: this runs
+    /// once, at shutdown).
+    async fn idle(&self) {
+        while !self.is_idle() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// One request being answered; dropped with its response's body.
+#[derive(Debug)]
+struct Answering(Arc<InFlight>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A response body that holds its request's place in [`InFlight`].
+struct Counted {
+    inner: Body,
+    _answering: Answering,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Serve `app` on `listener` until `shutdown` resolves; then stop taking
-/// connections (the listener is closed), cancel `cancel` (MCP streams) and
-/// let in-flight requests finish before returning.
+/// connections (the listener is closed), let the requests in flight be
+/// answered — MCP calls included, their sessions still open — and only
+/// then cancel `cancel` (the MCP sessions and their event streams), and
+/// return once the connections have closed. Each wait is bounded
+/// ([`ANSWER_GRACE`], [`CLOSE_GRACE`]), so a stuck client cannot hold the
+/// process up.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -53,6 +125,7 @@ pub async fn serve(
     // of them are gone.
     let (done_tx, done_rx) = watch::channel(());
     let draining = CancellationToken::new();
+    let in_flight = Arc::new(InFlight::default());
     let mut refused: u64 = 0;
     tokio::pin!(shutdown);
     loop {
@@ -82,17 +155,31 @@ pub async fn serve(
         let app = app.clone();
         let draining = draining.clone();
         let done = done_rx.clone();
+        let in_flight = in_flight.clone();
         tokio::spawn(async move {
-            connection(stream, peer, app, limits, draining).await;
+            connection(stream, peer, app, limits, draining, in_flight).await;
             drop(permit);
             drop(done);
         });
     }
     drop(listener);
-    cancel.cancel();
+    // Idle connections close; busy ones once their request is answered.
     draining.cancel();
+    if tokio::time::timeout(ANSWER_GRACE, in_flight.idle())
+        .await
+        .is_err()
+    {
+        tracing::warn!(target: "zm_http", grace_s = ANSWER_GRACE.as_secs(), "shutdown: requests still unanswered; ending the MCP sessions");
+    }
+    // Now the MCP sessions, and with them their event streams.
+    cancel.cancel();
     drop(done_rx);
-    done_tx.closed().await;
+    if tokio::time::timeout(CLOSE_GRACE, done_tx.closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!(target: "zm_http", grace_s = CLOSE_GRACE.as_secs(), "shutdown: connections still open; closing anyway");
+    }
     Ok(())
 }
 
@@ -104,6 +191,7 @@ async fn connection(
     app: Router,
     limits: ConnLimits,
     draining: CancellationToken,
+    in_flight: Arc<InFlight>,
 ) {
     // Without TCP_NODELAY a response written in parts (the MCP event
     // stream: headers, then the event) waits on Nagle's algorithm for the
@@ -113,9 +201,25 @@ async fn connection(
     }
     let body_timeout = limits.body_timeout;
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        // MCP's standalone event stream (`GET /mcp`) lasts as long as its
+        // session: it is not a request a shutdown waits for.
+        let answering = (!(req.method() == hyper::Method::GET && req.uri().path() == "/mcp"))
+            .then(|| in_flight.enter());
         let mut req = req.map(|body| Body::new(DeadlineBody::new(body_timeout, body)));
         req.extensions_mut().insert(ConnectInfo(peer));
-        app.clone().oneshot(req)
+        let app = app.clone();
+        async move {
+            let resp = app.oneshot(req).await?;
+            Ok::<_, std::convert::Infallible>(match answering {
+                Some(answering) => resp.map(|inner| {
+                    Body::new(Counted {
+                        inner,
+                        _answering: answering,
+                    })
+                }),
+                None => resp,
+            })
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -915,3 +915,139 @@ async fn a_path_that_is_not_text_is_refused_in_the_contracts_shape() {
     }
     s.running.stop().await;
 }
+
+/// Shutdown with an MCP call in flight: the call is held inside the server
+/// (a gate in front of `/mcp`) while the shutdown signal is sent; then the
+/// gate opens. The MCP session must still be open for it — sessions end
+/// only once the requests in flight are answered — so the call is answered
+/// with its result, and the server then stops, an open event stream of
+/// the same session notwithstanding.
+#[tokio::test]
+async fn graceful_shutdown_answers_an_mcp_call_in_flight() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    let arrived = Arc::new(tokio::sync::Semaphore::new(0));
+    let (open_gate, gate) = tokio::sync::watch::channel(false);
+    let s = start_with({
+        let arrived = arrived.clone();
+        move |router, _| {
+            router.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let (arrived, mut gate) = (arrived.clone(), gate.clone());
+                    async move {
+                        if req.headers().contains_key("x-test-hold") {
+                            arrived.add_permits(1);
+                            gate.wait_for(|open| *open).await.expect("the gate opens");
+                        }
+                        next.run(req).await
+                    }
+                },
+            ))
+        }
+    })
+    .await;
+    let (status, sid, _) = common::mcp_post(
+        &s.http,
+        &s.base,
+        &s.rw_a,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "shutdown-test", "version": "0"}}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sid = sid.expect("a session");
+    let (status, _, _) = common::mcp_post(
+        &s.http,
+        &s.base,
+        &s.rw_a,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    // The session's standalone event stream, open through the shutdown.
+    let stream = s
+        .http
+        .get(format!("{}/mcp", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send();
+    let stream = tokio::spawn(async move { stream.await.map(|r| r.status().as_u16()) });
+    let held = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("x-test-hold", "1")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "remember", "arguments": {"content": "Written while the server shuts down.", "scope": "core"}}}).to_string())
+        .send();
+    let held = tokio::spawn(async move {
+        let r = held.await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    });
+    tokio::time::timeout(PATIENCE, arrived.acquire())
+        .await
+        .expect("the call reached the server")
+        .unwrap()
+        .forget();
+    let (store, mut running) = (s.store, s.running);
+    running.signal();
+    let base = s.base;
+    tokio::time::timeout(PATIENCE, async {
+        while reqwest::Client::new()
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the server stops taking connections");
+    assert!(
+        !running.is_finished(),
+        "the server stopped with a call in flight"
+    );
+    open_gate.send(true).unwrap();
+    let (status, text) = tokio::time::timeout(PATIENCE, held)
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("\"memory_id\"") && !text.contains("\"isError\":true"),
+        "the call's result: {text}"
+    );
+    running.stopped().await;
+    drop(stream);
+    let caller = zm_store::Caller::new(
+        store
+            .user_by_email("a@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+    );
+    let out = zm_store::ToolService::new(store.clone())
+        .call(
+            &caller,
+            zm_contracts::ToolName::Recall,
+            &json!({"query": "shuts down"}),
+        )
+        .await
+        .unwrap()
+        .to_json();
+    assert!(
+        out.to_string()
+            .contains("Written while the server shuts down"),
+        "{out}"
+    );
+}

@@ -1666,9 +1666,17 @@ async fn a_disabled_account_is_refused_on_its_open_stdio_connection() {
     let client = env.connect_as(&uid).await;
     client.ok("recall", json!({"query": "anything"})).await;
     env.store.disable_user(&uid).await.unwrap();
-    let e = client.err("recall", json!({"query": "anything"}), "unauthorized").await;
+    let e = client
+        .err("recall", json!({"query": "anything"}), "unauthorized")
+        .await;
     assert!(e["message"].as_str().unwrap().contains("disabled"), "{e}");
-    client.err("remember", json!({"content": "Written while disabled.", "kind": "fact"}), "unauthorized").await;
+    client
+        .err(
+            "remember",
+            json!({"content": "Written while disabled.", "kind": "fact"}),
+            "unauthorized",
+        )
+        .await;
     env.store.enable_user(&uid).await.unwrap();
     client.ok("recall", json!({"query": "anything"})).await;
 }

@@ -388,11 +388,22 @@ fn copy_into_a_new_database_and_refuse_a_full_one() {
     let elsewhere = env.dir.path().join("no-such-dir");
     let fresh = env.dir.path().join("fresh.db");
     let mut c = bin();
-    c.arg("--data-dir").arg(&elsewhere).args(["copy", "--to", &format!("sqlite://{}", fresh.display())]);
+    c.arg("--data-dir").arg(&elsewhere).args([
+        "copy",
+        "--to",
+        &format!("sqlite://{}", fresh.display()),
+    ]);
     let missing = c.output().unwrap();
     assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
-    assert!(stderr(&missing).contains("does not exist"), "{}", stderr(&missing));
-    assert!(!elsewhere.join("zero-memory.db").exists() && !fresh.exists(), "nothing created");
+    assert!(
+        stderr(&missing).contains("does not exist"),
+        "{}",
+        stderr(&missing)
+    );
+    assert!(
+        !elsewhere.join("zero-memory.db").exists() && !fresh.exists(),
+        "nothing created"
+    );
 }
 
 #[test]
