@@ -134,11 +134,19 @@ pub fn resource_links(output: &ToolOutput, codex: bool) -> Vec<Value> {
         .collect()
 }
 
-/// A successful tool result.
-pub fn success(output: &ToolOutput, ctx: &FooterContext, codex: bool) -> CallToolResult {
+/// A successful tool result; `links`: with the resource links of a read
+/// (clients of protocol revisions before 2025-06-18 get none).
+pub fn success(
+    output: &ToolOutput,
+    ctx: &FooterContext,
+    codex: bool,
+    links: bool,
+) -> CallToolResult {
     let structured = output.to_json();
     let mut content = vec![json!({"type": "text", "text": structured.to_string()})];
-    content.extend(resource_links(output, codex));
+    if links {
+        content.extend(resource_links(output, codex));
+    }
     if let Some(f) = footer(output, ctx) {
         content.push(json!({"type": "text", "text": f}));
     }
@@ -295,6 +303,7 @@ mod tests {
             }),
             &FooterContext::default(),
             false,
+            true,
         );
         assert_eq!(serde_json::to_value(&ok).unwrap()["resultType"], "complete");
     }

@@ -267,12 +267,19 @@ impl ZeroMemoryMcp {
         composed.text
     }
 
+    /// Does the client's protocol revision have `resource_link` content
+    /// blocks (2025-06-18 and later)? An older client's SDK refuses a
+    /// content block of a type it does not know, and with it the result.
+    fn knows_resource_links(ctx: &RequestContext<RoleServer>) -> bool {
+        ctx.protocol_version()
+            .is_none_or(|v| v >= rmcp::model::ProtocolVersion::V_2025_06_18)
+    }
+
     fn codex(ctx: &RequestContext<RoleServer>) -> bool {
         ctx.client_info()
             .is_some_and(|i| i.name.to_lowercase().contains("codex"))
     }
 
-    /// Run one tool call and build its MCP result.
     /// The local account a stdio connection serves, read again on every
     /// request: one disabled or erased meanwhile is refused at once, as an
     /// HTTP request's token is at its authentication.
@@ -289,6 +296,7 @@ impl ZeroMemoryMcp {
         }
     }
 
+    /// Run one tool call and build its MCP result.
     async fn run_tool(
         &self,
         name: &str,
@@ -323,7 +331,12 @@ impl ZeroMemoryMcp {
             Ok(mut out) => {
                 self.carry(&mut out, ctx, caller.attached_project.as_deref())
                     .await;
-                Ok(envelope::success(&out, &footer_ctx, Self::codex(ctx)))
+                Ok(envelope::success(
+                    &out,
+                    &footer_ctx,
+                    Self::codex(ctx),
+                    Self::knows_resource_links(ctx),
+                ))
             }
             Err(e) => Ok(envelope::failure(&e)),
         }

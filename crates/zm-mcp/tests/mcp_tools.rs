@@ -1680,3 +1680,43 @@ async fn a_disabled_account_is_refused_on_its_open_stdio_connection() {
     env.store.enable_user(&uid).await.unwrap();
     client.ok("recall", json!({"query": "anything"})).await;
 }
+
+/// `resource_link` content blocks came with protocol revision 2025-06-18:
+/// a client that speaks an older one gets a read's result without them
+/// (its SDK refuses a content block of a type it does not know), a newer
+/// one with them.
+#[tokio::test]
+async fn resource_links_go_only_to_clients_whose_revision_has_them() {
+    use rmcp::model::ProtocolVersion;
+    let env = Env::new().await;
+    env.connect()
+        .await
+        .ok(
+            "remember",
+            json!({"content": "The ledger closes at midnight.", "kind": "fact", "scope": "core"}),
+        )
+        .await;
+    for (version, links) in [
+        (ProtocolVersion::V_2024_11_05, false),
+        (ProtocolVersion::V_2025_03_26, false),
+        (ProtocolVersion::V_2025_06_18, true),
+        (ProtocolVersion::V_2025_11_25, true),
+    ] {
+        let client = Client::connect_speaking(env.server(), version.clone()).await;
+        let result = client
+            .call("recall", json!({"query": "ledger midnight"}))
+            .await;
+        let types: Vec<&str> = result["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(
+            types.contains(&"resource_link"),
+            links,
+            "{version:?}: {types:?}"
+        );
+        assert_eq!(types[0], "text", "{version:?}");
+    }
+}

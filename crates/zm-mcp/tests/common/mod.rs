@@ -110,6 +110,23 @@ pub(crate) struct Client {
 
 impl Client {
     pub(crate) async fn connect(server: ZeroMemoryMcp, client_name: &str, era: Era) -> Client {
+        Self::connect_at(server, client_name, era, None).await
+    }
+
+    /// A legacy-era connection that asks `initialize` for `version`.
+    pub(crate) async fn connect_speaking(
+        server: ZeroMemoryMcp,
+        version: ProtocolVersion,
+    ) -> Client {
+        Self::connect_at(server, UNCAPPED, Era::Legacy, Some(version)).await
+    }
+
+    async fn connect_at(
+        server: ZeroMemoryMcp,
+        client_name: &str,
+        era: Era,
+        version: Option<ProtocolVersion>,
+    ) -> Client {
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
         let handler = server.clone();
         tokio::spawn(async move {
@@ -117,10 +134,13 @@ impl Client {
                 let _ = running.waiting().await;
             }
         });
-        let config = ClientConfig::new(
+        let mut config = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new(client_name, "1.0.0"),
         );
+        if let Some(v) = version {
+            config = config.with_protocol_version(v);
+        }
         let lifecycle = match era {
             Era::Legacy => ClientLifecycleMode::Initialize,
             Era::Modern => ClientLifecycleMode::Discover {
