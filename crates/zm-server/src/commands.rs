@@ -595,11 +595,11 @@ async fn user_disable(cfg: &Config, email: &str) -> anyhow::Result<()> {
     let result = store.disable_user(&user.id).await;
     store.close().await;
     match result.map_err(tool)? {
-        Some(revoked) => println!(
+        Some(revoked) => eprintln!(
             "disabled {}: its tokens and password are refused from now on; revoked {} OAuth sign-in(s). `zero-memory user enable {}` enables it again.",
             user.email, revoked.oauth_families, user.email
         ),
-        None => println!("{} was already disabled", user.email),
+        None => eprintln!("{} was already disabled", user.email),
     }
     Ok(())
 }
@@ -610,12 +610,12 @@ async fn user_enable(cfg: &Config, email: &str) -> anyhow::Result<()> {
     let result = store.enable_user(&user.id).await;
     store.close().await;
     if result.map_err(tool)? {
-        println!(
+        eprintln!(
             "enabled {}: its password and personal access tokens work again; OAuth apps sign in again",
             user.email
         );
     } else {
-        println!("{} was not disabled", user.email);
+        eprintln!("{} was not disabled", user.email);
     }
     Ok(())
 }
@@ -705,7 +705,7 @@ async fn token_revoke(cfg: &Config, email: &str, token_id: &str) -> anyhow::Resu
     let result = store.revoke_token(&user.id, token_id.trim()).await;
     store.close().await;
     result.map_err(|e| anyhow!("{} (or it is already revoked)", describe(&e)))?;
-    println!("revoked {}", token_id.trim());
+    eprintln!("revoked {}", token_id.trim());
     Ok(())
 }
 
@@ -755,7 +755,7 @@ async fn oauth_revoke(cfg: &Config, email: &str, client_id: &str) -> anyhow::Res
     let result = store.revoke_oauth_client(&user.id, client_id.trim()).await;
     store.close().await;
     result.map_err(|e| anyhow!("{}", describe(&e)))?;
-    println!("revoked {} for {}", client_id.trim(), user.email);
+    eprintln!("revoked {} for {}", client_id.trim(), user.email);
     Ok(())
 }
 

@@ -127,7 +127,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
         TeamCommand::Delete { slug, actor: a } => {
             let caller = actor(store, a.as_deref()).await?;
             let done = store.delete_team(&caller, &slug).await.map_err(tool)?;
-            println!(
+            eprintln!(
                 "deleted team {}: {} memories are readable by nobody; its admins can export them (GET /api/teams/{}/export) until {}, when they are erased",
                 done.slug, done.memories, done.slug, done.purge_after
             );
@@ -147,7 +147,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
                 .add_team_member(&caller, &team, input)
                 .await
                 .map_err(tool)?;
-            println!("{} is now {} of team {team}", m.email, m.role);
+            eprintln!("{} is now {} of team {team}", m.email, m.role);
         }
         TeamCommand::Remove {
             email,
@@ -160,7 +160,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
                 .remove_team_member(&caller, &team, &user.id)
                 .await
                 .map_err(tool)?;
-            println!("{email} is no longer a member of team {team}");
+            eprintln!("{email} is no longer a member of team {team}");
         }
         TeamCommand::Role {
             email,
@@ -174,7 +174,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
                 .set_team_role(&caller, &team, &user.id, SetRoleInput { role: role.into() })
                 .await
                 .map_err(tool)?;
-            println!("{} is now {} of team {team}", m.email, m.role);
+            eprintln!("{} is now {} of team {team}", m.email, m.role);
         }
     }
     Ok(())

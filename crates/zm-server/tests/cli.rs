@@ -491,8 +491,10 @@ fn tokens_create_list_revoke() {
     let id = laptop.split_whitespace().next().unwrap().to_string();
     assert!(id.starts_with("tok_"), "{id}");
 
-    let out = env.ok(&["token", "revoke", "--user", "alice@example.com", &id]);
-    assert!(out.contains(&id));
+    let out = env.run(&["token", "revoke", "--user", "alice@example.com", &id]);
+    assert_success(&out, &["token revoke"]);
+    assert!(out.stdout.is_empty(), "a note, not a result: stdout stays empty");
+    assert!(stderr(&out).contains(&id), "{}", stderr(&out));
     let list = env.ok(&["token", "list", "--user", "alice@example.com"]);
     let laptop = list.lines().find(|r| r.contains("laptop")).unwrap();
     assert!(laptop.contains("revoked"), "{list}");
