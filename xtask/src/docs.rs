@@ -108,6 +108,10 @@ HTTP clients at `GET /api/contract`. The machine-readable form is `contract/snap
 narrowed, a new required input, a tool withdrawn, an error code changed for the same failure.\n\
 - **minor**: a new optional field, a new tool, a new enum value in an output.\n\
 - **patch**: descriptions and documentation only.\n\n\
+`internal` is the one code no client can build on: it says the server failed, not why. A failure that \
+answered `internal` because of a defect and, once fixed, answers the code of its cause (an input \
+PostgreSQL refused answering `validation_failed`, a lost deadlock `conflict`) is a fix: a patch, with \
+a behavioural row in the ledger. Any other change of the code a failure answers is major.\n\n\
 `cargo xtask check` compares the built contract with the snapshot, classifies every difference and \
 fails unless the version was bumped at least that much. Deprecations: [DEPRECATIONS.md](DEPRECATIONS.md).\n\n\
 ## Errors\n\n\
