@@ -1337,11 +1337,14 @@ async fn schema_failures_are_tool_results_naming_the_field() {
         }
     }
     // Arguments omitted altogether are an empty object.
-    let r = c.try_call("delete_account", Value::Null).await;
-    assert!(r.is_ok());
     let r = c.try_call("remember", Value::Null).await.unwrap();
     let e = check_error(&r, "validation_failed", "remember()");
     assert_eq!(field_paths(&e), ["content"]);
+    let r = c.try_call("delete_account", Value::Null).await;
+    assert!(r.is_ok());
+    // The connection of the account it erased is refused from then on.
+    let r = c.try_call("recall", json!({"query": "x"})).await.unwrap();
+    check_error(&r, "unauthorized", "recall after delete_account");
 }
 
 #[tokio::test]
