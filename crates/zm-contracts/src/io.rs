@@ -129,8 +129,7 @@ pub struct RememberOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deduplicated: Option<bool>,
     /// The scope the memory lives in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
+    pub scope: String,
     /// Near-duplicates: candidates this memory may supersede.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub similar_existing: Option<Vec<SimilarMemory>>,
@@ -149,8 +148,8 @@ pub struct RememberOutput {
     /// Why a `core`/`personal` write was stored in the project instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routed_to_project: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<SessionState>,
+    /// What the connection carries into the next call.
+    pub session: SessionState,
 }
 
 // ---------------------------------------------------------------- recall
@@ -195,8 +194,8 @@ pub struct RecallOutput {
     /// The project the read was pinned to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_scope: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<SessionState>,
+    /// What the connection carries into the next call.
+    pub session: SessionState,
     /// Graph neighbours of the hits (at most 2 per hit, 8 in all).
     #[serde(default)]
     pub related: Vec<RelatedStub>,
@@ -258,8 +257,8 @@ pub struct BuildContextOutput {
     pub open_loops: Vec<ContextMemory>,
     #[serde(default)]
     pub open_loops_total: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<SessionState>,
+    /// What the connection carries into the next call.
+    pub session: SessionState,
 }
 
 // ---------------------------------------------------------------- lifecycle

@@ -25,9 +25,9 @@ impl ToolOutput {
     /// connection, already decided by the store (first attach wins).
     pub fn session(&self) -> Option<&SessionState> {
         match self {
-            ToolOutput::Remember(o) => o.session.as_ref(),
-            ToolOutput::Recall(o) => o.session.as_ref(),
-            ToolOutput::BuildContext(o) => o.session.as_ref(),
+            ToolOutput::Remember(o) => Some(&o.session),
+            ToolOutput::Recall(o) => Some(&o.session),
+            ToolOutput::BuildContext(o) => Some(&o.session),
             _ => None,
         }
     }
@@ -37,9 +37,9 @@ impl ToolOutput {
     /// none at all (a stateless request) to report what it keeps.
     pub fn session_mut(&mut self) -> Option<&mut SessionState> {
         match self {
-            ToolOutput::Remember(o) => o.session.as_mut(),
-            ToolOutput::Recall(o) => o.session.as_mut(),
-            ToolOutput::BuildContext(o) => o.session.as_mut(),
+            ToolOutput::Remember(o) => Some(&mut o.session),
+            ToolOutput::Recall(o) => Some(&mut o.session),
+            ToolOutput::BuildContext(o) => Some(&mut o.session),
             _ => None,
         }
     }
@@ -49,7 +49,7 @@ impl ToolOutput {
     /// `remember` only echo a thread; a connection does not adopt it.)
     pub fn issued_thread(&self) -> Option<&str> {
         match self {
-            ToolOutput::BuildContext(o) => o.session.as_ref()?.thread.as_deref(),
+            ToolOutput::BuildContext(o) => o.session.thread.as_deref(),
             _ => None,
         }
     }
@@ -78,17 +78,17 @@ impl ToolOutput {
         match self {
             ToolOutput::Remember(o) => FooterFacts {
                 routed_to_project: o.routed_to_project.as_deref(),
-                session: o.session.as_ref(),
+                session: Some(&o.session),
                 ..FooterFacts::default()
             },
             ToolOutput::Recall(o) => FooterFacts {
                 project_scope: o.project_scope.as_deref(),
-                session: o.session.as_ref(),
+                session: Some(&o.session),
                 ..FooterFacts::default()
             },
             ToolOutput::BuildContext(o) => FooterFacts {
                 project_scope: o.project_scope.as_deref(),
-                session: o.session.as_ref(),
+                session: Some(&o.session),
                 rules: &o.rules,
                 ..FooterFacts::default()
             },

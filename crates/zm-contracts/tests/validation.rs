@@ -231,22 +231,29 @@ fn outputs_validate_against_their_own_schemas() {
     let out = RememberOutput {
         memory_id: MemoryId::generate(),
         deduplicated: None,
-        scope: Some("proj.a.b".into()),
+        scope: "proj.a.b".into(),
         similar_existing: None,
         hint: None,
         length_directive: None,
         anchors: None,
         anchor_hint: None,
         routed_to_project: None,
-        session: Some(SessionState {
+        session: SessionState {
             attached_project: None,
             thread: None,
-        }),
+        },
     };
     let schema = (ToolName::Remember.spec().output_schema)();
     let v = jsonschema::validator_for(&schema).unwrap();
-    assert!(v.is_valid(&serde_json::to_value(&out).unwrap()));
+    let full = serde_json::to_value(&out).unwrap();
+    assert!(v.is_valid(&full));
     assert!(!v.is_valid(&json!({"memory_id": "nope"})));
+    // What the server always sends, the schema requires.
+    for always in ["scope", "session"] {
+        let mut without = full.clone();
+        without.as_object_mut().unwrap().remove(always);
+        assert!(!v.is_valid(&without), "{always} is required");
+    }
 }
 
 #[test]

@@ -210,7 +210,7 @@ mod tests {
         ToolOutput::Recall(RecallOutput {
             memories: vec![hit(1), hit(2)],
             project_scope: Some("proj.a.x".into()),
-            session: Some(session),
+            session,
             related: vec![RelatedStub {
                 id: id(3),
                 of: id(1),
@@ -261,17 +261,17 @@ mod tests {
         let none = ToolOutput::Remember(zm_contracts::RememberOutput {
             memory_id: id(1),
             deduplicated: None,
-            scope: None,
+            scope: "personal".into(),
             similar_existing: None,
             hint: None,
             length_directive: None,
             anchor_hint: None,
             anchors: None,
             routed_to_project: None,
-            session: Some(SessionState {
+            session: SessionState {
                 attached_project: None,
                 thread: None,
-            }),
+            },
         });
         let f = footer(&none, &FooterContext::default()).unwrap();
         assert!(f.contains("NO PROJECT"));

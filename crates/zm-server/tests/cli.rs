@@ -493,7 +493,10 @@ fn tokens_create_list_revoke() {
 
     let out = env.run(&["token", "revoke", "--user", "alice@example.com", &id]);
     assert_success(&out, &["token revoke"]);
-    assert!(out.stdout.is_empty(), "a note, not a result: stdout stays empty");
+    assert!(
+        out.stdout.is_empty(),
+        "a note, not a result: stdout stays empty"
+    );
     assert!(stderr(&out).contains(&id), "{}", stderr(&out));
     let list = env.ok(&["token", "list", "--user", "alice@example.com"]);
     let laptop = list.lines().find(|r| r.contains("laptop")).unwrap();

@@ -274,7 +274,7 @@ fn remember_output(o: RememberOutcome) -> RememberOutput {
     RememberOutput {
         memory_id: MemoryId::from_trusted(o.memory_id),
         deduplicated: o.deduplicated.then_some(true),
-        scope: Some(o.target.scope),
+        scope: o.target.scope,
         hint: has_similar.then(|| {
             "These existing memories look similar. If the new memory replaces one of them, remember it again with links: [{dst: <id>, type: \"supersedes\"}] so the old one retires; if they are the same fact, forget the duplicate.".to_string()
         }),
@@ -289,7 +289,7 @@ fn remember_output(o: RememberOutcome) -> RememberOutput {
         }),
         anchors: (!o.anchors.is_empty()).then_some(o.anchors),
         routed_to_project: o.target.routed_to_project,
-        session: Some(o.session),
+        session: o.session,
     }
 }
 

@@ -1463,7 +1463,7 @@ impl Store {
         let thread = plan.thread.as_ref().map(|t| t.token.clone());
         Ok(RecallOutput {
             memories,
-            session: Some(Self::session_after_read(&plan, thread)),
+            session: Self::session_after_read(&plan, thread),
             project_scope: plan.pin,
             related,
         })
@@ -1595,7 +1595,7 @@ impl Store {
             rules: Vec::new(),
             open_loops: Vec::new(),
             open_loops_total: 0,
-            session: Some(Self::session_after_read(&plan, thread)),
+            session: Self::session_after_read(&plan, thread),
         };
         if input.briefing {
             out.recent = self.recent(caller, &plan.set, &ids, &promoted, now).await?;

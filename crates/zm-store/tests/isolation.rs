@@ -40,7 +40,7 @@ backend_tests! {
             label,
             "alice core",
         );
-        let project = fact.scope.clone().unwrap();
+        let project = fact.scope.clone();
         let alice_ids = [&fact, &task, &core].map(|o| o.memory_id.to_string());
 
         // Reads: nothing of Alice's, however Bob asks.

@@ -84,8 +84,8 @@ backend_tests! {
             label,
             "stranger",
         );
-        let alpha = in_alpha.scope.clone().unwrap();
-        let beta = in_beta.scope.clone().unwrap();
+        let alpha = in_alpha.scope.clone();
+        let beta = in_beta.scope.clone();
         assert_ne!(alpha, beta, "[{label}] two projects");
         let [a, b, p, c, f] = [&in_alpha, &in_beta, &in_personal, &in_core, &foreign]
             .map(|o| o.memory_id.to_string());
@@ -195,7 +195,7 @@ backend_tests! {
             "[{label}] the read is pinned to beta"
         );
         assert_eq!(
-            out.session.as_ref().unwrap().attached_project.as_deref(),
+            out.session.attached_project.as_deref(),
             Some(alpha.as_str()),
             "[{label}] the session stays attached to alpha"
         );
@@ -234,7 +234,7 @@ backend_tests! {
             "pin",
         );
         assert_eq!(
-            out.session.unwrap().attached_project.as_deref(),
+            out.session.attached_project.as_deref(),
             Some(beta.as_str()),
             "[{label}] first attach"
         );

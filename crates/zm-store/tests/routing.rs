@@ -94,7 +94,7 @@ backend_tests! {
             "scope core",
         );
         assert_eq!(
-            core.scope.as_deref(),
+            Some(core.scope.as_str()),
             Some(caller.core_scope().as_str()),
             "[{label}] core"
         );
@@ -109,7 +109,7 @@ backend_tests! {
             "scope personal",
         );
         assert_eq!(
-            personal.scope.as_deref(),
+            Some(personal.scope.as_str()),
             Some(caller.personal_scope().as_str()),
             "[{label}] personal"
         );
@@ -125,7 +125,7 @@ backend_tests! {
             label,
             "project_hint",
         );
-        let project = by_hint.scope.clone().unwrap();
+        let project = by_hint.scope.clone();
         assert!(
             project.starts_with("proj.") && project.ends_with(".alpha_service"),
             "[{label}] hint routed to {project}"
@@ -148,7 +148,7 @@ backend_tests! {
             label,
             "briefing",
         );
-        let thread = ctx.session.unwrap().thread.expect("a thread token");
+        let thread = ctx.session.thread.expect("a thread token");
         let by_thread = ok(
             remember(
                 &store,
@@ -160,16 +160,12 @@ backend_tests! {
             "thread",
         );
         assert_eq!(
-            by_thread.scope.as_deref(),
+            Some(by_thread.scope.as_str()),
             Some(project.as_str()),
             "[{label}] thread routes"
         );
         assert_eq!(
-            by_thread
-                .session
-                .as_ref()
-                .and_then(|s| s.thread.clone())
-                .as_deref(),
+            by_thread.session.thread.as_deref(),
             Some(thread.as_str()),
             "[{label}] remember echoes the thread"
         );
@@ -187,12 +183,12 @@ backend_tests! {
             "attached project",
         );
         assert_eq!(
-            by_session.scope.as_deref(),
+            Some(by_session.scope.as_str()),
             Some(project.as_str()),
             "[{label}] attached"
         );
         assert_eq!(
-            by_session.session.unwrap().attached_project.as_deref(),
+            by_session.session.attached_project.as_deref(),
             Some(project.as_str()),
             "[{label}] session state"
         );
@@ -209,7 +205,7 @@ backend_tests! {
             "explicit scope with a bad hint",
         );
         assert_eq!(
-            explicit.scope.as_deref(),
+            Some(explicit.scope.as_str()),
             Some(project.as_str()),
             "[{label}] explicit"
         );
@@ -255,7 +251,7 @@ backend_tests! {
             };
             if routed {
                 assert_eq!(
-                    out.scope.as_deref(),
+                    Some(out.scope.as_str()),
                     Some(project.as_str()),
                     "[{label}] {what}: scope"
                 );
@@ -266,7 +262,7 @@ backend_tests! {
                 );
             } else {
                 assert_eq!(
-                    out.scope.as_deref(),
+                    Some(out.scope.as_str()),
                     Some(layer_scope.as_str()),
                     "[{label}] {what}: scope"
                 );
@@ -278,7 +274,7 @@ backend_tests! {
                 &what,
             );
             assert_eq!(
-                Some(stored.scope),
+                stored.scope,
                 out.scope,
                 "[{label}] {what}: stored where reported"
             );
@@ -295,7 +291,7 @@ backend_tests! {
             label,
             "pinned build_context",
         );
-        let thread = ctx.session.unwrap().thread.unwrap();
+        let thread = ctx.session.thread.unwrap();
         let out = ok(
             remember(
                 &store,
@@ -307,7 +303,7 @@ backend_tests! {
             "core decision with a thread",
         );
         assert_eq!(
-            out.scope.as_deref(),
+            Some(out.scope.as_str()),
             Some(project.as_str()),
             "[{label}] thread gate"
         );
@@ -328,7 +324,7 @@ backend_tests! {
             "core convention with a hint",
         );
         assert_eq!(
-            out.scope.as_deref(),
+            Some(out.scope.as_str()),
             Some(project.as_str()),
             "[{label}] hint gate"
         );
@@ -355,7 +351,7 @@ backend_tests! {
             "core fact with a hint",
         );
         assert_eq!(
-            out.scope.as_deref(),
+            Some(out.scope.as_str()),
             Some(caller.core_scope().as_str()),
             "[{label}] fact stays"
         );
@@ -383,7 +379,7 @@ backend_tests! {
                 caller.personal_scope()
             };
             assert_eq!(
-                out.scope.as_deref(),
+                Some(out.scope.as_str()),
                 Some(expected.as_str()),
                 "[{label}] {what}"
             );

@@ -32,11 +32,7 @@ backend_tests! {
             project.ends_with(".gamma_api"),
             "[{label}] project {project}"
         );
-        let token = ctx
-            .session
-            .as_ref()
-            .and_then(|s| s.thread.clone())
-            .expect("thread");
+        let token = ctx.session.thread.clone().expect("thread");
         assert!(token.starts_with("thr_"), "[{label}] token {token}");
 
         // The same conversation asserts the same thread again.
@@ -51,7 +47,7 @@ backend_tests! {
             "second briefing",
         );
         assert_eq!(
-            again.session.unwrap().thread.as_deref(),
+            again.session.thread.as_deref(),
             Some(token.as_str()),
             "[{label}] same thread"
         );
@@ -73,7 +69,7 @@ backend_tests! {
             "session write",
         );
         assert_eq!(
-            own.scope.as_deref(),
+            Some(own.scope.as_str()),
             Some(project.as_str()),
             "[{label}] transport thread routes"
         );
@@ -102,7 +98,7 @@ backend_tests! {
             "write with the token",
         );
         assert_eq!(
-            out.scope.as_deref(),
+            Some(out.scope.as_str()),
             Some(project.as_str()),
             "[{label}] the token routes"
         );
@@ -135,7 +131,7 @@ backend_tests! {
             "[{label}] token pins reads"
         );
         assert_eq!(
-            read.session.unwrap().thread.as_deref(),
+            read.session.thread.as_deref(),
             Some(token.as_str()),
             "[{label}] echoed"
         );
@@ -177,7 +173,7 @@ backend_tests! {
         );
         assert!(read.memories.is_empty(), "[{label}] nothing of the owner");
         assert_eq!(
-            read.session.unwrap().thread,
+            read.session.thread,
             None,
             "[{label}] a foreign token is not echoed"
         );
@@ -207,7 +203,7 @@ backend_tests! {
             "explicit scope with a token",
         );
         assert_eq!(
-            explicit.scope.as_deref(),
+            Some(explicit.scope.as_str()),
             Some(caller.core_scope().as_str()),
             "[{label}] explicit scope wins"
         );
@@ -237,7 +233,7 @@ backend_tests! {
             label,
             "conversation briefing",
         );
-        let conv_token = c1.session.unwrap().thread.unwrap();
+        let conv_token = c1.session.thread.unwrap();
         assert_ne!(
             conv_token, token,
             "[{label}] a conversation has its own thread"
@@ -253,7 +249,7 @@ backend_tests! {
             "conversation briefing from another connection",
         );
         assert_eq!(
-            again.session.unwrap().thread.as_deref(),
+            again.session.thread.as_deref(),
             Some(conv_token.as_str()),
             "[{label}] the same conversation and project: the same thread"
         );
@@ -267,7 +263,7 @@ backend_tests! {
             label,
             "conversation re-pinned",
         );
-        let repinned = c2.session.unwrap().thread.unwrap();
+        let repinned = c2.session.thread.unwrap();
         assert_ne!(
             repinned, conv_token,
             "[{label}] a re-pin issues a new token"
@@ -283,11 +279,11 @@ backend_tests! {
             "write on the re-pinned thread",
         );
         assert_eq!(
-            out.scope, c2.project_scope,
+            Some(out.scope.clone()), c2.project_scope,
             "[{label}] the thread follows the environment"
         );
         assert!(
-            out.scope.as_deref().unwrap_or("").ends_with(".epsilon"),
+            out.scope.as_str().ends_with(".epsilon"),
             "[{label}] epsilon project"
         );
         let stored = ok(
@@ -306,7 +302,7 @@ backend_tests! {
             "write on the first token of the conversation",
         );
         assert!(
-            delta.scope.as_deref().unwrap_or("").ends_with(".delta"),
+            delta.scope.as_str().ends_with(".delta"),
             "[{label}] an earlier token keeps its project"
         );
         let stored_delta = ok(
