@@ -107,6 +107,7 @@ pub fn document(public_url: &str) -> Value {
         json!({"get": {"operationId": "get_contract", "summary": "The contract: version, errors, prefixes, tools, deprecations", "security": [], "responses": {"200": {"description": "The contract document.", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
     );
     admin_paths(&mut paths, &mut schemas);
+    operational_paths(&mut paths);
     doc["paths"] = Value::Object(paths);
     doc["components"]["schemas"] = Value::Object(schemas);
     doc
@@ -158,4 +159,88 @@ fn admin_paths(
         let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
         entry[r.method.to_ascii_lowercase()] = op;
     }
+}
+
+/// The routes for operators and discovery, served without a token: what
+/// they answer, so the document lists every route the server serves (the
+/// dashboard's pages and OAuth's endpoints aside, which have documents of
+/// their own: DASHBOARD.md and the authorization server's metadata).
+fn operational_paths(paths: &mut serde_json::Map<String, Value>) {
+    let json_of = |description: &str, schema: Value| json!({"description": description, "content": {"application/json": {"schema": schema}}});
+    let health = json!({
+        "type": "object",
+        "required": ["ok", "version", "contract"],
+        "properties": {"ok": {"type": "boolean"}, "version": {"type": "string"}, "contract": {"type": "string"}},
+    });
+    let ready = json!({
+        "type": "object",
+        "required": ["ok", "checks"],
+        "properties": {
+            "ok": {"type": "boolean"},
+            "checks": {"type": "object", "required": ["database"], "properties": {"database": {"type": "boolean"}}},
+        },
+    });
+    let resource = json!({
+        "type": "object",
+        "required": ["resource", "authorization_servers", "scopes_supported", "bearer_methods_supported"],
+        "properties": {
+            "resource": {"type": "string"},
+            "authorization_servers": {"type": "array", "items": {"type": "string"}},
+            "scopes_supported": {"type": "array", "items": {"type": "string"}},
+            "bearer_methods_supported": {"type": "array", "items": {"type": "string"}},
+            "resource_name": {"type": "string"},
+        },
+    });
+    let get = |id: &str, summary: &str, responses: Value| json!({"get": {"operationId": id, "summary": summary, "security": [], "responses": responses}});
+    paths.insert(
+        "/healthz".into(),
+        get(
+            "healthz",
+            "Liveness: the process answers",
+            json!({"200": json_of("Alive.", health)}),
+        ),
+    );
+    paths.insert(
+        "/readyz".into(),
+        get(
+            "readyz",
+            "Readiness: the database answers (503 while it does not)",
+            json!({"200": json_of("Ready.", ready.clone()), "503": json_of("The database does not answer.", ready)}),
+        ),
+    );
+    paths.insert(
+        "/metrics".into(),
+        get(
+            "metrics",
+            "Prometheus text: counts and totals, never a user's figures",
+            json!({"200": {"description": "Prometheus text exposition format 0.0.4.", "content": {"text/plain": {"schema": {"type": "string"}}}}}),
+        ),
+    );
+    for (path, id) in [
+        (
+            "/.well-known/oauth-protected-resource",
+            "protected_resource",
+        ),
+        (
+            "/.well-known/oauth-protected-resource/mcp",
+            "protected_resource_mcp",
+        ),
+    ] {
+        paths.insert(
+            path.into(),
+            get(
+                id,
+                "OAuth protected-resource metadata of /mcp (RFC 9728)",
+                json!({"200": json_of("The metadata.", resource.clone())}),
+            ),
+        );
+    }
+    paths.insert(
+        "/api/openapi.json".into(),
+        get(
+            "openapi",
+            "This document",
+            json!({"200": json_of("The OpenAPI document.", json!({"type": "object"}))}),
+        ),
+    );
 }

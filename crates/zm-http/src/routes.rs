@@ -150,7 +150,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// user's figures).
 pub async fn metrics(State(state): State<AppState>) -> Response {
     // The storage gauges need the database; without it the counters are
-    // still served (and `/health/ready` reports the database).
+    // still served (and `/readyz` reports the database).
     let storage = match state.store.storage_summary().await {
         Ok(summary) => summary.render(state.store.limits()),
         Err(e) => {

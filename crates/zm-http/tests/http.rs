@@ -355,6 +355,29 @@ async fn openapi_component_schemas_are_the_contract_schemas() {
             t.name
         );
     }
+    // The routes for operators and discovery are documented too, and each
+    // answers what its document says it holds.
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/api/openapi.json",
+    ] {
+        let op = &doc["paths"][path]["get"];
+        assert_eq!(op["security"], json!([]), "{path}: served without a token");
+        let (st, body) = s.get(path, None).await;
+        assert_eq!(st, 200, "{path}");
+        let schema = &op["responses"]["200"]["content"]["application/json"]["schema"];
+        for key in schema["required"].as_array().into_iter().flatten() {
+            assert!(
+                body.get(key.as_str().unwrap()).is_some(),
+                "{path}: {key} in {body}"
+            );
+        }
+    }
+    let metrics = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
+    assert!(metrics["text/plain"].is_object(), "{metrics}");
     s.stop().await;
 }
 
