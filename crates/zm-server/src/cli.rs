@@ -385,7 +385,7 @@ pub enum TeamCommand {
         #[arg(long = "as", value_name = "EMAIL")]
         actor: Option<String>,
     },
-    /// Add an existing user to a team with a role (admins).
+    /// Add an existing user to a team with a role (the server's owner, as a team admin; other admins invite).
     Add {
         /// The user's email.
         email: String,

@@ -650,7 +650,7 @@ knobs! {
                 .num_args(0..=1)
                 .require_equals(true)
                 .default_missing_value("true"),
-            help: "Trust `X-Forwarded-For` / `X-Forwarded-Proto` from a reverse proxy; requires an `https://` public URL.",
+            help: "Trust `X-Forwarded-For` (the client's address) from a reverse proxy; requires an `https://` public URL (which, not `X-Forwarded-Proto`, decides https).",
             doc: "Accepts true/false, 1/0, yes/no, on/off; the bare flag means true.",
         },
         first_start_output: PathBuf {
