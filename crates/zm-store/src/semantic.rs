@@ -444,6 +444,8 @@ pub struct SemanticStatus {
     pub indexed: usize,
     /// Memories embedded by this process, and the time spent on them.
     pub embedded: u64,
+    /// Memories the model refused (kept without a vector).
+    pub refused: u64,
     pub embed_micros: u64,
     /// Queries embedded by this process, and the time spent on them.
     pub queries: u64,
@@ -470,6 +472,7 @@ pub(crate) struct Semantic {
     /// When `settled` was set (the store's clock, ms).
     settled_at: AtomicU64,
     embedded: AtomicU64,
+    refused: AtomicU64,
     embed_micros: AtomicU64,
     queries: AtomicU64,
     query_micros: AtomicU64,
@@ -648,6 +651,7 @@ impl Store {
             model: self.encoder().map(|e| e.model().to_string()),
             indexed: read(&s.index).entries.len(),
             embedded: s.embedded.load(Ordering::Relaxed),
+            refused: s.refused.load(Ordering::Relaxed),
             embed_micros: s.embed_micros.load(Ordering::Relaxed),
             queries: s.queries.load(Ordering::Relaxed),
             query_micros: s.query_micros.load(Ordering::Relaxed),
@@ -674,12 +678,14 @@ impl Store {
              # HELP zm_embedding_queue Live memories not embedded yet (recall finds them by full text only).\n# TYPE zm_embedding_queue gauge\nzm_embedding_queue {queue}\n\
              # HELP zm_embedding_indexed Vectors in this instance's index.\n# TYPE zm_embedding_indexed gauge\nzm_embedding_indexed {}\n\
              # HELP zm_embedded_total Memories embedded by this process.\n# TYPE zm_embedded_total counter\nzm_embedded_total {}\n\
+             # HELP zm_embedding_refused_total Memories the model refused to embed, kept without a vector (recall finds them by full text only; `zero-memory reindex --all` tries them again).\n# TYPE zm_embedding_refused_total counter\nzm_embedding_refused_total {}\n\
              # HELP zm_embedding_seconds_total Time spent embedding memories.\n# TYPE zm_embedding_seconds_total counter\nzm_embedding_seconds_total {:.3}\n\
              # HELP zm_query_embeddings_total Queries embedded by this process.\n# TYPE zm_query_embeddings_total counter\nzm_query_embeddings_total {}\n\
              # HELP zm_query_embedding_seconds_total Time spent embedding queries.\n# TYPE zm_query_embedding_seconds_total counter\nzm_query_embedding_seconds_total {:.3}\n\
              # HELP zm_meaning_duplicates_total Near-duplicates by meaning filed as unjudged conflicts by this process.\n# TYPE zm_meaning_duplicates_total counter\nzm_meaning_duplicates_total {}\n",
             st.indexed,
             st.embedded,
+            st.refused,
             secs(st.embed_micros),
             st.queries,
             secs(st.query_micros),
@@ -856,6 +862,14 @@ impl Store {
             })?;
         s.embed_micros
             .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
+        let refused = vectors.iter().filter(|v| v.is_none()).count();
+        if refused > 0 {
+            // Kept without a vector (so not pending again): said here and
+            // counted, or a model that refuses everything would look idle.
+            tracing::warn!(target: "zm_store", model = %model, refused, of = vectors.len(), "the embedding model refused some memories; recall finds them by full text only (`zero-memory reindex --all` tries again)");
+            s.refused
+                .fetch_add(u64::try_from(refused).unwrap_or(0), Ordering::Relaxed);
+        }
         let embedded_at = self.now();
         let mut tx = self.write_tx().await?;
         for ((id, _), v) in batch.iter().zip(&vectors) {
@@ -1280,9 +1294,8 @@ impl Store {
         let s = &self.semantic;
         s.queries.fetch_add(1, Ordering::Relaxed);
         s.query_micros.fetch_add(micros(took), Ordering::Relaxed);
-        match v {
-            Ok(mut v) if !v.is_empty() => {
-                let v = Vector::quantize(&v.swap_remove(0));
+        match v.map(|v| v.first().and_then(|v| usable(v))) {
+            Ok(Some(v)) => {
                 if let (Some(key), Some(memo)) =
                     (memo_key, write(&self.semantic.query_memo).as_mut())
                 {
@@ -1290,7 +1303,7 @@ impl Store {
                 }
                 Some(v)
             }
-            Ok(_) => None,
+            Ok(None) => None,
             Err(e) => {
                 tracing::debug!(target: "zm_store", error = %e, "query not embedded");
                 None
@@ -1410,21 +1423,78 @@ fn embed_each(enc: &dyn Encoder, texts: &[String]) -> Vec<Option<Vector>> {
     if let Ok(Ok(vs)) = catch_unwind(AssertUnwindSafe(|| enc.embed(&refs)))
         && vs.len() == texts.len()
     {
-        return vs.iter().map(|v| Some(Vector::quantize(v))).collect();
+        return vs.iter().map(|v| usable(v)).collect();
     }
     refs.iter()
         .map(
             |t| match catch_unwind(AssertUnwindSafe(|| enc.embed(&[*t]))) {
-                Ok(Ok(mut v)) if v.len() == 1 => Some(Vector::quantize(&v.swap_remove(0))),
+                Ok(Ok(v)) if v.len() == 1 => usable(&v[0]),
                 _ => None,
             },
         )
         .collect()
 }
 
+/// A model's output as a stored vector, if it is one: every coordinate
+/// finite and not all zero (an infinite or NaN coordinate would make every
+/// cosine with it NaN, and the stored bytes unreadable).
+fn usable(v: &[f32]) -> Option<Vector> {
+    (v.iter().all(|x| x.is_finite()) && v.iter().any(|x| *x != 0.0)).then(|| Vector::quantize(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model that answers NaN for one text, zeros for another, and a
+    /// unit vector otherwise; a batch holding a bad text fails as a whole
+    /// only when asked to (`strict`).
+    struct Odd {
+        strict: bool,
+    }
+
+    impl Encoder for Odd {
+        fn model(&self) -> &str {
+            "test-odd"
+        }
+        fn dims(&self) -> usize {
+            4
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, zm_embed::EmbedError> {
+            if self.strict && texts.len() > 1 && texts.iter().any(|t| *t == "nan") {
+                return Err(zm_embed::EmbedError::Inference(
+                    "a bad text in the batch".into(),
+                ));
+            }
+            Ok(texts
+                .iter()
+                .map(|t| match *t {
+                    "nan" => vec![f32::NAN, 0.5, 0.5, 0.5],
+                    "inf" => vec![f32::INFINITY, 0.0, 0.0, 0.0],
+                    "zero" => vec![0.0; 4],
+                    _ => vec![0.5; 4],
+                })
+                .collect())
+        }
+    }
+
+    /// What a model gives that is no vector — a NaN or infinite coordinate,
+    /// all zeros — is refused for that text alone, whether the batch
+    /// answered as a whole or one text at a time.
+    #[test]
+    fn a_text_the_model_answers_with_no_vector_is_refused_alone() {
+        let texts: Vec<String> = ["ok", "nan", "inf", "zero", "fine"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        for strict in [false, true] {
+            let got = embed_each(&Odd { strict }, &texts);
+            let kept: Vec<bool> = got.iter().map(Option::is_some).collect();
+            assert_eq!(kept, [true, false, false, false, true], "strict {strict}");
+            let v = got[0].as_ref().unwrap();
+            assert!((v.cosine(got[4].as_ref().unwrap()) - 1.0).abs() < 0.02);
+        }
+    }
 
     /// A deterministic unit vector of `dims` coordinates.
     fn random_unit(seed: &mut u64, dims: usize) -> Vec<f32> {
