@@ -1461,7 +1461,7 @@ mod tests {
             4
         }
         fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, zm_embed::EmbedError> {
-            if self.strict && texts.len() > 1 && texts.iter().any(|t| *t == "nan") {
+            if self.strict && texts.len() > 1 && texts.contains(&"nan") {
                 return Err(zm_embed::EmbedError::Inference(
                     "a bad text in the batch".into(),
                 ));
