@@ -1485,7 +1485,7 @@ mod tests {
     fn a_text_the_model_answers_with_no_vector_is_refused_alone() {
         let texts: Vec<String> = ["ok", "nan", "inf", "zero", "fine"]
             .iter()
-            .map(|t| t.to_string())
+            .map(ToString::to_string)
             .collect();
         for strict in [false, true] {
             let got = embed_each(&Odd { strict }, &texts);
