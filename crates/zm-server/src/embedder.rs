@@ -57,8 +57,9 @@ pub fn spawn(
             ms = started.elapsed().as_millis(),
             "embedding model loaded"
         );
-        store.set_encoder(encoder);
-        match store.refresh_vectors().await {
+        // The stored vectors first, then the model: recall stays lexical
+        // until the index holds them all, rather than fusing with part.
+        match store.load_encoder(encoder).await {
             Ok(n) => tracing::debug!(vectors = n, "hybrid recall is ready"),
             Err(e) => tracing::warn!(error = %e.message, "reading the stored vectors failed"),
         }

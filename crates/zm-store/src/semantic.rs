@@ -623,16 +623,35 @@ impl Store {
     /// model than before empties the index: its vectors are read again as
     /// they are written for the new model.
     pub fn set_encoder(&self, encoder: Arc<dyn Encoder>) {
-        {
-            let mut index = write(&self.semantic.index);
-            if index.model != encoder.model() {
-                *index = VectorIndex {
-                    model: encoder.model().to_string(),
-                    dims: encoder.dims(),
-                    ..VectorIndex::default()
-                };
-            }
+        self.index_for(encoder.as_ref());
+        self.publish_encoder(encoder);
+    }
+
+    /// Start using a model the way a server does: read the stored vectors
+    /// of its identity into the index first, then let recall embed queries
+    /// with it. Until then recall stays lexical, rather than fusing with a
+    /// partial index (loaded oldest first). Answers how many vectors were
+    /// read.
+    pub async fn load_encoder(&self, encoder: Arc<dyn Encoder>) -> Result<usize, ToolError> {
+        self.index_for(encoder.as_ref());
+        let read = self.refresh_vectors().await;
+        self.publish_encoder(encoder);
+        read
+    }
+
+    /// An empty index for the model's identity, unless it holds it already.
+    fn index_for(&self, encoder: &dyn Encoder) {
+        let mut index = write(&self.semantic.index);
+        if index.model != encoder.model() {
+            *index = VectorIndex {
+                model: encoder.model().to_string(),
+                dims: encoder.dims(),
+                ..VectorIndex::default()
+            };
         }
+    }
+
+    fn publish_encoder(&self, encoder: Arc<dyn Encoder>) {
         self.semantic.cursor.store(0, Ordering::Relaxed);
         self.semantic.top.store(0, Ordering::Relaxed);
         self.semantic.settled.store(0, Ordering::Relaxed);

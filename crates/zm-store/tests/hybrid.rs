@@ -636,3 +636,24 @@ async fn two_instances_never_embed_one_memory_at_once() {
         assert_eq!(ok(done, l, "the first instance's batch"), 3, "[{l}]");
     }
 }
+
+/// A server starting with a model reads the stored vectors of its identity
+/// before recall uses the model (`load_encoder`): once it returns, a second
+/// instance on the same database finds by meaning what the first embedded,
+/// and says how many vectors it read.
+#[tokio::test]
+async fn a_starting_instance_reads_the_stored_vectors_before_it_uses_the_model() {
+    for (l, first, second) in twin_stores().await {
+        let (_, a) = user(&first, "load-a").await;
+        let target = mem(&first, &a, l, json!({"content": "We chose Postgres over Mongo for billing because we need transactions.", "kind": "decision", "scope": "personal"})).await;
+        first.set_encoder(model());
+        embed(&first, &[&target], l).await;
+        let read = ok(second.load_encoder(model()).await, l, "load");
+        assert!(read >= 1, "[{l}] read {read} vectors");
+        let found = hits(&second, &a, "which datastore did we pick for invoices", l).await;
+        assert!(
+            find(&found, &target).is_some(),
+            "[{l}] found by meaning on the second instance: {found:?}"
+        );
+    }
+}
