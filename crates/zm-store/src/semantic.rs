@@ -870,17 +870,21 @@ impl Store {
         if batch.is_empty() {
             return Ok(0);
         }
-        let started = std::time::Instant::now();
         let enc2 = Arc::clone(&enc);
         let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
-        let vectors = tokio::task::spawn_blocking(move || embed_each(enc2.as_ref(), &texts))
-            .await
-            .map_err(|e| {
-                tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
-                ToolError::internal()
-            })?;
-        s.embed_micros
-            .fetch_add(micros(started.elapsed()), Ordering::Relaxed);
+        // Timed on the blocking thread: the model's time, not the wait for
+        // a thread.
+        let (vectors, took) = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let vectors = embed_each(enc2.as_ref(), &texts);
+            (vectors, started.elapsed())
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
+            ToolError::internal()
+        })?;
+        s.embed_micros.fetch_add(micros(took), Ordering::Relaxed);
         let refused = vectors.iter().filter(|v| v.is_none()).count();
         if refused > 0 {
             // Kept without a vector (so not pending again): said here and
@@ -891,6 +895,9 @@ impl Store {
         }
         let embedded_at = self.now();
         let mut tx = self.write_tx().await?;
+        // The memories this batch gave a vector: not one another embedder
+        // stored first (a claim that lapsed), nor one deleted meanwhile.
+        let mut fresh: Vec<MemoryId> = Vec::with_capacity(batch.len());
         for ((id, _), v) in batch.iter().zip(&vectors) {
             sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1 AND model <> $2")
                 .bind(id)
@@ -898,7 +905,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .db("replace vector")?;
-            sqlx::query(
+            let written = sqlx::query(
                 "INSERT INTO memory_vectors (memory_id, model, vec, embedded_at) \
                  SELECT id, $2, $3, $4 FROM memories WHERE id = $1 \
                  ON CONFLICT (memory_id) DO NOTHING",
@@ -910,6 +917,9 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("write vector")?;
+            if v.is_some() && written.rows_affected() == 1 {
+                fresh.push(MemoryId::from_trusted(id));
+            }
         }
         // Released in id order, the order claims are taken in: a claim
         // waiting on one of these rows holds none this release waits for.
@@ -924,12 +934,6 @@ impl Store {
                 .db("release embedding claim")?;
         }
         tx.commit().await.db("commit vectors")?;
-        let fresh: Vec<MemoryId> = batch
-            .iter()
-            .zip(&vectors)
-            .filter(|(_, v)| v.is_some())
-            .map(|((id, _), _)| MemoryId::from_trusted(id))
-            .collect();
         s.embedded
             .fetch_add(u64::try_from(fresh.len()).unwrap_or(0), Ordering::Relaxed);
         // The vectors are stored: what follows must not fail the batch (it

@@ -74,10 +74,13 @@ backend_tests! {
     /// account, without the secret; a refused revocation leaves no row.
     async fn account_and_token_changes_are_audited_without_secrets(store: Store, l: &str) {
         let (u, _) = user(&store, "audit-tokens").await;
+        store.clock().advance_ms(5);
         let (info, secret) = store
             .create_expiring_token(&u.id, Some("laptop"), &["mcp:read"], Some(3_600_000))
             .await
             .unwrap();
+        // Rows of one millisecond have no order among them: a step apart.
+        store.clock().advance_ms(5);
         ok(store.revoke_token(&u.id, &info.id).await, l, "revoke");
         err(store.revoke_token(&u.id, &info.id).await, ErrorCode::NotFound, l, "revoke twice");
         let rows = store.audit_rows(&u.id, 10).await.unwrap();
