@@ -719,6 +719,43 @@ async fn a_session_lets_go_of_a_project_left() {
     s.stop().await;
 }
 
+/// A gate in front of the router for shutdown tests: each request `held`
+/// picks announces itself on `arrived` (one permit), then waits until the
+/// gate's sender says open.
+struct Gate {
+    arrived: std::sync::Arc<tokio::sync::Semaphore>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    /// The gate, and the router change that puts it in front of the app.
+    fn new(
+        held: fn(&axum::extract::Request) -> bool,
+    ) -> (
+        Gate,
+        impl FnOnce(axum::Router, zm_http::AppState) -> axum::Router,
+    ) {
+        let arrived = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let on_arrival = arrived.clone();
+        let layer = move |router: axum::Router, _| {
+            router.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let (arrived, mut gate) = (on_arrival.clone(), gate.clone());
+                    async move {
+                        if held(&req) {
+                            arrived.add_permits(1);
+                            gate.wait_for(|open| *open).await.expect("the gate opens");
+                        }
+                        next.run(req).await
+                    }
+                },
+            ))
+        };
+        (Gate { arrived, open }, layer)
+    }
+}
+
 /// Shutdown with writes in flight: REST writes are held inside the server
 /// (a gate in front of the remember route) while the shutdown signal is
 /// sent and the server stops taking connections; then the gate opens. Every
@@ -735,26 +772,9 @@ async fn graceful_shutdown_keeps_every_acknowledged_write() {
     const PATIENCE: Duration = Duration::from_secs(60);
 
     // Each remember request announces itself, then waits for the gate.
-    let arrived = Arc::new(tokio::sync::Semaphore::new(0));
-    let (open_gate, gate) = tokio::sync::watch::channel(false);
-    let s = start_with({
-        let arrived = arrived.clone();
-        move |router, _| {
-            router.layer(axum::middleware::from_fn(
-                move |req: axum::extract::Request, next: axum::middleware::Next| {
-                    let (arrived, mut gate) = (arrived.clone(), gate.clone());
-                    async move {
-                        if req.uri().path() == "/api/tools/remember" {
-                            arrived.add_permits(1);
-                            gate.wait_for(|open| *open).await.expect("the gate opens");
-                        }
-                        next.run(req).await
-                    }
-                },
-            ))
-        }
-    })
-    .await;
+    let (gate, layer) = Gate::new(|req| req.uri().path() == "/api/tools/remember");
+    let (arrived, open_gate) = (gate.arrived, gate.open);
+    let s = start_with(layer).await;
 
     let signal_sent = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -947,30 +967,12 @@ async fn a_path_that_is_not_text_is_refused_in_the_contracts_shape() {
 /// the same session notwithstanding.
 #[tokio::test]
 async fn graceful_shutdown_answers_an_mcp_call_in_flight() {
-    use std::sync::Arc;
     use std::time::Duration;
     const PATIENCE: Duration = Duration::from_secs(60);
 
-    let arrived = Arc::new(tokio::sync::Semaphore::new(0));
-    let (open_gate, gate) = tokio::sync::watch::channel(false);
-    let s = start_with({
-        let arrived = arrived.clone();
-        move |router, _| {
-            router.layer(axum::middleware::from_fn(
-                move |req: axum::extract::Request, next: axum::middleware::Next| {
-                    let (arrived, mut gate) = (arrived.clone(), gate.clone());
-                    async move {
-                        if req.headers().contains_key("x-test-hold") {
-                            arrived.add_permits(1);
-                            gate.wait_for(|open| *open).await.expect("the gate opens");
-                        }
-                        next.run(req).await
-                    }
-                },
-            ))
-        }
-    })
-    .await;
+    let (gate, layer) = Gate::new(|req| req.headers().contains_key("x-test-hold"));
+    let (arrived, open_gate) = (gate.arrived, gate.open);
+    let s = start_with(layer).await;
     let (status, sid, _) = common::mcp_post(
         &s.http,
         &s.base,
