@@ -45,9 +45,10 @@ const ANSWER_GRACE: Duration = Duration::from_secs(30);
 /// anyway (a client that stopped reading holds its connection open).
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
-/// The requests being answered: counted from their arrival until their
-/// response's body has been sent (or dropped), except an MCP `GET`, the
-/// standalone event stream, which lasts as long as its session.
+/// The requests being answered: counted from their arrival (their head
+/// read) until their response's body has been sent (or dropped), except
+/// MCP's standalone event stream (a `GET /mcp` resuming nothing), which
+/// lasts as long as its session.
 #[derive(Debug, Default)]
 struct InFlight(std::sync::atomic::AtomicUsize);
 
@@ -202,9 +203,13 @@ async fn connection(
     let body_timeout = limits.body_timeout;
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         // MCP's standalone event stream (`GET /mcp`) lasts as long as its
-        // session: it is not a request a shutdown waits for.
-        let answering = (!(req.method() == hyper::Method::GET && req.uri().path() == "/mcp"))
-            .then(|| in_flight.enter());
+        // session: it is not a request a shutdown waits for. A `GET` that
+        // resumes a stream (`Last-Event-ID`) may be replaying a call's
+        // answer, and is waited for like the call.
+        let stream = req.method() == hyper::Method::GET
+            && req.uri().path() == "/mcp"
+            && !req.headers().contains_key("last-event-id");
+        let answering = (!stream).then(|| in_flight.enter());
         let mut req = req.map(|body| Body::new(DeadlineBody::new(body_timeout, body)));
         req.extensions_mut().insert(ConnectInfo(peer));
         let app = app.clone();

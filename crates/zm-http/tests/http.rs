@@ -1001,7 +1001,18 @@ async fn graceful_shutdown_answers_an_mcp_call_in_flight() {
         .header("mcp-session-id", &sid)
         .header("mcp-protocol-version", "2025-11-25")
         .send();
-    let stream = tokio::spawn(async move { stream.await.map(|r| r.status().as_u16()) });
+    let (opened, is_open) = tokio::sync::oneshot::channel();
+    let stream = tokio::spawn(async move {
+        let r = stream.await.expect("the event stream opens");
+        let _ = opened.send(r.status().as_u16());
+        // Held open until the server ends it.
+        let _ = r.bytes().await;
+    });
+    let status = tokio::time::timeout(PATIENCE, is_open)
+        .await
+        .expect("the stream's head")
+        .unwrap();
+    assert_eq!(status, 200, "the session's event stream is open");
     let held = s
         .http
         .post(format!("{}/mcp", s.base))
@@ -1052,7 +1063,10 @@ async fn graceful_shutdown_answers_an_mcp_call_in_flight() {
         "the call's result: {text}"
     );
     running.stopped().await;
-    drop(stream);
+    tokio::time::timeout(PATIENCE, stream)
+        .await
+        .expect("the server ended the event stream")
+        .unwrap();
     let caller = zm_store::Caller::new(
         store
             .user_by_email("a@example.com")

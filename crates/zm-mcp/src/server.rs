@@ -487,9 +487,10 @@ impl ServerHandler for ZeroMemoryMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let caller = self.caller(&ctx)?;
-        self.account_live()
-            .await
-            .map_err(|e| McpError::invalid_request(e.message, None))?;
+        self.account_live().await.map_err(|e| match e.code {
+            ErrorCode::Internal => McpError::internal_error("Internal server error.", None),
+            _ => McpError::invalid_request(e.message, None),
+        })?;
         let text = match ResourceUri::parse(&request.uri) {
             Ok(ResourceUri::Memory(id)) => {
                 match self.tools.store().get_memory(&caller, &id).await {

@@ -367,7 +367,8 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
     // A client that stops its server with SIGTERM (or a Ctrl-C in a
     // terminal) gets the same clean close as one that closes stdin: the
     // recall counts written, the embedder's claims released, the database
-    // closed. A call still running is dropped with its transaction.
+    // closed (a call still running when the pool closes fails, and its
+    // transaction rolls back).
     let result = tokio::select! {
         r = zm_mcp::serve_stdio(server) => r,
         () = crate::serve::shutdown_signal() => Ok(()),

@@ -215,9 +215,9 @@ pub fn normalize_email(email: &str) -> Result<String, ToolError> {
     }
 }
 
-/// The longest password, in bytes of UTF-8: one limit for setting and for
-/// signing in (the dashboard, the OAuth page, the CLI), so no password can
-/// be set that a sign-in form then refuses.
+/// The longest password a user may set, in bytes of UTF-8. Signing in
+/// takes any length a form carries (a password set before this limit still
+/// signs in), so no password can be set that a sign-in form then refuses.
 pub const MAX_PASSWORD_BYTES: usize = 4096;
 
 fn hash_password(password: &str) -> Result<String, ToolError> {
@@ -549,10 +549,6 @@ impl Store {
         email: &str,
         password: &str,
     ) -> Result<Option<User>, ToolError> {
-        if password.len() > MAX_PASSWORD_BYTES {
-            // No password that long can be set: nobody's, whoever asks.
-            return Ok(None);
-        }
         let email = email.trim().to_lowercase();
         let row = sqlx::query(select_users!("WHERE email = $1"))
             .bind(&email)

@@ -564,12 +564,13 @@ impl Store {
         } else {
             Visibility::Private
         };
-        // Only a memory the same people read absorbs the write: a private
-        // one (an import into a shared project) would keep from the team
-        // what this write gives it.
+        // A private memory (an import into a shared project) does not
+        // absorb a write the team is to read: it would keep from the team
+        // what the write gives it. A shared one absorbs any repeat (one in
+        // a project no longer shared too).
         let existing: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND visibility = $4 \
-             AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
+            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 \
+             AND (visibility = $4 OR visibility = 'shared') AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
         )
         .bind(&caller.user_id)
         .bind(scope_path)
@@ -751,6 +752,19 @@ impl Store {
                     self.retire_rule_of(tx, &caller.user_id, dst).await?;
                 }
                 retired.push(dst.clone());
+            } else {
+                // A link shows in the recall of everyone who reads both
+                // ends: linking a memory others read takes the writer role
+                // where it is shared, as `link` does (the new memory's end
+                // was written where the caller may write).
+                let target = sqlx::query("SELECT scope, visibility FROM memories WHERE id = $1")
+                    .bind(dst)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .db("link target")?;
+                let scope: String = col(&target, "scope")?;
+                self.may_change_own_in(tx, caller, &scope, enum_col(&target, "visibility")?)
+                    .await?;
             }
             sqlx::query(
                 "INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING",

@@ -1769,7 +1769,7 @@ impl Store {
             let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
             return Ok(TeamExport {
                 team: team.slug,
-                items: zm_contracts::Memory::from_rows(&rows)?,
+                items: self.export_items(caller, &rows).await?,
             });
         } else {
             self.admin_of(&mut conn, caller, slug, For::Reading).await?;
@@ -1788,8 +1788,34 @@ impl Store {
         let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
         Ok(TeamExport {
             team: team.slug,
-            items: zm_contracts::Memory::from_rows(&rows)?,
+            items: self.export_items(caller, &rows).await?,
         })
+    }
+
+    /// A team export's memories: each names its successor when the export
+    /// holds it too or the admin can read it, and not otherwise (a member's
+    /// private rewrite stays theirs).
+    async fn export_items(
+        &self,
+        caller: &Caller,
+        rows: &[sqlx::any::AnyRow],
+    ) -> Result<Vec<zm_contracts::Memory>, ToolError> {
+        let mut items = zm_contracts::Memory::from_rows(rows)?;
+        let exported: std::collections::HashSet<String> =
+            items.iter().map(|m| m.id.as_str().to_string()).collect();
+        let named: Vec<Option<zm_contracts::MemoryId>> =
+            items.iter().map(|m| m.superseded_by.clone()).collect();
+        self.hide_unreadable_successors(caller, &mut items).await?;
+        for (m, successor) in items.iter_mut().zip(named) {
+            if m.superseded_by.is_none()
+                && successor
+                    .as_ref()
+                    .is_some_and(|s| exported.contains(s.as_str()))
+            {
+                m.superseded_by = successor;
+            }
+        }
+        Ok(items)
     }
 
     /// Erase deleted teams whose retention has ended: the steward's

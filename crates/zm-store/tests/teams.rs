@@ -244,6 +244,10 @@ backend_tests! {
                 err(out, ErrorCode::Forbidden, l, &format!("a reader links {what} ({ty})"));
             }
         }
+        // Nor through `remember`'s links, and the refused write leaves nothing.
+        let linked_write = call(&store, &reader, "remember", json!({"content": "Zqlinkedwrite: the reader's note on healthz ports.", "scope": "personal", "kind": "fact", "links": [{"dst": by_admin, "type": "relates_to"}]})).await;
+        err(linked_write, ErrorCode::Forbidden, l, "a reader's remember linking a team memory");
+        assert!(recall_ids(&store, &reader, l, json!({"query": "zqlinkedwrite", "scopes": ["personal"]})).await.is_empty(), "[{l}] nothing written");
         let reader_note = mem(&store, &reader, l, json!({"content": "Reader's second memo: flagd reloads on SIGHUP.", "scope": "personal", "kind": "fact"})).await;
         ok(call(&store, &reader, "link", json!({"src": personal, "dst": reader_note, "type": "relates_to"})).await, l, "a reader links their own memories");
         let linked = ok(call(&store, &writer, "link", json!({"src": by_writer, "dst": by_admin, "type": "relates_to"})).await, l, "a writer links team memories");
@@ -491,6 +495,8 @@ backend_tests! {
         let export = ok(call(&store, &a, "export_memories", json!({"scopes": ["*"]})).await, l, "the teammate's export");
         assert!(export.to_string().contains(&old), "[{l}] exported");
         assert!(!export.to_string().contains(&private), "[{l}] the export names it: {export}");
+        let team_export = format!("{:?}", ok(store.export_team(&a, &slug).await, l, "the team's export"));
+        assert!(team_export.contains(&old) && !team_export.contains(&private), "[{l}] the team's export names it");
         let mine = ok(call(&store, &w, "export_memories", json!({"scopes": ["*"]})).await, l, "the author's export");
         let item = mine["items"].as_array().unwrap().iter().find(|m| m["id"] == json!(old)).cloned().unwrap();
         assert_eq!(item["superseded_by"], json!(private), "[{l}] {item}");

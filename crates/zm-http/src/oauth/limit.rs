@@ -287,13 +287,15 @@ impl LoginBackoff {
         }
         if !map.contains_key(&key) && map.len() >= MAX_ACCOUNTS {
             map.retain(|_, f| now.saturating_duration_since(f.last) < FORGET_AFTER);
-            // An account backing off is the last to go, and of those the
-            // one whose back-off ends first: filling the map with throwaway
-            // emails must not hand a guessed account its free attempts back.
+            // An account with its free attempts used (backing off, or done
+            // waiting but not yet forgotten) is the last to go, and of those
+            // the one with the fewest failures: filling the map with
+            // throwaway emails must not hand a guessed account its free
+            // attempts back.
             if map.len() >= MAX_ACCOUNTS
                 && let Some(victim) = map
                     .iter()
-                    .min_by_key(|(_, f)| (f.until > now, f.until, f.last))
+                    .min_by_key(|(_, f)| (f.count >= FREE_FAILURES, f.count, f.last))
                     .map(|(k, _)| k.clone())
             {
                 map.remove(&victim);
@@ -637,5 +639,17 @@ mod tests {
             b.attempt(target, None).await.is_err(),
             "still backing off after the map filled up"
         );
+        // Its wait over, a new flood still leaves its count: the next
+        // failure waits again, longer.
+        b.clock.advance(MAX_BACKOFF);
+        assert_eq!(
+            b.attempt(target, None).await,
+            Ok(()),
+            "one attempt after the wait"
+        );
+        for i in 0..MAX_ACCOUNTS + 50 {
+            assert_eq!(b.attempt(&format!("v{i}@example.com"), None).await, Ok(()));
+        }
+        assert!(b.attempt(target, None).await.is_err(), "the count was kept");
     }
 }
