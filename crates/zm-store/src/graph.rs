@@ -103,22 +103,10 @@ impl Store {
                 return Err(ToolError::not_found(format!("Memory {id} not found.")));
             }
         }
-        // A link shows in the recall and briefings of everyone who reads
-        // both ends, so linking a memory others read changes what they
-        // read: the writer role there, as for any other change (a reader
-        // links only what stays their own).
-        let placed: Vec<(String, String)> = sqlx::query_as(
-            "SELECT scope, visibility FROM memories WHERE id IN ($1, $2) ORDER BY id",
-        )
-        .bind(src)
-        .bind(dst)
-        .fetch_all(&mut *tx)
-        .await
-        .db("link ends")?;
-        for (scope, visibility) in &placed {
-            let visibility = crate::rows::parse_stored(visibility, "visibility", scope)?;
-            self.may_change_own_in(&mut *tx, caller, scope, visibility)
-                .await?;
+        // Each end, in id order (the order its teams are held in).
+        let (first, second) = if src < dst { (src, dst) } else { (dst, src) };
+        for id in [first, second] {
+            self.may_link_to(&mut *tx, caller, id).await?;
         }
         let done = sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
             .bind(src)

@@ -753,18 +753,9 @@ impl Store {
                 }
                 retired.push(dst.clone());
             } else {
-                // A link shows in the recall of everyone who reads both
-                // ends: linking a memory others read takes the writer role
-                // where it is shared, as `link` does (the new memory's end
-                // was written where the caller may write).
-                let target = sqlx::query("SELECT scope, visibility FROM memories WHERE id = $1")
-                    .bind(dst)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .db("link target")?;
-                let scope: String = col(&target, "scope")?;
-                self.may_change_own_in(tx, caller, &scope, enum_col(&target, "visibility")?)
-                    .await?;
+                // The new memory's end was written where the caller may
+                // write; the target's is checked as `link` checks both.
+                self.may_link_to(tx, caller, dst).await?;
             }
             sqlx::query(
                 "INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING",
@@ -980,6 +971,28 @@ impl Store {
             .await
             .db("attach entity")?;
         Ok(())
+    }
+
+    /// May the caller link memory `id` (one they can read) to another? A
+    /// link shows in the recall and briefings of everyone who reads both
+    /// ends, so linking a memory others read changes what they read: the
+    /// writer role where it is shared, as any other change of it takes
+    /// (`may_change_own_in`; a reader links only what stays their own).
+    /// `link` checks both ends, `remember`'s `links` the target.
+    pub(crate) async fn may_link_to(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(), ToolError> {
+        let placed = sqlx::query("SELECT scope, visibility FROM memories WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .db("link end")?;
+        let scope: String = col(&placed, "scope")?;
+        self.may_change_own_in(tx, caller, &scope, enum_col(&placed, "visibility")?)
+            .await
     }
 
     /// Can the caller read this memory (own, or shared into a scope they belong to)?
