@@ -249,6 +249,12 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(status == 200 and any(m["id"] == new_id for m in body.get("memories", [])), f"the new token works over REST: {status}")
     page_is_clean(b, "access page")
     shoot(b, shots, "access")
+    if shots:
+        # The new-token form (with its password field) on a phone.
+        b.set_mobile()
+        b.driver.execute_script("document.querySelector('form#new-token').scrollIntoView()")
+        shoot(b, shots, "access-360")
+        b.set_desktop()
 
     # The other sections render cleanly too.
     for path, name in [("/connect", "connect"), ("/teams", "teams"), ("/insight", "insight"), ("/account", "account")]:
@@ -256,6 +262,11 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         b.wait_for("main h1")
         page_is_clean(b, f"{name} page")
         shoot(b, shots, name)
+        if name == "account" and shots:
+            # The password form with its new box, on a phone.
+            b.set_mobile()
+            shoot(b, shots, "account-360")
+            b.set_desktop()
         if name == "insight":
             # The searches above were recalls too, made from the dashboard.
             rows = [r.text for r in b.driver.find_elements("css selector", "table#recall-activity tbody tr")]
