@@ -51,6 +51,17 @@ pub struct Vector {
 }
 
 impl Vector {
+    /// A model's output as a vector to store and compare, if it is one:
+    /// every coordinate finite and not all zero. An infinite or NaN
+    /// coordinate would make every cosine with it NaN (and [`quantize`]'s
+    /// scale infinite, so its bytes would not read back).
+    ///
+    /// [`quantize`]: Vector::quantize
+    pub fn of_output(v: &[f32]) -> Option<Vector> {
+        (v.iter().all(|x| x.is_finite()) && v.iter().any(|x| *x != 0.0))
+            .then(|| Vector::quantize(v))
+    }
+
     /// Quantize a vector: the largest coordinate (in absolute value) maps
     /// to ±127. The cosine of two quantized unit vectors is within about
     /// 0.01 of the exact one (see the tests).
@@ -390,6 +401,18 @@ mod pocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A NaN or infinite coordinate, or all zeros, is no vector; a finite
+    /// one with a zero coordinate is.
+    #[test]
+    fn only_finite_nonzero_output_is_a_vector() {
+        assert!(Vector::of_output(&[f32::NAN, 0.5]).is_none());
+        assert!(Vector::of_output(&[f32::INFINITY, 0.0]).is_none());
+        assert!(Vector::of_output(&[f32::NEG_INFINITY, 0.1]).is_none());
+        assert!(Vector::of_output(&[0.0, 0.0]).is_none());
+        let v = Vector::of_output(&[0.0, 2.0]).expect("a vector");
+        assert!((v.cosine(&v) - 1.0).abs() < 1e-6);
+    }
 
     fn unit(v: &[f32]) -> Vec<f32> {
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();

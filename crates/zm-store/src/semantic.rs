@@ -1317,7 +1317,7 @@ impl Store {
         let s = &self.semantic;
         s.queries.fetch_add(1, Ordering::Relaxed);
         s.query_micros.fetch_add(micros(took), Ordering::Relaxed);
-        match v.map(|v| v.first().and_then(|v| usable(v))) {
+        match v.map(|v| v.first().and_then(|v| Vector::of_output(v))) {
             Ok(Some(v)) => {
                 if let (Some(key), Some(memo)) =
                     (memo_key, write(&self.semantic.query_memo).as_mut())
@@ -1446,23 +1446,16 @@ fn embed_each(enc: &dyn Encoder, texts: &[String]) -> Vec<Option<Vector>> {
     if let Ok(Ok(vs)) = catch_unwind(AssertUnwindSafe(|| enc.embed(&refs)))
         && vs.len() == texts.len()
     {
-        return vs.iter().map(|v| usable(v)).collect();
+        return vs.iter().map(|v| Vector::of_output(v)).collect();
     }
     refs.iter()
         .map(
             |t| match catch_unwind(AssertUnwindSafe(|| enc.embed(&[*t]))) {
-                Ok(Ok(v)) if v.len() == 1 => usable(&v[0]),
+                Ok(Ok(v)) if v.len() == 1 => Vector::of_output(&v[0]),
                 _ => None,
             },
         )
         .collect()
-}
-
-/// A model's output as a stored vector, if it is one: every coordinate
-/// finite and not all zero (an infinite or NaN coordinate would make every
-/// cosine with it NaN, and the stored bytes unreadable).
-fn usable(v: &[f32]) -> Option<Vector> {
-    (v.iter().all(|x| x.is_finite()) && v.iter().any(|x| *x != 0.0)).then(|| Vector::quantize(v))
 }
 
 #[cfg(test)]
