@@ -72,6 +72,7 @@ both_backends! {
     a_new_sign_in_ends_the_old_session_and_ended_ones_are_dropped
     insight_charts_writing_by_scope_and_recalls_by_agent
     deleting_the_account_takes_its_email_and_password
+    a_form_that_comes_back_keeps_the_choices_and_says_why
     a_nul_character_is_refused_as_validation_failed_everywhere
     an_address_that_does_not_read_is_the_validation_page
     a_token_takes_the_password_and_a_password_change_may_revoke_tokens
@@ -2428,4 +2429,95 @@ async fn a_token_takes_the_password_and_a_password_change_may_revoke_tokens(s: S
             .all(|t| t.revoked_at.is_some()),
         "every personal token"
     );
+}
+
+/// A form that comes back with an error keeps what was chosen (a token's
+/// access and lifetime, never widened by a retyped password) and says
+/// why; a value the form does not offer is refused; filters ride along
+/// the date form and the links of a "(none)" agent; a search offers only
+/// the filters it applies.
+async fn a_form_that_comes_back_keeps_the_choices_and_says_why(s: Server) {
+    let (user, email, password) = person(&s.store, "keep").await;
+    let mut b = Browser::default();
+    let wrong = b.sign_in(&s, &email, "not the password").await;
+    assert_eq!(wrong.status, 400);
+    assert!(
+        wrong.body.contains("wrong email or password"),
+        "the sign-in says why: {}",
+        wrong.body
+    );
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    let again = b
+        .post(
+            &s,
+            "/access/tokens",
+            &[
+                ("csrf", &csrf),
+                ("name", "ci box"),
+                ("access", "read"),
+                ("expiry", "365"),
+                ("password", "a wrong guess"),
+            ],
+        )
+        .await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    for kept in [
+        "value=\"ci box\"",
+        "value=\"read\" selected",
+        "value=\"365\" selected",
+    ] {
+        assert!(again.body.contains(kept), "kept {kept}");
+    }
+    assert!(!again.body.contains("value=\"write\" selected"));
+    for (field, value) in [("access", "admin"), ("expiry", "0"), ("expiry", "forever")] {
+        let page = b
+            .post(
+                &s,
+                "/access/tokens",
+                &[
+                    ("csrf", &csrf),
+                    ("name", "tampered"),
+                    (field, value),
+                    ("password", &password),
+                ],
+            )
+            .await;
+        assert_eq!(page.status, 400, "{field}={value}");
+        assert!(!page.body.contains("zm_pat_"), "{field}={value}: no token");
+    }
+    assert!(s.store.list_tokens(&user.id).await.unwrap().is_empty());
+    remember(
+        &s.store,
+        &user.id,
+        "The release train leaves on Fridays.",
+        "personal",
+    )
+    .await;
+    // A "(none)" agent filter stays on every facet link.
+    let none = b.get(&s, "/?agent=&kind=fact").await;
+    assert_eq!(none.status, 200);
+    assert!(
+        none.body.contains("agent=&amp;"),
+        "the empty agent rides along: {}",
+        none.body
+    );
+    // The date form carries every other filter.
+    let dated = b.get(&s, "/?kind=fact&status=all").await;
+    let form = &dated.body[dated.body.find("class=\"dates\"").unwrap()..];
+    let form = &form[..form.find("</form>").unwrap()];
+    for hidden in [
+        "name=\"kind\" value=\"fact\"",
+        "name=\"status\" value=\"all\"",
+    ] {
+        assert!(
+            form.contains(hidden),
+            "the date form keeps {hidden}: {form}"
+        );
+    }
+    // A search offers no filter it would not apply.
+    let search = b.get(&s, "/?q=release&status=forgotten").await;
+    assert_eq!(search.status, 200);
+    assert!(search.body.contains("id=\"search-filters\""));
+    assert!(!search.body.contains("Apply dates"));
 }

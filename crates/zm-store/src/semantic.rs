@@ -485,6 +485,21 @@ pub(crate) struct Semantic {
     /// Query vectors kept by text: only the quality benchmark's sweep
     /// keeps them, as it asks every query again under each constant.
     query_memo: RwLock<Option<HashMap<String, Vector>>>,
+    /// How many queries are embedded at once.
+    query_slots: QuerySlots,
+}
+
+/// One query embedding per core at a time: a burst of recalls waits its
+/// turn rather than starting a forward pass (and its buffers) on a
+/// blocking thread each, up to the runtime's 512, on a machine with two
+/// cores.
+struct QuerySlots(Arc<tokio::sync::Semaphore>);
+
+impl Default for QuerySlots {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Self(Arc::new(tokio::sync::Semaphore::new(cores)))
+    }
 }
 
 impl std::fmt::Debug for Semantic {
@@ -1305,11 +1320,17 @@ impl Store {
             },
             None => None,
         };
-        // Timed on the blocking thread: the model's time, not the wait for
-        // a thread or for the runtime to notice the result.
+        // A slot first (held until the forward pass ends, even if the
+        // recall is dropped meanwhile). Timed on the blocking thread: the
+        // model's time, not the wait for a slot or a thread.
+        let slot = Arc::clone(&self.semantic.query_slots.0)
+            .acquire_owned()
+            .await
+            .ok()?;
         let (v, took) = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let v = enc.embed(&[text.as_str()]);
+            drop(slot);
             (v, started.elapsed())
         })
         .await
@@ -1979,6 +2000,56 @@ mod tests {
             "the next whole pass"
         );
         assert!(store.is_embedded(&gone), "the restored memory is embedded");
+    }
+
+    /// A model that holds each text until a second one is inside with it
+    /// (or 300 ms pass), counting the most it held at once.
+    #[derive(Default)]
+    struct Held {
+        inside: std::sync::Mutex<usize>,
+        wake: std::sync::Condvar,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Encoder for Held {
+        fn model(&self) -> &str {
+            "test-held"
+        }
+        fn dims(&self) -> usize {
+            4
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, zm_embed::EmbedError> {
+            let mut n = self.inside.lock().unwrap();
+            *n += 1;
+            self.most.fetch_max(*n, Ordering::SeqCst);
+            self.wake.notify_all();
+            let (mut n, _) = self
+                .wake
+                .wait_timeout_while(n, std::time::Duration::from_millis(300), |n| *n < 2)
+                .unwrap();
+            *n -= 1;
+            Ok(vec![vec![0.5; 4]; texts.len()])
+        }
+    }
+
+    /// Queries are embedded a core's worth at a time: with one slot, three
+    /// recalls at once are embedded one after another, and each gets its
+    /// vector.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queries_wait_for_a_slot() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let model = Arc::new(Held::default());
+        store.set_encoder(Arc::clone(&model) as Arc<dyn Encoder>);
+        let slots = &store.semantic.query_slots.0;
+        slots.forget_permits(slots.available_permits() - 1);
+        let (a, b, c) = tokio::join!(
+            store.embed_query("where do the backups go"),
+            store.embed_query("who approves a deploy"),
+            store.embed_query("which port does the cache use"),
+        );
+        assert!(a.is_some() && b.is_some() && c.is_some());
+        assert_eq!(model.most.load(Ordering::SeqCst), 1, "one at a time");
+        assert_eq!(slots.available_permits(), 1, "the slot is given back");
     }
 
     #[test]

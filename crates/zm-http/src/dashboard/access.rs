@@ -25,34 +25,64 @@ fn when(ms: Option<i64>, none: &str) -> String {
     )
 }
 
-fn token_form(signed: &Signed, failure: Option<&Failure>) -> Markup {
+/// The new-token form's choices of expiry: (value, label).
+const EXPIRIES: [(&str, &str); 4] = [
+    ("30", "in 30 days"),
+    ("90", "in 90 days"),
+    ("365", "in a year"),
+    ("never", "never"),
+];
+
+/// What the new-token form was filled in with: a form that comes back
+/// with an error keeps it (never the password), so retyping the password
+/// does not quietly widen the access or the lifetime chosen.
+struct TokenDraft {
+    name: String,
+    read_only: bool,
+    expiry: String,
+}
+
+impl Default for TokenDraft {
+    fn default() -> Self {
+        TokenDraft {
+            name: String::new(),
+            read_only: false,
+            expiry: "90".into(),
+        }
+    }
+}
+
+fn token_form(signed: &Signed, draft: &TokenDraft, failure: Option<&Failure>) -> Markup {
     let name_error = failure.and_then(|f| f.field("name"));
+    let access_error = failure.and_then(|f| f.field("access"));
+    let expiry_error = failure.and_then(|f| f.field("expiry"));
     let password_error = failure.and_then(|f| f.field("password"));
     html! {
         form #new-token method="post" action=(signed.href("/access/tokens")) {
             input type="hidden" name="csrf" value=(signed.csrf);
-            @if let Some(f) = failure { (f.notice()) }
+            @if let Some(f) = failure { (f.notice(&["name", "access", "expiry", "password"])) }
             div.field.invalid[name_error.is_some()] {
                 label for="token-name" { "Name" }
                 input #token-name type="text" name="name" maxlength="100" required placeholder="laptop, CI, …"
-                    aria-invalid=[name_error.as_ref().map(|_| "true")];
+                    value=(draft.name) aria-invalid=[name_error.as_ref().map(|_| "true")];
                 @if let Some(e) = &name_error { p.error { (e) } }
             }
-            div.field {
+            div.field.invalid[access_error.is_some()] {
                 label for="token-access" { "Access" }
-                select #token-access name="access" {
-                    option value="write" { "Read and write (mcp:read mcp:write)" }
-                    option value="read" { "Read only (mcp:read)" }
+                select #token-access name="access" aria-invalid=[access_error.as_ref().map(|_| "true")] {
+                    option value="write" selected[!draft.read_only] { "Read and write (mcp:read mcp:write)" }
+                    option value="read" selected[draft.read_only] { "Read only (mcp:read)" }
                 }
+                @if let Some(e) = &access_error { p.error { (e) } }
             }
-            div.field {
+            div.field.invalid[expiry_error.is_some()] {
                 label for="token-expiry" { "Expires" }
-                select #token-expiry name="expiry" {
-                    option value="30" { "in 30 days" }
-                    option value="90" selected { "in 90 days" }
-                    option value="365" { "in a year" }
-                    option value="never" { "never" }
+                select #token-expiry name="expiry" aria-invalid=[expiry_error.as_ref().map(|_| "true")] {
+                    @for (value, label) in EXPIRIES {
+                        option value=(value) selected[draft.expiry == value] { (label) }
+                    }
                 }
+                @if let Some(e) = &expiry_error { p.error { (e) } }
             }
             // A token outlives the session that made it: whoever holds a
             // borrowed session must not be able to keep access that way.
@@ -71,6 +101,7 @@ async fn page_body(
     state: &AppState,
     signed: &Signed,
     created: Option<(&str, &str)>,
+    draft: &TokenDraft,
     failure: Option<&Failure>,
 ) -> Result<Markup, Failure> {
     let user = &signed.session.user_id;
@@ -131,7 +162,7 @@ async fn page_body(
             }
         }
         h2 { "New token" }
-        (token_form(signed, failure))
+        (token_form(signed, draft, failure))
         h2 { "Authorized apps (OAuth)" }
         @if clients.is_empty() { p { "No app has signed in with OAuth." } } @else {
             table #oauth-clients {
@@ -185,7 +216,7 @@ async fn page_body(
 
 /// `GET /access`.
 pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
-    match page_body(&state, &signed, None, None).await {
+    match page_body(&state, &signed, None, &TokenDraft::default(), None).await {
         Ok(body) => signed.page(StatusCode::OK, "Access", "/access", body),
         Err(f) => signed.error(&f),
     }
@@ -203,20 +234,36 @@ pub(crate) async fn create_token(
         Ok(f) => f,
         Err(f) => return signed.error(&f.back_to("/access")),
     };
-    let name = form.get("name").unwrap_or("").trim().to_string();
-    let invalid = |reason: &str| {
+    let draft = TokenDraft {
+        name: form.get("name").unwrap_or("").trim().to_string(),
+        read_only: form.get("access") == Some("read"),
+        expiry: form.get("expiry").unwrap_or("90").to_string(),
+    };
+    let invalid = |path: &str, reason: &str| {
         Failure::from_tool(
-            zm_contracts::ToolError::validation(format!("name: {reason}"))
-                .with_details(serde_json::json!({"fields": [{"path": "name", "reason": reason}]})),
+            zm_contracts::ToolError::validation(format!("{path}: {reason}"))
+                .with_details(serde_json::json!({"fields": [{"path": path, "reason": reason}]})),
             rid,
         )
     };
+    let name = draft.name.clone();
+    // Only what the form offers: a value it does not offer is refused,
+    // never read as the widest access or the default lifetime.
+    let ttl = match draft.expiry.as_str() {
+        "never" => Ok(None),
+        d => match d.parse::<i64>() {
+            Ok(days @ 1..=3650) => Ok(Some(days * DAY_MS)),
+            _ => Err(invalid("expiry", "choose one of the offered lifetimes")),
+        },
+    };
     let failure = if name.is_empty() {
-        Some(invalid("give the token a name"))
+        Some(invalid("name", "give the token a name"))
     } else if name.chars().count() > 100 {
-        Some(invalid("at most 100 characters"))
+        Some(invalid("name", "at most 100 characters"))
+    } else if !matches!(form.get("access"), None | Some("read" | "write")) {
+        Some(invalid("access", "choose read and write, or read only"))
     } else {
-        None
+        ttl.as_ref().err().cloned()
     };
     // The account's password too: a token outlives the session, so a
     // borrowed session does not turn into lasting access (checked like a
@@ -237,21 +284,17 @@ pub(crate) async fn create_token(
         if f.retry_after.is_some() {
             return signed.error(&f.back_to("/access"));
         }
-        return match page_body(&state, &signed, None, Some(&f)).await {
+        return match page_body(&state, &signed, None, &draft, Some(&f)).await {
             Ok(body) => signed.page(StatusCode::BAD_REQUEST, "Access", "/access", body),
             Err(f) => signed.error(&f),
         };
     }
-    let scopes: &[&str] = if form.get("access") == Some("read") {
+    let scopes: &[&str] = if draft.read_only {
         &[SCOPE_READ]
     } else {
         &[SCOPE_READ, SCOPE_WRITE]
     };
-    let ttl = match form.get("expiry") {
-        Some("never") => None,
-        Some(d) => Some(d.parse::<i64>().unwrap_or(90).clamp(1, 3650) * DAY_MS),
-        None => Some(90 * DAY_MS),
-    };
+    let ttl = ttl.ok().flatten();
     let (_, secret) = match state
         .store
         .create_expiring_token(&signed.session.user_id, Some(&name), scopes, ttl)
@@ -260,7 +303,15 @@ pub(crate) async fn create_token(
         Ok(t) => t,
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
-    match page_body(&state, &signed, Some((&name, &secret)), None).await {
+    match page_body(
+        &state,
+        &signed,
+        Some((&name, &secret)),
+        &TokenDraft::default(),
+        None,
+    )
+    .await
+    {
         Ok(body) => signed.page(StatusCode::OK, "Access", "/access", body),
         Err(f) => signed.error(&f),
     }

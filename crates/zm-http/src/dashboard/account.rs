@@ -39,7 +39,7 @@ async fn page(
         h1 { "Account" }
         p { "Signed in as " strong { (signed.session.email) } "." }
         @if let Some(n) = notice { div.flash.ok role="status" { (n) } }
-        @if let Some(f) = failure { (f.notice()) }
+        @if let Some(f) = failure { (f.notice(&["current", "new", "again", "confirm", "delete-password"])) }
         h2 { "Change your password" }
         form #password method="post" action=(signed.href("/account/password")) {
             input type="hidden" name="csrf" value=(signed.csrf);

@@ -71,11 +71,7 @@ impl Failure {
     pub(crate) fn field(&self, name: &str) -> Option<String> {
         self.fields()
             .into_iter()
-            .find(|(p, _)| {
-                p == name
-                    || p.starts_with(&format!("{name}."))
-                    || p.starts_with(&format!("{name}["))
-            })
+            .find(|(p, _)| names_field(p, name))
             .map(|(_, r)| r)
     }
 
@@ -97,14 +93,31 @@ impl Failure {
             .unwrap_or_default()
     }
 
-    /// The inline notice a form shows above its fields.
-    pub(crate) fn notice(&self) -> Markup {
+    /// The notice a form shows above its fields. `marked` names the
+    /// fields the form marks inline; the reasons of any other offending
+    /// field are listed here, so no reason goes unsaid.
+    pub(crate) fn notice(&self, marked: &[&str]) -> Markup {
         let masked = self.masked();
+        let fields = self.fields();
+        let unmarked: Vec<&(String, String)> = fields
+            .iter()
+            .filter(|(path, _)| !marked.iter().any(|m| names_field(path, m)))
+            .collect();
+        let line =
+            if self.error.code == ErrorCode::ValidationFailed && unmarked.len() == fields.len() {
+                // Nothing is marked below: the summary must not point there.
+                "Some of what was sent is not valid."
+            } else {
+                summary(self.error.code)
+            };
         html! {
             div.flash.error role="alert" {
-                p { (summary(self.error.code)) }
-                @if self.error.code == ErrorCode::ValidationFailed && self.fields().is_empty() {
-                    p { (self.error.message) }
+                p { (line) }
+                @if self.error.code == ErrorCode::ValidationFailed {
+                    @if fields.is_empty() { p { (self.error.message) } }
+                    @else if !unmarked.is_empty() {
+                        ul { @for (path, reason) in &unmarked { li { code { (path) } ": " (reason) } } }
+                    }
                 }
                 @if !masked.is_empty() {
                     p { "What was found (masked): " @for m in &masked { code { (m) } " " } }
@@ -112,6 +125,15 @@ impl Failure {
             }
         }
     }
+}
+
+/// Does an offending field's `path` name the form field `name` (itself,
+/// or a part of it)?
+fn names_field(path: &str, name: &str) -> bool {
+    path == name
+        || path
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
 }
 
 /// One line naming what kind of failure this is.
@@ -200,6 +222,24 @@ mod tests {
         let bytes = futures::executor::block_on(axum::body::to_bytes(resp.into_body(), usize::MAX))
             .unwrap();
         (status, String::from_utf8(bytes.to_vec()).unwrap(), retry)
+    }
+
+    /// A form's notice lists the reasons of the fields the form does not
+    /// mark inline, and points to the marked ones only when there are any.
+    #[test]
+    fn a_notice_says_what_the_form_does_not_mark() {
+        let f = Failure::from_tool(
+            ToolError::validation("file: choose a file").with_details(serde_json::json!({
+                "fields": [{"path": "file", "reason": "choose a file to import"}]
+            })),
+            None,
+        );
+        let unmarked = f.notice(&["password"]).into_string();
+        assert!(unmarked.contains("choose a file to import"), "{unmarked}");
+        assert!(!unmarked.contains("see the marked fields"), "{unmarked}");
+        let marked = f.notice(&["file"]).into_string();
+        assert!(!marked.contains("choose a file to import"), "{marked}");
+        assert!(marked.contains("see the marked fields"), "{marked}");
     }
 
     #[test]

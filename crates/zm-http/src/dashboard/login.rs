@@ -77,11 +77,12 @@ fn form_page(
     failure: Option<&Failure>,
 ) -> String {
     let token = csrf::token(state.store.form_key(), cookie_value, CANONICAL);
+    let password_error = failure.and_then(|f| f.field("password"));
     let body = html! {
         div.signin {
             h1 { "Sign in" }
             p.lead { "Your agents' memory, for you to browse, correct and govern." }
-            @if let Some(f) = failure { (f.notice()) }
+            @if let Some(f) = failure { (f.notice(&["password"])) }
             form #login method="post" action=(prefix.join("/login")) {
                 input type="hidden" name="csrf" value=(token);
                 input type="hidden" name="next" value=(next);
@@ -89,9 +90,11 @@ fn form_page(
                     label for="email" { "Email" }
                     input #email type="email" name="email" autocomplete="username" required value=(email);
                 }
-                div.field {
+                div.field.invalid[password_error.is_some()] {
                     label for="password" { "Password" }
-                    input #password type="password" name="password" autocomplete="current-password" required;
+                    input #password type="password" name="password" autocomplete="current-password" required
+                        aria-invalid=[password_error.as_ref().map(|_| "true")];
+                    @if let Some(e) = &password_error { p.error { (e) } }
                 }
                 button type="submit" { "Sign in" }
             }

@@ -76,10 +76,12 @@ impl ListQuery {
     /// This query with one parameter set (or removed), as a link.
     fn with(&self, key: &str, value: Option<&str>) -> String {
         let mut pairs: Vec<(&str, String)> = Vec::new();
+        // An empty agent is a filter of its own ("(none)": memories no
+        // agent wrote), kept like any other; elsewhere empty is unset.
         let keep =
             |k: &str, v: &Option<String>, pairs: &mut Vec<(&str, String)>, name: &'static str| {
                 if k != name
-                    && let Some(v) = v.as_deref().filter(|v| !v.is_empty())
+                    && let Some(v) = v.as_deref().filter(|v| !v.is_empty() || name == "agent")
                 {
                     pairs.push((name, v.to_string()));
                 }
@@ -211,23 +213,33 @@ pub(crate) async fn index(
             aside.filters aria-label="Filters" {
                 (facet_list(&signed, "Scope", "scope", filter.scope.as_deref(), &facets.scopes, &q))
                 (facet_list(&signed, "Kind", "kind", filter.kind.map(MemoryKind::as_str), &facets.kinds, &q))
-                h2 { "Status" }
-                ul {
-                    @for (status, n) in &facets.statuses {
-                        li class=(if *status == filter.status { "on" } else { "" }) {
-                            a href=(signed.href(&q.with("status", Some(status.as_str())))) { (status_label(*status)) }
-                            span.count { (n) }
+                @if query.is_empty() {
+                    h2 { "Status" }
+                    ul {
+                        @for (status, n) in &facets.statuses {
+                            li class=(if *status == filter.status { "on" } else { "" }) {
+                                a href=(signed.href(&q.with("status", Some(status.as_str())))) { (status_label(*status)) }
+                                span.count { (n) }
+                            }
                         }
                     }
-                }
-                (facet_list(&signed, "Agent", "agent", filter.agent.as_deref(), &facets.agents, &q))
-                h2 { "Date" }
-                form.dates method="get" action=(signed.href("/")) {
-                    @if let Some(v) = &q.q { input type="hidden" name="q" value=(v); }
-                    @if let Some(v) = &filter.scope { input type="hidden" name="scope" value=(v); }
-                    div.field { label for="since" { "From" } input #since type="date" name="since" value=(q.since.clone().unwrap_or_default()); }
-                    div.field { label for="until" { "To" } input #until type="date" name="until" value=(q.until.clone().unwrap_or_default()); }
-                    button.secondary type="submit" { "Apply dates" }
+                    (facet_list(&signed, "Agent", "agent", filter.agent.as_deref(), &facets.agents, &q))
+                    h2 { "Date" }
+                    // Every other filter rides along.
+                    form.dates method="get" action=(signed.href("/")) {
+                        @if let Some(v) = &filter.scope { input type="hidden" name="scope" value=(v); }
+                        @if let Some(v) = filter.kind { input type="hidden" name="kind" value=(v.as_str()); }
+                        @if let Some(v) = q.status.as_deref().filter(|v| !v.is_empty()) { input type="hidden" name="status" value=(v); }
+                        @if let Some(v) = &filter.agent { input type="hidden" name="agent" value=(v); }
+                        div.field { label for="since" { "From" } input #since type="date" name="since" value=(q.since.clone().unwrap_or_default()); }
+                        div.field { label for="until" { "To" } input #until type="date" name="until" value=(q.until.clone().unwrap_or_default()); }
+                        button.secondary type="submit" { "Apply dates" }
+                    }
+                } @else {
+                    // Recall ranks live memories by scope and kind only:
+                    // no status, agent or date filter is offered that the
+                    // search would not apply.
+                    p.muted #search-filters { "A search ranks live memories, as your agents recall them: only scope and kind narrow it. " a href=(signed.href(&q.with("q", None))) { "Browse" } " to filter by status, agent or date." }
                 }
             }
             section aria-label="Results" {
@@ -238,7 +250,7 @@ pub(crate) async fn index(
                     @if let Some(v) = filter.kind { input type="hidden" name="kind" value=(v.as_str()); }
                     button type="submit" { "Search" }
                 }
-                @if let Some(f) = &failure { (f.notice()) }
+                @if let Some(f) = &failure { (f.notice(&[])) }
                 @if !query.is_empty() {
                     p.muted { (rows.len()) " ranked by recall, as an agent gets them (live memories only). " a href=(signed.href(&q.with("q", None))) { "Clear the search" } }
                 }
@@ -603,7 +615,7 @@ pub(crate) async fn edit(
                 let page = html! {
                     p { a href=(signed.href(&back)) { "← Back to the memory" } }
                     h1 { "Edit memory " code { (id) } }
-                    (f.notice())
+                    (f.notice(&["content", "links"]))
                     form #edit method="post" action=(signed.href(&format!("/memories/{id}/edit"))) {
                         input type="hidden" name="csrf" value=(signed.csrf);
                         div.field.invalid {

@@ -21,10 +21,16 @@ use crate::state::AppState;
 pub(crate) type Marked = Vec<(bool, String)>;
 
 pub(crate) fn word_diff(a: &str, b: &str) -> (Marked, Marked) {
-    let wa: Vec<&str> = a.split_whitespace().collect();
-    let wb: Vec<&str> = b.split_whitespace().collect();
-    // Long texts: compare at most 400 words a side (a memory is short).
-    let (wa, wb) = (&wa[..wa.len().min(400)], &wb[..wb.len().min(400)]);
+    let (all_a, all_b): (Vec<&str>, Vec<&str>) = (
+        a.split_whitespace().collect(),
+        b.split_whitespace().collect(),
+    );
+    // Long texts: compare at most 400 words a side (a memory is short);
+    // the words past them are shown unmarked, never cut.
+    let (wa, wb) = (
+        &all_a[..all_a.len().min(DIFF_WORDS)],
+        &all_b[..all_b.len().min(DIFF_WORDS)],
+    );
     let (n, m) = (wa.len(), wb.len());
     let mut lcs = vec![vec![0u16; m + 1]; n + 1];
     for i in (0..n).rev() {
@@ -54,8 +60,13 @@ pub(crate) fn word_diff(a: &str, b: &str) -> (Marked, Marked) {
     }
     left.extend(wa[i..].iter().map(|w| (true, (*w).to_string())));
     right.extend(wb[j..].iter().map(|w| (true, (*w).to_string())));
+    left.extend(all_a[n..].iter().map(|w| (false, (*w).to_string())));
+    right.extend(all_b[m..].iter().map(|w| (false, (*w).to_string())));
     (left, right)
 }
+
+/// How many words of each side a diff compares.
+const DIFF_WORDS: usize = 400;
 
 /// The words of one side; what only this side holds is marked (`del` on
 /// the left, `ins` on the right).
@@ -131,6 +142,9 @@ fn conflict_card(signed: &Signed, c: &Conflict) -> Markup {
     }
 }
 
+/// How many pending conflicts the page shows (`list_conflicts`' most).
+const REVIEW_PAGE: usize = 100;
+
 /// `GET /review`.
 pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
     let rid = signed.request_id.as_deref();
@@ -139,7 +153,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         .call(
             &signed.caller(),
             ToolName::ListConflicts,
-            &json!({"status": "pending", "limit": 100}),
+            &json!({"status": "pending", "limit": REVIEW_PAGE}),
         )
         .await
     {
@@ -154,7 +168,10 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     };
     let body = html! {
         h1 { "Review" }
-        p.lead { "Conflicts and near-duplicates your agents found, oldest first. What you decide is what an agent's " code { "resolve_conflict" } " would do." }
+        p.lead { "Conflicts and near-duplicates your agents found, newest first. What you decide is what an agent's " code { "resolve_conflict" } " would do." }
+        @if out.conflicts.len() >= REVIEW_PAGE {
+            p.muted #queue-more { "The newest " (REVIEW_PAGE) " are shown; older ones appear as you decide these." }
+        }
         @if out.conflicts.is_empty() { p #queue-empty { "Nothing to review." } } @else {
             ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(&signed, c)) } }
         }
@@ -212,5 +229,19 @@ mod tests {
         assert_eq!(changed(&r), ["Thursday"]);
         let (l, r) = super::word_diff("", "new text");
         assert!(l.is_empty() && changed(&r) == ["new", "text"]);
+    }
+
+    /// A text longer than the diff compares is shown whole: the words past
+    /// the compared ones follow, unmarked.
+    #[test]
+    fn a_long_text_is_shown_whole() {
+        let long: Vec<String> = (0..super::DIFF_WORDS + 50)
+            .map(|i| format!("w{i}"))
+            .collect();
+        let (l, r) = super::word_diff(&long.join(" "), "short text");
+        let words: Vec<&str> = l.iter().map(|(_, w)| w.as_str()).collect();
+        assert_eq!(words, long.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(l[super::DIFF_WORDS..].iter().all(|(c, _)| !c));
+        assert_eq!(r.len(), 2);
     }
 }
