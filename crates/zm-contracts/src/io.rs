@@ -561,7 +561,7 @@ pub struct ImportMemoryInput {
     #[garde(length(chars, min = 1, max = 4096))]
     pub source_path: String,
     /// Content hash (e.g. sha256); the idempotency key.
-    #[garde(length(min = 1, max = 256))]
+    #[garde(length(min = 1, max = 256), custom(not_blank))]
     pub source_hash: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(length(min = 1))]

@@ -372,3 +372,14 @@ fn a_nul_character_is_refused_wherever_it_is() {
     // Other control characters are text like any other.
     parse_input::<RememberInput>(&json!({"content": "tab\there", "scope": "core"})).unwrap();
 }
+
+/// An idempotency key that is only whitespace names nothing: refused, not
+/// shared by every such item.
+#[test]
+fn a_blank_source_hash_is_refused() {
+    for hash in ["   ", "\t\n"] {
+        let raw = json!({"content": "x", "kind": "fact", "target": "core", "source_path": "p", "source_hash": hash});
+        let err = validate_tool(ToolName::ImportMemory, &raw).unwrap_err();
+        assert_eq!(paths(&err), vec!["source_hash"], "{hash:?}");
+    }
+}

@@ -605,22 +605,14 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
     let nameable = |n: &str| crate::memories::nameable(&match_key(n));
     for (line, r) in &relations {
         let (edge, exact) = map_edge_type(&r.relation_type);
-        // What `link` refuses (an entity linked to itself, a name without
-        // letters or digits) makes no edge; the relation is still kept,
-        // as a memory, and the import goes on (a warning, not an error a
-        // second run would meet again).
+        // What `link` refuses for good (an entity linked to itself, a name
+        // without letters or digits, one too long or read as an id) makes
+        // no edge; the relation is still kept, as a memory, and the import
+        // goes on (a warning, not an error a second run would meet again).
         let unlinkable = if match_key(&r.from) == match_key(&r.to) {
-            Some("an entity linked to itself")
+            Some("an entity linked to itself".to_string())
         } else if !nameable(&r.from) || !nameable(&r.to) {
-            Some("a name without letters or digits")
-        } else {
-            None
-        };
-        if let Some(why) = unlinkable {
-            imp.summary.warnings.push(format!(
-                "line {line}: relation {:?} -[{}]-> {:?}: no edge ({why}); kept as a memory",
-                r.from, r.relation_type, r.to
-            ));
+            Some("a name without letters or digits".to_string())
         } else {
             let linked = imp
                 .run::<tool::Link>(
@@ -628,9 +620,17 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
                 )
                 .await;
             match linked {
-                Ok(out) if out.created => imp.summary.edges_created += 1,
-                Ok(_) => imp.summary.edges_existing += 1,
+                Ok(out) => {
+                    if out.created {
+                        imp.summary.edges_created += 1;
+                    } else {
+                        imp.summary.edges_existing += 1;
+                    }
+                    None
+                }
+                Err(e) if !worth_another_run(&e) => Some(describe(&e)),
                 Err(e) => {
+                    // The next run links it (and keeps its memory then).
                     imp.summary.errors.push(format!(
                         "line {line}: relation {:?} -[{}]-> {:?}: {}",
                         r.from,
@@ -641,6 +641,12 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
                     continue;
                 }
             }
+        };
+        if let Some(why) = &unlinkable {
+            imp.summary.warnings.push(format!(
+                "line {line}: relation {:?} -[{}]-> {:?}: no edge ({why}); kept as a memory",
+                r.from, r.relation_type, r.to
+            ));
         }
         if !exact || unlinkable.is_some() {
             let content = relation_content(&r.from, &r.relation_type, &r.to);
@@ -737,11 +743,17 @@ mod tests {
                 r#"{"type":"relation","from":"Node JS","to":"node_js","relationType":"alias_of"}"#,
                 r#"{"type":"relation","from":"!!!","to":"Web App","relationType":"relates_to"}"#,
                 r#"{"type":"relation","from":"Web App","to":"Node.js","relationType":"depends_on"}"#,
+                // Names `link` itself refuses: too long, and read as an id.
+                &format!(
+                    r#"{{"type":"relation","from":"{}","to":"Web App","relationType":"uses"}}"#,
+                    "Very long name ".repeat(20)
+                ),
+                r#"{"type":"relation","from":"usr_0123456789abcdef.0123456789","to":"Web App","relationType":"uses"}"#,
             ]
             .join("\n");
             let summary = import_text(
                 crate::ToolService::new(store.clone()),
-                caller,
+                caller.clone(),
                 "memory.jsonl".into(),
                 ImportFormat::ServerMemory,
                 Some(ImportInto::Personal),
@@ -759,11 +771,23 @@ mod tests {
                     .iter()
                     .filter(|w| w.contains("no edge"))
                     .count(),
-                2,
+                4,
                 "[{label}] {summary:?}"
             );
-            // The observation and both refused relations, as memories.
-            assert_eq!(summary.memories_imported, 3, "[{label}] {summary:?}");
+            // The observation and the four refused relations, as memories.
+            assert_eq!(summary.memories_imported, 5, "[{label}] {summary:?}");
+            // A second run meets no error either, and adds nothing.
+            let again = import_text(
+                crate::ToolService::new(store.clone()),
+                caller,
+                "memory.jsonl".into(),
+                ImportFormat::ServerMemory,
+                Some(ImportInto::Personal),
+                &text,
+            )
+            .await;
+            assert!(again.errors.is_empty(), "[{label}] {again:?}");
+            assert_eq!(again.memories_imported, 0, "[{label}] {again:?}");
         }
     }
 
