@@ -198,9 +198,27 @@ pub(crate) fn tool(e: ToolError) -> anyhow::Error {
     anyhow!("{}", describe(&e))
 }
 
-/// Open (and migrate) the configured database. A SQLite database is
-/// created private (see [`crate::files`]).
+/// Open (and migrate) the configured database, which must exist: a
+/// command pointed at the wrong data directory fails here instead of
+/// working on a new, empty database (and, for `user list`, reporting no
+/// users).
 pub async fn open_store(cfg: &Config) -> anyhow::Result<Store> {
+    if let Some(db) = zm_store::sqlite_path(&cfg.open_options().url)
+        && !db.exists()
+    {
+        bail!(
+            "no database at {} (is this the server's data directory? set --data-dir, ZM_DATA_DIR or ZM_DATABASE_URL as the server has them; `zero-memory serve` or `zero-memory migrate` creates a new one)",
+            db.display()
+        );
+    }
+    open_store_with(cfg, cfg.open_options()).await
+}
+
+/// Open (and migrate) the configured database, creating it when there is
+/// none: the commands that start a server or an account (`serve`,
+/// `stdio`, `migrate`, `user add`). A SQLite database is created private
+/// (see [`crate::files`]).
+pub async fn create_store(cfg: &Config) -> anyhow::Result<Store> {
     open_store_with(cfg, cfg.open_options()).await
 }
 
@@ -270,7 +288,7 @@ fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
 // ------------------------------------------------------------------ serve
 
 async fn serve(cfg: &Config) -> anyhow::Result<()> {
-    let store = open_store(cfg).await?;
+    let store = create_store(cfg).await?;
     crate::bootstrap::on_serve_start(&store, cfg).await?;
     crate::serve::run(cfg, store).await
 }
@@ -387,7 +405,7 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
 // ------------------------------------------------------------------ migrate
 
 async fn migrate(cfg: &Config) -> anyhow::Result<()> {
-    let store = open_store(cfg).await?;
+    let store = create_store(cfg).await?;
     store.close().await;
     println!(
         "{}: schema version {}",
@@ -512,7 +530,7 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
 
 async fn user_add(cfg: &Config, email: &str, password_stdin: bool) -> anyhow::Result<()> {
     let (password, generated) = password_from(password_stdin)?;
-    let store = open_store(cfg).await?;
+    let store = create_store(cfg).await?;
     let user = store.create_user(email, &password).await.map_err(tool)?;
     store.close().await;
     eprintln!(

@@ -312,6 +312,39 @@ fn usage_error_exits_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// A command that reads or changes an existing database refuses a data
+/// directory that holds none (a mistyped `--data-dir`, root's home under
+/// `sudo`) instead of creating an empty database and reporting on it.
+#[test]
+fn commands_other_than_serve_migrate_and_user_add_need_an_existing_database() {
+    let env = Env::new();
+    for args in [
+        &["user", "list"][..],
+        &["token", "list", "--user", "a@example.com"],
+        &["team", "list"],
+        &["export", "--user", "a@example.com", "--out", "x.jsonl"],
+        &["reindex"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("no database at"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            !env.data_dir().join("zero-memory.db").exists(),
+            "{args:?} created no database"
+        );
+    }
+    let out = env.run_stdin(
+        &["user", "add", "a@example.com", "--password-stdin"],
+        "a long password\n",
+    );
+    assert_success(&out, &["user", "add"]);
+    assert!(env.ok(&["user", "list"]).contains("a@example.com"));
+}
+
 #[test]
 fn migrate_creates_the_database() {
     let env = Env::new();
