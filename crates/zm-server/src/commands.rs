@@ -1,6 +1,6 @@
 //! The subcommands (all but the HTTP server itself, which is `serve.rs`).
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,6 +39,9 @@ pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
         }
     };
     init_logging(&cfg);
+    for note in crate::config::unknown_env_notes() {
+        tracing::warn!(target: OPERATOR, "{note}");
+    }
     match dispatch(command, &cfg).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -274,11 +277,14 @@ fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
     if !password_stdin {
         return Ok((random_secret(GENERATED_PASSWORD_LEN), true));
     }
+    // The first line only: typed at a terminal, Enter ends it (reading to
+    // the end would wait for Ctrl-D).
     let mut raw = String::new();
     std::io::stdin()
-        .read_to_string(&mut raw)
+        .lock()
+        .read_line(&mut raw)
         .context("cannot read the password from stdin")?;
-    let line = raw.lines().next().unwrap_or("").to_string();
+    let line = raw.trim_end_matches(['\n', '\r']).to_string();
     if line.is_empty() {
         bail!("--password-stdin: stdin holds no password");
     }
@@ -903,7 +909,10 @@ fn config_check(inputs: &Inputs) -> ExitCode {
         .map(|(k, value, from)| vec![k.env.to_string(), value, from])
         .collect();
     print_table(&["KNOB", "VALUE", "FROM"], &rows);
-    match cfg.validate() {
+    for note in crate::config::unknown_env_notes() {
+        println!("note: {note}");
+    }
+    match cfg.validate().and_then(|()| model_loads(&cfg)) {
         Ok(()) => {
             println!("configuration is valid");
             ExitCode::SUCCESS
@@ -915,6 +924,25 @@ fn config_check(inputs: &Inputs) -> ExitCode {
             }
             ExitCode::from(1)
         }
+    }
+}
+
+/// A model directory is loaded in the background once the server runs,
+/// and one that fails leaves recall lexical: `config check` loads it
+/// (the whole of it, as the server would) so that a corrupt or
+/// unsupported model is found before.
+fn model_loads(cfg: &Config) -> Result<(), Vec<String>> {
+    let (crate::config::RecallMode::Hybrid, Some(dir)) =
+        (cfg.recall_mode, cfg.embedding_model.as_deref())
+    else {
+        return Ok(());
+    };
+    match zm_embed::load(Some(dir)) {
+        Some(Err(e)) => Err(vec![format!(
+            "ZM_EMBEDDING_MODEL: {} does not load: {e}",
+            dir.display()
+        )]),
+        _ => Ok(()),
     }
 }
 

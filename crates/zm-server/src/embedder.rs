@@ -40,7 +40,10 @@ pub fn spawn(
         let encoder = match loaded {
             Ok(Some(Ok(e))) => e,
             Ok(Some(Err(e))) => {
-                tracing::warn!(error = %e, "the embedding model did not load: recall stays lexical");
+                // An error, not a warning: a model was configured, and
+                // recall runs without it until the next start
+                // (`config check` loads it to find this out before).
+                tracing::error!(target: crate::commands::OPERATOR, error = %e, "the embedding model did not load: recall stays lexical (`zero-memory config check` loads it and says why)");
                 return;
             }
             Ok(None) => {
@@ -67,6 +70,49 @@ pub fn spawn(
     }))
 }
 
+/// Failures in a row: the first is a warning, the rest are quiet until
+/// one succeeds (a database outage logs one line, not several a second),
+/// and the loop waits longer after each (up to [`MAX_BACKOFF`]).
+struct Trouble {
+    /// The step, as the log names it.
+    what: &'static str,
+    count: u32,
+}
+
+/// The longest wait between attempts while they fail.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl Trouble {
+    fn new(what: &'static str) -> Self {
+        Trouble { what, count: 0 }
+    }
+
+    fn failed(&mut self, e: &zm_contracts::ToolError) {
+        self.count = self.count.saturating_add(1);
+        if self.count == 1 {
+            tracing::warn!(error = %e.message, "{} failed; retrying, quietly until it works again", self.what);
+        } else {
+            tracing::debug!(error = %e.message, failures = self.count, "{} failed again", self.what);
+        }
+    }
+
+    fn worked(&mut self) {
+        if self.count > 0 {
+            tracing::info!(failures = self.count, "{} works again", self.what);
+            self.count = 0;
+        }
+    }
+
+    fn failing(&self) -> bool {
+        self.count > 0
+    }
+
+    /// The wait after this many failures in a row.
+    fn backoff(&self) -> Duration {
+        IDLE.saturating_mul(1 << self.count.min(5)).min(MAX_BACKOFF)
+    }
+}
+
 async fn run(store: Store, per_second: u32, cancel: CancellationToken) {
     let batch = if per_second == 0 {
         BATCH
@@ -74,29 +120,45 @@ async fn run(store: Store, per_second: u32, cancel: CancellationToken) {
         BATCH.min(per_second as usize).max(1)
     };
     let mut last_meta = Instant::now();
+    // One record per step, so one that keeps failing neither hides nor
+    // is announced as fixed by another that works.
+    let mut embedding = Trouble::new("embedding");
+    let mut meta = Trouble::new("refreshing the vector index");
+    let mut vectors = Trouble::new("reading new vectors");
     loop {
         if cancel.is_cancelled() {
             return;
         }
         let started = Instant::now();
         let done = match store.embed_pending(batch).await {
-            Ok(n) => n,
+            Ok(n) => {
+                embedding.worked();
+                n
+            }
             Err(e) => {
-                tracing::warn!(error = %e.message, "embedding failed; retrying");
+                embedding.failed(&e);
                 0
             }
         };
         if last_meta.elapsed() >= META_EVERY {
             last_meta = Instant::now();
-            if let Err(e) = store.refresh_vector_meta().await {
-                tracing::warn!(error = %e.message, "refreshing the vector index failed");
+            match store.refresh_vector_meta().await {
+                Ok(()) => meta.worked(),
+                Err(e) => meta.failed(&e),
             }
         }
-        let pause = if done == 0 {
-            if let Err(e) = store.refresh_vectors().await {
-                tracing::warn!(error = %e.message, "reading new vectors failed");
+        let pause = if embedding.failing() {
+            embedding.backoff()
+        } else if done == 0 {
+            match store.refresh_vectors().await {
+                Ok(_) => vectors.worked(),
+                Err(e) => vectors.failed(&e),
             }
-            IDLE
+            if vectors.failing() {
+                vectors.backoff()
+            } else {
+                IDLE
+            }
         } else if per_second > 0 {
             // `done` memories may take `done / per_second` seconds.
             Duration::from_secs_f64(done as f64 / f64::from(per_second))
@@ -108,5 +170,27 @@ async fn run(store: Store, per_second: u32, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each failure in a row doubles the wait, up to 30 s; a success
+    /// starts again from a second.
+    #[test]
+    fn failures_back_off_and_a_success_resets() {
+        let mut t = Trouble::new("embedding");
+        let e = zm_contracts::ToolError::internal();
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            t.failed(&e);
+            waits.push(t.backoff().as_secs());
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30, 30]);
+        t.worked();
+        assert!(!t.failing());
+        assert_eq!(t.backoff().as_secs(), 1);
     }
 }

@@ -84,7 +84,22 @@ pub(crate) async fn shutdown_signal() {
 /// Serve HTTP until SIGTERM or Ctrl-C; requests in flight finish, then the
 /// database pool closes, so no acknowledged write is lost.
 pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
-    let mut http = http_config(cfg);
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    // The address really bound (`--listen 127.0.0.1:0` picks a port): the
+    // URLs the server advertises (OAuth metadata, the banner) carry it.
+    let mut shown = cfg.clone();
+    shown.listen = listener.local_addr().unwrap_or(cfg.listen);
+    if !shown.listen.ip().is_loopback() && cfg.public_url.is_none() {
+        tracing::warn!(
+            target: crate::commands::OPERATOR,
+            listen = %shown.listen,
+            "listening beyond loopback without ZM_PUBLIC_URL: MCP over HTTP answers only requests addressed to localhost, and OAuth advertises {}; set ZM_PUBLIC_URL to the address clients use",
+            shown.public_base_url()
+        );
+    }
+    let mut http = http_config(&shown);
     if let Some(email) = &cfg.test_anonymous_user {
         let user = store
             .user_by_email(email)
@@ -107,12 +122,6 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         }
         http.test_anonymous_user = Some(user.id);
     }
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
-    // The address really bound (`--listen 127.0.0.1:0` picks a port).
-    let mut shown = cfg.clone();
-    shown.listen = listener.local_addr().unwrap_or(cfg.listen);
     let cancel = CancellationToken::new();
     spawn_team_purge(store.clone(), cancel.clone());
     let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());

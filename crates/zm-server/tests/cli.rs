@@ -345,6 +345,56 @@ fn commands_other_than_serve_migrate_and_user_add_need_an_existing_database() {
     assert!(env.ok(&["user", "list"]).contains("a@example.com"));
 }
 
+/// A misspelt `ZM_*` variable is named, on `config check` and as a
+/// warning on any other command, with the knob it most likely meant.
+#[test]
+fn an_unknown_zm_variable_is_named() {
+    let env = Env::new();
+    let out = env
+        .cmd(&["config", "check"])
+        .env("ZM_PUBLIC_ULR", "https://memory.example.com")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("ZM_PUBLIC_ULR is not a zero-memory setting and is ignored (did you mean ZM_PUBLIC_URL?)"),
+        "{text}"
+    );
+    let out = env.cmd(&["migrate"]).env("ZM_LISTN", "x").output().unwrap();
+    assert_success(&out, &["migrate"]);
+    assert!(
+        stderr(&out).contains("ZM_LISTN is not a zero-memory setting"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A model directory that holds the right files but does not load (here,
+/// not a model at all) fails `config check`, which loads it.
+#[cfg(feature = "embed")]
+#[test]
+fn config_check_loads_the_model_directory() {
+    let env = Env::new();
+    let dir = env.dir.path().join("model");
+    std::fs::create_dir(&dir).unwrap();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::write(dir.join(f), "not a model").unwrap();
+    }
+    let out = env
+        .cmd(&[
+            "config",
+            "check",
+            "--recall-mode",
+            "hybrid",
+            "--embedding-model",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("does not load"), "{}", stderr(&out));
+}
+
 #[test]
 fn migrate_creates_the_database() {
     let env = Env::new();
@@ -1452,6 +1502,43 @@ fn serve_first_start_prints_the_secrets_once_and_only_what_exists() {
     assert!(serve.wait_serving());
     let (stdout, _) = serve.stop();
     assert!(!stdout.contains("zm_pat_"), "{stdout}");
+}
+
+/// On `--listen 127.0.0.1:0` the URLs the server advertises carry the
+/// port it bound (OAuth discovery named port 0).
+#[test]
+fn serve_on_port_0_advertises_the_port_it_bound() {
+    let env = Env::new();
+    let mut serve = Serve::start(&env, &[]);
+    assert!(serve.wait_serving());
+    let banner = serve
+        .seen
+        .iter()
+        .find(|l| l.contains("serving on http://"))
+        .unwrap()
+        .clone();
+    let addr = banner
+        .split("serving on http://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(!addr.ends_with(":0"), "{banner}");
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        conn,
+        "GET /.well-known/oauth-authorization-server HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+    serve.stop();
+    assert!(
+        answer.contains(&format!("\"issuer\":\"http://{addr}\"")),
+        "{answer}"
+    );
 }
 
 /// `--first-start-output FILE`: the secrets go to a 0600 file, not stdout;

@@ -257,8 +257,20 @@ impl Store {
     }
 
     /// Close the pool (waits for connections to be returned).
+    ///
+    /// Waits at most ten seconds for connections still in use (a query
+    /// stuck on a dead network never returns its own): a process shutting
+    /// down then exits rather than waiting for its supervisor's kill. An
+    /// unfinished transaction is rolled back by the database, as at a
+    /// crash.
     pub async fn close(&self) {
-        self.pool.close().await;
+        const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+        if tokio::time::timeout(CLOSE_WAIT, self.pool.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "zm_store", busy = self.pool.size(), "closing the database anyway: connections still in use after 10 s");
+        }
     }
 
     /// Is the database structurally sound? SQLite runs `PRAGMA
