@@ -395,6 +395,34 @@ fn config_check_loads_the_model_directory() {
     assert!(stderr(&out).contains("does not load"), "{}", stderr(&out));
 }
 
+/// A database that cannot be opened says why, at once: a file that is no
+/// database, a PostgreSQL server that refuses the connection (the pool
+/// retried both for 30 s and then said only that it timed out).
+#[test]
+fn a_database_that_cannot_be_opened_says_why() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    std::fs::write(
+        env.data_dir().join("zero-memory.db"),
+        "not a database, just text ".repeat(100),
+    )
+    .unwrap();
+    let out = env.run(&["user", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not a database"), "{}", stderr(&out));
+    let out = env
+        .cmd(&["user", "list"])
+        .env("ZM_DATABASE_URL", "postgres://zm@127.0.0.1:1/zm")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out).to_lowercase();
+    assert!(
+        text.contains("refused") && !text.contains("timed out"),
+        "{text}"
+    );
+}
+
 #[test]
 fn migrate_creates_the_database() {
     let env = Env::new();

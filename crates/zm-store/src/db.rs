@@ -231,6 +231,8 @@ pub enum OpenError {
     CorruptSecret(&'static str),
     #[error("cannot prepare the data directory: {0}")]
     Io(#[from] std::io::Error),
+    #[error("no answer from the database within {0} s")]
+    Unreachable(u64),
 }
 
 /// Log a failure and return the generic `internal` error.
@@ -366,6 +368,35 @@ impl OpenOptions {
     }
 }
 
+/// How long opening waits for the database's first answer.
+const FIRST_CONTACT: Duration = Duration::from_secs(30);
+
+/// One connection and one read, before the pool: the pool retries what
+/// fails (a refused connection, a file that is no database) until its
+/// acquire timeout and then reports only that it timed out, so the cause
+/// (`connection refused`, `file is not a database`, a wrong password) is
+/// found here and said at once.
+async fn first_contact(connect: &AnyConnectOptions, backend: Backend) -> Result<(), OpenError> {
+    use sqlx::{ConnectOptions, Connection};
+    let probe = async {
+        let mut conn = connect.connect().await?;
+        if backend == Backend::Sqlite {
+            // Another process's write lock is waited for, as the pool does.
+            conn.execute("PRAGMA busy_timeout = 30000").await?;
+        }
+        let read = match backend {
+            Backend::Sqlite => "SELECT count(*) FROM sqlite_master",
+            Backend::Postgres => "SELECT 1",
+        };
+        conn.execute(read).await?;
+        conn.close().await
+    };
+    match tokio::time::timeout(FIRST_CONTACT, probe).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(OpenError::Unreachable(FIRST_CONTACT.as_secs())),
+    }
+}
+
 pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), OpenError> {
     sqlx::any::install_default_drivers();
     let backend = if opts.url.starts_with("sqlite:") {
@@ -387,6 +418,7 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
     } else {
         "FULL"
     };
+    first_contact(&connect, backend).await?;
     let mmap_bytes = opts.sqlite_mmap_bytes;
     let pool = AnyPoolOptions::new()
         .max_connections(opts.max_connections)
