@@ -623,6 +623,28 @@ async fn team_members_see_the_team_and_removed_members_do_not(s: Server) {
             .status,
         404
     );
+    // C's own team memory, once C is a reader there: no form the store
+    // would refuse (it needs the writer role), and the page says why.
+    let own = remember(
+        &s.store,
+        &c.id,
+        "C's note: the freeze lifts on Monday.",
+        &format!("team.{team}"),
+    )
+    .await;
+    let page = browser.get(&s, &format!("/memories/{own}")).await;
+    assert!(page.body.contains("id=\"edit\"") && page.body.contains("id=\"forget\""));
+    let reader: zm_contracts::teams::SetRoleInput =
+        zm_contracts::parse_input(&json!({"role": "reader"})).unwrap();
+    s.store
+        .set_team_role(&admin, &team, &c.id, reader)
+        .await
+        .unwrap();
+    let page = browser.get(&s, &format!("/memories/{own}")).await;
+    assert!(page.body.contains("id=\"reader-only\""), "{}", page.body);
+    for form in ["id=\"edit\"", "id=\"forget\"", "id=\"share\""] {
+        assert!(!page.body.contains(form), "{form} offered to a reader");
+    }
     s.store
         .remove_team_member(&admin, &team, &c.id)
         .await

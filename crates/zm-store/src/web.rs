@@ -85,18 +85,33 @@ impl MemoryStatus {
     pub fn parse(s: &str) -> Option<MemoryStatus> {
         MemoryStatus::ALL.into_iter().find(|m| m.as_str() == s)
     }
-    fn push(self, sql: &mut Sql) {
-        sql.push(match self {
-            MemoryStatus::Live => " AND m.invalidated_at IS NULL",
+    /// The status's predicate over `m`, as `user_id` sees it: a memory
+    /// whose successor they cannot read shows as forgotten (its
+    /// `superseded_by` is hidden from them), so it counts as one.
+    fn push(self, sql: &mut Sql, user_id: &str) {
+        let readable_successor = |sql: &mut Sql| {
+            sql.push("EXISTS (SELECT 1 FROM memories s WHERE s.id = m.superseded_by AND ");
+            crate::scopes::push_visible(sql, "s", user_id);
+            sql.push(")");
+        };
+        match self {
+            MemoryStatus::Live => {
+                sql.push(" AND m.invalidated_at IS NULL");
+            }
             MemoryStatus::OpenLoop => {
-                " AND m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question')"
+                sql.push(" AND m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question')");
             }
             MemoryStatus::Forgotten => {
-                " AND m.invalidated_at IS NOT NULL AND m.superseded_by IS NULL"
+                sql.push(" AND m.invalidated_at IS NOT NULL AND (m.superseded_by IS NULL OR NOT ");
+                readable_successor(sql);
+                sql.push(")");
             }
-            MemoryStatus::Superseded => " AND m.superseded_by IS NOT NULL",
-            MemoryStatus::All => "",
-        });
+            MemoryStatus::Superseded => {
+                sql.push(" AND m.superseded_by IS NOT NULL AND ");
+                readable_successor(sql);
+            }
+            MemoryStatus::All => {}
+        }
     }
 }
 
@@ -126,7 +141,7 @@ enum Facet {
 impl MemoryFilter {
     /// The predicate over `m`, leaving out one facet's own filter (so its
     /// counts show what choosing another value would give).
-    fn push(&self, sql: &mut Sql, except: Option<Facet>) {
+    fn push(&self, sql: &mut Sql, user_id: &str, except: Option<Facet>) {
         if except != Some(Facet::Scope)
             && let Some(s) = &self.scope
         {
@@ -138,7 +153,7 @@ impl MemoryFilter {
             sql.push(" AND m.kind = ").bind_str(k.as_str());
         }
         if except != Some(Facet::Status) {
-            self.status.push(sql);
+            self.status.push(sql, user_id);
         }
         if except != Some(Facet::Agent)
             && let Some(a) = &self.agent
@@ -328,7 +343,7 @@ impl Store {
             crate::search::MEMORY_COLUMNS
         ));
         visible.push(&mut sql, "m");
-        filter.push(&mut sql, None);
+        filter.push(&mut sql, &caller.user_id, None);
         if let Some(b) = before {
             sql.push(" AND m.seq < ").bind_i64(b);
         }
@@ -359,7 +374,7 @@ impl Store {
                 "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
             ));
             visible.push(&mut sql, "m");
-            filter.push(&mut sql, Some(facet));
+            filter.push(&mut sql, &caller.user_id, Some(facet));
             // By the grouped column, not its alias: PostgreSQL takes an
             // output alias only bare, not inside an expression.
             sql.push(&format!(
@@ -392,8 +407,8 @@ impl Store {
         for status in MemoryStatus::ALL {
             let mut sql = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
             visible.push(&mut sql, "m");
-            filter.push(&mut sql, Some(Facet::Status));
-            status.push(&mut sql);
+            filter.push(&mut sql, &caller.user_id, Some(Facet::Status));
+            status.push(&mut sql, &caller.user_id);
             let row = sql.query().fetch_one(&self.pool).await.db("facet status")?;
             out.statuses
                 .push((status, u64::try_from(col::<i64>(&row, "n")?).unwrap_or(0)));
@@ -532,6 +547,10 @@ pub struct MemoryContext {
     /// and the caller is not that team's admin: its admins may forget it,
     /// nobody else changes it.
     pub left_to_team: bool,
+    /// The caller's own, shared in a project or team scope where their
+    /// role is now reader: they change it no more than any other team
+    /// content (`may_change_own_in` refuses), so no page offers it.
+    pub reader_only: bool,
 }
 
 /// An MCP-over-HTTP session of the user, as the Access page lists it.
@@ -571,6 +590,17 @@ impl Store {
         if let Some(row) = holder {
             let owner: String = col(&row, "owner_id")?;
             out.mine = owner == caller.user_id;
+            if out.mine {
+                let visibility: zm_contracts::Visibility =
+                    crate::rows::enum_col(&row, "visibility")?;
+                let scope: String = col(&row, "scope")?;
+                if visibility == zm_contracts::Visibility::Shared
+                    && zm_contracts::scope::is_shareable(&scope)
+                {
+                    let role = self.role_in(&mut *conn, &caller.user_id, &scope).await?;
+                    out.reader_only = !role.is_some_and(|r| r.can_write());
+                }
+            }
             if !out.mine && crate::rows::flag_col(&row, "stewards")? {
                 let visibility: zm_contracts::Visibility =
                     crate::rows::enum_col(&row, "visibility")?;

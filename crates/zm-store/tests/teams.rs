@@ -500,6 +500,23 @@ backend_tests! {
         let mine = ok(call(&store, &w, "export_memories", json!({"scopes": ["*"]})).await, l, "the author's export");
         let item = mine["items"].as_array().unwrap().iter().find(|m| m["id"] == json!(old)).cloned().unwrap();
         assert_eq!(item["superseded_by"], json!(private), "[{l}] {item}");
+        // The dashboard's status filter agrees with what each sees: retired
+        // without a successor is forgotten, for the teammate; superseded,
+        // for the author.
+        use zm_store::web::{MemoryFilter, MemoryStatus};
+        let listed = |who: &Caller, status: MemoryStatus| {
+            let (store, who) = (store.clone(), who.clone());
+            let filter = MemoryFilter { scope: Some(format!("team.{slug}")), status, ..MemoryFilter::default() };
+            async move {
+                let page = store.browse_memories(&who, &filter, None, 50).await.expect("browse");
+                let counted = store.memory_facets(&who, &filter).await.expect("facets").statuses.into_iter().find(|(s, _)| *s == status).map(|(_, n)| n);
+                (page.items.iter().map(|m| m.id.as_str().to_string()).collect::<Vec<_>>(), counted)
+            }
+        };
+        assert_eq!(listed(&a, MemoryStatus::Forgotten).await, (vec![old.clone()], Some(1)), "[{l}] the teammate's forgotten");
+        assert_eq!(listed(&a, MemoryStatus::Superseded).await, (vec![], Some(0)), "[{l}] the teammate's superseded");
+        assert_eq!(listed(&w, MemoryStatus::Superseded).await, (vec![old.clone()], Some(1)), "[{l}] the author's superseded");
+        assert_eq!(listed(&w, MemoryStatus::Forgotten).await, (vec![], Some(0)), "[{l}] the author's forgotten");
     }
 
     /// A write into a project shared with the team is the team's to read,

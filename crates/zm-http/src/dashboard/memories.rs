@@ -418,7 +418,10 @@ pub(crate) async fn show(
     // admins forget, close or restore it for the steward (the store
     // decides that again on the call), nothing else.
     let for_team = context.for_team.as_deref();
-    let changes = mine || for_team.is_some();
+    // A reader now in the scope where their memory is shared changes it
+    // no more than other team content: no form the store would refuse.
+    let reader_only = context.reader_only;
+    let changes = (mine && !reader_only) || for_team.is_some();
     let body = html! {
         p { a href=(signed.href("/")) { "← Memories" } }
         h1 { "Memory " code { (m.id) } }
@@ -471,10 +474,12 @@ pub(crate) async fn show(
             p #for-team.hint { "A former member of team " (team) " left this memory to the team. As the team's admin you may forget it, close it if it is an open loop, and restore it; nobody edits, shares or moves it." }
         } @else if context.left_to_team {
             p #left-to-team.hint { "A former member left this memory to the team: its admins may forget it; nobody edits, shares or moves it. To dispute it, ask your agent to challenge it." }
+        } @else if mine && reader_only {
+            p #reader-only.hint { "You wrote this memory, and its scope's members read it; your role there is reader now, so only a writer or admin of " code { (m.scope) } " changes it." }
         } @else if !mine {
             p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
         }
-        @if live && mine {
+        @if live && mine && !reader_only {
             form #edit method="post" action=(signed.href(&format!("/memories/{}/edit", m.id))) {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 div.field {
