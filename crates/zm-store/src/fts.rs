@@ -161,14 +161,31 @@ pub const STOP_WORDS: &[&str] = &[
 /// The terms a recall searches for: [`query_terms`] without
 /// [`STOP_WORDS`] — unless the query holds nothing else ("who are you"),
 /// then all of them.
+///
+/// Stop words are left out before the cap of [`MAX_QUERY_TERMS`]: a long
+/// question's content words are not pushed out by the words around them.
 pub fn search_terms(user_text: &str) -> Vec<String> {
-    let terms = query_terms(user_text);
-    let content: Vec<String> = terms
+    let mut seen = HashSet::new();
+    let distinct: Vec<String> = tokenize(user_text)
+        .into_iter()
+        .filter(|t| seen.insert(t.clone()))
+        .collect();
+    let content: Vec<String> = distinct
         .iter()
-        .filter(|t| STOP_WORDS.binary_search(&t.as_str()).is_err())
+        .filter(|t| !is_stop_word(t))
+        .take(MAX_QUERY_TERMS)
         .cloned()
         .collect();
-    if content.is_empty() { terms } else { content }
+    if content.is_empty() {
+        distinct.into_iter().take(MAX_QUERY_TERMS).collect()
+    } else {
+        content
+    }
+}
+
+/// Is `term` (lowercase) one of the [`STOP_WORDS`]?
+pub fn is_stop_word(term: &str) -> bool {
+    STOP_WORDS.binary_search(&term).is_ok()
 }
 
 /// Which memories a full-text query matches.
@@ -414,6 +431,10 @@ mod tests {
             ["invoices", "stored"]
         );
         assert_eq!(search_terms("who are you"), ["who", "are", "you"]);
+        // A long question's content word past the 32nd distinct token is
+        // still searched: stop words go before the cap.
+        let long = format!("{} pgbouncer", STOP_WORDS[..40].join(" "));
+        assert_eq!(search_terms(&long), ["pgbouncer"]);
     }
 
     #[test]

@@ -621,22 +621,20 @@ impl FromAnyRow for DeliveredRule {
     }
 }
 
-/// Cut `text` to at most `max` characters around the first query word.
+/// Cut `text` to at most `max` characters around the first word that
+/// matches a query term: the same word, or one with the same stem as far
+/// as a shared beginning tells (`invoicing` finds `invoices`). A term is
+/// never found inside another word (`is` in `this`).
 pub fn excerpt(text: &str, query_terms: &[String], max: usize) -> (String, bool) {
     let chars: Vec<char> = text.chars().collect();
     if chars.len() <= max {
         return (text.to_string(), false);
     }
-    let lower = text.to_lowercase();
-    let pos_byte = query_terms
+    let terms: Vec<Vec<char>> = query_terms
         .iter()
-        .filter_map(|t| lower.find(t.as_str()))
-        .min()
-        .unwrap_or(0);
-    let pos = lower[..pos_byte.min(lower.len())]
-        .chars()
-        .count()
-        .min(chars.len());
+        .map(|t| t.to_lowercase().chars().collect())
+        .collect();
+    let pos = first_matching_word(&chars, &terms).unwrap_or(0);
     let start = pos
         .saturating_sub(max / 4)
         .min(chars.len().saturating_sub(max));
@@ -650,6 +648,40 @@ pub fn excerpt(text: &str, query_terms: &[String], max: usize) -> (String, bool)
         out.push('…');
     }
     (out, true)
+}
+
+/// Where (in characters) the first word of `chars` that matches one of
+/// `terms` begins.
+fn first_matching_word(chars: &[char], terms: &[Vec<char>]) -> Option<usize> {
+    let mut i = 0;
+    while i < chars.len() {
+        if !chars[i].is_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && chars[i].is_alphanumeric() {
+            i += 1;
+        }
+        let word: Vec<char> = chars[start..i]
+            .iter()
+            .flat_map(|c| c.to_lowercase())
+            .collect();
+        if terms.iter().any(|t| same_stem(&word, t)) {
+            return Some(start);
+        }
+    }
+    None
+}
+
+/// The same word, or two words sharing a beginning of at least four
+/// characters that leaves at most three of the shorter one (an ending).
+fn same_stem(word: &[char], term: &[char]) -> bool {
+    if word == term {
+        return true;
+    }
+    let shared = word.iter().zip(term).take_while(|(a, b)| a == b).count();
+    shared >= 4 && shared + 3 >= word.len().min(term.len())
 }
 
 fn headline(text: &str, max: usize) -> (String, bool) {
@@ -1091,7 +1123,13 @@ impl Store {
         // (the dense leg's filter) are read meanwhile too.
         let (query, lexical, member_scopes) = tokio::join!(
             async {
-                let q = self.embed_query(text).await;
+                // A query with no word at all ("?!", "🎉") has no meaning
+                // to look for: the model's vector of it is noise.
+                let q = if fts::query_terms(text).is_empty() {
+                    None
+                } else {
+                    self.embed_query(text).await
+                };
                 (q, started.elapsed())
             },
             async {
@@ -1189,28 +1227,35 @@ impl Store {
                 })
                 .collect(),
             Some(q) => {
-                let mut fused: HashMap<MemoryId, (Ranking, f64, bool)> = HashMap::new();
+                // (the memory, its fused weight, found by full text, holds
+                // every word)
+                let mut fused: HashMap<MemoryId, (Ranking, f64, bool, bool)> = HashMap::new();
                 for (rank, (c, every_word)) in lexical.into_iter().enumerate() {
                     // No word counted (every one too common): a partial
                     // hit weighs PARTIAL_WEIGHT.
                     let share = coverage.get(&c.id).copied().unwrap_or(1.0);
                     let w = fusion.lexical_weight(every_word, share);
                     let rrf = w / (fusion.rrf_k + rank as f64 + 1.0);
-                    fused.insert(c.id.clone(), (c, rrf, true));
+                    fused.insert(c.id.clone(), (c, rrf, true, every_word));
                 }
                 for (rank, (c, _)) in dense.into_iter().enumerate() {
                     let rrf = fusion.dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
                     fused
                         .entry(c.id.clone())
                         .and_modify(|e| e.1 += rrf)
-                        .or_insert((c, rrf, false));
+                        .or_insert((c, rrf, false, false));
                 }
                 let best = (1.0 + fusion.dense_weight) / (fusion.rrf_k + 1.0);
                 fused
                     .into_values()
-                    .map(|(c, rrf, fts)| {
+                    .map(|(c, rrf, fts, every_word)| {
                         let similarity = self.cosine_of(q, &c.id).map(f64::from);
-                        let score = rrf / best * weight(&c);
+                        // The contract's tiers hold in both modes: a
+                        // memory holding every word of the query ranks
+                        // first, at 0.5 or more; the fused order ranks
+                        // within each tier.
+                        let fused = rrf / best * weight(&c) / 2.0;
+                        let score = if every_word { 0.5 + fused } else { fused };
                         Hit::of(c, score, similarity, fts)
                     })
                     .collect()
@@ -1400,7 +1445,7 @@ impl Store {
         } else {
             HashMap::new()
         };
-        let terms = fts::query_terms(&input.query);
+        let terms = fts::search_terms(&input.query);
         let now = self.now();
         let memories = hits
             .iter()
@@ -1513,7 +1558,7 @@ impl Store {
             .map(|h| (h.memory, h.score))
             .collect();
         let ids: Vec<MemoryId> = hits.iter().map(|(c, _)| c.id.clone()).collect();
-        let terms = fts::query_terms(&input.topic);
+        let terms = fts::search_terms(&input.topic);
         let memories: Vec<ContextMemory> = hits
             .iter()
             .map(|(c, score)| {

@@ -12,14 +12,17 @@ pub const UNJUDGED_FLOOR: f64 = 0.92;
 /// At most this many similar memories are reported.
 pub const SIMILAR_CAP: usize = 10;
 
-/// Lowercased runs of Unicode alphanumeric characters. Every character of
+/// Lowercased runs of Unicode alphanumeric characters, of the text in
+/// composed form (NFC: `nai\u{308}ve`, as a decomposing keyboard or OS
+/// writes it, is the word `naïve`, not `nai` and `ve`). Every character of
 /// every token is alphanumeric (lowercasing never introduces anything else:
 /// non-alphanumeric parts of a lowercase mapping, such as a combining dot,
 /// are dropped).
 pub fn tokenize(text: &str) -> Vec<String> {
+    use unicode_normalization::UnicodeNormalization;
     let mut tokens = Vec::new();
     let mut current = String::new();
-    for c in text.chars() {
+    for c in text.nfc() {
         if c.is_alphanumeric() {
             current.extend(c.to_lowercase().filter(|l| l.is_alphanumeric()));
         } else if !current.is_empty() {
@@ -202,6 +205,14 @@ mod tests {
 
     fn toks(s: &str) -> Vec<String> {
         tokenize(s)
+    }
+
+    /// Decomposed text (a letter, then its combining accent) gives the
+    /// words its composed spelling gives.
+    #[test]
+    fn decomposed_text_tokenizes_as_composed() {
+        assert_eq!(tokenize("nai\u{308}ve cafe\u{301}"), tokenize("naïve café"));
+        assert_eq!(tokenize("nai\u{308}ve"), ["naïve"]);
     }
 
     #[test]

@@ -90,6 +90,30 @@ impl Encoder for QueryOnly {
     }
 }
 
+/// An encoder that points the query `5433` and any text about a plant one
+/// way and every other text another: the dense leg's nearest memory to
+/// that query is the plant's (cosine 1), never the one holding the word.
+struct Pointing;
+
+impl Encoder for Pointing {
+    fn model(&self) -> &str {
+        "test-pointing"
+    }
+    fn dims(&self) -> usize {
+        384
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0; 384];
+                v[usize::from(!(t.contains("plant") || *t == "5433"))] = 1.0;
+                v
+            })
+            .collect())
+    }
+}
+
 fn find<'a>(hits: &'a [Value], id: &str) -> Option<&'a Value> {
     hits.iter().find(|h| h["id"] == id)
 }
@@ -409,6 +433,27 @@ backend_tests! {
         assert_eq!(hybrid.len(), 60, "[{l}] hybrid: every match too, not the fusion's first 50");
         assert!(ids.iter().all(|id| find(&hybrid, id).is_some()), "[{l}]");
         assert_eq!(ask(10).await.len(), 10, "[{l}] k still bounds it");
+    }
+
+    /// The contract's promise holds in hybrid mode too: a memory holding
+    /// every word of the query ranks first, with a score of at least 0.5,
+    /// above a memory the dense leg puts first; a query with no word at
+    /// all finds nothing by meaning either.
+    async fn a_memory_holding_every_word_ranks_first_in_hybrid_mode_too(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-tier").await;
+        let port = mem(&store, &a, l, json!({"content": "The staging database listens on port 5433.", "kind": "fact", "scope": "personal"})).await;
+        let plant = mem(&store, &a, l, json!({"content": "The office plant needs water on Fridays.", "kind": "fact", "scope": "personal"})).await;
+        store.set_encoder(Arc::new(Pointing));
+        embed(&store, &[&port, &plant], l).await;
+        let found = hits(&store, &a, "5433", l).await;
+        assert_eq!(found.first().map(|h| h["id"].clone()), Some(json!(port)), "[{l}] {found:?}");
+        assert!(found[0]["score"].as_f64().unwrap() >= 0.5, "[{l}] {found:?}");
+        let by_meaning = find(&found, &plant).unwrap_or_else(|| panic!("[{l}] the dense leg's hit: {found:?}"));
+        assert_eq!(by_meaning["fts_matched"], false, "[{l}]");
+        assert!(by_meaning["score"].as_f64().unwrap() < 0.5, "[{l}] {found:?}");
+        for wordless in ["?!", "((( )))", "🎉"] {
+            assert!(hits(&store, &a, wordless, l).await.is_empty(), "[{l}] {wordless:?}");
+        }
     }
 
     async fn a_full_text_hit_holding_more_of_the_query_weighs_more(store: Store, l: &str) {
