@@ -1900,6 +1900,34 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// An excerpt centres on the first whole word matching a query term or
+    /// its stem, never on a term found inside another word.
+    #[test]
+    fn an_excerpt_centres_on_a_matching_word() {
+        let text = format!(
+            "This page is about many things. {} The invoices table lives in the billing schema. {}",
+            "Filler words here. ".repeat(150),
+            "More filler. ".repeat(150)
+        );
+        let at = text.find("The invoices table").unwrap();
+        for query in ["where is the invoices table", "invoicing"] {
+            let terms = crate::fts::search_terms(query);
+            let (cut, truncated) = excerpt(&text, &terms, 600);
+            assert!(truncated);
+            assert!(cut.contains("invoices table"), "{query}: {cut}");
+            assert!(
+                cut.starts_with('…') && !cut.contains("This page"),
+                "{query}"
+            );
+        }
+        assert!(at > 600);
+        assert!(same_stem(
+            &['i', 'n', 'v', 'o', 'i', 'c', 'e', 's'],
+            &"invoicing".chars().collect::<Vec<_>>()
+        ));
+        assert!(!same_stem(&['t', 'h', 'i', 's'], &['i', 's']));
+    }
+
     fn plan(words: &str, df: &[i64]) -> Vec<(String, fts::Match, LegOrder, bool)> {
         let terms = fts::query_terms(words);
         LegPlan::new(&terms, df)
