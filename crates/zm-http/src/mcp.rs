@@ -202,23 +202,70 @@ impl McpEndpoint {
 /// The `/mcp` handler: authenticate, resume the session from the database
 /// (owner and expiry checked), forward; then record a new session (or
 /// refuse it) and answer a successful `DELETE` with 204.
-pub async fn handle(
+///
+/// A browser page at an accepted origin ([`crate::state::HttpConfig::mcp_origin_ok`]:
+/// ours, or one the operator listed) gets CORS: its preflight is answered
+/// before any token is asked for (a preflight carries none), and every
+/// answer names the origin and exposes the session header. Another
+/// origin is refused with 403 and no CORS, so its page reads nothing.
+pub async fn handle(state: State<(AppState, McpEndpoint)>, request: Request) -> Response {
+    let origin = match request.headers().get(header::ORIGIN) {
+        None => None,
+        Some(sent) => {
+            let host = request
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok());
+            match sent.to_str() {
+                Ok(o) if state.0.0.cfg.mcp_origin_ok(o, host) => Some(sent.clone()),
+                _ => return foreign_origin(),
+            }
+        }
+    };
+    let Some(origin) = origin else {
+        return handle_allowed(state, request).await;
+    };
+    let preflight = request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut resp = if preflight {
+        let mut resp = StatusCode::NO_CONTENT.into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(
+                "authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id",
+            ),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        resp
+    } else {
+        handle_allowed(state, request).await
+    };
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.append(header::VARY, HeaderValue::from_static("origin"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("mcp-session-id, mcp-protocol-version, www-authenticate"),
+    );
+    resp
+}
+
+/// [`handle`] once the request's origin (if any) is accepted.
+async fn handle_allowed(
     State((state, mcp)): State<(AppState, McpEndpoint)>,
     request: Request,
 ) -> Response {
     let (mut parts, body) = request.into_parts();
-    if let Some(origin) = parts.headers.get(header::ORIGIN) {
-        let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok());
-        if !origin
-            .to_str()
-            .is_ok_and(|o| state.cfg.mcp_origin_ok(o, host))
-        {
-            return foreign_origin();
-        }
-    }
     let anonymous = state.cfg.test_anonymous_user.as_ref().filter(|_| {
         !parts
             .headers

@@ -594,6 +594,80 @@ async fn mcp_refuses_pages_of_other_origins() {
     s.stop().await;
 }
 
+/// A page at a listed origin (the MCP Inspector's direct mode) can use
+/// `/mcp` from a browser: its preflight is answered without a token, and
+/// every answer (a 401 too) names the origin and exposes the session id.
+/// Another origin's preflight is refused with no CORS headers.
+#[tokio::test]
+async fn a_listed_origin_gets_cors_on_mcp() {
+    let s = start_configured(
+        |c| c.allowed_origins = vec!["http://localhost:6274".into()],
+        |r, _| r,
+    )
+    .await;
+    let preflight = |origin: &str| {
+        s.http
+            .request(reqwest::Method::OPTIONS, format!("{}/mcp", s.base))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type,mcp-protocol-version",
+            )
+            .send()
+    };
+    let ok = preflight("http://localhost:6274").await.unwrap();
+    assert_eq!(ok.status().as_u16(), 204);
+    let h = ok.headers();
+    assert_eq!(h["access-control-allow-origin"], "http://localhost:6274");
+    let allowed = h["access-control-allow-headers"].to_str().unwrap();
+    for name in [
+        "authorization",
+        "content-type",
+        "mcp-protocol-version",
+        "mcp-session-id",
+    ] {
+        assert!(allowed.contains(name), "{name}: {allowed}");
+    }
+    assert!(
+        h["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
+    let refused = preflight("https://evil.example").await.unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    assert!(
+        refused
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
+    for token in [Some(s.rw_a.clone()), None] {
+        let mut rb = s
+            .http
+            .post(format!("{}/mcp", s.base))
+            .header("accept", "application/json, text/event-stream")
+            .header("origin", "http://localhost:6274")
+            .json(&init);
+        if let Some(t) = &token {
+            rb = rb.bearer_auth(t);
+        }
+        let r = rb.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), if token.is_some() { 200 } else { 401 });
+        let h = r.headers();
+        assert_eq!(h["access-control-allow-origin"], "http://localhost:6274");
+        assert!(
+            h["access-control-expose-headers"]
+                .to_str()
+                .unwrap()
+                .contains("mcp-session-id")
+        );
+    }
+    s.stop().await;
+}
+
 /// With no origin configured (the default), `/mcp` still refuses a page
 /// of another site and accepts its own origin.
 #[tokio::test]
