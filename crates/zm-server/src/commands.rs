@@ -201,10 +201,10 @@ pub(crate) fn tool(e: ToolError) -> anyhow::Error {
     anyhow!("{}", describe(&e))
 }
 
-/// Open (and migrate) the configured database, which must exist: a
+/// Open the configured database, which must exist and be migrated: a
 /// command pointed at the wrong data directory fails here instead of
 /// working on a new, empty database (and, for `user list`, reporting no
-/// users).
+/// users), and one run with a newer build asks for `migrate` first.
 pub async fn open_store(cfg: &Config) -> anyhow::Result<Store> {
     if let Some(db) = zm_store::sqlite_path(&cfg.open_options().url)
         && !db.exists()
@@ -214,7 +214,12 @@ pub async fn open_store(cfg: &Config) -> anyhow::Result<Store> {
             db.display()
         );
     }
-    open_store_with(cfg, cfg.open_options()).await
+    // The schema is moved by `serve`, `stdio` and `migrate` only: a list
+    // run with a new build does not migrate the database under a running
+    // server of the previous one.
+    let mut opts = cfg.open_options();
+    opts.migrate = false;
+    open_store_with(cfg, opts).await
 }
 
 /// Open (and migrate) the configured database, creating it when there is

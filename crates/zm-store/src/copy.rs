@@ -238,7 +238,7 @@ impl Store {
                 }
             }
         }
-        db::migrate(dest, backend, &self.clock).await?;
+        db::migrate(dest, backend, &self.clock, true).await?;
         // The source in one snapshot: SQLite's read transaction holds its
         // WAL snapshot from the first read; PostgreSQL's from the first
         // statement under REPEATABLE READ.

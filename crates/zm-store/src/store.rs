@@ -185,7 +185,7 @@ impl Store {
     pub async fn open_with(opts: OpenOptions) -> Result<Store, OpenError> {
         let (pool, backend) = db::connect(&opts).await?;
         let clock = Arc::new(Clock::default());
-        db::migrate(&pool, backend, &clock).await?;
+        db::migrate(&pool, backend, &clock, opts.migrate).await?;
         let thread_key = db::thread_key(&pool, &clock).await?;
         let form_key = Arc::new(db::form_key(&pool, &clock).await?);
         let statistics = Arc::new(crate::statistics::Statistics::default());
