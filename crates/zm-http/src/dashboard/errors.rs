@@ -197,6 +197,12 @@ pub(crate) fn page(prefix: &PathPrefix, session: Option<&WebSession>, f: &Failur
                 }
             }
         }
+        // Back to the page the action came from (its form, to try again),
+        // when it is known; the conflict's "Reload" above already leads
+        // there.
+        @if let Some(back) = f.back.as_deref().filter(|b| *b != "/" && code != ErrorCode::Conflict) {
+            p { a.button #go-back href=(prefix.join(back)) { "Back" } }
+        }
         p { a href=(prefix.join("/")) { "Back to your memories" } }
     };
     let mut resp = super::html(status, layout::page(prefix, title, session, None, body));
@@ -222,6 +228,24 @@ mod tests {
         let bytes = futures::executor::block_on(axum::body::to_bytes(resp.into_body(), usize::MAX))
             .unwrap();
         (status, String::from_utf8(bytes.to_vec()).unwrap(), retry)
+    }
+
+    /// A failure that knows the page it came from leads back to it.
+    #[test]
+    fn a_failure_leads_back_to_its_page() {
+        let f = Failure::invalid("scope: not a scope", None).back_to("/memories/mem_x");
+        let (status, html, _) = body(page(&PathPrefix::default(), None, &f));
+        assert_eq!(status, 400);
+        assert!(
+            html.contains("id=\"go-back\" href=\"/memories/mem_x\""),
+            "{html}"
+        );
+        let (_, html, _) = body(page(
+            &PathPrefix::default(),
+            None,
+            &Failure::invalid("x", None),
+        ));
+        assert!(!html.contains("go-back"), "{html}");
     }
 
     /// A form's notice lists the reasons of the fields the form does not
