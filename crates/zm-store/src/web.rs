@@ -598,7 +598,7 @@ impl Store {
                     && zm_contracts::scope::is_shareable(&scope)
                 {
                     let role = self.role_in(&mut *conn, &caller.user_id, &scope).await?;
-                    out.reader_only = !role.is_some_and(|r| r.can_write());
+                    out.reader_only = !role.is_some_and(zm_contracts::TeamRole::can_write);
                 }
             }
             if !out.mine && crate::rows::flag_col(&row, "stewards")? {
