@@ -34,6 +34,21 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A 403 for a token that lacks a scope: `WWW-Authenticate` names the
+    /// scopes the call needs (RFC 6750 §3.1), so a client can ask for them.
+    pub fn insufficient_scope(error: ToolError, scopes: &[&str]) -> Self {
+        ApiError {
+            error,
+            challenge: Some(format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\"",
+                scopes.join(" ")
+            )),
+            retry_after: None,
+        }
+    }
+}
+
 impl From<ToolError> for ApiError {
     fn from(e: ToolError) -> Self {
         ApiError::new(e)

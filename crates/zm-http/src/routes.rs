@@ -73,7 +73,17 @@ pub async fn call_tool(
     };
     let input = json_body(&state, &headers, body).await?;
     let caller = caller_of(&auth, &headers, &request_id);
-    let out = state.tools.call(&caller, tool, &input).await?;
+    let lacking = zm_store::service::missing_scope(&caller, tool);
+    let out = state
+        .tools
+        .call(&caller, tool, &input)
+        .await
+        .map_err(|e| match lacking {
+            Some(_) if e.code == zm_contracts::ErrorCode::Forbidden => {
+                ApiError::insufficient_scope(e, zm_store::service::required_scopes(tool))
+            }
+            _ => ApiError::new(e),
+        })?;
     Ok(axum::Json(out).into_response())
 }
 

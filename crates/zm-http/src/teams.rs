@@ -44,9 +44,12 @@ fn admin_caller(
         )));
     }
     if route.access == RouteAccess::Write && !caller.grant.can_write() {
-        return Err(ApiError::new(ToolError::forbidden(
-            "This token is read-only: changing a team needs the mcp:write scope.",
-        )));
+        return Err(ApiError::insufficient_scope(
+            ToolError::forbidden(
+                "This token is read-only: changing a team needs the mcp:write scope.",
+            ),
+            &[zm_store::SCOPE_READ, zm_store::SCOPE_WRITE],
+        ));
     }
     Ok(caller)
 }

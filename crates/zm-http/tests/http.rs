@@ -195,6 +195,37 @@ async fn every_error_status_on_the_rest_routes() {
         )
         .await;
     assert_eq!((st, code(&v)), (403, "forbidden"));
+    // The refusal names the scopes the call needs (RFC 6750 §3.1): the
+    // read-only token's, and a write token's for deleting the account.
+    for (token, tool, body, scopes) in [
+        (
+            &s.ro_a,
+            "remember",
+            json!({"content": "x", "scope": "core"}),
+            "mcp:read mcp:write",
+        ),
+        (
+            &s.rw_a,
+            "delete_account",
+            json!({}),
+            "mcp:read mcp:write account:delete",
+        ),
+    ] {
+        let r = s
+            .http
+            .post(format!("{}/api/tools/{tool}", s.base))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403, "{tool}");
+        assert_eq!(
+            r.headers()["www-authenticate"],
+            format!("Bearer error=\"insufficient_scope\", scope=\"{scopes}\"").as_str(),
+            "{tool}"
+        );
+    }
     // Validation, conflict and ids.
     let (st, v) = s
         .post("/api/tools/remember", Some(&s.rw_a), json!({"content": ""}))

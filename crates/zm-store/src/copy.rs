@@ -8,7 +8,9 @@
 //!
 //! The source is read in one snapshot (a read transaction; REPEATABLE
 //! READ on PostgreSQL) and the destination written in one transaction:
-//! a copy that fails leaves the destination as it found it.
+//! a copy that fails leaves no row in the destination (the empty schema
+//! its migrations made, committed before, stays: a second copy runs into
+//! it as into any empty database).
 
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
@@ -102,6 +104,13 @@ pub enum CopyError {
     },
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+    /// A table's rows failed to read or write: which table says where to
+    /// look (a value the destination refuses, say).
+    #[error("copying table {table}: {source}")]
+    Table {
+        table: &'static str,
+        source: sqlx::Error,
+    },
 }
 
 /// How a column's values are read and written.
@@ -265,7 +274,12 @@ impl Store {
         }
         let mut report = CopyReport::default();
         for table in COPIED_TABLES {
-            let n = copy_table(&mut src, self.backend, &mut dst, backend, table).await?;
+            let n = copy_table(&mut src, self.backend, &mut dst, backend, table)
+                .await
+                .map_err(|e| match e {
+                    CopyError::Db(source) => CopyError::Table { table, source },
+                    other => other,
+                })?;
             report.tables.push((table, n));
         }
         if backend == Backend::Postgres {
@@ -643,6 +657,37 @@ mod tests {
 
     /// Every table of the schema is either copied or derived by the
     /// destination: a table a migration adds cannot be forgotten here.
+    /// A row the destination refuses fails the copy naming its table, and
+    /// leaves no row behind (here a trigger refuses every memory).
+    #[tokio::test]
+    async fn a_refused_row_names_its_table_and_leaves_nothing() {
+        let (_dir, source, _) = populated().await;
+        let (other, dest) = crate::testing::sqlite_store().await;
+        sqlx::query(
+            "CREATE TRIGGER refuse_memories BEFORE INSERT ON memories BEGIN SELECT RAISE(ABORT, 'refused here'); END",
+        )
+        .execute(&dest.pool)
+        .await
+        .unwrap();
+        let url = crate::sqlite_url(&other.path().join("zm.db"));
+        let failed = source.copy_into(&OpenOptions::new(url)).await;
+        match &failed {
+            Err(
+                e @ CopyError::Table {
+                    table: "memories", ..
+                },
+            ) => {
+                assert!(e.to_string().starts_with("copying table memories:"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&dest.pool)
+            .await
+            .unwrap();
+        assert_eq!(users, 0, "rolled back");
+    }
+
     #[tokio::test]
     async fn every_table_is_copied_or_derived() {
         for (label, _dir, store) in crate::testing::stores().await {

@@ -564,21 +564,41 @@ impl ToolService {
 /// Policy: the caller's grant must cover the tool's declared access. An
 /// `Erase` tool also needs the `account:delete` scope, so an agent holding
 /// an ordinary write token (say, a prompt-injected one) cannot erase the
-/// account.
-fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
+/// account. The one place this is decided: [`authorize`] refuses by it,
+/// and an HTTP refusal names the scope in its `insufficient_scope`
+/// challenge (RFC 6750 §3.1).
+pub fn missing_scope(caller: &Caller, tool: ToolName) -> Option<&'static str> {
     let access = tool.access();
     if access != Access::Read && !caller.grant.can_write() {
-        return Err(ToolError::forbidden(format!(
-            "This token is read-only (mcp:read); {tool} needs mcp:write."
-        )));
+        return Some(crate::identity::SCOPE_WRITE);
     }
     if access == Access::Erase && !caller.grant.can_delete_account() {
-        return Err(ToolError::forbidden(format!(
+        return Some(crate::identity::SCOPE_ACCOUNT_DELETE);
+    }
+    None
+}
+
+/// Every scope a token needs to call `tool`.
+pub fn required_scopes(tool: ToolName) -> &'static [&'static str] {
+    use crate::identity::{SCOPE_ACCOUNT_DELETE, SCOPE_READ, SCOPE_WRITE};
+    match tool.access() {
+        Access::Read => &[SCOPE_READ],
+        Access::Write => &[SCOPE_READ, SCOPE_WRITE],
+        Access::Erase => &[SCOPE_READ, SCOPE_WRITE, SCOPE_ACCOUNT_DELETE],
+    }
+}
+
+fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
+    match missing_scope(caller, tool) {
+        None => Ok(()),
+        Some(crate::identity::SCOPE_WRITE) => Err(ToolError::forbidden(format!(
+            "This token is read-only (mcp:read); {tool} needs mcp:write."
+        ))),
+        Some(_) => Err(ToolError::forbidden(format!(
             "{tool} needs the account:delete scope, which this token lacks; \
              create a token with `zero-memory token create --allow-account-delete`."
-        )));
+        ))),
     }
-    Ok(())
 }
 
 #[cfg(test)]
