@@ -249,6 +249,12 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(status == 200 and any(m["id"] == new_id for m in body.get("memories", [])), f"the new token works over REST: {status}")
     page_is_clean(b, "access page")
     shoot(b, shots, "access")
+    # On a phone the tokens table's rows are cards: each cell says which
+    # column it is.
+    labels = b.driver.execute_script(
+        "return Array.from(document.querySelectorAll('#tokens tbody tr:first-child td')).map(td => td.getAttribute('data-label'))")
+    check(labels[:6] == ["Name", "Access", "Created", "Expires", "Last used", "Status"] and not labels[6],
+          f"the tokens table's cells carry their column's heading: {labels}")
     if shots:
         # The new-token form (with its password field) on a phone.
         b.set_mobile()

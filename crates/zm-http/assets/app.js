@@ -11,6 +11,21 @@
       each("input[name=ids]", function (item) { item.checked = box.checked; });
     });
   });
+  // On a narrow screen a table's rows become cards (app.css) and its head
+  // is hidden: each cell is labelled with its column's heading (not one
+  // that only a screen reader reads, like "Actions").
+  each("table", function (table) {
+    var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
+      var hidden = th.querySelector(".sr-only");
+      var text = th.textContent.trim();
+      return hidden && hidden.textContent.trim() === text ? "" : text;
+    });
+    Array.prototype.forEach.call(table.querySelectorAll("tbody tr"), function (row) {
+      Array.prototype.forEach.call(row.children, function (cell, i) {
+        if (cell.tagName === "TD" && heads[i]) { cell.setAttribute("data-label", heads[i]); }
+      });
+    });
+  });
   // Copy buttons: <button data-copy="#id">.
   each("button[data-copy]", function (button) {
     button.hidden = false;

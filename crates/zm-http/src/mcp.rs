@@ -223,7 +223,11 @@ pub async fn handle(state: State<(AppState, McpEndpoint)>, request: Request) -> 
         }
     };
     let Some(origin) = origin else {
-        return handle_allowed(state, request).await;
+        // An answer that depends on Origin says so, with or without one.
+        let mut resp = handle_allowed(state, request).await;
+        resp.headers_mut()
+            .append(header::VARY, HeaderValue::from_static("origin"));
+        return resp;
     };
     let preflight = request.method() == Method::OPTIONS
         && request
@@ -386,7 +390,7 @@ fn internal_error() -> Response {
 /// 403: a browser page of another site (its `Origin` is neither ours nor
 /// listed in `allowed_origins`). Refused before the token is looked at.
 fn foreign_origin() -> Response {
-    (
+    let mut resp = (
         StatusCode::FORBIDDEN,
         axum::Json(serde_json::json!({
             "jsonrpc": "2.0",
@@ -397,7 +401,10 @@ fn foreign_origin() -> Response {
             },
         })),
     )
-        .into_response()
+        .into_response();
+    resp.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("origin"));
+    resp
 }
 
 /// 503: the server holds as many sessions as it allows. A JSON-RPC error

@@ -2368,6 +2368,7 @@ async fn a_token_takes_the_password_and_a_password_change_may_revoke_tokens(s: S
         let mut form = vec![
             ("csrf", csrf.as_str()),
             ("name", "laptop"),
+            ("access", "write"),
             ("expiry", "never"),
         ];
         if let Some(p) = given {
@@ -2393,6 +2394,7 @@ async fn a_token_takes_the_password_and_a_password_change_may_revoke_tokens(s: S
             &[
                 ("csrf", &csrf),
                 ("name", "laptop"),
+                ("access", "write"),
                 ("expiry", "never"),
                 ("password", &password),
             ],
@@ -2492,19 +2494,24 @@ async fn a_form_that_comes_back_keeps_the_choices_and_says_why(s: Server) {
         assert!(again.body.contains(kept), "kept {kept}");
     }
     assert!(!again.body.contains("value=\"write\" selected"));
-    for (field, value) in [("access", "admin"), ("expiry", "0"), ("expiry", "forever")] {
-        let page = b
-            .post(
-                &s,
-                "/access/tokens",
-                &[
-                    ("csrf", &csrf),
-                    ("name", "tampered"),
-                    (field, value),
-                    ("password", &password),
-                ],
-            )
-            .await;
+    for (field, value) in [
+        ("access", "admin"),
+        ("access", ""),
+        ("expiry", "0"),
+        ("expiry", "7"),
+        ("expiry", "forever"),
+        ("expiry", ""),
+    ] {
+        let mut form = vec![
+            ("csrf", csrf.as_str()),
+            ("name", "tampered"),
+            ("access", "read"),
+            ("expiry", "30"),
+            ("password", password.as_str()),
+        ];
+        form.retain(|(k, _)| *k != field);
+        form.push((field, value));
+        let page = b.post(&s, "/access/tokens", &form).await;
         assert_eq!(page.status, 400, "{field}={value}");
         assert!(!page.body.contains("zm_pat_"), "{field}={value}: no token");
     }

@@ -230,7 +230,7 @@ pub async fn create_store(cfg: &Config) -> anyhow::Result<Store> {
     open_store_with(cfg, cfg.open_options()).await
 }
 
-/// [`open_store`] for `stdio`: one client per process, and a machine may
+/// [`create_store`] for `stdio`: one client per process, and a machine may
 /// run one such process per agent, so each keeps a small footprint — a
 /// few connections and no memory-mapped reads (mapped pages would count in
 /// every process's resident memory).

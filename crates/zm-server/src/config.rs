@@ -767,12 +767,15 @@ impl Inputs {
 }
 
 /// `ZM_*` variables read by something other than a knob: the
-/// configuration file's path, the test suites' PostgreSQL, and the
-/// bundled model's build-time paths (`ZM_POCKET_*`).
-const OTHER_ENV: [&str; 3] = [
+/// configuration file's path, the test suites' and benchmarks' (`cargo
+/// xtask`), and the bundled model's build-time paths (`ZM_POCKET_*`).
+const OTHER_ENV: [&str; 6] = [
     CONFIG_ENV,
     "ZM_TEST_DATABASE_URL",
     "ZM_REQUIRE_NATIVE_POCKET",
+    "ZM_BENCH_DATABASE_URL",
+    "ZM_BENCH_TRACE",
+    "ZM_QUALITY_TRACE",
 ];
 
 /// The `ZM_*` variables of `names` that nothing reads (a typo, a knob of

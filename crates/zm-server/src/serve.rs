@@ -95,7 +95,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         tracing::warn!(
             target: crate::commands::OPERATOR,
             listen = %shown.listen,
-            "listening beyond loopback without ZM_PUBLIC_URL: MCP over HTTP answers only requests addressed to localhost, and OAuth advertises {}; set ZM_PUBLIC_URL to the address clients use",
+            "listening beyond loopback without ZM_PUBLIC_URL: MCP over HTTP answers only requests addressed to localhost or a host in ZM_ALLOWED_HOSTS, and OAuth advertises {}; set ZM_PUBLIC_URL to the address clients use",
             shown.public_base_url()
         );
     }

@@ -323,7 +323,7 @@ fn commands_other_than_serve_migrate_and_user_add_need_an_existing_database() {
         &["token", "list", "--user", "a@example.com"],
         &["team", "list"],
         &["export", "--user", "a@example.com", "--out", "x.jsonl"],
-        &["reindex"],
+        &["oauth", "clients", "--user", "a@example.com"],
     ] {
         let out = env.run(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));

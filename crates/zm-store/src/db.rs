@@ -234,7 +234,7 @@ pub enum OpenError {
     #[error("no answer from the database within {0} s")]
     Unreachable(u64),
     #[error(
-        "the database is at schema version {found} and this build needs {known}: run `zero-memory migrate` first (back the database up before: docs/BACKUP.md); `serve` and `stdio` also migrate it when they start — the database was not modified"
+        "the database is at schema version {found} and this build needs {known}: run `zero-memory migrate` first (back the database up before: docs/BACKUP.md); `serve`, `stdio` and `user add` also migrate it — the database was not modified"
     )]
     Behind { found: i64, known: i64 },
 }
@@ -711,7 +711,7 @@ mod tests {
     use std::path::PathBuf;
 
     /// Opened without migrating, a database a migration behind is refused
-    /// and left as it was; opened as a server opens it, it is migrated.
+    /// and left as it was.
     #[tokio::test]
     async fn a_database_behind_is_refused_unless_migrating() {
         let (dir, store) = crate::testing::sqlite_store().await;

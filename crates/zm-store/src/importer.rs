@@ -628,9 +628,12 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
                     }
                     None
                 }
-                Err(e) if !worth_another_run(&e) => Some(describe(&e)),
+                // Refused for what the names are: for good.
+                Err(e) if e.code == ErrorCode::ValidationFailed => Some(describe(&e)),
                 Err(e) => {
-                    // The next run links it (and keeps its memory then).
+                    // Anything else (the moment, the quota, the account) is
+                    // an error: the next run links it (and keeps its
+                    // memory then).
                     imp.summary.errors.push(format!(
                         "line {line}: relation {:?} -[{}]-> {:?}: {}",
                         r.from,

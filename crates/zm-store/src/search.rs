@@ -621,6 +621,10 @@ impl FromAnyRow for DeliveredRule {
     }
 }
 
+/// The highest score of a hit that does not hold every query word: the
+/// contract's tier starts at 0.5.
+const BELOW_TIER: f64 = 0.499_999;
+
 /// Cut `text` to at most `max` characters around the first word that
 /// matches a query term: the same word, or one with the same stem as far
 /// as a shared beginning tells (`invoicing` finds `invoices`). A term is
@@ -1104,7 +1108,9 @@ impl Store {
     ///   decay) and the dense leg's (by cosine), the first [`FUSION_DEPTH`]
     ///   of each, fused by reciprocal rank ([`RRF_K`]), each leg's hits
     ///   weighed ([`Fusion::lexical_weight`], [`DENSE_WEIGHT`]), then ×
-    ///   decay. The score is the fused rank score scaled to (0, 1].
+    ///   decay. The score keeps the lexical tiers: the fused rank score,
+    ///   over its best possible, halved, plus 0.5 for a memory holding
+    ///   every query word (in [0.5, 1]); any other hit is below 0.5.
     ///
     /// Either way a memory with a pending challenge weighs 0.8.
     async fn ranked(
@@ -1154,8 +1160,12 @@ impl Store {
         // own order, which has none).
         let lexical_score = |rel: f64, every_word: bool, w: f64| {
             let rel = rel.max(0.0);
-            let tier = if every_word { 0.5 } else { 0.0 };
-            tier + rel / (1.0 + rel) * w / 2.0
+            let within = rel / (1.0 + rel) * w / 2.0;
+            if every_word {
+                0.5 + within
+            } else {
+                within.min(BELOW_TIER)
+            }
         };
         let lexical_order = |rel: f64, every_word: bool| lexical_score(rel, every_word, 1.0);
         if query.is_some() {
@@ -1255,7 +1265,13 @@ impl Store {
                         // first, at 0.5 or more; the fused order ranks
                         // within each tier.
                         let fused = rrf / best * weight(&c) / 2.0;
-                        let score = if every_word { 0.5 + fused } else { fused };
+                        let score = if every_word {
+                            0.5 + fused
+                        } else {
+                            // Below 0.5 even at the very top of both legs
+                            // with no decay (a clock ahead of the writer's).
+                            fused.min(BELOW_TIER)
+                        };
                         Hit::of(c, score, similarity, fts)
                     })
                     .collect()
@@ -1921,6 +1937,9 @@ mod tests {
             );
         }
         assert!(at > 600);
+        // A term inside another word is no match ("is" in "This").
+        let chars: Vec<char> = "This page, then the word is here.".chars().collect();
+        assert_eq!(first_matching_word(&chars, &[vec!['i', 's']]), Some(25));
         assert!(same_stem(
             &['i', 'n', 'v', 'o', 'i', 'c', 'e', 's'],
             &"invoicing".chars().collect::<Vec<_>>()

@@ -237,7 +237,7 @@ pub(crate) async fn create_token(
     let draft = TokenDraft {
         name: form.get("name").unwrap_or("").trim().to_string(),
         read_only: form.get("access") == Some("read"),
-        expiry: form.get("expiry").unwrap_or("90").to_string(),
+        expiry: form.get("expiry").unwrap_or("").to_string(),
     };
     let invalid = |path: &str, reason: &str| {
         Failure::from_tool(
@@ -247,20 +247,21 @@ pub(crate) async fn create_token(
         )
     };
     let name = draft.name.clone();
-    // Only what the form offers: a value it does not offer is refused,
-    // never read as the widest access or the default lifetime.
+    // Only what the form offers: a value it does not offer (or none) is
+    // refused, never read as the widest access or a lifetime of its own.
     let ttl = match draft.expiry.as_str() {
         "never" => Ok(None),
-        d => match d.parse::<i64>() {
-            Ok(days @ 1..=3650) => Ok(Some(days * DAY_MS)),
-            _ => Err(invalid("expiry", "choose one of the offered lifetimes")),
-        },
+        d if EXPIRIES.iter().any(|(v, _)| *v == d) => d
+            .parse::<i64>()
+            .map(|days| Some(days * DAY_MS))
+            .map_err(|_| invalid("expiry", "choose one of the offered lifetimes")),
+        _ => Err(invalid("expiry", "choose one of the offered lifetimes")),
     };
     let failure = if name.is_empty() {
         Some(invalid("name", "give the token a name"))
     } else if name.chars().count() > 100 {
         Some(invalid("name", "at most 100 characters"))
-    } else if !matches!(form.get("access"), None | Some("read" | "write")) {
+    } else if !matches!(form.get("access"), Some("read" | "write")) {
         Some(invalid("access", "choose read and write, or read only"))
     } else {
         ttl.as_ref().err().cloned()
