@@ -73,6 +73,7 @@ both_backends! {
     insight_charts_writing_by_scope_and_recalls_by_agent
     deleting_the_account_takes_its_email_and_password
     a_form_that_comes_back_keeps_the_choices_and_says_why
+    a_rules_delivery_is_read_by_the_rule_not_its_text
     a_nul_character_is_refused_as_validation_failed_everywhere
     an_address_that_does_not_read_is_the_validation_page
     a_token_takes_the_password_and_a_password_change_may_revoke_tokens
@@ -1088,6 +1089,9 @@ async fn steward_rules_on_the_team_page(s: Server, prefix: &str) {
             format!("name=\"next\" value=\"{}\"", public(&team_page)),
             "name=\"reason\"".to_string(),
             ">Revoke</button>".to_string(),
+            // Every member's briefings in the team carry it, the admin's
+            // too: the rule itself is found among them, not its text.
+            "delivered in its project".to_string(),
         ] {
             assert!(row.contains(&want), "{want} in {row}");
         }
@@ -2549,4 +2553,51 @@ async fn a_form_that_comes_back_keeps_the_choices_and_says_why(s: Server) {
     assert_eq!(search.status, 200);
     assert!(search.body.contains("id=\"search-filters\""));
     assert!(!search.body.contains("Apply dates"));
+}
+
+/// Two rules of one text: a briefing carries the text once, so the Rules
+/// page says one is delivered and the other is not (it said both were,
+/// matching by text).
+async fn a_rules_delivery_is_read_by_the_rule_not_its_text(s: Server) {
+    let (user, email, password) = person(&s.store, "twin-rules").await;
+    let tools = zm_store::ToolService::new(s.store.clone());
+    let caller = Caller::new(user.id.clone());
+    let mut ids = Vec::new();
+    for text in [
+        "Lint before every commit.",
+        "Run the linter before each commit.",
+    ] {
+        let id = remember(&s.store, &user.id, text, "personal").await;
+        tools
+            .call(
+                &caller,
+                zm_contracts::ToolName::PromoteRule,
+                &json!({"memory_id": id, "rule_text": "Always run the linter."}),
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let page = b.get(&s, "/rules").await;
+    assert_eq!(page.status, 200);
+    let states: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let row = rule_row(&page.body, id).unwrap_or_else(|| panic!("{id}: {}", page.body));
+            let cell = &row[row.find("class=\"delivery\"").unwrap()..];
+            cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()].to_string()
+        })
+        .collect();
+    let mut sorted = states.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "delivered",
+            "not delivered: over the cap, or the same text as another rule"
+        ],
+        "{states:?}"
+    );
 }

@@ -600,6 +600,7 @@ impl FromAnyRow for ContextEdge {
 /// A promoted rule as a briefing delivers it.
 #[derive(Debug)]
 struct DeliveredRule {
+    id: String,
     owner_id: String,
     text: String,
     layer: RuleLayer,
@@ -611,6 +612,7 @@ struct DeliveredRule {
 impl FromAnyRow for DeliveredRule {
     fn from_row(r: &AnyRow) -> Result<DeliveredRule, ToolError> {
         Ok(DeliveredRule {
+            id: col(r, "id")?,
             owner_id: col(r, "owner_id")?,
             text: col(r, "text")?,
             layer: enum_col(r, "layer")?,
@@ -1841,6 +1843,56 @@ impl Store {
     /// The rules a briefing delivers: the user layer, then project layers in
     /// the read set; pinned first; per-layer cap and TTL for unpinned.
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
+        Ok(self
+            .delivered_rules(caller, set)
+            .await?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect())
+    }
+
+    /// The ids of the rules the caller's briefings deliver: with no project
+    /// attached, and attached to each of `projects` (those the rules in
+    /// question apply to). What the dashboard says of each rule it lists.
+    pub async fn delivered_rule_ids(
+        &self,
+        caller: &Caller,
+        projects: &[String],
+    ) -> Result<std::collections::HashSet<String>, ToolError> {
+        let mut ids: std::collections::HashSet<String> = self
+            .delivered_rules(caller, &ReadSet::Scopes(Vec::new()))
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let mut projects = projects.to_vec();
+        projects.sort_unstable();
+        projects.dedup();
+        if projects.is_empty() {
+            return Ok(ids);
+        }
+        let teams = {
+            let mut conn = self.pool.acquire().await.db("acquire")?;
+            self.team_scopes_of(&mut conn, &caller.user_id).await?
+        };
+        for p in &projects {
+            let set = with_teams(crate::scopes::pinned_read_set(caller, p), &teams);
+            ids.extend(
+                self.delivered_rules(caller, &set)
+                    .await?
+                    .into_iter()
+                    .map(|(id, _)| id),
+            );
+        }
+        Ok(ids)
+    }
+
+    /// [`rules_for`](Self::rules_for), each rule with its id.
+    async fn delivered_rules(
+        &self,
+        caller: &Caller,
+        set: &ReadSet,
+    ) -> Result<Vec<(String, Rule)>, ToolError> {
         // The caller's own rules, and every member's rules for a scope the
         // caller reaches as a member (a team's or a shared project's).
         let reached = self.member_scopes(&caller.user_id).await?;
@@ -1856,10 +1908,10 @@ impl Store {
         let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         let now = self.now();
         let ttl = now - RULES_TTL_DAYS * DAY_MS;
-        let mut pinned: Vec<Rule> = Vec::new();
-        let mut user_layer: Vec<Rule> = Vec::new();
-        let mut team_layer: Vec<Rule> = Vec::new();
-        let mut project_layer: Vec<Rule> = Vec::new();
+        let mut pinned: Vec<(String, Rule)> = Vec::new();
+        let mut user_layer: Vec<(String, Rule)> = Vec::new();
+        let mut team_layer: Vec<(String, Rule)> = Vec::new();
+        let mut project_layer: Vec<(String, Rule)> = Vec::new();
         for r in DeliveredRule::from_rows(&rows)? {
             let reaches = |a: &String| reached.contains(a);
             // A team's own scope is the team layer: its members get its
@@ -1878,11 +1930,14 @@ impl Store {
             if !in_set {
                 continue;
             }
-            let rule = Rule {
-                text: r.text,
-                pinned: r.pinned,
-            };
-            if rule.pinned {
+            let rule = (
+                r.id,
+                Rule {
+                    text: r.text,
+                    pinned: r.pinned,
+                },
+            );
+            if r.pinned {
                 pinned.push(rule);
             } else if r.promoted_at.unwrap_or(0) >= ttl {
                 let bucket = if r.layer == RuleLayer::User {
@@ -1897,14 +1952,14 @@ impl Store {
                 }
             }
         }
-        let mut out: Vec<Rule> = Vec::new();
+        let mut out: Vec<(String, Rule)> = Vec::new();
         for r in pinned
             .into_iter()
             .chain(user_layer)
             .chain(team_layer)
             .chain(project_layer)
         {
-            if !out.iter().any(|o| o.text == r.text) {
+            if !out.iter().any(|o| o.1.text == r.1.text) {
                 out.push(r);
             }
         }

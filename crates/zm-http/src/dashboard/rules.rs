@@ -12,7 +12,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
-use zm_contracts::{MemoryId, Rule};
+use std::collections::HashSet;
+
+use zm_contracts::MemoryId;
 use zm_store::rules::{RuleRecord, RuleState};
 use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
 
@@ -22,26 +24,41 @@ use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
-/// Why a promoted rule is or is not in the briefing.
-pub(super) fn delivery(r: &RuleRecord, delivered: &[Rule], now: i64) -> &'static str {
+/// Why a promoted rule is or is not in the briefing, by its id among the
+/// ones a briefing delivers ([`Store::delivered_rule_ids`](zm_store::Store::delivered_rule_ids)).
+pub(super) fn delivery(r: &RuleRecord, delivered: &HashSet<String>, now: i64) -> &'static str {
     match r.status {
         RuleState::Revoked => "revoked",
         RuleState::Dismissed => "dismissed",
         RuleState::Promoted => {
-            if delivered.iter().any(|d| d.text == r.text) {
-                "delivered"
+            if delivered.contains(&r.id) {
+                if r.layer == zm_contracts::RuleLayer::Project {
+                    "delivered in its project's briefings"
+                } else {
+                    "delivered"
+                }
             } else if !r.pinned
                 && r.promoted_at
                     .is_some_and(|t| t < now - RULES_TTL_DAYS * DAY_MS)
             {
                 "past the TTL"
-            } else if r.layer == zm_contracts::RuleLayer::Project {
-                "delivered in its project's briefings"
             } else {
-                "over the cap"
+                // Over its layer's cap, or the same text as a rule
+                // delivered before it (a briefing carries a text once).
+                "not delivered: over the cap, or the same text as another rule"
             }
         }
     }
+}
+
+/// The projects (and teams) rules of the project layer apply to: where a
+/// briefing may deliver them.
+pub(super) fn project_scopes(records: &[RuleRecord]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.layer == zm_contracts::RuleLayer::Project)
+        .filter_map(|r| r.applies_scope.clone())
+        .collect()
 }
 
 /// A rule as the first cell of its row shows it: its pinned tag, its text
@@ -104,9 +121,17 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     let rid = signed.request_id.as_deref();
     let (records, delivered) = match tokio::try_join!(
         state.store.list_rules(&caller),
-        state.store.user_rules(&caller)
+        state.store.user_rules(&caller),
     ) {
         Ok(v) => v,
+        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
+    };
+    let delivered_ids = match state
+        .store
+        .delivered_rule_ids(&caller, &project_scopes(&records))
+        .await
+    {
+        Ok(ids) => ids,
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let now = state.store.clock().now_ms();
@@ -126,7 +151,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                             tr data-memory=(r.memory_id) {
                                 td { (rule_cell(&signed, r, None)) }
                                 td { (r.applies_scope.clone().unwrap_or_else(|| "all your sessions".into())) }
-                                td.delivery { (delivery(r, &delivered, now)) }
+                                td.delivery { (delivery(r, &delivered_ids, now)) }
                                 td {
                                     @if r.status == RuleState::Promoted {
                                         div.actions {

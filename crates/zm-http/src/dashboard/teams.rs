@@ -94,6 +94,8 @@ struct AdminView {
     audit: Option<zm_contracts::teams::TeamAudit>,
     /// The promoted rules the team's steward holds: departed members'.
     steward_rules: Vec<RuleRecord>,
+    /// The ids of those a briefing of the admin's delivers.
+    delivered: std::collections::HashSet<String>,
 }
 
 /// Someone in the audit log: their email, with their id on hover; the id
@@ -110,7 +112,13 @@ fn who(id: Option<&zm_contracts::UserId>, email: Option<&str>) -> Markup {
 
 /// The promoted rules departed members left to the team's steward,
 /// each with a form that revokes it and comes back to this page.
-fn steward_rules(signed: &Signed, slug: &str, records: &[RuleRecord], now: i64) -> Markup {
+fn steward_rules(
+    signed: &Signed,
+    slug: &str,
+    records: &[RuleRecord],
+    delivered: &std::collections::HashSet<String>,
+    now: i64,
+) -> Markup {
     let back = format!("/teams/{slug}");
     html! {
         h2 #steward-rules-heading { "Rules left by former members" }
@@ -126,7 +134,7 @@ fn steward_rules(signed: &Signed, slug: &str, records: &[RuleRecord], now: i64) 
                             td { (rules::rule_cell(signed, r, Some(RULE_EXCERPT_CHARS))) }
                             td { code { (r.applies_scope.as_deref().unwrap_or("")) } }
                             td { (rules::promoted_until(r)) }
-                            td.delivery { (rules::delivery(r, &[], now)) }
+                            td.delivery { (rules::delivery(r, delivered, now)) }
                             td { div.actions { (rules::revoke_form(signed, &r.memory_id, Some(&back))) } }
                         }
                     }
@@ -219,7 +227,7 @@ fn detail_page(
             }
         }
         @if let Some(v) = admin_view {
-            (steward_rules(signed, slug, &v.steward_rules, now))
+            (steward_rules(signed, slug, &v.steward_rules, &v.delivered, now))
         }
         @if let Some(a) = admin_view.and_then(|v| v.audit.as_ref()) {
             h2 { "Audit log" }
@@ -281,13 +289,25 @@ pub(crate) async fn show(
             state.store.team_steward_rules(&caller, &slug)
         );
         match kept {
-            Ok(kept) => Some(AdminView {
-                audit: audit.ok(),
-                steward_rules: kept
+            Ok(kept) => {
+                let steward_rules: Vec<RuleRecord> = kept
                     .into_iter()
                     .filter(|r| r.status == RuleState::Promoted)
-                    .collect(),
-            }),
+                    .collect();
+                let delivered = match state
+                    .store
+                    .delivered_rule_ids(&caller, &rules::project_scopes(&steward_rules))
+                    .await
+                {
+                    Ok(ids) => ids,
+                    Err(e) => return signed.error(&Failure::from_tool(e, rid)),
+                };
+                Some(AdminView {
+                    audit: audit.ok(),
+                    steward_rules,
+                    delivered,
+                })
+            }
             // No longer the team's admin since the role was read: the
             // page is a member's.
             Err(e) if matches!(e.code, ErrorCode::Forbidden | ErrorCode::NotFound) => None,
