@@ -59,7 +59,12 @@ pub const COPIED_TABLES: &[&str] = &[
 /// storage totals its triggers compute from the memories as they arrive,
 /// and the source's embedders' short claims (the destination's embedder
 /// makes its own).
-pub const DERIVED_TABLES: &[&str] = &["zm_schema_migrations", "storage_usage", "embedding_claims"];
+pub const DERIVED_TABLES: &[&str] = &[
+    "zm_schema_migrations",
+    "storage_usage",
+    "embedding_claims",
+    "memory_deletions",
+];
 
 /// Tables a destination may hold rows of and still count as empty (the
 /// copy replaces them): the keys a server makes at its first open, and

@@ -208,6 +208,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0020_embedding_claims.sql"),
         data: None,
     },
+    Migration {
+        version: 21,
+        name: "memory_deletions",
+        sqlite: include_str!("../../../migrations/sqlite/0021_memory_deletions.sql"),
+        postgres: include_str!("../../../migrations/postgres/0021_memory_deletions.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

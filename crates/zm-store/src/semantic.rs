@@ -471,6 +471,10 @@ pub(crate) struct Semantic {
     settled: AtomicU64,
     /// When `settled` was set (the store's clock, ms).
     settled_at: AtomicU64,
+    /// SQLite's count of deleted memories when last read, plus one (0: not
+    /// read yet): a change means `seq` values may be handed out again,
+    /// below the marks above, so the next call starts a whole pass.
+    deletions: AtomicU64,
     embedded: AtomicU64,
     refused: AtomicU64,
     embed_micros: AtomicU64,
@@ -773,6 +777,9 @@ impl Store {
             sql
         };
         let s = &self.semantic;
+        if self.backend == Backend::Sqlite {
+            self.restart_after_deletions().await?;
+        }
         let as_i64 = |a: &AtomicU64| i64::try_from(a.load(Ordering::Relaxed)).unwrap_or(0);
         // The pending memories written after `mark` (newest first), and
         // `mark` moved up to the newest once all of them are taken.
@@ -964,6 +971,26 @@ impl Store {
     }
 
     /// How many claims of `model` embedders hold (live or lapsed).
+    /// SQLite reuses the `seq` of the newest memories once they are
+    /// deleted (migration 21 counts deletions): when the count moved since
+    /// the last look, the marks above which new work is looked for may sit
+    /// above new memories, so the pass starts again from the newest.
+    async fn restart_after_deletions(&self) -> Result<(), ToolError> {
+        let count: i64 = sqlx::query_scalar("SELECT count FROM memory_deletions WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await
+            .db("memory deletions")?;
+        let seen = u64::try_from(count).unwrap_or(0).saturating_add(1);
+        let s = &self.semantic;
+        let before = s.deletions.swap(seen, Ordering::Relaxed);
+        if before != 0 && before != seen {
+            s.cursor.store(0, Ordering::Relaxed);
+            s.top.store(0, Ordering::Relaxed);
+            s.settled.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     async fn claims_held(&self, model: &str) -> Result<i64, ToolError> {
         sqlx::query_scalar("SELECT COUNT(*) FROM embedding_claims WHERE model = $1")
             .bind(model)
@@ -2050,6 +2077,67 @@ mod tests {
         assert!(a.is_some() && b.is_some() && c.is_some());
         assert_eq!(model.most.load(Ordering::SeqCst), 1, "one at a time");
         assert_eq!(slots.available_permits(), 1, "the slot is given back");
+    }
+
+    /// SQLite hands the `seq` of a deleted newest memory to the next one:
+    /// a settled embedder still embeds that one at once (it waited for the
+    /// next whole pass, ten minutes on).
+    #[tokio::test]
+    async fn a_memory_under_a_reused_seq_is_embedded_at_once() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "reused").await;
+        let tools = crate::ToolService::new(store.clone());
+        let remember = |text: &'static str| {
+            let (tools, caller) = (&tools, &caller);
+            async move {
+                tools
+                    .call(
+                        caller,
+                        ToolName::parse("remember").unwrap(),
+                        &json!({"content": text, "kind": "fact", "scope": "personal"}),
+                    )
+                    .await
+                    .unwrap()
+                    .to_json()["memory_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        remember("The archive moved to cold storage.").await;
+        let newest = remember("The build cache lives in the CI bucket.").await;
+        store.set_encoder(Arc::clone(&model));
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        assert_eq!(store.embed_pending(64).await.unwrap(), 0, "settled");
+        let seq = |id: String| {
+            let store = store.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>("SELECT seq FROM memories WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&store.pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        let reused = seq(newest.clone()).await;
+        sqlx::query("DELETE FROM memories WHERE id = $1")
+            .bind(&newest)
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let next = remember("Deploys need two approvals.").await;
+        assert_eq!(seq(next.clone()).await, reused, "SQLite reused the number");
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            1,
+            "embedded at once"
+        );
+        assert!(store.is_embedded(&next));
     }
 
     #[test]
