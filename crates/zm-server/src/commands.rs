@@ -552,7 +552,10 @@ async fn user_add(cfg: &Config, email: &str, password_stdin: bool) -> anyhow::Re
     );
     if generated {
         eprintln!("its generated password (shown only now) follows on stdout:");
-        println!("{password}");
+        emit_secret(
+            &password,
+            "the account was created, but its generated password",
+        )?;
     }
     Ok(())
 }
@@ -614,7 +617,7 @@ async fn user_passwd(
     }
     if generated {
         eprintln!("the new generated password (shown only now) follows on stdout:");
-        println!("{password}");
+        emit_secret(&password, "the password was changed, but the new one")?;
     }
     Ok(())
 }
@@ -681,7 +684,7 @@ async fn token_create(
         info.scopes.join(" "),
         info.expires_at.map_or_else(|| "never".into(), rfc3339)
     );
-    println!("{secret}");
+    emit_secret(&secret, "the token was created, but its secret")?;
     Ok(())
 }
 
@@ -951,7 +954,19 @@ fn model_loads(cfg: &Config) -> Result<(), Vec<String>> {
     }
 }
 
-/// Print aligned columns to stdout.
+/// Write a secret shown only once to stdout; when stdout is closed (a
+/// pipe whose reader is gone), say so on stderr instead of panicking,
+/// naming what was done (`what`) and that the secret is lost.
+fn emit_secret(secret: &str, what: &str) -> anyhow::Result<()> {
+    writeln!(std::io::stdout().lock(), "{secret}")
+        .and_then(|()| std::io::stdout().flush())
+        .map_err(|e| {
+            anyhow!("{what} could not be written to stdout ({e}) and is lost: make another")
+        })
+}
+
+/// Print aligned columns to stdout. A reader that stops early (`| head`)
+/// ends the output quietly: the rest is not wanted.
 pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
@@ -968,11 +983,20 @@ pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
                 s.push_str(&format!("{c:<w$}  ", w = widths[i]));
             }
         }
-        println!("{}", s.trim_end());
+        writeln!(std::io::stdout().lock(), "{}", s.trim_end())
     };
-    line(header.to_vec());
+    let stopped = |e: std::io::Error| {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("zero-memory: cannot write to stdout: {e}");
+        }
+    };
+    if let Err(e) = line(header.to_vec()) {
+        return stopped(e);
+    }
     for r in rows {
-        line(r.iter().map(String::as_str).collect());
+        if let Err(e) = line(r.iter().map(String::as_str).collect()) {
+            return stopped(e);
+        }
     }
 }
 

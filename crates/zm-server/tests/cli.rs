@@ -423,6 +423,35 @@ fn a_database_that_cannot_be_opened_says_why() {
     );
 }
 
+/// A secret shown only once that cannot reach stdout (here a full
+/// device) is a clear error naming what was done, not a panic.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_secret_stdout_cannot_take_is_a_clear_error() {
+    let env = Env::new();
+    let out = env.run_stdin(
+        &["user", "add", "a@example.com", "--password-stdin"],
+        "a long password\n",
+    );
+    assert_success(&out, &["user", "add"]);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = env
+        .cmd(&["token", "create", "--user", "a@example.com"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the token was created, but its secret could not be written to stdout"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn migrate_creates_the_database() {
     let env = Env::new();
