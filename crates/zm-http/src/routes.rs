@@ -49,7 +49,15 @@ pub(crate) async fn json_body(
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::malformed(format!("the body is not valid JSON ({e})")))?;
     if !value.is_object() {
-        return Err(ApiError::malformed("the body must be a JSON object"));
+        // A value of the wrong type is input that does not match its
+        // schema: the field named is the whole body (path ""), as an MCP
+        // call's `arguments` of the wrong type is.
+        return Err(ApiError::new(zm_contracts::validate::validation_error(
+            vec![zm_contracts::FieldError {
+                path: String::new(),
+                reason: "the body must be a JSON object".into(),
+            }],
+        )));
     }
     Ok(value)
 }

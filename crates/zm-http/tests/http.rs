@@ -232,6 +232,18 @@ async fn every_error_status_on_the_rest_routes() {
         .await;
     assert_eq!((st, code(&v)), (400, "validation_failed"));
     assert_eq!(v["error"]["details"]["fields"][0]["path"], "content");
+    // A body that is no object names the whole body, as every schema
+    // mismatch names its field.
+    for body in [json!([{"query": "x"}]), json!(null), json!("x")] {
+        let (st, v) = s
+            .post("/api/tools/recall", Some(&s.rw_a), body.clone())
+            .await;
+        assert_eq!((st, code(&v)), (400, "validation_failed"), "{body}");
+        assert_eq!(
+            v["error"]["details"]["fields"][0]["path"], "",
+            "{body}: {v}"
+        );
+    }
     let (st, v) = s
         .post(
             "/api/tools/remember",
