@@ -1897,33 +1897,35 @@ mod tests {
 
     /// A memory written while a pass is under way is embedded next, not
     /// after the older memories the pass has yet to reach.
+    /// `remember` a personal fact through the tool service; its id.
+    async fn remember_fact(
+        tools: &crate::ToolService,
+        caller: &crate::Caller,
+        text: String,
+    ) -> String {
+        tools
+            .call(
+                caller,
+                zm_contracts::ToolName::Remember,
+                &serde_json::json!({"content": text, "kind": "fact", "scope": "personal"}),
+            )
+            .await
+            .unwrap()
+            .to_json()["memory_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
     #[tokio::test]
     async fn a_new_write_goes_before_the_rest_of_a_pass() {
-        use serde_json::json;
-        use zm_contracts::ToolName;
         let Some(Ok(model)) = zm_embed::bundled() else {
             return;
         };
         for (label, _dir, store) in crate::testing::stores().await {
             let caller = crate::testing::test_caller(&store, "pass").await;
             let tools = crate::ToolService::new(store.clone());
-            let remember = |text: String| {
-                let (tools, caller) = (&tools, &caller);
-                async move {
-                    tools
-                        .call(
-                            caller,
-                            ToolName::parse("remember").unwrap(),
-                            &json!({"content": text, "kind": "fact", "scope": "personal"}),
-                        )
-                        .await
-                        .unwrap()
-                        .to_json()["memory_id"]
-                        .as_str()
-                        .unwrap()
-                        .to_string()
-                }
-            };
+            let remember = |text: String| remember_fact(&tools, &caller, text);
             let mut old = Vec::new();
             for i in 0..3 {
                 old.push(
@@ -2084,31 +2086,13 @@ mod tests {
     /// next whole pass, ten minutes on).
     #[tokio::test]
     async fn a_memory_under_a_reused_seq_is_embedded_at_once() {
-        use serde_json::json;
-        use zm_contracts::ToolName;
         let Some(Ok(model)) = zm_embed::bundled() else {
             return;
         };
         let (_dir, store) = crate::testing::sqlite_store().await;
         let caller = crate::testing::test_caller(&store, "reused").await;
         let tools = crate::ToolService::new(store.clone());
-        let remember = |text: &'static str| {
-            let (tools, caller) = (&tools, &caller);
-            async move {
-                tools
-                    .call(
-                        caller,
-                        ToolName::parse("remember").unwrap(),
-                        &json!({"content": text, "kind": "fact", "scope": "personal"}),
-                    )
-                    .await
-                    .unwrap()
-                    .to_json()["memory_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            }
-        };
+        let remember = |text: &'static str| remember_fact(&tools, &caller, text.to_string());
         remember("The archive moved to cold storage.").await;
         let newest = remember("The build cache lives in the CI bucket.").await;
         store.set_encoder(Arc::clone(&model));
