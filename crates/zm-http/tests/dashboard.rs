@@ -2596,7 +2596,7 @@ async fn a_rules_delivery_is_read_by_the_rule_not_its_text(s: Server) {
         sorted,
         [
             "delivered",
-            "not delivered: over the cap, or the same text as another rule"
+            "not delivered in your briefings: over the cap, the same text as another rule, or a scope you no longer reach"
         ],
         "{states:?}"
     );

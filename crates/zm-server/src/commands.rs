@@ -554,7 +554,7 @@ async fn user_add(cfg: &Config, email: &str, password_stdin: bool) -> anyhow::Re
         eprintln!("its generated password (shown only now) follows on stdout:");
         emit_secret(
             &password,
-            "the account was created, but its generated password",
+            "the account was created, but its generated password (`zero-memory user passwd` sets another)",
         )?;
     }
     Ok(())
@@ -960,9 +960,7 @@ fn model_loads(cfg: &Config) -> Result<(), Vec<String>> {
 fn emit_secret(secret: &str, what: &str) -> anyhow::Result<()> {
     writeln!(std::io::stdout().lock(), "{secret}")
         .and_then(|()| std::io::stdout().flush())
-        .map_err(|e| {
-            anyhow!("{what} could not be written to stdout ({e}) and is lost: make another")
-        })
+        .map_err(|e| anyhow!("{what} could not be written to stdout ({e}) and is lost"))
 }
 
 /// Print aligned columns to stdout. A reader that stops early (`| head`)

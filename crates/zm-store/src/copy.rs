@@ -57,8 +57,9 @@ pub const COPIED_TABLES: &[&str] = &[
 
 /// Tables a copy leaves to the destination: its migration ledger, the
 /// storage totals its triggers compute from the memories as they arrive,
-/// and the source's embedders' short claims (the destination's embedder
-/// makes its own).
+/// the source's embedders' short claims (the destination's embedder
+/// makes its own), and SQLite's count of deleted memories (a destination's
+/// own, from zero).
 pub const DERIVED_TABLES: &[&str] = &[
     "zm_schema_migrations",
     "storage_usage",

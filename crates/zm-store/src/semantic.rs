@@ -970,7 +970,6 @@ impl Store {
         Ok(batch.len())
     }
 
-    /// How many claims of `model` embedders hold (live or lapsed).
     /// SQLite reuses the `seq` of the newest memories once they are
     /// deleted (migration 21 counts deletions): when the count moved since
     /// the last look, the marks above which new work is looked for may sit
@@ -991,6 +990,7 @@ impl Store {
         Ok(())
     }
 
+    /// How many claims of `model` embedders hold (live or lapsed).
     async fn claims_held(&self, model: &str) -> Result<i64, ToolError> {
         sqlx::query_scalar("SELECT COUNT(*) FROM embedding_claims WHERE model = $1")
             .bind(model)
@@ -1895,8 +1895,6 @@ mod tests {
         }
     }
 
-    /// A memory written while a pass is under way is embedded next, not
-    /// after the older memories the pass has yet to reach.
     /// `remember` a personal fact through the tool service; its id.
     async fn remember_fact(
         tools: &crate::ToolService,
@@ -1917,6 +1915,8 @@ mod tests {
             .to_string()
     }
 
+    /// A memory written while a pass is under way is embedded next, not
+    /// after the older memories the pass has yet to reach.
     #[tokio::test]
     async fn a_new_write_goes_before_the_rest_of_a_pass() {
         let Some(Ok(model)) = zm_embed::bundled() else {

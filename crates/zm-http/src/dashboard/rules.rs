@@ -43,9 +43,10 @@ pub(super) fn delivery(r: &RuleRecord, delivered: &HashSet<String>, now: i64) ->
             {
                 "past the TTL"
             } else {
-                // Over its layer's cap, or the same text as a rule
-                // delivered before it (a briefing carries a text once).
-                "not delivered: over the cap, or the same text as another rule"
+                // Over its layer's cap, the same text as a rule delivered
+                // before it (a briefing carries a text once), or for a
+                // scope the viewer's briefings no longer reach.
+                "not delivered in your briefings: over the cap, the same text as another rule, or a scope you no longer reach"
             }
         }
     }
