@@ -44,6 +44,7 @@ pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
     }
     match dispatch(command, &cfg).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(e) => {
             match cfg.log_format {
                 LogFormat::Text => eprintln!("zero-memory: error: {e:#}"),
@@ -585,8 +586,7 @@ async fn user_list(cfg: &Config) -> anyhow::Result<()> {
     print_table(
         &["ID", "EMAIL", "OWNER", "STATUS", "PASSWORD", "CREATED"],
         &rows,
-    );
-    Ok(())
+    )
 }
 
 async fn user_passwd(
@@ -728,8 +728,7 @@ async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
             "LAST USED",
         ],
         &rows,
-    );
-    Ok(())
+    )
 }
 
 async fn token_revoke(cfg: &Config, email: &str, token_id: &str) -> anyhow::Result<()> {
@@ -778,8 +777,7 @@ async fn oauth_clients(cfg: &Config, email: &str) -> anyhow::Result<()> {
             "LAST USED",
         ],
         &rows,
-    );
-    Ok(())
+    )
 }
 
 async fn oauth_revoke(cfg: &Config, email: &str, client_id: &str) -> anyhow::Result<()> {
@@ -907,22 +905,39 @@ fn config_check(inputs: &Inputs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match &cfg.config_file {
-        Some(p) => println!("config file: {}", p.display()),
-        None => println!("config file: (none)"),
-    }
-    let rows: Vec<Vec<String>> = cfg
-        .report()
-        .into_iter()
-        .map(|(k, value, from)| vec![k.env.to_string(), value, from])
-        .collect();
-    print_table(&["KNOB", "VALUE", "FROM"], &rows);
-    for note in crate::config::unknown_env_notes() {
-        println!("note: {note}");
+    let report = || -> anyhow::Result<()> {
+        match &cfg.config_file {
+            Some(p) => say(format!("config file: {}", p.display()))?,
+            None => say("config file: (none)")?,
+        }
+        let rows: Vec<Vec<String>> = cfg
+            .report()
+            .into_iter()
+            .map(|(k, value, from)| vec![k.env.to_string(), value, from])
+            .collect();
+        print_table(&["KNOB", "VALUE", "FROM"], &rows)?;
+        for note in crate::config::unknown_env_notes() {
+            say(format!("note: {note}"))?;
+        }
+        Ok(())
+    };
+    // A reader gone early ends the report quietly; a failed write is a
+    // failure.
+    let written = |result: anyhow::Result<()>| match result {
+        Err(e) if e.downcast_ref::<StdoutClosed>().is_none() => {
+            eprintln!("zero-memory: error: {e:#}");
+            false
+        }
+        _ => true,
+    };
+    if !written(report()) {
+        return ExitCode::from(1);
     }
     match cfg.validate().and_then(|()| model_loads(&cfg)) {
         Ok(()) => {
-            println!("configuration is valid");
+            if !written(say("configuration is valid")) {
+                return ExitCode::from(1);
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -963,9 +978,33 @@ fn emit_secret(secret: &str, what: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow!("{what} could not be written to stdout ({e}) and is lost"))
 }
 
-/// Print aligned columns to stdout. A reader that stops early (`| head`)
-/// ends the output quietly: the rest is not wanted.
-pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
+/// Stdout was closed by its reader (`… | head`): the command ends there,
+/// quietly and successfully, as the rest is not wanted.
+#[derive(Debug)]
+pub(crate) struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Write one line of a command's result to stdout: a reader that has gone
+/// is [`StdoutClosed`], any other failure (a full disk) an error.
+pub(crate) fn say(line: impl std::fmt::Display) -> anyhow::Result<()> {
+    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            anyhow::Error::new(StdoutClosed)
+        } else {
+            anyhow!("cannot write to stdout: {e}")
+        }
+    })
+}
+
+/// Print aligned columns to stdout ([`say`]).
+pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -981,21 +1020,13 @@ pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
                 s.push_str(&format!("{c:<w$}  ", w = widths[i]));
             }
         }
-        writeln!(std::io::stdout().lock(), "{}", s.trim_end())
+        say(s.trim_end())
     };
-    let stopped = |e: std::io::Error| {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("zero-memory: cannot write to stdout: {e}");
-        }
-    };
-    if let Err(e) = line(header.to_vec()) {
-        return stopped(e);
-    }
+    line(header.to_vec())?;
     for r in rows {
-        if let Err(e) = line(r.iter().map(String::as_str).collect()) {
-            return stopped(e);
-        }
+        line(r.iter().map(String::as_str).collect())?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use zm_contracts::teams::{AddMemberInput, CreateTeamInput, SetRoleInput, TeamDet
 use zm_store::{Caller, Store, Transport};
 
 use crate::cli::TeamCommand;
-use crate::commands::{find_user, open_store, print_table, tool};
+use crate::commands::{find_user, open_store, print_table, say, tool};
 use crate::config::Config;
 
 /// The acting user's caller: `--as EMAIL`, else the owner.
@@ -28,11 +28,11 @@ async fn actor(store: &Store, email: Option<&str>) -> anyhow::Result<Caller> {
     Ok(caller)
 }
 
-fn print_detail(d: &TeamDetail) {
-    println!(
+fn print_detail(d: &TeamDetail) -> anyhow::Result<()> {
+    say(format!(
         "team {} ({}) — scope {} — your role: {} — created {}",
         d.team.slug, d.team.name, d.team.scope, d.team.role, d.team.created_at
-    );
+    ))?;
     let rows: Vec<Vec<String>> = d
         .members
         .iter()
@@ -45,7 +45,7 @@ fn print_detail(d: &TeamDetail) {
             ]
         })
         .collect();
-    print_table(&["MEMBER", "ROLE", "USER ID", "SINCE"], &rows);
+    print_table(&["MEMBER", "ROLE", "USER ID", "SINCE"], &rows)?;
     if !d.projects.is_empty() {
         let rows: Vec<Vec<String>> = d
             .projects
@@ -58,7 +58,7 @@ fn print_detail(d: &TeamDetail) {
                 ]
             })
             .collect();
-        print_table(&["PROJECT", "KIND", "SINCE"], &rows);
+        print_table(&["PROJECT", "KIND", "SINCE"], &rows)?;
     }
     if !d.invitations.is_empty() {
         let rows: Vec<Vec<String>> = d
@@ -74,8 +74,9 @@ fn print_detail(d: &TeamDetail) {
                 ]
             })
             .collect();
-        print_table(&["INVITATION", "EMAIL", "ROLE", "STATUS", "EXPIRES"], &rows);
+        print_table(&["INVITATION", "EMAIL", "ROLE", "STATUS", "EXPIRES"], &rows)?;
     }
+    Ok(())
 }
 
 pub async fn run(cfg: &Config, command: TeamCommand) -> anyhow::Result<()> {
@@ -99,7 +100,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             }))
             .map_err(tool)?;
             let d = store.create_team(&caller, input).await.map_err(tool)?;
-            print_detail(&d);
+            print_detail(&d)?;
         }
         TeamCommand::List { actor: a } => {
             let caller = actor(store, a.as_deref()).await?;
@@ -117,12 +118,12 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
                     ]
                 })
                 .collect();
-            print_table(&["TEAM", "NAME", "YOUR ROLE", "MEMBERS", "CREATED"], &rows);
+            print_table(&["TEAM", "NAME", "YOUR ROLE", "MEMBERS", "CREATED"], &rows)?;
         }
         TeamCommand::Show { slug, actor: a } => {
             let caller = actor(store, a.as_deref()).await?;
             let d = store.get_team(&caller, &slug).await.map_err(tool)?;
-            print_detail(&d);
+            print_detail(&d)?;
         }
         TeamCommand::Delete { slug, actor: a } => {
             let caller = actor(store, a.as_deref()).await?;

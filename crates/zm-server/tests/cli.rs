@@ -452,6 +452,54 @@ fn a_secret_stdout_cannot_take_is_a_clear_error() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// A list's reader that leaves early (`| head`) ends the command quietly
+/// and successfully; a list stdout cannot take (a full device) is a
+/// failure, not a cut table and exit 0.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_list_ends_quietly_for_a_reader_gone_and_fails_on_a_full_disk() {
+    let env = Env::new();
+    for i in 0..3 {
+        let out = env.run_stdin(
+            &[
+                "user",
+                "add",
+                &format!("u{i}@example.com"),
+                "--password-stdin",
+            ],
+            "a long password\n",
+        );
+        assert_success(&out, &["user", "add"]);
+    }
+    for args in [&["user", "list"][..], &["config", "check"]] {
+        let mut child = env
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = env.cmd(args).stdout(full).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot write to stdout"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn migrate_creates_the_database() {
     let env = Env::new();
