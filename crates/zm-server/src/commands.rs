@@ -973,8 +973,10 @@ fn model_loads(cfg: &Config) -> Result<(), Vec<String>> {
 /// pipe whose reader is gone), say so on stderr instead of panicking,
 /// naming what was done (`what`) and that the secret is lost.
 fn emit_secret(secret: &str, what: &str) -> anyhow::Result<()> {
-    writeln!(std::io::stdout().lock(), "{secret}")
-        .and_then(|()| std::io::stdout().flush())
+    // Any failure, a reader gone included, is an error here: the secret
+    // is lost, and the caller must hear it.
+    say(secret)
+        .and_then(|()| Ok(std::io::stdout().flush()?))
         .map_err(|e| anyhow!("{what} could not be written to stdout ({e}) and is lost"))
 }
 

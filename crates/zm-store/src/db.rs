@@ -385,6 +385,9 @@ impl OpenOptions {
     }
 }
 
+/// How long a SQLite connection waits for another's write lock.
+const SQLITE_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 30000";
+
 /// How long opening waits for the database's first answer.
 const FIRST_CONTACT: Duration = Duration::from_secs(30);
 
@@ -399,7 +402,7 @@ async fn first_contact(connect: &AnyConnectOptions, backend: Backend) -> Result<
         let mut conn = connect.connect().await?;
         if backend == Backend::Sqlite {
             // Another process's write lock is waited for, as the pool does.
-            conn.execute("PRAGMA busy_timeout = 30000").await?;
+            conn.execute(SQLITE_BUSY_TIMEOUT).await?;
         }
         let read = match backend {
             Backend::Sqlite => "SELECT count(*) FROM sqlite_master",
@@ -444,7 +447,7 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 if backend == Backend::Sqlite {
-                    conn.execute("PRAGMA busy_timeout = 30000").await?;
+                    conn.execute(SQLITE_BUSY_TIMEOUT).await?;
                     conn.execute("PRAGMA journal_mode = WAL").await?;
                     conn.execute("PRAGMA foreign_keys = ON").await?;
                     // Reads through the page cache of the OS, not read(2) copies.

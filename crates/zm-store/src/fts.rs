@@ -16,11 +16,18 @@ pub const MAX_QUERY_TERMS: usize = 32;
 /// The distinct tokens of `user_text`, first occurrence order, at most
 /// [`MAX_QUERY_TERMS`]. Every character of every term is alphanumeric.
 pub fn query_terms(user_text: &str) -> Vec<String> {
+    distinct_tokens(user_text)
+        .into_iter()
+        .take(MAX_QUERY_TERMS)
+        .collect()
+}
+
+/// The distinct tokens of `user_text`, first occurrence order.
+fn distinct_tokens(user_text: &str) -> Vec<String> {
     let mut seen = HashSet::new();
     tokenize(user_text)
         .into_iter()
         .filter(|t| seen.insert(t.clone()))
-        .take(MAX_QUERY_TERMS)
         .collect()
 }
 
@@ -165,11 +172,7 @@ pub const STOP_WORDS: &[&str] = &[
 /// Stop words are left out before the cap of [`MAX_QUERY_TERMS`]: a long
 /// question's content words are not pushed out by the words around them.
 pub fn search_terms(user_text: &str) -> Vec<String> {
-    let mut seen = HashSet::new();
-    let distinct: Vec<String> = tokenize(user_text)
-        .into_iter()
-        .filter(|t| seen.insert(t.clone()))
-        .collect();
+    let distinct = distinct_tokens(user_text);
     let content: Vec<String> = distinct
         .iter()
         .filter(|t| !is_stop_word(t))

@@ -33,6 +33,14 @@ pub enum ReadSet {
 /// `MULTI-INDEX OR` over the owner's index and the shared one: 66 ms
 /// instead of 0.5 at 200,000 memories). A query the visibility drives, and
 /// a full-text leg, take [`Visible`].
+/// Does changing one's own memory in `path` with `visibility` take the
+/// writer role there? Only a shared one in a project or team scope, which
+/// its members read ([`Store::may_change_own_in`] decides by it; the
+/// dashboard offers no change it would refuse).
+pub(crate) fn changing_own_needs_writer(path: &str, visibility: zm_contracts::Visibility) -> bool {
+    visibility == zm_contracts::Visibility::Shared && scope::is_shareable(path)
+}
+
 pub(crate) fn push_visible(sql: &mut Sql, alias: &str, user_id: &str) {
     sql.push(&format!("(({alias}.owner_id || '') = "))
         .bind_str(user_id)
@@ -416,7 +424,7 @@ impl Store {
         path: &str,
         visibility: zm_contracts::Visibility,
     ) -> Result<(), ToolError> {
-        if visibility != zm_contracts::Visibility::Shared || !scope::is_shareable(path) {
+        if !changing_own_needs_writer(path, visibility) {
             return Ok(());
         }
         self.hold_teams_of(tx, &[path]).await?;

@@ -594,9 +594,7 @@ impl Store {
                 let visibility: zm_contracts::Visibility =
                     crate::rows::enum_col(&row, "visibility")?;
                 let scope: String = col(&row, "scope")?;
-                if visibility == zm_contracts::Visibility::Shared
-                    && zm_contracts::scope::is_shareable(&scope)
-                {
+                if crate::scopes::changing_own_needs_writer(&scope, visibility) {
                     let role = self.role_in(&mut *conn, &caller.user_id, &scope).await?;
                     out.reader_only = !role.is_some_and(zm_contracts::TeamRole::can_write);
                 }

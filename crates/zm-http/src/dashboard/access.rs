@@ -239,13 +239,7 @@ pub(crate) async fn create_token(
         read_only: form.get("access") == Some("read"),
         expiry: form.get("expiry").unwrap_or("").to_string(),
     };
-    let invalid = |path: &str, reason: &str| {
-        Failure::from_tool(
-            zm_contracts::ToolError::validation(format!("{path}: {reason}"))
-                .with_details(serde_json::json!({"fields": [{"path": path, "reason": reason}]})),
-            rid,
-        )
-    };
+    let invalid = |field: &str, reason: &str| Failure::invalid_field(field, reason, rid);
     let name = draft.name.clone();
     // Only what the form offers: a value it does not offer (or none) is
     // refused, never read as the widest access or a lifetime of its own.

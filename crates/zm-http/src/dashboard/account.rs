@@ -16,11 +16,7 @@ use super::{Signed, signed_form};
 use crate::state::AppState;
 
 fn invalid(field: &str, reason: &str, rid: Option<&str>) -> Failure {
-    Failure::from_tool(
-        zm_contracts::ToolError::validation(format!("{field}: {reason}"))
-            .with_details(json!({"fields": [{"path": field, "reason": reason}]})),
-        rid,
-    )
+    Failure::invalid_field(field, reason, rid)
 }
 
 async fn page(

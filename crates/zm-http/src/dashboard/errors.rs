@@ -42,6 +42,17 @@ impl Failure {
     pub(crate) fn invalid(message: impl Into<String>, request_id: Option<&str>) -> Self {
         Self::from_tool(ToolError::validation(message.into()), request_id)
     }
+    /// A `validation_failed` naming one form field and why, built as the
+    /// contract builds every field error.
+    pub(crate) fn invalid_field(field: &str, reason: &str, request_id: Option<&str>) -> Self {
+        Self::from_tool(
+            zm_contracts::validate::validation_error(vec![zm_contracts::FieldError {
+                path: field.to_string(),
+                reason: reason.to_string(),
+            }]),
+            request_id,
+        )
+    }
     pub(crate) fn back_to(mut self, path: &str) -> Self {
         self.back = Some(path.to_string());
         self
