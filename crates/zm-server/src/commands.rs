@@ -255,7 +255,7 @@ async fn open_store_with(cfg: &Config, opts: zm_store::OpenOptions) -> anyhow::R
 }
 
 /// Refuse a disabled account.
-fn usable(user: User) -> anyhow::Result<User> {
+pub(crate) fn usable(user: User) -> anyhow::Result<User> {
     if user.is_disabled() {
         bail!(
             "the account {} is disabled (`zero-memory user enable {}` enables it)",
@@ -664,7 +664,9 @@ async fn token_create(
     expires: Option<Lifetime>,
 ) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
-    let user = find_user(&store, email).await?;
+    // A disabled account's tokens are refused: a new one would be a
+    // secret that opens nothing.
+    let user = usable(find_user(&store, email).await?)?;
     let scopes: &[&str] = if read_only {
         &[SCOPE_READ]
     } else if allow_account_delete {

@@ -10,7 +10,7 @@ use zm_store::importer::{ImportFormat, ImportInto, Summary, import_text};
 use zm_store::{Caller, ToolService, Transport};
 
 use crate::cli::{ImportArgs, ImportFormat as FormatArg, ImportTargetArg};
-use crate::commands::{find_user, open_store};
+use crate::commands::{find_user, open_store, usable};
 use crate::config::Config;
 
 /// `zero-memory import`.
@@ -18,7 +18,8 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let store = open_store(cfg).await?;
-    let user = find_user(&store, &args.user).await?;
+    // Memories are written as the account: a disabled one writes nothing.
+    let user = usable(find_user(&store, &args.user).await?)?;
     let source_path = std::path::absolute(&args.file)
         .unwrap_or_else(|_| args.file.clone())
         .display()

@@ -1981,6 +1981,20 @@ fn token_expiry_passwd_revocation_and_disabled_users() {
     let out = env.run_stdin(&["stdio", "--user", "alice@example.com"], "");
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("disabled"), "{}", stderr(&out));
+    // No new token for it (a secret that would open nothing), and no
+    // memories written as it; its export still works (the operator's copy).
+    let before = env.ok(&["token", "list", "--user", "alice@example.com"]);
+    let out = env.run(&["token", "create", "--user", "alice@example.com"]);
+    assert_eq!(out.status.code(), Some(1), "token create for a disabled account");
+    assert!(out.stdout.is_empty() && stderr(&out).contains("disabled"), "{}", stderr(&out));
+    assert_eq!(env.ok(&["token", "list", "--user", "alice@example.com"]), before, "no token was created");
+    let file = fixture("server-memory.jsonl");
+    let args = ["import", "--user", "alice@example.com", "--format", "server-memory", file.to_str().unwrap()];
+    let out = env.run(&args);
+    assert_eq!(out.status.code(), Some(1), "import as a disabled account");
+    assert!(stderr(&out).contains("disabled"), "{}", stderr(&out));
+    let export = env.ok(&["export", "--user", "alice@example.com"]);
+    assert!(!export.contains("Lisbon"), "nothing was imported: {export}");
     env.ok(&["user", "enable", "alice@example.com"]);
     assert!(store.authenticates(&token));
     assert!(store.password_works("alice@example.com", "another long password"));

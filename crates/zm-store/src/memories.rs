@@ -432,6 +432,7 @@ impl Store {
         let thread = self.thread_of(caller, input.thread.as_deref());
         // The pure work, before the transaction takes the write lock.
         let prepared = Prepared::new(&input, &content);
+        let edit_of = cx.replaces().cloned();
         let tx = cx.tx().await?;
         // 3. Where it goes.
         let target = self
@@ -466,6 +467,16 @@ impl Store {
             .await?;
         // 7. Links; declared supersedes retire their (owned, live) targets.
         let retired = self.apply_links(tx, caller, &memory_id, &links).await?;
+        // An edit retires its memory here or writes nothing (the call's
+        // transaction rolls back): text identical to it is no change.
+        if let Some(old) = &edit_of {
+            let old = old.as_str();
+            if memory_id != old && !retired.iter().any(|r| r == old) {
+                return Err(ToolError::conflict(format!(
+                    "Memory {old} was superseded or forgotten meanwhile: edit its newest version."
+                )));
+            }
+        }
         // 8. Near-duplicates: candidates to supersede, and an `unjudged`
         // conflict for a same-scope pair that is almost but not exactly equal.
         let similar = if deduplicated {

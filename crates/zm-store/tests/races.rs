@@ -1,7 +1,8 @@
 //! Writes that meet at the same moment, on every backend: two identical
 //! `remember`s (a retried call, two sub-agents) are one memory; the same
 //! import item twice at once is imported once and skipped once; a pair
-//! linked `contradicts` both ways at once files one conflict. SQLite's
+//! linked `contradicts` both ways at once files one conflict; edits of one
+//! version at once (two dashboard tabs) leave one new version. SQLite's
 //! writers take turns anyway; on PostgreSQL these hold the row or lock
 //! that orders them (they failed there before: two memories, `internal`,
 //! two conflicts). Sign-in attempts of one account at once get no more
@@ -95,6 +96,51 @@ backend_tests! {
             assert_eq!((imported, ids.len()), (1, 1), "[{l}] round {round}: imported once, one memory: {answers:?}");
         }
         assert_eq!(owned(&store, &a, l).await, 4, "[{l}] four memories");
+    }
+
+    /// Edits of one version at once (two dashboard tabs): one lands and
+    /// retires it; every other answers `conflict` and writes nothing, so
+    /// one live version follows, not several. In turn too: an edit of a
+    /// version already edited is refused, and an edit that changes
+    /// nothing answers the memory itself.
+    async fn edits_of_one_version_at_once_leave_one_version(store: Store, l: &str) {
+        let (_, a) = user(&store, "same-edit").await;
+        let first = ok(
+            remember(&store, &a, json!({"content": "Deploys go out from the blue cluster.", "kind": "fact", "scope": "personal"})).await,
+            l,
+            "remember",
+        )
+        .memory_id;
+        let tasks: Vec<_> = (0..AT_ONCE)
+            .map(|i| {
+                let (store, a, old) = (store.clone(), a.clone(), first.clone());
+                tokio::spawn(async move {
+                    let raw = json!({"content": format!("Deploys go out from cluster number {i}."), "kind": "fact", "scope": "personal", "links": [{"dst": old.to_string(), "type": "supersedes"}]});
+                    tools(&store).edit(&a, &raw, &old).await
+                })
+            })
+            .collect();
+        let mut landed = Vec::new();
+        for t in tasks {
+            match t.await.expect("the task ran") {
+                Ok(out) => landed.push(out.memory_id),
+                Err(e) => assert_eq!(e.code, zm_contracts::ErrorCode::Conflict, "[{l}] a losing edit: {e}"),
+            }
+        }
+        assert_eq!(landed.len(), 1, "[{l}] one edit lands: {landed:?}");
+        assert_eq!(owned(&store, &a, l).await, 2, "[{l}] the old version and one new one, nothing else");
+        let old = ok(store.get_memory(&a, &first).await, l, "the old version");
+        assert_eq!(old.superseded_by.as_ref(), Some(&landed[0]), "[{l}] retired by the edit that landed");
+
+        // In turn: the retired version is edited no more.
+        let raw = json!({"content": "Deploys go out from the green cluster.", "kind": "fact", "scope": "personal", "links": [{"dst": first.to_string(), "type": "supersedes"}]});
+        err(tools(&store).edit(&a, &raw, &first).await, zm_contracts::ErrorCode::Conflict, l, "edit of a retired version");
+        // The newest version with its own text: no change, no new memory.
+        let newest = ok(store.get_memory(&a, &landed[0]).await, l, "the newest version");
+        let raw = json!({"content": newest.content, "kind": "fact", "scope": "personal", "links": [{"dst": newest.id.to_string(), "type": "supersedes"}]});
+        let same = ok(tools(&store).edit(&a, &raw, &newest.id).await, l, "an edit that changes nothing");
+        assert_eq!(same.memory_id, newest.id, "[{l}] the memory itself");
+        assert_eq!(owned(&store, &a, l).await, 2, "[{l}] still two memories");
     }
 
     /// Sign-in attempts of one account at once (the shared back-off that

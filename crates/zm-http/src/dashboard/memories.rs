@@ -609,9 +609,10 @@ pub(crate) async fn edit(
         "scope": old.scope,
         "links": [{"dst": old.id.to_string(), "type": "supersedes"}],
     });
-    match state.tools.call(&caller, ToolName::Remember, &input).await {
-        Ok(ToolOutput::Remember(out)) => signed.see_other(&format!("/memories/{}", out.memory_id)),
-        Ok(_) => signed.see_other(&back),
+    // The store retires the old version in the write's own transaction,
+    // or writes nothing: two tabs editing one version never leave two.
+    match state.tools.edit(&caller, &input, &mid).await {
+        Ok(out) => signed.see_other(&format!("/memories/{}", out.memory_id)),
         Err(e) => {
             let f = call_failure(e, &signed).back_to(&back);
             if f.error.code == zm_contracts::ErrorCode::ValidationFailed {

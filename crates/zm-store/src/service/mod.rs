@@ -59,6 +59,10 @@ pub struct Cx<'a> {
     /// Memories whose owner, scope, sharing or liveness this call changed:
     /// the vector index re-reads them once the call has committed.
     placed: Vec<MemoryId>,
+    /// An edit's promise (see [`ToolService::edit`]): the `remember` of
+    /// this call retires this memory in its own transaction, or the whole
+    /// call fails with `conflict` and nothing is written.
+    replaces: Option<&'a MemoryId>,
 }
 
 /// The write transaction of a call: not begun yet, the call's own, or a
@@ -77,6 +81,7 @@ impl<'a> Cx<'a> {
             access,
             tx: TxSlot::Unopened,
             placed: Vec::new(),
+            replaces: None,
         }
     }
 
@@ -93,6 +98,7 @@ impl<'a> Cx<'a> {
             access,
             tx: TxSlot::Batch(conn),
             placed: Vec::new(),
+            replaces: None,
         }
     }
 
@@ -111,6 +117,11 @@ impl<'a> Cx<'a> {
             TxSlot::Batch(conn) => Ok(&mut **conn),
             TxSlot::Unopened => Err(ToolError::internal()),
         }
+    }
+
+    /// The memory this call must retire, when it is an edit.
+    pub(crate) fn replaces(&self) -> Option<&MemoryId> {
+        self.replaces
     }
 
     /// Note that this call changed memory `id`'s owner, scope, sharing or
@@ -247,7 +258,7 @@ impl ToolService {
             ($($marker:ident)*) => {
                 match tool {
                     $(ToolName::$marker => self
-                        .call_json::<tool::$marker>(caller, raw)
+                        .call_json::<tool::$marker>(caller, raw, None)
                         .await
                         .map(ToolOutput::$marker),)*
                 }
@@ -317,11 +328,29 @@ impl ToolService {
     ) -> Result<T::Output, ToolError> {
         let started = Instant::now();
         let result = match authorize(caller, T::TOOL) {
-            Ok(()) => self.execute::<T>(caller, input).await,
+            Ok(()) => self.execute::<T>(caller, input, None).await,
             Err(e) => Err(e),
         };
         self.metrics.record(T::TOOL, caller, &result, started);
         result
+    }
+
+    /// An edit: `remember` `input` (which links `supersedes` to
+    /// `replaces`) and retire `replaces` in the same transaction, or write
+    /// nothing. Where a plain `remember` skips a `supersedes` target that
+    /// is already retired (the contract's rule for links), an edit that
+    /// finds its memory superseded or forgotten meanwhile (another tab, an
+    /// agent) answers `conflict`: two edits of one version never both land
+    /// as two live versions. Text identical to the memory's own is no
+    /// change and answers that memory.
+    pub async fn edit(
+        &self,
+        caller: &Caller,
+        raw: &Value,
+        replaces: &MemoryId,
+    ) -> Result<zm_contracts::RememberOutput, ToolError> {
+        self.call_json::<tool::Remember>(caller, raw, Some(replaces))
+            .await
     }
 
     /// Run many calls of one write tool in **one** transaction (one commit,
@@ -465,12 +494,13 @@ impl ToolService {
         &self,
         caller: &Caller,
         raw: &Value,
+        replaces: Option<&MemoryId>,
     ) -> Result<T::Output, ToolError> {
         let started = Instant::now();
         let result = match authorize(caller, T::TOOL) {
             Err(e) => Err(e),
             Ok(()) => match parse_input::<T::Input>(raw) {
-                Ok(input) => self.execute::<T>(caller, input).await,
+                Ok(input) => self.execute::<T>(caller, input, replaces).await,
                 Err(e) => {
                     // A write attempt that does not validate is audited too
                     // (nothing else was written).
@@ -498,6 +528,7 @@ impl ToolService {
         &self,
         caller: &Caller,
         input: T::Input,
+        replaces: Option<&MemoryId>,
     ) -> Result<T::Output, ToolError> {
         let access = T::TOOL.access();
         if access == Access::Read {
@@ -511,7 +542,7 @@ impl ToolService {
         // one that lost to concurrent writes runs again from scratch.
         let payload = &payload;
         let failure = match rerun_on_contention(T::NAME, move || {
-            self.write_attempt::<T>(caller, input.clone(), payload, started)
+            self.write_attempt::<T>(caller, input.clone(), payload, started, replaces)
         })
         .await
         {
@@ -545,8 +576,10 @@ impl ToolService {
         input: T::Input,
         payload: &Value,
         started: Instant,
+        replaces: Option<&MemoryId>,
     ) -> Result<(T::Output, Vec<MemoryId>), ToolError> {
         let mut cx = Cx::new(&self.store, caller, T::TOOL.access());
+        cx.replaces = replaces;
         let out = T::handle(&self.store, &mut cx, input).await?;
         let entry = AuditEntry {
             command: T::NAME,
