@@ -1985,11 +1985,30 @@ fn token_expiry_passwd_revocation_and_disabled_users() {
     // memories written as it; its export still works (the operator's copy).
     let before = env.ok(&["token", "list", "--user", "alice@example.com"]);
     let out = env.run(&["token", "create", "--user", "alice@example.com"]);
-    assert_eq!(out.status.code(), Some(1), "token create for a disabled account");
-    assert!(out.stdout.is_empty() && stderr(&out).contains("disabled"), "{}", stderr(&out));
-    assert_eq!(env.ok(&["token", "list", "--user", "alice@example.com"]), before, "no token was created");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "token create for a disabled account"
+    );
+    assert!(
+        out.stdout.is_empty() && stderr(&out).contains("disabled"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        env.ok(&["token", "list", "--user", "alice@example.com"]),
+        before,
+        "no token was created"
+    );
     let file = fixture("server-memory.jsonl");
-    let args = ["import", "--user", "alice@example.com", "--format", "server-memory", file.to_str().unwrap()];
+    let args = [
+        "import",
+        "--user",
+        "alice@example.com",
+        "--format",
+        "server-memory",
+        file.to_str().unwrap(),
+    ];
     let out = env.run(&args);
     assert_eq!(out.status.code(), Some(1), "import as a disabled account");
     assert!(stderr(&out).contains("disabled"), "{}", stderr(&out));

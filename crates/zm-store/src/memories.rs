@@ -743,23 +743,52 @@ impl Store {
                 // it. Into another scope, or onto a memory with a rule of
                 // its own (an exact duplicate absorbed), it retires as on
                 // a forget: a reader's personal rewrite of a team memory
-                // does not rewrite the team's rule.
-                let followed = sqlx::query(
-                    "UPDATE rules SET memory_id = $1, \
+                // does not rewrite the team's rule. A rule delivered in
+                // another scope than the memory's follows only for a
+                // caller who may still set rules there (a writer demoted
+                // to reader, or the heir of a memory promoted for a team
+                // they do not write in, rewrites no team's rule).
+                let elsewhere: Option<String> = sqlx::query_scalar(
+                    "SELECT applies_scope FROM rules WHERE memory_id = $1 AND owner_id = $2 \
+                     AND status = 'promoted' AND layer <> 'user' AND applies_scope <> $3",
+                )
+                .bind(dst)
+                .bind(&caller.user_id)
+                .bind(&old_scope)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("rule scope")?;
+                let may_follow = match elsewhere {
+                    None => true,
+                    Some(applies) => {
+                        self.hold_teams_of(&mut *tx, &[&applies]).await?;
+                        self.role_in(&mut *tx, &caller.user_id, &applies)
+                            .await?
+                            .is_some_and(|r| r.can_write())
+                    }
+                };
+                let followed = if may_follow {
+                    sqlx::query(
+                        "UPDATE rules SET memory_id = $1, \
                      text = CASE WHEN text = (SELECT content FROM memories WHERE id = $2) \
                                  THEN (SELECT content FROM memories WHERE id = $1) ELSE text END \
                      WHERE memory_id = $2 AND owner_id = $3 \
                        AND (SELECT scope FROM memories WHERE id = $1) = $4 \
                        AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.memory_id = $1)",
-                )
-                .bind(memory_id)
-                .bind(dst)
-                .bind(&caller.user_id)
-                .bind(&old_scope)
-                .execute(&mut *tx)
-                .await
-                .db("rule follows its memory")?;
-                if followed.rows_affected() == 0 {
+                    )
+                    .bind(memory_id)
+                    .bind(dst)
+                    .bind(&caller.user_id)
+                    .bind(&old_scope)
+                    .execute(&mut *tx)
+                    .await
+                    .db("rule follows its memory")?
+                    .rows_affected()
+                        > 0
+                } else {
+                    false
+                };
+                if !followed {
                     self.retire_rule_of(tx, &caller.user_id, dst).await?;
                 }
                 retired.push(dst.clone());

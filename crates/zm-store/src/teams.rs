@@ -192,6 +192,13 @@ impl Event<'_> {
 
 /// The team slug a scope path names, if it is a team's (`team.<slug>` or
 /// `team.<slug>.…`) and not a legacy owner-namespaced one.
+/// Do the same people govern rules delivered in `applies` as in `path`:
+/// the same scope, or two scopes of one team (its admins revoke what its
+/// steward holds in either)?
+pub(crate) fn same_governance(applies: &str, path: &str) -> bool {
+    applies == path || team_slug_of(applies).is_some_and(|t| team_slug_of(path) == Some(t))
+}
+
 pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
     let mut labels = path.split('.');
     if labels.next() != Some("team") {
@@ -1060,6 +1067,8 @@ impl Store {
             ("path", &path_arg),
             ("now", &now),
         ];
+        self.revoke_rules_set_elsewhere(conn, &values, from, path)
+            .await?;
         for (what, template) in [
             // A user-layer rule is the giver's own instruction (their
             // connect-time instructions and every briefing of theirs): it
@@ -1124,6 +1133,52 @@ impl Store {
                 .await
                 .db(what)?;
         }
+        Ok(())
+    }
+
+    /// Before a hand-over: revoke the giver's promoted rules on memories
+    /// that go whose delivery scope another team, or a project's owner,
+    /// governs (a memory in a shared project promoted for a team, one in
+    /// `team.a` promoted for `team.b`). The heir did not set them and may
+    /// hold no role where they are delivered, and those who do could not
+    /// revoke a rule the heir holds: only a rule delivered in the scope
+    /// itself, or elsewhere in the same team, goes on being delivered.
+    async fn revoke_rules_set_elsewhere(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        values: &[(&str, &Arg)],
+        from: &str,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        let rules = Sql::template(
+            "SELECT memory_id, applies_scope FROM rules WHERE owner_id = {from} AND layer <> 'user' AND status = 'promoted' \
+             AND memory_id IN (SELECT id FROM memories WHERE owner_id = {from} AND scope = {path} AND visibility = 'shared')",
+            values,
+        )
+        .query()
+        .fetch_all(&mut *conn)
+        .await
+        .db("the giver's rules")?;
+        let mut elsewhere = Vec::new();
+        for row in &rules {
+            let applies: Option<String> = col(row, "applies_scope")?;
+            if !applies.as_deref().is_some_and(|a| same_governance(a, path)) {
+                elsewhere.push(col::<String>(row, "memory_id")?);
+            }
+        }
+        if elsewhere.is_empty() {
+            return Ok(());
+        }
+        let mut sql = Sql::new(
+            "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its memory was handed over' WHERE owner_id = ",
+        );
+        sql.bind_str(from)
+            .push(" AND status = 'promoted' AND memory_id IN ")
+            .bind_list(elsewhere);
+        sql.query()
+            .execute(&mut *conn)
+            .await
+            .db("revoke rules set elsewhere")?;
         Ok(())
     }
 

@@ -592,6 +592,66 @@ backend_tests! {
         }
     }
 
+    /// A rule is delivered where its author could set it, and nobody else
+    /// rewrites it. A writer's rule for the team from a memory in a
+    /// member's shared project is revoked when the memory goes to the
+    /// project's owner (who reads the team, but does not write there):
+    /// it no longer reaches the team, and the owner's edit of the memory
+    /// rewrites nothing. A writer demoted to reader who edits their own
+    /// memory behind a rule for the team retires the rule; it does not
+    /// carry the new text to every member.
+    async fn a_rule_for_a_team_is_rewritten_only_by_its_writers(store: Store, l: &str) {
+        let (_, admin) = user(&store, "gov-admin").await;
+        let (uo, o) = user(&store, "gov-o").await;
+        let (uw, w) = user(&store, "gov-w").await;
+        let (ur, r) = user(&store, "gov-r").await;
+        let slug = team(&store, &admin, l, "gov").await;
+        let scope = format!("team.{slug}");
+        add(&store, &admin, l, &slug, &uo.email, TeamRole::Writer).await;
+        add(&store, &admin, l, &slug, &uw.email, TeamRole::Writer).await;
+        add(&store, &admin, l, &slug, &ur.email, TeamRole::Reader).await;
+        let rules_of = |who: &Caller| {
+            let (store, who) = (&store, who.clone());
+            async move {
+                let brief = ok(call(store, &who, "build_context", json!({"topic": "deploys", "briefing": true, "scopes": ["*"]})).await, l, "briefing");
+                brief["rules"].to_string()
+            }
+        };
+        let tag = unique("g").replace('-', "");
+        // O's project, shared with the team; W's rule for the team from it.
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &o, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &o, l, &remote).await;
+        ok(store.share_project_with_team(&o, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let m = mem(&store, &w, l, json!({"content": format!("Deploys wait for a green build ({tag})."), "kind": "convention", "project_hint": remote})).await;
+        ok(call(&store, &w, "promote_rule", json!({"memory_id": m, "applies_scope": scope})).await, l, "W's rule for the team");
+        ok(store.pin_rule(&w, &m, true).await, l, "W pins it");
+        assert!(rules_of(&r).await.contains(&format!("green build ({tag})")), "[{l}] the team gets W's rule");
+        ok(store.set_team_role(&admin, &slug, &uo.id, SetRoleInput { role: TeamRole::Reader }).await, l, "O is demoted");
+        ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "W is removed");
+        // The memory is O's now; its rule for the team is not.
+        ok(store.get_memory(&o, &zm_contracts::MemoryId::parse(&m).unwrap()).await, l, "O holds the memory");
+        assert!(!rules_of(&r).await.contains(&tag), "[{l}] a rule for the team the project's owner did not set");
+        let edit = json!({"content": format!("Deploys skip the build ({tag})."), "kind": "convention", "scope": project, "links": [{"dst": m, "type": "supersedes"}]});
+        ok(call(&store, &o, "remember", edit).await, l, "O edits the memory");
+        let seen = rules_of(&r).await;
+        assert!(!seen.contains(&tag), "[{l}] O's text reaches the team: {seen}");
+
+        // A writer demoted to reader edits the memory behind their rule.
+        let (uv, v) = user(&store, "gov-v").await;
+        add(&store, &admin, l, &slug, &uv.email, TeamRole::Writer).await;
+        let remote_v = format!("git@github.com:acme/{}.git", unique("repo"));
+        let own = mem(&store, &v, l, json!({"content": format!("Hotfixes need two reviews ({tag})."), "kind": "convention", "project_hint": remote_v})).await;
+        ok(call(&store, &v, "promote_rule", json!({"memory_id": own, "applies_scope": scope})).await, l, "V's rule for the team");
+        assert!(rules_of(&r).await.contains(&format!("two reviews ({tag})")), "[{l}] the team gets V's rule");
+        ok(store.set_team_role(&admin, &slug, &uv.id, SetRoleInput { role: TeamRole::Reader }).await, l, "V is demoted");
+        let own_scope = ok(store.get_memory(&v, &zm_contracts::MemoryId::parse(&own).unwrap()).await, l, "V's memory").scope;
+        let edit = json!({"content": format!("Hotfixes need no review ({tag})."), "kind": "convention", "scope": own_scope, "links": [{"dst": own, "type": "supersedes"}]});
+        ok(call(&store, &v, "remember", edit).await, l, "V edits their memory");
+        let seen = rules_of(&r).await;
+        assert!(!seen.contains("no review"), "[{l}] a reader rewrote the team's rule: {seen}");
+    }
+
     /// A rule pinned by a member who is removed goes to the team's steward
     /// unpinned: nobody can sign in as the steward to unpin it, and
     /// pinning takes the writer role now, which the steward never holds.
