@@ -25,7 +25,7 @@ use zm_contracts::teams::{
     Team, TeamAction, TeamAudit, TeamDeleted, TeamDetail, TeamEvent, TeamExport, TeamList,
     TeamMember, TeamProject,
 };
-use zm_contracts::{IdKind, InvitationId, ToolError, UserId, scope};
+use zm_contracts::{IdKind, InvitationId, TeamRole, ToolError, UserId, scope};
 
 use crate::clock::rfc3339;
 use crate::db::DbResult;
@@ -190,8 +190,6 @@ impl Event<'_> {
     }
 }
 
-/// The team slug a scope path names, if it is a team's (`team.<slug>` or
-/// `team.<slug>.…`) and not a legacy owner-namespaced one.
 /// Do the same people govern rules delivered in `applies` as in `path`:
 /// the same scope, or two scopes of one team (its admins revoke what its
 /// steward holds in either)?
@@ -199,6 +197,8 @@ pub(crate) fn same_governance(applies: &str, path: &str) -> bool {
     applies == path || team_slug_of(applies).is_some_and(|t| team_slug_of(path) == Some(t))
 }
 
+/// The team slug a scope path names, if it is a team's (`team.<slug>` or
+/// `team.<slug>.…`) and not a legacy owner-namespaced one.
 pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
     let mut labels = path.split('.');
     if labels.next() != Some("team") {
@@ -781,6 +781,28 @@ impl Store {
         Ok(())
     }
 
+    /// Withdraw the open invitations `user_id` issued for the team, when
+    /// they stop being its admin (demoted or gone): an admin about to be
+    /// removed does not keep a way back in through a second address.
+    async fn withdraw_invitations_from(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team: &TeamRow,
+        user_id: &str,
+    ) -> Result<(), ToolError> {
+        sqlx::query(
+            "UPDATE team_invitations SET revoked_at = $1 WHERE team_id = $2 AND accepted_at IS NULL AND revoked_at IS NULL \
+             AND invited_by = $3",
+        )
+        .bind(self.now())
+        .bind(&team.id)
+        .bind(user_id)
+        .execute(&mut *conn)
+        .await
+        .db("withdraw their invitations")?;
+        Ok(())
+    }
+
     async fn member(
         &self,
         conn: &mut sqlx::AnyConnection,
@@ -899,6 +921,10 @@ impl Store {
             .put_member(&mut tx, caller, &team, user_id, input.role)
             .await?;
         self.withdraw_invitations(&mut tx, &team, user_id).await?;
+        if input.role != TeamRole::Admin {
+            self.withdraw_invitations_from(&mut tx, &team, user_id)
+                .await?;
+        }
         tx.commit().await.db("commit role")?;
         Ok(member)
     }
@@ -961,6 +987,8 @@ impl Store {
             .await
             .db("remove member")?;
         self.withdraw_invitations(&mut tx, &team, user_id).await?;
+        self.withdraw_invitations_from(&mut tx, &team, user_id)
+            .await?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
         let mut handed = Vec::new();
         for (path, owned) in reached {
@@ -1576,6 +1604,97 @@ impl Store {
             }
         }
         Ok(handed)
+    }
+
+    /// Before `caller`'s account is erased: the projects it shared with
+    /// teams stop being shared, as an unsharing does, except that their
+    /// owner, going, takes nothing. What each member who reached such a
+    /// project only through a team shared there becomes private to them
+    /// (theirs to read, forget or export; nobody else's, not a later heir
+    /// of the project's), and their rules for it are revoked: nobody is
+    /// left with shared memories they may no longer change, in a project
+    /// they no longer belong to. Each team's audit log records the
+    /// unsharing, and the account's departure from every team it was in.
+    /// The memories made private.
+    pub(crate) async fn release_teams_for_erasure(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+    ) -> Result<Vec<String>, ToolError> {
+        let uid = caller.user_id.as_str();
+        let shared = sqlx::query(
+            "SELECT t.id AS team_id, tp.team_scope AS team_scope, tp.scope AS scope FROM team_projects tp \
+             JOIN teams t ON t.scope = tp.team_scope \
+             WHERE tp.owned = 0 AND tp.scope IN (SELECT path FROM scopes WHERE owner_id = $1) ORDER BY tp.team_scope, tp.scope",
+        )
+        .bind(uid)
+        .fetch_all(&mut *tx)
+        .await
+        .db("projects shared with teams")?;
+        sqlx::query("DELETE FROM team_projects WHERE owned = 0 AND scope IN (SELECT path FROM scopes WHERE owner_id = $1)")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("unshare projects")?;
+        let mut private = Vec::new();
+        for row in &shared {
+            let (team_id, team_scope, path): (String, String, String) = (
+                col(row, "team_id")?,
+                col(row, "team_scope")?,
+                col(row, "scope")?,
+            );
+            let members: Vec<String> = sqlx::query_scalar(
+                "SELECT user_id FROM scope_members WHERE scope = $1 AND user_id <> $2 ORDER BY user_id",
+            )
+            .bind(&team_scope)
+            .bind(uid)
+            .fetch_all(&mut *tx)
+            .await
+            .db("team members")?;
+            for member in &members {
+                if self.role_in(&mut *tx, member, &path).await?.is_some() {
+                    continue;
+                }
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND visibility = 'shared'",
+                )
+                .bind(member)
+                .bind(&path)
+                .fetch_all(&mut *tx)
+                .await
+                .db("their shared memories")?;
+                sqlx::query(
+                    "UPDATE memories SET visibility = 'private' WHERE owner_id = $1 AND scope = $2 AND visibility = 'shared'",
+                )
+                .bind(member)
+                .bind(&path)
+                .execute(&mut *tx)
+                .await
+                .db("make their memories private")?;
+                self.revoke_rules_left_behind(tx, member, std::slice::from_ref(&path))
+                    .await?;
+                private.extend(ids);
+            }
+            let mut event = Event::new(TeamAction::ProjectUnshared);
+            event.subject = Some(&path);
+            self.record(tx, caller, &team_id, event).await?;
+        }
+        let teams = sqlx::query(
+            "SELECT t.id AS team_id, sm.role AS role FROM scope_members sm JOIN teams t ON t.scope = sm.scope \
+             WHERE sm.user_id = $1 AND t.deleted_at IS NULL ORDER BY t.id",
+        )
+        .bind(uid)
+        .fetch_all(&mut *tx)
+        .await
+        .db("the account's teams")?;
+        for row in &teams {
+            let team_id: String = col(row, "team_id")?;
+            let mut event = Event::new(TeamAction::MemberRemoved);
+            event.user = Some(uid);
+            event.role = Some(enum_col(row, "role")?);
+            self.record(tx, caller, &team_id, event).await?;
+        }
+        Ok(private)
     }
 
     /// The team's audit log, newest first (admins).

@@ -489,12 +489,9 @@ impl Store {
         let uid = &caller.user_id;
         let tx = cx.tx().await?;
         self.check_not_last_admin(tx, uid).await?;
-        // Projects the caller shared with a team stop being shared.
-        sqlx::query("DELETE FROM team_projects WHERE owned = 0 AND scope IN (SELECT path FROM scopes WHERE owner_id = $1)")
-            .bind(uid)
-            .execute(&mut *tx)
-            .await
-            .db("unshare projects")?;
+        // Projects the caller shared with a team stop being shared; what
+        // teammates shared there becomes private to them.
+        let made_private = self.release_teams_for_erasure(tx, caller).await?;
         let memories: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE owner_id = $1")
             .bind(uid)
             .fetch_one(&mut *tx)
@@ -608,6 +605,9 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("erase user")?;
+        for id in &made_private {
+            cx.placement_changed(id);
+        }
         Ok(DeleteAccountOutput {
             subject: UserId::from_trusted(uid.clone()),
             auth_deleted: deleted.rows_affected() == 1,

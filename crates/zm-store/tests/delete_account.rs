@@ -176,6 +176,41 @@ backend_tests! {
             .unwrap_or_else(|e| panic!("[{l}] the writer administers the project now: {e}"));
     }
 
+    /// An owner who erases their account unshares their projects as an
+    /// unsharing does, but takes nothing with them: what a teammate shared
+    /// there becomes private to that teammate, who can still forget it,
+    /// while the project's heir no longer reads it; the teammate's rule
+    /// for the project is revoked; the team's audit log records the
+    /// unsharing and the owner's departure.
+    async fn an_erased_owner_leaves_teammates_their_writes_in_its_projects(store: Store, l: &str) {
+        let (_, admin) = user(&store, "ers-admin").await;
+        let slug = create_team_of(&store, &admin, l, "ers").await;
+        let (_, o) = team_member(&store, &admin, l, &slug, "ers-o", zm_contracts::TeamRole::Writer).await;
+        let (_, w) = team_member(&store, &admin, l, &slug, "ers-w", zm_contracts::TeamRole::Writer).await;
+        let (_, heir) = user(&store, "ers-heir").await;
+        let project = project_of(&store, &o, l, &format!("/src/{}", unique("ers"))).await;
+        store.add_scope_member(&o.user_id, &project, &heir.user_id, zm_store::Role::Reader).await.unwrap();
+        let input: zm_contracts::teams::ShareProjectInput = input!(zm_contracts::teams::ShareProjectInput, &json!({"scope": project}));
+        ok(store.share_project_with_team(&o, &slug, input).await, l, "O shares the project with the team");
+        let tag = unique("e").replace('-', "");
+        let m = mem(&store, &w, l, json!({"content": format!("Invoices are retried three times ({tag})."), "kind": "convention", "scope": project})).await;
+        ok(call(&store, &w, "promote_rule", json!({"memory_id": m})).await, l, "W's rule for the project");
+        let mid = zm_contracts::MemoryId::parse(&m).unwrap();
+        ok(store.get_memory(&heir, &mid).await, l, "the project's member reads W's memory");
+        ok(call(&store, &o, "delete_account", json!({})).await, l, "O erases their account");
+        // The heir administers the project now, and reads nothing of W's.
+        err(store.get_memory(&heir, &mid).await, ErrorCode::NotFound, l, "the heir reads W's memory");
+        let kept = ok(store.get_memory(&w, &mid).await, l, "W reads their memory");
+        assert_eq!(kept.visibility, zm_contracts::Visibility::Private, "[{l}] {kept:?}");
+        let rules = store.list_rules(&w).await.unwrap();
+        let rule = rules.iter().find(|r| r.memory_id.as_str() == m).expect("W keeps the rule's row");
+        assert_eq!(rule.status, zm_store::rules::RuleState::Revoked, "[{l}] {rules:?}");
+        ok(call(&store, &w, "forget", json!({"memory_id": m})).await, l, "W forgets their memory");
+        let audit = ok(store.team_audit(&admin, &slug).await, l, "the team's audit");
+        let actions: Vec<&str> = audit.events.iter().map(|e| e.action.as_str()).collect();
+        assert_eq!(&actions[..2], ["member_removed", "project_unshared"], "[{l}] newest first: {actions:?}");
+    }
+
     async fn delete_account_from_a_read_write_token_is_forbidden_and_erases_nothing(store: Store, l: &str) {
         let (u, local) = user(&store, "del-rw").await;
         let kept = mem(&store, &local, l, json!({"content": "Survives the injected agent.", "scope": "core"})).await;

@@ -937,8 +937,9 @@ backend_tests! {
     }
 
     /// Invitations: accepted once by the addressee; reuse, expiry, another
-    /// user, a deleted team, and an invitation an admin's later decision
-    /// about the member withdrew are refused.
+    /// user, a deleted team, an invitation an admin's later decision
+    /// about the member withdrew, and one sent by an admin since demoted
+    /// or removed are refused.
     async fn invitations(store: Store, l: &str) {
         let (_, a) = user(&store, "inv-a").await;
         let (uc, c) = user(&store, "inv-c").await;
@@ -976,6 +977,22 @@ backend_tests! {
         // An invitation sent after the decision is the admins' new word.
         let welcome = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "reader"}))).await, l, "invite c afresh");
         ok(store.accept_invitation(&c, &welcome.id).await, l, "accept the fresh one");
+        // The invitations an admin sent go when they stop being admin:
+        // one to a second address of theirs is no way back in.
+        let (ux, x) = user(&store, "inv-x").await;
+        let (uy, y) = user(&store, "inv-y").await;
+        add(&store, &a, l, &slug, &ux.email, TeamRole::Admin).await;
+        let back_door = ok(store.invite_team_member(&x, &slug, input!(InviteInput, &json!({"email": uy.email, "role": "admin"}))).await, l, "x invites a second address");
+        let by_a = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uy.email, "role": "reader"}))).await, l, "a invites it too");
+        ok(store.set_team_role(&a, &slug, &x.user_id, SetRoleInput { role: TeamRole::Writer }).await, l, "x demoted");
+        err(store.accept_invitation(&y, &back_door.id).await, ErrorCode::Conflict, l, "withdrawn with its admin's demotion");
+        ok(store.set_team_role(&a, &slug, &x.user_id, SetRoleInput { role: TeamRole::Admin }).await, l, "x admin again");
+        let again = ok(store.invite_team_member(&x, &slug, input!(InviteInput, &json!({"email": uy.email, "role": "admin"}))).await, l, "x invites it again");
+        ok(store.remove_team_member(&a, &slug, &x.user_id).await, l, "x removed");
+        err(store.accept_invitation(&y, &again.id).await, ErrorCode::Conflict, l, "withdrawn with its admin's removal");
+        // Another admin's invitation to that address is theirs to keep.
+        let joined = ok(store.accept_invitation(&y, &by_a.id).await, l, "y accepts a's invitation");
+        assert_eq!(joined.team.role, TeamRole::Reader, "[{l}]");
         let (ue, e) = user(&store, "inv-e").await;
         let gone = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": ue.email, "role": "writer"}))).await, l, "invite e");
         ok(store.delete_team(&a, &slug).await, l, "delete");
