@@ -151,20 +151,31 @@ impl Store {
         }
         let id = input.memory_id.as_str();
         let tx = cx.tx().await?;
-        let row =
-            sqlx::query("SELECT id, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2")
+        let scope: Option<String> =
+            sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1 AND owner_id = $2")
                 .bind(id)
                 .bind(&caller.user_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .db("challenge load")?;
-        let Some(row) = row else {
+        let Some(scope) = scope else {
             return Err(ToolError::not_found(format!("Memory {id} not found.")));
         };
-        if col::<Option<i64>>(&row, "invalidated_at")?.is_some() {
-            return Err(ToolError::conflict(format!(
-                "Memory {id} is invalidated; there is nothing to challenge."
-            )));
+        // On PostgreSQL a team removal may be handing the memory over right
+        // now: its teams, then its row, are held and it is read again, so
+        // the challenge either lands first (and the hand-over dismisses it
+        // as the giver's) or finds the memory no longer the caller's. A
+        // challenge committed after the hand-over would stay pending on a
+        // memory its owner no longer holds, blocking the heir's for good.
+        self.hold_teams_of(&mut *tx, &[&scope]).await?;
+        match self.hold_own_memory(tx, caller, id).await? {
+            None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
+            Some(Some(_)) => {
+                return Err(ToolError::conflict(format!(
+                    "Memory {id} is invalidated; there is nothing to challenge."
+                )));
+            }
+            Some(None) => {}
         }
         if let Some(dispute_id) = pending_challenge(tx, id).await? {
             return Ok(ChallengeOutput {

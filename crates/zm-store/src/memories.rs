@@ -1275,13 +1275,14 @@ impl Store {
                 "Memory {id} is not invalidated."
             )));
         }
-        // Restoring drops the `supersedes` links that point at it. A
-        // team's admin restoring for the steward never drops another
-        // account's: a memory its author superseded with one of their own
-        // stays theirs to restore.
+        // Restoring drops the memory's owner's `supersedes` links that
+        // point at it (a teammate's `link` is theirs, and stays). A team's
+        // admin restoring for the steward never undoes another account's
+        // edit: a memory its author superseded with one of their own stays
+        // theirs to restore.
         if memory.owner_id != caller.user_id {
             let others: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM memory_links WHERE dst = $1 AND type = 'supersedes' AND owner_id <> $2",
+                "SELECT COUNT(*) FROM memories m JOIN memories s ON s.id = m.superseded_by WHERE m.id = $1 AND s.owner_id <> $2",
             )
             .bind(id)
             .bind(&memory.owner_id)
@@ -1301,11 +1302,14 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("restore")?;
-        sqlx::query("DELETE FROM memory_links WHERE dst = $1 AND type = 'supersedes'")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .db("restore links")?;
+        sqlx::query(
+            "DELETE FROM memory_links WHERE dst = $1 AND type = 'supersedes' AND owner_id = $2",
+        )
+        .bind(id)
+        .bind(&memory.owner_id)
+        .execute(&mut *tx)
+        .await
+        .db("restore links")?;
         memory
             .record_for_team(self, tx, caller, TeamAction::StewardMemoryRestored, id)
             .await?;

@@ -217,6 +217,28 @@ backend_tests! {
         assert!(!recalls(&store, &admin, l, &word, &fact).await, "[{l}]");
     }
 
+    /// A teammate's `supersedes` link onto a memory the steward holds is
+    /// their annotation, not its author's edit: it does not stop the
+    /// team's admin from restoring the memory, and the restore leaves it.
+    async fn a_teammates_link_does_not_block_a_restore(store: Store, l: &str) {
+        let (_, admin) = user(&store, "sml-admin").await;
+        let slug = create_team_of(&store, &admin, l, "sml").await;
+        let scope = format!("team.{slug}");
+        let (ugone, gone) = team_member(&store, &admin, l, &slug, "sml-gone", TeamRole::Writer).await;
+        let (_, w) = team_member(&store, &admin, l, &slug, "sml-w", TeamRole::Writer).await;
+        let word = unique("lnk").replace('-', "");
+        let left = note(&store, &gone, l, &scope, "fact", &word).await;
+        ok(store.remove_team_member(&admin, &slug, &ugone.id).await, l, "remove the writer");
+        ok(forget(&store, &admin, &left).await, l, "the admin forgets the steward's memory");
+        let newer = note(&store, &w, l, &scope, "fact", &format!("{word}newer")).await;
+        ok(call(&store, &w, "link", json!({"src": newer, "dst": left, "type": "supersedes"})).await, l, "a teammate links it");
+        ok(restore(&store, &admin, &left).await, l, "the admin restores it");
+        assert!(recalls(&store, &admin, l, &word, &left).await, "[{l}] live again");
+        // The link is still the teammate's: linking again adds nothing.
+        let again = ok(call(&store, &w, "link", json!({"src": newer, "dst": left, "type": "supersedes"})).await, l, "link again");
+        assert_eq!(again["created"], json!(false), "[{l}] the teammate's link was kept: {again}");
+    }
+
     /// An admin changes the steward's memories only: a current member's
     /// shared memory in the same scope stays theirs (`not_found` to the
     /// admin's forget, close and restore, as before; still read), and its
