@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::InitializeRequestParams;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -242,9 +242,7 @@ pub async fn handle(state: State<(AppState, McpEndpoint)>, request: Request) -> 
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static(
-                "authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id",
-            ),
+            allowed_request_headers(request.headers()),
         );
         h.insert(
             header::ACCESS_CONTROL_MAX_AGE,
@@ -262,6 +260,32 @@ pub async fn handle(state: State<(AppState, McpEndpoint)>, request: Request) -> 
         HeaderValue::from_static("mcp-session-id, mcp-protocol-version, www-authenticate"),
     );
     resp
+}
+
+/// The headers a browser client may send `/mcp`: the transport's own,
+/// and every `Mcp-*` header the preflight asks for. From 2026-07-28 each
+/// POST carries `Mcp-Method` and `Mcp-Name`, and a tool call its
+/// `Mcp-Param-*` headers, whose names depend on the tool's arguments.
+fn allowed_request_headers(headers: &HeaderMap) -> HeaderValue {
+    const BASE: &str = "authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, mcp-method, mcp-name";
+    let mut allowed = BASE.to_string();
+    let asked = headers
+        .get_all(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase());
+    for name in asked {
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if token && name.starts_with("mcp-param-") && !allowed.split(", ").any(|a| a == name) {
+            allowed.push_str(", ");
+            allowed.push_str(&name);
+        }
+    }
+    HeaderValue::from_str(&allowed).unwrap_or_else(|_| HeaderValue::from_static(BASE))
 }
 
 /// [`handle`] once the request's origin (if any) is accepted.
@@ -304,23 +328,35 @@ async fn handle_allowed(
         None => None,
     };
     if session.is_some() && shared.is_none() {
-        // Another user's session — or one that ended, expired or was
-        // refused — answers exactly like an unknown one: ask the transport
-        // about an id that never existed.
-        let unknown = format!("unknown-{}", zm_contracts::IdKind::McpSession.generate());
-        parts.headers.insert(
-            "mcp-session-id",
-            HeaderValue::from_str(&unknown).expect("ascii"),
-        );
+        // Another user's session, or one that ended, expired or was
+        // refused, answers exactly like an unknown one: 404 (MCP
+        // 2025-11-25, Transports §Session Management), whatever the
+        // method, before the transport sees it.
+        return session_not_found();
     }
     let owned = shared.is_some();
     if let Some(s) = shared {
         parts.extensions.insert(s);
     }
     let delete = parts.method == Method::DELETE;
+    // Only an `initialize` opens a session (whatever version it names).
+    // Its body is read here to tell: any other request without a session
+    // (a 2026-07-28 request is stateless) runs inline, so a client that
+    // hangs up cancels it as the transport promises (a read stops; a
+    // write runs to its end on the transport's own task).
+    let (body, opens) = if session.is_none() && parts.method == Method::POST {
+        match crate::request::read_body(body, state.cfg.body_limit).await {
+            Ok(bytes) => {
+                let opens = is_initialize(&bytes);
+                (Body::from(bytes), opens)
+            }
+            Err(e) => return body_refused(e),
+        }
+    } else {
+        (body, false)
+    };
     parts.extensions.insert(auth.clone());
     let request = Request::from_parts(parts, body);
-    let opens = session.is_none();
     let work = forward(state, mcp, auth, session, owned, delete, request);
     if opens {
         // A new session: the transport starts its worker before the answer
@@ -332,6 +368,53 @@ async fn handle_allowed(
             .unwrap_or_else(|_| internal_error());
     }
     work.await
+}
+
+/// Is this body a JSON-RPC `initialize` request (the one message that
+/// opens a session)? A body that is not one, or not JSON at all, is left
+/// to the transport to answer.
+fn is_initialize(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Method<'_>>(body)
+        .ok()
+        .and_then(|m| m.method)
+        .is_some_and(|m| m == "initialize")
+}
+
+/// 404: the request names a session this user does not hold (MCP
+/// 2025-11-25, Transports §Session Management). A JSON-RPC error.
+fn session_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32001, "message": "Session not found."},
+        })),
+    )
+        .into_response()
+}
+
+/// 413 (over the body limit) or 400 (cut off, or stalled): a JSON-RPC
+/// error; nothing was handled.
+fn body_refused(e: crate::request::BodyError) -> Response {
+    let status = match e {
+        crate::request::BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        crate::request::BodyError::Unreadable => StatusCode::BAD_REQUEST,
+    };
+    (
+        status,
+        axum::Json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32600, "message": format!("The request was refused: {}.", e.describe())},
+        })),
+    )
+        .into_response()
 }
 
 /// Hand the request to the transport, then settle the session: close a

@@ -655,7 +655,7 @@ async fn a_listed_origin_gets_cors_on_mcp() {
             .header("access-control-request-method", "POST")
             .header(
                 "access-control-request-headers",
-                "authorization,content-type,mcp-protocol-version",
+                "authorization,content-type,mcp-protocol-version,mcp-method,mcp-name,Mcp-Param-Query,x-other",
             )
             .send()
     };
@@ -664,14 +664,21 @@ async fn a_listed_origin_gets_cors_on_mcp() {
     let h = ok.headers();
     assert_eq!(h["access-control-allow-origin"], "http://localhost:6274");
     let allowed = h["access-control-allow-headers"].to_str().unwrap();
+    // A 2026-07-28 client's too: Mcp-Method and Mcp-Name on every POST,
+    // and the Mcp-Param-* headers of a tool call; nothing else it asks.
+    let allowed: Vec<&str> = allowed.split(", ").collect();
     for name in [
         "authorization",
         "content-type",
         "mcp-protocol-version",
         "mcp-session-id",
+        "mcp-method",
+        "mcp-name",
+        "mcp-param-query",
     ] {
-        assert!(allowed.contains(name), "{name}: {allowed}");
+        assert!(allowed.contains(&name), "{name}: {allowed:?}");
     }
+    assert!(!allowed.contains(&"x-other"), "{allowed:?}");
     assert!(
         h["access-control-allow-methods"]
             .to_str()
@@ -708,6 +715,36 @@ async fn a_listed_origin_gets_cors_on_mcp() {
                 .contains("mcp-session-id")
         );
     }
+    s.stop().await;
+}
+
+/// A request body over the limit, before any session exists, is refused
+/// whole with 413 and a JSON-RPC error (nothing handled, no session
+/// opened); one that fits and is not `initialize` opens no session.
+#[tokio::test]
+async fn mcp_refuses_a_body_over_the_limit() {
+    let s = start().await;
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x".repeat(70 * 1024), "version": "0"}}});
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("accept", "application/json, text/event-stream")
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert!(r.headers().get("mcp-session-id").is_none());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("larger than"),
+        "{v}"
+    );
     s.stop().await;
 }
 

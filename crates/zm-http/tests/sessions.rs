@@ -223,8 +223,10 @@ async fn a_full_server_refuses_new_sessions() {
 }
 
 /// `DELETE` answers 204 and ends the session; another user's `DELETE`
-/// answers like one for an unknown id and ends nothing; and a loop of
-/// initialize + `DELETE` leaves no session and no owner behind.
+/// answers 404 like one for an unknown id and ends nothing; a `DELETE` of
+/// a session already ended is 404 too (MCP 2025-11-25: a terminated
+/// session's id answers 404); and a loop of initialize + `DELETE` leaves
+/// no session and no owner behind.
 #[tokio::test]
 async fn delete_answers_204_and_leaves_nothing_behind() {
     let s = start(|_| {}).await;
@@ -234,14 +236,28 @@ async fn delete_answers_204_and_leaves_nothing_behind() {
         s.endpoint.session_count().await,
     );
     let sid = s.open(&a).await;
-    assert_eq!(s.delete(&b, &sid).await, 204, "like an unknown id");
-    assert_eq!(s.delete(&b, "never-existed-session").await, 204);
+    assert_eq!(s.delete(&b, &sid).await, 404, "like an unknown id");
+    assert_eq!(s.delete(&b, "never-existed-session").await, 404);
     assert!(
         s.works(&a, &sid).await,
         "another user's DELETE ends nothing"
     );
     assert_eq!(s.delete(&a, &sid).await, 204);
     assert!(!s.works(&a, &sid).await, "ended");
+    assert_eq!(s.delete(&a, &sid).await, 404, "ended already");
+    // Any request naming it: 404 with a JSON-RPC error, for its owner
+    // and for anyone else alike.
+    for token in [&a, &b] {
+        let r = s
+            .request(reqwest::Method::POST, token, Some(&sid))
+            .body(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404);
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32001, "{v}");
+    }
     for _ in 0..200 {
         let sid = s.open(&a).await;
         assert_eq!(s.delete(&a, &sid).await, 204);

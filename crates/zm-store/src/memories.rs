@@ -764,7 +764,7 @@ impl Store {
                         self.hold_teams_of(&mut *tx, &[&applies]).await?;
                         self.role_in(&mut *tx, &caller.user_id, &applies)
                             .await?
-                            .is_some_and(|r| r.can_write())
+                            .is_some_and(zm_contracts::TeamRole::can_write)
                     }
                 };
                 let followed = if may_follow {
