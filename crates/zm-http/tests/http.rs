@@ -718,6 +718,51 @@ async fn a_listed_origin_gets_cors_on_mcp() {
     s.stop().await;
 }
 
+/// A 2026-07-28 client over HTTP is told first that nothing attaches
+/// between its calls (no session holds a project for it), and still gets
+/// the router.
+#[tokio::test]
+async fn a_stateless_client_is_told_to_pass_its_thread() {
+    let s = start().await;
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "some-agent", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "server/discover")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none(), "stateless");
+    let text = r.text().await.unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("data:")
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+        })
+        .unwrap_or(text.as_str());
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let instructions = v["result"]["instructions"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        instructions.starts_with(zm_mcp::instructions::STATELESS_NOTE),
+        "{instructions}"
+    );
+    assert!(instructions.contains("build_context"), "{instructions}");
+    s.stop().await;
+}
+
 /// A request body over the limit, before any session exists, is refused
 /// whole with 413 and a JSON-RPC error (nothing handled, no session
 /// opened); one that fits and is not `initialize` opens no session.

@@ -28,6 +28,11 @@ Tool descriptions are authoritative for fields and errors. Branch on error codes
 /// For uncapped clients: how a project gets attached over any transport.
 pub const ATTACHMENT_NOTE: &str = "PROJECT ATTACHMENT: this server cannot see your workspace. Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
 
+/// For a client of the stateless HTTP revision (2026-07-28): no session
+/// holds anything between its calls, so what the router calls attaching
+/// lasts one call. Put first, so a capped client reads it too.
+pub const STATELESS_NOTE: &str = "STATELESS CONNECTION: this server keeps nothing between your calls (MCP 2026-07-28 over HTTP), so no call attaches a project for the next one. Pass the last answer's session.thread as thread (or project_hint) on EVERY call; a remember without scope, thread or project_hint is refused.";
+
 /// Segment names recorded when dropped.
 pub const DROPPED_OWNER_RULES: &str = "owner-rules";
 pub const DROPPED_ROUTER_TAIL: &str = "router-tail";

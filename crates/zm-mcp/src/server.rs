@@ -358,6 +358,19 @@ impl ZeroMemoryMcp {
     }
 }
 
+/// Every list is answered whole on its first page, so no cursor was ever
+/// issued: one sent is not ours (MCP Utilities/Pagination: an invalid
+/// cursor is -32602).
+fn no_cursor(request: Option<&PaginatedRequestParams>) -> Result<(), McpError> {
+    match request.and_then(|r| r.cursor.as_ref()) {
+        Some(_) => Err(McpError::invalid_params(
+            "Unknown cursor: this server answers every list on one page and issues no cursors.",
+            None,
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Every tool of the catalogue, as MCP `Tool`s, in catalogue order.
 pub fn tools() -> Vec<rmcp::model::Tool> {
     CATALOGUE
@@ -404,9 +417,13 @@ impl ServerHandler for ZeroMemoryMcp {
     async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
         let caller = self.caller(&ctx).ok();
         let client = ctx.client_info().map(|i| i.name);
-        let text = self
+        let mut text = self
             .instructions_for(client.as_deref(), caller.as_ref())
             .await;
+        if matches!(self.identity, Identity::Http) {
+            // Stateless over HTTP: nothing attaches between calls.
+            text = format!("{}\n\n{text}", instructions::STATELESS_NOTE);
+        }
         Ok(DiscoverResult::from_server_info(
             self.supported_protocol_versions().into_owned(),
             self.base_config(Some(text)),
@@ -428,9 +445,10 @@ impl ServerHandler for ZeroMemoryMcp {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        no_cursor(request.as_ref())?;
         Ok(ListToolsResult::with_all_items(tools()))
     }
 
@@ -447,9 +465,10 @@ impl ServerHandler for ZeroMemoryMcp {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        no_cursor(request.as_ref())?;
         let items = RESOURCES
             .iter()
             .filter(|r| !r.template)
@@ -465,9 +484,10 @@ impl ServerHandler for ZeroMemoryMcp {
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
+        no_cursor(request.as_ref())?;
         let items = RESOURCES
             .iter()
             .filter(|r| r.template)
@@ -540,9 +560,10 @@ impl ServerHandler for ZeroMemoryMcp {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        no_cursor(request.as_ref())?;
         let items = PROMPTS
             .iter()
             .map(|p| {

@@ -155,6 +155,15 @@ async fn discover_and_stateless_calls_on_the_raw_wire() {
 
     let list = send!(2, "tools/list", json!({}));
     assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 18);
+    // Every list is one page: a cursor the server never issued is refused.
+    for (id, method) in [
+        (20, "tools/list"),
+        (21, "resources/list"),
+        (22, "prompts/list"),
+    ] {
+        let paged = send!(id, method, json!({"cursor": "bogus"}));
+        assert_eq!(paged["error"]["code"], -32602, "{method}: {paged:#}");
+    }
 
     let bad = send!(
         3,
