@@ -87,6 +87,14 @@ pub async fn call_tool(
         .call(&caller, tool, &input)
         .await
         .map_err(|e| match lacking {
+            // An OAuth sign-in is never granted account:delete (only a
+            // personal token holds it): a challenge naming it would send
+            // the client to re-authorize for a scope it cannot get.
+            Some(zm_store::SCOPE_ACCOUNT_DELETE)
+                if auth.kind == zm_store::TokenKind::OauthAccess =>
+            {
+                ApiError::new(e)
+            }
             Some(_) if e.code == zm_contracts::ErrorCode::Forbidden => {
                 ApiError::insufficient_scope(e, zm_store::service::required_scopes(tool))
             }

@@ -1183,6 +1183,39 @@ async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
 }
 
 /// `POST /oauth/revoke` (RFC 7009), as a client calls it.
+/// `delete_account` with an OAuth token is refused (403) without a
+/// step-up challenge: an OAuth sign-in is never granted `account:delete`
+/// (it is not in `scopes_supported`), so naming it would send the client
+/// to re-authorize for a scope it cannot get. Nothing is erased.
+#[tokio::test]
+async fn an_oauth_token_is_not_challenged_for_account_delete() {
+    let s = start().await;
+    let (_, t) = s.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    let r = s
+        .http
+        .post(format!("{}/api/tools/delete_account", s.base))
+        .bearer_auth(access)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(
+        r.headers().get("www-authenticate").is_none(),
+        "{:?}",
+        r.headers()
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "forbidden", "{v}");
+    assert_eq!(
+        s.rest(access, "recall", json!({"query": "x"})).await.0,
+        200,
+        "the account stays"
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
     let s = start().await;
@@ -2042,5 +2075,47 @@ async fn every_sign_in_form_sends_its_csrf_cookie_again() {
         Some(cookie.as_str()),
         "the retry's form keeps it too"
     );
+    // Two forms open in one browser (two apps, or one that opened the
+    // page again): signing in on one leaves the other's cookie, so the
+    // other signs in too instead of answering "form expired".
+    let second = s
+        .http
+        .get(format!("{}/oauth/authorize", s.base))
+        .query(&query)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    let second_fields = hidden_fields(&second.text().await.unwrap());
+    // What the browser holds: the cookie, as each answer leaves it.
+    let mut jar = cookie.clone();
+    for (tab, fields) in [("first", &first.fields), ("second", &second_fields)] {
+        let mut form = fields.clone();
+        form.push(("email".into(), EMAIL.into()));
+        form.push(("password".into(), PASSWORD.into()));
+        let r = s
+            .http
+            .post(format!("{}/oauth/authorize", s.base))
+            .form(&form)
+            .header("cookie", &jar)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 302, "the {tab} form signs in");
+        let location = header(&r, "location");
+        assert!(
+            param(&query_of(&location), "code").is_some(),
+            "{tab}: {location}"
+        );
+        if let Some(set) = r
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("zm_oauth_csrf="))
+        {
+            jar = set.split(';').next().unwrap_or("").to_string();
+        }
+    }
     s.stop().await;
 }

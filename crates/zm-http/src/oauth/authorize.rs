@@ -320,10 +320,12 @@ pub(super) async fn submit(
         &email,
         &CookieScope::of(public_url, ""),
     );
-    for c in std::iter::once(csrf::set_cookie(public_url, "", 0)).chain(known) {
-        if let Ok(v) = HeaderValue::from_str(&c) {
-            resp.headers_mut().append(header::SET_COOKIE, v);
-        }
+    // The CSRF cookie stays (it expires with the forms it signs): another
+    // sign-in form open in the same browser would otherwise fail.
+    if let Some(c) = known
+        && let Ok(v) = HeaderValue::from_str(&c)
+    {
+        resp.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(resp)
 }

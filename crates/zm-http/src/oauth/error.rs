@@ -122,6 +122,7 @@ impl IntoResponse for OauthRejection {
                 "Internal server error.".into(),
             ),
         };
+        let description = description_chars(&description);
         let mut resp = (
             status,
             axum::Json(json!({"error": error, "error_description": description})),
@@ -136,6 +137,21 @@ impl IntoResponse for OauthRejection {
     }
 }
 
+/// `error_description` in the characters RFC 6749 §5.2 allows (printable
+/// ASCII but `"` and `\`; RFC 7591 §3.2.2 says ASCII too): a quote
+/// becomes `'`, a backslash `/`, anything else outside the set (an
+/// echoed parameter's non-ASCII or control characters) `?`.
+fn description_chars(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '"' => '\'',
+            '\\' => '/',
+            ' '..='~' => c,
+            _ => '?',
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +163,21 @@ mod tests {
         let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
         let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         (parts.status, parts.headers, json)
+    }
+
+    /// An echoed value (a scope, a parameter's name) never puts a quote,
+    /// a backslash, a control or a non-ASCII character in the description.
+    #[tokio::test]
+    async fn descriptions_keep_to_the_rfc_6749_characters() {
+        let r = OauthRejection::invalid_request("Unknown scope \"mcp:ré\\ad\u{7}\".");
+        let (_, _, body) = render(r).await;
+        let d = body["error_description"].as_str().unwrap();
+        assert_eq!(d, "Unknown scope 'mcp:r?/ad?'.");
+        assert!(
+            d.chars()
+                .all(|c| matches!(c, ' '..='!' | '#'..='[' | ']'..='~')),
+            "{d}"
+        );
     }
 
     #[tokio::test]
