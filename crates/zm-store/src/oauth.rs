@@ -354,6 +354,18 @@ async fn issue_pair(
         insert_token(conn, family, TokenKind::OauthAccess, access_scope, now).await?;
     let refresh_token =
         insert_token(conn, family, TokenKind::OauthRefresh, family_scope, now).await?;
+    // Every grant rotates: without this the rows of one connected app grew
+    // by two an hour for as long as it stayed signed in. A token expired
+    // for a day is dropped (the user's own, by their index); presented
+    // again, it reads as unknown and is rejected, as it was already.
+    sqlx::query(
+        "DELETE FROM access_tokens WHERE user_id = $1 AND family_id IS NOT NULL AND expires_at < $2",
+    )
+    .bind(family.user_id)
+    .bind(now - DAY_MS)
+    .execute(&mut *conn)
+    .await
+    .db("prune oauth tokens")?;
     Ok(IssuedTokens {
         access_token,
         refresh_token,
@@ -1297,6 +1309,79 @@ mod tests {
                     .await
                     .is_ok(),
                 "[{label}] the refusal spent nothing"
+            );
+        }
+    }
+
+    /// A connected app that keeps refreshing leaves a bounded number of
+    /// token rows (those expired for a day go), and its newest pair works.
+    #[tokio::test]
+    async fn rotation_does_not_pile_up_token_rows() {
+        const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+        const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+        for (label, _dir, store) in crate::testing::stores().await {
+            let email = format!("rotate-{}@example.com", random_secret(10).to_lowercase());
+            let user = store
+                .create_user(&email, "a long test password")
+                .await
+                .unwrap();
+            let client = store
+                .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None)
+                .await
+                .unwrap()
+                .id;
+            let credential = store
+                .user_by_id(&user.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .credential;
+            let new = NewCode {
+                client_id: &client,
+                user_id: &user.id,
+                credential,
+                redirect_uri: REDIRECT,
+                code_challenge: CHALLENGE,
+                resource: None,
+                scope: "mcp:read mcp:write",
+            };
+            let code = store.issue_oauth_code(new, None).await.unwrap();
+            let ex = CodeExchange {
+                code: &code,
+                client_id: &client,
+                redirect_uri: REDIRECT,
+                verifier_challenge: CHALLENGE,
+            };
+            let mut pair = store.exchange_oauth_code(ex, None).await.unwrap();
+            let rows = || async {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(*) FROM access_tokens WHERE user_id = $1",
+                )
+                .bind(&user.id)
+                .fetch_one(&store.pool)
+                .await
+                .unwrap()
+            };
+            // Forty days of refreshes every six hours: 322 rows without
+            // pruning. Kept: the refresh tokens of the last 31 days (a
+            // replayed one still revokes its family while it could have
+            // been used) and the access tokens of the last 25 hours.
+            for _ in 0..160 {
+                store.clock().advance_ms(6 * ACCESS_TTL_MS);
+                pair = store
+                    .refresh_oauth_token(&pair.refresh_token, &client, None, None)
+                    .await
+                    .unwrap();
+            }
+            let kept = rows().await;
+            assert!(kept <= 31 * 4 + 1 + 5 + 1, "[{label}] {kept} rows");
+            assert!(
+                store
+                    .authenticate(&pair.access_token)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "[{label}]"
             );
         }
     }
