@@ -1442,6 +1442,28 @@ impl Config {
         format!("http://{addr}")
     }
 
+    /// Is the public URL plain `http://` to a host other than this machine?
+    /// Then passwords (the OAuth sign-in, the dashboard), codes and tokens
+    /// cross the network in clear text, and the cookies lose `Secure`:
+    /// OAuth 2.1 and MCP's authorization rules ask for TLS except on
+    /// loopback. Allowed (a LAN test), but `serve` warns at every start.
+    pub fn cleartext_public_url(&self) -> bool {
+        let Some(u) = self
+            .public_url
+            .as_deref()
+            .and_then(|u| url::Url::parse(u).ok())
+        else {
+            return false;
+        };
+        let loopback = match u.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        u.scheme() == "http" && !loopback
+    }
+
     /// The MCP endpoint clients connect to.
     pub fn mcp_url(&self) -> String {
         format!("{}/mcp", self.public_base_url())
@@ -1637,6 +1659,24 @@ mod tests {
             i.env.insert(k, v.to_string());
         }
         i
+    }
+
+    #[test]
+    fn a_plain_http_public_url_off_this_machine_is_cleartext() {
+        for (url, cleartext) in [
+            (None, false),
+            (Some("https://memory.example.com"), false),
+            (Some("http://localhost:8787"), false),
+            (Some("http://127.0.0.1:8787"), false),
+            (Some("http://[::1]:8787"), false),
+            (Some("http://memory.lan:8787"), true),
+            (Some("http://192.168.1.20:8787/zm"), true),
+        ] {
+            let mut vars = vec![("ZM_DATA_DIR", "/tmp/zm-test")];
+            vars.extend(url.map(|u| ("ZM_PUBLIC_URL", u)));
+            let cfg = Config::load(&env(&vars)).unwrap();
+            assert_eq!(cfg.cleartext_public_url(), cleartext, "{url:?}");
+        }
     }
 
     #[test]

@@ -99,6 +99,13 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             shown.public_base_url()
         );
     }
+    if cfg.cleartext_public_url() {
+        tracing::warn!(
+            target: crate::commands::OPERATOR,
+            public_url = %shown.public_base_url(),
+            "ZM_PUBLIC_URL is plain http to another machine: passwords, OAuth codes and tokens cross the network in clear text and cookies are not Secure; serve it over https (a reverse proxy: docs/REVERSE_PROXY.md)"
+        );
+    }
     let mut http = http_config(&shown);
     if let Some(email) = &cfg.test_anonymous_user {
         let user = store
