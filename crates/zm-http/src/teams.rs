@@ -176,6 +176,17 @@ handler!(
 handler!(invite, "invite_team_member", (team), body: InviteInput, |state, caller| {
     state.store.invite_team_member(&caller, &team, body)
 });
+handler!(
+    withdraw_invitation,
+    "withdraw_invitation",
+    (team, id),
+    |state, caller| {
+        async {
+            let id = InvitationId::parse(&id).map_err(|e| path_error("id", e.to_string()))?;
+            Ok::<_, ApiError>(state.store.withdraw_invitation(&caller, &team, &id).await?)
+        }
+    }
+);
 handler!(list_invitations, "list_invitations", (), |state, caller| {
     state.store.list_invitations(&caller)
 });
@@ -221,6 +232,7 @@ fn handler_of(operation_id: &str) -> Option<(&'static str, MethodRouter<AppState
         "set_team_role" => ("PATCH", patch(set_role)),
         "remove_team_member" => ("DELETE", delete(remove_member)),
         "invite_team_member" => ("POST", post(invite)),
+        "withdraw_invitation" => ("DELETE", delete(withdraw_invitation)),
         "list_invitations" => ("GET", get(list_invitations)),
         "accept_invitation" => ("POST", post(accept_invitation)),
         "share_project_with_team" => ("POST", post(share_project)),

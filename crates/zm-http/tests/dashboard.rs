@@ -870,6 +870,39 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         )
         .await;
     assert_eq!(p.status, 303, "{}", p.body);
+    // An invitation sent by mistake: the admin withdraws it from the team
+    // page, and it is listed no more.
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/invite"),
+            &[
+                ("csrf", &csrf),
+                ("email", "mistyped@example.com"),
+                ("role", "writer"),
+                ("how", "invite"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let page = admin.get(&s, &format!("/teams/{slug}")).await.body;
+    let withdraw = page
+        .split("<li>")
+        .find(|li| li.contains("mistyped@example.com"))
+        .and_then(|li| li.split("action=\"").nth(1))
+        .and_then(|a| a.split('"').next())
+        .filter(|a| a.ends_with("/withdraw"))
+        .expect("the admin is offered Withdraw for it")
+        .to_string();
+    let p = admin.post(&s, &withdraw, &[("csrf", &csrf)]).await;
+    assert_eq!(p.location, Some(format!("/teams/{slug}")), "{}", p.body);
+    let page = admin.get(&s, &format!("/teams/{slug}")).await.body;
+    let open = page.split("id=\"invitations\"").nth(1).unwrap_or("");
+    let open = open.split("</ul>").next().unwrap_or("");
+    assert!(
+        !open.contains("mistyped@example.com") && open.contains(&c_email),
+        "withdrawn, no longer listed: {open}"
+    );
     let mut member = Browser::default();
     assert_eq!(member.sign_in(&s, &c_email, &c_password).await.status, 303);
     let page = member.get(&s, "/teams").await.body;

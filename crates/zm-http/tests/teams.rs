@@ -288,6 +288,32 @@ async fn teams_over_rest_and_a_removal_mid_session() {
         (400, Some("validation_failed")),
         "{body}"
     );
+    // An admin withdraws an open invitation; the accepted one is a
+    // conflict; a member who is not an admin may not.
+    let (_, open) = s
+        .send(
+            "POST",
+            "/api/teams/platform/invitations",
+            &ta,
+            Some(json!({"email": "td@example.com", "role": "writer"})),
+        )
+        .await;
+    let open_id = open["id"].as_str().unwrap().to_string();
+    let withdraw = |id: &str| format!("/api/teams/platform/invitations/{id}");
+    let (st, body) = s.send("DELETE", &withdraw(&open_id), &tc, None).await;
+    assert_eq!(st, 403, "a reader withdraws: {body}");
+    let (st, body) = s.send("DELETE", &withdraw(&open_id), &ta, None).await;
+    assert_eq!((st, body["removed"].as_bool()), (200, Some(true)), "{body}");
+    let (st, body) = s.send("DELETE", &withdraw(&open_id), &ta, None).await;
+    assert_eq!(
+        (st, body["removed"].as_bool()),
+        (200, Some(false)),
+        "again: {body}"
+    );
+    let (st, body) = s.send("DELETE", &withdraw(&id), &ta, None).await;
+    assert_eq!(st, 409, "an accepted invitation: {body}");
+    let (st, body) = s.send("DELETE", &withdraw("not-an-id"), &ta, None).await;
+    assert_eq!(st, 400, "{body}");
 
     // B, in an open MCP session, writes into the team and reads it back.
     let sid = s.mcp_session(&tb).await;

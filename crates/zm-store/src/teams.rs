@@ -1302,6 +1302,75 @@ impl Store {
         Ok(InvitationList { invitations })
     }
 
+    /// Withdraw an open invitation of the team (admins): it can no longer
+    /// be accepted and is no longer listed. `removed: false` when it was
+    /// already withdrawn or had expired; one accepted is a `conflict`
+    /// (remove the member instead). Another team's invitation, or one that
+    /// never existed, is `not_found`.
+    pub async fn withdraw_invitation(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        id: &InvitationId,
+    ) -> Result<Removed, ToolError> {
+        crate::service::rerun_on_contention("withdraw_invitation", move || {
+            self.withdraw_invitation_once(caller, slug, id)
+        })
+        .await
+    }
+
+    /// One attempt at [`Store::withdraw_invitation`], in a transaction of its own.
+    async fn withdraw_invitation_once(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        id: &InvitationId,
+    ) -> Result<Removed, ToolError> {
+        let mut tx = self.write_tx().await?;
+        let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
+        let row = sqlx::query(
+            "SELECT email, role, accepted_at, revoked_at, expires_at FROM team_invitations WHERE id = $1 AND team_id = $2",
+        )
+        .bind(id.as_str())
+        .bind(&team.id)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("invitation")?;
+        let Some(row) = row else {
+            return Err(ToolError::not_found(format!(
+                "Invitation {} not found in team {slug}.",
+                id.as_str()
+            )));
+        };
+        if col::<Option<i64>>(&row, "accepted_at")?.is_some() {
+            return Err(ToolError::conflict(format!(
+                "Invitation {} was already accepted; remove the member instead.",
+                id.as_str()
+            )));
+        }
+        let now = self.now();
+        let open = col::<Option<i64>>(&row, "revoked_at")?.is_none()
+            && col::<i64>(&row, "expires_at")? > now;
+        if !open {
+            return Ok(Removed { removed: false });
+        }
+        sqlx::query(
+            "UPDATE team_invitations SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .db("withdraw invitation")?;
+        let email: String = col(&row, "email")?;
+        let mut event = Event::new(TeamAction::InvitationWithdrawn);
+        event.subject = Some(&email);
+        event.role = Some(enum_col(&row, "role")?);
+        self.record(&mut tx, caller, &team.id, event).await?;
+        tx.commit().await.db("commit withdrawal")?;
+        Ok(Removed { removed: true })
+    }
+
     /// Accept an invitation addressed to the caller's email: once.
     pub async fn accept_invitation(
         &self,
@@ -1350,7 +1419,7 @@ impl Store {
         }
         if revoked.is_some() {
             return Err(ToolError::conflict(format!(
-                "Invitation {} was withdrawn: a team admin changed your membership after sending it. Ask them for a new one.",
+                "Invitation {} was withdrawn (by a team admin, or with a change of membership since it was sent). Ask a team admin for a new one.",
                 id.as_str()
             )));
         }

@@ -993,6 +993,24 @@ backend_tests! {
         // Another admin's invitation to that address is theirs to keep.
         let joined = ok(store.accept_invitation(&y, &by_a.id).await, l, "y accepts a's invitation");
         assert_eq!(joined.team.role, TeamRole::Reader, "[{l}]");
+        // An admin withdraws an open invitation: it cannot be accepted and
+        // is no longer listed; again, nothing more to withdraw. One that was
+        // accepted is a conflict; a reader may not; another team's admin,
+        // or an id that never existed, finds none.
+        let (uz, z) = user(&store, "inv-z").await;
+        let open = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uz.email, "role": "writer"}))).await, l, "invite z");
+        err(store.withdraw_invitation(&y, &slug, &open.id).await, ErrorCode::Forbidden, l, "a reader withdraws");
+        let (_, other_admin) = user(&store, "inv-other").await;
+        let other = team(&store, &other_admin, l, "invother").await;
+        err(store.withdraw_invitation(&other_admin, &other, &open.id).await, ErrorCode::NotFound, l, "another team's admin");
+        err(store.withdraw_invitation(&a, &slug, &never).await, ErrorCode::NotFound, l, "an id that never existed");
+        assert!(ok(store.withdraw_invitation(&a, &slug, &open.id).await, l, "withdraw").removed, "[{l}]");
+        assert!(!ok(store.withdraw_invitation(&a, &slug, &open.id).await, l, "withdraw again").removed, "[{l}]");
+        err(store.accept_invitation(&z, &open.id).await, ErrorCode::Conflict, l, "a withdrawn invitation");
+        assert!(ok(store.get_team(&a, &slug).await, l, "show").invitations.iter().all(|i| i.id != open.id), "[{l}]");
+        err(store.withdraw_invitation(&a, &slug, &by_a.id).await, ErrorCode::Conflict, l, "an accepted invitation");
+        let audit = ok(store.team_audit(&a, &slug).await, l, "audit");
+        assert!(audit.events.iter().any(|e| e.action == TeamAction::InvitationWithdrawn && e.subject.as_deref() == Some(uz.email.as_str())), "[{l}] {audit:?}");
         let (ue, e) = user(&store, "inv-e").await;
         let gone = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": ue.email, "role": "writer"}))).await, l, "invite e");
         ok(store.delete_team(&a, &slug).await, l, "delete");

@@ -98,6 +98,10 @@ pub fn routes(state: AppState) -> Router {
         .route("/teams/{slug}", get(teams::show))
         .route("/teams/{slug}/{action}", post(teams::act))
         .route("/teams/{slug}/members/{user}/{action}", post(teams::member))
+        .route(
+            "/teams/{slug}/invitations/{id}/withdraw",
+            post(teams::withdraw),
+        )
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         .route_layer(axum::middleware::from_fn_with_state(

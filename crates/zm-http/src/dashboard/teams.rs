@@ -209,7 +209,17 @@ fn detail_page(
             }
             @if !d.invitations.is_empty() {
                 h3 { "Open invitations" }
-                ul #invitations { @for i in &d.invitations { li { (i.email) " as " (i.role.as_str()) " — " (i.status.as_str()) " until " (i.expires_at.get(..10).unwrap_or("")) " — " code { (i.id) } } } }
+                ul #invitations {
+                    @for i in &d.invitations {
+                        li {
+                            (i.email) " as " (i.role.as_str()) " — " (i.status.as_str()) " until " (i.expires_at.get(..10).unwrap_or("")) " — " code { (i.id) } " "
+                            form.inline method="post" action=(signed.href(&format!("/teams/{slug}/invitations/{}/withdraw", i.id))) {
+                                input type="hidden" name="csrf" value=(csrf);
+                                button.danger type="submit" aria-label=(format!("Withdraw the invitation of {}", i.email)) { "Withdraw" }
+                            }
+                        }
+                    }
+                }
             }
         }
         h2 { "Shared projects" }
@@ -506,6 +516,35 @@ pub(crate) async fn member(
     match result {
         Ok(to) => signed.see_other(&to),
         Err(f) => signed.error(&f.back_to(&back)),
+    }
+}
+
+/// `POST /teams/{slug}/invitations/{id}/withdraw` (admins).
+pub(crate) async fn withdraw(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path((slug, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.as_deref();
+    let back = format!("/teams/{slug}");
+    if let Err(r) = form_of(&state, &signed, &headers, body, &back).await {
+        return r;
+    }
+    let Ok(id) = InvitationId::parse(&id) else {
+        return signed.error(&Failure::from_tool(
+            zm_contracts::ToolError::not_found("Invitation not found."),
+            rid,
+        ));
+    };
+    match state
+        .store
+        .withdraw_invitation(&signed.caller(), &slug, &id)
+        .await
+    {
+        Ok(_) => signed.see_other(&back),
+        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to(&back)),
     }
 }
 
