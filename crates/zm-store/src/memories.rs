@@ -518,6 +518,22 @@ impl Store {
                 links.push((id, l.link_type));
             }
         }
+        // The targets' teams first (PostgreSQL), before this write changes
+        // any row: a supersedes retires its target and every link checks
+        // the caller's role where its target is shared, which holds those
+        // teams. Held only then, after the insert had locked the owner's
+        // storage row, a team change waiting on that row deadlocked it.
+        if !links.is_empty() {
+            let mut sql = crate::sql::Sql::new("SELECT DISTINCT scope FROM memories WHERE id IN ");
+            sql.bind_list(links.iter().map(|(d, _)| d.clone()));
+            let rows = sql.query().fetch_all(&mut *tx).await.db("link scopes")?;
+            let scopes = rows
+                .iter()
+                .map(|r| col::<String>(r, "scope"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            self.hold_teams_of(&mut *tx, &scopes).await?;
+        }
         for (dst, _) in &links {
             if !self.can_read_memory(&mut *tx, caller, dst).await? {
                 return Err(ToolError::not_found(format!(

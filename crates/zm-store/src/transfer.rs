@@ -310,6 +310,10 @@ impl Store {
         };
         let now = self.now();
         let hash = input.source_hash.trim().to_string();
+        // The owner's writes first, as `remember` takes them before any row
+        // it writes: a batch holding this lock and a single import holding
+        // a ledger row would otherwise wait on each other (PostgreSQL).
+        self.hold_writes_of(tx, &caller.user_id).await?;
         // Claim the ledger row first: the same item imported twice at once
         // (PostgreSQL) waits here for the first import and is skipped,
         // instead of failing on the ledger's key after inserting a copy.
@@ -340,7 +344,6 @@ impl Store {
             });
         }
         let chash = content_hash(&content);
-        self.hold_writes_of(tx, &caller.user_id).await?;
         let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
             .bind(&caller.user_id)
             .bind(&scope)

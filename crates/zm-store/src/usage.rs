@@ -144,9 +144,16 @@ impl Store {
         if self
             .usage
             .note(&caller.user_id, &agent, ids.iter().copied(), self.now())
-            && let Err(e) = self.flush_usage().await
         {
-            tracing::warn!(target: "zm_store", error = %e.message, "writing recall counts failed");
+            // Written on a task of its own: the recall that found the
+            // buffer due answers now, and does not wait behind a writer
+            // (SQLite's write lock) for counts that are not its own.
+            let store = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.flush_usage().await {
+                    tracing::warn!(target: "zm_store", error = %e.message, "writing recall counts failed");
+                }
+            });
         }
     }
 
@@ -170,6 +177,12 @@ impl Store {
         entries: &HitCounts,
         activity: &ActivityCounts,
     ) -> Result<(), ToolError> {
+        // Rows in one order on every instance, so two flushes at once
+        // queue instead of deadlocking (PostgreSQL).
+        let mut activity: Vec<_> = activity.iter().collect();
+        activity.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut entries: Vec<_> = entries.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut tx = self.write_tx().await?;
         for ((user, agent, week), (recalls, hits)) in activity {
             sqlx::query(
@@ -192,7 +205,8 @@ impl Store {
                 "INSERT INTO memory_usage (memory_id, recalls, last_recalled_at) \
                  SELECT id, $2, $3 FROM memories WHERE id = $1 \
                  ON CONFLICT (memory_id) DO UPDATE SET recalls = memory_usage.recalls + excluded.recalls, \
-                 last_recalled_at = excluded.last_recalled_at",
+                 last_recalled_at = CASE WHEN excluded.last_recalled_at > memory_usage.last_recalled_at \
+                   THEN excluded.last_recalled_at ELSE memory_usage.last_recalled_at END",
             )
             .bind(id)
             .bind(*n)

@@ -15,6 +15,9 @@ use crate::sql::Sql;
 use crate::store::{Caller, Grant, Store, Transport};
 use crate::usage::WEEK_MS;
 
+/// How many values of one filter the dashboard lists (the most common).
+pub const FACET_VALUES: usize = 30;
+
 /// A session unused this long ends.
 pub const SESSION_IDLE_MS: i64 = 12 * 60 * 60 * 1000;
 /// A session ends this long after sign-in, used or not.
@@ -362,7 +365,8 @@ impl Store {
     }
 
     /// How many readable memories each value of each filter would show,
-    /// the other filters applied.
+    /// the other filters applied: the [`FACET_VALUES`] most common values
+    /// of each.
     pub async fn memory_facets(
         &self,
         caller: &Caller,
@@ -376,11 +380,14 @@ impl Store {
             visible.push(&mut sql, "m");
             filter.push(&mut sql, &caller.user_id, Some(facet));
             // By the grouped column, not its alias: PostgreSQL takes an
-            // output alias only bare, not inside an expression.
+            // output alias only bare, not inside an expression. The empty
+            // value (no agent) after the named ones on both engines (they
+            // sort NULL at opposite ends); the most common values only.
             sql.push(&format!(
-                " GROUP BY {column} ORDER BY n DESC, {}",
+                " GROUP BY {column} ORDER BY n DESC, ({column} IS NULL), {} LIMIT ",
                 self.backend.bytewise(column)
-            ));
+            ))
+            .bind_i64(i64::try_from(FACET_VALUES).unwrap_or(i64::MAX));
             sql
         };
         let scopes = group(Facet::Scope, "m.scope");
@@ -496,24 +503,32 @@ impl Store {
                 .await
                 .db("insight agents")?,
         )?;
-        let mut ages = Sql::new("SELECT m.created_at AS t FROM memories m WHERE ");
+        // Counted in the database, one row whatever the number of loops.
+        let mut ages = Sql::new("SELECT ");
+        let bounds = [WEEK_MS, 30 * WEEK_MS / 7, 91 * WEEK_MS / 7];
+        let mut lower: Option<i64> = None;
+        for (i, b) in bounds.iter().enumerate() {
+            ages.push("COALESCE(SUM(CASE WHEN m.created_at > ")
+                .bind_i64(now - b);
+            if let Some(l) = lower {
+                ages.push(" AND m.created_at <= ").bind_i64(now - l);
+            }
+            ages.push(&format!(" THEN 1 ELSE 0 END), 0) AS b{i}, "));
+            lower = Some(*b);
+        }
+        ages.push("COALESCE(SUM(CASE WHEN m.created_at <= ")
+            .bind_i64(now - bounds[2])
+            .push(" THEN 1 ELSE 0 END), 0) AS b3 FROM memories m WHERE ");
         visible.push(&mut ages, "m");
         ages.push(" AND m.invalidated_at IS NULL AND m.kind IN ('task', 'open-question')");
-        let mut open_loop_ages = [0u64; 4];
-        for r in &ages
+        let row = ages
             .query()
-            .fetch_all(&self.pool)
+            .fetch_one(&self.pool)
             .await
-            .db("insight loops")?
-        {
-            let age = now - col::<i64>(r, "t")?;
-            let bucket = match age {
-                a if a < WEEK_MS => 0,
-                a if a < 30 * WEEK_MS / 7 => 1,
-                a if a < 91 * WEEK_MS / 7 => 2,
-                _ => 3,
-            };
-            open_loop_ages[bucket] += 1;
+            .db("insight loops")?;
+        let mut open_loop_ages = [0u64; 4];
+        for (i, slot) in open_loop_ages.iter_mut().enumerate() {
+            *slot = u64::try_from(col::<i64>(&row, &format!("b{i}"))?).unwrap_or(0);
         }
         Ok(Insight {
             weekly,

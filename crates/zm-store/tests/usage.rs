@@ -38,6 +38,29 @@ backend_tests! {
         assert_eq!(b_usage.most.first().map(|(id, _, _)| id.as_str()), Some(theirs.as_str()), "[{l}]");
     }
 
+    /// The Insight page's open loops by age: under a week, under 30 days,
+    /// under 91 days, older; closed loops and other kinds are not loops.
+    async fn open_loops_are_counted_by_age(store: Store, l: &str) {
+        const DAY: i64 = 86_400_000;
+        let (_, a) = user(&store, "age-a").await;
+        let task = |text: &str| json!({"content": text, "kind": "task", "scope": "personal"});
+        mem(&store, &a, l, task("Migrate the old billing cron.")).await;
+        store.clock().advance_ms(100 * DAY);
+        mem(&store, &a, l, task("Rotate the staging certificates.")).await;
+        let closed = mem(&store, &a, l, task("Archive the 2019 invoices.")).await;
+        ok(call(&store, &a, "close_loop", json!({"memory_id": closed})).await, l, "close");
+        store.clock().advance_ms(60 * DAY);
+        mem(&store, &a, l, json!({"content": "Which region hosts the replicas?", "kind": "open-question", "scope": "personal"})).await;
+        mem(&store, &a, l, json!({"content": "The replicas live in eu-west.", "kind": "fact", "scope": "personal"})).await;
+        store.clock().advance_ms(20 * DAY);
+        mem(&store, &a, l, task("Renew the domain.")).await;
+        store.clock().advance_ms(3 * DAY);
+        mem(&store, &a, l, task("Reply to the auditor.")).await;
+        // Ages now: 183, 83 and 23 days, 3 days and 0.
+        let insight = ok(store.insight(&a, 12).await, l, "insight");
+        assert_eq!(insight.open_loop_ages, [2, 1, 1, 1], "[{l}]");
+    }
+
     async fn recall_activity_is_counted_per_agent_and_user(store: Store, l: &str) {
         let (_, a) = user(&store, "act-a").await;
         let (_, b) = user(&store, "act-b").await;

@@ -310,7 +310,7 @@ fn facet_list(
             li class=(if chosen.is_none() { "on" } else { "" }) {
                 a href=(signed.href(&q.with(key, None))) { "Any" }
             }
-            @for (v, n) in values.iter().take(30) {
+            @for (v, n) in values.iter().take(zm_store::web::FACET_VALUES) {
                 li class=(if chosen == Some(v.as_str()) { "on" } else { "" }) {
                     a href=(signed.href(&q.with(key, Some(v)))) {
                         @if v.is_empty() { "(none)" } @else if key == "scope" { (scope_label(v, user_id)) } @else { (v) }
