@@ -62,9 +62,23 @@ pub fn spawn(
         );
         // The stored vectors first, then the model: recall stays lexical
         // until the index holds them all, rather than fusing with part.
-        match store.load_encoder(encoder).await {
-            Ok(n) => tracing::debug!(vectors = n, "hybrid recall is ready"),
-            Err(e) => tracing::warn!(error = %e.message, "reading the stored vectors failed"),
+        // A read that fails (the database away) is tried again, with the
+        // embedder's back-off, until it works: the model is not used on
+        // part of the index, nor given up on.
+        let mut loading = Trouble::new("reading the stored vectors");
+        loop {
+            match store.load_encoder(encoder.clone()).await {
+                Ok(n) => {
+                    loading.worked();
+                    tracing::debug!(vectors = n, "hybrid recall is ready");
+                    break;
+                }
+                Err(e) => loading.failed(&e),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(loading.backoff()) => {}
+            }
         }
         run(store, per_second, cancel).await;
     }))

@@ -15,8 +15,10 @@
 //!   ([`Store::file_meaning_duplicates`]). `remember` itself compares by
 //!   words only: the new memory has no vector yet.
 //! * **The index.** Every instance keeps the vectors of the current model
-//!   in memory ([`VectorIndex`], int8: 388 bytes per memory for the
-//!   bundled model), with each memory's owner, scope, sharing and liveness
+//!   in memory ([`VectorIndex`], int8: 384 bytes of codes per memory for
+//!   the bundled model, about 580 with its sign bits, entry and id), for
+//!   every memory with a vector, live or not (a restore needs no
+//!   re-embedding), with each memory's owner, scope, sharing and liveness
 //!   as of the last refresh. [`Store::refresh_vectors`] reads the rows
 //!   written since (by any instance); [`Store::refresh_vector_meta`]
 //!   re-reads the metadata (moves, shares, forgets) — the server does it
@@ -454,6 +456,9 @@ pub struct SemanticStatus {
     pub duplicates: u64,
 }
 
+/// At most this many fresh vectors wait for their near-duplicate sweep.
+const UNSWEPT_MAX: usize = 10_000;
+
 /// The embedding state every clone of a store shares.
 #[derive(Default)]
 pub(crate) struct Semantic {
@@ -482,6 +487,10 @@ pub(crate) struct Semantic {
     query_micros: AtomicU64,
     /// `unjudged` conflicts filed by meaning.
     duplicates: AtomicU64,
+    /// Fresh vectors whose near-duplicate sweep waits for the index to
+    /// hold them (the refresh after their batch failed): swept with the
+    /// next batch whose refresh works.
+    unswept: std::sync::Mutex<Vec<MemoryId>>,
     /// Hybrid fusion's constants: always
     /// [`Fusion::DEFAULT`](crate::search::Fusion::DEFAULT) but in the
     /// quality benchmark's sweep.
@@ -650,12 +659,14 @@ impl Store {
     /// of its identity into the index first, then let recall embed queries
     /// with it. Until then recall stays lexical, rather than fusing with a
     /// partial index (loaded oldest first). Answers how many vectors were
-    /// read.
+    /// read. A read that fails publishes nothing (recall stays lexical);
+    /// the vectors read so far stay in the index, so the next call goes on
+    /// from there.
     pub async fn load_encoder(&self, encoder: Arc<dyn Encoder>) -> Result<usize, ToolError> {
         self.index_for(encoder.as_ref());
-        let read = self.refresh_vectors().await;
+        let read = self.refresh_vectors().await?;
         self.publish_encoder(encoder);
-        read
+        Ok(read)
     }
 
     /// An empty index for the model's identity, unless it holds it already.
@@ -961,10 +972,30 @@ impl Store {
         // The vectors are stored: what follows must not fail the batch (it
         // would not come back, no longer pending). The index loads them
         // at its next refresh at the latest.
+        // The sweep compares through the index: it waits until the index
+        // holds the fresh vectors (a sweep without them would find nothing,
+        // and never come back to them).
+        let mut unswept = std::mem::take(
+            &mut *s
+                .unswept
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        unswept.append(&mut fresh);
         if let Err(e) = self.refresh_vectors().await {
             tracing::warn!(target: "zm_store", error = %e.message, "could not load fresh vectors into the index");
+            let mut waiting = s
+                .unswept
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            waiting.append(&mut unswept);
+            // Bounded: past it, the oldest go unswept (a conflict the
+            // owner would have been asked to judge, nothing lost).
+            let over = waiting.len().saturating_sub(UNSWEPT_MAX);
+            waiting.drain(..over);
+            return Ok(batch.len());
         }
-        if let Err(e) = self.file_meaning_duplicates(&fresh).await {
+        if let Err(e) = self.file_meaning_duplicates(&unswept).await {
             tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
         }
         Ok(batch.len())

@@ -708,3 +708,17 @@ async fn a_starting_instance_reads_the_stored_vectors_before_it_uses_the_model()
         );
     }
 }
+
+/// A start whose read of the stored vectors fails (the database away)
+/// leaves recall lexical: the model is not used on part of the index. The
+/// server's embedder tries the read again until it works.
+#[tokio::test]
+async fn a_failed_vector_read_does_not_start_hybrid_recall() {
+    let store = sqlite_store().await;
+    store.close().await;
+    assert!(
+        store.load_encoder(model()).await.is_err(),
+        "a closed database"
+    );
+    assert_eq!(store.semantic_status().model, None, "no model published");
+}
