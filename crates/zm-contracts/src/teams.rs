@@ -285,8 +285,9 @@ pub struct TeamDeleted {
     pub purge_after: String,
 }
 
-/// `DELETE /api/teams/{team}/members/{user_id}` and
-/// `DELETE /api/teams/{team}/projects/{scope}`.
+/// `DELETE /api/teams/{team}/members/{user_id}`,
+/// `DELETE /api/teams/{team}/projects/{scope}` and
+/// `DELETE /api/teams/{team}/invitations/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Removed {
     pub removed: bool,

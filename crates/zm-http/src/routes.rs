@@ -88,10 +88,12 @@ pub async fn call_tool(
         .await
         .map_err(|e| match lacking {
             // An OAuth sign-in is never granted account:delete (only a
-            // personal token holds it): a challenge naming it would send
-            // the client to re-authorize for a scope it cannot get.
-            Some(zm_store::SCOPE_ACCOUNT_DELETE)
-                if auth.kind == zm_store::TokenKind::OauthAccess =>
+            // personal token holds it): a challenge for an erasing tool
+            // would send the client to re-authorize for a scope it cannot
+            // get, whatever else its token lacks.
+            Some(_)
+                if tool.access() == zm_contracts::Access::Erase
+                    && auth.kind == zm_store::TokenKind::OauthAccess =>
             {
                 ApiError::new(e)
             }

@@ -765,7 +765,7 @@ async fn a_stateless_client_is_told_to_pass_its_thread() {
 
 /// A request body over the limit, before any session exists, is refused
 /// whole with 413 and a JSON-RPC error (nothing handled, no session
-/// opened); one that fits and is not `initialize` opens no session.
+/// opened).
 #[tokio::test]
 async fn mcp_refuses_a_body_over_the_limit() {
     let s = start().await;

@@ -1182,7 +1182,6 @@ async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
     s.stop().await;
 }
 
-/// `POST /oauth/revoke` (RFC 7009), as a client calls it.
 /// `delete_account` with an OAuth token is refused (403) without a
 /// step-up challenge: an OAuth sign-in is never granted `account:delete`
 /// (it is not in `scopes_supported`), so naming it would send the client
@@ -1213,9 +1212,44 @@ async fn an_oauth_token_is_not_challenged_for_account_delete() {
         200,
         "the account stays"
     );
+    // A read-only sign-in lacks mcp:write too: still no challenge, as no
+    // re-authorization could grant account:delete.
+    let client = s.client().await;
+    let p = pkce();
+    let page = s
+        .page(&[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT_PORT),
+            ("code_challenge", &p.challenge),
+            ("code_challenge_method", "S256"),
+            ("scope", "mcp:read"),
+        ])
+        .await;
+    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
+    let code = param(&query_of(&posted.location.unwrap()), "code")
+        .unwrap()
+        .to_string();
+    let (st, t) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, t["scope"].as_str()), (200, Some("mcp:read")));
+    let r = s
+        .http
+        .post(format!("{}/api/tools/delete_account", s.base))
+        .bearer_auth(t["access_token"].as_str().unwrap())
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(
+        r.headers().get("www-authenticate").is_none(),
+        "{:?}",
+        r.headers()
+    );
     s.stop().await;
 }
 
+/// `POST /oauth/revoke` (RFC 7009), as a client calls it.
 #[tokio::test]
 async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
     let s = start().await;

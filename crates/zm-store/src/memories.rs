@@ -523,14 +523,32 @@ impl Store {
         // the caller's role where its target is shared, which holds those
         // teams. Held only then, after the insert had locked the owner's
         // storage row, a team change waiting on that row deadlocked it.
+        // So are the teams a rule on a superseded target is delivered to:
+        // the rule's follow-up checks the caller's role there.
         if !links.is_empty() {
             let mut sql = crate::sql::Sql::new("SELECT DISTINCT scope FROM memories WHERE id IN ");
             sql.bind_list(links.iter().map(|(d, _)| d.clone()));
             let rows = sql.query().fetch_all(&mut *tx).await.db("link scopes")?;
-            let scopes = rows
+            let mut scopes = rows
                 .iter()
                 .map(|r| col::<String>(r, "scope"))
                 .collect::<Result<Vec<_>, _>>()?;
+            let superseded: Vec<String> = links
+                .iter()
+                .filter(|(_, t)| *t == MemoryLinkType::Supersedes)
+                .map(|(d, _)| d.clone())
+                .collect();
+            if !superseded.is_empty() {
+                let mut sql = crate::sql::Sql::new(
+                    "SELECT DISTINCT applies_scope FROM rules WHERE status = 'promoted' AND applies_scope IS NOT NULL AND owner_id = ",
+                );
+                sql.bind_str(caller.user_id.clone())
+                    .push(" AND memory_id IN ")
+                    .bind_list(superseded);
+                for r in &sql.query().fetch_all(&mut *tx).await.db("rule scopes")? {
+                    scopes.push(col::<String>(r, "applies_scope")?);
+                }
+            }
             let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
             self.hold_teams_of(&mut *tx, &scopes).await?;
         }

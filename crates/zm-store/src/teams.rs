@@ -1682,9 +1682,11 @@ impl Store {
     /// (theirs to read, forget or export; nobody else's, not a later heir
     /// of the project's), and their rules for it are revoked: nobody is
     /// left with shared memories they may no longer change, in a project
-    /// they no longer belong to. Each team's audit log records the
-    /// unsharing, and the account's departure from every team it was in.
-    /// The memories made private.
+    /// they no longer belong to, and their rules on those memories are
+    /// revoked. The invitations it sent, and those addressed to it, are
+    /// withdrawn. Each team's audit log records the unsharing, and the
+    /// account's departure from every team it was in. The memories made
+    /// private.
     pub(crate) async fn release_teams_for_erasure(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -1742,12 +1744,37 @@ impl Store {
                 .db("make their memories private")?;
                 self.revoke_rules_left_behind(tx, member, std::slice::from_ref(&path))
                     .await?;
+                // A rule on one of them is no longer delivered anywhere:
+                // nobody else reads the memory it came from.
+                if !ids.is_empty() {
+                    let mut sql = Sql::new(
+                        "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its memory was made private' WHERE owner_id = ",
+                    );
+                    sql.bind_str(member.clone())
+                        .push(" AND status = 'promoted' AND layer <> 'user' AND memory_id IN ")
+                        .bind_list(ids.iter().cloned());
+                    sql.query()
+                        .execute(&mut *tx)
+                        .await
+                        .db("revoke rules of private memories")?;
+                }
                 private.extend(ids);
             }
             let mut event = Event::new(TeamAction::ProjectUnshared);
             event.subject = Some(&path);
             self.record(tx, caller, &team_id, event).await?;
         }
+        // Invitations the account sent, and those addressed to it: none
+        // outlives it (a later account of that address did not consent).
+        sqlx::query(
+            "UPDATE team_invitations SET revoked_at = $1 WHERE accepted_at IS NULL AND revoked_at IS NULL \
+             AND (invited_by = $2 OR email = (SELECT email FROM users WHERE id = $2))",
+        )
+        .bind(self.now())
+        .bind(uid)
+        .execute(&mut *tx)
+        .await
+        .db("withdraw the account's invitations")?;
         let teams = sqlx::query(
             "SELECT t.id AS team_id, sm.role AS role FROM scope_members sm JOIN teams t ON t.scope = sm.scope \
              WHERE sm.user_id = $1 AND t.deleted_at IS NULL ORDER BY t.id",

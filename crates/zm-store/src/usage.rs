@@ -3,8 +3,9 @@
 //!
 //! A recall notes its hits in a buffer shared by every clone of the store;
 //! the buffer is added to `memory_usage` in one transaction when it is
-//! older than [`FLUSH_EVERY`] (by the call that finds it due, after its own
-//! read has answered) and at shutdown ([`Store::flush_usage`]). So a read
+//! older than [`FLUSH_EVERY`] (on a task the call that finds it due starts,
+//! after its own read has answered) and at shutdown ([`Store::flush_usage`],
+//! which waits for a flush in flight). So a read
 //! tool never writes inside its own call, and counting costs one write per
 //! interval, not one per recall. Counts of the last interval are lost if
 //! the process is killed: they are statistics, not memory data.
@@ -44,6 +45,11 @@ type ActivityCounts = Vec<((String, String, i64), (i64, i64))>;
 #[derive(Debug)]
 pub(crate) struct UsageBuffer {
     inner: Mutex<Pending>,
+    /// Held by a flush from its take to its commit: a flush waits for the
+    /// one in flight (the shutdown's, the Insight page's "now"), so counts
+    /// a recall's background flush took are written, or given back,
+    /// before the next flush looks.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 impl Default for UsageBuffer {
@@ -54,6 +60,7 @@ impl Default for UsageBuffer {
                 activity: HashMap::new(),
                 since: Instant::now(),
             }),
+            flushing: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -160,6 +167,7 @@ impl Store {
     /// Add the buffered recall counts to `memory_usage` now (at shutdown,
     /// and in tests). Memories erased meanwhile are skipped.
     pub async fn flush_usage(&self) -> Result<(), ToolError> {
+        let _turn = self.usage.flushing.lock().await;
         let (entries, activity) = self.usage.take();
         if entries.is_empty() && activity.is_empty() {
             return Ok(());

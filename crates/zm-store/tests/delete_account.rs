@@ -185,7 +185,7 @@ backend_tests! {
     async fn an_erased_owner_leaves_teammates_their_writes_in_its_projects(store: Store, l: &str) {
         let (_, admin) = user(&store, "ers-admin").await;
         let slug = create_team_of(&store, &admin, l, "ers").await;
-        let (_, o) = team_member(&store, &admin, l, &slug, "ers-o", zm_contracts::TeamRole::Writer).await;
+        let (_, o) = team_member(&store, &admin, l, &slug, "ers-o", zm_contracts::TeamRole::Admin).await;
         let (_, w) = team_member(&store, &admin, l, &slug, "ers-w", zm_contracts::TeamRole::Writer).await;
         let (_, heir) = user(&store, "ers-heir").await;
         let project = project_of(&store, &o, l, &format!("/src/{}", unique("ers"))).await;
@@ -195,6 +195,13 @@ backend_tests! {
         let tag = unique("e").replace('-', "");
         let m = mem(&store, &w, l, json!({"content": format!("Invoices are retried three times ({tag})."), "kind": "convention", "scope": project})).await;
         ok(call(&store, &w, "promote_rule", json!({"memory_id": m})).await, l, "W's rule for the project");
+        // And one for the whole team, from another memory of W's there.
+        let for_team = mem(&store, &w, l, json!({"content": format!("Refunds need two approvals ({tag})."), "kind": "convention", "scope": project})).await;
+        ok(call(&store, &w, "promote_rule", json!({"memory_id": for_team, "applies_scope": format!("team.{slug}")})).await, l, "W's rule for the team");
+        // O, an admin, invites someone; the invitation goes with O.
+        let (invitee, x) = user(&store, "ers-x").await;
+        let invite: zm_contracts::teams::InviteInput = input!(zm_contracts::teams::InviteInput, &json!({"email": invitee.email, "role": "reader"}));
+        let sent = ok(store.invite_team_member(&o, &slug, invite).await, l, "O invites");
         let mid = zm_contracts::MemoryId::parse(&m).unwrap();
         ok(store.get_memory(&heir, &mid).await, l, "the project's member reads W's memory");
         ok(call(&store, &o, "delete_account", json!({})).await, l, "O erases their account");
@@ -203,8 +210,11 @@ backend_tests! {
         let kept = ok(store.get_memory(&w, &mid).await, l, "W reads their memory");
         assert_eq!(kept.visibility, zm_contracts::Visibility::Private, "[{l}] {kept:?}");
         let rules = store.list_rules(&w).await.unwrap();
-        let rule = rules.iter().find(|r| r.memory_id.as_str() == m).expect("W keeps the rule's row");
-        assert_eq!(rule.status, zm_store::rules::RuleState::Revoked, "[{l}] {rules:?}");
+        for id in [&m, &for_team] {
+            let rule = rules.iter().find(|r| r.memory_id.as_str() == id.as_str()).expect("W keeps the rule's row");
+            assert_eq!(rule.status, zm_store::rules::RuleState::Revoked, "[{l}] {id}: {rules:?}");
+        }
+        err(store.accept_invitation(&x, &sent.id).await, ErrorCode::Conflict, l, "the erased admin's invitation");
         ok(call(&store, &w, "forget", json!({"memory_id": m})).await, l, "W forgets their memory");
         let audit = ok(store.team_audit(&admin, &slug).await, l, "the team's audit");
         let actions: Vec<&str> = audit.events.iter().map(|e| e.action.as_str()).collect();
