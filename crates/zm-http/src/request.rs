@@ -58,6 +58,20 @@ pub fn ip_limit_key(ip: &str) -> String {
     }
 }
 
+/// The wider network an IPv6 address belongs to, by its /48 (a site's
+/// allocation: a subscriber given a /56 or a /48 rotates through 256 or
+/// 65,536 /64s), for a limit that must not be bought afresh by moving to
+/// another /64 of one allocation. `None` for IPv4, mapped ones included.
+pub fn ip_network_key(ip: &str) -> Option<String> {
+    match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            Some(format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2]))
+        }
+        _ => None,
+    }
+}
+
 /// Extractor: the client IP (see [`client_ip`]), honouring
 /// [`crate::HttpConfig::trust_proxy`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +211,16 @@ mod tests {
         );
         assert_ne!(ip_limit_key("2001:db8:1:3::1"), "2001:db8:1:2::/64");
         assert_eq!(ip_limit_key("::ffff:192.0.2.1"), "192.0.2.1");
+        assert_eq!(
+            ip_network_key("2001:db8:1:2:aaaa::1").as_deref(),
+            Some("2001:db8:1::/48")
+        );
+        assert_eq!(
+            ip_network_key("2001:db8:1:ff::1"),
+            ip_network_key("2001:db8:1:2::1")
+        );
+        assert_eq!(ip_network_key("203.0.113.9"), None);
+        assert_eq!(ip_network_key("::ffff:192.0.2.1"), None);
         assert_eq!(ip_limit_key("unknown"), "unknown");
     }
 

@@ -1463,11 +1463,14 @@ async fn the_rate_limit_trips_and_retry_after_is_honest() {
         201
     );
     // IPv6 clients count by their /64: rotating the low bits buys nothing.
+    // Registrations count by the /48 too: another /64 of one allocation
+    // buys nothing either; another allocation is another client.
     for (ip, want) in [
         ("2001:db8:1:2::1", 201),
         ("2001:db8:1:2:ffff:ffff:ffff:fffe", 201),
         ("2001:db8:1:2:abcd::9", 429),
-        ("2001:db8:1:3::1", 201),
+        ("2001:db8:1:3::1", 429),
+        ("2001:db8:2:3::1", 201),
     ] {
         let got = post(via("203.0.113.1", ip))
             .await

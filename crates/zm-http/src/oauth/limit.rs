@@ -18,7 +18,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::{OauthRejection, OauthState};
-use crate::request::{ClientIp, ip_limit_key};
+use crate::request::{ClientIp, ip_limit_key, ip_network_key};
 use crate::state::{Clock, CookieScope};
 
 /// Extractor: counts the request against `oauth_rate_max` requests per
@@ -43,12 +43,27 @@ impl FromRequestParts<OauthState> for Throttled {
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, st).await;
         let route = parts.uri.path().rsplit('/').next().unwrap_or("");
         let key = format!("oauth:{}:{route}:{}", parts.method, ip_limit_key(&ip));
-        match st
+        let mut hit = st
             .app
             .limiter
             .hit(&key, cfg.oauth_rate_max, cfg.oauth_rate_window)
-            .await
+            .await;
+        // Registration stores a row for anyone who asks (until a sign-in
+        // or an hour): counted by the whole IPv6 allocation too, so that
+        // cycling through the /64s of one /48 cannot fill the registrations
+        // waiting for a sign-in and lock every new client out.
+        if hit.is_ok()
+            && route == "register"
+            && let Some(network) = ip_network_key(&ip)
         {
+            let key = format!("oauth:{}:{route}:{network}", parts.method);
+            hit = st
+                .app
+                .limiter
+                .hit(&key, cfg.oauth_rate_max, cfg.oauth_rate_window)
+                .await;
+        }
+        match hit {
             Ok(()) => Ok(Throttled),
             Err(secs) => {
                 st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
