@@ -1103,8 +1103,12 @@ impl Store {
             .iter()
             .map(|r| id_col(r, "id"))
             .collect::<Result<_, _>>()?;
-        let pairs: Vec<(MemoryId, MemoryId, f32)> = {
-            let index = read(&self.semantic.index);
+        // A scan of the index per memory: CPU work, on a blocking thread
+        // rather than one of the runtime's few workers (requests wait on
+        // those).
+        let semantic = Arc::clone(&self.semantic);
+        let pairs: Vec<(MemoryId, MemoryId, f32)> = tokio::task::spawn_blocking(move || {
+            let index = read(&semantic.index);
             ids.iter()
                 .flat_map(|id| {
                     index
@@ -1113,7 +1117,9 @@ impl Store {
                         .map(move |(other, c)| (id.clone(), other, c))
                 })
                 .collect()
-        };
+        })
+        .await
+        .map_err(|e| crate::db::internal("near-duplicate scan", e))?;
         if pairs.is_empty() {
             return Ok(0);
         }
@@ -1254,16 +1260,20 @@ impl Store {
             .await
             .db("vector metadata")?;
         let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
-        let present: std::collections::HashSet<&MemoryId> = metas.iter().map(|m| &m.id).collect();
+        drop(rows);
         // Compared under the read lock, which recalls share: what changed,
         // what left, what the index lacks. Every row is read here; only
         // the changes (usually none) take the write lock below, so a
-        // recall never waits for 100,000 rows to be applied.
-        let (changed, gone, missing) = {
-            let index = read(&self.semantic.index);
+        // recall never waits for 100,000 rows to be applied. CPU work, on
+        // a blocking thread rather than one of the runtime's workers.
+        let semantic = Arc::clone(&self.semantic);
+        let compared = tokio::task::spawn_blocking(move || {
+            let index = read(&semantic.index);
             if index.model != model {
-                return Ok(());
+                return None;
             }
+            let present: std::collections::HashSet<&MemoryId> =
+                metas.iter().map(|m| &m.id).collect();
             // The first `known` entries are the ones there before the rows
             // were read (entries only leave here, and new ones are
             // appended); those the rows lack go, found again by id below.
@@ -1272,17 +1282,25 @@ impl Store {
                 .filter(|id| !present.contains(id))
                 .cloned()
                 .collect();
-            let mut changed: Vec<&Meta> = Vec::new();
+            let mut changed: Vec<usize> = Vec::new();
             let mut missing: Vec<String> = Vec::new();
-            for m in &metas {
+            for (k, m) in metas.iter().enumerate() {
                 match index.by_id.get(&m.id) {
                     Some(&i) if index.meta_matches(i, m) => {}
-                    Some(_) => changed.push(m),
+                    Some(_) => changed.push(k),
                     None => missing.push(m.id.as_str().to_string()),
                 }
             }
-            (changed, gone, missing)
+            drop(present);
+            drop(index);
+            Some((metas, changed, gone, missing, model))
+        })
+        .await
+        .map_err(|e| crate::db::internal("vector metadata comparison", e))?;
+        let Some((metas, changed, gone, missing, model)) = compared else {
+            return Ok(());
         };
+        let changed: Vec<&Meta> = changed.into_iter().map(|k| &metas[k]).collect();
         if !changed.is_empty() || !gone.is_empty() {
             let mut index = write(&self.semantic.index);
             if index.model != model {
