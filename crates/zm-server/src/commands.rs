@@ -39,7 +39,10 @@ pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
         }
     };
     init_logging(&cfg);
-    for note in crate::config::unknown_env_notes() {
+    for note in crate::config::unknown_env_notes()
+        .into_iter()
+        .chain(cfg.config_file_note())
+    {
         tracing::warn!(target: OPERATOR, "{note}");
     }
     match dispatch(command, &cfg).await {
@@ -918,7 +921,10 @@ fn config_check(inputs: &Inputs) -> ExitCode {
             .map(|(k, value, from)| vec![k.env.to_string(), value, from])
             .collect();
         print_table(&["KNOB", "VALUE", "FROM"], &rows)?;
-        for note in crate::config::unknown_env_notes() {
+        for note in crate::config::unknown_env_notes()
+            .into_iter()
+            .chain(cfg.config_file_note())
+        {
             say(format!("note: {note}"))?;
         }
         Ok(())

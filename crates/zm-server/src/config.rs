@@ -419,7 +419,7 @@ knobs! {
             shown: "`sqlite://<data_dir>/zero-memory.db`",
             parse: parse_database_url,
             help: "The database: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DB` (also `postgresql://`).",
-            doc: "A missing SQLite file is created by `serve`, `stdio`, `migrate` and `user add` (`?mode=rwc` is added unless the URL sets `mode=`); the other commands refuse to run without one. See [POSTGRESQL.md](POSTGRESQL.md).",
+            doc: "A missing SQLite file is created by `serve`, `stdio`, `migrate` and `user add` (`?mode=rwc` is added unless the URL sets `mode=`); the other commands refuse to run without one. A configuration file that holds the password should be readable by its owner only: every command warns while group or others may read it. See [POSTGRESQL.md](POSTGRESQL.md).",
         },
         embedding_model: PathBuf {
             env: "ZM_EMBEDDING_MODEL",
@@ -1391,6 +1391,35 @@ impl Config {
         }
     }
 
+    /// A warning when the configuration file holds the database password
+    /// and group or others may read it (Unix). Shown at every start and
+    /// by `config check`.
+    pub fn config_file_note(&self) -> Option<String> {
+        let path = self.config_file.as_deref()?;
+        let holds_password = self.source("database_url") == Source::File
+            && self
+                .database_url
+                .as_deref()
+                .and_then(|u| url::Url::parse(u).ok())
+                .is_some_and(|u| u.password().is_some());
+        if !holds_password {
+            return None;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Some(format!(
+                    "the configuration file {} holds the database password and others may read it (mode {mode:o}); `chmod 600 {}`",
+                    path.display(),
+                    path.display()
+                ));
+            }
+        }
+        None
+    }
+
     /// The database URL with any password replaced by `***`.
     pub fn database_url_redacted(&self) -> String {
         redact_url(&self.database_url())
@@ -1677,6 +1706,38 @@ mod tests {
             let cfg = Config::load(&env(&vars)).unwrap();
             assert_eq!(cfg.cleartext_public_url(), cleartext, "{url:?}");
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_readable_file_holding_the_database_password_is_noted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zm.toml");
+        let load = |text: &str, mode: u32| {
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let mut inputs = env(&[("ZM_DATA_DIR", "/tmp/zm-test")]);
+            inputs.config_file = Some(path.clone());
+            Config::load(&inputs).unwrap().config_file_note()
+        };
+        let with_password = "database_url = \"postgres://zm:secret@db.internal/zm\"\n";
+        let note = load(with_password, 0o644).expect("a note");
+        assert!(
+            note.contains("644") && note.contains("chmod 600") && !note.contains("secret"),
+            "{note}"
+        );
+        assert_eq!(load(with_password, 0o600), None, "private");
+        assert_eq!(
+            load("database_url = \"postgres://zm@db.internal/zm\"\n", 0o644),
+            None,
+            "no password"
+        );
+        assert_eq!(
+            load("listen = \"127.0.0.1:9000\"\n", 0o644),
+            None,
+            "nothing secret"
+        );
     }
 
     #[test]
