@@ -58,25 +58,33 @@ fn spawn_team_purge(store: Store, cancel: CancellationToken) {
     });
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
+/// Resolves on SIGTERM, SIGHUP (the terminal that started it closed: its
+/// default would end the process on the spot) or Ctrl-C: each shuts down
+/// gracefully.
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+    let on = |kind: tokio::signal::unix::SignalKind| async move {
+        match tokio::signal::unix::signal(kind) {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
     };
+    #[cfg(unix)]
+    let (term, hangup) = (
+        on(tokio::signal::unix::SignalKind::terminate()),
+        on(tokio::signal::unix::SignalKind::hangup()),
+    );
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
+    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+        _ = hangup => {},
     }
     tracing::info!("shutting down: finishing requests in flight");
 }

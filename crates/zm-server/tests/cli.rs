@@ -1199,9 +1199,16 @@ impl Stdio2 {
     /// Send SIGTERM, stdin still open, and wait for the exit status.
     #[cfg(unix)]
     fn terminate(self) -> (Option<i32>, String) {
+        self.signal("-TERM")
+    }
+
+    /// Send `signal` (`-TERM`, `-HUP`), stdin still open, and wait for the
+    /// exit status.
+    #[cfg(unix)]
+    fn signal(self, signal: &str) -> (Option<i32>, String) {
         let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(sent.success(), "kill -TERM {pid}");
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
         self.wait_exit()
     }
 
@@ -1366,6 +1373,19 @@ fn stdio_exits_0_on_sigterm() {
     s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "anything"}}}));
     assert!(s.response(2)["result"].is_object());
     let (code, err) = s.terminate();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// The terminal it was started from closes (SIGHUP): a clean exit too, not
+/// a process the signal's default action ends on the spot.
+#[cfg(unix)]
+#[test]
+fn stdio_exits_0_on_sighup() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let mut s = Stdio2::start(&env, &["--user", "alice@example.com"]);
+    initialize(&mut s);
+    let (code, err) = s.signal("-HUP");
     assert_eq!(code, Some(0), "{err}");
 }
 
