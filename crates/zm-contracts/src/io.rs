@@ -102,7 +102,7 @@ pub struct RememberInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(skip)]
     pub scope: Option<WriteScope>,
-    /// Repo root path, git remote URL or project name; used only when `scope` is absent.
+    /// Repo root path, git remote URL or project name; used when `scope` is absent, and for a project-bound kind written to `core` or `personal`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(length(chars, min = 1, max = MAX_SHORT_TEXT), custom(opt_not_blank))]
     pub project_hint: Option<String>,

@@ -202,9 +202,9 @@ impl Store {
         .await
         .db("promote upsert")?;
         let delivery_note = match layer {
-            RuleLayer::User => "Active now for all your sessions: new sessions receive it in their connect-time instructions, and every briefing (build_context with briefing: true), including this session's next one, lists it in rules[].".to_string(),
+            RuleLayer::User => "Active now for all your sessions, for 90 days unless pinned on the dashboard: new sessions receive it in their connect-time instructions, and every briefing (build_context with briefing: true), including this session's next one, lists it in rules[].".to_string(),
             RuleLayer::Project => format!(
-                "Active for the project {}: every briefing whose read set includes that project, including this session's next one, lists it in rules[].",
+                "Active for {} for 90 days unless pinned on the dashboard: every briefing whose read set includes it, including this session's next one, lists it in rules[].",
                 applies.as_deref().unwrap_or("")
             ),
         };
