@@ -278,6 +278,24 @@ impl Server {
         param(&q, "code").unwrap().to_string()
     }
 
+    /// Authorize as the test user for `scope` only; returns the code.
+    async fn code_for_scope(&self, client_id: &str, pkce: &Pkce, scope: &str) -> String {
+        let page = self
+            .page(&[
+                ("response_type", "code"),
+                ("client_id", client_id),
+                ("redirect_uri", REDIRECT_PORT),
+                ("code_challenge", &pkce.challenge),
+                ("code_challenge_method", "S256"),
+                ("scope", scope),
+            ])
+            .await;
+        let posted = self.post_form(&page, EMAIL, PASSWORD).await;
+        param(&query_of(&posted.location.unwrap()), "code")
+            .unwrap()
+            .to_string()
+    }
+
     async fn token(&self, form: &[(&str, &str)]) -> (u16, Value) {
         let r = self
             .http
@@ -667,20 +685,7 @@ async fn token_refusals() {
 
     // A narrower scope on refresh, never a wider one.
     let p = pkce();
-    let page = s
-        .page(&[
-            ("response_type", "code"),
-            ("client_id", &client),
-            ("redirect_uri", REDIRECT_PORT),
-            ("code_challenge", &p.challenge),
-            ("code_challenge_method", "S256"),
-            ("scope", "mcp:read"),
-        ])
-        .await;
-    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
-    let code = param(&query_of(&posted.location.unwrap()), "code")
-        .unwrap()
-        .to_string();
+    let code = s.code_for_scope(&client, &p, "mcp:read").await;
     let (st, t) = s.exchange(&client, &code, &p.verifier).await;
     assert_eq!((st, t["scope"].as_str()), (200, Some("mcp:read")));
     let access = t["access_token"].as_str().unwrap();
@@ -1216,20 +1221,7 @@ async fn an_oauth_token_is_not_challenged_for_account_delete() {
     // re-authorization could grant account:delete.
     let client = s.client().await;
     let p = pkce();
-    let page = s
-        .page(&[
-            ("response_type", "code"),
-            ("client_id", &client),
-            ("redirect_uri", REDIRECT_PORT),
-            ("code_challenge", &p.challenge),
-            ("code_challenge_method", "S256"),
-            ("scope", "mcp:read"),
-        ])
-        .await;
-    let posted = s.post_form(&page, EMAIL, PASSWORD).await;
-    let code = param(&query_of(&posted.location.unwrap()), "code")
-        .unwrap()
-        .to_string();
+    let code = s.code_for_scope(&client, &p, "mcp:read").await;
     let (st, t) = s.exchange(&client, &code, &p.verifier).await;
     assert_eq!((st, t["scope"].as_str()), (200, Some("mcp:read")));
     let r = s

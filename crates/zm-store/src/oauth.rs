@@ -1202,6 +1202,59 @@ async fn account_enabled(
 mod tests {
     use super::*;
 
+    const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+    const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+
+    /// A new user (a unique email: the PostgreSQL database is shared) and
+    /// a client registered for [`REDIRECT`].
+    async fn user_and_client(store: &Store, tag: &str) -> (crate::User, String) {
+        let email = format!("{tag}-{}@example.com", random_secret(10).to_lowercase());
+        let user = store
+            .create_user(&email, "a long test password")
+            .await
+            .unwrap();
+        let client = store
+            .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None)
+            .await
+            .unwrap()
+            .id;
+        (user, client)
+    }
+
+    /// A code for `user_id` at `client`, as a sign-in checked against
+    /// `credential` issues it.
+    async fn code_for(
+        store: &Store,
+        client: &str,
+        user_id: &str,
+        credential: crate::identity::Credential,
+    ) -> String {
+        let new = NewCode {
+            client_id: client,
+            user_id,
+            credential,
+            redirect_uri: REDIRECT,
+            code_challenge: CHALLENGE,
+            resource: None,
+            scope: "mcp:read mcp:write",
+        };
+        store.issue_oauth_code(new, None).await.unwrap()
+    }
+
+    async fn exchange_code(
+        store: &Store,
+        client: &str,
+        code: &str,
+    ) -> Result<IssuedTokens, OauthError> {
+        let ex = CodeExchange {
+            code,
+            client_id: client,
+            redirect_uri: REDIRECT,
+            verifier_challenge: CHALLENGE,
+        };
+        store.exchange_oauth_code(ex, None).await
+    }
+
     #[test]
     fn base64url_matches_rfc_4648_vectors() {
         assert_eq!(base64url(b""), "");
@@ -1230,45 +1283,12 @@ mod tests {
     /// the flag is written here alone, without `disable_user`'s revocation.
     #[tokio::test]
     async fn exchange_and_refresh_refuse_a_disabled_account() {
-        const REDIRECT: &str = "http://127.0.0.1:5000/cb";
-        const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
         for (label, _dir, store) in crate::testing::stores().await {
-            let email = format!("disabled-{}@example.com", random_secret(10).to_lowercase());
-            let user = store
-                .create_user(&email, "a long test password")
-                .await
-                .unwrap();
-            let client = store
-                .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None)
-                .await
-                .unwrap()
-                .id;
-            let code = |credential| {
-                let (store, client, user) = (&store, &client, &user.id);
-                async move {
-                    let new = NewCode {
-                        client_id: client,
-                        user_id: user,
-                        credential,
-                        redirect_uri: REDIRECT,
-                        code_challenge: CHALLENGE,
-                        resource: None,
-                        scope: "mcp:read mcp:write",
-                    };
-                    store.issue_oauth_code(new, None).await.unwrap()
-                }
-            };
+            let (user, client) = user_and_client(&store, "disabled").await;
+            let code = |credential| code_for(&store, &client, &user.id, credential);
             let exchange = |code: String| {
                 let (store, client) = (&store, &client);
-                async move {
-                    let ex = CodeExchange {
-                        code: &code,
-                        client_id: client,
-                        redirect_uri: REDIRECT,
-                        verifier_challenge: CHALLENGE,
-                    };
-                    store.exchange_oauth_code(ex, None).await
-                }
+                async move { exchange_code(store, client, &code).await }
             };
             let credential = store
                 .user_by_id(&user.id)
@@ -1317,42 +1337,16 @@ mod tests {
     /// token rows (those expired for a day go), and its newest pair works.
     #[tokio::test]
     async fn rotation_does_not_pile_up_token_rows() {
-        const REDIRECT: &str = "http://127.0.0.1:5000/cb";
-        const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
         for (label, _dir, store) in crate::testing::stores().await {
-            let email = format!("rotate-{}@example.com", random_secret(10).to_lowercase());
-            let user = store
-                .create_user(&email, "a long test password")
-                .await
-                .unwrap();
-            let client = store
-                .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None)
-                .await
-                .unwrap()
-                .id;
+            let (user, client) = user_and_client(&store, "rotate").await;
             let credential = store
                 .user_by_id(&user.id)
                 .await
                 .unwrap()
                 .unwrap()
                 .credential;
-            let new = NewCode {
-                client_id: &client,
-                user_id: &user.id,
-                credential,
-                redirect_uri: REDIRECT,
-                code_challenge: CHALLENGE,
-                resource: None,
-                scope: "mcp:read mcp:write",
-            };
-            let code = store.issue_oauth_code(new, None).await.unwrap();
-            let ex = CodeExchange {
-                code: &code,
-                client_id: &client,
-                redirect_uri: REDIRECT,
-                verifier_challenge: CHALLENGE,
-            };
-            let mut pair = store.exchange_oauth_code(ex, None).await.unwrap();
+            let code = code_for(&store, &client, &user.id, credential).await;
+            let mut pair = exchange_code(&store, &client, &code).await.unwrap();
             let rows = || async {
                 sqlx::query_scalar::<_, i64>(
                     "SELECT COUNT(*) FROM access_tokens WHERE user_id = $1",
