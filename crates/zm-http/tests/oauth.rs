@@ -1195,48 +1195,37 @@ async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
 async fn an_oauth_token_is_not_challenged_for_account_delete() {
     let s = start().await;
     let (_, t) = s.tokens().await;
-    let access = t["access_token"].as_str().unwrap();
-    let r = s
-        .http
-        .post(format!("{}/api/tools/delete_account", s.base))
-        .bearer_auth(access)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 403);
-    assert!(
-        r.headers().get("www-authenticate").is_none(),
-        "{:?}",
-        r.headers()
-    );
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "forbidden", "{v}");
-    assert_eq!(
-        s.rest(access, "recall", json!({"query": "x"})).await.0,
-        200,
-        "the account stays"
-    );
+    let access = t["access_token"].as_str().unwrap().to_string();
     // A read-only sign-in lacks mcp:write too: still no challenge, as no
     // re-authorization could grant account:delete.
     let client = s.client().await;
     let p = pkce();
     let code = s.code_for_scope(&client, &p, "mcp:read").await;
-    let (st, t) = s.exchange(&client, &code, &p.verifier).await;
-    assert_eq!((st, t["scope"].as_str()), (200, Some("mcp:read")));
-    let r = s
-        .http
-        .post(format!("{}/api/tools/delete_account", s.base))
-        .bearer_auth(t["access_token"].as_str().unwrap())
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 403);
-    assert!(
-        r.headers().get("www-authenticate").is_none(),
-        "{:?}",
-        r.headers()
+    let (st, read_only) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, read_only["scope"].as_str()), (200, Some("mcp:read")));
+    let read_only = read_only["access_token"].as_str().unwrap().to_string();
+    for token in [&access, &read_only] {
+        let r = s
+            .http
+            .post(format!("{}/api/tools/delete_account", s.base))
+            .bearer_auth(token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+        assert!(
+            r.headers().get("www-authenticate").is_none(),
+            "{:?}",
+            r.headers()
+        );
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "forbidden", "{v}");
+    }
+    assert_eq!(
+        s.rest(&access, "recall", json!({"query": "x"})).await.0,
+        200,
+        "the account stays"
     );
     s.stop().await;
 }
