@@ -77,6 +77,13 @@ const FULL_PASS_EVERY_MS: i64 = 10 * 60 * 1000;
 /// How many rows behind the last one read a refresh re-reads on
 /// PostgreSQL, where transactions may commit out of `vseq` order.
 const PG_REREAD: i64 = 512;
+/// How many memories behind its mark the embedder looks again for ones
+/// still without a vector on PostgreSQL, where a memory may commit after
+/// newer ones: wider than [`PG_REREAD`], since an import batch alone holds
+/// 500 memories until it commits, and cheap (only memories without a
+/// vector come back). One committed further behind waits for the next
+/// whole pass ([`FULL_PASS_EVERY_MS`]).
+const PG_PENDING_REREAD: i64 = 4096;
 /// How long an embedder's claim on a batch lasts (ms): far longer than a
 /// batch takes to embed (under a second with the bundled model, a few
 /// with a large model from a directory), short enough that the memories
@@ -796,13 +803,13 @@ impl Store {
         // `mark` moved up to the newest once all of them are taken.
         // PostgreSQL hands out `seq` at insert, not at commit: a memory
         // committed after a newer one moved `mark` past it sits just below
-        // `mark`, so the last PG_REREAD are looked at again (the embedded
-        // ones are left out by the query).
+        // `mark`, so the last PG_PENDING_REREAD are looked at again (the
+        // embedded ones are left out by the query).
         let written_since = async |mark: &AtomicU64| -> Result<Vec<sqlx::any::AnyRow>, ToolError> {
             let at = as_i64(mark);
             let since = match self.backend {
                 Backend::Sqlite => at,
-                Backend::Postgres => (at - PG_REREAD).max(0),
+                Backend::Postgres => (at - PG_PENDING_REREAD).max(0),
             };
             let rows = pending(Some((">", since)))
                 .query()
