@@ -9,7 +9,13 @@ fn type_of(schema: &Value) -> String {
     if let Some(e) = schema["enum"].as_array() {
         return e
             .iter()
-            .map(|v| format!("`{}`", v.as_str().unwrap_or("?")))
+            .map(|v| match v {
+                Value::Null => "null".to_string(),
+                v => format!(
+                    "`{}`",
+                    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                ),
+            })
             .collect::<Vec<_>>()
             .join(" \\| ");
     }
