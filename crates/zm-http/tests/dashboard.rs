@@ -957,6 +957,53 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         404,
         "removed: the team reads as missing"
     );
+    // Invited again, C leaves from the team's page (a member who is not
+    // an admin is offered Leave, not Remove).
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/invite"),
+            &[
+                ("csrf", &csrf),
+                ("email", &c_email),
+                ("role", "reader"),
+                ("how", "invite"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let page = member.get(&s, "/teams").await.body;
+    let accept = page
+        .split("action=\"")
+        .filter_map(|x| x.split('"').next())
+        .find(|a| a.starts_with("/teams/invitations/"))
+        .expect("C sees the new invitation")
+        .to_string();
+    let p = member.post(&s, &accept, &[("csrf", &member_csrf)]).await;
+    assert_eq!(p.location, Some(format!("/teams/{slug}")));
+    let page = member.get(&s, &format!("/teams/{slug}")).await.body;
+    let leave = page
+        .split("id=\"leave\"")
+        .nth(1)
+        .and_then(|f| f.split("action=\"").nth(1))
+        .and_then(|a| a.split('"').next())
+        .expect("C is offered Leave")
+        .to_string();
+    let p = member.post(&s, &leave, &[("csrf", &member_csrf)]).await;
+    assert_eq!(p.location.as_deref(), Some("/teams"), "{}", p.body);
+    assert_eq!(
+        member.get(&s, &format!("/teams/{slug}")).await.status,
+        404,
+        "left: the team reads as missing"
+    );
+    assert!(
+        !admin
+            .get(&s, &format!("/teams/{slug}"))
+            .await
+            .body
+            .contains("id=\"leave\""),
+        "an admin is not offered Leave (their own Remove is there)"
+    );
     // Deleting needs the slug typed.
     let p = admin
         .post(
