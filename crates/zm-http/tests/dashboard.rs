@@ -827,6 +827,31 @@ async fn the_account_page_imports_a_server_memory_file_once(s: Server) {
     s.running.stop().await;
 }
 
+/// The first form action in `html` that starts with `prefix`.
+fn action_starting(html: &str, prefix: &str) -> Option<String> {
+    html.split("action=\"")
+        .filter_map(|x| x.split('"').next())
+        .find(|a| a.starts_with(prefix))
+        .map(str::to_string)
+}
+
+/// The team's admin invites `email` as `role` from the team's page.
+async fn invite(admin: &mut Browser, s: &Server, slug: &str, csrf: &str, email: &str, role: &str) {
+    let p = admin
+        .post(
+            s,
+            &format!("/teams/{slug}/invite"),
+            &[
+                ("csrf", csrf),
+                ("email", email),
+                ("role", role),
+                ("how", "invite"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+}
+
 async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
     let (_, a_email, a_password) = person(&s.store, "tp-a").await;
     let (c, c_email, c_password) = person(&s.store, "tp-c").await;
@@ -857,34 +882,18 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         p.body
     );
     // Invite C; C accepts on the Teams page.
-    let p = admin
-        .post(
-            &s,
-            &format!("/teams/{slug}/invite"),
-            &[
-                ("csrf", &csrf),
-                ("email", &c_email),
-                ("role", "reader"),
-                ("how", "invite"),
-            ],
-        )
-        .await;
-    assert_eq!(p.status, 303, "{}", p.body);
+    invite(&mut admin, &s, &slug, &csrf, &c_email, "reader").await;
     // An invitation sent by mistake: the admin withdraws it from the team
     // page, and it is listed no more.
-    let p = admin
-        .post(
-            &s,
-            &format!("/teams/{slug}/invite"),
-            &[
-                ("csrf", &csrf),
-                ("email", "mistyped@example.com"),
-                ("role", "writer"),
-                ("how", "invite"),
-            ],
-        )
-        .await;
-    assert_eq!(p.status, 303, "{}", p.body);
+    invite(
+        &mut admin,
+        &s,
+        &slug,
+        &csrf,
+        "mistyped@example.com",
+        "writer",
+    )
+    .await;
     let page = admin.get(&s, &format!("/teams/{slug}")).await.body;
     let withdraw = page
         .split("<li>")
@@ -906,12 +915,7 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
     let mut member = Browser::default();
     assert_eq!(member.sign_in(&s, &c_email, &c_password).await.status, 303);
     let page = member.get(&s, "/teams").await.body;
-    let accept = page
-        .split("action=\"")
-        .filter_map(|x| x.split('"').next())
-        .find(|a| a.starts_with("/teams/invitations/"))
-        .expect("C sees the invitation")
-        .to_string();
+    let accept = action_starting(&page, "/teams/invitations/").expect("C sees the invitation");
     let member_csrf = member.csrf(&s).await;
     let p = member.post(&s, &accept, &[("csrf", &member_csrf)]).await;
     assert_eq!(p.location, Some(format!("/teams/{slug}")));
@@ -959,26 +963,9 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
     );
     // Invited again, C leaves from the team's page (a member who is not
     // an admin is offered Leave, not Remove).
-    let p = admin
-        .post(
-            &s,
-            &format!("/teams/{slug}/invite"),
-            &[
-                ("csrf", &csrf),
-                ("email", &c_email),
-                ("role", "reader"),
-                ("how", "invite"),
-            ],
-        )
-        .await;
-    assert_eq!(p.status, 303, "{}", p.body);
+    invite(&mut admin, &s, &slug, &csrf, &c_email, "reader").await;
     let page = member.get(&s, "/teams").await.body;
-    let accept = page
-        .split("action=\"")
-        .filter_map(|x| x.split('"').next())
-        .find(|a| a.starts_with("/teams/invitations/"))
-        .expect("C sees the new invitation")
-        .to_string();
+    let accept = action_starting(&page, "/teams/invitations/").expect("C sees the new invitation");
     let p = member.post(&s, &accept, &[("csrf", &member_csrf)]).await;
     assert_eq!(p.location, Some(format!("/teams/{slug}")));
     let page = member.get(&s, &format!("/teams/{slug}")).await.body;

@@ -96,14 +96,22 @@ fn hidden_fields(html: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `name=value` of the CSRF cookie a response sets.
-fn set_cookie(r: &reqwest::Response) -> Option<String> {
+/// The whole `Set-Cookie` line of the CSRF cookie a response sets (a
+/// clearing one included).
+fn csrf_set_cookie(r: &reqwest::Response) -> Option<String> {
     r.headers()
         .get_all("set-cookie")
         .iter()
         .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("zm_oauth_csrf="))
+        .map(str::to_string)
+}
+
+/// `name=value` of the CSRF cookie a response sets (not a clearing one).
+fn set_cookie(r: &reqwest::Response) -> Option<String> {
+    csrf_set_cookie(r)
         .map(|v| v.split(';').next().unwrap_or("").to_string())
-        .find(|c| c.starts_with("zm_oauth_csrf=") && c.len() > "zm_oauth_csrf=".len())
+        .filter(|c| c.len() > "zm_oauth_csrf=".len())
 }
 
 fn query_of(location: &str) -> Vec<(String, String)> {
@@ -2067,15 +2075,10 @@ async fn every_sign_in_form_sends_its_csrf_cookie_again() {
         Some(cookie.as_str()),
         "the same cookie, sent again"
     );
-    let max_age = again
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("zm_oauth_csrf="))
-        .map(str::to_string)
-        .unwrap();
+    let max_age = csrf_set_cookie(&again).unwrap();
     assert!(max_age.contains("Max-Age="), "{max_age}");
+    // The page loaded again: a second form open in the same browser.
+    let second_fields = hidden_fields(&again.text().await.unwrap());
     let mut form = first.fields.clone();
     form.push(("email".into(), EMAIL.into()));
     form.push(("password".into(), "not the password".into()));
@@ -2096,15 +2099,6 @@ async fn every_sign_in_form_sends_its_csrf_cookie_again() {
     // Two forms open in one browser (two apps, or one that opened the
     // page again): signing in on one leaves the other's cookie, so the
     // other signs in too instead of answering "form expired".
-    let second = s
-        .http
-        .get(format!("{}/oauth/authorize", s.base))
-        .query(&query)
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    let second_fields = hidden_fields(&second.text().await.unwrap());
     // What the browser holds: the cookie, as each answer leaves it.
     let mut jar = cookie.clone();
     for (tab, fields) in [("first", &first.fields), ("second", &second_fields)] {
@@ -2125,13 +2119,7 @@ async fn every_sign_in_form_sends_its_csrf_cookie_again() {
             param(&query_of(&location), "code").is_some(),
             "{tab}: {location}"
         );
-        if let Some(set) = r
-            .headers()
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find(|v| v.starts_with("zm_oauth_csrf="))
-        {
+        if let Some(set) = csrf_set_cookie(&r) {
             jar = set.split(';').next().unwrap_or("").to_string();
         }
     }

@@ -1196,12 +1196,6 @@ impl Stdio2 {
         }
     }
 
-    /// Send SIGTERM, stdin still open, and wait for the exit status.
-    #[cfg(unix)]
-    fn terminate(self) -> (Option<i32>, String) {
-        self.signal("-TERM")
-    }
-
     /// Send `signal` (`-TERM`, `-HUP`), stdin still open, and wait for the
     /// exit status.
     #[cfg(unix)]
@@ -1362,31 +1356,21 @@ fn stdio_with_user_and_project() {
 
 /// A client that stops its stdio server with SIGTERM (stdin still open)
 /// gets a clean exit, as at end of input, not a process killed by the
-/// signal.
+/// signal; so does the terminal it was started from closing (SIGHUP,
+/// whose default action would end it on the spot).
 #[cfg(unix)]
 #[test]
-fn stdio_exits_0_on_sigterm() {
-    let env = Env::new();
-    env.ok(&["user", "add", "alice@example.com"]);
-    let mut s = Stdio2::start(&env, &["--user", "alice@example.com"]);
-    initialize(&mut s);
-    s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "anything"}}}));
-    assert!(s.response(2)["result"].is_object());
-    let (code, err) = s.terminate();
-    assert_eq!(code, Some(0), "{err}");
-}
-
-/// The terminal it was started from closes (SIGHUP): a clean exit too, not
-/// a process the signal's default action ends on the spot.
-#[cfg(unix)]
-#[test]
-fn stdio_exits_0_on_sighup() {
-    let env = Env::new();
-    env.ok(&["user", "add", "alice@example.com"]);
-    let mut s = Stdio2::start(&env, &["--user", "alice@example.com"]);
-    initialize(&mut s);
-    let (code, err) = s.signal("-HUP");
-    assert_eq!(code, Some(0), "{err}");
+fn stdio_exits_0_on_sigterm_and_sighup() {
+    for signal in ["-TERM", "-HUP"] {
+        let env = Env::new();
+        env.ok(&["user", "add", "alice@example.com"]);
+        let mut s = Stdio2::start(&env, &["--user", "alice@example.com"]);
+        initialize(&mut s);
+        s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "anything"}}}));
+        assert!(s.response(2)["result"].is_object());
+        let (code, err) = s.signal(signal);
+        assert_eq!(code, Some(0), "{signal}: {err}");
+    }
 }
 
 #[test]
