@@ -334,7 +334,6 @@ async fn handle_allowed(
         // method, before the transport sees it.
         return session_not_found();
     }
-    let owned = shared.is_some();
     if let Some(s) = shared {
         parts.extensions.insert(s);
     }
@@ -357,7 +356,7 @@ async fn handle_allowed(
     };
     parts.extensions.insert(auth.clone());
     let request = Request::from_parts(parts, body);
-    let work = forward(state, mcp, auth, session, owned, delete, request);
+    let work = forward(state, mcp, auth, session, delete, request);
     if opens {
         // A new session: the transport starts its worker before the answer
         // exists, and only admission counts it. Run both to the end even if
@@ -386,32 +385,34 @@ fn is_initialize(body: &[u8]) -> bool {
 }
 
 /// 404: the request names a session this user does not hold (MCP
-/// 2025-11-25, Transports §Session Management). A JSON-RPC error.
+/// 2025-11-25, Transports §Session Management).
 fn session_not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        axum::Json(serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": -32001, "message": "Session not found."},
-        })),
-    )
-        .into_response()
+    jsonrpc_error(StatusCode::NOT_FOUND, -32001, "Session not found.")
 }
 
-/// 413 (over the body limit) or 400 (cut off, or stalled): a JSON-RPC
-/// error; nothing was handled.
+/// 413 (over the body limit) or 400 (cut off, or stalled): nothing was
+/// handled.
 fn body_refused(e: crate::request::BodyError) -> Response {
     let status = match e {
         crate::request::BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         crate::request::BodyError::Unreadable => StatusCode::BAD_REQUEST,
     };
+    jsonrpc_error(
+        status,
+        -32600,
+        &format!("The request was refused: {}.", e.describe()),
+    )
+}
+
+/// A refusal of the HTTP layer as a JSON-RPC error: the request's id is
+/// not read, so it is `null`.
+fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
     (
         status,
         axum::Json(serde_json::json!({
             "jsonrpc": "2.0",
             "id": null,
-            "error": {"code": -32600, "message": format!("The request was refused: {}.", e.describe())},
+            "error": {"code": code, "message": message},
         })),
     )
         .into_response()
@@ -424,7 +425,6 @@ async fn forward(
     mcp: McpEndpoint,
     auth: zm_store::Authenticated,
     session: Option<String>,
-    owned: bool,
     delete: bool,
     request: Request,
 ) -> Response {
@@ -433,7 +433,7 @@ async fn forward(
         Err(never) => match never {},
     };
     if delete && response.status().is_success() {
-        if let Some(sid) = session.as_deref().filter(|_| owned) {
+        if let Some(sid) = session.as_deref() {
             // rmcp removed it too; this instance may not have had a worker.
             let _ = state.store.mcp_session_close(sid).await;
         }
@@ -459,52 +459,30 @@ async fn forward(
 /// 500: the session bookkeeping failed (the cause is in the log). A
 /// JSON-RPC error without any detail.
 fn internal_error() -> Response {
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        axum::Json(serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": -32603, "message": "Internal error."},
-        })),
-    )
-        .into_response()
+    jsonrpc_error(StatusCode::INTERNAL_SERVER_ERROR, -32603, "Internal error.")
 }
 
 /// 403: a browser page of another site (its `Origin` is neither ours nor
 /// listed in `allowed_origins`). Refused before the token is looked at.
 fn foreign_origin() -> Response {
-    let mut resp = (
+    let mut resp = jsonrpc_error(
         StatusCode::FORBIDDEN,
-        axum::Json(serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {
-                "code": -32000,
-                "message": "Requests from this Origin are not accepted; the server's operator can list it in ZM_ALLOWED_ORIGINS.",
-            },
-        })),
-    )
-        .into_response();
+        -32000,
+        "Requests from this Origin are not accepted; the server's operator can list it in ZM_ALLOWED_ORIGINS.",
+    );
     resp.headers_mut()
         .insert(header::VARY, HeaderValue::from_static("origin"));
     resp
 }
 
-/// 503: the server holds as many sessions as it allows. A JSON-RPC error
-/// (the request's id is not read, so it is `null`) with `Retry-After`.
+/// 503: the server holds as many sessions as it allows, with
+/// `Retry-After`.
 fn server_full() -> Response {
-    let mut resp = (
+    let mut resp = jsonrpc_error(
         StatusCode::SERVICE_UNAVAILABLE,
-        axum::Json(serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {
-                "code": -32000,
-                "message": "This server has as many MCP sessions open as it allows; retry later.",
-            },
-        })),
-    )
-        .into_response();
+        -32000,
+        "This server has as many MCP sessions open as it allows; retry later.",
+    );
     resp.headers_mut().insert(
         header::RETRY_AFTER,
         HeaderValue::from(FULL_RETRY_AFTER_SECS),
