@@ -87,18 +87,11 @@ pub async fn call_tool(
         .call(&caller, tool, &input)
         .await
         .map_err(|e| match lacking {
-            // An OAuth sign-in is never granted account:delete (only a
-            // personal token holds it): a challenge for an erasing tool
-            // would send the client to re-authorize for a scope it cannot
-            // get, whatever else its token lacks.
-            Some(_)
-                if tool.access() == zm_contracts::Access::Erase
-                    && auth.kind == zm_store::TokenKind::OauthAccess =>
-            {
-                ApiError::new(e)
-            }
             Some(_) if e.code == zm_contracts::ErrorCode::Forbidden => {
-                ApiError::insufficient_scope(e, zm_store::service::required_scopes(tool))
+                match zm_store::service::step_up_scopes(auth.kind, tool) {
+                    Some(scopes) => ApiError::insufficient_scope(e, scopes),
+                    None => ApiError::new(e),
+                }
             }
             _ => ApiError::new(e),
         })?;

@@ -42,10 +42,7 @@ pub mod web;
 
 pub use copy::{CopyError, CopyReport};
 pub use db::{Backend, OpenError, OpenOptions, sqlite_path, sqlite_url};
-pub use identity::{
-    Authenticated, NewToken, SCOPE_ACCOUNT_DELETE, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind,
-    User,
-};
+pub use identity::{Authenticated, NewToken, SCOPE_READ, SCOPE_WRITE, TokenInfo, TokenKind, User};
 pub use limits::{Limits, StorageSummary, Usage};
 pub use scopes::{ReadSet, Role};
 pub use service::{Cx, Handler, ToolMetrics, ToolService};

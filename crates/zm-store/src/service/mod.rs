@@ -621,6 +621,25 @@ pub fn required_scopes(tool: ToolName) -> &'static [&'static str] {
     }
 }
 
+/// The scopes a step-up challenge for `tool` names to a token of `kind`
+/// (RFC 6750 §3.1): every scope the call needs, or `None` when no token
+/// of that kind is ever granted them all (an OAuth sign-in never holds
+/// `account:delete`), so that re-authorizing could not help.
+pub fn step_up_scopes(
+    kind: crate::identity::TokenKind,
+    tool: ToolName,
+) -> Option<&'static [&'static str]> {
+    use crate::identity::TokenKind;
+    let needed = required_scopes(tool);
+    match kind {
+        TokenKind::Pat => Some(needed),
+        TokenKind::OauthAccess | TokenKind::OauthRefresh => needed
+            .iter()
+            .all(|s| crate::oauth::OAUTH_SCOPES.contains(s))
+            .then_some(needed),
+    }
+}
+
 fn authorize(caller: &Caller, tool: ToolName) -> Result<(), ToolError> {
     match missing_scope(caller, tool) {
         None => Ok(()),
