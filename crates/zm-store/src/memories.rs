@@ -792,14 +792,14 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await
                 .db("rule scope")?;
+                // (`visible_links` held that scope's teams, before the
+                // insert.)
                 let may_follow = match elsewhere {
                     None => true,
-                    Some(applies) => {
-                        self.hold_teams_of(&mut *tx, &[&applies]).await?;
-                        self.role_in(&mut *tx, &caller.user_id, &applies)
-                            .await?
-                            .is_some_and(zm_contracts::TeamRole::can_write)
-                    }
+                    Some(applies) => self
+                        .role_in(&mut *tx, &caller.user_id, &applies)
+                        .await?
+                        .is_some_and(zm_contracts::TeamRole::can_write),
                 };
                 let followed = if may_follow {
                     sqlx::query(

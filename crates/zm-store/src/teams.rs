@@ -190,6 +190,12 @@ impl Event<'_> {
     }
 }
 
+/// What a hand-over moves, as a statement template (`{from}`, `{path}`):
+/// the giver's shared memories in the scope. Every statement of it, and
+/// the revocation of rules delivered elsewhere before it, names them so.
+const GOING: &str =
+    "SELECT id FROM memories WHERE owner_id = {from} AND scope = {path} AND visibility = 'shared'";
+
 /// Do the same people govern rules delivered in `applies` as in `path`:
 /// the same scope, or two scopes of one team (its admins revoke what its
 /// steward holds in either)?
@@ -1071,7 +1077,7 @@ impl Store {
     }
 
     /// Give `from`'s shared memories in `path` (and what hangs on them) to
-    /// `to`. A private one stays `from`'s, where it is: it was never the
+    /// `to` (see [`GOING`]). A private one stays `from`'s, where it is: it was never the
     /// team's to keep, and the heir must not start reading it.
     async fn hand_over(
         &self,
@@ -1080,9 +1086,6 @@ impl Store {
         to: &str,
         path: &str,
     ) -> Result<(), ToolError> {
-        // What goes, in every statement: the giver's shared memories in
-        // the scope (the last statement moves them).
-        const GOING: &str = "SELECT id FROM memories WHERE owner_id = {from} AND scope = {path} AND visibility = 'shared'";
         let (from_arg, to_arg, path_arg) = (
             Arg::Str(from.to_string()),
             Arg::Str(to.to_string()),
@@ -1179,8 +1182,9 @@ impl Store {
         path: &str,
     ) -> Result<(), ToolError> {
         let rules = Sql::template(
-            "SELECT memory_id, applies_scope FROM rules WHERE owner_id = {from} AND layer <> 'user' AND status = 'promoted' \
-             AND memory_id IN (SELECT id FROM memories WHERE owner_id = {from} AND scope = {path} AND visibility = 'shared')",
+            &"SELECT memory_id, applies_scope FROM rules WHERE owner_id = {from} AND layer <> 'user' AND status = 'promoted' \
+              AND memory_id IN (GOING)"
+                .replace("GOING", GOING),
             values,
         )
         .query()
@@ -1655,24 +1659,40 @@ impl Store {
         let Some(owner) = self.scope_owner(tx, path).await? else {
             return Ok(false);
         };
+        let mut handed = false;
+        let left = [path.to_string()];
+        for member in self.stranded(tx, team_scope, path, &owner).await? {
+            self.hand_over(tx, &member, &owner, path).await?;
+            self.revoke_rules_left_behind(tx, &member, &left).await?;
+            handed = true;
+        }
+        Ok(handed)
+    }
+
+    /// The members of `team_scope` (but `except`) with no role left in
+    /// project `path` once it is no longer shared with that team.
+    async fn stranded(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        team_scope: &str,
+        path: &str,
+        except: &str,
+    ) -> Result<Vec<String>, ToolError> {
         let members: Vec<String> = sqlx::query_scalar(
             "SELECT user_id FROM scope_members WHERE scope = $1 AND user_id <> $2 ORDER BY user_id",
         )
         .bind(team_scope)
-        .bind(&owner)
+        .bind(except)
         .fetch_all(&mut *tx)
         .await
         .db("team members")?;
-        let mut handed = false;
-        let left = [path.to_string()];
-        for member in &members {
-            if self.role_in(&mut *tx, member, path).await?.is_none() {
-                self.hand_over(tx, member, &owner, path).await?;
-                self.revoke_rules_left_behind(tx, member, &left).await?;
-                handed = true;
+        let mut stranded = Vec::new();
+        for member in members {
+            if self.role_in(&mut *tx, &member, path).await?.is_none() {
+                stranded.push(member);
             }
         }
-        Ok(handed)
+        Ok(stranded)
     }
 
     /// Before `caller`'s account is erased: the projects it shared with
@@ -1714,18 +1734,7 @@ impl Store {
                 col(row, "team_scope")?,
                 col(row, "scope")?,
             );
-            let members: Vec<String> = sqlx::query_scalar(
-                "SELECT user_id FROM scope_members WHERE scope = $1 AND user_id <> $2 ORDER BY user_id",
-            )
-            .bind(&team_scope)
-            .bind(uid)
-            .fetch_all(&mut *tx)
-            .await
-            .db("team members")?;
-            for member in &members {
-                if self.role_in(&mut *tx, member, &path).await?.is_some() {
-                    continue;
-                }
+            for member in &self.stranded(tx, &team_scope, &path, uid).await? {
                 let ids: Vec<String> = sqlx::query_scalar(
                     "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND visibility = 'shared'",
                 )

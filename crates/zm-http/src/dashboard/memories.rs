@@ -310,7 +310,7 @@ fn facet_list(
             li class=(if chosen.is_none() { "on" } else { "" }) {
                 a href=(signed.href(&q.with(key, None))) { "Any" }
             }
-            @for (v, n) in values.iter().take(zm_store::web::FACET_VALUES) {
+            @for (v, n) in values {
                 li class=(if chosen == Some(v.as_str()) { "on" } else { "" }) {
                     a href=(signed.href(&q.with(key, Some(v)))) {
                         @if v.is_empty() { "(none)" } @else if key == "scope" { (scope_label(v, user_id)) } @else { (v) }
@@ -586,16 +586,13 @@ pub(crate) async fn edit(
         Ok(m) => m,
         Err(e) => return signed.error(&call_failure(e, &signed)),
     };
-    // Superseding needs the old memory live and the caller's own: otherwise
-    // the new text would stand beside it (remember retires only what the
-    // caller owns), two versions where the form promised one.
+    // Only its author supersedes a memory (remember retires only what the
+    // caller owns). Whether it is still live is the edit's own check, in
+    // its transaction (`ToolService::edit`).
     let refusal = match state.store.owns_memory(&caller, mid.as_str()).await {
         Err(e) => Some(e),
         Ok(false) => Some(zm_contracts::ToolError::forbidden(
             "A teammate wrote this memory: only its author can edit it.",
-        )),
-        Ok(true) if old.invalidated_at.is_some() => Some(zm_contracts::ToolError::conflict(
-            format!("Memory {id} was superseded or forgotten meanwhile: edit its newest version."),
         )),
         Ok(true) => None,
     };
