@@ -306,6 +306,24 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     page_is_clean(b, "team page")
     shoot(b, shots, "team")
 
+    # An open invitation: the team's admin withdraws it from the page.
+    status, body = srv.request_json("POST", "/api/teams/browsers/invitations", token,
+                                    {"email": "later@example.com", "role": "reader"})
+    check(status == 201, f"an invitation is sent: {status} {body}")
+    b.get(base + "/teams/browsers")
+    b.wait_for("ul#invitations form[action$='/withdraw'] button")
+    page_is_clean(b, "team page with an open invitation")
+    shoot(b, shots, "team-invitations")
+    if shots:
+        b.set_mobile()
+        b.driver.execute_script("document.getElementById('invitations').scrollIntoView()")
+        shoot(b, shots, "team-invitations-360")
+        b.set_desktop()
+    b.submit("ul#invitations form[action$='/withdraw'] button")
+    b.wait_for("#members")
+    check(not b.driver.find_elements("css selector", "ul#invitations"),
+          "the withdrawn invitation is listed no more")
+
     # A teammate's memory: the page says whose it is and offers no edit,
     # and a bulk move that takes it along lists it as not moved.
     srv.add_user("mate@example.com")
@@ -317,6 +335,29 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
                                                "kind": "convention", "scope": "team.browsers"})
     check(status == 200, f"the mate remembers into the team: {status} {body}")
     theirs = body.get("memory_id", "")
+    # The mate's own team, which the owner joins as a reader and leaves
+    # from its page.
+    status, body = srv.request_json("POST", "/api/teams", mate, {"slug": "mates"})
+    check(status == 201, f"the mate creates a team: {status} {body}")
+    status, body = srv.request_json("POST", "/api/teams/mates/invitations", mate,
+                                    {"email": email, "role": "reader"})
+    check(status == 201, f"the mate invites the owner: {status} {body}")
+    status, body = srv.request_json("POST", f"/api/invitations/{body.get('id', '')}/accept", token)
+    check(status == 200, f"the owner accepts: {status} {body}")
+    b.get(base + "/teams/mates")
+    b.wait_for("form#leave button")
+    check(b.text_of("#my-role") == "reader", "the owner is the mate team's reader")
+    page_is_clean(b, "a reader's team page")
+    shoot(b, shots, "team-member")
+    if shots:
+        b.set_mobile()
+        b.driver.execute_script("document.getElementById('leave').scrollIntoView()")
+        shoot(b, shots, "team-member-360")
+        b.set_desktop()
+    b.submit("form#leave button")
+    b.wait_for("main h1")
+    check(b.driver.current_url.endswith("/teams"), f"leaving returns to the teams: {b.driver.current_url}")
+    check("mates" not in b.text_of("main"), "the team left is listed no more")
     status, body = srv.tool(token, "remember", {"content": "Team decision: canary traffic is five percent.",
                                                 "kind": "decision", "scope": "team.browsers"})
     check(status == 200, f"the owner remembers into the team: {status} {body}")

@@ -161,13 +161,6 @@ fn detail_page(
         p { a href=(signed.href("/teams")) { "← Teams" } }
         h1 { (d.team.name) " " code { (d.team.scope) } }
         p { "Your role: " strong #my-role { (d.team.role.as_str()) } }
-        @if !admin {
-            form #leave method="post" action=(signed.href(&format!("/teams/{slug}/members/{}/remove", signed.session.user_id))) {
-                input type="hidden" name="csrf" value=(csrf);
-                button.danger type="submit" { "Leave this team" }
-                p.hint { "What you shared in its scopes stays with the team, and you no longer read it. An admin can invite you again." }
-            }
-        }
         h2 { "Members" }
         table #members {
             thead { tr { th { "Member" } th { "Role" } th { "Since" } @if admin { th { span.sr-only { "Actions" } } } } }
@@ -241,6 +234,14 @@ fn detail_page(
                     input #project type="text" name="project" required placeholder="proj.… or git@github.com:org/repo.git";
                 }
                 button.secondary type="submit" { "Share with the team" }
+            }
+        }
+        @if !admin {
+            h2 { "Leave" }
+            form #leave method="post" action=(signed.href(&format!("/teams/{slug}/members/{}/remove", signed.session.user_id))) {
+                input type="hidden" name="csrf" value=(csrf);
+                p.hint { "What you shared in its scopes stays with the team, and you no longer read it. An admin can invite you again." }
+                button.danger type="submit" { "Leave this team" }
             }
         }
         @if let Some(v) = admin_view {
