@@ -454,12 +454,20 @@ pub struct ListConflictsInput {
     #[serde(default = "default_conflict_limit")]
     #[garde(range(min = 1, max = 100))]
     pub limit: u32,
+    /// The previous page's `next_cursor`; omit for the first page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = MAX_PAGE_CURSOR))]
+    pub cursor: Option<String>,
 }
 
-/// Output of `list_conflicts`.
+/// Output of `list_conflicts`: one page, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ListConflictsOutput {
     pub conflicts: Vec<Conflict>,
+    /// Pass it as `cursor` (with the same `status` and `verdict`) for the
+    /// next, older page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// Input of `get_conflict`.
@@ -585,8 +593,9 @@ pub const EXPORT_PAGE_DEFAULT: u32 = 500;
 /// The most memories one `export_memories` page holds.
 pub const EXPORT_PAGE_MAX: u32 = 1000;
 
-/// Longest accepted `export_memories` cursor (the server issues far shorter).
-pub const MAX_EXPORT_CURSOR: usize = 128;
+/// Longest accepted page cursor, `export_memories`' or `list_conflicts'`
+/// (the server issues far shorter).
+pub const MAX_PAGE_CURSOR: usize = 128;
 
 fn default_export_limit() -> u32 {
     EXPORT_PAGE_DEFAULT
@@ -602,7 +611,7 @@ pub struct ExportMemoriesInput {
     pub scopes: Option<Vec<ReadScope>>,
     /// The previous page's `next_cursor`; omit for the first page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = MAX_EXPORT_CURSOR))]
+    #[garde(length(min = 1, max = MAX_PAGE_CURSOR))]
     pub cursor: Option<String>,
     /// Memories per page (at most 1000).
     #[serde(default = "default_export_limit")]

@@ -77,6 +77,7 @@ both_backends! {
     a_nul_character_is_refused_as_validation_failed_everywhere
     an_address_that_does_not_read_is_the_validation_page
     a_token_takes_the_password_and_a_password_change_may_revoke_tokens
+    the_review_page_pages_back_through_older_conflicts
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -730,6 +731,62 @@ async fn a_memory_page_shows_its_links_entities_and_conflicts_and_access_ends_mc
         )
         .await;
     assert_eq!(p.status, 404);
+    s.running.stop().await;
+}
+
+async fn the_review_page_pages_back_through_older_conflicts(s: Server) {
+    let (a, a_email, a_password) = person(&s.store, "review-pages").await;
+    let tools = zm_store::ToolService::new(s.store.clone());
+    let caller = Caller::new(a.id.clone());
+    let mut disputes = Vec::new();
+    for i in 0..101 {
+        let m = tools.call(&caller, zm_contracts::ToolName::Remember, &json!({"content": format!("Build agent {i} runs the nightly job."), "kind": "fact", "scope": "personal"})).await.unwrap().to_json();
+        let c = tools
+            .call(
+                &caller,
+                zm_contracts::ToolName::Challenge,
+                &json!({"memory_id": m["memory_id"], "reason": format!("agent {i} was retired")}),
+            )
+            .await
+            .unwrap()
+            .to_json();
+        disputes.push(c["dispute_id"].as_str().unwrap().to_string());
+    }
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &a_email, &a_password).await.status, 303);
+    let first = b.get(&s, "/review").await;
+    assert_eq!(first.status, 200);
+    let shown = |body: &str| {
+        disputes
+            .iter()
+            .filter(|d| body.contains(d.as_str()))
+            .count()
+    };
+    assert_eq!(shown(&first.body), 100, "a page of 100");
+    let older = first
+        .body
+        .split("rel=\"next\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("an Older link")
+        .replace("&amp;", "&");
+    assert!(older.contains("cursor=cfc_"), "{older}");
+    let second = b.get(&s, &older).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(shown(&second.body), 1, "the oldest, alone");
+    assert!(
+        second.body.contains(disputes[0].as_str()),
+        "the first filed is the oldest"
+    );
+    assert!(
+        !second.body.contains("rel=\"next\""),
+        "no page after the last"
+    );
+    assert!(second.body.contains("Newest"), "a way back");
+    // A cursor the server did not issue is the validation page.
+    let bad = b.get(&s, "/review?cursor=cfc_AAAA").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("cursor"), "{}", bad.body);
     s.running.stop().await;
 }
 

@@ -10,6 +10,7 @@ use zm_contracts::{
 };
 
 use crate::clock::rfc3339;
+use crate::cursor;
 use crate::db::DbResult;
 use crate::guard;
 use crate::rows::{FromAnyRow, col, corrupt_row, enum_col, opt_id_col};
@@ -217,26 +218,64 @@ impl Store {
         })
     }
 
-    /// The caller's conflicts, newest first.
+    /// The caller's conflicts, newest first: keyset-paged after the
+    /// cursor's position, `limit` at most. The filters are applied afresh on
+    /// every page; the cursor is only a position.
     pub(crate) async fn list_conflicts(
         &self,
         caller: &Caller,
         input: ListConflictsInput,
     ) -> Result<ListConflictsOutput, ToolError> {
+        let after = match &input.cursor {
+            Some(c) => Some(cursor::decode_conflicts(
+                &self.thread_key,
+                &caller.user_id,
+                c,
+            )?),
+            None => None,
+        };
+        let limit = input.limit.clamp(1, 100);
         let mut sql = owned_conflicts(CONFLICT_COLUMNS, &caller.user_id);
         sql.push(" AND c.status = ").bind_str(input.status.as_str());
         if let Some(v) = input.verdict {
             sql.push(" AND c.verdict = ").bind_str(v.as_str());
         }
+        if let Some(pos) = &after {
+            sql.push(" AND (c.created_at < ")
+                .bind_i64(pos.created_at)
+                .push(" OR (c.created_at = ")
+                .bind_i64(pos.created_at)
+                .push(" AND c.id < ")
+                .bind_str(&pos.id)
+                .push("))");
+        }
+        // One row past the page says whether another page follows.
         sql.push(" ORDER BY c.created_at DESC, c.id DESC LIMIT ")
-            .bind_i64(i64::from(input.limit.clamp(1, 100)));
-        let rows = sql
+            .bind_i64(i64::from(limit) + 1);
+        let mut rows = sql
             .query()
             .fetch_all(&self.pool)
             .await
             .db("list conflicts")?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let next_cursor = match rows.last() {
+            Some(last) if more => {
+                let pos = cursor::ConflictPosition {
+                    created_at: col(last, "created_at")?,
+                    id: col(last, "id")?,
+                };
+                Some(cursor::encode_conflicts(
+                    &self.thread_key,
+                    &caller.user_id,
+                    &pos,
+                ))
+            }
+            _ => None,
+        };
         Ok(ListConflictsOutput {
             conflicts: Conflict::from_rows(&rows)?,
+            next_cursor,
         })
     }
 

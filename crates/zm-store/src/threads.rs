@@ -38,7 +38,7 @@ use crate::clock::DAY_MS;
 pub const THREAD_TTL_MS: i64 = DAY_MS;
 const HOUR_MS: i64 = 3_600_000;
 const VERSION: u8 = 1;
-const TAG_LEN: usize = 12;
+pub(crate) const TAG_LEN: usize = 12;
 /// The contract's longest `thread` input.
 const MAX_TOKEN_CHARS: usize = 128;
 const PREFIX: &str = "thr_";

@@ -43,6 +43,62 @@ backend_tests! {
         assert_eq!((disputes.len(), fresh), (1, 1), "[{l}] one dispute, made once");
     }
 
+    /// `list_conflicts` pages newest first with a cursor: every conflict
+    /// once, in the order one long page gives, even when one already seen
+    /// is settled between pages; the cursor is the caller's own.
+    async fn conflicts_page_with_a_cursor(store: Store, l: &str) {
+        let (_, a) = user(&store, "conf-pages").await;
+        let (_, b) = user(&store, "conf-pages-b").await;
+        for i in 0..7 {
+            let m = mem(&store, &a, l, json!({"content": format!("Release train {i} leaves on a Tuesday."), "scope": "personal", "kind": "fact"})).await;
+            ok(call(&store, &a, "challenge", json!({"memory_id": m, "reason": format!("doubt {i}")})).await, l, "challenge");
+        }
+        let ids = |page: &serde_json::Value| -> Vec<String> {
+            page["conflicts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["dispute_id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let all = ok(call(&store, &a, "list_conflicts", json!({"limit": 100})).await, l, "one page");
+        assert!(all.get("next_cursor").is_none(), "[{l}] one page, no cursor: {all}");
+        let all = ids(&all);
+        assert_eq!(all.len(), 7, "[{l}]");
+
+        let mut seen = Vec::new();
+        let mut args = json!({"limit": 3});
+        let mut pages = 0;
+        loop {
+            let page = ok(call(&store, &a, "list_conflicts", args.clone()).await, l, "a page");
+            pages += 1;
+            seen.extend(ids(&page));
+            if pages == 1 {
+                // Settle one already listed: the next page does not move.
+                ok(call(&store, &a, "resolve_conflict", json!({"dispute_id": seen[0], "keep_both": true})).await, l, "resolve");
+            }
+            match page.get("next_cursor") {
+                Some(c) => {
+                    let c = c.as_str().unwrap().to_string();
+                    assert!(c.starts_with("cfc_"), "[{l}] {c}");
+                    // Another user's cursor, or an altered one: not a position.
+                    for (who, bad) in [(&b, c.clone()), (&a, format!("{c}A")), (&a, "exc_AAAA".to_string())] {
+                        let e = err(call(&store, who, "list_conflicts", json!({"cursor": bad})).await, ErrorCode::ValidationFailed, l, "a cursor not theirs");
+                        assert!(serde_json::to_string(&e).unwrap().contains("cursor"), "[{l}] {e:?}");
+                    }
+                    args["cursor"] = json!(c);
+                }
+                None => break,
+            }
+        }
+        assert_eq!((pages, seen), (3, all.clone()), "[{l}] 3 + 3 + 1, each once, newest first");
+        // The cursor is only a position: with the other status it lists the
+        // settled one only when it is older than the position.
+        let first = ok(call(&store, &a, "list_conflicts", json!({"limit": 1})).await, l, "first");
+        let after_newest = ok(call(&store, &a, "list_conflicts", json!({"status": "resolved", "cursor": first["next_cursor"]})).await, l, "resolved after");
+        assert_eq!(ids(&after_newest), Vec::<String>::new(), "[{l}] the settled one is the newest: nothing resolved after the second newest");
+    }
+
     async fn conflicts_challenge_list_get_resolve(store: Store, l: &str) {
         let (_, a) = user(&store, "conf-a").await;
         let (_, b) = user(&store, "conf-b").await;

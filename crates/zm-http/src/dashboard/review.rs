@@ -142,19 +142,30 @@ fn conflict_card(signed: &Signed, c: &Conflict) -> Markup {
     }
 }
 
-/// How many pending conflicts the page shows (`list_conflicts`' most).
+/// How many pending conflicts a page shows (`list_conflicts`' most).
 const REVIEW_PAGE: usize = 100;
 
+/// `GET /review`'s query: the page after `cursor` (a `next_cursor`).
+#[derive(serde::Deserialize)]
+pub(crate) struct ReviewQuery {
+    cursor: Option<String>,
+}
+
 /// `GET /review`.
-pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+pub(crate) async fn index(
+    State(state): State<AppState>,
+    signed: Signed,
+    super::PageQuery(q): super::PageQuery<ReviewQuery>,
+) -> Response {
     let rid = signed.request_id.as_deref();
+    let mut input = json!({"status": "pending", "limit": REVIEW_PAGE});
+    let cursor = q.cursor.filter(|c| !c.is_empty());
+    if let Some(c) = &cursor {
+        input["cursor"] = json!(c);
+    }
     let out = match state
         .tools
-        .call(
-            &signed.caller(),
-            ToolName::ListConflicts,
-            &json!({"status": "pending", "limit": REVIEW_PAGE}),
-        )
+        .call(&signed.caller(), ToolName::ListConflicts, &input)
         .await
     {
         Ok(ToolOutput::ListConflicts(o)) => o,
@@ -164,16 +175,25 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                 rid,
             ));
         }
-        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
+        Err(e) => return signed.error(&Failure::from_tool(e, rid).back_to("/review")),
     };
+    let older = out.next_cursor.as_deref().map(|c| {
+        let qs = serde_urlencoded::to_string([("cursor", c)]).unwrap_or_default();
+        signed.href(&format!("/review?{qs}"))
+    });
     let body = html! {
         h1 { "Review" }
         p.lead { "Conflicts and near-duplicates your agents found, newest first. What you decide is what an agent's " code { "resolve_conflict" } " would do." }
-        @if out.conflicts.len() >= REVIEW_PAGE {
-            p.muted #queue-more { "The newest " (REVIEW_PAGE) " are shown; older ones appear as you decide these." }
-        }
-        @if out.conflicts.is_empty() { p #queue-empty { "Nothing to review." } } @else {
+        @if out.conflicts.is_empty() {
+            p #queue-empty { @if cursor.is_some() { "No older conflicts." } @else { "Nothing to review." } }
+        } @else {
             ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(&signed, c)) } }
+        }
+        @if cursor.is_some() || older.is_some() {
+            div.pager #queue-pager {
+                @if cursor.is_some() { a href=(signed.href("/review")) { "← Newest" } }
+                @if let Some(href) = &older { a rel="next" href=(href) { "Older →" } }
+            }
         }
     };
     signed.page(StatusCode::OK, "Review", "/review", body)
