@@ -93,11 +93,13 @@ async fn no_store(mut resp: Response) -> Response {
     resp
 }
 
-/// The layers every route gets: the JSON fallback, panic capture (500
+/// The layers every route gets: the fallback (JSON; a 404 page to a
+/// browser outside the API), panic capture (500
 /// `internal`, cause only in the log), request ids and metrics.
 pub fn with_layers(routes: Router, state: AppState) -> Router {
+    let pages = state.clone();
     routes
-        .fallback(routes::fallback)
+        .fallback(move |req: axum::extract::Request| dashboard::fallback(pages.clone(), req))
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(axum::middleware::from_fn_with_state(state, request_id))
 }

@@ -78,6 +78,7 @@ both_backends! {
     an_address_that_does_not_read_is_the_validation_page
     a_token_takes_the_password_and_a_password_change_may_revoke_tokens
     the_review_page_pages_back_through_older_conflicts
+    forms_say_why_and_addresses_that_are_not_pages_answer_as_pages
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -787,6 +788,160 @@ async fn the_review_page_pages_back_through_older_conflicts(s: Server) {
     let bad = b.get(&s, "/review?cursor=cfc_AAAA").await;
     assert_eq!(bad.status, 400);
     assert!(bad.body.contains("cursor"), "{}", bad.body);
+    s.running.stop().await;
+}
+
+/// Two sign-in tabs both sign in; an inline form failure says the store's
+/// reason with the code's status; a form sent after the session ended
+/// returns to its page after sign-in; a move to no scope is refused before
+/// its confirmation; a form's address opened as a page, and an address
+/// nothing answers, are pages to a browser (JSON under `/api`).
+async fn forms_say_why_and_addresses_that_are_not_pages_answer_as_pages(s: Server) {
+    let (a, email, password) = person(&s.store, "forms-why").await;
+    // Two tabs show the sign-in form; the first one's still signs in.
+    let mut b = Browser::default();
+    let tab1 = b.get(&s, "/login").await;
+    let cookie1 = b.header();
+    let token1 = field(&tab1.body, "csrf").unwrap();
+    b.get(&s, "/login").await;
+    assert_eq!(
+        b.header(),
+        cookie1,
+        "the second tab keeps the browser's sign-in cookie"
+    );
+    let signed = b
+        .post(
+            &s,
+            "/login",
+            &[
+                ("csrf", &token1),
+                ("next", "/"),
+                ("email", &email),
+                ("password", &password),
+            ],
+        )
+        .await;
+    assert_eq!(signed.status, 303, "the first tab's form: {}", signed.body);
+
+    // The last admin of a team cannot delete the account: 409, and why.
+    let team = format!("formswhy{}", unique());
+    let input: zm_contracts::teams::CreateTeamInput =
+        zm_contracts::parse_input(&json!({"slug": team})).unwrap();
+    s.store
+        .create_team(&Caller::new(a.id.clone()), input)
+        .await
+        .unwrap();
+    let csrf = b.csrf(&s).await;
+    let p = b
+        .post(
+            &s,
+            "/account/delete",
+            &[
+                ("csrf", &csrf),
+                ("confirm", &email),
+                ("password", &password),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 409, "{}", p.body);
+    assert!(
+        p.body.contains("last admin") && p.body.contains(&team),
+        "the store's reason: {}",
+        p.body
+    );
+
+    // A move into no scope: refused at once, not confirmed first.
+    let m = remember(
+        &s.store,
+        &a.id,
+        "The staging database is rebuilt nightly.",
+        "personal",
+    )
+    .await;
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "move"),
+                ("scope", ""),
+                ("ids", &m),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(
+        !p.body.contains("id=\"confirm\""),
+        "no confirmation: {}",
+        p.body
+    );
+
+    // A form's address opened as a page.
+    let p = b.get(&s, "/access/tokens").await;
+    assert_eq!(p.status, 405, "{}", p.body);
+    assert!(
+        p.csp.is_some() && p.body.contains("not a page"),
+        "{}",
+        p.body
+    );
+    // Nothing at this address: a page to a browser, JSON to the API's clients.
+    let page = s
+        .http
+        .get(format!("{}/no-such-page", s.base))
+        .header("accept", "text/html,application/xhtml+xml")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 404);
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(page.headers().contains_key("content-security-policy"));
+    let api = s
+        .http
+        .get(format!("{}/api/no-such-route", s.base))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 404);
+    let body: serde_json::Value = api.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_found");
+
+    // The session ends; the edit form sent then comes back after sign-in.
+    let cookies = b.header();
+    b.post(&s, "/logout", &[("csrf", &csrf)]).await;
+    let sent = s
+        .http
+        .post(format!("{}/memories/{m}/edit", s.base))
+        .header("cookie", cookies)
+        .header("origin", s.base.clone())
+        .header("referer", format!("{}/memories/{m}", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}&content=changed"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 303);
+    assert_eq!(
+        sent.headers()["location"].to_str().unwrap(),
+        format!("/login?next=%2Fmemories%2F{m}"),
+    );
+    // A page of another origin is not where it returns.
+    let elsewhere = s
+        .http
+        .post(format!("{}/memories/{m}/edit", s.base))
+        .header("referer", "https://evil.example/memories/x")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("content=changed")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.headers()["location"].to_str().unwrap(), "/login");
     s.running.stop().await;
 }
 
@@ -1775,6 +1930,60 @@ async fn deleting_the_account_takes_its_email_and_password(s: Server) {
     assert!(
         s.store.user_by_id(&user.id).await.unwrap().is_none(),
         "erased"
+    );
+    s.running.stop().await;
+}
+
+/// The account's request budget spent: the page says the same wait as
+/// its `Retry-After`.
+#[tokio::test]
+async fn a_spent_account_budget_says_the_wait_it_sends() {
+    let (_dir, store) = common::store().await;
+    let (listener, _, base) = common::listen().await;
+    let mut cfg = HttpConfig::local(&base);
+    cfg.token_rate_limit = Some(3);
+    let limits = cfg.conn_limits();
+    let cancel = CancellationToken::new();
+    let state = zm_http::state(store.clone(), cfg);
+    let clock = state.limiter.clock().clone();
+    let app = zm_http::router_with_state(state, cancel.clone());
+    let s = Server {
+        base,
+        store,
+        running: common::serve(listener, app, limits, cancel),
+        _dir,
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
+    };
+    let (_, email, password) = person(&s.store, "budget").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let mut limited = None;
+    for i in 0..10 {
+        if i == 1 {
+            // Part of the budget's minute gone: the wait is less than one.
+            clock.advance(std::time::Duration::from_secs(17));
+        }
+        let r = s
+            .http
+            .get(format!("{}/", s.base))
+            .header("cookie", b.header())
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 429 {
+            limited = Some(r);
+            break;
+        }
+    }
+    let r = limited.expect("the budget runs out");
+    let wait = r.headers()["retry-after"].to_str().unwrap().to_string();
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains(&format!("Try again in {wait} seconds")),
+        "{wait}: {body}"
     );
     s.running.stop().await;
 }

@@ -280,7 +280,7 @@ pub(crate) async fn create_token(
             return signed.error(&f.back_to("/access"));
         }
         return match page_body(&state, &signed, None, &draft, Some(&f)).await {
-            Ok(body) => signed.page(StatusCode::BAD_REQUEST, "Access", "/access", body),
+            Ok(body) => signed.page(f.status(), "Access", "/access", body),
             Err(f) => signed.error(&f),
         };
     }

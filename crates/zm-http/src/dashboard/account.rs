@@ -116,11 +116,7 @@ async fn page(
             button.danger type="submit" { "Delete my account" }
         }
     };
-    let status = if failure.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
+    let status = failure.map_or(StatusCode::OK, Failure::status);
     signed.page(status, "Account", "/account", body)
 }
 

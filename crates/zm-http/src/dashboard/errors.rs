@@ -53,6 +53,11 @@ impl Failure {
             request_id,
         )
     }
+    /// The HTTP status of a page that shows this failure.
+    pub(crate) fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.error.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
     pub(crate) fn back_to(mut self, path: &str) -> Self {
         self.back = Some(path.to_string());
         self
@@ -124,10 +129,23 @@ impl Failure {
         html! {
             div.flash.error role="alert" {
                 p { (line) }
-                @if self.error.code == ErrorCode::ValidationFailed {
-                    @if fields.is_empty() { p { (self.error.message) } }
-                    @else if !unmarked.is_empty() {
-                        ul { @for (path, reason) in &unmarked { li { code { (path) } ": " (reason) } } }
+                @match self.error.code {
+                    ErrorCode::ValidationFailed => {
+                        @if fields.is_empty() { p { (self.error.message) } }
+                        @else if !unmarked.is_empty() {
+                            ul { @for (path, reason) in &unmarked { li { code { (path) } ": " (reason) } } }
+                        }
+                    }
+                    // The store's own words: which permission, what changed,
+                    // what was not found (never more than REST would say).
+                    ErrorCode::Forbidden | ErrorCode::Conflict | ErrorCode::NotFound => {
+                        p.reason { (self.error.message) }
+                    }
+                    ErrorCode::RateLimited => {
+                        p.retry { "Try again in " (self.retry_after.unwrap_or(60)) " seconds." }
+                    }
+                    ErrorCode::Internal | ErrorCode::Unauthorized => {
+                        p { "If it keeps happening, report this request id: " code.request-id { (self.request_id.as_deref().unwrap_or("unknown")) } }
                     }
                 }
                 @if !masked.is_empty() {
@@ -168,8 +186,7 @@ pub(crate) fn page(prefix: &PathPrefix, session: Option<&WebSession>, f: &Failur
         let back = f.back.as_deref().unwrap_or("/");
         return super::see_other(prefix, &super::login_then(prefix, back));
     }
-    let status =
-        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = f.status();
     let title = match code {
         ErrorCode::ValidationFailed => "Not valid",
         ErrorCode::Forbidden => "Not allowed",
@@ -195,7 +212,10 @@ pub(crate) fn page(prefix: &PathPrefix, session: Option<&WebSession>, f: &Failur
                     }
                 }
                 ErrorCode::Forbidden => { p.missing { (f.error.message) } }
-                ErrorCode::NotFound => { p { "It does not exist, or it is not yours to see." } }
+                ErrorCode::NotFound => {
+                    p { "It does not exist, or it is not yours to see." }
+                    p.reason { (f.error.message) }
+                }
                 ErrorCode::Conflict => {
                     p { (f.error.message) }
                     p { a.button href=(prefix.join(f.back.as_deref().unwrap_or("/"))) { "Reload" } }

@@ -104,6 +104,15 @@ fn form_page(
     layout::page(prefix, "Sign in", None, None, body)
 }
 
+/// The sign-in cookie this browser already holds, or a new one. Kept, so
+/// that every sign-in form open in the browser's tabs stays good (each is
+/// bound to the cookie); it is replaced on a successful sign-in only.
+fn login_cookie(headers: &HeaderMap) -> String {
+    cookie(headers, LOGIN_COOKIE)
+        .filter(|v| csrf::well_formed(v))
+        .unwrap_or_else(csrf::new_cookie)
+}
+
 /// `GET /login`.
 pub(crate) async fn page(
     State(state): State<AppState>,
@@ -117,7 +126,7 @@ pub(crate) async fn page(
     {
         return redirect(&next);
     }
-    let value = csrf::new_cookie();
+    let value = login_cookie(&headers);
     let mut resp = html(
         StatusCode::OK,
         form_page(&state, &prefix, &value, &next, "", None),
@@ -145,7 +154,7 @@ pub(crate) async fn submit(
     let next = local(&prefix, form.get("next"));
     let email = form.get("email").unwrap_or("").trim().to_string();
     let again = |failure: Failure, status: StatusCode| {
-        let value = csrf::new_cookie();
+        let value = login_cookie(&headers);
         let mut resp = html(
             status,
             form_page(&state, &prefix, &value, &next, &email, Some(&failure)),

@@ -701,6 +701,14 @@ pub(crate) async fn bulk(
             signed.request_id.as_deref(),
         ));
     }
+    if action == "move"
+        && let Err(e) = zm_contracts::validate::parse_input::<zm_contracts::MoveMemoriesInput>(
+            &json!({"memory_ids": ids, "scope": scope}),
+        )
+    {
+        // No confirmation of a move that cannot be made: say why first.
+        return signed.error(&call_failure(e, &signed).back_to("/"));
+    }
     if form.get("confirm") != Some("yes") {
         let what = if action == "forget" {
             format!(

@@ -104,11 +104,65 @@ pub fn routes(state: AppState) -> Router {
         )
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
+        .method_not_allowed_fallback(not_a_page)
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             refuse_nul_in_uri,
         ))
         .with_state(state)
+}
+
+/// A dashboard address opened with a method it does not take (a `GET` of
+/// a form's target, as a reload after a form leaves in the address bar):
+/// a page, not an empty 405.
+async fn not_a_page(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+) -> Response {
+    let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+    let failure = Failure::from_tool(
+        zm_contracts::ToolError::not_found(
+            "This address takes a form's answer; it is not a page to open.",
+        ),
+        request_id.as_deref(),
+    );
+    let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
+    *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    resp
+}
+
+/// What no route answers: the dashboard's 404 page to a browser asking
+/// for a page outside the API, MCP and OAuth paths; the API's JSON
+/// `not_found` to anything else.
+pub(crate) async fn fallback(state: AppState, req: axum::extract::Request) -> Response {
+    let wants_page = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    let path = req.uri().path();
+    let elsewhere = [
+        "/api/",
+        "/mcp",
+        "/oauth/",
+        "/.well-known/",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p));
+    if !wants_page || elsewhere {
+        return crate::routes::fallback().await.into_response();
+    }
+    let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+    let failure = Failure::from_tool(
+        zm_contracts::ToolError::not_found("No page has this address."),
+        request_id.as_deref(),
+    );
+    errors::page(&state.cfg.path_prefix(), None, &failure)
 }
 
 /// Refuse a dashboard request with an encoded NUL in its path or query
@@ -335,6 +389,24 @@ where
     }
 }
 
+/// The route of the dashboard page a request came from (its `Referer`),
+/// when that page is ours (our public URL's origin, a route [`login`]
+/// would return to) and not the front page.
+fn referer_route(state: &AppState, prefix: &PathPrefix, headers: &HeaderMap) -> Option<String> {
+    let from = url::Url::parse(headers.get(header::REFERER)?.to_str().ok()?).ok()?;
+    let ours = url::Url::parse(&state.cfg.public_url).ok()?;
+    if from.origin() != ours.origin() {
+        return None;
+    }
+    let public = match from.query() {
+        Some(q) => format!("{}?{q}", from.path()),
+        None => from.path().to_string(),
+    };
+    login::local_route(prefix, &public)
+        .filter(|r| *r != "/" && !r.starts_with("/login"))
+        .map(str::to_string)
+}
+
 impl FromRequestParts<AppState> for Signed {
     type Rejection = Response;
 
@@ -344,11 +416,14 @@ impl FromRequestParts<AppState> for Signed {
         let back = || {
             // The route asked for (the proxy stripped the prefix).
             let route = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            let target = if parts.method == axum::http::Method::GET && route != "/" {
-                login_then(&prefix, route)
+            let target = if parts.method == axum::http::Method::GET {
+                (route != "/").then(|| login_then(&prefix, route))
             } else {
-                "/login".to_string()
+                // A form sent after the session ended: back to the page
+                // that held it, when the browser says which (ours only).
+                referer_route(state, &prefix, &parts.headers).map(|r| login_then(&prefix, &r))
             };
+            let target = target.unwrap_or_else(|| "/login".to_string());
             see_other(&prefix, &target)
         };
         let Some(secret) = cookie(&parts.headers, SESSION_COOKIE) else {
@@ -359,21 +434,15 @@ impl FromRequestParts<AppState> for Signed {
                 // The account's request budget, the one its tokens draw
                 // on: a page runs the same tools.
                 if let Err(secs) = crate::auth::account_budget(state, &session.user_id).await {
-                    let mut page = errors::page(
-                        &prefix,
-                        None,
-                        &Failure::from_tool(
-                            zm_contracts::ToolError::rate_limited(format!(
-                                "Too many requests for this account; retry in {secs} s."
-                            )),
-                            request_id.as_deref(),
-                        ),
+                    let mut f = Failure::from_tool(
+                        zm_contracts::ToolError::rate_limited(format!(
+                            "Too many requests for this account; retry in {secs} s."
+                        )),
+                        request_id.as_deref(),
                     );
-                    if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
-                        page.headers_mut()
-                            .insert(axum::http::header::RETRY_AFTER, v);
-                    }
-                    return Err(page);
+                    // The page says the wait and sends it as `Retry-After`.
+                    f.retry_after = Some(secs);
+                    return Err(errors::page(&prefix, None, &f));
                 }
                 Ok(Signed {
                     session,

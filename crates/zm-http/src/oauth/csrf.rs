@@ -32,7 +32,12 @@ pub(super) fn cookie(headers: &HeaderMap) -> Option<String> {
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == COOKIE)
         .map(|(_, v)| v.to_string())
-        .filter(|v| v.len() == 43 && URL_SAFE_NO_PAD.decode(v).is_ok())
+        .filter(|v| well_formed(v))
+}
+
+/// Is `value` shaped like a cookie [`new_cookie`] makes?
+pub(crate) fn well_formed(value: &str) -> bool {
+    value.len() == 43 && URL_SAFE_NO_PAD.decode(value).is_ok()
 }
 
 /// The `Set-Cookie` value for `value` (an empty value and `max_age` 0
