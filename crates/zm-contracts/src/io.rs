@@ -523,15 +523,20 @@ pub struct PromoteRuleInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(skip)]
     pub applies_scope: Option<ScopePath>,
-    /// The rule as an imperative sentence; defaults to the memory's content.
+    /// The rule as an imperative sentence; defaults to the memory's content
+    /// (which must then fit: at most 2000 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(chars, min = 1, max = 2000), custom(opt_not_blank))]
+    #[garde(length(chars, min = 1, max = MAX_RULE_TEXT), custom(opt_not_blank))]
     pub rule_text: Option<String>,
     /// Re-promote a rule that was dismissed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(skip)]
     pub force: Option<bool>,
 }
+
+/// The longest rule text, in characters: `rule_text`, or the memory's
+/// content standing in for it.
+pub const MAX_RULE_TEXT: usize = 2000;
 
 /// Output of `promote_rule`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

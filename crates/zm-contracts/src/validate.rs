@@ -267,6 +267,14 @@ fn integral_floats_as_integers(v: &Value) -> Value {
     }
 }
 
+/// The `validation_failed` error of one field (`path`) and why.
+pub fn field_error(path: &str, reason: impl Into<String>) -> ToolError {
+    validation_error(vec![FieldError {
+        path: path.into(),
+        reason: reason.into(),
+    }])
+}
+
 /// Build the `validation_failed` error for a list of field errors.
 pub fn validation_error(fields: impl AsRef<[FieldError]>) -> ToolError {
     let fields = fields.as_ref();

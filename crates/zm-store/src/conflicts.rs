@@ -5,8 +5,7 @@ use zm_contracts::{
     ChallengeInput, ChallengeOutput, Conflict, ConflictResolution, ConflictSide, ConflictStatus,
     ConflictVerdict, GetConflictInput, GetConflictOutput, IdKind, ListConflictsInput,
     ListConflictsOutput, MemoryId, MemoryLinkType, ResolveConflictInput, ResolveConflictOutput,
-    ToolError,
-    validate::{FieldError, validation_error},
+    ToolError, validate::field_error,
 };
 
 use crate::clock::rfc3339;
@@ -115,13 +114,6 @@ impl Settlement {
             successor: None,
         }
     }
-}
-
-fn field_error(path: &str, reason: &str) -> ToolError {
-    validation_error(vec![FieldError {
-        path: path.into(),
-        reason: reason.into(),
-    }])
 }
 
 impl Store {

@@ -24,7 +24,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use zm_contracts::ToolError;
-use zm_contracts::validate::{FieldError, validation_error};
+use zm_contracts::validate::field_error;
 
 use crate::threads::{TAG_LEN, ThreadKey};
 
@@ -134,11 +134,10 @@ fn open(key: &ThreadKey, kind: &Kind, owner: &str, cursor: &str) -> Option<Vec<u
 }
 
 fn refused() -> ToolError {
-    validation_error(vec![FieldError {
-        path: "cursor".into(),
-        reason: "not a cursor this server issued to you: pass a `next_cursor` from an earlier page"
-            .into(),
-    }])
+    field_error(
+        "cursor",
+        "not a cursor this server issued to you: pass a `next_cursor` from an earlier page",
+    )
 }
 
 #[cfg(test)]

@@ -5,8 +5,7 @@ use zm_contracts::ids::{IdKind, parse_any_id};
 use zm_contracts::scope::ScopeSpec;
 use zm_contracts::{
     ConflictStatus, ConflictVerdict, EntitiesInput, EntitiesOutput, Entity, EntityType, LinkInput,
-    LinkKind, LinkOutput, MemoryLinkType, ToolError,
-    validate::{FieldError, validation_error},
+    LinkKind, LinkOutput, MemoryLinkType, ToolError, validate::field_error,
 };
 
 use crate::clock::rfc3339;
@@ -18,13 +17,6 @@ use crate::scopes::canonical_path;
 use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
-
-fn field_error(path: &str, reason: impl Into<String>) -> ToolError {
-    validation_error(vec![FieldError {
-        path: path.into(),
-        reason: reason.into(),
-    }])
-}
 
 /// An entity row (`id, name, type, scope, created_at`).
 impl FromAnyRow for Entity {

@@ -802,22 +802,26 @@ impl Store {
                         .is_some_and(zm_contracts::TeamRole::can_write),
                 };
                 let followed = if may_follow {
-                    sqlx::query(
+                    // A text that was the memory's content follows the
+                    // new content, cut to what a rule may hold.
+                    let follow = format!(
                         "UPDATE rules SET memory_id = $1, \
                      text = CASE WHEN text = (SELECT content FROM memories WHERE id = $2) \
-                                 THEN (SELECT content FROM memories WHERE id = $1) ELSE text END \
+                                 THEN substr((SELECT content FROM memories WHERE id = $1), 1, {}) ELSE text END \
                      WHERE memory_id = $2 AND owner_id = $3 \
                        AND (SELECT scope FROM memories WHERE id = $1) = $4 \
                        AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.memory_id = $1)",
-                    )
-                    .bind(memory_id)
-                    .bind(dst)
-                    .bind(&caller.user_id)
-                    .bind(&old_scope)
-                    .execute(&mut *tx)
-                    .await
-                    .db("rule follows its memory")?
-                    .rows_affected()
+                        zm_contracts::MAX_RULE_TEXT
+                    );
+                    sqlx::query(sqlx::AssertSqlSafe(follow))
+                        .bind(memory_id)
+                        .bind(dst)
+                        .bind(&caller.user_id)
+                        .bind(&old_scope)
+                        .execute(&mut *tx)
+                        .await
+                        .db("rule follows its memory")?
+                        .rows_affected()
                         > 0
                 } else {
                     false

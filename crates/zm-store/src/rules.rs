@@ -3,6 +3,7 @@
 
 use sqlx::any::AnyRow;
 use zm_contracts::scope;
+use zm_contracts::validate::field_error;
 use zm_contracts::{
     IdKind, MemoryId, PromoteRuleInput, PromoteRuleOutput, Rule, RuleLayer, RuleStatus, ToolError,
 };
@@ -163,12 +164,20 @@ impl Store {
                 (RuleLayer::Project, Some(memory_scope))
             }
         };
-        let text = input
-            .rule_text
-            .as_deref()
-            .map(str::trim)
-            .map(str::to_string)
-            .unwrap_or(source.content);
+        let text = match input.rule_text.as_deref() {
+            Some(t) => t.trim().to_string(),
+            None if source.content.chars().count() > zm_contracts::MAX_RULE_TEXT => {
+                return Err(field_error(
+                    "rule_text",
+                    format!(
+                        "the memory holds {} characters, more than a rule may: pass `rule_text` (at most {} characters)",
+                        source.content.chars().count(),
+                        zm_contracts::MAX_RULE_TEXT
+                    ),
+                ));
+            }
+            None => source.content,
+        };
         // On PostgreSQL a forget (or a hand-over) may have committed since
         // the memory was read: hold it now (after its teams) and look
         // again, so that a forget either waits for this rule and retires

@@ -38,8 +38,11 @@ pub const LOOP_HEADLINE_CHARS: usize = 400;
 pub const OPEN_LOOP_TTL_DAYS: i64 = 14;
 /// How many open loops a briefing lists.
 pub const OPEN_LOOPS_CAP: usize = 10;
-/// How far back `recent` looks.
+/// How far back `recent` looks, and how many it lists.
 pub const RECENT_DAYS: i64 = 14;
+pub const RECENT_CAP: usize = 5;
+/// The least a briefing memory inlines under a small `max_tokens`.
+pub const BUDGET_MIN_INLINE_CHARS: usize = 400;
 /// Rules delivered per layer (unpinned), and for how long after promotion.
 pub const RULES_CAP_PER_LAYER: usize = 12;
 pub const RULES_TTL_DAYS: i64 = 90;
@@ -597,10 +600,19 @@ impl FromAnyRow for ContextEdge {
     }
 }
 
+/// The rules a briefing delivers (each with its id) and the memories
+/// behind them.
+#[derive(Debug, Default)]
+struct Delivery {
+    rules: Vec<(String, Rule)>,
+    memories: HashSet<MemoryId>,
+}
+
 /// A promoted rule as a briefing delivers it.
 #[derive(Debug)]
 struct DeliveredRule {
     id: String,
+    memory_id: MemoryId,
     owner_id: String,
     text: String,
     layer: RuleLayer,
@@ -613,6 +625,7 @@ impl FromAnyRow for DeliveredRule {
     fn from_row(r: &AnyRow) -> Result<DeliveredRule, ToolError> {
         Ok(DeliveredRule {
             id: col(r, "id")?,
+            memory_id: MemoryId::from_trusted(col::<String>(r, "memory_id")?),
             owner_id: col(r, "owner_id")?,
             text: col(r, "text")?,
             layer: enum_col(r, "layer")?,
@@ -1289,8 +1302,9 @@ impl Store {
             .contents(caller, ranked.iter().map(|h| h.ranking.id.as_str()))
             .await?;
         // A hit deleted between the two queries (`delete_account` of its
-        // owner), or no longer the caller's to read (a removal from its
-        // team, an unsharing), is dropped, not shown.
+        // owner), forgotten or superseded meanwhile, or no longer the
+        // caller's to read (a removal from its team, an unsharing), is
+        // dropped, not shown.
         let hits = ranked
             .into_iter()
             .filter_map(|h| {
@@ -1306,9 +1320,9 @@ impl Store {
         Ok(Ranked { hits, disputes })
     }
 
-    /// The whole content of those of these memories the caller still
-    /// reads, by id (the visibility checked again: the ranking ran in
-    /// another statement).
+    /// The whole content of those of these memories that are still live
+    /// and the caller's to read, by id (both checked again: the ranking
+    /// ran in another statement).
     async fn contents<'a>(
         &self,
         caller: &Caller,
@@ -1320,7 +1334,8 @@ impl Store {
         }
         let mut sql =
             Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE m.id IN ");
-        sql.bind_list(ids).push(" AND ");
+        sql.bind_list(ids)
+            .push(" AND m.invalidated_at IS NULL AND ");
         push_visible(&mut sql, "m", &caller.user_id);
         let rows = sql.query().fetch_all(&self.pool).await.db("hit contents")?;
         rows.iter()
@@ -1554,24 +1569,48 @@ impl Store {
             ),
             None => (10, 10),
         };
+        let linked_cap = max_memories.div_ceil(2);
+        // What each memory inlined may hold: about 4 characters a token of
+        // the budget, shared by the memories and the linked ones.
+        let inline = input.max_tokens.map_or(INLINE_CHARS, |t| {
+            (t as usize).saturating_mul(4) / (max_memories + linked_cap)
+        });
+        let inline = inline.clamp(BUDGET_MIN_INLINE_CHARS, INLINE_CHARS);
         let now = self.now();
-        let promoted = if input.briefing {
-            self.promoted_memory_ids(caller).await?
+        // A briefing delivers some memories as rules: those are not listed
+        // again (a promoted memory whose rule is not delivered here, one
+        // past its 90 days or for another project, is).
+        let delivery = if input.briefing {
+            // Reading everything still delivers the pinned project's rules
+            // (and no other project's).
+            let rule_set = match (&plan.set, &plan.pin) {
+                (ReadSet::All, Some(pin)) => with_teams(
+                    ReadSet::Scopes(vec![
+                        caller.personal_scope(),
+                        caller.core_scope(),
+                        pin.clone(),
+                    ]),
+                    &plan.teams,
+                ),
+                _ => plan.set.clone(),
+            };
+            self.delivered_rules(caller, &rule_set).await?
         } else {
-            HashSet::new()
+            Delivery::default()
         };
+        let ruled = &delivery.memories;
         let hits: Vec<(Candidate, f64)> = self
             .ranked(
                 caller,
                 &input.topic,
                 &plan.set,
                 None,
-                max_memories + promoted.len().min(24),
+                max_memories + ruled.len(),
             )
             .await?
             .hits
             .into_iter()
-            .filter(|h| !promoted.contains(&h.memory.id))
+            .filter(|h| !ruled.contains(&h.memory.id))
             .take(max_memories)
             .map(|h| (h.memory, h.score))
             .collect();
@@ -1581,7 +1620,7 @@ impl Store {
             .iter()
             .map(|(c, score)| {
                 c.context(
-                    excerpt(&c.content, &terms, INLINE_CHARS),
+                    excerpt(&c.content, &terms, inline),
                     Some((score * 1e6).round() / 1e6),
                 )
             })
@@ -1625,13 +1664,7 @@ impl Store {
 
         // Linked memories: entity co-mentions and typed-link neighbours.
         let linked = self
-            .linked_memories(
-                caller,
-                &ids,
-                &entity_ids,
-                &plan.set,
-                max_memories.div_ceil(2),
-            )
+            .linked_memories(caller, &ids, &entity_ids, &plan.set, linked_cap, inline)
             .await?;
 
         // Thread assertion: only with a pinned project (a fresh signed
@@ -1661,24 +1694,11 @@ impl Store {
             session: Self::session_after_read(&plan, thread),
         };
         if input.briefing {
-            out.recent = self.recent(caller, &plan.set, &ids, &promoted, now).await?;
+            out.recent = self.recent(caller, &plan.set, &ids, ruled, now).await?;
             let (loops, total) = self.open_loops(caller, &plan.set, &ids, now).await?;
             out.open_loops = loops;
             out.open_loops_total = total;
-            // Reading everything still delivers the pinned project's rules
-            // (and no other project's).
-            let rule_set = match (&plan.set, &plan.pin) {
-                (ReadSet::All, Some(pin)) => with_teams(
-                    ReadSet::Scopes(vec![
-                        caller.personal_scope(),
-                        caller.core_scope(),
-                        pin.clone(),
-                    ]),
-                    &plan.teams,
-                ),
-                _ => plan.set.clone(),
-            };
-            out.rules = self.rules_for(caller, &rule_set).await?;
+            out.rules = delivery.rules.into_iter().map(|(_, r)| r).collect();
         }
         Ok(out)
     }
@@ -1716,6 +1736,7 @@ impl Store {
         entity_ids: &[EntityId],
         set: &ReadSet,
         cap: usize,
+        inline: usize,
     ) -> Result<Vec<ContextMemory>, ToolError> {
         let mut out: Vec<ContextMemory> = Vec::new();
         // Episodes and open loops have their own briefing legs.
@@ -1731,7 +1752,7 @@ impl Store {
                 && !excluded(c.kind)
                 && !out.iter().any(|m| m.id == c.id)
             {
-                out.push(c.context(headline(&c.content, INLINE_CHARS), None));
+                out.push(c.context(headline(&c.content, inline), None));
             }
         };
         // A reserved share for typed-link neighbours first.
@@ -1760,26 +1781,17 @@ impl Store {
         Ok(out)
     }
 
-    async fn promoted_memory_ids(&self, caller: &Caller) -> Result<HashSet<MemoryId>, ToolError> {
-        let ids: Vec<String> =
-            sqlx::query_scalar("SELECT memory_id FROM rules WHERE owner_id = $1 AND status = $2")
-                .bind(&caller.user_id)
-                .bind(crate::rules::RuleState::Promoted.as_str())
-                .fetch_all(&self.pool)
-                .await
-                .db("promoted ids")?;
-        Ok(ids.into_iter().map(MemoryId::from_trusted).collect())
-    }
-
     async fn recent(
         &self,
         caller: &Caller,
         set: &ReadSet,
         hit_ids: &[MemoryId],
-        promoted: &HashSet<MemoryId>,
+        ruled: &HashSet<MemoryId>,
         now: i64,
     ) -> Result<Vec<ContextMemory>, ToolError> {
-        // The caller's own authoritative writes of the last two weeks.
+        // The caller's own authoritative writes of the last two weeks, but
+        // for the briefing's hits and the memories it delivers as rules
+        // (left out before the limit, so older ones fill their places).
         let mut sql = Sql::new(&format!(
             "SELECT {CANDIDATE_COLUMNS} FROM memories m WHERE m.owner_id = "
         ));
@@ -1787,12 +1799,16 @@ impl Store {
         sql.push(" AND m.invalidated_at IS NULL AND m.kind IN ('decision', 'fact', 'gotcha', 'convention') AND m.created_at >= ");
         sql.bind_i64(now - RECENT_DAYS * DAY_MS).push(" AND ");
         push_read_set(&mut sql, "m", set);
-        sql.push(" ORDER BY m.created_at DESC, m.seq DESC LIMIT 20");
+        let shown: Vec<&str> = hit_ids.iter().chain(ruled).map(MemoryId::as_str).collect();
+        if !shown.is_empty() {
+            // (`NOT IN (NULL)`, an empty list's, would leave nothing.)
+            sql.push(" AND m.id NOT IN ").bind_list(shown);
+        }
+        sql.push(" ORDER BY m.created_at DESC, m.seq DESC LIMIT ")
+            .bind_i64(RECENT_CAP as i64);
         let rows = sql.query().fetch_all(&self.pool).await.db("recent")?;
         Ok(Candidate::from_rows(&rows)?
             .into_iter()
-            .filter(|c| !hit_ids.contains(&c.id) && !promoted.contains(&c.id))
-            .take(5)
             .map(|c| c.context(headline(&c.content, INLINE_CHARS), None))
             .collect())
     }
@@ -1846,6 +1862,7 @@ impl Store {
         Ok(self
             .delivered_rules(caller, set)
             .await?
+            .rules
             .into_iter()
             .map(|(_, r)| r)
             .collect())
@@ -1862,6 +1879,7 @@ impl Store {
         let mut ids: std::collections::HashSet<String> = self
             .delivered_rules(caller, &ReadSet::Scopes(Vec::new()))
             .await?
+            .rules
             .into_iter()
             .map(|(id, _)| id)
             .collect();
@@ -1880,6 +1898,7 @@ impl Store {
             ids.extend(
                 self.delivered_rules(caller, &set)
                     .await?
+                    .rules
                     .into_iter()
                     .map(|(id, _)| id),
             );
@@ -1887,17 +1906,14 @@ impl Store {
         Ok(ids)
     }
 
-    /// [`rules_for`](Self::rules_for), each rule with its id.
-    async fn delivered_rules(
-        &self,
-        caller: &Caller,
-        set: &ReadSet,
-    ) -> Result<Vec<(String, Rule)>, ToolError> {
+    /// [`rules_for`](Self::rules_for), each rule with its id, and the
+    /// memories behind them.
+    async fn delivered_rules(&self, caller: &Caller, set: &ReadSet) -> Result<Delivery, ToolError> {
         // The caller's own rules, and every member's rules for a scope the
         // caller reaches as a member (a team's or a shared project's).
         let reached = self.member_scopes(&caller.user_id).await?;
         let mut sql = Sql::new(
-            "SELECT owner_id, id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE status = ",
+            "SELECT owner_id, id, memory_id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE status = ",
         );
         sql.bind_str(crate::rules::RuleState::Promoted.as_str())
             .push(" AND (owner_id = ")
@@ -1908,10 +1924,11 @@ impl Store {
         let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         let now = self.now();
         let ttl = now - RULES_TTL_DAYS * DAY_MS;
-        let mut pinned: Vec<(String, Rule)> = Vec::new();
-        let mut user_layer: Vec<(String, Rule)> = Vec::new();
-        let mut team_layer: Vec<(String, Rule)> = Vec::new();
-        let mut project_layer: Vec<(String, Rule)> = Vec::new();
+        type Delivered = ((String, MemoryId), Rule);
+        let mut pinned: Vec<Delivered> = Vec::new();
+        let mut user_layer: Vec<Delivered> = Vec::new();
+        let mut team_layer: Vec<Delivered> = Vec::new();
+        let mut project_layer: Vec<Delivered> = Vec::new();
         for r in DeliveredRule::from_rows(&rows)? {
             let reaches = |a: &String| reached.contains(a);
             // A team's own scope is the team layer: its members get its
@@ -1931,7 +1948,7 @@ impl Store {
                 continue;
             }
             let rule = (
-                r.id,
+                (r.id, r.memory_id),
                 Rule {
                     text: r.text,
                     pinned: r.pinned,
@@ -1952,15 +1969,18 @@ impl Store {
                 }
             }
         }
-        let mut out: Vec<(String, Rule)> = Vec::new();
-        for r in pinned
+        let mut out = Delivery::default();
+        for ((id, memory), rule) in pinned
             .into_iter()
             .chain(user_layer)
             .chain(team_layer)
             .chain(project_layer)
         {
-            if !out.iter().any(|o| o.1.text == r.1.text) {
-                out.push(r);
+            // A rule saying what another already says is delivered once;
+            // its memory is said all the same.
+            out.memories.insert(memory);
+            if !out.rules.iter().any(|o| o.1.text == rule.text) {
+                out.rules.push((id, rule));
             }
         }
         Ok(out)

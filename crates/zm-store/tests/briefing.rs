@@ -215,4 +215,56 @@ backend_tests! {
         );
         assert!(out.closed, "[{label}] a stale loop is still closable");
     }
+
+    /// `max_tokens` bounds what the pack inlines: memories and linked
+    /// memories share about four characters a token (each at least 400).
+    async fn a_small_budget_cuts_what_the_pack_inlines(store: Store, label: &str) {
+        let (_, caller) = user(&store, "brief-budget").await;
+        for i in 0..6 {
+            let body = format!("Quasar calibration note {i}. ") + &"The telescope mirror is realigned before each run. ".repeat(100);
+            ok(remember(&store, &caller, json!({"content": body, "scope": "core", "kind": "fact", "entities": [{"name": "quasar-rig", "type": "tool"}]})).await, label, "long");
+        }
+        let pack = ok(build_context(&store, &caller, json!({"topic": "quasar calibration", "max_tokens": 600})).await, label, "600");
+        let chars: usize = pack
+            .memories
+            .iter()
+            .chain(&pack.linked_memories)
+            .map(|m| m.content.chars().count())
+            .sum();
+        assert_eq!(pack.memories.len(), 3, "[{label}]");
+        assert!(!pack.linked_memories.is_empty(), "[{label}] linked through the entity");
+        assert!(chars <= 600 * 4 + 10, "[{label}] {chars} characters for 600 tokens");
+        assert!(pack.memories.iter().all(|m| m.truncated == Some(true)), "[{label}] cut, and said so");
+        let wide = ok(build_context(&store, &caller, json!({"topic": "quasar calibration"})).await, label, "no budget");
+        assert!(wide.memories.iter().all(|m| m.content.chars().count() > 2000), "[{label}] without a budget, 2400 each");
+    }
+
+    /// A briefing leaves out only the memories it delivers as rules: one
+    /// whose rule is past its 90 days is listed again; `recent` fills its
+    /// five from older writes when the newest are the briefing's hits.
+    async fn a_briefing_lists_a_promoted_memory_whose_rule_it_does_not_deliver(store: Store, label: &str) {
+        let (_, caller) = user(&store, "brief-ruled").await;
+        for i in 0..3 {
+            ok(remember(&store, &caller, json!({"content": format!("Older fact {i}: the staging cluster has {i} spare nodes."), "scope": "personal", "kind": "fact"})).await, label, "older");
+        }
+        let m = ok(remember(&store, &caller, json!({"content": "Always run the pelican migrations with a dry run first.", "scope": "personal", "kind": "preference"})).await, label, "pref").memory_id;
+        ok(call(&store, &caller, "promote_rule", json!({"memory_id": m})).await, label, "promote");
+        for i in 0..22 {
+            ok(remember(&store, &caller, json!({"content": format!("Pelican fact {i}: the pelican job {i} ran clean."), "scope": "personal", "kind": "fact"})).await, label, "pelican");
+        }
+        let brief = |store: Store, caller: zm_store::Caller| async move {
+            build_context(&store, &caller, json!({"topic": "pelican", "briefing": true, "max_tokens": 4800})).await
+        };
+        let now = ok(brief(store.clone(), caller.clone()).await, label, "briefing");
+        assert!(now.rules.iter().any(|r| r.text.contains("dry run")), "[{label}] delivered as a rule");
+        assert!(now.memories.iter().all(|h| h.id != m), "[{label}] and not listed again");
+        let recent: Vec<&str> = now.recent.iter().map(|r| r.content.as_str()).collect();
+        assert_eq!(recent.len(), 3, "[{label}] the three older facts: {recent:?}");
+        assert!(recent.iter().all(|r| r.starts_with("Older fact")), "[{label}] {recent:?}");
+
+        store.clock().advance_ms(91 * 24 * 60 * 60 * 1000);
+        let later = ok(brief(store.clone(), caller.clone()).await, label, "91 days on");
+        assert!(later.rules.is_empty(), "[{label}] the rule is past its 90 days");
+        assert!(later.memories.iter().any(|h| h.id == m), "[{label}] so the memory is listed");
+    }
 }

@@ -366,4 +366,25 @@ backend_tests! {
         );
         assert_eq!(brief["project_scope"].as_str(), Some(project.as_str()), "[{l}] {brief}");
     }
+
+    /// A rule holds at most 2000 characters: a longer memory is promoted
+    /// only with a `rule_text`, and a rule following its memory's longer
+    /// new version is cut to 2000.
+    async fn a_rule_holds_at_most_2000_characters(store: Store, l: &str) {
+        let (_, a) = user(&store, "rules-long").await;
+        let long = mem(&store, &a, l, json!({"content": "Always tag releases. ".repeat(120), "scope": "personal", "kind": "preference"})).await;
+        let e = err(call(&store, &a, "promote_rule", json!({"memory_id": long})).await, ErrorCode::ValidationFailed, l, "2520 characters, no rule_text");
+        assert!(serde_json::to_string(&e).unwrap().contains("rule_text"), "[{l}] {e:?}");
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": long, "rule_text": "Always tag releases."})).await, l, "with rule_text");
+
+        let short = mem(&store, &a, l, json!({"content": "Never push on Fridays.", "scope": "personal", "kind": "preference"})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": short})).await, l, "its content");
+        let longer = "Never push on Fridays, nor on the eve of a holiday. ".repeat(50);
+        mem(&store, &a, l, json!({"content": longer, "scope": "personal", "kind": "preference", "links": [{"dst": short, "type": "supersedes"}]})).await;
+        let brief = ok(call(&store, &a, "build_context", json!({"topic": "push", "briefing": true})).await, l, "briefing");
+        let texts: Vec<&str> = brief["rules"].as_array().unwrap().iter().map(|r| r["text"].as_str().unwrap()).collect();
+        let followed = texts.iter().find(|t| t.contains("eve of a holiday")).unwrap_or_else(|| panic!("[{l}] the rule follows: {texts:?}"));
+        assert_eq!(followed.chars().count(), 2000, "[{l}] cut to 2000");
+        assert!(longer.starts_with(followed), "[{l}] its beginning");
+    }
 }
