@@ -1805,7 +1805,7 @@ impl Store {
             sql.push(" AND m.id NOT IN ").bind_list(shown);
         }
         sql.push(" ORDER BY m.created_at DESC, m.seq DESC LIMIT ")
-            .bind_i64(RECENT_CAP as i64);
+            .bind_i64(i64::try_from(RECENT_CAP).unwrap_or(i64::MAX));
         let rows = sql.query().fetch_all(&self.pool).await.db("recent")?;
         Ok(Candidate::from_rows(&rows)?
             .into_iter()
