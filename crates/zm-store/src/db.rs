@@ -215,6 +215,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0021_memory_deletions.sql"),
         data: None,
     },
+    Migration {
+        version: 22,
+        name: "fts_word_parts",
+        sqlite: include_str!("../../../migrations/sqlite/0022_fts_word_parts.sql"),
+        postgres: include_str!("../../../migrations/postgres/0022_fts_word_parts.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

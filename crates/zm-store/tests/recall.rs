@@ -483,6 +483,21 @@ backend_tests! {
         );
         assert!(!common.similar_existing.unwrap_or_default().is_empty(), "[{label}] the newest routine notes are near-duplicates");
     }
+
+    /// A file name, a host or an email address is found by its words on
+    /// both backends (PostgreSQL's parser kept each as one token, which no
+    /// query could name), in the every-word tier.
+    async fn paths_hosts_and_addresses_are_found_by_their_words(store: Store, l: &str) {
+        let (_, a) = user(&store, "recall-parts").await;
+        let m = mem(&store, &a, l, json!({"content": "The proxy config is /etc/nginx/nginx.conf; alerts go to ops@example.com.", "scope": "personal", "kind": "reference"})).await;
+        mem(&store, &a, l, json!({"content": "The deploy notes live in the wiki.", "scope": "personal", "kind": "reference"})).await;
+        for q in ["nginx.conf", "ops@example.com", "example.com alerts", "etc nginx"] {
+            let hits = ok(recall(&store, &a, json!({"query": q})).await, l, q).memories;
+            let first = hits.first().unwrap_or_else(|| panic!("[{l}] {q}: nothing found"));
+            assert_eq!(first.id.as_str(), m, "[{l}] {q}");
+            assert!(first.score >= 0.5, "[{l}] {q}: every word, score {}", first.score);
+        }
+    }
 }
 
 // ---------------------------------------------------------------- corrupt rows
