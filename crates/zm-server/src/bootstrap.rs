@@ -147,23 +147,32 @@ pub async fn on_serve_start(store: &Store, cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first start with `--first-start-output`: the file is created (mode
-/// `0600`) before the owner, so the secrets always have somewhere to go.
+/// The first start with `--first-start-output`: the file is created new
+/// (mode `0600`, `O_EXCL`: a file or a symbolic link already there is
+/// refused, never written through) before the owner, so the secrets
+/// always have somewhere to go.
 async fn first_start_to_file(store: &Store, cfg: &Config, path: &Path) -> anyhow::Result<()> {
-    let existed = path.exists();
-    let mut file = crate::files::create_private_file(path).with_context(|| {
-        format!(
-            "--first-start-output: cannot create {} (nothing was created in the database)",
+    let mut file = crate::files::create_new_private_file(path).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            "it already exists (a file or link left there: move it away, or name a new file)"
+                .to_string()
+        } else {
+            e.to_string()
+        };
+        anyhow!(
+            "--first-start-output: cannot create {}: {why}; nothing was created in the database",
             path.display()
         )
     })?;
-    let Some(first) = first_start(store, cfg).await? else {
-        // Another process created the owner meanwhile: nothing to write.
-        drop(file);
-        if !existed {
+    let first = match first_start(store, cfg).await {
+        Ok(Some(first)) => first,
+        // Another process created the owner meanwhile (nothing to write),
+        // or the owner could not be created: the empty file goes.
+        other => {
+            drop(file);
             let _ = std::fs::remove_file(path);
+            return other.map(|_| ());
         }
-        return Ok(());
     };
     print_first_start(&first, cfg, Some(path), &mut file).with_context(|| {
         format!(
@@ -311,5 +320,51 @@ mod tests {
             text.contains("/run/zm/first") && text.contains("0600"),
             "{text}"
         );
+    }
+
+    /// `--first-start-output` names a file to create: one already there
+    /// (or a symbolic link planted there) is refused and left as it was,
+    /// and no owner is created, so no secret exists that went nowhere. A
+    /// new file gets the secrets.
+    #[tokio::test]
+    async fn an_existing_first_start_output_is_refused_and_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config::defaults_in(dir.path().join("data"));
+        let store = Store::open_with(cfg.open_options()).await.unwrap();
+        let existing = dir.path().join("first-start.txt");
+        std::fs::write(&existing, "keep me").unwrap();
+        let mut refused = vec![existing.clone()];
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("link.txt");
+            std::os::unix::fs::symlink(&existing, &link).unwrap();
+            refused.push(link);
+            let dangling = dir.path().join("dangling.txt");
+            std::os::unix::fs::symlink(dir.path().join("nowhere.txt"), &dangling).unwrap();
+            refused.push(dangling);
+        }
+        for path in refused {
+            cfg.first_start_output = Some(path.clone());
+            let e = on_serve_start(&store, &cfg)
+                .await
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                e.contains("already exists") && e.contains(&path.display().to_string()),
+                "{e}"
+            );
+            assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+            assert!(!dir.path().join("nowhere.txt").exists(), "not followed");
+            assert!(store.list_users().await.unwrap().is_empty(), "no owner");
+        }
+        let new = dir.path().join("new.txt");
+        cfg.first_start_output = Some(new.clone());
+        on_serve_start(&store, &cfg).await.unwrap();
+        let text = std::fs::read_to_string(&new).unwrap();
+        assert!(
+            text.contains("password:") && text.contains("zm_pat_"),
+            "{text}"
+        );
+        assert_eq!(store.list_users().await.unwrap().len(), 1);
     }
 }

@@ -121,6 +121,49 @@ pub fn check_flag_placement(matches: &ArgMatches) -> Result<(), clap::Error> {
     }
 }
 
+/// A usage error as clap renders it (without colour), the password of
+/// every URL among the command-line arguments `args` hidden wherever the
+/// text quotes it: clap quotes raw arguments (`unexpected argument
+/// 'postgres://zm:S3cret@…'`, `invalid value …`), and such a line ends up
+/// in journald. URLs of clap's own text (a hint's
+/// `postgres://USER:PASSWORD@HOST:PORT/DB`) stay as they are.
+pub fn redacted_error(e: &clap::Error, args: &[String]) -> String {
+    use clap::error::ContextValue;
+    // Each argument whole (a password may hold a space or a quote), and
+    // the value of a `--flag=value`; then the values clap's context holds.
+    let mut quoted: Vec<&str> = Vec::new();
+    for arg in args {
+        quoted.push(arg);
+        if let Some((_, value)) = arg.split_once('=') {
+            quoted.push(value);
+        }
+    }
+    for (_, value) in e.context() {
+        match value {
+            ContextValue::String(s) => quoted.push(s),
+            ContextValue::Strings(v) => quoted.extend(v.iter().map(String::as_str)),
+            _ => {}
+        }
+    }
+    let mut text = e.render().to_string();
+    for raw in quoted {
+        if let Some(hidden) = without_password(raw) {
+            text = text.replace(raw, &hidden);
+        }
+    }
+    text
+}
+
+/// `raw` with the password of the URL in it hidden (`***`), when it holds
+/// one; `None` when there is nothing to hide.
+fn without_password(raw: &str) -> Option<String> {
+    if !raw.contains("://") {
+        return None;
+    }
+    let hidden = crate::config::redact_url(raw);
+    (hidden.contains("***") && !raw.contains("***")).then_some(hidden)
+}
+
 /// The leaf commands (`serve`, `user add`, …), or those that take the
 /// (visible) option with this id.
 pub fn leaf_commands(option: Option<&str>) -> Vec<String> {
@@ -565,6 +608,69 @@ pub fn parse_lifetime(raw: &str) -> Result<Lifetime, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A usage error of any kind says the URLs it quotes without their
+    /// password: an unexpected argument, an invalid value, as a separate
+    /// word or after `=`, a password with a space in it. Clap's own text
+    /// is left as it is.
+    #[test]
+    fn a_usage_error_never_shows_a_url_password() {
+        let owned = |args: &[&str]| args.iter().map(ToString::to_string).collect::<Vec<_>>();
+        for args in [
+            &["zero-memory", "copy", "postgres://zm:S3cret@db/zm"][..],
+            &[
+                "zero-memory",
+                "copy",
+                "--to",
+                "postgres://zm:S3cret@db/zm",
+                "extra",
+            ],
+            &[
+                "zero-memory",
+                "user",
+                "list",
+                "postgres://zm:S3cret@db/zm?sslmode=require",
+            ],
+            &[
+                "zero-memory",
+                "serve",
+                "--public-url=https://admin:S3cret@memory.example.com",
+            ],
+            &[
+                "zero-memory",
+                "migrate",
+                "--database-url",
+                "postgres://zm:S3 cret@",
+            ],
+            &[
+                "zero-memory",
+                "config",
+                "check",
+                "--max-sessions=postgres://zm:S3cret@db/zm",
+            ],
+        ] {
+            let e = command().try_get_matches_from(args).unwrap_err();
+            assert!(e.use_stderr(), "{args:?}: {e}");
+            let raw = e.render().to_string();
+            let text = redacted_error(&e, &owned(args));
+            assert!(
+                !text.contains("S3cret") && !text.contains("S3 cret"),
+                "{args:?}: {text}"
+            );
+            if raw.contains("S3") {
+                assert!(text.contains("***"), "{args:?}: {text}");
+            }
+        }
+        // Nothing to hide: the text as clap renders it, its hint's
+        // `postgres://USER:PASSWORD@…` included.
+        for args in [
+            &["zero-memory", "copy", "https://memory.example.com"][..],
+            &["zero-memory", "migrate", "--database-url", "mysql://x"],
+        ] {
+            let e = command().try_get_matches_from(args).unwrap_err();
+            assert_eq!(redacted_error(&e, &owned(args)), e.render().to_string());
+        }
+    }
 
     #[test]
     fn lifetimes() {

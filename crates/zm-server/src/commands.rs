@@ -422,12 +422,11 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
 async fn migrate(cfg: &Config) -> anyhow::Result<()> {
     let store = create_store(cfg).await?;
     store.close().await;
-    println!(
+    say(format!(
         "{}: schema version {}",
         cfg.database_url_redacted(),
         zm_store::db::latest_schema_version()
-    );
-    Ok(())
+    ))
 }
 
 // --------------------------------------------------------------------- copy
@@ -457,16 +456,18 @@ async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot copy {} into {shown}", cfg.database_url_redacted()))?;
     store.close().await;
-    for (table, rows) in &report.tables {
-        println!("{table}\t{rows}");
-    }
+    // The copy is made: a reader gone early does not hide the note below.
+    let listed = report
+        .tables
+        .iter()
+        .try_for_each(|(table, rows)| say(format!("{table}\t{rows}")));
     eprintln!(
         "copied {} memories of {} users from {} into {shown}; point ZM_DATABASE_URL at it to serve from it",
         report.rows("memories"),
         report.rows("users"),
         cfg.database_url_redacted()
     );
-    Ok(())
+    listed
 }
 
 // ------------------------------------------------------------------ reindex
@@ -530,15 +531,14 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
     let rate = done as f64 / secs.max(1e-3);
     let refused = done.saturating_sub(embedded);
     if refused == 0 {
-        println!(
+        say(format!(
             "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s): every live memory has a vector of {model}"
-        );
+        ))
     } else {
-        println!(
+        say(format!(
             "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s); the model refused {refused}, which recall finds by full text only (`reindex --all` tries them again)"
-        );
+        ))
     }
-    Ok(())
 }
 
 // ------------------------------------------------------------------ users

@@ -660,7 +660,7 @@ knobs! {
             default: none,
             shown: "unset (stdout)",
             parse: parse_file,
-            help: "File the first start of `serve` writes the owner's password and token to (created with mode `0600`), instead of stdout.",
+            help: "File the first start of `serve` writes the owner's password and token to (created new, with mode `0600`; a path that exists is refused), instead of stdout.",
             doc: "A service's stdout often ends up in its logs (journald, `docker logs`): set this to keep the first-start secrets out of them. Written only on the first start (no user in the database); read it, then delete it.",
         },
         test_anonymous_user: String {
@@ -1204,7 +1204,13 @@ fn toml_raw(v: &toml::Value) -> Result<String, String> {
             for i in items {
                 match i {
                     toml::Value::String(s) => out.push(s.clone()),
-                    other => return Err(format!("list items must be strings, found {other}")),
+                    // Its type, not its text: a value may hold a password.
+                    other => {
+                        return Err(format!(
+                            "list items must be strings, found a TOML {}",
+                            other.type_str()
+                        ));
+                    }
                 }
             }
             // An explicit empty list: no item (for capped_clients, no client).
@@ -1214,9 +1220,25 @@ fn toml_raw(v: &toml::Value) -> Result<String, String> {
             Ok(out.join(","))
         }
         other => Err(format!(
-            "expected a string, a number, a boolean or a list of strings, found {other}"
+            "expected a string, a number, a boolean or a list of strings, found a TOML {}",
+            other.type_str()
         )),
     }
+}
+
+/// The line and column (from 1, the column in characters) of byte
+/// `offset` in `text`.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut at = offset.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
 }
 
 /// Read the TOML file into key → raw value; an unknown key is an error.
@@ -1235,10 +1257,16 @@ fn read_file(path: &Path, errors: &mut Vec<String>) -> BTreeMap<String, String> 
     let table: toml::Table = match text.parse() {
         Ok(t) => t,
         Err(e) => {
+            // The parser's message and where, never the line itself: it
+            // may hold the database password (an unquoted URL).
+            let at = e.span().map_or_else(String::new, |span| {
+                let (line, column) = line_and_column(&text, span.start);
+                format!(" (line {line}, column {column})")
+            });
             errors.push(format!(
-                "{CONFIG_ENV}: {} is not valid TOML: {}",
+                "{CONFIG_ENV}: {} is not valid TOML: {}{at}",
                 path.display(),
-                e.to_string().trim()
+                e.message().trim()
             ));
             return out;
         }
@@ -1546,7 +1574,12 @@ impl Config {
 pub fn check_database_url(raw: &str) -> Result<(), String> {
     if raw.starts_with("sqlite:") {
         let path = zm_store::sqlite_path(raw);
-        if path.as_deref().is_none_or(|p| p.as_os_str() == ":memory:") {
+        // `?mode=memory` serves a database held in memory, whatever the
+        // path: everything is lost at exit.
+        let in_memory = raw.split_once('?').is_some_and(|(_, query)| {
+            url::form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "mode" && v == "memory")
+        });
+        if in_memory || path.as_deref().is_none_or(|p| p.as_os_str() == ":memory:") {
             return Err(format!(
                 "{:?} names no database file (write sqlite:///absolute/path.db)",
                 redact_url(raw)
@@ -1872,6 +1905,52 @@ mod tests {
         }
     }
 
+    /// A file that is not valid TOML is reported by the parser's message
+    /// and the line, never by the line's text: an unquoted database URL
+    /// holds the password.
+    #[test]
+    fn a_toml_syntax_error_names_the_line_but_never_quotes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zm.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\ndatabase_url = postgres://zm:S3cret@db/zm\n",
+        )
+        .unwrap();
+        let mut i = env(&[("ZM_DATA_DIR", "/tmp/x")]);
+        i.config_file = Some(path);
+        let errs = Config::load(&i).unwrap_err();
+        let error = errs
+            .iter()
+            .find(|e| e.contains("is not valid TOML"))
+            .unwrap_or_else(|| panic!("{errs:?}"));
+        assert!(error.contains("line 2"), "{error}");
+        for e in &errs {
+            assert!(!e.contains("S3cret") && !e.contains("postgres://"), "{e}");
+        }
+        // Valid TOML of the wrong type: named by its type, not its text.
+        std::fs::write(
+            i.config_file.as_ref().unwrap(),
+            "database_url = { url = \"postgres://zm:S3cret@db/zm\" }\n",
+        )
+        .unwrap();
+        let errs = Config::load(&i).unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("ZM_DATABASE_URL") && e.contains("found a TOML table")),
+            "{errs:?}"
+        );
+        for e in &errs {
+            assert!(!e.contains("S3cret"), "{e}");
+        }
+        assert_eq!(line_and_column("a\nbé = x", 7), (2, 5), "in characters");
+        assert_eq!(
+            line_and_column("a\nbé = x", 4),
+            (2, 2),
+            "inside a character"
+        );
+    }
+
     #[test]
     fn an_empty_value_counts_as_not_set() {
         let dir = tempfile::tempdir().unwrap();
@@ -1994,6 +2073,39 @@ mod tests {
             .find(|(k, _, _)| k.key == "database_url")
             .unwrap();
         assert!(!shown.1.contains("pw@"), "{shown:?}");
+    }
+
+    /// A SQLite URL that names no file, or a database held in memory
+    /// (`:memory:`, `?mode=memory`: everything lost at exit), is refused;
+    /// a file is not.
+    #[test]
+    fn an_in_memory_sqlite_database_is_refused() {
+        for bad in [
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite:///var/lib/zm/zm.db?mode=memory",
+            "sqlite:///var/lib/zm/zm.db?cache=shared&mode=memory",
+            "sqlite://?mode=rwc",
+        ] {
+            let e = check_database_url(bad).unwrap_err();
+            assert!(e.contains("names no database file"), "{bad}: {e}");
+        }
+        for good in [
+            "sqlite:///var/lib/zm/zm.db",
+            "sqlite:///var/lib/zm/zm.db?mode=rwc",
+            "sqlite:relative.db?mode=ro",
+        ] {
+            assert_eq!(check_database_url(good), Ok(()), "{good}");
+        }
+        let errs = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/tmp/x"),
+            ("ZM_DATABASE_URL", "sqlite:///tmp/x/zm.db?mode=memory"),
+        ]))
+        .unwrap_err();
+        assert!(
+            errs.iter().any(|e| e.starts_with("ZM_DATABASE_URL")),
+            "{errs:?}"
+        );
     }
 
     #[test]

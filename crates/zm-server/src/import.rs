@@ -10,7 +10,7 @@ use zm_store::importer::{ImportFormat, ImportInto, Summary, import_text};
 use zm_store::{Caller, ToolService, Transport};
 
 use crate::cli::{ImportArgs, ImportFormat as FormatArg, ImportTargetArg};
-use crate::commands::{find_user, open_store, usable};
+use crate::commands::{find_user, open_store, say, usable};
 use crate::config::Config;
 
 /// `zero-memory import`.
@@ -44,11 +44,13 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
     )
     .await;
     store.close().await;
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+    // Whether stdout took the summary or not (a reader gone early), the
+    // bad lines are said on stderr and fail the command.
+    let printed = if args.json {
+        say(serde_json::to_string(&summary)?)
     } else {
-        print_summary(&summary, &args.file, &user.email);
-    }
+        print_summary(&summary, &args.file, &user.email)
+    };
     for w in &summary.warnings {
         eprintln!("warning: {w}");
     }
@@ -62,18 +64,23 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
             summary.lines
         );
     }
-    Ok(())
+    printed
 }
 
-fn print_summary(s: &Summary, file: &Path, email: &str) {
-    println!("imported {} ({}) for {email}", file.display(), s.format);
+/// The import's summary on stdout ([`say`]).
+fn print_summary(s: &Summary, file: &Path, email: &str) -> anyhow::Result<()> {
+    say(format!(
+        "imported {} ({}) for {email}",
+        file.display(),
+        s.format
+    ))?;
     if s.format == "server-memory" {
-        println!(
+        say(format!(
             "  lines:     {} ({} entities, {} relations)",
             s.lines, s.entities, s.relations
-        );
+        ))?;
     } else {
-        println!("  lines:     {}", s.lines);
+        say(format!("  lines:     {}", s.lines))?;
     }
     let mut mem = format!(
         "  memories:  {} imported, {} already present, {} skipped (imported before)",
@@ -85,14 +92,15 @@ fn print_summary(s: &Summary, file: &Path, email: &str) {
             s.invalidated_skipped
         ));
     }
-    println!("{mem}");
+    say(mem)?;
     if s.format == "server-memory" {
-        println!(
+        say(format!(
             "  edges:     {} created, {} already existed",
             s.edges_created, s.edges_existing
-        );
+        ))?;
     }
     if !s.errors.is_empty() {
-        println!("  errors:    {}", s.errors.len());
+        say(format!("  errors:    {}", s.errors.len()))?;
     }
+    Ok(())
 }

@@ -8,19 +8,17 @@ use clap::FromArgMatches;
 use zm_server::config::Inputs;
 use zm_server::{cli, commands};
 
-/// Exit with clap's message, a rejected value's password hidden: clap
-/// quotes the raw value (`invalid value 'postgres://zm:S3cret@…'`), and
-/// such a line ends up in journald.
+/// Exit with clap's message, every URL password in it hidden
+/// ([`cli::redacted_error`]): clap quotes raw arguments, and such a line
+/// ends up in journald. `--help` and `--version` print as clap prints them.
 fn exit_redacted(e: &clap::Error) -> ! {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if e.kind() != ErrorKind::ValueValidation {
+    if !e.use_stderr() {
         e.exit();
     }
-    let mut text = e.render().to_string();
-    if let Some(ContextValue::String(raw)) = e.get(ContextKind::InvalidValue) {
-        text = text.replace(raw.as_str(), &zm_server::config::redact_url(raw));
-    }
-    eprint!("{text}");
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    eprint!("{}", cli::redacted_error(e, &args));
     std::process::exit(e.exit_code());
 }
 
@@ -30,11 +28,11 @@ fn main() -> ExitCode {
         Err(e) => exit_redacted(&e),
     };
     if let Err(e) = cli::check_flag_placement(&matches) {
-        e.exit();
+        exit_redacted(&e);
     }
     let parsed = match cli::Cli::from_arg_matches(&matches) {
         Ok(c) => c,
-        Err(e) => e.exit(),
+        Err(e) => exit_redacted(&e),
     };
     let inputs = Inputs::from_matches(&matches);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

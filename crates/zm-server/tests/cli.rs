@@ -500,6 +500,62 @@ fn a_list_ends_quietly_for_a_reader_gone_and_fails_on_a_full_disk() {
     }
 }
 
+/// `migrate` and `import` whose reader has gone before they print (a
+/// closed pipe) end quietly and successfully, as a list does: no panic
+/// (exit 101), and the work is done.
+#[cfg(target_os = "linux")]
+#[test]
+fn migrate_and_import_end_quietly_for_a_reader_gone() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let file = fixture("server-memory.jsonl");
+    let file = file.to_str().unwrap();
+    let import = [
+        "import",
+        "--user",
+        "alice@example.com",
+        "--format",
+        "server-memory",
+        file,
+    ];
+    let mut with_json = import.to_vec();
+    with_json.push("--json");
+    for args in [&["migrate"][..], &import[..], &with_json[..]] {
+        let mut child = env
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let again = import_json(&env, &import[1..]);
+    assert_eq!(again["memories_imported"], 0, "imported before: {again}");
+}
+
+/// A usage error of any kind (here an unexpected argument, `--to`
+/// forgotten) quotes a database URL without its password.
+#[test]
+fn a_usage_error_quotes_a_url_without_its_password() {
+    let env = Env::new();
+    let out = env.run(&["copy", "postgres://zm:S3cret@db/zm"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("unexpected argument")
+            && err.contains("postgres://zm:***@db/zm")
+            && !err.contains("S3cret"),
+        "{err}"
+    );
+}
+
 #[test]
 fn migrate_creates_the_database() {
     let env = Env::new();

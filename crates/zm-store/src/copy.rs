@@ -14,7 +14,7 @@
 
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, AssertSqlSafe, Row};
+use sqlx::{AnyConnection, AssertSqlSafe, Connection, Row};
 
 use crate::db::{self, Backend, OpenError, OpenOptions};
 use crate::store::Store;
@@ -67,6 +67,10 @@ pub const DERIVED_TABLES: &[&str] = &[
     "memory_deletions",
 ];
 
+/// Tables of older schemas that a later migration drops: an empty
+/// database of an older release is still ours, not another application's.
+const FORMER_TABLES: &[&str] = &["session_threads"];
+
 /// Tables a destination may hold rows of and still count as empty (the
 /// copy replaces them): the keys a server makes at its first open, and
 /// the rate-limit windows and sign-in failures of a server that ran with
@@ -98,9 +102,9 @@ impl CopyReport {
 pub enum CopyError {
     #[error(transparent)]
     Open(#[from] OpenError),
-    #[error(
-        "the destination already holds data (table {0} has rows): copy into a new, empty database"
-    )]
+    /// The destination holds data: a row in one of our tables, or a
+    /// table that is not ours (another application's database).
+    #[error("the destination already holds data (table {0}): copy into a new, empty database")]
     NotEmpty(String),
     #[error("table {table}, column {column}: type {kind:?} cannot be copied")]
     UnknownType {
@@ -229,6 +233,21 @@ impl Store {
     /// the destination holds data (this database itself does, unless it
     /// holds nothing to copy).
     pub async fn copy_into(&self, to: &OpenOptions) -> Result<CopyReport, CopyError> {
+        // A SQLite file is looked at on a plain connection first: opening
+        // it the store's way turns on its write-ahead log, a change to the
+        // file (another application's database named by mistake is left
+        // as it was).
+        if let Some(path) = db::sqlite_path(&to.url)
+            && path.exists()
+        {
+            sqlx::any::install_default_drivers();
+            let mut conn = AnyConnection::connect(&to.url)
+                .await
+                .map_err(OpenError::from)?;
+            let held = refuse_held(&mut conn, Backend::Sqlite).await;
+            conn.close().await?;
+            held?;
+        }
         let (dest, backend) = db::connect(to).await?;
         let result = self.copy_to_pool(&dest, backend).await;
         dest.close().await;
@@ -246,12 +265,7 @@ impl Store {
         // check is made again in the copy's transaction.
         {
             let mut conn = dest.acquire().await?;
-            let present = table_names(&mut conn, backend).await?;
-            for table in COPIED_TABLES {
-                if present.iter().any(|t| t == table) {
-                    holds_rows(&mut conn, table).await?;
-                }
-            }
+            refuse_held(&mut conn, backend).await?;
         }
         db::migrate(dest, backend, &self.clock, true).await?;
         // The source in one snapshot: SQLite's read transaction holds its
@@ -300,6 +314,25 @@ impl Store {
         src.rollback().await?;
         Ok(report)
     }
+}
+
+/// `NotEmpty` when the destination holds data: a table that is not ours
+/// (another application's, empty or not), or a row in one of ours (the
+/// tables a copy replaces aside).
+async fn refuse_held(conn: &mut AnyConnection, backend: Backend) -> Result<(), CopyError> {
+    let present = table_names(&mut *conn, backend).await?;
+    let ours = |t: &str| {
+        COPIED_TABLES.contains(&t) || DERIVED_TABLES.contains(&t) || FORMER_TABLES.contains(&t)
+    };
+    if let Some(foreign) = present.iter().find(|t| !ours(t.as_str())) {
+        return Err(CopyError::NotEmpty(foreign.clone()));
+    }
+    for table in COPIED_TABLES {
+        if present.iter().any(|t| t == table) {
+            holds_rows(&mut *conn, table).await?;
+        }
+    }
+    Ok(())
 }
 
 /// `NotEmpty` when `table` has a row (the tables a copy replaces aside).
@@ -659,6 +692,52 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(version, db::latest_schema_version() - 1, "not migrated");
+    }
+
+    /// A destination holding another application's table (a SQLite file
+    /// named by mistake) is refused naming that table, before anything is
+    /// written to it: none of our tables is made there, and its journal
+    /// mode stays as it was.
+    #[tokio::test]
+    async fn a_destination_holding_another_applications_table_is_refused() {
+        let (_dir, source, _) = populated().await;
+        let scratch = tempfile::tempdir().unwrap();
+        let url = crate::sqlite_url(&scratch.path().join("notes.db"));
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("CREATE TABLE notes(x)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO notes VALUES(1)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+
+        let refused = source.copy_into(&OpenOptions::new(url.clone())).await;
+        assert!(
+            matches!(refused, Err(CopyError::NotEmpty(ref t)) if t == "notes"),
+            "{refused:?}"
+        );
+        let message = refused.unwrap_err().to_string();
+        assert!(
+            message.contains("already holds data") && message.contains("notes"),
+            "{message}"
+        );
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        let tables: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(tables, ["notes"], "nothing of ours was made");
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(mode.to_lowercase(), "delete", "not switched to WAL");
+        conn.close().await.unwrap();
     }
 
     /// Every table of the schema is either copied or derived by the

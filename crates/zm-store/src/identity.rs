@@ -221,7 +221,8 @@ pub fn normalize_email(email: &str) -> Result<String, ToolError> {
 pub const MAX_PASSWORD_BYTES: usize = 4096;
 
 fn hash_password(password: &str) -> Result<String, ToolError> {
-    if password.len() < 8 {
+    // Characters, as the message says: "éééé" is 8 bytes but 4 characters.
+    if password.chars().count() < 8 {
         return Err(ToolError::validation(
             "the password must be at least 8 characters",
         ));
@@ -1054,6 +1055,19 @@ mod tests {
             .refresh_oauth_token(&t.refresh_token, &t.client_id, None, None)
             .await
             .is_ok()
+    }
+
+    /// The shortest password is counted in characters, not bytes: four
+    /// two-byte characters are refused, eight are taken.
+    #[test]
+    fn the_password_minimum_counts_characters() {
+        let short = hash_password("éééé");
+        assert_eq!(
+            short.map_err(|e| e.code),
+            Err(zm_contracts::ErrorCode::ValidationFailed)
+        );
+        assert!(hash_password("éééééééé").is_ok());
+        assert!(hash_password("seven77").is_err());
     }
 
     #[tokio::test]
