@@ -545,6 +545,18 @@ pub const ADMIN_ROUTES: &[AdminRoute] = &[
 ];
 
 /// The administration API as the contract document lists it.
+/// The pattern a path parameter of an admin route (`{team}`, `{user_id}`,
+/// `{id}`, `{scope}`) must match; `None` for a name no route uses.
+pub fn admin_path_pattern(name: &str) -> Option<String> {
+    Some(match name {
+        "team" => TEAM_SLUG_PATTERN.to_string(),
+        "user_id" => crate::IdKind::User.pattern(),
+        "id" => crate::IdKind::Invitation.pattern(),
+        "scope" => crate::scope::SHAREABLE_PATTERN.to_string(),
+        _ => return None,
+    })
+}
+
 pub fn admin_api_document() -> Value {
     let routes: Vec<Value> = ADMIN_ROUTES
         .iter()
@@ -570,6 +582,24 @@ mod tests {
     use super::*;
     use crate::validate::parse_input;
     use serde_json::json;
+
+    /// Every path parameter of an admin route has a pattern.
+    #[test]
+    fn path_parameters_have_patterns() {
+        for r in ADMIN_ROUTES {
+            for name in r
+                .path
+                .split('/')
+                .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            {
+                assert!(
+                    admin_path_pattern(name).is_some(),
+                    "{}: {{{name}}} has no pattern",
+                    r.operation_id
+                );
+            }
+        }
+    }
 
     #[test]
     fn slugs_are_checked() {

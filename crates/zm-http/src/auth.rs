@@ -105,6 +105,15 @@ impl FromRequestParts<AppState> for Auth {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        authenticate(state, parts).await.map(Auth)
+        let auth = authenticate(state, parts).await?;
+        // Only then the address: an anonymous request is a 401 whatever
+        // its path holds. An encoded NUL is `validation_failed` before a
+        // handler hands the text to the store.
+        if crate::request::uri_holds_nul(&parts.uri) {
+            return Err(ApiError::new(zm_contracts::ToolError::validation(
+                crate::request::NUL_REFUSED,
+            )));
+        }
+        Ok(Auth(auth))
     }
 }

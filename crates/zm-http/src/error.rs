@@ -64,6 +64,11 @@ impl IntoResponse for ApiError {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if let Some(c) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
             h.insert(header::WWW_AUTHENTICATE, c);
+        } else if status == StatusCode::UNAUTHORIZED {
+            // Every 401 carries a challenge (RFC 9110 §15.5.2), also one a
+            // route raises after authentication (an account erased
+            // meanwhile).
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if let Some(s) = self.retry_after {
             h.insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -92,4 +97,27 @@ pub fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response 
         "Internal server error.",
     ))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 401 a route raises itself (no challenge passed) still names the
+    /// scheme; one with a challenge keeps it.
+    #[test]
+    fn every_401_carries_a_challenge() {
+        let plain = ApiError::new(ToolError::unauthorized("gone")).into_response();
+        assert_eq!(plain.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(plain.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        let mut given = ApiError::new(ToolError::unauthorized("expired"));
+        given.challenge = Some("Bearer error=\"invalid_token\"".into());
+        let given = given.into_response();
+        assert_eq!(
+            given.headers()[header::WWW_AUTHENTICATE],
+            "Bearer error=\"invalid_token\""
+        );
+        let other = ApiError::new(ToolError::forbidden("no")).into_response();
+        assert!(!other.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
 }

@@ -73,7 +73,7 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
             get(routes::protected_resource),
         )
         .method_not_allowed_fallback(routes::fallback)
-        .route_layer(axum::middleware::from_fn(request::refuse_nul_in_uri))
+        .route_layer(axum::middleware::from_fn(run_writes_to_the_end))
         .layer(axum::middleware::map_response(no_store))
         .with_state(state.clone());
     let mcp = Router::new()
@@ -82,6 +82,32 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
     let oauth = oauth::routes(state.clone());
     let dashboard = dashboard::routes(state.clone());
     with_layers(api.merge(mcp).merge(oauth).merge(dashboard), state)
+}
+
+/// A write over REST (a write tool, a team change) runs to its end on a
+/// task of its own, as MCP's do: a client that hangs up mid-call no longer
+/// drops it between its transaction and what follows it (the index's
+/// placement, the metrics, a refusal's audit row). Its answer goes unread.
+/// Reads stay on the request and end with it.
+async fn run_writes_to_the_end(req: Request, next: Next) -> Response {
+    let read = match req.uri().path().strip_prefix("/api/tools/") {
+        Some(name) => zm_contracts::ToolName::parse(name)
+            .is_none_or(|t| t.access() == zm_contracts::Access::Read),
+        None => matches!(
+            *req.method(),
+            axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+        ),
+    };
+    if read {
+        return next.run(req).await;
+    }
+    match tokio::spawn(next.run(req)).await {
+        Ok(resp) => resp,
+        Err(e) if e.is_panic() => error::panic_response(e.into_panic()),
+        Err(_) => axum::response::IntoResponse::into_response(error::ApiError::new(
+            zm_contracts::ToolError::internal(),
+        )),
+    }
 }
 
 /// The API's answers hold a user's data: no cache keeps them (a proxy set

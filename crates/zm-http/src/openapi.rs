@@ -129,8 +129,15 @@ fn admin_paths(
                 codes.push(always);
             }
         }
-        if r.access == zm_contracts::RouteAccess::Write && !codes.contains(&ErrorCode::Forbidden) {
-            codes.push(ErrorCode::Forbidden);
+        // A change also answers a read-only token (or an MCP app's
+        // sign-in) `forbidden`, and `conflict` when PostgreSQL's contention
+        // outlasts its reruns: the ledger's behavioural rows say so.
+        if r.access == zm_contracts::RouteAccess::Write {
+            for code in [ErrorCode::Forbidden, ErrorCode::Conflict] {
+                if !codes.contains(&code) {
+                    codes.push(code);
+                }
+            }
         }
         let mut responses = error_responses(&codes);
         let (out_name, out_schema) = r.output;
@@ -143,7 +150,13 @@ fn admin_paths(
             .path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .map(|name| {
+                let mut schema = json!({"type": "string"});
+                if let Some(p) = zm_contracts::teams::admin_path_pattern(name) {
+                    schema["pattern"] = json!(p);
+                }
+                json!({"name": name, "in": "path", "required": true, "schema": schema})
+            })
             .collect();
         let mut op = json!({
             "operationId": r.operation_id,

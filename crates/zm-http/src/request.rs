@@ -259,20 +259,6 @@ pub(crate) fn uri_holds_nul(uri: &axum::http::Uri) -> bool {
     encoded(uri.path()) || uri.query().is_some_and(encoded)
 }
 
-/// Refuse an API request with an encoded NUL in its path or query:
-/// `validation_failed`, before a handler hands the text to the store.
-pub(crate) async fn refuse_nul_in_uri(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    if uri_holds_nul(req.uri()) {
-        return crate::error::ApiError::new(zm_contracts::ToolError::validation(NUL_REFUSED))
-            .into_response();
-    }
-    next.run(req).await
-}
-
 #[cfg(test)]
 mod nul_tests {
     use super::uri_holds_nul;

@@ -1289,3 +1289,74 @@ async fn graceful_shutdown_answers_an_mcp_call_in_flight() {
         "{out}"
     );
 }
+
+/// A REST write whose client hangs up while it waits for the database
+/// still lands once the database frees up, as an MCP write does; a read
+/// is dropped with its request. (SQLite's write lock is held by another
+/// connection; the client gives up after half a second; the test then
+/// waits, with a generous deadline, for the memory to appear.)
+#[tokio::test]
+async fn a_rest_write_whose_client_hangs_up_still_lands() {
+    let s = start().await;
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let mut lock = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("a raw connection");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(format!("{}/api/tools/remember", s.base))
+        .bearer_auth(&s.rw_a)
+        .json(&json!({"content": "The nightly backup runs at 03:00 UTC.", "scope": "personal", "kind": "fact"}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "the write waits on the lock: {sent:?}");
+    // Give the server time to see the connection close.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    sqlx::query("COMMIT").execute(&mut lock).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (st, v) = s
+            .post(
+                "/api/tools/recall",
+                Some(&s.rw_a),
+                json!({"query": "nightly backup"}),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        if v["memories"].as_array().is_some_and(|m| m.len() == 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    s.running.stop().await;
+}
+
+/// Authentication comes before the address: an anonymous request with an
+/// encoded NUL in its path is a 401 with its challenge, an authenticated
+/// one `validation_failed`.
+#[tokio::test]
+async fn an_anonymous_request_is_a_401_whatever_its_path_holds() {
+    let s = start().await;
+    let r = s
+        .http
+        .get(format!("{}/api/teams/a%00b", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(r.headers().contains_key("www-authenticate"));
+    let (st, v) = s.get("/api/teams/a%00b", Some(&s.rw_a)).await;
+    assert_eq!((st, code(&v)), (400, "validation_failed"), "{v}");
+    s.running.stop().await;
+}
