@@ -25,11 +25,12 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 echo "conformance-password-1" | "$BIN" --data-dir "$DATA" user add conformance@localhost --password-stdin >/dev/null
 ZM_LOG=warn "$BIN" --data-dir "$DATA" --listen "127.0.0.1:$PORT" --test-anonymous-user conformance@localhost serve >"$DATA/serve.log" 2>&1 &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$DATA"' EXIT
 for _ in $(seq 1 100); do
   curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
   sleep 0.2
 done
+kill -0 "$SERVER" || { echo "serve exited; its log:" >&2; cat "$DATA/serve.log" >&2; exit 1; }
 curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null
 
 status=0

@@ -82,10 +82,17 @@ class Server:
                 raise RuntimeError(f"serve exited early with {self.proc.returncode}; see {log.name}")
             try:
                 if self.get("/readyz")[0] == 200:
+                    # Ours, not another process on a port taken meanwhile:
+                    # a serve that could not bind has exited by now.
+                    time.sleep(0.2)
+                    if self.proc.poll() is not None:
+                        raise RuntimeError(f"serve exited with {self.proc.returncode} while another process answered on {self.port}; see {log.name}")
                     return
             except OSError:
                 pass
             time.sleep(0.2)
+        # Not left running behind the failure.
+        self.stop(kill=True)
         raise RuntimeError("serve did not become ready")
 
     def stop(self, kill=False):

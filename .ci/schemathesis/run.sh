@@ -26,11 +26,18 @@ echo "schemathesis-password-1" | "$BIN" --data-dir "$DATA" user add schemathesis
 TOKEN=$("$BIN" --data-dir "$DATA" token create --user schemathesis@localhost --name schemathesis 2>/dev/null)
 ZM_LOG=warn "$BIN" --data-dir "$DATA" --listen "127.0.0.1:$PORT" serve >"$DATA/serve.log" 2>&1 &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$DATA"' EXIT
 for _ in $(seq 1 100); do
   curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
   sleep 0.2
 done
+# Our server, ready, and the token works: a run of nothing but 401s (or
+# against another process on the port) would pass every check.
+kill -0 "$SERVER" || { echo "serve exited; its log:" >&2; cat "$DATA/serve.log" >&2; exit 1; }
+curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null
+curl -fsS -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' \
+  -d '{"query": "schemathesis"}' "http://127.0.0.1:$PORT/api/tools/recall" >/dev/null \
+  || { echo "the token does not work against the server on $PORT" >&2; exit 1; }
 cd "$HERE"
 SCHEMATHESIS_HOOKS=zm_checks PYTHONPATH="$HERE" "$VENV_BIN/schemathesis" run "http://127.0.0.1:$PORT/api/openapi.json" \
   -H "Authorization: Bearer $TOKEN" \

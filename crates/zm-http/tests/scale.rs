@@ -29,9 +29,7 @@ const REDIRECT_PORT: &str = "http://127.0.0.1:43123/callback";
 const RATE_MAX: u32 = 6;
 
 fn database_url() -> Option<String> {
-    std::env::var("ZM_TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
+    zm_store::test_database_url()
 }
 
 /// A random documentation-range IPv6 client address (its own /64): the key

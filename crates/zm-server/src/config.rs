@@ -769,10 +769,11 @@ impl Inputs {
 /// `ZM_*` variables read by something other than a knob: the
 /// configuration file's path, the test suites' and benchmarks' (`cargo
 /// xtask`), and the bundled model's build-time paths (`ZM_POCKET_*`).
-const OTHER_ENV: [&str; 6] = [
+const OTHER_ENV: [&str; 7] = [
     CONFIG_ENV,
     "ZM_TEST_DATABASE_URL",
     "ZM_REQUIRE_NATIVE_POCKET",
+    "ZM_REQUIRE_POSTGRES",
     "ZM_BENCH_DATABASE_URL",
     "ZM_BENCH_TRACE",
     "ZM_QUALITY_TRACE",

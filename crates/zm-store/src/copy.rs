@@ -626,16 +626,30 @@ mod tests {
             .await;
         assert!(matches!(itself, Err(CopyError::NotEmpty(_))), "{itself:?}");
 
-        let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        else {
+        let Some(url) = crate::test_database_url() else {
             eprintln!("ZM_TEST_DATABASE_URL is not set: the PostgreSQL copies were skipped");
             return;
         };
-        // A database of its own: a copy needs an empty one.
+        // A database of its own: a copy needs an empty one. Named after
+        // the test database, so that CI's clean-up of that database and
+        // those derived from it drops this one too if the test fails.
+        let (base, params) = url
+            .trim()
+            .split_once('?')
+            .map_or((url.trim(), ""), |(b, p)| (b, p));
+        let test_db = &base[base.rfind('/').unwrap() + 1..];
+        let stem = if !test_db.is_empty()
+            && test_db.len() <= 40
+            && test_db
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            test_db
+        } else {
+            "zm"
+        };
         let name = format!(
-            "zm_copy_{}",
+            "{stem}_copy_{}",
             crate::identity::random_secret(8).to_lowercase()
         );
         let admin = sqlx::AnyPool::connect(url.trim()).await.unwrap();
@@ -643,10 +657,6 @@ mod tests {
             .execute(&admin)
             .await
             .unwrap();
-        let (base, params) = url
-            .trim()
-            .split_once('?')
-            .map_or((url.trim(), ""), |(b, p)| (b, p));
         let pg_url = format!(
             "{}/{name}{}",
             &base[..base.rfind('/').unwrap()],

@@ -50,3 +50,30 @@ pub use shared::{Admission, NewSession, SessionCaps, SharedSession};
 pub use store::{AGENT_NAME_MAX, Caller, Grant, RequestId, Store, Transport, agent_name};
 
 pub use fingerprint::{FINGERPRINT_TABLES, Fingerprint};
+
+/// The variable naming the PostgreSQL database the test suites run
+/// against as well as SQLite.
+pub const TEST_DATABASE_ENV: &str = "ZM_TEST_DATABASE_URL";
+
+/// Set (CI sets it) to make a test that would skip PostgreSQL fail
+/// instead: the PostgreSQL half of the suites must not silently go.
+pub const REQUIRE_POSTGRES_ENV: &str = "ZM_REQUIRE_POSTGRES";
+
+/// The test suites' PostgreSQL database ([`TEST_DATABASE_ENV`]), when one
+/// is configured; every test that runs on PostgreSQL asks here.
+///
+/// # Panics
+///
+/// When [`REQUIRE_POSTGRES_ENV`] is set and no database is: a run that
+/// must cover PostgreSQL does not skip it.
+pub fn test_database_url() -> Option<String> {
+    let url = std::env::var(TEST_DATABASE_ENV)
+        .ok()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty());
+    assert!(
+        url.is_some() || std::env::var_os(REQUIRE_POSTGRES_ENV).is_none(),
+        "{REQUIRE_POSTGRES_ENV} is set but {TEST_DATABASE_ENV} is not: the PostgreSQL half of the tests would be skipped"
+    );
+    url
+}

@@ -31,10 +31,7 @@ pub(crate) async fn test_caller(store: &Store, tag: &str) -> crate::Caller {
 pub(crate) async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, Store)> {
     let (dir, sqlite) = sqlite_store().await;
     let mut out = vec![("sqlite", Some(dir), sqlite)];
-    if let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-    {
+    if let Some(url) = crate::test_database_url() {
         let store = Store::open(&url)
             .await
             .expect("open the PostgreSQL test store (ZM_TEST_DATABASE_URL)");

@@ -284,11 +284,7 @@ async fn concurrent_writers_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_writers_postgres() {
-    let Some(url) = std::env::var(PG_ENV)
-        .ok()
-        .map(|u| u.trim().to_string())
-        .filter(|u| !u.is_empty())
-    else {
+    let Some(url) = zm_store::test_database_url() else {
         eprintln!("{PG_ENV} is not set: skipping the PostgreSQL concurrent-writers test");
         return;
     };

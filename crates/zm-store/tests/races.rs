@@ -201,7 +201,7 @@ backend_tests! {
 /// would predate the first one's commit, and it would insert a copy).
 #[tokio::test]
 async fn writes_pin_read_committed_whatever_the_default() {
-    let Some(url) = std::env::var(PG_ENV).ok().filter(|u| !u.trim().is_empty()) else {
+    let Some(url) = zm_store::test_database_url() else {
         eprintln!("{PG_ENV} is not set: skipped");
         return;
     };

@@ -525,7 +525,7 @@ async fn store_and_raw(backend: &str) -> Option<(Store, sqlx::AnyPool)> {
             .expect("a raw connection");
         return Some((store, raw));
     }
-    let url = std::env::var(PG_ENV).ok().filter(|u| !u.trim().is_empty());
+    let url = zm_store::test_database_url();
     let Some(url) = url else {
         eprintln!("{PG_ENV} is not set: skipped the corrupt-row test on postgres");
         return None;

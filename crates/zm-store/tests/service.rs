@@ -32,10 +32,7 @@ async fn isolated_sqlite() -> Store {
 /// A store nobody else writes to on PostgreSQL: a fresh schema of the
 /// test database. `None` (the test is skipped) without one.
 async fn isolated_postgres(test: &str) -> Option<Store> {
-    let Some(url) = std::env::var(common::PG_ENV)
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-    else {
+    let Some(url) = zm_store::test_database_url() else {
         eprintln!("{} is not set: skipped {test}", common::PG_ENV);
         return None;
     };

@@ -396,10 +396,7 @@ mod tests {
         let clock = Clock::default();
         let b = std::sync::Arc::new(LoginBackoff::new(clock.clone()));
         at_once(&[b.clone(), b], "memory").await;
-        let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        else {
+        let Some(url) = zm_store::test_database_url() else {
             eprintln!("skipped the shared half: set ZM_TEST_DATABASE_URL");
             return;
         };
@@ -435,10 +432,7 @@ mod tests {
     /// one database (two instances) share an account's count.
     #[tokio::test]
     async fn shared_backoff_doubles_caps_resets_and_is_shared() {
-        let Some(url) = std::env::var("ZM_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        else {
+        let Some(url) = zm_store::test_database_url() else {
             eprintln!("skipped: set ZM_TEST_DATABASE_URL to run the shared back-off test");
             return;
         };

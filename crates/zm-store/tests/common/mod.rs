@@ -85,11 +85,7 @@ pub(crate) async fn twin_stores() -> Vec<(&'static str, Store, Store)> {
 /// A store on the shared PostgreSQL test database, or `None` when
 /// [`PG_ENV`] is not set.
 pub(crate) async fn postgres_store() -> Option<Store> {
-    let url = std::env::var(PG_ENV).ok()?;
-    let url = url.trim();
-    if url.is_empty() {
-        return None;
-    }
+    let url = zm_store::test_database_url()?;
     let mut opts = OpenOptions::new(url);
     opts.max_connections = 4;
     let store = Store::open_with(opts)
