@@ -464,8 +464,7 @@ pub struct ListConflictsInput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ListConflictsOutput {
     pub conflicts: Vec<Conflict>,
-    /// Pass it as `cursor` (with the same `status` and `verdict`) for the
-    /// next, older page; absent on the last page.
+    /// Pass it as `cursor` (same `status` and `verdict`) for the next, older page; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -523,8 +522,7 @@ pub struct PromoteRuleInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(skip)]
     pub applies_scope: Option<ScopePath>,
-    /// The rule as an imperative sentence; defaults to the memory's content
-    /// (which must then fit: at most 2000 characters).
+    /// The rule as an imperative sentence; defaults to the memory's content, which must then fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(length(chars, min = 1, max = MAX_RULE_TEXT), custom(opt_not_blank))]
     pub rule_text: Option<String>,

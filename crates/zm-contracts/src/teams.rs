@@ -544,7 +544,6 @@ pub const ADMIN_ROUTES: &[AdminRoute] = &[
     },
 ];
 
-/// The administration API as the contract document lists it.
 /// The pattern a path parameter of an admin route (`{team}`, `{user_id}`,
 /// `{id}`, `{scope}`) must match; `None` for a name no route uses.
 pub fn admin_path_pattern(name: &str) -> Option<String> {
@@ -557,6 +556,7 @@ pub fn admin_path_pattern(name: &str) -> Option<String> {
     })
 }
 
+/// The administration API as the contract document lists it.
 pub fn admin_api_document() -> Value {
     let routes: Vec<Value> = ADMIN_ROUTES
         .iter()

@@ -73,7 +73,10 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
             get(routes::protected_resource),
         )
         .method_not_allowed_fallback(routes::fallback)
-        .route_layer(axum::middleware::from_fn(run_writes_to_the_end))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.store.clone(),
+            run_writes_to_the_end,
+        ))
         .layer(axum::middleware::map_response(no_store))
         .with_state(state.clone());
     let mcp = Router::new()
@@ -88,8 +91,13 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
 /// task of its own, as MCP's do: a client that hangs up mid-call no longer
 /// drops it between its transaction and what follows it (the index's
 /// placement, the metrics, a refusal's audit row). Its answer goes unread.
-/// Reads stay on the request and end with it.
-async fn run_writes_to_the_end(req: Request, next: Next) -> Response {
+/// Reads stay on the request and end with it. The store's close waits for
+/// such writes.
+async fn run_writes_to_the_end(
+    axum::extract::State(store): axum::extract::State<Store>,
+    req: Request,
+    next: Next,
+) -> Response {
     let read = match req.uri().path().strip_prefix("/api/tools/") {
         Some(name) => zm_contracts::ToolName::parse(name)
             .is_none_or(|t| t.access() == zm_contracts::Access::Read),
@@ -101,7 +109,7 @@ async fn run_writes_to_the_end(req: Request, next: Next) -> Response {
     if read {
         return next.run(req).await;
     }
-    match tokio::spawn(next.run(req)).await {
+    match store.spawn_write(next.run(req)).await {
         Ok(resp) => resp,
         Err(e) if e.is_panic() => error::panic_response(e.into_panic()),
         Err(_) => axum::response::IntoResponse::into_response(error::ApiError::new(

@@ -107,12 +107,8 @@ pub async fn get_memory(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::malformed(e.body_text()))?;
-    let id = MemoryId::parse(&id).map_err(|e| {
-        zm_contracts::validate::validation_error(vec![zm_contracts::FieldError {
-            path: "id".into(),
-            reason: e.to_string(),
-        }])
-    })?;
+    let id = MemoryId::parse(&id)
+        .map_err(|e| zm_contracts::validate::field_error("id", e.to_string()))?;
     let m = state
         .store
         .get_memory(&caller_of(&auth, &headers, &request_id), &id)

@@ -13,7 +13,7 @@ use serde::Serialize;
 use zm_contracts::teams::{
     AddMemberInput, CreateTeamInput, InviteInput, SetRoleInput, ShareProjectInput,
 };
-use zm_contracts::{ADMIN_ROUTES, FieldError, InvitationId, RouteAccess, ToolError, UserId};
+use zm_contracts::{ADMIN_ROUTES, InvitationId, RouteAccess, ToolError, UserId};
 use zm_store::{Caller, RequestId};
 
 use crate::auth::Auth;
@@ -65,10 +65,7 @@ fn reply<T: Serialize>(operation_id: &str, body: &T) -> Response {
 }
 
 fn path_error(field: &str, reason: String) -> ApiError {
-    ApiError::new(zm_contracts::validate::validation_error(vec![FieldError {
-        path: field.into(),
-        reason,
-    }]))
+    ApiError::new(zm_contracts::validate::field_error(field, reason))
 }
 
 fn user_id(raw: &str) -> Result<UserId, ApiError> {

@@ -50,7 +50,7 @@ macro_rules! both_backends {
             }
             #[tokio::test]
             async fn postgres() {
-                match std::env::var("ZM_TEST_DATABASE_URL").ok().filter(|u| !u.trim().is_empty()) {
+                match zm_store::test_database_url() {
                     Some(url) => super::$name(super::start(Some(url)).await).await,
                     None => eprintln!("ZM_TEST_DATABASE_URL is not set: skipped {}::postgres", stringify!($name)),
                 }
@@ -741,6 +741,8 @@ async fn the_review_page_pages_back_through_older_conflicts(s: Server) {
     let caller = Caller::new(a.id.clone());
     let mut disputes = Vec::new();
     for i in 0..101 {
+        // One millisecond apart: the page order is by time, then id.
+        s.store.clock().advance_ms(1);
         let m = tools.call(&caller, zm_contracts::ToolName::Remember, &json!({"content": format!("Build agent {i} runs the nightly job."), "kind": "fact", "scope": "personal"})).await.unwrap().to_json();
         let c = tools
             .call(
@@ -2054,10 +2056,7 @@ mod parallel_sign_ins_get_only_the_free_attempts {
     }
     #[tokio::test]
     async fn postgres() {
-        match std::env::var("ZM_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        {
+        match zm_store::test_database_url() {
             Some(url) => super::parallel_sign_ins(Some(url)).await,
             None => eprintln!(
                 "ZM_TEST_DATABASE_URL is not set: skipped parallel_sign_ins_get_only_the_free_attempts::postgres"

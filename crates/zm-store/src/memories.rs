@@ -802,12 +802,12 @@ impl Store {
                         .is_some_and(zm_contracts::TeamRole::can_write),
                 };
                 let followed = if may_follow {
-                    // A text that was the memory's content follows the
-                    // new content, cut to what a rule may hold.
+                    // A text that was the memory's content (cut to what a
+                    // rule may hold) follows the new content, cut alike.
                     let follow = format!(
                         "UPDATE rules SET memory_id = $1, \
-                     text = CASE WHEN text = (SELECT content FROM memories WHERE id = $2) \
-                                 THEN substr((SELECT content FROM memories WHERE id = $1), 1, {}) ELSE text END \
+                     text = CASE WHEN text = substr((SELECT content FROM memories WHERE id = $2), 1, {0}) \
+                                 THEN substr((SELECT content FROM memories WHERE id = $1), 1, {0}) ELSE text END \
                      WHERE memory_id = $2 AND owner_id = $3 \
                        AND (SELECT scope FROM memories WHERE id = $1) = $4 \
                        AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.memory_id = $1)",

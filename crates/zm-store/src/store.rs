@@ -166,6 +166,9 @@ pub struct Store {
     pub(crate) semantic: Arc<crate::semantic::Semantic>,
     /// PostgreSQL's planner statistics, kept here when autovacuum is off.
     pub(crate) statistics: Arc<crate::statistics::Statistics>,
+    /// Writes running on tasks of their own (a REST write whose client
+    /// hung up): [`Store::close`] waits for them.
+    writes: tokio_util::task::TaskTracker,
 }
 
 impl std::fmt::Debug for Store {
@@ -202,7 +205,18 @@ impl Store {
             usage: Arc::default(),
             semantic: Arc::default(),
             statistics,
+            writes: tokio_util::task::TaskTracker::new(),
         })
+    }
+
+    /// Run `write` to its end on a task of its own, whatever becomes of
+    /// whoever waits for it; [`Store::close`] waits for it first.
+    pub fn spawn_write<F>(&self, write: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.writes.spawn(write)
     }
 
     pub fn backend(&self) -> Backend {
@@ -265,6 +279,14 @@ impl Store {
     /// crash.
     pub async fn close(&self) {
         const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+        // The writes still running end first (they need the pool).
+        self.writes.close();
+        if tokio::time::timeout(CLOSE_WAIT, self.writes.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "zm_store", running = self.writes.len(), "closing the database anyway: writes still running after 10 s");
+        }
         if tokio::time::timeout(CLOSE_WAIT, self.pool.close())
             .await
             .is_err()

@@ -8,8 +8,7 @@ use zm_contracts::{
     AuthorKind, DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput,
     IdKind, ImportMemoryInput, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MoveFailure,
     MoveMemoriesInput, MoveMemoriesOutput, ShareInput, ShareOutput, ToolError, TranslationStatus,
-    UserId, Visibility,
-    validate::{FieldError, validation_error},
+    UserId, Visibility, validate::field_error,
 };
 
 use crate::cursor::{self, ExportPosition};
@@ -117,12 +116,10 @@ impl Store {
     ) -> Result<String, ToolError> {
         let path = canonical_path(caller, path);
         if !scope::is_shareable(&path) {
-            return Err(validation_error(vec![FieldError {
-                path: field.into(),
-                reason:
-                    "not a project or team scope: share and move target proj.… or team.… scopes"
-                        .into(),
-            }]));
+            return Err(field_error(
+                field,
+                "not a project or team scope: share and move target proj.… or team.… scopes",
+            ));
         }
         self.writable_path(tx, caller, &path).await
     }
@@ -206,17 +203,17 @@ impl Store {
             (None, Some(h)) => match self.bind_hint(tx, caller, h).await? {
                 Some(s) => s,
                 None => {
-                    return Err(validation_error(vec![FieldError {
-                        path: "project_hint".into(),
-                        reason: "does not resolve to a project scope".into(),
-                    }]));
+                    return Err(field_error(
+                        "project_hint",
+                        "does not resolve to a project scope",
+                    ));
                 }
             },
             (None, None) => {
-                return Err(validation_error(vec![FieldError {
-                    path: "scope".into(),
-                    reason: "pass scope (a proj.… or team.… path) or project_hint".into(),
-                }]));
+                return Err(field_error(
+                    "scope",
+                    "pass scope (a proj.… or team.… path) or project_hint",
+                ));
             }
         };
         let field = if input.scope.is_some() {
@@ -296,10 +293,10 @@ impl Store {
             ImportTarget::Core => caller.core_scope(),
             ImportTarget::Project => {
                 let Some(h) = &input.project_hint else {
-                    return Err(validation_error(vec![FieldError {
-                        path: "project_hint".into(),
-                        reason: "is required when target is project".into(),
-                    }]));
+                    return Err(field_error(
+                        "project_hint",
+                        "is required when target is project",
+                    ));
                 };
                 // A hint that names no project degrades to personal.
                 self.bind_hint(tx, caller, h)

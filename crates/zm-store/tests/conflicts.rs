@@ -94,9 +94,12 @@ backend_tests! {
         assert_eq!((pages, seen), (3, all.clone()), "[{l}] 3 + 3 + 1, each once, newest first");
         // The cursor is only a position: with the other status it lists the
         // settled one only when it is older than the position.
+        // (A challenge kept alongside is `dismissed`.)
+        let settled = ok(call(&store, &a, "list_conflicts", json!({"status": "dismissed"})).await, l, "dismissed");
+        assert_eq!(ids(&settled), vec![all[0].clone()], "[{l}] the settled one");
         let first = ok(call(&store, &a, "list_conflicts", json!({"limit": 1})).await, l, "first");
-        let after_newest = ok(call(&store, &a, "list_conflicts", json!({"status": "resolved", "cursor": first["next_cursor"]})).await, l, "resolved after");
-        assert_eq!(ids(&after_newest), Vec::<String>::new(), "[{l}] the settled one is the newest: nothing resolved after the second newest");
+        let after = ok(call(&store, &a, "list_conflicts", json!({"status": "dismissed", "cursor": first["next_cursor"]})).await, l, "dismissed after");
+        assert_eq!(ids(&after), Vec::<String>::new(), "[{l}] the settled one is newer than the position");
     }
 
     async fn conflicts_challenge_list_get_resolve(store: Store, l: &str) {

@@ -386,5 +386,13 @@ backend_tests! {
         let followed = texts.iter().find(|t| t.contains("eve of a holiday")).unwrap_or_else(|| panic!("[{l}] the rule follows: {texts:?}"));
         assert_eq!(followed.chars().count(), 2000, "[{l}] cut to 2000");
         assert!(longer.starts_with(followed), "[{l}] its beginning");
+        // A cut text still follows the next version.
+        let second = brief["rules"].as_array().unwrap().len();
+        let b = ok(call(&store, &a, "recall", json!({"query": "eve of a holiday"})).await, l, "recall")["memories"][0]["id"].as_str().unwrap().to_string();
+        mem(&store, &a, l, json!({"content": "Never push on Fridays or weekends.", "scope": "personal", "kind": "preference", "links": [{"dst": b, "type": "supersedes"}]})).await;
+        let brief = ok(call(&store, &a, "build_context", json!({"topic": "push", "briefing": true})).await, l, "briefing again");
+        let texts: Vec<&str> = brief["rules"].as_array().unwrap().iter().map(|r| r["text"].as_str().unwrap()).collect();
+        assert_eq!(texts.len(), second, "[{l}] {texts:?}");
+        assert!(texts.contains(&"Never push on Fridays or weekends."), "[{l}] the third version's text: {texts:?}");
     }
 }

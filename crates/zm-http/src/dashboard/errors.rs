@@ -46,10 +46,7 @@ impl Failure {
     /// contract builds every field error.
     pub(crate) fn invalid_field(field: &str, reason: &str, request_id: Option<&str>) -> Self {
         Self::from_tool(
-            zm_contracts::validate::validation_error(vec![zm_contracts::FieldError {
-                path: field.to_string(),
-                reason: reason.to_string(),
-            }]),
+            zm_contracts::validate::field_error(field, reason),
             request_id,
         )
     }

@@ -120,16 +120,21 @@ async fn not_a_page(
     req: axum::extract::Request,
 ) -> Response {
     let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+    let opened = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
     let failure = Failure::from_tool(
-        zm_contracts::ToolError::not_found(
-            "This address takes a form's answer; it is not a page to open.",
-        ),
+        zm_contracts::ToolError::not_found(if opened {
+            "This address takes a form's answer; it is not a page to open."
+        } else {
+            "This address does not take this method."
+        }),
         request_id.as_deref(),
     );
+    // (axum adds the `Allow` of the address.)
     let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
     *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-    resp.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST"));
     resp
 }
 
