@@ -100,7 +100,7 @@ def run(srv, ta, tb, b_email):
     disputes = [ch[1]["dispute_id"]] + [c["dispute_id"] for c in srv.tool(ta, "list_conflicts", {})[1]["conflicts"]]
     ok(srv.tool(ta, "promote_rule", {"memory_id": mems["personal"]}))
     ok(srv.tool(ta, "link", {"src": "billing-service", "dst": "postgres", "type": "depends_on"}))
-    ok(srv.tool(ta, "import_memory", {"content": "A's imported note: the release train leaves on Tuesdays.", "target": "personal", "source_path": "NOTES.md", "source_hash": "probe-hash-of-a"}))
+    ok(srv.tool(ta, "import_memory", {"content": "A's imported note: the release train leaves on Tuesdays.", "kind": "fact", "target": "personal", "source_path": "NOTES.md", "source_hash": "probe-hash-of-a"}))
     a_session = srv.mcp_session(ta)
     before = snapshot(srv, ta)
     secrets = [m for m in mems.values()] + [thread, project] + disputes + ["tabs over spaces", "vpn.a-corp", "event sourcing", "billing"]
@@ -145,8 +145,8 @@ def run(srv, ta, tb, b_email):
             same(a, n, f"{tool} on A's dispute", did, NEVER_DISPUTE)
     # import_memory: A's source_hash means nothing to B (the ledger is per
     # owner): B's import of it is new, as of a hash nobody used.
-    a = srv.tool(tb, "import_memory", {"content": "B's own note.", "target": "personal", "source_path": "NOTES.md", "source_hash": "probe-hash-of-a"})
-    n = srv.tool(tb, "import_memory", {"content": "B's own note.", "target": "personal", "source_path": "NOTES.md", "source_hash": "probe-hash-never-used"})
+    a = srv.tool(tb, "import_memory", {"content": "B's own note.", "kind": "fact", "target": "personal", "source_path": "NOTES.md", "source_hash": "probe-hash-of-a"})
+    n = srv.tool(tb, "import_memory", {"content": "B's own note.", "kind": "fact", "target": "personal", "source_path": "NOTES.md", "source_hash": "probe-hash-never-used"})
     check(a[0] == 200 and n[0] == 200, f"import_memory answered {a[0]} and {n[0]}")
     check(a[1].get("skipped") is False and n[1].get("skipped") is False,
           f"import_memory with A's source_hash: skipped {a[1].get('skipped')!r}, with a new one {n[1].get('skipped')!r}")

@@ -315,7 +315,10 @@ pub struct TeamEvent {
     pub role: Option<TeamRole>,
 }
 
-/// `GET /api/teams/{team}/audit`: newest first.
+/// The most events `GET /api/teams/{team}/audit` lists: the newest.
+pub const TEAM_AUDIT_MAX: usize = 1000;
+
+/// `GET /api/teams/{team}/audit`: newest first, [`TEAM_AUDIT_MAX`] at most.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TeamAudit {
     pub events: Vec<TeamEvent>,
@@ -524,7 +527,7 @@ pub const ADMIN_ROUTES: &[AdminRoute] = &[
         method: "GET",
         path: "/api/teams/{team}/audit",
         operation_id: "team_audit",
-        summary: "The team's membership changes, newest first (admins)",
+        summary: "The team's membership changes, newest first, the newest 1000 (admins)",
         access: RouteAccess::Read,
         input: None,
         output: schema!(out TeamAudit),

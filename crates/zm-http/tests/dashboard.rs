@@ -1936,6 +1936,50 @@ async fn deleting_the_account_takes_its_email_and_password(s: Server) {
     s.running.stop().await;
 }
 
+/// A team's audit log that cannot be read is said on the admin's page
+/// (with the request id), not left out as if the log were not there.
+#[tokio::test]
+async fn a_team_audit_log_that_cannot_be_read_is_said() {
+    let s = start(None).await;
+    let (a, email, password) = person(&s.store, "audit-gone").await;
+    let team = format!("auditgone{}", unique());
+    let input: zm_contracts::teams::CreateTeamInput =
+        zm_contracts::parse_input(&json!({"slug": team})).unwrap();
+    s.store
+        .create_team(&Caller::new(a.id.clone()), input)
+        .await
+        .unwrap();
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let page = b.get(&s, &format!("/teams/{team}")).await;
+    assert!(
+        page.body.contains("id=\"audit\"") && !page.body.contains("audit-failed"),
+        "{}",
+        page.body
+    );
+    // The log's table goes away behind the server's back.
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE team_events RENAME TO team_events_away")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let page = b.get(&s, &format!("/teams/{team}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("id=\"audit-failed\"") && page.body.contains("request-id"),
+        "{}",
+        page.body
+    );
+    sqlx::query("ALTER TABLE team_events_away RENAME TO team_events")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    s.running.stop().await;
+}
+
 /// The account's request budget spent: the page says the same wait as
 /// its `Retry-After`.
 #[tokio::test]

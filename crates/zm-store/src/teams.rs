@@ -1810,9 +1810,10 @@ impl Store {
             "SELECT e.occurred_at AS occurred_at, e.actor_id AS actor_id, a.email AS actor_email, e.action AS action, \
              e.subject_user_id AS subject_user_id, u.email AS user_email, e.subject AS subject, e.role AS role \
              FROM team_events e LEFT JOIN users a ON a.id = e.actor_id LEFT JOIN users u ON u.id = e.subject_user_id \
-             WHERE e.team_id = $1 ORDER BY e.seq DESC, e.id DESC LIMIT 1000",
+             WHERE e.team_id = $1 ORDER BY e.seq DESC, e.id DESC LIMIT $2",
         )
         .bind(&team.id)
+        .bind(i64::try_from(zm_contracts::teams::TEAM_AUDIT_MAX).unwrap_or(i64::MAX))
         .fetch_all(&mut *conn)
         .await
         .db("team audit")?;

@@ -91,7 +91,8 @@ const RULE_EXCERPT_CHARS: usize = 200;
 
 /// What an admin's page adds to every member's.
 struct AdminView {
-    audit: Option<zm_contracts::teams::TeamAudit>,
+    /// The audit log, or why it could not be read.
+    audit: Result<zm_contracts::teams::TeamAudit, zm_contracts::ToolError>,
     /// The promoted rules the team's steward holds: departed members'.
     steward_rules: Vec<RuleRecord>,
     /// The ids of those a briefing of the admin's delivers.
@@ -247,8 +248,22 @@ fn detail_page(
         @if let Some(v) = admin_view {
             (steward_rules(signed, slug, &v.steward_rules, &v.delivered, now))
         }
-        @if let Some(a) = admin_view.and_then(|v| v.audit.as_ref()) {
+        @if let Some(Err(e)) = admin_view.map(|v| &v.audit) {
+            // No longer the team's admin since the role was read: no log,
+            // as on a member's page. Anything else is said.
+            @if !matches!(e.code, ErrorCode::Forbidden | ErrorCode::NotFound) {
+                h2 { "Audit log" }
+                div.flash.error role="alert" #audit-failed {
+                    p { "The audit log could not be read." }
+                    p { "If it keeps happening, report this request id: " code.request-id { (signed.request_id.as_deref().unwrap_or("unknown")) } }
+                }
+            }
+        }
+        @if let Some(Ok(a)) = admin_view.map(|v| &v.audit) {
             h2 { "Audit log" }
+            @if a.events.len() >= zm_contracts::teams::TEAM_AUDIT_MAX {
+                p.muted #audit-newest { "The newest " (zm_contracts::teams::TEAM_AUDIT_MAX) " events." }
+            }
             table #audit {
                 thead { tr { th { "When" } th { "Who" } th { "What" } th { "Whom / what" } th { "Role" } } }
                 tbody {
@@ -321,7 +336,7 @@ pub(crate) async fn show(
                     Err(e) => return signed.error(&Failure::from_tool(e, rid)),
                 };
                 Some(AdminView {
-                    audit: audit.ok(),
+                    audit,
                     steward_rules,
                     delivered,
                 })
