@@ -234,6 +234,22 @@ impl Browser {
         self.post(s, "/memories/bulk", &form).await
     }
 
+    /// The account deletion form, sent with this confirmation and password.
+    async fn delete_account(
+        &mut self,
+        s: &Server,
+        csrf: &str,
+        confirm: &str,
+        password: &str,
+    ) -> Page {
+        self.post(
+            s,
+            "/account/delete",
+            &[("csrf", csrf), ("confirm", confirm), ("password", password)],
+        )
+        .await
+    }
+
     /// The CSRF token of the signed-in session (from any page).
     async fn csrf(&mut self, s: &Server) -> String {
         field(&self.get(s, "/").await.body, "csrf").expect("a signed-in page carries the token")
@@ -834,17 +850,7 @@ async fn forms_say_why_and_addresses_that_are_not_pages_answer_as_pages(s: Serve
         .await
         .unwrap();
     let csrf = b.csrf(&s).await;
-    let p = b
-        .post(
-            &s,
-            "/account/delete",
-            &[
-                ("csrf", &csrf),
-                ("confirm", &email),
-                ("password", &password),
-            ],
-        )
-        .await;
+    let p = b.delete_account(&s, &csrf, &email, &password).await;
     assert_eq!(p.status, 409, "{}", p.body);
     assert!(
         p.body.contains("last admin") && p.body.contains(&team),
@@ -1899,13 +1905,7 @@ async fn deleting_the_account_takes_its_email_and_password(s: Server) {
         ("someone@else.test", password.as_str(), "confirm-email"),
         (email.as_str(), "not the password", "delete-password"),
     ] {
-        let p = b
-            .post(
-                &s,
-                "/account/delete",
-                &[("csrf", &csrf), ("confirm", confirm), ("password", pw)],
-            )
-            .await;
+        let p = b.delete_account(&s, &csrf, confirm, pw).await;
         assert_eq!(p.status, 400, "{}", p.body);
         assert!(
             p.body.contains(&format!("id=\"{field}\"")) && p.body.contains("aria-invalid=\"true\""),
@@ -1917,17 +1917,7 @@ async fn deleting_the_account_takes_its_email_and_password(s: Server) {
             "still there"
         );
     }
-    let p = b
-        .post(
-            &s,
-            "/account/delete",
-            &[
-                ("csrf", &csrf),
-                ("confirm", &email),
-                ("password", &password),
-            ],
-        )
-        .await;
+    let p = b.delete_account(&s, &csrf, &email, &password).await;
     assert_eq!(p.status, 303, "{}", p.body);
     assert!(
         s.store.user_by_id(&user.id).await.unwrap().is_none(),
