@@ -109,7 +109,14 @@ async fn run_writes_to_the_end(
     if read {
         return next.run(req).await;
     }
-    match store.spawn_write(next.run(req)).await {
+    let Some(write) = store.spawn_write(next.run(req)) else {
+        let mut e = error::ApiError::new(zm_contracts::ToolError::rate_limited(
+            "Too many writes are still running on this server; retry shortly.",
+        ));
+        e.retry_after = Some(1);
+        return axum::response::IntoResponse::into_response(e);
+    };
+    match write.await {
         Ok(resp) => resp,
         Err(e) if e.is_panic() => error::panic_response(e.into_panic()),
         Err(_) => axum::response::IntoResponse::into_response(error::ApiError::new(

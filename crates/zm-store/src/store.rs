@@ -210,13 +210,16 @@ impl Store {
     }
 
     /// Run `write` to its end on a task of its own, whatever becomes of
-    /// whoever waits for it; [`Store::close`] waits for it first.
-    pub fn spawn_write<F>(&self, write: F) -> tokio::task::JoinHandle<F::Output>
+    /// whoever waits for it; [`Store::close`] waits for it first. `None`
+    /// (nothing started) while [`WRITES_IN_FLIGHT_MAX`] such writes are
+    /// still running: a client that sends writes and hangs up at once
+    /// cannot pile up unbounded work behind the connection limit.
+    pub fn spawn_write<F>(&self, write: F) -> Option<tokio::task::JoinHandle<F::Output>>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.writes.spawn(write)
+        (self.writes.len() < WRITES_IN_FLIGHT_MAX).then(|| self.writes.spawn(write))
     }
 
     pub fn backend(&self) -> Backend {
@@ -349,6 +352,46 @@ impl Store {
             .await
             .db("database size")?;
         Ok(size)
+    }
+}
+
+/// The most writes [`Store::spawn_write`] keeps running at once.
+pub const WRITES_IN_FLIGHT_MAX: usize = 1024;
+
+#[cfg(test)]
+mod write_tests {
+    /// Writes past the limit are refused while the others run, and taken
+    /// again once they end; close waits for those running.
+    #[tokio::test]
+    async fn writes_in_flight_are_bounded_and_closing_waits_for_them() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        // Closed until the test opens it, whenever a task starts waiting.
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut running = Vec::new();
+        for _ in 0..super::WRITES_IN_FLIGHT_MAX {
+            let (gate, done) = (gate.clone(), done.clone());
+            running.push(
+                store
+                    .spawn_write(async move {
+                        let _pass = gate.acquire().await.expect("the gate stays");
+                        done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    })
+                    .expect("under the limit"),
+            );
+        }
+        assert!(store.spawn_write(async {}).is_none(), "one past the limit");
+        gate.add_permits(super::WRITES_IN_FLIGHT_MAX);
+        for r in running {
+            r.await.unwrap();
+        }
+        assert_eq!(
+            done.load(std::sync::atomic::Ordering::SeqCst),
+            super::WRITES_IN_FLIGHT_MAX
+        );
+        let last = store.spawn_write(async { 7 }).expect("room again");
+        store.close().await;
+        assert_eq!(last.await.unwrap(), 7, "close waited for it");
     }
 }
 
