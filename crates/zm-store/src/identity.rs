@@ -998,11 +998,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oauth::{CodeExchange, IssuedTokens, NewCode};
-    use crate::testing::{sqlite_store as store, stores};
-
-    const REDIRECT: &str = "http://127.0.0.1:5000/cb";
-    const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+    use crate::oauth::IssuedTokens;
+    use crate::testing::{REDIRECT, code_for, exchange_code, sqlite_store as store, stores};
     const PASSWORD: &str = "correct horse battery staple";
 
     fn email(name: &str) -> String {
@@ -1017,33 +1014,8 @@ mod tests {
             .unwrap()
             .id;
         let credential = store.user_by_id(user_id).await.unwrap().unwrap().credential;
-        let code = store
-            .issue_oauth_code(
-                NewCode {
-                    client_id: &client,
-                    user_id,
-                    credential,
-                    redirect_uri: REDIRECT,
-                    code_challenge: CHALLENGE,
-                    resource: None,
-                    scope: "mcp:read mcp:write",
-                },
-                None,
-            )
-            .await
-            .unwrap();
-        store
-            .exchange_oauth_code(
-                CodeExchange {
-                    code: &code,
-                    client_id: &client,
-                    redirect_uri: REDIRECT,
-                    verifier_challenge: CHALLENGE,
-                },
-                None,
-            )
-            .await
-            .unwrap()
+        let code = code_for(store, &client, user_id, credential).await;
+        exchange_code(store, &client, &code).await.unwrap()
     }
 
     async fn works(store: &Store, token: &str) -> bool {

@@ -1201,9 +1201,7 @@ async fn account_enabled(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const REDIRECT: &str = "http://127.0.0.1:5000/cb";
-    const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+    use crate::testing::{REDIRECT, code_for, exchange_code};
 
     /// A new user (a unique email: the PostgreSQL database is shared) and
     /// a client registered for [`REDIRECT`].
@@ -1219,40 +1217,6 @@ mod tests {
             .unwrap()
             .id;
         (user, client)
-    }
-
-    /// A code for `user_id` at `client`, as a sign-in checked against
-    /// `credential` issues it.
-    async fn code_for(
-        store: &Store,
-        client: &str,
-        user_id: &str,
-        credential: crate::identity::Credential,
-    ) -> String {
-        let new = NewCode {
-            client_id: client,
-            user_id,
-            credential,
-            redirect_uri: REDIRECT,
-            code_challenge: CHALLENGE,
-            resource: None,
-            scope: "mcp:read mcp:write",
-        };
-        store.issue_oauth_code(new, None).await.unwrap()
-    }
-
-    async fn exchange_code(
-        store: &Store,
-        client: &str,
-        code: &str,
-    ) -> Result<IssuedTokens, OauthError> {
-        let ex = CodeExchange {
-            code,
-            client_id: client,
-            redirect_uri: REDIRECT,
-            verifier_challenge: CHALLENGE,
-        };
-        store.exchange_oauth_code(ex, None).await
     }
 
     #[test]

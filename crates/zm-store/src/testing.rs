@@ -39,3 +39,43 @@ pub(crate) async fn stores() -> Vec<(&'static str, Option<tempfile::TempDir>, St
     }
     out
 }
+
+/// The redirect URI test OAuth clients register.
+pub(crate) const REDIRECT: &str = "http://127.0.0.1:5000/cb";
+/// The PKCE challenge (S256) of RFC 7636's example verifier.
+pub(crate) const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+
+/// A code for `user_id` at `client`, as a sign-in checked against
+/// `credential` issues it.
+pub(crate) async fn code_for(
+    store: &Store,
+    client: &str,
+    user_id: &str,
+    credential: crate::identity::Credential,
+) -> String {
+    let new = crate::oauth::NewCode {
+        client_id: client,
+        user_id,
+        credential,
+        redirect_uri: REDIRECT,
+        code_challenge: CHALLENGE,
+        resource: None,
+        scope: "mcp:read mcp:write",
+    };
+    store.issue_oauth_code(new, None).await.unwrap()
+}
+
+/// `code`, exchanged at `client` with the matching verifier.
+pub(crate) async fn exchange_code(
+    store: &Store,
+    client: &str,
+    code: &str,
+) -> Result<crate::oauth::IssuedTokens, crate::oauth::OauthError> {
+    let ex = crate::oauth::CodeExchange {
+        code,
+        client_id: client,
+        redirect_uri: REDIRECT,
+        verifier_challenge: CHALLENGE,
+    };
+    store.exchange_oauth_code(ex, None).await
+}
