@@ -268,40 +268,33 @@ impl Server {
 
     /// Authorize as the test user; returns the code.
     async fn code(&self, client_id: &str, pkce: &Pkce) -> String {
-        let page = self
-            .page(&[
-                ("response_type", "code"),
-                ("client_id", client_id),
-                ("redirect_uri", REDIRECT_PORT),
-                ("code_challenge", &pkce.challenge),
-                ("code_challenge_method", "S256"),
-                ("state", "xyz"),
-            ])
-            .await;
+        self.code_with(client_id, pkce, None).await
+    }
+
+    /// Authorize as the test user for `scope` only; returns the code.
+    async fn code_for_scope(&self, client_id: &str, pkce: &Pkce, scope: &str) -> String {
+        self.code_with(client_id, pkce, Some(scope)).await
+    }
+
+    async fn code_with(&self, client_id: &str, pkce: &Pkce, scope: Option<&str>) -> String {
+        let mut query = vec![
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT_PORT),
+            ("code_challenge", pkce.challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("state", "xyz"),
+        ];
+        if let Some(scope) = scope {
+            query.push(("scope", scope));
+        }
+        let page = self.page(&query).await;
         assert_eq!(page.status, 200, "{}", page.html);
         let posted = self.post_form(&page, EMAIL, PASSWORD).await;
         assert_eq!(posted.status, 302, "{}", posted.html);
         let q = query_of(posted.location.as_deref().unwrap());
         assert_eq!(param(&q, "state"), Some("xyz"));
         param(&q, "code").unwrap().to_string()
-    }
-
-    /// Authorize as the test user for `scope` only; returns the code.
-    async fn code_for_scope(&self, client_id: &str, pkce: &Pkce, scope: &str) -> String {
-        let page = self
-            .page(&[
-                ("response_type", "code"),
-                ("client_id", client_id),
-                ("redirect_uri", REDIRECT_PORT),
-                ("code_challenge", &pkce.challenge),
-                ("code_challenge_method", "S256"),
-                ("scope", scope),
-            ])
-            .await;
-        let posted = self.post_form(&page, EMAIL, PASSWORD).await;
-        param(&query_of(&posted.location.unwrap()), "code")
-            .unwrap()
-            .to_string()
     }
 
     async fn token(&self, form: &[(&str, &str)]) -> (u16, Value) {
