@@ -91,6 +91,16 @@ def shoot(b: Browser, shots: Path | None, name: str) -> None:
         b.screenshot(shots / f"{name}.png")
 
 
+def shoot_phone(b: Browser, shots: Path | None, name: str, selector: str | None = None) -> None:
+    """The page at 360 px (scrolled to `selector`, when given), as `name`."""
+    if shots:
+        b.set_mobile()
+        if selector:
+            b.driver.execute_script("document.querySelector(arguments[0]).scrollIntoView()", selector)
+        shoot(b, shots, name)
+        b.set_desktop()
+
+
 def mcp_remember(srv: Server, token: str, content: str) -> str:
     sid = srv.mcp_session(token)
     status, _, msgs = srv.mcp(
@@ -257,12 +267,8 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         "return Array.from(document.querySelectorAll('#tokens tbody tr:first-child td')).map(td => td.getAttribute('data-label'))")
     check(labels[:6] == ["Name", "Access", "Created", "Expires", "Last used", "Status"] and not labels[6],
           f"the tokens table's cells carry their column's heading: {labels}")
-    if shots:
-        # The new-token form (with its password field) on a phone.
-        b.set_mobile()
-        b.driver.execute_script("document.querySelector('form#new-token').scrollIntoView()")
-        shoot(b, shots, "access-360")
-        b.set_desktop()
+    # The new-token form (with its password field) on a phone.
+    shoot_phone(b, shots, "access-360", "form#new-token")
 
     # The other sections render cleanly too.
     for path, name in [("/connect", "connect"), ("/teams", "teams"), ("/insight", "insight"), ("/account", "account")]:
@@ -270,21 +276,16 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         b.wait_for("main h1")
         page_is_clean(b, f"{name} page")
         shoot(b, shots, name)
-        if name == "account" and shots:
+        if name == "account":
             # The password form with its new box, on a phone.
-            b.set_mobile()
-            shoot(b, shots, "account-360")
-            b.set_desktop()
+            shoot_phone(b, shots, "account-360")
         if name == "insight":
             # The searches above were recalls too, made from the dashboard.
             rows = [r.text for r in b.driver.find_elements("css selector", "table#recall-activity tbody tr")]
             check(any(r.startswith("dashboard ") for r in rows), f"insight: recall activity by agent ({rows})")
             # Its tables on a phone: checked above (no overflow, no
             # violation); the picture is for a person to look at.
-            if shots:
-                b.set_mobile()
-                shoot(b, shots, "insight-360")
-                b.set_desktop()
+            shoot_phone(b, shots, "insight-360")
     # Import a server-memory file from the Account page; search finds it.
     upload = Path(tempfile.mkdtemp()) / "memory.jsonl"
     upload.write_text(json.dumps({"type": "entity", "name": "Payments API", "entityType": "service",
@@ -316,11 +317,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.wait_for("ul#invitations form[action$='/withdraw'] button")
     page_is_clean(b, "team page with an open invitation")
     shoot(b, shots, "team-invitations")
-    if shots:
-        b.set_mobile()
-        b.driver.execute_script("document.getElementById('invitations').scrollIntoView()")
-        shoot(b, shots, "team-invitations-360")
-        b.set_desktop()
+    shoot_phone(b, shots, "team-invitations-360", "#invitations")
     b.submit("ul#invitations form[action$='/withdraw'] button")
     b.wait_for("#members")
     check(not b.driver.find_elements("css selector", "ul#invitations"),
@@ -351,11 +348,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(b.text_of("#my-role") == "reader", "the owner is the mate team's reader")
     page_is_clean(b, "a reader's team page")
     shoot(b, shots, "team-member")
-    if shots:
-        b.set_mobile()
-        b.driver.execute_script("document.getElementById('leave').scrollIntoView()")
-        shoot(b, shots, "team-member-360")
-        b.set_desktop()
+    shoot_phone(b, shots, "team-member-360", "#leave")
     b.submit("form#leave button")
     b.wait_for("main h1")
     check(b.driver.current_url.endswith("/teams"), f"leaving returns to the teams: {b.driver.current_url}")
@@ -435,11 +428,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     page_is_clean(b, "team page with the steward's audit rows")
     b.driver.execute_script("document.getElementById('audit').scrollIntoView()")
     shoot(b, shots, "team-audit")
-    if shots:
-        b.set_mobile()
-        b.driver.execute_script("document.getElementById('audit').scrollIntoView()")
-        shoot(b, shots, "team-audit-360")
-        b.set_desktop()
+    shoot_phone(b, shots, "team-audit-360", "#audit")
 
     # OAuth: a request the server cannot serve is a page of its own (no
     # redirect to the client), readable on a phone.
