@@ -208,9 +208,17 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.get(f"{base}/memories/{new_id}")
     b.fill("#share-scope", "proj.someone_else.secret")
     b.submit("form#share button[type=submit]")
-    b.wait_for("[data-error-code=forbidden]")
-    check(b.driver.find_element("css selector", ".missing").text != "", "forbidden: says what is missing")
-    page_is_clean(b, "forbidden page", mobile_too=False, status=403)
+    b.wait_for("#refused[data-form=share] [data-error-code=forbidden]")
+    check(b.text_of("#refused .reason") != "", "forbidden: the memory's page says what is missing")
+    check(b.driver.find_element("css selector", "#share-scope").get_attribute("value") == "proj.someone_else.secret",
+          "forbidden: the scope typed is kept in its field")
+    page_is_clean(b, "forbidden share", mobile_too=False, status=403)
+    b.fill("#share-scope", "no scope at all")
+    b.submit("form#share button[type=submit]")
+    b.wait_for("#share-scope-error")
+    check(b.driver.find_element("css selector", "#share-scope").get_attribute("aria-invalid") == "true",
+          "validation_failed: the share field is marked inline")
+    page_is_clean(b, "invalid share", mobile_too=False, status=400)
     b.get(f"{base}/memories/{new_id}")
     area = b.wait_for("#content")
     area.clear()
@@ -446,11 +454,12 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     # The page still offers Restore; pressing it now meets a live memory.
     check(b.driver.find_elements("css selector", "form#restore button") != [], "the stale page offers Restore")
     b.submit("form#restore button")
-    b.wait_for("[data-error-code]")
-    code = b.driver.find_element("css selector", "[data-error-code]").get_attribute("data-error-code")
-    check(code == "conflict", f"a stale restore is a conflict page ({code})")
-    check(b.driver.find_elements("css selector", "a.button[href]") != [], "conflict: offers to reload")
-    page_is_clean(b, "conflict page", mobile_too=False, status=409)
+    b.wait_for("#refused [data-error-code]")
+    code = b.driver.find_element("css selector", "#refused [data-error-code]").get_attribute("data-error-code")
+    check(code == "conflict", f"a stale restore is a conflict, said on the memory's page ({code})")
+    check(b.driver.find_elements("css selector", "form#forget") != [] and b.driver.find_elements("css selector", "form#restore") == [],
+          "conflict: the page shown is the memory as it is now (live: Forget, no Restore)")
+    page_is_clean(b, "conflict on a memory's page", mobile_too=False, status=409)
 
     # internal: a real fault under the server (a table the Insight page
     # reads is gone), shown with the request id to report; then put back.

@@ -885,6 +885,51 @@ async fn forms_say_why_and_addresses_that_are_not_pages_answer_as_pages(s: Serve
         p.body
     );
 
+    // A share the store refuses: the memory's page again, the reason
+    // beside its forms, the scope typed kept and marked.
+    let p = b
+        .post(
+            &s,
+            &format!("/memories/{m}/share"),
+            &[("csrf", &csrf), ("scope", "Not A Scope")],
+        )
+        .await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"refused\" data-form=\"share\"")
+            && p.body.contains("id=\"share-scope-error\"")
+            && p.body.contains("value=\"Not A Scope\"")
+            && p.body.contains("id=\"memory-content\""),
+        "{}",
+        p.body
+    );
+    let p = b
+        .post(
+            &s,
+            &format!("/memories/{m}/share"),
+            &[("csrf", &csrf), ("scope", "proj.someone_else.secret")],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    assert!(
+        p.body.contains("data-error-code=\"forbidden\"")
+            && p.body.contains("value=\"proj.someone_else.secret\"")
+            && !p.body.contains("share-scope-error"),
+        "{}",
+        p.body
+    );
+    // A refusal on a memory that is not the caller's to see is still not
+    // found, on a page of its own.
+    let p = b
+        .post(
+            &s,
+            "/memories/mem_0000000000000000.0000000000/share",
+            &[("csrf", &csrf), ("scope", "personal")],
+        )
+        .await;
+    assert_eq!(p.status, 404, "{}", p.body);
+    assert!(!p.body.contains("id=\"refused\""), "{}", p.body);
+
     // A form's address opened as a page.
     let p = b.get(&s, "/access/tokens").await;
     assert_eq!(p.status, 405, "{}", p.body);
@@ -1096,8 +1141,12 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         .post(&s, "/teams", &[("csrf", &csrf), ("slug", "Not A Slug")])
         .await;
     assert_eq!(p.status, 400, "a bad slug is validation_failed");
+    // The Teams page again: the slug marked, what was typed kept.
     assert!(
-        p.body.contains("data-error-code=\"validation_failed\"") && p.body.contains("slug"),
+        p.body.contains("data-error-code=\"validation_failed\"")
+            && p.body.contains("id=\"slug-error\"")
+            && p.body.contains("value=\"Not A Slug\"")
+            && p.body.contains("id=\"new-team\""),
         "{}",
         p.body
     );
@@ -1155,6 +1204,12 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         )
         .await;
     assert_eq!(p.status, 403);
+    assert!(
+        p.body.contains("id=\"refused\" data-form=\"members\"")
+            && p.body.contains("id=\"my-role\""),
+        "the team's page again, saying why: {}",
+        p.body
+    );
     let p = admin
         .post(
             &s,
@@ -1220,6 +1275,30 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         )
         .await;
     assert_eq!(p.status, 400);
+    assert!(
+        p.body.contains("id=\"confirm-slug-error\"") && p.body.contains("id=\"members\""),
+        "the team's page again, the confirmation marked: {}",
+        p.body
+    );
+    // An invitation to no address: the address marked and kept.
+    let p = admin
+        .post(
+            &s,
+            &format!("/teams/{slug}/invite"),
+            &[
+                ("csrf", &csrf),
+                ("email", "not-an-address"),
+                ("role", "reader"),
+                ("how", "invite"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"invite-email-error\"") && p.body.contains("value=\"not-an-address\""),
+        "{}",
+        p.body
+    );
     let p = admin
         .post(
             &s,

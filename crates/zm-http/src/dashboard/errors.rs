@@ -124,7 +124,7 @@ impl Failure {
                 summary(self.error.code)
             };
         html! {
-            div.flash.error role="alert" {
+            div.flash.error role="alert" data-error-code=(self.error.code.as_str()) {
                 p { (line) }
                 @match self.error.code {
                     ErrorCode::ValidationFailed => {
@@ -150,6 +150,91 @@ impl Failure {
                 }
             }
         }
+    }
+}
+
+/// A form on a page that the store refused: the page again, with the
+/// reason beside that form and what was typed kept in its fields.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) failure: Failure,
+    /// Which of the page's forms was sent (`share`, `invite`, …).
+    pub(crate) form: &'static str,
+    /// What its text fields held, by field name.
+    pub(crate) typed: Vec<(&'static str, String)>,
+}
+
+impl Refused {
+    /// Can the page show this failure beside its forms? Only what the
+    /// person acts on from there: a value to change, a permission they
+    /// lack, a change made meanwhile (the page shown is the new state).
+    /// Anything else has its own page: sign-in, not found, the wait, the
+    /// request id.
+    pub(crate) fn shows_inline(f: &Failure) -> bool {
+        matches!(
+            f.error.code,
+            ErrorCode::ValidationFailed | ErrorCode::Forbidden | ErrorCode::Conflict
+        )
+    }
+
+    /// The refusal, if it was of `form`.
+    pub(crate) fn of<'a>(refused: Option<&'a Refused>, form: &str) -> Option<&'a Refused> {
+        refused.filter(|r| r.form == form)
+    }
+
+    /// What was typed into `field` of `form`, if that form was refused.
+    pub(crate) fn value<'a>(
+        refused: Option<&'a Refused>,
+        form: &str,
+        field: &str,
+    ) -> Option<&'a str> {
+        Self::of(refused, form).and_then(|r| {
+            r.typed
+                .iter()
+                .find(|(name, _)| *name == field)
+                .map(|(_, v)| v.as_str())
+        })
+    }
+
+    /// Why `field` of `form` was refused, if it was.
+    pub(crate) fn reason(refused: Option<&Refused>, form: &str, field: &str) -> Option<String> {
+        Self::of(refused, form).and_then(|r| r.failure.field(field))
+    }
+
+    /// The notice of a refusal, in one place on its page that is always
+    /// shown (a stale page's form may be one the page no longer has);
+    /// `marked` names the fields the page's forms mark inline.
+    pub(crate) fn notice(refused: Option<&Refused>, marked: &[&str]) -> Markup {
+        html! {
+            @if let Some(r) = refused {
+                div #refused data-form=(r.form) { (r.failure.notice(marked)) }
+            }
+        }
+    }
+}
+
+/// A refused field is marked by three things: its wrapper's class (this),
+/// its input's `aria-invalid` and `aria-describedby` (`field_aria`), and
+/// the reason below the input (`field_error`), for the input `id`.
+pub(crate) fn field_class(reason: Option<&str>) -> &'static str {
+    if reason.is_some() {
+        "field invalid"
+    } else {
+        "field"
+    }
+}
+
+/// `aria-invalid` and `aria-describedby` of input `id`, when refused.
+pub(crate) fn field_aria(id: &str, reason: Option<&str>) -> (Option<&'static str>, Option<String>) {
+    reason.map_or((None, None), |_| {
+        (Some("true"), Some(format!("{id}-error")))
+    })
+}
+
+/// The reason below a refused input `id`.
+pub(crate) fn field_error(id: &str, reason: Option<&str>) -> Markup {
+    html! {
+        @if let Some(r) = reason { p.error id=(format!("{id}-error")) { (r) } }
     }
 }
 

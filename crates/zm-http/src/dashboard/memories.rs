@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use zm_contracts::{Memory, MemoryId, MemoryKind, ToolName, ToolOutput};
 use zm_store::web::{MemoryFilter, MemoryStatus};
 
-use super::errors::Failure;
+use super::errors::{Failure, Refused, field_aria, field_class, field_error};
 use super::{Signed, signed_form};
 use crate::state::AppState;
 
@@ -378,6 +378,17 @@ pub(crate) async fn show(
     signed: Signed,
     Path(id): Path<String>,
 ) -> Response {
+    memory_page(&state, &signed, &id, None).await
+}
+
+/// The page of memory `id`, with the refusal of a change if there was one
+/// (its status then is the refusal's).
+async fn memory_page(
+    state: &AppState,
+    signed: &Signed,
+    id: &str,
+    refused: Option<Refused>,
+) -> Response {
     let caller = signed.caller();
     let not_found = || {
         Failure::from_tool(
@@ -385,12 +396,12 @@ pub(crate) async fn show(
             signed.request_id.as_deref(),
         )
     };
-    let Ok(mid) = MemoryId::parse(&id) else {
+    let Ok(mid) = MemoryId::parse(id) else {
         return signed.error(&not_found());
     };
     let m = match state.store.get_memory(&caller, &mid).await {
         Ok(m) => m,
-        Err(e) => return signed.error(&call_failure(e, &signed)),
+        Err(e) => return signed.error(&call_failure(e, signed)),
     };
     // The chain of successors, as far as the caller can read it.
     let mut chain: Vec<Memory> = Vec::new();
@@ -409,8 +420,11 @@ pub(crate) async fn show(
     }
     let context = match state.store.memory_context(&caller, mid.as_str()).await {
         Ok(c) => c,
-        Err(e) => return signed.error(&call_failure(e, &signed)),
+        Err(e) => return signed.error(&call_failure(e, signed)),
     };
+    let refused = refused.as_ref();
+    let share_error = Refused::reason(refused, "share", "scope");
+    let (share_invalid, share_described) = field_aria("share-scope", share_error.as_deref());
     let is_loop = matches!(m.kind, MemoryKind::Task | MemoryKind::OpenQuestion);
     let live = m.invalidated_at.is_none();
     let mine = context.mine;
@@ -469,7 +483,8 @@ pub(crate) async fn show(
             h2 { "Provenance" }
             pre.content { (serde_json::to_string_pretty(src).unwrap_or_default()) }
         }
-        h2 { "Change it" }
+        h2 #change { "Change it" }
+        (Refused::notice(refused, &["scope"]))
         @if let Some(team) = for_team {
             p #for-team.hint { "A former member of team " (team) " left this memory to the team. As the team's admin you may forget it, close it if it is an open loop, and restore it; nobody edits, shares or moves it." }
         } @else if context.left_to_team {
@@ -494,7 +509,7 @@ pub(crate) async fn show(
             @if changes && live {
                 form #forget method="post" action=(signed.href(&format!("/memories/{}/forget", m.id))) {
                     input type="hidden" name="csrf" value=(signed.csrf);
-                    div.field { label for="reason" { "Reason (optional)" } input #reason type="text" name="reason"; }
+                    div.field { label for="reason" { "Reason (optional)" } input #reason type="text" name="reason" value=[Refused::value(refused, "forget", "reason")]; }
                     button.danger type="submit" { "Forget" }
                 }
                 @if is_loop {
@@ -506,7 +521,11 @@ pub(crate) async fn show(
                 @if mine {
                     form #share method="post" action=(signed.href(&format!("/memories/{}/share", m.id))) {
                         input type="hidden" name="csrf" value=(signed.csrf);
-                        div.field { label for="share-scope" { "Share into scope" } input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required; }
+                        div class=(field_class(share_error.as_deref())) {
+                            label for="share-scope" { "Share into scope" }
+                            input #share-scope type="text" name="scope" placeholder="proj.… or team.…" required aria-invalid=[share_invalid] aria-describedby=[share_described] value=[Refused::value(refused, "share", "scope")];
+                            (field_error("share-scope", share_error.as_deref()))
+                        }
                         button.secondary type="submit" { "Share" }
                     }
                 }
@@ -518,7 +537,8 @@ pub(crate) async fn show(
             }
         }
     };
-    signed.page(StatusCode::OK, "Memory", "/", body)
+    let status = refused.map_or(StatusCode::OK, |r| r.failure.status());
+    signed.page(status, "Memory", "/", body)
 }
 
 /// `POST /memories/{id}/{forget|restore|close|share}`.
@@ -534,20 +554,42 @@ pub(crate) async fn act(
         Ok(f) => f,
         Err(f) => return signed.error(&f.back_to(&back)),
     };
-    let (tool, input) = match action.as_str() {
+    let (tool, input, name, typed): (_, _, _, Vec<(&'static str, String)>) = match action.as_str() {
         "forget" => {
+            let reason = form.get("reason").unwrap_or("");
             let mut v = json!({"memory_id": id});
-            if let Some(r) = form.get("reason").map(str::trim).filter(|r| !r.is_empty()) {
-                v["reason"] = json!(r);
+            if !reason.trim().is_empty() {
+                v["reason"] = json!(reason.trim());
             }
-            (ToolName::Forget, v)
+            (
+                ToolName::Forget,
+                v,
+                "forget",
+                vec![("reason", reason.to_string())],
+            )
         }
-        "restore" => (ToolName::RestoreMemory, json!({"memory_id": id})),
-        "close" => (ToolName::CloseLoop, json!({"memory_id": id})),
-        "share" => (
-            ToolName::Share,
-            json!({"memory_id": id, "scope": form.get("scope").unwrap_or("").trim()}),
+        "restore" => (
+            ToolName::RestoreMemory,
+            json!({"memory_id": id}),
+            "restore",
+            vec![],
         ),
+        "close" => (
+            ToolName::CloseLoop,
+            json!({"memory_id": id}),
+            "close",
+            vec![],
+        ),
+        "share" => {
+            let scope = form.get("scope").unwrap_or("");
+            let v = json!({"memory_id": id, "scope": scope.trim()});
+            (
+                ToolName::Share,
+                v,
+                "share",
+                vec![("scope", scope.to_string())],
+            )
+        }
         _ => {
             return signed.error(&Failure::from_tool(
                 zm_contracts::ToolError::not_found("No such action."),
@@ -557,7 +599,20 @@ pub(crate) async fn act(
     };
     match state.tools.call(&signed.caller(), tool, &input).await {
         Ok(_) => signed.see_other(&back),
-        Err(e) => signed.error(&call_failure(e, &signed).back_to(&back)),
+        Err(e) => {
+            let failure = call_failure(e, &signed).back_to(&back);
+            if !Refused::shows_inline(&failure) {
+                return signed.error(&failure);
+            }
+            // The page again, the reason beside its forms, what was typed
+            // kept (a page the memory is gone from says not found).
+            let refused = Refused {
+                failure,
+                form: name,
+                typed,
+            };
+            memory_page(&state, &signed, &id, Some(refused)).await
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use zm_contracts::teams::{
 use zm_contracts::{ErrorCode, InvitationId, TeamRole};
 use zm_store::rules::{RuleRecord, RuleState};
 
-use super::errors::Failure;
+use super::errors::{Failure, Refused, field_aria, field_class, field_error};
 use super::{Form, Signed, rules, signed_form};
 use crate::state::AppState;
 
@@ -33,6 +33,17 @@ fn role_select(id: &str, selected: TeamRole) -> Markup {
 
 /// `GET /teams`.
 pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Response {
+    teams_page(&state, &signed, None).await
+}
+
+/// The Teams page, with the refusal of its create form if there was one
+/// (its status then is the refusal's).
+async fn teams_page(state: &AppState, signed: &Signed, refused: Option<Refused>) -> Response {
+    let refused = refused.as_ref();
+    let slug_error = Refused::reason(refused, "new-team", "slug");
+    let name_error = Refused::reason(refused, "new-team", "name");
+    let (slug_invalid, slug_described) = field_aria("slug", slug_error.as_deref());
+    let (name_invalid, name_described) = field_aria("team-name", name_error.as_deref());
     let caller = signed.caller();
     let rid = signed.request_id.as_deref();
     let (teams, invitations) = match tokio::try_join!(
@@ -44,6 +55,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     };
     let body = html! {
         h1 { "Teams" }
+        (Refused::notice(refused, &["slug", "name"]))
         p.lead { "A team's members share its memories and rules through their agents. " }
         @if !invitations.invitations.is_empty() {
             h2 { "Invitations for you" }
@@ -73,16 +85,22 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         h2 { "Create a team" }
         form #new-team method="post" action=(signed.href("/teams")) {
             input type="hidden" name="csrf" value=(signed.csrf);
-            div.field {
+            div class=(field_class(slug_error.as_deref())) {
                 label for="slug" { "Slug" }
-                input #slug type="text" name="slug" required pattern="[a-z][a-z0-9_]{1,39}" aria-describedby="slug-hint";
+                input #slug type="text" name="slug" required pattern="[a-z][a-z0-9_]{1,39}" aria-invalid=[slug_invalid] aria-describedby=(slug_described.unwrap_or_else(|| "slug-hint".to_string())) value=[Refused::value(refused, "new-team", "slug")];
+                (field_error("slug", slug_error.as_deref()))
                 p.hint #slug-hint { "Lowercase letters, digits and _; its scope will be team.<slug>." }
             }
-            div.field { label for="team-name" { "Name" } input #team-name type="text" name="name" maxlength="100"; }
+            div class=(field_class(name_error.as_deref())) {
+                label for="team-name" { "Name" }
+                input #team-name type="text" name="name" maxlength="100" aria-invalid=[name_invalid] aria-describedby=[name_described] value=[Refused::value(refused, "new-team", "name")];
+                (field_error("team-name", name_error.as_deref()))
+            }
             button type="submit" { "Create" }
         }
     };
-    signed.page(StatusCode::OK, "Teams", "/teams", body)
+    let status = refused.map_or(StatusCode::OK, |r| r.failure.status());
+    signed.page(status, "Teams", "/teams", body)
 }
 
 /// The longest excerpt of a rule's text the team's page shows (its memory
@@ -154,14 +172,24 @@ fn detail_page(
     admin_view: Option<&AdminView>,
     adds_directly: bool,
     now: i64,
+    refused: Option<&Refused>,
 ) -> Markup {
     let admin = d.team.role == TeamRole::Admin;
     let slug = &d.team.slug;
     let csrf = &signed.csrf;
+    let email_error = Refused::reason(refused, "invite", "email");
+    let (email_invalid, email_described) = field_aria("invite-email", email_error.as_deref());
+    let project_error = Refused::reason(refused, "share-project", "project")
+        .or_else(|| Refused::reason(refused, "share-project", "scope"))
+        .or_else(|| Refused::reason(refused, "share-project", "project_hint"));
+    let (project_invalid, project_described) = field_aria("project", project_error.as_deref());
+    let confirm_error = Refused::reason(refused, "delete-team", "confirm");
+    let (confirm_invalid, confirm_described) = field_aria("confirm-slug", confirm_error.as_deref());
     html! {
         p { a href=(signed.href("/teams")) { "← Teams" } }
         h1 { (d.team.name) " " code { (d.team.scope) } }
         p { "Your role: " strong #my-role { (d.team.role.as_str()) } }
+        (Refused::notice(refused, &["email", "project", "scope", "project_hint", "confirm"]))
         h2 { "Members" }
         table #members {
             thead { tr { th { "Member" } th { "Role" } th { "Since" } @if admin { th { span.sr-only { "Actions" } } } } }
@@ -196,7 +224,11 @@ fn detail_page(
             h2 { @if adds_directly { "Invite or add" } @else { "Invite" } }
             form #invite method="post" action=(signed.href(&format!("/teams/{slug}/invite"))) {
                 input type="hidden" name="csrf" value=(csrf);
-                div.field { label for="invite-email" { "Email" } input #invite-email type="email" name="email" required; }
+                div class=(field_class(email_error.as_deref())) {
+                    label for="invite-email" { "Email" }
+                    input #invite-email type="email" name="email" required aria-invalid=[email_invalid] aria-describedby=[email_described] value=[Refused::value(refused, "invite", "email")];
+                    (field_error("invite-email", email_error.as_deref()))
+                }
                 div.field { label for="invite-role" { "Role" } (role_select("invite-role", TeamRole::Writer)) }
                 div.actions {
                     button type="submit" name="how" value="invite" { "Send an invitation" }
@@ -230,9 +262,10 @@ fn detail_page(
         @if d.team.role.can_write() {
             form #share-project method="post" action=(signed.href(&format!("/teams/{slug}/projects"))) {
                 input type="hidden" name="csrf" value=(csrf);
-                div.field {
+                div class=(field_class(project_error.as_deref())) {
                     label for="project" { "Share one of your projects (its scope or repository)" }
-                    input #project type="text" name="project" required placeholder="proj.… or git@github.com:org/repo.git";
+                    input #project type="text" name="project" required placeholder="proj.… or git@github.com:org/repo.git" aria-invalid=[project_invalid] aria-describedby=[project_described] value=[Refused::value(refused, "share-project", "project")];
+                    (field_error("project", project_error.as_deref()))
                 }
                 button.secondary type="submit" { "Share with the team" }
             }
@@ -293,9 +326,10 @@ fn detail_page(
             h2 { "Delete the team" }
             form #delete-team method="post" action=(signed.href(&format!("/teams/{slug}/delete"))) {
                 input type="hidden" name="csrf" value=(csrf);
-                div.field {
+                div class=(field_class(confirm_error.as_deref())) {
                     label for="confirm-slug" { "Type the team's slug to confirm" }
-                    input #confirm-slug type="text" name="confirm" required autocomplete="off";
+                    input #confirm-slug type="text" name="confirm" required autocomplete="off" aria-invalid=[confirm_invalid] aria-describedby=[confirm_described];
+                    (field_error("confirm-slug", confirm_error.as_deref()))
                     p.hint { "Its memories become readable by nobody, exportable by its admins for 30 days, then erased." }
                 }
                 button.danger type="submit" { "Delete " (slug) }
@@ -310,16 +344,27 @@ pub(crate) async fn show(
     signed: Signed,
     Path(slug): Path<String>,
 ) -> Response {
+    team_page(&state, &signed, &slug, None).await
+}
+
+/// A team's page, with the refusal of one of its forms if there was one
+/// (its status then is the refusal's).
+async fn team_page(
+    state: &AppState,
+    signed: &Signed,
+    slug: &str,
+    refused: Option<Refused>,
+) -> Response {
     let caller = signed.caller();
     let rid = signed.request_id.as_deref();
-    let d = match state.store.get_team(&caller, &slug).await {
+    let d = match state.store.get_team(&caller, slug).await {
         Ok(d) => d,
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let admin_view = if d.team.role == TeamRole::Admin {
         let (audit, kept) = tokio::join!(
-            state.store.team_audit(&caller, &slug),
-            state.store.team_steward_rules(&caller, &slug)
+            state.store.team_audit(&caller, slug),
+            state.store.team_steward_rules(&caller, slug)
         );
         match kept {
             Ok(kept) => {
@@ -355,8 +400,10 @@ pub(crate) async fn show(
         .await
         .unwrap_or(false);
     let now = state.store.clock().now_ms();
-    let body = detail_page(&signed, &d, admin_view.as_ref(), adds_directly, now);
-    signed.page(StatusCode::OK, &d.team.name, "/teams", body)
+    let refused = refused.as_ref();
+    let body = detail_page(signed, &d, admin_view.as_ref(), adds_directly, now, refused);
+    let status = refused.map_or(StatusCode::OK, |r| r.failure.status());
+    signed.page(status, &d.team.name, "/teams", body)
 }
 
 /// Parse a form's values through the contract's validation.
@@ -404,6 +451,18 @@ pub(crate) async fn create(
     };
     match result {
         Ok(d) => signed.see_other(&format!("/teams/{}", d.team.slug)),
+        Err(f) if Refused::shows_inline(&f) => {
+            let typed = vec![
+                ("slug", form.get("slug").unwrap_or("").to_string()),
+                ("name", form.get("name").unwrap_or("").to_string()),
+            ];
+            let refused = Refused {
+                failure: f,
+                form: "new-team",
+                typed,
+            };
+            teams_page(&state, &signed, Some(refused)).await
+        }
         Err(f) => signed.error(&f.back_to("/teams")),
     }
 }
@@ -484,9 +543,42 @@ pub(crate) async fn act(
             rid,
         )),
     };
+    let (name, typed) = match action.as_str() {
+        "invite" => (
+            "invite",
+            vec![("email", form.get("email").unwrap_or("").to_string())],
+        ),
+        "projects" => (
+            "share-project",
+            vec![("project", form.get("project").unwrap_or("").to_string())],
+        ),
+        _ => ("delete-team", vec![]),
+    };
+    refused_or_back(&state, &signed, &slug, result, name, typed).await
+}
+
+/// Where a team page's form leads: to `Ok`'s page, or back to the team's
+/// page with the refusal beside form `name` (what the page cannot show
+/// there gets a page of its own).
+async fn refused_or_back(
+    state: &AppState,
+    signed: &Signed,
+    slug: &str,
+    result: Result<String, Failure>,
+    name: &'static str,
+    typed: Vec<(&'static str, String)>,
+) -> Response {
     match result {
         Ok(to) => signed.see_other(&to),
-        Err(f) => signed.error(&f.back_to(&back)),
+        Err(failure) if Refused::shows_inline(&failure) => {
+            let refused = Refused {
+                failure,
+                form: name,
+                typed,
+            };
+            team_page(state, signed, slug, Some(refused)).await
+        }
+        Err(f) => signed.error(&f.back_to(&format!("/teams/{slug}"))),
     }
 }
 
@@ -536,10 +628,12 @@ pub(crate) async fn member(
             rid,
         )),
     };
-    match result {
-        Ok(to) => signed.see_other(&to),
-        Err(f) => signed.error(&f.back_to(&back)),
-    }
+    let name = if action == "remove" && user == caller.user_id {
+        "leave"
+    } else {
+        "members"
+    };
+    refused_or_back(&state, &signed, &slug, result, name, vec![]).await
 }
 
 /// `POST /teams/{slug}/invitations/{id}/withdraw` (admins).
@@ -561,14 +655,13 @@ pub(crate) async fn withdraw(
             rid,
         ));
     };
-    match state
+    let result = state
         .store
         .withdraw_invitation(&signed.caller(), &slug, &id)
         .await
-    {
-        Ok(_) => signed.see_other(&back),
-        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to(&back)),
-    }
+        .map(|_| back)
+        .map_err(|e| Failure::from_tool(e, rid));
+    refused_or_back(&state, &signed, &slug, result, "invitations", vec![]).await
 }
 
 /// `POST /teams/invitations/{id}/accept`.
@@ -591,6 +684,17 @@ pub(crate) async fn accept(
     };
     match state.store.accept_invitation(&signed.caller(), &id).await {
         Ok(d) => signed.see_other(&format!("/teams/{}", d.team.slug)),
-        Err(e) => signed.error(&Failure::from_tool(e, rid).back_to("/teams")),
+        Err(e) => {
+            let failure = Failure::from_tool(e, rid).back_to("/teams");
+            if !Refused::shows_inline(&failure) {
+                return signed.error(&failure);
+            }
+            let refused = Refused {
+                failure,
+                form: "my-invitations",
+                typed: vec![],
+            };
+            teams_page(&state, &signed, Some(refused)).await
+        }
     }
 }
