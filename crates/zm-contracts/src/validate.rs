@@ -25,6 +25,9 @@ use crate::error::{ErrorCode, ToolError, tool_error};
 use crate::ids::IdKind;
 use crate::scope;
 
+mod repeated;
+pub use repeated::{REPEATED_KEY_REASON, refuse_repeated_keys, repeated_key};
+
 /// One offending field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FieldError {

@@ -59,6 +59,9 @@ pub(crate) async fn json_body(
             }],
         )));
     }
+    // Valid JSON with a key twice in one object: which value counts is
+    // the parser's choice, so neither is taken.
+    zm_contracts::validate::refuse_repeated_keys(&bytes).map_err(ApiError::new)?;
     Ok(value)
 }
 

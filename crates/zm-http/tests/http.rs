@@ -136,6 +136,28 @@ async fn every_error_status_on_the_rest_routes() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(code(&r.json::<Value>().await.unwrap()), "validation_failed");
+    // A key twice in one object: neither value is taken, nothing written.
+    let r = s
+        .http
+        .post(format!("{}/api/tools/remember", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("content-type", "application/json")
+        .body(r#"{"content":"The twice-keyed note.","scope":"personal","scope":"core"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v = r.json::<Value>().await.unwrap();
+    assert_eq!(code(&v), "validation_failed");
+    assert_eq!(v["error"]["details"]["fields"][0]["path"], "scope", "{v}");
+    let (_, v) = s
+        .post(
+            "/api/tools/recall",
+            Some(&s.rw_a),
+            json!({"query": "twice-keyed", "scopes": ["personal", "core"]}),
+        )
+        .await;
+    assert_eq!(v["memories"], json!([]), "nothing was written: {v}");
     let r = s
         .http
         .post(format!("{}/api/tools/recall", s.base))
@@ -790,6 +812,52 @@ async fn mcp_refuses_a_body_over_the_limit() {
             .contains("larger than"),
         "{v}"
     );
+    s.stop().await;
+}
+
+/// A POST that is not one JSON-RPC message is refused as JSON-RPC, with
+/// a 400, in a session or out of one (the transport answered a body that
+/// is not JSON with a plain-text 415).
+#[tokio::test]
+async fn mcp_refuses_what_is_not_one_jsonrpc_message_as_jsonrpc() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    for session in [None, Some(sid.as_str())] {
+        for (body, want) in [
+            ("{not json", -32700),
+            (
+                "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]",
+                -32600,
+            ),
+            ("{\"id\":1,\"method\":\"ping\"}", -32600),
+        ] {
+            let mut rb = s
+                .http
+                .post(format!("{}/mcp", s.base))
+                .bearer_auth(&s.rw_a)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(body);
+            if let Some(sid) = session {
+                rb = rb
+                    .header("mcp-session-id", sid)
+                    .header("mcp-protocol-version", "2025-11-25");
+            }
+            let r = rb.send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 400, "{body} in {session:?}");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["code"], want, "{body} in {session:?}: {v}");
+        }
+    }
+    // The session is untouched by them.
+    let (st, _, msgs) = s
+        .mcp(
+            &s.rw_a,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{msgs:?}");
     s.stop().await;
 }
 

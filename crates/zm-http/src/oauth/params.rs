@@ -97,6 +97,10 @@ impl Params {
         if o.len() > MAX_PARAMS {
             return Err(too_many());
         }
+        // A repeated key, which the object above kept once (the last).
+        if let Some(k) = zm_contracts::validate::repeated_key(bytes) {
+            return Err(format!("The parameter {k:?} is repeated."));
+        }
         let mut pairs = Vec::with_capacity(o.len());
         for (k, v) in o {
             match v {

@@ -35,6 +35,9 @@ impl FromRequest<OauthState> for ClientMetadata {
         let Ok(Value::Object(doc)) = serde_json::from_slice::<Value>(&bytes) else {
             return Err(invalid_metadata("The body must be a JSON object."));
         };
+        if let Some(k) = zm_contracts::validate::repeated_key(&bytes) {
+            return Err(invalid_metadata(format!("The field {k:?} is repeated.")));
+        }
         Ok(ClientMetadata(doc))
     }
 }
