@@ -633,7 +633,11 @@ async fn token_refusals() {
     assert_eq!((st, oauth_code(&v)), (400, "invalid_request"));
     let fake = zm_contracts::IdKind::OauthClient.generate();
     let (st, v) = s.exchange(&fake, "nope", &pkce().verifier).await;
-    assert_eq!((st, oauth_code(&v)), (401, "invalid_client"));
+    assert_eq!(
+        (st, oauth_code(&v)),
+        (400, "invalid_client"),
+        "a public client named in the body: 400, as a 401 needs a challenge it could answer"
+    );
     let (st, v) = s.exchange(&client, "nope", "too-short").await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_request"));
     let (st, v) = s
@@ -760,7 +764,51 @@ async fn a_refresh_names_its_client_and_a_refusal_spends_nothing() {
         "another client's refresh token: {v}"
     );
     let (st, v) = send(grant(Some(&fake))).await;
-    assert_eq!((st, oauth_code(&v)), (401, "invalid_client"), "{v}");
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_client"), "{v}");
+    // A client written for confidential clients names itself with HTTP
+    // Basic: an unknown one, or one sending a secret (none is issued),
+    // is a 401 with the Basic challenge.
+    let basic = |user: &str, password: &str| {
+        use base64::Engine;
+        let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {b}")
+    };
+    for (auth, why) in [
+        (basic(&fake, ""), "an unknown client"),
+        (basic(&client, "s3cret"), "a secret"),
+        ("Basic !!!".to_string(), "not base64"),
+    ] {
+        let r = s
+            .http
+            .post(format!("{}/oauth/token", s.base))
+            .header("authorization", auth)
+            .form(&grant(None))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{why}");
+        assert_eq!(
+            header(&r, "www-authenticate"),
+            "Basic realm=\"zero-memory\"",
+            "{why}"
+        );
+        assert_eq!(
+            oauth_code(&r.json().await.unwrap()),
+            "invalid_client",
+            "{why}"
+        );
+    }
+    // Basic naming another client than the body: refused, nothing spent.
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .header("authorization", basic(&client, ""))
+        .form(&grant(Some(&other)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(oauth_code(&r.json().await.unwrap()), "invalid_request");
     // As JSON too.
     let r = s
         .http
@@ -775,8 +823,20 @@ async fn a_refresh_names_its_client_and_a_refusal_spends_nothing() {
     // Nothing was spent: the first access token still works, and the
     // refresh token rotates once, for its own client.
     assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
-    let (st, t2) = send(grant(Some(&client))).await;
-    assert_eq!(st, 200, "the refused attempts left the token usable: {t2}");
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .header("authorization", basic(&client, ""))
+        .form(&grant(None))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "named by Basic, with no secret");
+    let t2: Value = r.json().await.unwrap();
+    assert!(
+        t2["access_token"].is_string(),
+        "the refused attempts left the token usable: {t2}"
+    );
     let access2 = t2["access_token"].as_str().unwrap();
     assert_eq!(
         s.rest(access2, "recall", json!({"query": "x"})).await.0,
@@ -852,6 +912,16 @@ async fn authorize_refusals() {
         (vec![("code_challenge_method", "plain")], "invalid_request"),
         (vec![("code_challenge", "")], "invalid_request"),
         (vec![("code_challenge", "short")], "invalid_request"),
+        // Unreserved characters no SHA-256 in base64url gives: a verifier
+        // would never match, and the sign-in would be spent for nothing.
+        (
+            vec![("code_challenge", &*"a".repeat(128))],
+            "invalid_request",
+        ),
+        (
+            vec![("code_challenge", &*format!("{}~", "a".repeat(42)))],
+            "invalid_request",
+        ),
         (
             vec![("response_type", "token")],
             "unsupported_response_type",
@@ -1120,6 +1190,35 @@ async fn registration_refusals() {
         oauth_code(&r.json().await.unwrap()),
         "invalid_client_metadata"
     );
+    // A field twice: neither value is taken (a parser keeps the last, a
+    // filter in front may have read the first).
+    let r = s
+        .http
+        .post(format!("{}/oauth/register", s.base))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"redirect_uris":["{REDIRECT}"],"redirect_uris":["https://evil.example/cb"]}}"#
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(oauth_code(&v), "invalid_client_metadata", "{v}");
+    assert!(v.to_string().contains("repeated"), "{v}");
+    // So is a token request's parameter, in JSON as in a form.
+    let r = s
+        .http
+        .post(format!("{}/oauth/token", s.base))
+        .header("content-type", "application/json")
+        .body(r#"{"grant_type":"refresh_token","refresh_token":"x","client_id":"oac_a","client_id":"oac_b"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(oauth_code(&v), "invalid_request", "{v}");
+    assert!(v.to_string().contains("client_id"), "{v}");
     // The accepted shapes: https, loopback http, private-use schemes.
     let (st, v) = s
         .register(json!({"redirect_uris": [
@@ -1263,7 +1362,7 @@ async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
     let (st, body) = revoke(vec![("token", access.to_string())]).await;
     assert_eq!(st, 400, "client_id is required: {body}");
     let (st, body) = revoke(with(access, "oac_unknown")).await;
-    assert_eq!(st, 401, "{body}");
+    assert_eq!(st, 400, "{body}");
     assert_eq!(
         oauth_code(&serde_json::from_str(&body).unwrap()),
         "invalid_client"

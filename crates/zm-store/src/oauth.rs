@@ -69,12 +69,15 @@ pub struct OauthClient {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthorizedClient {
     pub client: OauthClient,
-    /// The scope of the user's latest authorization.
+    /// What the client may do for the user: the scopes of its live tokens
+    /// and of the user's latest authorization, together (a narrower
+    /// sign-in does not narrow the tokens an earlier one issued).
     pub scope: String,
     /// First authorization by this user.
     pub authorized_at: i64,
     pub last_authorized_at: i64,
-    /// Last code exchange under this grant.
+    /// Last use under this grant: a code exchange, a refresh or a call
+    /// with one of its access tokens, whichever came last.
     pub last_used_at: Option<i64>,
     /// Set when the user revoked the client (a fresh sign-in grants again).
     pub revoked_at: Option<i64>,
@@ -229,7 +232,14 @@ impl FromAnyRow for AuthorizedClient {
             scope: col(r, "scope")?,
             authorized_at: col(r, "authorized_at")?,
             last_authorized_at: col(r, "last_authorized_at")?,
-            last_used_at: col(r, "last_used_at")?,
+            last_used_at: [
+                col::<Option<i64>>(r, "last_used_at")?,
+                col(r, "family_used_at")?,
+                col(r, "token_used_at")?,
+            ]
+            .into_iter()
+            .flatten()
+            .max(),
             revoked_at: col(r, "revoked_at")?,
             active_tokens: col(r, "active_tokens")?,
         })
@@ -1105,7 +1115,9 @@ impl Store {
             "SELECT c.id, c.client_name, c.redirect_uris, c.owner_id, c.created_at, g.scope, \
                     g.created_at AS authorized_at, g.last_authorized_at, g.last_used_at, g.revoked_at, \
                     (SELECT COUNT(*) FROM access_tokens t WHERE t.client_id = c.id AND t.user_id = g.user_id \
-                        AND t.revoked_at IS NULL AND t.used_at IS NULL AND t.expires_at > $2) AS active_tokens \
+                        AND t.revoked_at IS NULL AND t.used_at IS NULL AND t.expires_at > $2) AS active_tokens, \
+                    (SELECT MAX(f.last_used_at) FROM oauth_families f WHERE f.client_id = c.id AND f.user_id = g.user_id) AS family_used_at, \
+                    (SELECT MAX(t.last_used_at) FROM access_tokens t WHERE t.client_id = c.id AND t.user_id = g.user_id) AS token_used_at \
              FROM oauth_grants g JOIN oauth_clients c ON c.id = g.client_id \
              WHERE g.user_id = $1 ORDER BY g.created_at, c.id",
         )
@@ -1114,7 +1126,36 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .db("list oauth clients")?;
-        AuthorizedClient::from_rows(&rows)
+        let mut clients = AuthorizedClient::from_rows(&rows)?;
+        // The scopes live tokens carry: a later, narrower sign-in leaves
+        // them as they were, and the list must not say less than they do.
+        let live: Vec<(String, String)> = sqlx::query_as(
+            "SELECT client_id, scopes FROM access_tokens \
+             WHERE user_id = $1 AND client_id IS NOT NULL AND revoked_at IS NULL AND used_at IS NULL AND expires_at > $2",
+        )
+        .bind(user_id)
+        .bind(self.now())
+        .fetch_all(&self.pool)
+        .await
+        .db("list oauth token scopes")?;
+        for c in &mut clients {
+            let words: Vec<&str> = c
+                .scope
+                .split(' ')
+                .chain(
+                    live.iter()
+                        .filter(|(client, _)| *client == c.client.id)
+                        .flat_map(|(_, scopes)| scopes.split(' ')),
+                )
+                .collect();
+            c.scope = OAUTH_SCOPES
+                .iter()
+                .filter(|s| words.contains(s))
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ");
+        }
+        Ok(clients)
     }
 
     /// Revoke a client for this user: its grant, every token family and

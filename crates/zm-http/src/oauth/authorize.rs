@@ -12,7 +12,7 @@ use zm_store::oauth::{NewCode, OauthClient, parse_scope};
 
 use super::limit::Throttled;
 use super::params::{FormParams, Params, QueryParams};
-use super::token::is_pkce_string;
+use super::token::is_s256_challenge;
 use super::{OauthRejection, OauthState, csrf, pages, redirect, resource_ok};
 use crate::request::RequestId;
 use crate::state::CookieScope;
@@ -103,14 +103,17 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
             "code_challenge is required (PKCE with S256).",
         );
     };
-    if !is_pkce_string(challenge) {
-        return fail(
-            "invalid_request",
-            "code_challenge must be 43..128 unreserved characters.",
-        );
-    }
     if p.get("code_challenge_method") != Some("S256") {
         return fail("invalid_request", "code_challenge_method must be S256.");
+    }
+    // An S256 challenge is a SHA-256 in base64url without padding: any
+    // other string no verifier matches, and the code would be spent on a
+    // sign-in that cannot end in a token.
+    if !is_s256_challenge(challenge) {
+        return fail(
+            "invalid_request",
+            "code_challenge must be a SHA-256 in base64url without padding (43 characters).",
+        );
     }
     let resource = p.get("resource").map(str::to_string);
     if let Some(r) = &resource

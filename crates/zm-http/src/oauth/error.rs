@@ -20,8 +20,12 @@ pub enum OauthRejection {
         error: &'static str,
         description: String,
     },
-    /// 401 `invalid_client`: no client has this id.
-    UnknownClient,
+    /// `invalid_client`: no client has this id, or it sent a secret (this
+    /// server issues none). 400 when the client named itself in the body
+    /// (RFC 6749 §5.2: a 401 must carry a challenge for a scheme the
+    /// client could use, and a public client uses none); 401 with a
+    /// `Basic` challenge when it authenticated with HTTP Basic.
+    InvalidClient { basic: bool, description: String },
     /// 405 `invalid_request`, with `Allow`.
     MethodNotAllowed(&'static str),
     /// 429 `rate_limited`, with `Retry-After` seconds.
@@ -95,11 +99,17 @@ impl IntoResponse for OauthRejection {
             OauthRejection::BadRequest { error, description } => {
                 (StatusCode::BAD_REQUEST, error, description)
             }
-            OauthRejection::UnknownClient => (
-                StatusCode::UNAUTHORIZED,
-                "invalid_client",
-                "Unknown client.".into(),
-            ),
+            OauthRejection::InvalidClient { basic, description } => {
+                if basic {
+                    extra = Some((
+                        header::WWW_AUTHENTICATE,
+                        HeaderValue::from_static("Basic realm=\"zero-memory\""),
+                    ));
+                    (StatusCode::UNAUTHORIZED, "invalid_client", description)
+                } else {
+                    (StatusCode::BAD_REQUEST, "invalid_client", description)
+                }
+            }
             OauthRejection::MethodNotAllowed(allow) => {
                 extra = Some((header::ALLOW, HeaderValue::from_static(allow)));
                 (
@@ -193,7 +203,22 @@ mod tests {
                 400,
                 "invalid_grant",
             ),
-            (OauthRejection::UnknownClient, 401, "invalid_client"),
+            (
+                OauthRejection::InvalidClient {
+                    basic: false,
+                    description: "Unknown client.".into(),
+                },
+                400,
+                "invalid_client",
+            ),
+            (
+                OauthRejection::InvalidClient {
+                    basic: true,
+                    description: "Unknown client.".into(),
+                },
+                401,
+                "invalid_client",
+            ),
             (
                 OauthRejection::MethodNotAllowed("POST"),
                 405,
@@ -213,6 +238,11 @@ mod tests {
             assert_eq!(body.as_object().unwrap().len(), 2);
             assert_eq!(h[header::CACHE_CONTROL], "no-store");
             assert_eq!(h[header::PRAGMA], "no-cache");
+            assert_eq!(
+                h.contains_key(header::WWW_AUTHENTICATE),
+                status == 401,
+                "a 401, and only a 401, carries a challenge"
+            );
             match status {
                 405 => assert_eq!(h[header::ALLOW], "POST"),
                 429 => assert_eq!(h[header::RETRY_AFTER], "1", "at least one second"),

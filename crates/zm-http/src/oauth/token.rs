@@ -3,9 +3,10 @@
 
 use axum::Extension;
 use axum::extract::State;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use zm_store::oauth::{CodeExchange, IssuedTokens, OauthClient, OauthError};
@@ -28,11 +29,21 @@ pub(super) fn is_pkce_string(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
 }
 
+/// What `s256` gives: 43 characters of the base64url alphabet, the last
+/// one of those a 256-bit value can end in (its low two bits unused).
+pub(super) fn is_s256_challenge(s: &str) -> bool {
+    s.len() == 43
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        && URL_SAFE_NO_PAD.decode(s).is_ok_and(|d| d.len() == 32)
+}
+
 /// `POST /oauth/token`.
 pub(super) async fn token(
     State(st): State<OauthState>,
     _: Throttled,
     request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
     FormOrJsonParams(p): FormOrJsonParams,
 ) -> Result<Response, OauthRejection> {
     let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
@@ -47,8 +58,8 @@ pub(super) async fn token(
     }
     let tokens = match p.get("grant_type") {
         None => return Err(OauthRejection::invalid_request("grant_type is required.")),
-        Some("authorization_code") => exchange(&st, &p, rid).await?,
-        Some("refresh_token") => refresh(&st, &p, rid).await?,
+        Some("authorization_code") => exchange(&st, &p, &headers, rid).await?,
+        Some("refresh_token") => refresh(&st, &p, &headers, rid).await?,
         Some(_) => {
             return Err(OauthRejection::bad_request(
                 "unsupported_grant_type",
@@ -79,16 +90,15 @@ pub(super) async fn revoke(
     State(st): State<OauthState>,
     _: Throttled,
     request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
     FormOrJsonParams(p): FormOrJsonParams,
 ) -> Result<Response, OauthRejection> {
     let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
+    let client = ClientId::of(&headers, &p)?;
     let Some(token) = p.get("token") else {
         return Err(OauthRejection::invalid_request("token is required."));
     };
-    let Some(client_id) = p.get("client_id") else {
-        return Err(OauthRejection::invalid_request("client_id is required."));
-    };
-    let client = known_client(&st, client_id).await?;
+    let client = known_client(&st, &client).await?;
     st.app
         .store
         .revoke_oauth_token(token, &client.id, rid)
@@ -104,12 +114,17 @@ pub(super) async fn revoke(
 async fn exchange(
     st: &OauthState,
     p: &Params,
+    headers: &HeaderMap,
     rid: Option<&str>,
 ) -> Result<IssuedTokens, OauthRejection> {
-    for k in ["code", "code_verifier", "client_id", "redirect_uri"] {
+    for k in ["code", "code_verifier"] {
         if p.get(k).is_none() {
             return Err(OauthRejection::invalid_request(format!("{k} is required.")));
         }
+    }
+    let client = ClientId::of(headers, p)?;
+    if p.get("redirect_uri").is_none() {
+        return Err(OauthRejection::invalid_request("redirect_uri is required."));
     }
     let verifier = p.get("code_verifier").unwrap_or("");
     if !is_pkce_string(verifier) {
@@ -117,7 +132,7 @@ async fn exchange(
             "code_verifier must be 43..128 unreserved characters.",
         ));
     }
-    let client = known_client(st, p.get("client_id").unwrap_or("")).await?;
+    let client = known_client(st, &client).await?;
     st.app
         .store
         .exchange_oauth_code(
@@ -142,14 +157,15 @@ async fn exchange(
 async fn refresh(
     st: &OauthState,
     p: &Params,
+    headers: &HeaderMap,
     rid: Option<&str>,
 ) -> Result<IssuedTokens, OauthRejection> {
-    for k in ["refresh_token", "client_id"] {
-        if p.get(k).is_none() {
-            return Err(OauthRejection::invalid_request(format!("{k} is required.")));
-        }
+    if p.get("refresh_token").is_none() {
+        return Err(OauthRejection::invalid_request(
+            "refresh_token is required.",
+        ));
     }
-    let client = known_client(st, p.get("client_id").unwrap_or("")).await?;
+    let client = known_client(st, &ClientId::of(headers, p)?).await?;
     st.app
         .store
         .refresh_oauth_token(
@@ -173,10 +189,71 @@ fn refused(e: OauthError) -> OauthRejection {
     }
 }
 
-async fn known_client(st: &OauthState, id: &str) -> Result<OauthClient, OauthRejection> {
-    match st.app.store.oauth_client(id).await {
+/// How a request names its client. Every client is public
+/// (`token_endpoint_auth_method: none`): it sends `client_id` in the body,
+/// or, as a client written for confidential clients may, as the user
+/// name of HTTP Basic with an empty password (RFC 6749 §2.3.1). A
+/// client id is of the alphabet `[A-Za-z0-9_.]`, which the form encoding
+/// RFC 6749 asks of the user name leaves as it is.
+struct ClientId {
+    id: String,
+    /// Named through HTTP Basic: a refusal is a 401 with its challenge.
+    basic: bool,
+}
+
+impl ClientId {
+    fn of(headers: &HeaderMap, p: &Params) -> Result<ClientId, OauthRejection> {
+        let in_body = p.get("client_id");
+        let Some(credentials) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+            .map(|(_, c)| c.trim())
+        else {
+            return in_body
+                .map(|id| ClientId {
+                    id: id.to_string(),
+                    basic: false,
+                })
+                .ok_or_else(|| OauthRejection::invalid_request("client_id is required."));
+        };
+        let refuse = |why: &str| OauthRejection::InvalidClient {
+            basic: true,
+            description: why.to_string(),
+        };
+        let decoded = STANDARD
+            .decode(credentials)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| refuse("The Basic credentials are not base64 of user:password."))?;
+        let (id, secret) = decoded
+            .split_once(':')
+            .ok_or_else(|| refuse("The Basic credentials are not base64 of user:password."))?;
+        if !secret.is_empty() {
+            return Err(refuse(
+                "This server issues no client secrets: every client is public (token_endpoint_auth_method none).",
+            ));
+        }
+        if in_body.is_some_and(|b| b != id) {
+            return Err(OauthRejection::invalid_request(
+                "client_id in the body is not the client named by Authorization.",
+            ));
+        }
+        Ok(ClientId {
+            id: id.to_string(),
+            basic: true,
+        })
+    }
+}
+
+async fn known_client(st: &OauthState, client: &ClientId) -> Result<OauthClient, OauthRejection> {
+    match st.app.store.oauth_client(&client.id).await {
         Ok(Some(c)) => Ok(c),
-        Ok(None) => Err(OauthRejection::UnknownClient),
+        Ok(None) => Err(OauthRejection::InvalidClient {
+            basic: client.basic,
+            description: "Unknown client.".into(),
+        }),
         Err(_) => Err(OauthRejection::ServerError),
     }
 }
@@ -195,6 +272,10 @@ mod tests {
             "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
         ));
         assert!(!is_pkce_string("short"));
+        assert!(is_s256_challenge(&s256(&"v".repeat(43))));
+        assert!(!is_s256_challenge(&"a".repeat(44)));
+        assert!(!is_s256_challenge(&format!("{}~", "a".repeat(42))));
+        assert!(!is_s256_challenge(&"a".repeat(128)));
         assert!(!is_pkce_string(&"a+".repeat(30)));
     }
 }
