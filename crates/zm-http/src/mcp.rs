@@ -338,15 +338,21 @@ async fn handle_allowed(
         parts.extensions.insert(s);
     }
     let delete = parts.method == Method::DELETE;
-    // Only an `initialize` opens a session (whatever version it names).
-    // Its body is read here to tell: any other request without a session
+    // Every POST's body is read here, within the limit and the body
+    // timeout, and refused in JSON-RPC's own terms when it is not one
+    // JSON-RPC message (the transport would answer in plain text, a
+    // stalled body as a 500). Only an `initialize` opens a session
+    // (whatever version it names); any other request without a session
     // (a 2026-07-28 request is stateless) runs inline, so a client that
     // hangs up cancels it as the transport promises (a read stops; a
-    // write runs to its end on the transport's own task).
-    let (body, opens) = if session.is_none() && parts.method == Method::POST {
+    // write runs to its end on a task of its own).
+    let (body, opens) = if parts.method == Method::POST {
         match crate::request::read_body(body, state.cfg.body_limit).await {
             Ok(bytes) => {
-                let opens = is_initialize(&bytes);
+                if let Some(refusal) = not_one_jsonrpc_message(&bytes) {
+                    return refusal;
+                }
+                let opens = session.is_none() && is_initialize(&bytes);
                 (Body::from(bytes), opens)
             }
             Err(e) => return body_refused(e),
@@ -382,6 +388,33 @@ fn is_initialize(body: &[u8]) -> bool {
         .ok()
         .and_then(|m| m.method)
         .is_some_and(|m| m == "initialize")
+}
+
+/// The refusal of a POST body that is not one JSON-RPC 2.0 message: not
+/// JSON (-32700, Parse error), or not an object whose `jsonrpc` is
+/// `"2.0"` (-32600, Invalid Request; a batch is no longer part of MCP).
+/// Both are 400.
+fn not_one_jsonrpc_message(body: &[u8]) -> Option<Response> {
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    }
+    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        return Some(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            -32700,
+            "Parse error: the body is not JSON.",
+        ));
+    }
+    match serde_json::from_slice::<Envelope<'_>>(body) {
+        Ok(Envelope { jsonrpc: Some(v) }) if v == "2.0" => None,
+        _ => Some(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "Invalid Request: the body must be one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\").",
+        )),
+    }
 }
 
 /// 404: the request names a session this user does not hold (MCP

@@ -458,7 +458,7 @@ impl ServerHandler for ZeroMemoryMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.map_or(Value::Null, Value::Object);
-        self.run_tool(&request.name, args, &ctx)
+        answer_or_internal(self.run_tool(&request.name, args, &ctx))
             .await
             .map(Into::into)
     }
@@ -607,5 +607,65 @@ impl ServerHandler for ZeroMemoryMcp {
             "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
         }));
         Ok(result.into())
+    }
+}
+/// A tool call's answer, or, should it panic, the `internal` error as a
+/// tool result (the panic logged here): the request is answered whatever
+/// happens, as REST answers a panic with a 500. Unanswered, a stdio
+/// client would wait for its id forever and a stateless HTTP POST would
+/// hang until its client gave up. A write's transaction rolls back as
+/// its connection drops, so nothing is half-written.
+async fn answer_or_internal<F>(call: F) -> Result<rmcp::model::CallToolResult, McpError>
+where
+    F: std::future::Future<Output = Result<rmcp::model::CallToolResult, McpError>>,
+{
+    use futures_util::FutureExt as _;
+    match std::panic::AssertUnwindSafe(call).catch_unwind().await {
+        Ok(answer) => answer,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(target: "zm_mcp", panic = %what, "a tool call panicked");
+            Ok(envelope::failure(&ToolError::internal()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call that panics is answered, as `internal`, and the panic's
+    /// words stay in the log.
+    #[tokio::test]
+    async fn a_panicking_call_is_answered_as_internal() {
+        let call = async {
+            let answer: Result<rmcp::model::CallToolResult, McpError> =
+                Ok(envelope::failure(&ToolError::not_found("x")));
+            if answer.is_ok() {
+                panic!("boom: a secret detail");
+            }
+            answer
+        };
+        let out = answer_or_internal(call).await.expect("answered");
+        let v = serde_json::to_value(&out).unwrap();
+        assert_eq!(v["isError"], true, "{v}");
+        let body: Value = serde_json::from_str(v["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(body["error"]["code"], "internal", "{v}");
+        assert!(!v.to_string().contains("secret"), "{v}");
+        // One that does not panic is its own answer.
+        let fine = answer_or_internal(async { Ok(envelope::failure(&ToolError::not_found("x"))) })
+            .await
+            .unwrap();
+        let v = serde_json::to_value(&fine).unwrap();
+        assert!(
+            v["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("not_found")
+        );
     }
 }

@@ -475,6 +475,50 @@ async fn a_cancelled_read_stops_and_a_cancelled_write_lands(store: Store, label:
             4,
             "[{label}] three in the fixture, this one"
         );
+
+        // Writes run on tasks of their own, at most so many at once: with
+        // the limit full, an MCP write is `rate_limited` and writes
+        // nothing; once the others end, it is taken again.
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let mut held = Vec::new();
+        while let Some(task) = {
+            let gate = gate.clone();
+            store.spawn_write(async move {
+                let _pass = gate.acquire().await;
+            })
+        } {
+            held.push(task);
+        }
+        assert_eq!(
+            held.len(),
+            zm_store::store::WRITES_IN_FLIGHT_MAX,
+            "[{label}]"
+        );
+        let write = json!({"content": "The limit of writes in flight is a thousand and twenty-four.", "kind": "fact", "scope": "personal"});
+        let before = fingerprint(&store, label).await;
+        let refused = tools
+            .call_unless_cancelled(&caller, ToolName::Remember, &write, std::future::pending())
+            .await
+            .expect("a write answers");
+        assert_eq!(
+            refused.map(|_| ()).unwrap_err().code,
+            ErrorCode::RateLimited,
+            "[{label}] past the limit"
+        );
+        assert_eq!(
+            before.changed_tables(&fingerprint(&store, label).await),
+            Vec::<(String, usize, usize)>::new(),
+            "[{label}] a refused write wrote nothing"
+        );
+        gate.add_permits(held.len());
+        for task in held {
+            task.await.unwrap();
+        }
+        tools
+            .call_unless_cancelled(&caller, ToolName::Remember, &write, std::future::pending())
+            .await
+            .expect("a write answers")
+            .expect("taken once there is room");
         store.close().await;
     }
 }

@@ -295,7 +295,7 @@ impl ToolService {
         cancelled: impl Future<Output = ()>,
     ) -> Option<Result<ToolOutput, ToolError>> {
         if tool.access() != Access::Read {
-            return Some(self.call(caller, tool, raw).await);
+            return Some(self.write_to_the_end(caller, tool, raw).await);
         }
         tokio::select! {
             // A call cancelled before it began does not begin.
@@ -308,6 +308,36 @@ impl ToolService {
             out = self.answer(caller, tool, raw) => {
                 self.note(caller, &out).await;
                 Some(out)
+            }
+        }
+    }
+
+    /// A write on a task of its own ([`Store::spawn_write`]): it runs to its
+    /// end whatever becomes of the request that sent it, [`Store::close`]
+    /// waits for it, and no more than [`crate::store::WRITES_IN_FLIGHT_MAX`] run
+    /// at once (beyond that the write is `rate_limited`, nothing started),
+    /// so a client that sends writes and hangs up cannot pile them up. A
+    /// panic in it is an `internal` answer, logged here.
+    async fn write_to_the_end(
+        &self,
+        caller: &Caller,
+        tool: ToolName,
+        raw: &Value,
+    ) -> Result<ToolOutput, ToolError> {
+        let (service, owned, input) = (self.clone(), caller.clone(), raw.clone());
+        let Some(task) = self
+            .store
+            .spawn_write(async move { service.call(&owned, tool, &input).await })
+        else {
+            return Err(ToolError::rate_limited(
+                "Too many writes are still running on this server; retry shortly.",
+            ));
+        };
+        match task.await {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::error!(target: "zm_store", %tool, error = %e, "a write's task ended without an answer");
+                Err(ToolError::internal())
             }
         }
     }
