@@ -524,12 +524,16 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
     }
     // Vectors made, not memories read: a text the model refuses is stored
     // without one and not tried again until the model changes.
-    let embedded = usize::try_from(store.semantic_status().embedded).unwrap_or(usize::MAX);
+    // What the model refused is counted where it refused it: a memory
+    // claimed and then forgotten, or stored first by another embedder,
+    // is neither embedded here nor refused.
+    let status = store.semantic_status();
+    let embedded = usize::try_from(status.embedded).unwrap_or(usize::MAX);
+    let refused = usize::try_from(status.refused).unwrap_or(usize::MAX);
     store.close().await;
     let secs = started.elapsed().as_secs_f64();
     #[allow(clippy::cast_precision_loss)]
     let rate = done as f64 / secs.max(1e-3);
-    let refused = done.saturating_sub(embedded);
     if refused == 0 {
         say(format!(
             "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s): every live memory has a vector of {model}"

@@ -36,7 +36,14 @@ pub fn spawn(
     let dir = cfg.embedding_model.clone();
     Some(tokio::spawn(async move {
         let started = Instant::now();
-        let loaded = tokio::task::spawn_blocking(move || zm_embed::load(dir.as_deref())).await;
+        // A stop while the model or the vectors load ends the embedder at
+        // once: nothing of it is published until both are done, and the
+        // runtime's shutdown does not wait long for the blocking load.
+        let load = tokio::task::spawn_blocking(move || zm_embed::load(dir.as_deref()));
+        let loaded = tokio::select! {
+            () = cancel.cancelled() => return,
+            loaded = load => loaded,
+        };
         let encoder = match loaded {
             Ok(Some(Ok(e))) => e,
             Ok(Some(Err(e))) => {
@@ -67,7 +74,11 @@ pub fn spawn(
         // part of the index, nor given up on.
         let mut loading = Trouble::new("reading the stored vectors");
         loop {
-            match store.load_encoder(encoder.clone()).await {
+            let read = tokio::select! {
+                () = cancel.cancelled() => return,
+                read = store.load_encoder(encoder.clone()) => read,
+            };
+            match read {
                 Ok(n) => {
                     loading.worked();
                     tracing::debug!(vectors = n, "hybrid recall is ready");

@@ -86,8 +86,12 @@ pub async fn import_text(
     source_path: String,
     format: ImportFormat,
     target: Option<ImportInto>,
-    text: &str,
+    text: impl AsRef<str>,
 ) -> Summary {
+    // A byte-order mark (which many Windows editors write) is not part of
+    // the first line.
+    let text = text.as_ref();
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut imp = Importer {
         tools,
         caller,
@@ -141,6 +145,19 @@ pub struct Summary {
 
 fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// The idempotency key of a server-memory line: the hash of its parts.
+/// Parts without `|` are joined by it, as every earlier import keyed them
+/// (a second run of an old file still finds them); when a part holds `|`
+/// itself the join would be ambiguous (`A|x`,`y` and `A`,`x|y` read the
+/// same), so those parts are hashed as a JSON array instead.
+fn line_key(parts: &[&str]) -> String {
+    if parts.iter().any(|p| p.contains('|')) {
+        sha256_hex(&serde_json::to_string(parts).unwrap_or_default())
+    } else {
+        sha256_hex(&parts.join("|"))
+    }
 }
 
 fn target_str(t: ImportTarget) -> &'static str {
@@ -589,14 +606,14 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
             .collect();
         if observations.is_empty() {
             let content = entity_content(name, &e.entity_type);
-            let hash = sha256_hex(&format!("{}|entityType|{}", e.name, e.entity_type));
+            let hash = line_key(&[&e.name, "entityType", &e.entity_type]);
             imp.import_and_anchor(*line, &content, target, &hash, &anchors)
                 .await;
             continue;
         }
         for obs in observations {
             let content = observation_content(name, obs);
-            let hash = sha256_hex(&format!("{}|{}", e.name, obs));
+            let hash = line_key(&[&e.name, obs]);
             imp.import_and_anchor(*line, &content, target, &hash, &anchors)
                 .await;
         }
@@ -653,7 +670,7 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
         }
         if !exact || unlinkable.is_some() {
             let content = relation_content(&r.from, &r.relation_type, &r.to);
-            let hash = sha256_hex(&format!("{}|{}|{}", r.from, r.relation_type, r.to));
+            let hash = line_key(&[&r.from, &r.relation_type, &r.to]);
             let type_of = |n: &str| {
                 types
                     .get(&match_key(n))
@@ -732,6 +749,47 @@ mod tests {
         .await
         .expect("count");
         assert_eq!(attached, 1, "the next run attached it");
+    }
+
+    /// Lines whose parts hold `|` are told apart (joined, they would read
+    /// the same), the keys of lines without it are those earlier imports
+    /// used, and a byte-order mark before the first line is not part of it.
+    #[tokio::test]
+    async fn lines_that_join_alike_are_told_apart_and_a_bom_is_no_content() {
+        assert_eq!(
+            line_key(&["Bob", "likes tea"]),
+            sha256_hex("Bob|likes tea"),
+            "the key earlier imports gave this line"
+        );
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "keys").await;
+        let text = [
+            "\u{feff}{\"type\":\"relation\",\"from\":\"Ann|x\",\"relationType\":\"y\",\"to\":\"Zed\"}",
+            r#"{"type":"relation","from":"Ann","relationType":"x|y","to":"Zed"}"#,
+            r#"{"type":"entity","name":"Bob","entityType":"person","observations":["entityType|person"]}"#,
+            r#"{"type":"entity","name":"Bob","entityType":"person","observations":[]}"#,
+        ]
+        .join("\n");
+        let run = || {
+            import_text(
+                crate::ToolService::new(store.clone()),
+                caller.clone(),
+                "memory.jsonl".into(),
+                ImportFormat::ServerMemory,
+                Some(ImportInto::Personal),
+                &text,
+            )
+        };
+        let first = run().await;
+        assert!(first.errors.is_empty(), "the BOM is not content: {first:?}");
+        assert_eq!(first.memories_skipped, 0, "{first:?}");
+        assert_eq!(
+            first.memories_imported + first.memories_existing,
+            4,
+            "four lines, four memories: {first:?}"
+        );
+        let again = run().await;
+        assert_eq!(again.memories_skipped, 4, "{again:?}");
     }
 
     /// A relation `link` refuses (an entity linked to itself by its match

@@ -334,9 +334,25 @@ impl Store {
             .fetch_one(&mut *tx)
             .await
             .db("import ledger")?;
+            // Named only while the caller may still read it: a memory
+            // moved into a team's project and handed over when they left
+            // is someone else's now, and a foreign id reads as absent.
+            let readable = match prior {
+                Some(id) => {
+                    let mut sql = crate::sql::Sql::new("SELECT m.id FROM memories m WHERE m.id = ");
+                    sql.bind_str(&id).push(" AND ");
+                    crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+                    sql.query()
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .db("import ledger memory")?
+                        .map(|_| id)
+                }
+                None => None,
+            };
             return Ok(ImportMemoryOutput {
                 skipped: true,
-                memory_id: prior.map(MemoryId::from_trusted),
+                memory_id: readable.map(MemoryId::from_trusted),
                 deduplicated: None,
             });
         }

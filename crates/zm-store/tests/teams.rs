@@ -475,6 +475,27 @@ backend_tests! {
         }
     }
 
+    /// An import its owner moved into a team's project and left behind is
+    /// the team's now: importing the same item again is skipped without
+    /// naming the memory, which the importer can no longer read.
+    async fn a_skipped_import_names_no_memory_its_importer_left_behind(store: Store, l: &str) {
+        let (_, a) = user(&store, "imp-a").await;
+        let (ub, b) = user(&store, "imp-b").await;
+        let slug = team(&store, &a, l, "imp").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let item = json!({"content": "The invoices cron retries three times.", "kind": "fact", "target": "personal", "source_path": "notes.md", "source_hash": unique("h")});
+        let imported = ok(call(&store, &b, "import_memory", item.clone()).await, l, "B imports");
+        let id = imported["memory_id"].as_str().expect("an id").to_string();
+        let again = ok(call(&store, &b, "import_memory", item.clone()).await, l, "B imports again");
+        assert_eq!((again["skipped"].as_bool(), again["memory_id"].as_str()), (Some(true), Some(id.as_str())), "[{l}] still B's: {again}");
+        ok(call(&store, &b, "move_memories", json!({"memory_ids": [id], "scope": format!("team.{slug}")})).await, l, "B moves it to the team");
+        ok(store.remove_team_member(&a, &slug, &b.user_id).await, l, "remove B");
+        err(store.get_memory(&b, &zm_contracts::MemoryId::parse(&id).unwrap()).await, ErrorCode::NotFound, l, "B reads it after leaving");
+        let after = ok(call(&store, &b, "import_memory", item).await, l, "B imports a third time");
+        assert_eq!(after["skipped"], json!(true), "[{l}] {after}");
+        assert!(after.get("memory_id").is_none_or(Value::is_null), "[{l}] names a memory B cannot read: {after}");
+    }
+
     /// A team memory its author superseded with a private one names no
     /// successor to the teammates, who cannot open it; the author still
     /// sees which memory replaced it.

@@ -452,15 +452,37 @@ pub(crate) async fn import(
         "personal" => Some(zm_store::importer::ImportInto::Personal),
         _ => None,
     };
-    let summary = zm_store::importer::import_text(
+    // The whole file is imported whatever becomes of the request (a
+    // proxy's read timeout, a closed tab): on a task of its own, which
+    // the store's close waits for, as a REST write is.
+    let import = zm_store::importer::import_text(
         state.tools.clone(),
         signed.caller(),
         format!("dashboard upload: {name}"),
         format,
         target,
-        &text,
-    )
-    .await;
+        text,
+    );
+    let Some(task) = state.store.spawn_write(import) else {
+        let mut f = Failure::from_tool(
+            zm_contracts::ToolError::rate_limited(
+                "Too many writes are still running on this server; retry shortly.",
+            ),
+            rid,
+        );
+        f.retry_after = Some(1);
+        return signed.error(&f);
+    };
+    let summary = match task.await {
+        Ok(summary) => summary,
+        Err(e) => {
+            tracing::error!(target: "zm_http", error = %e, "a dashboard import ended without a summary");
+            return signed.error(&Failure::from_tool(
+                zm_contracts::ToolError::internal(),
+                rid,
+            ));
+        }
+    };
     let notice = format!(
         "Imported {name}: {} new, {} already present, {} imported before{}.",
         summary.memories_imported,
