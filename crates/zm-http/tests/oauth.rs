@@ -1234,6 +1234,55 @@ async fn registration_refusals() {
     s.stop().await;
 }
 
+/// The authorized-apps list says what the app can do and when it last
+/// did something: a narrower sign-in later does not hide what its live
+/// tokens still carry, and a refresh or a call with its token counts as
+/// a use (not only the code exchange).
+#[tokio::test]
+async fn the_apps_list_says_what_live_tokens_carry_and_their_last_use() {
+    let s = start().await;
+    let (client, t) = s.tokens().await;
+    let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
+    assert_eq!(listed[0].scope, "mcp:read mcp:write");
+    let exchanged = listed[0].last_used_at.expect("the exchange is a use");
+    // Signed in again, for reading only (the code is never exchanged).
+    s.code_for_scope(&client, &pkce(), "mcp:read").await;
+    let listed = s.store.list_oauth_clients(&s.user_id).await.unwrap();
+    assert_eq!(
+        listed[0].scope, "mcp:read mcp:write",
+        "the first sign-in's tokens still write"
+    );
+    // A refresh an hour later is a use.
+    s.store.clock().advance_ms(60 * 60 * 1000);
+    let (st, t2) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", t["refresh_token"].as_str().unwrap()),
+            ("client_id", &client),
+        ])
+        .await;
+    assert_eq!(st, 200, "{t2}");
+    let refreshed = s.store.list_oauth_clients(&s.user_id).await.unwrap()[0]
+        .last_used_at
+        .unwrap();
+    assert!(
+        refreshed >= exchanged + 60 * 60 * 1000,
+        "{refreshed} after {exchanged}"
+    );
+    // So is a call with its access token, ten minutes after that.
+    s.store.clock().advance_ms(10 * 60 * 1000);
+    let access = t2["access_token"].as_str().unwrap();
+    assert_eq!(s.rest(access, "recall", json!({"query": "x"})).await.0, 200);
+    let called = s.store.list_oauth_clients(&s.user_id).await.unwrap()[0]
+        .last_used_at
+        .unwrap();
+    assert!(
+        called >= refreshed + 10 * 60 * 1000,
+        "{called} after {refreshed}"
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn revoking_a_client_ends_its_tokens_for_that_user_only() {
     let s = start().await;
