@@ -88,6 +88,15 @@ pub fn compose(rules: &[Rule], capped: bool) -> Instructions {
     compose_within(rules, capped, INSTRUCTION_BUDGET)
 }
 
+/// [`compose`] for a stateless connection: [`STATELESS_NOTE`] first, and
+/// a capped client's budget holds the note too.
+pub fn compose_stateless(rules: &[Rule], capped: bool) -> Instructions {
+    let note = STATELESS_NOTE.chars().count() + 2;
+    let mut composed = compose_within(rules, capped, INSTRUCTION_BUDGET.saturating_sub(note));
+    composed.text = format!("{STATELESS_NOTE}\n\n{}", composed.text);
+    composed
+}
+
 /// [`compose`] with an explicit budget for capped clients.
 pub fn compose_within(rules: &[Rule], capped: bool, budget: usize) -> Instructions {
     if !capped {
@@ -184,6 +193,24 @@ mod tests {
                     || i.text.ends_with(ROUTER_HEAD)
             );
         }
+    }
+
+    /// The stateless note counts against a capped client's budget: the
+    /// whole text stays within it, the note first, the head after it.
+    #[test]
+    fn the_stateless_note_stays_within_the_budget() {
+        for n in [0, 1, 12, 500] {
+            let i = compose_stateless(&rules(n, 450), true);
+            assert!(
+                i.text.chars().count() <= INSTRUCTION_BUDGET,
+                "{n} rules: {}",
+                i.text.chars().count()
+            );
+            assert!(i.text.starts_with(STATELESS_NOTE), "{n}");
+            assert!(i.text.contains(ROUTER_HEAD), "{n}");
+        }
+        let full = compose_stateless(&rules(3, 450), false);
+        assert!(full.text.starts_with(STATELESS_NOTE) && full.dropped.is_empty());
     }
 
     #[test]

@@ -248,7 +248,14 @@ impl ZeroMemoryMcp {
         cfg
     }
 
-    async fn instructions_for(&self, client: Option<&str>, caller: Option<&Caller>) -> String {
+    /// The instructions for `client`; `stateless` puts the stateless note
+    /// first, within a capped client's budget.
+    async fn instructions_for(
+        &self,
+        client: Option<&str>,
+        caller: Option<&Caller>,
+        stateless: bool,
+    ) -> String {
         let rules = match caller {
             Some(c) => match self.tools.store().user_rules(c).await {
                 Ok(r) => r,
@@ -260,7 +267,11 @@ impl ZeroMemoryMcp {
             None => Vec::new(),
         };
         let capped = instructions::is_capped(client, &self.config.capped_clients);
-        let composed = instructions::compose(&rules, capped);
+        let composed = if stateless {
+            instructions::compose_stateless(&rules, capped)
+        } else {
+            instructions::compose(&rules, capped)
+        };
         if !composed.dropped.is_empty() {
             tracing::warn!(client = client.unwrap_or("?"), dropped = ?composed.dropped, "instructions trimmed to the client's budget");
         }
@@ -408,7 +419,7 @@ impl ServerHandler for ZeroMemoryMcp {
         let mut info = self.negotiate_initialize(&request)?;
         let caller = self.caller(&ctx).ok();
         info.instructions = Some(
-            self.instructions_for(Some(&request.client_info.name), caller.as_ref())
+            self.instructions_for(Some(&request.client_info.name), caller.as_ref(), false)
                 .await,
         );
         Ok(info)
@@ -417,13 +428,11 @@ impl ServerHandler for ZeroMemoryMcp {
     async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
         let caller = self.caller(&ctx).ok();
         let client = ctx.client_info().map(|i| i.name);
-        let mut text = self
-            .instructions_for(client.as_deref(), caller.as_ref())
+        // Stateless over HTTP: nothing attaches between calls.
+        let stateless = matches!(self.identity, Identity::Http);
+        let text = self
+            .instructions_for(client.as_deref(), caller.as_ref(), stateless)
             .await;
-        if matches!(self.identity, Identity::Http) {
-            // Stateless over HTTP: nothing attaches between calls.
-            text = format!("{}\n\n{text}", instructions::STATELESS_NOTE);
-        }
         Ok(DiscoverResult::from_server_info(
             self.supported_protocol_versions().into_owned(),
             self.base_config(Some(text)),
