@@ -13,10 +13,12 @@
 //! inputs ([`Quantized::from_f32`]): 28 % of f32's bytes, and the
 //! bundled model's multiply, about three times as fast for a query as f32
 //! through `gemm` (docs/BENCHMARKS.md); the vectors stay within a cosine
-//! of 0.999 of f32's. The identity is the directory's model name, the
-//! sha256 of its weights, a hash of its `config.json` and
-//! `tokenizer.json`, its `max_seq_length` and how the weights are kept, so
-//! any of those changed under the same name re-embeds.
+//! of 0.999 of f32's. The identity is what the files hold, never the
+//! directory's path or the model's name (`_name_or_path` is left out):
+//! the sha256 of its weights, a hash of its `config.json` and
+//! `tokenizer.json` (parsed, keys sorted), its `max_seq_length` and how
+//! the weights are kept. Any of those changed re-embeds; the same model in
+//! two directories keeps its vectors.
 
 use std::path::Path;
 

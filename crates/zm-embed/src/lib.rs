@@ -168,8 +168,10 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// The model compiled into this binary, if any: `None` when built without
-/// the `pocket` feature. Loading takes a few hundred milliseconds and
-/// about 70 MiB: do it once, off the async runtime.
+/// the `pocket` feature. Loading takes a few hundred milliseconds, and our
+/// forward pass keeps the weights as bytes: 19 MB, against 68 MB as f32
+/// (`blocked.rs`; the server's peak RSS fell from 197 to 148 MiB,
+/// docs/BENCHMARKS.md). Do it once, off the async runtime.
 pub fn bundled() -> Option<Result<Arc<dyn Encoder>, EmbedError>> {
     #[cfg(feature = "pocket")]
     {

@@ -711,7 +711,7 @@ knobs! {
             shown: "`hybrid` (`lexical` in a build without the model)",
             parse: RecallMode::parse,
             help: "How `recall` and `build_context` search: `hybrid` (full text fused with the embedding model: the bundled one, or `--embedding-model`'s) or `lexical` (full text only).",
-            doc: "Hybrid loads the model in the background after start-up (about 100 ms and under 50 MiB); until it is ready, recall is lexical, and a memory not embedded yet is found by its words alone. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
+            doc: "Hybrid loads the model in the background after start-up (its weights take 19 MB), then reads every stored vector into its index (10–15 s at 100,000 memories); until both are done, recall is lexical, and a memory not embedded yet is found by its words alone. A build without the `embed` feature (`--no-default-features`) refuses `hybrid`. See [QUALITY.md](QUALITY.md).",
         },
         embed_per_second: u32 {
             env: "ZM_EMBED_PER_SECOND",

@@ -3,10 +3,11 @@
 //! * **Writing.** `remember` never embeds. A background task (started by
 //!   the server, see `zm-server`'s `embedder.rs`) calls
 //!   [`Store::embed_pending`]: the live memories without a vector of the
-//!   current model, newest first, a batch at a time, each vector written
-//!   in its own short transaction with the model's identity. A memory the
-//!   model refuses gets a row without a vector, so it is not retried until
-//!   the model changes.
+//!   current model, newest first, a batch at a time (claimed, so that two
+//!   instances never embed one memory), each batch's vectors written in
+//!   one short transaction with the model's identity, the batch's claims
+//!   released in it. A memory the model refuses gets a row without a
+//!   vector, so it is not retried until the model changes.
 //! * **Near-duplicates by meaning.** After each batch, the embedder files
 //!   an `unjudged` conflict for every pair of live memories of one owner
 //!   in one scope at cosine [`MEANING_DUPLICATE_FLOOR`] or more that has
