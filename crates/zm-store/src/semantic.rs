@@ -464,6 +464,17 @@ pub struct SemanticStatus {
     pub duplicates: u64,
 }
 
+/// The metadata rows one refresh read, and where the index stood then.
+struct MetaRows {
+    model: String,
+    dims: usize,
+    /// Entries in the index before the rows were read.
+    known: usize,
+    /// [`Semantic::meta_epoch`] before the rows were read.
+    epoch: u64,
+    metas: Vec<Meta>,
+}
+
 /// At most this many fresh vectors wait for their near-duplicate sweep.
 const UNSWEPT_MAX: usize = 10_000;
 
@@ -495,6 +506,12 @@ pub(crate) struct Semantic {
     query_micros: AtomicU64,
     /// `unjudged` conflicts filed by meaning.
     duplicates: AtomicU64,
+    /// Bumped before this instance re-reads the metadata of what it
+    /// changed itself (`reread_meta`): the periodic refresh, whose rows
+    /// may have been read before that change, then leaves the index's
+    /// metadata as the re-read set it (its next pass, 30 s on, has rows
+    /// read after it).
+    meta_epoch: AtomicU64,
     /// Fresh vectors whose near-duplicate sweep waits for the index to
     /// hold them (the refresh after their batch failed): swept with the
     /// next batch whose refresh works.
@@ -1247,16 +1264,27 @@ impl Store {
     /// PostgreSQL, a transaction that stalled while more than
     /// `PG_REREAD` others committed) is found here, not never.
     pub async fn refresh_vector_meta(&self) -> Result<(), ToolError> {
+        match self.read_vector_meta().await? {
+            Some(rows) => self.apply_vector_meta(rows).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The first half of [`refresh_vector_meta`](Self::refresh_vector_meta):
+    /// the metadata of every vector of the index's model, as the table
+    /// holds it now (`None` without a model).
+    async fn read_vector_meta(&self) -> Result<Option<MetaRows>, ToolError> {
         let (model, dims) = {
             let index = read(&self.semantic.index);
             (index.model.clone(), index.dims)
         };
         if model.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         // Entries added after this point may be missing from the rows read
         // below (committed after them): only the ones before may go.
         let known = read(&self.semantic.index).ids.len();
+        let epoch = self.semantic.meta_epoch.load(Ordering::SeqCst);
         let mut sql = crate::sql::Sql::new(&format!(
             "SELECT {META_COLUMNS} FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
              WHERE v.vec IS NOT NULL AND v.model = "
@@ -1268,7 +1296,26 @@ impl Store {
             .await
             .db("vector metadata")?;
         let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
-        drop(rows);
+        Ok(Some(MetaRows {
+            model,
+            dims,
+            known,
+            epoch,
+            metas,
+        }))
+    }
+
+    /// The second half: bring the index to `rows` (what changed, what
+    /// left, what it lacks), unless this instance changed and re-read
+    /// metadata itself since they were read.
+    async fn apply_vector_meta(&self, rows: MetaRows) -> Result<(), ToolError> {
+        let MetaRows {
+            model,
+            dims,
+            known,
+            epoch,
+            metas,
+        } = rows;
         // Compared under the read lock, which recalls share: what changed,
         // what left, what the index lacks. Every row is read here; only
         // the changes (usually none) take the write lock below, so a
@@ -1314,8 +1361,12 @@ impl Store {
             if index.model != model {
                 return Ok(());
             }
-            for m in changed {
-                index.set_meta(m);
+            // A change this instance made and re-read since the rows were
+            // read is newer than they are: their metadata would undo it.
+            if self.semantic.meta_epoch.load(Ordering::SeqCst) == epoch {
+                for m in changed {
+                    index.set_meta(m);
+                }
             }
             let mut at: Vec<usize> = gone
                 .iter()
@@ -1368,6 +1419,7 @@ impl Store {
         if values.len() == 0 || read(&self.semantic.index).entries.is_empty() {
             return;
         }
+        self.semantic.meta_epoch.fetch_add(1, Ordering::SeqCst);
         let mut sql = crate::sql::Sql::new(&format!(
             "SELECT {META_COLUMNS} FROM memories m WHERE {column} IN "
         ));
@@ -1949,6 +2001,59 @@ mod tests {
                 .unwrap();
             store.refresh_vector_meta().await.unwrap();
             assert!(!store.is_embedded(&id), "[{label}] left the index");
+        }
+    }
+
+    /// A refresh whose rows were read before this instance changed a
+    /// memory (and re-read it at once) leaves the change as it is: its
+    /// older rows would have made a forgotten memory live again by
+    /// meaning, or a shared one private, until the next refresh.
+    #[tokio::test]
+    async fn a_refresh_read_before_a_change_does_not_undo_it() {
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        for (label, _dir, store) in crate::testing::stores().await {
+            let caller = crate::testing::test_caller(&store, "epoch").await;
+            let tools = crate::ToolService::new(store.clone());
+            let id = remember_fact(
+                &tools,
+                &caller,
+                "The staging cluster is rebuilt every Sunday.".into(),
+            )
+            .await;
+            store.set_encoder(Arc::clone(&model));
+            for _ in 0..200 {
+                if store.is_embedded(&id) {
+                    break;
+                }
+                if store.embed_pending(64).await.unwrap() == 0 {
+                    store.refresh_vectors().await.unwrap();
+                }
+            }
+            assert!(store.is_embedded(&id), "[{label}] embedded");
+            let live = |store: &Store| {
+                let index = read(&store.semantic.index);
+                index.entries[index.by_id[&MemoryId::from_trusted(&id)]].live
+            };
+            let stale = store.read_vector_meta().await.unwrap().expect("a model");
+            tools
+                .call(
+                    &caller,
+                    zm_contracts::ToolName::Forget,
+                    &serde_json::json!({"memory_id": id}),
+                )
+                .await
+                .unwrap();
+            assert!(!live(&store), "[{label}] re-read at once");
+            store.apply_vector_meta(stale).await.unwrap();
+            assert!(
+                !live(&store),
+                "[{label}] rows read before the forget left it forgotten"
+            );
+            // The next refresh reads rows after it, and agrees.
+            store.refresh_vector_meta().await.unwrap();
+            assert!(!live(&store), "[{label}]");
         }
     }
 
