@@ -384,6 +384,12 @@ fn no_cursor(request: Option<&PaginatedRequestParams>) -> Result<(), McpError> {
 
 /// Every tool of the catalogue, as MCP `Tool`s, in catalogue order.
 pub fn tools() -> Vec<rmcp::model::Tool> {
+    TOOLS.clone()
+}
+
+/// The tool list, built once: its 36 schemas come from the catalogue,
+/// which no request changes, and `tools/list` opens every session.
+static TOOLS: std::sync::LazyLock<Vec<rmcp::model::Tool>> = std::sync::LazyLock::new(|| {
     CATALOGUE
         .iter()
         .map(|t| {
@@ -403,7 +409,7 @@ pub fn tools() -> Vec<rmcp::model::Tool> {
             }))
         })
         .collect()
-}
+});
 
 impl ServerHandler for ZeroMemoryMcp {
     fn get_info(&self) -> ServerConfig {
