@@ -219,6 +219,8 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(b.driver.find_element("css selector", "#share-scope").get_attribute("aria-invalid") == "true",
           "validation_failed: the share field is marked inline")
     page_is_clean(b, "invalid share", mobile_too=False, status=400)
+    b.driver.execute_script("document.getElementById('change').scrollIntoView()")
+    shoot(b, shots, "memory-refused")
     b.get(f"{base}/memories/{new_id}")
     area = b.wait_for("#content")
     area.clear()
