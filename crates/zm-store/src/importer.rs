@@ -695,6 +695,19 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
 mod tests {
     use super::*;
 
+    /// Import `text` as server-memory JSONL into `caller`'s personal scope.
+    async fn server_memory(store: &crate::Store, caller: &Caller, text: &str) -> Summary {
+        import_text(
+            crate::ToolService::new(store.clone()),
+            caller.clone(),
+            "memory.jsonl".into(),
+            ImportFormat::ServerMemory,
+            Some(ImportInto::Personal),
+            text,
+        )
+        .await
+    }
+
     /// An observation imported but not attached to its entity because the
     /// database failed makes the import fail (exit 1), and the next run,
     /// which skips the memory, attaches it. (SQLite: a trigger refuses new
@@ -704,16 +717,7 @@ mod tests {
         let (_dir, store) = crate::testing::sqlite_store().await;
         let caller = crate::testing::test_caller(&store, "anchor").await;
         let text = r#"{"type":"entity","name":"Billing","entityType":"project","observations":["invoices are stored in Postgres"]}"#;
-        let run = || {
-            import_text(
-                crate::ToolService::new(store.clone()),
-                caller.clone(),
-                "memory.jsonl".into(),
-                ImportFormat::ServerMemory,
-                Some(ImportInto::Personal),
-                text,
-            )
-        };
+        let run = || server_memory(&store, &caller, text);
         sqlx::raw_sql(
             "CREATE TRIGGER refuse_entities BEFORE INSERT ON entities BEGIN SELECT RAISE(ABORT, 'entities refused'); END",
         )
@@ -770,16 +774,7 @@ mod tests {
             r#"{"type":"entity","name":"Bob","entityType":"person","observations":[]}"#,
         ]
         .join("\n");
-        let run = || {
-            import_text(
-                crate::ToolService::new(store.clone()),
-                caller.clone(),
-                "memory.jsonl".into(),
-                ImportFormat::ServerMemory,
-                Some(ImportInto::Personal),
-                &text,
-            )
-        };
+        let run = || server_memory(&store, &caller, &text);
         let first = run().await;
         assert!(first.errors.is_empty(), "the BOM is not content: {first:?}");
         assert_eq!(first.memories_skipped, 0, "{first:?}");
@@ -812,15 +807,7 @@ mod tests {
                 r#"{"type":"relation","from":"usr_0123456789abcdef.0123456789","to":"Web App","relationType":"uses"}"#,
             ]
             .join("\n");
-            let summary = import_text(
-                crate::ToolService::new(store.clone()),
-                caller.clone(),
-                "memory.jsonl".into(),
-                ImportFormat::ServerMemory,
-                Some(ImportInto::Personal),
-                &text,
-            )
-            .await;
+            let summary = server_memory(&store, &caller, &text).await;
             assert!(summary.errors.is_empty(), "[{label}] {summary:?}");
             assert_eq!(
                 summary.edges_created, 1,
@@ -838,15 +825,7 @@ mod tests {
             // The observation and the four refused relations, as memories.
             assert_eq!(summary.memories_imported, 5, "[{label}] {summary:?}");
             // A second run meets no error either, and adds nothing.
-            let again = import_text(
-                crate::ToolService::new(store.clone()),
-                caller,
-                "memory.jsonl".into(),
-                ImportFormat::ServerMemory,
-                Some(ImportInto::Personal),
-                &text,
-            )
-            .await;
+            let again = server_memory(&store, &caller, &text).await;
             assert!(again.errors.is_empty(), "[{label}] {again:?}");
             assert_eq!(again.memories_imported, 0, "[{label}] {again:?}");
         }

@@ -1935,16 +1935,7 @@ mod tests {
                 .unwrap()
                 .to_json();
             let id = out["memory_id"].as_str().unwrap().to_string();
-            store.set_encoder(Arc::clone(&model));
-            for _ in 0..200 {
-                if store.is_embedded(&id) {
-                    break;
-                }
-                if store.embed_pending(64).await.unwrap() == 0 {
-                    store.refresh_vectors().await.unwrap();
-                }
-            }
-            assert!(store.is_embedded(&id), "[{label}] embedded");
+            embed_with(&store, &model, &id, label).await;
             // The index forgets every vector, and its place in the table
             // moves past what `refresh_vectors` re-reads (PostgreSQL re-reads
             // the last PG_REREAD): as an index that missed these rows.
@@ -2022,16 +2013,7 @@ mod tests {
                 "The staging cluster is rebuilt every Sunday.".into(),
             )
             .await;
-            store.set_encoder(Arc::clone(&model));
-            for _ in 0..200 {
-                if store.is_embedded(&id) {
-                    break;
-                }
-                if store.embed_pending(64).await.unwrap() == 0 {
-                    store.refresh_vectors().await.unwrap();
-                }
-            }
-            assert!(store.is_embedded(&id), "[{label}] embedded");
+            embed_with(&store, &model, &id, label).await;
             let live = |store: &Store| {
                 let index = read(&store.semantic.index);
                 index.entries[index.by_id[&MemoryId::from_trusted(&id)]].live
@@ -2055,6 +2037,20 @@ mod tests {
             store.refresh_vector_meta().await.unwrap();
             assert!(!live(&store), "[{label}]");
         }
+    }
+
+    /// Set `model` and embed until memory `id` is in the index.
+    async fn embed_with(store: &Store, model: &Arc<dyn Encoder>, id: &str, label: &str) {
+        store.set_encoder(Arc::clone(model));
+        for _ in 0..200 {
+            if store.is_embedded(id) {
+                break;
+            }
+            if store.embed_pending(64).await.unwrap() == 0 {
+                store.refresh_vectors().await.unwrap();
+            }
+        }
+        assert!(store.is_embedded(id), "[{label}] embedded");
     }
 
     /// `remember` a personal fact through the tool service; its id.
