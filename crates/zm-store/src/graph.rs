@@ -111,51 +111,8 @@ impl Store {
             .db("link memories")?;
         let created = done.rows_affected() == 1;
         if created && mtype == MemoryLinkType::Contradicts {
-            // A contradiction between two of the caller's memories goes to
-            // review. Their teams held first (PostgreSQL): a removal
-            // handing either over waits, or has run and the pair is not
-            // the caller's to review.
-            let scopes: Vec<String> = sqlx::query_scalar(
-                "SELECT scope FROM memories WHERE id IN ($1, $2) AND owner_id = $3",
-            )
-            .bind(src)
-            .bind(dst)
-            .bind(&caller.user_id)
-            .fetch_all(&mut *tx)
-            .await
-            .db("contradiction scope")?;
-            let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
-            self.hold_teams_of(&mut *tx, &scopes).await?;
-            // Both memories held (PostgreSQL, in id order): `A contradicts
-            // B` and `B contradicts A` at once take turns here, and the
-            // second sees the first one's conflict below.
-            let owned = self
-                .hold_memories(&mut *tx, &[src, dst], Some(&caller.user_id))
+            self.file_contradiction(&mut *tx, caller, src, dst, now)
                 .await?;
-            // One pending conflict a pair: `B contradicts A` after
-            // `A contradicts B` files nothing more.
-            let pending: Option<String> = sqlx::query_scalar(
-                "SELECT id FROM conflicts WHERE status = 'pending' AND verdict = 'contradiction' AND \
-                 ((memory_a = $1 AND memory_b = $2) OR (memory_a = $2 AND memory_b = $1))",
-            )
-            .bind(src)
-            .bind(dst)
-            .fetch_optional(&mut *tx)
-            .await
-            .db("contradiction pending")?;
-            if owned == 2 && pending.is_none() {
-                sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-                    .bind(IdKind::MemoryReview.generate())
-                    .bind(&caller.user_id)
-                    .bind(src)
-                    .bind(dst)
-                    .bind(ConflictVerdict::Contradiction.as_str())
-                    .bind(ConflictStatus::Pending.as_str())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .db("contradiction conflict")?;
-            }
         }
         Ok(LinkOutput {
             kind: LinkKind::MemoryLink,
@@ -164,6 +121,65 @@ impl Store {
             link_type: ltype,
             created,
         })
+    }
+
+    /// File `src contradicts dst` for review when both are the caller's
+    /// own memories and no such conflict of the pair is pending: from
+    /// `link`, and from `remember`'s `links` (one rule for both ways of
+    /// saying it).
+    pub(crate) async fn file_contradiction(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &crate::Caller,
+        src: &str,
+        dst: &str,
+        now: i64,
+    ) -> Result<(), ToolError> {
+        // A contradiction between two of the caller's memories goes to
+        // review. Their teams held first (PostgreSQL): a removal
+        // handing either over waits, or has run and the pair is not
+        // the caller's to review.
+        let scopes: Vec<String> =
+            sqlx::query_scalar("SELECT scope FROM memories WHERE id IN ($1, $2) AND owner_id = $3")
+                .bind(src)
+                .bind(dst)
+                .bind(&caller.user_id)
+                .fetch_all(&mut *tx)
+                .await
+                .db("contradiction scope")?;
+        let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+        self.hold_teams_of(&mut *tx, &scopes).await?;
+        // Both memories held (PostgreSQL, in id order): `A contradicts
+        // B` and `B contradicts A` at once take turns here, and the
+        // second sees the first one's conflict below.
+        let owned = self
+            .hold_memories(&mut *tx, &[src, dst], Some(&caller.user_id))
+            .await?;
+        // One pending conflict a pair: `B contradicts A` after
+        // `A contradicts B` files nothing more.
+        let pending: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM conflicts WHERE status = 'pending' AND verdict = 'contradiction' AND \
+             ((memory_a = $1 AND memory_b = $2) OR (memory_a = $2 AND memory_b = $1))",
+        )
+        .bind(src)
+        .bind(dst)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("contradiction pending")?;
+        if owned == 2 && pending.is_none() {
+            sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+                .bind(IdKind::MemoryReview.generate())
+                .bind(&caller.user_id)
+                .bind(src)
+                .bind(dst)
+                .bind(ConflictVerdict::Contradiction.as_str())
+                .bind(ConflictStatus::Pending.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .db("contradiction conflict")?;
+        }
+        Ok(())
     }
 
     async fn link_entities(

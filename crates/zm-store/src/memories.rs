@@ -835,7 +835,7 @@ impl Store {
                 // write; the target's is checked as `link` checks both.
                 self.may_link_to(tx, caller, dst).await?;
             }
-            sqlx::query(
+            let created = sqlx::query(
                 "INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING",
             )
             .bind(memory_id)
@@ -845,7 +845,15 @@ impl Store {
             .bind(now)
             .execute(&mut *tx)
             .await
-            .db("memory link")?;
+            .db("memory link")?
+            .rows_affected()
+                == 1;
+            // Declared while writing, a contradiction goes to review as
+            // one declared with `link` does.
+            if created && *ltype == MemoryLinkType::Contradicts {
+                self.file_contradiction(&mut *tx, caller, memory_id, dst, now)
+                    .await?;
+            }
         }
         Ok(retired)
     }

@@ -283,6 +283,14 @@ impl Store {
         if let Some(v) = &input.verbatim {
             fields.push(("verbatim".into(), v.clone()));
         }
+        // The provenance is stored and shown with the memory (its export,
+        // its resource, a teammate's read) and `source_hash` is kept in
+        // the audit log: no secret rides in through it either.
+        fields.push(("source_path".into(), input.source_path.clone()));
+        fields.push(("source_hash".into(), input.source_hash.clone()));
+        if let Some(t) = &input.source_tool {
+            fields.push(("source_tool".into(), t.clone()));
+        }
         if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
         {
             return Err(guard::rejection(&hit));

@@ -36,6 +36,34 @@ backend_tests! {
         assert_eq!(listed["conflicts"], json!([]), "[{label}] nothing filed");
     }
 
+    /// An import's provenance is stored and shown with its memory: a
+    /// secret in `source_path`, `source_hash` or `source_tool` is refused
+    /// under that field, and nothing is written (not even the ledger row:
+    /// the same item without it imports afterwards).
+    async fn an_imports_provenance_holds_no_secret(store: Store, label: &str) {
+        let (_, caller) = user(&store, "guard-import").await;
+        let (detector, secret) = fake_secrets().into_iter().next().unwrap();
+        let item = |path: String, hash: String, tool: Option<String>| {
+            let mut v = json!({"content": "The deploy key is in the vault.", "kind": "fact", "target": "personal", "source_path": path, "source_hash": hash});
+            if let Some(t) = tool {
+                v["source_tool"] = json!(t);
+            }
+            v
+        };
+        for (field, raw) in [
+            ("source_path", item(format!("notes/{secret}.md"), "h-guard-1".into(), None)),
+            ("source_hash", item("notes.md".into(), secret.clone(), None)),
+            ("source_tool", item("notes.md".into(), "h-guard-1".into(), Some(format!("tool {secret}")))),
+        ] {
+            let e = err(call(&store, &caller, "import_memory", raw).await, ErrorCode::ValidationFailed, label, field);
+            assert_prefix(&e, Prefix::SecretContentRejected, label, field);
+            let details = e.details.clone().unwrap_or_default();
+            assert_eq!((details["field"].clone(), details["detector"].clone()), (json!(field), json!(detector)), "[{label}] {field}");
+        }
+        let imported = ok(call(&store, &caller, "import_memory", item("notes.md".into(), "h-guard-1".into(), None)).await, label, "the clean item");
+        assert_eq!(imported["skipped"], json!(false), "[{label}] nothing was claimed before: {imported}");
+    }
+
     async fn content_guard_refuses_each_detector_in_each_field(store: Store, label: &str) {
         let (_, caller) = user(&store, "guard").await;
         for (i, (detector, secret)) in fake_secrets().into_iter().enumerate() {

@@ -30,6 +30,23 @@ backend_tests! {
         assert_eq!(listed["conflicts"].as_array().map(Vec::len), Some(1), "[{l}] one conflict for the pair: {listed}");
     }
 
+    /// A contradiction declared while writing (`remember`'s `links`) goes
+    /// to review as one declared with `link` does, once a pair: `link`
+    /// afterwards, either way round, files nothing more.
+    async fn a_contradiction_remember_declares_goes_to_review(store: Store, l: &str) {
+        let (_, a) = user(&store, "rc-a").await;
+        let x = mem(&store, &a, l, json!({"content": "Deploys run on Fridays.", "scope": "personal", "kind": "fact"})).await;
+        let y = mem(&store, &a, l, json!({"content": "Deploys never run on Fridays.", "scope": "personal", "kind": "fact", "links": [{"dst": x, "type": "contradicts"}]})).await;
+        let listed = ok(call(&store, &a, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list");
+        let conflicts = listed["conflicts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(conflicts.len(), 1, "[{l}] filed by remember: {listed}");
+        assert!(listed.to_string().contains(&x) && listed.to_string().contains(&y), "[{l}] {listed}");
+        ok(call(&store, &a, "link", json!({"src": y, "dst": x, "type": "contradicts"})).await, l, "y contradicts x again");
+        ok(call(&store, &a, "link", json!({"src": x, "dst": y, "type": "contradicts"})).await, l, "x contradicts y");
+        let listed = ok(call(&store, &a, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list again");
+        assert_eq!(listed["conflicts"].as_array().map(Vec::len), Some(1), "[{l}] still one: {listed}");
+    }
+
     /// One entity whatever Unicode form its name is typed in: a composed
     /// and a decomposed "Café", full-width "ＡＰＩ" and "api" (NFKC).
     async fn entity_names_match_across_unicode_forms(store: Store, l: &str) {
