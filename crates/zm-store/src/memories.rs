@@ -299,21 +299,22 @@ fn cross_project(a: &str, b: &str) -> bool {
 }
 
 impl Store {
-    /// Decide where a `remember` lands (explicit scope → hint → thread →
-    /// session → refusal), applying the portability rule. Runs inside the
-    /// write's transaction: a project named for the first time is created
-    /// (and its hint bound) only by the write that lands in it.
+    /// Decide where a `remember` lands (explicit scope → hint → the
+    /// session's project: its thread's, else its attachment → refusal),
+    /// applying the portability rule. Runs inside the write's transaction:
+    /// a project named for the first time is created (and its hint bound)
+    /// only by the write that lands in it. `session_scope` is one the
+    /// caller still reaches.
     async fn route_write(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         input: &RememberInput,
-        thread_scope: Option<&str>,
+        session_scope: Option<&str>,
     ) -> Result<Target, ToolError> {
         // The project this session is working in, if any (for the portability rule).
-        let session_project = thread_scope
+        let session_project = session_scope
             .map(str::to_string)
-            .or_else(|| caller.attached_project.clone())
             .filter(|s| scope::is_shareable(s));
         let session_target = |scope: String, via: &'static str, confidence: f64| Target {
             scope,
@@ -328,6 +329,16 @@ impl Store {
                     self.route_portable(tx, caller, input, core, session_project)
                         .await
                 }
+                // The caller's own core or personal layer named as a path
+                // is that layer: the portability rule applies as to its
+                // shorthand.
+                ScopeSpec::Path(p)
+                    if *p == caller.core_scope() || *p == caller.personal_scope() =>
+                {
+                    let core = *p == caller.core_scope();
+                    self.route_portable(tx, caller, input, core, session_project)
+                        .await
+                }
                 ScopeSpec::Path(p) => {
                     let scope = self.writable_path(tx, caller, p).await?;
                     Ok(session_target(scope, "explicit", 1.0))
@@ -339,7 +350,7 @@ impl Store {
             let scope = self.hint_for_write(tx, caller, h).await?;
             return Ok(session_target(scope, "hint", 0.95));
         }
-        if let Some(s) = thread_scope.or(caller.attached_project.as_deref()) {
+        if let Some(s) = session_scope {
             // The session's project: created by this first write into it,
             // and refused like any path the caller cannot write.
             let scope = self.writable_path(tx, caller, s).await?;
@@ -428,8 +439,18 @@ impl Store {
         let caller = cx.caller;
         // 1. The content guard, before anything else happens (no lock held).
         let content = guarded_content(&self.limits, &input)?;
-        // 2. The thread the call carries (a signed token: no lookup).
-        let thread = self.thread_of(caller, input.thread.as_deref());
+        // 2. The thread the call carries (a signed token: no lookup). A
+        // thread or an attachment to a project the caller no longer
+        // reaches (they left its team, it was unshared) routes nothing,
+        // as it pins no read, and the thread is not handed back.
+        let thread = match self.thread_of(caller, input.thread.as_deref()) {
+            Some(t) if self.still_reaches(caller, &t.scope).await? => Some(t),
+            _ => None,
+        };
+        let attached = match caller.attached_project.as_deref() {
+            Some(p) if self.still_reaches(caller, p).await? => Some(p),
+            _ => None,
+        };
         // The pure work, before the transaction takes the write lock.
         let prepared = Prepared::new(&input, &content);
         let edit_of = cx.replaces().cloned();
@@ -440,7 +461,7 @@ impl Store {
                 tx,
                 caller,
                 &input,
-                thread.as_ref().map(|t| t.scope.as_str()),
+                thread.as_ref().map(|t| t.scope.as_str()).or(attached),
             )
             .await?;
         // 4. Links must point at memories the caller can see.

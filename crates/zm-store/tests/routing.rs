@@ -34,6 +34,21 @@ backend_tests! {
         assert!(first["scope"].as_str().is_some_and(|s| s.ends_with(".ledger")), "[{label}] {first}");
     }
 
+    /// The caller's own core or personal layer named by its path is that
+    /// layer: a project-bound kind with a project hint goes to the project
+    /// as with the shorthand, and a portable one stays.
+    async fn a_layer_named_by_its_path_keeps_the_portability_rule(store: Store, label: &str) {
+        let (_, caller) = user(&store, "layerpath").await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        for (layer, kind) in [(caller.core_scope(), "decision"), (caller.personal_scope(), "convention")] {
+            let out = ok(call(&store, &caller, "remember", json!({"content": format!("Releases are cut from main ({kind})."), "kind": kind, "scope": layer, "project_hint": remote})).await, label, "a project-bound kind");
+            assert_ne!(out["scope"], json!(layer), "[{label}] {out}");
+            assert!(out["routed_to_project"].is_string(), "[{label}] {out}");
+        }
+        let fact = ok(call(&store, &caller, "remember", json!({"content": "The office is in Oslo.", "kind": "fact", "scope": caller.core_scope(), "project_hint": remote})).await, label, "a portable kind");
+        assert_eq!(fact["scope"], json!(caller.core_scope()), "[{label}] {fact}");
+    }
+
     async fn write_refusals_and_every_way_out(store: Store, label: &str) {
         let (_, caller) = user(&store, "refuse").await;
 

@@ -764,6 +764,14 @@ backend_tests! {
         assert_eq!(after["session"]["thread"], Value::Null, "[{l}] no thread is issued for it: {after}");
         let recalled = ok(call(&store, &b, "recall", json!({"query": "ledger", "thread": thread})).await, l, "recall after leaving");
         assert_ne!(recalled["session"]["attached_project"], json!(project), "[{l}] {recalled}");
+        // Nor does it route a write: a scope-less remember has nowhere to
+        // go (not `forbidden` on a scope B never named), and one into
+        // `personal` lands there and hands no thread back.
+        let e = err(call(&store, &b, "remember", json!({"content": "The ledger needs an owner.", "kind": "fact", "thread": thread})).await, ErrorCode::ValidationFailed, l, "a scope-less remember after leaving");
+        assert_prefix(&e, zm_contracts::prefixes::Prefix::ScopeTargetRequired, l, "nowhere to go");
+        let kept = ok(call(&store, &b, "remember", json!({"content": "I reviewed the ledger in March.", "kind": "fact", "scope": "personal", "thread": thread})).await, l, "a personal remember after leaving");
+        assert_eq!(kept["session"]["thread"], Value::Null, "[{l}] {kept}");
+        assert_eq!(kept["routed_to_project"], Value::Null, "[{l}] {kept}");
     }
 
     /// A project shared with the team: both members' briefings carry its
