@@ -283,6 +283,15 @@ impl Store {
             Backend::Sqlite => dest.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => dest.begin().await?,
         };
+        // Each side waits on the other (a table read whole, then written):
+        // neither is an abandoned transaction, however long that takes.
+        const NO_IDLE_LIMIT: &str = "SET LOCAL idle_in_transaction_session_timeout = 0";
+        if self.backend == Backend::Postgres {
+            sqlx::query(NO_IDLE_LIMIT).execute(&mut *src).await?;
+        }
+        if backend == Backend::Postgres {
+            sqlx::query(NO_IDLE_LIMIT).execute(&mut *dst).await?;
+        }
         for table in COPIED_TABLES {
             if REPLACED_TABLES.contains(table) {
                 sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}")))

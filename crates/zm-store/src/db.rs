@@ -466,6 +466,18 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
                         "PRAGMA synchronous = FULL"
                     };
                     conn.execute(sql).await?;
+                } else {
+                    // Every statement runs at READ COMMITTED whatever the
+                    // server's or role's default: the one-statement upserts
+                    // (rate windows, MCP sessions, embedding claims, the
+                    // server's secrets) are written for it, and under
+                    // REPEATABLE READ two at once on one row fail with a
+                    // serialization error instead of taking turns.
+                    conn.execute(PG_SESSION_ISOLATION).await?;
+                    // A transaction left idle in the middle (its instance
+                    // frozen or cut off) ends with its locks after this,
+                    // instead of holding them until TCP gives up (hours).
+                    conn.execute(PG_IDLE_IN_TRANSACTION).await?;
                 }
                 Ok(())
             })
@@ -474,6 +486,14 @@ pub(crate) async fn connect(opts: &OpenOptions) -> Result<(AnyPool, Backend), Op
         .await?;
     Ok((pool, backend))
 }
+
+/// Set on every PostgreSQL connection (see `open_pool`).
+pub(crate) const PG_SESSION_ISOLATION: &str =
+    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
+/// Set on every PostgreSQL connection (see `open_pool`); a `copy` lifts it
+/// for its own two transactions, whose statements can wait minutes on
+/// each other.
+pub(crate) const PG_IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = '5min'";
 
 /// What several instances on one PostgreSQL database take turns at: one
 /// advisory-lock key each.
@@ -726,6 +746,28 @@ pub(crate) async fn form_key(pool: &AnyPool, clock: &Arc<Clock>) -> Result<[u8; 
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// Every PostgreSQL connection ends a transaction left idle after
+    /// five minutes, and runs at READ COMMITTED by default.
+    #[tokio::test]
+    async fn postgres_connections_carry_their_session_settings() {
+        for (label, _dir, store) in crate::testing::stores().await {
+            if store.backend() != Backend::Postgres {
+                continue;
+            }
+            let mut conn = store.pool.acquire().await.unwrap();
+            let idle: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(idle, "5min", "[{label}]");
+            let isolation: String = sqlx::query_scalar("SHOW default_transaction_isolation")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(isolation, "read committed", "[{label}]");
+        }
+    }
 
     /// Opened without migrating, a database a migration behind is refused
     /// and left as it was.

@@ -216,4 +216,23 @@ async fn writes_pin_read_committed_whatever_the_default() {
         .await
         .expect("open PostgreSQL with REPEATABLE READ by default");
     identical_writes(&store, "postgres, repeatable read by default").await;
+    // The one-statement upserts outside a write transaction too: hits on
+    // one rate window at once all count (under REPEATABLE READ most
+    // failed with a serialization error).
+    let key = unique("race-window");
+    let now = store.clock().now_ms();
+    let hits =
+        futures_util::future::join_all((0..32).map(|_| store.rate_hit(&key, 32, 60_000, now)))
+            .await;
+    for h in &hits {
+        assert!(matches!(h, Ok(Ok(()))), "every hit counted: {hits:?}");
+    }
+    assert_eq!(
+        store
+            .rate_hit(&key, 32, 60_000, now)
+            .await
+            .expect("counted"),
+        Err(60),
+        "the 33rd is over the limit"
+    );
 }
