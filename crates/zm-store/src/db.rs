@@ -222,6 +222,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0022_fts_word_parts.sql"),
         data: None,
     },
+    Migration {
+        version: 23,
+        name: "edge_lookups",
+        sqlite: include_str!("../../../migrations/sqlite/0023_edge_lookups.sql"),
+        postgres: include_str!("../../../migrations/postgres/0023_edge_lookups.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.
@@ -746,6 +753,28 @@ pub(crate) async fn form_key(pool: &AnyPool, clock: &Arc<Clock>) -> Result<[u8; 
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// An entity's deletion finds the edges pointing at it through an
+    /// index, not by reading every edge.
+    #[tokio::test]
+    async fn edges_are_found_by_target_through_an_index() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let rows = sqlx::query("EXPLAIN QUERY PLAN SELECT 1 FROM edges WHERE dst = 'x'")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+        let plan: Vec<String> = rows
+            .iter()
+            .map(|r| crate::rows::col::<String>(r, "detail").unwrap_or_default())
+            .collect();
+        assert!(
+            // A search by `dst`, not a scan (of the table, or of the
+            // unique index whose first column is `src`).
+            plan.iter()
+                .any(|d| d.starts_with("SEARCH") && d.contains("(dst=?)")),
+            "{plan:?}"
+        );
+    }
 
     /// Every PostgreSQL connection ends a transaction left idle after
     /// five minutes, and runs at READ COMMITTED by default.
