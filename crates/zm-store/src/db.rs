@@ -529,7 +529,7 @@ pub(crate) const OWNER_WRITES_LOCK_CLASS: i32 = 7_410_440;
 /// committed (under REPEATABLE READ the snapshot would date from before
 /// the wait, and the lock would order nothing).
 pub(crate) async fn lock_across_instances(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut sqlx::AnyConnection,
     backend: Backend,
     lock: InstanceLock,
 ) -> Result<(), sqlx::Error> {
@@ -537,11 +537,11 @@ pub(crate) async fn lock_across_instances(
         return Ok(());
     }
     sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(lock as i64)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }

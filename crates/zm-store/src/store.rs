@@ -169,6 +169,44 @@ pub struct Store {
     /// Writes running on tasks of their own (a REST write whose client
     /// hung up): [`Store::close`] waits for them.
     writes: tokio_util::task::TaskTracker,
+    /// SQLite's one writer at a time, taken in this process before a
+    /// write transaction takes a pooled connection: writers wait here,
+    /// not on the database's lock with a connection each, which left
+    /// reads without one behind a long write.
+    writer_turn: Arc<tokio::sync::Semaphore>,
+}
+
+/// How long a write waits for SQLite's writer turn before it gives up,
+/// as the database's busy timeout would have.
+const WRITER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A write transaction; on SQLite it holds this process's writer turn
+/// until it ends.
+pub(crate) struct WriteTx {
+    tx: Transaction<'static, Any>,
+    _turn: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl WriteTx {
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+    pub(crate) async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = sqlx::AnyConnection;
+    fn deref(&self) -> &sqlx::AnyConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut sqlx::AnyConnection {
+        &mut self.tx
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -206,6 +244,7 @@ impl Store {
             semantic: Arc::default(),
             statistics,
             writes: tokio_util::task::TaskTracker::new(),
+            writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
         })
     }
 
@@ -247,12 +286,22 @@ impl Store {
     /// rely on it (a row lock or an `ON CONFLICT` wait, then a read that
     /// sees what the other transaction committed); under REPEATABLE READ
     /// or SERIALIZABLE they would fail with serialization errors instead.
-    pub(crate) async fn write_tx(&self) -> Result<Transaction<'static, Any>, ToolError> {
-        let begin = match self.backend {
-            Backend::Sqlite => "BEGIN IMMEDIATE",
-            Backend::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
+    pub(crate) async fn write_tx(&self) -> Result<WriteTx, ToolError> {
+        let (begin, turn) = match self.backend {
+            Backend::Sqlite => {
+                let turn = tokio::time::timeout(
+                    WRITER_TURN_WAIT,
+                    Arc::clone(&self.writer_turn).acquire_owned(),
+                )
+                .await
+                .map_err(|_| crate::db::internal("writer turn", "waited 30 s for SQLite's writer"))?
+                .map_err(|e| crate::db::internal("writer turn", e))?;
+                ("BEGIN IMMEDIATE", Some(turn))
+            }
+            Backend::Postgres => ("BEGIN ISOLATION LEVEL READ COMMITTED", None),
         };
-        self.pool.begin_with(begin).await.db("begin transaction")
+        let tx = self.pool.begin_with(begin).await.db("begin transaction")?;
+        Ok(WriteTx { tx, _turn: turn })
     }
 
     /// Refresh PostgreSQL's planner statistics (`ANALYZE`) after a bulk
@@ -357,6 +406,56 @@ impl Store {
 
 /// The most writes [`Store::spawn_write`] keeps running at once.
 pub const WRITES_IN_FLIGHT_MAX: usize = 1024;
+
+#[cfg(test)]
+mod writer_turn_tests {
+    use serde_json::json;
+    use sqlx::Connection as _;
+    use zm_contracts::ToolName;
+
+    /// While another process holds SQLite's write lock, writers of this
+    /// one wait for their turn without a pooled connection each: a read
+    /// still gets one and answers (it waited behind them for the pool's
+    /// 30 s, then failed, when each waiting writer held a connection).
+    #[tokio::test]
+    async fn waiting_writers_leave_connections_for_reads() {
+        let (dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "turns").await;
+        let tools = crate::ToolService::new(store.clone());
+        let url = crate::sqlite_url(&dir.path().join("zm.db"));
+        let mut other = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let writers: Vec<_> = (0..12)
+            .map(|i| {
+                let (tools, caller) = (tools.clone(), caller.clone());
+                tokio::spawn(async move {
+                    tools
+                        .call(
+                            &caller,
+                            ToolName::Remember,
+                            &json!({"content": format!("Writer {i} waited for its turn."), "kind": "fact", "scope": "personal"}),
+                        )
+                        .await
+                })
+            })
+            .collect();
+        // Let them all start waiting (set-up only: nothing is timed).
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let read = tools
+            .call(&caller, ToolName::Recall, &json!({"query": "turn"}))
+            .await;
+        assert!(read.is_ok(), "a read answers while writers wait: {read:?}");
+        sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
+        for w in writers {
+            w.await
+                .unwrap()
+                .expect("each writer lands once the lock is free");
+        }
+    }
+}
 
 #[cfg(test)]
 mod write_tests {

@@ -26,7 +26,7 @@ mod metrics;
 use std::time::Instant;
 
 use serde_json::Value;
-use sqlx::{Any, AnyConnection, Transaction};
+use sqlx::AnyConnection;
 use zm_contracts::catalogue::tool;
 use zm_contracts::{Access, MemoryId, ToolContract, ToolError, ToolName, ToolOutput, parse_input};
 
@@ -69,7 +69,7 @@ pub struct Cx<'a> {
 /// batch's (the call runs inside a savepoint of it).
 enum TxSlot<'a> {
     Unopened,
-    Own(Transaction<'static, Any>),
+    Own(crate::store::WriteTx),
     Batch(&'a mut AnyConnection),
 }
 
