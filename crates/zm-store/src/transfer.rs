@@ -267,6 +267,46 @@ impl Store {
         })
     }
 
+    /// The answer to an item imported before (its ledger row): skipped,
+    /// naming the earlier memory while the caller can still read it.
+    async fn skipped_import(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        hash: &str,
+    ) -> Result<ImportMemoryOutput, ToolError> {
+        // The ledger row of an earlier import (its memory may be gone).
+        let prior: Option<String> = sqlx::query_scalar(
+            "SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2",
+        )
+        .bind(&caller.user_id)
+        .bind(hash)
+        .fetch_one(&mut *tx)
+        .await
+        .db("import ledger")?;
+        // Named only while the caller may still read it: a memory
+        // moved into a team's project and handed over when they left
+        // is someone else's now, and a foreign id reads as absent.
+        let readable = match prior {
+            Some(id) => {
+                let mut sql = crate::sql::Sql::new("SELECT m.id FROM memories m WHERE m.id = ");
+                sql.bind_str(&id).push(" AND ");
+                crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+                sql.query()
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .db("import ledger memory")?
+                    .map(|_| id)
+            }
+            None => None,
+        };
+        Ok(ImportMemoryOutput {
+            skipped: true,
+            memory_id: readable.map(MemoryId::from_trusted),
+            deduplicated: None,
+        })
+    }
+
     /// Import one memory deterministically; idempotent by `source_hash`.
     pub(crate) async fn import_memory(
         &self,
@@ -296,6 +336,23 @@ impl Store {
             return Err(guard::rejection(&hit));
         }
         let tx = cx.tx().await?;
+        let hash = input.source_hash.trim().to_string();
+        // An item imported before is skipped before its hint is resolved:
+        // a re-run creates no project and binds no hint (the claim below
+        // still decides between two imports of one item at once).
+        let seen: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM imports WHERE owner_id = $1 AND source_hash = $2",
+        )
+        .bind(&caller.user_id)
+        .bind(&hash)
+        .fetch_one(&mut *tx)
+        .await
+        .db("import seen")?;
+        let hint_missing =
+            matches!(input.target, ImportTarget::Project) && input.project_hint.is_none();
+        if seen > 0 && !hint_missing {
+            return self.skipped_import(tx, caller, &hash).await;
+        }
         let scope = match input.target {
             ImportTarget::Personal => caller.personal_scope(),
             ImportTarget::Core => caller.core_scope(),
@@ -314,7 +371,6 @@ impl Store {
             }
         };
         let now = self.now();
-        let hash = input.source_hash.trim().to_string();
         // The owner's writes first, as `remember` takes them before any row
         // it writes: a batch holding this lock and a single import holding
         // a ledger row would otherwise wait on each other (PostgreSQL).
@@ -333,36 +389,7 @@ impl Store {
         .await
         .db("import claim")?;
         if claimed.rows_affected() == 0 {
-            // The ledger row of an earlier import (its memory may be gone).
-            let prior: Option<String> = sqlx::query_scalar(
-                "SELECT memory_id FROM imports WHERE owner_id = $1 AND source_hash = $2",
-            )
-            .bind(&caller.user_id)
-            .bind(&hash)
-            .fetch_one(&mut *tx)
-            .await
-            .db("import ledger")?;
-            // Named only while the caller may still read it: a memory
-            // moved into a team's project and handed over when they left
-            // is someone else's now, and a foreign id reads as absent.
-            let readable = match prior {
-                Some(id) => {
-                    let mut sql = crate::sql::Sql::new("SELECT m.id FROM memories m WHERE m.id = ");
-                    sql.bind_str(&id).push(" AND ");
-                    crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
-                    sql.query()
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .db("import ledger memory")?
-                        .map(|_| id)
-                }
-                None => None,
-            };
-            return Ok(ImportMemoryOutput {
-                skipped: true,
-                memory_id: readable.map(MemoryId::from_trusted),
-                deduplicated: None,
-            });
+            return self.skipped_import(tx, caller, &hash).await;
         }
         let chash = content_hash(&content);
         let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
@@ -655,6 +682,37 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{tool} {args}: {e}"))
             .to_json()
+    }
+
+    /// An item imported before is skipped before its hint is resolved: a
+    /// re-run naming a new project creates no project and binds no hint.
+    #[tokio::test]
+    async fn a_skipped_import_creates_no_project() {
+        for (label, _dir, store) in stores().await {
+            let caller = crate::testing::test_caller(&store, "skipproj").await;
+            let item = |target: &str| {
+                let mut v = json!({"content": "The nightly export runs at three.", "kind": "fact", "target": target, "source_path": "notes.md", "source_hash": "h-skip"});
+                if target == "project" {
+                    v["project_hint"] = json!("brand-new-project");
+                }
+                v
+            };
+            call(&store, &caller, "import_memory", &item("personal")).await;
+            let out = call(&store, &caller, "import_memory", &item("project")).await;
+            assert_eq!(out["skipped"], json!(true), "[{label}] {out}");
+            let made: i64 = sqlx::query_scalar(
+                "SELECT (SELECT COUNT(*) FROM project_bindings WHERE owner_id = $1) + \
+                        (SELECT COUNT(*) FROM scopes WHERE owner_id = $1 AND path LIKE 'proj.%')",
+            )
+            .bind(&caller.user_id)
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+            assert_eq!(
+                made, 0,
+                "[{label}] a skipped import made a project or a binding"
+            );
+        }
     }
 
     /// Memories written in the same millisecond are ordered by `seq`, and a
