@@ -311,6 +311,24 @@ async fn handle_allowed(
             Err(e) => return mcp_unauthorized(e),
         },
     };
+    // Every POST's body is read here, within the limit and the body
+    // timeout, and refused in JSON-RPC's own terms when it is not one
+    // JSON-RPC message (the transport would answer in plain text, a
+    // stalled body as a 500), before its session is looked at: what is
+    // refused keeps no session alive.
+    let (body, posted) = if parts.method == Method::POST {
+        match crate::request::read_body(body, state.cfg.body_limit).await {
+            Ok(bytes) => {
+                if let Some(refusal) = not_one_jsonrpc_message(&bytes) {
+                    return refusal;
+                }
+                (Body::empty(), Some(bytes))
+            }
+            Err(e) => return body_refused(e),
+        }
+    } else {
+        (body, None)
+    };
     let session = parts
         .headers
         .get("mcp-session-id")
@@ -338,28 +356,13 @@ async fn handle_allowed(
         parts.extensions.insert(s);
     }
     let delete = parts.method == Method::DELETE;
-    // Every POST's body is read here, within the limit and the body
-    // timeout, and refused in JSON-RPC's own terms when it is not one
-    // JSON-RPC message (the transport would answer in plain text, a
-    // stalled body as a 500). Only an `initialize` opens a session
-    // (whatever version it names); any other request without a session
-    // (a 2026-07-28 request is stateless) runs inline, so a client that
-    // hangs up cancels it as the transport promises (a read stops; a
-    // write runs to its end on a task of its own).
-    let (body, opens) = if parts.method == Method::POST {
-        match crate::request::read_body(body, state.cfg.body_limit).await {
-            Ok(bytes) => {
-                if let Some(refusal) = not_one_jsonrpc_message(&bytes) {
-                    return refusal;
-                }
-                let opens = session.is_none() && is_initialize(&bytes);
-                (Body::from(bytes), opens)
-            }
-            Err(e) => return body_refused(e),
-        }
-    } else {
-        (body, false)
-    };
+    // Only an `initialize` opens a session (whatever version it names);
+    // any other request without a session (a 2026-07-28 request is
+    // stateless) runs inline, so a client that hangs up cancels it as the
+    // transport promises (a read stops; a write runs to its end on a task
+    // of its own).
+    let opens = session.is_none() && posted.as_deref().is_some_and(is_initialize);
+    let body = posted.map_or(body, Body::from);
     parts.extensions.insert(auth.clone());
     let request = Request::from_parts(parts, body);
     let work = forward(state, mcp, auth, session, delete, request);

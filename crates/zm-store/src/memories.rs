@@ -519,7 +519,7 @@ impl Store {
             kind: input.kind,
             entities_named: input.entities.is_some(),
             session: SessionState {
-                attached_project: caller.attached_project.clone(),
+                attached_project: attached.map(str::to_string),
                 thread: thread.map(|t| t.token),
             },
         }))

@@ -507,11 +507,13 @@ pub(crate) struct Semantic {
     /// `unjudged` conflicts filed by meaning.
     duplicates: AtomicU64,
     /// Bumped before this instance re-reads the metadata of what it
-    /// changed itself (`reread_meta`): the periodic refresh, whose rows
-    /// may have been read before that change, then leaves the index's
-    /// metadata as the re-read set it (its next pass, 30 s on, has rows
-    /// read after it).
+    /// changed itself (`reread_meta`), which notes each memory it re-read
+    /// with that epoch in `meta_touched`: the periodic refresh, whose rows
+    /// may have been read before that change, leaves those memories'
+    /// metadata as the re-read set it (its next pass has rows read after
+    /// it), and applies the rest.
     meta_epoch: AtomicU64,
+    meta_touched: std::sync::Mutex<HashMap<MemoryId, u64>>,
     /// Fresh vectors whose near-duplicate sweep waits for the index to
     /// hold them (the refresh after their batch failed): swept with the
     /// next batch whose refresh works.
@@ -1363,11 +1365,19 @@ impl Store {
             }
             // A change this instance made and re-read since the rows were
             // read is newer than they are: their metadata would undo it.
-            if self.semantic.meta_epoch.load(Ordering::SeqCst) == epoch {
-                for m in changed {
+            let mut touched = self
+                .semantic
+                .meta_touched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for m in changed {
+                if touched.get(&m.id).is_none_or(|&at| at <= epoch) {
                     index.set_meta(m);
                 }
             }
+            // What was re-read before these rows is in them: no later
+            // pass needs it.
+            touched.retain(|_, at| *at > epoch);
             let mut at: Vec<usize> = gone
                 .iter()
                 .filter_map(|id| index.by_id.get(id).copied())
@@ -1419,7 +1429,7 @@ impl Store {
         if values.len() == 0 || read(&self.semantic.index).entries.is_empty() {
             return;
         }
-        self.semantic.meta_epoch.fetch_add(1, Ordering::SeqCst);
+        let epoch = self.semantic.meta_epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let mut sql = crate::sql::Sql::new(&format!(
             "SELECT {META_COLUMNS} FROM memories m WHERE {column} IN "
         ));
@@ -1427,8 +1437,14 @@ impl Store {
         match sql.query().fetch_all(&self.pool).await {
             Ok(rows) => {
                 let mut index = write(&self.semantic.index);
+                let mut touched = self
+                    .semantic
+                    .meta_touched
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 for r in &rows {
                     if let Ok(m) = meta_of(r) {
+                        touched.insert(m.id.clone(), epoch);
                         index.set_meta(&m);
                     }
                 }
@@ -2013,11 +2029,26 @@ mod tests {
                 "The staging cluster is rebuilt every Sunday.".into(),
             )
             .await;
+            let other = remember_fact(
+                &tools,
+                &caller,
+                "The release train leaves on Tuesdays.".into(),
+            )
+            .await;
             embed_with(&store, &model, &id, label).await;
-            let live = |store: &Store| {
+            embed_with(&store, &model, &other, label).await;
+            let live_of = |store: &Store, id: &str| {
                 let index = read(&store.semantic.index);
-                index.entries[index.by_id[&MemoryId::from_trusted(&id)]].live
+                index.entries[index.by_id[&MemoryId::from_trusted(id)]].live
             };
+            let live = |store: &Store| live_of(store, &id);
+            // Another instance forgets `other` (in SQL, not re-read here):
+            // the refresh's rows carry that change, and it is applied.
+            sqlx::query("UPDATE memories SET invalidated_at = 1 WHERE id = $1")
+                .bind(&other)
+                .execute(&store.pool)
+                .await
+                .unwrap();
             let stale = store.read_vector_meta().await.unwrap().expect("a model");
             tools
                 .call(
@@ -2032,6 +2063,10 @@ mod tests {
             assert!(
                 !live(&store),
                 "[{label}] rows read before the forget left it forgotten"
+            );
+            assert!(
+                !live_of(&store, &other),
+                "[{label}] and applied what another instance changed"
             );
             // The next refresh reads rows after it, and agrees.
             store.refresh_vector_meta().await.unwrap();

@@ -294,7 +294,13 @@ impl Store {
                     Arc::clone(&self.writer_turn).acquire_owned(),
                 )
                 .await
-                .map_err(|_| crate::db::internal("writer turn", "waited 30 s for SQLite's writer"))?
+                .map_err(|_| {
+                    // Load, not a fault: the caller may send it again.
+                    tracing::warn!(target: "zm_store", "a write waited 30 s for SQLite's writer turn");
+                    ToolError::rate_limited(
+                        "The database is busy with other writes; nothing was written. Retry shortly.",
+                    )
+                })?
                 .map_err(|e| crate::db::internal("writer turn", e))?;
                 ("BEGIN IMMEDIATE", Some(turn))
             }
@@ -428,10 +434,12 @@ mod writer_turn_tests {
             .execute(&mut other)
             .await
             .unwrap();
+        let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let writers: Vec<_> = (0..12)
             .map(|i| {
-                let (tools, caller) = (tools.clone(), caller.clone());
+                let (tools, caller, started) = (tools.clone(), caller.clone(), started.clone());
                 tokio::spawn(async move {
+                    started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     tools
                         .call(
                             &caller,
@@ -442,8 +450,15 @@ mod writer_turn_tests {
                 })
             })
             .collect();
-        // Let them all start waiting (set-up only: nothing is timed).
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        // Every writer has started and one holds the turn (waiting on the
+        // other process's lock); a moment more lets the rest queue (set-up
+        // only: nothing is timed, and the read must answer either way).
+        while started.load(std::sync::atomic::Ordering::SeqCst) < 12
+            || store.writer_turn.available_permits() > 0
+        {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         let read = tools
             .call(&caller, ToolName::Recall, &json!({"query": "turn"}))
             .await;

@@ -436,6 +436,9 @@ async fn memory_page(
     // no more than other team content: no form the store would refuse.
     let reader_only = context.reader_only;
     let changes = (mine && !reader_only) || for_team.is_some();
+    // The share form is on the page (its field marks a refused scope);
+    // otherwise the notice says the reason itself.
+    let shares = changes && live && mine;
     let body = html! {
         p { a href=(signed.href("/")) { "← Memories" } }
         h1 { "Memory " code { (m.id) } }
@@ -484,7 +487,7 @@ async fn memory_page(
             pre.content { (serde_json::to_string_pretty(src).unwrap_or_default()) }
         }
         h2 #change { "Change it" }
-        (Refused::notice(refused, &["scope"]))
+        (Refused::notice(refused, if shares { &["scope"] } else { &[] }))
         @if let Some(team) = for_team {
             p #for-team.hint { "A former member of team " (team) " left this memory to the team. As the team's admin you may forget it, close it if it is an open loop, and restore it; nobody edits, shares or moves it." }
         } @else if context.left_to_team {

@@ -87,7 +87,7 @@ async fn teams_page(state: &AppState, signed: &Signed, refused: Option<Refused>)
             input type="hidden" name="csrf" value=(signed.csrf);
             div class=(field_class(slug_error.as_deref())) {
                 label for="slug" { "Slug" }
-                input #slug type="text" name="slug" required pattern="[a-z][a-z0-9_]{1,39}" aria-invalid=[slug_invalid] aria-describedby=(slug_described.unwrap_or_else(|| "slug-hint".to_string())) value=[Refused::value(refused, "new-team", "slug")];
+                input #slug type="text" name="slug" required pattern="[a-z][a-z0-9_]{1,39}" aria-invalid=[slug_invalid] aria-describedby=(slug_described.map_or_else(|| "slug-hint".to_string(), |e| format!("{e} slug-hint"))) value=[Refused::value(refused, "new-team", "slug")];
                 (field_error("slug", slug_error.as_deref()))
                 p.hint #slug-hint { "Lowercase letters, digits and _; its scope will be team.<slug>." }
             }
@@ -184,12 +184,22 @@ fn detail_page(
         .or_else(|| Refused::reason(refused, "share-project", "project_hint"));
     let (project_invalid, project_described) = field_aria("project", project_error.as_deref());
     let confirm_error = Refused::reason(refused, "delete-team", "confirm");
+    // The fields a refused form marks, when that form is on the page;
+    // otherwise the notice says their reasons itself.
+    let marked: Vec<&str> = match refused.map(|r| r.form) {
+        Some("invite") if admin => vec!["email"],
+        Some("share-project") if d.team.role.can_write() => {
+            vec!["project", "scope", "project_hint"]
+        }
+        Some("delete-team") if admin => vec!["confirm"],
+        _ => Vec::new(),
+    };
     let (confirm_invalid, confirm_described) = field_aria("confirm-slug", confirm_error.as_deref());
     html! {
         p { a href=(signed.href("/teams")) { "← Teams" } }
         h1 { (d.team.name) " " code { (d.team.scope) } }
         p { "Your role: " strong #my-role { (d.team.role.as_str()) } }
-        (Refused::notice(refused, &["email", "project", "scope", "project_hint", "confirm"]))
+        (Refused::notice(refused, &marked))
         h2 { "Members" }
         table #members {
             thead { tr { th { "Member" } th { "Role" } th { "Since" } @if admin { th { span.sr-only { "Actions" } } } } }

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use zm_store::oauth::{CodeExchange, IssuedTokens, OauthClient, OauthError};
@@ -222,7 +222,13 @@ impl ClientId {
             basic: true,
             description: why.to_string(),
         };
-        let decoded = STANDARD
+        // Padded or not: both are seen in the wild.
+        let lenient = base64::engine::GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            base64::engine::GeneralPurposeConfig::new()
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+        );
+        let decoded = lenient
             .decode(credentials)
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
