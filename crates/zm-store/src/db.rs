@@ -781,14 +781,9 @@ mod tests {
     /// default is REPEATABLE READ.
     #[tokio::test]
     async fn postgres_connections_carry_their_session_settings() {
-        let Some(url) = crate::test_database_url() else {
+        let Some(url) = crate::test_database_url_repeatable_read() else {
             return;
         };
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let url = format!(
-            "{}{sep}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read",
-            url.trim()
-        );
         let mut opts = OpenOptions::new(url);
         opts.max_connections = 2;
         let store = crate::Store::open_with(opts).await.unwrap();

@@ -77,3 +77,13 @@ pub fn test_database_url() -> Option<String> {
     );
     url
 }
+
+/// [`test_database_url`] for sessions whose default isolation is
+/// REPEATABLE READ (as a server or role may be set up): what the store
+/// writes must hold whatever that default is.
+pub fn test_database_url_repeatable_read() -> Option<String> {
+    test_database_url().map(|url| {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read")
+    })
+}

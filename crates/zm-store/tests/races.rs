@@ -201,15 +201,10 @@ backend_tests! {
 /// would predate the first one's commit, and it would insert a copy).
 #[tokio::test]
 async fn writes_pin_read_committed_whatever_the_default() {
-    let Some(url) = zm_store::test_database_url() else {
+    let Some(url) = zm_store::test_database_url_repeatable_read() else {
         eprintln!("{PG_ENV} is not set: skipped");
         return;
     };
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let url = format!(
-        "{}{sep}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read",
-        url.trim()
-    );
     let mut opts = OpenOptions::new(url);
     opts.max_connections = 4;
     let store = Store::open_with(opts)
