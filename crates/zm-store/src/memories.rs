@@ -439,18 +439,9 @@ impl Store {
         let caller = cx.caller;
         // 1. The content guard, before anything else happens (no lock held).
         let content = guarded_content(&self.limits, &input)?;
-        // 2. The thread the call carries (a signed token: no lookup). A
-        // thread or an attachment to a project the caller no longer
-        // reaches (they left its team, it was unshared) routes nothing,
-        // as it pins no read, and the thread is not handed back.
-        let thread = match self.thread_of(caller, input.thread.as_deref()) {
-            Some(t) if self.still_reaches(caller, &t.scope).await? => Some(t),
-            _ => None,
-        };
-        let attached = match caller.attached_project.as_deref() {
-            Some(p) if self.still_reaches(caller, p).await? => Some(p),
-            _ => None,
-        };
+        // 2. The thread the call carries and the session's attachment,
+        // while the caller still reaches their projects.
+        let (thread, attached) = self.live_pins(caller, input.thread.as_deref()).await?;
         // The pure work, before the transaction takes the write lock.
         let prepared = Prepared::new(&input, &content);
         let edit_of = cx.replaces().cloned();
@@ -769,21 +760,27 @@ impl Store {
                     continue;
                 };
                 let old_scope: String = col(&old, "scope")?;
+                let old_visibility: zm_contracts::Visibility = enum_col(&old, "visibility")?;
                 // Retiring a memory its scope's members read takes the
                 // writer role there, as a forget of it does (this holds
                 // the scope's teams too).
                 self.hold_teams_of(&mut *tx, &[&old_scope]).await?;
-                self.may_change_own_in(tx, caller, &old_scope, enum_col(&old, "visibility")?)
+                self.may_change_own_in(tx, caller, &old_scope, old_visibility)
                     .await?;
+                // Retired only where the role was checked: a share or a
+                // move committed since the read (PostgreSQL) leaves it
+                // standing, as one not the caller's.
                 let done = sqlx::query(
                     "UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 \
-                     WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL",
+                     WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL AND scope = $6 AND visibility = $7",
                 )
                 .bind(now)
                 .bind(&caller.user_id)
                 .bind(caller.agent_name.clone())
                 .bind(memory_id)
                 .bind(dst)
+                .bind(&old_scope)
+                .bind(old_visibility.as_str())
                 .execute(&mut *tx)
                 .await
                 .db("supersede")?;
@@ -823,6 +820,12 @@ impl Store {
                         .is_some_and(zm_contracts::TeamRole::can_write),
                 };
                 let followed = if may_follow {
+                    // The new memory held first (PostgreSQL): when it is an
+                    // existing one the write was absorbed into, a
+                    // `promote_rule` of it holds it before inserting its
+                    // rule, so the one rule a memory may have is seen
+                    // below once that commits, never met as a duplicate.
+                    self.hold_memories(&mut *tx, &[memory_id], None).await?;
                     // A text that was the memory's content (cut to what a
                     // rule may hold) follows the new content, cut alike.
                     let follow = format!(
@@ -1211,11 +1214,20 @@ impl Store {
         if memory.owner_id == caller.user_id {
             self.may_change_own_in(tx, caller, &memory.scope, memory.visibility)
                 .await?;
-            memory.invalidated_at = self
-                .hold_own_memory(tx, caller, id)
+            let held = self
+                .hold_memory_of(tx, &caller.user_id, id)
                 .await?
                 .ok_or_else(not_found)?;
-            return Ok(memory);
+            // PostgreSQL: a share or a move of the caller's own may have
+            // committed since the first read; the role that counts is the
+            // one where the memory is now. (This holds the team's row after
+            // the memory's, against the usual order: a hand-over waiting
+            // the other way is a deadlock, which the service runs again.)
+            if held.scope != memory.scope || held.visibility != memory.visibility {
+                self.may_change_own_in(tx, caller, &held.scope, held.visibility)
+                    .await?;
+            }
+            return Ok(held);
         }
         // What a team's members read and its steward holds: the team's
         // admins change it for the steward. A private row is its owner's

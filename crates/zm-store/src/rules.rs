@@ -117,26 +117,8 @@ impl Store {
                 "Memory {id} is invalidated; restore it before promoting it."
             )));
         }
-        // The caller's own rule row only: a giver's revoked row left on a
-        // memory handed over to the caller asks nothing of them.
-        let previous: Option<String> =
-            sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1 AND owner_id = $2")
-                .bind(id)
-                .bind(&caller.user_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .db("promote previous")?;
-        let previous: Option<RuleState> = previous
-            .map(|s| parse_stored(&s, "status", id))
-            .transpose()?;
-        if let Some(state @ (RuleState::Dismissed | RuleState::Revoked)) = previous
-            && input.force != Some(true)
-        {
-            return Err(ToolError::conflict(format!(
-                "The rule from memory {id} was {state}; pass force: true to promote it again."
-            )));
-        }
         let memory_scope = source.scope;
+        let memory_scope_read = memory_scope.clone();
         // The memory's own teams (PostgreSQL) are held before its row is,
         // below: by `may_set_rules_for` when the rule applies to the
         // memory's scope, here when it applies elsewhere.
@@ -190,6 +172,41 @@ impl Store {
                 )));
             }
             Some(None) => {}
+        }
+        // A move committed since the first read was checked for the scope
+        // it left: the rule's layer and the role it needs are the ones
+        // where the memory is now.
+        let held_scope: String = sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .db("promote scope")?;
+        if held_scope != memory_scope_read {
+            return Err(ToolError::conflict(format!(
+                "Memory {id} was moved to {held_scope} meanwhile; promote it again."
+            )));
+        }
+        // What the memory's rule was, read while it is held: a rule that
+        // followed its memory onto this one (a supersede absorbed into it)
+        // committed before, or waits for this rule. Only the caller's own
+        // row counts: a giver's revoked row left on a memory handed over to
+        // the caller asks nothing of them.
+        let previous: Option<String> =
+            sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1 AND owner_id = $2")
+                .bind(id)
+                .bind(&caller.user_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("promote previous")?;
+        let previous: Option<RuleState> = previous
+            .map(|s| parse_stored(&s, "status", id))
+            .transpose()?;
+        if let Some(state @ (RuleState::Dismissed | RuleState::Revoked)) = previous
+            && input.force != Some(true)
+        {
+            return Err(ToolError::conflict(format!(
+                "The rule from memory {id} was {state}; pass force: true to promote it again."
+            )));
         }
         let now = self.now();
         sqlx::query(

@@ -690,6 +690,26 @@ impl Store {
             .or_else(|| caller.thread.as_deref().and_then(verify))
     }
 
+    /// The thread a call carries and the project its session is attached
+    /// to, each only while the caller still reaches its project (they may
+    /// have left its team, or it was unshared): a dead pin routes no write
+    /// and pins no read, and the thread is not handed back.
+    pub(crate) async fn live_pins<'c>(
+        &self,
+        caller: &'c Caller,
+        echoed: Option<&str>,
+    ) -> Result<(Option<Thread>, Option<&'c str>), ToolError> {
+        let thread = match self.thread_of(caller, echoed) {
+            Some(t) if self.still_reaches(caller, &t.scope).await? => Some(t),
+            _ => None,
+        };
+        let attached = match caller.attached_project.as_deref() {
+            Some(p) if self.still_reaches(caller, p).await? => Some(p),
+            _ => None,
+        };
+        Ok((thread, attached))
+    }
+
     /// Does the caller still reach `path`, a project a thread or a session
     /// was pinned to? Their own projects always (one not written yet has no
     /// row); any other shareable scope while they hold a role there.

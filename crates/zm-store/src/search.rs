@@ -826,18 +826,10 @@ impl Store {
         thread_token: Option<&str>,
         briefing: bool,
     ) -> Result<ReadPlan, ToolError> {
-        // A thread or an attachment to a project the caller no longer
-        // reaches (they left its team, it was unshared) pins nothing: it
-        // would read nothing there, and a briefing would issue the same
-        // dead thread again.
-        let thread = match self.thread_of(caller, thread_token) {
-            Some(t) if self.still_reaches(caller, &t.scope).await? => Some(t),
-            _ => None,
-        };
-        let attached = match caller.attached_project.as_deref() {
-            Some(p) if self.still_reaches(caller, p).await? => Some(p.to_string()),
-            _ => None,
-        };
+        // A dead pin would read nothing there, and a briefing would issue
+        // the same dead thread again.
+        let (thread, attached) = self.live_pins(caller, thread_token).await?;
+        let attached = attached.map(str::to_string);
         // Pin precedence: hint → live thread → the session's attached project.
         // Explicit `scopes` override a recall's hint; a briefing still pins
         // the hinted project (its rules and thread) whatever it reads.

@@ -129,18 +129,22 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         id: &str,
+        from: &Placement,
         target: &str,
     ) -> Result<bool, ToolError> {
-        // Still the caller's and live when it moves: on PostgreSQL a team
-        // removal may have handed it over since it was checked, and a
-        // memory handed over stays where its new owner got it. `false`:
+        // Still the caller's, live, and where its role was checked when it
+        // moves: on PostgreSQL a team removal may have handed it over since
+        // it was checked (a memory handed over stays where its new owner
+        // got it), or another share or move of it committed. `false`:
         // nothing moved.
-        let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL")
+        let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL AND scope = $6 AND visibility = $7")
             .bind(target)
             .bind(Visibility::Shared.as_str())
             .bind(self.now())
             .bind(&caller.user_id)
             .bind(id)
+            .bind(&from.scope)
+            .bind(from.visibility.as_str())
             .execute(&mut *tx)
             .await
             .db("move memory")?;
@@ -174,9 +178,9 @@ impl Store {
             Err(Refusal::ReadOnly(e)) => return Err(e),
             Ok(placement) => {
                 if !placement.is_shared_in(&target) {
-                    if !self.move_one(tx, caller, id, &target).await? {
+                    if !self.move_one(tx, caller, id, &placement, &target).await? {
                         return Err(ToolError::conflict(format!(
-                            "Memory {id} changed meanwhile (it is no longer yours, or was retired): nothing was moved."
+                            "Memory {id} changed meanwhile (it is no longer yours, was retired, or was moved): nothing was moved."
                         )));
                     }
                     cx.placement_changed(id);
@@ -234,11 +238,14 @@ impl Store {
                 Ok(placement) => {
                     // Already shared there: nothing to change (a repeat is a no-op).
                     if !placement.is_shared_in(&target) {
-                        if !self.move_one(tx, caller, mid.as_str(), &target).await? {
-                            // Handed over or retired since it was checked.
+                        if !self
+                            .move_one(tx, caller, mid.as_str(), &placement, &target)
+                            .await?
+                        {
+                            // Handed over, retired or moved since it was checked.
                             failed.push(MoveFailure {
                                 memory_id: mid,
-                                error: "not the owner".into(),
+                                error: "changed meanwhile".into(),
                             });
                             continue;
                         }

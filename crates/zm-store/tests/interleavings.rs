@@ -1,0 +1,413 @@
+//! Two writes that interleave on PostgreSQL, each forced by a transaction
+//! held open on a raw connection (SQLite's writers take turns, so these
+//! cannot meet there): the tool under test is started, seen waiting on the
+//! held transaction's locks (`pg_locks`, polled in a bounded loop; no
+//! assertion waits on the clock), and the held transaction then commits
+//! what a concurrent call would have.
+//!
+//! - A forget or close of the caller's own private memory waits on its
+//!   row; meanwhile it was shared into a team where the caller is now a
+//!   reader. The role that counts is the one where the memory is now:
+//!   `forbidden`, nothing retired.
+//!   A supersede or a move of it, alike: it stays where the team reads
+//!   it.
+//! - A `remember` absorbed into a memory supersedes an older one whose
+//!   rule follows it, while a `promote_rule` of the absorbing memory is
+//!   inserting that memory's rule: the follow waits for the promotion and
+//!   sees its rule (the old rule retires), where it met the one-rule
+//!   index as a duplicate and answered `internal`.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use zm_contracts::{ErrorCode, IdKind, TeamRole};
+use zm_store::{Caller, Store};
+
+/// A transaction on `raw` holding memory `id`'s row, and its backend's pid.
+async fn hold_memory(
+    raw: &sqlx::AnyPool,
+    id: &str,
+) -> (sqlx::Transaction<'static, sqlx::Any>, i32) {
+    let mut held = raw.begin().await.expect("begin");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .expect("the backend's pid");
+    sqlx::query("SELECT id FROM memories WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(id)
+        .fetch_one(&mut *held)
+        .await
+        .expect("hold the memory's row");
+    (held, pid)
+}
+
+/// Whether memory `id` is retired, read on `raw`.
+async fn retired(raw: &sqlx::AnyPool, id: &str) -> bool {
+    let at: Option<i64> = sqlx::query_scalar("SELECT invalidated_at FROM memories WHERE id = $1")
+        .bind(id)
+        .fetch_one(raw)
+        .await
+        .expect("read the memory");
+    at.is_some()
+}
+
+/// `w`, a writer of team `slug`, starts `op` on their own private memory,
+/// which waits on the memory's row; meanwhile the memory is shared into
+/// the team and `w` demoted to reader there (committed together). What
+/// `op` answered.
+async fn own_change_meets_a_share_and_a_demotion<F, Fut, T>(
+    store: &Store,
+    raw: &sqlx::AnyPool,
+    w: &Caller,
+    slug: &str,
+    memory: &str,
+    op: F,
+) -> Result<T, zm_contracts::ToolError>
+where
+    F: FnOnce(Store, Caller, String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, zm_contracts::ToolError>> + Send + 'static,
+    T: Send + 'static,
+{
+    let (mut held, pid) = hold_memory(raw, memory).await;
+    let task = tokio::spawn(op(store.clone(), w.clone(), memory.to_string()));
+    let waited = waits_on(raw, pid, &task).await;
+    let scope = format!("team.{slug}");
+    sqlx::query(
+        "UPDATE memories SET scope = $1, visibility = 'shared', shared_at = 1, shared_by = $2 WHERE id = $3",
+    )
+    .bind(&scope)
+    .bind(&w.user_id)
+    .bind(memory)
+    .execute(&mut *held)
+    .await
+    .expect("share it");
+    sqlx::query("SELECT id FROM teams WHERE slug = $1 FOR NO KEY UPDATE")
+        .bind(slug)
+        .fetch_one(&mut *held)
+        .await
+        .expect("hold the team's row");
+    sqlx::query("UPDATE scope_members SET role = 'reader' WHERE scope = $1 AND user_id = $2")
+        .bind(&scope)
+        .bind(&w.user_id)
+        .execute(&mut *held)
+        .await
+        .expect("demote");
+    held.commit()
+        .await
+        .expect("commit the share and the demotion");
+    let done = task.await.expect("the call's task");
+    assert!(waited, "the call did not wait on the memory's row");
+    done
+}
+
+#[tokio::test]
+async fn a_forget_or_close_checks_the_role_where_the_memory_is_now() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_forget_or_close_checks_the_role_where_the_memory_is_now").await
+    else {
+        return;
+    };
+    let (_, admin) = user(&store, "ilv-admin").await;
+    let slug = create_team_of(&store, &admin, l, "ilv").await;
+    let (_, w) = team_member(&store, &admin, l, &slug, "ilv-w", TeamRole::Writer).await;
+    let loop_ = mem(
+        &store,
+        &w,
+        l,
+        json!({"content": "Rotate the staging certificates before Friday.", "kind": "task", "scope": "personal"}),
+    )
+    .await;
+    let fact = mem(
+        &store,
+        &w,
+        l,
+        json!({"content": "The staging certificates come from the internal CA.", "kind": "fact", "scope": "personal"}),
+    )
+    .await;
+
+    let forgot = own_change_meets_a_share_and_a_demotion(
+        &store,
+        &raw,
+        &w,
+        &slug,
+        &fact,
+        |s, c, id| async move { forget(&s, &c, &id).await },
+    )
+    .await;
+    let e = err(
+        forgot,
+        ErrorCode::Forbidden,
+        l,
+        "a forget of a memory shared meanwhile where the caller reads",
+    );
+    assert!(e.message.contains("yours is reader"), "{}", e.message);
+    assert!(
+        !retired(&raw, &fact).await,
+        "the forget retired a team's memory as a reader"
+    );
+
+    let closed = own_change_meets_a_share_and_a_demotion(
+        &store,
+        &raw,
+        &w,
+        &slug,
+        &loop_,
+        |s, c, id| async move { close_loop(&s, &c, &id).await },
+    )
+    .await;
+    let e = err(
+        closed,
+        ErrorCode::Forbidden,
+        l,
+        "a close of a loop shared meanwhile where the caller reads",
+    );
+    assert!(e.message.contains("yours is reader"), "{}", e.message);
+    assert!(
+        !retired(&raw, &loop_).await,
+        "the close retired a team's loop as a reader"
+    );
+
+    // A supersede of it and a move of it, alike: checked where it was,
+    // written only while it is still there.
+    let old = mem(
+        &store,
+        &w,
+        l,
+        json!({"content": "The staging certificates last ninety days.", "kind": "fact", "scope": "personal"}),
+    )
+    .await;
+    let superseded = own_change_meets_a_share_and_a_demotion(&store, &raw, &w, &slug, &old, |s, c, id| async move {
+        call(
+            &s,
+            &c,
+            "remember",
+            json!({"content": "The staging certificates last thirty days now.", "kind": "fact", "scope": "personal",
+                   "links": [{"dst": id, "type": "supersedes"}]}),
+        )
+        .await
+    })
+    .await;
+    ok(
+        superseded,
+        l,
+        "a remember superseding a memory shared meanwhile",
+    );
+    assert!(
+        !retired(&raw, &old).await,
+        "the supersede retired a team's memory as a reader"
+    );
+
+    let kept = mem(
+        &store,
+        &w,
+        l,
+        json!({"content": "The staging certificates are renewed by a cron job.", "kind": "fact", "scope": "personal"}),
+    )
+    .await;
+    let moved = own_change_meets_a_share_and_a_demotion(
+        &store,
+        &raw,
+        &w,
+        &slug,
+        &kept,
+        |s, c, id| async move {
+            call(
+                &s,
+                &c,
+                "move_memories",
+                json!({"memory_ids": [id], "project_hint": "interleavings-elsewhere"}),
+            )
+            .await
+        },
+    )
+    .await;
+    let moved = ok(moved, l, "a move of a memory shared meanwhile");
+    assert_eq!(moved["moved"], json!([]), "{moved}");
+    assert_eq!(moved["failed"][0]["error"], "changed meanwhile", "{moved}");
+    let scope: String = sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1")
+        .bind(&kept)
+        .fetch_one(&raw)
+        .await
+        .expect("the memory's scope");
+    assert_eq!(
+        scope,
+        format!("team.{slug}"),
+        "a reader moved a team's memory out of it"
+    );
+}
+
+#[tokio::test]
+async fn a_rule_follows_its_memory_after_a_promotion_of_the_absorbing_one() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_rule_follows_its_memory_after_a_promotion_of_the_absorbing_one").await
+    else {
+        return;
+    };
+    let (user_row, a) = user(&store, "ilv-rules").await;
+    let word = unique("fri").replace('-', "");
+    let old = mem(
+        &store,
+        &a,
+        l,
+        json!({"content": format!("Never deploy {word} on Fridays."), "kind": "preference", "scope": "personal"}),
+    )
+    .await;
+    ok(
+        call(&store, &a, "promote_rule", json!({"memory_id": old})).await,
+        l,
+        "promote the old preference",
+    );
+    let absorbing_text = format!("Deploys {word} stop on Fridays and before holidays.");
+    let absorbing = mem(
+        &store,
+        &a,
+        l,
+        json!({"content": absorbing_text, "kind": "preference", "scope": "personal"}),
+    )
+    .await;
+
+    // The middle of a `promote_rule` of the absorbing memory: its row
+    // held, its rule inserted, not committed.
+    let (mut held, pid) = hold_memory(&raw, &absorbing).await;
+    sqlx::query(
+        "INSERT INTO rules (id, owner_id, memory_id, text, layer, applies_scope, status, pinned, promoted_at, created_at) \
+         VALUES ($1, $2, $3, 'The promotion held open', 'user', NULL, 'promoted', 0, 1, 1)",
+    )
+    .bind(IdKind::RuleCandidate.generate())
+    .bind(&user_row.id)
+    .bind(&absorbing)
+    .execute(&mut *held)
+    .await
+    .expect("the promotion's rule");
+
+    let task = {
+        let (store, a, old, text) = (
+            store.clone(),
+            a.clone(),
+            old.clone(),
+            absorbing_text.clone(),
+        );
+        tokio::spawn(async move {
+            call(
+                &store,
+                &a,
+                "remember",
+                json!({"content": text, "kind": "preference", "scope": "personal",
+                       "links": [{"dst": old, "type": "supersedes"}]}),
+            )
+            .await
+        })
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    held.commit().await.expect("commit the promotion");
+    let done = task.await.expect("the remember's task");
+    assert!(
+        waited,
+        "the remember did not wait for the promotion: {done:?}"
+    );
+    let out = ok(
+        done,
+        l,
+        "a remember absorbed into a memory promoted meanwhile",
+    );
+    assert_eq!(out["memory_id"], absorbing.as_str());
+    assert_eq!(out["deduplicated"], true);
+
+    let superseded_by: Option<String> =
+        sqlx::query_scalar("SELECT superseded_by FROM memories WHERE id = $1")
+            .bind(&old)
+            .fetch_one(&raw)
+            .await
+            .expect("the old memory");
+    assert_eq!(superseded_by.as_deref(), Some(absorbing.as_str()));
+    let kept: (String, String) =
+        sqlx::query_as("SELECT text, status FROM rules WHERE memory_id = $1")
+            .bind(&absorbing)
+            .fetch_one(&raw)
+            .await
+            .expect("the absorbing memory's rule");
+    assert_eq!(
+        kept,
+        (
+            "The promotion held open".to_string(),
+            "promoted".to_string()
+        )
+    );
+    let old_rule: String = sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1")
+        .bind(&old)
+        .fetch_one(&raw)
+        .await
+        .expect("the old memory's rule");
+    assert_eq!(old_rule, "revoked", "the old rule retires, as on a forget");
+}
+
+/// The other order: a revoked rule follows its memory onto the one being
+/// promoted (committed while the promotion waits on the memory's row).
+/// The promotion reads the rule the memory has once it holds it: a
+/// revoked one asks for `force`, as it would have a moment later.
+#[tokio::test]
+async fn a_promotion_reads_the_rule_that_followed_meanwhile() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_promotion_reads_the_rule_that_followed_meanwhile").await
+    else {
+        return;
+    };
+    let (user_row, a) = user(&store, "ilv-follow").await;
+    let word = unique("hol").replace('-', "");
+    let target = mem(
+        &store,
+        &a,
+        l,
+        json!({"content": format!("Releases {word} wait until after the holidays."), "kind": "preference", "scope": "personal"}),
+    )
+    .await;
+    let (mut held, pid) = hold_memory(&raw, &target).await;
+    sqlx::query(
+        "INSERT INTO rules (id, owner_id, memory_id, text, layer, applies_scope, status, pinned, promoted_at, created_at, revoked_reason) \
+         VALUES ($1, $2, $3, 'A rule revoked before', 'user', NULL, 'revoked', 0, 1, 1, 'revoked by the user')",
+    )
+    .bind(IdKind::RuleCandidate.generate())
+    .bind(&user_row.id)
+    .bind(&target)
+    .execute(&mut *held)
+    .await
+    .expect("the rule that followed");
+    let task = {
+        let (store, a, target) = (store.clone(), a.clone(), target.clone());
+        tokio::spawn(
+            async move { call(&store, &a, "promote_rule", json!({"memory_id": target})).await },
+        )
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    held.commit().await.expect("commit the follow");
+    let done = task.await.expect("the promotion's task");
+    assert!(waited, "the promotion did not wait on the memory: {done:?}");
+    let e = err(
+        done,
+        ErrorCode::Conflict,
+        l,
+        "a promotion over a revoked rule that followed meanwhile",
+    );
+    assert!(e.message.contains("force"), "{}", e.message);
+    let status: String = sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1")
+        .bind(&target)
+        .fetch_one(&raw)
+        .await
+        .expect("the rule");
+    assert_eq!(status, "revoked");
+    ok(
+        call(
+            &store,
+            &a,
+            "promote_rule",
+            json!({"memory_id": target, "force": true}),
+        )
+        .await,
+        l,
+        "promote it again, forced",
+    );
+}
