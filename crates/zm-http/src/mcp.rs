@@ -322,6 +322,10 @@ async fn handle_allowed(
                 if let Some(refusal) = not_one_jsonrpc_message(&bytes) {
                     return refusal;
                 }
+                // A tool call's repeated argument key, marked for the tool
+                // service to refuse (rmcp's parser keeps the last value).
+                let bytes = zm_mcp::mark_repeated_argument_key(&bytes)
+                    .map_or(bytes, axum::body::Bytes::from);
                 (Body::empty(), Some(bytes))
             }
             Err(e) => return body_refused(e),

@@ -782,6 +782,11 @@ async fn a_stateless_client_is_told_to_pass_its_thread() {
         "{instructions}"
     );
     assert!(instructions.contains("build_context"), "{instructions}");
+    // Over HTTP the server cannot see the client's workspace, and says so.
+    assert!(
+        instructions.contains(zm_mcp::instructions::ATTACHMENT_NOTE),
+        "{instructions}"
+    );
     s.stop().await;
 }
 
@@ -983,6 +988,46 @@ async fn a_session_lets_go_of_a_project_left() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("validation_failed"), "{msgs:?}");
+    s.stop().await;
+}
+
+/// A tool call whose arguments hold a key twice is refused as REST refuses
+/// such a body (`validation_failed` naming the key), not read as its last
+/// value; the same call written once is stored.
+#[tokio::test]
+async fn an_mcp_tool_argument_given_twice_is_refused() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    let twice = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"remember","arguments":{"content":"The quarterly freeze starts Monday.","scope":"core","content":"The quarterly freeze starts Friday."}}}"#;
+    let (status, _, msgs) =
+        common::mcp_post_text(&s.http, &s.base, &s.rw_a, Some(&sid), twice.to_string()).await;
+    assert_eq!(status, 200, "{msgs:?}");
+    assert_eq!(msgs[0]["result"]["isError"], true, "{msgs:?}");
+    let body: Value = serde_json::from_str(
+        msgs[0]["result"]["content"][0]["text"]
+            .as_str()
+            .expect("the error body"),
+    )
+    .unwrap();
+    assert_eq!(body["error"]["code"], "validation_failed", "{body}");
+    assert_eq!(
+        body["error"]["details"]["fields"][0]["path"], "content",
+        "{body}"
+    );
+    let (_, v) = s
+        .post(
+            "/api/tools/recall",
+            Some(&s.rw_a),
+            json!({"query": "quarterly freeze"}),
+        )
+        .await;
+    assert_eq!(v["memories"], json!([]), "nothing was stored: {v}");
+    let once = twice.replace(r#","content":"The quarterly freeze starts Friday.""#, "");
+    let (_, _, msgs) = common::mcp_post_text(&s.http, &s.base, &s.rw_a, Some(&sid), once).await;
+    assert!(
+        msgs[0]["result"]["structuredContent"]["memory_id"].is_string(),
+        "{msgs:?}"
+    );
     s.stop().await;
 }
 

@@ -25,8 +25,32 @@ pub const ROUTER_TAIL: &str = "- a memory that is wrong → challenge it, or rem
 - echo session.thread as thread on every call: it keeps the project across reconnects
 Tool descriptions are authoritative for fields and errors. Branch on error codes, never on message text.";
 
-/// For uncapped clients: how a project gets attached over any transport.
+/// For uncapped clients of a server that cannot see their workspace (over
+/// HTTP): how a project gets attached.
 pub const ATTACHMENT_NOTE: &str = "PROJECT ATTACHMENT: this server cannot see your workspace. Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
+
+/// For uncapped clients of a local server (stdio) started with
+/// `--no-project`: the session has no project until a call names one.
+pub const LOCAL_UNATTACHED_NOTE: &str = "PROJECT ATTACHMENT: this server was started without a project (--no-project). Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
+
+/// For uncapped clients of a local server (stdio) that attached the session
+/// to `project` (the scope of the directory it was started in, or of its
+/// `--project`).
+pub fn local_attached_note(project: &str) -> String {
+    format!(
+        "PROJECT ATTACHMENT: this session is already attached to {project}, the project this server was started for (its working directory's repository, or --project). A remember without scope stores a project-bound kind there, and recall and build_context start from it. Pass project_hint to work in another project; a project the user names in chat is authoritative."
+    )
+}
+
+/// The attachment note of a server: one that cannot see the client's
+/// workspace (HTTP) or a local one (stdio), attached to `project` or not.
+pub fn attachment_note(local: bool, project: Option<&str>) -> std::borrow::Cow<'static, str> {
+    match (local, project) {
+        (false, _) => ATTACHMENT_NOTE.into(),
+        (true, None) => LOCAL_UNATTACHED_NOTE.into(),
+        (true, Some(p)) => local_attached_note(p).into(),
+    }
+}
 
 /// For a client of the stateless HTTP revision (2026-07-28): no session
 /// holds anything between its calls, so what the router calls attaching
@@ -88,19 +112,29 @@ pub fn compose(rules: &[Rule], capped: bool) -> Instructions {
     compose_within(rules, capped, INSTRUCTION_BUDGET)
 }
 
-/// [`compose`] for a stateless connection: [`STATELESS_NOTE`] first, and
-/// a capped client's budget holds the note too.
-pub fn compose_stateless(rules: &[Rule], capped: bool) -> Instructions {
-    let note = STATELESS_NOTE.chars().count() + 2;
-    let mut composed = compose_within(rules, capped, INSTRUCTION_BUDGET.saturating_sub(note));
+/// [`compose`] for a connection: its attachment note (see
+/// [`attachment_note`]) in place of [`ATTACHMENT_NOTE`], and for a
+/// stateless one [`STATELESS_NOTE`] first, a capped client's budget
+/// holding that note too.
+pub fn compose_for(rules: &[Rule], capped: bool, stateless: bool, note: &str) -> Instructions {
+    if !stateless {
+        return compose_noted(rules, capped, INSTRUCTION_BUDGET, note);
+    }
+    let head = STATELESS_NOTE.chars().count() + 2;
+    let mut composed = compose_noted(rules, capped, INSTRUCTION_BUDGET.saturating_sub(head), note);
     composed.text = format!("{STATELESS_NOTE}\n\n{}", composed.text);
     composed
 }
 
 /// [`compose`] with an explicit budget for capped clients.
 pub fn compose_within(rules: &[Rule], capped: bool, budget: usize) -> Instructions {
+    compose_noted(rules, capped, budget, ATTACHMENT_NOTE)
+}
+
+/// [`compose_within`] with the attachment note an uncapped client reads.
+fn compose_noted(rules: &[Rule], capped: bool, budget: usize, note: &str) -> Instructions {
     if !capped {
-        let mut text = format!("{}\n\n{ATTACHMENT_NOTE}", router());
+        let mut text = format!("{}\n\n{note}", router());
         if !rules.is_empty() {
             text.push_str("\n\n");
             text.push_str(&rules_list(rules));
@@ -200,7 +234,7 @@ mod tests {
     #[test]
     fn the_stateless_note_stays_within_the_budget() {
         for n in [0, 1, 12, 500] {
-            let i = compose_stateless(&rules(n, 450), true);
+            let i = compose_for(&rules(n, 450), true, true, ATTACHMENT_NOTE);
             assert!(
                 i.text.chars().count() <= INSTRUCTION_BUDGET,
                 "{n} rules: {}",
@@ -209,7 +243,7 @@ mod tests {
             assert!(i.text.starts_with(STATELESS_NOTE), "{n}");
             assert!(i.text.contains(ROUTER_HEAD), "{n}");
         }
-        let full = compose_stateless(&rules(3, 450), false);
+        let full = compose_for(&rules(3, 450), false, true, ATTACHMENT_NOTE);
         assert!(full.text.starts_with(STATELESS_NOTE) && full.dropped.is_empty());
     }
 
@@ -249,6 +283,28 @@ mod tests {
         assert!(i.text.contains("1. [pinned] Rule 0"));
         assert!(i.text.contains("500. Rule 499"));
         assert!(!compose(&[], false).text.contains("OWNER RULES"));
+    }
+
+    /// A local server names the project it attached the session to, or
+    /// says it was started without one; over HTTP the server cannot see
+    /// the workspace. Capped clients get no note at all.
+    #[test]
+    fn the_attachment_note_says_what_the_server_knows() {
+        let attached = attachment_note(true, Some("proj.usr_1.zero_memory"));
+        let i = compose_for(&[], false, false, &attached);
+        assert!(
+            i.text
+                .contains("already attached to proj.usr_1.zero_memory"),
+            "{}",
+            i.text
+        );
+        assert!(!i.text.contains("cannot see your workspace"));
+        let unattached = compose_for(&[], false, false, &attachment_note(true, None));
+        assert!(unattached.text.contains(LOCAL_UNATTACHED_NOTE));
+        let remote = compose_for(&[], false, false, &attachment_note(false, Some("ignored")));
+        assert!(remote.text.contains(ATTACHMENT_NOTE) && !remote.text.contains("ignored"));
+        let capped = compose_for(&[], true, false, &attached);
+        assert!(!capped.text.contains("PROJECT ATTACHMENT"));
     }
 
     #[test]

@@ -7,15 +7,28 @@
 
 pub mod envelope;
 pub mod instructions;
+pub mod repeated;
 pub mod server;
 
+pub use repeated::{MarkRepeatedKeys, mark_repeated_argument_key};
 pub use server::{Identity, McpConfig, ZeroMemoryMcp, tools};
 
 use rmcp::ServiceExt;
 
 /// Serve one MCP connection on stdin/stdout until the client hangs up.
 pub async fn serve_stdio(server: ZeroMemoryMcp) -> Result<(), String> {
-    match server.serve(rmcp::transport::stdio()).await {
+    serve_io(server, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serve one MCP connection of newline-delimited JSON-RPC (the stdio
+/// transport) on `read`/`write`, a tool call's repeated argument key
+/// marked on the way in ([`repeated`]).
+pub async fn serve_io<R, W>(server: ZeroMemoryMcp, read: R, write: W) -> Result<(), String>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    match server.serve((MarkRepeatedKeys::new(read), write)).await {
         Ok(running) => running
             .waiting()
             .await

@@ -267,11 +267,11 @@ impl ZeroMemoryMcp {
             None => Vec::new(),
         };
         let capped = instructions::is_capped(client, &self.config.capped_clients);
-        let composed = if stateless {
-            instructions::compose_stateless(&rules, capped)
-        } else {
-            instructions::compose(&rules, capped)
-        };
+        // A local server (stdio) attached the session at its start (or
+        // was told not to); an HTTP one cannot see the client's workspace.
+        let local = matches!(self.identity, Identity::User(_));
+        let note = instructions::attachment_note(local, self.attached_project().as_deref());
+        let composed = instructions::compose_for(&rules, capped, stateless, &note);
         if !composed.dropped.is_empty() {
             tracing::warn!(client = client.unwrap_or("?"), dropped = ?composed.dropped, "instructions trimmed to the client's budget");
         }
@@ -323,6 +323,18 @@ impl ZeroMemoryMcp {
         let caller = self.caller(ctx)?;
         if let Err(e) = self.account_live().await {
             return Ok(envelope::failure(&e));
+        }
+        // Arguments that held a key twice (marked before rmcp parsed them,
+        // keeping the last value): refused as REST refuses such a body.
+        if let Some(path) = ctx
+            .meta
+            .get(crate::repeated::REPEATED_KEY_META)
+            .and_then(Value::as_str)
+        {
+            return Ok(envelope::failure(&zm_contracts::validate::field_error(
+                path,
+                zm_contracts::validate::REPEATED_KEY_REASON,
+            )));
         }
         let footer_ctx = FooterContext {
             attached_before: caller.attached_project.clone(),

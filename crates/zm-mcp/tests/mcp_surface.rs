@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use zm_contracts::Access;
 use zm_contracts::catalogue::{DESCRIPTION_BUDGET, tool};
 use zm_contracts::{CATALOGUE, CONTRACT_VERSION, MemoryId, PromoteRuleInput};
-use zm_mcp::instructions::{ATTACHMENT_NOTE, INSTRUCTION_BUDGET, ROUTER_HEAD};
+use zm_mcp::instructions::{INSTRUCTION_BUDGET, LOCAL_UNATTACHED_NOTE, ROUTER_HEAD};
 
 fn peer_info(c: &Client) -> Value {
     serde_json::to_value(c.svc.peer_info().expect("peer info").as_ref()).unwrap()
@@ -43,7 +43,26 @@ async fn initialize_announces_the_contract_server_and_instructions() {
     check_identity(&info, "initialize, uncapped");
     assert_eq!(info["protocolVersion"], "2025-11-25");
     let text = info["instructions"].as_str().unwrap();
-    assert!(text.contains(ATTACHMENT_NOTE), "uncapped gets the note");
+    // The in-process server is a local one (as stdio's) started without
+    // a project: its note says so, not that it cannot see the workspace.
+    assert!(
+        text.contains(LOCAL_UNATTACHED_NOTE),
+        "uncapped gets the note"
+    );
+    let attached = Client::connect(
+        env.server()
+            .with_attached_project(Some("proj.surface.attached".into())),
+        UNCAPPED,
+        Era::Legacy,
+    )
+    .await;
+    let info = peer_info(&attached);
+    let text = info["instructions"].as_str().unwrap();
+    assert!(
+        text.contains("already attached to proj.surface.attached"),
+        "a local server names the project it attached: {text}"
+    );
+    assert!(!text.contains(LOCAL_UNATTACHED_NOTE));
 
     let capped = env.connect_with(CAPPED, Era::Legacy).await;
     let info = peer_info(&capped);
@@ -54,7 +73,7 @@ async fn initialize_announces_the_contract_server_and_instructions() {
         "{}",
         text.chars().count()
     );
-    assert!(!text.contains(ATTACHMENT_NOTE));
+    assert!(!text.contains("PROJECT ATTACHMENT"));
 }
 
 #[tokio::test]
@@ -541,7 +560,7 @@ async fn instructions_for_0_1_12_and_500_rules() {
             let uncapped = env.connect_with(UNCAPPED, era).await;
             let info = peer_info(&uncapped);
             let text = info["instructions"].as_str().unwrap();
-            assert!(text.contains(ATTACHMENT_NOTE), "{what}");
+            assert!(text.contains(LOCAL_UNATTACHED_NOTE), "{what}");
             if n == 0 {
                 assert!(!text.contains("OWNER RULES"), "{what}");
                 continue;

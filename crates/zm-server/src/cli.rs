@@ -420,13 +420,18 @@ pub enum TeamCommand {
         actor: Option<String>,
     },
     /// Delete a team (admins): its memories become readable by nobody,
-    /// exportable by its admins for 30 days, then erased.
+    /// exportable by its admins for 30 days, then erased. At a terminal it
+    /// asks for the slug again; elsewhere it needs --yes.
     Delete {
         /// The team's slug.
         slug: String,
         /// Act as this user [default: the owner].
         #[arg(long = "as", value_name = "EMAIL")]
         actor: Option<String>,
+        /// Delete without asking (for scripts; without it a terminal is
+        /// asked to type the slug, and anything else is refused).
+        #[arg(long)]
+        yes: bool,
     },
     /// Add an existing user to a team with a role (the server's owner, as a team admin; other admins invite).
     Add {

@@ -28,6 +28,30 @@ async fn actor(store: &Store, email: Option<&str>) -> anyhow::Result<Caller> {
     Ok(caller)
 }
 
+/// A team's deletion asked for once more: at a terminal, by typing its
+/// slug; anywhere else (a script, a pipe) it takes `--yes`.
+fn confirm_deletion(slug: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return Err(anyhow!(
+            "not deleted: deleting team {slug} makes its memories readable by nobody (its admins can export them for 30 days); pass --yes to delete it without a prompt"
+        ));
+    }
+    eprint!(
+        "Deleting team {slug} makes its memories readable by nobody; its admins can export them for 30 days, then they are erased.\nType the team's slug to delete it: "
+    );
+    std::io::stderr().flush().ok();
+    let mut typed = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut typed)
+        .map_err(|e| anyhow!("cannot read the confirmation: {e}"))?;
+    if typed.trim() != slug {
+        return Err(anyhow!("not deleted: the slug typed was not {slug}"));
+    }
+    Ok(())
+}
+
 fn print_detail(d: &TeamDetail) -> anyhow::Result<()> {
     say(format!(
         "team {} ({}) — scope {} — your role: {} — created {}",
@@ -125,8 +149,15 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             let d = store.get_team(&caller, &slug).await.map_err(tool)?;
             print_detail(&d)?;
         }
-        TeamCommand::Delete { slug, actor: a } => {
+        TeamCommand::Delete {
+            slug,
+            actor: a,
+            yes,
+        } => {
             let caller = actor(store, a.as_deref()).await?;
+            if !yes {
+                confirm_deletion(&slug)?;
+            }
             let done = store.delete_team(&caller, &slug).await.map_err(tool)?;
             eprintln!(
                 "deleted team {}: {} memories are readable by nobody; its admins can export them (GET /api/teams/{}/export) until {}, when they are erased",

@@ -693,6 +693,24 @@ fn users_add_list_passwd() {
     assert!(stderr(&missing).contains("no user"), "{}", stderr(&missing));
 }
 
+/// `team delete` makes a team's memories readable by nobody: without
+/// `--yes`, and with no terminal to ask, it is refused and the team stays.
+#[test]
+fn team_delete_needs_yes_without_a_terminal() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    env.ok(&["team", "create", "platform"]);
+    let refused = env.run(&["team", "delete", "platform"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    assert!(
+        env.ok(&["team", "list"]).contains("platform"),
+        "the team stays"
+    );
+    env.ok(&["team", "delete", "platform", "--yes"]);
+    assert!(!env.ok(&["team", "list"]).contains("platform"), "deleted");
+}
+
 #[test]
 fn tokens_create_list_revoke() {
     let env = Env::new();
@@ -1219,8 +1237,13 @@ impl Stdio2 {
 
     #[allow(clippy::needless_pass_by_value, reason = "called with json!(…)")]
     fn send(&mut self, msg: Value) {
+        self.send_text(&msg.to_string());
+    }
+
+    /// One line as written (JSON a `Value` cannot hold: a key twice).
+    fn send_text(&mut self, line: &str) {
         let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{msg}").unwrap();
+        writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
     }
 
@@ -1360,12 +1383,26 @@ fn stdio_serves_mcp_and_exits_0_on_eof() {
     assert_eq!(first["error"]["code"], "validation_failed", "{first}");
     assert!(first["error"]["message"].is_string());
 
+    // An argument given twice is refused by its name, as over REST (it
+    // was read as its last value).
+    s.send_text(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"remember","arguments":{"content":"Stdio twice, first.","scope":"personal","content":"Stdio twice, second."}}}"#,
+    );
+    let twice = s.response(5);
+    assert_eq!(twice["result"]["isError"], true, "{twice}");
+    let e: Value =
+        serde_json::from_str(twice["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(e["error"]["code"], "validation_failed", "{e}");
+    assert_eq!(e["error"]["details"]["fields"][0]["path"], "content", "{e}");
+
     let (code, err) = s.finish();
     assert_eq!(code, Some(0), "stderr:\n{err}");
 
-    // The memory is in the database the other commands see.
+    // The memory is in the database the other commands see; the refused
+    // one is not.
     let exported = env.ok(&["export", "--user", "alice@example.com"]);
     assert!(exported.contains(id));
+    assert!(!exported.contains("Stdio twice"), "{exported}");
 }
 
 #[test]

@@ -114,12 +114,24 @@ pub(crate) async fn mcp_post(
     session: Option<&str>,
     body: serde_json::Value,
 ) -> (u16, Option<String>, Vec<serde_json::Value>) {
+    mcp_post_text(http, base, token, session, body.to_string()).await
+}
+
+/// [`mcp_post`] of a body as written (JSON a `Value` cannot hold: a key
+/// twice in one object).
+pub(crate) async fn mcp_post_text(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    session: Option<&str>,
+    body: String,
+) -> (u16, Option<String>, Vec<serde_json::Value>) {
     let mut rb = http
         .post(format!("{base}/mcp"))
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
-        .body(body.to_string());
+        .body(body);
     if let Some(s) = session {
         rb = rb
             .header("mcp-session-id", s)

@@ -1,0 +1,244 @@
+//! A tool call whose arguments hold a key twice in one object.
+//!
+//! REST and OAuth refuse such a body (`zm_contracts::validate::
+//! repeated_key`): `serde_json` keeps the last value, while whatever read
+//! the message before the server may have used the first. rmcp parses MCP
+//! messages itself, so the repeat is found here, on the message's text,
+//! before rmcp reads it: over HTTP on the POST body, over stdio on each
+//! line (`MarkRepeatedKeys`). The message is handed on with the key's
+//! path in its `params._meta` ([`REPEATED_KEY_META`]), and the tool call
+//! is answered `validation_failed` naming it, as REST names it. A client
+//! that sets that key itself only gets its own call refused.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// The `_meta` key carrying the repeated key's path, relative to the
+/// call's `arguments`.
+pub const REPEATED_KEY_META: &str = "zero-memory/repeated-argument-key";
+
+/// A `tools/call` message whose arguments repeat a key, written again with
+/// the key's path in its `params._meta`; `None` for any other message
+/// (nothing to change, or not JSON: rmcp says why).
+pub fn mark_repeated_argument_key(message: &[u8]) -> Option<Vec<u8>> {
+    // (No cheaper test first: a method name may be written with escapes.)
+    let path = zm_contracts::validate::repeated_key(message)?;
+    let relative = if path == "params.arguments" {
+        // `arguments` itself twice: the call's arguments are in doubt.
+        "arguments".to_string()
+    } else {
+        path.strip_prefix("params.arguments.")?.to_string()
+    };
+    let mut v: Value = serde_json::from_slice(message).ok()?;
+    if v.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    let params = v.get_mut("params")?.as_object_mut()?;
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    meta.as_object_mut()?
+        .insert(REPEATED_KEY_META.to_string(), Value::String(relative));
+    serde_json::to_vec(&v).ok()
+}
+
+/// The longest line looked at; a longer one is handed on as it came (the
+/// transport refuses or reads it as it would have).
+const LINE_LIMIT: usize = 16 << 20;
+
+/// Newline-delimited JSON-RPC (MCP's stdio transport) read through
+/// [`mark_repeated_argument_key`], line by line; every other byte is handed
+/// on unchanged.
+pub struct MarkRepeatedKeys<R> {
+    inner: R,
+    /// The line read so far (without its newline).
+    line: Vec<u8>,
+    /// What is ready to hand on, from `at`.
+    out: Vec<u8>,
+    at: usize,
+    /// A line over [`LINE_LIMIT`] is being handed on as it comes.
+    passing: bool,
+    eof: bool,
+}
+
+impl<R> MarkRepeatedKeys<R> {
+    pub fn new(inner: R) -> Self {
+        MarkRepeatedKeys {
+            inner,
+            line: Vec::new(),
+            out: Vec::new(),
+            at: 0,
+            passing: false,
+            eof: false,
+        }
+    }
+
+    /// A whole line (without its newline) onto `out`, marked if need be.
+    fn finish_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        match mark_repeated_argument_key(&line) {
+            Some(marked) => self.out.extend_from_slice(&marked),
+            None => self.out.extend_from_slice(&line),
+        }
+    }
+
+    /// Bytes just read, split into lines.
+    fn take_in(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let newline = bytes.iter().position(|b| *b == b'\n');
+            let (part, rest) = match newline {
+                Some(i) => (&bytes[..i], &bytes[i + 1..]),
+                None => (bytes, &[][..]),
+            };
+            if self.passing {
+                self.out.extend_from_slice(part);
+            } else {
+                self.line.extend_from_slice(part);
+                if self.line.len() > LINE_LIMIT {
+                    self.passing = true;
+                    let line = std::mem::take(&mut self.line);
+                    self.out.extend_from_slice(&line);
+                }
+            }
+            if newline.is_some() {
+                if self.passing {
+                    self.passing = false;
+                } else {
+                    self.finish_line();
+                }
+                self.out.push(b'\n');
+            }
+            bytes = rest;
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for MarkRepeatedKeys<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.at < this.out.len() {
+                let n = buf.remaining().min(this.out.len() - this.at);
+                buf.put_slice(&this.out[this.at..this.at + n]);
+                this.at += n;
+                if this.at == this.out.len() {
+                    this.out.clear();
+                    this.at = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.eof {
+                if this.line.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                // The last line, without a newline.
+                this.finish_line();
+                continue;
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+            if read.filled().is_empty() {
+                this.eof = true;
+            } else {
+                let filled = read.filled().to_vec();
+                this.take_in(&filled);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"remember","arguments":{"content":"a","kind":"fact","content":"b"}}}"#;
+
+    #[test]
+    fn a_repeated_argument_is_marked_with_its_path() {
+        let marked = mark_repeated_argument_key(CALL.as_bytes()).expect("marked");
+        let v: Value = serde_json::from_slice(&marked).unwrap();
+        assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
+        assert_eq!(v["params"]["name"], "remember");
+        let nested = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"_meta":{"progressToken":1},"name":"remember","arguments":{"links":[{"dst":"m","type":"x","type":"y"}]}}}"#;
+        let v: Value =
+            serde_json::from_slice(&mark_repeated_argument_key(nested.as_bytes()).unwrap())
+                .unwrap();
+        assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "links[0].type");
+        assert_eq!(
+            v["params"]["_meta"]["progressToken"], 1,
+            "the client's meta kept"
+        );
+    }
+
+    #[test]
+    fn other_messages_pass_unchanged() {
+        for m in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"recall","arguments":{"query":"q"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"a":1,"a":2}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"recall","arguments":{}}}"#,
+            "not json tools/call",
+        ] {
+            assert_eq!(mark_repeated_argument_key(m.as_bytes()), None, "{m}");
+        }
+    }
+
+    /// What `MarkRepeatedKeys` hands on for `input`, written through a
+    /// pipe of `pipe` bytes (so lines arrive split across reads).
+    async fn through(input: String, pipe: usize) -> Vec<String> {
+        let (mut tx, rx) = tokio::io::duplex(pipe);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            tx.write_all(input.as_bytes()).await.unwrap();
+        });
+        let mut out = Vec::new();
+        MarkRepeatedKeys::new(rx)
+            .read_to_end(&mut out)
+            .await
+            .unwrap();
+        writer.await.unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .split('\n')
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Lines split across reads, blank lines, a CR before a newline and a
+    /// last line without a newline.
+    #[tokio::test]
+    async fn lines_are_read_whole_across_reads() {
+        let plain = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let lines = through(format!("{plain}\r\n\n{CALL}\n{CALL}"), 7).await;
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert_eq!(lines[0], format!("{plain}\r"));
+        assert_eq!(lines[1], "");
+        for marked in &lines[2..] {
+            let v: Value = serde_json::from_str(marked).unwrap();
+            assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
+        }
+    }
+
+    /// A line over the limit is handed on as it came, and the next one is
+    /// read again.
+    #[tokio::test]
+    async fn a_line_over_the_limit_passes_untouched() {
+        let long = "x".repeat(LINE_LIMIT + 10);
+        let lines = through(format!("{long}\n{CALL}\n"), 1 << 16).await;
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].len(), LINE_LIMIT + 10);
+        let v: Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
+        assert_eq!(lines[2], "");
+    }
+}
