@@ -18,9 +18,11 @@ indistinguishable from one for an id (or a team) that never existed.
 usage: isolation_probe.py BINARY [--database-url URL]
 """
 import json
+import os
 import re
 import sys
 import tempfile
+import time
 
 from zmserver import Server
 
@@ -48,6 +50,22 @@ def scrub(value, *ids):
     # Request ids and timestamps differ between any two calls.
     text = re.sub(r"req_[0-9a-z]{16}\.[0-9a-z]{10}", "<REQ>", text)
     return text
+
+
+def settle(srv):
+    """Wait until every memory written so far is embedded (hybrid mode):
+    a memory the dense leg finds between the two calls of a pair would
+    make them differ for a reason that has nothing to do with isolation.
+    Lexical mode embeds nothing."""
+    if os.environ.get("ZM_RECALL_MODE") == "lexical":
+        return
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        status, _, text = srv.request("GET", "/metrics")
+        if status == 200 and re.search(r"^zm_embedding_queue 0$", text, re.M):
+            return
+        time.sleep(0.05)
+    check(False, "the embedder did not catch up within 120 s")
 
 
 def same(a, b, what, *ids):
@@ -153,6 +171,7 @@ def run(srv, ta, tb, b_email):
     check(not leaks(a), f"import_memory leaks {leaks(a)}")
     # A's thread token: behaves as no token at all.
     for tool, args in [("remember", {"content": "B writes with A's thread"}), ("recall", {"query": "billing"}), ("build_context", {"topic": "billing"})]:
+        settle(srv)
         a = srv.tool(tb, tool, {**args, "thread": thread})
         n = srv.tool(tb, tool, {**args, "thread": NEVER_THREAD})
         same(a, n, f"{tool} with A's thread", thread, NEVER_THREAD)

@@ -324,8 +324,14 @@ async fn handle_allowed(
                 }
                 // A tool call's repeated argument key, marked for the tool
                 // service to refuse (rmcp's parser keeps the last value).
-                let bytes = zm_mcp::mark_repeated_argument_key(&bytes)
-                    .map_or(bytes, axum::body::Bytes::from);
+                let bytes = match zm_mcp::mark_repeated_argument_key(&bytes) {
+                    Some(marked) => {
+                        // The body the transport reads is not the one sent.
+                        parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+                        axum::body::Bytes::from(marked)
+                    }
+                    None => bytes,
+                };
                 (Body::empty(), Some(bytes))
             }
             Err(e) => return body_refused(e),

@@ -79,6 +79,7 @@ both_backends! {
     a_token_takes_the_password_and_a_password_change_may_revoke_tokens
     the_review_page_pages_back_through_older_conflicts
     forms_say_why_and_addresses_that_are_not_pages_answer_as_pages
+    an_edit_of_the_longest_text_in_any_script_is_saved
 }
 
 async fn start(postgres: Option<String>) -> Server {
@@ -1736,6 +1737,28 @@ async fn a_teams_admin_forgets_and_restores_on_its_page_a_memory_a_departed_memb
         );
     }
     s.running.stop().await;
+}
+
+/// An edit of a memory as long as a memory may be, in a script whose
+/// characters take three UTF-8 bytes (nine once the browser
+/// percent-encodes them), is saved: the form's limit leaves room for it.
+async fn an_edit_of_the_longest_text_in_any_script_is_saved(s: Server) {
+    let (user, email, password) = person(&s.store, "long-edit").await;
+    let max = s.store.limits().max_text_chars;
+    let text = "界".repeat(max - 1);
+    let m = remember(&s.store, &user.id, &text, "personal").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    let edited = format!("{text}!");
+    let p = b
+        .post(
+            &s,
+            &format!("/memories/{m}/edit"),
+            &[("csrf", &csrf), ("content", &edited)],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
 }
 
 async fn a_password_change_follows_the_stores_rules(s: Server) {

@@ -29,16 +29,17 @@ Tool descriptions are authoritative for fields and errors. Branch on error codes
 /// HTTP): how a project gets attached.
 pub const ATTACHMENT_NOTE: &str = "PROJECT ATTACHMENT: this server cannot see your workspace. Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
 
-/// For uncapped clients of a local server (stdio) started with
-/// `--no-project`: the session has no project until a call names one.
-pub const LOCAL_UNATTACHED_NOTE: &str = "PROJECT ATTACHMENT: this server was started without a project (--no-project). Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
+/// For uncapped clients of a local server (stdio) whose session has no
+/// project: started with `--no-project`, or its project hint did not
+/// resolve.
+pub const LOCAL_UNATTACHED_NOTE: &str = "PROJECT ATTACHMENT: this session has no project (the server was started with --no-project, or its directory named none). Pass project_hint on your first call (the PROJECT value of a briefing, else `git remote get-url origin`, else the repository root path). Until a project is attached, a remember without scope is refused: use scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. A project the user names in chat is authoritative.";
 
 /// For uncapped clients of a local server (stdio) that attached the session
 /// to `project` (the scope of the directory it was started in, or of its
 /// `--project`).
 pub fn local_attached_note(project: &str) -> String {
     format!(
-        "PROJECT ATTACHMENT: this session is already attached to {project}, the project this server was started for (its working directory's repository, or --project). A remember without scope stores a project-bound kind there, and recall and build_context start from it. Pass project_hint to work in another project; a project the user names in chat is authoritative."
+        "PROJECT ATTACHMENT: this session is already attached to {project}, the project this server was started for (from its working directory, or --project). A remember without scope is stored there, whatever its kind: pass scope \"core\" for facts that hold everywhere and \"personal\" for the user's preferences. recall and build_context start from it. Pass project_hint to work in another project; a project the user names in chat is authoritative."
     )
 }
 

@@ -25,30 +25,45 @@ pub const REPEATED_KEY_META: &str = "zero-memory/repeated-argument-key";
 /// the key's path in its `params._meta`; `None` for any other message
 /// (nothing to change, or not JSON: rmcp says why).
 pub fn mark_repeated_argument_key(message: &[u8]) -> Option<Vec<u8>> {
-    // (No cheaper test first: a method name may be written with escapes.)
-    let path = zm_contracts::validate::repeated_key(message)?;
-    let relative = if path == "params.arguments" {
-        // `arguments` itself twice: the call's arguments are in doubt.
-        "arguments".to_string()
-    } else {
-        path.strip_prefix("params.arguments.")?.to_string()
-    };
-    let mut v: Value = serde_json::from_slice(message).ok()?;
-    if v.get("method").and_then(Value::as_str) != Some("tools/call") {
+    // The envelope as rmcp reads it: its fields are a struct's, so a field
+    // given twice (`params`, `arguments`, `method`) fails its parse too;
+    // only the arguments (a map, read last-wins) are walked. A repeat
+    // elsewhere (`_meta`, a key rmcp ignores) does not hide one there.
+    #[derive(serde::Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        method: std::borrow::Cow<'a, str>,
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        arguments: Option<&'a serde_json::value::RawValue>,
+    }
+    let call: Call<'_> = serde_json::from_slice(message).ok()?;
+    if call.method != "tools/call" {
         return None;
     }
+    let arguments = call.params?.arguments?;
+    let path = zm_contracts::validate::repeated_key(arguments.get().as_bytes())?;
+    let mut v: Value = serde_json::from_slice(message).ok()?;
     let params = v.get_mut("params")?.as_object_mut()?;
     let meta = params
         .entry("_meta")
         .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if !meta.is_object() {
+        // `null` (rmcp reads it as none) or a value rmcp would refuse.
+        *meta = Value::Object(serde_json::Map::new());
+    }
     meta.as_object_mut()?
-        .insert(REPEATED_KEY_META.to_string(), Value::String(relative));
+        .insert(REPEATED_KEY_META.to_string(), Value::String(path));
     serde_json::to_vec(&v).ok()
 }
 
-/// The longest line looked at; a longer one is handed on as it came (the
-/// transport refuses or reads it as it would have).
-const LINE_LIMIT: usize = 16 << 20;
+/// The longest line looked at: rmcp's own limit, past which it drops the
+/// line unread. A longer one is handed on as it came, for rmcp to drop.
+const LINE_LIMIT: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 
 /// Newline-delimited JSON-RPC (MCP's stdio transport) read through
 /// [`mark_repeated_argument_key`], line by line; every other byte is handed
@@ -179,6 +194,23 @@ mod tests {
             v["params"]["_meta"]["progressToken"], 1,
             "the client's meta kept"
         );
+    }
+
+    /// A repeat elsewhere in the message, or a `_meta` that is not an
+    /// object, does not hide one in the arguments.
+    #[test]
+    fn a_repeat_elsewhere_does_not_hide_one_in_the_arguments() {
+        for m in [
+            r#"{"z":0,"z":1,"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"remember","arguments":{"content":"a","content":"b"}}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"_meta":{"k":1,"k":2},"name":"remember","arguments":{"content":"a","content":"b"}}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"_meta":null,"name":"remember","arguments":{"content":"a","content":"b"}}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":{"name":"remember","arguments":{"content":"a","content":"b"}}}"#,
+        ] {
+            let marked = mark_repeated_argument_key(m.as_bytes())
+                .unwrap_or_else(|| panic!("not marked: {m}"));
+            let v: Value = serde_json::from_slice(&marked).unwrap();
+            assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content", "{m}");
+        }
     }
 
     #[test]

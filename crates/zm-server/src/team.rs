@@ -155,7 +155,18 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             yes,
         } => {
             let caller = actor(store, a.as_deref()).await?;
-            if !yes {
+            // Asked only of whom the deletion would go ahead for: a team
+            // that does not exist, or a member who is not its admin, gets
+            // the store's answer at once.
+            if !yes
+                && store
+                    .get_team(&caller, &slug)
+                    .await
+                    .map_err(tool)?
+                    .team
+                    .role
+                    == zm_contracts::TeamRole::Admin
+            {
                 confirm_deletion(&slug)?;
             }
             let done = store.delete_team(&caller, &slug).await.map_err(tool)?;

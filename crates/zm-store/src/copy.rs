@@ -324,8 +324,13 @@ impl Store {
         if backend == Backend::Postgres {
             // The planner's statistics of what was just loaded, before the
             // first query plans blind (autovacuum would come to it later;
-            // with autovacuum off on PostgreSQL 13 nothing would).
-            crate::statistics::analyze(dest).await;
+            // with autovacuum off on PostgreSQL 13 nothing would). Only our
+            // tables: the database may hold others. A failure is logged,
+            // the copy is done.
+            let analyze = format!("ANALYZE {}", COPIED_TABLES.join(", "));
+            if let Err(e) = sqlx::query(AssertSqlSafe(analyze)).execute(dest).await {
+                tracing::warn!(target: "zm_store", error = %e, "ANALYZE after the copy failed");
+            }
         }
         Ok(report)
     }

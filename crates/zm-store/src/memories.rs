@@ -99,6 +99,10 @@ impl FromAnyRow for KnownEntity {
     }
 }
 
+/// Successor ids looked up per statement when hiding unreadable ones
+/// (`hide_unreadable_successors`): far below what one statement may bind.
+const SUCCESSORS_PER_QUERY: usize = 10_000;
+
 /// A memory a lifecycle change reads: the caller's own, or one a team's
 /// steward holds that the caller, its team's admin, changes for it.
 struct OwnedMemory {
@@ -759,28 +763,49 @@ impl Store {
                     // Not the caller's: nothing to supersede.
                     continue;
                 };
-                let old_scope: String = col(&old, "scope")?;
-                let old_visibility: zm_contracts::Visibility = enum_col(&old, "visibility")?;
+                let read_scope: String = col(&old, "scope")?;
+                let read_visibility: zm_contracts::Visibility = enum_col(&old, "visibility")?;
                 // Retiring a memory its scope's members read takes the
                 // writer role there, as a forget of it does (this holds
                 // the scope's teams too).
-                self.hold_teams_of(&mut *tx, &[&old_scope]).await?;
-                self.may_change_own_in(tx, caller, &old_scope, old_visibility)
+                self.hold_teams_of(&mut *tx, &[&read_scope]).await?;
+                self.may_change_own_in(tx, caller, &read_scope, read_visibility)
                     .await?;
-                // Retired only where the role was checked: a share or a
-                // move committed since the read (PostgreSQL) leaves it
-                // standing, as one not the caller's.
+                // Then both memories' rows, in id order (PostgreSQL), as a
+                // link or a conflict's resolution holds a pair: the new one
+                // too, which may be an existing memory the write was
+                // absorbed into, so that a `promote_rule` of it (which
+                // holds it before inserting its rule) commits before the
+                // rule follows below, or waits for this write.
+                self.hold_memories(&mut *tx, &[dst.as_str(), memory_id], None)
+                    .await?;
+                // Read again, held: a share, a move or a hand-over may have
+                // committed since the first read. The role that counts is
+                // the one where the memory is now (its team's row is held
+                // after the memory's here, against the usual order: a
+                // hand-over waiting the other way is a deadlock, which the
+                // service runs again).
+                let Some(held) = self.hold_memory_of(tx, &caller.user_id, dst).await? else {
+                    continue;
+                };
+                if held.invalidated_at.is_some() {
+                    // Already retired: nothing to supersede.
+                    continue;
+                }
+                if held.scope != read_scope || held.visibility != read_visibility {
+                    self.may_change_own_in(tx, caller, &held.scope, held.visibility)
+                        .await?;
+                }
+                let old_scope = held.scope;
                 let done = sqlx::query(
                     "UPDATE memories SET invalidated_at = $1, invalidated_by = $2, invalidated_by_agent = $3, superseded_by = $4 \
-                     WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL AND scope = $6 AND visibility = $7",
+                     WHERE id = $5 AND owner_id = $2 AND invalidated_at IS NULL",
                 )
                 .bind(now)
                 .bind(&caller.user_id)
                 .bind(caller.agent_name.clone())
                 .bind(memory_id)
                 .bind(dst)
-                .bind(&old_scope)
-                .bind(old_visibility.as_str())
                 .execute(&mut *tx)
                 .await
                 .db("supersede")?;
@@ -820,12 +845,9 @@ impl Store {
                         .is_some_and(zm_contracts::TeamRole::can_write),
                 };
                 let followed = if may_follow {
-                    // The new memory held first (PostgreSQL): when it is an
-                    // existing one the write was absorbed into, a
-                    // `promote_rule` of it holds it before inserting its
-                    // rule, so the one rule a memory may have is seen
-                    // below once that commits, never met as a duplicate.
-                    self.hold_memories(&mut *tx, &[memory_id], None).await?;
+                    // (The new memory is held, above: a promotion's rule
+                    // on it is seen here once committed, never met as a
+                    // duplicate.)
                     // A text that was the memory's content (cut to what a
                     // rule may hold) follows the new content, cut alike.
                     let follow = format!(
@@ -1439,17 +1461,22 @@ impl Store {
         if named.is_empty() {
             return Ok(());
         }
-        let mut sql = crate::sql::Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
-        sql.bind_list(named.iter().copied()).push(" AND ");
-        crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
-        let readable: std::collections::HashSet<String> = sql
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .db("readable successors")?
-            .iter()
-            .map(|r| col::<String>(r, "id"))
-            .collect::<Result<_, _>>()?;
+        // In chunks: a team's export may name more successors than one
+        // statement may bind (SQLite 32,766, PostgreSQL 65,535).
+        let mut readable = std::collections::HashSet::new();
+        for chunk in named.chunks(SUCCESSORS_PER_QUERY) {
+            let mut sql = crate::sql::Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
+            sql.bind_list(chunk.iter().copied()).push(" AND ");
+            crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
+            for r in sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("readable successors")?
+            {
+                readable.insert(col::<String>(&r, "id")?);
+            }
+        }
         for m in memories.iter_mut() {
             if m.superseded_by
                 .as_ref()

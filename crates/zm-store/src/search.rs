@@ -1284,10 +1284,13 @@ impl Store {
                     .collect()
             }
         };
+        // Ties (a batch written in one millisecond) by id, so the order
+        // and the cut at `limit` do not depend on a map's iteration.
         ranked.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
                 .then(b.ranking.created_at.cmp(&a.ranking.created_at))
+                .then(a.ranking.id.as_str().cmp(b.ranking.id.as_str()))
         });
         ranked.truncate(limit);
         let mut contents = self
@@ -1912,10 +1915,13 @@ impl Store {
             .bind_str(&caller.user_id);
         sql.push(" OR applies_scope IN ");
         sql.bind_list(reached.iter().cloned());
-        sql.push(") ORDER BY pinned DESC, promoted_at DESC, id");
-        let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
+        // An unpinned rule past its time is delivered by nobody: not read.
         let now = self.now();
         let ttl = now - RULES_TTL_DAYS * DAY_MS;
+        sql.push(") AND (pinned = 1 OR promoted_at >= ")
+            .bind_i64(ttl)
+            .push(") ORDER BY pinned DESC, promoted_at DESC, id");
+        let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         type Delivered = ((String, MemoryId), Rule);
         let mut pinned: Vec<Delivered> = Vec::new();
         let mut user_layer: Vec<Delivered> = Vec::new();
@@ -1962,6 +1968,7 @@ impl Store {
             }
         }
         let mut out = Delivery::default();
+        let mut said = std::collections::HashSet::new();
         for ((id, memory), rule) in pinned
             .into_iter()
             .chain(user_layer)
@@ -1971,7 +1978,7 @@ impl Store {
             // A rule saying what another already says is delivered once;
             // its memory is said all the same.
             out.memories.insert(memory);
-            if !out.rules.iter().any(|o| o.1.text == rule.text) {
+            if said.insert(rule.text.clone()) {
                 out.rules.push((id, rule));
             }
         }

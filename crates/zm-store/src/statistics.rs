@@ -81,7 +81,7 @@ impl Store {
 }
 
 /// `ANALYZE` the database; a failure is logged, never a caller's error.
-pub(crate) async fn analyze(pool: &AnyPool) {
+async fn analyze(pool: &AnyPool) {
     if let Err(e) = sqlx::query("ANALYZE").execute(pool).await {
         tracing::warn!(target: "zm_store", error = %e, "ANALYZE failed");
     }

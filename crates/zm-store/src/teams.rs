@@ -2047,6 +2047,11 @@ impl Store {
                 .bind_str(&steward)
                 .push(" ORDER BY m.created_at, m.seq");
             let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+            // Given back before the items look up successors on a
+            // connection of their own: holding one while waiting for
+            // another, a pool's worth of exports at once would wait on
+            // each other until the pool's timeout.
+            drop(conn);
             return Ok(TeamExport {
                 team: team.slug,
                 items: self.export_items(caller, &rows).await?,
@@ -2066,6 +2071,7 @@ impl Store {
         sql.bind_list(scopes);
         sql.push(" ORDER BY m.created_at, m.seq");
         let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+        drop(conn);
         Ok(TeamExport {
             team: team.slug,
             items: self.export_items(caller, &rows).await?,

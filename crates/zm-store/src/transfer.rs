@@ -136,7 +136,9 @@ impl Store {
         // moves: on PostgreSQL a team removal may have handed it over since
         // it was checked (a memory handed over stays where its new owner
         // got it), or another share or move of it committed. `false`:
-        // nothing moved.
+        // nothing moved, unless what committed meanwhile was this very
+        // move (the same share twice at once: the memory is where it was
+        // asked to go, as a repeat a moment later would find it).
         let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL AND scope = $6 AND visibility = $7")
             .bind(target)
             .bind(Visibility::Shared.as_str())
@@ -148,7 +150,20 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("move memory")?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() > 0 {
+            return Ok(true);
+        }
+        let there: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM memories WHERE id = $1 AND owner_id = $2 AND invalidated_at IS NULL AND scope = $3 AND visibility = $4",
+        )
+        .bind(id)
+        .bind(&caller.user_id)
+        .bind(target)
+        .bind(Visibility::Shared.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("moved meanwhile")?;
+        Ok(there.is_some())
     }
 
     /// Widen one memory into a shared project or team scope.

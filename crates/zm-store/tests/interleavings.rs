@@ -9,8 +9,10 @@
 //!   row; meanwhile it was shared into a team where the caller is now a
 //!   reader. The role that counts is the one where the memory is now:
 //!   `forbidden`, nothing retired.
-//!   A supersede or a move of it, alike: it stays where the team reads
-//!   it.
+//!   A supersede of it alike; a move of it leaves it where the team
+//!   reads it. The same share twice at once lands once, and a supersede
+//!   of a memory shared meanwhile where the caller still writes goes
+//!   ahead.
 //! - A `remember` absorbed into a memory supersedes an older one whose
 //!   rule follows it, while a `promote_rule` of the absorbing memory is
 //!   inserting that memory's rule: the follow waits for the promotion and
@@ -169,8 +171,8 @@ async fn a_forget_or_close_checks_the_role_where_the_memory_is_now() {
         "the close retired a team's loop as a reader"
     );
 
-    // A supersede of it and a move of it, alike: checked where it was,
-    // written only while it is still there.
+    // A supersede of it is checked where it is now, as a forget is; a
+    // move of it is written only while it is still where it was checked.
     let old = mem(
         &store,
         &w,
@@ -189,11 +191,13 @@ async fn a_forget_or_close_checks_the_role_where_the_memory_is_now() {
         .await
     })
     .await;
-    ok(
+    let e = err(
         superseded,
+        ErrorCode::Forbidden,
         l,
-        "a remember superseding a memory shared meanwhile",
+        "a remember superseding a memory shared meanwhile where the caller reads",
     );
+    assert!(e.message.contains("yours is reader"), "{}", e.message);
     assert!(
         !retired(&raw, &old).await,
         "the supersede retired a team's memory as a reader"
@@ -410,4 +414,79 @@ async fn a_promotion_reads_the_rule_that_followed_meanwhile() {
         l,
         "promote it again, forced",
     );
+}
+
+/// The same share twice at once, and a supersede of a memory shared
+/// meanwhile where the caller still writes: each answers as a call a
+/// moment later would (the share finds the memory where it asked it to
+/// go; the supersede retires it, checked where it is now).
+#[tokio::test]
+async fn a_change_that_meets_a_harmless_share_goes_ahead() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_change_that_meets_a_harmless_share_goes_ahead").await
+    else {
+        return;
+    };
+    let (_, admin) = user(&store, "ilv-share-admin").await;
+    let slug = create_team_of(&store, &admin, l, "ilvs").await;
+    let scope = format!("team.{slug}");
+    let (_, w) = team_member(&store, &admin, l, &slug, "ilv-share-w", TeamRole::Writer).await;
+    for what in ["share", "supersede"] {
+        let m = mem(
+            &store,
+            &w,
+            l,
+            json!({"content": format!("The {what} runbook lives in the ops wiki."), "kind": "fact", "scope": "personal"}),
+        )
+        .await;
+        let (mut held, pid) = hold_memory(&raw, &m).await;
+        let task = {
+            let (store, w, m, scope) = (store.clone(), w.clone(), m.clone(), scope.clone());
+            tokio::spawn(async move {
+                if what == "share" {
+                    call(&store, &w, "share", json!({"memory_id": m, "scope": scope})).await
+                } else {
+                    call(
+                        &store,
+                        &w,
+                        "remember",
+                        json!({"content": "The runbook moved to the ops handbook.", "kind": "fact", "scope": "personal",
+                               "links": [{"dst": m, "type": "supersedes"}]}),
+                    )
+                    .await
+                }
+            })
+        };
+        let waited = waits_on(&raw, pid, &task).await;
+        sqlx::query(
+            "UPDATE memories SET scope = $1, visibility = 'shared', shared_at = 1, shared_by = $2 WHERE id = $3",
+        )
+        .bind(&scope)
+        .bind(&w.user_id)
+        .bind(&m)
+        .execute(&mut *held)
+        .await
+        .expect("share it");
+        held.commit().await.expect("commit the share");
+        let done = task.await.expect("the call's task");
+        assert!(waited, "[{what}] the call did not wait: {done:?}");
+        let out = ok(done, l, what);
+        if what == "share" {
+            assert_eq!(out["shared"], true, "{out}");
+            assert!(!retired(&raw, &m).await);
+        } else {
+            let superseded_by: Option<String> =
+                sqlx::query_scalar("SELECT superseded_by FROM memories WHERE id = $1")
+                    .bind(&m)
+                    .fetch_one(&raw)
+                    .await
+                    .expect("the old memory");
+            assert_eq!(
+                superseded_by.as_deref(),
+                out["memory_id"].as_str(),
+                "a writer's supersede of a memory shared meanwhile retires it"
+            );
+        }
+    }
 }

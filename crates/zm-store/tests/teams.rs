@@ -1224,3 +1224,49 @@ backend_tests! {
         }
     }
 }
+
+/// A team's export on a pool of one connection (as a pool's worth of
+/// exports at once would leave it): the export gives its connection back
+/// before it looks up the successors of superseded memories on another,
+/// so it answers instead of waiting out the pool's timeout (`internal`).
+#[tokio::test]
+async fn a_team_export_needs_one_connection_at_a_time() {
+    let dir = tempfile::Builder::new()
+        .prefix("one-conn-")
+        .tempdir_in(scratch_root())
+        .expect("create a temporary directory");
+    let mut urls = vec![("sqlite", zm_store::sqlite_url(&dir.path().join("zm.db")))];
+    if let Some(url) = zm_store::test_database_url() {
+        urls.push(("postgres", url));
+    }
+    for (l, url) in urls {
+        let mut opts = zm_store::OpenOptions::new(url);
+        opts.max_connections = 1;
+        let store = Store::open_with(opts)
+            .await
+            .expect("open with one connection");
+        let (_, a) = user(&store, "one-conn").await;
+        let slug = team(&store, &a, l, "oneconn").await;
+        let scope = format!("team.{slug}");
+        let old = mem(&store, &a, l, json!({"content": "The release train leaves on Tuesdays.", "scope": scope, "kind": "convention"})).await;
+        let new = mem(&store, &a, l, json!({"content": "The release train leaves on Wednesdays.", "scope": scope, "kind": "convention",
+                                            "links": [{"dst": old, "type": "supersedes"}]})).await;
+        let export = ok(
+            store.export_team(&a, &slug).await,
+            l,
+            "export on one connection",
+        );
+        assert_eq!(export.items.len(), 2, "[{l}]");
+        let old_item = export
+            .items
+            .iter()
+            .find(|i| i.id.as_str() == old)
+            .expect("the old version");
+        assert_eq!(
+            old_item.superseded_by.as_ref().map(zm_contracts::MemoryId::as_str),
+            Some(new.as_str()),
+            "[{l}]"
+        );
+        store.close().await;
+    }
+}

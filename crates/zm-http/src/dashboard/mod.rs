@@ -59,8 +59,18 @@ pub(crate) use errors::Failure;
 /// The session cookie.
 const SESSION_COOKIE: &str = "zm_session";
 
-/// The largest form body accepted.
+/// The largest form body accepted, at least: a form carrying a memory's
+/// text may take more ([`form_limit`]).
 const FORM_LIMIT: usize = 256 * 1024;
+
+/// The largest form body accepted: room for the longest text a memory may
+/// hold (`max_text_chars`), each character percent-encoded as the browser
+/// sends it (up to four UTF-8 bytes, three characters each), beside the
+/// form's other fields.
+fn form_limit(state: &AppState) -> usize {
+    let text = state.store.limits().max_text_chars.saturating_mul(12);
+    FORM_LIMIT.max(text.saturating_add(64 * 1024))
+}
 
 /// The dashboard's routes (merged into the main router before its layers).
 pub fn routes(state: AppState) -> Router {
@@ -513,7 +523,7 @@ impl Form {
 }
 
 /// Read a form POST of a signed-in person: our origin, the session's CSRF
-/// token, at most [`FORM_LIMIT`] bytes. A forged or stale form is
+/// token, at most [`form_limit`] bytes. A forged or stale form is
 /// `forbidden`, rendered as such.
 pub(crate) async fn signed_form(
     state: &AppState,
@@ -545,7 +555,7 @@ pub(crate) async fn read_form(
             request_id,
         ));
     }
-    let bytes = crate::request::read_body(body, FORM_LIMIT)
+    let bytes = crate::request::read_body(body, form_limit(state))
         .await
         .map_err(|e| Failure::invalid(e.describe(), request_id))?;
     let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
