@@ -212,13 +212,13 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(b.text_of("#refused .reason") != "", "forbidden: the memory's page says what is missing")
     check(b.driver.find_element("css selector", "#share-scope").get_attribute("value") == "proj.someone_else.secret",
           "forbidden: the scope typed is kept in its field")
-    page_is_clean(b, "forbidden share", mobile_too=False, status=403)
+    page_is_clean(b, "forbidden share", status=403)
     b.fill("#share-scope", "no scope at all")
     b.submit("form#share button[type=submit]")
     b.wait_for("#share-scope-error")
     check(b.driver.find_element("css selector", "#share-scope").get_attribute("aria-invalid") == "true",
           "validation_failed: the share field is marked inline")
-    page_is_clean(b, "invalid share", mobile_too=False, status=400)
+    page_is_clean(b, "invalid share", status=400)
     b.driver.execute_script("document.getElementById('change').scrollIntoView()")
     shoot(b, shots, "memory-refused")
     b.get(f"{base}/memories/{new_id}")
@@ -318,6 +318,20 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(b.text_of("#my-role") == "admin", "the creator is the team's admin")
     page_is_clean(b, "team page")
     shoot(b, shots, "team")
+    # A refused team form comes back on the team's page, the field marked
+    # and what was typed kept, at both widths. (The field's type is made
+    # text, so that the browser's own check lets the address through.)
+    b.driver.execute_script("document.getElementById('invite-email').type = 'text'")
+    b.fill("#invite-email", "nobody-at-all")
+    b.submit("form#invite button[type=submit]")
+    b.wait_for("#invite-email-error")
+    check(b.driver.find_element("css selector", "#invite-email").get_attribute("aria-invalid") == "true",
+          "a refused invitation: the address field is marked")
+    check(b.driver.find_element("css selector", "#invite-email").get_attribute("value") == "nobody-at-all",
+          "a refused invitation: the address typed is kept")
+    page_is_clean(b, "refused invitation", status=400)
+    shoot_phone(b, shots, "team-refused-360", "#invite")
+    b.set_desktop()
 
     # An open invitation: the team's admin withdraws it from the page.
     status, body = srv.request_json("POST", "/api/teams/browsers/invitations", token,

@@ -1263,7 +1263,10 @@ async fn a_team_export_needs_one_connection_at_a_time() {
             .find(|i| i.id.as_str() == old)
             .expect("the old version");
         assert_eq!(
-            old_item.superseded_by.as_ref().map(zm_contracts::MemoryId::as_str),
+            old_item
+                .superseded_by
+                .as_ref()
+                .map(zm_contracts::MemoryId::as_str),
             Some(new.as_str()),
             "[{l}]"
         );
