@@ -2806,6 +2806,9 @@ async fn an_address_that_does_not_read_is_the_validation_page(s: Server) {
         "/?before=abc",
         "/?before=-",
         "/rules/download?format=a&format=b",
+        // A path parameter that is not UTF-8 once decoded.
+        "/memories/%FF",
+        "/teams/%FF%FE",
     ] {
         let page = b.get(&s, path).await;
         assert_eq!(page.status, 400, "{path}: {}", page.body);

@@ -908,12 +908,18 @@ impl Store {
                         .fetch_one(&self.pool)
                         .await
                         .db("newest memory")?;
+                    // Nothing written yet: no mark to settle at. (A mark of
+                    // 1 hid the first memory, `seq` 1 on SQLite, from every
+                    // call until the next whole pass, ten minutes on.)
+                    let Some(newest) = newest
+                        .and_then(|n| u64::try_from(n).ok())
+                        .filter(|n| *n > 0)
+                    else {
+                        return Ok(0);
+                    };
                     s.settled_at
                         .store(u64::try_from(self.now()).unwrap_or(0), Ordering::Relaxed);
-                    s.settled.store(
-                        u64::try_from(newest.unwrap_or(0).max(1)).unwrap_or(1),
-                        Ordering::Relaxed,
-                    );
+                    s.settled.store(newest, Ordering::Relaxed);
                     return Ok(0);
                 }
                 s.cursor.store(0, Ordering::Relaxed);

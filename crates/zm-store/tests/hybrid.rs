@@ -575,6 +575,28 @@ impl Encoder for Noted {
     }
 }
 
+/// On a fresh SQLite database the embedder settles with nothing written;
+/// the first memory written then (`seq` 1) is the next call's to embed,
+/// not left lexical-only until the next whole pass ten minutes on.
+#[tokio::test]
+async fn the_first_memory_of_a_fresh_database_is_embedded_at_once() {
+    let l = "sqlite";
+    let store = sqlite_store().await;
+    store.set_encoder(model());
+    assert_eq!(ok(store.embed_pending(64).await, l, "settle on nothing"), 0);
+    let (_, a) = user(&store, "hy-first").await;
+    let first = mem(&store, &a, l, json!({"content": "The first thing this server ever remembered.", "kind": "fact", "scope": "personal"})).await;
+    assert_eq!(
+        ok(store.embed_pending(64).await, l, "embed the first memory"),
+        1
+    );
+    ok(store.refresh_vectors().await, l, "refresh");
+    assert!(
+        store.is_embedded(&first),
+        "[{l}] the first memory is embedded"
+    );
+}
+
 /// Two instances on one database embed different memories: what one is
 /// embedding, the other leaves alone (on a shared PostgreSQL database other
 /// tests' memories are pending too, so only this test's are compared, and

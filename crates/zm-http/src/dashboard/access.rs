@@ -5,7 +5,7 @@
 //! filled in with this server's URL.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use maud::{Markup, html};
@@ -13,7 +13,7 @@ use zm_store::clock::rfc3339;
 use zm_store::{SCOPE_READ, SCOPE_WRITE};
 
 use super::errors::Failure;
-use super::{Signed, change_then_back, signed_form};
+use super::{PagePath, Signed, change_then_back, signed_form};
 use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -316,7 +316,7 @@ pub(crate) async fn create_token(
 pub(crate) async fn revoke_token(
     State(state): State<AppState>,
     signed: Signed,
-    Path(id): Path<String>,
+    PagePath(id): PagePath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -331,7 +331,7 @@ pub(crate) async fn revoke_token(
 pub(crate) async fn revoke_client(
     State(state): State<AppState>,
     signed: Signed,
-    Path(id): Path<String>,
+    PagePath(id): PagePath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -387,7 +387,7 @@ pub(crate) async fn connect(State(state): State<AppState>, signed: Signed) -> Re
 pub(crate) async fn end_session(
     State(state): State<AppState>,
     signed: Signed,
-    Path(id): Path<String>,
+    PagePath(id): PagePath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {

@@ -6,7 +6,7 @@
 //! move or export after a confirmation that says how many.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -16,7 +16,7 @@ use zm_contracts::{Memory, MemoryId, MemoryKind, ToolName, ToolOutput};
 use zm_store::web::{MemoryFilter, MemoryStatus};
 
 use super::errors::{Failure, Refused, field_aria, field_class, field_error};
-use super::{Signed, signed_form};
+use super::{PagePath, Signed, signed_form};
 use crate::state::AppState;
 
 /// Rows per page of the list and the search.
@@ -376,7 +376,7 @@ impl Row {
 pub(crate) async fn show(
     State(state): State<AppState>,
     signed: Signed,
-    Path(id): Path<String>,
+    PagePath(id): PagePath<String>,
 ) -> Response {
     memory_page(&state, &signed, &id, None).await
 }
@@ -548,7 +548,7 @@ async fn memory_page(
 pub(crate) async fn act(
     State(state): State<AppState>,
     signed: Signed,
-    Path((id, action)): Path<(String, String)>,
+    PagePath((id, action)): PagePath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -624,7 +624,7 @@ pub(crate) async fn act(
 pub(crate) async fn edit(
     State(state): State<AppState>,
     signed: Signed,
-    Path(id): Path<String>,
+    PagePath(id): PagePath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {

@@ -503,6 +503,32 @@ where
     }
 }
 
+/// A page's path parameters: one that does not decode (`%FF`, not UTF-8)
+/// is the validation page, as an unreadable query is ([`PageQuery`]), not
+/// the extractor's plain-text 400.
+pub(crate) struct PagePath<T>(pub T);
+
+impl<T> FromRequestParts<AppState> for PagePath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(p)) => Ok(PagePath(p)),
+            Err(e) => {
+                let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
+                let failure = Failure::invalid(
+                    format!("The address could not be read: {}.", e.body_text()),
+                    request_id.as_deref(),
+                );
+                Err(errors::page(&state.cfg.path_prefix(), None, &failure))
+            }
+        }
+    }
+}
+
 /// A submitted form: its pairs in order (a name may repeat: `ids`).
 pub(crate) struct Form(pub Vec<(String, String)>);
 

@@ -4,7 +4,7 @@
 //! challenged memory) — through the tool service, like an agent would.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use maud::{Markup, html};
@@ -12,7 +12,7 @@ use serde_json::json;
 use zm_contracts::{Conflict, ConflictSide, ToolName, ToolOutput};
 
 use super::errors::Failure;
-use super::{Signed, signed_form};
+use super::{PagePath, Signed, signed_form};
 use crate::state::AppState;
 
 /// A word-level diff of two texts: the longest common subsequence of their
@@ -203,7 +203,7 @@ pub(crate) async fn index(
 pub(crate) async fn resolve(
     State(state): State<AppState>,
     signed: Signed,
-    Path(dispute): Path<String>,
+    PagePath(dispute): PagePath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {

@@ -7,7 +7,7 @@
 //! its departed members left, for its admins to revoke).
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -19,7 +19,7 @@ use zm_store::rules::{RuleRecord, RuleState};
 use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
 
 use super::errors::Failure;
-use super::{Signed, signed_form};
+use super::{PagePath, Signed, signed_form};
 use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -195,7 +195,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
 pub(crate) async fn act(
     State(state): State<AppState>,
     signed: Signed,
-    Path((memory_id, action)): Path<(String, String)>,
+    PagePath((memory_id, action)): PagePath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {

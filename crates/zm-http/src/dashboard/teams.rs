@@ -6,7 +6,7 @@
 //! apply.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use maud::{Markup, html};
@@ -18,7 +18,7 @@ use zm_contracts::{ErrorCode, InvitationId, TeamRole};
 use zm_store::rules::{RuleRecord, RuleState};
 
 use super::errors::{Failure, Refused, field_aria, field_class, field_error};
-use super::{Form, Signed, rules, signed_form};
+use super::{Form, PagePath, Signed, rules, signed_form};
 use crate::state::AppState;
 
 fn role_select(id: &str, selected: TeamRole) -> Markup {
@@ -352,7 +352,7 @@ fn detail_page(
 pub(crate) async fn show(
     State(state): State<AppState>,
     signed: Signed,
-    Path(slug): Path<String>,
+    PagePath(slug): PagePath<String>,
 ) -> Response {
     team_page(&state, &signed, &slug, None).await
 }
@@ -482,7 +482,7 @@ pub(crate) async fn create(
 pub(crate) async fn act(
     State(state): State<AppState>,
     signed: Signed,
-    Path((slug, action)): Path<(String, String)>,
+    PagePath((slug, action)): PagePath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -596,7 +596,7 @@ async fn refused_or_back(
 pub(crate) async fn member(
     State(state): State<AppState>,
     signed: Signed,
-    Path((slug, user, action)): Path<(String, String, String)>,
+    PagePath((slug, user, action)): PagePath<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -650,7 +650,7 @@ pub(crate) async fn member(
 pub(crate) async fn withdraw(
     State(state): State<AppState>,
     signed: Signed,
-    Path((slug, id)): Path<(String, String)>,
+    PagePath((slug, id)): PagePath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -678,7 +678,7 @@ pub(crate) async fn withdraw(
 pub(crate) async fn accept(
     State(state): State<AppState>,
     signed: Signed,
-    Path(id): Path<String>,
+    PagePath(id): PagePath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
