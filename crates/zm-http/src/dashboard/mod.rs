@@ -491,14 +491,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(q)) => Ok(PageQuery(q)),
-            Err(e) => {
-                let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
-                let failure = Failure::invalid(
-                    format!("The address could not be read: {}.", e.body_text()),
-                    request_id.as_deref(),
-                );
-                Err(errors::page(&state.cfg.path_prefix(), None, &failure))
-            }
+            Err(e) => Err(unreadable_address(parts, state, &e.body_text())),
         }
     }
 }
@@ -517,16 +510,19 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(p)) => Ok(PagePath(p)),
-            Err(e) => {
-                let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
-                let failure = Failure::invalid(
-                    format!("The address could not be read: {}.", e.body_text()),
-                    request_id.as_deref(),
-                );
-                Err(errors::page(&state.cfg.path_prefix(), None, &failure))
-            }
+            Err(e) => Err(unreadable_address(parts, state, &e.body_text())),
         }
     }
+}
+
+/// The validation page for an address whose path or query does not read.
+fn unreadable_address(parts: &Parts, state: &AppState, why: &str) -> Response {
+    let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.clone());
+    let failure = Failure::invalid(
+        format!("The address could not be read: {why}."),
+        request_id.as_deref(),
+    );
+    errors::page(&state.cfg.path_prefix(), None, &failure)
 }
 
 /// A submitted form: its pairs in order (a name may repeat: `ids`).
