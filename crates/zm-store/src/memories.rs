@@ -105,13 +105,13 @@ const SUCCESSORS_PER_QUERY: usize = 10_000;
 
 /// A memory a lifecycle change reads: the caller's own, or one a team's
 /// steward holds that the caller, its team's admin, changes for it.
-struct OwnedMemory {
+pub(crate) struct OwnedMemory {
     /// The caller, or the team steward the caller acts for.
     owner_id: String,
     kind: MemoryKind,
-    scope: String,
+    pub(crate) scope: String,
     visibility: zm_contracts::Visibility,
-    invalidated_at: Option<i64>,
+    pub(crate) invalidated_at: Option<i64>,
     /// The team whose steward holds it, when the caller acts for the
     /// steward as the team's admin; `None` for the caller's own.
     for_team: Option<crate::teams::StewardTeam>,
@@ -779,22 +779,16 @@ impl Store {
                 // rule follows below, or waits for this write.
                 self.hold_memories(&mut *tx, &[dst.as_str(), memory_id], None)
                     .await?;
-                // Read again, held: a share, a move or a hand-over may have
-                // committed since the first read. The role that counts is
-                // the one where the memory is now (its team's row is held
-                // after the memory's here, against the usual order: a
-                // hand-over waiting the other way is a deadlock, which the
-                // service runs again).
-                let Some(held) = self.hold_memory_of(tx, &caller.user_id, dst).await? else {
+                // Read again, held, the role checked where it is now.
+                let Some(held) = self
+                    .hold_own_rechecked(tx, caller, dst, &read_scope, read_visibility)
+                    .await?
+                else {
                     continue;
                 };
                 if held.invalidated_at.is_some() {
                     // Already retired: nothing to supersede.
                     continue;
-                }
-                if held.scope != read_scope || held.visibility != read_visibility {
-                    self.may_change_own_in(tx, caller, &held.scope, held.visibility)
-                        .await?;
                 }
                 let old_scope = held.scope;
                 let done = sqlx::query(
@@ -1184,7 +1178,7 @@ impl Store {
 
     /// Memory `id` as it is now, still `owner`'s, held like
     /// [`Store::hold_own_memory`]; `None` when it is not theirs (any more).
-    async fn hold_memory_of(
+    pub(crate) async fn hold_memory_of(
         &self,
         tx: &mut sqlx::AnyConnection,
         owner: &str,
@@ -1203,6 +1197,31 @@ impl Store {
             .await
             .db("hold memory")?;
         row.as_ref().map(OwnedMemory::from_row).transpose()
+    }
+
+    /// The caller's own memory `id`, held, whose role was checked where a
+    /// first read found it (`read_scope`, `read_visibility`). On PostgreSQL
+    /// a share or a move may have committed since that read: the role that
+    /// counts is the one where the memory is now, checked again when it
+    /// moved (this holds its team's row after the memory's, against the
+    /// usual order: a hand-over waiting the other way is a deadlock, which
+    /// the service runs again). `None` when it is not the caller's any more.
+    async fn hold_own_rechecked(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+        read_scope: &str,
+        read_visibility: zm_contracts::Visibility,
+    ) -> Result<Option<OwnedMemory>, ToolError> {
+        let Some(held) = self.hold_memory_of(tx, &caller.user_id, id).await? else {
+            return Ok(None);
+        };
+        if held.scope != read_scope || held.visibility != read_visibility {
+            self.may_change_own_in(tx, caller, &held.scope, held.visibility)
+                .await?;
+        }
+        Ok(Some(held))
     }
 
     /// Load a memory the caller may change for a lifecycle change (forget,
@@ -1236,20 +1255,10 @@ impl Store {
         if memory.owner_id == caller.user_id {
             self.may_change_own_in(tx, caller, &memory.scope, memory.visibility)
                 .await?;
-            let held = self
-                .hold_memory_of(tx, &caller.user_id, id)
+            return self
+                .hold_own_rechecked(tx, caller, id, &memory.scope, memory.visibility)
                 .await?
-                .ok_or_else(not_found)?;
-            // PostgreSQL: a share or a move of the caller's own may have
-            // committed since the first read; the role that counts is the
-            // one where the memory is now. (This holds the team's row after
-            // the memory's, against the usual order: a hand-over waiting
-            // the other way is a deadlock, which the service runs again.)
-            if held.scope != memory.scope || held.visibility != memory.visibility {
-                self.may_change_own_in(tx, caller, &held.scope, held.visibility)
-                    .await?;
-            }
-            return Ok(held);
+                .ok_or_else(not_found);
         }
         // What a team's members read and its steward holds: the team's
         // admins change it for the steward. A private row is its owner's

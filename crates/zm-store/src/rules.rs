@@ -160,31 +160,26 @@ impl Store {
             }
             None => source.content,
         };
-        // On PostgreSQL a forget (or a hand-over) may have committed since
-        // the memory was read: hold it now (after its teams) and look
+        // On PostgreSQL a forget, a hand-over or a move may have committed
+        // since the memory was read: hold it now (after its teams) and look
         // again, so that a forget either waits for this rule and retires
-        // it, or wins and no rule is written.
-        match self.hold_own_memory(tx, caller, id).await? {
+        // it, or wins and no rule is written. A move was checked for the
+        // scope it left: the rule's layer and the role it needs are the
+        // ones where the memory is now.
+        match self.hold_memory_of(tx, &caller.user_id, id).await? {
             None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
-            Some(Some(_)) => {
+            Some(held) if held.invalidated_at.is_some() => {
                 return Err(ToolError::conflict(format!(
                     "Memory {id} is invalidated; restore it before promoting it."
                 )));
             }
-            Some(None) => {}
-        }
-        // A move committed since the first read was checked for the scope
-        // it left: the rule's layer and the role it needs are the ones
-        // where the memory is now.
-        let held_scope: String = sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await
-            .db("promote scope")?;
-        if held_scope != memory_scope_read {
-            return Err(ToolError::conflict(format!(
-                "Memory {id} was moved to {held_scope} meanwhile; promote it again."
-            )));
+            Some(held) if held.scope != memory_scope_read => {
+                return Err(ToolError::conflict(format!(
+                    "Memory {id} was moved to {} meanwhile; promote it again.",
+                    held.scope
+                )));
+            }
+            Some(_) => {}
         }
         // What the memory's rule was, read while it is held: a rule that
         // followed its memory onto this one (a supersede absorbed into it)
