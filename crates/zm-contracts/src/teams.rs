@@ -559,6 +559,51 @@ pub fn admin_path_pattern(name: &str) -> Option<String> {
     })
 }
 
+/// What a path parameter of an admin route holds, for a refusal.
+fn admin_path_meaning(name: &str) -> &'static str {
+    match name {
+        "team" => "a team slug: a lowercase letter, then 1 to 39 of [a-z0-9_]",
+        "user_id" => "a user id (usr_…)",
+        "id" => "an invitation id (inv_…)",
+        "scope" => {
+            "a project or team scope path: proj.… or team.… with at least two labels of [a-z0-9_]"
+        }
+        _ => "a value of the advertised pattern",
+    }
+}
+
+static ADMIN_PATH_PATTERNS: std::sync::LazyLock<Vec<(&'static str, regex::Regex)>> =
+    std::sync::LazyLock::new(|| {
+        ["team", "user_id", "id", "scope"]
+            .into_iter()
+            .map(|name| {
+                let pattern =
+                    admin_path_pattern(name).expect("every admin path name has a pattern");
+                (
+                    name,
+                    regex::Regex::new(&pattern).expect("admin path patterns compile"),
+                )
+            })
+            .collect()
+    });
+
+/// Check one path parameter of an admin route against the pattern the
+/// OpenAPI document advertises for it: a value that cannot name anything
+/// is `validation_failed` naming the parameter, not a `not_found`.
+pub fn check_admin_path_param(name: &str, value: &str) -> Result<(), crate::ToolError> {
+    let Some((_, re)) = ADMIN_PATH_PATTERNS.iter().find(|(n, _)| *n == name) else {
+        return Err(crate::ToolError::internal());
+    };
+    if re.is_match(value) {
+        Ok(())
+    } else {
+        Err(crate::validate::field_error(
+            name,
+            format!("must be {}", admin_path_meaning(name)),
+        ))
+    }
+}
+
 /// The administration API as the contract document lists it.
 pub fn admin_api_document() -> Value {
     let routes: Vec<Value> = ADMIN_ROUTES
@@ -602,6 +647,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn path_parameters_are_checked_against_their_patterns() {
+        for (name, ok, bad) in [
+            ("team", "acme", "Acme"),
+            ("team", "platform_team", "a"),
+            ("scope", "proj.alice.web", "user.alice"),
+            ("scope", "team.acme", "proj"),
+            ("user_id", "usr_0000000000000000.0000000000", "alice"),
+            (
+                "id",
+                "inv_0000000000000000.0000000000",
+                "usr_0000000000000000.0000000000",
+            ),
+        ] {
+            check_admin_path_param(name, ok).expect(ok);
+            let e = check_admin_path_param(name, bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ValidationFailed, "{name}={bad}");
+            assert!(e.message.contains(name), "{}", e.message);
+        }
+        // A name no route uses is the server's mistake, not the caller's.
+        assert_eq!(
+            check_admin_path_param("nope", "x").unwrap_err().code,
+            ErrorCode::Internal
+        );
     }
 
     #[test]

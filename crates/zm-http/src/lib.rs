@@ -109,20 +109,27 @@ async fn run_writes_to_the_end(
     if read {
         return next.run(req).await;
     }
-    let Some(write) = store.spawn_write(next.run(req)) else {
+    run_to_the_end(&store, req, next).await.unwrap_or_else(|| {
         let mut e = error::ApiError::new(zm_contracts::ToolError::rate_limited(
             "Too many writes are still running on this server; retry shortly.",
         ));
         e.retry_after = Some(1);
-        return axum::response::IntoResponse::into_response(e);
-    };
-    match write.await {
+        axum::response::IntoResponse::into_response(e)
+    })
+}
+
+/// `req` answered on a task of its own, which the store's close waits for
+/// and a client's hang-up does not end; `None` (nothing started) while
+/// too many such writes are still running.
+pub(crate) async fn run_to_the_end(store: &Store, req: Request, next: Next) -> Option<Response> {
+    let write = store.spawn_write(next.run(req))?;
+    Some(match write.await {
         Ok(resp) => resp,
         Err(e) if e.is_panic() => error::panic_response(e.into_panic()),
         Err(_) => axum::response::IntoResponse::into_response(error::ApiError::new(
             zm_contracts::ToolError::internal(),
         )),
-    }
+    })
 }
 
 /// The API's answers hold a user's data: no cache keeps them (a proxy set

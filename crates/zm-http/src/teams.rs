@@ -4,7 +4,7 @@
 //! exactly those, and the OpenAPI document lists exactly those.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawPathParams, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, patch, post};
@@ -87,6 +87,15 @@ where
     ) -> Result<Self, Self::Rejection> {
         if std::mem::size_of::<T>() == 0 {
             return Ok(Params(T::default()));
+        }
+        // Each value against the pattern the OpenAPI document advertises
+        // for it, before any lookup: a slug that cannot name a team is
+        // `validation_failed`, not an unknown team.
+        let raw = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::malformed(e.body_text()))?;
+        for (name, value) in &raw {
+            zm_contracts::teams::check_admin_path_param(name, value)?;
         }
         Path::<T>::from_request_parts(parts, state)
             .await

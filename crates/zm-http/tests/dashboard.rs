@@ -2615,6 +2615,62 @@ async fn emitted_urls(s: &Server, prefix: &str) -> Vec<(String, String)> {
     urls
 }
 
+/// The stylesheet and the script are named by their content: a page names
+/// each with the digest of what the server serves, that address is cached
+/// for a year, and any other (an older build's, or none) is checked again
+/// on each use, so an upgrade is never styled by a cached older copy.
+#[tokio::test]
+async fn assets_are_named_by_their_content() {
+    use sha2::Digest;
+    let s = start(None).await;
+    let login = Browser::default().get(&s, "/login").await;
+    for (name, kind) in [("app.css", "text/css"), ("app.js", "text/javascript")] {
+        let prefix = format!("/assets/{name}?v=");
+        let href = page_urls(&login.body)
+            .into_iter()
+            .find(|u| u.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("{prefix} in {}", login.body));
+        let fetch = |path: String| {
+            let r = s.http.get(format!("{}{path}", s.base)).send();
+            async move {
+                let r = r.await.unwrap();
+                let header = |n: &str| {
+                    r.headers()
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let (status, cache, ty) = (
+                    r.status().as_u16(),
+                    header("cache-control"),
+                    header("content-type"),
+                );
+                (status, cache, ty, r.text().await.unwrap())
+            }
+        };
+        let (status, cache, ty, body) = fetch(href.clone()).await;
+        assert_eq!(status, 200, "{href}");
+        assert!(ty.starts_with(kind), "{href}: {ty}");
+        assert_eq!(cache, "public, max-age=31536000, immutable", "{href}");
+        let digest: String = sha2::Sha256::digest(body.as_bytes())
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(href, format!("{prefix}{digest}"));
+        for other in [
+            format!("/assets/{name}"),
+            format!("{prefix}0123456789abcdef"),
+        ] {
+            let (status, cache, _, same) = fetch(other.clone()).await;
+            assert_eq!((status, cache.as_str()), (200, "no-cache"), "{other}");
+            assert_eq!(same, body, "{other}");
+        }
+    }
+    s.running.stop().await;
+}
+
 /// Behind `ZM_PUBLIC_URL=…/zm` (a proxy strips `/zm` and forwards to our
 /// root), every URL the dashboard emits — links, form actions, the
 /// stylesheet and the script, redirects and the return-to parameter —
@@ -2630,14 +2686,16 @@ async fn every_dashboard_url_is_under_the_public_urls_path_prefix() {
     let rooted: Vec<&(String, String)> = urls.iter().filter(|(_, u)| u.starts_with('/')).collect();
     assert!(rooted.len() > 100, "the walk saw the pages' URLs: {urls:?}");
     for want in [
-        "/zm/assets/app.css",
-        "/zm/assets/app.js",
+        "/zm/assets/app.css?v=",
+        "/zm/assets/app.js?v=",
         "/zm/logout",
         "/zm/memories/bulk",
         "/zm/api/openapi.json",
     ] {
         assert!(
-            rooted.iter().any(|(_, u)| u == want),
+            rooted
+                .iter()
+                .any(|(_, u)| u == want || (want.ends_with("?v=") && u.starts_with(want))),
             "{want} in {rooted:?}"
         );
     }
@@ -2684,7 +2742,11 @@ async fn every_dashboard_url_is_under_the_public_urls_path_prefix() {
 
     let s = start(None).await;
     let urls = emitted_urls(&s, "").await;
-    assert!(urls.iter().any(|(_, u)| u == "/assets/app.css"), "{urls:?}");
+    assert!(
+        urls.iter()
+            .any(|(_, u)| u.starts_with("/assets/app.css?v=")),
+        "{urls:?}"
+    );
     let named: Vec<_> = urls
         .iter()
         .filter(|(_, u)| u.starts_with("/zm") || u.starts_with("//"))
@@ -2820,6 +2882,194 @@ async fn an_address_that_does_not_read_is_the_validation_page(s: Server) {
         );
     }
     assert_eq!(b.get(&s, "/?before=5").await.status, 200);
+}
+
+/// A dashboard sign-in is audited as an OAuth one is: a wrong password as
+/// a refused `web.login` of the account the email names (never the
+/// password), a sign-in as a successful one.
+#[tokio::test]
+async fn sign_ins_are_audited_without_the_password() {
+    let s = start(None).await;
+    let (user, email, password) = person(&s.store, "dash-audit").await;
+    let mut b = Browser::default();
+    assert_eq!(
+        b.sign_in(&s, &email, "not-the-password-42").await.status,
+        400
+    );
+    let rows = s.store.audit_rows(&user.id, 10).await.unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["command"] == "web.login" && r["outcome"] == "error"),
+        "{rows:?}"
+    );
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["command"] == "web.login" && r["outcome"] == "ok"),
+        "{rows:?}"
+    );
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let rows = s.store.audit_rows(&user.id, 10).await.unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["command"] == "web.login" && r["outcome"] == "ok"),
+        "{rows:?}"
+    );
+    let text = serde_json::to_string(&rows).unwrap();
+    assert!(
+        !text.contains("not-the-password-42") && !text.contains(&password),
+        "{text}"
+    );
+    s.running.stop().await;
+}
+
+/// A form's change whose browser hangs up while it waits for the database
+/// still lands once the database frees up, as a REST or MCP write does.
+/// (SQLite's write lock is held by another connection; the browser gives
+/// up after half a second; the test then waits, with a generous deadline,
+/// for the memory to be forgotten.)
+#[tokio::test]
+async fn a_change_whose_browser_hangs_up_still_lands() {
+    let s = start(None).await;
+    let (user, email, password) = person(&s.store, "dash-hangup").await;
+    let m = remember(
+        &s.store,
+        &user.id,
+        "The staging database restarts on Sundays.",
+        "personal",
+    )
+    .await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let mut lock = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("a raw connection");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(500))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(format!("{}/memories/{m}/forget", s.base))
+        .header("cookie", b.header())
+        .header("origin", s.base.clone())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string([("csrf", csrf.as_str())]).unwrap())
+        .send()
+        .await;
+    assert!(sent.is_err(), "the change waits on the lock: {sent:?}");
+    // Give the server time to see the connection close.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    sqlx::query("COMMIT").execute(&mut lock).await.unwrap();
+    let id = zm_contracts::MemoryId::parse(&m).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let now = s
+            .store
+            .get_memory(&Caller::new(user.id.clone()), &id)
+            .await
+            .unwrap();
+        if now.invalidated_at.is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the change never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    s.running.stop().await;
+}
+
+/// A value no page offers — a list filter of an unknown kind or status, a
+/// date that is not a date, a rules block of an unknown format, an import
+/// of an unknown format or target — is refused on the validation page,
+/// naming it; the list never claims a filter it did not apply, and
+/// nothing is imported.
+#[tokio::test]
+async fn a_value_the_page_never_offers_is_refused() {
+    let s = start(None).await;
+    let (user, email, password) = person(&s.store, "dash-offer").await;
+    remember(
+        &s.store,
+        &user.id,
+        "The nightly backup runs at two.",
+        "personal",
+    )
+    .await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    for (path, field) in [
+        ("/?kind=recipe", "kind"),
+        ("/?q=backup&kind=recipe", "kind"),
+        ("/?status=archived", "status"),
+        ("/?since=yesterday", "since"),
+        ("/?until=2026-13-40", "until"),
+        ("/rules/download?format=vim", "format"),
+    ] {
+        let page = b.get(&s, path).await;
+        assert_eq!(page.status, 400, "{path}: {}", page.body);
+        assert!(page.body.contains(field), "{path}: {}", page.body);
+        assert!(
+            !page.body.contains("nightly backup"),
+            "{path}: listed anyway"
+        );
+    }
+    for (path, listed) in [
+        ("/?kind=fact", true),
+        ("/?kind=task", false),
+        ("/?kind=&status=&since=&until=", true),
+        ("/?status=all&since=2020-01-01", true),
+        ("/?until=2020-01-01", false),
+    ] {
+        let page = b.get(&s, path).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert_eq!(page.body.contains("nightly backup"), listed, "{path}");
+    }
+    assert_eq!(b.get(&s, "/rules/download?format=agents").await.status, 200);
+
+    let csrf = b.csrf(&s).await;
+    let file = r#"{"type":"entity","name":"Backups","entityType":"job","observations":["restores are tested monthly"]}"#;
+    for (format, target, field) in [("vim", "", "format"), ("server-memory", "shared", "target")] {
+        let boundary = "zmboundary44";
+        let body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"format\"\r\n\r\n{format}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"target\"\r\n\r\n{target}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"memory.jsonl\"\r\nContent-Type: application/x-ndjson\r\n\r\n{file}\n\r\n\
+             --{boundary}--\r\n"
+        );
+        let r = s
+            .http
+            .post(format!("{}/account/import", s.base))
+            .header("cookie", b.header())
+            .header("origin", s.base.clone())
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{format}/{target}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(field), "{format}/{target}: {text}");
+    }
+    assert!(
+        !b.get(&s, "/?q=restores")
+            .await
+            .body
+            .contains("tested monthly"),
+        "a refused import imported nothing"
+    );
+    s.running.stop().await;
 }
 
 /// A personal access token outlives the session that made it, so making

@@ -245,9 +245,8 @@ impl Server {
             .headers()
             .get("location")
             .map(|v| v.to_str().unwrap().to_string());
-        // (The per-IP limit answers its JSON 429 on every endpoint.)
-        let json_429 = header(&r, "content-type").starts_with("application/json") && status == 429;
-        if location.is_none() && !json_429 {
+        // (The per-IP limit answers a page here too.)
+        if location.is_none() {
             assert_html_headers(&r);
         }
         let device = r
@@ -1520,6 +1519,20 @@ async fn the_rate_limit_trips_and_retry_after_is_honest() {
         v,
         json!({"error": "rate_limited", "error_description": "Too many requests. Retry later."})
     );
+    // The sign-in page is a browser's: its limit is a page, with the
+    // same Retry-After, not the JSON the API endpoints answer.
+    let authorize = || s.http.get(format!("{}/oauth/authorize", s.base)).send();
+    for _ in 0..3 {
+        assert_eq!(authorize().await.unwrap().status().as_u16(), 400);
+    }
+    let r = authorize().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(header(&r, "content-type").starts_with("text/html"), "{r:?}");
+    let wait: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!((59..=60).contains(&wait), "{wait}");
+    assert_html_headers(&r);
+    let page = r.text().await.unwrap();
+    assert!(page.contains(&format!("Wait {wait} s")), "{page}");
     // Per route: the token endpoint has its own window.
     let (st, v) = s.token(&[("grant_type", "password")]).await;
     assert_eq!((st, oauth_code(&v)), (400, "unsupported_grant_type"));

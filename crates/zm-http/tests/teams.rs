@@ -459,6 +459,42 @@ async fn every_declared_route_is_served_and_documented() {
                 r.method
             );
         }
+        // Each path parameter in turn given a value outside its advertised
+        // pattern: a 400 naming that parameter, never a lookup's 404.
+        let good = [
+            ("team", "nosuchteam"),
+            ("user_id", "usr_0000000000000000.0000000000"),
+            ("id", "inv_0000000000000000.0000000000"),
+            ("scope", "proj.x.y"),
+        ];
+        for (name, bad) in [
+            ("team", "No-Such-Team"),
+            ("user_id", "alice"),
+            ("id", "usr_0000000000000000.0000000000"),
+            ("scope", "user.alice"),
+        ] {
+            if !r.path.contains(&format!("{{{name}}}")) {
+                continue;
+            }
+            let mut path = r.path.to_string();
+            for (n, v) in good {
+                path = path.replace(&format!("{{{n}}}"), if n == name { bad } else { v });
+            }
+            let (st, body) = s
+                .send(r.method, &path, &t, r.input.map(|_| json!({})))
+                .await;
+            assert_eq!(
+                (st, body["error"]["code"].as_str()),
+                (400, Some("validation_failed")),
+                "{} {path}: {body}",
+                r.method
+            );
+            assert_eq!(
+                body["error"]["details"]["fields"][0]["path"], name,
+                "{} {path}: {body}",
+                r.method
+            );
+        }
     }
     s.running.stop().await;
 }

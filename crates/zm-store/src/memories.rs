@@ -110,7 +110,7 @@ pub(crate) struct OwnedMemory {
     owner_id: String,
     kind: MemoryKind,
     pub(crate) scope: String,
-    visibility: zm_contracts::Visibility,
+    pub(crate) visibility: zm_contracts::Visibility,
     pub(crate) invalidated_at: Option<i64>,
     /// The team whose steward holds it, when the caller acts for the
     /// steward as the team's admin; `None` for the caller's own.
@@ -248,6 +248,22 @@ fn guarded_content(limits: &Limits, input: &RememberInput) -> Result<String, Too
         return Err(guard::rejection(&hit));
     }
     Ok(content)
+}
+
+/// The keys of a memory's provenance that describe its writer's session:
+/// the thread token (signed, not encrypted: it carries the scope the
+/// thread is pinned to, perhaps a private project's name), the
+/// conversation it belongs to and the transport session. They are served
+/// to the memory's owner only, and dropped when it is handed over.
+pub(crate) const WRITER_SESSION_KEYS: [&str; 3] = ["thread", "conversation", "session"];
+
+/// `source` without [`WRITER_SESSION_KEYS`].
+pub(crate) fn strip_writer_session(source: &mut Option<Value>) {
+    if let Some(Value::Object(o)) = source {
+        for k in WRITER_SESSION_KEYS {
+            o.remove(k);
+        }
+    }
 }
 
 /// Server-stamped provenance: how the write was routed, the thread and
@@ -1206,7 +1222,7 @@ impl Store {
     /// moved (this holds its team's row after the memory's, against the
     /// usual order: a hand-over waiting the other way is a deadlock, which
     /// the service runs again). `None` when it is not the caller's any more.
-    async fn hold_own_rechecked(
+    pub(crate) async fn hold_own_rechecked(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
@@ -1443,13 +1459,36 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .db("get memory")?;
-        let mut memory = match row {
-            Some(r) => Memory::from_row(&r)?,
-            None => return Err(ToolError::not_found(format!("Memory {id} not found."))),
+        let Some(row) = row else {
+            return Err(ToolError::not_found(format!("Memory {id} not found.")));
         };
-        self.hide_unreadable_successors(caller, std::slice::from_mut(&mut memory))
+        self.memories_served_to(caller, std::slice::from_ref(&row))
+            .await?
+            .pop()
+            .ok_or_else(ToolError::internal)
+    }
+
+    /// Full memory rows ([`MEMORY_COLUMNS`](crate::search::MEMORY_COLUMNS))
+    /// as `caller` is served them, by `get_memory`, an export or the
+    /// dashboard: the writer's session provenance is the owner's alone
+    /// ([`WRITER_SESSION_KEYS`]), and a successor the caller cannot read is
+    /// not named ([`hide_unreadable_successors`](Self::hide_unreadable_successors)).
+    pub(crate) async fn memories_served_to(
+        &self,
+        caller: &Caller,
+        rows: &[sqlx::any::AnyRow],
+    ) -> Result<Vec<Memory>, ToolError> {
+        let mut memories = Vec::with_capacity(rows.len());
+        for r in rows {
+            let mut m = Memory::from_row(r)?;
+            if col::<String>(r, "owner_id")? != caller.user_id {
+                strip_writer_session(&mut m.source);
+            }
+            memories.push(m);
+        }
+        self.hide_unreadable_successors(caller, &mut memories)
             .await?;
-        Ok(memory)
+        Ok(memories)
     }
 
     /// Leave out the successor a memory names when the caller cannot read

@@ -660,6 +660,34 @@ impl Store {
         .await;
     }
 
+    /// Record a dashboard sign-in: `signed_in` names the account it signed
+    /// in; `None` is a refusal for a wrong email or password, whose actor
+    /// is the account the email names, if there is one (as an OAuth
+    /// sign-in's is). The password is never recorded.
+    pub async fn audit_web_login(
+        &self,
+        email: &str,
+        signed_in: Option<&str>,
+        request_id: Option<&str>,
+    ) {
+        let err = ToolError::unauthorized("Invalid email or password.");
+        let (actor, outcome) = match signed_in {
+            Some(user_id) => (Some(user_id.to_string()), Ok(())),
+            None => (
+                self.user_by_email(email).await.ok().flatten().map(|u| u.id),
+                Err(&err),
+            ),
+        };
+        self.oauth_audit(
+            actor.as_deref(),
+            "web.login",
+            json!({}),
+            outcome,
+            request_id,
+        )
+        .await;
+    }
+
     /// The `authorization_code` grant: consume the code atomically (it is
     /// spent even when the rest of the check fails), check client, redirect
     /// URI and PKCE, and start a token family. Presenting an already

@@ -23,7 +23,7 @@ use crate::sql::Sql;
 use crate::store::{Caller, Store};
 
 /// Columns of a full memory row (alias `m`).
-pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.content, m.kind, m.scope, m.visibility, m.author_kind, m.agent_name, m.source, m.superseded_by, m.invalidated_at, m.created_at";
+pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.owner_id, m.content, m.kind, m.scope, m.visibility, m.author_kind, m.agent_name, m.source, m.superseded_by, m.invalidated_at, m.created_at";
 
 /// Related stubs a recall lists, in all and per hit.
 pub const RELATED_CAP: usize = 8;
@@ -618,7 +618,6 @@ struct DeliveredRule {
     layer: RuleLayer,
     applies_scope: Option<String>,
     pinned: bool,
-    promoted_at: Option<i64>,
 }
 
 impl FromAnyRow for DeliveredRule {
@@ -631,7 +630,6 @@ impl FromAnyRow for DeliveredRule {
             layer: enum_col(r, "layer")?,
             applies_scope: col(r, "applies_scope")?,
             pinned: crate::rows::flag_col(r, "pinned")?,
-            promoted_at: col(r, "promoted_at")?,
         })
     }
 }
@@ -1908,7 +1906,7 @@ impl Store {
         // caller reaches as a member (a team's or a shared project's).
         let reached = self.member_scopes(&caller.user_id).await?;
         let mut sql = Sql::new(
-            "SELECT owner_id, id, memory_id, text, layer, applies_scope, pinned, promoted_at FROM rules WHERE status = ",
+            "SELECT owner_id, id, memory_id, text, layer, applies_scope, pinned FROM rules WHERE status = ",
         );
         sql.bind_str(crate::rules::RuleState::Promoted.as_str())
             .push(" AND (owner_id = ")
@@ -1952,9 +1950,10 @@ impl Store {
                     pinned: r.pinned,
                 },
             );
+            // Unpinned rules past their time were left out by the query.
             if r.pinned {
                 pinned.push(rule);
-            } else if r.promoted_at.unwrap_or(0) >= ttl {
+            } else {
                 let bucket = if r.layer == RuleLayer::User {
                     &mut user_layer
                 } else if team_root {

@@ -1100,6 +1100,18 @@ impl Store {
         ];
         self.revoke_rules_set_elsewhere(conn, &values, from, path)
             .await?;
+        // The giver's session provenance (their thread, conversation and
+        // transport session) does not go to the heir with the memories.
+        let scrub = format!(
+            "UPDATE memories SET source = {} WHERE owner_id = {{from}} AND scope = {{path}} AND visibility = 'shared' AND source IS NOT NULL",
+            self.backend
+                .json_without("source", &crate::memories::WRITER_SESSION_KEYS)
+        );
+        Sql::template(&scrub, &values)
+            .query()
+            .execute(&mut *conn)
+            .await
+            .db("scrub the giver's sessions")?;
         for (what, template) in [
             // A user-layer rule is the giver's own instruction (their
             // connect-time instructions and every briefing of theirs): it
@@ -1121,14 +1133,18 @@ impl Store {
                    (memory_b IS NULL AND memory_a IN (GOING)) \
                    OR (memory_b IS NOT NULL AND (memory_a IN (GOING)) <> (memory_b IN (GOING))))",
             ),
-            // A rule goes with its memory, but not its pin when the heir is
-            // a team's steward: pinning takes the writer role now, which a
-            // steward never holds, and nobody could unpin it.
+            // A rule in force goes with its memory, but not its pin when
+            // the heir is a team's steward: pinning takes the writer role
+            // now, which a steward never holds, and nobody could unpin it.
+            // A rule no longer in force (revoked, by the giver or just
+            // above as set elsewhere; dismissed) stays the giver's, as a
+            // user-layer one does: its text and its target are the
+            // giver's, never delivered to the heir, and not theirs to read.
             (
                 "hand over rules",
                 "UPDATE rules SET owner_id = {to}, \
                  pinned = CASE WHEN EXISTS (SELECT 1 FROM teams t WHERE t.steward_id = {to}) THEN 0 ELSE pinned END \
-                 WHERE owner_id = {from} AND layer <> 'user' AND memory_id IN (GOING)",
+                 WHERE owner_id = {from} AND layer <> 'user' AND status = 'promoted' AND memory_id IN (GOING)",
             ),
             (
                 "hand over links",
@@ -2086,12 +2102,16 @@ impl Store {
         caller: &Caller,
         rows: &[sqlx::any::AnyRow],
     ) -> Result<Vec<zm_contracts::Memory>, ToolError> {
-        let mut items = zm_contracts::Memory::from_rows(rows)?;
+        let named = rows
+            .iter()
+            .map(|r| {
+                Ok(col::<Option<String>>(r, "superseded_by")?
+                    .map(zm_contracts::MemoryId::from_trusted))
+            })
+            .collect::<Result<Vec<_>, ToolError>>()?;
+        let mut items = self.memories_served_to(caller, rows).await?;
         let exported: std::collections::HashSet<String> =
             items.iter().map(|m| m.id.as_str().to_string()).collect();
-        let named: Vec<Option<zm_contracts::MemoryId>> =
-            items.iter().map(|m| m.superseded_by.clone()).collect();
-        self.hide_unreadable_successors(caller, &mut items).await?;
         for (m, successor) in items.iter_mut().zip(named) {
             if m.superseded_by.is_none()
                 && successor

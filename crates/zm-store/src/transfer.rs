@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 use zm_contracts::scope;
 use zm_contracts::{
     AuthorKind, DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput,
-    IdKind, ImportMemoryInput, ImportMemoryOutput, ImportTarget, Memory, MemoryId, MoveFailure,
+    IdKind, ImportMemoryInput, ImportMemoryOutput, ImportTarget, MemoryId, MoveFailure,
     MoveMemoriesInput, MoveMemoriesOutput, ShareInput, ShareOutput, ToolError, TranslationStatus,
     UserId, Visibility, validate::field_error,
 };
@@ -63,6 +63,11 @@ enum Refusal {
 }
 
 impl Store {
+    /// The caller's own live memory `id`, where they may write, held for
+    /// the move: its role is checked where a first read found it, and
+    /// again where it is once held (`hold_own_rechecked`, as a forget or
+    /// a supersede does): on PostgreSQL another share or move of it, a
+    /// retirement or a hand-over may have committed in between.
     async fn check_movable(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -81,29 +86,55 @@ impl Store {
         };
         let row = MovableRow::from_row(&row)?;
         if row.owner_id.as_str() != caller.user_id {
-            // Visible but not the caller's: say so; invisible: not found.
-            return Ok(Err(if self.can_read_memory(&mut *tx, caller, id).await? {
-                Refusal::NotOwner
-            } else {
-                Refusal::NotFound
-            }));
+            return Ok(Err(self.not_movable_by(tx, caller, id).await?));
         }
         if row.invalidated_at.is_some() {
             return Ok(Err(Refusal::Invalidated));
         }
+        let read_only = |e: ToolError| {
+            if e.code == zm_contracts::ErrorCode::Forbidden {
+                Ok(Err(Refusal::ReadOnly(e)))
+            } else {
+                Err(e)
+            }
+        };
         if let Err(e) = self
             .may_change_own_in(tx, caller, &row.scope, row.visibility)
             .await
         {
-            if e.code != zm_contracts::ErrorCode::Forbidden {
-                return Err(e);
-            }
-            return Ok(Err(Refusal::ReadOnly(e)));
+            return read_only(e);
+        }
+        let held = match self
+            .hold_own_rechecked(tx, caller, id, &row.scope, row.visibility)
+            .await
+        {
+            Ok(Some(held)) => held,
+            // Handed over meanwhile.
+            Ok(None) => return Ok(Err(self.not_movable_by(tx, caller, id).await?)),
+            Err(e) => return read_only(e),
+        };
+        if held.invalidated_at.is_some() {
+            return Ok(Err(Refusal::Invalidated));
         }
         Ok(Ok(Placement {
-            scope: row.scope,
-            visibility: row.visibility,
+            scope: held.scope,
+            visibility: held.visibility,
         }))
+    }
+
+    /// Why a memory that is not the caller's does not move: visible to
+    /// them, not theirs; invisible, not found (as a foreign id reads).
+    async fn not_movable_by(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Refusal, ToolError> {
+        Ok(if self.can_read_memory(&mut *tx, caller, id).await? {
+            Refusal::NotOwner
+        } else {
+            Refusal::NotFound
+        })
     }
 
     /// The shareable scope a share/move targets, writable by the caller.
@@ -124,46 +155,29 @@ impl Store {
         self.writable_path(tx, caller, &path).await
     }
 
+    /// Move a memory `check_movable` holds into `target`, shared.
     async fn move_one(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         id: &str,
-        from: &Placement,
         target: &str,
-    ) -> Result<bool, ToolError> {
-        // Still the caller's, live, and where its role was checked when it
-        // moves: on PostgreSQL a team removal may have handed it over since
-        // it was checked (a memory handed over stays where its new owner
-        // got it), or another share or move of it committed. `false`:
-        // nothing moved, unless what committed meanwhile was this very
-        // move (the same share twice at once: the memory is where it was
-        // asked to go, as a repeat a moment later would find it).
-        let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL AND scope = $6 AND visibility = $7")
+    ) -> Result<(), ToolError> {
+        let done = sqlx::query("UPDATE memories SET scope = $1, visibility = $2, shared_at = $3, shared_by = $4 WHERE id = $5 AND owner_id = $4 AND invalidated_at IS NULL")
             .bind(target)
             .bind(Visibility::Shared.as_str())
             .bind(self.now())
             .bind(&caller.user_id)
             .bind(id)
-            .bind(&from.scope)
-            .bind(from.visibility.as_str())
             .execute(&mut *tx)
             .await
             .db("move memory")?;
-        if done.rows_affected() > 0 {
-            return Ok(true);
+        if done.rows_affected() != 1 {
+            // Held and checked in this transaction: it cannot have gone.
+            tracing::error!(memory = id, "a held memory did not move");
+            return Err(ToolError::internal());
         }
-        let there: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM memories WHERE id = $1 AND owner_id = $2 AND invalidated_at IS NULL AND scope = $3 AND visibility = $4",
-        )
-        .bind(id)
-        .bind(&caller.user_id)
-        .bind(target)
-        .bind(Visibility::Shared.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .db("moved meanwhile")?;
-        Ok(there.is_some())
+        Ok(())
     }
 
     /// Widen one memory into a shared project or team scope.
@@ -193,11 +207,7 @@ impl Store {
             Err(Refusal::ReadOnly(e)) => return Err(e),
             Ok(placement) => {
                 if !placement.is_shared_in(&target) {
-                    if !self.move_one(tx, caller, id, &placement, &target).await? {
-                        return Err(ToolError::conflict(format!(
-                            "Memory {id} changed meanwhile (it is no longer yours, was retired, or was moved): nothing was moved."
-                        )));
-                    }
+                    self.move_one(tx, caller, id, &target).await?;
                     cx.placement_changed(id);
                 }
             }
@@ -253,17 +263,7 @@ impl Store {
                 Ok(placement) => {
                     // Already shared there: nothing to change (a repeat is a no-op).
                     if !placement.is_shared_in(&target) {
-                        if !self
-                            .move_one(tx, caller, mid.as_str(), &placement, &target)
-                            .await?
-                        {
-                            // Handed over, retired or moved since it was checked.
-                            failed.push(MoveFailure {
-                                memory_id: mid,
-                                error: "changed meanwhile".into(),
-                            });
-                            continue;
-                        }
+                        self.move_one(tx, caller, mid.as_str(), &target).await?;
                         changed.push(mid.clone());
                     }
                     moved.push(mid);
@@ -540,8 +540,7 @@ impl Store {
             }
             _ => None,
         };
-        let mut items = Memory::from_rows(&rows)?;
-        self.hide_unreadable_successors(caller, &mut items).await?;
+        let items = self.memories_served_to(caller, &rows).await?;
         Ok(ExportMemoriesOutput {
             count: u32::try_from(items.len()).unwrap_or(u32::MAX),
             items,

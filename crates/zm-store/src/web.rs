@@ -9,7 +9,7 @@ use zm_contracts::{IdKind, Memory, MemoryKind, ToolError};
 
 use crate::db::DbResult;
 use crate::identity::{hash_secret, random_secret};
-use crate::rows::{FromAnyRow, col};
+use crate::rows::col;
 use crate::scopes::push_visible;
 use crate::sql::Sql;
 use crate::store::{Caller, Grant, Store, Transport};
@@ -359,8 +359,7 @@ impl Store {
             Some(last) if more => Some(col::<i64>(last, "page_seq")?),
             _ => None,
         };
-        let mut items = Memory::from_rows(&rows)?;
-        self.hide_unreadable_successors(caller, &mut items).await?;
+        let items = self.memories_served_to(caller, &rows).await?;
         Ok(MemoryPage { items, next })
     }
 
@@ -580,8 +579,8 @@ pub struct McpSessionInfo {
 }
 
 impl Store {
-    /// Links, entities and conflicts of a memory the caller can read
-    /// (`get_memory` decides that first; this reads only what it may).
+    /// Links, entities and conflicts of a memory the caller can read; one
+    /// they cannot is `not_found`, as a foreign id always reads.
     pub async fn memory_context(
         &self,
         caller: &Caller,
@@ -592,39 +591,43 @@ impl Store {
         // steward's (which the team's admins may change, and the team's
         // other members see as left to the team).
         let mut conn = self.pool.acquire().await.db("acquire")?;
-        let holder = sqlx::query(
+        let mut sql = Sql::new(
             "SELECT m.owner_id AS owner_id, m.scope AS scope, m.visibility AS visibility, \
              CAST(CASE WHEN EXISTS (SELECT 1 FROM teams t WHERE t.steward_id = m.owner_id AND t.deleted_at IS NULL) \
              THEN 1 ELSE 0 END AS BIGINT) AS stewards \
-             FROM memories m WHERE m.id = $1",
-        )
-        .bind(memory_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .db("memory holder")?;
-        if let Some(row) = holder {
-            let owner: String = col(&row, "owner_id")?;
-            out.mine = owner == caller.user_id;
-            if out.mine {
-                let visibility: zm_contracts::Visibility =
-                    crate::rows::enum_col(&row, "visibility")?;
+             FROM memories m WHERE m.id = ",
+        );
+        sql.bind_str(memory_id).push(" AND ");
+        push_visible(&mut sql, "m", &caller.user_id);
+        let holder = sql
+            .query()
+            .fetch_optional(&mut *conn)
+            .await
+            .db("memory holder")?;
+        let Some(row) = holder else {
+            return Err(ToolError::not_found(format!(
+                "Memory {memory_id} not found."
+            )));
+        };
+        let owner: String = col(&row, "owner_id")?;
+        out.mine = owner == caller.user_id;
+        if out.mine {
+            let visibility: zm_contracts::Visibility = crate::rows::enum_col(&row, "visibility")?;
+            let scope: String = col(&row, "scope")?;
+            if crate::scopes::changing_own_needs_writer(&scope, visibility) {
+                let role = self.role_in(&mut *conn, &caller.user_id, &scope).await?;
+                out.reader_only = !role.is_some_and(zm_contracts::TeamRole::can_write);
+            }
+        }
+        if !out.mine && crate::rows::flag_col(&row, "stewards")? {
+            let visibility: zm_contracts::Visibility = crate::rows::enum_col(&row, "visibility")?;
+            if visibility == zm_contracts::Visibility::Shared {
                 let scope: String = col(&row, "scope")?;
-                if crate::scopes::changing_own_needs_writer(&scope, visibility) {
-                    let role = self.role_in(&mut *conn, &caller.user_id, &scope).await?;
-                    out.reader_only = !role.is_some_and(zm_contracts::TeamRole::can_write);
-                }
+                out.for_team = self
+                    .may_act_for_steward(&mut conn, caller, &owner, &scope)
+                    .await?;
             }
-            if !out.mine && crate::rows::flag_col(&row, "stewards")? {
-                let visibility: zm_contracts::Visibility =
-                    crate::rows::enum_col(&row, "visibility")?;
-                if visibility == zm_contracts::Visibility::Shared {
-                    let scope: String = col(&row, "scope")?;
-                    out.for_team = self
-                        .may_act_for_steward(&mut conn, caller, &owner, &scope)
-                        .await?;
-                }
-                out.left_to_team = out.for_team.is_none();
-            }
+            out.left_to_team = out.for_team.is_none();
         }
         drop(conn);
         let mut sql = Sql::new(

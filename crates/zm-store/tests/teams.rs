@@ -566,6 +566,58 @@ backend_tests! {
         assert_eq!((again["deduplicated"].clone(), again["memory_id"].clone()), (json!(true), json!(shared)), "[{l}] the shared one absorbs a repeat");
     }
 
+    /// A memory's thread, conversation and transport session are its
+    /// writer's: the thread token is signed, not encrypted, and carries
+    /// the scope it is pinned to (here a private project's name). A
+    /// teammate's read and export, a team's export and the heir of a
+    /// hand-over never see them; the writer does, and everyone sees how
+    /// the write was routed.
+    async fn a_writers_session_provenance_stays_theirs(store: Store, l: &str) {
+        let (_, a) = user(&store, "prov-a").await;
+        let (ub, b) = user(&store, "prov-b").await;
+        let slug = team(&store, &a, l, "prov").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let session = unique("ses_prov").replace('-', "_");
+        let b_in = with_session(&b, &session);
+        let ctx = ok(build_context(&store, &b_in, json!({"topic": "falcon", "project_hint": "https://github.com/b/private-falcon"})).await, l, "B's briefing");
+        let token = ctx.session.thread.clone().expect("a thread");
+        let in_team = mem(&store, &b_in, l, json!({"content": "Team deploys go out on Tuesdays.", "kind": "fact", "scope": format!("team.{slug}"), "thread": token})).await;
+        let in_project = mem(&store, &b_in, l, json!({"content": "Ledger exports are CSV.", "kind": "fact", "scope": project, "thread": token})).await;
+        let id = |s: &str| zm_contracts::MemoryId::parse(s).expect("an id");
+        let writer_keys = ["thread", "conversation", "session"];
+        let own = ok(store.get_memory(&b, &id(&in_team)).await, l, "B reads theirs").source.unwrap_or_default();
+        assert_eq!((&own["thread"], &own["session"]), (&json!(token), &json!(session)), "[{l}] the writer's own: {own}");
+        assert!(own["conversation"].is_string(), "[{l}] {own}");
+        let unseen = |what: &str, source: &Value| {
+            assert!(source["routing"].is_object(), "[{l}] {what}: the routing is everyone's: {source}");
+            for k in writer_keys {
+                assert!(source.get(k).is_none(), "[{l}] {what}: {k} reached a reader: {source}");
+            }
+        };
+        for m in [&in_team, &in_project] {
+            let read = ok(store.get_memory(&a, &id(m)).await, l, "A reads B's").source.unwrap_or_default();
+            unseen("A's read", &read);
+        }
+        let export = ok(call(&store, &a, "export_memories", json!({"scopes": ["*"]})).await, l, "A's export").to_string();
+        assert!(export.contains(&in_team) && export.contains(&in_project), "[{l}] exported: {export}");
+        assert!(!export.contains(&token) && !export.contains(&session), "[{l}] A's export: {export}");
+        let team_export = format!("{:?}", ok(store.export_team(&a, &slug).await, l, "the team's export"));
+        assert!(team_export.contains(&in_team) && !team_export.contains(&token) && !team_export.contains(&session), "[{l}] the team's export: {team_export}");
+        // B leaves: the project's memory is its owner's now, the team's
+        // the steward's; neither keeps B's session.
+        ok(store.remove_team_member(&a, &slug, &b.user_id).await, l, "remove B");
+        let handed = ok(store.get_memory(&a, &id(&in_project)).await, l, "A holds B's project memory").source.unwrap_or_default();
+        unseen("the heir's read", &handed);
+        let mine = ok(call(&store, &a, "export_memories", json!({"scopes": ["*"]})).await, l, "the heir's export").to_string();
+        assert!(mine.contains(&in_project) && !mine.contains(&token), "[{l}] the heir's export: {mine}");
+        let team_export = format!("{:?}", ok(store.export_team(&a, &slug).await, l, "the team's export after"));
+        assert!(team_export.contains(&in_team) && !team_export.contains(&token), "[{l}] the team's export after: {team_export}");
+    }
+
     /// Unsharing a project is a departure for the members who reached it
     /// only through the team: what they shared there goes to the project's
     /// owner with its rules (who may then revoke them), and their rules
@@ -650,9 +702,15 @@ backend_tests! {
         assert!(rules_of(&r).await.contains(&format!("green build ({tag})")), "[{l}] the team gets W's rule");
         ok(store.set_team_role(&admin, &slug, &uo.id, SetRoleInput { role: TeamRole::Reader }).await, l, "O is demoted");
         ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "W is removed");
-        // The memory is O's now; its rule for the team is not.
+        // The memory is O's now; its rule for the team is not, and stays
+        // W's, revoked: its text and target are not O's to read.
         ok(store.get_memory(&o, &zm_contracts::MemoryId::parse(&m).unwrap()).await, l, "O holds the memory");
         assert!(!rules_of(&r).await.contains(&tag), "[{l}] a rule for the team the project's owner did not set");
+        let o_rules = store.list_rules(&o).await.unwrap();
+        assert!(o_rules.iter().all(|x| x.memory_id.as_str() != m), "[{l}] W's revoked rule went to O: {o_rules:?}");
+        let w_rules = store.list_rules(&w).await.unwrap();
+        let kept = w_rules.iter().find(|x| x.memory_id.as_str() == m).expect("W keeps the row");
+        assert_eq!(kept.status, zm_store::rules::RuleState::Revoked, "[{l}] {w_rules:?}");
         let edit = json!({"content": format!("Deploys skip the build ({tag})."), "kind": "convention", "scope": project, "links": [{"dst": m, "type": "supersedes"}]});
         ok(call(&store, &o, "remember", edit).await, l, "O edits the memory");
         let seen = rules_of(&r).await;

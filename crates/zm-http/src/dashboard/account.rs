@@ -443,14 +443,25 @@ pub(crate) async fn import(
         )
         .await;
     };
+    // What the form's selects offer, and nothing else: a value it does
+    // not offer (a crafted or stale form) is refused, not read as the
+    // default, so a file is never imported as another format than asked.
     let format = match format.as_str() {
+        "zm" | "" => zm_store::importer::ImportFormat::Zm,
         "server-memory" => zm_store::importer::ImportFormat::ServerMemory,
-        _ => zm_store::importer::ImportFormat::Zm,
+        _ => {
+            let why = "choose zero-memory export or @modelcontextprotocol/server-memory";
+            return page(&state, &signed, None, Some(&invalid("format", why, rid))).await;
+        }
     };
     let target = match target.as_str() {
         "core" => Some(zm_store::importer::ImportInto::Core),
         "personal" => Some(zm_store::importer::ImportInto::Personal),
-        _ => None,
+        "" => None,
+        _ => {
+            let why = "choose as the file says, personal or core";
+            return page(&state, &signed, None, Some(&invalid("target", why, rid))).await;
+        }
     };
     // The whole file is imported whatever becomes of the request (a
     // proxy's read timeout, a closed tab): on a task of its own, which

@@ -452,12 +452,12 @@ mod tests {
             &Failure::from_tool(ToolError::conflict("it moved"), rid).back_to("/memories/x"),
         ));
         for url in [
-            "href=\"/zm/memories/x\"",
-            "href=\"/zm/\"",
-            "href=\"/zm/assets/app.css\"",
-            "src=\"/zm/assets/app.js\"",
+            "href=\"/zm/memories/x\"".to_string(),
+            "href=\"/zm/\"".to_string(),
+            format!("href=\"/zm{}\"", super::super::CSS.href()),
+            format!("src=\"/zm{}\"", super::super::JS.href()),
         ] {
-            assert!(html.contains(url), "{url} in {html}");
+            assert!(html.contains(url.as_str()), "{url} in {html}");
         }
     }
 }

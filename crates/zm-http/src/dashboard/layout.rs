@@ -41,8 +41,8 @@ pub(crate) fn page(
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " — zero-memory" }
                 link rel="icon" href="data:,";
-                link rel="stylesheet" href=(prefix.join("/assets/app.css"));
-                script src=(prefix.join("/assets/app.js")) defer {}
+                link rel="stylesheet" href=(prefix.join(&super::CSS.href()));
+                script src=(prefix.join(&super::JS.href())) defer {}
             }
             body {
                 a.skip href="#main" { "Skip to content" }

@@ -217,6 +217,11 @@ pub(crate) async fn submit(
         Err(e) => return errors::page(&prefix, None, &Failure::from_tool(e, rid)),
     };
     let Some(user) = user else {
+        state
+            .metrics
+            .unauthorized
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state.store.audit_web_login(&email, None, rid).await;
         let f = Failure::from_tool(
             ToolError::validation("Wrong email or password.").with_details(serde_json::json!({
                 "fields": [{"path": "password", "reason": "wrong email or password"}]
@@ -228,6 +233,10 @@ pub(crate) async fn submit(
     state
         .login_backoff
         .succeeded(&email, device.as_deref())
+        .await;
+    state
+        .store
+        .audit_web_login(&email, Some(&user.id), rid)
         .await;
     // A sign-in over a session this browser still holds ends that one: a
     // shared machine's next person does not leave the last one signed in.

@@ -48,29 +48,64 @@ fn day_ms(s: &str) -> Option<i64> {
 }
 
 impl ListQuery {
-    fn filter(&self) -> MemoryFilter {
+    /// The filter these parameters ask for. A value the page never offers
+    /// (an unknown kind or status, a date that is not `YYYY-MM-DD`, an
+    /// agent name past 200 characters: a hand-edited or stale address) is
+    /// `validation_failed` naming each such parameter, not silently
+    /// dropped, so a list never claims a filter it did not apply.
+    fn filter(&self) -> Result<MemoryFilter, zm_contracts::ToolError> {
         let nonempty = |v: &Option<String>| {
             v.as_deref()
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
         };
-        MemoryFilter {
-            scope: nonempty(&self.scope),
-            kind: nonempty(&self.kind).and_then(|k| MemoryKind::parse(&k)),
-            status: self
-                .status
-                .as_deref()
-                .and_then(MemoryStatus::parse)
-                .unwrap_or_default(),
-            agent: self.agent.clone().filter(|a| a.len() <= 200),
-            since: self.since.as_deref().and_then(day_ms),
-            until: self
-                .until
-                .as_deref()
-                .and_then(day_ms)
-                .map(|t| t + 24 * 60 * 60 * 1000),
+        let mut errors = Vec::new();
+        let mut refuse = |field: &str, reason: &str| {
+            errors.push(zm_contracts::FieldError {
+                path: field.to_string(),
+                reason: reason.to_string(),
+            });
+        };
+        let kind = nonempty(&self.kind).and_then(|k| {
+            let parsed = MemoryKind::parse(&k);
+            if parsed.is_none() {
+                refuse("kind", "not a memory kind");
+            }
+            parsed
+        });
+        let status = match nonempty(&self.status) {
+            None => MemoryStatus::default(),
+            Some(st) => MemoryStatus::parse(&st).unwrap_or_else(|| {
+                refuse("status", "not a status this list offers");
+                MemoryStatus::default()
+            }),
+        };
+        let mut date = |field: &str, v: &Option<String>| {
+            nonempty(v).and_then(|d| {
+                let ms = day_ms(&d);
+                if ms.is_none() {
+                    refuse(field, "not a date (YYYY-MM-DD)");
+                }
+                ms
+            })
+        };
+        let since = date("since", &self.since);
+        let until = date("until", &self.until).map(|t| t + 24 * 60 * 60 * 1000);
+        if self.agent.as_deref().is_some_and(|a| a.len() > 200) {
+            refuse("agent", "longer than an agent name (200 characters)");
         }
+        if !errors.is_empty() {
+            return Err(zm_contracts::validate::validation_error(errors));
+        }
+        Ok(MemoryFilter {
+            scope: nonempty(&self.scope),
+            kind,
+            status,
+            agent: self.agent.clone(),
+            since,
+            until,
+        })
     }
 
     /// This query with one parameter set (or removed), as a link.
@@ -151,7 +186,10 @@ pub(crate) async fn index(
     super::PageQuery(q): super::PageQuery<ListQuery>,
 ) -> Response {
     let caller = signed.caller();
-    let filter = q.filter();
+    let filter = match q.filter() {
+        Ok(f) => f,
+        Err(e) => return signed.error(&call_failure(e, &signed).back_to("/")),
+    };
     let query = q.q.as_deref().map_or("", str::trim).to_string();
     let facets = match state.store.memory_facets(&caller, &filter).await {
         Ok(f) => f,

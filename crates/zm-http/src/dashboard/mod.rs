@@ -112,14 +112,52 @@ pub fn routes(state: AppState) -> Router {
             "/teams/{slug}/invitations/{id}/withdraw",
             post(teams::withdraw),
         )
-        .route("/assets/app.css", get(css))
-        .route("/assets/app.js", get(js))
+        .route(CSS.route, get(css))
+        .route(JS.route, get(js))
         .method_not_allowed_fallback(not_a_page)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            run_changes_to_the_end,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             refuse_nul_in_uri,
         ))
         .with_state(state)
+}
+
+/// A form's change (any `POST`) runs to its end on a task of its own, as
+/// a REST or MCP write does: a person who closes the tab or loses the
+/// connection mid-change does not drop it between its transaction and
+/// what follows it (the index's placement, the metrics, a refusal's audit
+/// row). Pages stay on the request and end with it.
+async fn run_changes_to_the_end(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    ) {
+        return next.run(req).await;
+    }
+    let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+    match crate::run_to_the_end(&state.store, req, next).await {
+        Some(resp) => resp,
+        None => {
+            let failure = Failure::from_tool(
+                zm_contracts::ToolError::rate_limited(
+                    "Too many changes are still running on this server; try again in a moment.",
+                ),
+                request_id.as_deref(),
+            );
+            let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
+    }
 }
 
 /// A dashboard address opened with a method it does not take (a `GET` of
@@ -196,27 +234,69 @@ async fn refuse_nul_in_uri(
     next.run(req).await
 }
 
-async fn css() -> Response {
-    asset(
-        "text/css; charset=utf-8",
-        include_str!("../../assets/app.css"),
-    )
+/// The dashboard's stylesheet and script, compiled in.
+const APP_CSS: &str = include_str!("../../assets/app.css");
+const APP_JS: &str = include_str!("../../assets/app.js");
+
+/// A compiled-in asset: its route, its body and its version (the first 16
+/// hex digits of its SHA-256).
+pub(crate) struct Asset {
+    route: &'static str,
+    body: &'static str,
+    version: String,
 }
 
-async fn js() -> Response {
-    asset(
-        "text/javascript; charset=utf-8",
-        include_str!("../../assets/app.js"),
-    )
+impl Asset {
+    fn new(route: &'static str, body: &'static str) -> Asset {
+        use sha2::Digest;
+        let version = Sha256::digest(body.as_bytes())
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Asset {
+            route,
+            body,
+            version,
+        }
+    }
+
+    /// The address a page names it by, relative to the dashboard's root:
+    /// its route with its version, so a page always loads the asset of its
+    /// own build and an upgrade is never styled by a cached older copy.
+    pub(crate) fn href(&self) -> String {
+        format!("{}?v={}", self.route, self.version)
+    }
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    let mut resp = body.into_response();
+pub(crate) static CSS: std::sync::LazyLock<Asset> =
+    std::sync::LazyLock::new(|| Asset::new("/assets/app.css", APP_CSS));
+pub(crate) static JS: std::sync::LazyLock<Asset> =
+    std::sync::LazyLock::new(|| Asset::new("/assets/app.js", APP_JS));
+
+async fn css(query: axum::extract::RawQuery) -> Response {
+    asset("text/css; charset=utf-8", &CSS, query.0.as_deref())
+}
+
+async fn js(query: axum::extract::RawQuery) -> Response {
+    asset("text/javascript; charset=utf-8", &JS, query.0.as_deref())
+}
+
+fn asset(content_type: &'static str, asset: &Asset, query: Option<&str>) -> Response {
+    let mut resp = asset.body.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // The address a page names (this build's version) never changes
+    // content: cached for a year. Any other (an older page's version, or
+    // none) is checked again on each use.
+    let current = query.and_then(|q| q.strip_prefix("v=")) == Some(asset.version.as_str());
     h.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=3600"),
+        HeaderValue::from_static(if current {
+            "public, max-age=31536000, immutable"
+        } else {
+            "no-cache"
+        }),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,

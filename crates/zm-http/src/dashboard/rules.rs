@@ -249,7 +249,17 @@ pub(crate) async fn download(
     let (file, heading) = match q.format.as_deref() {
         Some("agents") => ("AGENTS.md", "## Standing rules (from zero-memory)"),
         Some("cursor") => (".cursorrules", "# Standing rules (from zero-memory)"),
-        _ => ("CLAUDE.md", "## Standing rules (from zero-memory)"),
+        Some("claude" | "") | None => ("CLAUDE.md", "## Standing rules (from zero-memory)"),
+        Some(_) => {
+            return signed.error(
+                &Failure::invalid_field(
+                    "format",
+                    "choose claude, agents or cursor",
+                    signed.request_id.as_deref(),
+                )
+                .back_to("/rules"),
+            );
+        }
     };
     let mut text = format!("{heading}\n\n");
     for r in &rules {

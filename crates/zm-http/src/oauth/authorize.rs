@@ -147,10 +147,11 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
 /// like the POST (a client lookup per request), before the query is read.
 pub(super) async fn page(
     State(st): State<OauthState>,
-    _: Throttled,
+    throttled: Result<Throttled, OauthRejection>,
     headers: HeaderMap,
     query: Result<QueryParams, OauthRejection>,
 ) -> Result<Response, OauthRejection> {
+    throttled.map_err(OauthRejection::into_page)?;
     let QueryParams(p) = query.map_err(OauthRejection::into_page)?;
     let authz = validate(&st, &p).await?;
     // The cookie is sent again with every form, so it lives as long as
@@ -173,11 +174,12 @@ pub(super) async fn page(
 /// `POST /oauth/authorize`: the sign-in form.
 pub(super) async fn submit(
     State(st): State<OauthState>,
-    _: Throttled,
+    throttled: Result<Throttled, OauthRejection>,
     request_id: Option<Extension<RequestId>>,
     headers: HeaderMap,
     form: Result<FormParams, OauthRejection>,
 ) -> Result<Response, OauthRejection> {
+    throttled.map_err(OauthRejection::into_page)?;
     let FormParams(p) = form.map_err(OauthRejection::into_page)?;
     let authz = validate(&st, &p).await?;
     let public_url = st.app.cfg.public_url.as_str();
@@ -260,6 +262,10 @@ pub(super) async fn submit(
         None
     };
     let Some(user) = user else {
+        st.app
+            .metrics
+            .unauthorized
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         st.app
             .store
             .audit_oauth_login_failure(&email, &authz.client.id, rid)

@@ -30,6 +30,8 @@ pub enum OauthRejection {
     MethodNotAllowed(&'static str),
     /// 429 `rate_limited`, with `Retry-After` seconds.
     RateLimited { retry_after: u64 },
+    /// The same, to a browser on the sign-in page: a 429 page.
+    RateLimitedPage { retry_after: u64 },
     /// 500 `server_error`; the cause was logged where it happened.
     ServerError,
     /// Browser-facing, before a user has signed in in this request: an
@@ -82,6 +84,9 @@ impl OauthRejection {
             OauthRejection::BadRequest { error, description } => {
                 Self::request_page(error, description)
             }
+            OauthRejection::RateLimited { retry_after } => {
+                OauthRejection::RateLimitedPage { retry_after }
+            }
             other => other,
         }
     }
@@ -96,6 +101,19 @@ impl IntoResponse for OauthRejection {
                 error,
                 message,
             } => return pages::error(status, error, &message),
+            OauthRejection::RateLimitedPage { retry_after } => {
+                let retry_after = retry_after.max(1);
+                let mut resp = pages::error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Some("rate_limited"),
+                    &format!(
+                        "Too many sign-in attempts from this address. Wait {retry_after} s, then reload this page."
+                    ),
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                return resp;
+            }
             OauthRejection::BadRequest { error, description } => {
                 (StatusCode::BAD_REQUEST, error, description)
             }

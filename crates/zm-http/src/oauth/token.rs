@@ -189,6 +189,13 @@ fn refused(e: OauthError) -> OauthRejection {
     }
 }
 
+/// HTTP Basic credentials' base64, padded or not: both are seen in the wild.
+const BASIC_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// How a request names its client. Every client is public
 /// (`token_endpoint_auth_method: none`): it sends `client_id` in the body,
 /// or, as a client written for confidential clients may, as the user
@@ -222,13 +229,7 @@ impl ClientId {
             basic: true,
             description: why.to_string(),
         };
-        // Padded or not: both are seen in the wild.
-        let lenient = base64::engine::GeneralPurpose::new(
-            &base64::alphabet::STANDARD,
-            base64::engine::GeneralPurposeConfig::new()
-                .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-        );
-        let decoded = lenient
+        let decoded = BASIC_BASE64
             .decode(credentials)
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
