@@ -347,7 +347,9 @@ def signin_form(srv, client, redirect_uri):
     status, headers, text = srv.raw("GET", "/oauth/authorize?" + authorize_query(client, redirect_uri))
     if status != 200:
         raise RuntimeError(f"the sign-in page answered {status}: {text[:200]}")
-    cookies = [c.split(";", 1)[0] for c in header(headers, "set-cookie") if c.startswith("zm_oauth_csrf=")]
+    # Behind an https public URL the cookie carries the __Secure- prefix.
+    cookies = [c.split(";", 1)[0] for c in header(headers, "set-cookie")
+               if c.startswith(("zm_oauth_csrf=", "__Secure-zm_oauth_csrf="))]
     fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', text))
     if not cookies or "csrf" not in fields:
         raise RuntimeError("the sign-in page has no CSRF cookie or token")

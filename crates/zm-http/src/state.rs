@@ -287,18 +287,49 @@ impl CookieScope {
         }
     }
 
-    /// A `Set-Cookie` value: `HttpOnly`, with `same_site`, this scope's
-    /// `Path` and `Secure` (`max_age` 0 and an empty value clear it; a
-    /// cookie is cleared only under the `Path` it was set with).
+    /// The name cookie `base` goes by in this scope. Behind https, with the
+    /// prefix a browser enforces (RFC 6265bis §4.1.3): `__Host-` at the
+    /// root (set by this host alone, over https, for `/`: a neighbouring
+    /// subdomain cannot plant one to shadow ours, as it could a plain
+    /// name by a cookie of a longer path, sent first), `__Secure-` under a
+    /// path (set over https only). Over plain http (a local server), the
+    /// name itself.
+    pub(crate) fn name(&self, base: &str) -> String {
+        match (self.secure, self.path.as_str()) {
+            (true, "/") => format!("__Host-{base}"),
+            (true, _) => format!("__Secure-{base}"),
+            (false, _) => base.to_string(),
+        }
+    }
+
+    /// The value a request carries for cookie `base` in this scope (the
+    /// first one sent under its name), if any.
+    pub(crate) fn read(&self, headers: &axum::http::HeaderMap, base: &str) -> Option<String> {
+        let name = self.name(base);
+        headers
+            .get_all(axum::http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    }
+
+    /// A `Set-Cookie` value for cookie `base` ([`Self::name`]): `HttpOnly`,
+    /// with `same_site`, this scope's `Path` and `Secure` (`max_age` 0 and
+    /// an empty value clear it; a cookie is cleared only under the `Path`
+    /// it was set with).
     pub(crate) fn set_cookie(
         &self,
-        name: &str,
+        base: &str,
         value: &str,
         max_age: u64,
         same_site: &str,
     ) -> String {
         format!(
-            "{name}={value}; Path={}; Max-Age={max_age}; HttpOnly; SameSite={same_site}{}",
+            "{}={value}; Path={}; Max-Age={max_age}; HttpOnly; SameSite={same_site}{}",
+            self.name(base),
             self.path,
             if self.secure { "; Secure" } else { "" }
         )
@@ -757,7 +788,39 @@ mod tests {
         }
         assert_eq!(
             CookieScope::of("https://h.example/zm", "").set_cookie("c", "v", 60, "Strict"),
-            "c=v; Path=/zm; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
+            "__Secure-c=v; Path=/zm; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
+        );
+        assert_eq!(
+            CookieScope::of("https://h.example", "").set_cookie("c", "v", 60, "Strict"),
+            "__Host-c=v; Path=/; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
+        );
+        assert_eq!(
+            CookieScope::of("http://127.0.0.1:8787", "").set_cookie("c", "v", 0, "Lax"),
+            "c=v; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
+        );
+    }
+
+    /// Behind https a cookie is read only under its prefixed name: one a
+    /// neighbouring subdomain set under the plain name (which it can, with
+    /// `Domain=` and a longer `Path`, so that it is sent first) is not
+    /// ours; over plain http the plain name is the only one.
+    #[test]
+    fn a_cookie_is_read_under_the_name_its_scope_gives_it() {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(
+            axum::http::header::COOKIE,
+            "zm_session=planted; __Host-zm_session=ours; __Secure-zm_session=prefixed"
+                .parse()
+                .unwrap(),
+        );
+        let read = |base: &str| CookieScope::of(base, "").read(&h, "zm_session");
+        assert_eq!(read("https://m.example").as_deref(), Some("ours"));
+        assert_eq!(read("https://m.example/zm").as_deref(), Some("prefixed"));
+        assert_eq!(read("http://127.0.0.1:8787").as_deref(), Some("planted"));
+        let bare = axum::http::HeaderMap::new();
+        assert_eq!(
+            CookieScope::of("https://m.example", "").read(&bare, "zm_session"),
+            None
         );
     }
 

@@ -2312,7 +2312,8 @@ async fn parallel_sign_ins(postgres: Option<String>) {
 }
 
 /// An upper-case `https` public URL still gives the session cookie
-/// `Secure`.
+/// `Secure`, and, at the root, the `__Host-` prefix: a cookie a
+/// neighbouring subdomain plants under the plain name is not read.
 #[tokio::test]
 async fn an_upper_case_https_public_url_makes_cookies_secure() {
     let s = start_with(None, |c| {
@@ -2326,9 +2327,42 @@ async fn an_upper_case_https_public_url_makes_cookies_secure() {
     let session = p
         .set_cookies
         .iter()
-        .find(|c| c.starts_with("zm_session="))
+        .find(|c| c.starts_with("__Host-zm_session="))
         .expect("a session cookie");
-    assert!(session.contains("; Secure"), "{session}");
+    assert!(
+        session.contains("; Secure") && session.contains("; Path=/;"),
+        "{session}"
+    );
+    assert_eq!(
+        b.get(&s, "/").await.status,
+        200,
+        "signed in under the prefixed name"
+    );
+    // A planted plain `zm_session` (another account's live session, say)
+    // is not ours: alone it signs nobody in.
+    let (_, other_email, other_password) = person(&s.store, "planter").await;
+    let mut planter = Browser::default();
+    assert_eq!(
+        planter
+            .sign_in(&s, &other_email, &other_password)
+            .await
+            .status,
+        303
+    );
+    let theirs = planter
+        .cookies
+        .iter()
+        .find(|(k, _)| k == "__Host-zm_session")
+        .map(|(_, v)| v.clone())
+        .expect("the planter's session");
+    let mut victim = Browser::default();
+    victim.cookies.push(("zm_session".into(), theirs));
+    let p = victim.get(&s, "/").await;
+    assert_eq!(
+        p.status, 303,
+        "a plain-named cookie signed a browser in: {}",
+        p.body
+    );
     s.running.stop().await;
 }
 
@@ -2882,6 +2916,43 @@ async fn an_address_that_does_not_read_is_the_validation_page(s: Server) {
         );
     }
     assert_eq!(b.get(&s, "/?before=5").await.status, 200);
+}
+
+/// The account's download streams every page of `export_memories`: more
+/// memories than one page holds all arrive, once each, as JSON lines.
+#[tokio::test]
+async fn the_account_download_holds_every_page() {
+    let s = start(None).await;
+    let (user, email, password) = person(&s.store, "dash-export").await;
+    let n = zm_contracts::EXPORT_PAGE_MAX as usize + 3;
+    for i in 0..n {
+        remember(
+            &s.store,
+            &user.id,
+            &format!("Export line number {i} of the account."),
+            "personal",
+        )
+        .await;
+    }
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let r = s
+        .http
+        .get(format!("{}/account/export", s.base))
+        .header("cookie", b.header())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    let text = r.text().await.unwrap();
+    let mut ids = std::collections::HashSet::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("a JSON line");
+        assert!(ids.insert(v["id"].as_str().unwrap().to_string()), "{line}");
+    }
+    assert_eq!(ids.len(), n, "every memory, once");
+    s.running.stop().await;
 }
 
 /// A dashboard sign-in is audited as an OAuth one is: a wrong password as

@@ -209,34 +209,43 @@ pub(crate) async fn password(
     }
 }
 
-/// `GET /account/export`: every page of `export_memories`, as JSONL.
+/// `GET /account/export`: every page of `export_memories`, as JSONL,
+/// streamed a page at a time (an account of many memories is never held
+/// whole in memory). A failure on the first page is the error page; one
+/// on a later page ends the download as failed (the connection is cut,
+/// so the browser does not keep a file that silently stops short).
 pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Response {
     let caller = signed.caller();
-    let mut out = String::new();
-    let mut input = json!({"limit": zm_contracts::EXPORT_PAGE_MAX});
-    loop {
-        match state
-            .tools
-            .call(&caller, ToolName::ExportMemories, &input)
-            .await
-        {
-            Ok(ToolOutput::ExportMemories(page)) => {
-                for m in &page.items {
-                    out.push_str(&serde_json::to_string(m).unwrap_or_default());
-                    out.push('\n');
+    let first = json!({"limit": zm_contracts::EXPORT_PAGE_MAX});
+    let page = match export_page(&state, &caller, &first).await {
+        Ok(page) => page,
+        Err(e) => return signed.error(&signed.fail(e)),
+    };
+    let pages = futures::stream::unfold(ExportStep::Lines(page), move |step| {
+        let (state, caller) = (state.clone(), caller.clone());
+        async move {
+            let (lines, cursor) = match step {
+                ExportStep::Done => return None,
+                ExportStep::Failed(e) => return Some((Err(e), ExportStep::Done)),
+                ExportStep::Lines(page) => page,
+            };
+            let next = match cursor {
+                None => ExportStep::Done,
+                Some(c) => {
+                    let input = json!({"limit": zm_contracts::EXPORT_PAGE_MAX, "cursor": c});
+                    match export_page(&state, &caller, &input).await {
+                        Ok(page) => ExportStep::Lines(page),
+                        Err(e) => {
+                            tracing::warn!(target: "zm_http", code = e.code.as_str(), "an account export stopped short");
+                            ExportStep::Failed(std::io::Error::other("the export stopped short"))
+                        }
+                    }
                 }
-                match page.next_cursor {
-                    Some(c) => input["cursor"] = json!(c),
-                    None => break,
-                }
-            }
-            Ok(_) => break,
-            Err(e) => {
-                return signed.error(&signed.fail(e));
-            }
+            };
+            Some((Ok(bytes::Bytes::from(lines)), next))
         }
-    }
-    let mut resp = out.into_response();
+    });
+    let mut resp = Body::from_stream(pages).into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -248,6 +257,38 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
+}
+
+/// Where a streamed export stands: a page's lines to send (and the cursor
+/// of the page after them), a failure to end the download with, or done.
+enum ExportStep {
+    Lines((String, Option<String>)),
+    Failed(std::io::Error),
+    Done,
+}
+
+/// One page of the caller's export: its JSONL lines, and the cursor of
+/// the next page when there is one.
+async fn export_page(
+    state: &AppState,
+    caller: &zm_store::Caller,
+    input: &serde_json::Value,
+) -> Result<(String, Option<String>), ToolError> {
+    match state
+        .tools
+        .call(caller, ToolName::ExportMemories, input)
+        .await?
+    {
+        ToolOutput::ExportMemories(page) => {
+            let mut lines = String::new();
+            for m in &page.items {
+                lines.push_str(&serde_json::to_string(m).map_err(|_| ToolError::internal())?);
+                lines.push('\n');
+            }
+            Ok((lines, page.next_cursor))
+        }
+        _ => Err(ToolError::internal()),
+    }
 }
 
 /// Check the signed-in account's current password (form field `field`).
@@ -266,7 +307,13 @@ pub(crate) async fn current_password(
     // Counted now, before the password check (a success clears it).
     let device = state
         .login_backoff
-        .known_device(&state.store, state.store.form_key(), email, headers)
+        .known_device(
+            &state.store,
+            state.store.form_key(),
+            email,
+            headers,
+            &crate::state::CookieScope::of(&state.cfg.public_url, ""),
+        )
         .await;
     if let Err(secs) = state.login_backoff.attempt(email, device.as_deref()).await {
         let mut f = Failure::from_tool(

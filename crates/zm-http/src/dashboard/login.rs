@@ -107,8 +107,8 @@ fn form_page(
 /// The sign-in cookie this browser already holds, or a new one. Kept, so
 /// that every sign-in form open in the browser's tabs stays good (each is
 /// bound to the cookie); it is replaced on a successful sign-in only.
-fn login_cookie(headers: &HeaderMap) -> String {
-    cookie(headers, LOGIN_COOKIE)
+fn login_cookie(state: &AppState, headers: &HeaderMap) -> String {
+    cookie(state, headers, LOGIN_COOKIE)
         .filter(|v| csrf::well_formed(v))
         .unwrap_or_else(csrf::new_cookie)
 }
@@ -121,12 +121,12 @@ pub(crate) async fn page(
 ) -> Response {
     let prefix = state.cfg.path_prefix();
     let next = local(&prefix, q.next.as_deref());
-    if let Some(secret) = super::session_secret(&headers)
+    if let Some(secret) = super::session_secret(&state, &headers)
         && let Ok(Some(_)) = state.store.web_session(&secret).await
     {
         return redirect(&next);
     }
-    let value = login_cookie(&headers);
+    let value = login_cookie(&state, &headers);
     let mut resp = html(
         StatusCode::OK,
         form_page(&state, &prefix, &value, &next, "", None),
@@ -154,7 +154,7 @@ pub(crate) async fn submit(
     let next = local(&prefix, form.get("next"));
     let email = form.get("email").unwrap_or("").trim().to_string();
     let again = |failure: Failure, status: StatusCode| {
-        let value = login_cookie(&headers);
+        let value = login_cookie(&state, &headers);
         let mut resp = html(
             status,
             form_page(&state, &prefix, &value, &next, &email, Some(&failure)),
@@ -164,7 +164,7 @@ pub(crate) async fn submit(
         }
         resp
     };
-    let cookie_value = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
+    let cookie_value = cookie(&state, &headers, LOGIN_COOKIE).unwrap_or_default();
     if cookie_value.is_empty()
         || !csrf::valid(
             state.store.form_key(),
@@ -199,7 +199,13 @@ pub(crate) async fn submit(
     // browser that last signed in to the account is counted apart.
     let device = state
         .login_backoff
-        .known_device(&state.store, state.store.form_key(), &email, &headers)
+        .known_device(
+            &state.store,
+            state.store.form_key(),
+            &email,
+            &headers,
+            &CookieScope::of(&state.cfg.public_url, ""),
+        )
         .await;
     if let Err(secs) = state.login_backoff.attempt(&email, device.as_deref()).await {
         let mut f = Failure::from_tool(
@@ -240,7 +246,7 @@ pub(crate) async fn submit(
         .await;
     // A sign-in over a session this browser still holds ends that one: a
     // shared machine's next person does not leave the last one signed in.
-    if let Some(old) = super::session_secret(&headers)
+    if let Some(old) = super::session_secret(&state, &headers)
         && let Err(e) = state.store.web_session_end(&old).await
     {
         return errors::page(&prefix, None, &Failure::from_tool(e, rid));
@@ -288,7 +294,7 @@ pub(crate) async fn logout(
     if let Err(f) = super::signed_form(&state, &signed, &headers, body).await {
         return signed.error(&f);
     }
-    if let Some(secret) = super::session_secret(&headers)
+    if let Some(secret) = super::session_secret(&state, &headers)
         && let Err(e) = state.store.web_session_end(&secret).await
     {
         return signed.error(&signed.fail(e));

@@ -361,16 +361,11 @@ pub(crate) fn login_then(prefix: &PathPrefix, back: &str) -> String {
     )
 }
 
-/// A cookie's value from the request.
-pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
+/// The value of the dashboard's cookie `name` a request carries (under
+/// the name [`CookieScope::name`] gives it behind the public URL).
+pub(crate) fn cookie(state: &AppState, headers: &HeaderMap, name: &str) -> Option<String> {
+    CookieScope::of(&state.cfg.public_url, "")
+        .read(headers, name)
         .filter(|v| !v.is_empty() && v.len() <= 128)
 }
 
@@ -521,7 +516,7 @@ impl FromRequestParts<AppState> for Signed {
             let target = target.unwrap_or_else(|| "/login".to_string());
             see_other(&prefix, &target)
         };
-        let Some(secret) = cookie(&parts.headers, SESSION_COOKIE) else {
+        let Some(secret) = cookie(state, &parts.headers, SESSION_COOKIE) else {
             return Err(back());
         };
         match state.store.web_session(&secret).await {
@@ -702,8 +697,8 @@ pub(crate) fn clear_session_cookie(state: &AppState) -> String {
 }
 
 /// The session secret a request carries, if any (sign-out).
-pub(crate) fn session_secret(headers: &HeaderMap) -> Option<String> {
-    cookie(headers, SESSION_COOKIE)
+pub(crate) fn session_secret(state: &AppState, headers: &HeaderMap) -> Option<String> {
+    cookie(state, headers, SESSION_COOKIE)
 }
 
 #[cfg(test)]

@@ -157,7 +157,7 @@ pub(super) async fn page(
     // The cookie is sent again with every form, so it lives as long as
     // the form's token does (a form rendered late in the cookie's life
     // would otherwise expire early).
-    let cookie = csrf::cookie(&headers).unwrap_or_else(csrf::new_cookie);
+    let cookie = csrf::cookie(&st.app.cfg.public_url, &headers).unwrap_or_else(csrf::new_cookie);
     let set = Some(csrf::set_cookie(
         &st.app.cfg.public_url,
         &cookie,
@@ -192,7 +192,7 @@ pub(super) async fn submit(
     let email = p.get("email").unwrap_or("").trim().to_string();
     // A missing or expired form token: show a fresh form, check nothing.
     let canonical = authz.canonical();
-    let cookie = csrf::cookie(&headers);
+    let cookie = csrf::cookie(public_url, &headers);
     let token_ok = match (&cookie, p.get("csrf")) {
         (Some(c), Some(t)) => csrf::valid(&st.key, c, t, &canonical),
         _ => false,
@@ -227,7 +227,13 @@ pub(super) async fn submit(
     // browser that last signed in to the account is counted apart.
     let device = st
         .backoff
-        .known_device(&st.app.store, st.key.as_slice(), &email, &headers)
+        .known_device(
+            &st.app.store,
+            st.key.as_slice(),
+            &email,
+            &headers,
+            &CookieScope::of(public_url, ""),
+        )
         .await;
     if let Err(secs) = st.backoff.attempt(&email, device.as_deref()).await {
         st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);

@@ -22,16 +22,11 @@ pub(crate) fn new_cookie() -> String {
     URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
 }
 
-/// The CSRF cookie value of a request, if well-formed.
-pub(super) fn cookie(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v.to_string())
+/// The CSRF cookie value of a request to the server at `public_url`, if
+/// well-formed.
+pub(super) fn cookie(public_url: &str, headers: &HeaderMap) -> Option<String> {
+    CookieScope::of(public_url, "/oauth")
+        .read(headers, COOKIE)
         .filter(|v| well_formed(v))
 }
 
@@ -153,11 +148,18 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_str(&format!("a=b; {COOKIE}={c}")).unwrap(),
         );
-        assert_eq!(cookie(&h), Some(c));
+        assert_eq!(cookie("http://127.0.0.1:8787", &h), Some(c.clone()));
+        // Behind https only the prefixed name is ours.
+        assert_eq!(cookie("https://m.example", &h), None);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("__Secure-{COOKIE}={c}")).unwrap(),
+        );
+        assert_eq!(cookie("https://m.example", &h), Some(c));
         h.insert(
             header::COOKIE,
             HeaderValue::from_static("zm_oauth_csrf=short"),
         );
-        assert_eq!(cookie(&h), None);
+        assert_eq!(cookie("http://127.0.0.1:8787", &h), None);
     }
 }

@@ -218,9 +218,12 @@ impl LoginBackoff {
         key: &[u8],
         email: &str,
         headers: &HeaderMap,
+        scope: &CookieScope,
     ) -> Option<String> {
         let account = account_key(email)?;
-        let value = crate::dashboard::cookie(headers, DEVICE_COOKIE)?;
+        let value = scope
+            .read(headers, DEVICE_COOKIE)
+            .filter(|v| !v.is_empty() && v.len() <= 128)?;
         let (issued, tag) = value.split_once('.')?;
         let issued_ms: i64 = issued.parse().ok()?;
         let age = self.clock.wall_ms().saturating_sub(issued_ms);
@@ -498,7 +501,7 @@ mod tests {
         );
         let owner = sent(&set);
         let known = async |email: &str, key: &[u8], h: &HeaderMap| {
-            b.known_device(store, key, email, h).await
+            b.known_device(store, key, email, h, &scope).await
         };
         let device = known(&a, &key, &owner).await.expect("the browser is known");
         assert_eq!(
