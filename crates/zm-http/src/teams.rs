@@ -223,9 +223,100 @@ handler!(
 handler!(team_audit, "team_audit", (team), |state, caller| {
     state.store.team_audit(&caller, &team)
 });
-handler!(export_team, "export_team", (team), |state, caller| {
-    state.store.export_team(&caller, &team)
-});
+/// `GET /api/teams/{team}/export`: the route's `TeamExport`, streamed a
+/// page at a time (a team of many memories is never held whole in
+/// memory). A refusal, or a failure on the first page, is the usual error
+/// answer; a failure on a later page cuts the connection, so the client
+/// sees the export fail rather than a JSON document that stops short.
+async fn export_team(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    Params((team,)): Params<(String,)>,
+    Extension(request_id): Extension<RequestId>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    use zm_store::teams::TEAM_EXPORT_PAGE;
+    let caller = admin_caller("export_team", &auth, &headers, &request_id)?;
+    let first = state
+        .store
+        .export_team_page(&caller, &team, None, TEAM_EXPORT_PAGE)
+        .await?;
+    let slug =
+        serde_json::to_string(&first.team).map_err(|_| ApiError::new(ToolError::internal()))?;
+    let head = format!("{{\"team\":{slug},\"items\":[");
+    let start = ExportStep::Page {
+        page: first,
+        out: head,
+        wrote_any: false,
+    };
+    let body = futures::stream::unfold(start, move |step| {
+        let (state, caller, team) = (state.clone(), caller.clone(), team.clone());
+        async move {
+            let (page, mut out, mut wrote_any) = match step {
+                ExportStep::Done => return None,
+                ExportStep::Failed => {
+                    let cut = std::io::Error::other("the team export stopped short");
+                    return Some((Err(cut), ExportStep::Done));
+                }
+                ExportStep::Page {
+                    page,
+                    out,
+                    wrote_any,
+                } => (page, out, wrote_any),
+            };
+            for m in &page.items {
+                let Ok(text) = serde_json::to_string(m) else {
+                    return Some((Ok(bytes::Bytes::from(out)), ExportStep::Failed));
+                };
+                if wrote_any {
+                    out.push(',');
+                }
+                out.push_str(&text);
+                wrote_any = true;
+            }
+            let next = match page.next {
+                None => {
+                    out.push_str("]}");
+                    ExportStep::Done
+                }
+                Some(after) => match state
+                    .store
+                    .export_team_page(&caller, &team, Some(after), TEAM_EXPORT_PAGE)
+                    .await
+                {
+                    Ok(page) => ExportStep::Page {
+                        page,
+                        out: String::new(),
+                        wrote_any,
+                    },
+                    Err(e) => {
+                        tracing::warn!(target: "zm_http", code = e.code.as_str(), "a team export stopped short");
+                        ExportStep::Failed
+                    }
+                },
+            };
+            Some((Ok::<_, std::io::Error>(bytes::Bytes::from(out)), next))
+        }
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+/// Where a streamed team export stands: a page to write (after what is
+/// already in `out`), a failure to cut the connection with, or done.
+enum ExportStep {
+    Page {
+        page: zm_store::teams::TeamExportPage,
+        out: String,
+        wrote_any: bool,
+    },
+    Failed,
+    Done,
+}
 
 /// The handler of each declared route, with the method it answers.
 fn handler_of(operation_id: &str) -> Option<(&'static str, MethodRouter<AppState>)> {

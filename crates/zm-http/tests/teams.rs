@@ -8,7 +8,7 @@ mod common;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use zm_http::HttpConfig;
-use zm_store::Store;
+use zm_store::{Caller, Store};
 
 struct Server {
     base: String,
@@ -413,6 +413,39 @@ async fn teams_over_rest_and_a_removal_mid_session() {
         (200, Some(1)),
         "the admin exports for 30 days: {body}"
     );
+    s.running.stop().await;
+}
+
+/// A team's export is streamed page by page: more memories than one page
+/// holds arrive as one JSON document of the route's schema, each once.
+#[tokio::test]
+async fn a_team_export_larger_than_a_page_is_one_document() {
+    let s = start().await;
+    let a = common::user(&s.store, "big").await;
+    let t = common::token(&s.store, &a, None, &["mcp:read", "mcp:write"]).await;
+    let (st, body) = s
+        .send("POST", "/api/teams", &t, Some(json!({"slug": "bigteam"})))
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let tools = zm_store::ToolService::new(s.store.clone());
+    let n = zm_store::teams::TEAM_EXPORT_PAGE as usize + 2;
+    for i in 0..n {
+        tools
+            .call(
+                &Caller::new(a.id.clone()),
+                zm_contracts::ToolName::Remember,
+                &json!({"content": format!("Team fact number {i}."), "kind": "fact", "scope": "team.bigteam"}),
+            )
+            .await
+            .expect("remember");
+    }
+    let (st, body) = s.send("GET", "/api/teams/bigteam/export", &t, None).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["team"], "bigteam");
+    let items = body["items"].as_array().expect("items");
+    let ids: std::collections::HashSet<&str> =
+        items.iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!((items.len(), ids.len()), (n, n));
     s.running.stop().await;
 }
 

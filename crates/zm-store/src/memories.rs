@@ -101,7 +101,7 @@ impl FromAnyRow for KnownEntity {
 
 /// Successor ids looked up per statement when hiding unreadable ones
 /// (`hide_unreadable_successors`): far below what one statement may bind.
-const SUCCESSORS_PER_QUERY: usize = 10_000;
+pub(crate) const SUCCESSORS_PER_QUERY: usize = 10_000;
 
 /// A memory a lifecycle change reads: the caller's own, or one a team's
 /// steward holds that the caller, its team's admin, changes for it.

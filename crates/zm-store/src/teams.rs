@@ -34,6 +34,49 @@ use crate::scopes::Role;
 use crate::sql::{Arg, Sql};
 use crate::store::{Caller, Store};
 
+/// How many memories a page of a team's export holds (the HTTP route
+/// streams the pages, so the export is never held whole in memory).
+pub const TEAM_EXPORT_PAGE: u32 = 1000;
+
+/// Where a page of a team's export ends: the next page starts after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TeamExportPosition {
+    created_at: i64,
+    seq: i64,
+}
+
+/// One page of a team's export ([`Store::export_team_page`]).
+#[derive(Debug)]
+pub struct TeamExportPage {
+    /// The team's slug.
+    pub team: String,
+    pub items: Vec<zm_contracts::Memory>,
+    /// Where the next page starts; `None` on the last.
+    pub next: Option<TeamExportPosition>,
+}
+
+/// What a team's export holds: a live team's shared memories in its own
+/// scopes, or a deleted team's steward's memories.
+enum ExportSet {
+    Scopes(Vec<String>),
+    Steward(String),
+}
+
+impl ExportSet {
+    /// The condition on `m` of a memory the export holds.
+    fn push(&self, sql: &mut Sql) {
+        match self {
+            ExportSet::Scopes(scopes) => {
+                sql.push("m.visibility = 'shared' AND m.scope IN ");
+                sql.bind_list(scopes.iter().cloned());
+            }
+            ExportSet::Steward(steward) => {
+                sql.push("m.owner_id = ").bind_str(steward);
+            }
+        }
+    }
+}
+
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The scopes `user_id` reaches as a member, as a subquery: scopes they
@@ -2037,14 +2080,93 @@ impl Store {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    /// Every memory of a team's scopes, for its admins; for a deleted team,
-    /// for its admins at deletion until the purge.
+    /// Every memory of a team's export at once: the pages of
+    /// [`Self::export_team_page`] gathered (the HTTP route streams them
+    /// instead).
     pub async fn export_team(&self, caller: &Caller, slug: &str) -> Result<TeamExport, ToolError> {
+        let mut page = self
+            .export_team_page(caller, slug, None, TEAM_EXPORT_PAGE)
+            .await?;
+        let mut items = std::mem::take(&mut page.items);
+        while let Some(after) = page.next {
+            page = self
+                .export_team_page(caller, slug, Some(after), TEAM_EXPORT_PAGE)
+                .await?;
+            items.append(&mut page.items);
+        }
+        Ok(TeamExport {
+            team: page.team,
+            items,
+        })
+    }
+
+    /// One page of a team's export: at most `limit` of its memories, oldest
+    /// first, after `after` (the `next` of the page before; `None` for the
+    /// first). A live team's export is every memory shared in its own
+    /// scopes, for its admins; a deleted team's, for 30 days, what its
+    /// steward held, for its admins of that moment. Every page checks the
+    /// caller again, so an admin removed mid-export gets no more of it.
+    pub async fn export_team_page(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        after: Option<TeamExportPosition>,
+        limit: u32,
+    ) -> Result<TeamExportPage, ToolError> {
         let mut conn = self.pool.acquire().await.db("acquire")?;
-        let Some(team) = self.team_row(&mut conn, slug, For::Reading).await? else {
+        let (team, set) = self.team_export_set(&mut conn, caller, slug).await?;
+        let mut sql = Sql::new("SELECT ");
+        sql.push(crate::search::MEMORY_COLUMNS)
+            .push(", m.seq AS page_seq FROM memories m WHERE ");
+        set.push(&mut sql);
+        if let Some(a) = after {
+            sql.push(" AND (m.created_at > ")
+                .bind_i64(a.created_at)
+                .push(" OR (m.created_at = ")
+                .bind_i64(a.created_at)
+                .push(" AND m.seq > ")
+                .bind_i64(a.seq)
+                .push("))");
+        }
+        let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
+        sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
+            .bind_i64(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1));
+        let mut rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+        // Given back before the items look up successors on a connection
+        // of their own: holding one while waiting for another, a pool's
+        // worth of exports at once would wait on each other until the
+        // pool's timeout.
+        drop(conn);
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = match rows.last() {
+            Some(last) if more => Some(TeamExportPosition {
+                created_at: col(last, "created_at")?,
+                seq: col(last, "page_seq")?,
+            }),
+            _ => None,
+        };
+        Ok(TeamExportPage {
+            team,
+            items: self.export_items(caller, &rows, &set).await?,
+            next,
+        })
+    }
+
+    /// The team's slug and what its export holds, for `caller`: a live
+    /// team's admins export its own scopes; a deleted team's admins of that
+    /// moment (granted at the deletion), the steward's memories until the
+    /// purge. Anyone else: the team does not exist.
+    async fn team_export_set(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        slug: &str,
+    ) -> Result<(String, ExportSet), ToolError> {
+        let Some(team) = self.team_row(&mut *conn, slug, For::Reading).await? else {
             return Err(no_team(slug));
         };
-        let scopes: Vec<String> = if team.deleted_at.is_some() {
+        if team.deleted_at.is_some() {
             let granted: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM team_export_grants WHERE team_id = $1 AND user_id = $2",
             )
@@ -2057,50 +2179,28 @@ impl Store {
                 return Err(no_team(slug));
             }
             let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
-            let mut sql = Sql::new("SELECT ");
-            sql.push(crate::search::MEMORY_COLUMNS)
-                .push(" FROM memories m WHERE m.owner_id = ")
-                .bind_str(&steward)
-                .push(" ORDER BY m.created_at, m.seq");
-            let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
-            // Given back before the items look up successors on a
-            // connection of their own: holding one while waiting for
-            // another, a pool's worth of exports at once would wait on
-            // each other until the pool's timeout.
-            drop(conn);
-            return Ok(TeamExport {
-                team: team.slug,
-                items: self.export_items(caller, &rows).await?,
-            });
-        } else {
-            self.admin_of(&mut conn, caller, slug, For::Reading).await?;
-            self.team_scopes(&mut conn, &team)
-                .await?
-                .into_iter()
-                .filter(|(_, owned)| *owned)
-                .map(|(p, _)| p)
-                .collect()
-        };
-        let mut sql = Sql::new("SELECT ");
-        sql.push(crate::search::MEMORY_COLUMNS)
-            .push(" FROM memories m WHERE m.visibility = 'shared' AND m.scope IN ");
-        sql.bind_list(scopes);
-        sql.push(" ORDER BY m.created_at, m.seq");
-        let rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
-        drop(conn);
-        Ok(TeamExport {
-            team: team.slug,
-            items: self.export_items(caller, &rows).await?,
-        })
+            return Ok((team.slug, ExportSet::Steward(steward)));
+        }
+        self.admin_of(&mut *conn, caller, slug, For::Reading)
+            .await?;
+        let scopes = self
+            .team_scopes(&mut *conn, &team)
+            .await?
+            .into_iter()
+            .filter(|(_, owned)| *owned)
+            .map(|(p, _)| p)
+            .collect();
+        Ok((team.slug, ExportSet::Scopes(scopes)))
     }
 
     /// A team export's memories: each names its successor when the export
-    /// holds it too or the admin can read it, and not otherwise (a member's
-    /// private rewrite stays theirs).
+    /// holds it too (on this page or another) or the admin can read it,
+    /// and not otherwise (a member's private rewrite stays theirs).
     async fn export_items(
         &self,
         caller: &Caller,
         rows: &[sqlx::any::AnyRow],
+        set: &ExportSet,
     ) -> Result<Vec<zm_contracts::Memory>, ToolError> {
         let named = rows
             .iter()
@@ -2110,8 +2210,29 @@ impl Store {
             })
             .collect::<Result<Vec<_>, ToolError>>()?;
         let mut items = self.memories_served_to(caller, rows).await?;
-        let exported: std::collections::HashSet<String> =
-            items.iter().map(|m| m.id.as_str().to_string()).collect();
+        // Successors hidden from the admin that the export holds anyway.
+        let mut hidden: Vec<&str> = items
+            .iter()
+            .zip(&named)
+            .filter(|(m, s)| m.superseded_by.is_none() && s.is_some())
+            .filter_map(|(_, s)| s.as_ref().map(zm_contracts::MemoryId::as_str))
+            .collect();
+        hidden.sort_unstable();
+        hidden.dedup();
+        let mut exported = std::collections::HashSet::new();
+        for chunk in hidden.chunks(crate::memories::SUCCESSORS_PER_QUERY) {
+            let mut sql = Sql::new("SELECT m.id AS id FROM memories m WHERE m.id IN ");
+            sql.bind_list(chunk.iter().copied()).push(" AND ");
+            set.push(&mut sql);
+            for r in sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("exported successors")?
+            {
+                exported.insert(col::<String>(&r, "id")?);
+            }
+        }
         for (m, successor) in items.iter_mut().zip(named) {
             if m.superseded_by.is_none()
                 && successor

@@ -566,6 +566,55 @@ backend_tests! {
         assert_eq!((again["deduplicated"].clone(), again["memory_id"].clone()), (json!(true), json!(shared)), "[{l}] the shared one absorbs a repeat");
     }
 
+    /// A team's export pages: every shared memory of the team's scopes
+    /// once, oldest first, across pages of any size; a successor on a
+    /// later page is named all the same; every page checks the caller, so
+    /// an admin demoted mid-export gets no further page.
+    async fn a_team_export_pages_and_checks_every_page(store: Store, l: &str) {
+        let (_, a) = user(&store, "page-a").await;
+        let (ub, b) = user(&store, "page-b").await;
+        let slug = team(&store, &a, l, "page").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Admin).await;
+        let scope = format!("team.{slug}");
+        let mut written = Vec::new();
+        for i in 0..5 {
+            store.clock().advance_ms(1000);
+            written.push(mem(&store, &a, l, json!({"content": format!("Release train step {i} runs on Mondays."), "scope": scope, "kind": "fact"})).await);
+        }
+        store.clock().advance_ms(1000);
+        let newer = mem(&store, &a, l, json!({"content": "Release train step zero runs on Tuesdays now.", "scope": scope, "kind": "fact", "links": [{"dst": written[0], "type": "supersedes"}]})).await;
+        written.push(newer.clone());
+        let mut seen = Vec::new();
+        let mut first_item = None;
+        let mut after = None;
+        let mut pages = 0;
+        loop {
+            let page = ok(store.export_team_page(&b, &slug, after, 2).await, l, "a page");
+            assert_eq!(page.team, slug, "[{l}]");
+            assert!(page.items.len() <= 2, "[{l}]");
+            pages += 1;
+            for m in &page.items {
+                if m.id.as_str() == written[0] {
+                    first_item = Some(m.clone());
+                }
+                seen.push(m.id.as_str().to_string());
+            }
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3, "[{l}]");
+        assert_eq!(seen, written, "[{l}] every memory once, oldest first");
+        let first_item = first_item.expect("the first memory");
+        assert_eq!(first_item.superseded_by.as_ref().map(|s| s.as_str().to_string()), Some(newer), "[{l}] a successor on a later page is named");
+        // Demoted between two pages: the next page is refused.
+        let page = ok(store.export_team_page(&b, &slug, None, 2).await, l, "a first page");
+        ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Writer }).await, l, "B is demoted");
+        err(store.export_team_page(&b, &slug, page.next, 2).await, ErrorCode::Forbidden, l, "the next page after a demotion");
+        assert_eq!(ok(store.export_team(&a, &slug).await, l, "the whole export").items.len(), 6, "[{l}]");
+    }
+
     /// A memory's thread, conversation and transport session are its
     /// writer's: the thread token is signed, not encrypted, and carries
     /// the scope it is pinned to (here a private project's name). A
