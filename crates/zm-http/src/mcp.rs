@@ -131,7 +131,13 @@ impl McpEndpoint {
         let mut config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(state.cfg.hosts())
             .with_cancellation_token(cancel)
-            .with_max_request_body_bytes(state.cfg.body_limit);
+            // Every POST's body is read, within `body_limit`, before the
+            // transport gets it; a marked repeated argument key makes it a
+            // little longer than sent (by at most the key's path), which
+            // must not turn a refusable call into the transport's 413.
+            .with_max_request_body_bytes(
+                state.cfg.body_limit.saturating_mul(2).saturating_add(1024),
+            );
         // Origin is checked by `handle`, with the rule the dashboard's forms
         // share (rmcp's own check knows no per-request "same origin").
         config.session_store = Some(sessions.clone());

@@ -787,6 +787,24 @@ async fn a_stateless_client_is_told_to_pass_its_thread() {
         instructions.contains(zm_mcp::instructions::ATTACHMENT_NOTE),
         "{instructions}"
     );
+    // A call's footer says the same: nothing is set for the next call (it
+    // used to offer to "set" a project with a hint).
+    let r = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "recall")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "anything"}, "_meta": meta}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("stateless request"), "{text}");
+    assert!(!text.contains("to set one"), "{text}");
     s.stop().await;
 }
 
@@ -988,6 +1006,92 @@ async fn a_session_lets_go_of_a_project_left() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("validation_failed"), "{msgs:?}");
+    s.stop().await;
+}
+
+/// Over an HTTP session as over stdio: a briefing pinned to another
+/// project than the session's attachment does not hand the session its
+/// thread, so the next scope-less `remember` lands in the attached
+/// project, as its footer says.
+#[tokio::test]
+async fn a_briefing_pinned_elsewhere_leaves_the_session_where_it_is() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    let call = |id: u32, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}});
+    let (_, _, msgs) = s
+        .mcp(
+            &s.rw_a,
+            Some(&sid),
+            call(
+                2,
+                "recall",
+                json!({"query": "x", "project_hint": "git@github.com:acme/home.git"}),
+            ),
+        )
+        .await;
+    let home = msgs[0]["result"]["structuredContent"]["project_scope"]
+        .as_str()
+        .expect("pinned")
+        .to_string();
+    let (_, _, msgs) = s
+        .mcp(&s.rw_a, Some(&sid), call(3, "build_context", json!({"topic": "billing", "briefing": true, "project_hint": "git@github.com:acme/away.git"})))
+        .await;
+    let away = msgs[0]["result"]["structuredContent"]["project_scope"]
+        .as_str()
+        .expect("pinned")
+        .to_string();
+    assert_ne!(home, away);
+    assert!(
+        msgs[0]["result"]["structuredContent"]["session"]["thread"].is_string(),
+        "{msgs:?}"
+    );
+    let (_, _, msgs) = s
+        .mcp(
+            &s.rw_a,
+            Some(&sid),
+            call(
+                4,
+                "remember",
+                json!({"content": "A decision about home.", "kind": "decision"}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        msgs[0]["result"]["structuredContent"]["scope"],
+        json!(home),
+        "{msgs:?}"
+    );
+    s.stop().await;
+}
+
+/// A call within a few bytes of the body limit whose arguments repeat a
+/// key is still the tool's `validation_failed`: marking the repeat makes
+/// the body the transport reads a little longer than the one sent, and
+/// that must not become the transport's plain 413.
+#[tokio::test]
+async fn a_repeated_key_at_the_body_limit_is_still_refused_as_a_tool_error() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    let limit = 64 * 1024; // the body limit `start` sets
+    let shape = |pad: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"remember","arguments":{{"content":"{pad}","kind":"fact","kind":"fact","scope":"personal"}}}}}}"#
+        )
+    };
+    let pad = "x".repeat(limit - shape("").len() - 8);
+    let body = shape(&pad);
+    assert_eq!(body.len(), limit - 8);
+    let (status, _, msgs) =
+        common::mcp_post_text(&s.http, &s.base, &s.rw_a, Some(&sid), body).await;
+    assert_eq!(status, 200, "{msgs:?}");
+    assert_eq!(msgs[0]["result"]["isError"], json!(true), "{msgs:?}");
+    let text = msgs[0]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("validation_failed") && text.contains("kind"),
+        "{text}"
+    );
     s.stop().await;
 }
 

@@ -15,12 +15,16 @@ pub const REMINDER: &str = "--- reminder ---\nIf this conversation has produced 
 pub struct FooterContext {
     /// The project attached before this call.
     pub attached_before: Option<String>,
+    /// A stateless (2026-07-28) HTTP request: nothing carries over to the
+    /// next call, so nothing is attached or set.
+    pub stateless: bool,
 }
 
-fn session_line(session: Option<&SessionState>) -> String {
+fn session_line(session: Option<&SessionState>, stateless: bool) -> String {
     let attached = session.and_then(|s| s.attached_project.as_deref());
     let mut line = match attached {
         Some(p) => format!("session: working in {p} — scope-less writes land there."),
+        None if stateless => "session: none (stateless request) — nothing carries over between calls: pass thread or project_hint on every call that should land in a project (a scope-less remember with neither is refused).".to_string(),
         None => "session: NO PROJECT — a scope-less remember will be refused. Pass project_hint (the briefing names it) to set one.".to_string(),
     };
     if let Some(t) = session.and_then(|s| s.thread.as_deref()) {
@@ -62,16 +66,16 @@ pub fn footer(output: &ToolOutput, ctx: &FooterContext) -> Option<String> {
             facts
                 .routed_to_project
                 .map(|s| format!("ROUTED TO PROJECT: {s}")),
-            Some(session_line(facts.session)),
+            Some(session_line(facts.session, ctx.stateless)),
         ],
         ToolName::Recall => vec![
             cross_project_note(&facts, ctx),
-            Some(session_line(facts.session)),
+            Some(session_line(facts.session, ctx.stateless)),
             Some(REMINDER.into()),
         ],
         ToolName::BuildContext => vec![
             cross_project_note(&facts, ctx),
-            Some(session_line(facts.session)),
+            Some(session_line(facts.session, ctx.stateless)),
             rules_block(facts.rules),
             Some(REMINDER.into()),
         ],
@@ -252,6 +256,7 @@ mod tests {
         });
         let ctx = FooterContext {
             attached_before: Some("proj.a.y".into()),
+            stateless: false,
         };
         let f = footer(&out, &ctx).unwrap();
         assert!(f.starts_with("NOTE: this read was pinned to proj.a.x"));
@@ -276,6 +281,15 @@ mod tests {
         let f = footer(&none, &FooterContext::default()).unwrap();
         assert!(f.contains("NO PROJECT"));
         assert!(!f.contains("reminder"));
+        let stateless = FooterContext {
+            attached_before: None,
+            stateless: true,
+        };
+        let f = footer(&none, &stateless).unwrap();
+        assert!(
+            f.contains("stateless request") && !f.contains("to set one"),
+            "{f}"
+        );
         let forget = ToolOutput::Forget(ForgetOutput {
             memory_id: id(1),
             invalidated: true,

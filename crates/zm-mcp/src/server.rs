@@ -107,6 +107,16 @@ impl ZeroMemoryMcp {
             .clone()
     }
 
+    /// The thread this connection carries (a briefing's, for the project
+    /// it is attached to).
+    pub fn thread(&self) -> Option<String> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .thread
+            .clone()
+    }
+
     /// The caller of a request: the local account (stdio) or the token the
     /// HTTP layer verified, with the connection's carried state.
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
@@ -176,6 +186,18 @@ impl ZeroMemoryMcp {
         before: Option<&str>,
     ) {
         let attached = out.session().and_then(|s| s.attached_project.clone());
+        // A briefing's thread is kept by a connection only when it is for
+        // the project the connection is attached to (or it is attached to
+        // none): a briefing pinned elsewhere serves that read, and its
+        // thread is the caller's to pass explicitly. Kept, it would route
+        // every later scope-less write and read there, while the footer
+        // still says they land in the attached project.
+        let pin = match &*out {
+            ToolOutput::BuildContext(o) => o.project_scope.clone(),
+            _ => None,
+        };
+        let keeps_thread =
+            |attachment: Option<&str>| attachment.is_none() || attachment == pin.as_deref();
         if let Some(shared) = Self::shared_session(ctx) {
             // Only what changed: most calls report the attachment they had.
             // A read reports another one when it attached an unattached
@@ -188,6 +210,7 @@ impl ZeroMemoryMcp {
             let thread = out
                 .issued_thread()
                 .filter(|t| Some(*t) != shared.thread.as_deref())
+                .filter(|_| keeps_thread(attached.as_deref().or(held)))
                 .map(str::to_string);
             if project.is_some() || thread.is_some() {
                 // A failure is logged by the store; the call itself succeeded.
@@ -227,7 +250,9 @@ impl ZeroMemoryMcp {
             (Some(kept), Some(session)) => session.attached_project = Some(kept.clone()),
             (_, None) => {}
         }
-        if let Some(thread) = out.issued_thread() {
+        if let Some(thread) = out.issued_thread()
+            && keeps_thread(st.attached_project.as_deref())
+        {
             st.thread = Some(thread.to_string());
         }
     }
@@ -338,6 +363,8 @@ impl ZeroMemoryMcp {
         }
         let footer_ctx = FooterContext {
             attached_before: caller.attached_project.clone(),
+            stateless: matches!(self.identity, Identity::Http)
+                && Self::shared_session(ctx).is_none(),
         };
         // A read stops when the client cancels it (`notifications/cancelled`,
         // or its session ends); a write runs to its end. rmcp sends no

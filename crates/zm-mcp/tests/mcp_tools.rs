@@ -1365,6 +1365,65 @@ async fn unknown_tool_is_a_json_rpc_error() {
     }
 }
 
+/// A briefing pinned to another project than the one the connection is
+/// attached to serves that read, and its thread routes only the calls that
+/// pass it: the connection does not keep it, so the next scope-less
+/// `remember` and `recall` stay in the attached project, as the footer
+/// says. A briefing for the attached project keeps its thread.
+#[tokio::test]
+async fn a_briefing_pinned_elsewhere_does_not_move_the_connection() {
+    let env = Env::new().await;
+    let c = env.connect().await;
+    let r = c
+        .ok_full("recall", json!({"query": "anything", "project_hint": HINT}))
+        .await;
+    let project = s(&r["structuredContent"]["project_scope"]);
+    let b = c
+        .ok_full(
+            "build_context",
+            json!({"topic": "billing", "briefing": true, "project_hint": "git@github.com:acme/elsewhere.git"}),
+        )
+        .await;
+    let elsewhere = s(&b["structuredContent"]["project_scope"]);
+    assert_ne!(elsewhere, project);
+    let token = s(&b["structuredContent"]["session"]["thread"]);
+    assert!(token.starts_with("thr_"), "{b}");
+    let m = c
+        .ok_full(
+            "remember",
+            json!({"content": "A decision about the attached project.", "kind": "decision"}),
+        )
+        .await;
+    assert_eq!(m["structuredContent"]["scope"], project.as_str(), "{m}");
+    assert!(footer(&m).contains(&format!("session: working in {project}")));
+    let r = c
+        .ok_full("recall", json!({"query": "decision attached"}))
+        .await;
+    assert_eq!(
+        r["structuredContent"]["project_scope"],
+        project.as_str(),
+        "{r}"
+    );
+    // Passed explicitly, the thread routes there.
+    let there = c
+        .ok(
+            "remember",
+            json!({"content": "A note about billing.", "kind": "fact", "thread": token}),
+        )
+        .await;
+    assert_eq!(there["scope"], elsewhere.as_str());
+    // A briefing for the attached project: its thread is kept.
+    let own = c
+        .ok_full(
+            "build_context",
+            json!({"topic": "billing", "briefing": true, "project_hint": HINT}),
+        )
+        .await;
+    assert_eq!(own["structuredContent"]["project_scope"], project.as_str());
+    let kept = s(&own["structuredContent"]["session"]["thread"]);
+    assert_eq!(c.server.thread().as_deref(), Some(kept.as_str()));
+}
+
 #[tokio::test]
 async fn a_pinned_recall_attaches_an_unattached_connection() {
     let env = Env::new().await;
