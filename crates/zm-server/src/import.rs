@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use zm_store::importer::{ImportFormat, ImportInto, Summary, import_text};
+use zm_store::importer::{ImportFormat, ImportInto, Summary, import_reader};
 use zm_store::{Caller, ToolService, Transport};
 
 use crate::cli::{ImportArgs, ImportFormat as FormatArg, ImportTargetArg};
@@ -15,8 +15,11 @@ use crate::config::Config;
 
 /// `zero-memory import`.
 pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.file)
+    // Read a line at a time: a file of any size imports in bounded memory.
+    let file = tokio::fs::File::open(&args.file)
+        .await
         .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let file = tokio::io::BufReader::new(file);
     let store = open_store(cfg).await?;
     // Memories are written as the account: a disabled one writes nothing.
     let user = usable(find_user(&store, &args.user).await?)?;
@@ -34,13 +37,13 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
         ImportTargetArg::Core => ImportInto::Core,
         ImportTargetArg::Personal => ImportInto::Personal,
     });
-    let summary = import_text(
+    let summary = import_reader(
         ToolService::new(store.clone()),
         caller,
         source_path,
         format,
         target,
-        &text,
+        file,
     )
     .await;
     store.close().await;
@@ -57,10 +60,17 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
     for e in &summary.errors {
         eprintln!("error: {e}");
     }
-    if !summary.errors.is_empty() {
+    if summary.errors_unlisted > 0 {
+        eprintln!(
+            "error: … and {} more lines (only the first {} are listed)",
+            summary.errors_unlisted,
+            summary.errors.len()
+        );
+    }
+    if summary.failed() > 0 {
         bail!(
             "{} of {} lines could not be imported; fix them and run the import again (what was imported is skipped)",
-            summary.errors.len(),
+            summary.failed(),
             summary.lines
         );
     }

@@ -58,9 +58,32 @@ fn spawn_team_purge(store: Store, cancel: CancellationToken) {
     });
 }
 
+/// Whether SIGHUP was ignored when this process started: `nohup` (or a
+/// supervisor) asked for a hangup to change nothing, and listening for it
+/// would undo that. Read once, before any handler is installed.
+#[cfg(unix)]
+fn hangup_ignored_at_start() -> bool {
+    static IGNORED: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        std::fs::read_to_string("/proc/self/status").is_ok_and(|s| hangup_ignored_in(&s))
+    });
+    *IGNORED
+}
+
+/// Does this `/proc/<pid>/status` text say SIGHUP is ignored? `SigIgn` is a
+/// hex mask of ignored signals, signal `n` at bit `n - 1`; SIGHUP is 1.
+/// Unreadable (another system than Linux): no, and a hangup is listened for.
+fn hangup_ignored_in(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & 1 == 1)
+}
+
 /// Resolves on SIGTERM, SIGHUP (the terminal that started it closed: its
-/// default would end the process on the spot) or Ctrl-C: each shuts down
-/// gracefully.
+/// default would end the process on the spot; unless it was started with
+/// SIGHUP ignored, as `nohup` does, when a hangup changes nothing) or
+/// Ctrl-C: each shuts down gracefully.
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -77,7 +100,13 @@ pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     let (term, hangup) = (
         on(tokio::signal::unix::SignalKind::terminate()),
-        on(tokio::signal::unix::SignalKind::hangup()),
+        async move {
+            if hangup_ignored_at_start() {
+                std::future::pending::<()>().await;
+            } else {
+                on(tokio::signal::unix::SignalKind::hangup()).await;
+            }
+        },
     );
     #[cfg(not(unix))]
     let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
@@ -167,4 +196,22 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     store.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_ignored_hangup_is_read_from_the_status_mask() {
+        let status = |mask: &str| {
+            format!(
+                "Name:\tzero-memory\nSigBlk:\t0000000000000000\nSigIgn:\t{mask}\nSigCgt:\t0000000180004a02\n"
+            )
+        };
+        assert!(super::hangup_ignored_in(&status("0000000000000001")));
+        assert!(super::hangup_ignored_in(&status("0000000000001001")));
+        assert!(!super::hangup_ignored_in(&status("0000000000001000")));
+        assert!(!super::hangup_ignored_in(&status("0000000000000000")));
+        assert!(!super::hangup_ignored_in("Name:\tx\n"));
+        assert!(!super::hangup_ignored_in("SigIgn:\tnot hex\n"));
+    }
 }

@@ -369,19 +369,37 @@ impl<T> DbResult<T> for Result<T, sqlx::Error> {
     }
 }
 
-/// The SQLite URL of a file path.
+/// What a SQLite URL's path escapes: sqlx percent-decodes the path (so a
+/// `%` must be written `%25`) and ends it at the first `?`.
+const SQLITE_PATH_ESCAPES: &percent_encoding::AsciiSet =
+    &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
+
+/// The SQLite URL of a file path (a `%`, `?` or `#` in it escaped, so that
+/// sqlx opens exactly this file).
 pub fn sqlite_url(path: &std::path::Path) -> String {
-    format!("sqlite://{}?mode=rwc", path.display())
+    let path = path.display().to_string();
+    format!(
+        "sqlite://{}?mode=rwc",
+        percent_encoding::utf8_percent_encode(&path, SQLITE_PATH_ESCAPES)
+    )
 }
 
 /// The file a SQLite URL names (`sqlite:///abs/path.db?mode=rwc`,
-/// `sqlite:relative.db`); `None` for another scheme or no path. The one
+/// `sqlite:relative.db`), its `%XX` escapes decoded as sqlx decodes them
+/// when it opens the file; `None` for another scheme or no path. The one
 /// parser of SQLite URLs: the store, the CLI's file modes and the
-/// configuration check all read the path through it.
+/// configuration check all read the path through it, so the file whose
+/// mode they set is the file sqlx writes.
 pub fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
     let rest = url.strip_prefix("sqlite:")?;
     let path = rest.trim_start_matches("//").split('?').next()?;
-    (!path.is_empty()).then(|| std::path::PathBuf::from(path))
+    if path.is_empty() {
+        return None;
+    }
+    let decoded = percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map_or_else(|_| path.to_string(), std::borrow::Cow::into_owned);
+    Some(std::path::PathBuf::from(decoded))
 }
 
 /// Options for opening a store.
@@ -1136,5 +1154,34 @@ mod tests {
         assert_eq!(sqlite_path("postgres://h/db"), None);
         let url = sqlite_url(std::path::Path::new("/tmp/a b/zm.db"));
         assert_eq!(sqlite_path(&url), Some(PathBuf::from("/tmp/a b/zm.db")));
+        // `%XX` is read as sqlx reads it when it opens the file.
+        assert_eq!(
+            sqlite_path("sqlite:///backups/zm%202024.db"),
+            Some(PathBuf::from("/backups/zm 2024.db"))
+        );
+        let odd = std::path::Path::new("/tmp/50%off?#1/zm.db");
+        assert_eq!(sqlite_path(&sqlite_url(odd)).as_deref(), Some(odd));
+    }
+
+    /// The file a URL made by `sqlite_url` names is the file sqlx opens,
+    /// whatever the path holds (`%`, `?`, `#`, a space): the CLI sets the
+    /// modes of the file the store writes.
+    #[tokio::test]
+    async fn a_path_with_escapes_opens_that_very_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zm 50%25 off?x#1.db");
+        let url = sqlite_url(&path);
+        assert_eq!(sqlite_path(&url).as_deref(), Some(path.as_path()));
+        let store = crate::Store::open(&url).await.expect("open");
+        store.close().await;
+        assert!(path.is_file(), "{url} did not open {}", path.display());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| n.starts_with("zm 50%25 off?x#1.db")),
+            "{names:?}"
+        );
     }
 }

@@ -88,10 +88,31 @@ pub async fn import_text(
     target: Option<ImportInto>,
     text: impl AsRef<str>,
 ) -> Summary {
-    // A byte-order mark (which many Windows editors write) is not part of
-    // the first line.
-    let text = text.as_ref();
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    import_reader(
+        tools,
+        caller,
+        source_path,
+        format,
+        target,
+        text.as_ref().as_bytes(),
+    )
+    .await
+}
+
+/// [`import_text`] of a file read a line at a time: memory stays bounded by
+/// a batch of lines, however large the file (a server-memory file's
+/// relations, names only, are kept until its entities are in). A line
+/// that is not UTF-8 is an error of that line; a file in UTF-16 (what
+/// Windows PowerShell 5.1 writes with `>`) is refused as a whole, saying
+/// so; a read failure ends the import with an error.
+pub async fn import_reader<R: tokio::io::AsyncBufRead + Unpin>(
+    tools: ToolService,
+    caller: Caller,
+    source_path: String,
+    format: ImportFormat,
+    target: Option<ImportInto>,
+    reader: R,
+) -> Summary {
     let mut imp = Importer {
         tools,
         caller,
@@ -102,13 +123,74 @@ pub async fn import_text(
         },
         summary: Summary::default(),
     };
+    let mut lines = Lines {
+        reader,
+        at: 0,
+        buf: Vec::new(),
+    };
     match format {
-        ImportFormat::Zm => import_zm(&mut imp, text, target).await,
+        ImportFormat::Zm => import_zm(&mut imp, &mut lines, target).await,
         ImportFormat::ServerMemory => {
-            import_server_memory(&mut imp, text, target.unwrap_or(ImportInto::Personal)).await;
+            import_server_memory(&mut imp, &mut lines, target.unwrap_or(ImportInto::Personal))
+                .await;
         }
     }
     imp.summary
+}
+
+/// An import file's lines, read one at a time.
+struct Lines<R> {
+    reader: R,
+    /// The number of the last line read (1-based).
+    at: usize,
+    buf: Vec<u8>,
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
+    /// The next non-blank line and its number, as text; a line that is
+    /// not UTF-8 is reported in `summary` and skipped. `None` at the end,
+    /// or after a failure that ends the import (reported too).
+    async fn next(&mut self, summary: &mut Summary) -> Option<(usize, String)> {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            self.buf.clear();
+            match self.reader.read_until(b'\n', &mut self.buf).await {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    summary.error(format!(
+                        "line {}: the file could not be read: {e}",
+                        self.at + 1
+                    ));
+                    return None;
+                }
+            }
+            self.at += 1;
+            let mut bytes = self.buf.as_slice();
+            if self.at == 1 {
+                if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+                    summary.error(
+                        "the file is UTF-16 text (what Windows PowerShell 5.1 writes with `>`): save it as UTF-8 and import it again".to_string(),
+                    );
+                    return None;
+                }
+                // A byte-order mark (which many Windows editors write) is
+                // not part of the first line.
+                bytes = bytes.strip_prefix(&[0xEF, 0xBB, 0xBF]).unwrap_or(bytes);
+            }
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                summary.lines += 1;
+                summary.error(format!("line {}: not UTF-8 text", self.at));
+                continue;
+            };
+            let text = text.trim_end_matches('\n').trim_end_matches('\r');
+            if text.trim().is_empty() {
+                continue;
+            }
+            summary.lines += 1;
+            return Some((self.at, text.to_string()));
+        }
+    }
 }
 
 /// What an import did.
@@ -136,11 +218,51 @@ pub struct Summary {
     pub edges_created: usize,
     /// server-memory: entity edges that existed already.
     pub edges_existing: usize,
-    /// Lines that could not be imported (the import exits 1).
+    /// Lines that could not be imported (the import exits 1), the first
+    /// [`LISTED_ERRORS`] of them.
     pub errors: Vec<String>,
+    /// Lines that could not be imported beyond those listed in `errors`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub errors_unlisted: usize,
     /// Things that were imported incompletely (e.g. an entity that could
-    /// not be anchored).
+    /// not be anchored), the first [`LISTED_ERRORS`] of them.
     pub warnings: Vec<String>,
+}
+
+/// How many errors (and warnings) a summary lists; the rest are counted.
+/// A file of the wrong format fails on every line: its summary stays
+/// small all the same.
+pub const LISTED_ERRORS: usize = 1000;
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Summary {
+    /// A line that could not be imported.
+    fn error(&mut self, what: String) {
+        if self.errors.len() < LISTED_ERRORS {
+            self.errors.push(what);
+        } else {
+            self.errors_unlisted += 1;
+        }
+    }
+
+    /// Something imported incompletely.
+    fn warning(&mut self, what: String) {
+        if self.warnings.len() < LISTED_ERRORS {
+            self.warnings.push(what);
+        }
+    }
+
+    /// How many lines could not be imported, listed or not.
+    pub fn failed(&self) -> usize {
+        self.errors.len() + self.errors_unlisted
+    }
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -312,10 +434,7 @@ impl Importer {
                     labels.push(label);
                     inputs.push(input);
                 }
-                Err(e) => self
-                    .summary
-                    .errors
-                    .push(format!("{label}: {}", describe(&e))),
+                Err(e) => self.summary.error(format!("{label}: {}", describe(&e))),
             }
         }
         if inputs.is_empty() {
@@ -330,19 +449,14 @@ impl Importer {
                 for (label, result) in labels.into_iter().zip(results) {
                     match result {
                         Ok(out) => self.count(&out),
-                        Err(e) => self
-                            .summary
-                            .errors
-                            .push(format!("{label}: {}", describe(&e))),
+                        Err(e) => self.summary.error(format!("{label}: {}", describe(&e))),
                     }
                 }
             }
             Err(e) => {
                 // The batch's transaction failed: none of it was written.
                 for label in labels {
-                    self.summary
-                        .errors
-                        .push(format!("{label}: {}", describe(&e)));
+                    self.summary.error(format!("{label}: {}", describe(&e)));
                 }
             }
         }
@@ -410,9 +524,9 @@ impl Importer {
                     // (the import exits 1): the next run skips the line's
                     // memory and attaches it then. Any other is for good.
                     if worth_another_run(&e) {
-                        self.summary.errors.push(what);
+                        self.summary.error(what);
                     } else {
-                        self.summary.warnings.push(what);
+                        self.summary.warning(what);
                     }
                 }
             }
@@ -421,9 +535,7 @@ impl Importer {
                 // The line number, not the content: a refused content may
                 // hold the very secret the guard refused (its refusal
                 // carries the masked sample).
-                self.summary
-                    .errors
-                    .push(format!("line {line}: {}", describe(&e)));
+                self.summary.error(format!("line {line}: {}", describe(&e)));
             }
         }
     }
@@ -443,19 +555,18 @@ fn worth_another_run(e: &ToolError) -> bool {
 const IMPORT_BATCH: usize = 500;
 
 /// Import our own JSONL export, in batches of [`IMPORT_BATCH`].
-async fn import_zm(imp: &mut Importer, text: &str, target: Option<ImportInto>) {
+async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
+    imp: &mut Importer,
+    lines: &mut Lines<R>,
+    target: Option<ImportInto>,
+) {
     imp.summary.format = "zm";
     let mut pending: Vec<(String, Value, String)> = Vec::with_capacity(IMPORT_BATCH);
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        if raw.trim().is_empty() {
-            continue;
-        }
-        imp.summary.lines += 1;
-        let m: Memory = match serde_json::from_str(raw) {
+    while let Some((line, raw)) = lines.next(&mut imp.summary).await {
+        let m: Memory = match serde_json::from_str(&raw) {
             Ok(m) => m,
             Err(e) => {
-                imp.summary.errors.push(format!(
+                imp.summary.error(format!(
                     "line {line}: not a memory of a zero-memory export: {e}"
                 ));
                 continue;
@@ -517,9 +628,7 @@ async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, S
         Ok(here) => here,
         Err(e) => {
             for (label, _, _) in pending.drain(..) {
-                imp.summary
-                    .errors
-                    .push(format!("{label}: {}", describe(&e)));
+                imp.summary.error(format!("{label}: {}", describe(&e)));
             }
             return;
         }
@@ -535,89 +644,92 @@ async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, S
     imp.import_batch(&mut batch).await;
 }
 
+/// One server-memory entity: a memory per observation (one naming the
+/// entity when it has none), each anchored to the entity.
+async fn import_entity(
+    imp: &mut Importer,
+    line: usize,
+    e: &SmEntity,
+    target: ImportTarget,
+    types: &mut HashMap<String, EntityType>,
+) {
+    let name = e.name.trim();
+    if name.is_empty() {
+        imp.summary
+            .error(format!("line {line}: the entity has no name"));
+        return;
+    }
+    let etype = map_entity_type(&e.entity_type);
+    types.entry(match_key(name)).or_insert(etype);
+    let anchors = [(name.to_string(), etype)];
+    let observations: Vec<&String> = e
+        .observations
+        .iter()
+        .filter(|o| !o.trim().is_empty())
+        .collect();
+    if observations.is_empty() {
+        let content = entity_content(name, &e.entity_type);
+        let hash = line_key(&[&e.name, "entityType", &e.entity_type]);
+        imp.import_and_anchor(line, &content, target, &hash, &anchors)
+            .await;
+        return;
+    }
+    for obs in observations {
+        let content = observation_content(name, obs);
+        let hash = line_key(&[&e.name, obs]);
+        imp.import_and_anchor(line, &content, target, &hash, &anchors)
+            .await;
+    }
+}
+
 /// Import the JSONL file of `@modelcontextprotocol/server-memory`.
-async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto) {
+async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
+    imp: &mut Importer,
+    lines: &mut Lines<R>,
+    target: ImportInto,
+) {
     imp.summary.format = "server-memory";
     let target = match target {
         ImportInto::Core => ImportTarget::Core,
         ImportInto::Personal => ImportTarget::Personal,
     };
-    let mut entities: Vec<(usize, SmEntity)> = Vec::new();
+    // Entity types by match key, for anchoring relation memories.
+    let mut types: HashMap<String, EntityType> = HashMap::new();
+    // Entities are imported as they are read; relations (names only) wait
+    // until every entity is in, so that the typed entity exists before a
+    // relation's `link` looks the name up.
     let mut relations: Vec<(usize, SmRelation)> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        if raw.trim().is_empty() {
-            continue;
-        }
-        imp.summary.lines += 1;
-        let v: Value = match serde_json::from_str(raw) {
+    while let Some((line, raw)) = lines.next(&mut imp.summary).await {
+        let v: Value = match serde_json::from_str(&raw) {
             Ok(v) => v,
             Err(e) => {
-                imp.summary
-                    .errors
-                    .push(format!("line {line}: not JSON: {e}"));
+                imp.summary.error(format!("line {line}: not JSON: {e}"));
                 continue;
             }
         };
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
         match kind {
             "entity" => match serde_json::from_value::<SmEntity>(v) {
-                Ok(e) => entities.push((line, e)),
+                Ok(e) => {
+                    imp.summary.entities += 1;
+                    import_entity(imp, line, &e, target, &mut types).await;
+                }
                 Err(e) => imp
                     .summary
-                    .errors
-                    .push(format!("line {line}: not a server-memory entity: {e}")),
+                    .error(format!("line {line}: not a server-memory entity: {e}")),
             },
             "relation" => match serde_json::from_value::<SmRelation>(v) {
                 Ok(r) => relations.push((line, r)),
                 Err(e) => imp
                     .summary
-                    .errors
-                    .push(format!("line {line}: not a server-memory relation: {e}")),
+                    .error(format!("line {line}: not a server-memory relation: {e}")),
             },
-            other => imp.summary.errors.push(format!(
+            other => imp.summary.error(format!(
                 "line {line}: unknown line type {other:?} (expected \"entity\" or \"relation\")"
             )),
         }
     }
-    imp.summary.entities = entities.len();
     imp.summary.relations = relations.len();
-
-    // Entity types by match key, for anchoring relation memories.
-    let mut types: HashMap<String, EntityType> = HashMap::new();
-
-    // Entities first, so the typed entity exists before a relation's
-    // `link` looks the name up.
-    for (line, e) in &entities {
-        let name = e.name.trim();
-        if name.is_empty() {
-            imp.summary
-                .errors
-                .push(format!("line {line}: the entity has no name"));
-            continue;
-        }
-        let etype = map_entity_type(&e.entity_type);
-        types.entry(match_key(name)).or_insert(etype);
-        let anchors = [(name.to_string(), etype)];
-        let observations: Vec<&String> = e
-            .observations
-            .iter()
-            .filter(|o| !o.trim().is_empty())
-            .collect();
-        if observations.is_empty() {
-            let content = entity_content(name, &e.entity_type);
-            let hash = line_key(&[&e.name, "entityType", &e.entity_type]);
-            imp.import_and_anchor(*line, &content, target, &hash, &anchors)
-                .await;
-            continue;
-        }
-        for obs in observations {
-            let content = observation_content(name, obs);
-            let hash = line_key(&[&e.name, obs]);
-            imp.import_and_anchor(*line, &content, target, &hash, &anchors)
-                .await;
-        }
-    }
 
     let nameable = |n: &str| crate::memories::nameable(&match_key(n));
     for (line, r) in &relations {
@@ -645,13 +757,24 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
                     }
                     None
                 }
+                // A name that looks like a secret: nothing of the line is
+                // kept (a memory of it would hold the same secret), and it
+                // is reported by its line number and the masked sample the
+                // refusal carries, never by the names.
+                Err(e) if e.has_prefix(zm_contracts::prefixes::Prefix::SecretContentRejected) => {
+                    imp.summary.error(format!(
+                        "line {line}: relation not imported: {}",
+                        describe(&e)
+                    ));
+                    continue;
+                }
                 // Refused for what the names are: for good.
                 Err(e) if e.code == ErrorCode::ValidationFailed => Some(describe(&e)),
                 Err(e) => {
                     // Anything else (the moment, the quota, the account) is
                     // an error: the next run links it (and keeps its
                     // memory then).
-                    imp.summary.errors.push(format!(
+                    imp.summary.error(format!(
                         "line {line}: relation {:?} -[{}]-> {:?}: {}",
                         r.from,
                         r.relation_type,
@@ -663,7 +786,7 @@ async fn import_server_memory(imp: &mut Importer, text: &str, target: ImportInto
             }
         };
         if let Some(why) = &unlinkable {
-            imp.summary.warnings.push(format!(
+            imp.summary.warning(format!(
                 "line {line}: relation {:?} -[{}]-> {:?}: no edge ({why}); kept as a memory",
                 r.from, r.relation_type, r.to
             ));
@@ -829,6 +952,108 @@ mod tests {
             assert!(again.errors.is_empty(), "[{label}] {again:?}");
             assert_eq!(again.memories_imported, 0, "[{label}] {again:?}");
         }
+    }
+
+    /// Import raw bytes (which a `&str` cannot hold) as a zm export.
+    async fn zm_bytes(store: &crate::Store, caller: &Caller, bytes: &[u8]) -> Summary {
+        import_reader(
+            crate::ToolService::new(store.clone()),
+            caller.clone(),
+            "export.jsonl".into(),
+            ImportFormat::Zm,
+            None,
+            bytes,
+        )
+        .await
+    }
+
+    /// A line that is not UTF-8 is an error of that line, by its number,
+    /// and the rest imports; a UTF-16 file is refused whole, saying so; a
+    /// UTF-8 byte-order mark is not part of the first line.
+    #[tokio::test]
+    async fn a_line_that_is_not_utf8_fails_alone() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "bytes").await;
+        let line = |id: &str, content: &str| {
+            format!(
+                r#"{{"id":"{id}","content":"{content}","kind":"fact","scope":"personal","visibility":"private","author_kind":"agent","agent_name":null,"source":null,"superseded_by":null,"invalidated_at":null,"created_at":"2026-01-01T00:00:00Z"}}"#
+            )
+        };
+        let mut file = vec![0xEF, 0xBB, 0xBF];
+        file.extend(line("mem_0000000000000001.0000000001", "The first line imports.").bytes());
+        file.extend(b"\r\n{\"content\":\"caf\xE9\"}\n\n");
+        file.extend(
+            line(
+                "mem_0000000000000002.0000000002",
+                "The fourth line imports.",
+            )
+            .bytes(),
+        );
+        let summary = zm_bytes(&store, &caller, &file).await;
+        assert_eq!(
+            summary.errors,
+            vec!["line 2: not UTF-8 text".to_string()],
+            "{summary:?}"
+        );
+        assert_eq!(
+            (summary.lines, summary.memories_imported),
+            (3, 2),
+            "{summary:?}"
+        );
+
+        let utf16: Vec<u8> = [0xFF, 0xFE]
+            .into_iter()
+            .chain("{}\n".encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        let summary = zm_bytes(&store, &caller, &utf16).await;
+        assert_eq!(summary.failed(), 1, "{summary:?}");
+        assert!(summary.errors[0].contains("UTF-16"), "{summary:?}");
+        assert_eq!(summary.memories_imported, 0);
+    }
+
+    /// A file of the wrong format fails on every line; the summary lists
+    /// the first [`LISTED_ERRORS`] and counts the rest.
+    #[tokio::test]
+    async fn a_summary_lists_a_bounded_number_of_errors() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "many").await;
+        let file = "not json\n".repeat(LISTED_ERRORS + 25);
+        let summary = zm_bytes(&store, &caller, file.as_bytes()).await;
+        assert_eq!(summary.errors.len(), LISTED_ERRORS);
+        assert_eq!(summary.errors_unlisted, 25);
+        assert_eq!(
+            (summary.failed(), summary.lines),
+            (LISTED_ERRORS + 25, LISTED_ERRORS + 25)
+        );
+    }
+
+    /// A relation whose name looks like a secret is reported by its line
+    /// and the guard's masked sample, never by the name itself (the
+    /// summary is printed, to stdout with `--json`), and nothing of it is
+    /// stored.
+    #[tokio::test]
+    async fn a_relation_naming_a_secret_is_reported_without_it() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "relsecret").await;
+        let token = format!(
+            "ghp_{}",
+            "a1B2c3D4e5".repeat(4).get(..36).unwrap_or_default()
+        );
+        let text =
+            format!(r#"{{"type":"relation","from":"{token}","to":"CI","relationType":"uses"}}"#);
+        let summary = server_memory(&store, &caller, &text).await;
+        let printed = format!("{summary:?}");
+        assert!(!printed.contains(&token), "{printed}");
+        assert_eq!(summary.errors.len(), 1, "{printed}");
+        assert!(
+            summary.errors[0].starts_with("line 1: relation not imported"),
+            "{printed}"
+        );
+        assert_eq!(
+            (summary.memories_imported, summary.edges_created),
+            (0, 0),
+            "{printed}"
+        );
     }
 
     #[test]

@@ -546,12 +546,12 @@ pub(crate) async fn import(
         summary.memories_imported,
         summary.memories_existing,
         summary.memories_skipped,
-        if summary.errors.is_empty() {
+        if summary.failed() == 0 {
             String::new()
         } else {
             format!(
                 "; {} line(s) could not be imported: {}",
-                summary.errors.len(),
+                summary.failed(),
                 summary
                     .errors
                     .iter()
