@@ -132,9 +132,10 @@ impl McpEndpoint {
             .with_allowed_hosts(state.cfg.hosts())
             .with_cancellation_token(cancel)
             // Every POST's body is read, within `body_limit`, before the
-            // transport gets it; a marked repeated argument key makes it a
-            // little longer than sent (by at most the key's path), which
-            // must not turn a refusable call into the transport's 413.
+            // transport gets it; a marked repeated argument key makes it
+            // longer than sent (the marker and the key's path, and the
+            // re-serialised numbers), which must not turn a refusable call
+            // into the transport's 413.
             .with_max_request_body_bytes(
                 state.cfg.body_limit.saturating_mul(2).saturating_add(1024),
             );

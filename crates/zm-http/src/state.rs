@@ -302,18 +302,24 @@ impl CookieScope {
         }
     }
 
-    /// The value a request carries for cookie `base` in this scope (the
-    /// first one sent under its name), if any.
+    /// The value a request carries for cookie `base` in this scope, if it
+    /// carries exactly one. We set each cookie under one name and one
+    /// path, so two values are someone else's doing (a neighbouring
+    /// subdomain's `Domain=` cookie with a longer `Path`, sent first; under
+    /// `__Secure-` an https neighbour can still set one): neither is read,
+    /// which signs the browser out rather than into another account.
     pub(crate) fn read(&self, headers: &axum::http::HeaderMap, base: &str) -> Option<String> {
         let name = self.name(base);
-        headers
+        let mut values = headers
             .get_all(axum::http::header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.to_string())
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string());
+        let first = values.next()?;
+        values.next().is_none().then_some(first)
     }
 
     /// A `Set-Cookie` value for cookie `base` ([`Self::name`]): `HttpOnly`,
@@ -820,6 +826,18 @@ mod tests {
         let bare = axum::http::HeaderMap::new();
         assert_eq!(
             CookieScope::of("https://m.example", "").read(&bare, "zm_session"),
+            None
+        );
+        // Two values under our name: neither is ours to pick.
+        let mut twice = axum::http::HeaderMap::new();
+        twice.insert(
+            axum::http::header::COOKIE,
+            "__Secure-zm_session=planted; __Secure-zm_session=ours"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            CookieScope::of("https://m.example/zm", "").read(&twice, "zm_session"),
             None
         );
     }

@@ -3107,7 +3107,19 @@ async fn a_value_the_page_never_offers_is_refused() {
 
     let csrf = b.csrf(&s).await;
     let file = r#"{"type":"entity","name":"Backups","entityType":"job","observations":["restores are tested monthly"]}"#;
-    for (format, target, field) in [("vim", "", "format"), ("server-memory", "shared", "target")] {
+    // (Each field's own reason: the page names both fields anyway.)
+    for (format, target, field) in [
+        (
+            "vim",
+            "",
+            "choose zero-memory export or @modelcontextprotocol/server-memory",
+        ),
+        (
+            "server-memory",
+            "shared",
+            "choose as the file says, personal or core",
+        ),
+    ] {
         let boundary = "zmboundary44";
         let body = format!(
             "--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n\

@@ -16,6 +16,9 @@ use crate::config::Config;
 /// `zero-memory import`.
 pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
     // Read a line at a time: a file of any size imports in bounded memory.
+    if std::fs::metadata(&args.file).is_ok_and(|m| m.is_dir()) {
+        bail!("cannot read {}: it is a directory", args.file.display());
+    }
     let file = tokio::fs::File::open(&args.file)
         .await
         .with_context(|| format!("cannot read {}", args.file.display()))?;
@@ -56,6 +59,13 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
     };
     for w in &summary.warnings {
         eprintln!("warning: {w}");
+    }
+    if summary.warnings_unlisted > 0 {
+        eprintln!(
+            "warning: … and {} more (only the first {} are listed)",
+            summary.warnings_unlisted,
+            summary.warnings.len()
+        );
     }
     for e in &summary.errors {
         eprintln!("error: {e}");

@@ -25,25 +25,6 @@ impl Backend {
         }
     }
 
-    /// A text expression: the JSON object in text column `column` without
-    /// `keys` (which are plain identifiers, never input).
-    pub(crate) fn json_without(self, column: &str, keys: &[&str]) -> String {
-        debug_assert!(
-            keys.iter()
-                .all(|k| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        );
-        match self {
-            Backend::Sqlite => {
-                let paths: Vec<String> = keys.iter().map(|k| format!("'$.{k}'")).collect();
-                format!("json_remove({column}, {})", paths.join(", "))
-            }
-            Backend::Postgres => {
-                let minus: String = keys.iter().map(|k| format!(" - '{k}'")).collect();
-                format!("(({column})::jsonb{minus})::text")
-            }
-        }
-    }
-
     /// The suffix of a `SELECT` that holds the rows it reads until the
     /// transaction ends (`FOR NO KEY UPDATE` on PostgreSQL: the rows stay
     /// readable and referenceable, not changeable by another writer);

@@ -151,12 +151,10 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
     /// not UTF-8 is reported in `summary` and skipped. `None` at the end,
     /// or after a failure that ends the import (reported too).
     async fn next(&mut self, summary: &mut Summary) -> Option<(usize, String)> {
-        use tokio::io::AsyncBufReadExt;
         loop {
-            self.buf.clear();
-            match self.reader.read_until(b'\n', &mut self.buf).await {
-                Ok(0) => return None,
-                Ok(_) => {}
+            let too_long = match self.read_line().await {
+                Ok(None) => return None,
+                Ok(Some(too_long)) => too_long,
                 Err(e) => {
                     summary.error(format!(
                         "line {}: the file could not be read: {e}",
@@ -164,11 +162,21 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
                     ));
                     return None;
                 }
-            }
+            };
             self.at += 1;
+            if too_long {
+                summary.lines += 1;
+                summary.error(format!(
+                    "line {}: longer than {} MiB, not read",
+                    self.at,
+                    MAX_LINE_BYTES >> 20
+                ));
+                continue;
+            }
             let mut bytes = self.buf.as_slice();
             if self.at == 1 {
                 if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+                    summary.lines += 1;
                     summary.error(
                         "the file is UTF-16 text (what Windows PowerShell 5.1 writes with `>`): save it as UTF-8 and import it again".to_string(),
                     );
@@ -191,7 +199,45 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
             return Some((self.at, text.to_string()));
         }
     }
+
+    /// Read the next line into `buf`, at most [`MAX_LINE_BYTES`] of it (the
+    /// rest of a longer one is read past, not kept). `None` at the end of
+    /// the file; `Some(true)` for a line that was too long.
+    async fn read_line(&mut self) -> std::io::Result<Option<bool>> {
+        use tokio::io::AsyncBufReadExt;
+        self.buf.clear();
+        let mut too_long = false;
+        let mut read_any = false;
+        loop {
+            let chunk = self.reader.fill_buf().await?;
+            if chunk.is_empty() {
+                return Ok(read_any.then_some(too_long));
+            }
+            read_any = true;
+            let (part, done) = match chunk.iter().position(|b| *b == b'\n') {
+                Some(i) => (&chunk[..=i], true),
+                None => (chunk, false),
+            };
+            if !too_long {
+                if self.buf.len() + part.len() > MAX_LINE_BYTES {
+                    too_long = true;
+                    self.buf.clear();
+                } else {
+                    self.buf.extend_from_slice(part);
+                }
+            }
+            let used = part.len();
+            self.reader.consume(used);
+            if done {
+                return Ok(Some(too_long));
+            }
+        }
+    }
 }
+
+/// The longest line an import reads (a memory holds at most 65,536
+/// characters; a server-memory entity may carry many observations).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// What an import did.
 #[derive(Debug, Default, Serialize)]
@@ -227,6 +273,9 @@ pub struct Summary {
     /// Things that were imported incompletely (e.g. an entity that could
     /// not be anchored), the first [`LISTED_ERRORS`] of them.
     pub warnings: Vec<String>,
+    /// Warnings beyond those listed in `warnings`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub warnings_unlisted: usize,
 }
 
 /// How many errors (and warnings) a summary lists; the rest are counted.
@@ -256,6 +305,8 @@ impl Summary {
     fn warning(&mut self, what: String) {
         if self.warnings.len() < LISTED_ERRORS {
             self.warnings.push(what);
+        } else {
+            self.warnings_unlisted += 1;
         }
     }
 
@@ -733,6 +784,21 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
 
     let nameable = |n: &str| crate::memories::nameable(&match_key(n));
     for (line, r) in &relations {
+        // A name (or type) that looks like a secret: nothing of the line is
+        // kept (a memory of it would hold the same secret), and it is
+        // reported by its line number and the masked sample, never by the
+        // names, whichever check would have met it first.
+        if let Some(hit) = crate::guard::check_fields([
+            ("from".to_string(), r.from.as_str()),
+            ("to".to_string(), r.to.as_str()),
+            ("relationType".to_string(), r.relation_type.as_str()),
+        ]) {
+            imp.summary.error(format!(
+                "line {line}: relation not imported: {}",
+                describe(&crate::guard::rejection(&hit))
+            ));
+            continue;
+        }
         let (edge, exact) = map_edge_type(&r.relation_type);
         // What `link` refuses for good (an entity linked to itself, a name
         // without letters or digits, one too long or read as an id) makes
@@ -756,17 +822,6 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
                         imp.summary.edges_existing += 1;
                     }
                     None
-                }
-                // A name that looks like a secret: nothing of the line is
-                // kept (a memory of it would hold the same secret), and it
-                // is reported by its line number and the masked sample the
-                // refusal carries, never by the names.
-                Err(e) if e.has_prefix(zm_contracts::prefixes::Prefix::SecretContentRejected) => {
-                    imp.summary.error(format!(
-                        "line {line}: relation not imported: {}",
-                        describe(&e)
-                    ));
-                    continue;
                 }
                 // Refused for what the names are: for good.
                 Err(e) if e.code == ErrorCode::ValidationFailed => Some(describe(&e)),
@@ -1011,6 +1066,32 @@ mod tests {
         assert_eq!(summary.memories_imported, 0);
     }
 
+    /// A line longer than [`MAX_LINE_BYTES`] is read past, not kept: an
+    /// error of that line, and the next line imports.
+    #[tokio::test]
+    async fn an_overlong_line_is_read_past() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "long").await;
+        let mut file = vec![b'x'; MAX_LINE_BYTES + 10];
+        file.extend(b"\n{\"type\":\"entity\",\"name\":\"Billing\",\"entityType\":\"project\",\"observations\":[\"invoices are kept seven years\"]}\n");
+        let summary = import_reader(
+            crate::ToolService::new(store.clone()),
+            caller.clone(),
+            "memory.jsonl".into(),
+            ImportFormat::ServerMemory,
+            None,
+            file.as_slice(),
+        )
+        .await;
+        assert_eq!(
+            summary.errors,
+            vec!["line 1: longer than 16 MiB, not read".to_string()],
+            "{:?}",
+            summary.errors
+        );
+        assert_eq!((summary.lines, summary.memories_imported), (2, 1));
+    }
+
     /// A file of the wrong format fails on every line; the summary lists
     /// the first [`LISTED_ERRORS`] and counts the rest.
     #[tokio::test]
@@ -1039,12 +1120,20 @@ mod tests {
             "ghp_{}",
             "a1B2c3D4e5".repeat(4).get(..36).unwrap_or_default()
         );
-        let text =
-            format!(r#"{{"type":"relation","from":"{token}","to":"CI","relationType":"uses"}}"#);
+        // Linked to CI, to itself, and to a name `link` refuses before its
+        // own guard would run.
+        let text = [
+            format!(r#"{{"type":"relation","from":"{token}","to":"CI","relationType":"uses"}}"#),
+            format!(
+                r#"{{"type":"relation","from":"{token}","to":"{token}","relationType":"uses"}}"#
+            ),
+            format!(r#"{{"type":"relation","from":"{token}","to":"!!!","relationType":"uses"}}"#),
+        ]
+        .join("\n");
         let summary = server_memory(&store, &caller, &text).await;
         let printed = format!("{summary:?}");
         assert!(!printed.contains(&token), "{printed}");
-        assert_eq!(summary.errors.len(), 1, "{printed}");
+        assert_eq!(summary.errors.len(), 3, "{printed}");
         assert!(
             summary.errors[0].starts_with("line 1: relation not imported"),
             "{printed}"

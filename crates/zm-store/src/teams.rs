@@ -1145,16 +1145,7 @@ impl Store {
             .await?;
         // The giver's session provenance (their thread, conversation and
         // transport session) does not go to the heir with the memories.
-        let scrub = format!(
-            "UPDATE memories SET source = {} WHERE owner_id = {{from}} AND scope = {{path}} AND visibility = 'shared' AND source IS NOT NULL",
-            self.backend
-                .json_without("source", &crate::memories::WRITER_SESSION_KEYS)
-        );
-        Sql::template(&scrub, &values)
-            .query()
-            .execute(&mut *conn)
-            .await
-            .db("scrub the giver's sessions")?;
+        self.scrub_writer_sessions(conn, Some(from), path).await?;
         for (what, template) in [
             // A user-layer rule is the giver's own instruction (their
             // connect-time instructions and every briefing of theirs): it
@@ -1222,6 +1213,56 @@ impl Store {
                 .execute(&mut *conn)
                 .await
                 .db(what)?;
+        }
+        Ok(())
+    }
+
+    /// Delete the writer-session provenance (`WRITER_SESSION_KEYS`) of the
+    /// shared memories in `path` (of `owner`, or of anyone) that are about
+    /// to change hands. Read and rewritten here, key by key, so that a row
+    /// whose provenance does not parse (none is written so; an old or
+    /// copied row might) is left as it is rather than failing the
+    /// hand-over.
+    async fn scrub_writer_sessions(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        owner: Option<&str>,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        let mut sql = Sql::new(
+            "SELECT id, source FROM memories WHERE visibility = 'shared' AND source IS NOT NULL AND scope = ",
+        );
+        sql.bind_str(path);
+        if let Some(owner) = owner {
+            sql.push(" AND owner_id = ").bind_str(owner);
+        }
+        let rows = sql
+            .query()
+            .fetch_all(&mut *conn)
+            .await
+            .db("provenance to scrub")?;
+        for r in &rows {
+            let source: String = col(r, "source")?;
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(&source) else {
+                continue;
+            };
+            let holds = value.as_object().is_some_and(|o| {
+                crate::memories::WRITER_SESSION_KEYS
+                    .iter()
+                    .any(|k| o.contains_key(*k))
+            });
+            if !holds {
+                continue;
+            }
+            let mut scrubbed = Some(value);
+            crate::memories::strip_writer_session(&mut scrubbed);
+            let text = serde_json::to_string(&scrubbed).map_err(|_| ToolError::internal())?;
+            sqlx::query("UPDATE memories SET source = $1 WHERE id = $2")
+                .bind(text)
+                .bind(col::<String>(r, "id")?)
+                .execute(&mut *conn)
+                .await
+                .db("scrub provenance")?;
         }
         Ok(())
     }
@@ -2065,6 +2106,8 @@ impl Store {
                 .await
                 .db(what)?;
         }
+        // Nor to the steward, whose admins export them for 30 days.
+        self.scrub_writer_sessions(conn, None, path).await?;
         sqlx::query("UPDATE memories SET owner_id = $1, visibility = 'private' WHERE scope = $2 AND visibility = 'shared'")
             .bind(steward)
             .bind(path)

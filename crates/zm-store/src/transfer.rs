@@ -251,32 +251,49 @@ impl Store {
             "project_hint"
         };
         let target = self.share_target(tx, caller, &target_path, field).await?;
-        let mut moved = Vec::new();
-        let mut failed = Vec::new();
+        // Each memory once, held in id order (as every write holds memory
+        // rows: two moves of overlapping lists wait for each other instead
+        // of deadlocking), answered in the order the caller listed them.
+        let mut listed = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        let mut changed = Vec::new();
         for mid in input.memory_ids {
-            if !seen.insert(mid.as_str().to_string()) {
-                continue;
+            if seen.insert(mid.as_str().to_string()) {
+                listed.push(mid);
             }
-            match self.check_movable(tx, caller, mid.as_str()).await? {
+        }
+        let mut order: Vec<usize> = (0..listed.len()).collect();
+        order.sort_by(|&a, &b| listed[a].as_str().cmp(listed[b].as_str()));
+        let mut outcome: Vec<Option<Result<(), String>>> = vec![None; listed.len()];
+        let mut changed = Vec::new();
+        for i in order {
+            let mid = &listed[i];
+            outcome[i] = Some(match self.check_movable(tx, caller, mid.as_str()).await? {
                 Ok(placement) => {
                     // Already shared there: nothing to change (a repeat is a no-op).
                     if !placement.is_shared_in(&target) {
                         self.move_one(tx, caller, mid.as_str(), &target).await?;
                         changed.push(mid.clone());
                     }
-                    moved.push(mid);
+                    Ok(())
                 }
-                Err(r) => failed.push(MoveFailure {
-                    memory_id: mid,
-                    error: match r {
-                        Refusal::NotFound => "not found".into(),
-                        Refusal::NotOwner => "not the owner".into(),
-                        Refusal::Invalidated => "invalidated".into(),
-                        Refusal::ReadOnly(e) => e.message,
-                    },
+                Err(r) => Err(match r {
+                    Refusal::NotFound => "not found".into(),
+                    Refusal::NotOwner => "not the owner".into(),
+                    Refusal::Invalidated => "invalidated".into(),
+                    Refusal::ReadOnly(e) => e.message,
                 }),
+            });
+        }
+        let mut moved = Vec::new();
+        let mut failed = Vec::new();
+        for (mid, out) in listed.into_iter().zip(outcome) {
+            match out {
+                Some(Ok(())) => moved.push(mid),
+                Some(Err(error)) => failed.push(MoveFailure {
+                    memory_id: mid,
+                    error,
+                }),
+                None => return Err(ToolError::internal()),
             }
         }
         for id in &changed {

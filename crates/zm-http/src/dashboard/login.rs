@@ -240,10 +240,6 @@ pub(crate) async fn submit(
         .login_backoff
         .succeeded(&email, device.as_deref())
         .await;
-    state
-        .store
-        .audit_web_login(&email, Some(&user.id), rid)
-        .await;
     // A sign-in over a session this browser still holds ends that one: a
     // shared machine's next person does not leave the last one signed in.
     if let Some(old) = super::session_secret(&state, &headers)
@@ -262,6 +258,11 @@ pub(crate) async fn submit(
         Ok(s) => s,
         Err(e) => return errors::page(&prefix, None, &Failure::from_tool(e, rid)),
     };
+    // Signed in: the session exists.
+    state
+        .store
+        .audit_web_login(&email, Some(&user.id), rid)
+        .await;
     let mut resp = redirect(&next);
     let h = resp.headers_mut();
     let known = state.login_backoff.device_cookie(
