@@ -854,7 +854,16 @@ async fn export_to_file(
     let partial = std::path::PathBuf::from(partial);
     let mut file = crate::files::create_new_private_file(&partial)
         .with_context(|| format!("cannot write {}", partial.display()))?;
-    let written = match export_pages(store, user, page_size, &mut file).await {
+    // Interrupted (Ctrl-C, SIGTERM, a hangup), the partial file goes too:
+    // it holds memories, and no later run would use it.
+    let exported = tokio::select! {
+        r = export_pages(store, user, page_size, &mut file) => r,
+        () = crate::serve::stop_requested() => Err(anyhow::anyhow!(
+            "interrupted: {} was not written",
+            path.display()
+        )),
+    };
+    let written = match exported {
         Ok(n) => file
             .sync_all()
             .and_then(|()| std::fs::rename(&partial, path))

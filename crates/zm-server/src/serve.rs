@@ -85,6 +85,14 @@ fn hangup_ignored_in(status: &str) -> bool {
 /// SIGHUP ignored, as `nohup` does, when a hangup changes nothing) or
 /// Ctrl-C: each shuts down gracefully.
 pub(crate) async fn shutdown_signal() {
+    stop_requested().await;
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Resolves when the process is asked to stop ([`shutdown_signal`]'s
+/// signals), saying nothing: a command that must clean up first (an
+/// export's partial file) races its work against it.
+pub(crate) async fn stop_requested() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -115,7 +123,6 @@ pub(crate) async fn shutdown_signal() {
         _ = term => {},
         _ = hangup => {},
     }
-    tracing::info!("shutting down: finishing requests in flight");
 }
 
 /// Serve HTTP until SIGTERM or Ctrl-C; requests in flight finish, then the
