@@ -302,12 +302,14 @@ impl CookieScope {
         }
     }
 
-    /// The value a request carries for cookie `base` in this scope, if it
-    /// carries exactly one. We set each cookie under one name and one
-    /// path, so two values are someone else's doing (a neighbouring
-    /// subdomain's `Domain=` cookie with a longer `Path`, sent first; under
-    /// `__Secure-` an https neighbour can still set one): neither is read,
-    /// which signs the browser out rather than into another account.
+    /// The value a request carries for cookie `base` in this scope. Behind
+    /// https only when it carries exactly one: we set each cookie under one
+    /// name and one path, so two values there are someone else's doing (an
+    /// https neighbour's `Domain=` cookie with a longer `Path`, sent first,
+    /// which `__Secure-` does not prevent): neither is read, which signs
+    /// the browser out rather than into another account. Over plain http
+    /// (where anyone on the path can set any cookie anyway, and two local
+    /// servers on one host share their cookies) the first one sent.
     pub(crate) fn read(&self, headers: &axum::http::HeaderMap, base: &str) -> Option<String> {
         let name = self.name(base);
         let mut values = headers
@@ -319,7 +321,7 @@ impl CookieScope {
             .filter(|(k, _)| *k == name)
             .map(|(_, v)| v.to_string());
         let first = values.next()?;
-        values.next().is_none().then_some(first)
+        (!self.secure || values.next().is_none()).then_some(first)
     }
 
     /// A `Set-Cookie` value for cookie `base` ([`Self::name`]): `HttpOnly`,
@@ -839,6 +841,19 @@ mod tests {
         assert_eq!(
             CookieScope::of("https://m.example/zm", "").read(&twice, "zm_session"),
             None
+        );
+        // Over plain http, two local servers on one host share cookies:
+        // the first sent (the longer path's) is read.
+        let mut local = axum::http::HeaderMap::new();
+        local.insert(
+            axum::http::header::COOKIE,
+            "zm_session=zm; zm_session=root".parse().unwrap(),
+        );
+        assert_eq!(
+            CookieScope::of("http://127.0.0.1:8080/zm", "")
+                .read(&local, "zm_session")
+                .as_deref(),
+            Some("zm")
         );
     }
 

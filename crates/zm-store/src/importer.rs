@@ -218,8 +218,10 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
                 Some(i) => (&chunk[..=i], true),
                 None => (chunk, false),
             };
+            // The line's own bytes: its newline does not count.
+            let content = part.len() - usize::from(done);
             if !too_long {
-                if self.buf.len() + part.len() > MAX_LINE_BYTES {
+                if self.buf.len() + content > MAX_LINE_BYTES {
                     too_long = true;
                     self.buf.clear();
                 } else {

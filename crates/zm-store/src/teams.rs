@@ -1229,8 +1229,13 @@ impl Store {
         owner: Option<&str>,
         path: &str,
     ) -> Result<(), ToolError> {
+        // Only rows that may hold a key (a memory's provenance may carry
+        // tens of kilobytes of verbatim text: a team's scope is not read
+        // whole into memory for the few that matter).
         let mut sql = Sql::new(
-            "SELECT id, source FROM memories WHERE visibility = 'shared' AND source IS NOT NULL AND scope = ",
+            "SELECT id, source FROM memories WHERE visibility = 'shared' AND source IS NOT NULL \
+             AND (source LIKE '%\"thread\"%' OR source LIKE '%\"conversation\"%' OR source LIKE '%\"session\"%') \
+             AND scope = ",
         );
         sql.bind_str(path);
         if let Some(owner) = owner {
