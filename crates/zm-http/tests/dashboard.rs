@@ -2955,6 +2955,40 @@ async fn the_account_download_holds_every_page() {
     s.running.stop().await;
 }
 
+/// A form whose text is not UTF-8 (`%E9`, Latin-1's é) is refused on the
+/// validation page, and the memory keeps its text: the form decoder would
+/// have stored U+FFFD in its place without a word.
+#[tokio::test]
+async fn a_form_that_is_not_utf8_changes_nothing() {
+    let s = start(None).await;
+    let (user, email, password) = person(&s.store, "dash-latin1").await;
+    let m = remember(&s.store, &user.id, "The cafe opens at eight.", "personal").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = b.csrf(&s).await;
+    let r = s
+        .http
+        .post(format!("{}/memories/{m}/edit", s.base))
+        .header("cookie", b.header())
+        .header("origin", s.base.clone())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}&content=The+caf%E9+opens+at+nine."))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("not UTF-8"), "{page}");
+    let id = zm_contracts::MemoryId::parse(&m).unwrap();
+    let now = s
+        .store
+        .get_memory(&Caller::new(user.id.clone()), &id)
+        .await
+        .unwrap();
+    assert!(now.invalidated_at.is_none() && now.content == "The cafe opens at eight.");
+    s.running.stop().await;
+}
+
 /// A dashboard sign-in is audited as an OAuth one is: a wrong password as
 /// a refused `web.login` of the account the email names (never the
 /// password), a sign-in as a successful one.
