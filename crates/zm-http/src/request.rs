@@ -170,6 +170,17 @@ pub async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::By
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn urlencoded_text_is_utf8_only_when_every_escape_decodes() {
+        assert!(super::urlencoded_is_utf8(
+            b"csrf=abc&content=caf%C3%A9+au+lait"
+        ));
+        assert!(super::urlencoded_is_utf8(b""));
+        assert!(!super::urlencoded_is_utf8(b"csrf=abc&content=caf%E9"));
+        assert!(!super::urlencoded_is_utf8(b"csrf=abc&%FF=x"));
+        assert!(!super::urlencoded_is_utf8(b"content=\xff"));
+    }
+
     use super::*;
     use axum::http::HeaderValue;
 
@@ -250,6 +261,18 @@ mod tests {
 /// cut a name short), so it is refused before anything reads it.
 pub(crate) const NUL_REFUSED: &str =
     "The request holds a NUL character (%00), which no field accepts.";
+
+/// Does every name and value of an urlencoded form or query decode to
+/// UTF-8? The form decoder replaces what does not with U+FFFD without a
+/// word, which would store (or send back) a changed text as if it were
+/// what was sent; the dashboard's forms and OAuth's parameters refuse it.
+pub(crate) fn urlencoded_is_utf8(bytes: &[u8]) -> bool {
+    bytes.split(|b| *b == b'&').all(|piece| {
+        percent_encoding::percent_decode(piece)
+            .decode_utf8()
+            .is_ok()
+    })
+}
 
 /// Whether the URI's path or query holds an encoded NUL. A raw NUL never
 /// gets this far (it is not a URI character), and `%00` is its only

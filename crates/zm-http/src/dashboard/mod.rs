@@ -655,7 +655,7 @@ pub(crate) async fn read_form(
     let bytes = crate::request::read_body(body, form_limit(state))
         .await
         .map_err(|e| Failure::invalid(e.describe(), request_id))?;
-    if !form_is_utf8(&bytes) {
+    if !crate::request::urlencoded_is_utf8(&bytes) {
         return Err(Failure::invalid(
             "The form holds text that is not UTF-8 (an escape such as %FF): nothing was changed.",
             request_id,
@@ -670,17 +670,6 @@ pub(crate) async fn read_form(
         return Err(Failure::invalid(crate::request::NUL_REFUSED, request_id));
     }
     Ok(Form(pairs))
-}
-
-/// Does every name and value of an urlencoded form decode to UTF-8? The
-/// form decoder replaces what does not with U+FFFD without a word, which
-/// would store a changed text as if it were what was sent.
-fn form_is_utf8(bytes: &[u8]) -> bool {
-    bytes.split(|b| *b == b'&').all(|piece| {
-        percent_encoding::percent_decode(piece)
-            .decode_utf8()
-            .is_ok()
-    })
 }
 
 /// `Origin` (or, without it, `Referer`) must be ours when sent: the public
@@ -720,15 +709,6 @@ pub(crate) fn session_secret(state: &AppState, headers: &HeaderMap) -> Option<St
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_form_is_utf8_only_when_every_escape_decodes() {
-        assert!(super::form_is_utf8(b"csrf=abc&content=caf%C3%A9+au+lait"));
-        assert!(super::form_is_utf8(b""));
-        assert!(!super::form_is_utf8(b"csrf=abc&content=caf%E9"));
-        assert!(!super::form_is_utf8(b"csrf=abc&%FF=x"));
-        assert!(!super::form_is_utf8(b"content=\xff"));
-    }
-
     #[test]
     fn the_csp_allows_nothing_inline() {
         assert!(!super::CSP.contains("unsafe-inline"));

@@ -73,6 +73,9 @@ impl Params {
         if over_cap(query.unwrap_or("").as_bytes()) {
             return Err(too_many());
         }
+        if !crate::request::urlencoded_is_utf8(query.unwrap_or("").as_bytes()) {
+            return Err("The query string holds an escape that is not UTF-8 text.".into());
+        }
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
             .map_err(|_| "The query string is malformed.".to_string())?;
         Params::from_pairs(pairs)
@@ -81,6 +84,9 @@ impl Params {
     fn from_form(bytes: &[u8]) -> Result<Params, String> {
         if over_cap(bytes) {
             return Err(too_many());
+        }
+        if !crate::request::urlencoded_is_utf8(bytes) {
+            return Err("The form body holds text that is not UTF-8.".into());
         }
         let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(bytes)
             .map_err(|_| "The form body is malformed.".to_string())?;
@@ -184,6 +190,21 @@ async fn read(req: Request, st: &OauthState, json_ok: bool) -> Result<Params, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A parameter whose escapes are not UTF-8 is refused, not decoded to
+    /// U+FFFD (a `state` changed so would come back to the client as a
+    /// different value).
+    #[test]
+    fn a_parameter_that_is_not_utf8_is_refused() {
+        assert!(Params::from_query(Some("state=caf%E9")).is_err());
+        assert!(Params::from_form(b"state=caf%E9").is_err());
+        assert_eq!(
+            Params::from_query(Some("state=caf%C3%A9"))
+                .unwrap()
+                .get("state"),
+            Some("caf\u{e9}")
+        );
+    }
 
     #[test]
     fn each_parameter_once_and_empty_is_absent() {
