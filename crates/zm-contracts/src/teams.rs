@@ -572,9 +572,21 @@ fn admin_path_meaning(name: &str) -> &'static str {
     }
 }
 
+/// The path parameters the admin routes use, each once, from their paths.
+fn admin_path_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = ADMIN_ROUTES
+        .iter()
+        .flat_map(|r| r.path.split('/'))
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 static ADMIN_PATH_PATTERNS: std::sync::LazyLock<Vec<(&'static str, regex::Regex)>> =
     std::sync::LazyLock::new(|| {
-        ["team", "user_id", "id", "scope"]
+        admin_path_names()
             .into_iter()
             .map(|name| {
                 let pattern =
@@ -634,18 +646,11 @@ mod tests {
     /// Every path parameter of an admin route has a pattern.
     #[test]
     fn path_parameters_have_patterns() {
-        for r in ADMIN_ROUTES {
-            for name in r
-                .path
-                .split('/')
-                .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            {
-                assert!(
-                    admin_path_pattern(name).is_some(),
-                    "{}: {{{name}}} has no pattern",
-                    r.operation_id
-                );
-            }
+        for name in admin_path_names() {
+            assert!(
+                admin_path_pattern(name).is_some(),
+                "{{{name}}} has no pattern"
+            );
         }
     }
 

@@ -2902,6 +2902,8 @@ async fn an_address_that_does_not_read_is_the_validation_page(s: Server) {
         "/?before=abc",
         "/?before=-",
         "/rules/download?format=a&format=b",
+        // An escape that is not UTF-8 (Latin-1's é): not searched as U+FFFD.
+        "/?q=caf%E9",
         // A path parameter that is not UTF-8 once decoded.
         "/memories/%FF",
         "/teams/%FF%FE",
@@ -3047,20 +3049,8 @@ async fn a_change_whose_browser_hangs_up_still_lands() {
     let mut b = Browser::default();
     assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
     let csrf = b.csrf(&s).await;
-    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
-    let mut lock = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .expect("a raw connection");
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut lock)
-        .await
-        .unwrap();
-    let impatient = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_millis(500))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let sent = impatient
+    let lock = common::hold_write_lock(s._dir.path()).await;
+    let sent = common::impatient_client()
         .post(format!("{}/memories/{m}/forget", s.base))
         .header("cookie", b.header())
         .header("origin", s.base.clone())
@@ -3069,26 +3059,14 @@ async fn a_change_whose_browser_hangs_up_still_lands() {
         .send()
         .await;
     assert!(sent.is_err(), "the change waits on the lock: {sent:?}");
-    // Give the server time to see the connection close.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    sqlx::query("COMMIT").execute(&mut lock).await.unwrap();
+    common::release_write_lock(lock).await;
     let id = zm_contracts::MemoryId::parse(&m).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let now = s
-            .store
-            .get_memory(&Caller::new(user.id.clone()), &id)
-            .await
-            .unwrap();
-        if now.invalidated_at.is_some() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the change never landed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let caller = Caller::new(user.id.clone());
+    common::until_landed("the change", || async {
+        let now = s.store.get_memory(&caller, &id).await.unwrap();
+        now.invalidated_at.is_some()
+    })
+    .await;
     s.running.stop().await;
 }
 

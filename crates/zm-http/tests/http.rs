@@ -1515,30 +1515,16 @@ async fn graceful_shutdown_answers_an_mcp_call_in_flight() {
 #[tokio::test]
 async fn a_rest_write_whose_client_hangs_up_still_lands() {
     let s = start().await;
-    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
-    let mut lock = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .expect("a raw connection");
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut lock)
-        .await
-        .unwrap();
-    let impatient = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let sent = impatient
+    let lock = common::hold_write_lock(s._dir.path()).await;
+    let sent = common::impatient_client()
         .post(format!("{}/api/tools/remember", s.base))
         .bearer_auth(&s.rw_a)
         .json(&json!({"content": "The nightly backup runs at 03:00 UTC.", "scope": "personal", "kind": "fact"}))
         .send()
         .await;
     assert!(sent.is_err(), "the write waits on the lock: {sent:?}");
-    // Give the server time to see the connection close.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    sqlx::query("COMMIT").execute(&mut lock).await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    common::release_write_lock(lock).await;
+    common::until_landed("the write", || async {
         let (st, v) = s
             .post(
                 "/api/tools/recall",
@@ -1547,15 +1533,9 @@ async fn a_rest_write_whose_client_hangs_up_still_lands() {
             )
             .await;
         assert_eq!(st, 200, "{v}");
-        if v["memories"].as_array().is_some_and(|m| m.len() == 1) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the write never landed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        v["memories"].as_array().is_some_and(|m| m.len() == 1)
+    })
+    .await;
     s.running.stop().await;
 }
 

@@ -107,7 +107,7 @@ pub(crate) const SUCCESSORS_PER_QUERY: usize = 10_000;
 /// steward holds that the caller, its team's admin, changes for it.
 pub(crate) struct OwnedMemory {
     /// The caller, or the team steward the caller acts for.
-    owner_id: String,
+    pub(crate) owner_id: String,
     kind: MemoryKind,
     pub(crate) scope: String,
     pub(crate) visibility: zm_contracts::Visibility,
@@ -118,6 +118,11 @@ pub(crate) struct OwnedMemory {
 }
 
 impl OwnedMemory {
+    /// Already shared into `target`: a share or move there changes nothing.
+    pub(crate) fn is_shared_in(&self, target: &str) -> bool {
+        self.scope == target && self.visibility == zm_contracts::Visibility::Shared
+    }
+
     /// Note a change the caller made for a team's steward in the team's
     /// audit log (nothing for the caller's own memory).
     async fn record_for_team(

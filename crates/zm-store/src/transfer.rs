@@ -2,7 +2,6 @@
 //! `export_memories`, `delete_account`.
 
 use serde_json::json;
-use sqlx::any::AnyRow;
 use zm_contracts::scope;
 use zm_contracts::{
     AuthorKind, DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput,
@@ -14,44 +13,12 @@ use zm_contracts::{
 use crate::cursor::{self, ExportPosition};
 use crate::db::DbResult;
 use crate::guard;
-use crate::memories::content_hash;
-use crate::rows::{FromAnyRow, col, enum_col, id_col};
+use crate::memories::{OwnedMemory, content_hash};
+use crate::rows::{FromAnyRow, col};
 use crate::scopes::{ReadSet, canonical_path, explicit_read_set, push_read_set, push_visible};
 use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
-
-/// A memory as a share or move checks it.
-struct MovableRow {
-    owner_id: UserId,
-    scope: String,
-    visibility: Visibility,
-    invalidated_at: Option<i64>,
-}
-
-impl FromAnyRow for MovableRow {
-    fn from_row(r: &AnyRow) -> Result<MovableRow, ToolError> {
-        Ok(MovableRow {
-            owner_id: id_col(r, "owner_id")?,
-            scope: col(r, "scope")?,
-            visibility: enum_col(r, "visibility")?,
-            invalidated_at: col(r, "invalidated_at")?,
-        })
-    }
-}
-
-/// Where a movable memory is: its scope and visibility.
-struct Placement {
-    scope: String,
-    visibility: Visibility,
-}
-
-impl Placement {
-    /// Already shared into `target`: moving it there changes nothing.
-    fn is_shared_in(&self, target: &str) -> bool {
-        self.scope == target && self.visibility == Visibility::Shared
-    }
-}
 
 /// Why one memory could not move or be shared.
 enum Refusal {
@@ -73,9 +40,9 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         id: &str,
-    ) -> Result<Result<Placement, Refusal>, ToolError> {
+    ) -> Result<Result<OwnedMemory, Refusal>, ToolError> {
         let row = sqlx::query(
-            "SELECT id, owner_id, scope, visibility, invalidated_at FROM memories WHERE id = $1",
+            "SELECT owner_id, kind, scope, visibility, invalidated_at FROM memories WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -84,8 +51,8 @@ impl Store {
         let Some(row) = row else {
             return Ok(Err(Refusal::NotFound));
         };
-        let row = MovableRow::from_row(&row)?;
-        if row.owner_id.as_str() != caller.user_id {
+        let row = OwnedMemory::from_row(&row)?;
+        if row.owner_id != caller.user_id {
             return Ok(Err(self.not_movable_by(tx, caller, id).await?));
         }
         if row.invalidated_at.is_some() {
@@ -116,10 +83,7 @@ impl Store {
         if held.invalidated_at.is_some() {
             return Ok(Err(Refusal::Invalidated));
         }
-        Ok(Ok(Placement {
-            scope: held.scope,
-            visibility: held.visibility,
-        }))
+        Ok(Ok(held))
     }
 
     /// Why a memory that is not the caller's does not move: visible to

@@ -553,7 +553,8 @@ impl FromRequestParts<AppState> for Signed {
 }
 
 /// A page's query string, read into `T`; one that does not read (a
-/// `before` that is not a number, a repeated `next`) is the
+/// `before` that is not a number, a repeated `next`, an escape that is not
+/// UTF-8, which the decoder would turn into U+FFFD) is the
 /// `validation_failed` page, not axum's plain-text 400.
 pub(crate) struct PageQuery<T>(pub T);
 
@@ -564,6 +565,13 @@ where
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        if !crate::request::urlencoded_is_utf8(parts.uri.query().unwrap_or("").as_bytes()) {
+            return Err(unreadable_address(
+                parts,
+                state,
+                "an escape in the query is not UTF-8 text",
+            ));
+        }
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(q)) => Ok(PageQuery(q)),
             Err(e) => Err(unreadable_address(parts, state, &e.body_text())),

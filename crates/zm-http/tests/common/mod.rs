@@ -187,3 +187,52 @@ pub(crate) async fn join_team(
         .await
         .expect("accept");
 }
+
+/// SQLite's write lock on the test store in `dir` (`t.db`, as [`store`]
+/// makes it), held by a raw connection: writes wait on it until
+/// [`release_write_lock`].
+pub(crate) async fn hold_write_lock(dir: &std::path::Path) -> sqlx::AnyConnection {
+    let url = zm_store::sqlite_url(&dir.join("t.db"));
+    let mut lock = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("a raw connection");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .expect("hold the write lock");
+    lock
+}
+
+/// Let the writes waiting on [`hold_write_lock`] go, once the server has
+/// had time to see an impatient client's connection close.
+pub(crate) async fn release_write_lock(mut lock: sqlx::AnyConnection) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut lock)
+        .await
+        .expect("release the write lock");
+}
+
+/// A client that gives up on an answer after half a second (and follows
+/// no redirect).
+pub(crate) fn impatient_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client")
+}
+
+/// Wait, with a generous deadline (never a speed assertion), until `done`
+/// says a write that outlived its client has landed.
+pub(crate) async fn until_landed<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + STOP_PATIENCE;
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "{what} never landed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
