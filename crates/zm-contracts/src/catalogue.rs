@@ -257,7 +257,7 @@ pub static RESOURCES: &[ResourceSpec] = &[
         uri: crate::uri::RULES_URI,
         name: "rules",
         title: "Your standing rules",
-        description: "Your promoted rules, pinned first, as {\"rules\": [{text, pinned}]}.",
+        description: "Your standing rules, pinned first, as {\"rules\": [{text, pinned}]}: the ones you promoted, your teams' (promoted for a team you belong to), and the attached project's.",
         mime_type: "application/json",
         template: false,
     },

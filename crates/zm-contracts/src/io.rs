@@ -19,6 +19,12 @@ pub const MEMORY_KINDS: usize = MemoryKind::ALL.len();
 /// Longest accepted free-text hint/name/query field.
 pub const MAX_SHORT_TEXT: usize = 2048;
 
+/// The longest `thread` token: long enough for a token pinned to any scope
+/// (a scope is at most [`crate::scope::MAX_SCOPE_LEN`] bytes), a
+/// teammate's shared project or a team's project included. Contract 4.7.0
+/// widened it from 128, which left a long teammate's project without one.
+pub const MAX_THREAD_TOKEN: usize = 384;
+
 #[allow(
     clippy::trivially_copy_pass_by_ref,
     reason = "garde's custom-validator signature"
@@ -96,7 +102,7 @@ pub struct RememberInput {
     pub kind: MemoryKind,
     /// The `thr_…` token from an earlier `session.thread`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 128))]
+    #[garde(length(min = 1, max = MAX_THREAD_TOKEN))]
     pub thread: Option<String>,
     /// Where to store it: `core`, `personal`, or a scope path. Omit to route by project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,7 +169,7 @@ pub struct RecallInput {
     pub query: String,
     /// The `thr_…` token from an earlier `session.thread`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 128))]
+    #[garde(length(min = 1, max = MAX_THREAD_TOKEN))]
     pub thread: Option<String>,
     /// Scopes to search; `["*"]` = everything visible. Omit for the default read set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -212,7 +218,7 @@ pub struct BuildContextInput {
     pub topic: String,
     /// The `thr_…` token from an earlier `session.thread`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 128))]
+    #[garde(length(min = 1, max = MAX_THREAD_TOKEN))]
     pub thread: Option<String>,
     /// Size budget; sets how many memories and entities come back.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -75,7 +75,7 @@ fn router() -> String {
 
 fn rules_list(rules: &[Rule]) -> String {
     let mut out = format!(
-        "OWNER RULES — {} standing instruction(s) the user promoted; follow them like system rules (build_context re-delivers them as rules[], pinned first):",
+        "OWNER RULES — {} standing instruction(s) the user (or a team of theirs) promoted; follow them like system rules (build_context re-delivers them as rules[], pinned first):",
         rules.len()
     );
     for (i, r) in rules.iter().enumerate() {
@@ -92,7 +92,7 @@ fn rules_list(rules: &[Rule]) -> String {
 
 fn rules_announcement(n: usize) -> String {
     format!(
-        "OWNER RULES: the user has {n} standing rule(s). They are not reproduced here because this channel is truncated; build_context with briefing: true returns them in full as rules[] — follow them like system rules."
+        "OWNER RULES: the user (with their teams) has {n} standing rule(s). They are not reproduced here because this channel is truncated; build_context with briefing: true returns them in full as rules[] — follow them like system rules."
     )
 }
 

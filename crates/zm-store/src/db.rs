@@ -229,6 +229,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0023_edge_lookups.sql"),
         data: None,
     },
+    Migration {
+        version: 24,
+        name: "recalls_per_user",
+        sqlite: include_str!("../../../migrations/sqlite/0024_recalls_per_user.sql"),
+        postgres: include_str!("../../../migrations/postgres/0024_recalls_per_user.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -475,14 +475,12 @@ impl Store {
         self.rules_for(caller, &ReadSet::Scopes(Vec::new())).await
     }
 
-    /// What `zm://rules` serves: the user layer plus the attached project's rules.
+    /// What `zm://rules` serves: the user layer, the caller's teams' own
+    /// rules, and the attached project's rules (no other project's, as in
+    /// a briefing).
     pub async fn rules_resource(&self, caller: &Caller) -> Result<Vec<Rule>, ToolError> {
         let set = match &caller.attached_project {
-            Some(p) => {
-                let mut conn = self.pool.acquire().await.db("acquire")?;
-                let teams = self.team_scopes_of(&mut conn, &caller.user_id).await?;
-                crate::search::with_teams(crate::scopes::pinned_read_set(caller, p), &teams)
-            }
+            Some(p) => crate::scopes::pinned_read_set(caller, p),
             None => ReadSet::Scopes(Vec::new()),
         };
         self.rules_for(caller, &set).await

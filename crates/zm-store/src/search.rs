@@ -794,8 +794,13 @@ struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// The team a scope belongs to, for the caller.
-    fn team_of(&self, scope_path: &str) -> Option<String> {
+    /// The team the caller reads a scope through: none for the caller's
+    /// own project, even one they share with a team (they read it as its
+    /// owner, as the contract's `team` says).
+    fn team_of(&self, caller: &Caller, scope_path: &str) -> Option<String> {
+        if scope_path.starts_with(&scope::project_scope(&caller.user_id, "")) {
+            return None;
+        }
         self.teams
             .iter()
             .find(|(s, _)| s == scope_path)
@@ -1483,7 +1488,7 @@ impl Store {
                     content: excerpt(&c.content, &terms, INLINE_CHARS).0,
                     kind: c.kind,
                     scope: c.scope.clone(),
-                    team: plan.team_of(&c.scope),
+                    team: plan.team_of(caller, &c.scope),
                     visibility: c.visibility,
                     created_at: rfc3339(c.created_at),
                     score: (score * 1e6).round() / 1e6,
@@ -1574,18 +1579,19 @@ impl Store {
         // again (a promoted memory whose rule is not delivered here, one
         // past its 90 days or for another project, is).
         let delivery = if input.briefing {
-            // Reading everything still delivers the pinned project's rules
-            // (and no other project's).
-            let rule_set = match (&plan.set, &plan.pin) {
-                (ReadSet::All, Some(pin)) => with_teams(
-                    ReadSet::Scopes(vec![
-                        caller.personal_scope(),
-                        caller.core_scope(),
-                        pin.clone(),
-                    ]),
-                    &plan.teams,
-                ),
-                _ => plan.set.clone(),
+            // A project's rules reach the briefings pinned to it (and those
+            // that name it in `scopes`), no other: the team projects a
+            // default read set takes in are read, but their rules are for
+            // their own repositories. Teams' own rules (the team layer)
+            // are delivered whatever the set.
+            let rule_set = match (&input.scopes, &plan.set, &plan.pin) {
+                (Some(_), ReadSet::Scopes(_), _) | (Some(_), ReadSet::All, None) => {
+                    plan.set.clone()
+                }
+                (_, _, Some(pin)) => pinned_read_set(caller, pin),
+                (None, _, None) => {
+                    ReadSet::Scopes(vec![caller.personal_scope(), caller.core_scope()])
+                }
             };
             self.delivered_rules(caller, &rule_set).await?
         } else {
@@ -1619,41 +1625,56 @@ impl Store {
             })
             .collect();
 
-        // Entities of the hits, collapsed by name.
+        // Entities of the hits, collapsed by name: `count` is how many of
+        // the hits name it (one naming it under two types counts once).
+        // Edges are read among the listed ones; co-mentions among all.
         let ents = self.entities_of(&ids).await?;
-        let mut collapsed: Vec<ContextEntity> = Vec::new();
+        let mut collapsed: Vec<(String, ContextEntity, Vec<&MemoryId>)> = Vec::new();
         let mut entity_ids: Vec<EntityId> = Vec::new();
+        let mut listed_ids: Vec<EntityId> = Vec::new();
         for id in &ids {
             for ent in ents.get(id).into_iter().flatten() {
                 let etype = ent.entity_type;
                 entity_ids.push(ent.id.clone());
                 let key = crate::memories::match_key(&ent.name);
-                if let Some(e) = collapsed
-                    .iter_mut()
-                    .find(|e| crate::memories::match_key(&e.name) == key)
-                {
-                    e.count = Some(e.count.unwrap_or(1) + 1);
+                if let Some((_, e, mentioned)) = collapsed.iter_mut().find(|(k, _, _)| *k == key) {
+                    listed_ids.push(ent.id.clone());
+                    if !mentioned.contains(&id) {
+                        mentioned.push(id);
+                    }
                     let types = e.types.get_or_insert_with(|| vec![e.entity_type]);
                     if !types.contains(&etype) {
                         types.push(etype);
                     }
                 } else if collapsed.len() < max_entities {
-                    collapsed.push(ContextEntity {
-                        id: ent.id.clone(),
-                        name: ent.name.clone(),
-                        entity_type: etype,
-                        types: None,
-                        count: Some(1),
-                    });
+                    listed_ids.push(ent.id.clone());
+                    collapsed.push((
+                        key,
+                        ContextEntity {
+                            id: ent.id.clone(),
+                            name: ent.name.clone(),
+                            entity_type: etype,
+                            types: None,
+                            count: None,
+                        },
+                        vec![id],
+                    ));
                 }
             }
         }
+        let mut collapsed: Vec<ContextEntity> = collapsed
+            .into_iter()
+            .map(|(_, mut e, mentioned)| {
+                e.count = Some(u32::try_from(mentioned.len()).unwrap_or(u32::MAX));
+                e
+            })
+            .collect();
         for e in &mut collapsed {
             if e.types.as_ref().is_some_and(|t| t.len() < 2) {
                 e.types = None;
             }
         }
-        let edges = self.edges_among(caller, &entity_ids).await?;
+        let edges = self.edges_among(caller, &listed_ids).await?;
 
         // Linked memories: entity co-mentions and typed-link neighbours.
         let linked = self
@@ -1849,8 +1870,9 @@ impl Store {
         Ok((loops, u32::try_from(total.max(0)).unwrap_or(u32::MAX)))
     }
 
-    /// The rules a briefing delivers: the user layer, then project layers in
-    /// the read set; pinned first; per-layer cap and TTL for unpinned.
+    /// The rules a briefing reading `set` delivers: the user layer, the
+    /// caller's teams' layer, then the rules of the projects in `set`;
+    /// pinned first; per-layer cap and TTL for unpinned.
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
         Ok(self
             .delivered_rules(caller, set)
@@ -1882,12 +1904,8 @@ impl Store {
         if projects.is_empty() {
             return Ok(ids);
         }
-        let teams = {
-            let mut conn = self.pool.acquire().await.db("acquire")?;
-            self.team_scopes_of(&mut conn, &caller.user_id).await?
-        };
         for p in &projects {
-            let set = with_teams(crate::scopes::pinned_read_set(caller, p), &teams);
+            let set = crate::scopes::pinned_read_set(caller, p);
             ids.extend(
                 self.delivered_rules(caller, &set)
                     .await?

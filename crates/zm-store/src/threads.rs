@@ -40,7 +40,12 @@ const HOUR_MS: i64 = 3_600_000;
 const VERSION: u8 = 1;
 pub(crate) const TAG_LEN: usize = 12;
 /// The contract's longest `thread` input.
-const MAX_TOKEN_CHARS: usize = 128;
+const MAX_TOKEN_CHARS: usize = zm_contracts::MAX_THREAD_TOKEN;
+// A token pinned to the longest scope fits: `thr_`, then the base64 of
+// 14 bytes, the scope, and the tag.
+const _: () = assert!(
+    PREFIX.len() + (14 + scope::MAX_SCOPE_LEN + TAG_LEN).div_ceil(3) * 4 <= MAX_TOKEN_CHARS
+);
 const PREFIX: &str = "thr_";
 
 /// The key that signs thread tokens.
@@ -138,9 +143,9 @@ pub struct Thread {
 }
 
 /// Issue a token for `owner`'s `conversation` pinned to `scope`, valid
-/// for at least [`THREAD_TTL_MS`] from `now`. `None` when the scope is too
-/// long to fit the contract's 128-character token (the call then simply
-/// carries no thread: fail-open).
+/// for at least [`THREAD_TTL_MS`] from `now`. `None` only when the scope
+/// is longer than a scope may be (the token would not fit the contract's
+/// `thread`; the call then simply carries no thread: fail-open).
 pub fn issue(
     key: &ThreadKey,
     owner: &str,
@@ -277,13 +282,25 @@ mod tests {
     }
 
     #[test]
-    fn long_own_project_fits_and_too_long_foreign_scope_is_refused() {
+    fn a_token_fits_any_scope_and_a_longer_path_gets_none() {
         let k = key();
         let owner = "usr_0123456789abcdef.0123456789";
         let long_slug = "a".repeat(crate::hint::MAX_SLUG_LEN);
         let own = scope::project_scope(owner, &long_slug);
         assert!(issue(&k, owner, Conversation::fresh(), &own, NOW).is_some());
-        let foreign = format!("proj.{}.{}", "b".repeat(40), "c".repeat(60));
-        assert!(issue(&k, owner, Conversation::fresh(), &foreign, NOW).is_none());
+        // A teammate's project with a long slug (128 characters held 67
+        // bytes of a foreign scope), and the longest scope there is.
+        let teammate = format!("proj.{}.{}", "b".repeat(31), "c".repeat(40));
+        let longest = format!("team.{}", "d".repeat(scope::MAX_SCOPE_LEN - 5));
+        for foreign in [teammate, longest] {
+            let t = issue(&k, owner, Conversation::fresh(), &foreign, NOW).expect("issued");
+            assert!(t.token.len() <= MAX_TOKEN_CHARS, "{}", t.token.len());
+            assert_eq!(
+                verify(&k, owner, &t.token, NOW).expect("verifies").scope,
+                foreign
+            );
+        }
+        let too_long = format!("team.{}", "d".repeat(scope::MAX_SCOPE_LEN));
+        assert!(issue(&k, owner, Conversation::fresh(), &too_long, NOW).is_none());
     }
 }

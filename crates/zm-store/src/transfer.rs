@@ -589,6 +589,7 @@ impl Store {
             "DELETE FROM access_tokens WHERE user_id = $1",
             "DELETE FROM scope_members WHERE user_id = $1",
             "DELETE FROM recall_activity WHERE user_id = $1",
+            "DELETE FROM memory_usage WHERE user_id = $1",
         ] {
             sqlx::query(sql)
                 .bind(uid)

@@ -1,5 +1,8 @@
-//! How often each memory was recalled (migration 0010): what the
-//! dashboard's Insight page shows as "most recalled" and "never recalled".
+//! How often each user recalled each memory (migrations 0010 and 0024):
+//! what the dashboard's Insight page shows a user as their "most
+//! recalled" and "never recalled" memories. Counts are per user: a
+//! teammate's recalls of a shared memory are their agents' activity, never
+//! shown to anyone else.
 //!
 //! A recall notes its hits in a buffer shared by every clone of the store;
 //! the buffer is added to `memory_usage` in one transaction when it is
@@ -30,15 +33,15 @@ pub const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 /// Counts not written yet, and when they were last written.
 #[derive(Debug)]
 struct Pending {
-    /// Memory id → (recalls, last recalled at).
-    hits: HashMap<String, (i64, i64)>,
+    /// (user id, memory id) → (recalls, last recalled at).
+    hits: HashMap<(String, String), (i64, i64)>,
     /// (user id, agent, week start) → (recalls, memories returned).
     activity: HashMap<(String, String, i64), (i64, i64)>,
     since: Instant,
 }
 
-/// Taken recall counts: (memory id, recalls, last recalled at).
-type HitCounts = Vec<(String, i64, i64)>;
+/// Taken recall counts: ((user id, memory id), (recalls, last recalled at)).
+type HitCounts = Vec<((String, String), (i64, i64))>;
 /// Taken activity: ((user id, agent, week start), (recalls, returned)).
 type ActivityCounts = Vec<((String, String, i64), (i64, i64))>;
 
@@ -84,7 +87,10 @@ impl UsageBuffer {
         let mut g = self.lock();
         let mut returned = 0;
         for id in ids {
-            let e = g.hits.entry(id.to_string()).or_insert((0, now));
+            let e = g
+                .hits
+                .entry((user.to_string(), id.to_string()))
+                .or_insert((0, now));
             e.0 += 1;
             e.1 = now;
             returned += 1;
@@ -102,10 +108,7 @@ impl UsageBuffer {
     fn take(&self) -> (HitCounts, ActivityCounts) {
         let mut g = self.lock();
         g.since = Instant::now();
-        (
-            g.hits.drain().map(|(id, (n, t))| (id, n, t)).collect(),
-            g.activity.drain().collect(),
-        )
+        (g.hits.drain().collect(), g.activity.drain().collect())
     }
 
     /// Put back what [`take`](Self::take) took and could not write (the
@@ -113,8 +116,8 @@ impl UsageBuffer {
     /// it, added to what was noted meanwhile.
     fn give_back(&self, hits: HitCounts, activity: ActivityCounts) {
         let mut g = self.lock();
-        for (id, n, at) in hits {
-            let e = g.hits.entry(id).or_insert((0, at));
+        for (key, (n, at)) in hits {
+            let e = g.hits.entry(key).or_insert((0, at));
             e.0 += n;
             e.1 = e.1.max(at);
         }
@@ -129,10 +132,10 @@ impl UsageBuffer {
 /// The Insight page's usage figures.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// The most recalled readable live memories: (id, first characters,
-    /// recalls).
+    /// The readable live memories the caller's agents recalled most: (id,
+    /// first characters, the caller's recalls).
     pub most: Vec<(String, String, i64)>,
-    /// Readable live memories never recalled.
+    /// Readable live memories the caller's agents never recalled.
     pub never: i64,
     /// The oldest of them: (id, first characters).
     pub never_oldest: Vec<(String, String)>,
@@ -208,14 +211,16 @@ impl Store {
             .await
             .db("recall activity")?;
         }
-        for (id, n, at) in entries {
+        for ((user, id), (n, at)) in entries {
+            // Skipped when the memory or the user was erased meanwhile.
             sqlx::query(
-                "INSERT INTO memory_usage (memory_id, recalls, last_recalled_at) \
-                 SELECT id, $2, $3 FROM memories WHERE id = $1 \
-                 ON CONFLICT (memory_id) DO UPDATE SET recalls = memory_usage.recalls + excluded.recalls, \
+                "INSERT INTO memory_usage (user_id, memory_id, recalls, last_recalled_at) \
+                 SELECT u.id, m.id, $3, $4 FROM users u JOIN memories m ON m.id = $2 WHERE u.id = $1 \
+                 ON CONFLICT (user_id, memory_id) DO UPDATE SET recalls = memory_usage.recalls + excluded.recalls, \
                  last_recalled_at = CASE WHEN excluded.last_recalled_at > memory_usage.last_recalled_at \
                    THEN excluded.last_recalled_at ELSE memory_usage.last_recalled_at END",
             )
+            .bind(user)
             .bind(id)
             .bind(*n)
             .bind(*at)
@@ -227,13 +232,16 @@ impl Store {
         Ok(())
     }
 
-    /// Most and never recalled, among the live memories the caller reads,
-    /// and the caller's own recall activity over the last `weeks` weeks.
+    /// Most and never recalled by the caller's agents, among the live
+    /// memories the caller reads, and the caller's own recall activity over
+    /// the last `weeks` weeks.
     pub async fn usage_figures(&self, caller: &Caller, weeks: i64) -> Result<Usage, ToolError> {
         let visible = self.visible_to(caller).await?;
         let mut most = Sql::new(
-            "SELECT m.id AS id, m.content AS content, u.recalls AS recalls FROM memory_usage u JOIN memories m ON m.id = u.memory_id WHERE ",
+            "SELECT m.id AS id, m.content AS content, u.recalls AS recalls FROM memory_usage u JOIN memories m ON m.id = u.memory_id WHERE u.user_id = ",
         );
+        most.bind_str(caller.user_id.as_str());
+        most.push(" AND ");
         visible.push(&mut most, "m");
         most.push(" AND m.invalidated_at IS NULL ORDER BY u.recalls DESC, u.last_recalled_at DESC LIMIT 10");
         let mut out = Usage::default();
@@ -252,7 +260,10 @@ impl Store {
         }
         let mut never = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
         visible.push(&mut never, "m");
-        never.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_usage u WHERE u.memory_id = m.id)");
+        never
+            .push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_usage u WHERE u.memory_id = m.id AND u.user_id = ")
+            .bind_str(caller.user_id.as_str())
+            .push(")");
         out.never = col(
             &never
                 .query()
@@ -263,7 +274,10 @@ impl Store {
         )?;
         let mut oldest = Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE ");
         visible.push(&mut oldest, "m");
-        oldest.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_usage u WHERE u.memory_id = m.id) ORDER BY m.seq LIMIT 10");
+        oldest
+            .push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM memory_usage u WHERE u.memory_id = m.id AND u.user_id = ")
+            .bind_str(caller.user_id.as_str())
+            .push(") ORDER BY m.seq LIMIT 10");
         for r in &oldest
             .query()
             .fetch_all(&self.pool)
@@ -311,12 +325,10 @@ mod tests {
         buffer.give_back(hits, activity);
         let (mut hits, activity) = buffer.take();
         hits.sort();
+        let key = |m: &str| ("usr_a".to_string(), m.to_string());
         assert_eq!(
             hits,
-            vec![
-                ("mem_1".to_string(), 2, 2_000),
-                ("mem_2".to_string(), 1, 1_000)
-            ]
+            vec![(key("mem_1"), (2, 2_000)), (key("mem_2"), (1, 1_000))]
         );
         assert_eq!(
             activity,

@@ -60,6 +60,23 @@ backend_tests! {
         assert_eq!(names, ["Caf\u{e9}"], "[{l}] one entity, found by the decomposed form");
     }
 
+    /// A briefing's entity `count` is how many of its memories name the
+    /// entity: a memory naming it under two types counts once, two
+    /// memories twice.
+    async fn a_briefings_entity_count_is_of_memories(store: Store, l: &str) {
+        let (_, a) = user(&store, "count-a").await;
+        let tag = unique("c").replace('-', "");
+        mem(&store, &a, l, json!({"content": format!("Ledgerdb stores the invoices ({tag})."), "kind": "fact", "scope": "personal", "entities": [{"name": "Ledgerdb", "type": "service"}, {"name": "Ledgerdb", "type": "concept"}]})).await;
+        let pack = ok(call(&store, &a, "build_context", json!({"topic": format!("ledgerdb invoices {tag}")})).await, l, "one memory");
+        let ledger = pack["entities"].as_array().unwrap().iter().find(|e| e["name"] == "Ledgerdb").cloned().unwrap_or_else(|| panic!("[{l}] {pack}"));
+        assert_eq!(ledger["count"], 1, "[{l}] one memory names it: {ledger}");
+        assert_eq!(ledger["types"].as_array().map(Vec::len), Some(2), "[{l}] under two types: {ledger}");
+        mem(&store, &a, l, json!({"content": format!("Ledgerdb invoices are kept seven years ({tag})."), "kind": "fact", "scope": "personal", "entities": [{"name": "Ledgerdb", "type": "service"}]})).await;
+        let pack = ok(call(&store, &a, "build_context", json!({"topic": format!("ledgerdb invoices {tag}")})).await, l, "two memories");
+        let ledger = pack["entities"].as_array().unwrap().iter().find(|e| e["name"] == "Ledgerdb").cloned().unwrap_or_else(|| panic!("[{l}] {pack}"));
+        assert_eq!(ledger["count"], 2, "[{l}] {ledger}");
+    }
+
     /// `entities` searches like entity matching: case-insensitive beyond
     /// ASCII (SQLite's LOWER is ASCII only), blind to spaces, `-`, `_`.
     async fn entity_search_folds_case_and_separators(store: Store, l: &str) {

@@ -375,6 +375,87 @@ backend_tests! {
         ok(store.revoke_rule(&w, &rule, "not mine to set any more").await, l, "a reader revokes their own");
     }
 
+    /// A project's rules reach the briefings pinned to it (or naming it in
+    /// `scopes`), not every briefing that reads it: a project shared with a
+    /// team, or a team's project, is in its members' default read set, yet
+    /// its rules are for its own repository. The team's own rules reach
+    /// every member's briefing.
+    async fn a_projects_rules_stay_in_its_own_briefings(store: Store, l: &str) {
+        let (_, a) = user(&store, "prules-a").await;
+        let (ub, b) = user(&store, "prules-b").await;
+        let slug = team(&store, &a, l, "prules").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let (p, q) = (format!("git@github.com:acme/{}.git", unique("p")), format!("git@github.com:acme/{}.git", unique("q")));
+        mem(&store, &a, l, json!({"content": "P builds with cargo.", "kind": "fact", "project_hint": p})).await;
+        let q_note = mem(&store, &a, l, json!({"content": "Deploy Q only through make deploy-q.", "kind": "convention", "project_hint": q})).await;
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": q_note})).await, l, "Q's rule");
+        let q_scope = project_of(&store, &a, l, &q).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": q_scope}))).await, l, "share Q");
+        let web = mem(&store, &b, l, json!({"content": "Web pages ship with their own stylesheet.", "kind": "convention", "scope": format!("team.{slug}.web")})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": web})).await, l, "team.web's rule");
+        let root = mem(&store, &b, l, json!({"content": "Every change gets a second reviewer.", "kind": "convention", "scope": format!("team.{slug}")})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": root})).await, l, "the team's rule");
+        let rules = |who: &Caller, args: Value| {
+            let (store, who) = (&store, who.clone());
+            async move {
+                let mut args = args;
+                args["topic"] = json!("deploys");
+                args["briefing"] = json!(true);
+                let brief = ok(call(store, &who, "build_context", args).await, l, "briefing");
+                brief["rules"].to_string()
+            }
+        };
+        for (who, name) in [(&a, "A"), (&b, "B")] {
+            let in_p = rules(who, json!({"project_hint": p})).await;
+            if name == "A" {
+                assert!(!in_p.contains("deploy-q"), "[{l}] {name}: Q's rule in a briefing pinned to P: {in_p}");
+            }
+            assert!(!in_p.contains("stylesheet"), "[{l}] {name}: team.web's rule pinned to P: {in_p}");
+            assert!(in_p.contains("second reviewer"), "[{l}] {name}: the team's own rule everywhere: {in_p}");
+            let unpinned = rules(who, json!({})).await;
+            assert!(!unpinned.contains("deploy-q") && !unpinned.contains("stylesheet"), "[{l}] {name}: no project's rule unpinned: {unpinned}");
+            assert!(unpinned.contains("second reviewer"), "[{l}] {name}: {unpinned}");
+            let in_q = rules(who, json!({"project_hint": q})).await;
+            assert!(in_q.contains("deploy-q") && !in_q.contains("stylesheet"), "[{l}] {name}: pinned to Q, Q's rule: {in_q}");
+            let named = rules(who, json!({"scopes": [format!("team.{slug}.web")]})).await;
+            assert!(named.contains("stylesheet") && !named.contains("deploy-q"), "[{l}] {name}: scopes naming team.web: {named}");
+        }
+        // What `zm://rules` serves follows the briefing: the attached
+        // project's rules only.
+        let served: Vec<String> = store.rules_resource(&attached(&a, &project_of(&store, &a, l, &p).await)).await.unwrap().into_iter().map(|r| r.text).collect();
+        assert!(!served.iter().any(|t| t.contains("deploy-q") || t.contains("stylesheet")), "[{l}] {served:?}");
+        assert!(served.iter().any(|t| t.contains("second reviewer")), "[{l}] {served:?}");
+    }
+
+    /// A teammate's shared project with a long name still gets a thread
+    /// in a member's briefing (a 128-character token held no more than
+    /// 67 bytes of a scope not the caller's own), and a scope-less write
+    /// echoing it lands there.
+    async fn a_long_shared_project_gets_a_thread(store: Store, l: &str) {
+        let (_, a) = user(&store, "longthr-a").await;
+        let (ub, b) = user(&store, "longthr-b").await;
+        let slug = team(&store, &a, l, "longthr").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/customer-analytics-dashboard-{}.git", unique("v2"));
+        mem(&store, &a, l, json!({"content": "The dashboard reads the warehouse nightly.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        assert!(project.len() > 67, "[{l}] {project}");
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let brief = ok(call(&store, &b, "build_context", json!({"topic": "warehouse", "briefing": true, "project_hint": remote})).await, l, "B's briefing");
+        assert_eq!(brief["project_scope"], json!(project), "[{l}] {brief}");
+        let thread = brief["session"]["thread"].as_str().unwrap_or_else(|| panic!("[{l}] no thread: {brief}")).to_string();
+        let id = mem(&store, &b, l, json!({"content": "Warehouse loads finish by 04:00.", "kind": "fact", "thread": thread})).await;
+        let got = ok(store.get_memory(&b, &zm_contracts::MemoryId::parse(&id).unwrap()).await, l, "get");
+        assert_eq!(got.scope, project, "[{l}] the write followed the thread");
+        // A hit in the shared project names the team to the member who
+        // reads it through the team, not to its owner.
+        for (who, team) in [(&b, json!(slug)), (&a, Value::Null)] {
+            let out = ok(call(&store, who, "recall", json!({"query": "warehouse loads", "scopes": ["*"]})).await, l, "recall");
+            let hit = out["memories"].as_array().and_then(|m| m.iter().find(|h| h["id"] == json!(id))).unwrap_or_else(|| panic!("[{l}] {out}"));
+            assert_eq!(hit["team"], team, "[{l}] {hit}");
+        }
+    }
+
     /// A memory shared into a team brings its entities, not its author's
     /// personal graph: a teammate's briefing on it shows no edge the
     /// author drew between those entities.

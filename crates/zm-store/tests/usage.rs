@@ -38,6 +38,40 @@ backend_tests! {
         assert_eq!(b_usage.most.first().map(|(id, _, _)| id.as_str()), Some(theirs.as_str()), "[{l}]");
     }
 
+    /// Counts are the caller's own: a teammate's recalls of a memory of
+    /// the team's neither raise the writer's count nor take it off the
+    /// writer's "never recalled"; an erased account's counts go with it.
+    async fn a_teammates_recalls_are_theirs(store: Store, l: &str) {
+        let (_, a) = user(&store, "own-a").await;
+        let slug = create_team_of(&store, &a, l, "own-team").await;
+        let (_, b) = team_member(&store, &a, l, &slug, "own-b", zm_contracts::TeamRole::Reader).await;
+        let team = format!("team.{slug}");
+        let shared = mem(&store, &a, l, json!({"content": "Staging deploys go through the blue pipeline.", "kind": "convention", "scope": team})).await;
+        let mine = mem(&store, &a, l, json!({"content": "Production deploys need two approvals.", "kind": "convention", "scope": team})).await;
+        // Through the tool service's `call`, which notes what a recall
+        // returned.
+        let recalled = |out: serde_json::Value| -> Vec<String> {
+            out["memories"].as_array().expect("memories").iter().map(|m| m["id"].as_str().expect("id").to_string()).collect()
+        };
+        for _ in 0..5 {
+            let hits = recalled(ok(call(&store, &b, "recall", json!({"query": "staging blue pipeline"})).await, l, "recall b"));
+            assert_eq!(hits, vec![shared.clone()], "[{l}] B reads the team's memory");
+        }
+        let hits = recalled(ok(call(&store, &a, "recall", json!({"query": "production approvals"})).await, l, "recall a"));
+        assert_eq!(hits, vec![mine.clone()], "[{l}]");
+        ok(store.flush_usage().await, l, "flush");
+        let usage = ok(store.usage_figures(&a, 12).await, l, "usage a");
+        assert_eq!(usage.most.iter().map(|(id, _, n)| (id.as_str(), *n)).collect::<Vec<_>>(), vec![(mine.as_str(), 1)], "[{l}] only A's own recall: {usage:?}");
+        assert!(usage.never_oldest.iter().any(|(id, _)| *id == shared), "[{l}] A's agents never recalled it: {usage:?}");
+        let usage = ok(store.usage_figures(&b, 12).await, l, "usage b");
+        assert_eq!(usage.most.first().map(|(id, _, n)| (id.as_str(), *n)), Some((shared.as_str(), 5)), "[{l}] {usage:?}");
+        assert!(!usage.most.iter().any(|(id, _, _)| *id == mine), "[{l}] B never recalled it: {usage:?}");
+        // B's counts leave with B's account; A's stay.
+        ok(call(&store, &b, "delete_account", json!({})).await, l, "erase b");
+        let usage = ok(store.usage_figures(&a, 12).await, l, "usage a after");
+        assert_eq!(usage.most.first().map(|(_, _, n)| *n), Some(1), "[{l}] {usage:?}");
+    }
+
     /// The Insight page's open loops by age: under a week, under 30 days,
     /// under 91 days, older; closed loops and other kinds are not loops.
     async fn open_loops_are_counted_by_age(store: Store, l: &str) {

@@ -243,11 +243,12 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         h2 { "Memories by agent" }
         (bars("by-agent", "Memories by writing agent", &agents))
         h2 { "Most recalled" }
+        p.muted { "By your agents: a teammate's recalls of a team memory are theirs." }
         @if usage.most.is_empty() { p.muted #most-recalled { "No recall counted yet." } } @else {
             ol #most-recalled { @for (id, text, n) in &usage.most { li { a href=(signed.href(&format!("/memories/{id}"))) { (text) } " — " (n) " recall" @if *n != 1 { "s" } } } }
         }
         h2 { "Never recalled" }
-        p #never-recalled { strong { (usage.never) } " live memories no agent has recalled yet." @if !usage.never_oldest.is_empty() { " The oldest:" } }
+        p #never-recalled { strong { (usage.never) } " live memories your agents have not recalled yet." @if !usage.never_oldest.is_empty() { " The oldest:" } }
         @if !usage.never_oldest.is_empty() {
             ul { @for (id, text) in &usage.never_oldest { li { a href=(signed.href(&format!("/memories/{id}"))) { (text) } } } }
         }

@@ -774,6 +774,7 @@ const ADDED_COLUMNS: &[(i64, Option<Backend>, &str, &str, Holds)] = &[
         "fts_tenant",
         Holds::Checked,
     ),
+    (24, None, "memory_usage", "user_id", Holds::Checked),
 ];
 
 /// What `before` should read as after the upgrade, the tables checked
@@ -1091,6 +1092,27 @@ async fn upgrade_and_check(url: &str, from: i64, label: &str) {
                     "memory {memory}: fts_tenant {tenant:?}, not {want:?}"
                 ));
             }
+        }
+    }
+    // Migration 24: recall counts of old go to the memory's owner.
+    if from >= 10 {
+        let counted: Vec<(String, String)> =
+            sqlx::query("SELECT user_id, memory_id FROM memory_usage")
+                .fetch_all(pool)
+                .await
+                .expect("read memory_usage")
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<String, _>("user_id"),
+                        r.get::<String, _>("memory_id"),
+                    )
+                })
+                .collect();
+        if counted != vec![(fx.alice.clone(), fx.nginx.clone())] {
+            problems.push(format!(
+                "memory_usage holds {counted:?}, not the old count as the owner's"
+            ));
         }
     }
     match store.integrity_check().await {
