@@ -527,9 +527,11 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
     // What the model refused is counted where it refused it: a memory
     // claimed and then forgotten, or stored first by another embedder,
     // is neither embedded here nor refused.
+    // Refusals are counted in the database, not by this run alone: ones
+    // an earlier run or a server made are still without a vector.
     let status = store.semantic_status();
     let embedded = usize::try_from(status.embedded).unwrap_or(usize::MAX);
-    let refused = usize::try_from(status.refused).unwrap_or(usize::MAX);
+    let refused = store.refused_memories().await.map_err(tool)?;
     store.close().await;
     let secs = started.elapsed().as_secs_f64();
     #[allow(clippy::cast_precision_loss)]
@@ -540,7 +542,7 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
         ))
     } else {
         say(format!(
-            "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s); the model refused {refused}, which recall finds by full text only (`reindex --all` tries them again)"
+            "embedded {embedded} memories in {secs:.1} s ({rate:.0}/s); {refused} live memories were refused by the model (this run or earlier) and are found by full text only (`reindex --all` tries them again)"
         ))
     }
 }

@@ -161,13 +161,32 @@ impl VectorIndex {
 
     /// Upsert every row holding a stored vector (`vec`) and the
     /// [`META_COLUMNS`]; a row whose bytes are not a vector of `dims` is
-    /// skipped. Returns how many were upserted.
-    fn upsert_rows(&mut self, rows: &[sqlx::any::AnyRow], dims: usize) -> Result<usize, ToolError> {
+    /// skipped. A memory whose metadata this instance re-read after the
+    /// rows were (`fresher`) keeps the metadata it has, and one not in
+    /// the index yet is left to the next metadata refresh (whose rows are
+    /// read after that change): the rows' metadata would undo the change.
+    /// Returns how many were upserted.
+    fn upsert_rows(
+        &mut self,
+        rows: &[sqlx::any::AnyRow],
+        dims: usize,
+        fresher: impl Fn(&MemoryId) -> bool,
+    ) -> Result<usize, ToolError> {
         let mut n = 0;
         for r in rows {
             let bytes: Option<Vec<u8>> = col(r, "vec")?;
             if let Some(vector) = bytes.and_then(|b| Vector::from_bytes(&b, dims)) {
-                self.upsert(meta_of(r)?, &vector);
+                let meta = meta_of(r)?;
+                if fresher(&meta.id) {
+                    let Some(&i) = self.by_id.get(&meta.id) else {
+                        continue;
+                    };
+                    if vector.dims() == self.dims {
+                        self.set_vector(i, &vector);
+                    }
+                } else {
+                    self.upsert(meta, &vector);
+                }
                 n += 1;
             }
         }
@@ -188,11 +207,7 @@ impl VectorIndex {
         match self.by_id.get(&meta.id) {
             Some(&i) => {
                 self.entries[i] = entry;
-                self.codes[i * self.dims..(i + 1) * self.dims].copy_from_slice(vector.values());
-                self.scales[i] = vector.scale();
-                let bits = sign_bits(vector.values());
-                let words = bits.len();
-                self.signs[i * words..(i + 1) * words].copy_from_slice(&bits);
+                self.set_vector(i, vector);
             }
             None => {
                 self.by_id.insert(meta.id.clone(), self.entries.len());
@@ -203,6 +218,16 @@ impl VectorIndex {
                 self.signs.extend(sign_bits(vector.values()));
             }
         }
+    }
+
+    /// Replace entry `i`'s vector (of this index's dims), its metadata
+    /// as it is.
+    fn set_vector(&mut self, i: usize, vector: &Vector) {
+        self.codes[i * self.dims..(i + 1) * self.dims].copy_from_slice(vector.values());
+        self.scales[i] = vector.scale();
+        let bits = sign_bits(vector.values());
+        let words = bits.len();
+        self.signs[i * words..(i + 1) * words].copy_from_slice(&bits);
     }
 
     /// Entry `i`'s int8 coordinates.
@@ -457,9 +482,13 @@ pub struct SemanticStatus {
     /// Memories the model refused (kept without a vector).
     pub refused: u64,
     pub embed_micros: u64,
-    /// Queries embedded by this process, and the time spent on them.
+    /// Queries embedded by this process, and the time spent on them
+    /// (refused ones included).
     pub queries: u64,
     pub query_micros: u64,
+    /// Queries the model refused (an error, or no vector): those recalls
+    /// ran on full text alone.
+    pub queries_refused: u64,
     /// Near-duplicates by meaning filed as `unjudged` conflicts.
     pub duplicates: u64,
 }
@@ -473,6 +502,17 @@ struct MetaRows {
     /// [`Semantic::meta_epoch`] before the rows were read.
     epoch: u64,
     metas: Vec<Meta>,
+}
+
+/// Vectors one refresh read, and where the index stood then.
+struct NewVectors {
+    model: String,
+    dims: usize,
+    /// [`Semantic::meta_epoch`] before the rows were read.
+    epoch: u64,
+    /// The highest `vseq` read.
+    after: i64,
+    rows: Vec<sqlx::any::AnyRow>,
 }
 
 /// At most this many fresh vectors wait for their near-duplicate sweep.
@@ -504,6 +544,7 @@ pub(crate) struct Semantic {
     embed_micros: AtomicU64,
     queries: AtomicU64,
     query_micros: AtomicU64,
+    queries_refused: AtomicU64,
     /// `unjudged` conflicts filed by meaning.
     duplicates: AtomicU64,
     /// Bumped before this instance re-reads the metadata of what it
@@ -731,6 +772,7 @@ impl Store {
             embed_micros: s.embed_micros.load(Ordering::Relaxed),
             queries: s.queries.load(Ordering::Relaxed),
             query_micros: s.query_micros.load(Ordering::Relaxed),
+            queries_refused: s.queries_refused.load(Ordering::Relaxed),
             duplicates: s.duplicates.load(Ordering::Relaxed),
         }
     }
@@ -758,6 +800,7 @@ impl Store {
              # HELP zm_embedding_seconds_total Time spent embedding memories.\n# TYPE zm_embedding_seconds_total counter\nzm_embedding_seconds_total {:.3}\n\
              # HELP zm_query_embeddings_total Queries embedded by this process.\n# TYPE zm_query_embeddings_total counter\nzm_query_embeddings_total {}\n\
              # HELP zm_query_embedding_seconds_total Time spent embedding queries.\n# TYPE zm_query_embedding_seconds_total counter\nzm_query_embedding_seconds_total {:.3}\n\
+             # HELP zm_query_embeddings_refused_total Queries the model refused (an error, or no vector): those recalls ran on full text alone.\n# TYPE zm_query_embeddings_refused_total counter\nzm_query_embeddings_refused_total {}\n\
              # HELP zm_meaning_duplicates_total Near-duplicates by meaning filed as unjudged conflicts by this process.\n# TYPE zm_meaning_duplicates_total counter\nzm_meaning_duplicates_total {}\n",
             st.indexed,
             st.embedded,
@@ -765,6 +808,7 @@ impl Store {
             secs(st.embed_micros),
             st.queries,
             secs(st.query_micros),
+            st.queries_refused,
             st.duplicates,
         )
     }
@@ -783,6 +827,23 @@ impl Store {
         .fetch_one(&self.pool)
         .await
         .db("embedding queue")
+    }
+
+    /// Live memories the current model refused, by any embedder at any
+    /// time: stored with a row of the model and no vector, found by full
+    /// text only (0 without a model).
+    pub async fn refused_memories(&self) -> Result<i64, ToolError> {
+        let Some(enc) = self.encoder() else {
+            return Ok(0);
+        };
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM memories m JOIN memory_vectors v ON v.memory_id = m.id \
+             WHERE m.invalidated_at IS NULL AND v.model = $1 AND v.vec IS NULL",
+        )
+        .bind(enc.model())
+        .fetch_one(&self.pool)
+        .await
+        .db("refused memories")
     }
 
     /// Embed up to `max` live memories that have no vector of the current
@@ -890,8 +951,12 @@ impl Store {
                     // Claims of embedders that died before they wrote
                     // lapsed; those of memories forgotten meanwhile would
                     // stay: drop what lapsed, of this model only (an
-                    // embedder of another model, or whose clock runs
-                    // ahead, never drops what another is embedding).
+                    // embedder of another model never drops what another
+                    // is embedding). Lapsed by this instance's clock: one
+                    // running more than CLAIM_MS ahead of another's drops
+                    // (and takes) that one's live claims, and the batch is
+                    // embedded twice (docs/POSTGRESQL.md asks for clocks
+                    // in step).
                     sqlx::query("DELETE FROM embedding_claims WHERE model = $1 AND until_at <= $2")
                         .bind(&model)
                         .bind(now)
@@ -1224,44 +1289,76 @@ impl Store {
     /// Read the vectors of the current model written since the last
     /// refresh (by any instance) into the index; how many were read.
     pub async fn refresh_vectors(&self) -> Result<usize, ToolError> {
+        let mut read_rows = 0;
+        let mut after = None;
+        while let Some(batch) = self.read_new_vectors(after).await? {
+            after = Some(batch.after);
+            match self.apply_new_vectors(&batch)? {
+                Some(n) => read_rows += n,
+                None => break,
+            }
+        }
+        Ok(read_rows)
+    }
+
+    /// The first half of [`refresh_vectors`](Self::refresh_vectors): the
+    /// next 2,000 vectors of the index's model above `after` (above where
+    /// the index stands when `None`); `None` when there are none.
+    async fn read_new_vectors(&self, after: Option<i64>) -> Result<Option<NewVectors>, ToolError> {
         let (model, dims, last) = {
             let index = read(&self.semantic.index);
             if index.model.is_empty() {
-                return Ok(0);
+                return Ok(None);
             }
             (index.model.clone(), index.dims, index.last_vseq)
         };
-        let from = match self.backend {
+        let after = after.unwrap_or(match self.backend {
             Backend::Sqlite => last,
             Backend::Postgres => (last - PG_REREAD).max(0),
-        };
-        let mut read_rows = 0;
-        let mut after = from;
-        loop {
-            let mut sql = crate::sql::Sql::new(&format!(
-                "SELECT v.vseq AS vseq, v.vec AS vec, {META_COLUMNS} \
-                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.vseq > "
-            ));
-            sql.bind_i64(after)
-                .push(" AND v.model = ")
-                .bind_str(&model)
-                .push(" ORDER BY v.vseq LIMIT 2000");
-            let rows = sql.query().fetch_all(&self.pool).await.db("read vectors")?;
-            if rows.is_empty() {
-                break;
-            }
-            let mut index = write(&self.semantic.index);
-            if index.model != model {
-                return Ok(read_rows);
-            }
-            for r in &rows {
-                let vseq: i64 = col(r, "vseq")?;
-                after = after.max(vseq);
-                index.last_vseq = index.last_vseq.max(vseq);
-            }
-            read_rows += index.upsert_rows(&rows, dims)?;
+        });
+        let epoch = self.semantic.meta_epoch.load(Ordering::SeqCst);
+        let mut sql = crate::sql::Sql::new(&format!(
+            "SELECT v.vseq AS vseq, v.vec AS vec, {META_COLUMNS} \
+             FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.vseq > "
+        ));
+        sql.bind_i64(after)
+            .push(" AND v.model = ")
+            .bind_str(&model)
+            .push(" ORDER BY v.vseq LIMIT 2000");
+        let rows = sql.query().fetch_all(&self.pool).await.db("read vectors")?;
+        if rows.is_empty() {
+            return Ok(None);
         }
-        Ok(read_rows)
+        let mut last_read = after;
+        for r in &rows {
+            last_read = last_read.max(col::<i64>(r, "vseq")?);
+        }
+        Ok(Some(NewVectors {
+            model,
+            dims,
+            epoch,
+            after: last_read,
+            rows,
+        }))
+    }
+
+    /// The second half: put a batch into the index; how many vectors it
+    /// held (`None` when the model changed meanwhile). A memory whose
+    /// metadata this instance re-read after the batch was read keeps what
+    /// the re-read set.
+    fn apply_new_vectors(&self, batch: &NewVectors) -> Result<Option<usize>, ToolError> {
+        let mut index = write(&self.semantic.index);
+        if index.model != batch.model {
+            return Ok(None);
+        }
+        index.last_vseq = index.last_vseq.max(batch.after);
+        let touched = self.meta_touched();
+        let epoch = batch.epoch;
+        index
+            .upsert_rows(&batch.rows, batch.dims, |id| {
+                touched.get(id).is_some_and(|&at| at > epoch)
+            })
+            .map(Some)
     }
 
     /// Re-read the owner, scope, kind, sharing and liveness of every
@@ -1364,6 +1461,10 @@ impl Store {
             return Ok(());
         };
         let changed: Vec<&Meta> = changed.into_iter().map(|k| &metas[k]).collect();
+        // What was re-read before these rows is in them: no later pass
+        // needs it (pruned on every pass, changes or not, so the map holds
+        // only what was re-read since the last one).
+        self.meta_touched().retain(|_, at| *at > epoch);
         if !changed.is_empty() || !gone.is_empty() {
             let mut index = write(&self.semantic.index);
             if index.model != model {
@@ -1371,19 +1472,13 @@ impl Store {
             }
             // A change this instance made and re-read since the rows were
             // read is newer than they are: their metadata would undo it.
-            let mut touched = self
-                .semantic
-                .meta_touched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let touched = self.meta_touched();
             for m in changed {
                 if touched.get(&m.id).is_none_or(|&at| at <= epoch) {
                     index.set_meta(m);
                 }
             }
-            // What was re-read before these rows is in them: no later
-            // pass needs it.
-            touched.retain(|_, at| *at > epoch);
+            drop(touched);
             let mut at: Vec<usize> = gone
                 .iter()
                 .filter_map(|id| index.by_id.get(id).copied())
@@ -1393,6 +1488,7 @@ impl Store {
             index.remove_at(&at);
         }
         for chunk in missing.chunks(500) {
+            let epoch = self.semantic.meta_epoch.load(Ordering::SeqCst);
             let mut sql = crate::sql::Sql::new(&format!(
                 "SELECT v.vec AS vec, {META_COLUMNS} \
                  FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.model = "
@@ -1408,7 +1504,10 @@ impl Store {
             if index.model != model {
                 return Ok(());
             }
-            index.upsert_rows(&rows, dims)?;
+            let touched = self.meta_touched();
+            index.upsert_rows(&rows, dims, |id| {
+                touched.get(id).is_some_and(|&at| at > epoch)
+            })?;
         }
         Ok(())
     }
@@ -1443,11 +1542,7 @@ impl Store {
         match sql.query().fetch_all(&self.pool).await {
             Ok(rows) => {
                 let mut index = write(&self.semantic.index);
-                let mut touched = self
-                    .semantic
-                    .meta_touched
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut touched = self.meta_touched();
                 for r in &rows {
                     if let Ok(m) = meta_of(r) {
                         touched.insert(m.id.clone(), epoch);
@@ -1459,6 +1554,15 @@ impl Store {
                 tracing::warn!(target: "zm_store", error = %e, "re-reading vector metadata failed");
             }
         }
+    }
+
+    /// The memories this instance re-read the metadata of, with the epoch
+    /// of the re-read. Taken after the index's lock where both are held.
+    fn meta_touched(&self) -> std::sync::MutexGuard<'_, HashMap<MemoryId, u64>> {
+        self.semantic
+            .meta_touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The query's vector, when a model is set (`None` in lexical mode,
@@ -1496,6 +1600,13 @@ impl Store {
         let s = &self.semantic;
         s.queries.fetch_add(1, Ordering::Relaxed);
         s.query_micros.fetch_add(micros(took), Ordering::Relaxed);
+        let refused = || {
+            // Counted, and said once per process at warn: a model that
+            // refuses queries turns hybrid recall into full text quietly.
+            if s.queries_refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(target: "zm_store", "the model refused a query (an error or no vector): that recall ran on full text alone; zm_query_embeddings_refused_total counts them");
+            }
+        };
         match v.map(|v| v.first().and_then(|v| Vector::of_output(v))) {
             Ok(Some(v)) => {
                 if let (Some(key), Some(memo)) =
@@ -1505,9 +1616,13 @@ impl Store {
                 }
                 Some(v)
             }
-            Ok(None) => None,
+            Ok(None) => {
+                refused();
+                None
+            }
             Err(e) => {
                 tracing::debug!(target: "zm_store", error = %e, "query not embedded");
+                refused();
                 None
             }
         }
@@ -2080,6 +2195,73 @@ mod tests {
         }
     }
 
+    /// New vectors read before this instance changed one of their
+    /// memories (and re-read it at once) do not undo the change: a
+    /// vector another instance wrote, read here before the memory was
+    /// forgotten here, does not enter the index as live.
+    #[tokio::test]
+    async fn new_vectors_read_before_a_change_do_not_undo_it() {
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        // SQLite alone: the race is the index's, the same on both
+        // backends, and a second embedder on the shared PostgreSQL test
+        // database would embed every other test's memories.
+        let (dir, store) = crate::testing::sqlite_store().await;
+        let label = "sqlite";
+        {
+            let caller = crate::testing::test_caller(&store, "newvec").await;
+            let tools = crate::ToolService::new(store.clone());
+            let first =
+                remember_fact(&tools, &caller, "The nightly backup runs at 02:00.".into()).await;
+            embed_with(&store, &model, &first, label).await;
+            let id = remember_fact(
+                &tools,
+                &caller,
+                "The office closes at six on Fridays.".into(),
+            )
+            .await;
+            // Another instance embeds it: its vector is in the table, not
+            // in this index.
+            let other = Store::open(&crate::sqlite_url(&dir.path().join("zm.db")))
+                .await
+                .unwrap();
+            other.set_encoder(Arc::clone(&model));
+            while other.embed_pending(64).await.unwrap() > 0 {}
+            assert!(!store.is_embedded(&id), "[{label}] not here yet");
+            let batch = store
+                .read_new_vectors(None)
+                .await
+                .unwrap()
+                .expect("the new vector");
+            tools
+                .call(
+                    &caller,
+                    zm_contracts::ToolName::Forget,
+                    &serde_json::json!({"memory_id": id}),
+                )
+                .await
+                .unwrap();
+            store.apply_new_vectors(&batch).unwrap();
+            let live = |store: &Store| {
+                let index = read(&store.semantic.index);
+                index
+                    .by_id
+                    .get(&MemoryId::from_trusted(&id))
+                    .map(|&i| index.entries[i].live)
+            };
+            assert_ne!(
+                live(&store),
+                Some(true),
+                "[{label}] a forgotten memory made live by older rows"
+            );
+            // The next metadata refresh loads it, as it is now.
+            store.refresh_vector_meta().await.unwrap();
+            assert_eq!(live(&store), Some(false), "[{label}]");
+            other.close().await;
+        }
+    }
+
     /// Set `model` and embed until memory `id` is in the index.
     async fn embed_with(store: &Store, model: &Arc<dyn Encoder>, id: &str, label: &str) {
         store.set_encoder(Arc::clone(model));
@@ -2228,6 +2410,61 @@ mod tests {
             "the next whole pass"
         );
         assert!(store.is_embedded(&gone), "the restored memory is embedded");
+    }
+
+    /// What the model refused stays counted after the process that
+    /// refused it: `refused_memories` reads the database (what `reindex`
+    /// reports), while this process's figure counts its own refusals.
+    #[tokio::test]
+    async fn refusals_are_counted_from_the_database() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let (dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "refused").await;
+        let tools = crate::ToolService::new(store.clone());
+        for text in ["nan", "The build cache lives in the CI bucket."] {
+            let args = json!({"content": text, "kind": "fact", "scope": "personal"});
+            tools
+                .call(&caller, ToolName::parse("remember").unwrap(), &args)
+                .await
+                .unwrap();
+        }
+        store.set_encoder(Arc::new(Odd { strict: false }));
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        assert_eq!(store.semantic_status().refused, 1);
+        assert_eq!(store.refused_memories().await.unwrap(), 1);
+        assert_eq!(
+            store.embedding_queue().await.unwrap(),
+            0,
+            "none left to try"
+        );
+        // Another process (a second `reindex`) refuses nothing itself.
+        let again = Store::open(&crate::sqlite_url(&dir.path().join("zm.db")))
+            .await
+            .expect("open the file again");
+        again.set_encoder(Arc::new(Odd { strict: false }));
+        assert_eq!(again.embed_pending(64).await.unwrap(), 0);
+        assert_eq!(again.semantic_status().refused, 0);
+        assert_eq!(again.refused_memories().await.unwrap(), 1);
+    }
+
+    /// A query the model refuses is counted as refused (and recall runs
+    /// on full text); one it embeds is not.
+    #[tokio::test]
+    async fn a_refused_query_is_counted() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        store.set_encoder(Arc::new(Odd { strict: false }));
+        assert!(store.embed_query("deploys").await.is_some());
+        assert!(store.embed_query("nan").await.is_none());
+        assert!(store.embed_query("zero").await.is_none());
+        let st = store.semantic_status();
+        assert_eq!((st.queries, st.queries_refused), (3, 2));
+        assert!(
+            store
+                .semantic_metrics()
+                .await
+                .contains("zm_query_embeddings_refused_total 2\n")
+        );
     }
 
     /// A model that holds each text until a second one is inside with it
