@@ -1627,18 +1627,19 @@ impl Store {
 
         // Entities of the hits, collapsed by name: `count` is how many of
         // the hits name it (one naming it under two types counts once).
-        // Edges are read among the listed ones; co-mentions among all.
+        // Edges are read among the listed names (the caller's own edges,
+        // whichever scope their entities were named in: `link` names them
+        // in the personal scope, a project memory in its project);
+        // co-mentions among all.
         let ents = self.entities_of(&ids).await?;
         let mut collapsed: Vec<(String, ContextEntity, Vec<&MemoryId>)> = Vec::new();
         let mut entity_ids: Vec<EntityId> = Vec::new();
-        let mut listed_ids: Vec<EntityId> = Vec::new();
         for id in &ids {
             for ent in ents.get(id).into_iter().flatten() {
                 let etype = ent.entity_type;
                 entity_ids.push(ent.id.clone());
                 let key = crate::memories::match_key(&ent.name);
                 if let Some((_, e, mentioned)) = collapsed.iter_mut().find(|(k, _, _)| *k == key) {
-                    listed_ids.push(ent.id.clone());
                     if !mentioned.contains(&id) {
                         mentioned.push(id);
                     }
@@ -1647,7 +1648,6 @@ impl Store {
                         types.push(etype);
                     }
                 } else if collapsed.len() < max_entities {
-                    listed_ids.push(ent.id.clone());
                     collapsed.push((
                         key,
                         ContextEntity {
@@ -1662,6 +1662,7 @@ impl Store {
                 }
             }
         }
+        let listed: Vec<String> = collapsed.iter().map(|(k, _, _)| k.clone()).collect();
         let mut collapsed: Vec<ContextEntity> = collapsed
             .into_iter()
             .map(|(_, mut e, mentioned)| {
@@ -1674,7 +1675,7 @@ impl Store {
                 e.types = None;
             }
         }
-        let edges = self.edges_among(caller, &listed_ids).await?;
+        let edges = self.edges_among(caller, &listed).await?;
 
         // Linked memories: entity co-mentions and typed-link neighbours.
         let linked = self
@@ -1723,21 +1724,23 @@ impl Store {
     /// personal graph (`link` makes them in the personal scope), so a
     /// teammate reading a memory shared into a team sees its entities but
     /// not the author's edges between them.
+    /// The caller's own edges between entities whose names match
+    /// (`match_key`) two of `keys`.
     async fn edges_among(
         &self,
         caller: &Caller,
-        entity_ids: &[EntityId],
+        keys: &[String],
     ) -> Result<Vec<ContextEdge>, ToolError> {
-        if entity_ids.is_empty() {
+        if keys.len() < 2 {
             return Ok(Vec::new());
         }
         let mut sql = Sql::new(
-            "SELECT g.id, s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND g.owner_id = ",
+            "SELECT g.id, s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND s.match_key <> d.match_key AND g.owner_id = ",
         );
-        sql.bind_str(&caller.user_id).push(" AND g.src IN ");
-        sql.bind_list(entity_ids.iter().map(EntityId::as_str))
-            .push(" AND g.dst IN ")
-            .bind_list(entity_ids.iter().map(EntityId::as_str));
+        sql.bind_str(&caller.user_id).push(" AND s.match_key IN ");
+        sql.bind_list(keys.iter().cloned())
+            .push(" AND d.match_key IN ")
+            .bind_list(keys.iter().cloned());
         sql.push(" ORDER BY g.created_at, g.id LIMIT 100");
         let rows = sql.query().fetch_all(&self.pool).await.db("edges")?;
         ContextEdge::from_rows(&rows)

@@ -901,6 +901,21 @@ impl Store {
                 && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit
             {
                 let seq: i64 = col(newest, "seq")?;
+                // Not past a memory another embedder holds now: were its
+                // claim to lapse unwritten (that embedder killed), the
+                // memory would sit below the mark until the next whole
+                // pass, ten minutes, not the claim's two.
+                let held: Option<i64> = sqlx::query_scalar(
+                    "SELECT MIN(m.seq) FROM embedding_claims c JOIN memories m ON m.id = c.memory_id \
+                     WHERE c.model = $1 AND c.until_at > $2 AND m.seq > $3 AND m.invalidated_at IS NULL",
+                )
+                .bind(&model)
+                .bind(now)
+                .bind(since)
+                .fetch_one(&self.pool)
+                .await
+                .db("held embeddings")?;
+                let seq = held.map_or(seq, |h| seq.min(h - 1));
                 mark.fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
             }
             Ok(rows)
@@ -2465,6 +2480,59 @@ mod tests {
                 .await
                 .contains("zm_query_embeddings_refused_total 2\n")
         );
+    }
+
+    /// A memory another embedder claimed, and never wrote (killed), is
+    /// embedded here once its claim lapses, not at the next whole pass:
+    /// a settled embedder's mark does not move past it meanwhile.
+    #[tokio::test]
+    async fn a_lapsed_claim_below_newer_writes_is_embedded() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "lapsed").await;
+        let tools = crate::ToolService::new(store.clone());
+        let remember = |text: &'static str| {
+            let (tools, caller) = (&tools, &caller);
+            async move {
+                let args = json!({"content": text, "kind": "fact", "scope": "personal"});
+                tools
+                    .call(caller, ToolName::parse("remember").unwrap(), &args)
+                    .await
+                    .unwrap()
+                    .to_json()["memory_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        remember("The build cache lives in the CI bucket.").await;
+        let model = Odd { strict: false };
+        let name = model.model().to_string();
+        store.set_encoder(Arc::new(model));
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        assert_eq!(store.embed_pending(64).await.unwrap(), 0, "settled");
+        let held = remember("The office closes at six on Fridays.").await;
+        // Another embedder claims it, and dies.
+        sqlx::query(
+            "INSERT INTO embedding_claims (memory_id, model, until_at) VALUES ($1, $2, $3)",
+        )
+        .bind(&held)
+        .bind(&name)
+        .bind(store.now() + CLAIM_MS)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        let newer = remember("Deploys need two approvals.").await;
+        assert_eq!(store.embed_pending(64).await.unwrap(), 1, "the newer one");
+        assert!(store.is_embedded(&newer) && !store.is_embedded(&held));
+        store.clock().advance_ms(CLAIM_MS);
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            1,
+            "the lapsed claim's memory"
+        );
+        assert!(store.is_embedded(&held));
     }
 
     /// A model that holds each text until a second one is inside with it

@@ -77,6 +77,28 @@ backend_tests! {
         assert_eq!(ledger["count"], 2, "[{l}] {ledger}");
     }
 
+    /// A briefing shows the caller's edges between the entities its
+    /// memories name wherever those memories are: `link` names entities
+    /// in the personal scope, a project memory names them in its project,
+    /// and the edge joins the names.
+    async fn a_project_briefing_shows_the_edges_between_its_names(store: Store, l: &str) {
+        let (_, a) = user(&store, "pedge-a").await;
+        let (_, b) = user(&store, "pedge-b").await;
+        let tag = unique("e").replace('-', "");
+        let remote = format!("git@github.com:acme/{}.git", unique("edges"));
+        mem(&store, &a, l, json!({"content": format!("Billing calls VendorX for refunds ({tag})."), "kind": "fact", "project_hint": remote, "entities": [{"name": "Billing"}, {"name": "VendorX"}]})).await;
+        ok(call(&store, &a, "link", json!({"src": "billing", "dst": "VendorX", "type": "depends_on"})).await, l, "edge");
+        let topic = format!("billing vendorx refunds {tag}");
+        let pack = ok(call(&store, &a, "build_context", json!({"topic": topic, "briefing": true, "project_hint": remote})).await, l, "briefing");
+        let edges = pack["edges"].as_array().cloned().unwrap_or_default();
+        assert_eq!(edges.len(), 1, "[{l}] {pack}");
+        assert_eq!(edges[0]["type"], "depends_on", "[{l}] {pack}");
+        // Another user naming the same two entities sees no edge of A's.
+        mem(&store, &b, l, json!({"content": format!("Billing calls VendorX for refunds ({tag})."), "kind": "fact", "scope": "personal", "entities": [{"name": "Billing"}, {"name": "VendorX"}]})).await;
+        let theirs = ok(call(&store, &b, "build_context", json!({"topic": topic})).await, l, "B's briefing");
+        assert_eq!(theirs["edges"], json!([]), "[{l}] {theirs}");
+    }
+
     /// `entities` searches like entity matching: case-insensitive beyond
     /// ASCII (SQLite's LOWER is ASCII only), blind to spaces, `-`, `_`.
     async fn entity_search_folds_case_and_separators(store: Store, l: &str) {
