@@ -522,13 +522,11 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
             eprintln!("  {done} / {pending}");
         }
     }
-    // Vectors made, not memories read: a text the model refuses is stored
-    // without one and not tried again until the model changes.
-    // What the model refused is counted where it refused it: a memory
-    // claimed and then forgotten, or stored first by another embedder,
-    // is neither embedded here nor refused.
-    // Refusals are counted in the database, not by this run alone: ones
-    // an earlier run or a server made are still without a vector.
+    // Vectors made by this run, not memories read (a memory claimed and
+    // then forgotten, or stored first by another embedder, is not one).
+    // A text the model refuses is stored without a vector and not tried
+    // again until the model changes: those are counted in the database,
+    // whichever run or server refused them.
     let status = store.semantic_status();
     let embedded = usize::try_from(status.embedded).unwrap_or(usize::MAX);
     let refused = store.refused_memories().await.map_err(tool)?;

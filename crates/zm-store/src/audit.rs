@@ -12,7 +12,10 @@ pub const MAX_AUDIT_STRING: usize = 500;
 
 /// Input fields that carry identifiers and structure, not free text. Every
 /// other string is recorded by its length only, so no content, secret or
-/// long text lands in the log.
+/// long text lands in the log; so is a structural string the content
+/// guard finds a secret in (a refused write is audited with its input),
+/// and a `dst` that is not a memory id (`link` names an entity there, free
+/// text).
 const STRUCTURAL: &[&str] = &[
     "memory_id",
     "memory_ids",
@@ -45,7 +48,9 @@ fn sanitize(key: Option<&str>, v: &Value, structural: bool) -> Value {
         Value::String(s) => {
             let keep = structural
                 && key.is_some_and(|k| STRUCTURAL.contains(&k))
-                && s.chars().count() <= MAX_AUDIT_STRING;
+                && s.chars().count() <= MAX_AUDIT_STRING
+                && (key != Some("dst") || zm_contracts::MemoryId::parse(s).is_ok())
+                && crate::guard::scan(s).is_none();
             if keep {
                 v.clone()
             } else {

@@ -44,6 +44,14 @@ pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
     sql
 }
 
+/// A condition on [`owned_conflicts`]: every memory of the conflict is
+/// live. A pending conflict one of whose memories was retired since
+/// (forgotten, closed, superseded: the way `similar_existing`'s hint
+/// settles a restatement) is moot: not listed as pending, and it marks no
+/// recall hit disputed. Restoring the memory brings it back.
+pub(crate) const LIVE_SIDES: &str =
+    " AND a.invalidated_at IS NULL AND (c.memory_b IS NULL OR b.invalidated_at IS NULL)";
+
 /// The pending challenge of memory `id`, if it has one.
 async fn pending_challenge(
     tx: &mut sqlx::AnyConnection,
@@ -229,6 +237,9 @@ impl Store {
         let limit = input.limit.clamp(1, 100);
         let mut sql = owned_conflicts(CONFLICT_COLUMNS, &caller.user_id);
         sql.push(" AND c.status = ").bind_str(input.status.as_str());
+        if input.status == ConflictStatus::Pending {
+            sql.push(LIVE_SIDES);
+        }
         if let Some(v) = input.verdict {
             sql.push(" AND c.verdict = ").bind_str(v.as_str());
         }

@@ -236,6 +236,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0024_recalls_per_user.sql"),
         data: None,
     },
+    Migration {
+        version: 25,
+        name: "entity_name_lookups",
+        sqlite: include_str!("../../../migrations/sqlite/0025_entity_name_lookups.sql"),
+        postgres: include_str!("../../../migrations/postgres/0025_entity_name_lookups.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

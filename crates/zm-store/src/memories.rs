@@ -188,7 +188,9 @@ enum Anchoring {
 
 impl Prepared {
     fn new(input: &RememberInput, content: &str) -> Prepared {
-        let anchoring = match &input.entities {
+        // An empty list names nothing: the content is scanned, as with
+        // no list at all.
+        let anchoring = match input.entities.as_ref().filter(|e| !e.is_empty()) {
             Some(entities) => Anchoring::Named(
                 entities
                     .iter()
@@ -533,7 +535,7 @@ impl Store {
             anchors,
             content_chars: content.chars().count(),
             kind: input.kind,
-            entities_named: input.entities.is_some(),
+            entities_named: input.entities.as_ref().is_some_and(|e| !e.is_empty()),
             session: SessionState {
                 attached_project: attached.map(str::to_string),
                 thread: thread.map(|t| t.token),

@@ -588,18 +588,6 @@ impl FromAnyRow for AttachedEntity {
     }
 }
 
-/// An edge between two entities, by their names.
-impl FromAnyRow for ContextEdge {
-    fn from_row(r: &AnyRow) -> Result<ContextEdge, ToolError> {
-        Ok(ContextEdge {
-            src: col(r, "src")?,
-            dst: col(r, "dst")?,
-            edge_type: enum_col(r, "type")?,
-            weight: col(r, "weight")?,
-        })
-    }
-}
-
 /// The rules a briefing delivers (each with its id) and the memories
 /// behind them.
 #[derive(Debug, Default)]
@@ -1355,7 +1343,8 @@ impl Store {
             "c.id AS id, c.memory_a AS memory_a, c.memory_b AS memory_b, c.verdict AS verdict",
             &caller.user_id,
         );
-        sql.push(" AND c.status = 'pending' AND (c.memory_a IN ")
+        sql.push(crate::conflicts::LIVE_SIDES)
+            .push(" AND c.status = 'pending' AND (c.memory_a IN ")
             .bind_list(ids.iter().map(MemoryId::as_str));
         sql.push(" OR c.memory_b IN ")
             .bind_list(ids.iter().map(MemoryId::as_str))
@@ -1585,9 +1574,18 @@ impl Store {
             // their own repositories. Teams' own rules (the team layer)
             // are delivered whatever the set.
             let rule_set = match (&input.scopes, &plan.set, &plan.pin) {
-                (Some(_), ReadSet::Scopes(_), _) | (Some(_), ReadSet::All, None) => {
-                    plan.set.clone()
+                // Named scopes, and the hinted project a briefing pins
+                // whatever it reads.
+                (Some(_), ReadSet::Scopes(named), pin) => {
+                    let mut v = named.clone();
+                    if let Some(p) = pin
+                        && !v.contains(p)
+                    {
+                        v.push(p.clone());
+                    }
+                    ReadSet::Scopes(v)
                 }
+                (Some(_), ReadSet::All, None) => ReadSet::All,
                 (_, _, Some(pin)) => pinned_read_set(caller, pin),
                 (None, _, None) => {
                     ReadSet::Scopes(vec![caller.personal_scope(), caller.core_scope()])
@@ -1662,7 +1660,10 @@ impl Store {
                 }
             }
         }
-        let listed: Vec<String> = collapsed.iter().map(|(k, _, _)| k.clone()).collect();
+        let listed: Vec<(String, String)> = collapsed
+            .iter()
+            .map(|(k, e, _)| (k.clone(), e.name.clone()))
+            .collect();
         let mut collapsed: Vec<ContextEntity> = collapsed
             .into_iter()
             .map(|(_, mut e, mentioned)| {
@@ -1718,32 +1719,66 @@ impl Store {
         Ok(out)
     }
 
-    /// The edges between these entities (an edge of an unknown type is a
-    /// corrupt row, not one to drop).
-    /// The caller's own edges between these entities: edges are a user's
-    /// personal graph (`link` makes them in the personal scope), so a
-    /// teammate reading a memory shared into a team sees its entities but
-    /// not the author's edges between them.
-    /// The caller's own edges between entities whose names match
-    /// (`match_key`) two of `keys`.
+    /// The caller's own edges between entities named as two of `listed`
+    /// (match key, the name the briefing lists), each end called by its
+    /// listed name. Edges are a user's personal graph (`link` names its
+    /// entities in the personal scope, a project memory names them in its
+    /// project: the names, not the entity rows, meet), so a teammate
+    /// reading a memory shared into a team sees its entities but not the
+    /// author's edges between them. An edge of an unknown type is a
+    /// corrupt row, not one to drop.
     async fn edges_among(
         &self,
         caller: &Caller,
-        keys: &[String],
+        listed: &[(String, String)],
     ) -> Result<Vec<ContextEdge>, ToolError> {
-        if keys.len() < 2 {
+        if listed.len() < 2 {
+            return Ok(Vec::new());
+        }
+        // The caller's entities of those names (by `entities_owner_key`),
+        // then their edges (by the edges' own indexes).
+        let mut sql = Sql::new("SELECT id, match_key FROM entities WHERE owner_id = ");
+        sql.bind_str(&caller.user_id).push(" AND match_key IN ");
+        sql.bind_list(listed.iter().map(|(k, _)| k.clone()));
+        let mut key_of: HashMap<String, String> = HashMap::new();
+        for r in &sql.query().fetch_all(&self.pool).await.db("edge ends")? {
+            key_of.insert(col(r, "id")?, col(r, "match_key")?);
+        }
+        if key_of.len() < 2 {
             return Ok(Vec::new());
         }
         let mut sql = Sql::new(
-            "SELECT g.id, s.name AS src, d.name AS dst, g.type, g.weight FROM edges g JOIN entities s ON s.id = g.src JOIN entities d ON d.id = g.dst WHERE g.src <> g.dst AND s.match_key <> d.match_key AND g.owner_id = ",
+            "SELECT g.id, g.src, g.dst, g.type, g.weight FROM edges g WHERE g.src <> g.dst AND g.owner_id = ",
         );
-        sql.bind_str(&caller.user_id).push(" AND s.match_key IN ");
-        sql.bind_list(keys.iter().cloned())
-            .push(" AND d.match_key IN ")
-            .bind_list(keys.iter().cloned());
+        sql.bind_str(&caller.user_id).push(" AND g.src IN ");
+        sql.bind_list(key_of.keys().cloned())
+            .push(" AND g.dst IN ")
+            .bind_list(key_of.keys().cloned());
         sql.push(" ORDER BY g.created_at, g.id LIMIT 100");
-        let rows = sql.query().fetch_all(&self.pool).await.db("edges")?;
-        ContextEdge::from_rows(&rows)
+        let name = |id: &str| {
+            key_of
+                .get(id)
+                .and_then(|k| listed.iter().find(|(key, _)| key == k))
+                .map(|(_, n)| n.clone())
+        };
+        let mut out = Vec::new();
+        for r in &sql.query().fetch_all(&self.pool).await.db("edges")? {
+            let (src, dst): (String, String) = (col(r, "src")?, col(r, "dst")?);
+            let (Some(src), Some(dst)) = (name(&src), name(&dst)) else {
+                continue;
+            };
+            // Two entities of one name (two types) are one listed entity.
+            if src == dst {
+                continue;
+            }
+            out.push(ContextEdge {
+                src,
+                dst,
+                edge_type: enum_col(r, "type")?,
+                weight: col(r, "weight")?,
+            });
+        }
+        Ok(out)
     }
 
     async fn linked_memories(

@@ -163,14 +163,15 @@ impl VectorIndex {
     /// [`META_COLUMNS`]; a row whose bytes are not a vector of `dims` is
     /// skipped. A memory whose metadata this instance re-read after the
     /// rows were (`fresher`) keeps the metadata it has, and one not in
-    /// the index yet is left to the next metadata refresh (whose rows are
-    /// read after that change): the rows' metadata would undo the change.
-    /// Returns how many were upserted.
+    /// the index yet is left out, its id in `skipped`, to be read again
+    /// (its metadata read after that change): the rows' metadata would
+    /// undo the change. Returns how many were upserted.
     fn upsert_rows(
         &mut self,
         rows: &[sqlx::any::AnyRow],
         dims: usize,
         fresher: impl Fn(&MemoryId) -> bool,
+        skipped: &mut Vec<String>,
     ) -> Result<usize, ToolError> {
         let mut n = 0;
         for r in rows {
@@ -179,6 +180,7 @@ impl VectorIndex {
                 let meta = meta_of(r)?;
                 if fresher(&meta.id) {
                     let Some(&i) = self.by_id.get(&meta.id) else {
+                        skipped.push(meta.id.into_string());
                         continue;
                     };
                     if vector.dims() == self.dims {
@@ -798,7 +800,7 @@ impl Store {
              # HELP zm_embedded_total Memories embedded by this process.\n# TYPE zm_embedded_total counter\nzm_embedded_total {}\n\
              # HELP zm_embedding_refused_total Memories the model refused to embed, kept without a vector (recall finds them by full text only; `zero-memory reindex --all` tries them again).\n# TYPE zm_embedding_refused_total counter\nzm_embedding_refused_total {}\n\
              # HELP zm_embedding_seconds_total Time spent embedding memories.\n# TYPE zm_embedding_seconds_total counter\nzm_embedding_seconds_total {:.3}\n\
-             # HELP zm_query_embeddings_total Queries embedded by this process.\n# TYPE zm_query_embeddings_total counter\nzm_query_embeddings_total {}\n\
+             # HELP zm_query_embeddings_total Queries given to the model by this process (refused ones included).\n# TYPE zm_query_embeddings_total counter\nzm_query_embeddings_total {}\n\
              # HELP zm_query_embedding_seconds_total Time spent embedding queries.\n# TYPE zm_query_embedding_seconds_total counter\nzm_query_embedding_seconds_total {:.3}\n\
              # HELP zm_query_embeddings_refused_total Queries the model refused (an error, or no vector): those recalls ran on full text alone.\n# TYPE zm_query_embeddings_refused_total counter\nzm_query_embeddings_refused_total {}\n\
              # HELP zm_meaning_duplicates_total Near-duplicates by meaning filed as unjudged conflicts by this process.\n# TYPE zm_meaning_duplicates_total counter\nzm_meaning_duplicates_total {}\n",
@@ -886,26 +888,29 @@ impl Store {
         // committed after a newer one moved `mark` past it sits just below
         // `mark`, so the last PG_PENDING_REREAD are looked at again (the
         // embedded ones are left out by the query).
-        let written_since = async |mark: &AtomicU64| -> Result<Vec<sqlx::any::AnyRow>, ToolError> {
-            let at = as_i64(mark);
-            let since = match self.backend {
-                Backend::Sqlite => at,
-                Backend::Postgres => (at - PG_PENDING_REREAD).max(0),
-            };
-            let rows = pending(Some((">", since)))
-                .query()
-                .fetch_all(&self.pool)
-                .await
-                .db("new pending embeddings")?;
-            if let Some(newest) = rows.first()
-                && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit
-            {
-                let seq: i64 = col(newest, "seq")?;
-                // Not past a memory another embedder holds now: were its
-                // claim to lapse unwritten (that embedder killed), the
-                // memory would sit below the mark until the next whole
-                // pass, ten minutes, not the claim's two.
-                let held: Option<i64> = sqlx::query_scalar(
+        //
+        // The mark moves only once the batch is claimed (below), and not
+        // past a memory another embedder holds: were its claim to lapse
+        // unwritten (that embedder killed), the memory would sit below the
+        // mark until the next whole pass, ten minutes, not the claim's two.
+        let written_since =
+            async |mark: &AtomicU64| -> Result<(Vec<sqlx::any::AnyRow>, Option<i64>), ToolError> {
+                let at = as_i64(mark);
+                let since = match self.backend {
+                    Backend::Sqlite => at,
+                    Backend::Postgres => (at - PG_PENDING_REREAD).max(0),
+                };
+                let rows = pending(Some((">", since)))
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("new pending embeddings")?;
+                let mut up_to = None;
+                if let Some(newest) = rows.first()
+                    && i64::try_from(rows.len()).unwrap_or(i64::MAX) < limit
+                {
+                    let seq: i64 = col(newest, "seq")?;
+                    let held: Option<i64> = sqlx::query_scalar(
                     "SELECT MIN(m.seq) FROM embedding_claims c JOIN memories m ON m.id = c.memory_id \
                      WHERE c.model = $1 AND c.until_at > $2 AND m.seq > $3 AND m.invalidated_at IS NULL",
                 )
@@ -915,17 +920,20 @@ impl Store {
                 .fetch_one(&self.pool)
                 .await
                 .db("held embeddings")?;
-                let seq = held.map_or(seq, |h| seq.min(h - 1));
-                mark.fetch_max(u64::try_from(seq).unwrap_or(0), Ordering::Relaxed);
-            }
-            Ok(rows)
-        };
+                    up_to = Some(held.map_or(seq, |h| seq.min(h - 1)));
+                }
+                Ok((rows, up_to))
+            };
         let mut rows = Vec::new();
+        // The mark to move once the batch is claimed, and how far.
+        let mut move_mark: Option<(&AtomicU64, i64)> = None;
         // Memories written since the pass began come first: a long pass (a
         // model change, a large import) does not leave them lexical-only
         // until it ends.
         if as_i64(&s.top) > 0 && as_i64(&s.cursor) > 0 {
-            rows = written_since(&s.top).await?;
+            let (found, up_to) = written_since(&s.top).await?;
+            rows = found;
+            move_mark = up_to.map(|u| (&s.top, u));
         }
         // Settled (a whole pass found nothing pending, not long ago): only
         // what was written since is looked at, not every memory again each
@@ -935,7 +943,9 @@ impl Store {
         // older than the mark only if it was restored.)
         let fresh = self.now() - as_i64(&s.settled_at) < FULL_PASS_EVERY_MS;
         if rows.is_empty() && as_i64(&s.cursor) == 0 && as_i64(&s.settled) > 0 && fresh {
-            rows = written_since(&s.settled).await?;
+            let (found, up_to) = written_since(&s.settled).await?;
+            rows = found;
+            move_mark = up_to.map(|u| (&s.settled, u));
             if rows.is_empty() {
                 return Ok(0);
             }
@@ -1012,6 +1022,17 @@ impl Store {
         // Another instance may have read the same memories since: embed
         // only those this one claims.
         let claimed = self.claim_for_embedding(&model, &batch, now).await?;
+        if let Some((mark, up_to)) = move_mark {
+            // Not past one another embedder claimed since it was read.
+            let mut up_to = up_to;
+            for r in &rows {
+                let id: String = col(r, "id")?;
+                if !claimed.contains(&id) {
+                    up_to = up_to.min(col::<i64>(r, "seq")? - 1);
+                }
+            }
+            mark.fetch_max(u64::try_from(up_to).unwrap_or(0), Ordering::Relaxed);
+        }
         batch.retain(|(id, _)| claimed.contains(id));
         if batch.is_empty() {
             return Ok(0);
@@ -1308,10 +1329,55 @@ impl Store {
         let mut after = None;
         while let Some(batch) = self.read_new_vectors(after).await? {
             after = Some(batch.after);
-            match self.apply_new_vectors(&batch)? {
+            let mut skipped = Vec::new();
+            match self.apply_new_vectors(&batch, &mut skipped)? {
                 Some(n) => read_rows += n,
                 None => break,
             }
+            // Read again now, with their metadata as it is since the
+            // change: a fresh vector of this instance's own is swept for
+            // near-duplicates right after, through the index.
+            read_rows += self
+                .load_vectors_of(&batch.model, batch.dims, &skipped)
+                .await?;
+        }
+        Ok(read_rows)
+    }
+
+    /// Read the vectors of `ids` (of `model`) and their metadata now, into
+    /// the index; how many were read. One whose metadata this instance
+    /// re-reads meanwhile is left to the next metadata refresh.
+    async fn load_vectors_of(
+        &self,
+        model: &str,
+        dims: usize,
+        ids: &[String],
+    ) -> Result<usize, ToolError> {
+        let mut read_rows = 0;
+        for chunk in ids.chunks(500) {
+            let epoch = self.semantic.meta_epoch.load(Ordering::SeqCst);
+            let mut sql = crate::sql::Sql::new(&format!(
+                "SELECT v.vec AS vec, {META_COLUMNS} \
+                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.model = "
+            ));
+            sql.bind_str(model).push(" AND v.memory_id IN ");
+            sql.bind_list(chunk.iter().cloned());
+            let rows = sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("vectors by id")?;
+            let mut index = write(&self.semantic.index);
+            if index.model != model {
+                return Ok(read_rows);
+            }
+            let touched = self.meta_touched();
+            read_rows += index.upsert_rows(
+                &rows,
+                dims,
+                |id| touched.get(id).is_some_and(|&at| at > epoch),
+                &mut Vec::new(),
+            )?;
         }
         Ok(read_rows)
     }
@@ -1361,7 +1427,11 @@ impl Store {
     /// held (`None` when the model changed meanwhile). A memory whose
     /// metadata this instance re-read after the batch was read keeps what
     /// the re-read set.
-    fn apply_new_vectors(&self, batch: &NewVectors) -> Result<Option<usize>, ToolError> {
+    fn apply_new_vectors(
+        &self,
+        batch: &NewVectors,
+        skipped: &mut Vec<String>,
+    ) -> Result<Option<usize>, ToolError> {
         let mut index = write(&self.semantic.index);
         if index.model != batch.model {
             return Ok(None);
@@ -1370,9 +1440,12 @@ impl Store {
         let touched = self.meta_touched();
         let epoch = batch.epoch;
         index
-            .upsert_rows(&batch.rows, batch.dims, |id| {
-                touched.get(id).is_some_and(|&at| at > epoch)
-            })
+            .upsert_rows(
+                &batch.rows,
+                batch.dims,
+                |id| touched.get(id).is_some_and(|&at| at > epoch),
+                skipped,
+            )
             .map(Some)
     }
 
@@ -1478,7 +1551,10 @@ impl Store {
         let changed: Vec<&Meta> = changed.into_iter().map(|k| &metas[k]).collect();
         // What was re-read before these rows is in them: no later pass
         // needs it (pruned on every pass, changes or not, so the map holds
-        // only what was re-read since the last one).
+        // only what was re-read since the last one). This holds because the
+        // refreshes run one after another (the embedder's task, or
+        // `reindex`): a batch of new vectors read before these rows and
+        // applied after this prune would find its memories' re-reads gone.
         self.meta_touched().retain(|_, at| *at > epoch);
         if !changed.is_empty() || !gone.is_empty() {
             let mut index = write(&self.semantic.index);
@@ -1502,28 +1578,7 @@ impl Store {
             at.dedup();
             index.remove_at(&at);
         }
-        for chunk in missing.chunks(500) {
-            let epoch = self.semantic.meta_epoch.load(Ordering::SeqCst);
-            let mut sql = crate::sql::Sql::new(&format!(
-                "SELECT v.vec AS vec, {META_COLUMNS} \
-                 FROM memory_vectors v JOIN memories m ON m.id = v.memory_id WHERE v.model = "
-            ));
-            sql.bind_str(&model).push(" AND v.memory_id IN ");
-            sql.bind_list(chunk.iter().cloned());
-            let rows = sql
-                .query()
-                .fetch_all(&self.pool)
-                .await
-                .db("missing vectors")?;
-            let mut index = write(&self.semantic.index);
-            if index.model != model {
-                return Ok(());
-            }
-            let touched = self.meta_touched();
-            index.upsert_rows(&rows, dims, |id| {
-                touched.get(id).is_some_and(|&at| at > epoch)
-            })?;
-        }
+        self.load_vectors_of(&model, dims, &missing).await?;
         Ok(())
     }
 
@@ -2257,7 +2312,9 @@ mod tests {
                 )
                 .await
                 .unwrap();
-            store.apply_new_vectors(&batch).unwrap();
+            let mut skipped = Vec::new();
+            store.apply_new_vectors(&batch, &mut skipped).unwrap();
+            assert_eq!(skipped, vec![id.clone()], "[{label}] left to be read again");
             let live = |store: &Store| {
                 let index = read(&store.semantic.index);
                 index
@@ -2270,9 +2327,19 @@ mod tests {
                 Some(true),
                 "[{label}] a forgotten memory made live by older rows"
             );
-            // The next metadata refresh loads it, as it is now.
-            store.refresh_vector_meta().await.unwrap();
+            // Read again, as `refresh_vectors` does next: as it is now.
+            let read_again = store
+                .load_vectors_of(&batch.model, batch.dims, &skipped)
+                .await
+                .unwrap();
+            assert_eq!(read_again, 1, "[{label}]");
             assert_eq!(live(&store), Some(false), "[{label}]");
+            store.refresh_vector_meta().await.unwrap();
+            assert_eq!(
+                live(&store),
+                Some(false),
+                "[{label}] and the refresh agrees"
+            );
             other.close().await;
         }
     }

@@ -191,6 +191,13 @@ impl Store {
     ) -> Result<MoveMemoriesOutput, ToolError> {
         let caller = cx.caller;
         let tx = cx.tx().await?;
+        // A project the target names is created (scope, membership, hint
+        // binding) only when a memory moves into it: when none does, the
+        // call rolls back to here.
+        sqlx::query("SAVEPOINT zm_move_target")
+            .execute(&mut *tx)
+            .await
+            .db("savepoint")?;
         let target_path = match (&input.scope, &input.project_hint) {
             (Some(s), _) => s.as_str().to_string(),
             (None, Some(h)) => match self.bind_hint(tx, caller, h).await? {
@@ -248,6 +255,16 @@ impl Store {
                 }),
             });
         }
+        if changed.is_empty() {
+            sqlx::query("ROLLBACK TO SAVEPOINT zm_move_target")
+                .execute(&mut *tx)
+                .await
+                .db("rollback to savepoint")?;
+        }
+        sqlx::query("RELEASE SAVEPOINT zm_move_target")
+            .execute(&mut *tx)
+            .await
+            .db("release savepoint")?;
         let mut moved = Vec::new();
         let mut failed = Vec::new();
         for (mid, out) in listed.into_iter().zip(outcome) {
@@ -589,7 +606,6 @@ impl Store {
             "DELETE FROM access_tokens WHERE user_id = $1",
             "DELETE FROM scope_members WHERE user_id = $1",
             "DELETE FROM recall_activity WHERE user_id = $1",
-            "DELETE FROM memory_usage WHERE user_id = $1",
         ] {
             sqlx::query(sql)
                 .bind(uid)

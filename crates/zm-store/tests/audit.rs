@@ -69,6 +69,32 @@ backend_tests! {
         );
     }
 
+    /// A secret in a field the log keeps whole (an identifier's) is kept
+    /// out of it all the same: a `link` to an entity named like a token,
+    /// an `import_memory` whose `source_tool` is one, both refused, are
+    /// audited with the field's length only; so is an entity's name given
+    /// as `dst` (free text), while a memory id there is kept.
+    async fn a_secret_in_a_structural_field_stays_out_of_the_log(store: Store, l: &str) {
+        let (_, a) = user(&store, "audit-structural").await;
+        let secret = format!("ghp_{}", "a1B2c3D4e5".repeat(4));
+        err(call(&store, &a, "link", json!({"src": "deploy", "dst": secret, "type": "uses"})).await, ErrorCode::ValidationFailed, l, "link");
+        store.clock().advance_ms(1_000);
+        err(call(&store, &a, "import_memory", json!({"content": "Deploys go out on Tuesdays.", "kind": "fact", "target": "personal", "source_tool": secret, "source_path": "notes.md", "source_hash": "h-1"})).await, ErrorCode::ValidationFailed, l, "import");
+        store.clock().advance_ms(1_000);
+        ok(call(&store, &a, "link", json!({"src": "deploy", "dst": "Ada Lovelace", "type": "relates_to"})).await, l, "a named entity");
+        store.clock().advance_ms(1_000);
+        let note = mem(&store, &a, l, json!({"content": "The deploy script lives in ops/.", "kind": "fact", "scope": "personal"})).await;
+        store.clock().advance_ms(1_000);
+        let other = mem(&store, &a, l, json!({"content": "Releases are tagged on main.", "kind": "fact", "scope": "personal"})).await;
+        store.clock().advance_ms(1_000);
+        ok(call(&store, &a, "link", json!({"src": note, "dst": other, "type": "relates_to"})).await, l, "two memories");
+        let rows = store.audit_rows(&a.user_id, 20).await.unwrap();
+        let text = serde_json::to_string(&rows).unwrap();
+        assert!(!text.contains(&secret), "[{l}] {text}");
+        assert!(!text.contains("Lovelace"), "[{l}] an entity's name is free text: {text}");
+        assert_eq!(rows[0]["payload"]["dst"], serde_json::json!(other), "[{l}] a memory id is kept: {}", rows[0]);
+    }
+
     /// An account's creation and its personal access tokens' creation and
     /// revocation are audited in their own transactions, under the
     /// account, without the secret; a refused revocation leaves no row.

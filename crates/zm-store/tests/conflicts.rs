@@ -425,4 +425,37 @@ backend_tests! {
             "[{l}]"
         );
     }
+
+    /// Doing what `similar_existing` suggests (supersede the older with
+    /// the newer) leaves no pending pair and no disputed hit: a conflict
+    /// one of whose memories is retired is moot, and back once that
+    /// memory is restored.
+    async fn a_pair_whose_side_is_retired_is_moot(store: Store, l: &str) {
+        let (_, a) = user(&store, "moot").await;
+        let text = "The nightly backup job for the ledger database runs at three in the morning UTC and keeps sixty days";
+        let first = mem(&store, &a, l, json!({"content": text, "scope": "core"})).await;
+        let second = mem(&store, &a, l, json!({"content": format!("{text}."), "scope": "core"})).await;
+        let pending = |who: &zm_store::Caller| {
+            let (store, who) = (&store, who.clone());
+            async move {
+                let out = ok(call(store, &who, "list_conflicts", json!({"verdict": "unjudged"})).await, l, "list");
+                out["conflicts"].as_array().map_or(0, Vec::len)
+            }
+        };
+        let disputed = |who: &zm_store::Caller| {
+            let (store, who, second) = (&store, who.clone(), second.clone());
+            async move {
+                let out = ok(call(store, &who, "recall", json!({"query": "nightly backup ledger database"})).await, l, "recall");
+                let hit = out["memories"].as_array().and_then(|m| m.iter().find(|h| h["id"] == json!(second))).cloned();
+                hit.unwrap_or_else(|| panic!("[{l}] {out}"))["disputed"].as_bool()
+            }
+        };
+        assert_eq!(pending(&a).await, 1, "[{l}] filed");
+        assert_eq!(disputed(&a).await, Some(true), "[{l}]");
+        ok(call(&store, &a, "remember", json!({"content": format!("{text}."), "scope": "core", "links": [{"dst": first, "type": "supersedes"}]})).await, l, "supersede the older");
+        assert_eq!(pending(&a).await, 0, "[{l}] moot once a side is retired");
+        assert_eq!(disputed(&a).await, Some(false), "[{l}]");
+        ok(call(&store, &a, "restore_memory", json!({"memory_id": first})).await, l, "restore");
+        assert_eq!(pending(&a).await, 1, "[{l}] back with the memory");
+    }
 }

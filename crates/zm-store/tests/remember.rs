@@ -17,6 +17,18 @@ use zm_store::Store;
 const LONG_ORIGINAL: &str = "The staging database cluster runs PostgreSQL sixteen with the pgvector extension enabled, nightly logical backups shipped to the eu-west object store bucket, connection pooling through pgbouncer in transaction mode, a read replica dedicated to analytics dashboards, and autovacuum tuned aggressively for the events table.";
 
 backend_tests! {
+    /// `entities: []` names nothing: the content is scanned for known
+    /// names and a decision gets the hint to name its subject, as with no
+    /// list at all.
+    async fn an_empty_entity_list_names_nothing(store: Store, label: &str) {
+        let (_, a) = user(&store, "empty-ents").await;
+        ok(call(&store, &a, "link", json!({"src": "Ledgerdb", "dst": "Billing", "type": "relates_to"})).await, label, "known names");
+        let out = ok(call(&store, &a, "remember", json!({"content": "We moved Ledgerdb to weekly vacuum runs.", "kind": "decision", "scope": "personal", "entities": []})).await, label, "remember");
+        assert!(out["anchors"].to_string().contains("Ledgerdb"), "[{label}] scanned: {out}");
+        let out = ok(call(&store, &a, "remember", json!({"content": "We picked the second vendor.", "kind": "decision", "scope": "personal", "entities": []})).await, label, "remember");
+        assert!(out["anchor_hint"].is_string(), "[{label}] hinted: {out}");
+    }
+
     async fn exact_dedup_only_within_one_scope(store: Store, label: &str) {
         let (_, caller) = user(&store, "dedup").await;
         let text = "The staging cluster runs three replicas.";

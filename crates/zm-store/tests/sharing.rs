@@ -14,6 +14,28 @@ use zm_contracts::ErrorCode;
 use zm_store::Store;
 
 backend_tests! {
+    /// A move in which nothing moves creates no project: the project a
+    /// hint names is made by the first memory that lands in it (a team
+    /// cannot be given a project that was never written to).
+    async fn a_move_that_moves_nothing_creates_no_project(store: Store, l: &str) {
+        let (_, a) = user(&store, "phantom-a").await;
+        let slug = create_team_of(&store, &a, l, "phantom").await;
+        let hint = format!("/src/{}", unique("typo-repo"));
+        let out = ok(call(&store, &a, "move_memories", json!({"memory_ids": [NEVER], "project_hint": hint})).await, l, "move nothing");
+        assert_eq!(out["moved"], json!([]), "[{l}] {out}");
+        let scope = out["scope"].as_str().expect("the target").to_string();
+        let share = |scope: String| {
+            let (store, a, slug) = (&store, a.clone(), slug.clone());
+            async move { store.share_project_with_team(&a, &slug, input!(zm_contracts::teams::ShareProjectInput, &json!({"scope": scope}))).await }
+        };
+        err(share(scope.clone()).await, ErrorCode::NotFound, l, "no such project");
+        // A move that lands one makes it.
+        let m = mem(&store, &a, l, json!({"content": "The typo repo builds with make.", "scope": "personal", "kind": "fact"})).await;
+        let out = ok(call(&store, &a, "move_memories", json!({"memory_ids": [m], "project_hint": hint})).await, l, "move one");
+        assert_eq!(out["scope"], json!(scope), "[{l}] {out}");
+        ok(share(scope).await, l, "now there is");
+    }
+
     async fn share_and_move_with_per_item_failures(store: Store, l: &str) {
         let (_, a) = user(&store, "share-a").await;
         let (_, b) = user(&store, "share-b").await;

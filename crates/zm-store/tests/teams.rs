@@ -419,6 +419,10 @@ backend_tests! {
             assert!(in_q.contains("deploy-q") && !in_q.contains("stylesheet"), "[{l}] {name}: pinned to Q, Q's rule: {in_q}");
             let named = rules(who, json!({"scopes": [format!("team.{slug}.web")]})).await;
             assert!(named.contains("stylesheet") && !named.contains("deploy-q"), "[{l}] {name}: scopes naming team.web: {named}");
+            // A briefing pins its hinted project whatever it reads: its
+            // rules come with the thread.
+            let hinted = rules(who, json!({"scopes": ["personal"], "project_hint": q})).await;
+            assert!(hinted.contains("deploy-q") && !hinted.contains("stylesheet"), "[{l}] {name}: scopes and a hint: {hinted}");
         }
         // What `zm://rules` serves follows the briefing: the attached
         // project's rules only.

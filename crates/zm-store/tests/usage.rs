@@ -40,7 +40,8 @@ backend_tests! {
 
     /// Counts are the caller's own: a teammate's recalls of a memory of
     /// the team's neither raise the writer's count nor take it off the
-    /// writer's "never recalled"; an erased account's counts go with it.
+    /// writer's "never recalled"; erasing the teammate leaves the
+    /// writer's counts.
     async fn a_teammates_recalls_are_theirs(store: Store, l: &str) {
         let (_, a) = user(&store, "own-a").await;
         let slug = create_team_of(&store, &a, l, "own-team").await;
@@ -66,7 +67,7 @@ backend_tests! {
         let usage = ok(store.usage_figures(&b, 12).await, l, "usage b");
         assert_eq!(usage.most.first().map(|(id, _, n)| (id.as_str(), *n)), Some((shared.as_str(), 5)), "[{l}] {usage:?}");
         assert!(!usage.most.iter().any(|(id, _, _)| *id == mine), "[{l}] B never recalled it: {usage:?}");
-        // B's counts leave with B's account; A's stay.
+        // Erasing B (whose counts go with the account's row) leaves A's.
         ok(call(&store, &b, "delete_account", json!({})).await, l, "erase b");
         let usage = ok(store.usage_figures(&a, 12).await, l, "usage a after");
         assert_eq!(usage.most.first().map(|(_, _, n)| *n), Some(1), "[{l}] {usage:?}");

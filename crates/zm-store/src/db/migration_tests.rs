@@ -714,6 +714,11 @@ async fn populate(pool: &AnyPool, from: i64, now: i64) -> Fixture {
         insert!(tx, "memory_usage", {
             "memory_id" => &nginx, "recalls" => 3_i64, "last_recalled_at" => now - HOUR,
         });
+        // A shared memory's count (perhaps a teammate's recalls): not kept
+        // by 24.
+        insert!(tx, "memory_usage", {
+            "memory_id" => &shared, "recalls" => 5_i64, "last_recalled_at" => now - HOUR,
+        });
     }
     if from >= 11 {
         let week = 7 * day;
@@ -793,6 +798,12 @@ fn upgraded(before: &Snapshot, fx: &Fixture) -> Snapshot {
     let mut want = before.clone();
     want.remove("zm_schema_migrations");
     want.remove("session_threads");
+    // Migration 24 keeps recall counts of private memories only.
+    if let Some(t) = want.get_mut("memory_usage") {
+        let memory = t.at("memory_id");
+        t.rows
+            .retain(|r| r[memory].as_deref() != Some(fx.shared.as_str()));
+    }
     if let Some(t) = want.get_mut("entities") {
         let (id, name, key) = (t.at("id"), t.at("name"), t.at("match_key"));
         t.rows.retain(|r| r[id].as_deref() != Some(gone.as_str()));
@@ -1111,7 +1122,7 @@ async fn upgrade_and_check(url: &str, from: i64, label: &str) {
                 .collect();
         if counted != vec![(fx.alice.clone(), fx.nginx.clone())] {
             problems.push(format!(
-                "memory_usage holds {counted:?}, not the old count as the owner's"
+                "memory_usage holds {counted:?}, not the private memory's old count as its owner's (and none of the shared one's)"
             ));
         }
     }
