@@ -70,7 +70,12 @@ impl IntoResponse for ApiError {
             // meanwhile).
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if let Some(s) = self.retry_after {
+        // Every 429 says when to come back (the store's writer-turn
+        // refusal sets no time of its own: a second).
+        let retry_after = self
+            .retry_after
+            .or((status == StatusCode::TOO_MANY_REQUESTS).then_some(1));
+        if let Some(s) = retry_after {
             h.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
@@ -119,5 +124,19 @@ mod tests {
         );
         let other = ApiError::new(ToolError::forbidden("no")).into_response();
         assert!(!other.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    /// Every 429 says when to come back: the store's refusal sets no time
+    /// (a second), a caller's time is kept.
+    #[test]
+    fn every_429_carries_retry_after() {
+        let bare = ApiError::new(ToolError::rate_limited("busy")).into_response();
+        assert_eq!(bare.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(bare.headers()[header::RETRY_AFTER], "1");
+        let mut given = ApiError::new(ToolError::rate_limited("later"));
+        given.retry_after = Some(30);
+        assert_eq!(given.into_response().headers()[header::RETRY_AFTER], "30");
+        let other = ApiError::new(ToolError::forbidden("no")).into_response();
+        assert!(!other.headers().contains_key(header::RETRY_AFTER));
     }
 }

@@ -98,15 +98,7 @@ async fn run_writes_to_the_end(
     req: Request,
     next: Next,
 ) -> Response {
-    let read = match req.uri().path().strip_prefix("/api/tools/") {
-        Some(name) => zm_contracts::ToolName::parse(name)
-            .is_none_or(|t| t.access() == zm_contracts::Access::Read),
-        None => matches!(
-            *req.method(),
-            axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
-        ),
-    };
-    if read {
+    if reads_only(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
     run_to_the_end(&store, req, next).await.unwrap_or_else(|| {
@@ -116,6 +108,24 @@ async fn run_writes_to_the_end(
         e.retry_after = Some(1);
         axum::response::IntoResponse::into_response(e)
     })
+}
+
+/// Does a request only read (answered on the connection's own task)? A
+/// tool call is a read only when its name, decoded as the router decodes
+/// it, is a read tool's: anything else (`rememb%65r` is `remember`) runs
+/// to the end like a write. Elsewhere, GET, HEAD and OPTIONS read.
+fn reads_only(method: &axum::http::Method, path: &str) -> bool {
+    match path.strip_prefix("/api/tools/") {
+        Some(name) => percent_encoding::percent_decode_str(name)
+            .decode_utf8()
+            .ok()
+            .and_then(|name| zm_contracts::ToolName::parse(&name))
+            .is_some_and(|t| t.access() == zm_contracts::Access::Read),
+        None => matches!(
+            *method,
+            axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+        ),
+    }
 }
 
 /// `req` answered on a task of its own, which the store's close waits for
@@ -197,4 +207,27 @@ async fn request_id(
     state.metrics.request(status).await;
     tracing::info!(target: "zm_http", request_id = %id, %method, %path, status, duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "request");
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    /// A tool call reads only when its decoded name is a read tool's: an
+    /// escaped write tool's name, or an unknown one, runs to the end.
+    #[test]
+    fn only_read_tools_and_safe_methods_read() {
+        for (method, path, reads) in [
+            (Method::POST, "/api/tools/recall", true),
+            (Method::POST, "/api/tools/rec%61ll", true),
+            (Method::POST, "/api/tools/remember", false),
+            (Method::POST, "/api/tools/rememb%65r", false),
+            (Method::POST, "/api/tools/no_such_tool", false),
+            (Method::POST, "/api/tools/%FF", false),
+            (Method::GET, "/api/memories/mem_1", true),
+            (Method::DELETE, "/api/teams/a", false),
+        ] {
+            assert_eq!(super::reads_only(&method, path), reads, "{method} {path}");
+        }
+    }
 }

@@ -264,7 +264,9 @@ pub async fn handle(state: State<(AppState, McpEndpoint)>, request: Request) -> 
     h.append(header::VARY, HeaderValue::from_static("origin"));
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("mcp-session-id, mcp-protocol-version, www-authenticate"),
+        HeaderValue::from_static(
+            "mcp-session-id, mcp-protocol-version, www-authenticate, retry-after",
+        ),
     );
     resp
 }

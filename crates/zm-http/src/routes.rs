@@ -98,6 +98,14 @@ pub async fn call_tool(
             }
             _ => ApiError::new(e),
         })?;
+    // REST keeps nothing between requests: a hint or a thread attaches
+    // this call, not the next one (as a stateless MCP call answers).
+    let mut out = out;
+    if let Some(session) = out.session_mut() {
+        session
+            .attached_project
+            .clone_from(&caller.attached_project);
+    }
     Ok(axum::Json(out).into_response())
 }
 

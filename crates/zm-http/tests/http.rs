@@ -447,6 +447,41 @@ async fn openapi_component_schemas_are_the_contract_schemas() {
 }
 
 #[tokio::test]
+async fn a_rest_call_attaches_nothing_to_the_next() {
+    let s = start().await;
+    let hint = "git@github.com:acme/rest-attach.git";
+    let (st, v) = s
+        .post(
+            "/api/tools/recall",
+            Some(&s.rw_a),
+            json!({"query": "deploys", "project_hint": hint}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v["project_scope"].is_string(), "{v}");
+    assert!(
+        v["session"]["attached_project"].is_null(),
+        "REST attaches nothing: {v}"
+    );
+    let (st, v) = s
+        .post(
+            "/api/tools/remember",
+            Some(&s.rw_a),
+            json!({"content": "Deploys go out on Tuesdays.", "kind": "fact"}),
+        )
+        .await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("scope_target_required:"),
+        "{v}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn rest_and_mcp_give_the_same_results() {
     let s = start().await;
     let (st, v) = s.post("/api/tools/remember", Some(&s.rw_a), json!({"content": "The cache TTL for the search API is 300 seconds.", "scope": "core", "kind": "fact"})).await;
@@ -730,11 +765,10 @@ async fn a_listed_origin_gets_cors_on_mcp() {
         assert_eq!(r.status().as_u16(), if token.is_some() { 200 } else { 401 });
         let h = r.headers();
         assert_eq!(h["access-control-allow-origin"], "http://localhost:6274");
+        let exposed = h["access-control-expose-headers"].to_str().unwrap();
         assert!(
-            h["access-control-expose-headers"]
-                .to_str()
-                .unwrap()
-                .contains("mcp-session-id")
+            exposed.contains("mcp-session-id") && exposed.contains("retry-after"),
+            "{exposed}"
         );
     }
     s.stop().await;
