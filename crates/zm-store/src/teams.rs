@@ -79,6 +79,10 @@ impl ExportSet {
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// What an invitation addressed to an erased account says instead of its
+/// address (`.invalid` is reserved: no account signs in with it).
+pub const ERASED_ADDRESS: &str = "erased-account@address.invalid";
+
 /// The scopes `user_id` reaches as a member, as a subquery: scopes they
 /// are a member of, and the scopes their teams grant (the team's own
 /// projects and projects shared with it).
@@ -1889,6 +1893,32 @@ impl Store {
         .execute(&mut *tx)
         .await
         .db("withdraw the account's invitations")?;
+        // The account's address leaves the team tables with it: the
+        // invitations addressed to it (accepted or not: next to
+        // `accepted_by` it would name the erased id everywhere the log
+        // shows it) and the invitation events, which name their invitee
+        // by address. (Withdrawn just above, none of them is open.)
+        let email: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = $1")
+            .bind(uid)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("the account's address")?;
+        if let Some(email) = email {
+            sqlx::query(
+                "UPDATE team_invitations SET email = $1 WHERE email = $2 OR accepted_by = $3",
+            )
+            .bind(ERASED_ADDRESS)
+            .bind(&email)
+            .bind(uid)
+            .execute(&mut *tx)
+            .await
+            .db("forget the account's address on invitations")?;
+            sqlx::query("UPDATE team_events SET subject = NULL WHERE subject = $1")
+                .bind(&email)
+                .execute(&mut *tx)
+                .await
+                .db("forget the account's address in team events")?;
+        }
         let teams = sqlx::query(
             "SELECT t.id AS team_id, sm.role AS role FROM scope_members sm JOIN teams t ON t.scope = sm.scope \
              WHERE sm.user_id = $1 AND t.deleted_at IS NULL ORDER BY t.id",

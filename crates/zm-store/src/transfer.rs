@@ -357,6 +357,20 @@ impl Store {
         }
         let tx = cx.tx().await?;
         let hash = input.source_hash.trim().to_string();
+        // An item whose memory no longer exists anywhere (it went into a
+        // team's scope and was purged with the deleted team) is imported
+        // anew: the ledger says what is here, and it is not. A forgotten
+        // memory still exists (restore it); one handed to someone else is
+        // still theirs.
+        sqlx::query(
+            "DELETE FROM imports WHERE owner_id = $1 AND source_hash = $2 AND memory_id IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = imports.memory_id)",
+        )
+        .bind(&caller.user_id)
+        .bind(&hash)
+        .execute(&mut *tx)
+        .await
+        .db("import ledger of an erased memory")?;
         // An item imported before is skipped before its hint is resolved:
         // a re-run creates no project and binds no hint (the claim below
         // still decides between two imports of one item at once).

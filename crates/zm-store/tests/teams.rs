@@ -460,6 +460,26 @@ backend_tests! {
         }
     }
 
+    /// An imported memory moved into a team's project, purged with the
+    /// deleted team, is imported again by the same item: the ledger no
+    /// longer holds back what exists nowhere.
+    async fn an_import_purged_with_its_team_comes_back(store: Store, l: &str) {
+        let (_, a) = user(&store, "reimport-a").await;
+        let slug = team(&store, &a, l, "reimport").await;
+        let item = json!({"content": "The billing cron runs at 04:00 UTC.", "kind": "fact", "target": "personal", "source_path": "notes.md", "source_hash": unique("h")});
+        let first = ok(call(&store, &a, "import_memory", item.clone()).await, l, "import");
+        let id = first["memory_id"].as_str().unwrap().to_string();
+        ok(call(&store, &a, "move_memories", json!({"memory_ids": [id], "scope": format!("team.{slug}.ops")})).await, l, "move into the team");
+        let again = ok(call(&store, &a, "import_memory", item.clone()).await, l, "import again");
+        assert_eq!(again["skipped"], true, "[{l}] still there: {again}");
+        ok(store.delete_team(&a, &slug).await, l, "delete the team");
+        store.clock().advance_ms(31 * DAY_MS);
+        assert!(ok(store.purge_deleted_teams().await, l, "purge") >= 1, "[{l}]");
+        let back = ok(call(&store, &a, "import_memory", item).await, l, "import after the purge");
+        assert_eq!(back["skipped"], false, "[{l}] {back}");
+        assert_ne!(back["memory_id"], json!(id), "[{l}] a new memory: {back}");
+    }
+
     /// A memory shared into a team brings its entities, not its author's
     /// personal graph: a teammate's briefing on it shows no edge the
     /// author drew between those entities.
@@ -1313,6 +1333,16 @@ backend_tests! {
         assert_eq!(removal.user_id.as_ref().map(zm_contracts::UserId::as_str), Some(a.user_id.as_str()), "[{l}]");
         assert_eq!(removal.user_email, None, "[{l}] an erased account's email is gone");
         assert_eq!(removal.actor_email.as_deref(), Some(ub.email.as_str()), "[{l}]");
+        // Also from the invitation events, which name their invitee by
+        // address: an invited member who erases their account.
+        let (uc, c) = user(&store, "la-c").await;
+        add(&store, &b, l, &slug, &uc.email, TeamRole::Reader).await;
+        let before = ok(store.team_audit(&b, &slug).await, l, "audit with c");
+        assert!(format!("{before:?}").contains(&uc.email), "[{l}] the invitation names c while c exists");
+        ok(call(&store, &c, "delete_account", json!({})).await, l, "c erases");
+        let after = ok(store.team_audit(&b, &slug).await, l, "audit after c's erasure");
+        assert!(!format!("{after:?}").contains(&uc.email), "[{l}] c's address is gone: {after:?}");
+        assert_eq!(after.events.len(), before.events.len() + 1, "[{l}] no event lost, c's removal added");
     }
 
     /// Every role × every tool against a team's memory: the admin (its
