@@ -27,7 +27,9 @@ pub struct ConnLimits {
     pub header_timeout: Duration,
     /// Time allowed for a request's whole body to arrive, from the end of
     /// its headers. Past it reading the body fails (the request is refused)
-    /// and the connection is closed.
+    /// and the connection is closed. Also how long writing a response may
+    /// make no progress (a client that stopped reading): past it the
+    /// connection is closed.
     pub body_timeout: Duration,
     /// Connections served at once; one more is answered 503 and closed.
     pub max_connections: usize,
@@ -230,6 +232,11 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
+    let stream = WriteDeadline {
+        inner: stream,
+        limit: body_timeout,
+        stalled: None,
+    };
     let conn = builder
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
@@ -245,6 +252,98 @@ async fn connection(
     }
     if let Err(e) = conn.await {
         tracing::debug!(target: "zm_http", %peer, error = %e, "connection ended");
+    }
+}
+
+/// A connection whose writes fail once one has made no progress for
+/// `limit`: a client that stops reading (its window full) cannot hold a
+/// connection slot, or a shutdown, for ever. An idle connection (an event
+/// stream with nothing to send) is not writing, so it is not cut.
+struct WriteDeadline {
+    inner: TcpStream,
+    limit: Duration,
+    /// Set when a write first found the socket full; cleared by progress.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl WriteDeadline {
+    fn guard<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future as _;
+        use std::task::Poll;
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let limit = self.limit;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if stalled.as_mut().poll(cx).is_ready() {
+            self.stalled = None;
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing of the response for the body timeout",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl tokio::io::AsyncRead for WriteDeadline {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for WriteDeadline {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.guard(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.guard(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
+        this.guard(cx, polled)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.guard(cx, polled)
     }
 }
 

@@ -170,6 +170,42 @@ async fn a_stalled_body_is_cut_off() {
     s.stop().await;
 }
 
+/// A client that stops reading its answers cannot hold its connection:
+/// once a response write makes no progress for the body timeout, the
+/// connection is closed and its slot serves someone else.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off() {
+    let s = start(limits(600, 1, 1)).await;
+    // A small receive window, and many pipelined answers it never reads
+    // (the contract: about 100 KB each, no token needed).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(s.addr).await.unwrap();
+    let request = b"GET /api/contract HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".repeat(400);
+    stalled.write_all(&request).await.unwrap();
+    // The one slot is freed once the server gives up on the stalled
+    // writes: a new connection is then served (503 until then).
+    let served = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let mut c = TcpStream::connect(s.addr).await.unwrap();
+            let _ = c
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+                .await;
+            if read_until_closed(&mut c).await.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        served.is_ok(),
+        "a client that reads nothing held the only slot"
+    );
+    drop(stalled);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn connections_beyond_the_cap_are_refused() {
     const CAP: usize = 3;

@@ -626,8 +626,8 @@ knobs! {
             default: (30),
             shown: "`30`",
             range: 1..=3600,
-            help: "Seconds a client has to send a request's whole body, from the end of its headers.",
-            doc: "Past it the request is refused and the connection closed: a stalled or trickled body cannot hold a request open.",
+            help: "Seconds a client has to send a request's whole body, from the end of its headers; also how long a response may wait on a client that reads nothing.",
+            doc: "Past it the request is refused and the connection closed: a stalled or trickled body cannot hold a request open. A response the client stops reading (nothing of it taken for this long) ends its connection the same way, so a client that reads nothing cannot hold a connection slot.",
         },
         max_connections: usize {
             env: "ZM_MAX_CONNECTIONS",
