@@ -27,10 +27,13 @@ pub struct ConnLimits {
     pub header_timeout: Duration,
     /// Time allowed for a request's whole body to arrive, from the end of
     /// its headers. Past it reading the body fails (the request is refused)
-    /// and the connection is closed. Also how long writing a response may
-    /// make no progress (a client that stopped reading): past it the
-    /// connection is closed.
+    /// and the connection is closed.
     pub body_timeout: Duration,
+    /// How long writing a response may make no progress (a client that
+    /// stopped reading): past it the connection is closed. Long, since the
+    /// system wakes a writer only once a third of its send buffer has
+    /// drained: a slow reader's progress comes in large steps.
+    pub write_stall: Duration,
     /// Connections served at once; one more is answered 503 and closed.
     pub max_connections: usize,
 }
@@ -234,7 +237,7 @@ async fn connection(
         .header_read_timeout(limits.header_timeout);
     let stream = WriteDeadline {
         inner: stream,
-        limit: body_timeout,
+        limit: limits.write_stall,
         stalled: None,
     };
     let conn = builder
@@ -286,7 +289,7 @@ impl WriteDeadline {
             self.stalled = None;
             return Poll::Ready(Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "the client read nothing of the response for the body timeout",
+                "the client took nothing of the response for the write-stall time",
             )));
         }
         Poll::Pending

@@ -50,6 +50,8 @@ pub struct HttpConfig {
     pub header_timeout: Duration,
     /// Time allowed for a request's whole body to arrive.
     pub body_timeout: Duration,
+    /// Time a response may wait on a client that takes none of it.
+    pub write_stall: Duration,
     /// Client connections served at once.
     pub max_connections: usize,
 }
@@ -88,6 +90,7 @@ impl HttpConfig {
             max_sessions_per_user: 20,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            write_stall: Duration::from_secs(300),
             max_connections: 1024,
         }
     }
@@ -97,6 +100,7 @@ impl HttpConfig {
         crate::ConnLimits {
             header_timeout: self.header_timeout,
             body_timeout: self.body_timeout,
+            write_stall: self.write_stall,
             max_connections: self.max_connections,
         }
     }

@@ -21,6 +21,7 @@ pub fn http_config(cfg: &Config) -> zm_http::HttpConfig {
     http.max_sessions_per_user = cfg.max_sessions_per_user;
     http.header_timeout = std::time::Duration::from_secs(cfg.header_timeout_secs);
     http.body_timeout = std::time::Duration::from_secs(cfg.body_timeout_secs);
+    http.write_stall = std::time::Duration::from_secs(cfg.write_stall_secs);
     http.max_connections = cfg.max_connections;
     http
 }

@@ -52,6 +52,17 @@ pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
 pub(crate) const LIVE_SIDES: &str =
     " AND a.invalidated_at IS NULL AND (c.memory_b IS NULL OR b.invalidated_at IS NULL)";
 
+/// SQL counting the pending conflicts of the owner `owner` names (a
+/// column), moot ones left out as [`LIVE_SIDES`] leaves them out of a
+/// listing: what the near-duplicate sweep's cap counts.
+pub(crate) fn live_pending_of(owner: &str) -> String {
+    format!(
+        "(SELECT COUNT(*) FROM conflicts p JOIN memories pa ON pa.id = p.memory_a \
+         LEFT JOIN memories pb ON pb.id = p.memory_b WHERE p.owner_id = {owner} AND p.status = 'pending' \
+         AND pa.invalidated_at IS NULL AND (p.memory_b IS NULL OR pb.invalidated_at IS NULL))"
+    )
+}
+
 /// The pending challenge of memory `id`, if it has one.
 async fn pending_challenge(
     tx: &mut sqlx::AnyConnection,

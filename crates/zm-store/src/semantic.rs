@@ -1226,7 +1226,10 @@ impl Store {
         // too, with the import's own time: an agent's memory stays in.)
         sql.push(" AND m.invalidated_at IS NULL AND NOT EXISTS (SELECT 1 FROM imports i WHERE i.memory_id = m.id AND i.created_at = m.created_at) AND m.created_at >= ")
             .bind_i64(now - MEANING_SWEEP_WINDOW_MS)
-            .push(" AND (SELECT COUNT(*) FROM conflicts p WHERE p.owner_id = m.owner_id AND p.status = 'pending') < ")
+            .push(&format!(
+                " AND {} < ",
+                crate::conflicts::live_pending_of("m.owner_id")
+            ))
             .bind_i64(MEANING_PENDING_CAP);
         let rows = sql
             .query()
@@ -1273,7 +1276,7 @@ impl Store {
             );
             // SQL decides: both live, one owner, one scope, no conflict
             // and no link between them yet.
-            let done = sqlx::query(
+            let sql = format!(
                 "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
                  SELECT $1, a.owner_id, a.id, b.id, 'unjudged', NULL, $4, 'pending', $5 \
                  FROM memories a JOIN memories b ON b.id = $3 \
@@ -1283,17 +1286,19 @@ impl Store {
                      ((c.memory_a = a.id AND c.memory_b = b.id) OR (c.memory_a = b.id AND c.memory_b = a.id))) \
                  AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
                      (l.src = a.id AND l.dst = b.id) OR (l.src = b.id AND l.dst = a.id)) \
-                 AND (SELECT COUNT(*) FROM conflicts p WHERE p.owner_id = a.owner_id AND p.status = 'pending') < $6",
-            )
-            .bind(zm_contracts::IdKind::MemoryReview.generate())
-            .bind(a.as_str())
-            .bind(b.as_str())
-            .bind(&rationale)
-            .bind(now)
-            .bind(MEANING_PENDING_CAP)
-            .execute(&mut *tx)
-            .await
-            .db("unjudged conflict by meaning")?;
+                 AND {} < $6",
+                crate::conflicts::live_pending_of("a.owner_id")
+            );
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(zm_contracts::IdKind::MemoryReview.generate())
+                .bind(a.as_str())
+                .bind(b.as_str())
+                .bind(&rationale)
+                .bind(now)
+                .bind(MEANING_PENDING_CAP)
+                .execute(&mut *tx)
+                .await
+                .db("unjudged conflict by meaning")?;
             filed += usize::try_from(done.rows_affected()).unwrap_or(0);
         }
         tx.commit().await.db("commit unjudged conflicts")?;

@@ -357,25 +357,17 @@ impl Store {
         }
         let tx = cx.tx().await?;
         let hash = input.source_hash.trim().to_string();
-        // An item whose memory no longer exists anywhere (it went into a
-        // team's scope and was purged with the deleted team) is imported
-        // anew: the ledger says what is here, and it is not. A forgotten
-        // memory still exists (restore it); one handed to someone else is
-        // still theirs.
-        sqlx::query(
-            "DELETE FROM imports WHERE owner_id = $1 AND source_hash = $2 AND memory_id IS NOT NULL \
-             AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = imports.memory_id)",
-        )
-        .bind(&caller.user_id)
-        .bind(&hash)
-        .execute(&mut *tx)
-        .await
-        .db("import ledger of an erased memory")?;
         // An item imported before is skipped before its hint is resolved:
         // a re-run creates no project and binds no hint (the claim below
-        // still decides between two imports of one item at once).
+        // still decides between two imports of one item at once). An item
+        // whose memory no longer exists anywhere (it went into a team's
+        // scope and was purged with the deleted team) is imported anew:
+        // the ledger says what is here, and it is not. A forgotten memory
+        // still exists (restore it); one handed to someone else is still
+        // theirs.
         let seen: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM imports WHERE owner_id = $1 AND source_hash = $2",
+            "SELECT COUNT(*) FROM imports i WHERE i.owner_id = $1 AND i.source_hash = $2 \
+             AND (i.memory_id IS NULL OR EXISTS (SELECT 1 FROM memories m WHERE m.id = i.memory_id))",
         )
         .bind(&caller.user_id)
         .bind(&hash)
@@ -409,6 +401,18 @@ impl Store {
         // it writes: a batch holding this lock and a single import holding
         // a ledger row would otherwise wait on each other (PostgreSQL).
         self.hold_writes_of(tx, &caller.user_id).await?;
+        // The ledger row of a memory that exists nowhere goes (under the
+        // owner's lock, as every ledger row is taken): the claim below
+        // takes its place.
+        sqlx::query(
+            "DELETE FROM imports WHERE owner_id = $1 AND source_hash = $2 AND memory_id IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = imports.memory_id)",
+        )
+        .bind(&caller.user_id)
+        .bind(&hash)
+        .execute(&mut *tx)
+        .await
+        .db("import ledger of an erased memory")?;
         // Claim the ledger row first: the same item imported twice at once
         // (PostgreSQL) waits here for the first import and is skipped,
         // instead of failing on the ledger's key after inserting a copy.
