@@ -102,11 +102,12 @@ async fn run_writes_to_the_end(
         return next.run(req).await;
     }
     run_to_the_end(&store, req, next).await.unwrap_or_else(|| {
-        let mut e = error::ApiError::new(zm_contracts::ToolError::rate_limited(
-            "Too many writes are still running on this server; retry shortly.",
-        ));
-        e.retry_after = Some(1);
-        axum::response::IntoResponse::into_response(e)
+        // A 429: `ApiError` says `Retry-After: 1`.
+        axum::response::IntoResponse::into_response(error::ApiError::new(
+            zm_contracts::ToolError::rate_limited(
+                "Too many writes are still running on this server; retry shortly.",
+            ),
+        ))
     })
 }
 

@@ -85,7 +85,7 @@ pub async fn call_tool(
     let input = json_body(&state, &headers, body).await?;
     let caller = caller_of(&auth, &headers, &request_id);
     let lacking = zm_store::service::missing_scope(&caller, tool);
-    let out = state
+    let mut out = state
         .tools
         .call(&caller, tool, &input)
         .await
@@ -100,7 +100,6 @@ pub async fn call_tool(
         })?;
     // REST keeps nothing between requests: a hint or a thread attaches
     // this call, not the next one (as a stateless MCP call answers).
-    let mut out = out;
     if let Some(session) = out.session_mut() {
         session
             .attached_project

@@ -44,22 +44,30 @@ pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
     sql
 }
 
-/// A condition on [`owned_conflicts`]: every memory of the conflict is
-/// live. A pending conflict one of whose memories was retired since
-/// (forgotten, closed, superseded: the way `similar_existing`'s hint
-/// settles a restatement) is moot: not listed as pending, and it marks no
-/// recall hit disputed. Restoring the memory brings it back.
-pub(crate) const LIVE_SIDES: &str =
-    " AND a.invalidated_at IS NULL AND (c.memory_b IS NULL OR b.invalidated_at IS NULL)";
+/// The condition that every memory of conflict `c` (its memories `a`
+/// and `b`, aliases) is live. A pending conflict one of whose memories
+/// was retired since (forgotten, closed, superseded: the way
+/// `similar_existing`'s hint settles a restatement) is moot: not listed as
+/// pending, it marks no recall hit disputed, and it does not count toward
+/// the near-duplicate sweep's cap. Restoring the memory brings it back.
+fn live_sides(c: &str, a: &str, b: &str) -> String {
+    format!(
+        " AND {a}.invalidated_at IS NULL AND ({c}.memory_b IS NULL OR {b}.invalidated_at IS NULL)"
+    )
+}
 
-/// SQL counting the pending conflicts of the owner `owner` names (a
-/// column), moot ones left out as [`LIVE_SIDES`] leaves them out of a
-/// listing: what the near-duplicate sweep's cap counts.
+/// [`live_sides`] on [`owned_conflicts`]' aliases: add it to one.
+pub(crate) fn owned_and_live() -> String {
+    live_sides("c", "a", "b")
+}
+
+/// SQL counting the live pending conflicts of the owner `owner` names (a
+/// column): what the near-duplicate sweep's cap counts.
 pub(crate) fn live_pending_of(owner: &str) -> String {
     format!(
         "(SELECT COUNT(*) FROM conflicts p JOIN memories pa ON pa.id = p.memory_a \
-         LEFT JOIN memories pb ON pb.id = p.memory_b WHERE p.owner_id = {owner} AND p.status = 'pending' \
-         AND pa.invalidated_at IS NULL AND (p.memory_b IS NULL OR pb.invalidated_at IS NULL))"
+         LEFT JOIN memories pb ON pb.id = p.memory_b WHERE p.owner_id = {owner} AND p.status = 'pending'{})",
+        live_sides("p", "pa", "pb")
     )
 }
 
@@ -249,7 +257,7 @@ impl Store {
         let mut sql = owned_conflicts(CONFLICT_COLUMNS, &caller.user_id);
         sql.push(" AND c.status = ").bind_str(input.status.as_str());
         if input.status == ConflictStatus::Pending {
-            sql.push(LIVE_SIDES);
+            sql.push(&owned_and_live());
         }
         if let Some(v) = input.verdict {
             sql.push(" AND c.verdict = ").bind_str(v.as_str());

@@ -1343,7 +1343,7 @@ impl Store {
             "c.id AS id, c.memory_a AS memory_a, c.memory_b AS memory_b, c.verdict AS verdict",
             &caller.user_id,
         );
-        sql.push(crate::conflicts::LIVE_SIDES)
+        sql.push(&crate::conflicts::owned_and_live())
             .push(" AND c.status = 'pending' AND (c.memory_a IN ")
             .bind_list(ids.iter().map(MemoryId::as_str));
         sql.push(" OR c.memory_b IN ")

@@ -2504,17 +2504,11 @@ mod tests {
     /// reports), while this process's figure counts its own refusals.
     #[tokio::test]
     async fn refusals_are_counted_from_the_database() {
-        use serde_json::json;
-        use zm_contracts::ToolName;
         let (dir, store) = crate::testing::sqlite_store().await;
         let caller = crate::testing::test_caller(&store, "refused").await;
         let tools = crate::ToolService::new(store.clone());
         for text in ["nan", "The build cache lives in the CI bucket."] {
-            let args = json!({"content": text, "kind": "fact", "scope": "personal"});
-            tools
-                .call(&caller, ToolName::parse("remember").unwrap(), &args)
-                .await
-                .unwrap();
+            remember_fact(&tools, &caller, text.into()).await;
         }
         store.set_encoder(Arc::new(Odd { strict: false }));
         while store.embed_pending(64).await.unwrap() > 0 {}
@@ -2559,25 +2553,10 @@ mod tests {
     /// a settled embedder's mark does not move past it meanwhile.
     #[tokio::test]
     async fn a_lapsed_claim_below_newer_writes_is_embedded() {
-        use serde_json::json;
-        use zm_contracts::ToolName;
         let (_dir, store) = crate::testing::sqlite_store().await;
         let caller = crate::testing::test_caller(&store, "lapsed").await;
         let tools = crate::ToolService::new(store.clone());
-        let remember = |text: &'static str| {
-            let (tools, caller) = (&tools, &caller);
-            async move {
-                let args = json!({"content": text, "kind": "fact", "scope": "personal"});
-                tools
-                    .call(caller, ToolName::parse("remember").unwrap(), &args)
-                    .await
-                    .unwrap()
-                    .to_json()["memory_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            }
-        };
+        let remember = |text: &str| remember_fact(&tools, &caller, text.into());
         remember("The build cache lives in the CI bucket.").await;
         let model = Odd { strict: false };
         let name = model.model().to_string();
