@@ -131,7 +131,7 @@ pub struct RememberInput {
 pub struct RememberOutput {
     /// The new memory, or the existing one that absorbed the write.
     pub memory_id: MemoryId,
-    /// True when an identical memory in the same scope absorbed the write.
+    /// True when an identical memory of the same kind in the same scope absorbed the write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deduplicated: Option<bool>,
     /// The scope the memory lives in.

@@ -74,13 +74,17 @@ impl IntoResponse for ApiError {
         // refusal sets no time of its own: a second).
         let retry_after = self
             .retry_after
-            .or((status == StatusCode::TOO_MANY_REQUESTS).then_some(1));
+            .or((status == StatusCode::TOO_MANY_REQUESTS).then_some(RETRY_AFTER_DEFAULT_SECS));
         if let Some(s) = retry_after {
             h.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
     }
 }
+
+/// The wait a 429 names when whatever refused set none (the store's
+/// writer turn, the cap on writes still running): a second.
+pub(crate) const RETRY_AFTER_DEFAULT_SECS: u64 = 1;
 
 /// The generic body of a panic: the cause goes to the log only.
 #[allow(

@@ -504,7 +504,13 @@ async fn forward(
     {
         match mcp.admit(&sid, &auth.user_id).await {
             Some(true) => {}
-            Some(false) => return server_full(),
+            Some(false) => {
+                state
+                    .metrics
+                    .mcp_sessions_refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return server_full();
+            }
             None => return internal_error(),
         }
     }

@@ -95,7 +95,10 @@ pub fn document(public_url: &str) -> Value {
             "responses": mem_responses,
         }}),
     );
+    // Every route behind a token answers `validation_failed` to an
+    // address holding an encoded NUL (`%00`), whatever else it reads.
     let mut rules_responses = error_responses(&[
+        ErrorCode::ValidationFailed,
         ErrorCode::Unauthorized,
         ErrorCode::RateLimited,
         ErrorCode::Internal,
@@ -120,7 +123,10 @@ fn admin_paths(
 ) {
     for r in zm_contracts::ADMIN_ROUTES {
         let mut codes = r.errors.to_vec();
+        // An encoded NUL in the address is `validation_failed` on every
+        // route behind a token.
         for always in [
+            ErrorCode::ValidationFailed,
             ErrorCode::Unauthorized,
             ErrorCode::RateLimited,
             ErrorCode::Internal,

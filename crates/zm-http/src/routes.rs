@@ -192,7 +192,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         )],
         format!(
             "{}{}{}{}",
-            state.metrics.render().await,
+            state.metrics.render(state.store.writes_refused()).await,
             state.tools.metrics().render(),
             storage,
             state.store.semantic_metrics().await

@@ -118,11 +118,13 @@ impl hyper::body::Body for Counted {
 /// then cancel `cancel` (the MCP sessions and their event streams), and
 /// return once the connections have closed. Each wait is bounded
 /// ([`ANSWER_GRACE`], [`CLOSE_GRACE`]), so a stuck client cannot hold the
-/// process up.
+/// process up. A connection refused at the cap is counted in
+/// `refused_total` (the app's [`crate::Metrics::connections_refused`]).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnLimits,
+    refused_total: Arc<std::sync::atomic::AtomicU64>,
     cancel: CancellationToken,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -151,6 +153,7 @@ pub async fn serve(
                 tracing::warn!(target: "zm_http", max_connections = limits.max_connections, "connection cap reached: refusing new connections");
             }
             refused += 1;
+            refused_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             refuse(&stream);
             continue;
         };

@@ -355,13 +355,20 @@ pub struct Metrics {
     pub requests: Mutex<HashMap<u16, u64>>,
     pub unauthorized: AtomicU64,
     pub rate_limited: AtomicU64,
+    /// Connections refused at `ZM_MAX_CONNECTIONS` (answered 503 before
+    /// any request was read: in no status count).
+    pub connections_refused: Arc<AtomicU64>,
+    /// MCP sessions refused at the server's cap (503).
+    pub mcp_sessions_refused: AtomicU64,
 }
 
 impl Metrics {
     pub async fn request(&self, status: u16) {
         *self.requests.lock().await.entry(status).or_default() += 1;
     }
-    pub async fn render(&self) -> String {
+    /// The counters as Prometheus text; `writes_refused` is the store's
+    /// count of writes refused at its cap ([`Store::writes_refused`]).
+    pub async fn render(&self, writes_refused: u64) -> String {
         let mut out = String::new();
         out.push_str("# HELP zm_http_requests_total HTTP responses by status.\n# TYPE zm_http_requests_total counter\n");
         let mut req: Vec<_> = self
@@ -383,6 +390,22 @@ impl Metrics {
             "# HELP zm_rate_limited_total Requests refused by a rate limit.\n# TYPE zm_rate_limited_total counter\nzm_rate_limited_total {}\n",
             self.rate_limited.load(Ordering::Relaxed)
         ));
+        out.push_str("# HELP zm_overload_refused_total Work refused because the server was at a cap: connections (ZM_MAX_CONNECTIONS), mcp_sessions (the MCP session cap), writes (writes still running).\n# TYPE zm_overload_refused_total counter\n");
+        for (what, n) in [
+            (
+                "connections",
+                self.connections_refused.load(Ordering::Relaxed),
+            ),
+            (
+                "mcp_sessions",
+                self.mcp_sessions_refused.load(Ordering::Relaxed),
+            ),
+            ("writes", writes_refused),
+        ] {
+            out.push_str(&format!(
+                "zm_overload_refused_total{{what=\"{what}\"}} {n}\n"
+            ));
+        }
         out
     }
 }

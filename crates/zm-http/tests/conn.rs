@@ -30,11 +30,13 @@ async fn start(limits: ConnLimits) -> Server {
     let (listener, addr, base) = common::listen().await;
     let cfg = HttpConfig::local(&base);
     let cancel = CancellationToken::new();
-    let app = zm_http::router(store, cfg, cancel.clone());
+    let state = zm_http::state(store, cfg);
+    let refused = state.metrics.connections_refused.clone();
+    let app = zm_http::router_with_state(state, cancel.clone());
     Server {
         addr,
         token,
-        running: common::serve(listener, app, limits, cancel),
+        running: common::serve_counting(listener, app, limits, refused, cancel),
         _dir: dir,
     }
 }
@@ -78,8 +80,18 @@ async fn read_until_closed(stream: &mut TcpStream) -> String {
 
 /// One keep-alive `GET /healthz` on an open connection: its status line.
 async fn healthz(stream: &mut TcpStream) -> String {
+    get(stream, "/healthz")
+        .await
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// One keep-alive `GET` of `path` on an open connection: the whole answer.
+async fn get(stream: &mut TcpStream, path: &str) -> String {
     stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut got = Vec::new();
@@ -112,11 +124,7 @@ async fn healthz(stream: &mut TcpStream) -> String {
     })
     .await
     .expect("an answer");
-    String::from_utf8_lossy(&got)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string()
+    String::from_utf8_lossy(&got).into_owned()
 }
 
 /// Does a new connection get `/healthz` answered 200 within the patience,
@@ -233,8 +241,14 @@ async fn connections_beyond_the_cap_are_refused() {
         "{answer}"
     );
     assert!(answer.contains("retry-after: 1"), "{answer}");
-    // The held ones are still served.
+    // The held ones are still served, and /metrics counts the refusal
+    // (which no status count holds: no request was read).
     assert_eq!(healthz(&mut held[0]).await, "HTTP/1.1 200 OK");
+    let metrics = get(&mut held[1], "/metrics").await;
+    assert!(
+        metrics.contains("zm_overload_refused_total{what=\"connections\"} 1\n"),
+        "{metrics}"
+    );
     // Once one closes, its slot is free again.
     drop(held.pop());
     assert!(

@@ -1300,6 +1300,12 @@ async fn the_teams_pages_manage_a_team_end_to_end(s: Server) {
         "{}",
         p.body
     );
+    // ... and the role it asked for stays chosen (not the default writer).
+    assert!(
+        p.body.contains("<option value=\"reader\" selected>"),
+        "{}",
+        p.body
+    );
     let p = admin
         .post(
             &s,
@@ -1799,6 +1805,14 @@ async fn a_password_change_follows_the_stores_rules(s: Server) {
         )
         .await;
     assert_eq!(p.status, 303, "{}", p.body);
+    // This browser stays known to the account under the new password.
+    assert!(
+        p.set_cookies.iter().any(|c| c.starts_with("zm_device=")
+            && c.contains("Max-Age=")
+            && !c.contains("Max-Age=0")),
+        "a new device cookie: {:?}",
+        p.set_cookies
+    );
     // The other session ended; this one goes on.
     assert_eq!(elsewhere.get(&s, "/").await.status, 303, "ended");
     assert_eq!(b.get(&s, "/account").await.status, 200, "kept");
@@ -2864,6 +2878,27 @@ async fn a_nul_character_is_refused_as_validation_failed_everywhere(s: Server) {
             "{path}: {v}"
         );
     }
+    // OpenAPI says so of every operation behind a token.
+    let doc: Value = s
+        .http
+        .get(format!("{}/api/openapi.json", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            if op.get("security") == Some(&json!([])) {
+                continue;
+            }
+            assert!(
+                op["responses"].get("400").is_some(),
+                "{method} {path} answers 400 to %00 but does not list it"
+            );
+        }
+    }
     // OAuth's parameters.
     let r = s
         .http
@@ -2947,6 +2982,9 @@ async fn the_account_download_holds_every_page() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    // A download of others' words gets the pages' headers.
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert!(r.headers().contains_key("content-security-policy"));
     let text = r.text().await.unwrap();
     let mut ids = std::collections::HashSet::new();
     for line in text.lines() {
@@ -3104,7 +3142,13 @@ async fn a_value_the_page_never_offers_is_refused() {
             "{path}: listed anyway"
         );
     }
+    let long_agent = format!("/?agent={}", "a".repeat(101));
+    let page = b.get(&s, &long_agent).await;
+    assert_eq!(page.status, 400, "an agent name past 100 characters");
+    // 100 characters of three bytes each: an agent name the store keeps.
+    let wide_agent = format!("/?agent={}", "%E7%94%9F".repeat(100));
     for (path, listed) in [
+        (wide_agent.as_str(), false),
         ("/?kind=fact", true),
         ("/?kind=task", false),
         ("/?kind=&status=&since=&until=", true),

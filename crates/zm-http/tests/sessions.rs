@@ -209,6 +209,19 @@ async fn a_full_server_refuses_new_sessions() {
         4,
         "refused sessions are closed"
     );
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("zm_overload_refused_total{what=\"mcp_sessions\"} 2\n"),
+        "both refusals counted: {metrics}"
+    );
     // A, at its cap, replaces its own least recently used session.
     let a4 = s.open(&a).await;
     assert!(!s.works(&a, &a_sessions[0]).await);

@@ -178,7 +178,9 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     spawn_team_purge(store.clone(), cancel.clone());
     let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
     let limits = http.conn_limits();
-    let app = zm_http::router(store.clone(), http, cancel.clone());
+    let state = zm_http::state(store.clone(), http);
+    let refused = state.metrics.connections_refused.clone();
+    let app = zm_http::router_with_state(state, cancel.clone());
     // The banner for a person; JSON logs get it as an event whatever the
     // filter, as text mode prints it whatever the filter.
     if cfg.log_format == crate::config::LogFormat::Json {
@@ -193,7 +195,15 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             shown.public_base_url()
         );
     }
-    zm_http::serve(listener, app, limits, cancel.clone(), shutdown_signal()).await?;
+    zm_http::serve(
+        listener,
+        app,
+        limits,
+        refused,
+        cancel.clone(),
+        shutdown_signal(),
+    )
+    .await?;
     cancel.cancel();
     if let Some(e) = embedder {
         let _ = e.await;

@@ -51,14 +51,27 @@ pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
 /// pending, it marks no recall hit disputed, and it does not count toward
 /// the near-duplicate sweep's cap. Restoring the memory brings it back.
 fn live_sides(c: &str, a: &str, b: &str) -> String {
-    format!(
-        " AND {a}.invalidated_at IS NULL AND ({c}.memory_b IS NULL OR {b}.invalidated_at IS NULL)"
-    )
+    format!(" AND {}", both_live(c, a, b))
+}
+
+/// [`live_sides`]' condition on its own.
+fn both_live(c: &str, a: &str, b: &str) -> String {
+    format!("{a}.invalidated_at IS NULL AND ({c}.memory_b IS NULL OR {b}.invalidated_at IS NULL)")
 }
 
 /// [`live_sides`] on [`owned_conflicts`]' aliases: add it to one.
 pub(crate) fn owned_and_live() -> String {
     live_sides("c", "a", "b")
+}
+
+/// A column of [`owned_conflicts`]' rows: the conflict's status as a
+/// reader should take it, `moot` for a pending one that is not
+/// [`live_sides`].
+pub(crate) fn shown_status() -> String {
+    format!(
+        "CASE WHEN c.status = 'pending' AND NOT ({}) THEN 'moot' ELSE c.status END",
+        both_live("c", "a", "b")
+    )
 }
 
 /// SQL counting the live pending conflicts of the owner `owner` names (a

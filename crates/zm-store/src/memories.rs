@@ -490,7 +490,7 @@ impl Store {
             .insert_or_absorb(
                 tx,
                 caller,
-                &target.scope,
+                (&target.scope, edit_of.as_ref()),
                 &input,
                 (&content, &prepared.hash),
                 &source,
@@ -514,6 +514,9 @@ impl Store {
                 return Err(ToolError::conflict(format!(
                     "Memory {old} was superseded or forgotten meanwhile: edit its newest version."
                 )));
+            }
+            if memory_id != old {
+                self.carry_graph(tx, old, &memory_id).await?;
             }
         }
         // 8. Near-duplicates: candidates to supersede, and an `unjudged`
@@ -628,13 +631,48 @@ impl Store {
         Ok(())
     }
 
+    /// An edit's new version keeps what the old one was connected to: its
+    /// entities and its own links (but the `supersedes` it retired), which
+    /// the edit's input does not name. Both memories are the caller's
+    /// (the old one retired by this call), and the links were allowed
+    /// when they were drawn.
+    async fn carry_graph(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        old: &str,
+        new: &str,
+    ) -> Result<(), ToolError> {
+        sqlx::query(
+            "INSERT INTO memory_entities (memory_id, entity_id) SELECT $1, entity_id FROM memory_entities \
+             WHERE memory_id = $2 ON CONFLICT DO NOTHING",
+        )
+        .bind(new)
+        .bind(old)
+        .execute(&mut *tx)
+        .await
+        .db("carry entities")?;
+        sqlx::query(
+            "INSERT INTO memory_links (src, dst, type, owner_id, created_at) \
+             SELECT $1, dst, type, owner_id, $3 FROM memory_links \
+             WHERE src = $2 AND type <> 'supersedes' AND dst <> $1 ON CONFLICT DO NOTHING",
+        )
+        .bind(new)
+        .bind(old)
+        .bind(self.now())
+        .execute(&mut *tx)
+        .await
+        .db("carry links")?;
+        Ok(())
+    }
+
     /// The live identical memory in the scope (absorbing the write), or a
-    /// new row: `(id, deduplicated)`.
+    /// new row: `(id, deduplicated)`. `edit_of` is the memory an edit
+    /// replaces: a new version of a private memory stays private.
     async fn insert_or_absorb(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
-        scope_path: &str,
+        (scope_path, edit_of): (&str, Option<&MemoryId>),
         input: &RememberInput,
         (content, hash): (&str, &str),
         source: &Value,
@@ -642,24 +680,43 @@ impl Store {
         self.hold_writes_of(tx, &caller.user_id).await?;
         // Written into a team's scope or a project shared with a team, a
         // memory is the team's to read; elsewhere it stays private until
-        // `share` widens it.
-        let visibility = if self.team_reads(tx, scope_path).await? {
+        // `share` widens it. An edit of a private memory (an import into a
+        // shared project) keeps it private: saving a typo fix must not
+        // publish it to the team.
+        let edits_private = match edit_of {
+            Some(old) => {
+                let was: Option<String> = sqlx::query_scalar(
+                    "SELECT visibility FROM memories WHERE id = $1 AND owner_id = $2",
+                )
+                .bind(old.as_str())
+                .bind(&caller.user_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("edited memory's visibility")?;
+                was.as_deref() == Some(Visibility::Private.as_str())
+            }
+            None => false,
+        };
+        let visibility = if !edits_private && self.team_reads(tx, scope_path).await? {
             Visibility::Shared
         } else {
             Visibility::Private
         };
-        // A private memory (an import into a shared project) does not
+        // Only a memory of the same kind absorbs the write: the same words
+        // as a `task` are an open loop a `fact` would keep from the loop
+        // lists. A private memory (an import into a shared project) does not
         // absorb a write the team is to read: it would keep from the team
         // what the write gives it. A shared one absorbs any repeat (one in
         // a project no longer shared too).
         let existing: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 \
+            "SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND kind = $5 \
              AND (visibility = $4 OR visibility = 'shared') AND invalidated_at IS NULL ORDER BY seq LIMIT 1",
         )
         .bind(&caller.user_id)
         .bind(scope_path)
         .bind(hash)
         .bind(visibility.as_str())
+        .bind(input.kind.as_str())
         .fetch_optional(&mut *tx)
         .await
         .db("dedup probe")?;

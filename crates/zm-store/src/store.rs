@@ -169,6 +169,8 @@ pub struct Store {
     /// Writes running on tasks of their own (a REST write whose client
     /// hung up): [`Store::close`] waits for them.
     writes: tokio_util::task::TaskTracker,
+    /// Writes [`Store::spawn_write`] refused, at its cap (`/metrics`).
+    writes_refused: Arc<std::sync::atomic::AtomicU64>,
     /// SQLite's one writer at a time, taken in this process before a
     /// write transaction takes a pooled connection: writers wait here,
     /// not on the database's lock with a connection each, which left
@@ -244,6 +246,7 @@ impl Store {
             semantic: Arc::default(),
             statistics,
             writes: tokio_util::task::TaskTracker::new(),
+            writes_refused: Arc::default(),
             writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
         })
     }
@@ -258,7 +261,19 @@ impl Store {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        (self.writes.len() < WRITES_IN_FLIGHT_MAX).then(|| self.writes.spawn(write))
+        let spawned = (self.writes.len() < WRITES_IN_FLIGHT_MAX).then(|| self.writes.spawn(write));
+        if spawned.is_none() {
+            self.writes_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        spawned
+    }
+
+    /// How many writes [`Store::spawn_write`] refused since this process
+    /// started (each answered `rate_limited`).
+    pub fn writes_refused(&self) -> u64 {
+        self.writes_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn backend(&self) -> Backend {
@@ -494,7 +509,9 @@ mod write_tests {
                     .expect("under the limit"),
             );
         }
+        assert_eq!(store.writes_refused(), 0);
         assert!(store.spawn_write(async {}).is_none(), "one past the limit");
+        assert_eq!(store.writes_refused(), 1, "counted for /metrics");
         gate.add_permits(super::WRITES_IN_FLIGHT_MAX);
         for r in running {
             r.await.unwrap();

@@ -430,10 +430,11 @@ impl Store {
             return self.skipped_import(tx, caller, &hash).await;
         }
         let chash = content_hash(&content);
-        let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
+        let existing: Option<String> = sqlx::query_scalar("SELECT id FROM memories WHERE owner_id = $1 AND scope = $2 AND content_hash = $3 AND kind = $4 AND invalidated_at IS NULL ORDER BY seq LIMIT 1")
             .bind(&caller.user_id)
             .bind(&scope)
             .bind(&chash)
+            .bind(input.kind.as_str())
             .fetch_optional(&mut *tx)
             .await
             .db("import dedup")?;

@@ -548,7 +548,9 @@ pub struct MemoryContext {
     pub links: Vec<(String, String, bool, String)>,
     /// (entity name, entity type).
     pub entities: Vec<(String, String)>,
-    /// (dispute id, verdict, status) of the caller's conflicts about it.
+    /// (dispute id, verdict, status) of the caller's conflicts about it;
+    /// the status is `moot` for a pending one a retired memory settled
+    /// (`list_conflicts` leaves those out).
     pub conflicts: Vec<(String, String, String)>,
     /// Is it the caller's own? Only its owner edits (supersedes), forgets,
     /// restores or shares it; a teammate's shared memory is read only.
@@ -565,6 +567,10 @@ pub struct MemoryContext {
     /// role is now reader: they change it no more than any other team
     /// content (`may_change_own_in` refuses), so no page offers it.
     pub reader_only: bool,
+    /// The caller's own, in a scope they may no longer write to (their
+    /// role there is reader): a new version (an edit) is refused, though
+    /// a private one they still forget, close and restore.
+    pub edit_refused: bool,
 }
 
 /// An MCP-over-HTTP session of the user, as the Access page lists it.
@@ -614,9 +620,14 @@ impl Store {
         if out.mine {
             let visibility: zm_contracts::Visibility = crate::rows::enum_col(&row, "visibility")?;
             let scope: String = col(&row, "scope")?;
-            if crate::scopes::changing_own_needs_writer(&scope, visibility) {
+            // A new version is a write into the scope, which takes the
+            // writer role there even for a private memory.
+            if !zm_contracts::scope::is_personal(&scope) {
                 let role = self.role_in(&mut *conn, &caller.user_id, &scope).await?;
-                out.reader_only = !role.is_some_and(zm_contracts::TeamRole::can_write);
+                let writes = role.is_some_and(zm_contracts::TeamRole::can_write);
+                out.edit_refused = !writes;
+                out.reader_only =
+                    !writes && crate::scopes::changing_own_needs_writer(&scope, visibility);
             }
         }
         if !out.mine && crate::rows::flag_col(&row, "stewards")? {
@@ -668,7 +679,10 @@ impl Store {
         }
         // Both memories the caller's, as list_conflicts shows them.
         let mut sql = crate::conflicts::owned_conflicts(
-            "c.id AS id, c.verdict AS verdict, c.status AS status",
+            &format!(
+                "c.id AS id, c.verdict AS verdict, {} AS status",
+                crate::conflicts::shown_status()
+            ),
             &caller.user_id,
         );
         sql.push(" AND (c.memory_a = ")

@@ -455,7 +455,17 @@ backend_tests! {
         ok(call(&store, &a, "remember", json!({"content": format!("{text}."), "scope": "core", "links": [{"dst": first, "type": "supersedes"}]})).await, l, "supersede the older");
         assert_eq!(pending(&a).await, 0, "[{l}] moot once a side is retired");
         assert_eq!(disputed(&a).await, Some(false), "[{l}]");
+        // The memory's page says so too, instead of the stored `pending`.
+        let page_status = |who: &zm_store::Caller| {
+            let (store, who, second) = (&store, who.clone(), second.clone());
+            async move {
+                let ctx = store.memory_context(&who, &second).await.expect("context");
+                ctx.conflicts.iter().map(|(_, _, status)| status.clone()).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(page_status(&a).await, ["moot"], "[{l}] the page");
         ok(call(&store, &a, "restore_memory", json!({"memory_id": first})).await, l, "restore");
         assert_eq!(pending(&a).await, 1, "[{l}] back with the memory");
+        assert_eq!(page_status(&a).await, ["pending"], "[{l}] the page");
     }
 }

@@ -95,6 +95,41 @@ backend_tests! {
         );
     }
 
+    /// The same words as another kind are a memory of their own: a `task`
+    /// absorbed into a `fact` would never be an open loop.
+    async fn exact_dedup_only_within_one_kind(store: Store, label: &str) {
+        let (_, caller) = user(&store, "dedup-kind").await;
+        let text = "Rotate the staging database password.";
+        let fact = ok(remember(&store, &caller, json!({"content": text, "kind": "fact", "scope": "core"})).await, label, "fact");
+        let task = ok(remember(&store, &caller, json!({"content": text, "kind": "task", "scope": "core"})).await, label, "task");
+        assert_eq!(task.deduplicated, None, "[{label}] another kind is not absorbed");
+        assert_ne!(task.memory_id, fact.memory_id, "[{label}] a memory of its own");
+        let got = ok(store.get_memory(&caller, &task.memory_id).await, label, "get task");
+        assert_eq!(got.kind, MemoryKind::Task, "[{label}] stored as a task");
+        let again = ok(remember(&store, &caller, json!({"content": text, "kind": "task", "scope": "core"})).await, label, "task again");
+        assert_eq!((again.deduplicated, &again.memory_id), (Some(true), &task.memory_id), "[{label}] the task absorbs a repeat of itself");
+        // An import follows the same rule.
+        let imported = ok(call(&store, &caller, "import_memory", json!({"content": text, "kind": "decision", "target": "core", "source_hash": "dedup-kind-1", "source_path": "notes.md"})).await, label, "import");
+        assert_ne!(imported["deduplicated"], json!(true), "[{label}] an import of another kind is new: {imported}");
+        let imported = ok(call(&store, &caller, "import_memory", json!({"content": text, "kind": "fact", "target": "core", "source_hash": "dedup-kind-2", "source_path": "notes.md"})).await, label, "import");
+        assert_eq!((&imported["deduplicated"], &imported["memory_id"]), (&json!(true), &json!(fact.memory_id)), "[{label}] an import of the same kind is absorbed");
+    }
+
+    /// An edit (the dashboard's new version) keeps the old version's
+    /// entities and its own links, which its input does not name; the
+    /// `supersedes` it drew is the new version's only.
+    async fn an_edit_keeps_entities_and_links(store: Store, label: &str) {
+        let (_, caller) = user(&store, "edit-graph").await;
+        let other = ok(remember(&store, &caller, json!({"content": "Invoices are archived yearly.", "scope": "core"})).await, label, "other").memory_id;
+        let old = ok(remember(&store, &caller, json!({"content": "We bill monthly, in arrears.", "kind": "decision", "scope": "core", "entities": [{"name": "billing-service", "type": "service"}], "links": [{"dst": other, "type": "relates_to"}]})).await, label, "old").memory_id;
+        let edited = ok(common::tools(&store).edit(&caller, &json!({"content": "We bill monthly, in arrears, on the first.", "kind": "decision", "scope": "core", "links": [{"dst": old, "type": "supersedes"}]}), &old).await, label, "edit");
+        let ctx = store.memory_context(&caller, edited.memory_id.as_str()).await.expect("context");
+        assert_eq!(ctx.entities, [("billing-service".to_string(), "service".to_string())], "[{label}] entities kept");
+        let mut outgoing: Vec<(String, String)> = ctx.links.iter().filter(|l| l.2).map(|l| (l.0.clone(), l.1.clone())).collect();
+        outgoing.sort();
+        assert_eq!(outgoing, [("relates_to".to_string(), other.to_string()), ("supersedes".to_string(), old.to_string())], "[{label}] links kept");
+    }
+
     async fn near_duplicates_are_reported_and_supersedes_retires(store: Store, label: &str) {
         let (_, caller) = user(&store, "neardup").await;
         assert!(LONG_ORIGINAL.chars().count() > 200);

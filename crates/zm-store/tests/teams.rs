@@ -671,6 +671,30 @@ backend_tests! {
         assert_eq!((again["deduplicated"].clone(), again["memory_id"].clone()), (json!(true), json!(shared)), "[{l}] the shared one absorbs a repeat");
     }
 
+    /// An edit (the dashboard's "new version") of a private memory in a
+    /// project shared with the team stays private: saving a typo fix of
+    /// an import does not publish it.
+    async fn an_edit_of_a_private_memory_in_a_shared_project_stays_private(store: Store, l: &str) {
+        let (_, a) = user(&store, "edit-priv-a").await;
+        let (ub, b) = user(&store, "edit-priv-b").await;
+        let slug = team(&store, &a, l, "editpriv").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let tag = unique("t").replace('-', "");
+        let imported = ok(call(&store, &b, "import_memory", json!({"content": format!("Payroll exports run at two ({tag})."), "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, l, "B imports");
+        let private = zm_contracts::MemoryId::parse(imported["memory_id"].as_str().unwrap()).unwrap();
+        let edited = ok(tools(&store).edit(&b, &json!({"content": format!("Payroll exports run at three ({tag})."), "kind": "fact", "scope": project, "links": [{"dst": private.to_string(), "type": "supersedes"}]}), &private).await, l, "B edits it");
+        let got = ok(store.get_memory(&b, &edited.memory_id).await, l, "the new version");
+        assert_eq!(got.visibility, zm_contracts::Visibility::Private, "[{l}] still private");
+        assert!(!recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&edited.memory_id.to_string()), "[{l}] the team does not read it");
+        // A plain `remember` there is the team's, as before.
+        let wrote = mem(&store, &b, l, json!({"content": format!("Payroll runs monthly ({tag})."), "kind": "fact", "scope": project})).await;
+        assert!(recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&wrote), "[{l}] the team reads a write");
+    }
+
     /// A team's export pages: every shared memory of the team's scopes
     /// once, oldest first, across pages of any size; a successor on a
     /// later page is named all the same; every page checks the caller, so

@@ -97,6 +97,16 @@ fn token_form(signed: &Signed, draft: &TokenDraft, failure: Option<&Failure>) ->
     }
 }
 
+/// A new token's secret, shown once.
+fn created_notice(name: &str, secret: &str) -> Markup {
+    html! {
+        div.flash.ok role="status" #token-created {
+            p { "Token " strong { (name) } " created. Copy it now: it is shown only this once." }
+            p { code #token-secret { (secret) } " " button.secondary type="button" data-copy="#token-secret" hidden { "Copy" } }
+        }
+    }
+}
+
 async fn page_body(
     state: &AppState,
     signed: &Signed,
@@ -127,12 +137,7 @@ async fn page_body(
     let now = state.store.clock().now_ms();
     Ok(html! {
         h1 { "Access" }
-        @if let Some((name, secret)) = created {
-            div.flash.ok role="status" #token-created {
-                p { "Token " strong { (name) } " created. Copy it now: it is shown only this once." }
-                p { code #token-secret { (secret) } " " button.secondary type="button" data-copy="#token-secret" hidden { "Copy" } }
-            }
-        }
+        @if let Some((name, secret)) = created { (created_notice(name, secret)) }
         h2 { "Personal access tokens" }
         p.muted { "For MCP clients and scripts that send " code { "Authorization: Bearer …" } ". A token acts as you, with the access it was given." }
         @if tokens.is_empty() { p #no-tokens { "No tokens yet." } } @else {
@@ -308,7 +313,18 @@ pub(crate) async fn create_token(
     .await
     {
         Ok(body) => signed.page(StatusCode::OK, "Access", "/access", body),
-        Err(f) => signed.error(&f),
+        // The token exists: its secret is shown whatever else failed to
+        // load (an error page instead would leave a live token nobody
+        // holds, and a retry would make a second).
+        Err(f) => {
+            tracing::warn!(target: "zm_http", error = %f.error.message, "access page: lists unavailable after a token was created");
+            let body = html! {
+                h1 { "Access" }
+                (created_notice(&name, &secret))
+                p #lists-unavailable { "The rest of this page could not be loaded. Copy the token, then reload the page (request id " code { (rid.unwrap_or("unknown")) } ")." }
+            };
+            signed.page(StatusCode::OK, "Access", "/access", body)
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde_json::json;
@@ -188,20 +188,33 @@ pub(crate) async fn password(
     // The store ended every session; this one goes on under a fresh secret,
     // proved by the password just set.
     let user_id = &signed.session.user_id;
-    let credential = match state.store.user_by_id(user_id).await {
-        Ok(Some(u)) => u.credential,
+    let user = match state.store.user_by_id(user_id).await {
+        Ok(Some(u)) => u,
         Ok(None) => return signed.see_other("/login"),
         Err(e) => return errors::page(&signed.prefix, None, &Failure::from_tool(e, rid)),
     };
     match state
         .store
-        .web_session_create(user_id, credential, None)
+        .web_session_create(user_id, user.credential, None)
         .await
     {
         Ok((secret, _)) => {
             let mut resp = signed.see_other("/account?changed=1");
-            if let Ok(v) = super::session_cookie(&state, &secret).parse() {
-                resp.headers_mut().insert(header::SET_COOKIE, v);
+            // This browser stays known to the account: its device cookie
+            // is signed over the password, so the old one no longer
+            // proves anything, and without a new one each later password
+            // check here would count under the account's shared back-off
+            // (which anyone can fill with wrong guesses).
+            let known = state.login_backoff.device_cookie(
+                state.store.form_key(),
+                &user,
+                &user.email,
+                &crate::state::CookieScope::of(&state.cfg.public_url, ""),
+            );
+            for c in std::iter::once(super::session_cookie(&state, &secret)).chain(known) {
+                if let Ok(v) = c.parse() {
+                    resp.headers_mut().append(header::SET_COOKIE, v);
+                }
             }
             resp
         }
@@ -245,18 +258,11 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
             Some((Ok(bytes::Bytes::from(lines)), next))
         }
     });
-    let mut resp = Body::from_stream(pages).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    h.insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_static("attachment; filename=\"zero-memory-export.jsonl\""),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+    super::download(
+        Body::from_stream(pages).into_response(),
+        "application/x-ndjson",
+        "zero-memory-export.jsonl",
+    )
 }
 
 /// Where a streamed export stands: a page's lines to send (and the cursor

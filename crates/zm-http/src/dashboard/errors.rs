@@ -50,6 +50,12 @@ impl Failure {
             request_id,
         )
     }
+    /// The wait a `rate_limited` failure names, on its page and in its
+    /// `Retry-After`: its own, else REST's default (a second).
+    pub(crate) fn retry_secs(&self) -> u64 {
+        self.retry_after
+            .unwrap_or(crate::error::RETRY_AFTER_DEFAULT_SECS)
+    }
     /// The HTTP status of a page that shows this failure.
     pub(crate) fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.error.code.http_status())
@@ -139,7 +145,7 @@ impl Failure {
                         p.reason { (self.error.message) }
                     }
                     ErrorCode::RateLimited => {
-                        p.retry { "Try again in " (self.retry_after.unwrap_or(60)) " seconds." }
+                        p.retry { (wait_text(self.retry_secs())) }
                     }
                     ErrorCode::Internal | ErrorCode::Unauthorized => {
                         p { "If it keeps happening, report this request id: " code.request-id { (self.request_id.as_deref().unwrap_or("unknown")) } }
@@ -303,7 +309,7 @@ pub(crate) fn page(prefix: &PathPrefix, session: Option<&WebSession>, f: &Failur
                     p { a.button href=(prefix.join(f.back.as_deref().unwrap_or("/"))) { "Reload" } }
                 }
                 ErrorCode::RateLimited => {
-                    p.retry { "Try again in " (f.retry_after.unwrap_or(60)) " seconds." }
+                    p.retry { (wait_text(f.retry_secs())) }
                 }
                 ErrorCode::Internal | ErrorCode::Unauthorized => {
                     p { "If it keeps happening, report this request id: " code.request-id { (f.request_id.as_deref().unwrap_or("unknown")) } }
@@ -319,12 +325,20 @@ pub(crate) fn page(prefix: &PathPrefix, session: Option<&WebSession>, f: &Failur
         p { a href=(prefix.join("/")) { "Back to your memories" } }
     };
     let mut resp = super::html(status, layout::page(prefix, title, session, None, body));
-    if let Some(secs) = f.retry_after
-        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-    {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    if code == ErrorCode::RateLimited {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(f.retry_secs()));
     }
     resp
+}
+
+/// "Try again in …" for a wait of `secs`.
+fn wait_text(secs: u64) -> String {
+    if secs == 1 {
+        "Try again in a second.".to_string()
+    } else {
+        format!("Try again in {secs} seconds.")
+    }
 }
 
 #[cfg(test)]
@@ -397,6 +411,11 @@ mod tests {
         let (status, html, retry) = body(page(&PathPrefix::default(), None, &limited));
         assert_eq!((status, retry.as_deref()), (429, Some("42")));
         assert!(html.contains("Try again in 42 seconds"));
+        // One that set no wait (the store's writer turn) says REST's.
+        let busy = Failure::from_tool(ToolError::rate_limited("busy"), rid);
+        let (status, html, retry) = body(page(&PathPrefix::default(), None, &busy));
+        assert_eq!((status, retry.as_deref()), (429, Some("1")));
+        assert!(html.contains("Try again in a second."), "{html}");
         let (status, _, _) = body(page(
             &PathPrefix::default(),
             None,

@@ -7,7 +7,7 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -92,8 +92,20 @@ impl ListQuery {
         };
         let since = date("since", &self.since);
         let until = date("until", &self.until).map(|t| t + 24 * 60 * 60 * 1000);
-        if self.agent.as_deref().is_some_and(|a| a.len() > 200) {
-            refuse("agent", "longer than an agent name (200 characters)");
+        // Counted in characters, as the store keeps agent names: a name
+        // of 70 CJK characters (210 bytes) is one the list offers.
+        if self
+            .agent
+            .as_deref()
+            .is_some_and(|a| a.chars().count() > zm_store::AGENT_NAME_MAX)
+        {
+            refuse(
+                "agent",
+                &format!(
+                    "longer than an agent name ({} characters)",
+                    zm_store::AGENT_NAME_MAX
+                ),
+            );
         }
         if !errors.is_empty() {
             return Err(zm_contracts::validate::validation_error(errors));
@@ -516,7 +528,11 @@ async fn memory_page(
             h2 { "Conflicts" }
             ul #conflicts {
                 @for (id, verdict, status) in &context.conflicts {
-                    li { code { (id) } " — " (verdict) ", " (status) @if status == "pending" { " — " a href=(signed.href("/review")) { "review it" } } }
+                    li {
+                        code { (id) } " — " (verdict) ", "
+                        @if status == "moot" { "moot: one of its memories is retired (restoring it brings the conflict back)" } @else { (status) }
+                        @if status == "pending" { " — " a href=(signed.href("/review")) { "review it" } }
+                    }
                 }
             }
         }
@@ -534,8 +550,10 @@ async fn memory_page(
             p #reader-only.hint { "You wrote this memory, and its scope's members read it; your role there is reader now, so only a writer or admin of " code { (m.scope) } " changes it." }
         } @else if !mine {
             p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
+        } @else if live && context.edit_refused {
+            p #edit-refused.hint { "Your role in " code { (m.scope) } " is reader now: a new version would be a write there, so only a writer or admin of it saves one. You may still forget this memory." }
         }
-        @if live && mine && !reader_only {
+        @if live && mine && !reader_only && !context.edit_refused {
             form #edit method="post" action=(signed.href(&format!("/memories/{}/edit", m.id))) {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 div.field {
@@ -778,18 +796,11 @@ pub(crate) async fn bulk(
                 lines.push('\n');
             }
         }
-        let mut resp = lines.into_response();
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/x-ndjson"),
+        return super::download(
+            lines.into_response(),
+            "application/x-ndjson",
+            "zero-memory-selection.jsonl",
         );
-        h.insert(
-            header::CONTENT_DISPOSITION,
-            HeaderValue::from_static("attachment; filename=\"zero-memory-selection.jsonl\""),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return resp;
     }
     if !matches!(action, "forget" | "move") {
         return signed.error(&Failure::invalid(

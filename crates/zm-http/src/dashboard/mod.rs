@@ -152,10 +152,8 @@ async fn run_changes_to_the_end(
                 ),
                 request_id.as_deref(),
             );
-            let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            resp
+            // The page names the wait (a second) and sends it.
+            errors::page(&state.cfg.path_prefix(), None, &failure)
         }
     }
 }
@@ -314,10 +312,32 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 pub(crate) fn html(status: StatusCode, body: String) -> Response {
     let mut resp = (status, body).into_response();
     secure_headers(resp.headers_mut());
+    // A form shown again with a `rate_limited` notice (its failure set no
+    // wait of its own: one with a wait gets the error page) says the
+    // notice's wait; a page with a wait of its own sets it after this.
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(crate::error::RETRY_AFTER_DEFAULT_SECS),
+        );
+    }
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
+    resp
+}
+
+/// A file to download (`content_type`, saved as `file`) with the page
+/// headers: it holds memory text others wrote, which no browser may
+/// sniff as a page or frame.
+pub(crate) fn download(mut resp: Response, content_type: &'static str, file: &str) -> Response {
+    let h = resp.headers_mut();
+    secure_headers(h);
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{file}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
     resp
 }
 

@@ -8,7 +8,7 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -269,15 +269,5 @@ pub(crate) async fn download(
             r.text.replace('\n', " ")
         ));
     }
-    let mut resp = text.into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/markdown; charset=utf-8"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{file}\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+    super::download(text.into_response(), "text/markdown; charset=utf-8", file)
 }

@@ -239,7 +239,9 @@ fn detail_page(
                     input #invite-email type="email" name="email" required aria-invalid=[email_invalid] aria-describedby=[email_described] value=[Refused::value(refused, "invite", "email")];
                     (field_error("invite-email", email_error.as_deref()))
                 }
-                div.field { label for="invite-role" { "Role" } (role_select("invite-role", TeamRole::Writer)) }
+                // A refused invitation comes back with the role it asked
+                // for: a reader's invitation must not become a writer's.
+                div.field { label for="invite-role" { "Role" } (role_select("invite-role", Refused::value(refused, "invite", "role").and_then(TeamRole::parse).unwrap_or(TeamRole::Writer))) }
                 div.actions {
                     button type="submit" name="how" value="invite" { "Send an invitation" }
                     @if adds_directly {
@@ -556,7 +558,10 @@ pub(crate) async fn act(
     let (name, typed) = match action.as_str() {
         "invite" => (
             "invite",
-            vec![("email", form.get("email").unwrap_or("").to_string())],
+            vec![
+                ("email", form.get("email").unwrap_or("").to_string()),
+                ("role", form.get("role").unwrap_or("").to_string()),
+            ],
         ),
         "projects" => (
             "share-project",

@@ -66,10 +66,29 @@ pub(crate) fn serve(
     limits: ConnLimits,
     cancel: CancellationToken,
 ) -> Running {
+    serve_counting(listener, app, limits, Default::default(), cancel)
+}
+
+/// [`serve`], counting refused connections in `refused` (the app's
+/// `Metrics::connections_refused`, for `/metrics`).
+pub(crate) fn serve_counting(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: ConnLimits,
+    refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cancel: CancellationToken,
+) -> Running {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(zm_http::serve(listener, app, limits, cancel, async move {
-        let _ = rx.await;
-    }));
+    let task = tokio::spawn(zm_http::serve(
+        listener,
+        app,
+        limits,
+        refused,
+        cancel,
+        async move {
+            let _ = rx.await;
+        },
+    ));
     Running {
         stop: Some(tx),
         task,
