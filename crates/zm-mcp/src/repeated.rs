@@ -65,6 +65,55 @@ pub fn mark_repeated_argument_key(message: &[u8]) -> Option<Vec<u8>> {
 /// line unread. A longer one is handed on as it came, for rmcp to drop.
 const LINE_LIMIT: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 
+/// A line's leading UTF-8 byte order mark, which rmcp strips before it
+/// parses a line (so must the repeated-key check, or the line passes it).
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// [`mark_repeated_argument_key`] for a stdio line: a leading byte order
+/// mark is dropped first, as rmcp drops it, and a marked line that would
+/// no longer fit rmcp's limit (marking adds the key's path) loses its
+/// arguments instead, keeping the mark: the call is still answered
+/// `validation_failed` naming the key, never dropped unanswered.
+fn mark_line(line: &[u8]) -> Option<Vec<u8>> {
+    let line = line.strip_prefix(BOM).unwrap_or(line);
+    let marked = mark_repeated_argument_key(line)?;
+    if marked.len() < LINE_LIMIT {
+        return Some(marked);
+    }
+    let mut v: Value = serde_json::from_slice(&marked).ok()?;
+    v.get_mut("params")?
+        .as_object_mut()?
+        .insert("arguments".into(), Value::Object(serde_json::Map::new()));
+    serde_json::to_vec(&v).ok()
+}
+
+/// What a line is, as far as the session's start cares: a request (it has
+/// a `method` and an `id`), another JSON-RPC object (a notification, a
+/// response), or something else (not an object: rmcp judges it).
+#[derive(Debug, PartialEq, Eq)]
+enum LineKind {
+    Request,
+    NotRequest,
+    Other,
+}
+
+fn line_kind(line: &[u8]) -> LineKind {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        method: Option<serde::de::IgnoredAny>,
+        id: Option<serde::de::IgnoredAny>,
+    }
+    let line = line.strip_prefix(BOM).unwrap_or(line);
+    match serde_json::from_slice::<Probe>(line) {
+        Ok(Probe {
+            method: Some(_),
+            id: Some(_),
+        }) => LineKind::Request,
+        Ok(_) => LineKind::NotRequest,
+        Err(_) => LineKind::Other,
+    }
+}
+
 /// Newline-delimited JSON-RPC (MCP's stdio transport) read through
 /// [`mark_repeated_argument_key`], line by line; every other byte is handed
 /// on unchanged.
@@ -77,6 +126,12 @@ pub struct MarkRepeatedKeys<R> {
     at: usize,
     /// A line over [`LINE_LIMIT`] is being handed on as it comes.
     passing: bool,
+    /// A request has been handed on: the session has begun. Until then a
+    /// notification or a response is dropped (rmcp ends a session whose
+    /// first message is not a request, and a notification is answered by
+    /// nothing: a client that cancels its probe of the newer protocol
+    /// sends one first).
+    begun: bool,
     eof: bool,
 }
 
@@ -88,17 +143,28 @@ impl<R> MarkRepeatedKeys<R> {
             out: Vec::new(),
             at: 0,
             passing: false,
+            begun: false,
             eof: false,
         }
     }
 
-    /// A whole line (without its newline) onto `out`, marked if need be.
-    fn finish_line(&mut self) {
+    /// A whole line (without its newline) onto `out`, marked if need be;
+    /// `false` when it is dropped (a notification or a response before
+    /// the first request), its newline too.
+    fn finish_line(&mut self) -> bool {
         let line = std::mem::take(&mut self.line);
-        match mark_repeated_argument_key(&line) {
+        if !self.begun {
+            match line_kind(&line) {
+                LineKind::Request => self.begun = true,
+                LineKind::NotRequest => return false,
+                LineKind::Other => {}
+            }
+        }
+        match mark_line(&line) {
             Some(marked) => self.out.extend_from_slice(&marked),
             None => self.out.extend_from_slice(&line),
         }
+        true
     }
 
     /// Bytes just read, split into lines.
@@ -120,12 +186,15 @@ impl<R> MarkRepeatedKeys<R> {
                 }
             }
             if newline.is_some() {
-                if self.passing {
+                let kept = if self.passing {
                     self.passing = false;
+                    true
                 } else {
-                    self.finish_line();
+                    self.finish_line()
+                };
+                if kept {
+                    self.out.push(b'\n');
                 }
-                self.out.push(b'\n');
             }
             bytes = rest;
         }
@@ -155,7 +224,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for MarkRepeatedKeys<R> {
                     return Poll::Ready(Ok(()));
                 }
                 // The last line, without a newline.
-                this.finish_line();
+                let _ = this.finish_line();
                 continue;
             }
             let mut chunk = [0u8; 8192];
@@ -251,14 +320,55 @@ mod tests {
     #[tokio::test]
     async fn lines_are_read_whole_across_reads() {
         let plain = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        let lines = through(format!("{plain}\r\n\n{CALL}\n{CALL}"), 7).await;
+        let lines = through(format!("{CALL}\n{plain}\r\n\n{CALL}"), 7).await;
         assert_eq!(lines.len(), 4, "{lines:?}");
-        assert_eq!(lines[0], format!("{plain}\r"));
-        assert_eq!(lines[1], "");
-        for marked in &lines[2..] {
+        assert_eq!(lines[1], format!("{plain}\r"));
+        assert_eq!(lines[2], "");
+        for marked in [&lines[0], &lines[3]] {
             let v: Value = serde_json::from_str(marked).unwrap();
             assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
         }
+    }
+
+    /// Before the first request, a notification or a response is dropped
+    /// (rmcp would end the session on it); from the first request on,
+    /// every line is handed on.
+    #[tokio::test]
+    async fn nothing_but_a_request_begins_the_session() {
+        let cancelled =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}"#;
+        let response = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
+        let lines = through(
+            format!("{cancelled}\n{response}\n{init}\n{cancelled}\n"),
+            64,
+        )
+        .await;
+        assert_eq!(lines, [init, cancelled, ""], "{lines:?}");
+    }
+
+    /// A line led by a byte order mark is checked as rmcp reads it.
+    #[tokio::test]
+    async fn a_byte_order_mark_hides_no_repeat() {
+        let lines = through(format!("\u{feff}{CALL}\n"), 64).await;
+        let v: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
+    }
+
+    /// A call near the limit that marking would push past it keeps the
+    /// mark and loses its arguments: it is answered, never dropped.
+    #[test]
+    fn a_marked_line_still_fits_the_limit() {
+        let head = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"remember","arguments":{"kind":"fact","content":"b","content":""#;
+        let tail = r#""}}}"#;
+        let fill = "a".repeat(LINE_LIMIT - 1 - head.len() - tail.len());
+        let line = format!("{head}{fill}{tail}");
+        assert_eq!(line.len(), LINE_LIMIT - 1, "fits as sent");
+        let marked = mark_line(line.as_bytes()).expect("marked");
+        assert!(marked.len() < LINE_LIMIT);
+        let v: Value = serde_json::from_slice(&marked).unwrap();
+        assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
+        assert_eq!(v["params"]["arguments"], serde_json::json!({}));
     }
 
     /// A line over the limit is handed on as it came, and the next one is

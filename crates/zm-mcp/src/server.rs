@@ -207,6 +207,9 @@ impl ZeroMemoryMcp {
             let held = shared.attached_project.as_deref();
             let project = (out.session().is_some() && attached.as_deref() != held)
                 .then_some((held, attached.as_deref()));
+            // The store keeps it only if the attachment the row holds once
+            // `project` is settled agrees (`keeps_thread` in SQL): the one
+            // this call reports may lose to a parallel call's.
             let thread = out
                 .issued_thread()
                 .filter(|t| Some(*t) != shared.thread.as_deref())
@@ -217,7 +220,11 @@ impl ZeroMemoryMcp {
                 let kept = self
                     .tools
                     .store()
-                    .mcp_session_carry(&shared.id, project, thread.as_deref())
+                    .mcp_session_carry(
+                        &shared.id,
+                        project,
+                        thread.as_deref().map(|t| (t, pin.as_deref())),
+                    )
                     .await;
                 if let (Ok(kept), Some(session), true) =
                     (kept, out.session_mut(), project.is_some())
@@ -460,7 +467,14 @@ impl ServerHandler for ZeroMemoryMcp {
         request: InitializeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
-        ctx.peer.set_peer_info(request.clone());
+        // rmcp records the client's parameters before a handshake's
+        // `initialize` reaches us and the negotiated version after it; a
+        // stateless request's peer has none yet. An `initialize` sent again
+        // on a live session must not replace the negotiated version with
+        // the one it asks for (later calls would follow another era).
+        if ctx.peer.peer_info().is_none() {
+            ctx.peer.set_peer_info(request.clone());
+        }
         let mut info = self.negotiate_initialize(&request)?;
         let caller = self.caller(&ctx).ok();
         info.instructions = Some(

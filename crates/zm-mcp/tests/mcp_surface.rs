@@ -231,6 +231,52 @@ async fn discover_and_stateless_calls_on_the_raw_wire() {
     assert!(unknown.get("result").is_none());
 }
 
+/// The 2025-11-25 stdio wire through `serve_io`: a notification before
+/// `initialize` (a client's cancelled probe) is dropped, not the end of
+/// the session; an `initialize` sent again does not change the era the
+/// handshake negotiated (`ping` is a 2025 method).
+#[tokio::test]
+async fn a_stray_notification_and_a_second_initialize_change_nothing() {
+    let env = Env::new().await;
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let server = env.server();
+    let (server_read, server_write) = tokio::io::split(server_io);
+    tokio::spawn(zm_mcp::serve_io(server, server_read, server_write));
+    let (read, mut write) = tokio::io::split(client_io);
+    let mut lines = BufReader::new(read).lines();
+    let mut send = async |line: Value| -> Option<Value> {
+        write
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        let id = line.get("id")?.clone();
+        loop {
+            let l = lines.next_line().await.unwrap().expect("a response line");
+            let v: Value = serde_json::from_str(&l).unwrap();
+            if v["id"] == id {
+                return Some(v);
+            }
+        }
+    };
+    send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 0, "reason": "timeout"}})).await;
+    let init = |id: u64, version: &str| json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "codex", "version": "1"}}});
+    let first = send(init(1, "2025-11-25")).await.unwrap();
+    assert_eq!(
+        first["result"]["protocolVersion"], "2025-11-25",
+        "{first:#}"
+    );
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let ping = send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
+        .await
+        .unwrap();
+    assert_eq!(ping["result"], json!({}), "{ping:#}");
+    send(init(3, "2099-01-01")).await.unwrap();
+    let ping = send(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}))
+        .await
+        .unwrap();
+    assert_eq!(ping["result"], json!({}), "still the 2025 era: {ping:#}");
+}
+
 #[tokio::test]
 async fn tools_list_is_the_catalogue_in_both_eras() {
     let env = Env::new().await;

@@ -374,12 +374,17 @@ impl Store {
     /// attached it at once, the second keeps the first's), and a held
     /// project the caller no longer reaches (the only reason a read reports
     /// another) is replaced, or cleared, once. Answers the attachment the
-    /// session keeps (`None` when `attach` is).
+    /// session keeps (`None` when `attach` is). `thread` is an issued
+    /// thread and the project its briefing was pinned to: it is kept only
+    /// while the session is attached to no project or to that one, judged
+    /// by the row as it is then (a parallel call may have attached the
+    /// session elsewhere, and a thread pinned to another project would
+    /// route its scope-less writes there).
     pub async fn mcp_session_carry(
         &self,
         id: &str,
         attach: Option<(Option<&str>, Option<&str>)>,
-        thread: Option<&str>,
+        thread: Option<(&str, Option<&str>)>,
     ) -> Result<Option<String>, ToolError> {
         let mut kept = None;
         if let Some((held, reported)) = attach {
@@ -401,13 +406,19 @@ impl Store {
                 .db("read a session's project")?
                 .flatten();
         }
-        if let Some(thread) = thread {
-            sqlx::query("UPDATE mcp_sessions SET thread = $2 WHERE id = $1")
-                .bind(id)
-                .bind(thread)
-                .execute(&self.pool)
-                .await
-                .db("carry a session's thread")?;
+        if let Some((thread, pin)) = thread {
+            // A project id is never empty: with no pin, only an unattached
+            // session keeps the thread.
+            sqlx::query(
+                "UPDATE mcp_sessions SET thread = $2 WHERE id = $1 \
+                 AND (attached_project IS NULL OR attached_project = $3)",
+            )
+            .bind(id)
+            .bind(thread)
+            .bind(pin.unwrap_or(""))
+            .execute(&self.pool)
+            .await
+            .db("carry a session's thread")?;
         }
         Ok(kept)
     }
@@ -646,7 +657,11 @@ mod tests {
                     .is_none()
             );
             let kept = store
-                .mcp_session_carry(&sid(1), Some((None, Some("proj"))), Some("thr"))
+                .mcp_session_carry(
+                    &sid(1),
+                    Some((None, Some("proj"))),
+                    Some(("thr", Some("proj"))),
+                )
                 .await
                 .unwrap();
             assert_eq!(kept.as_deref(), Some("proj"), "{name}: attached");
@@ -660,6 +675,16 @@ mod tests {
                 Some("proj"),
                 "{name}: the first attach wins"
             );
+            // That parallel call's thread, pinned to the project it lost,
+            // is not kept: it would route writes away from `proj`.
+            store
+                .mcp_session_carry(
+                    &sid(1),
+                    Some((None, Some("other"))),
+                    Some(("thr-other", Some("other"))),
+                )
+                .await
+                .unwrap();
             let s = store
                 .mcp_session_touch(&sid(1), &a.id, 60_000)
                 .await
