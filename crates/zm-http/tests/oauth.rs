@@ -2172,9 +2172,9 @@ async fn a_removed_members_oauth_token_reads_nothing_of_the_team() {
 }
 
 /// When the registrations waiting for their first sign-in reach the cap, a
-/// registration is told to come back later: 429 with `Retry-After`.
+/// registration still succeeds: the oldest waiting one makes room.
 #[tokio::test]
-async fn a_registration_past_the_waiting_cap_is_told_to_retry() {
+async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
     let s = start().await;
     let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
     let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
@@ -2195,8 +2195,12 @@ async fn a_registration_past_the_waiting_cap_is_told_to_retry() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 429);
-    assert_eq!(r.headers().get("retry-after").unwrap(), "300");
+    assert_eq!(r.status().as_u16(), 201);
+    let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE owner_id IS NULL")
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+    assert_eq!(waiting, zm_store::oauth::MAX_WAITING_CLIENTS, "still the cap");
     s.stop().await;
 }
 

@@ -362,6 +362,10 @@ pub(crate) async fn revoke_oauth_of(
     Ok(families.rows_affected())
 }
 
+/// How long a password check waits for its turn among those running
+/// (`Store::password_checks`) before it is refused as `rate_limited`.
+const PASSWORD_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Store {
     /// What a sign-in stores (a dashboard session, an OAuth code) is
     /// stored only while the account still has the password the sign-in
@@ -568,9 +572,26 @@ impl Store {
             None => (None, DUMMY_HASH.clone()),
         };
         let password = password.to_string();
-        let ok = tokio::task::spawn_blocking(move || verify(&password, &hash))
-            .await
-            .unwrap_or(false);
+        // A turn among the checks running at once, or `rate_limited` once
+        // the wait is long (the server is busy checking passwords).
+        let turn = tokio::time::timeout(
+            PASSWORD_CHECK_WAIT,
+            std::sync::Arc::clone(&self.password_checks).acquire_owned(),
+        )
+        .await
+        .map_err(|_| {
+            tracing::warn!(target: "zm_store", "a password check waited 10 s for its turn");
+            ToolError::rate_limited(
+                "The server is busy checking other sign-ins; try again in a moment.",
+            )
+        })?
+        .map_err(|e| crate::db::internal("password check turn", e))?;
+        let ok = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            verify(&password, &hash)
+        })
+        .await
+        .unwrap_or(false);
         Ok(if ok { user } else { None })
     }
 
@@ -1040,6 +1061,39 @@ mod tests {
         );
         assert!(hash_password("éééééééé").is_ok());
         assert!(hash_password("seven77").is_err());
+    }
+
+    /// Password checks take turns (one per core): with every turn held, a
+    /// check waits (it would take a few milliseconds), and it runs once a
+    /// turn is free.
+    #[tokio::test]
+    async fn password_checks_take_turns() {
+        let (_dir, store) = store().await;
+        store
+            .create_local_owner("owner@localhost")
+            .await
+            .unwrap()
+            .unwrap();
+        let owner = store.owner().await.unwrap().unwrap();
+        store.set_password(&owner.id, PASSWORD).await.unwrap();
+        let all = store.password_checks.available_permits();
+        let held = std::sync::Arc::clone(&store.password_checks)
+            .acquire_many_owned(u32::try_from(all).unwrap())
+            .await
+            .unwrap();
+        let checking = store.clone();
+        let mut check = tokio::spawn(async move {
+            checking.verify_password("owner@localhost", PASSWORD).await
+        });
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_secs(2), &mut check)
+                .await
+                .is_err(),
+            "a check ran with every turn taken"
+        );
+        drop(held);
+        let verified = check.await.unwrap().unwrap();
+        assert_eq!(verified.map(|u| u.id), Some(owner.id));
     }
 
     #[tokio::test]

@@ -45,9 +45,11 @@ pub const CODE_TTL_MS: i64 = 300_000;
 /// has registered).
 pub const ABANDONED_CLIENT_MS: i64 = 3_600_000;
 /// Most registrations that may wait for their first sign-in at once: past
-/// it a registration is `rate_limited` until older ones are signed in
-/// through or forgotten. Registration is anonymous, so what it may store
-/// is bounded (with 8 KiB of redirect URIs a client, 80 MiB).
+/// it a registration replaces the oldest waiting one (a real client signs
+/// in within minutes of registering; refusing every new one instead would
+/// let a few networks registering without pause lock every new client
+/// out). Registration is anonymous, so what it may store is bounded (with
+/// 8 KiB of redirect URIs a client, 80 MiB).
 pub const MAX_WAITING_CLIENTS: i64 = 10_000;
 /// Every scope an OAuth client may ask for, in canonical order.
 pub const OAUTH_SCOPES: &[&str] = &[SCOPE_READ, SCOPE_WRITE];
@@ -276,6 +278,7 @@ struct SpentCode {
     family_id: Option<String>,
     user_id: String,
     client_id: String,
+    code_challenge: String,
 }
 
 impl FromAnyRow for SpentCode {
@@ -285,6 +288,7 @@ impl FromAnyRow for SpentCode {
             family_id: col(r, "family_id")?,
             user_id: col(r, "user_id")?,
             client_id: col(r, "client_id")?,
+            code_challenge: col(r, "code_challenge")?,
         })
     }
 }
@@ -493,10 +497,25 @@ impl Store {
         .await
         .db("count waiting oauth clients")?;
         if waiting >= MAX_WAITING_CLIENTS {
-            tracing::warn!(target: "zm_store", waiting, "oauth registrations refused: too many wait for a sign-in");
-            return Err(ToolError::rate_limited(
-                "Too many registered clients are waiting for their first sign-in; try again later.",
-            ));
+            // The oldest waiting ones make room (those nobody signed in
+            // through, as the hourly pruning picks).
+            let evicted = sqlx::query(
+                "DELETE FROM oauth_clients WHERE id IN (SELECT c.id FROM oauth_clients c \
+                 WHERE c.owner_id IS NULL AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
+                 ORDER BY c.created_at, c.id LIMIT $1)",
+            )
+            .bind(waiting - MAX_WAITING_CLIENTS + 1)
+            .execute(&self.pool)
+            .await
+            .db("evict waiting oauth clients")?
+            .rows_affected();
+            if evicted == 0 {
+                tracing::warn!(target: "zm_store", waiting, "oauth registrations refused: too many wait for a sign-in");
+                return Err(ToolError::rate_limited(
+                    "Too many registered clients are waiting for their first sign-in; try again later.",
+                ));
+            }
+            tracing::warn!(target: "zm_store", waiting, evicted, "oauth registrations at the cap: the oldest waiting ones were forgotten");
         }
         sqlx::query(
             "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) VALUES ($1, $2, $3, NULL, $4)",
@@ -746,18 +765,24 @@ impl Store {
         .db("consume code")?;
         if consumed.rows_affected() == 0 {
             let row = sqlx::query(
-                "SELECT used_at, family_id, user_id, client_id FROM oauth_codes WHERE code_hash = $1",
+                "SELECT used_at, family_id, user_id, client_id, code_challenge FROM oauth_codes WHERE code_hash = $1",
             )
             .bind(&code_hash)
             .fetch_optional(&mut *tx)
             .await
             .db("read code")?;
             let spent = row.as_ref().map(SpentCode::from_row).transpose()?;
-            let replayed = spent.and_then(|c| {
-                c.used_at
-                    .and(c.family_id)
-                    .map(|f| (f, c.user_id, c.client_id))
-            });
+            // A replay by the client the code was issued to, with its PKCE
+            // verifier: the code and its secret were taken. Anyone else who
+            // saw a used code (a browser's history) gets only the refusal:
+            // it must not sign the user's apps out.
+            let replayed = spent
+                .filter(|c| c.client_id == ex.client_id && ct_eq(&c.code_challenge, ex.verifier_challenge))
+                .and_then(|c| {
+                    c.used_at
+                        .and(c.family_id)
+                        .map(|f| (f, c.user_id, c.client_id))
+                });
             if let Some((family, user, client)) = replayed {
                 // RFC 6749 §4.1.2: a code used twice revokes what it issued.
                 let revoked = revoke_family_in(&mut tx, &family, "code_replay", now).await?;

@@ -171,6 +171,11 @@ pub struct Store {
     writes: tokio_util::task::TaskTracker,
     /// Writes [`Store::spawn_write`] refused, at its cap (`/metrics`).
     writes_refused: Arc<std::sync::atomic::AtomicU64>,
+    /// Password checks running at once: each holds about 19 MiB (argon2's
+    /// memory cost) on a blocking thread, so sign-ins under many emails
+    /// at once (no account's back-off counts them) would otherwise take
+    /// the process's memory; one per core.
+    pub(crate) password_checks: Arc<tokio::sync::Semaphore>,
     /// SQLite's one writer at a time, taken in this process before a
     /// write transaction takes a pooled connection: writers wait here,
     /// not on the database's lock with a connection each, which left
@@ -247,6 +252,9 @@ impl Store {
             statistics,
             writes: tokio_util::task::TaskTracker::new(),
             writes_refused: Arc::default(),
+            password_checks: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
+            )),
             writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
         })
     }

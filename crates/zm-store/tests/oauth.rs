@@ -128,6 +128,24 @@ backend_tests! {
         assert!(auth.can_write(), "[{label}]");
         // The refresh token is not a bearer token.
         assert!(!works(&store, &t.refresh_token).await, "[{label}]");
+        // Someone who saw the used code (a browser's history) but holds
+        // neither the client nor its verifier is refused, and signs
+        // nobody out.
+        let other = client(&store).await;
+        invalid_grant(exchange(&store, &other, &first).await, label, "another client");
+        let wrong_verifier = store
+            .exchange_oauth_code(
+                CodeExchange {
+                    code: &first,
+                    client_id: &c,
+                    redirect_uri: REDIRECT,
+                    verifier_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cX",
+                },
+                None,
+            )
+            .await;
+        invalid_grant(wrong_verifier, label, "a wrong verifier");
+        assert!(works(&store, &t.access_token).await, "[{label}] not a replay of the code's own client");
         // A second exchange fails and revokes what the first one issued.
         invalid_grant(exchange(&store, &c, &first).await, label, "reused code");
         assert!(
@@ -460,10 +478,11 @@ backend_tests! {
 }
 
 /// Registration is anonymous, so the registrations waiting for their first
-/// sign-in are capped: past the cap a registration is `rate_limited`, and
-/// once the waiting ones are forgotten (an hour after registering) it works
-/// again. SQLite only: filling the shared PostgreSQL test database would
-/// refuse the other tests' registrations.
+/// sign-in are capped: past the cap a registration replaces the oldest
+/// waiting one (never one someone signed in through), and the waiting ones
+/// are forgotten an hour after registering. SQLite only: filling the
+/// shared PostgreSQL test database would crowd out the other tests'
+/// registrations.
 #[tokio::test]
 async fn registrations_waiting_for_a_sign_in_are_capped() {
     use zm_store::oauth::{ABANDONED_CLIENT_MS, MAX_WAITING_CLIENTS};
@@ -486,16 +505,32 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
     .execute(&raw)
     .await
     .expect("fill");
+    store.clock().advance_ms(1000);
     let last = client(&store).await;
-    let refused = store
-        .register_oauth_client(Some("one too many"), &[REDIRECT.to_string()], None)
+    let count = async || -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients")
+            .fetch_one(&raw)
+            .await
+            .unwrap()
+    };
+    let newest = store
+        .register_oauth_client(Some("one past the cap"), &[REDIRECT.to_string()], None)
         .await
-        .expect_err("the cap is reached");
-    assert_eq!(refused.code, ErrorCode::RateLimited, "{refused:?}");
-    // A client someone signed in through no longer waits.
+        .expect("the oldest waiting one makes room");
+    assert_eq!(count().await, MAX_WAITING_CLIENTS, "still the cap");
+    let oldest: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE id = 'zmc_fill1'")
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+    assert_eq!(oldest, 0, "the oldest went");
+    assert!(store.oauth_client(&newest.id).await.unwrap().is_some());
+    assert!(store.oauth_client(&last).await.unwrap().is_some(), "a newer one stays");
+    // A client someone signed in through no longer waits, and is never
+    // the one to make room.
     let (u, _) = user(&store, "cap").await;
     code(&store, &last, &u.id).await;
     client(&store).await;
+    assert!(store.oauth_client(&last).await.unwrap().is_some());
     // An hour later the waiting ones are forgotten, the signed-in one kept.
     store.clock().advance_ms(ABANDONED_CLIENT_MS + 1);
     client(&store).await;
