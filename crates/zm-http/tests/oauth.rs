@@ -2196,11 +2196,16 @@ async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
-    let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE owner_id IS NULL")
-        .fetch_one(&raw)
-        .await
-        .unwrap();
-    assert_eq!(waiting, zm_store::oauth::MAX_WAITING_CLIENTS, "still the cap");
+    let waiting: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE owner_id IS NULL")
+            .fetch_one(&raw)
+            .await
+            .unwrap();
+    assert_eq!(
+        waiting,
+        zm_store::oauth::MAX_WAITING_CLIENTS,
+        "still the cap"
+    );
     s.stop().await;
 }
 

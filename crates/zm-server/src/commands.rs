@@ -487,6 +487,12 @@ async fn reindex(cfg: &Config, all: bool) -> anyhow::Result<()> {
     if all {
         let dropped = store.drop_vectors().await.map_err(tool)?;
         eprintln!("dropped {dropped} stored vectors");
+    } else if let Some((other, n)) = store.vectors_of_another_model(&model).await.map_err(tool)? {
+        // Run from a shell without the server's model setting, it would
+        // replace every vector the server searches with another model's.
+        bail!(
+            "{n} stored vectors are of {other}, not of {model} (the model this command loaded: --embedding-model / ZM_EMBEDDING_MODEL). Give it the server's model setting; to move every memory to {model}, run `zero-memory reindex --all`"
+        );
     }
     store.set_encoder(encoder);
     let pending = store.embedding_queue().await.map_err(tool)?;

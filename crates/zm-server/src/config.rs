@@ -1025,8 +1025,26 @@ fn parse_file(raw: &str) -> Result<PathBuf, String> {
     Ok(std::path::absolute(&p).unwrap_or(p))
 }
 
+/// A directory, made absolute. A leading `~` is the home directory, as a
+/// shell would have made it: an MCP client's `env` block or a TOML file
+/// hands it on unexpanded, and `~/zm` read as a directory named `~` under
+/// whatever directory the client started in scattered one database per
+/// repository.
 fn parse_dir(raw: &str) -> Result<PathBuf, String> {
-    let p = PathBuf::from(raw.trim());
+    let raw = raw.trim();
+    let home_relative = match raw.strip_prefix('~') {
+        Some("") => Some(""),
+        Some(rest) if rest.starts_with('/') || rest.starts_with(std::path::MAIN_SEPARATOR) => {
+            Some(&rest[1..])
+        }
+        _ => None,
+    };
+    let p = match home_relative {
+        Some(rest) => std::env::home_dir()
+            .ok_or_else(|| format!("{raw}: no home directory to expand `~` to (set HOME)"))?
+            .join(rest),
+        None => PathBuf::from(raw),
+    };
     Ok(std::path::absolute(&p).unwrap_or(p))
 }
 
@@ -2032,6 +2050,21 @@ mod tests {
 
     /// No home directory: SQLite needs a data directory, a database URL
     /// (PostgreSQL) does not.
+    /// `~` is the home directory (an MCP client's `env` block does not
+    /// expand it); `~user` and a `~` inside a name are left alone.
+    #[test]
+    fn a_leading_tilde_is_the_home_directory() {
+        let home = std::env::home_dir().expect("tests run with a home directory");
+        assert_eq!(parse_dir("~/zm").unwrap(), home.join("zm"));
+        assert_eq!(parse_dir(" ~ ").unwrap(), home);
+        assert!(
+            !parse_dir("~other/zm")
+                .unwrap()
+                .starts_with(home.join("other"))
+        );
+        assert!(parse_dir("/srv/a~b").unwrap().ends_with("a~b"));
+    }
+
     #[test]
     fn a_data_directory_only_for_sqlite() {
         let mut cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();

@@ -362,6 +362,12 @@ pub(crate) async fn revoke_oauth_of(
     Ok(families.rows_affected())
 }
 
+/// How many accounts people sign in as: team stewards (rows a deleted
+/// team keeps for 30 days) are not counted, so the first person after
+/// them is the owner (a database left with only a steward made its next
+/// user a non-owner, and the server then had none).
+const PEOPLE_COUNT: &str = "SELECT COUNT(*) FROM users WHERE id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL)";
+
 /// How long a password check waits for its turn among those running
 /// (`Store::password_checks`) before it is refused as `rate_limited`.
 const PASSWORD_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -430,7 +436,7 @@ impl Store {
                 "a user with email {email} already exists"
             )));
         }
-        let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        let users: i64 = sqlx::query_scalar(PEOPLE_COUNT)
             .fetch_one(&mut *tx)
             .await
             .db("count users")?;
@@ -470,7 +476,7 @@ impl Store {
         crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::UserCreation)
             .await
             .db("user creation lock")?;
-        let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        let users: i64 = sqlx::query_scalar(PEOPLE_COUNT)
             .fetch_one(&mut *tx)
             .await
             .db("count users")?;
@@ -1063,6 +1069,36 @@ mod tests {
         assert!(hash_password("seven77").is_err());
     }
 
+    /// A database whose only row is a deleted team's steward (the owner
+    /// erased their account after deleting the team) makes its next user
+    /// the owner, and `stdio`'s local owner can be created.
+    #[tokio::test]
+    async fn a_steward_is_nobody_when_the_owner_is_chosen() {
+        let (_dir, store) = store().await;
+        let first = store.create_user(&email("first"), PASSWORD).await.unwrap();
+        assert!(first.is_owner);
+        let caller = crate::Caller::new(first.id.clone());
+        let input: zm_contracts::teams::CreateTeamInput =
+            serde_json::from_value(serde_json::json!({"slug": "gone"})).unwrap();
+        store.create_team(&caller, input).await.unwrap();
+        store.delete_team(&caller, "gone").await.unwrap();
+        crate::ToolService::new(store.clone())
+            .call(
+                &caller,
+                zm_contracts::ToolName::DeleteAccount,
+                &serde_json::json!({}),
+            )
+            .await
+            .unwrap();
+        let steward_rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(steward_rows, 1, "the steward's row stays");
+        let next = store.create_user(&email("next"), PASSWORD).await.unwrap();
+        assert!(next.is_owner, "the next person is the owner");
+    }
+
     /// Password checks take turns (one per core): with every turn held, a
     /// check waits (it would take a few milliseconds), and it runs once a
     /// turn is free.
@@ -1082,9 +1118,10 @@ mod tests {
             .await
             .unwrap();
         let checking = store.clone();
-        let mut check = tokio::spawn(async move {
-            checking.verify_password("owner@localhost", PASSWORD).await
-        });
+        let mut check =
+            tokio::spawn(
+                async move { checking.verify_password("owner@localhost", PASSWORD).await },
+            );
         assert!(
             tokio::time::timeout(std::time::Duration::from_secs(2), &mut check)
                 .await

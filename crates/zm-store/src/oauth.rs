@@ -777,7 +777,9 @@ impl Store {
             // saw a used code (a browser's history) gets only the refusal:
             // it must not sign the user's apps out.
             let replayed = spent
-                .filter(|c| c.client_id == ex.client_id && ct_eq(&c.code_challenge, ex.verifier_challenge))
+                .filter(|c| {
+                    c.client_id == ex.client_id && ct_eq(&c.code_challenge, ex.verifier_challenge)
+                })
                 .and_then(|c| {
                     c.used_at
                         .and(c.family_id)

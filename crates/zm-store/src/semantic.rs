@@ -831,6 +831,24 @@ impl Store {
         .db("embedding queue")
     }
 
+    /// The model other than `model` that most stored vectors are of, and
+    /// how many (`None` when every vector is of `model`): `reindex` run
+    /// with another model than the server's would replace them all.
+    pub async fn vectors_of_another_model(
+        &self,
+        model: &str,
+    ) -> Result<Option<(String, i64)>, ToolError> {
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT model, COUNT(*) AS n FROM memory_vectors WHERE model <> $1 \
+             GROUP BY model ORDER BY n DESC, model LIMIT 1",
+        )
+        .bind(model)
+        .fetch_optional(&self.pool)
+        .await
+        .db("vectors of another model")?;
+        Ok(row)
+    }
+
     /// Live memories the current model refused, by any embedder at any
     /// time: stored with a row of the model and no vector, found by full
     /// text only (0 without a model).

@@ -191,6 +191,9 @@ backend_tests! {
         assert_eq!(store.semantic_status().model.as_deref(), Some(renamed.as_str()));
         assert!(!store.is_embedded(&m), "[{l}] vectors of another model are not compared");
         assert!(ok(store.embedding_queue().await, l, "queue") >= 1, "[{l}] the memory is pending again");
+        // What `reindex` without `--all` refuses to replace.
+        let other = ok(store.vectors_of_another_model(&renamed).await, l, "other model");
+        assert!(other.is_some_and(|(model, n)| model != renamed && n >= 1), "[{l}] the first model's vectors are another model's");
         let found = hits(&store, &a, "when do releases ship", l).await;
         assert!(find(&found, &m).is_none_or(|h| h["fts_matched"] == true), "[{l}] no dense hit before re-embedding");
         embed(&store, &[&m], l).await;

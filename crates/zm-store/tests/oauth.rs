@@ -518,13 +518,17 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
         .await
         .expect("the oldest waiting one makes room");
     assert_eq!(count().await, MAX_WAITING_CLIENTS, "still the cap");
-    let oldest: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE id = 'zmc_fill1'")
-        .fetch_one(&raw)
-        .await
-        .unwrap();
+    let oldest: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE id = 'zmc_fill1'")
+            .fetch_one(&raw)
+            .await
+            .unwrap();
     assert_eq!(oldest, 0, "the oldest went");
     assert!(store.oauth_client(&newest.id).await.unwrap().is_some());
-    assert!(store.oauth_client(&last).await.unwrap().is_some(), "a newer one stays");
+    assert!(
+        store.oauth_client(&last).await.unwrap().is_some(),
+        "a newer one stays"
+    );
     // A client someone signed in through no longer waits, and is never
     // the one to make room.
     let (u, _) = user(&store, "cap").await;

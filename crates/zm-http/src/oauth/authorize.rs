@@ -270,7 +270,8 @@ pub(super) async fn submit(
                     pages::login(public_url, &authz, &token, &email, Some(&e.message)),
                     Some(csrf::set_cookie(public_url, &cookie, csrf::TTL_SECS)),
                 );
-                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(1));
                 return Ok(resp);
             }
             Err(_) => return Err(internal()),
