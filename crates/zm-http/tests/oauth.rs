@@ -2184,7 +2184,7 @@ async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
          SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
     )
     .bind(zm_store::oauth::MAX_WAITING_CLIENTS)
-    .bind(s.store.clock().now_ms())
+    .bind(s.store.clock().now_ms() - zm_store::oauth::EVICTABLE_AFTER_MS - 1)
     .execute(&raw)
     .await
     .expect("fill");

@@ -1020,9 +1020,10 @@ fn parse_trimmed(raw: &str) -> Result<String, String> {
     Ok(raw.trim().to_string())
 }
 
+/// A file path, made absolute, a leading `~` expanded as [`parse_dir`]
+/// does.
 fn parse_file(raw: &str) -> Result<PathBuf, String> {
-    let p = PathBuf::from(raw.trim());
-    Ok(std::path::absolute(&p).unwrap_or(p))
+    parse_dir(raw)
 }
 
 /// A directory, made absolute. A leading `~` is the home directory, as a

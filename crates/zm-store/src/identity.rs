@@ -368,10 +368,6 @@ pub(crate) async fn revoke_oauth_of(
 /// user a non-owner, and the server then had none).
 const PEOPLE_COUNT: &str = "SELECT COUNT(*) FROM users WHERE id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL)";
 
-/// How long a password check waits for its turn among those running
-/// (`Store::password_checks`) before it is refused as `rate_limited`.
-const PASSWORD_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 impl Store {
     /// What a sign-in stores (a dashboard session, an OAuth code) is
     /// stored only while the account still has the password the sign-in
@@ -578,20 +574,15 @@ impl Store {
             None => (None, DUMMY_HASH.clone()),
         };
         let password = password.to_string();
-        // A turn among the checks running at once, or `rate_limited` once
-        // the wait is long (the server is busy checking passwords).
-        let turn = tokio::time::timeout(
-            PASSWORD_CHECK_WAIT,
-            std::sync::Arc::clone(&self.password_checks).acquire_owned(),
-        )
-        .await
-        .map_err(|_| {
-            tracing::warn!(target: "zm_store", "a password check waited 10 s for its turn");
-            ToolError::rate_limited(
-                "The server is busy checking other sign-ins; try again in a moment.",
-            )
-        })?
-        .map_err(|e| crate::db::internal("password check turn", e))?;
+        // A turn among the checks running at once. It waits as long as it
+        // takes (the connection cap and the per-address limits bound the
+        // queue): a refusal here would count against the account's
+        // back-off, which counted the attempt before this check, and a
+        // flood under other emails would lock real accounts out.
+        let turn = std::sync::Arc::clone(&self.password_checks)
+            .acquire_owned()
+            .await
+            .map_err(|e| crate::db::internal("password check turn", e))?;
         let ok = tokio::task::spawn_blocking(move || {
             let _turn = turn;
             verify(&password, &hash)

@@ -516,7 +516,7 @@ impl Store {
                 )));
             }
             if memory_id != old {
-                self.carry_graph(tx, old, &memory_id).await?;
+                self.carry_graph(tx, caller, old, &memory_id).await?;
             }
         }
         // 8. Near-duplicates: candidates to supersede, and an `unjudged`
@@ -631,14 +631,18 @@ impl Store {
         Ok(())
     }
 
-    /// An edit's new version keeps what the old one was connected to: its
-    /// entities and its own links (but the `supersedes` it retired), which
-    /// the edit's input does not name. Both memories are the caller's
-    /// (the old one retired by this call), and the links were allowed
-    /// when they were drawn.
+    /// An edit's new version keeps what the old one was connected to,
+    /// which the edit's input does not name: its entities, and the links
+    /// the caller drew from it to their own private memories (a link to a
+    /// shared memory needs the writer role where it is, checked when a
+    /// link is drawn: it is not carried; nor are `supersedes`, which the
+    /// old version spent, and `contradicts`, whose conflict stays with the
+    /// old version). Both memories are the caller's (the old one retired
+    /// by this call).
     async fn carry_graph(
         &self,
         tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
         old: &str,
         new: &str,
     ) -> Result<(), ToolError> {
@@ -653,12 +657,14 @@ impl Store {
         .db("carry entities")?;
         sqlx::query(
             "INSERT INTO memory_links (src, dst, type, owner_id, created_at) \
-             SELECT $1, dst, type, owner_id, $3 FROM memory_links \
-             WHERE src = $2 AND type <> 'supersedes' AND dst <> $1 ON CONFLICT DO NOTHING",
+             SELECT $1, l.dst, l.type, l.owner_id, $3 FROM memory_links l JOIN memories d ON d.id = l.dst \
+             WHERE l.src = $2 AND l.owner_id = $4 AND l.type NOT IN ('supersedes', 'contradicts') \
+             AND l.dst <> $1 AND d.owner_id = $4 AND d.visibility = 'private' ON CONFLICT DO NOTHING",
         )
         .bind(new)
         .bind(old)
         .bind(self.now())
+        .bind(&caller.user_id)
         .execute(&mut *tx)
         .await
         .db("carry links")?;
@@ -1012,7 +1018,12 @@ impl Store {
             if retired.iter().any(|r| r == c.id.as_str()) || cross_project(&c.scope, scope_path) {
                 continue;
             }
-            if score >= similarity::UNJUDGED_FLOOR && c.scope == scope_path {
+            // The same words as another kind (a task beside a fact) are
+            // listed, but there is nothing to judge between them.
+            if score >= similarity::UNJUDGED_FLOOR
+                && c.scope == scope_path
+                && content_hash(&c.content) != prepared.hash
+            {
                 sqlx::query(
                     "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
                      VALUES ($1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5)",

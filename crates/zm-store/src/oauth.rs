@@ -45,12 +45,17 @@ pub const CODE_TTL_MS: i64 = 300_000;
 /// has registered).
 pub const ABANDONED_CLIENT_MS: i64 = 3_600_000;
 /// Most registrations that may wait for their first sign-in at once: past
-/// it a registration replaces the oldest waiting one (a real client signs
-/// in within minutes of registering; refusing every new one instead would
-/// let a few networks registering without pause lock every new client
-/// out). Registration is anonymous, so what it may store is bounded (with
+/// it a registration replaces the oldest waiting one registered over
+/// [`EVICTABLE_AFTER_MS`] ago (a real client signs in within minutes of
+/// registering; refusing every new one instead would let a few networks
+/// registering without pause lock every new client out), and is
+/// `rate_limited` when there is none. Registration is anonymous, so what it may store is bounded (with
 /// 8 KiB of redirect URIs a client, 80 MiB).
 pub const MAX_WAITING_CLIENTS: i64 = 10_000;
+/// How old a waiting registration must be to make room for a new one at
+/// [`MAX_WAITING_CLIENTS`]: a client whose user is signing in now is never
+/// the one forgotten (younger ones all: the registration is refused).
+pub const EVICTABLE_AFTER_MS: i64 = 600_000;
 /// Every scope an OAuth client may ask for, in canonical order.
 pub const OAUTH_SCOPES: &[&str] = &[SCOPE_READ, SCOPE_WRITE];
 
@@ -501,10 +506,12 @@ impl Store {
             // through, as the hourly pruning picks).
             let evicted = sqlx::query(
                 "DELETE FROM oauth_clients WHERE id IN (SELECT c.id FROM oauth_clients c \
-                 WHERE c.owner_id IS NULL AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
+                 WHERE c.owner_id IS NULL AND c.created_at < $2 \
+                 AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
                  ORDER BY c.created_at, c.id LIMIT $1)",
             )
             .bind(waiting - MAX_WAITING_CLIENTS + 1)
+            .bind(now - EVICTABLE_AFTER_MS)
             .execute(&self.pool)
             .await
             .db("evict waiting oauth clients")?

@@ -831,16 +831,22 @@ impl Store {
         .db("embedding queue")
     }
 
-    /// The model other than `model` that most stored vectors are of, and
-    /// how many (`None` when every vector is of `model`): `reindex` run
-    /// with another model than the server's would replace them all.
+    /// When no live memory has a vector of `model` but some have one of
+    /// another: the model most of them are of, and how many. `reindex` run
+    /// from a shell without the server's model setting would replace them
+    /// all. `None` on a fresh database, once any memory has a vector of
+    /// `model` (a switch the server or an earlier run began), and for the
+    /// rows retired memories keep of an earlier model.
     pub async fn vectors_of_another_model(
         &self,
         model: &str,
     ) -> Result<Option<(String, i64)>, ToolError> {
         let row: Option<(String, i64)> = sqlx::query_as(
-            "SELECT model, COUNT(*) AS n FROM memory_vectors WHERE model <> $1 \
-             GROUP BY model ORDER BY n DESC, model LIMIT 1",
+            "SELECT v.model, COUNT(*) AS n FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
+             WHERE m.invalidated_at IS NULL AND v.model <> $1 \
+             AND NOT EXISTS (SELECT 1 FROM memory_vectors w JOIN memories k ON k.id = w.memory_id \
+                 WHERE w.model = $1 AND k.invalidated_at IS NULL) \
+             GROUP BY v.model ORDER BY n DESC, v.model LIMIT 1",
         )
         .bind(model)
         .fetch_optional(&self.pool)
@@ -1292,13 +1298,15 @@ impl Store {
             let rationale = format!(
                 "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
             );
-            // SQL decides: both live, one owner, one scope, no conflict
-            // and no link between them yet.
+            // SQL decides: both live, one owner, one scope, not the same
+            // words (of two kinds, a task beside a fact: nothing to
+            // judge), no conflict and no link between them yet.
             let sql = format!(
                 "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
                  SELECT $1, a.owner_id, a.id, b.id, 'unjudged', NULL, $4, 'pending', $5 \
                  FROM memories a JOIN memories b ON b.id = $3 \
                  WHERE a.id = $2 AND b.owner_id = a.owner_id AND b.scope = a.scope \
+                 AND a.content_hash <> b.content_hash \
                  AND a.invalidated_at IS NULL AND b.invalidated_at IS NULL \
                  AND NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = a.owner_id AND \
                      ((c.memory_a = a.id AND c.memory_b = b.id) OR (c.memory_a = b.id AND c.memory_b = a.id))) \

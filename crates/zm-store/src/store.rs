@@ -174,7 +174,7 @@ pub struct Store {
     /// Password checks running at once: each holds about 19 MiB (argon2's
     /// memory cost) on a blocking thread, so sign-ins under many emails
     /// at once (no account's back-off counts them) would otherwise take
-    /// the process's memory; one per core.
+    /// the process's memory; one per core, the others wait their turn.
     pub(crate) password_checks: Arc<tokio::sync::Semaphore>,
     /// SQLite's one writer at a time, taken in this process before a
     /// write transaction takes a pooled connection: writers wait here,

@@ -568,8 +568,9 @@ pub struct MemoryContext {
     /// content (`may_change_own_in` refuses), so no page offers it.
     pub reader_only: bool,
     /// The caller's own, in a scope they may no longer write to (their
-    /// role there is reader): a new version (an edit) is refused, though
-    /// a private one they still forget, close and restore.
+    /// role there is reader, or they have none: they left): a new version
+    /// (an edit) is refused, though a private one they still forget,
+    /// close and restore.
     pub edit_refused: bool,
 }
 

@@ -485,7 +485,7 @@ backend_tests! {
 /// registrations.
 #[tokio::test]
 async fn registrations_waiting_for_a_sign_in_are_capped() {
-    use zm_store::oauth::{ABANDONED_CLIENT_MS, MAX_WAITING_CLIENTS};
+    use zm_store::oauth::{ABANDONED_CLIENT_MS, EVICTABLE_AFTER_MS, MAX_WAITING_CLIENTS};
     let dir = tempfile::Builder::new()
         .prefix("waiting-")
         .tempdir_in(scratch_root())
@@ -494,18 +494,17 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
     let store = Store::open(&url).await.expect("open the store");
     let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
     let now = store.clock().now_ms();
-    // All but one of the cap, waiting (no owner), registered just now.
+    // All but one of the cap, waiting (no owner), registered a while ago.
     sqlx::query(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
          INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) \
          SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
     )
     .bind(MAX_WAITING_CLIENTS - 1)
-    .bind(now)
+    .bind(now - EVICTABLE_AFTER_MS - 1)
     .execute(&raw)
     .await
     .expect("fill");
-    store.clock().advance_ms(1000);
     let last = client(&store).await;
     let count = async || -> i64 {
         sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients")
@@ -529,6 +528,18 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
         store.oauth_client(&last).await.unwrap().is_some(),
         "a newer one stays"
     );
+    // When every waiting one registered within the last minutes (its user
+    // may be signing in now), none makes room: the registration waits.
+    sqlx::query("UPDATE oauth_clients SET created_at = $1 WHERE owner_id IS NULL")
+        .bind(now)
+        .execute(&raw)
+        .await
+        .unwrap();
+    let refused = store
+        .register_oauth_client(Some("too soon"), &[REDIRECT.to_string()], None)
+        .await
+        .expect_err("nothing old enough to forget");
+    assert_eq!(refused.code, ErrorCode::RateLimited, "{refused:?}");
     // A client someone signed in through no longer waits, and is never
     // the one to make room.
     let (u, _) = user(&store, "cap").await;

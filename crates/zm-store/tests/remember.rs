@@ -104,6 +104,10 @@ backend_tests! {
         let task = ok(remember(&store, &caller, json!({"content": text, "kind": "task", "scope": "core"})).await, label, "task");
         assert_eq!(task.deduplicated, None, "[{label}] another kind is not absorbed");
         assert_ne!(task.memory_id, fact.memory_id, "[{label}] a memory of its own");
+        // Listed as similar, but nothing to judge between the two.
+        assert!(task.similar_existing.clone().unwrap_or_default().iter().any(|s| s.id == fact.memory_id), "[{label}] listed");
+        let pending = ok(call(&store, &caller, "list_conflicts", json!({"verdict": "unjudged"})).await, label, "conflicts");
+        assert_eq!(pending["conflicts"], json!([]), "[{label}] no conflict filed");
         let got = ok(store.get_memory(&caller, &task.memory_id).await, label, "get task");
         assert_eq!(got.kind, MemoryKind::Task, "[{label}] stored as a task");
         let again = ok(remember(&store, &caller, json!({"content": text, "kind": "task", "scope": "core"})).await, label, "task again");

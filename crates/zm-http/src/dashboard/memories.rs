@@ -530,7 +530,7 @@ async fn memory_page(
                 @for (id, verdict, status) in &context.conflicts {
                     li {
                         code { (id) } " — " (verdict) ", "
-                        @if status == "moot" { "moot: one of its memories is retired (restoring it brings the conflict back)" } @else { (status) }
+                        @if status == "moot" { "pending but moot: one of its memories is retired, so it is not up for review (restoring the memory brings it back)" } @else { (status) }
                         @if status == "pending" { " — " a href=(signed.href("/review")) { "review it" } }
                     }
                 }
@@ -551,7 +551,7 @@ async fn memory_page(
         } @else if !mine {
             p #not-yours.hint { "A teammate wrote this memory: only its author edits, forgets or shares it. To dispute it, ask your agent to challenge it." }
         } @else if live && context.edit_refused {
-            p #edit-refused.hint { "Your role in " code { (m.scope) } " is reader now: a new version would be a write there, so only a writer or admin of it saves one. You may still forget this memory." }
+            p #edit-refused.hint { "You no longer write in " code { (m.scope) } " (your role there is reader, or you left it): a new version would be a write there, so only a writer or admin of it saves one. You may still forget this memory." }
         }
         @if live && mine && !reader_only && !context.edit_refused {
             form #edit method="post" action=(signed.href(&format!("/memories/{}/edit", m.id))) {

@@ -259,23 +259,11 @@ pub(super) async fn submit(
     // 4 KiB limit for new passwords still signs in.
     let shaped = (3..=320).contains(&email.chars().count()) && !password.is_empty();
     let user = if shaped {
-        match st.app.store.verify_password(&email, password).await {
-            Ok(user) => user,
-            // Too many checks at once: the form again, to retry shortly.
-            Err(e) if e.code == zm_contracts::ErrorCode::RateLimited => {
-                st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
-                let token = csrf::token(&st.key, &cookie, &canonical);
-                let mut resp = pages::html(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    pages::login(public_url, &authz, &token, &email, Some(&e.message)),
-                    Some(csrf::set_cookie(public_url, &cookie, csrf::TTL_SECS)),
-                );
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(1));
-                return Ok(resp);
-            }
-            Err(_) => return Err(internal()),
-        }
+        st.app
+            .store
+            .verify_password(&email, password)
+            .await
+            .map_err(|_| internal())?
     } else {
         None
     };
@@ -328,6 +316,14 @@ pub(super) async fn submit(
                 StatusCode::UNAUTHORIZED,
                 pages::login(public_url, &authz, &token, &email, Some(&e.message)),
                 Some(csrf::set_cookie(public_url, &cookie, csrf::TTL_SECS)),
+            ));
+        }
+        // The registration was forgotten while the form was open (the
+        // waiting registrations turned over): as for an unknown client.
+        Err(e) if e.code == zm_contracts::ErrorCode::NotFound => {
+            return Err(OauthRejection::page(
+                StatusCode::BAD_REQUEST,
+                "Unknown client. The application is not registered with this server; ask it to connect again.",
             ));
         }
         Err(e) => {
