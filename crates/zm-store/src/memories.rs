@@ -1478,21 +1478,21 @@ impl Store {
         }
         // Restoring drops the memory's owner's `supersedes` links that
         // point at it (a teammate's `link` is theirs, and stays). A team's
-        // admin restoring for the steward never undoes another account's
-        // edit: a memory its author superseded with one of their own stays
-        // theirs to restore.
+        // admin restoring for the steward never undoes an edit: a memory
+        // superseded by a newer version (its departed author's, handed to
+        // the steward with it, or one its author kept) is not theirs to
+        // bring back beside it.
         if memory.owner_id != caller.user_id {
             let others: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM memories m JOIN memories s ON s.id = m.superseded_by WHERE m.id = $1 AND s.owner_id <> $2",
+                "SELECT COUNT(*) FROM memories m WHERE m.id = $1 AND m.superseded_by IS NOT NULL",
             )
             .bind(id)
-            .bind(&memory.owner_id)
             .fetch_one(&mut *tx)
             .await
             .db("superseding links")?;
             if others > 0 {
                 return Err(ToolError::conflict(format!(
-                    "Memory {id} was superseded by a newer memory of its author; a team's admins restore only what was forgotten or closed."
+                    "Memory {id} was superseded by a newer version; a team's admins restore only what was forgotten or closed."
                 )));
             }
         }

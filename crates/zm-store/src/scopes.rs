@@ -730,11 +730,12 @@ impl Store {
     }
 
     /// Assert a thread for a pinned project (`build_context` only), as a
-    /// fresh token — nothing is written. A client conversation id re-pins
-    /// its conversation (the environment wins); otherwise a live thread
-    /// keeps its project (first attach wins) and is only refreshed; else a
-    /// new thread starts for the transport session (or a fresh
-    /// conversation).
+    /// fresh token — nothing is written. The token is always pinned to the
+    /// briefing's project, which a live thread's names unless the call
+    /// named another (`project_hint`): a briefing never hands back a thread
+    /// for a project other than the one it reports. The conversation is
+    /// the client's conversation id when given, else the live thread's,
+    /// else the transport session's (or a fresh one).
     pub(crate) fn assert_thread(
         &self,
         caller: &Caller,
@@ -742,22 +743,19 @@ impl Store {
         conversation_id: Option<&str>,
         pinned: &str,
     ) -> Option<Thread> {
-        let (conversation, scope_path) = match (conversation_id, live) {
-            (Some(c), _) => (Conversation::client(c), pinned),
-            (None, Some(t)) => (t.conversation, t.scope.as_str()),
-            (None, None) => (
-                caller
-                    .session_id
-                    .as_deref()
-                    .map_or_else(Conversation::fresh, Conversation::transport),
-                pinned,
-            ),
+        let conversation = match (conversation_id, live) {
+            (Some(c), _) => Conversation::client(c),
+            (None, Some(t)) => t.conversation,
+            (None, None) => caller
+                .session_id
+                .as_deref()
+                .map_or_else(Conversation::fresh, Conversation::transport),
         };
         threads::issue(
             &self.thread_key,
             &caller.user_id,
             conversation,
-            scope_path,
+            pinned,
             self.now(),
         )
     }

@@ -1680,7 +1680,14 @@ impl Store {
 
         // Linked memories: entity co-mentions and typed-link neighbours.
         let linked = self
-            .linked_memories(caller, &ids, &entity_ids, &plan.set, linked_cap, inline)
+            .linked_memories(
+                caller,
+                (&ids, ruled),
+                &entity_ids,
+                &plan.set,
+                linked_cap,
+                inline,
+            )
             .await?;
 
         // Thread assertion: only with a pinned project (a fresh signed
@@ -1784,7 +1791,7 @@ impl Store {
     async fn linked_memories(
         &self,
         caller: &Caller,
-        hit_ids: &[MemoryId],
+        (hit_ids, ruled): (&[MemoryId], &HashSet<MemoryId>),
         entity_ids: &[EntityId],
         set: &ReadSet,
         cap: usize,
@@ -1799,8 +1806,10 @@ impl Store {
             )
         };
         let push = |c: &Candidate, out: &mut Vec<ContextMemory>| {
+            // A memory delivered as a rule is not listed again.
             if out.len() < cap
                 && !hit_ids.contains(&c.id)
+                && !ruled.contains(&c.id)
                 && !excluded(c.kind)
                 && !out.iter().any(|m| m.id == c.id)
             {

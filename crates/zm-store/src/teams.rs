@@ -926,6 +926,12 @@ impl Store {
             .put_member(&mut tx, caller, &team, &user, input.role)
             .await?;
         self.withdraw_invitations(&mut tx, &team, &user).await?;
+        // Adding an existing member again sets their role, as a role
+        // change does: one made no admin withdraws what they invited.
+        if input.role != TeamRole::Admin {
+            self.withdraw_invitations_from(&mut tx, &team, &user)
+                .await?;
+        }
         tx.commit().await.db("commit member")?;
         Ok(member)
     }
@@ -1065,6 +1071,11 @@ impl Store {
         // Their projects, no longer shared: what the other members wrote
         // there goes to them, as on any unsharing.
         for path in theirs {
+            // Recorded as any unsharing is: the other members' memories
+            // there go to the leaver.
+            let mut event = Event::new(TeamAction::ProjectUnshared);
+            event.subject = Some(&path);
+            self.record(&mut tx, caller, &team.id, event).await?;
             if self.settle_unshared(&mut tx, &team.scope, &path).await? {
                 handed.push(path);
             }
@@ -1641,26 +1652,41 @@ impl Store {
             return Err(ToolError::not_found(format!("Project {path} not found.")));
         }
         let now = self.now();
-        sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 0, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
+        let shared_before: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM team_projects WHERE scope = $1")
+                .bind(&path)
+                .fetch_one(&mut *tx)
+                .await
+                .db("project shared before")?;
+        let added = sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 0, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
             .bind(&team.scope)
             .bind(&path)
             .bind(&caller.user_id)
             .bind(now)
             .execute(&mut *tx)
             .await
-            .db("share project")?;
-        // Sharing the project shares the sharer's own memories in it with
-        // the team (others' stay as their authors left them).
-        sqlx::query("UPDATE memories SET visibility = 'shared', shared_at = $1, shared_by = $2 WHERE scope = $3 AND owner_id = $2 AND visibility = 'private'")
-            .bind(now)
-            .bind(&caller.user_id)
-            .bind(&path)
-            .execute(&mut *tx)
-            .await
-            .db("share project memories")?;
-        let mut event = Event::new(TeamAction::ProjectShared);
-        event.subject = Some(&path);
-        self.record(&mut tx, caller, &team.id, event).await?;
+            .db("share project")?
+            .rows_affected()
+            > 0;
+        // The first share of the project shares the sharer's own memories
+        // in it (others' stay as their authors left them). Once it is
+        // shared, a private memory there was kept private on purpose (an
+        // import, a new version of one): sharing again, or with another
+        // team, does not publish it.
+        if added && shared_before == 0 {
+            sqlx::query("UPDATE memories SET visibility = 'shared', shared_at = $1, shared_by = $2 WHERE scope = $3 AND owner_id = $2 AND visibility = 'private'")
+                .bind(now)
+                .bind(&caller.user_id)
+                .bind(&path)
+                .execute(&mut *tx)
+                .await
+                .db("share project memories")?;
+        }
+        if added {
+            let mut event = Event::new(TeamAction::ProjectShared);
+            event.subject = Some(&path);
+            self.record(&mut tx, caller, &team.id, event).await?;
+        }
         let row = sqlx::query("SELECT scope, owned, added_by, created_at FROM team_projects WHERE team_scope = $1 AND scope = $2")
             .bind(&team.scope)
             .bind(&path)

@@ -216,6 +216,19 @@ backend_tests! {
         assert!(out.closed, "[{label}] a stale loop is still closable");
     }
 
+    /// A memory delivered as a rule is not listed again among the linked
+    /// memories (a hit naming the same entity used to bring it back).
+    async fn a_rule_is_not_listed_again_as_a_linked_memory(store: Store, label: &str) {
+        let (_, caller) = user(&store, "brief-ruled").await;
+        let rule = ok(remember(&store, &caller, json!({"content": "Always dry-run pelican migrations first.", "scope": "personal", "kind": "preference", "entities": [{"name": "pelican", "type": "tool"}]})).await, label, "rule memory").memory_id;
+        ok(call(&store, &caller, "promote_rule", json!({"memory_id": rule})).await, label, "promote");
+        ok(remember(&store, &caller, json!({"content": "The pelican job runs nightly at two.", "scope": "personal", "kind": "fact", "entities": [{"name": "pelican", "type": "tool"}]})).await, label, "hit");
+        let pack = ok(build_context(&store, &caller, json!({"topic": "pelican nightly job", "briefing": true})).await, label, "briefing");
+        assert!(pack.rules.iter().any(|r| r.text.contains("dry-run pelican")), "[{label}] delivered as a rule: {:?}", pack.rules);
+        let listed: Vec<_> = pack.memories.iter().chain(&pack.linked_memories).map(|m| m.id.clone()).collect();
+        assert!(!listed.contains(&rule), "[{label}] listed again: {listed:?}");
+    }
+
     /// `max_tokens` bounds what the pack inlines: memories and linked
     /// memories share about four characters a token (each at least 400).
     async fn a_small_budget_cuts_what_the_pack_inlines(store: Store, label: &str) {

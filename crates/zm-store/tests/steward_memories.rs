@@ -61,9 +61,23 @@ backend_tests! {
                    "links": [{"dst": old, "type": "supersedes"}]}),
         )
         .await;
+        // A second edit of theirs stays in the team's scope: both
+        // versions go to the steward with the writer.
+        let word2 = unique("old").replace('-', "");
+        let old2 = note(&store, &w, l, &scope, "fact", &word2).await;
+        mem(
+            &store,
+            &w,
+            l,
+            json!({"content": format!("The staging rebuild {word2} now runs at five."), "kind": "fact", "scope": scope,
+                   "links": [{"dst": old2, "type": "supersedes"}]}),
+        )
+        .await;
         ok(store.remove_team_member(&admin, &slug, &uw.id).await, l, "remove W");
         err(restore(&store, &admin, &old).await, ErrorCode::Conflict, l, "restore what its author superseded");
         assert!(!recalls(&store, &admin, l, &word, &old).await, "[{l}] the old version stays superseded");
+        err(restore(&store, &admin, &old2).await, ErrorCode::Conflict, l, "restore a version the steward's newer one superseded");
+        assert!(!recalls(&store, &admin, l, &word2, &old2).await, "[{l}] it stays superseded");
     }
 
     /// A writer's team memory (promoted to a rule) and open loops go to

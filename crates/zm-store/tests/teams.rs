@@ -126,6 +126,48 @@ async fn refused_then_owner(
             .any(|t| t.slug == own),
         "[{l}] a member of the owner's team"
     );
+    // Adding a member again sets their role: made admin, they invite a
+    // second address of theirs; made writer the same way, that
+    // invitation goes, as with any demotion.
+    let direct = |role: TeamRole| AddMemberInput {
+        email: member.email.clone(),
+        role,
+    };
+    ok(
+        store
+            .add_team_member(owner, &own, direct(TeamRole::Admin))
+            .await,
+        l,
+        "made admin",
+    );
+    let (alt_user, alt) = user(store, "direct-alt").await;
+    let back_door = ok(
+        store
+            .invite_team_member(
+                member_caller,
+                &own,
+                input!(
+                    InviteInput,
+                    &json!({"email": alt_user.email, "role": "admin"})
+                ),
+            )
+            .await,
+        l,
+        "a second address invited",
+    );
+    ok(
+        store
+            .add_team_member(owner, &own, direct(TeamRole::Writer))
+            .await,
+        l,
+        "made writer",
+    );
+    err(
+        store.accept_invitation(&alt, &back_door.id).await,
+        ErrorCode::Conflict,
+        l,
+        "withdrawn with the demotion",
+    );
 }
 
 backend_tests! {
@@ -690,6 +732,15 @@ backend_tests! {
         let got = ok(store.get_memory(&b, &edited.memory_id).await, l, "the new version");
         assert_eq!(got.visibility, zm_contracts::Visibility::Private, "[{l}] still private");
         assert!(!recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&edited.memory_id.to_string()), "[{l}] the team does not read it");
+        // Sharing the project again, or with a second team, publishes no
+        // private memory of its sharer there (only the first share does).
+        let imported2 = ok(call(&store, &a, "import_memory", json!({"content": format!("Vendor contacts live in the wiki ({tag})."), "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, l, "A imports");
+        let a_private = imported2["memory_id"].as_str().unwrap().to_string();
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share again");
+        let other = team(&store, &a, l, "editpriv2").await;
+        add(&store, &a, l, &other, &ub.email, TeamRole::Writer).await;
+        ok(store.share_project_with_team(&a, &other, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share with a second team");
+        assert!(!recall_ids(&store, &b, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&a_private), "[{l}] the import stays private");
         // A plain `remember` there is the team's, as before.
         let wrote = mem(&store, &b, l, json!({"content": format!("Payroll runs monthly ({tag})."), "kind": "fact", "scope": project})).await;
         assert!(recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&wrote), "[{l}] the team reads a write");
@@ -826,6 +877,12 @@ backend_tests! {
             } else {
                 ok(store.unshare_project_from_team(&a, &slug, &project).await, l, "unshare");
             }
+            // The audit log records the unsharing either way.
+            let audit = ok(store.team_audit(&admin, &slug).await, l, "audit");
+            assert!(
+                audit.events.iter().any(|e| e.action == TeamAction::ProjectUnshared && e.subject.as_deref() == Some(project.as_str())),
+                "[{l}] {audit:?}"
+            );
             // B no longer holds anything there.
             err(call(&store, &b, "forget", json!({"memory_id": note})).await, ErrorCode::NotFound, l, "B forgets the note");
             let b_rules = store.list_rules(&b).await.unwrap();

@@ -352,4 +352,19 @@ backend_tests! {
             "[{label}] an expired token pins nothing"
         );
     }
+
+    /// A briefing pinned by `project_hint` to another project than the
+    /// thread it is given hands back a thread of the project it reports
+    /// (in the same conversation): echoed, it routes writes there.
+    async fn a_briefing_hands_back_a_thread_of_its_own_project(store: Store, label: &str) {
+        let (_, caller) = user(&store, "thread-repin").await;
+        let alpha = ok(build_context(&store, &caller, json!({"topic": "x", "briefing": true, "project_hint": "/src/alpha-repin"})).await, label, "alpha");
+        let t_alpha = alpha.session.thread.clone().expect("a thread");
+        let beta = ok(build_context(&store, &caller, json!({"topic": "x", "briefing": true, "project_hint": "/src/beta-repin", "thread": t_alpha})).await, label, "beta");
+        let reported = beta.project_scope.clone().expect("pinned");
+        assert!(reported.ends_with(".beta_repin"), "[{label}] {reported}");
+        let echoed = beta.session.thread.clone().expect("a thread");
+        let wrote = ok(remember(&store, &caller, json!({"content": "beta ships on Fridays.", "thread": echoed})).await, label, "echo the thread");
+        assert_eq!(wrote.scope.as_str(), reported, "[{label}] the write lands in the briefing's project");
+    }
 }
