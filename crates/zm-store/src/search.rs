@@ -822,24 +822,24 @@ impl Store {
         let (thread, attached) = self.live_pins(caller, thread_token).await?;
         let attached = attached.map(str::to_string);
         // Pin precedence: hint → live thread → the session's attached project.
-        // Explicit `scopes` override a recall's hint; a briefing still pins
+        // Explicit `scopes` override a recall's pins (it reads only them,
+        // and reports no project it did not read); a briefing still pins
         // the hinted project (its rules and thread) whatever it reads.
         let mut pin = None;
-        if (scopes.is_none() || briefing)
-            && let Some(h) = hint
-        {
+        let pins = scopes.is_none() || briefing;
+        if pins && let Some(h) = hint {
             pin = self
                 .resolve_hint(caller, h)
                 .await?
                 .filter(|s| scope::is_shareable(s));
         }
-        if pin.is_none() {
+        if pins && pin.is_none() {
             pin = thread
                 .as_ref()
                 .map(|t| t.scope.clone())
                 .filter(|s| scope::is_shareable(s));
         }
-        if pin.is_none() {
+        if pins && pin.is_none() {
             pin = attached.clone().filter(|s| scope::is_shareable(s));
         }
         let teams = {

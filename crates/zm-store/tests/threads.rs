@@ -366,5 +366,11 @@ backend_tests! {
         let echoed = beta.session.thread.clone().expect("a thread");
         let wrote = ok(remember(&store, &caller, json!({"content": "beta ships on Fridays.", "thread": echoed})).await, label, "echo the thread");
         assert_eq!(wrote.scope.as_str(), reported, "[{label}] the write lands in the briefing's project");
+        // A recall given `scopes` reads only them: it reports no project
+        // from the thread (nor attaches one), and echoes the thread.
+        let read = ok(recall(&store, &caller, json!({"query": "fridays", "scopes": ["core"], "thread": echoed})).await, label, "recall with scopes");
+        assert_eq!(read.project_scope, None, "[{label}] nothing pinned");
+        assert_eq!(read.session.attached_project, None, "[{label}] nothing attached");
+        assert_eq!(read.session.thread.as_deref(), Some(echoed.as_str()), "[{label}] the thread echoed");
     }
 }
