@@ -664,8 +664,24 @@ fn users_add_list_passwd() {
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 3, "{list}");
     assert!(lines[0].starts_with("ID"));
-    assert!(lines[1].contains("alice@example.com") && lines[1].contains("yes"));
-    assert!(lines[2].contains("bob@example.com") && !lines[2].contains("yes"));
+    // Columns: ID, EMAIL, OWNER (`yes` or blank), STATUS, … — read by
+    // position (an id's random letters may spell "yes").
+    let cols = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (alice, bob) = (cols(lines[1]), cols(lines[2]));
+    assert_eq!(
+        (alice[1].as_str(), alice[2].as_str()),
+        ("alice@example.com", "yes"),
+        "{list}"
+    );
+    assert_eq!(
+        (bob[1].as_str(), bob[2].as_str()),
+        ("bob@example.com", "active"),
+        "{list}"
+    );
     assert!(lines[1].starts_with("usr_"));
 
     // Duplicates and weak passwords are refused.
