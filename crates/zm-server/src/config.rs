@@ -407,7 +407,7 @@ knobs! {
             value_name: "DIR",
             default: (default_data_dir().unwrap_or_default()),
             shown: "`$XDG_DATA_HOME/zero-memory`, else `~/.local/share/zero-memory` (Linux and other Unix); `~/Library/Application Support/zero-memory` (macOS); `%APPDATA%\\zero-memory` (Windows)",
-            parse: parse_dir,
+            parse: parse_path,
             help: "Directory of the embedded SQLite database and other local state.",
             doc: "Created on first use. Not needed with `ZM_DATABASE_URL` (a service account without a home directory runs on PostgreSQL).",
         },
@@ -669,7 +669,7 @@ knobs! {
             value_name: "FILE",
             default: none,
             shown: "unset (stdout)",
-            parse: parse_file,
+            parse: parse_path,
             help: "File the first start of `serve` writes the owner's password and token to (created new, with mode `0600`; a path that exists is refused), instead of stdout.",
             doc: "A service's stdout often ends up in its logs (journald, `docker logs`): set this to keep the first-start secrets out of them. Written only on the first start (no user in the database); read it, then delete it.",
         },
@@ -1020,18 +1020,12 @@ fn parse_trimmed(raw: &str) -> Result<String, String> {
     Ok(raw.trim().to_string())
 }
 
-/// A file path, made absolute, a leading `~` expanded as [`parse_dir`]
-/// does.
-fn parse_file(raw: &str) -> Result<PathBuf, String> {
-    parse_dir(raw)
-}
-
-/// A directory, made absolute. A leading `~` is the home directory, as a
+/// A path (a directory or a file), made absolute. A leading `~` is the home directory, as a
 /// shell would have made it: an MCP client's `env` block or a TOML file
 /// hands it on unexpanded, and `~/zm` read as a directory named `~` under
 /// whatever directory the client started in scattered one database per
 /// repository.
-fn parse_dir(raw: &str) -> Result<PathBuf, String> {
+fn parse_path(raw: &str) -> Result<PathBuf, String> {
     let raw = raw.trim();
     let home_relative = match raw.strip_prefix('~') {
         Some("") => Some(""),
@@ -1053,7 +1047,7 @@ fn parse_dir(raw: &str) -> Result<PathBuf, String> {
 /// a configuration error at start (and in `config check`), not a warning
 /// after which recall quietly stays lexical.
 fn parse_model_dir(raw: &str) -> Result<PathBuf, String> {
-    let dir = parse_dir(raw)?;
+    let dir = parse_path(raw)?;
     if !dir.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
@@ -2049,23 +2043,23 @@ mod tests {
         );
     }
 
-    /// No home directory: SQLite needs a data directory, a database URL
-    /// (PostgreSQL) does not.
     /// `~` is the home directory (an MCP client's `env` block does not
     /// expand it); `~user` and a `~` inside a name are left alone.
     #[test]
     fn a_leading_tilde_is_the_home_directory() {
         let home = std::env::home_dir().expect("tests run with a home directory");
-        assert_eq!(parse_dir("~/zm").unwrap(), home.join("zm"));
-        assert_eq!(parse_dir(" ~ ").unwrap(), home);
+        assert_eq!(parse_path("~/zm").unwrap(), home.join("zm"));
+        assert_eq!(parse_path(" ~ ").unwrap(), home);
         assert!(
-            !parse_dir("~other/zm")
+            !parse_path("~other/zm")
                 .unwrap()
                 .starts_with(home.join("other"))
         );
-        assert!(parse_dir("/srv/a~b").unwrap().ends_with("a~b"));
+        assert!(parse_path("/srv/a~b").unwrap().ends_with("a~b"));
     }
 
+    /// No home directory: SQLite needs a data directory, a database URL
+    /// (PostgreSQL) does not.
     #[test]
     fn a_data_directory_only_for_sqlite() {
         let mut cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();

@@ -50,23 +50,18 @@ pub(crate) fn owned_conflicts(columns: &str, user_id: &str) -> Sql {
 /// `similar_existing`'s hint settles a restatement) is moot: not listed as
 /// pending, it marks no recall hit disputed, and it does not count toward
 /// the near-duplicate sweep's cap. Restoring the memory brings it back.
-fn live_sides(c: &str, a: &str, b: &str) -> String {
-    format!(" AND {}", both_live(c, a, b))
-}
-
-/// [`live_sides`]' condition on its own.
 fn both_live(c: &str, a: &str, b: &str) -> String {
     format!("{a}.invalidated_at IS NULL AND ({c}.memory_b IS NULL OR {b}.invalidated_at IS NULL)")
 }
 
-/// [`live_sides`] on [`owned_conflicts`]' aliases: add it to one.
+/// [`both_live`] on [`owned_conflicts`]' aliases: add it to one.
 pub(crate) fn owned_and_live() -> String {
-    live_sides("c", "a", "b")
+    format!(" AND {}", both_live("c", "a", "b"))
 }
 
 /// A column of [`owned_conflicts`]' rows: the conflict's status as a
 /// reader should take it, `moot` for a pending one that is not
-/// [`live_sides`].
+/// [`both_live`].
 pub(crate) fn shown_status() -> String {
     format!(
         "CASE WHEN c.status = 'pending' AND NOT ({}) THEN 'moot' ELSE c.status END",
@@ -79,8 +74,8 @@ pub(crate) fn shown_status() -> String {
 pub(crate) fn live_pending_of(owner: &str) -> String {
     format!(
         "(SELECT COUNT(*) FROM conflicts p JOIN memories pa ON pa.id = p.memory_a \
-         LEFT JOIN memories pb ON pb.id = p.memory_b WHERE p.owner_id = {owner} AND p.status = 'pending'{})",
-        live_sides("p", "pa", "pb")
+         LEFT JOIN memories pb ON pb.id = p.memory_b WHERE p.owner_id = {owner} AND p.status = 'pending' AND {})",
+        both_live("p", "pa", "pb")
     )
 }
 

@@ -49,8 +49,8 @@ pub const ABANDONED_CLIENT_MS: i64 = 3_600_000;
 /// [`EVICTABLE_AFTER_MS`] ago (a real client signs in within minutes of
 /// registering; refusing every new one instead would let a few networks
 /// registering without pause lock every new client out), and is
-/// `rate_limited` when there is none. Registration is anonymous, so what it may store is bounded (with
-/// 8 KiB of redirect URIs a client, 80 MiB).
+/// `rate_limited` when there is none. Registration is anonymous, so what
+/// it may store is bounded (with 8 KiB of redirect URIs a client, 80 MiB).
 pub const MAX_WAITING_CLIENTS: i64 = 10_000;
 /// How old a waiting registration must be to make room for a new one at
 /// [`MAX_WAITING_CLIENTS`]: a client whose user is signing in now is never

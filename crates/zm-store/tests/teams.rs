@@ -728,6 +728,10 @@ backend_tests! {
         let tag = unique("t").replace('-', "");
         let imported = ok(call(&store, &b, "import_memory", json!({"content": format!("Payroll exports run at two ({tag})."), "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, l, "B imports");
         let private = zm_contracts::MemoryId::parse(imported["memory_id"].as_str().unwrap()).unwrap();
+        // The page offers the edit: a writer writes there.
+        assert!(!store.memory_context(&b, private.as_str()).await.unwrap().edit_refused, "[{l}] a writer edits");
+        let own = mem(&store, &b, l, json!({"content": format!("B's own repo builds with make ({tag})."), "kind": "fact", "project_hint": format!("/src/{}", unique("own"))})).await;
+        assert!(!store.memory_context(&b, &own).await.unwrap().edit_refused, "[{l}] in one's own project");
         let edited = ok(tools(&store).edit(&b, &json!({"content": format!("Payroll exports run at three ({tag})."), "kind": "fact", "scope": project, "links": [{"dst": private.to_string(), "type": "supersedes"}]}), &private).await, l, "B edits it");
         let got = ok(store.get_memory(&b, &edited.memory_id).await, l, "the new version");
         assert_eq!(got.visibility, zm_contracts::Visibility::Private, "[{l}] still private");
