@@ -283,6 +283,13 @@ impl Store {
             Backend::Sqlite => dest.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => dest.begin().await?,
         };
+        if backend == Backend::Postgres {
+            // A server already pointed at the new database (an agent's
+            // `stdio`) that found no user would make its own owner beside
+            // the copied one: it waits for the copy, as SQLite's `BEGIN
+            // IMMEDIATE` makes it wait, and then finds the copied users.
+            db::lock_across_instances(&mut dst, backend, db::InstanceLock::UserCreation).await?;
+        }
         // Each side waits on the other (a table read whole, then written):
         // neither is an abandoned transaction, however long that takes.
         const NO_IDLE_LIMIT: &str = "SET LOCAL idle_in_transaction_session_timeout = 0";
@@ -301,6 +308,17 @@ impl Store {
             }
             holds_rows(&mut dst, table).await?;
         }
+        if backend == Backend::Postgres {
+            // The storage totals' row trigger would update one user's row
+            // once per memory, in this one transaction, where each update
+            // walks past every earlier version of that row: quadratic in a
+            // user's memories (27 s for 40,000, hours for a million). Off
+            // for the copy (only this transaction sees that: DDL is
+            // transactional), the totals counted once after it.
+            sqlx::query("ALTER TABLE memories DISABLE TRIGGER memories_usage")
+                .execute(&mut *dst)
+                .await?;
+        }
         let mut report = CopyReport::default();
         for table in COPIED_TABLES {
             let n = copy_table(&mut src, self.backend, &mut dst, backend, table)
@@ -318,9 +336,26 @@ impl Store {
             )
             .execute(&mut *dst)
             .await?;
+            // What the trigger would have summed (migration 5's count).
+            sqlx::query(
+                "INSERT INTO storage_usage (user_id, memories, bytes) \
+                 SELECT owner_id, COUNT(*), SUM(octet_length(content) + COALESCE(octet_length(source), 0)) \
+                 FROM memories GROUP BY owner_id",
+            )
+            .execute(&mut *dst)
+            .await?;
+            sqlx::query("ALTER TABLE memories ENABLE TRIGGER memories_usage")
+                .execute(&mut *dst)
+                .await?;
         }
         dst.commit().await?;
-        src.rollback().await?;
+        // The copy is whole once committed: a source that then fails to end
+        // its read (a connection cut) is no failed copy. Reported as one, a
+        // retry would be refused (the destination holds data) and a good
+        // database dropped.
+        if let Err(e) = src.rollback().await {
+            tracing::warn!(target: "zm_store", error = %e, "ending the source's read after the copy failed");
+        }
         if backend == Backend::Postgres {
             // The planner's statistics of what was just loaded, before the
             // first query plans blind (autovacuum would come to it later;
@@ -700,8 +735,44 @@ mod tests {
             }
         );
         let pg = OpenOptions::new(pg_url);
+        // Every write to the storage totals counted: the copy writes each
+        // user's row once, not once per memory (quadratic in one
+        // transaction). A sequence and a function are no tables: the
+        // destination still counts as empty.
+        let fresh = Store::open_with(pg.clone()).await.unwrap();
+        for ddl in [
+            "CREATE SEQUENCE usage_writes",
+            "CREATE FUNCTION count_usage_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM nextval('usage_writes'); RETURN NULL; END; $$",
+            "CREATE TRIGGER count_usage_writes AFTER INSERT OR UPDATE ON storage_usage FOR EACH ROW EXECUTE FUNCTION count_usage_writes()",
+        ] {
+            sqlx::query(ddl).execute(&fresh.pool).await.unwrap();
+        }
+        fresh.close().await;
         copy_and_check(&source, &pg, &token, "sqlite to postgres").await;
         let pg_store = Store::open_with(pg.clone()).await.unwrap();
+        let writes: i64 = sqlx::query_scalar(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM usage_writes",
+        )
+        .fetch_one(&pg_store.pool)
+        .await
+        .unwrap();
+        let owners: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT owner_id) FROM memories")
+            .fetch_one(&pg_store.pool)
+            .await
+            .unwrap();
+        assert_eq!(writes, owners, "one write per user's totals");
+        assert_eq!(
+            dump(&pg_store.pool, Backend::Postgres, "storage_usage").await,
+            dump(&source.pool, Backend::Sqlite, "storage_usage").await,
+            "the totals as the source's triggers kept them"
+        );
+        let enabled: String = sqlx::query_scalar(
+            "SELECT CAST(tgenabled AS TEXT) FROM pg_trigger WHERE tgname = 'memories_usage'",
+        )
+        .fetch_one(&pg_store.pool)
+        .await
+        .unwrap();
+        assert_eq!(enabled, "O", "the totals' trigger is on again");
         let back = OpenOptions::new(crate::sqlite_url(&scratch.path().join("back.db")));
         copy_and_check(&pg_store, &back, &token, "postgres to sqlite").await;
         pg_store.close().await;
