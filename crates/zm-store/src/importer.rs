@@ -356,14 +356,41 @@ pub fn map_edge_type(raw: &str) -> (EdgeType, bool) {
     }
 }
 
-/// The memory an observation becomes.
+/// The memory an observation becomes: the observation, led by the
+/// entity's name unless it names the entity already, as a word of its own
+/// ("Go" is not named by "Good at concurrency").
 pub fn observation_content(name: &str, observation: &str) -> String {
     let obs = observation.trim();
-    if obs.to_lowercase().contains(&name.trim().to_lowercase()) {
+    if names_as_a_word(&obs.to_lowercase(), &name.trim().to_lowercase()) {
         obs.to_string()
     } else {
         format!("{}: {obs}", name.trim())
     }
+}
+
+/// Does `text` hold `word` with no letter or digit right before or after
+/// it? (Both lowercased by the caller.)
+fn names_as_a_word(text: &str, word: &str) -> bool {
+    if word.is_empty() {
+        return false;
+    }
+    let mut from = 0;
+    while let Some(at) = text[from..].find(word) {
+        let start = from + at;
+        let end = start + word.len();
+        let before = text[..start].chars().next_back();
+        let after = text[end..].chars().next();
+        let edge = |c: Option<char>, inner: Option<char>| {
+            // A name that ends in a symbol ("C++", "Node.js") has its own
+            // edge there.
+            c.is_none_or(|c| !c.is_alphanumeric() || !inner.is_some_and(char::is_alphanumeric))
+        };
+        if edge(before, word.chars().next()) && edge(after, word.chars().next_back()) {
+            return true;
+        }
+        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+    }
+    false
 }
 
 /// The memory an entity without observations becomes.
@@ -614,7 +641,7 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
     target: Option<ImportInto>,
 ) {
     imp.summary.format = "zm";
-    let mut pending: Vec<(String, Value, String)> = Vec::with_capacity(IMPORT_BATCH);
+    let mut pending: Vec<(String, Value, (String, String))> = Vec::with_capacity(IMPORT_BATCH);
     while let Some((line, raw)) = lines.next(&mut imp.summary).await {
         let m: Memory = match serde_json::from_str(&raw) {
             Ok(m) => m,
@@ -646,7 +673,19 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
         {
             extra.push(("verbatim", json!(v)));
         }
-        if let Some(a) = m.agent_name.as_deref().filter(|a| !a.trim().is_empty()) {
+        // The writing agent: an imported memory's is in its provenance
+        // (`source_tool`), where an import of this export puts it too.
+        let agent = m
+            .agent_name
+            .as_deref()
+            .or_else(|| {
+                m.source
+                    .as_ref()
+                    .and_then(|s| s.get("source_tool"))
+                    .and_then(Value::as_str)
+            })
+            .filter(|a| !a.trim().is_empty());
+        if let Some(a) = agent {
             extra.push((
                 "source_tool",
                 json!(a.chars().take(200).collect::<String>()),
@@ -656,7 +695,7 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
         pending.push((
             format!("line {line}: memory {}", m.id),
             input,
-            m.id.as_str().to_string(),
+            (m.id.as_str().to_string(), m.content),
         ));
         if pending.len() >= IMPORT_BATCH {
             import_zm_batch(imp, &mut pending).await;
@@ -665,17 +704,19 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
     import_zm_batch(imp, &mut pending).await;
 }
 
-/// One batch of zm lines: those whose exported memory is here already and
-/// readable by the importer are counted as existing, the rest imported.
-async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, String)>) {
+/// One batch of zm lines: those whose exported memory is here already,
+/// the importer's own and holding the line's words, are counted as
+/// existing; the rest imported (a teammate's memory becomes the importer's
+/// copy, an edited line a memory of its own).
+async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, (String, String))>) {
     if pending.is_empty() {
         return;
     }
-    let ids: Vec<&str> = pending.iter().map(|(_, _, id)| id.as_str()).collect();
+    let ids: Vec<&str> = pending.iter().map(|(_, _, (id, _))| id.as_str()).collect();
     let here = match imp
         .tools
         .store()
-        .readable_memory_ids(&imp.caller, &ids)
+        .own_memory_contents(&imp.caller, &ids)
         .await
     {
         Ok(here) => here,
@@ -687,8 +728,8 @@ async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, S
         }
     };
     let mut batch: Vec<(String, Value)> = Vec::with_capacity(pending.len());
-    for (label, input, id) in pending.drain(..) {
-        if here.contains(&id) {
+    for (label, input, (id, content)) in pending.drain(..) {
+        if here.get(&id) == Some(&content) {
             imp.summary.memories_existing += 1;
         } else {
             batch.push((label, input));
@@ -810,6 +851,14 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
             Some("an entity linked to itself".to_string())
         } else if !nameable(&r.from) || !nameable(&r.to) {
             Some("a name without letters or digits".to_string())
+        } else if [&r.from, &r.to]
+            .iter()
+            .any(|n| zm_contracts::ids::parse_any_id(n.trim()).is_ok())
+        {
+            // `link` would read it as one of our ids: two would link two
+            // memories (a teammate's, even) or fail as not found on every
+            // run; one is refused as a mix. A server-memory name is no id.
+            Some("a name read as an id".to_string())
         } else {
             let linked = imp
                 .run::<tool::Link>(
@@ -860,7 +909,11 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
             let mut anchors: Vec<(String, EntityType)> = Vec::new();
             for n in [&r.from, &r.to] {
                 let n = n.trim().to_string();
-                if nameable(&n) && !anchors.iter().any(|(a, _)| match_key(a) == match_key(&n)) {
+                let an_id = zm_contracts::ids::parse_any_id(&n).is_ok();
+                if nameable(&n)
+                    && !an_id
+                    && !anchors.iter().any(|(a, _)| match_key(a) == match_key(&n))
+                {
                     let t = type_of(&n);
                     anchors.push((n, t));
                 }
@@ -1009,6 +1062,64 @@ mod tests {
             assert!(again.errors.is_empty(), "[{label}] {again:?}");
             assert_eq!(again.memories_imported, 0, "[{label}] {again:?}");
         }
+    }
+
+    /// A relation whose names read as our ids makes no edge (two would
+    /// link two memories, one is a mix `link` refuses): it is kept as a
+    /// memory with a warning, on every run alike, and no memory link is
+    /// made between the caller's own memories it names.
+    #[tokio::test]
+    async fn a_relation_between_names_read_as_ids_is_kept_as_a_memory() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "idnames").await;
+        let tools = crate::ToolService::new(store.clone());
+        let mut ids = Vec::new();
+        for content in [
+            "The invoice job runs hourly.",
+            "The invoice job emails finance.",
+        ] {
+            let out = tools
+                .call(
+                    &caller,
+                    zm_contracts::ToolName::parse("remember").unwrap(),
+                    &json!({"content": content, "kind": "fact", "scope": "personal"}),
+                )
+                .await
+                .unwrap()
+                .to_json();
+            ids.push(out["memory_id"].as_str().unwrap().to_string());
+        }
+        let text = [
+            json!({"type": "relation", "from": ids[0], "to": ids[1], "relationType": "works_at"}),
+            json!({"type": "relation", "from": "mem_0123456789abcdef.0123456789", "to": "mem_0123456789abcdeg.0123456789", "relationType": "relates_to"}),
+            json!({"type": "relation", "from": ids[0], "to": "Finance", "relationType": "relates_to"}),
+        ]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect::<String>();
+        for run in 0..2 {
+            let summary = server_memory(&store, &caller, &text).await;
+            assert!(summary.errors.is_empty(), "[run {run}] {summary:?}");
+            assert_eq!(
+                summary
+                    .warnings
+                    .iter()
+                    .filter(|w| w.contains("read as an id"))
+                    .count(),
+                3,
+                "[run {run}] {summary:?}"
+            );
+            assert_eq!(
+                summary.memories_imported,
+                if run == 0 { 3 } else { 0 },
+                "[run {run}] {summary:?}"
+            );
+        }
+        let links: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memory_links")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(links, 0, "no memory linked by a relation");
     }
 
     /// Import raw bytes (which a `&str` cannot hold) as a zm export.
@@ -1163,6 +1274,24 @@ mod tests {
             observation_content("Alice", "alice likes tea"),
             "alice likes tea"
         );
+        // Named only as a word of its own: inside another word is no name.
+        for (name, obs, named) in [
+            ("Go", "Good at concurrency", false),
+            ("R", "Used for statistics", false),
+            ("Go", "Uses Go for the CLI", true),
+            ("Go", "go.mod pins 1.22", true),
+            ("C++", "Wrote the engine in C++.", true),
+            ("Node.js", "Node.jsx is another thing", false),
+            ("Zoë", "Zoë's team owns billing", true),
+            ("AI", "Maintains the airline fares", false),
+        ] {
+            let want = if named {
+                obs.to_string()
+            } else {
+                format!("{name}: {obs}")
+            };
+            assert_eq!(observation_content(name, obs), want, "{name} in {obs:?}");
+        }
         assert_eq!(
             entity_content("Acme", "organization"),
             "Acme is an organization."

@@ -15,7 +15,7 @@ use crate::db::DbResult;
 use crate::guard;
 use crate::memories::{OwnedMemory, content_hash};
 use crate::rows::{FromAnyRow, col};
-use crate::scopes::{ReadSet, canonical_path, explicit_read_set, push_read_set, push_visible};
+use crate::scopes::{ReadSet, canonical_path, explicit_read_set, push_read_set};
 use crate::service::Cx;
 use crate::sql::Sql;
 use crate::store::{Caller, Store};
@@ -486,23 +486,23 @@ impl Store {
         })
     }
 
-    /// Which of `ids` name a memory on this server the caller can read
-    /// (live or invalidated): what an import of an export taken here finds
-    /// already here.
-    pub(crate) async fn readable_memory_ids(
+    /// The content of each of `ids` that names a memory of the caller's
+    /// own on this server (live or invalidated): what an import of an
+    /// export taken here finds already here. A teammate's memory the
+    /// caller reads is not theirs: importing it makes their copy.
+    pub(crate) async fn own_memory_contents(
         &self,
         caller: &Caller,
         ids: &[&str],
-    ) -> Result<std::collections::HashSet<String>, ToolError> {
-        let mut sql = Sql::new("SELECT m.id FROM memories m WHERE m.id IN ");
-        sql.bind_list(ids.iter().copied()).push(" AND ");
-        push_visible(&mut sql, "m", &caller.user_id);
-        let rows = sql
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .db("readable memories")?;
-        rows.iter().map(|r| col::<String>(r, "id")).collect()
+    ) -> Result<std::collections::HashMap<String, String>, ToolError> {
+        let mut sql = Sql::new("SELECT m.id, m.content FROM memories m WHERE m.id IN ");
+        sql.bind_list(ids.iter().copied())
+            .push(" AND m.owner_id = ")
+            .bind_str(&caller.user_id);
+        let rows = sql.query().fetch_all(&self.pool).await.db("own memories")?;
+        rows.iter()
+            .map(|r| Ok((col::<String>(r, "id")?, col::<String>(r, "content")?)))
+            .collect()
     }
 
     /// One page of every memory the caller can read (live and

@@ -271,3 +271,68 @@ backend_tests! {
         }
     }
 }
+
+/// An export imported with `import --format zm`, as the CLI does.
+async fn import_zm(
+    store: &Store,
+    caller: &zm_store::Caller,
+    lines: &[serde_json::Value],
+) -> zm_store::importer::Summary {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    zm_store::importer::import_text(
+        tools(store),
+        caller.clone(),
+        "export.jsonl".into(),
+        zm_store::importer::ImportFormat::Zm,
+        None,
+        &text,
+    )
+    .await
+}
+
+backend_tests! {
+    /// An export restored on the server it came from: the importer's own
+    /// memories, unchanged, are there already; a teammate's shared memory
+    /// becomes the importer's copy (kept when they leave the team), and a
+    /// line edited since the export a memory of its own.
+    async fn a_restore_where_it_was_taken_copies_what_is_not_the_importers(store: Store, l: &str) {
+        let (_, alice) = user(&store, "restore-a").await;
+        let slug = create_team_of(&store, &alice, l, "restore").await;
+        let (_, bob) = team_member(&store, &alice, l, &slug, "restore-b", zm_contracts::TeamRole::Writer).await;
+        let tag = unique("rs").replace('-', "");
+        mem(&store, &alice, l, json!({"content": format!("Alice keeps the release notes ({tag})."), "kind": "fact", "scope": "personal"})).await;
+        mem(&store, &alice, l, json!({"content": format!("Deploys need a green canary ({tag})."), "kind": "convention", "scope": "personal"})).await;
+        mem(&store, &bob, l, json!({"content": format!("The team rotates on-call weekly ({tag})."), "kind": "convention", "scope": format!("team.{slug}")})).await;
+        let page = ok(call(&store, &alice, "export_memories", json!({"limit": 100})).await, l, "export");
+        let mut lines: Vec<serde_json::Value> = page["items"].as_array().unwrap().clone();
+        assert_eq!(lines.len(), 3, "[{l}] {page}");
+        let edited = lines.iter_mut().find(|m| m["content"].as_str().unwrap().starts_with("Deploys")).unwrap();
+        edited["content"] = json!(format!("Deploys need a green canary for an hour ({tag})."));
+        let summary = import_zm(&store, &alice, &lines).await;
+        assert!(summary.errors.is_empty(), "[{l}] {summary:?}");
+        assert_eq!((summary.memories_existing, summary.memories_imported), (1, 2), "[{l}] {summary:?}");
+        let found = recall_ids(&store, &alice, l, json!({"query": "on-call weekly", "scopes": ["personal"]})).await;
+        assert_eq!(found.len(), 1, "[{l}] Alice's own copy of Bob's memory: {found:?}");
+        let _ = bob;
+        let again = import_zm(&store, &alice, &lines).await;
+        assert_eq!(again.memories_imported, 0, "[{l}] a second run adds nothing: {again:?}");
+    }
+
+    /// The agent that wrote a memory survives an export of an import: an
+    /// imported memory keeps it as `source_tool`, and so does its import.
+    async fn the_writing_agent_survives_an_import_of_an_import(store: Store, l: &str) {
+        let (_, a) = user(&store, "agent-a").await;
+        let (_, b) = user(&store, "agent-b").await;
+        let (_, c) = user(&store, "agent-c").await;
+        let mut writer = a.clone();
+        writer.agent_name = Some("claude-code".into());
+        mem(&store, &writer, l, json!({"content": "The staging database resets nightly.", "kind": "fact", "scope": "personal"})).await;
+        let mut lines = ok(call(&store, &a, "export_memories", json!({})).await, l, "A's export")["items"].as_array().unwrap().clone();
+        for to in [&b, &c] {
+            let summary = import_zm(&store, to, &lines).await;
+            assert_eq!(summary.memories_imported, 1, "[{l}] {summary:?}");
+            lines = ok(call(&store, to, "export_memories", json!({})).await, l, "export")["items"].as_array().unwrap().clone();
+            assert_eq!(lines[0]["source"]["source_tool"], "claude-code", "[{l}] {}", lines[0]);
+        }
+    }
+}
