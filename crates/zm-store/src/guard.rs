@@ -62,9 +62,41 @@ impl Detector {
     }
 }
 
-/// `sk-` not followed by `ant-` (Anthropic keys have their own detector).
-fn not_anthropic(text: &str, start: usize, _end: usize) -> bool {
+/// `sk-` not followed by `ant-` (Anthropic keys have their own detector),
+/// with a capital letter in it: keys mix cases, while a lowercase
+/// kebab-case name that starts with `sk-` (a `SK-1234` ticket's branch,
+/// `sk-prod-payments-worker`) is no key.
+fn openai_like(text: &str, start: usize, end: usize) -> bool {
     !text[start..].starts_with("sk-ant-")
+        && text[start..end].bytes().any(|b| b.is_ascii_uppercase())
+}
+
+/// The password of a `scheme://user:password@` match is a value, not a
+/// placeholder standing for one: `$DB_PASSWORD`, `${PASS}`, `%PGPASSWORD%`,
+/// `<password>`, `{{password}}`, `[password]`, `****`, `xxxx`, or the word
+/// `password` itself. (The refusal asks for exactly such a rephrasing.)
+fn not_a_placeholder(text: &str, start: usize, end: usize) -> bool {
+    let m = &text[start..end];
+    let after_scheme = m.find("://").map_or(0, |i| i + 3);
+    let Some(colon) = m[after_scheme..].find(':') else {
+        return true;
+    };
+    let password = &m[after_scheme + colon + 1..m.len() - 1];
+    let wrapped = |open: &str, close: &str| {
+        password.len() > open.len() + close.len()
+            && password.starts_with(open)
+            && password.ends_with(close)
+    };
+    let placeholder = password.starts_with('$')
+        || (password.len() > 2 && password.starts_with('%') && password.ends_with('%'))
+        || wrapped("<", ">")
+        || wrapped("{", "}")
+        || wrapped("[", "]")
+        || password.chars().all(|c| matches!(c, '*' | 'x' | 'X' | '.'))
+        || ["password", "pass", "passwd", "pwd", "secret"]
+            .iter()
+            .any(|w| password.eq_ignore_ascii_case(w));
+    !placeholder
 }
 
 /// The Google key body is exactly 35 characters: the character after the
@@ -78,9 +110,12 @@ fn google_end_bounded(text: &str, _start: usize, end: usize) -> bool {
 
 static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
     vec![
+        // PEM and OpenSSH (`-----BEGIN … PRIVATE KEY-----`), OpenPGP
+        // (`… PRIVATE KEY BLOCK-----`) and RFC 4716 (`---- BEGIN SSH2
+        // ENCRYPTED PRIVATE KEY ----`) armour.
         Detector::new(
             "pem-private-key",
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+            r"-{4,5} ?BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)? ?-{4,5}",
             None,
         ),
         Detector::new(
@@ -95,10 +130,12 @@ static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
             r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
             None,
         ),
+        // The user may be empty (`redis://:password@host`, as Redis
+        // clients write it); a password that is a placeholder is none.
         Detector::new(
             "url-credentials",
-            r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s@/:]{1,64}:[^\s@/]{1,128}@",
-            None,
+            r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s@/:]{0,64}:[^\s@/]{1,128}@",
+            Some(not_a_placeholder),
         ),
         // `\b` before the `sk` prefixes: `risk-assessment-…` or `task-…`
         // must not read as a key.
@@ -106,7 +143,7 @@ static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
         Detector::new(
             "openai-api-key",
             r"\bsk-[A-Za-z0-9_-]{20,}",
-            Some(not_anthropic),
+            Some(openai_like),
         ),
         Detector::new(
             "stripe-api-key",
@@ -339,6 +376,30 @@ mod tests {
                 format!("https://{}:{}@example.com/", "bob", "s3cr3t"),
                 "url-credentials",
             ),
+            (
+                format!(
+                    "{}BEGIN PGP PRIVATE KEY BLOCK{}\n\nlQdGBF",
+                    rep("-", 5),
+                    rep("-", 5)
+                ),
+                "pem-private-key",
+            ),
+            (
+                format!(
+                    "{}BEGIN SSH2 ENCRYPTED PRIVATE KEY{}",
+                    rep("-", 4) + " ",
+                    " ".to_string() + &rep("-", 4)
+                ),
+                "pem-private-key",
+            ),
+            (
+                format!("redis://:{}@cache:6379/0", "s3cr3t".to_owned() + "Pw"),
+                "url-credentials",
+            ),
+            (
+                format!("postgres://app:{}@db:5432/app", "Pa55".to_owned() + "word$"),
+                "url-credentials",
+            ),
             (anthropic(), "anthropic-api-key"),
             (openai(), "openai-api-key"),
             (stripe(), "stripe-api-key"),
@@ -417,6 +478,19 @@ mod tests {
             format!("AIza{}", alnum(34)),
             format!("AIza{}", alnum(36)),
             "🎉 unicode 日本語 naïve café".into(),
+            format!("{}BEGIN PGP PUBLIC KEY BLOCK{}", rep("-", 5), rep("-", 5)),
+            // A lowercase kebab-case name that starts with sk- is no key.
+            "git checkout sk-1234-fix-login-redirect-loop".into(),
+            "the sk-prod-payments-worker-7f9c pod restarted".into(),
+            // A connection string whose password is a placeholder: what
+            // the refusal asks an agent to write instead.
+            "postgres://${DB_USER}:${DB_PASSWORD}@db:5432/app".into(),
+            "postgres://$PGUSER:$PGPASSWORD@db/app".into(),
+            "mongodb+srv://<username>:<password>@cluster0.x.mongodb.net/".into(),
+            "mysql://root:%MYSQL_PASSWORD%@localhost/app".into(),
+            "amqp://guest:{{rabbit_password}}@mq:5672".into(),
+            "redis://:****@cache:6379/0".into(),
+            "postgres://user:password@localhost/db".into(),
         ];
         for text in negatives {
             assert_eq!(scan(&text), None, "false positive on {text:?}");
