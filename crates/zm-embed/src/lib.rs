@@ -791,6 +791,32 @@ mod tests {
         assert_eq!(moved.model(), f32_model.model());
         assert!(!moved.model().contains("renamed") && !moved.model().contains("elsewhere"));
         std::fs::remove_dir_all(&elsewhere).unwrap();
+        // A text cut to fewer tokens than a model needs (its special
+        // tokens and a few) is refused at load: 2 would embed every text
+        // as the same two special tokens, 1 underflowed in the tokenizer.
+        for short in [0, 1, 2, 7] {
+            std::fs::write(
+                dir.join("sentence_bert_config.json"),
+                format!(r#"{{"max_seq_length": {short}}}"#),
+            )
+            .unwrap();
+            let Err(EmbedError::Load(why)) = dir::DirModel::load_keeping(&dir, dir::Keep::F32)
+            else {
+                panic!("a model cutting texts to {short} tokens loaded");
+            };
+            assert!(why.contains("at least"), "{why}");
+        }
+        std::fs::write(
+            dir.join("sentence_bert_config.json"),
+            br#"{"max_seq_length": 8}"#,
+        )
+        .unwrap();
+        dir::DirModel::load_keeping(&dir, dir::Keep::F32).expect("8 tokens load");
+        std::fs::write(
+            dir.join("sentence_bert_config.json"),
+            br#"{"max_seq_length": 128}"#,
+        )
+        .unwrap();
         // A weight file cut short is refused at load, naming what is wrong.
         let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
         std::fs::write(dir.join("config.json"), pocket::native::CONFIG).unwrap();

@@ -581,7 +581,7 @@ impl Bert {
 
     /// The longest input, in tokens, the position table covers.
     pub(crate) fn max_tokens(&self) -> usize {
-        self.config.positions - self.first_position()
+        self.config.positions.saturating_sub(self.first_position())
     }
 
     /// The position table's row for a text's first token.
@@ -713,6 +713,9 @@ impl Bert {
     }
 }
 
+/// The fewest tokens per text a model may cut texts to.
+const MIN_TOKENS: usize = 8;
+
 /// A tokenizer and a BERT encoder: text in, unit vector out.
 pub(crate) struct TextModel {
     bert: Bert,
@@ -730,11 +733,22 @@ impl TextModel {
     ) -> Result<TextModel, EmbedError> {
         let mut tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
             .map_err(|e| load_err(format!("tokenizer.json: {e}")))?;
+        // A text is cut to this many tokens, its special ones included:
+        // fewer than the special tokens would underflow in the tokenizer
+        // (a panic, or no cut at all), and a few more would embed every
+        // text alike.
+        let max_length = max_tokens.min(bert.max_tokens());
+        if max_length < MIN_TOKENS {
+            return Err(load_err(format!(
+                "at most {max_length} tokens per text (max_seq_length {max_tokens}, {} positions): a model needs at least {MIN_TOKENS}",
+                bert.max_tokens()
+            )));
+        }
         // One text at a time: no padding.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(tokenizers::TruncationParams {
-                max_length: max_tokens.min(bert.max_tokens()),
+                max_length,
                 ..Default::default()
             }))
             .map_err(|e| load_err(format!("tokenizer truncation: {e}")))?;

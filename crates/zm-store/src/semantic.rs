@@ -35,6 +35,8 @@
 //! same model identity, and only after the SQL visibility check.
 
 use std::collections::{HashMap, HashSet};
+#[cfg(test)]
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -570,6 +572,14 @@ pub(crate) struct Semantic {
     query_memo: RwLock<Option<HashMap<String, Vector>>>,
     /// How many queries are embedded at once.
     query_slots: QuerySlots,
+    /// Tests: run once by the next whole pass that found nothing, before
+    /// it settles (a write landing between its lookups and its mark).
+    /// Tests: the next batch fails before it stores its vectors.
+    #[cfg(test)]
+    pub(crate) fail_next_store: AtomicBool,
+    #[cfg(test)]
+    pub(crate) before_settle:
+        std::sync::Mutex<Option<futures_util::future::BoxFuture<'static, ()>>>,
 }
 
 /// One query embedding per core at a time: a burst of recalls waits its
@@ -979,6 +989,19 @@ impl Store {
         if rows.is_empty() {
             for _ in 0..2 {
                 let below = as_i64(&s.cursor);
+                // A whole pass settles at the newest memory it could have
+                // seen: read before it looks. Read after, it could name a
+                // memory committed meanwhile (a `remember` the lookups
+                // below waited on), which the mark would then hide until
+                // the next whole pass.
+                let newest_before: Option<i64> = if below == 0 {
+                    sqlx::query_scalar("SELECT MAX(seq) FROM memories")
+                        .fetch_one(&self.pool)
+                        .await
+                        .db("newest memory")?
+                } else {
+                    None
+                };
                 rows = pending((below > 0).then_some(("<", below)))
                     .query()
                     .fetch_all(&self.pool)
@@ -1018,14 +1041,17 @@ impl Store {
                     if self.claims_held(&model).await? > 0 {
                         return Ok(0);
                     }
-                    let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM memories")
-                        .fetch_one(&self.pool)
-                        .await
-                        .db("newest memory")?;
+                    #[cfg(test)]
+                    {
+                        let hook = self.semantic.before_settle.lock().expect("hook").take();
+                        if let Some(hook) = hook {
+                            hook.await;
+                        }
+                    }
                     // Nothing written yet: no mark to settle at. (A mark of
                     // 1 hid the first memory, `seq` 1 on SQLite, from every
                     // call until the next whole pass, ten minutes on.)
-                    let Some(newest) = newest
+                    let Some(newest) = newest_before
                         .and_then(|n| u64::try_from(n).ok())
                         .filter(|n| *n > 0)
                     else {
@@ -1055,13 +1081,87 @@ impl Store {
                     up_to = up_to.min(col::<i64>(r, "seq")? - 1);
                 }
             }
-            mark.fetch_max(u64::try_from(up_to).unwrap_or(0), Ordering::Relaxed);
+            move_mark = Some((mark, up_to));
         }
+        // The mark moves past this batch once its vectors are stored: a
+        // batch that fails leaves it, and its memories are looked at
+        // again (not only at the next whole pass, ten minutes on).
+        let move_mark = move || {
+            if let Some((mark, up_to)) = move_mark {
+                mark.fetch_max(u64::try_from(up_to).unwrap_or(0), Ordering::Relaxed);
+            }
+        };
         batch.retain(|(id, _)| claimed.contains(id));
         if batch.is_empty() {
+            move_mark();
             return Ok(0);
         }
-        let enc2 = Arc::clone(&enc);
+        let stored = self.store_embeddings(&enc, &model, &batch).await;
+        if stored.is_err() {
+            // Its claims go with it, so that the next call (or another
+            // instance) takes these memories at once, not after the claim
+            // lapses. Best effort: a claim left lapses all the same.
+            let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+            let mut sql = crate::sql::Sql::new("DELETE FROM embedding_claims WHERE model = ");
+            sql.bind_str(&model).push(" AND memory_id IN ");
+            sql.bind_list(ids);
+            if let Err(e) = sql.query().execute(&self.pool).await {
+                tracing::warn!(target: "zm_store", error = %e, "could not release the claims of a failed embedding batch");
+            }
+        }
+        let mut fresh = stored?;
+        move_mark();
+        s.embedded
+            .fetch_add(u64::try_from(fresh.len()).unwrap_or(0), Ordering::Relaxed);
+        // The vectors are stored: what follows must not fail the batch (it
+        // would not come back, no longer pending). The index loads them
+        // at its next refresh at the latest.
+        // The sweep compares through the index: it waits until the index
+        // holds the fresh vectors (a sweep without them would find nothing,
+        // and never come back to them).
+        let mut unswept = std::mem::take(
+            &mut *s
+                .unswept
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        unswept.append(&mut fresh);
+        let wait = |mut unswept: Vec<MemoryId>| {
+            let mut waiting = s
+                .unswept
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            waiting.append(&mut unswept);
+            // Bounded: past it, the oldest go unswept (a conflict the
+            // owner would have been asked to judge, nothing lost).
+            let over = waiting.len().saturating_sub(UNSWEPT_MAX);
+            waiting.drain(..over);
+        };
+        if let Err(e) = self.refresh_vectors().await {
+            tracing::warn!(target: "zm_store", error = %e.message, "could not load fresh vectors into the index");
+            wait(unswept);
+            return Ok(batch.len());
+        }
+        if let Err(e) = self.file_meaning_duplicates(&unswept).await {
+            // Swept with the next batch: these have vectors now, no pass
+            // would come back to them.
+            tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
+            wait(unswept);
+        }
+        Ok(batch.len())
+    }
+
+    /// Embed one claimed batch and store its vectors, releasing its
+    /// claims, in one transaction: the memories given a vector (not one
+    /// another embedder stored first, nor one deleted meanwhile).
+    async fn store_embeddings(
+        &self,
+        enc: &Arc<dyn Encoder>,
+        model: &str,
+        batch: &[(String, String)],
+    ) -> Result<Vec<MemoryId>, ToolError> {
+        let s = &self.semantic;
+        let enc2 = Arc::clone(enc);
         let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
         // Timed on the blocking thread: the model's time, not the wait for
         // a thread.
@@ -1086,13 +1186,15 @@ impl Store {
         }
         let embedded_at = self.now();
         let mut tx = self.write_tx().await?;
-        // The memories this batch gave a vector: not one another embedder
-        // stored first (a claim that lapsed), nor one deleted meanwhile.
+        #[cfg(test)]
+        if self.semantic.fail_next_store.swap(false, Ordering::Relaxed) {
+            return Err(ToolError::internal());
+        }
         let mut fresh: Vec<MemoryId> = Vec::with_capacity(batch.len());
         for ((id, _), v) in batch.iter().zip(&vectors) {
             sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1 AND model <> $2")
                 .bind(id)
-                .bind(&model)
+                .bind(model)
                 .execute(&mut *tx)
                 .await
                 .db("replace vector")?;
@@ -1102,7 +1204,7 @@ impl Store {
                  ON CONFLICT (memory_id) DO NOTHING",
             )
             .bind(id)
-            .bind(&model)
+            .bind(model)
             .bind(v.as_ref().map(Vector::to_bytes))
             .bind(embedded_at)
             .execute(&mut *tx)
@@ -1119,44 +1221,13 @@ impl Store {
         for id in claimed {
             sqlx::query("DELETE FROM embedding_claims WHERE memory_id = $1 AND model = $2")
                 .bind(id)
-                .bind(&model)
+                .bind(model)
                 .execute(&mut *tx)
                 .await
                 .db("release embedding claim")?;
         }
         tx.commit().await.db("commit vectors")?;
-        s.embedded
-            .fetch_add(u64::try_from(fresh.len()).unwrap_or(0), Ordering::Relaxed);
-        // The vectors are stored: what follows must not fail the batch (it
-        // would not come back, no longer pending). The index loads them
-        // at its next refresh at the latest.
-        // The sweep compares through the index: it waits until the index
-        // holds the fresh vectors (a sweep without them would find nothing,
-        // and never come back to them).
-        let mut unswept = std::mem::take(
-            &mut *s
-                .unswept
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        unswept.append(&mut fresh);
-        if let Err(e) = self.refresh_vectors().await {
-            tracing::warn!(target: "zm_store", error = %e.message, "could not load fresh vectors into the index");
-            let mut waiting = s
-                .unswept
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            waiting.append(&mut unswept);
-            // Bounded: past it, the oldest go unswept (a conflict the
-            // owner would have been asked to judge, nothing lost).
-            let over = waiting.len().saturating_sub(UNSWEPT_MAX);
-            waiting.drain(..over);
-            return Ok(batch.len());
-        }
-        if let Err(e) = self.file_meaning_duplicates(&unswept).await {
-            tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
-        }
-        Ok(batch.len())
+        Ok(fresh)
     }
 
     /// SQLite reuses the `seq` of the newest memories once they are
@@ -2523,6 +2594,106 @@ mod tests {
             "the next whole pass"
         );
         assert!(store.is_embedded(&gone), "the restored memory is embedded");
+    }
+
+    /// A memory written while a whole pass settles (after its lookups
+    /// found nothing, before it marks the newest) is above the mark: the
+    /// next call embeds it, not the whole pass ten minutes on. SQLite.
+    #[tokio::test]
+    async fn a_write_during_the_settling_pass_is_not_hidden_by_the_mark() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "settling").await;
+        let tools = crate::ToolService::new(store.clone());
+        let args = json!({"content": "The build cache lives in the CI bucket.", "kind": "fact", "scope": "personal"});
+        tools
+            .call(&caller, ToolName::parse("remember").unwrap(), &args)
+            .await
+            .unwrap();
+        store.set_encoder(Arc::clone(&model));
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        // The next whole pass (the clock moved past the settled window)
+        // finds nothing; a write lands before it settles.
+        store.clock().advance_ms(FULL_PASS_EVERY_MS);
+        let (hook_tools, hook_caller) = (tools.clone(), caller.clone());
+        let written = Arc::new(std::sync::Mutex::new(None::<String>));
+        let slot = Arc::clone(&written);
+        *store.semantic.before_settle.lock().unwrap() = Some(Box::pin(async move {
+            let args = json!({"content": "Deploys need two approvals.", "kind": "fact", "scope": "personal"});
+            let out = hook_tools
+                .call(&hook_caller, ToolName::parse("remember").unwrap(), &args)
+                .await
+                .unwrap()
+                .to_json();
+            *slot.lock().unwrap() = out["memory_id"].as_str().map(str::to_string);
+        }));
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            0,
+            "the pass found nothing"
+        );
+        let new = written.lock().unwrap().clone().expect("the hook wrote");
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            1,
+            "the write during the settling is embedded at once"
+        );
+        assert!(store.is_embedded(&new));
+    }
+
+    /// A batch that fails to store its vectors neither moves the mark past
+    /// its memories nor keeps their claims: the next call embeds them (not
+    /// the next whole pass, ten minutes on, nor after the claims lapse).
+    #[tokio::test]
+    async fn a_failed_batch_is_taken_again_by_the_next_call() {
+        use serde_json::json;
+        use zm_contracts::ToolName;
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "failed-batch").await;
+        let tools = crate::ToolService::new(store.clone());
+        let remember = |text: &'static str| {
+            let (tools, caller) = (&tools, &caller);
+            async move {
+                let args = json!({"content": text, "kind": "fact", "scope": "personal"});
+                tools
+                    .call(caller, ToolName::parse("remember").unwrap(), &args)
+                    .await
+                    .unwrap()
+                    .to_json()["memory_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        remember("The build cache lives in the CI bucket.").await;
+        store.set_encoder(Arc::clone(&model));
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        assert_eq!(store.embed_pending(64).await.unwrap(), 0, "settled");
+        let new = remember("Deploys need two approvals.").await;
+        store
+            .semantic
+            .fail_next_store
+            .store(true, Ordering::Relaxed);
+        assert!(store.embed_pending(64).await.is_err(), "the batch failed");
+        assert!(!store.is_embedded(&new));
+        let claims: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM embedding_claims")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(claims, 0, "the failed batch's claims are released");
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            1,
+            "taken again at once"
+        );
+        assert!(store.is_embedded(&new));
     }
 
     /// What the model refused stays counted after the process that
