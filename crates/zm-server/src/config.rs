@@ -409,7 +409,7 @@ knobs! {
             shown: "`$XDG_DATA_HOME/zero-memory`, else `~/.local/share/zero-memory` (Linux and other Unix); `~/Library/Application Support/zero-memory` (macOS); `%APPDATA%\\zero-memory` (Windows)",
             parse: parse_path,
             help: "Directory of the embedded SQLite database and other local state.",
-            doc: "Created on first use. Not needed with `ZM_DATABASE_URL` (a service account without a home directory runs on PostgreSQL).",
+            doc: "Created on first use. Not needed with `ZM_DATABASE_URL` (a service account without a home directory runs on PostgreSQL), which picks the database instead: a `--data-dir` flag beside a `ZM_DATABASE_URL` from the environment or the file is refused rather than ignored.",
         },
         database_url: String {
             env: "ZM_DATABASE_URL",
@@ -1382,6 +1382,24 @@ impl Config {
                 "cannot determine the default data directory (no HOME/APPDATA); set ZM_DATA_DIR or --data-dir",
             ));
         }
+        // A database URL picks the database, and the data directory then
+        // picks nothing. A `--data-dir` typed on the command line losing to
+        // a URL from the environment or a file would open another database
+        // than the one asked for, silently: refused, naming both.
+        if self.source("data_dir") == Source::Flag
+            && matches!(self.source("database_url"), Source::Env | Source::File)
+        {
+            let k = knob("database_url");
+            errors.push(self.err(
+                "data_dir",
+                format!(
+                    "is ignored while {} is set (from {}), which picks the database; unset it, or pass the database as --database-url",
+                    k.env,
+                    self.source("database_url")
+                        .describe(k, self.config_file.as_deref())
+                ),
+            ));
+        }
         if self.trust_proxy
             && !self
                 .public_url
@@ -2071,6 +2089,36 @@ mod tests {
         );
         cfg.database_url = Some("postgres://db.internal/zero_memory".into());
         assert_eq!(cfg.validate(), Ok(()));
+    }
+
+    /// A `--data-dir` typed on the command line does not lose silently to
+    /// a database URL from the environment or a file: it is refused,
+    /// naming both. A URL as strong (a flag) or stronger, or a data
+    /// directory from a weaker source (an image's `ZM_DATA_DIR` beside an
+    /// operator's URL), is the ordinary override.
+    #[test]
+    fn a_data_directory_flag_never_loses_silently_to_a_url() {
+        let url = "postgres://db.internal/zero_memory";
+        let mut flagged = env(&[("ZM_DATABASE_URL", url)]);
+        flagged.flags.data_dir = Some("/srv/zm".into());
+        let errs = Config::load(&flagged).unwrap_err();
+        assert!(
+            errs.iter().any(|e| e.starts_with("ZM_DATA_DIR")
+                && e.contains("env ZM_DATABASE_URL")
+                && e.contains("flag --data-dir")),
+            "{errs:?}"
+        );
+        assert!(!errs.iter().any(|e| e.contains("db.internal")), "{errs:?}");
+        let mut both_flags = Inputs::default();
+        both_flags.flags.data_dir = Some("/srv/zm".into());
+        both_flags.flags.database_url = Some(url.into());
+        assert!(Config::load(&both_flags).is_ok());
+        let cfg = Config::load(&env(&[
+            ("ZM_DATA_DIR", "/srv/zm"),
+            ("ZM_DATABASE_URL", url),
+        ]))
+        .unwrap();
+        assert_eq!(cfg.database_url(), url);
     }
 
     #[test]
