@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 use sqlx::any::AnyRow;
-use zm_contracts::{AuthorKind, IdKind, ToolError};
+use zm_contracts::{IdKind, ToolError};
 
 use crate::rows::{FromAnyRow, col, json_col};
 use crate::store::{Caller, Store};
@@ -60,12 +60,40 @@ fn sanitize(key: Option<&str>, v: &Value, structural: bool) -> Value {
         Value::Array(a) => Value::Array(a.iter().map(|x| sanitize(key, x, structural)).collect()),
         Value::Object(o) => {
             let mut out = Map::new();
-            for (k, x) in o {
-                out.insert(k.clone(), sanitize(Some(k), x, structural));
+            for (i, (k, x)) in o.iter().enumerate() {
+                out.insert(audit_key(i, k), sanitize(Some(k), x, structural));
             }
             Value::Object(out)
         }
         other => other.clone(),
+    }
+}
+
+/// The longest object key the audit log keeps as it came.
+const MAX_AUDIT_KEY: usize = 64;
+
+/// An object key as the log keeps it: a key is a caller's text too (an
+/// unknown field, a key of `source`), so a long one, or one the content
+/// guard finds a secret in, is kept by its position and length only.
+fn audit_key(position: usize, key: &str) -> String {
+    let chars = key.chars().count();
+    if chars <= MAX_AUDIT_KEY && crate::guard::scan(key).is_none() {
+        key.to_string()
+    } else {
+        format!("<key {position}: {chars} chars>")
+    }
+}
+
+/// A refusal's message as the log keeps it: withheld when it quotes what
+/// the content guard calls a secret (an unknown field's name, say).
+fn audit_error(message: &str) -> String {
+    if crate::guard::scan(message).is_some() {
+        format!(
+            "(withheld: the message quotes a secret; {} chars)",
+            message.chars().count()
+        )
+    } else {
+        message.chars().take(MAX_AUDIT_STRING).collect()
     }
 }
 
@@ -76,7 +104,7 @@ pub fn audit_payload(input: &Value) -> Value {
     if text.len() > 8 * 1024 {
         let keys: Vec<String> = input
             .as_object()
-            .map(|o| o.keys().cloned().collect())
+            .map(|o| o.keys().enumerate().map(|(i, k)| audit_key(i, k)).collect())
             .unwrap_or_default();
         v = json!({"truncated": true, "command_keys": keys});
     }
@@ -90,6 +118,7 @@ struct AuditRow {
     outcome: String,
     error_code: Option<String>,
     error: Option<String>,
+    author_kind: String,
     agent_name: Option<String>,
     request_id: Option<String>,
     duration_ms: i64,
@@ -103,6 +132,7 @@ impl FromAnyRow for AuditRow {
             outcome: col(r, "outcome")?,
             error_code: col(r, "error_code")?,
             error: col(r, "error")?,
+            author_kind: col(r, "author_kind")?,
             agent_name: col(r, "agent_name")?,
             request_id: col(r, "request_id")?,
             duration_ms: col(r, "duration_ms")?,
@@ -153,7 +183,7 @@ impl Store {
             Err(e) => (
                 "error",
                 Some(e.code.as_str().to_string()),
-                Some(e.message.chars().take(MAX_AUDIT_STRING).collect::<String>()),
+                Some(audit_error(&e.message)),
             ),
         };
         sqlx::query(
@@ -163,7 +193,7 @@ impl Store {
         .bind(IdKind::AuditLog.generate())
         .bind(self.now())
         .bind(caller.user_id.clone())
-        .bind(AuthorKind::Agent.as_str())
+        .bind(caller.author_kind().as_str())
         .bind(caller.agent_name.clone())
         .bind(entry.command.to_string())
         .bind(entry.payload.to_string())
@@ -177,7 +207,7 @@ impl Store {
     /// Audit rows of one actor, newest first (operators and tests).
     pub async fn audit_rows(&self, actor_id: &str, limit: i64) -> Result<Vec<Value>, ToolError> {
         use crate::db::DbResult;
-        let rows = sqlx::query("SELECT id, command, payload, outcome, error_code, error, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
+        let rows = sqlx::query("SELECT id, command, payload, outcome, error_code, error, author_kind, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
             .bind(actor_id)
             .bind(limit)
             .fetch_all(&self.pool)
@@ -192,6 +222,7 @@ impl Store {
                     "outcome": r.outcome,
                     "error_code": r.error_code,
                     "error": r.error,
+                    "author_kind": r.author_kind,
                     "agent_name": r.agent_name,
                     "request_id": r.request_id,
                     "duration_ms": r.duration_ms,

@@ -30,6 +30,14 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(30);
 /// A week in milliseconds: recall activity is counted per week.
 pub const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
+/// The agents whose recalls the usage figures list one by one, those that
+/// recalled most; the others are summed as [`OTHER_AGENTS`].
+pub const ACTIVITY_AGENTS: usize = 20;
+
+/// The agent name the recalls of the agents past [`ACTIVITY_AGENTS`] are
+/// summed under.
+pub const OTHER_AGENTS: &str = "(other agents)";
+
 /// Counts not written yet, and when they were last written.
 #[derive(Debug)]
 struct Pending {
@@ -140,7 +148,8 @@ pub struct Usage {
     /// The oldest of them: (id, first characters).
     pub never_oldest: Vec<(String, String)>,
     /// The caller's own recalls per (week start, agent): (recalls,
-    /// memories returned), oldest week first.
+    /// memories returned), oldest week first; the [`ACTIVITY_AGENTS`] that
+    /// recalled most by name, the others summed as [`OTHER_AGENTS`].
     pub activity: Vec<(i64, String, u64, u64)>,
 }
 
@@ -289,23 +298,60 @@ impl Store {
                 .push((col(r, "id")?, content.chars().take(120).collect()));
         }
         let from = (self.now().div_euclid(WEEK_MS) - weeks + 1) * WEEK_MS;
-        for r in &sqlx::query(
-            "SELECT week, agent, recalls, hits FROM recall_activity \
-             WHERE user_id = $1 AND week >= $2 ORDER BY week, agent",
+        // The agents that recalled most, each on its own; the rest (a
+        // client that puts a session or a version in its name makes a new
+        // agent per call) summed per week as [`OTHER_AGENTS`].
+        let top: Vec<String> = sqlx::query_scalar(
+            "SELECT agent FROM recall_activity WHERE user_id = $1 AND week >= $2 \
+             GROUP BY agent ORDER BY SUM(recalls) DESC, agent LIMIT $3",
         )
         .bind(&caller.user_id)
         .bind(from)
+        .bind(i64::try_from(ACTIVITY_AGENTS).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
-        .db("recall activity")?
-        {
-            out.activity.push((
-                col(r, "week")?,
-                col(r, "agent")?,
-                u64::try_from(col::<i64>(r, "recalls")?).unwrap_or(0),
-                u64::try_from(col::<i64>(r, "hits")?).unwrap_or(0),
-            ));
+        .db("recall activity agents")?;
+        if top.is_empty() {
+            return Ok(out);
         }
+        for (listed, what) in [
+            (true, "recall activity"),
+            (false, "recall activity, others"),
+        ] {
+            let mut sql = Sql::new(if listed {
+                "SELECT week, agent, recalls, hits FROM recall_activity WHERE user_id = "
+            } else {
+                "SELECT week, CAST(SUM(recalls) AS BIGINT) AS recalls, CAST(SUM(hits) AS BIGINT) AS hits FROM recall_activity WHERE user_id = "
+            });
+            sql.bind_str(caller.user_id.as_str())
+                .push(" AND week >= ")
+                .bind_i64(from)
+                .push(if listed {
+                    " AND agent IN "
+                } else {
+                    " AND agent NOT IN "
+                });
+            sql.bind_list(top.iter().cloned());
+            sql.push(if listed {
+                " ORDER BY week, agent"
+            } else {
+                " GROUP BY week ORDER BY week"
+            });
+            for r in &sql.query().fetch_all(&self.pool).await.db(what)? {
+                out.activity.push((
+                    col(r, "week")?,
+                    if listed {
+                        col(r, "agent")?
+                    } else {
+                        OTHER_AGENTS.to_string()
+                    },
+                    u64::try_from(col::<i64>(r, "recalls")?).unwrap_or(0),
+                    u64::try_from(col::<i64>(r, "hits")?).unwrap_or(0),
+                ));
+            }
+        }
+        out.activity
+            .sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         Ok(out)
     }
 }

@@ -69,6 +69,24 @@ backend_tests! {
         );
     }
 
+    /// A secret given as an object's key (an unknown field, a key of
+    /// `source`) stays out of the log too: not as the payload's key, not
+    /// in the refusal's message that names the unknown field; a long key
+    /// is kept by its length; an ordinary key stays as it came.
+    async fn a_secret_given_as_a_key_stays_out_of_the_log(store: Store, l: &str) {
+        let (_, a) = user(&store, "audit-keys").await;
+        let secret = format!("ghp_{}", "a1B2c3D4e5".repeat(4));
+        let long_key = "k".repeat(200);
+        err(call(&store, &a, "remember", json!({"content": "Deploys run on Tuesdays.", "scope": "core", secret.clone(): true})).await, ErrorCode::ValidationFailed, l, "unknown field");
+        err(call(&store, &a, "remember", json!({"content": "Deploys run on Tuesdays.", "scope": "core", long_key.clone(): true, "kindd": "fact"})).await, ErrorCode::ValidationFailed, l, "long unknown field");
+        let rows = store.audit_rows(&a.user_id, 10).await.unwrap();
+        let text = serde_json::to_string(&rows).unwrap();
+        assert!(!text.contains(&secret), "[{l}] {text}");
+        let payloads: String = rows.iter().map(|r| r["payload"].to_string()).collect();
+        assert!(!payloads.contains(&long_key), "[{l}] {payloads}");
+        assert!(payloads.contains("kindd") && payloads.contains("200 chars"), "[{l}] {payloads}");
+    }
+
     /// A secret in a field the log keeps whole (an identifier's) is kept
     /// out of it all the same: a `link` to an entity named like a token,
     /// an `import_memory` whose `source_tool` is one, both refused, are

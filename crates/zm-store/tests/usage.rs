@@ -123,4 +123,31 @@ backend_tests! {
         let b_act = ok(store.usage_figures(&b, 12).await, l, "usage b").activity;
         assert_eq!(b_act.iter().map(|(_, _, r, _)| *r).sum::<u64>(), 1, "[{l}] {b_act:?}");
     }
+
+    /// A client that names itself anew on every call (a session id in its
+    /// name) does not grow the Insight page without end: the agents that
+    /// recalled most are listed, the rest summed as one row per week, and
+    /// no recall is lost from the totals.
+    async fn recall_activity_lists_the_busiest_agents_and_sums_the_rest(store: Store, l: &str) {
+        let (_, a) = user(&store, "many-a").await;
+        mem(&store, &a, l, json!({"content": "The ingest queue is Kafka.", "kind": "fact", "scope": "personal"})).await;
+        let agents = zm_store::usage::ACTIVITY_AGENTS + 5;
+        for i in 0..agents {
+            let mut agent = a.clone();
+            agent.agent_name = Some(format!("agent-{i:02}"));
+            // agent-00 recalls most, so it is listed whatever the order.
+            for _ in 0..if i == 0 { 3 } else { 1 } {
+                ok(call(&store, &agent, "recall", json!({"query": "ingest queue"})).await, l, "recall");
+            }
+        }
+        ok(store.flush_usage().await, l, "flush");
+        let act = ok(store.usage_figures(&a, 12).await, l, "usage").activity;
+        let named: std::collections::BTreeSet<&str> = act.iter().map(|(_, g, _, _)| g.as_str()).filter(|g| *g != zm_store::usage::OTHER_AGENTS).collect();
+        assert_eq!(named.len(), zm_store::usage::ACTIVITY_AGENTS, "[{l}] {act:?}");
+        assert!(named.contains("agent-00"), "[{l}] the busiest is listed: {act:?}");
+        let others: u64 = act.iter().filter(|(_, g, _, _)| g == zm_store::usage::OTHER_AGENTS).map(|(_, _, r, _)| *r).sum();
+        assert_eq!(others, 5, "[{l}] {act:?}");
+        let total: u64 = act.iter().map(|(_, _, r, _)| *r).sum();
+        assert_eq!(total, u64::try_from(agents).unwrap() + 2, "[{l}] every recall counted: {act:?}");
+    }
 }
