@@ -65,6 +65,12 @@ pub struct NewToken<'a> {
     pub scopes: &'a [&'a str],
     /// Lifetime; `None` never expires (see [`TokenKind::lifetime_ms`]).
     pub ttl_ms: Option<i64>,
+    /// The password a person just confirmed for it (the dashboard): the
+    /// token is made only while the account still has that password and
+    /// is enabled, so a `user passwd --revoke-tokens` or `user disable`
+    /// committed while the confirmation was being checked is not outrun.
+    /// `None` for the CLI, acting as the operator.
+    pub confirmed: Option<Credential>,
 }
 
 /// A user as listed.
@@ -616,11 +622,30 @@ impl Store {
         password: &str,
         revoke_personal_tokens: bool,
     ) -> Result<Revoked, ToolError> {
+        self.change_confirmed_password(user_id, None, password, revoke_personal_tokens)
+            .await
+            .map(|(revoked, _)| revoked)
+    }
+
+    /// [`Store::change_password`] for a person who confirmed their current
+    /// password (`confirmed`, the tag of what they verified): refused
+    /// `unauthorized` when the password changed or the account was
+    /// disabled since (an operator's `user passwd` is not overwritten by a
+    /// change checked against the old one). Also returns the new
+    /// password's tag, for the session that goes on under it.
+    pub async fn change_confirmed_password(
+        &self,
+        user_id: &str,
+        confirmed: Option<Credential>,
+        password: &str,
+        revoke_personal_tokens: bool,
+    ) -> Result<(Revoked, Credential), ToolError> {
         let hash = hash_password(password)?;
-        crate::service::rerun_on_contention("change password", || {
-            self.change_password_once(user_id, &hash, revoke_personal_tokens)
+        let revoked = crate::service::rerun_on_contention("change password", || {
+            self.change_password_once(user_id, &hash, revoke_personal_tokens, confirmed)
         })
-        .await
+        .await?;
+        Ok((revoked, Credential::of(&hash)))
     }
 
     /// One attempt at [`Store::change_password`], the password already
@@ -630,9 +655,13 @@ impl Store {
         user_id: &str,
         hash: &str,
         revoke_personal_tokens: bool,
+        confirmed: Option<Credential>,
     ) -> Result<Revoked, ToolError> {
         let now = self.now();
         let mut tx = self.write_tx().await?;
+        if let Some(credential) = confirmed {
+            self.hold_signing_in(&mut tx, user_id, credential).await?;
+        }
         let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
             .bind(hash)
             .bind(user_id)
@@ -813,6 +842,7 @@ impl Store {
             name,
             scopes,
             ttl_ms: TokenKind::Pat.lifetime_ms(),
+            confirmed: None,
         })
         .await
     }
@@ -826,6 +856,22 @@ impl Store {
         scopes: &[&str],
         ttl_ms: Option<i64>,
     ) -> Result<(TokenInfo, String), ToolError> {
+        self.create_confirmed_token(user_id, None, name, scopes, ttl_ms)
+            .await
+    }
+
+    /// [`Store::create_expiring_token`] for a person who confirmed their
+    /// password (`confirmed`, the tag of what they verified): refused
+    /// `unauthorized` when the account's password changed or it was
+    /// disabled since (see [`NewToken::confirmed`]).
+    pub async fn create_confirmed_token(
+        &self,
+        user_id: &str,
+        confirmed: Option<Credential>,
+        name: Option<&str>,
+        scopes: &[&str],
+        ttl_ms: Option<i64>,
+    ) -> Result<(TokenInfo, String), ToolError> {
         if ttl_ms.is_some_and(|t| t <= 0) {
             return Err(ToolError::validation("a token's lifetime must be positive"));
         }
@@ -835,6 +881,7 @@ impl Store {
             name,
             scopes,
             ttl_ms,
+            confirmed,
         })
         .await
     }
@@ -851,6 +898,7 @@ impl Store {
             name,
             scopes,
             ttl_ms,
+            confirmed,
         } = new;
         if scopes.is_empty()
             || scopes
@@ -873,7 +921,7 @@ impl Store {
         scopes.sort();
         scopes.dedup();
         crate::service::rerun_on_contention("create token", || {
-            self.create_token_once(user_id, kind, name, &scopes, ttl_ms)
+            self.create_token_once(user_id, kind, name, &scopes, ttl_ms, confirmed)
         })
         .await
     }
@@ -886,12 +934,16 @@ impl Store {
         name: Option<&str>,
         scopes: &[String],
         ttl_ms: Option<i64>,
+        confirmed: Option<Credential>,
     ) -> Result<(TokenInfo, String), ToolError> {
         let secret = format!("{}{}", kind.prefix(), random_secret(40));
         let id = IdKind::AccessToken.generate();
         let now = self.now();
-        let expires = ttl_ms.map(|t| now + t);
+        let expires = ttl_ms.map(|t| now.saturating_add(t));
         let mut tx = self.write_tx().await?;
+        if let Some(credential) = confirmed {
+            self.hold_signing_in(&mut tx, user_id, credential).await?;
+        }
         let done = sqlx::query(
             "INSERT INTO access_tokens (id, user_id, kind, name, token_hash, scopes, created_at, expires_at) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM users WHERE id = $2)",

@@ -6,8 +6,8 @@ use sqlx::any::AnyRow;
 use zm_contracts::scope::{self, ScopeSpec};
 use zm_contracts::teams::TeamAction;
 use zm_contracts::{
-    AuthorKind, CloseLoopInput, CloseLoopOutput, EntityId, EntityType, ForgetInput, ForgetOutput,
-    IdKind, Memory, MemoryId, MemoryKind, MemoryLinkType, RememberInput, RememberOutput,
+    CloseLoopInput, CloseLoopOutput, EntityId, EntityType, ForgetInput, ForgetOutput, IdKind,
+    Memory, MemoryId, MemoryKind, MemoryLinkType, RememberInput, RememberOutput,
     RestoreMemoryInput, RestoreMemoryOutput, SessionState, SimilarMemory, ToolError,
     TranslationStatus, Visibility, prefixes::Prefix,
 };
@@ -741,7 +741,7 @@ impl Store {
         .bind(content)
         .bind(hash)
         .bind(visibility.as_str())
-        .bind(AuthorKind::Agent.as_str())
+        .bind(caller.author_kind().as_str())
         .bind(caller.agent_name.clone())
         .bind(source.to_string())
         .bind(TranslationStatus::Skipped.as_str())

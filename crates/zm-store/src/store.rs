@@ -125,6 +125,16 @@ pub fn agent_name(raw: Option<&str>) -> Option<String> {
 }
 
 impl Caller {
+    /// Who writes what this caller writes: a person signed in to the
+    /// dashboard (an edit, a pin) is `human`; every other surface speaks
+    /// for an agent.
+    pub fn author_kind(&self) -> zm_contracts::AuthorKind {
+        match self.transport {
+            Transport::Dashboard => zm_contracts::AuthorKind::Human,
+            _ => zm_contracts::AuthorKind::Agent,
+        }
+    }
+
     /// A local account with full access (stdio, the CLI, tests), account
     /// deletion included.
     pub fn new(user_id: impl Into<String>) -> Self {

@@ -53,6 +53,35 @@ backend_tests! {
         assert!(ok(store.verify_password(&u.email, &longest).await, label, "the old one").is_some(), "[{label}] kept");
     }
 
+    /// What a person confirmed with their password (the dashboard's new
+    /// token, its password change) is done only while the account still
+    /// has that password and is enabled: an operator's `user passwd
+    /// --revoke-tokens` or `user disable` committed after the check is not
+    /// outrun by a token it would have revoked, nor overwritten by the old
+    /// password's holder.
+    async fn a_confirmed_password_binds_what_it_confirms(store: Store, label: &str) {
+        let (u, _) = user(&store, "confirmed").await;
+        let verified = ok(store.verify_password(&u.email, PASSWORD).await, label, "verify").expect("verifies");
+        let token = |store: &Store| {
+            let (store, id, cred) = (store.clone(), u.id.clone(), verified.credential);
+            async move { store.create_confirmed_token(&id, Some(cred), Some("laptop"), &[zm_store::SCOPE_READ], None).await }
+        };
+        ok(token(&store).await, label, "a token while nothing changed");
+        let (_, new_cred) = ok(store.change_confirmed_password(&u.id, Some(verified.credential), "a brand new passphrase", false).await, label, "a change while nothing changed");
+        // The operator's change, after the person's check.
+        ok(store.change_password(&u.id, "the operator's passphrase", true).await, label, "operator");
+        let refused = token(&store).await.expect_err("a token under a password no longer the account's");
+        assert_eq!(refused.code, ErrorCode::Unauthorized, "[{label}] {refused:?}");
+        let refused = store.change_confirmed_password(&u.id, Some(new_cred), "the attacker's passphrase", false).await.expect_err("a change under an old password");
+        assert_eq!(refused.code, ErrorCode::Unauthorized, "[{label}] {refused:?}");
+        assert!(ok(store.verify_password(&u.email, "the operator's passphrase").await, label, "verify").is_some(), "[{label}] the operator's password stands");
+        // Disabled after the check: nothing either.
+        let now = ok(store.verify_password(&u.email, "the operator's passphrase").await, label, "verify").expect("verifies");
+        ok(store.disable_user(&u.id).await, label, "disable");
+        let refused = store.create_confirmed_token(&u.id, Some(now.credential), None, &[zm_store::SCOPE_READ], None).await.expect_err("a token of a disabled account");
+        assert_eq!(refused.code, ErrorCode::Unauthorized, "[{label}] {refused:?}");
+    }
+
     async fn tokens_and_passwords(store: Store, label: &str) {
         let (u, _) = user(&store, "tok").await;
         let (other, _) = user(&store, "tok-other").await;

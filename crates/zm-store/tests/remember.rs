@@ -134,6 +134,24 @@ backend_tests! {
         assert_eq!(outgoing, [("relates_to".to_string(), other.to_string()), ("supersedes".to_string(), old.to_string())], "[{label}] links kept");
     }
 
+    /// A version a person saves in the dashboard is theirs: `human`, in
+    /// the memory and in its audit row; an agent's write stays `agent`.
+    async fn a_dashboard_edit_is_written_by_a_human(store: Store, label: &str) {
+        let (_, caller) = user(&store, "edit-human").await;
+        let old = ok(remember(&store, &caller, json!({"content": "Standups are at 09:30.", "kind": "convention", "scope": "core"})).await, label, "old").memory_id;
+        let mut person = caller.clone();
+        person.transport = zm_store::Transport::Dashboard;
+        let edited = ok(common::tools(&store).edit(&person, &json!({"content": "Standups are at 09:45.", "kind": "convention", "scope": "core", "links": [{"dst": old, "type": "supersedes"}]}), &old).await, label, "edit");
+        let got = ok(store.get_memory(&caller, &edited.memory_id).await, label, "get edit");
+        assert_eq!(got.author_kind, zm_contracts::AuthorKind::Human, "[{label}] {got:?}");
+        let was = ok(store.get_memory(&caller, &old).await, label, "get old");
+        assert_eq!(was.author_kind, zm_contracts::AuthorKind::Agent, "[{label}] {was:?}");
+        let audit = ok(store.audit_rows(&caller.user_id, 10).await, label, "audit");
+        let mut kinds: Vec<(&str, &str)> = audit.iter().filter(|r| r["command"] == "remember").filter_map(|r| Some((r["command"].as_str()?, r["author_kind"].as_str()?))).collect();
+        kinds.sort_unstable();
+        assert_eq!(kinds, [("remember", "agent"), ("remember", "human")], "[{label}] {audit:?}");
+    }
+
     async fn near_duplicates_are_reported_and_supersedes_retires(store: Store, label: &str) {
         let (_, caller) = user(&store, "neardup").await;
         assert!(LONG_ORIGINAL.chars().count() > 200);

@@ -268,9 +268,9 @@ pub(crate) async fn create_token(
     // The account's password too: a token outlives the session, so a
     // borrowed session does not turn into lasting access (checked like a
     // password change, with the sign-in back-off).
-    let failure = match failure {
-        Some(f) => Some(f),
-        None => super::account::current_password(
+    let (failure, confirmed) = match failure {
+        Some(f) => (Some(f), None),
+        None => match super::account::current_password(
             &state,
             &signed,
             &headers,
@@ -278,7 +278,10 @@ pub(crate) async fn create_token(
             "password",
         )
         .await
-        .err(),
+        {
+            Ok(user) => (None, Some(user.credential)),
+            Err(f) => (Some(f), None),
+        },
     };
     if let Some(f) = failure {
         if f.retry_after.is_some() {
@@ -295,12 +298,16 @@ pub(crate) async fn create_token(
         &[SCOPE_READ, SCOPE_WRITE]
     };
     let ttl = ttl.ok().flatten();
+    // Made only while the account still has the password just confirmed.
     let (_, secret) = match state
         .store
-        .create_expiring_token(&signed.session.user_id, Some(&name), scopes, ttl)
+        .create_confirmed_token(&signed.session.user_id, confirmed, Some(&name), scopes, ttl)
         .await
     {
         Ok(t) => t,
+        Err(e) if e.code == zm_contracts::ErrorCode::Unauthorized => {
+            return signed.see_other("/login");
+        }
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     match page_body(

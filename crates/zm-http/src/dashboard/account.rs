@@ -153,11 +153,12 @@ pub(crate) async fn password(
         form.get("new").unwrap_or(""),
         form.get("again").unwrap_or(""),
     );
-    let failure = match current_password(&state, &signed, &headers, current, "current").await {
-        Err(f) if f.retry_after.is_some() => return signed.error(&f.back_to("/account")),
-        Err(f) => Some(f),
-        Ok(()) => None,
-    };
+    let (failure, verified) =
+        match current_password(&state, &signed, &headers, current, "current").await {
+            Err(f) if f.retry_after.is_some() => return signed.error(&f.back_to("/account")),
+            Err(f) => (Some(f), None),
+            Ok(user) => (None, Some(user)),
+        };
     let failure = if failure.is_some() {
         failure
     } else if new != again {
@@ -168,34 +169,44 @@ pub(crate) async fn password(
     if let Some(f) = failure {
         return page(&state, &signed, None, Some(&f)).await;
     }
-    if let Err(e) = state
+    let Some(mut user) = verified else {
+        return signed.see_other("/login");
+    };
+    let credential = match state
         .store
-        .change_password(
+        .change_confirmed_password(
             &signed.session.user_id,
+            Some(user.credential),
             new,
             form.get("revoke_tokens") == Some("yes"),
         )
         .await
     {
-        // The store owns the password rules; its refusal marks the field.
-        let f = if e.code == zm_contracts::ErrorCode::ValidationFailed {
-            invalid("new", &e.message, rid)
-        } else {
-            Failure::from_tool(e, rid)
-        };
-        return page(&state, &signed, None, Some(&f)).await;
-    }
-    // The store ended every session; this one goes on under a fresh secret,
-    // proved by the password just set.
-    let user_id = &signed.session.user_id;
-    let user = match state.store.user_by_id(user_id).await {
-        Ok(Some(u)) => u,
-        Ok(None) => return signed.see_other("/login"),
-        Err(e) => return errors::page(&signed.prefix, None, &Failure::from_tool(e, rid)),
+        Ok((_, credential)) => credential,
+        // The password changed (an operator's `user passwd`) or the account
+        // was disabled while the current one was checked: this session
+        // ended with the others.
+        Err(e) if e.code == zm_contracts::ErrorCode::Unauthorized => {
+            return signed.see_other("/login");
+        }
+        Err(e) => {
+            // The store owns the password rules; its refusal marks the field.
+            let f = if e.code == zm_contracts::ErrorCode::ValidationFailed {
+                invalid("new", &e.message, rid)
+            } else {
+                Failure::from_tool(e, rid)
+            };
+            return page(&state, &signed, None, Some(&f)).await;
+        }
     };
+    // The store ended every session; this one goes on under a fresh secret,
+    // proved by the password just set (its tag, not the account's as read
+    // again: that could already be another's change).
+    user.credential = credential;
+    let user_id = &signed.session.user_id;
     match state
         .store
-        .web_session_create(user_id, user.credential, None)
+        .web_session_create(user_id, credential, None)
         .await
     {
         Ok((secret, _)) => {
@@ -307,7 +318,7 @@ pub(crate) async fn current_password(
     headers: &HeaderMap,
     password: &str,
     field: &str,
-) -> Result<(), Failure> {
+) -> Result<zm_store::User, Failure> {
     let rid = signed.request_id.as_deref();
     let email = &signed.session.email;
     // Counted now, before the password check (a success clears it).
@@ -336,14 +347,14 @@ pub(crate) async fn current_password(
         .verify_password(email, password)
         .await
         .map_err(|e| Failure::from_tool(e, rid))?;
-    if verified.is_none() {
+    let Some(user) = verified else {
         return Err(invalid(field, "not your current password", rid));
-    }
+    };
     state
         .login_backoff
         .succeeded(email, device.as_deref())
         .await;
-    Ok(())
+    Ok(user)
 }
 
 /// `POST /account/delete`: after typing the account's email and password.
@@ -382,7 +393,7 @@ pub(crate) async fn delete(
     {
         Err(f) if f.retry_after.is_some() => return signed.error(&f.back_to("/account")),
         Err(f) => return page(&state, &signed, None, Some(&f)).await,
-        Ok(()) => {}
+        Ok(_) => {}
     }
     match state
         .tools
