@@ -245,7 +245,8 @@ pub enum Command {
     /// clients, teams, every memory with its history, links, entities,
     /// conflicts and rules, the audit log, the stored vectors and the
     /// server's keys. Stop every zero-memory process on this database
-    /// first: what they write during the copy is not carried.
+    /// first: a copy during which one writes to it is refused, and keeps
+    /// nothing.
     Copy(CopyArgs),
     /// Write a user's memories as JSONL (one memory per line).
     Export(ExportArgs),

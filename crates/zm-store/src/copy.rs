@@ -112,6 +112,13 @@ pub enum CopyError {
         column: String,
         kind: String,
     },
+    /// The source was written to while it was copied: what was written
+    /// meanwhile is not in the snapshot the copy read, so nothing was
+    /// kept (the destination is as empty as before).
+    #[error(
+        "the source changed during the copy (a server or an agent's `stdio` wrote to it): nothing was copied; stop every process using the source and copy again"
+    )]
+    SourceChanged,
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
     /// A table's rows failed to read or write: which table says where to
@@ -259,6 +266,17 @@ impl Store {
         dest: &sqlx::AnyPool,
         backend: Backend,
     ) -> Result<CopyReport, CopyError> {
+        self.copy_to_pool_with(dest, backend, None).await
+    }
+
+    /// [`Self::copy_to_pool`], running `during` (tests: a write to the
+    /// source) once the source's snapshot is taken.
+    async fn copy_to_pool_with(
+        &self,
+        dest: &sqlx::AnyPool,
+        backend: Backend,
+        during: Option<futures_util::future::BoxFuture<'static, ()>>,
+    ) -> Result<CopyReport, CopyError> {
         // A destination holding data is refused before anything is written
         // to it, its schema included (a working database of an older
         // release named by mistake stays as its release left it). The
@@ -319,6 +337,13 @@ impl Store {
                 .execute(&mut *dst)
                 .await?;
         }
+        // What the snapshot holds of the writes that matter, taken in it
+        // (on SQLite its first read starts the snapshot), to compare with
+        // the source as it stands once every row is read.
+        let before = writes_seen(&mut src).await?;
+        if let Some(during) = during {
+            during.await;
+        }
         let mut report = CopyReport::default();
         for table in COPIED_TABLES {
             let n = copy_table(&mut src, self.backend, &mut dst, backend, table)
@@ -348,6 +373,18 @@ impl Store {
                 .execute(&mut *dst)
                 .await?;
         }
+        // A write committed to the source since the snapshot (a server or
+        // an agent's `stdio` still running on it) would be acknowledged
+        // there and missing here: the copy is not kept. (One landing
+        // between this look and the commit is not caught: stopping every
+        // process first, as the command says, is what guarantees it.)
+        let now = {
+            let mut conn = self.pool.acquire().await?;
+            writes_seen(&mut conn).await?
+        };
+        if now != before {
+            return Err(CopyError::SourceChanged);
+        }
         dst.commit().await?;
         // The copy is whole once committed: a source that then fails to end
         // its read (a connection cut) is no failed copy. Reported as one, a
@@ -369,6 +406,35 @@ impl Store {
         }
         Ok(report)
     }
+}
+
+/// A fingerprint of the writes a copy must not miss: memories written,
+/// retired or restored, accounts, live tokens, team changes and every
+/// audited command. (Vectors, rate windows, sessions and usage counts a
+/// running server also writes are not in it: a copy without them loses
+/// nothing the destination does not rebuild.)
+async fn writes_seen(conn: &mut AnyConnection) -> Result<Vec<i64>, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT (SELECT COUNT(*) FROM audit_log) AS audited, \
+                (SELECT COALESCE(MAX(seq), 0) FROM memories) AS newest, \
+                (SELECT COUNT(*) FROM memories WHERE invalidated_at IS NOT NULL) AS retired, \
+                (SELECT COUNT(*) FROM users) AS users, \
+                (SELECT COUNT(*) FROM access_tokens WHERE revoked_at IS NULL) AS tokens, \
+                (SELECT COUNT(*) FROM team_events) AS team_events",
+    )
+    .fetch_one(conn)
+    .await?;
+    [
+        "audited",
+        "newest",
+        "retired",
+        "users",
+        "tokens",
+        "team_events",
+    ]
+    .iter()
+    .map(|c| row.try_get::<i64, _>(*c))
+    .collect()
 }
 
 /// `NotEmpty` when the destination holds data: a table that is not ours
@@ -885,6 +951,35 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(users, 0, "rolled back");
+    }
+
+    /// A write committed to the source while it is copied (a server
+    /// still running on it) fails the copy, and leaves the destination
+    /// empty: a second copy, with nothing writing, succeeds.
+    #[tokio::test]
+    async fn a_write_to_the_source_during_the_copy_fails_it() {
+        let (_dir, source, _) = populated().await;
+        let scratch = tempfile::tempdir().unwrap();
+        let url = crate::sqlite_url(&scratch.path().join("copy.db"));
+        let writer = source.clone();
+        let hook: futures_util::future::BoxFuture<'static, ()> = Box::pin(async move {
+            let caller = crate::testing::test_caller(&writer, "copy-late").await;
+            call(&writer, &caller, "remember", json!({"content": "Written while the copy ran.", "kind": "fact", "scope": "personal"})).await;
+        });
+        let (dest, backend) = db::connect(&OpenOptions::new(url.clone())).await.unwrap();
+        let failed = source.copy_to_pool_with(&dest, backend, Some(hook)).await;
+        assert!(
+            matches!(failed, Err(CopyError::SourceChanged)),
+            "{failed:?}"
+        );
+        let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&dest)
+            .await
+            .unwrap();
+        assert_eq!(users, 0, "nothing kept");
+        dest.close().await;
+        let report = source.copy_into(&OpenOptions::new(url)).await.unwrap();
+        assert!(report.rows("memories") >= 7, "{report:?}");
     }
 
     #[tokio::test]

@@ -524,9 +524,14 @@ impl Store {
         User::from_rows(&rows)
     }
 
+    /// The account signing in as `email`. A team's steward is no account
+    /// (nobody signs in as it, and `user passwd` / `user enable` must not
+    /// make one that reads a deleted team's memories): not found.
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, ToolError> {
         let email = email.trim().to_lowercase();
-        let row = sqlx::query(select_users!("WHERE email = $1"))
+        let row = sqlx::query(select_users!(
+            "WHERE email = $1 AND id NOT IN (SELECT steward_id FROM teams WHERE steward_id IS NOT NULL)"
+        ))
             .bind(email)
             .fetch_optional(&self.pool)
             .await
@@ -1008,17 +1013,19 @@ impl Store {
         .db("authenticate")?;
         let Some(row) = row else { return Ok(None) };
         let auth = Authenticated::from_row(&row)?;
-        // last-used is best effort; it never fails the request. It is
-        // written at most once a minute per token, so a busy client does
-        // not turn every read into a write.
-        let _ = sqlx::query(
-            "UPDATE access_tokens SET last_used_at = $1 \
-             WHERE id = $2 AND (last_used_at IS NULL OR last_used_at <= $3)",
+        // last-used is best effort; it never fails (nor, on SQLite, waits
+        // for) the request. It is written at most once a minute per token,
+        // so a busy client does not turn every read into a write.
+        self.note(
+            "token last use",
+            sqlx::query(
+                "UPDATE access_tokens SET last_used_at = $1 \
+                 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at <= $3)",
+            )
+            .bind(now)
+            .bind(auth.token_id.clone())
+            .bind(now - LAST_USED_INTERVAL_MS),
         )
-        .bind(now)
-        .bind(&auth.token_id)
-        .bind(now - LAST_USED_INTERVAL_MS)
-        .execute(&self.pool)
         .await;
         Ok(Some(auth))
     }
@@ -1138,8 +1145,55 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(steward_rows, 1, "the steward's row stays");
+        // Nobody signs in as it: not found by its address (so `user passwd`
+        // and `user enable` cannot make it an account).
+        let steward_email: String = sqlx::query_scalar("SELECT email FROM users")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(store.user_by_email(&steward_email).await.unwrap(), None);
         let next = store.create_user(&email("next"), PASSWORD).await.unwrap();
         assert!(next.is_owner, "the next person is the owner");
+    }
+
+    /// A token's last use is bookkeeping: on SQLite, while another write
+    /// holds the writer's turn (a long batch), authenticating neither waits
+    /// for it nor fails; the last use is written by a later request.
+    #[tokio::test]
+    async fn a_tokens_last_use_waits_for_no_writer() {
+        let (_dir, store) = store().await;
+        let user = store
+            .create_user("lastuse@example.com", "a long passphrase")
+            .await
+            .unwrap();
+        let (_, secret) = store
+            .create_token(&user.id, None, &[SCOPE_READ])
+            .await
+            .unwrap();
+        let held = store.write_tx().await.unwrap();
+        let auth = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            store.authenticate(&secret),
+        )
+        .await
+        .expect("authentication waited for the writer")
+        .unwrap();
+        assert!(auth.is_some());
+        drop(held);
+        let last = |store: &Store| {
+            let (store, id) = (store.clone(), user.id.clone());
+            async move { store.list_tokens(&id).await.unwrap()[0].last_used_at }
+        };
+        assert_eq!(last(&store).await, None, "skipped while the turn was held");
+        store
+            .authenticate(&secret)
+            .await
+            .unwrap()
+            .expect("authenticates");
+        assert!(
+            last(&store).await.is_some(),
+            "written once the turn is free"
+        );
     }
 
     /// Password checks take turns (one per core): with every turn held, a

@@ -343,6 +343,33 @@ impl Store {
         Ok(WriteTx { tx, _turn: turn })
     }
 
+    /// Run a best-effort bookkeeping write (a token's last use, a
+    /// session's last sighting): never waited for on SQLite while another
+    /// write holds the writer's turn, so that requests do not each hold a
+    /// pooled connection on the busy timeout behind a long write (a
+    /// batch), leaving none to reads. Skipped then; a failure is logged.
+    /// Whether it ran.
+    pub(crate) async fn note<'q>(
+        &self,
+        what: &'static str,
+        query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    ) -> bool {
+        let _turn = match self.backend {
+            Backend::Sqlite => match Arc::clone(&self.writer_turn).try_acquire_owned() {
+                Ok(turn) => Some(turn),
+                Err(_) => return false,
+            },
+            Backend::Postgres => None,
+        };
+        match query.execute(&self.pool).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(target: "zm_store", error = %e, what, "a bookkeeping write failed");
+                false
+            }
+        }
+    }
+
     /// Refresh PostgreSQL's planner statistics (`ANALYZE`) after a bulk
     /// load; autovacuum does this on its own on a normally configured
     /// server. A no-op on SQLite, whose queries pin their join order.

@@ -311,12 +311,15 @@ impl Store {
         };
         let seen: i64 = col(&r, "last_seen_at")?;
         if now - seen >= SEEN_EVERY_MS {
-            sqlx::query("UPDATE web_sessions SET last_seen_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(&session.id)
-                .execute(&self.pool)
-                .await
-                .db("session seen")?;
+            // Best effort: a sighting missed now is written by the next
+            // request (the idle limit is hours, the interval a minute).
+            self.note(
+                "session seen",
+                sqlx::query("UPDATE web_sessions SET last_seen_at = $1 WHERE id = $2")
+                    .bind(now)
+                    .bind(session.id.clone()),
+            )
+            .await;
         }
         Ok(Some(session))
     }
