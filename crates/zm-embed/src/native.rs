@@ -740,7 +740,7 @@ impl TextModel {
         let max_length = max_tokens.min(bert.max_tokens());
         if max_length < MIN_TOKENS {
             return Err(load_err(format!(
-                "at most {max_length} tokens per text (max_seq_length {max_tokens}, {} positions): a model needs at least {MIN_TOKENS}",
+                "texts would be cut to {max_length} tokens (max_seq_length, or its default: {max_tokens}; the position table: {}): a model needs at least {MIN_TOKENS}",
                 bert.max_tokens()
             )));
         }

@@ -118,7 +118,7 @@ struct AuditRow {
     outcome: String,
     error_code: Option<String>,
     error: Option<String>,
-    author_kind: String,
+    author_kind: Option<String>,
     agent_name: Option<String>,
     request_id: Option<String>,
     duration_ms: i64,

@@ -326,6 +326,7 @@ impl Store {
             }
             holds_rows(&mut dst, table).await?;
         }
+        let mut totals_after = false;
         if backend == Backend::Postgres {
             // The storage totals' row trigger would update one user's row
             // once per memory, in this one transaction, where each update
@@ -333,9 +334,24 @@ impl Store {
             // user's memories (27 s for 40,000, hours for a million). Off
             // for the copy (only this transaction sees that: DDL is
             // transactional), the totals counted once after it.
-            sqlx::query("ALTER TABLE memories DISABLE TRIGGER memories_usage")
+            // Only the table's owner may: a role with rights on tables
+            // another role made (a DBA's `migrate`) keeps the trigger on,
+            // slower but exact.
+            sqlx::query("SAVEPOINT zm_usage_trigger")
                 .execute(&mut *dst)
                 .await?;
+            match sqlx::query("ALTER TABLE memories DISABLE TRIGGER memories_usage")
+                .execute(&mut *dst)
+                .await
+            {
+                Ok(_) => totals_after = true,
+                Err(e) => {
+                    tracing::warn!(target: "zm_store", error = %e, "copy: the storage totals' trigger stays on (this role does not own the table); the copy is slower");
+                    sqlx::query("ROLLBACK TO SAVEPOINT zm_usage_trigger")
+                        .execute(&mut *dst)
+                        .await?;
+                }
+            }
         }
         // What the snapshot holds of the writes that matter, taken in it
         // (on SQLite its first read starts the snapshot), to compare with
@@ -361,6 +377,8 @@ impl Store {
             )
             .execute(&mut *dst)
             .await?;
+        }
+        if totals_after {
             // What the trigger would have summed (migration 5's count).
             sqlx::query(
                 "INSERT INTO storage_usage (user_id, memories, bytes) \
@@ -760,46 +778,10 @@ mod tests {
             .await;
         assert!(matches!(itself, Err(CopyError::NotEmpty(_))), "{itself:?}");
 
-        let Some(url) = crate::test_database_url() else {
+        let Some((admin, name, pg_url)) = scratch_postgres("copy").await else {
             eprintln!("ZM_TEST_DATABASE_URL is not set: the PostgreSQL copies were skipped");
             return;
         };
-        // A database of its own: a copy needs an empty one. Named after
-        // the test database, so that CI's clean-up of that database and
-        // those derived from it drops this one too if the test fails.
-        let (base, params) = url
-            .trim()
-            .split_once('?')
-            .map_or((url.trim(), ""), |(b, p)| (b, p));
-        let test_db = &base[base.rfind('/').unwrap() + 1..];
-        let stem = if !test_db.is_empty()
-            && test_db.len() <= 40
-            && test_db
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            test_db
-        } else {
-            "zm"
-        };
-        let name = format!(
-            "{stem}_copy_{}",
-            crate::identity::random_secret(8).to_lowercase()
-        );
-        let admin = sqlx::AnyPool::connect(url.trim()).await.unwrap();
-        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let pg_url = format!(
-            "{}/{name}{}",
-            &base[..base.rfind('/').unwrap()],
-            if params.is_empty() {
-                String::new()
-            } else {
-                format!("?{params}")
-            }
-        );
         let pg = OpenOptions::new(pg_url);
         // Every write to the storage totals counted: the copy writes each
         // user's row once, not once per memory (quadratic in one
@@ -980,6 +962,105 @@ mod tests {
         dest.close().await;
         let report = source.copy_into(&OpenOptions::new(url)).await.unwrap();
         assert!(report.rows("memories") >= 7, "{report:?}");
+    }
+
+    /// A new PostgreSQL database of its own (a copy needs an empty one),
+    /// beside `ZM_TEST_DATABASE_URL`'s: the server's pool, its name, its
+    /// URL. Named after the test database, so that CI's clean-up of that
+    /// database and those derived from it drops this one too if the test
+    /// fails. `None` without PostgreSQL.
+    async fn scratch_postgres(tag: &str) -> Option<(sqlx::AnyPool, String, String)> {
+        let url = crate::test_database_url()?;
+        let (base, params) = url
+            .trim()
+            .split_once('?')
+            .map_or((url.trim(), ""), |(b, p)| (b, p));
+        let test_db = &base[base.rfind('/').unwrap() + 1..];
+        let stem = if !test_db.is_empty()
+            && test_db.len() <= 40
+            && test_db
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            test_db
+        } else {
+            "zm"
+        };
+        let name = format!(
+            "{stem}_{tag}_{}",
+            crate::identity::random_secret(8).to_lowercase()
+        );
+        let admin = sqlx::AnyPool::connect(url.trim()).await.unwrap();
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let pg_url = format!(
+            "{}/{name}{}",
+            &base[..base.rfind('/').unwrap()],
+            if params.is_empty() {
+                String::new()
+            } else {
+                format!("?{params}")
+            }
+        );
+        Some((admin, name, pg_url))
+    }
+
+    /// A role that may write the tables but does not own them (a DBA ran
+    /// the migrations) cannot turn the totals' trigger off: the copy keeps
+    /// it on, slower, and the totals are exact all the same.
+    #[tokio::test]
+    async fn a_role_not_owning_the_tables_copies_with_the_trigger_on() {
+        let (_dir, source, token) = populated().await;
+        let Some((admin, name, owner_url)) = scratch_postgres("copyrole").await else {
+            eprintln!("ZM_TEST_DATABASE_URL is not set: skipped");
+            return;
+        };
+        // The schema, made by the owner's role.
+        let owner = Store::open_with(OpenOptions::new(owner_url.clone()))
+            .await
+            .unwrap();
+        let role = format!(
+            "zm_writer_{}",
+            crate::identity::random_secret(8).to_lowercase()
+        );
+        for ddl in [
+            format!("CREATE ROLE {role} LOGIN"),
+            format!("GRANT USAGE, CREATE ON SCHEMA public TO {role}"),
+            format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"),
+            format!("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}"),
+        ] {
+            sqlx::query(AssertSqlSafe(ddl))
+                .execute(&owner.pool)
+                .await
+                .unwrap();
+        }
+        owner.close().await;
+        // The same database, as that role (trust authentication here).
+        let rest = owner_url
+            .split_once("://")
+            .map(|(_, r)| r.split_once('@').map_or(r, |(_, h)| h))
+            .unwrap();
+        let as_writer = OpenOptions::new(format!("postgres://{role}@{rest}"));
+        let report = source.copy_into(&as_writer).await.expect("the copy");
+        assert!(report.rows("memories") >= 6, "{report:?}");
+        let copy = Store::open_with(as_writer).await.unwrap();
+        assert_eq!(
+            dump(&copy.pool, Backend::Postgres, "storage_usage").await,
+            dump(&source.pool, Backend::Sqlite, "storage_usage").await,
+            "the totals as the trigger kept them"
+        );
+        assert!(copy.authenticate(&token).await.unwrap().is_some());
+        copy.close().await;
+        sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        sqlx::query(AssertSqlSafe(format!("DROP ROLE {role}")))
+            .execute(&admin)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -63,18 +63,28 @@ impl Detector {
 }
 
 /// `sk-` not followed by `ant-` (Anthropic keys have their own detector),
-/// with a capital letter in it: keys mix cases, while a lowercase
-/// kebab-case name that starts with `sk-` (a `SK-1234` ticket's branch,
-/// `sk-prod-payments-worker`) is no key.
+/// and not a kebab-case name that starts with `sk-` (a `SK-1234` ticket's
+/// branch, `sk-prod-payments-worker-7f9c`): lowercase words, none longer
+/// than [`NAME_WORD_MAX`]. A key's body is one long run (OpenAI's mix
+/// cases; OpenRouter's `sk-or-v1-…` and others are 32 or 64 lowercase hex
+/// digits), so every key is still one.
 fn openai_like(text: &str, start: usize, end: usize) -> bool {
-    !text[start..].starts_with("sk-ant-")
-        && text[start..end].bytes().any(|b| b.is_ascii_uppercase())
+    let m = &text[start..end];
+    let a_name = !m.bytes().any(|b| b.is_ascii_uppercase())
+        && m.split(['-', '_']).all(|w| w.len() <= NAME_WORD_MAX);
+    !text[start..].starts_with("sk-ant-") && !a_name
 }
 
+/// The longest word of a kebab-case name [`openai_like`] lets pass.
+const NAME_WORD_MAX: usize = 12;
+
 /// The password of a `scheme://user:password@` match is a value, not a
-/// placeholder standing for one: `$DB_PASSWORD`, `${PASS}`, `%PGPASSWORD%`,
-/// `<password>`, `{{password}}`, `[password]`, `****`, `xxxx`, or the word
-/// `password` itself. (The refusal asks for exactly such a rephrasing.)
+/// placeholder standing for one: a variable (`$DB_PASSWORD`, `${PASS}`,
+/// `%PGPASSWORD%`), a name in brackets (`<password>`, `{{db password}}`,
+/// `[password]`), `****`, `xxxx`, or the word `password` itself. (The
+/// refusal asks for exactly such a rephrasing.) Only those shapes: a
+/// password that merely starts with `$` (`$ecretPw`) or a variable with a
+/// default (`${PASS:-hunter2}`) is still a secret.
 fn not_a_placeholder(text: &str, start: usize, end: usize) -> bool {
     let m = &text[start..end];
     let after_scheme = m.find("://").map_or(0, |i| i + 3);
@@ -82,16 +92,32 @@ fn not_a_placeholder(text: &str, start: usize, end: usize) -> bool {
         return true;
     };
     let password = &m[after_scheme + colon + 1..m.len() - 1];
-    let wrapped = |open: &str, close: &str| {
-        password.len() > open.len() + close.len()
-            && password.starts_with(open)
-            && password.ends_with(close)
+    // A variable's name: a letter or `_`, then letters, digits and `_`.
+    let identifier = |s: &str| {
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
-    let placeholder = password.starts_with('$')
-        || (password.len() > 2 && password.starts_with('%') && password.ends_with('%'))
-        || wrapped("<", ">")
-        || wrapped("{", "}")
-        || wrapped("[", "]")
+    // A bare `$NAME` only in capitals (`$ecretpw` may be a password).
+    let shouted = |s: &str| identifier(s) && !s.chars().any(|c| c.is_ascii_lowercase());
+    // What a template puts in brackets: words, nothing else.
+    let words = |s: &str| {
+        !s.trim().is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ' ' | '.'))
+    };
+    let inside = |open: &str, close: &str| {
+        password
+            .strip_prefix(open)
+            .and_then(|p| p.strip_suffix(close))
+    };
+    let placeholder = inside("${", "}").is_some_and(identifier)
+        || password.strip_prefix('$').is_some_and(shouted)
+        || inside("%", "%").is_some_and(identifier)
+        || inside("{{", "}}").is_some_and(words)
+        || inside("<", ">").is_some_and(words)
+        || inside("[", "]").is_some_and(words)
         || password.chars().all(|c| matches!(c, '*' | 'x' | 'X' | '.'))
         || ["password", "pass", "passwd", "pwd", "secret"]
             .iter()
@@ -399,6 +425,28 @@ mod tests {
             (
                 format!("postgres://app:{}@db:5432/app", "Pa55".to_owned() + "word$"),
                 "url-credentials",
+            ),
+            // A password that starts with `$`, or a variable with a real
+            // default, is no placeholder.
+            (
+                format!("postgres://app:{}@db:5432/app", "$ecret".to_owned() + "Pw9"),
+                "url-credentials",
+            ),
+            (
+                format!(
+                    "postgres://app:{}@db:5432/app",
+                    "${DB_PASS:-".to_owned() + "hunter2}"
+                ),
+                "url-credentials",
+            ),
+            // Lowercase `sk-` keys of other providers: one long run.
+            (
+                format!("sk-or-v1-{}", "0123456789abcdef".repeat(4)),
+                "openai-api-key",
+            ),
+            (
+                format!("sk-{}", "0123456789abcdef".repeat(2)),
+                "openai-api-key",
             ),
             (anthropic(), "anthropic-api-key"),
             (openai(), "openai-api-key"),

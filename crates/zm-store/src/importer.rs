@@ -254,9 +254,10 @@ pub struct Summary {
     /// New memories stored.
     pub memories_imported: usize,
     /// Lines whose content was already stored as an identical live memory
-    /// in the target scope (recorded, not stored again), and zm lines whose
-    /// exported memory is on this server and readable by the importer (an
-    /// export restored where it was taken: not stored a second time).
+    /// of the same kind in the target scope (recorded, not stored again),
+    /// and zm lines whose exported memory is on this server, the
+    /// importer's own and with the line's words (an export restored where
+    /// it was taken: not stored a second time).
     pub memories_existing: usize,
     /// Lines imported by an earlier run (same source hash): skipped.
     pub memories_skipped: usize,
@@ -678,13 +679,14 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
         let agent = m
             .agent_name
             .as_deref()
+            .filter(|a| !a.trim().is_empty())
             .or_else(|| {
                 m.source
                     .as_ref()
                     .and_then(|s| s.get("source_tool"))
                     .and_then(Value::as_str)
-            })
-            .filter(|a| !a.trim().is_empty());
+                    .filter(|a| !a.trim().is_empty())
+            });
         if let Some(a) = agent {
             extra.push((
                 "source_tool",

@@ -572,11 +572,11 @@ pub(crate) struct Semantic {
     query_memo: RwLock<Option<HashMap<String, Vector>>>,
     /// How many queries are embedded at once.
     query_slots: QuerySlots,
-    /// Tests: run once by the next whole pass that found nothing, before
-    /// it settles (a write landing between its lookups and its mark).
     /// Tests: the next batch fails before it stores its vectors.
     #[cfg(test)]
     pub(crate) fail_next_store: AtomicBool,
+    /// Tests: run once by the next whole pass that found nothing, before
+    /// it settles (a write landing between its lookups and its mark).
     #[cfg(test)]
     pub(crate) before_settle:
         std::sync::Mutex<Option<futures_util::future::BoxFuture<'static, ()>>>,
@@ -959,6 +959,8 @@ impl Store {
                 Ok((rows, up_to))
             };
         let mut rows = Vec::new();
+        // Where a whole pass stood: a batch of it that fails puts it back.
+        let cursor_before = s.cursor.load(Ordering::Relaxed);
         // The mark to move once the batch is claimed, and how far.
         let mut move_mark: Option<(&AtomicU64, i64)> = None;
         // Memories written since the pass began come first: a long pass (a
@@ -1098,6 +1100,8 @@ impl Store {
         }
         let stored = self.store_embeddings(&enc, &model, &batch).await;
         if stored.is_err() {
+            // A whole pass goes back to where it stood before the batch.
+            s.cursor.store(cursor_before, Ordering::Relaxed);
             // Its claims go with it, so that the next call (or another
             // instance) takes these memories at once, not after the claim
             // lapses. Best effort: a claim left lapses all the same.

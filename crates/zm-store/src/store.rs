@@ -345,10 +345,11 @@ impl Store {
 
     /// Run a best-effort bookkeeping write (a token's last use, a
     /// session's last sighting): never waited for on SQLite while another
-    /// write holds the writer's turn, so that requests do not each hold a
-    /// pooled connection on the busy timeout behind a long write (a
-    /// batch), leaving none to reads. Skipped then; a failure is logged.
-    /// Whether it ran.
+    /// write of this store holds the writer's turn, so that requests do
+    /// not each hold a pooled connection on the busy timeout behind a long
+    /// write (a batch), leaving none to reads. Skipped then; a failure is
+    /// logged. (A write by another process on the file is still waited
+    /// for, on the busy timeout.) Whether it ran.
     pub(crate) async fn note<'q>(
         &self,
         what: &'static str,
