@@ -115,6 +115,16 @@ impl Credential {
     }
 }
 
+/// The surface a credential change was made on: what a person confirmed
+/// with their password is the dashboard's; the rest the CLI's (the
+/// operator's).
+fn confirmed_on(confirmed: Option<Credential>) -> crate::Transport {
+    match confirmed {
+        Some(_) => crate::Transport::Dashboard,
+        None => crate::Transport::Cli,
+    }
+}
+
 impl std::fmt::Debug for Credential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Credential(..)")
@@ -453,7 +463,7 @@ impl Store {
             .await
             .db("insert user")?;
         let payload = serde_json::json!({"is_owner": is_owner == 1, "password": true});
-        self.audit_identity(&mut tx, &id, "user.add", &payload)
+        self.audit_identity(&mut tx, &id, "user.add", &payload, crate::Transport::Cli)
             .await?;
         tx.commit().await.db("commit user")?;
         Ok(User {
@@ -499,7 +509,7 @@ impl Store {
             return Ok(None);
         }
         let payload = serde_json::json!({"is_owner": true, "password": false});
-        self.audit_identity(&mut tx, &id, "user.add", &payload)
+        self.audit_identity(&mut tx, &id, "user.add", &payload, crate::Transport::Cli)
             .await?;
         tx.commit().await.db("commit local owner")?;
         Ok(Some(User {
@@ -704,8 +714,14 @@ impl Store {
             oauth_families,
             personal_tokens,
         };
-        self.audit_account_change(&mut tx, user_id, "user.passwd", revoked)
-            .await?;
+        self.audit_account_change(
+            &mut tx,
+            user_id,
+            "user.passwd",
+            revoked,
+            confirmed_on(confirmed),
+        )
+        .await?;
         tx.commit().await.db("commit password")?;
         Ok(revoked)
     }
@@ -757,8 +773,14 @@ impl Store {
             oauth_families: revoke_oauth_of(&mut tx, holder, "user_disabled", now).await?,
             personal_tokens: 0,
         };
-        self.audit_account_change(&mut tx, user_id, "user.disable", revoked)
-            .await?;
+        self.audit_account_change(
+            &mut tx,
+            user_id,
+            "user.disable",
+            revoked,
+            crate::Transport::Cli,
+        )
+        .await?;
         tx.commit().await.db("commit disable")?;
         Ok(Some(revoked))
     }
@@ -772,23 +794,28 @@ impl Store {
         user_id: &str,
         command: &str,
         revoked: Revoked,
+        transport: crate::Transport,
     ) -> Result<(), ToolError> {
         let payload = serde_json::json!({
             "oauth_families_revoked": revoked.oauth_families,
             "personal_tokens_revoked": revoked.personal_tokens,
         });
-        self.audit_identity(tx, user_id, command, &payload).await
+        self.audit_identity(tx, user_id, command, &payload, transport)
+            .await
     }
 
     /// The audit row of a change to an account or its credentials, in the
     /// change's transaction, with `user_id` as its actor (the audit log is
-    /// read per account): what changed, never a secret.
+    /// read per account): what changed, never a secret; made on
+    /// `transport` (the CLI, or the dashboard for what a person confirmed
+    /// with their password there).
     async fn audit_identity(
         &self,
         tx: &mut sqlx::AnyConnection,
         user_id: &str,
         command: &str,
         payload: &serde_json::Value,
+        transport: crate::Transport,
     ) -> Result<(), ToolError> {
         let entry = AuditEntry {
             command,
@@ -797,7 +824,7 @@ impl Store {
             duration_ms: 0,
         };
         let actor = Caller {
-            transport: crate::Transport::Cli,
+            transport,
             ..Caller::new(user_id)
         };
         self.audit_in(tx, &actor, &entry).await
@@ -828,8 +855,14 @@ impl Store {
         if done.rows_affected() == 0 {
             return Ok(false);
         }
-        self.audit_account_change(&mut tx, user_id, "user.enable", Revoked::default())
-            .await?;
+        self.audit_account_change(
+            &mut tx,
+            user_id,
+            "user.enable",
+            Revoked::default(),
+            crate::Transport::Cli,
+        )
+        .await?;
         tx.commit().await.db("commit enable")?;
         Ok(true)
     }
@@ -972,8 +1005,14 @@ impl Store {
         let payload = serde_json::json!({
             "token_id": id, "kind": kind.as_str(), "scopes": scopes, "expires_at": expires,
         });
-        self.audit_identity(&mut tx, user_id, "token.create", &payload)
-            .await?;
+        self.audit_identity(
+            &mut tx,
+            user_id,
+            "token.create",
+            &payload,
+            confirmed_on(confirmed),
+        )
+        .await?;
         tx.commit().await.db("commit token")?;
         Ok((
             TokenInfo {
@@ -1065,8 +1104,14 @@ impl Store {
             return Err(ToolError::not_found("token not found"));
         }
         let payload = serde_json::json!({"token_id": token_id});
-        self.audit_identity(&mut tx, user_id, "token.revoke", &payload)
-            .await?;
+        self.audit_identity(
+            &mut tx,
+            user_id,
+            "token.revoke",
+            &payload,
+            crate::Transport::Cli,
+        )
+        .await?;
         tx.commit().await.db("commit token revocation")?;
         Ok(())
     }

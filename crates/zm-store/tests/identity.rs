@@ -67,6 +67,10 @@ backend_tests! {
             async move { store.create_confirmed_token(&id, Some(cred), Some("laptop"), &[zm_store::SCOPE_READ], None).await }
         };
         ok(token(&store).await, label, "a token while nothing changed");
+        // Audited as the person's, on the dashboard (not the operator's CLI).
+        let audit = ok(store.audit_rows(&u.id, 5).await, label, "audit");
+        let created = audit.iter().find(|r| r["command"] == "token.create").expect("audited");
+        assert_eq!(created["author_kind"], "human", "[{label}] {created}");
         let (_, new_cred) = ok(store.change_confirmed_password(&u.id, Some(verified.credential), "a brand new passphrase", false).await, label, "a change while nothing changed");
         // The operator's change, after the person's check.
         ok(store.change_password(&u.id, "the operator's passphrase", true).await, label, "operator");
