@@ -520,45 +520,70 @@ async fn copy_table(
         .join(", ");
     let per_insert = (VALUES_PER_INSERT / cols.len().max(1)).max(1);
     let mut rows = sqlx::query(AssertSqlSafe(format!("SELECT {names} FROM {table}"))).fetch(src);
-    let (mut chunk, mut copied) = (Vec::with_capacity(per_insert), 0u64);
+    let (mut chunk, mut bytes, mut copied) = (Vec::with_capacity(per_insert), 0usize, 0u64);
     while let Some(row) = rows.try_next().await? {
-        chunk.push(row);
-        if chunk.len() == per_insert {
-            insert_rows(&mut *dst, table, &names, &cols, &chunk).await?;
+        let values = cols
+            .iter()
+            .enumerate()
+            .map(|(i, (_, kind))| read(&row, i, *kind))
+            .collect::<Result<Vec<Value>, sqlx::Error>>()?;
+        bytes += values.iter().map(Value::size).sum::<usize>();
+        chunk.push(values);
+        if chunk.len() == per_insert || bytes >= BYTES_PER_INSERT {
             copied += chunk.len() as u64;
-            chunk.clear();
+            insert_rows(&mut *dst, table, &names, std::mem::take(&mut chunk)).await?;
+            bytes = 0;
         }
     }
     if !chunk.is_empty() {
-        insert_rows(&mut *dst, table, &names, &cols, &chunk).await?;
         copied += chunk.len() as u64;
+        insert_rows(&mut *dst, table, &names, chunk).await?;
     }
     Ok(copied)
 }
 
-/// One multi-row `INSERT` of `rows` into `table`.
+/// Bytes of text and blobs per insert statement at most (a row may pass
+/// it alone): with the text limit raised, a few hundred memories of a
+/// million characters each would otherwise make one statement of
+/// gigabytes, held more than once. Tests copy under 4 KiB, so that every
+/// row-for-row comparison below goes through statements cut by size (the
+/// vectors' table alone takes several).
+const BYTES_PER_INSERT: usize = if cfg!(test) { 4 << 10 } else { 16 << 20 };
+
+impl Value {
+    /// The bytes a value holds beyond its fixed size.
+    fn size(&self) -> usize {
+        match self {
+            Value::Text(Some(t)) => t.len(),
+            Value::Bytes(Some(b)) => b.len(),
+            _ => 8,
+        }
+    }
+}
+
+/// One multi-row `INSERT` of `rows` (their values in `names`' order)
+/// into `table`.
 async fn insert_rows(
     dst: &mut AnyConnection,
     table: &str,
     names: &str,
-    cols: &[(String, Kind)],
-    rows: &[AnyRow],
+    rows: Vec<Vec<Value>>,
 ) -> Result<(), CopyError> {
     let mut sql = format!("INSERT INTO {table} ({names}) VALUES ");
-    let mut values = Vec::with_capacity(rows.len() * cols.len());
+    let mut n = 0;
     for (r, row) in rows.iter().enumerate() {
         sql.push_str(if r == 0 { "(" } else { ", (" });
-        for (i, (_, kind)) in cols.iter().enumerate() {
+        for i in 0..row.len() {
             if i > 0 {
                 sql.push_str(", ");
             }
-            values.push(read(row, i, *kind)?);
-            sql.push_str(&format!("${}", values.len()));
+            n += 1;
+            sql.push_str(&format!("${n}"));
         }
         sql.push(')');
     }
     let mut q = sqlx::query(AssertSqlSafe(sql));
-    for v in values {
+    for v in rows.into_iter().flatten() {
         q = match v {
             Value::Int(v) => q.bind(v),
             Value::Real(v) => q.bind(v),
