@@ -94,7 +94,7 @@ pub struct MemoryLinkInput {
 #[serde(deny_unknown_fields)]
 pub struct RememberInput {
     /// One atomic, self-contained fact, in English.
-    #[garde(length(min = 1), custom(not_blank))]
+    #[garde(length(chars, min = 1), custom(not_blank))]
     pub content: String,
     /// What the memory is.
     #[serde(default)]
@@ -102,7 +102,7 @@ pub struct RememberInput {
     pub kind: MemoryKind,
     /// The `thr_…` token from an earlier `session.thread`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = MAX_THREAD_TOKEN))]
+    #[garde(length(chars, min = 1, max = MAX_THREAD_TOKEN))]
     pub thread: Option<String>,
     /// Where to store it: `core`, `personal`, or a scope path. Omit to route by project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -169,7 +169,7 @@ pub struct RecallInput {
     pub query: String,
     /// The `thr_…` token from an earlier `session.thread`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = MAX_THREAD_TOKEN))]
+    #[garde(length(chars, min = 1, max = MAX_THREAD_TOKEN))]
     pub thread: Option<String>,
     /// Scopes to search; `["*"]` = everything visible. Omit for the default read set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,7 +218,7 @@ pub struct BuildContextInput {
     pub topic: String,
     /// The `thr_…` token from an earlier `session.thread`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = MAX_THREAD_TOKEN))]
+    #[garde(length(chars, min = 1, max = MAX_THREAD_TOKEN))]
     pub thread: Option<String>,
     /// Size budget; sets how many memories and entities come back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,7 +242,7 @@ pub struct BuildContextInput {
     pub briefing_kind: Option<BriefingKind>,
     /// The client's conversation id; asserts the thread for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 256))]
+    #[garde(length(chars, min = 1, max = 256))]
     pub conversation_id: Option<String>,
 }
 
@@ -462,7 +462,7 @@ pub struct ListConflictsInput {
     pub limit: u32,
     /// The previous page's `next_cursor`; omit for the first page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = MAX_PAGE_CURSOR))]
+    #[garde(length(chars, min = 1, max = MAX_PAGE_CURSOR))]
     pub cursor: Option<String>,
 }
 
@@ -480,7 +480,7 @@ pub struct ListConflictsOutput {
 #[serde(deny_unknown_fields)]
 pub struct GetConflictInput {
     /// The conflict's `dispute_id`.
-    #[garde(length(min = 1, max = 128))]
+    #[garde(length(chars, min = 1, max = 128))]
     pub dispute_id: String,
 }
 
@@ -494,7 +494,7 @@ pub struct GetConflictOutput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Validate)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveConflictInput {
-    #[garde(length(min = 1, max = 128))]
+    #[garde(length(chars, min = 1, max = 128))]
     pub dispute_id: String,
     /// The side that stays; the other is superseded by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -560,7 +560,7 @@ pub struct PromoteRuleOutput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Validate)]
 #[serde(deny_unknown_fields)]
 pub struct ImportMemoryInput {
-    #[garde(length(min = 1), custom(not_blank))]
+    #[garde(length(chars, min = 1), custom(not_blank))]
     pub content: String,
     #[garde(skip)]
     pub kind: MemoryKind,
@@ -578,10 +578,10 @@ pub struct ImportMemoryInput {
     #[garde(length(chars, min = 1, max = 4096))]
     pub source_path: String,
     /// Content hash (e.g. sha256); the idempotency key.
-    #[garde(length(min = 1, max = 256), custom(not_blank))]
+    #[garde(length(chars, min = 1, max = 256), custom(not_blank))]
     pub source_hash: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1))]
+    #[garde(length(chars, min = 1))]
     pub verbatim: Option<String>,
 }
 
@@ -620,7 +620,7 @@ pub struct ExportMemoriesInput {
     pub scopes: Option<Vec<ReadScope>>,
     /// The previous page's `next_cursor`; omit for the first page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = MAX_PAGE_CURSOR))]
+    #[garde(length(chars, min = 1, max = MAX_PAGE_CURSOR))]
     pub cursor: Option<String>,
     /// Memories per page (at most 1000).
     #[serde(default = "default_export_limit")]

@@ -171,6 +171,13 @@ pub struct Rule {
     pub pinned: bool,
 }
 
+/// The caller's standing rules, pinned first: what `zm://rules` and
+/// `GET /api/rules` return.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RuleList {
+    pub rules: Vec<Rule>,
+}
+
 /// One side of a conflict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ConflictSide {

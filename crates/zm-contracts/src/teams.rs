@@ -148,7 +148,7 @@ pub struct CreateTeamInput {
 #[serde(deny_unknown_fields)]
 pub struct AddMemberInput {
     /// The user's sign-in email.
-    #[garde(length(min = 3, max = 254), custom(looks_like_email))]
+    #[garde(length(chars, min = 3, max = 254), custom(looks_like_email))]
     pub email: String,
     #[garde(skip)]
     pub role: TeamRole,
@@ -167,7 +167,7 @@ pub struct SetRoleInput {
 #[serde(deny_unknown_fields)]
 pub struct InviteInput {
     /// Who may accept: the invitee signs in with this email.
-    #[garde(length(min = 3, max = 254), custom(looks_like_email))]
+    #[garde(length(chars, min = 3, max = 254), custom(looks_like_email))]
     pub email: String,
     #[garde(skip)]
     pub role: TeamRole,
@@ -184,7 +184,7 @@ pub struct InviteInput {
 pub struct ShareProjectInput {
     /// The project's scope (`proj.…`), which you administer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 256))]
+    #[garde(length(chars, min = 1, max = 256))]
     pub scope: Option<String>,
     /// Or the project's hint (repository root path, git remote URL or
     /// project name), resolved as `remember` resolves it.

@@ -147,30 +147,32 @@ fn non_objects_never_panic() {
     }
 }
 
+/// The least input each tool accepts.
+fn minimal(name: &str) -> Value {
+    match name {
+        "remember" => json!({"content": "x"}),
+        "recall" => json!({"query": "x"}),
+        "build_context" => json!({"topic": "x"}),
+        "forget" | "restore_memory" | "close_loop" | "challenge" | "promote_rule" => {
+            let mut v = json!({"memory_id": MEM});
+            if name == "challenge" {
+                v["reason"] = json!("wrong");
+            }
+            v
+        }
+        "share" => json!({"memory_id": MEM, "scope": "proj.a.b"}),
+        "move_memories" => json!({"memory_ids": [MEM], "scope": "proj.a.b"}),
+        "link" => json!({"src": "a", "dst": "b", "type": "uses"}),
+        "get_conflict" | "resolve_conflict" => json!({"dispute_id": "mrq_x"}),
+        "import_memory" => {
+            json!({"content": "x", "kind": "fact", "target": "core", "source_path": "p", "source_hash": "h"})
+        }
+        _ => json!({}),
+    }
+}
+
 #[test]
 fn every_tool_rejects_unknown_fields_and_accepts_its_minimum() {
-    let minimal = |name: &str| -> Value {
-        match name {
-            "remember" => json!({"content": "x"}),
-            "recall" => json!({"query": "x"}),
-            "build_context" => json!({"topic": "x"}),
-            "forget" | "restore_memory" | "close_loop" | "challenge" | "promote_rule" => {
-                let mut v = json!({"memory_id": MEM});
-                if name == "challenge" {
-                    v["reason"] = json!("wrong");
-                }
-                v
-            }
-            "share" => json!({"memory_id": MEM, "scope": "proj.a.b"}),
-            "move_memories" => json!({"memory_ids": [MEM], "scope": "proj.a.b"}),
-            "link" => json!({"src": "a", "dst": "b", "type": "uses"}),
-            "get_conflict" | "resolve_conflict" => json!({"dispute_id": "mrq_x"}),
-            "import_memory" => {
-                json!({"content": "x", "kind": "fact", "target": "core", "source_path": "p", "source_hash": "h"})
-            }
-            _ => json!({}),
-        }
-    };
     for tool in ToolName::ALL {
         let ok = validate_tool(*tool, &minimal(tool.as_str()));
         assert!(ok.is_ok(), "{tool}: {ok:?}");
@@ -206,6 +208,93 @@ fn validate_tool(tool: ToolName, raw: &Value) -> Result<(), ToolError> {
         ToolName::ExportMemories => go::<ExportMemories>(raw),
         ToolName::DeleteAccount => go::<DeleteAccount>(raw),
     }
+}
+
+/// A string's length bound is counted in characters, as the published
+/// schema's `maxLength` is (JSON Schema counts code points): a value of
+/// as many two-byte characters as the schema allows passes both, one more
+/// fails both. Every top-level free-text field of every tool, and the
+/// team inputs' addresses and scope.
+#[test]
+fn lengths_are_counted_in_characters_as_the_schema_counts_them() {
+    let check = |what: &str,
+                 schema: &Value,
+                 base: &Value,
+                 field: &str,
+                 max: usize,
+                 parse: &dyn Fn(&Value) -> Result<(), ToolError>,
+                 fill: &dyn Fn(usize) -> String| {
+        let v = jsonschema::validator_for(schema).unwrap();
+        for (n, fits) in [(max, true), (max + 1, false)] {
+            let mut raw = base.clone();
+            raw[field] = json!(fill(n));
+            assert_eq!(
+                v.is_valid(&raw),
+                fits,
+                "{what}.{field}: the schema at {n} characters"
+            );
+            let parsed = parse(&raw);
+            assert_eq!(
+                parsed.is_ok(),
+                fits,
+                "{what}.{field}: the server at {n} characters: {parsed:?}"
+            );
+            if let Err(e) = parsed {
+                assert_eq!(paths(&e), vec![field.to_string()], "{what}");
+            }
+        }
+    };
+    let two_byte = |n: usize| "é".repeat(n);
+    let mut checked = 0;
+    for tool in ToolName::ALL {
+        let schema = (tool.spec().input_schema)();
+        for (field, prop) in schema["properties"].as_object().unwrap() {
+            let Some(max) = prop["maxLength"].as_u64() else {
+                continue;
+            };
+            if prop.get("pattern").is_some()
+                || prop.get("enum").is_some()
+                || prop.get("format").is_some()
+            {
+                continue;
+            }
+            let parse = |raw: &Value| validate_tool(*tool, raw);
+            check(
+                tool.as_str(),
+                &schema,
+                &minimal(tool.as_str()),
+                field,
+                usize::try_from(max).unwrap(),
+                &parse,
+                &two_byte,
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} fields had a bound");
+    let email = |n: usize| format!("{}@x.io", "é".repeat(n - 5));
+    let schema = schema_of::<teams::AddMemberInput>();
+    let parse = |raw: &Value| parse_input::<teams::AddMemberInput>(raw).map(|_| ());
+    check(
+        "add member",
+        &schema,
+        &json!({"email": "a@x.io", "role": "reader"}),
+        "email",
+        254,
+        &parse,
+        &email,
+    );
+    let schema = schema_of::<teams::InviteInput>();
+    let parse = |raw: &Value| parse_input::<teams::InviteInput>(raw).map(|_| ());
+    check(
+        "invite",
+        &schema,
+        &json!({"email": "a@x.io", "role": "reader"}),
+        "email",
+        254,
+        &parse,
+        &email,
+    );
 }
 
 #[test]

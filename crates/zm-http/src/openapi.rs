@@ -77,7 +77,10 @@ pub fn document(public_url: &str) -> Value {
         "Memory".into(),
         zm_contracts::output_schema_of::<zm_contracts::Memory>(),
     );
-    schemas.insert("Rules".into(), json!({"type": "object", "required": ["rules"], "properties": {"rules": {"type": "array", "items": zm_contracts::output_schema_of::<zm_contracts::Rule>()}}}));
+    schemas.insert(
+        "Rules".into(),
+        zm_contracts::output_schema_of::<zm_contracts::RuleList>(),
+    );
     let mut mem_responses = error_responses(&[
         ErrorCode::ValidationFailed,
         ErrorCode::Unauthorized,

@@ -137,7 +137,7 @@ pub async fn get_rules(
         .store
         .rules_resource(&caller_of(&auth, &headers, &request_id))
         .await?;
-    Ok(axum::Json(json!({ "rules": rules })).into_response())
+    Ok(axum::Json(zm_contracts::RuleList { rules }).into_response())
 }
 
 /// `GET /api/contract`: version, error codes, prefixes, tools, ledger.

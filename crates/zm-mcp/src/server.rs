@@ -601,7 +601,8 @@ impl ServerHandler for ZeroMemoryMcp {
                     .rules_resource(&caller)
                     .await
                     .map_err(|_| McpError::internal_error("Internal server error.", None))?;
-                json!({"rules": rules}).to_string()
+                serde_json::to_string(&zm_contracts::RuleList { rules })
+                    .map_err(|_| McpError::internal_error("Internal server error.", None))?
             }
             Err(UriError::NotAMemoryId(raw, _)) => {
                 return Err(McpError::invalid_params(
