@@ -749,7 +749,9 @@ async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
 async fn token_revoke(cfg: &Config, email: &str, token_id: &str) -> anyhow::Result<()> {
     let store = open_store(cfg).await?;
     let user = find_user(&store, email).await?;
-    let result = store.revoke_token(&user.id, token_id.trim()).await;
+    let result = store
+        .revoke_token(&user.id, token_id.trim(), zm_store::Transport::Cli)
+        .await;
     store.close().await;
     result.map_err(|e| anyhow!("{} (or it is already revoked)", describe(&e)))?;
     eprintln!("revoked {}", token_id.trim());

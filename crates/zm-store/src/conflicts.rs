@@ -489,7 +489,8 @@ impl Store {
             // A rule promoted from the retired memory goes with it, as on
             // a forget. Nothing retired: already invalidated (fine: the
             // winner stands), or no longer the caller's (refused, undone).
-            if gone.rows_affected() > 0 {
+            let retired_now = gone.rows_affected() > 0;
+            if retired_now {
                 self.retire_rule_of(tx, &caller.user_id, loser.as_str())
                     .await?;
             } else {
@@ -508,7 +509,10 @@ impl Store {
                 }
             }
             retired = Some(loser.clone());
-            if let Some(w) = successor {
+            // The winner supersedes only what this retired: a loser gone
+            // before (forgotten, or superseded by a third memory) keeps
+            // its own story, and no link says otherwise.
+            if let Some(w) = successor.filter(|_| retired_now) {
                 sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
                     .bind(w.as_str())
                     .bind(loser.as_str())

@@ -119,6 +119,16 @@ pub enum CopyError {
         "the source changed during the copy (a server or an agent's `stdio` wrote to it): nothing was copied; stop every process using the source and copy again"
     )]
     SourceChanged,
+    /// A text value of the SQLite source holds a NUL character, which
+    /// PostgreSQL cannot store: the row is named so it can be mended.
+    #[error(
+        "table {table}, column {column}, row {row}: the text holds a NUL character, which PostgreSQL cannot store; edit or forget it on the source and copy again (nothing was copied)"
+    )]
+    Nul {
+        table: &'static str,
+        column: String,
+        row: String,
+    },
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
     /// A table's rows failed to read or write: which table says where to
@@ -460,6 +470,18 @@ async fn writes_seen(conn: &mut AnyConnection) -> Result<Vec<i64>, sqlx::Error> 
 /// tables a copy replaces aside).
 async fn refuse_held(conn: &mut AnyConnection, backend: Backend) -> Result<(), CopyError> {
     let present = table_names(&mut *conn, backend).await?;
+    // A database a newer release made (empty or not) holds tables this
+    // build does not know: said as such, not as "holds data".
+    if present.iter().any(|t| t == "zm_schema_migrations") {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
+                .fetch_one(&mut *conn)
+                .await?;
+        let known = db::latest_schema_version();
+        if let Some(found) = found.filter(|v| *v > known) {
+            return Err(OpenError::TooNew { found, known }.into());
+        }
+    }
     let ours = |t: &str| {
         COPIED_TABLES.contains(&t) || DERIVED_TABLES.contains(&t) || FORMER_TABLES.contains(&t)
     };
@@ -527,6 +549,24 @@ async fn copy_table(
             .enumerate()
             .map(|(i, (_, kind))| read(&row, i, *kind))
             .collect::<Result<Vec<Value>, sqlx::Error>>()?;
+        if dst_backend == Backend::Postgres
+            && let Some(at) = values
+                .iter()
+                .position(|v| matches!(v, Value::Text(Some(t)) if t.contains('\0')))
+        {
+            // The row by its id where it has one (our tables' keys), else
+            // by its place in the table.
+            let row = match cols.iter().position(|(n, _)| n == "id").map(|i| &values[i]) {
+                Some(Value::Text(Some(id))) => id.clone(),
+                Some(Value::Int(Some(id))) => id.to_string(),
+                _ => format!("#{}", copied + chunk.len() as u64 + 1),
+            };
+            return Err(CopyError::Nul {
+                table,
+                column: cols[at].0.clone(),
+                row,
+            });
+        }
         bytes += values.iter().map(Value::size).sum::<usize>();
         chunk.push(values);
         if chunk.len() == per_insert || bytes >= BYTES_PER_INSERT {
@@ -881,6 +921,38 @@ mod tests {
         assert_eq!(version, db::latest_schema_version() - 1, "not migrated");
     }
 
+    /// An empty database a newer release made (its schema version above
+    /// this build's, a table this build does not know) is refused as too
+    /// new, not as holding data, and left as it was.
+    #[tokio::test]
+    async fn a_destination_of_a_newer_release_is_refused_as_too_new() {
+        let (_dir, source, _) = populated().await;
+        let scratch = tempfile::tempdir().unwrap();
+        let url = crate::sqlite_url(&scratch.path().join("newer.db"));
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        let newer = db::latest_schema_version() + 1;
+        for sql in [
+            "CREATE TABLE zm_schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)".to_string(),
+            format!("INSERT INTO zm_schema_migrations VALUES ({newer}, 'later', 0)"),
+            "CREATE TABLE a_later_table (x)".to_string(),
+        ] {
+            sqlx::query(AssertSqlSafe(sql)).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+        let refused = source.copy_into(&OpenOptions::new(url.clone())).await;
+        assert!(
+            matches!(refused, Err(CopyError::Open(OpenError::TooNew { found, .. })) if found == newer),
+            "{refused:?}"
+        );
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(version, newer, "left as it was");
+    }
+
     /// A destination holding another application's table (a SQLite file
     /// named by mistake) is refused naming that table, before anything is
     /// written to it: none of our tables is made there, and its journal
@@ -1030,6 +1102,44 @@ mod tests {
             }
         );
         Some((admin, name, pg_url))
+    }
+
+    /// A SQLite value holding a NUL character (PostgreSQL's text cannot)
+    /// is refused naming its table, column and row, and nothing is kept.
+    #[tokio::test]
+    async fn a_nul_in_a_sqlite_text_is_named_by_its_row() {
+        let (_dir, source, _) = populated().await;
+        let Some((admin, name, pg_url)) = scratch_postgres("copynul").await else {
+            eprintln!("ZM_TEST_DATABASE_URL is not set: the PostgreSQL copy was skipped");
+            return;
+        };
+        let id: String = sqlx::query_scalar("SELECT id FROM memories ORDER BY seq LIMIT 1")
+            .fetch_one(&source.pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE memories SET agent_name = 'before' || char(0) || 'after' WHERE id = $1",
+        )
+        .bind(&id)
+        .execute(&source.pool)
+        .await
+        .unwrap();
+        let refused = source.copy_into(&OpenOptions::new(pg_url.clone())).await;
+        assert!(
+            matches!(&refused, Err(CopyError::Nul { table: "memories", column, row }) if column == "agent_name" && *row == id),
+            "{refused:?}"
+        );
+        let dest = sqlx::AnyPool::connect(&pg_url).await.unwrap();
+        let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&dest)
+            .await
+            .unwrap();
+        assert_eq!(users, 0, "nothing kept");
+        dest.close().await;
+        sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
     }
 
     /// A role that may write the tables but does not own them (a DBA ran

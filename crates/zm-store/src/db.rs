@@ -554,6 +554,18 @@ pub(crate) enum InstanceLock {
 /// the one-key [`InstanceLock`]s.
 pub(crate) const OWNER_WRITES_LOCK_CLASS: i32 = 7_410_440;
 
+/// The two keys of the PostgreSQL advisory lock that orders `owner`'s
+/// writes of new memories against the sharing of their projects (for
+/// tests that hold it, and scripts that write memories' rows directly).
+pub fn owner_writes_lock(owner: &str) -> (i32, i32) {
+    use sha2::Digest;
+    let key = sha2::Sha256::digest(owner.as_bytes());
+    (
+        OWNER_WRITES_LOCK_CLASS,
+        i32::from_be_bytes([key[0], key[1], key[2], key[3]]),
+    )
+}
+
 /// On PostgreSQL, wait for `lock` until the transaction ends; nothing on
 /// SQLite, whose `BEGIN IMMEDIATE` already serializes writers. Must be the
 /// transaction's first statement: it pins READ COMMITTED, whatever the

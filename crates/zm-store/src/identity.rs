@@ -1082,16 +1082,28 @@ impl Store {
         TokenInfo::from_rows(&rows)
     }
 
-    /// Revoke one of the user's tokens. Another user's token reads as not found.
-    pub async fn revoke_token(&self, user_id: &str, token_id: &str) -> Result<(), ToolError> {
+    /// Revoke one of the user's tokens, from `on` (the command line, or the
+    /// person on the dashboard: audited as such). Another user's token
+    /// reads as not found.
+    pub async fn revoke_token(
+        &self,
+        user_id: &str,
+        token_id: &str,
+        on: crate::Transport,
+    ) -> Result<(), ToolError> {
         crate::service::rerun_on_contention("revoke token", || {
-            self.revoke_token_once(user_id, token_id)
+            self.revoke_token_once(user_id, token_id, on)
         })
         .await
     }
 
     /// One attempt at [`Store::revoke_token`].
-    async fn revoke_token_once(&self, user_id: &str, token_id: &str) -> Result<(), ToolError> {
+    async fn revoke_token_once(
+        &self,
+        user_id: &str,
+        token_id: &str,
+        on: crate::Transport,
+    ) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
         let done = sqlx::query("UPDATE access_tokens SET revoked_at = $1 WHERE id = $2 AND user_id = $3 AND revoked_at IS NULL")
             .bind(self.now())
@@ -1104,14 +1116,8 @@ impl Store {
             return Err(ToolError::not_found("token not found"));
         }
         let payload = serde_json::json!({"token_id": token_id});
-        self.audit_identity(
-            &mut tx,
-            user_id,
-            "token.revoke",
-            &payload,
-            crate::Transport::Cli,
-        )
-        .await?;
+        self.audit_identity(&mut tx, user_id, "token.revoke", &payload, on)
+            .await?;
         tx.commit().await.db("commit token revocation")?;
         Ok(())
     }

@@ -620,10 +620,9 @@ impl Store {
         if self.backend != crate::db::Backend::Postgres {
             return Ok(());
         }
-        let key = Sha256::digest(owner.as_bytes());
-        let key = i32::from_be_bytes([key[0], key[1], key[2], key[3]]);
+        let (class, key) = crate::db::owner_writes_lock(owner);
         sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(crate::db::OWNER_WRITES_LOCK_CLASS)
+            .bind(class)
             .bind(key)
             .execute(&mut *tx)
             .await

@@ -577,8 +577,31 @@ impl Store {
                 unbound: None,
             }));
         }
-        // Without a binding of their own, a member working in a repository
-        // a teammate shared with their team lands in that shared project.
+        let path = scope::project_scope(&caller.user_id, &key.slug);
+        let valid = scope::validate_path(&path).is_ok();
+        // Their own project of that name wins over a teammate's shared one
+        // (an agent attached through the hint, writing without naming it,
+        // records no binding: a teammate sharing the same repository would
+        // otherwise take over the caller's next session, and publish what
+        // it writes to the team).
+        if valid {
+            let own: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1 AND owner_id = $2")
+                    .bind(&path)
+                    .bind(&caller.user_id)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .db("own project lookup")?;
+            if own > 0 {
+                return Ok(Some(ResolvedHint {
+                    scope: path,
+                    unbound: Some(key),
+                }));
+            }
+        }
+        // Without a binding or a project of their own, a member working in
+        // a repository a teammate shared with their team lands in that
+        // shared project.
         let shared: Option<String> = sqlx::query_scalar(
             "SELECT pb.scope FROM project_bindings pb JOIN team_projects tp ON tp.scope = pb.scope \
              JOIN scope_members sm ON sm.scope = tp.team_scope \
@@ -596,8 +619,7 @@ impl Store {
                 unbound: None,
             }));
         }
-        let path = scope::project_scope(&caller.user_id, &key.slug);
-        if scope::validate_path(&path).is_err() {
+        if !valid {
             return Ok(None);
         }
         Ok(Some(ResolvedHint {

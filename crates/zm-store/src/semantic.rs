@@ -1073,7 +1073,10 @@ impl Store {
         }
         // Another instance may have read the same memories since: embed
         // only those this one claims.
-        let claimed = self.claim_for_embedding(&model, &batch, now).await?;
+        // A claim is this embedder's while it holds this `until_at`: one
+        // that lapsed and was taken over holds another's.
+        let until = now.saturating_add(CLAIM_MS);
+        let claimed = self.claim_for_embedding(&model, &batch, now, until).await?;
         if let Some((mark, up_to)) = move_mark {
             // Not past one another embedder claimed since it was read.
             let mut up_to = up_to;
@@ -1098,18 +1101,18 @@ impl Store {
             move_mark();
             return Ok(0);
         }
-        let stored = self.store_embeddings(&enc, &model, &batch).await;
+        let stored = self.store_embeddings(&enc, &model, &batch, until).await;
         if stored.is_err() {
             // A whole pass goes back to where it stood before the batch.
             s.cursor.store(cursor_before, Ordering::Relaxed);
             // Its claims go with it, so that the next call (or another
             // instance) takes these memories at once, not after the claim
             // lapses. Best effort: a claim left lapses all the same.
-            let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
-            let mut sql = crate::sql::Sql::new("DELETE FROM embedding_claims WHERE model = ");
-            sql.bind_str(&model).push(" AND memory_id IN ");
-            sql.bind_list(ids);
-            if let Err(e) = sql.query().execute(&self.pool).await {
+            let released = async {
+                let mut conn = self.pool.acquire().await?;
+                release_claims(&mut conn, &model, &batch, until).await
+            };
+            if let Err(e) = released.await {
                 tracing::warn!(target: "zm_store", error = %e, "could not release the claims of a failed embedding batch");
             }
         }
@@ -1163,6 +1166,7 @@ impl Store {
         enc: &Arc<dyn Encoder>,
         model: &str,
         batch: &[(String, String)],
+        until: i64,
     ) -> Result<Vec<MemoryId>, ToolError> {
         let s = &self.semantic;
         let enc2 = Arc::clone(enc);
@@ -1218,18 +1222,9 @@ impl Store {
                 fresh.push(MemoryId::from_trusted(id));
             }
         }
-        // Released in id order, the order claims are taken in: a claim
-        // waiting on one of these rows holds none this release waits for.
-        let mut claimed: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
-        claimed.sort_unstable();
-        for id in claimed {
-            sqlx::query("DELETE FROM embedding_claims WHERE memory_id = $1 AND model = $2")
-                .bind(id)
-                .bind(model)
-                .execute(&mut *tx)
-                .await
-                .db("release embedding claim")?;
-        }
+        release_claims(&mut tx, model, batch, until)
+            .await
+            .db("release embedding claims")?;
         tx.commit().await.db("commit vectors")?;
         Ok(fresh)
     }
@@ -1275,13 +1270,14 @@ impl Store {
         model: &str,
         batch: &[(String, String)],
         now: i64,
+        until: i64,
     ) -> Result<std::collections::HashSet<String>, ToolError> {
         let mut sql = crate::sql::Sql::new(
             "INSERT INTO embedding_claims (memory_id, model, until_at) SELECT m.id, ",
         );
         sql.bind_str(model)
             .push(", ")
-            .bind_i64(now.saturating_add(CLAIM_MS))
+            .bind_i64(until)
             .push(" FROM memories m WHERE m.id IN ")
             .bind_list(batch.iter().map(|(id, _)| id.clone()))
             // Still without a vector: another embedder may have written
@@ -1715,20 +1711,28 @@ impl Store {
             "SELECT {META_COLUMNS} FROM memories m WHERE {column} IN "
         ));
         sql.bind_list(values);
-        match sql.query().fetch_all(&self.pool).await {
-            Ok(rows) => {
-                let mut index = write(&self.semantic.index);
-                let mut touched = self.meta_touched();
-                for r in &rows {
-                    if let Ok(m) = meta_of(r) {
-                        touched.insert(m.id.clone(), epoch);
-                        index.set_meta(&m);
-                    }
-                }
-            }
+        let metas: Vec<Meta> = match sql.query().fetch_all(&self.pool).await {
+            Ok(rows) => rows.iter().filter_map(|r| meta_of(r).ok()).collect(),
             Err(e) => {
                 tracing::warn!(target: "zm_store", error = %e, "re-reading vector metadata failed");
+                return;
             }
+        };
+        // The index's write lock waits for the recalls reading it (a
+        // scan of every vector each): taken on a blocking thread, not a
+        // runtime worker the other requests need meanwhile.
+        let store = self.clone();
+        let applied = tokio::task::spawn_blocking(move || {
+            let mut index = write(&store.semantic.index);
+            let mut touched = store.meta_touched();
+            for m in &metas {
+                touched.insert(m.id.clone(), epoch);
+                index.set_meta(m);
+            }
+        })
+        .await;
+        if let Err(e) = applied {
+            tracing::error!(target: "zm_store", error = %e, "applying re-read vector metadata failed");
         }
     }
 
@@ -1765,24 +1769,33 @@ impl Store {
             .acquire_owned()
             .await
             .ok()?;
-        let (v, took) = tokio::task::spawn_blocking(move || {
+        let joined = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let v = enc.embed(&[text.as_str()]);
             drop(slot);
             (v, started.elapsed())
         })
-        .await
-        .ok()?;
+        .await;
         let s = &self.semantic;
         s.queries.fetch_add(1, Ordering::Relaxed);
-        s.query_micros.fetch_add(micros(took), Ordering::Relaxed);
         let refused = || {
             // Counted, and said once per process at warn: a model that
             // refuses queries turns hybrid recall into full text quietly.
             if s.queries_refused.fetch_add(1, Ordering::Relaxed) == 0 {
-                tracing::warn!(target: "zm_store", "the model refused a query (an error or no vector): that recall ran on full text alone; zm_query_embeddings_refused_total counts them");
+                tracing::warn!(target: "zm_store", "the model refused a query (an error, no vector or a panic): that recall ran on full text alone; zm_query_embeddings_refused_total counts them");
             }
         };
+        let (v, took) = match joined {
+            Ok(done) => done,
+            Err(e) => {
+                // The model panicked: a refusal like any other to the
+                // caller (full text alone), counted as one.
+                tracing::error!(target: "zm_store", error = %e, "the query embedding task failed");
+                refused();
+                return None;
+            }
+        };
+        s.query_micros.fetch_add(micros(took), Ordering::Relaxed);
         match v.map(|v| v.first().and_then(|v| Vector::of_output(v))) {
             Ok(Some(v)) => {
                 if let (Some(key), Some(memo)) =
@@ -1907,6 +1920,32 @@ impl Store {
     }
 }
 
+/// Release this embedder's claims on `batch` (those still holding its
+/// `until`: a claim that lapsed and was taken over is the other
+/// embedder's to release), one memory at a time in id order, the order
+/// claims are taken in: a claim waiting on one of these rows holds none
+/// this release waits for.
+async fn release_claims(
+    conn: &mut sqlx::AnyConnection,
+    model: &str,
+    batch: &[(String, String)],
+    until: i64,
+) -> Result<(), sqlx::Error> {
+    let mut ids: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    for id in ids {
+        sqlx::query(
+            "DELETE FROM embedding_claims WHERE memory_id = $1 AND model = $2 AND until_at = $3",
+        )
+        .bind(id)
+        .bind(model)
+        .bind(until)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Embed each text; `None` for a text the model refuses (or panics on). A
 /// batch the model refuses as a whole is retried one text at a time, so
 /// one bad text costs only its own vector.
@@ -1958,6 +1997,7 @@ mod tests {
                     "nan" => vec![f32::NAN, 0.5, 0.5, 0.5],
                     "inf" => vec![f32::INFINITY, 0.0, 0.0, 0.0],
                     "zero" => vec![0.0; 4],
+                    "panic" => panic!("the test model panics on this text"),
                     _ => vec![0.5; 4],
                 })
                 .collect())
@@ -2484,6 +2524,29 @@ mod tests {
             .to_string()
     }
 
+    /// A SQLite store (a database of its own: nobody else's writes) whose
+    /// caller remembered one fact, embedded with the bundled model until
+    /// nothing is pending; `None` without the bundled model.
+    async fn settled_store(
+        tag: &str,
+    ) -> Option<(tempfile::TempDir, Store, crate::ToolService, crate::Caller)> {
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return None;
+        };
+        let (dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, tag).await;
+        let tools = crate::ToolService::new(store.clone());
+        remember_fact(
+            &tools,
+            &caller,
+            "The build cache lives in the CI bucket.".into(),
+        )
+        .await;
+        store.set_encoder(model);
+        while store.embed_pending(64).await.unwrap() > 0 {}
+        Some((dir, store, tools, caller))
+    }
+
     /// A memory written while a pass is under way is embedded next, not
     /// after the older memories the pass has yet to reach.
     #[tokio::test]
@@ -2607,19 +2670,9 @@ mod tests {
     async fn a_write_during_the_settling_pass_is_not_hidden_by_the_mark() {
         use serde_json::json;
         use zm_contracts::ToolName;
-        let Some(Ok(model)) = zm_embed::bundled() else {
+        let Some((_dir, store, tools, caller)) = settled_store("settling").await else {
             return;
         };
-        let (_dir, store) = crate::testing::sqlite_store().await;
-        let caller = crate::testing::test_caller(&store, "settling").await;
-        let tools = crate::ToolService::new(store.clone());
-        let args = json!({"content": "The build cache lives in the CI bucket.", "kind": "fact", "scope": "personal"});
-        tools
-            .call(&caller, ToolName::parse("remember").unwrap(), &args)
-            .await
-            .unwrap();
-        store.set_encoder(Arc::clone(&model));
-        while store.embed_pending(64).await.unwrap() > 0 {}
         // The next whole pass (the clock moved past the settled window)
         // finds nothing; a write lands before it settles.
         store.clock().advance_ms(FULL_PASS_EVERY_MS);
@@ -2654,33 +2707,11 @@ mod tests {
     /// the next whole pass, ten minutes on, nor after the claims lapse).
     #[tokio::test]
     async fn a_failed_batch_is_taken_again_by_the_next_call() {
-        use serde_json::json;
-        use zm_contracts::ToolName;
-        let Some(Ok(model)) = zm_embed::bundled() else {
+        let Some((_dir, store, tools, caller)) = settled_store("failed-batch").await else {
             return;
         };
-        let (_dir, store) = crate::testing::sqlite_store().await;
-        let caller = crate::testing::test_caller(&store, "failed-batch").await;
-        let tools = crate::ToolService::new(store.clone());
-        let remember = |text: &'static str| {
-            let (tools, caller) = (&tools, &caller);
-            async move {
-                let args = json!({"content": text, "kind": "fact", "scope": "personal"});
-                tools
-                    .call(caller, ToolName::parse("remember").unwrap(), &args)
-                    .await
-                    .unwrap()
-                    .to_json()["memory_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            }
-        };
-        remember("The build cache lives in the CI bucket.").await;
-        store.set_encoder(Arc::clone(&model));
-        while store.embed_pending(64).await.unwrap() > 0 {}
         assert_eq!(store.embed_pending(64).await.unwrap(), 0, "settled");
-        let new = remember("Deploys need two approvals.").await;
+        let new = remember_fact(&tools, &caller, "Deploys need two approvals.".into()).await;
         store
             .semantic
             .fail_next_store
@@ -2698,6 +2729,44 @@ mod tests {
             "taken again at once"
         );
         assert!(store.is_embedded(&new));
+    }
+
+    /// A release drops only the claims this embedder still holds: one
+    /// that lapsed and another embedder took (a later `until_at`) stays
+    /// that embedder's, or both would embed the memory.
+    #[tokio::test]
+    async fn a_release_leaves_a_claim_taken_over() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "taken-over").await;
+        let tools = crate::ToolService::new(store.clone());
+        let ours = remember_fact(&tools, &caller, "The office closes at six.".into()).await;
+        let theirs = remember_fact(&tools, &caller, "Deploys need two approvals.".into()).await;
+        let until = store.now() + CLAIM_MS;
+        for (id, held_until) in [(&ours, until), (&theirs, until + 5)] {
+            sqlx::query(
+                "INSERT INTO embedding_claims (memory_id, model, until_at) VALUES ($1, 'm', $2)",
+            )
+            .bind(id)
+            .bind(held_until)
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        }
+        let batch = [
+            (ours.clone(), String::new()),
+            (theirs.clone(), String::new()),
+        ];
+        let mut conn = store.pool.acquire().await.unwrap();
+        release_claims(&mut conn, "m", &batch, until).await.unwrap();
+        let left: Vec<String> = sqlx::query_scalar("SELECT memory_id FROM embedding_claims")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            left,
+            vec![theirs],
+            "only the other embedder's claim is left"
+        );
     }
 
     /// What the model refused stays counted after the process that
@@ -2739,14 +2808,16 @@ mod tests {
         assert!(store.embed_query("deploys").await.is_some());
         assert!(store.embed_query("nan").await.is_none());
         assert!(store.embed_query("zero").await.is_none());
+        assert!(store.embed_query("panic").await.is_none(), "a panic");
         let st = store.semantic_status();
-        assert_eq!((st.queries, st.queries_refused), (3, 2));
+        assert_eq!((st.queries, st.queries_refused), (4, 3));
         assert!(
             store
                 .semantic_metrics()
                 .await
-                .contains("zm_query_embeddings_refused_total 2\n")
+                .contains("zm_query_embeddings_refused_total 3\n")
         );
+        assert!(store.embed_query("deploys").await.is_some(), "still served");
     }
 
     /// A memory another embedder claimed, and never wrote (killed), is

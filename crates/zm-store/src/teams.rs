@@ -1651,6 +1651,10 @@ impl Store {
             // A project the caller does not administer reads as missing.
             return Err(ToolError::not_found(format!("Project {path} not found.")));
         }
+        // The sharer's writes of new memories wait (PostgreSQL): one
+        // already under way, which found the project unshared, commits
+        // first and is published below; one after reads it shared.
+        self.hold_writes_of(&mut tx, &caller.user_id).await?;
         let now = self.now();
         let shared_before: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM team_projects WHERE scope = $1")
@@ -2139,7 +2143,14 @@ impl Store {
         for (what, sql) in [
             (
                 "drop rules",
-                "DELETE FROM rules WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared') OR applies_scope = $1",
+                "DELETE FROM rules WHERE memory_id IN (SELECT id FROM memories WHERE scope = $1 AND visibility = 'shared')",
+            ),
+            // A member's rule promoted for the scope from a memory of
+            // their own stays theirs, revoked, as on their departure
+            // (deleting it lost the row and its wording).
+            (
+                "revoke rules for the scope",
+                "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'its scope was deleted' WHERE applies_scope = $1 AND status = 'promoted'",
             ),
             (
                 "drop links",

@@ -314,41 +314,31 @@ impl Store {
         if top.is_empty() {
             return Ok(out);
         }
-        for (listed, what) in [
-            (true, "recall activity"),
-            (false, "recall activity, others"),
-        ] {
-            let mut sql = Sql::new(if listed {
-                "SELECT week, agent, recalls, hits FROM recall_activity WHERE user_id = "
-            } else {
-                "SELECT week, CAST(SUM(recalls) AS BIGINT) AS recalls, CAST(SUM(hits) AS BIGINT) AS hits FROM recall_activity WHERE user_id = "
-            });
-            sql.bind_str(caller.user_id.as_str())
-                .push(" AND week >= ")
-                .bind_i64(from)
-                .push(if listed {
-                    " AND agent IN "
-                } else {
-                    " AND agent NOT IN "
-                });
-            sql.bind_list(top.iter().cloned());
-            sql.push(if listed {
-                " ORDER BY week, agent"
-            } else {
-                " GROUP BY week ORDER BY week"
-            });
-            for r in &sql.query().fetch_all(&self.pool).await.db(what)? {
-                out.activity.push((
-                    col(r, "week")?,
-                    if listed {
-                        col(r, "agent")?
-                    } else {
-                        OTHER_AGENTS.to_string()
-                    },
-                    u64::try_from(col::<i64>(r, "recalls")?).unwrap_or(0),
-                    u64::try_from(col::<i64>(r, "hits")?).unwrap_or(0),
-                ));
-            }
+        // One row per week and listed agent, and one per week (agent
+        // NULL) summing the rest.
+        let mut sql = Sql::new("SELECT week, CASE WHEN agent IN ");
+        sql.bind_list(top.iter().cloned());
+        sql.push(
+            " THEN agent END AS listed, CAST(SUM(recalls) AS BIGINT) AS recalls, \
+             CAST(SUM(hits) AS BIGINT) AS hits FROM recall_activity WHERE user_id = ",
+        )
+        .bind_str(caller.user_id.as_str())
+        .push(" AND week >= ")
+        .bind_i64(from)
+        .push(" GROUP BY week, listed");
+        for r in &sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("recall activity")?
+        {
+            let listed: Option<String> = col(r, "listed")?;
+            out.activity.push((
+                col(r, "week")?,
+                listed.unwrap_or_else(|| OTHER_AGENTS.to_string()),
+                u64::try_from(col::<i64>(r, "recalls")?).unwrap_or(0),
+                u64::try_from(col::<i64>(r, "hits")?).unwrap_or(0),
+            ));
         }
         out.activity
             .sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));

@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use serde_json::json;
 use zm_contracts::ErrorCode;
-use zm_store::Store;
+use zm_store::{Store, Transport};
 
 backend_tests! {
     async fn write_commands_are_audited_without_content_and_reads_are_not(store: Store, l: &str) {
@@ -125,8 +125,8 @@ backend_tests! {
             .unwrap();
         // Rows of one millisecond have no order among them: a step apart.
         store.clock().advance_ms(5);
-        ok(store.revoke_token(&u.id, &info.id).await, l, "revoke");
-        err(store.revoke_token(&u.id, &info.id).await, ErrorCode::NotFound, l, "revoke twice");
+        ok(store.revoke_token(&u.id, &info.id, Transport::Dashboard).await, l, "revoke");
+        err(store.revoke_token(&u.id, &info.id, Transport::Cli).await, ErrorCode::NotFound, l, "revoke twice");
         let rows = store.audit_rows(&u.id, 10).await.unwrap();
         let commands: Vec<&str> = rows.iter().filter_map(|r| r["command"].as_str()).collect();
         assert_eq!(commands, ["token.revoke", "token.create", "user.add"], "[{l}] newest first");
@@ -135,6 +135,9 @@ backend_tests! {
         assert_eq!(rows[1]["payload"]["scopes"], json!(["mcp:read"]), "[{l}]");
         assert!(rows[1]["payload"].get("name").is_none(), "[{l}] not the token's name");
         assert_eq!(rows[0]["payload"]["token_id"], info.id.as_str(), "[{l}]");
+        // Revoked by the person on the dashboard: theirs, not an agent's.
+        assert_eq!(rows[0]["author_kind"], "human", "[{l}] {}", rows[0]);
+        assert_eq!(rows[1]["author_kind"], "agent", "[{l}] the CLI's token: {}", rows[1]);
         assert_eq!(rows[2]["payload"]["is_owner"], json!(u.is_owner), "[{l}]");
         let text = serde_json::to_string(&rows).unwrap();
         assert!(!text.contains(&secret), "[{l}] no secret in the audit log");

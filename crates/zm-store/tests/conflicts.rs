@@ -467,5 +467,16 @@ backend_tests! {
         ok(call(&store, &a, "restore_memory", json!({"memory_id": first})).await, l, "restore");
         assert_eq!(pending(&a).await, 1, "[{l}] back with the memory");
         assert_eq!(page_status(&a).await, ["pending"], "[{l}] the page");
+        // Settled for the newer while the older is forgotten: the older
+        // keeps its own story (no successor, no `supersedes` link drawn).
+        let listed = ok(call(&store, &a, "list_conflicts", json!({"verdict": "unjudged"})).await, l, "list");
+        let dispute = listed["conflicts"][0]["dispute_id"].as_str().unwrap_or_else(|| panic!("[{l}] {listed}")).to_string();
+        ok(call(&store, &a, "forget", json!({"memory_id": first})).await, l, "forget the older");
+        ok(call(&store, &a, "resolve_conflict", json!({"dispute_id": dispute, "winner": second})).await, l, "settle for the newer");
+        let older = store.get_memory(&a, &first.parse().unwrap()).await.expect("the older");
+        assert!(older.superseded_by.is_none(), "[{l}] {older:?}");
+        let ctx = store.memory_context(&a, &second).await.expect("context");
+        let links = ctx.links.iter().filter(|(t, other, _, _)| t == "supersedes" && *other == first).count();
+        assert_eq!(links, 0, "[{l}] no supersedes link for a retirement that did not happen: {:?}", ctx.links);
     }
 }

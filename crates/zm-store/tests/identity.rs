@@ -11,7 +11,7 @@ mod common;
 
 use common::*;
 use zm_contracts::ErrorCode;
-use zm_store::{SCOPE_READ, SCOPE_WRITE, Store};
+use zm_store::{SCOPE_READ, SCOPE_WRITE, Store, Transport};
 
 backend_tests! {
     /// Text holding U+0000 that reaches the store unchecked is never
@@ -152,14 +152,14 @@ backend_tests! {
 
         // Another user cannot revoke it, and it reads as not found.
         let e = err(
-            store.revoke_token(&other.id, &info.id).await,
+            store.revoke_token(&other.id, &info.id, Transport::Cli).await,
             ErrorCode::NotFound,
             label,
             "foreign revoke",
         );
         let ghost = err(
             store
-                .revoke_token(&other.id, "tok_0123456789abcdef.0123456789")
+                .revoke_token(&other.id, "tok_0123456789abcdef.0123456789", Transport::Cli)
                 .await,
             ErrorCode::NotFound,
             label,
@@ -174,14 +174,14 @@ backend_tests! {
             "[{label}] still valid"
         );
 
-        ok(store.revoke_token(&u.id, &info.id).await, label, "revoke");
+        ok(store.revoke_token(&u.id, &info.id, Transport::Cli).await, label, "revoke");
         assert_eq!(
             ok(store.authenticate(&secret).await, label, "revoked"),
             None,
             "[{label}] revoked token fails"
         );
         err(
-            store.revoke_token(&u.id, &info.id).await,
+            store.revoke_token(&u.id, &info.id, Transport::Cli).await,
             ErrorCode::NotFound,
             label,
             "revoke twice",

@@ -514,3 +514,85 @@ async fn a_change_that_meets_a_harmless_share_goes_ahead() {
         }
     }
 }
+
+/// A write of a new memory into its owner's project, under way (it found
+/// the project unshared, so its memory is private) when the owner shares
+/// the project with a team for the first time: the share waits for it and
+/// publishes it with the rest (it was left private for good: a later share
+/// publishes nothing, and the team never saw it).
+#[tokio::test]
+async fn a_write_under_way_is_published_by_the_projects_first_share() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_write_under_way_is_published_by_the_projects_first_share").await
+    else {
+        return;
+    };
+    let (_, a) = user(&store, "ilv-first-share").await;
+    let slug = create_team_of(&store, &a, l, "ilvf").await;
+    let hint = format!("/src/{}", unique("ilv-first"));
+    mem(
+        &store,
+        &a,
+        l,
+        json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": hint}),
+    )
+    .await;
+    let project = project_of(&store, &a, l, &hint).await;
+    let m = mem(
+        &store,
+        &a,
+        l,
+        json!({"content": "Ledger exports are CSV files.", "kind": "fact", "scope": "personal"}),
+    )
+    .await;
+    // The write under way: it holds its owner's writes, as `remember`
+    // does, and lands its private memory in the project.
+    let mut held = raw.begin().await.expect("begin");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .expect("the backend's pid");
+    let (class, key) = zm_store::db::owner_writes_lock(&a.user_id);
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind(class)
+        .bind(key)
+        .execute(&mut *held)
+        .await
+        .expect("hold the owner's writes");
+    sqlx::query("UPDATE memories SET scope = $1, visibility = 'private' WHERE id = $2")
+        .bind(&project)
+        .bind(&m)
+        .execute(&mut *held)
+        .await
+        .expect("the private write");
+    let task = {
+        let (store, a, slug, project) = (store.clone(), a.clone(), slug.clone(), project.clone());
+        tokio::spawn(async move {
+            store
+                .share_project_with_team(
+                    &a,
+                    &slug,
+                    input!(
+                        zm_contracts::teams::ShareProjectInput,
+                        &json!({"scope": project})
+                    ),
+                )
+                .await
+        })
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    held.commit().await.expect("commit the write");
+    let done = task.await.expect("the share's task");
+    assert!(waited, "the share did not wait for the write: {done:?}");
+    ok(done, l, "share");
+    let visibility: String = sqlx::query_scalar("SELECT visibility FROM memories WHERE id = $1")
+        .bind(&m)
+        .fetch_one(&raw)
+        .await
+        .expect("the memory");
+    assert_eq!(
+        visibility, "shared",
+        "published with the project's first share"
+    );
+}

@@ -1127,6 +1127,56 @@ backend_tests! {
         assert!(!recall_ids(&store, &b, l, json!({"query": "billing webhooks retries", "scopes": ["*"]})).await.contains(&fact), "[{l}] unshared");
     }
 
+    /// A member's own project of a repository's name wins over a
+    /// teammate's shared project of the same repository: a member whose
+    /// agent wrote there without naming the hint (no binding recorded)
+    /// keeps writing there, privately, once a teammate shares theirs.
+    async fn an_own_project_wins_over_a_teammates_shared_one(store: Store, l: &str) {
+        let (_, a) = user(&store, "own-wins-a").await;
+        let (uc, c) = user(&store, "own-wins-c").await;
+        let slug = team(&store, &a, l, "ownwins").await;
+        add(&store, &a, l, &slug, &uc.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let shared = project_of(&store, &a, l, &remote).await;
+        let name = shared.rsplit('.').next().unwrap().to_string();
+        // C's agent wrote into C's own project of that name by its path
+        // (as a session attached through the hint does): no binding.
+        let own = zm_contracts::scope::project_scope(&c.user_id, &name);
+        let before = mem(&store, &c, l, json!({"content": "My ledger notes stay mine.", "kind": "fact", "scope": own})).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"project_hint": remote}))).await, l, "A shares");
+        assert_eq!(project_of(&store, &c, l, &remote).await, own, "[{l}] C's own project wins");
+        let after = mem(&store, &c, l, json!({"content": format!("Ledger exports are CSV ({}).", unique("t")), "kind": "fact", "project_hint": remote})).await;
+        for id in [&before, &after] {
+            assert!(!recall_ids(&store, &a, l, json!({"query": "ledger", "scopes": ["*"]})).await.contains(id), "[{l}] A reads none of C's");
+        }
+        // A member without a project of their own lands in the shared one.
+        let (ud, d) = user(&store, "own-wins-d").await;
+        add(&store, &a, l, &slug, &ud.email, TeamRole::Writer).await;
+        assert_eq!(project_of(&store, &d, l, &remote).await, shared, "[{l}] D lands in A's");
+    }
+
+    /// Deleting a team revokes a member's rule promoted for it from a
+    /// memory of their own; the row and its wording stay theirs (it was
+    /// deleted), and a rule built on a team memory goes.
+    async fn a_deleted_teams_rules_of_members_own_memories_stay_revoked(store: Store, l: &str) {
+        let (_, a) = user(&store, "del-rule-a").await;
+        let (ub, b) = user(&store, "del-rule-b").await;
+        let slug = team(&store, &a, l, "delrule").await;
+        let scope = format!("team.{slug}");
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let own = mem(&store, &b, l, json!({"content": "Sign every commit.", "kind": "preference", "scope": "personal"})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": own, "applies_scope": scope, "rule_text": "Sign every commit with your key."})).await, l, "B's rule for the team");
+        let team_note = mem(&store, &b, l, json!({"content": "Every change needs a second reviewer.", "kind": "convention", "scope": scope})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": team_note})).await, l, "a team rule");
+        ok(store.delete_team(&a, &slug).await, l, "delete");
+        let rules = store.list_rules(&b).await.unwrap();
+        let kept = rules.iter().find(|r| r.memory_id.as_str() == own).unwrap_or_else(|| panic!("[{l}] B's own rule is gone: {rules:?}"));
+        assert_eq!(kept.status, zm_store::rules::RuleState::Revoked, "[{l}] {rules:?}");
+        assert_eq!(kept.text, "Sign every commit with your key.", "[{l}] its wording kept");
+        assert!(rules.iter().all(|r| r.memory_id.as_str() != team_note), "[{l}] the team memory's rule goes: {rules:?}");
+    }
+
     /// Two admins demoting each other, or both leaving, at the same moment:
     /// one of them stays admin. (On PostgreSQL each change counted the
     /// admins before the other committed, and both went through.)

@@ -345,7 +345,10 @@ pub(crate) async fn revoke_token(
 ) -> Response {
     let user = signed.session.user_id.clone();
     change_then_back(&state, &signed, &headers, body, "/access", async |_| {
-        state.store.revoke_token(&user, &id).await
+        state
+            .store
+            .revoke_token(&user, &id, zm_store::Transport::Dashboard)
+            .await
     })
     .await
 }
