@@ -243,6 +243,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0025_entity_name_lookups.sql"),
         data: None,
     },
+    Migration {
+        version: 26,
+        name: "kept_private",
+        sqlite: include_str!("../../../migrations/sqlite/0026_kept_private.sql"),
+        postgres: include_str!("../../../migrations/postgres/0026_kept_private.sql"),
+        data: None,
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -688,25 +688,37 @@ impl Store {
         // `share` widens it. An edit of a private memory (an import into a
         // shared project) keeps it private: saving a typo fix must not
         // publish it to the team.
-        let edits_private = match edit_of {
+        // (Was the edited memory private; had it been kept private?)
+        let (edits_private, edits_kept) = match edit_of {
             Some(old) => {
-                let was: Option<String> = sqlx::query_scalar(
-                    "SELECT visibility FROM memories WHERE id = $1 AND owner_id = $2",
+                let was = sqlx::query(
+                    "SELECT visibility, kept_private FROM memories WHERE id = $1 AND owner_id = $2",
                 )
                 .bind(old.as_str())
                 .bind(&caller.user_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .db("edited memory's visibility")?;
-                was.as_deref() == Some(Visibility::Private.as_str())
+                match was {
+                    Some(r) => (
+                        col::<String>(&r, "visibility")? == Visibility::Private.as_str(),
+                        col::<i64>(&r, "kept_private")? != 0,
+                    ),
+                    None => (false, false),
+                }
             }
-            None => false,
+            None => (false, false),
         };
-        let visibility = if !edits_private && self.team_reads(tx, scope_path).await? {
+        let team_reads = self.team_reads(tx, scope_path).await?;
+        let visibility = if !edits_private && team_reads {
             Visibility::Shared
         } else {
             Visibility::Private
         };
+        // Private where a team reads (or a new version of one kept so):
+        // kept private on purpose, which no later share of the project
+        // publishes.
+        let kept_private = edits_private && (team_reads || edits_kept);
         // Only a memory of the same kind absorbs the write: the same words
         // as a `task` are an open loop a `fact` would keep from the loop
         // lists. A private memory (an import into a shared project) does not
@@ -730,8 +742,8 @@ impl Store {
         }
         let id = IdKind::Memory.generate();
         sqlx::query(
-            "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at, kept_private) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(&id)
         .bind(&caller.user_id)
@@ -745,6 +757,7 @@ impl Store {
         .bind(source.to_string())
         .bind(TranslationStatus::Skipped.as_str())
         .bind(self.now())
+        .bind(i64::from(kept_private))
         .execute(&mut *tx)
         .await
         .db("insert memory")?;

@@ -1656,12 +1656,6 @@ impl Store {
         // first and is published below; one after reads it shared.
         self.hold_writes_of(&mut tx, &caller.user_id).await?;
         let now = self.now();
-        let shared_before: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM team_projects WHERE scope = $1")
-                .bind(&path)
-                .fetch_one(&mut *tx)
-                .await
-                .db("project shared before")?;
         let added = sqlx::query("INSERT INTO team_projects (team_scope, scope, owned, added_by, created_at) VALUES ($1, $2, 0, $3, $4) ON CONFLICT (team_scope, scope) DO NOTHING")
             .bind(&team.scope)
             .bind(&path)
@@ -1672,13 +1666,13 @@ impl Store {
             .db("share project")?
             .rows_affected()
             > 0;
-        // The first share of the project shares the sharer's own memories
-        // in it (others' stay as their authors left them). Once it is
-        // shared, a private memory there was kept private on purpose (an
-        // import, a new version of one): sharing again, or with another
-        // team, does not publish it.
-        if added && shared_before == 0 {
-            sqlx::query("UPDATE memories SET visibility = 'shared', shared_at = $1, shared_by = $2 WHERE scope = $3 AND owner_id = $2 AND visibility = 'private'")
+        // A share publishes the sharer's own memories in the project
+        // (others' stay as their authors left them), but those kept
+        // private on purpose while a team read it (an import, a new
+        // version of one): sharing again, with another team, or after
+        // every share ended, does not publish those.
+        if added {
+            sqlx::query("UPDATE memories SET visibility = 'shared', shared_at = $1, shared_by = $2 WHERE scope = $3 AND owner_id = $2 AND visibility = 'private' AND kept_private = 0")
                 .bind(now)
                 .bind(&caller.user_id)
                 .bind(&path)

@@ -450,9 +450,13 @@ impl Store {
                 if let Some(v) = &input.verbatim {
                     source["verbatim"] = json!(v);
                 }
+                // An import is its importer's, private; where a team reads
+                // it is kept so (no later share of the project publishes
+                // it: `share` does).
+                let kept_private = self.team_reads(tx, &scope).await?;
                 sqlx::query(
-                    "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $11)",
+                    "INSERT INTO memories (id, owner_id, scope, kind, content, content_hash, visibility, author_kind, agent_name, source, translation_status, created_at, kept_private) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, $10, $11, $12)",
                 )
                 .bind(&id)
                 .bind(&caller.user_id)
@@ -465,6 +469,7 @@ impl Store {
                 .bind(source.to_string())
                 .bind(TranslationStatus::Skipped.as_str())
                 .bind(now)
+                .bind(i64::from(kept_private))
                 .execute(&mut *tx)
                 .await
                 .db("import insert")?;

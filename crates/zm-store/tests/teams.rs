@@ -748,6 +748,16 @@ backend_tests! {
         // A plain `remember` there is the team's, as before.
         let wrote = mem(&store, &b, l, json!({"content": format!("Payroll runs monthly ({tag})."), "kind": "fact", "scope": project})).await;
         assert!(recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.contains(&wrote), "[{l}] the team reads a write");
+        // Unshared from both teams, then shared again: what its sharer
+        // wrote while nobody else read it is published, the import kept
+        // private while a team read it still is not.
+        ok(store.unshare_project_from_team(&a, &slug, &project).await, l, "unshare");
+        ok(store.unshare_project_from_team(&a, &other, &project).await, l, "unshare from the second");
+        let meanwhile = mem(&store, &a, l, json!({"content": format!("Invoices go out on the first ({tag})."), "kind": "fact", "scope": project})).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share once more");
+        let read = recall_ids(&store, &b, l, json!({"query": tag, "scopes": ["*"]})).await;
+        assert!(read.contains(&meanwhile), "[{l}] the write made while unshared is published: {read:?}");
+        assert!(!read.contains(&a_private), "[{l}] the import stays private after every share ended");
     }
 
     /// A team's export pages: every shared memory of the team's scopes

@@ -702,6 +702,18 @@ async fn populate(pool: &AnyPool, from: i64, now: i64) -> Fixture {
         });
         fx.memories
             .push((alice.clone(), stored_bytes(content, None)));
+        // An import into the shared project, kept private (migration 26
+        // marks it so).
+        let content = "The atlas vendor's contract renews in May.";
+        insert!(tx, "memories", {
+            "id" => IdKind::Memory.generate(), "owner_id" => &alice, "scope" => &project,
+            "kind" => "fact", "content" => content,
+            "content_hash" => crate::memories::content_hash(content), "visibility" => "private",
+            "author_kind" => "agent", "translation_status" => "skipped",
+            "created_at" => now - 2 * day,
+        });
+        fx.memories
+            .push((alice.clone(), stored_bytes(content, None)));
     }
     if from >= 9 {
         insert!(tx, "web_sessions", {
@@ -780,6 +792,7 @@ const ADDED_COLUMNS: &[(i64, Option<Backend>, &str, &str, Holds)] = &[
         Holds::Checked,
     ),
     (24, None, "memory_usage", "user_id", Holds::Checked),
+    (26, None, "memories", "kept_private", Holds::Checked),
 ];
 
 /// What `before` should read as after the upgrade, the tables checked
@@ -1125,6 +1138,24 @@ async fn upgrade_and_check(url: &str, from: i64, label: &str) {
                 "memory_usage holds {counted:?}, not the private memory's old count as its owner's (and none of the shared one's)"
             ));
         }
+    }
+    // Migration 26: the private memories of a project shared then are
+    // kept private; no other.
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM memories WHERE kept_private = 1 ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .expect("read kept_private");
+    let want_kept: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM memories WHERE visibility = 'private' AND scope IN (SELECT scope FROM team_projects) ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read private memories of shared projects");
+    if kept != want_kept || (from >= 6 && kept.len() != 1) {
+        problems.push(format!(
+            "kept_private marks {kept:?}, not the private memory of the shared project {want_kept:?}"
+        ));
     }
     match store.integrity_check().await {
         Ok(true) => {}
