@@ -156,16 +156,28 @@ impl Store {
             .hold_memories(&mut *tx, &[src, dst], Some(&caller.user_id))
             .await?;
         // One pending conflict a pair: `B contradicts A` after
-        // `A contradicts B` files nothing more.
-        let pending: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM conflicts WHERE status = 'pending' AND verdict = 'contradiction' AND \
-             ((memory_a = $1 AND memory_b = $2) OR (memory_a = $2 AND memory_b = $1))",
+        // `A contradicts B` files nothing more, and a pair in review as
+        // near-duplicates (`unjudged`) is judged a contradiction now.
+        let pending = sqlx::query(
+            "SELECT id, verdict FROM conflicts WHERE status = 'pending' AND \
+             ((memory_a = $1 AND memory_b = $2) OR (memory_a = $2 AND memory_b = $1)) ORDER BY id LIMIT 1",
         )
         .bind(src)
         .bind(dst)
         .fetch_optional(&mut *tx)
         .await
         .db("contradiction pending")?;
+        if let Some(row) = &pending
+            && owned == 2
+            && col::<String>(row, "verdict")? == ConflictVerdict::Unjudged.as_str()
+        {
+            sqlx::query("UPDATE conflicts SET verdict = $1 WHERE id = $2 AND status = 'pending'")
+                .bind(ConflictVerdict::Contradiction.as_str())
+                .bind(col::<String>(row, "id")?)
+                .execute(&mut *tx)
+                .await
+                .db("judge the pair a contradiction")?;
+        }
         if owned == 2 && pending.is_none() {
             sqlx::query("INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
                 .bind(IdKind::MemoryReview.generate())

@@ -1036,18 +1036,30 @@ impl Store {
                 && c.scope == scope_path
                 && content_hash(&c.content) != prepared.hash
             {
-                sqlx::query(
+                // Not a pair this call already linked or put in review
+                // (a `contradicts` link files its own conflict: one
+                // pending conflict a pair), nor past the owner's review
+                // queue's cap, as the sweep by meaning.
+                let sql = format!(
                     "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
-                     VALUES ($1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5)",
-                )
-                .bind(IdKind::MemoryReview.generate())
-                .bind(&caller.user_id)
-                .bind(memory_id)
-                .bind(c.id.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .db("unjudged conflict")?;
+                     SELECT $1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5 WHERE \
+                     NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = $2 AND \
+                         ((c.memory_a = $3 AND c.memory_b = $4) OR (c.memory_a = $4 AND c.memory_b = $3))) \
+                     AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
+                         (l.src = $3 AND l.dst = $4) OR (l.src = $4 AND l.dst = $3)) \
+                     AND {} < $6",
+                    crate::conflicts::live_pending_of("$2")
+                );
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(IdKind::MemoryReview.generate())
+                    .bind(&caller.user_id)
+                    .bind(memory_id)
+                    .bind(c.id.as_str())
+                    .bind(now)
+                    .bind(crate::conflicts::UNJUDGED_PENDING_CAP)
+                    .execute(&mut *tx)
+                    .await
+                    .db("unjudged conflict")?;
             }
             similar.push(SimilarMemory {
                 id: c.id.clone(),

@@ -70,10 +70,6 @@ const MEANING_DUPLICATE_CAP: usize = 3;
 /// [`Store::file_meaning_duplicates`].
 const MEANING_SWEEP_WINDOW_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
-/// An owner with this many pending conflicts gets no more from the sweep
-/// until some are settled: a review queue nobody can work through is noise.
-const MEANING_PENDING_CAP: i64 = 100;
-
 /// How long an idle embedder looks only at memories written since its
 /// last whole pass found nothing (ms): a whole pass reads every memory.
 const FULL_PASS_EVERY_MS: i64 = 10 * 60 * 1000;
@@ -1306,7 +1302,7 @@ impl Store {
     /// [`MEANING_DUPLICATE_FLOOR`] or more become an `unjudged` conflict
     /// (at most three per memory), unless the pair already has a conflict
     /// (of any status: a dismissed pair stays dismissed) or a link, or the
-    /// owner already has [`MEANING_PENDING_CAP`] pending conflicts.
+    /// owner already has [`crate::conflicts::UNJUDGED_PENDING_CAP`] pending conflicts.
     /// Returns how many were filed.
     pub async fn file_meaning_duplicates(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
         if ids.is_empty() {
@@ -1325,7 +1321,7 @@ impl Store {
                 " AND {} < ",
                 crate::conflicts::live_pending_of("m.owner_id")
             ))
-            .bind_i64(MEANING_PENDING_CAP);
+            .bind_i64(crate::conflicts::UNJUDGED_PENDING_CAP);
         let rows = sql
             .query()
             .fetch_all(&self.pool)
@@ -1392,7 +1388,7 @@ impl Store {
                 .bind(b.as_str())
                 .bind(&rationale)
                 .bind(now)
-                .bind(MEANING_PENDING_CAP)
+                .bind(crate::conflicts::UNJUDGED_PENDING_CAP)
                 .execute(&mut *tx)
                 .await
                 .db("unjudged conflict by meaning")?;

@@ -426,6 +426,31 @@ backend_tests! {
         );
     }
 
+    /// One pending conflict a pair: a near-identical memory written as
+    /// contradicting the other files the contradiction alone, and a
+    /// `contradicts` link drawn between a pair already in review as
+    /// near-duplicates judges that conflict instead of filing a second.
+    async fn a_pair_has_one_pending_conflict(store: Store, l: &str) {
+        let (_, a) = user(&store, "one-pair").await;
+        let pending = |label: &'static str| {
+            let (store, a) = (&store, a.clone());
+            async move {
+                let out = ok(call(store, &a, "list_conflicts", json!({})).await, l, label);
+                out["conflicts"].as_array().unwrap().iter().map(|c| c["verdict"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+            }
+        };
+        let text = "The nightly backup of the billing database runs at two UTC on the third replica and keeps fourteen daily snapshots";
+        let first = mem(&store, &a, l, json!({"content": text, "scope": "core"})).await;
+        mem(&store, &a, l, json!({"content": format!("{text}."), "scope": "core", "links": [{"dst": first, "type": "contradicts"}]})).await;
+        assert_eq!(pending("written contradicting").await, ["contradiction"], "[{l}]");
+        let text = "The nightly export of the payroll database runs at four UTC on the second replica and keeps seven weekly snapshots";
+        let older = mem(&store, &a, l, json!({"content": text, "scope": "core"})).await;
+        let newer = mem(&store, &a, l, json!({"content": format!("{text}!"), "scope": "core"})).await;
+        assert_eq!(pending("near-duplicates").await, ["unjudged", "contradiction"], "[{l}]");
+        ok(call(&store, &a, "link", json!({"src": newer, "dst": older, "type": "contradicts"})).await, l, "link");
+        assert_eq!(pending("judged").await, ["contradiction", "contradiction"], "[{l}] judged, not filed again");
+    }
+
     /// Doing what `similar_existing` suggests (supersede the older with
     /// the newer) leaves no pending pair and no disputed hit: a conflict
     /// one of whose memories is retired is moot, and back once that
