@@ -516,6 +516,21 @@ impl Store {
                 )));
             }
             if memory_id != old {
+                // A new version is what it replaces but for its text: one
+                // that was moved or shared meanwhile (read before this
+                // transaction, where the form was drawn) is edited where
+                // it is now, not beside where it was.
+                let held = sqlx::query("SELECT scope, kind FROM memories WHERE id = $1")
+                    .bind(old)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .db("edited memory's place")?;
+                let (scope, kind): (String, String) = (col(&held, "scope")?, col(&held, "kind")?);
+                if scope != target.scope || kind != input.kind.as_str() {
+                    return Err(ToolError::conflict(format!(
+                        "Memory {old} was moved or changed meanwhile (it is now a {kind} in {scope}): edit it again where it is now."
+                    )));
+                }
                 self.carry_graph(tx, caller, old, &memory_id).await?;
             }
         }

@@ -141,6 +141,24 @@ backend_tests! {
         let same = ok(tools(&store).edit(&a, &raw, &newest.id).await, l, "an edit that changes nothing");
         assert_eq!(same.memory_id, newest.id, "[{l}] the memory itself");
         assert_eq!(owned(&store, &a, l).await, 2, "[{l}] still two memories");
+
+        // An edit drawn before the memory moved (the page read it in the
+        // personal scope; an agent then moved it to a project): refused,
+        // the moved memory left live, nothing written beside it.
+        let moved = ok(
+            zm_store::ToolService::new(store.clone())
+                .call(&a, zm_contracts::ToolName::MoveMemories, &json!({"memory_ids": [newest.id.to_string()], "project_hint": format!("/src/{}", unique("moved"))}))
+                .await,
+            l,
+            "move",
+        )
+        .to_json();
+        assert_eq!(moved["moved"], json!([newest.id.to_string()]), "[{l}] {moved}");
+        let raw = json!({"content": "Deploys go out from the red cluster.", "kind": "fact", "scope": "personal", "links": [{"dst": newest.id.to_string(), "type": "supersedes"}]});
+        err(tools(&store).edit(&a, &raw, &newest.id).await, zm_contracts::ErrorCode::Conflict, l, "an edit of where it was");
+        let still = ok(store.get_memory(&a, &newest.id).await, l, "the moved memory");
+        assert!(still.invalidated_at.is_none(), "[{l}] still live: {still:?}");
+        assert_eq!(owned(&store, &a, l).await, 2, "[{l}] nothing written beside it");
     }
 
     /// Sign-in attempts of one account at once (the shared back-off that
