@@ -1014,6 +1014,7 @@ impl Store {
         if user_id != caller.user_id && role != Role::Admin {
             return Err(not_admin());
         }
+        self.hold_shared_projects(&mut tx, &team).await?;
         let Some(their_role) = self.direct_role(&mut tx, user_id, &team.scope).await? else {
             return Err(ToolError::not_found(format!(
                 "No member {user_id} in team {slug}."
@@ -1105,6 +1106,34 @@ impl Store {
             out.push((col(r, "scope")?, flag_col(r, "owned")?));
         }
         Ok(out)
+    }
+
+    /// Hold (PostgreSQL, `FOR NO KEY UPDATE`, in path order) the scope
+    /// rows of the members' projects `team` is shared with, after the
+    /// team's own row: a change of another team sharing one of them (a
+    /// removal, an unsharing, a deletion) waits, and then reads the roles
+    /// this one left. Each asks whether a member still reaches such a
+    /// project through the other team; at once, both saw the other's grant
+    /// and neither handed the member's memories over. SQLite's write
+    /// transactions take turns already.
+    async fn hold_shared_projects(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        team: &TeamRow,
+    ) -> Result<(), ToolError> {
+        if self.backend != crate::db::Backend::Postgres {
+            return Ok(());
+        }
+        sqlx::query(
+            "SELECT path FROM scopes WHERE path IN \
+             (SELECT scope FROM team_projects WHERE team_scope = $1 AND owned = 0) \
+             ORDER BY path FOR NO KEY UPDATE",
+        )
+        .bind(&team.scope)
+        .fetch_all(&mut *conn)
+        .await
+        .db("hold the team's shared projects")?;
+        Ok(())
     }
 
     /// After every hand-over of a departure: a rule `user` promoted for one
@@ -1726,6 +1755,7 @@ impl Store {
     ) -> Result<Removed, ToolError> {
         let mut tx = self.write_tx().await?;
         let (team, role) = self.membership(&mut tx, caller, slug, For::Change).await?;
+        self.hold_shared_projects(&mut tx, &team).await?;
         let added_by: Option<Option<String>> = sqlx::query_scalar(
             "SELECT added_by FROM team_projects WHERE team_scope = $1 AND scope = $2 AND owned = 0",
         )
@@ -2013,6 +2043,7 @@ impl Store {
     ) -> Result<TeamDeleted, ToolError> {
         let mut tx = self.write_tx().await?;
         let team = self.admin_of(&mut tx, caller, slug, For::Change).await?;
+        self.hold_shared_projects(&mut tx, &team).await?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
         let now = self.now();
         let purge_after = now + TEAM_RETENTION_DAYS * DAY_MS;

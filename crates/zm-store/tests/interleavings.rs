@@ -596,3 +596,89 @@ async fn a_write_under_way_is_published_by_the_projects_first_share() {
         "published with the project's first share"
     );
 }
+
+/// A member of two teams that share one project, removed from both at
+/// once: each removal asks whether the member still reaches the project
+/// through the other team. The second waits for the first (it holds the
+/// project) and then hands the member's memories there to the project's
+/// owner; both saw the other's grant, and the member kept shared
+/// memories in a project they no longer reached.
+#[tokio::test]
+async fn removals_from_two_teams_sharing_a_project_hand_over_once() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("removals_from_two_teams_sharing_a_project_hand_over_once").await
+    else {
+        return;
+    };
+    let (_, x) = user(&store, "ilv-two-x").await;
+    let t1 = create_team_of(&store, &x, l, "ilvt1").await;
+    let t2 = create_team_of(&store, &x, l, "ilvt2").await;
+    let hint = format!("/src/{}", unique("ilv-two"));
+    mem(
+        &store,
+        &x,
+        l,
+        json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": hint}),
+    )
+    .await;
+    let project = project_of(&store, &x, l, &hint).await;
+    for slug in [&t1, &t2] {
+        ok(
+            store
+                .share_project_with_team(
+                    &x,
+                    slug,
+                    input!(
+                        zm_contracts::teams::ShareProjectInput,
+                        &json!({"scope": project})
+                    ),
+                )
+                .await,
+            l,
+            "share",
+        );
+    }
+    let (bob_user, bob) = team_member(&store, &x, l, &t1, "ilv-two-bob", TeamRole::Writer).await;
+    join_team(&store, &x, &t2, &bob_user.email, TeamRole::Writer, l).await;
+    let written = mem(
+        &store,
+        &bob,
+        l,
+        json!({"content": "Ledger exports are CSV files.", "kind": "fact", "scope": project}),
+    )
+    .await;
+    // The other removal, under way: it holds the project, as a removal
+    // does, and has taken bob out of the second team.
+    let mut held = raw.begin().await.expect("begin");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .expect("the backend's pid");
+    sqlx::query("SELECT path FROM scopes WHERE path = $1 FOR NO KEY UPDATE")
+        .bind(&project)
+        .fetch_one(&mut *held)
+        .await
+        .expect("hold the project");
+    sqlx::query("DELETE FROM scope_members WHERE scope = $1 AND user_id = $2")
+        .bind(format!("team.{t2}"))
+        .bind(&bob.user_id)
+        .execute(&mut *held)
+        .await
+        .expect("the other removal");
+    let task = {
+        let (store, x, t1, bob_id) = (store.clone(), x.clone(), t1.clone(), bob.user_id.clone());
+        tokio::spawn(async move { store.remove_team_member(&x, &t1, &bob_id).await })
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    held.commit().await.expect("commit the other removal");
+    let done = task.await.expect("the removal's task");
+    assert!(waited, "the removal did not wait for the other: {done:?}");
+    ok(done, l, "remove bob from the first team");
+    let owner: String = sqlx::query_scalar("SELECT owner_id FROM memories WHERE id = $1")
+        .bind(&written)
+        .fetch_one(&raw)
+        .await
+        .expect("the memory");
+    assert_eq!(owner, x.user_id, "bob's memory went to the project's owner");
+}
