@@ -182,8 +182,59 @@ enum Anchoring {
     /// order (an empty key is refused when the anchors are written, as
     /// before).
     Named(Vec<(String, String)>),
-    /// No entities named: the content's match key, scanned for known names.
-    Scan(String),
+    /// No entities named: the content's words, scanned for known names.
+    Scan(ScanText),
+}
+
+/// A text's match key (its words' keys joined, as [`match_key`] joins a
+/// name's) and where each word begins in it: a known name is found only
+/// as a run of whole words ("Zero Memory", "zero-memory" and "ZeroMemory"
+/// alike), not inside one ("Ann" in "channel", "Redis" across "shared
+/// is").
+#[derive(Debug, Clone, PartialEq)]
+struct ScanText {
+    key: String,
+    /// `starts[i]`: does a word begin (or end) at byte `i` of `key`?
+    starts: Vec<bool>,
+}
+
+impl ScanText {
+    fn new(text: &str) -> ScanText {
+        let mut key = String::new();
+        let mut starts = Vec::new();
+        for word in text.split(|c: char| c.is_whitespace() || c == '_' || c == '-') {
+            let k = match_key(word);
+            if k.is_empty() {
+                continue;
+            }
+            starts.resize(key.len() + 1, false);
+            starts[key.len()] = true;
+            key.push_str(&k);
+        }
+        starts.resize(key.len() + 1, false);
+        starts[key.len()] = true;
+        ScanText { key, starts }
+    }
+
+    /// Does `name` (a match key) occur here as a run of whole words? Its
+    /// edge may also fall where a letter or digit meets a symbol ("C++"
+    /// in "C++,", "Node.js" in "(node.js)").
+    fn names(&self, name: &str) -> bool {
+        if name.is_empty() {
+            return false;
+        }
+        let edge = |at: usize| {
+            self.starts[at] || {
+                let before = self.key[..at].chars().next_back();
+                let after = self.key[at..].chars().next();
+                !(before.is_some_and(char::is_alphanumeric)
+                    && after.is_some_and(char::is_alphanumeric))
+            }
+        };
+        self.key
+            .match_indices(name)
+            .any(|(at, m)| edge(at) && edge(at + m.len()))
+    }
 }
 
 impl Prepared {
@@ -201,7 +252,7 @@ impl Prepared {
                     })
                     .collect(),
             ),
-            None => Anchoring::Scan(match_key(content)),
+            None => Anchoring::Scan(ScanText::new(content)),
         };
         Prepared {
             hash: content_hash(content),
@@ -834,7 +885,7 @@ impl Store {
             .await
             .db("anchor scan")?;
         for e in KnownEntity::from_rows(&rows)? {
-            if e.match_key.chars().count() >= 3 && text_key.contains(e.match_key.as_str()) {
+            if e.match_key.chars().count() >= 3 && text_key.names(e.match_key.as_str()) {
                 self.attach_entity(tx, memory_id, e.id.as_str()).await?;
                 anchors.push(e.name);
                 if anchors.len() == 3 {
@@ -1769,6 +1820,30 @@ mod tests {
         assert_eq!(probe_match(6), 3);
     }
 
+    /// A name is found as a run of whole words, not inside one.
+    #[test]
+    fn a_known_name_is_found_only_as_whole_words() {
+        let text = ScanText::new(
+            "Every channel has a planning doc; the cache we shared is stale. We moved zero-memory and C++, (Node.js) to Ledgerdb.",
+        );
+        for (name, found) in [
+            ("ann", false),
+            ("eve", false),
+            ("redis", false),
+            ("plan", false),
+            ("every", true),
+            ("planningdoc", true),
+            ("zeromemory", true),
+            ("c++", true),
+            ("node.js", true),
+            ("ledgerdb", true),
+            ("ledger", false),
+            ("", false),
+        ] {
+            assert_eq!(text.names(name), found, "{name}");
+        }
+    }
+
     /// Everything `remember` derives from its text alone is computed before
     /// the transaction, from the same functions as before.
     #[test]
@@ -1782,7 +1857,7 @@ mod tests {
             crate::fts::distinctive_terms(content, SIMILAR_PROBE_POOL)
         );
         match &p.anchoring {
-            Anchoring::Scan(key) => assert_eq!(key, &match_key(content)),
+            Anchoring::Scan(scan) => assert_eq!(scan.key, match_key(content)),
             Anchoring::Named(_) => panic!("no entities named: a scan"),
         }
 

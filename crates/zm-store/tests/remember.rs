@@ -29,6 +29,19 @@ backend_tests! {
         assert!(out["anchor_hint"].is_string(), "[{label}] hinted: {out}");
     }
 
+    /// A known name anchors a memory only as whole words of its text:
+    /// "Ann" is not in "channel", nor "Redis" in "shared is".
+    async fn a_scan_finds_names_as_whole_words(store: Store, label: &str) {
+        let (_, a) = user(&store, "whole-words").await;
+        ok(call(&store, &a, "link", json!({"src": "Ann", "dst": "Redis", "type": "uses"})).await, label, "known names");
+        let out = ok(call(&store, &a, "remember", json!({"content": "Every channel has a planning doc; the cache we shared is stale.", "kind": "fact", "scope": "personal"})).await, label, "remember");
+        assert!(out.get("anchors").is_none_or(|a| a.as_array().is_some_and(Vec::is_empty)), "[{label}] nothing named: {out}");
+        let out = ok(call(&store, &a, "remember", json!({"content": "Ann moved the sessions to redis.", "kind": "fact", "scope": "personal"})).await, label, "remember");
+        let mut anchors: Vec<&str> = out["anchors"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+        anchors.sort_unstable();
+        assert_eq!(anchors, ["Ann", "Redis"], "[{label}] {out}");
+    }
+
     async fn exact_dedup_only_within_one_scope(store: Store, label: &str) {
         let (_, caller) = user(&store, "dedup").await;
         let text = "The staging cluster runs three replicas.";
