@@ -303,7 +303,34 @@ pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
         tracing::warn!(target: "zm_store", error = %err, "{context}");
         return ToolError::validation(NUL_IN_TEXT);
     }
+    if is_overload(err) {
+        // Load, not a fault: the same call a moment later may well pass
+        // (an agent retries `rate_limited`, not `internal`).
+        tracing::warn!(target: "zm_store", error = %err, overload = true, "{context}");
+        return ToolError::rate_limited(
+            "The database is busy; the call did not complete and nothing of it was written. Retry shortly.",
+        );
+    }
     internal(context, err)
+}
+
+/// SQLite's result codes for a database held by another writer past the
+/// busy timeout (`SQLITE_BUSY` and its extended codes, `SQLITE_LOCKED`
+/// and its shared-cache one), and PostgreSQL's SQLSTATEs of load:
+/// `lock_not_available` (an operator's `lock_timeout`), `query_canceled`
+/// (a `statement_timeout`), `too_many_connections`.
+const OVERLOAD_CODES: [&str; 8] = ["5", "261", "517", "6", "262", "55P03", "57014", "53300"];
+
+/// Did this fail for load (the database busy past its wait, the pool out
+/// of connections past its wait) rather than for a fault?
+pub(crate) fn is_overload(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(e) => e
+            .code()
+            .is_some_and(|code| OVERLOAD_CODES.contains(&code.as_ref())),
+        _ => false,
+    }
 }
 
 /// What a text holding U+0000 is told when it reaches PostgreSQL.
@@ -823,6 +850,30 @@ mod migration_tests;
 
 #[cfg(test)]
 mod tests {
+    /// Load (SQLite busy past its timeout, PostgreSQL's lock or statement
+    /// timeouts, no connection left) answers `rate_limited`, which an
+    /// agent retries; a fault stays `internal`, saying nothing of it.
+    #[test]
+    fn load_is_rate_limited_and_a_fault_internal() {
+        use zm_contracts::ErrorCode;
+        for err in [
+            sqlx::Error::PoolTimedOut,
+            coded("5"),
+            coded("517"),
+            coded("55P03"),
+            coded("57014"),
+        ] {
+            let e = super::database("a test", &err);
+            assert_eq!(e.code, ErrorCode::RateLimited, "{err}");
+            assert!(!e.message.contains("error"), "{}", e.message);
+        }
+        for err in [coded("23505"), coded("19"), sqlx::Error::RowNotFound] {
+            let e = super::database("a test", &err);
+            assert_eq!(e.code, ErrorCode::Internal, "{err}");
+            assert_eq!(e.message, "Internal server error.");
+        }
+    }
+
     use super::*;
     use std::path::PathBuf;
 
