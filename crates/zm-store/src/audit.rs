@@ -166,18 +166,52 @@ impl Store {
     }
 
     /// Append the audit row of a refused write (nothing else was written).
-    /// A failure is logged and never changes the command's outcome.
+    /// A failure is logged and never changes the command's outcome. On
+    /// SQLite the row takes the writer's turn like any write, so that a
+    /// refusal behind a long write holds no pooled connection on the busy
+    /// timeout (and is not dropped when that runs out): while the turn is
+    /// held the row is written by a task of its own once it is free, and
+    /// the refusal is answered at once (the turn's holder may be this
+    /// very call's caller).
     pub(crate) async fn audit(&self, caller: &Caller, entry: &AuditEntry<'_>) {
-        if let Err(e) = self.audit_insert(caller, entry).execute(&self.pool).await {
-            tracing::warn!(target: "zm_store", error = %e, command = entry.command, "audit write failed");
+        let insert = self.audit_insert(caller, entry);
+        let command = entry.command.to_string();
+        if self.backend == crate::db::Backend::Sqlite {
+            if let Ok(turn) = std::sync::Arc::clone(&self.writer_turn).try_acquire_owned() {
+                self.write_audit(insert, &command).await;
+                drop(turn);
+                return;
+            }
+            let store = self.clone();
+            tokio::spawn(async move {
+                let Ok(_turn) = std::sync::Arc::clone(&store.writer_turn)
+                    .acquire_owned()
+                    .await
+                else {
+                    return;
+                };
+                store.write_audit(insert, &command).await;
+            });
+            return;
+        }
+        self.write_audit(insert, &command).await;
+    }
+
+    async fn write_audit(
+        &self,
+        insert: sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>,
+        command: &str,
+    ) {
+        if let Err(e) = insert.execute(&self.pool).await {
+            tracing::warn!(target: "zm_store", error = %e, command, "audit write failed");
         }
     }
 
-    fn audit_insert<'q>(
+    fn audit_insert(
         &self,
         caller: &Caller,
         entry: &AuditEntry<'_>,
-    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    ) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
         let (outcome, code, error) = match entry.outcome {
             Ok(()) => ("ok", None, None),
             Err(e) => (

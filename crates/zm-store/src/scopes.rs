@@ -511,15 +511,14 @@ impl Store {
         role: Role,
     ) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
-        let admin = self.role_in(&mut *tx, granted_by, path).await?;
-        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1")
-            .bind(path)
-            .fetch_one(&mut *tx)
-            .await
-            .db("scope exists")?;
-        if exists == 0 {
+        // A missing project is made for its grantor only in their own
+        // namespace (`proj.<grantor>.…`); anywhere else, and once it
+        // exists (made meanwhile by another call too), the grantor must
+        // administer it.
+        if path.starts_with(&format!("proj.{}.", scope::label_for(granted_by))) {
             self.bootstrap_scope(&mut tx, granted_by, path).await?;
-        } else if admin != Some(Role::Admin) {
+        }
+        if self.role_in(&mut *tx, granted_by, path).await? != Some(Role::Admin) {
             return Err(ToolError::forbidden("You do not have access to this scope"));
         }
         sqlx::query(

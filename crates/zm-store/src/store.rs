@@ -190,7 +190,7 @@ pub struct Store {
     /// write transaction takes a pooled connection: writers wait here,
     /// not on the database's lock with a connection each, which left
     /// reads without one behind a long write.
-    writer_turn: Arc<tokio::sync::Semaphore>,
+    pub(crate) writer_turn: Arc<tokio::sync::Semaphore>,
 }
 
 /// How long a write waits for SQLite's writer turn before it gives up,
@@ -530,6 +530,47 @@ mod writer_turn_tests {
                 .unwrap()
                 .expect("each writer lands once the lock is free");
         }
+    }
+
+    /// A write refused while another holds the writer's turn is answered
+    /// at once (it holds no connection waiting for the turn, and the
+    /// holder may be its own caller); its audit row lands once the turn
+    /// is free.
+    #[tokio::test]
+    async fn a_refusal_behind_a_held_turn_is_audited_once_it_is_free() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "refused-turn").await;
+        let tools = crate::ToolService::new(store.clone());
+        let held = std::sync::Arc::clone(&store.writer_turn)
+            .acquire_owned()
+            .await
+            .unwrap();
+        let refused = tokio::time::timeout(
+            std::time::Duration::from_secs(120),
+            tools.call(&caller, ToolName::Remember, &json!({"kind": "fact"})),
+        )
+        .await
+        .expect("answered while the turn is held (a hang guard, not a timing)");
+        assert!(refused.is_err(), "{refused:?}");
+        let rows = |store: crate::Store, user: String| async move {
+            let rows = store.audit_rows(&user, 10).await.unwrap();
+            rows.iter().filter(|r| r["command"] == "remember").count()
+        };
+        assert_eq!(
+            rows(store.clone(), caller.user_id.clone()).await,
+            0,
+            "not while the turn is held"
+        );
+        drop(held);
+        let mut seen = 0;
+        for _ in 0..10_000 {
+            seen = rows(store.clone(), caller.user_id.clone()).await;
+            if seen > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(seen, 1, "the refusal's audit row, once the turn is free");
     }
 }
 

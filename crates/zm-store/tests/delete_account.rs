@@ -174,6 +174,12 @@ backend_tests! {
             .add_scope_member(&writer.user_id, &project, &later.user_id, zm_store::Role::Reader)
             .await
             .unwrap_or_else(|e| panic!("[{l}] the writer administers the project now: {e}"));
+        // A grant makes a missing project only in its grantor's own
+        // namespace: nobody takes another's project before it exists.
+        let theirs = zm_contracts::scope::project_scope(&writer.user_id, "not_yet");
+        err(store.add_scope_member(&later.user_id, &theirs, &later.user_id, zm_store::Role::Admin).await, ErrorCode::Forbidden, l, "another's project, before it exists");
+        let mine = zm_contracts::scope::project_scope(&later.user_id, "not_yet");
+        store.add_scope_member(&later.user_id, &mine, &reader.user_id, zm_store::Role::Reader).await.unwrap_or_else(|e| panic!("[{l}] one's own new project: {e}"));
     }
 
     /// An owner who erases their account unshares their projects as an

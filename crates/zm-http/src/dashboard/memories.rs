@@ -876,7 +876,13 @@ pub(crate) async fn bulk(
     // One transaction, each memory in its own savepoint: what can be
     // forgotten is, and the rest is listed with its reason. Only the
     // caller's own: a team's admin forgets a departed member's memory
-    // from its page, one at a time, never swept up in a selection.
+    // from its page, one at a time, never swept up in a selection. In id
+    // order, the order rows are held in: two selections overlapping in
+    // another order would deadlock on an earlier item's rows, which
+    // re-running the later item alone cannot undo.
+    let mut ids = ids;
+    ids.sort_unstable();
+    ids.dedup();
     let mut inputs = Vec::with_capacity(ids.len());
     let mut failed: Vec<(String, String)> = Vec::new();
     let mut own_ids = Vec::with_capacity(ids.len());
