@@ -169,10 +169,11 @@ impl Store {
     /// A failure is logged and never changes the command's outcome. On
     /// SQLite the row takes the writer's turn like any write, so that a
     /// refusal behind a long write holds no pooled connection on the busy
-    /// timeout (and is not dropped when that runs out): while the turn is
-    /// held the row is written by a task of its own once it is free, and
-    /// the refusal is answered at once (the turn's holder may be this
-    /// very call's caller).
+    /// timeout (nor dropped when that runs out): while the turn is held
+    /// the row is written by a task of its own once it is free (one of the
+    /// writes in flight, which closing the store waits for; past their cap
+    /// the row is dropped, said in the log), and the refusal is answered
+    /// at once (the turn's holder may be this very call's caller).
     pub(crate) async fn audit(&self, caller: &Caller, entry: &AuditEntry<'_>) {
         let insert = self.audit_insert(caller, entry);
         let command = entry.command.to_string();
@@ -182,8 +183,10 @@ impl Store {
                 drop(turn);
                 return;
             }
+            // Among the writes in flight: bounded, and waited for when the
+            // store closes.
             let store = self.clone();
-            tokio::spawn(async move {
+            let spawned = self.spawn_write(async move {
                 let Ok(_turn) = std::sync::Arc::clone(&store.writer_turn)
                     .acquire_owned()
                     .await
@@ -192,6 +195,9 @@ impl Store {
                 };
                 store.write_audit(insert, &command).await;
             });
+            if spawned.is_none() {
+                tracing::warn!(target: "zm_store", command = entry.command, "a refused write's audit row was dropped: too many writes in flight");
+            }
             return;
         }
         self.write_audit(insert, &command).await;

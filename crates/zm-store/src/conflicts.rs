@@ -69,13 +69,13 @@ pub(crate) fn shown_status() -> String {
     )
 }
 
-/// SQL counting the live pending conflicts of the owner `owner` names (a
-/// column): what the near-duplicate sweep's cap counts.
 /// An owner with this many pending conflicts gets no more `unjudged` ones
 /// (from `remember`'s word overlap or the sweep by meaning) until some are
 /// settled: a review queue nobody can work through is noise.
 pub(crate) const UNJUDGED_PENDING_CAP: i64 = 100;
 
+/// SQL counting the live pending conflicts of the owner `owner` names (a
+/// column or a parameter): what [`UNJUDGED_PENDING_CAP`] caps.
 pub(crate) fn live_pending_of(owner: &str) -> String {
     format!(
         "(SELECT COUNT(*) FROM conflicts p JOIN memories pa ON pa.id = p.memory_a \

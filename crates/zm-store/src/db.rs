@@ -315,17 +315,19 @@ pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
 }
 
 /// SQLite's result codes for a database held by another writer past the
-/// busy timeout (`SQLITE_BUSY` and its extended codes, `SQLITE_LOCKED`
-/// and its shared-cache one), and PostgreSQL's SQLSTATEs of load:
-/// `lock_not_available` (an operator's `lock_timeout`), `query_canceled`
-/// (a `statement_timeout`), `too_many_connections`.
-const OVERLOAD_CODES: [&str; 8] = ["5", "261", "517", "6", "262", "55P03", "57014", "53300"];
+/// busy timeout (`SQLITE_BUSY` and its extended codes), and PostgreSQL's
+/// SQLSTATEs of load: `lock_not_available` (an operator's
+/// `lock_timeout`), `query_canceled` (a `statement_timeout`),
+/// `too_many_connections`. Not `SQLITE_LOCKED` (a conflict within one
+/// connection: a fault), nor a pool's timeout, which also ends the
+/// retries of a database that is down or unreachable (an outage is
+/// `internal`, and alerted on as such).
+const OVERLOAD_CODES: [&str; 6] = ["5", "261", "517", "55P03", "57014", "53300"];
 
-/// Did this fail for load (the database busy past its wait, the pool out
-/// of connections past its wait) rather than for a fault?
+/// Did this fail for load (the database busy past its wait) rather than
+/// for a fault?
 pub(crate) fn is_overload(err: &sqlx::Error) -> bool {
     match err {
-        sqlx::Error::PoolTimedOut => true,
         sqlx::Error::Database(e) => e
             .code()
             .is_some_and(|code| OVERLOAD_CODES.contains(&code.as_ref())),
@@ -851,23 +853,25 @@ mod migration_tests;
 #[cfg(test)]
 mod tests {
     /// Load (SQLite busy past its timeout, PostgreSQL's lock or statement
-    /// timeouts, no connection left) answers `rate_limited`, which an
+    /// timeouts, its connections all taken) answers `rate_limited`, which an
     /// agent retries; a fault stays `internal`, saying nothing of it.
     #[test]
     fn load_is_rate_limited_and_a_fault_internal() {
         use zm_contracts::ErrorCode;
-        for err in [
-            sqlx::Error::PoolTimedOut,
-            coded("5"),
-            coded("517"),
-            coded("55P03"),
-            coded("57014"),
-        ] {
+        for err in [coded("5"), coded("517"), coded("55P03"), coded("57014")] {
             let e = super::database("a test", &err);
             assert_eq!(e.code, ErrorCode::RateLimited, "{err}");
             assert!(!e.message.contains("error"), "{}", e.message);
         }
-        for err in [coded("23505"), coded("19"), sqlx::Error::RowNotFound] {
+        // A pool's timeout may be an outage (a server down), and
+        // SQLITE_LOCKED a fault: both stay `internal`.
+        for err in [
+            coded("23505"),
+            coded("19"),
+            coded("6"),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::RowNotFound,
+        ] {
             let e = super::database("a test", &err);
             assert_eq!(e.code, ErrorCode::Internal, "{err}");
             assert_eq!(e.message, "Internal server error.");

@@ -178,6 +178,15 @@ fn path_key(hint: &str) -> String {
     if out.len() > 1 && out.ends_with('/') {
         out.pop();
     }
+    // The repository's own directory, not a part of it git names: a
+    // checkout's `.git` (what `git rev-parse --absolute-git-dir` prints)
+    // and a trailing `.` named no project at all.
+    while let Some(shorter) = out.strip_suffix("/.git").or_else(|| out.strip_suffix("/.")) {
+        if shorter.is_empty() {
+            break;
+        }
+        out.truncate(shorter.len());
+    }
     out
 }
 
@@ -318,6 +327,18 @@ mod tests {
         let k = ok("//srv///git//Thing.git");
         assert_eq!(k.key, "/srv/git/Thing.git");
         assert_eq!(k.slug, "thing");
+
+        // A checkout's git directory, or the checkout as `.`, is the
+        // checkout.
+        for hint in [
+            "/home/me/repo/.git",
+            r"C:\src\repo\.git\",
+            "/home/me/repo/./.git",
+            "/home/me/repo/.",
+        ] {
+            assert_eq!(ok(hint).slug, "repo", "{hint}");
+        }
+        assert_eq!(ok("/home/me/repo/.git").key, "/home/me/repo");
 
         // Case is preserved in path keys.
         assert_ne!(ok("/src/Repo").key, ok("/src/repo").key);

@@ -227,14 +227,37 @@ impl ScanText {
             self.starts[at] || {
                 let before = self.key[..at].chars().next_back();
                 let after = self.key[at..].chars().next();
-                !(before.is_some_and(char::is_alphanumeric)
-                    && after.is_some_and(char::is_alphanumeric))
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() && !unspaced(c));
+                !(word(before) && word(after))
             }
         };
-        self.key
-            .match_indices(name)
-            .any(|(at, m)| edge(at) && edge(at + m.len()))
+        // Every occurrence, overlapping ones too ("abab" in "xabab").
+        let mut from = 0;
+        while let Some(at) = self.key[from..].find(name).map(|i| from + i) {
+            if edge(at) && edge(at + name.len()) {
+                return true;
+            }
+            from = at + self.key[at..].chars().next().map_or(1, char::len_utf8);
+        }
+        false
     }
+}
+
+/// A letter of a script written without spaces between words (Chinese,
+/// Japanese kana, Thai, Lao, Khmer, Myanmar): a name beside one has its
+/// edge there.
+fn unspaced(c: char) -> bool {
+    matches!(c as u32,
+        0x0E00..=0x0EFF // Thai, Lao
+        | 0x1000..=0x109F // Myanmar
+        | 0x1780..=0x17FF // Khmer
+        | 0x3040..=0x30FF // Hiragana, Katakana
+        | 0x3400..=0x4DBF // CJK extension A
+        | 0x4E00..=0x9FFF // CJK unified ideographs
+        | 0xF900..=0xFAFF // CJK compatibility ideographs
+        | 0xFF66..=0xFF9F // halfwidth Katakana
+        | 0x20000..=0x3FFFF // CJK extensions B onwards
+    )
 }
 
 impl Prepared {
@@ -567,10 +590,11 @@ impl Store {
                 )));
             }
             if memory_id != old {
-                // A new version is what it replaces but for its text: one
-                // that was moved or shared meanwhile (read before this
-                // transaction, where the form was drawn) is edited where
-                // it is now, not beside where it was.
+                // A new version is what it replaces but for its text: a
+                // memory moved, shared or retyped since the caller read
+                // it (the dashboard reads it just before this transaction)
+                // is not edited beside where it was: `conflict`, and the
+                // caller reads it again.
                 let held = sqlx::query("SELECT scope, kind FROM memories WHERE id = $1")
                     .bind(old)
                     .fetch_one(&mut *tx)
@@ -1842,6 +1866,12 @@ mod tests {
         ] {
             assert_eq!(text.names(name), found, "{name}");
         }
+        // Scripts without spaces: a name beside their letters is a word.
+        let cjk = ScanText::new("我们把缓存迁移到了Redis上。我住在东京附近。");
+        assert!(cjk.names("redis") && cjk.names("东京"));
+        // An occurrence inside a word does not hide a later whole one.
+        assert!(ScanText::new("xabab abab").names("abab"));
+        assert!(!ScanText::new("xababab").names("abab"));
     }
 
     /// Everything `remember` derives from its text alone is computed before

@@ -578,14 +578,16 @@ impl Store {
         }
         let path = scope::project_scope(&caller.user_id, &key.slug);
         let valid = scope::validate_path(&path).is_ok();
-        // Their own project of that name wins over a teammate's shared one
-        // (an agent attached through the hint, writing without naming it,
-        // records no binding: a teammate sharing the same repository would
-        // otherwise take over the caller's next session, and publish what
-        // it writes to the team).
+        // Their own project of that name, one no hint is bound to yet,
+        // wins over a teammate's shared one (an agent attached through the
+        // hint, writing without naming it, records no binding: a teammate
+        // sharing the same repository would otherwise take over the
+        // caller's next session, and publish what it writes to the team).
+        // One bound to another repository of the same name does not.
         if valid {
             let own: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM scopes WHERE path = $1 AND owner_id = $2")
+                sqlx::query_scalar("SELECT COUNT(*) FROM scopes s WHERE s.path = $1 AND s.owner_id = $2 \
+                     AND NOT EXISTS (SELECT 1 FROM project_bindings b WHERE b.scope = s.path AND b.owner_id = $2)")
                     .bind(&path)
                     .bind(&caller.user_id)
                     .fetch_one(&mut *conn)

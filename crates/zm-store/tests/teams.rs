@@ -1160,10 +1160,14 @@ backend_tests! {
         for id in [&before, &after] {
             assert!(!recall_ids(&store, &a, l, json!({"query": "ledger", "scopes": ["*"]})).await.contains(id), "[{l}] A reads none of C's");
         }
-        // A member without a project of their own lands in the shared one.
+        // A member without a project of their own lands in the shared one,
+        // and so does one whose project of that name is another
+        // repository's (bound to its own hint).
         let (ud, d) = user(&store, "own-wins-d").await;
         add(&store, &a, l, &slug, &ud.email, TeamRole::Writer).await;
         assert_eq!(project_of(&store, &d, l, &remote).await, shared, "[{l}] D lands in A's");
+        mem(&store, &d, l, json!({"content": "My side project's web app.", "kind": "fact", "project_hint": format!("/home/d/side/{name}")})).await;
+        assert_eq!(project_of(&store, &d, l, &remote).await, shared, "[{l}] D's other repository of that name does not win");
     }
 
     /// Deleting a team revokes a member's rule promoted for it from a
