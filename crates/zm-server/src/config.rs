@@ -441,6 +441,16 @@ knobs! {
             help: "SQLite `synchronous` pragma: `FULL` or `NORMAL`.",
             doc: "`FULL`: no acknowledged write is lost, even on power loss. `NORMAL`: faster; a power loss may lose the last writes.",
         },
+        database_connections: u32 {
+            env: "ZM_DATABASE_CONNECTIONS",
+            flag: "--database-connections",
+            value_name: "N",
+            default: (8),
+            shown: "`8`",
+            range: 2..=1000,
+            help: "Database connections the server holds at most (`stdio` keeps 4 whatever this says).",
+            doc: "Every read, and every write while it runs, takes one; a request finding none free within 30 s fails. On PostgreSQL a write waiting on a row another write holds (one user's import and their agents' writes at once) keeps its connection meanwhile: raise this for many agents writing at once, within the server's own `max_connections` across every instance. On SQLite writes take turns before they take one, so the default suffices.",
+        },
         max_text_chars: usize {
             env: "ZM_MAX_TEXT_CHARS",
             flag: "--max-text-chars",
@@ -1505,6 +1515,7 @@ impl Config {
     pub fn open_options(&self) -> zm_store::OpenOptions {
         let mut opts = zm_store::OpenOptions::new(creating(&self.database_url()));
         opts.sqlite_synchronous = self.sqlite_synchronous.as_str().into();
+        opts.max_connections = self.database_connections;
         opts.limits = zm_store::Limits {
             max_text_chars: self.max_text_chars,
             quota_memories: (self.quota_memories > 0).then_some(self.quota_memories),
@@ -2210,6 +2221,7 @@ mod tests {
     fn storage_limits_reach_the_store() {
         let cfg = Config::load(&env(&[("ZM_DATA_DIR", "/tmp/x")])).unwrap();
         assert_eq!(cfg.open_options().limits, zm_store::Limits::default());
+        assert_eq!(cfg.open_options().max_connections, 8, "the pool's default");
         assert!(
             !cfg.open_options().limits.has_quota(),
             "no quota by default"
@@ -2219,8 +2231,10 @@ mod tests {
             ("ZM_MAX_TEXT_CHARS", "4096"),
             ("ZM_QUOTA_MEMORIES", "10000"),
             ("ZM_QUOTA_BYTES", "50000000"),
+            ("ZM_DATABASE_CONNECTIONS", "40"),
         ]))
         .unwrap();
+        assert_eq!(cfg.open_options().max_connections, 40, "the pool's size");
         assert_eq!(
             cfg.open_options().limits,
             zm_store::Limits {

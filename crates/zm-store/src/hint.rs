@@ -104,6 +104,13 @@ fn stored_key(key: String) -> String {
 
 /// `host[:port]/path` after `scheme://`, possibly with `user[:pass]@`.
 fn remote_url_key(after_scheme: &str) -> String {
+    // Credentials first: a password may hold `/`, `?` or `#` unencoded,
+    // which would end the host early (and keep part of the password in
+    // the key, or name the project after the user).
+    let after_scheme = match after_scheme.rfind('@') {
+        Some(at) if host_then_path(&after_scheme[at + 1..]) => &after_scheme[at + 1..],
+        _ => after_scheme,
+    };
     // Query and fragment are never part of a repository's identity.
     let end = after_scheme.find(['?', '#']).unwrap_or(after_scheme.len());
     let rest = &after_scheme[..end];
@@ -113,6 +120,20 @@ fn remote_url_key(after_scheme: &str) -> String {
     };
     let host = strip_port(strip_userinfo(authority));
     remote_key(host, path)
+}
+
+/// Does `s` begin with a host name (dotted, with a port, or `localhost`)
+/// followed by a path? What follows a URL's credentials does; a
+/// version or a scope after an `@` in a path (`repo@v2`, `@scope/pkg`)
+/// does not.
+fn host_then_path(s: &str) -> bool {
+    let Some(slash) = s.find('/') else {
+        return false;
+    };
+    let host = &s[..slash];
+    !host.is_empty()
+        && !host.contains(['?', '#', '@'])
+        && (host.contains(['.', ':']) || host.eq_ignore_ascii_case("localhost"))
 }
 
 /// `host:org/repo(.git)` after `git@` (scp-like syntax).
@@ -292,6 +313,27 @@ mod tests {
         let k = ok("https://alice:s3cret@git.example.com/team/app");
         assert!(!k.key.contains("alice") && !k.key.contains("s3cret"));
         assert_eq!(k.key, "git.example.com/team/app");
+    }
+
+    /// A password holding `/`, `?` or `#` unencoded ends neither the host
+    /// nor the path early: no part of it is in the key.
+    #[test]
+    fn credentials_with_delimiters_stay_out_of_the_key() {
+        for hint in [
+            "https://user:pa#ss@github.com/org/repo",
+            "https://user:pa/ss@github.com/org/repo.git",
+            "https://user:p?a@github.com/org/repo",
+            "https://user:token@github.com/org/repo?x=1",
+        ] {
+            let k = ok(hint);
+            assert_eq!(k.key, "github.com/org/repo", "{hint}");
+            assert_eq!(k.slug, "repo", "{hint}");
+        }
+        // An `@` in a path is not a password's end.
+        assert_eq!(
+            ok("https://github.com/org/repo@v2").key,
+            "github.com/org/repo@v2"
+        );
     }
 
     #[test]
