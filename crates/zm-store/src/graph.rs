@@ -110,7 +110,34 @@ impl Store {
             .await
             .db("link memories")?;
         let created = done.rows_affected() == 1;
-        if created && mtype == MemoryLinkType::Contradicts {
+        // A contradiction is filed for the memories' owner when they draw
+        // it, and also when a teammate drew the same link first (the link
+        // is one row, the teammate's): once, never again after the owner
+        // settled a conflict of the pair.
+        let file = created
+            || (mtype == MemoryLinkType::Contradicts && {
+                let drawn_by: Option<String> = sqlx::query_scalar(
+                    "SELECT owner_id FROM memory_links WHERE src = $1 AND dst = $2 AND type = $3",
+                )
+                .bind(src)
+                .bind(dst)
+                .bind(mtype.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .db("link's author")?;
+                let settled: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM conflicts WHERE owner_id = $1 AND \
+                     ((memory_a = $2 AND memory_b = $3) OR (memory_a = $3 AND memory_b = $2))",
+                )
+                .bind(&caller.user_id)
+                .bind(src)
+                .bind(dst)
+                .fetch_one(&mut *tx)
+                .await
+                .db("pair's conflicts")?;
+                drawn_by.is_some_and(|by| by != caller.user_id) && settled == 0
+            });
+        if file && mtype == MemoryLinkType::Contradicts {
             self.file_contradiction(&mut *tx, caller, src, dst, now)
                 .await?;
         }

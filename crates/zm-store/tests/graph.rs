@@ -47,6 +47,36 @@ backend_tests! {
         assert_eq!(listed["conflicts"].as_array().map(Vec::len), Some(1), "[{l}] still one: {listed}");
     }
 
+    /// A teammate who drew `contradicts` between a member's shared memories
+    /// first (the link is one row, theirs) leaves the member's own
+    /// `link` of the pair filing the contradiction for review; once
+    /// settled, drawing it again files nothing.
+    async fn a_contradiction_a_teammate_drew_first_still_goes_to_review(store: Store, l: &str) {
+        let (_, b) = user(&store, "tc-b").await;
+        let slug = create_team_of(&store, &b, l, "tcon").await;
+        let scope = format!("team.{slug}");
+        let (_, a) = team_member(&store, &b, l, &slug, "tc-a", zm_contracts::TeamRole::Writer).await;
+        let x = mem(&store, &b, l, json!({"content": "The cache lives for five minutes.", "scope": scope, "kind": "fact"})).await;
+        let y = mem(&store, &b, l, json!({"content": "The cache lives for an hour.", "scope": scope, "kind": "fact"})).await;
+        ok(call(&store, &a, "link", json!({"src": x, "dst": y, "type": "contradicts"})).await, l, "the teammate links");
+        let count = |who: zm_store::Caller| {
+            let store = store.clone();
+            async move {
+                let listed = ok(call(&store, &who, "list_conflicts", json!({"verdict": "contradiction", "status": "pending"})).await, l, "list");
+                listed["conflicts"].as_array().map_or(0, Vec::len)
+            }
+        };
+        assert_eq!(count(b.clone()).await, 0, "[{l}] nothing filed for the teammate's link");
+        let out = ok(call(&store, &b, "link", json!({"src": x, "dst": y, "type": "contradicts"})).await, l, "the owner links");
+        assert_eq!(out["created"], false, "[{l}] one link: {out}");
+        assert_eq!(count(b.clone()).await, 1, "[{l}] filed for the owner");
+        let listed = ok(call(&store, &b, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list");
+        let dispute = listed["conflicts"][0]["dispute_id"].as_str().unwrap().to_string();
+        ok(call(&store, &b, "resolve_conflict", json!({"dispute_id": dispute, "keep_both": true})).await, l, "keep both");
+        ok(call(&store, &b, "link", json!({"src": x, "dst": y, "type": "contradicts"})).await, l, "the owner links again");
+        assert_eq!(count(b.clone()).await, 0, "[{l}] settled once: nothing filed again");
+    }
+
     /// One entity whatever Unicode form its name is typed in: a composed
     /// and a decomposed "Café", full-width "ＡＰＩ" and "api" (NFKC).
     async fn entity_names_match_across_unicode_forms(store: Store, l: &str) {
