@@ -2504,6 +2504,15 @@ impl Store {
         user_id: &str,
     ) -> Result<(), ToolError> {
         if self.backend == crate::db::Backend::Postgres {
+            // The account's row first: a team it is creating or joining
+            // meanwhile (its membership row holds this row until it
+            // commits) is then counted below, not left without an admin
+            // when the erasure removes its memberships.
+            sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
+                .bind(user_id)
+                .fetch_optional(&mut *conn)
+                .await
+                .db("hold the account")?;
             // In turn with changes to every team they belong to (see
             // [`For::Change`]): a removal running beside the erasure would
             // otherwise hand over rows the erasure is deleting.

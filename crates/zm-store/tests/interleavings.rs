@@ -682,3 +682,71 @@ async fn removals_from_two_teams_sharing_a_project_hand_over_once() {
         .expect("the memory");
     assert_eq!(owner, x.user_id, "bob's memory went to the project's owner");
 }
+
+/// An account erasing itself while it creates a team (its membership row
+/// holds the account's row until it commits): the erasure waits and then
+/// counts the new team, whose last admin the account is: `conflict`,
+/// nothing erased (it left a live team without a member or admin that
+/// nobody could act on).
+#[tokio::test]
+async fn an_erasure_beside_a_team_creation_counts_the_new_team() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("an_erasure_beside_a_team_creation_counts_the_new_team").await
+    else {
+        return;
+    };
+    let (_, u) = user(&store, "ilv-erase").await;
+    let slug = unique("ilverase").replace('-', "_");
+    let scope = format!("team.{slug}");
+    let mut held = raw.begin().await.expect("begin");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .expect("the backend's pid");
+    for (sql, binds) in [
+        (
+            "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, 1)",
+            vec![scope.clone(), u.user_id.clone()],
+        ),
+        (
+            "INSERT INTO teams (id, slug, name, scope, created_by, created_at) VALUES ($1, $2, $2, $3, $4, 1)",
+            vec![
+                IdKind::Team.generate(),
+                slug.clone(),
+                scope.clone(),
+                u.user_id.clone(),
+            ],
+        ),
+        (
+            "INSERT INTO scope_members (scope, user_id, role, created_at) VALUES ($1, $2, 'admin', 1)",
+            vec![scope.clone(), u.user_id.clone()],
+        ),
+    ] {
+        let mut q = sqlx::query(sql);
+        for b in binds {
+            q = q.bind(b);
+        }
+        q.execute(&mut *held).await.expect("the team's creation");
+    }
+    let task = {
+        let (store, u) = (store.clone(), u.clone());
+        tokio::spawn(async move { call(&store, &u, "delete_account", json!({})).await })
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    held.commit().await.expect("commit the team");
+    let done = task.await.expect("the erasure's task");
+    assert!(waited, "the erasure did not wait: {done:?}");
+    err(
+        done,
+        ErrorCode::Conflict,
+        l,
+        "the new team's last admin erases the account",
+    );
+    let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scope_members WHERE scope = $1")
+        .bind(&scope)
+        .fetch_one(&raw)
+        .await
+        .expect("the team's members");
+    assert_eq!(members, 1, "the team keeps its admin");
+}
