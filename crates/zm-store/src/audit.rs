@@ -148,6 +148,10 @@ pub struct AuditEntry<'a> {
     pub duration_ms: i64,
 }
 
+/// Refused writes' audit rows waiting for SQLite's writer turn at most;
+/// past it one is dropped (and said in the log).
+pub const AUDITS_WAITING_MAX: usize = 256;
+
 impl Store {
     /// Append an audit row inside the write's own transaction: the write
     /// and its audit row commit together or not at all.
@@ -170,10 +174,10 @@ impl Store {
     /// SQLite the row takes the writer's turn like any write, so that a
     /// refusal behind a long write holds no pooled connection on the busy
     /// timeout (nor dropped when that runs out): while the turn is held
-    /// the row is written by a task of its own once it is free (one of the
-    /// writes in flight, which closing the store waits for; past their cap
-    /// the row is dropped, said in the log), and the refusal is answered
-    /// at once (the turn's holder may be this very call's caller).
+    /// the row is written by a task of its own once it is free (closing
+    /// the store waits for those; past [`AUDITS_WAITING_MAX`] of them the
+    /// row is dropped, said in the log), and the refusal is answered at
+    /// once (the turn's holder may be this very call's caller).
     pub(crate) async fn audit(&self, caller: &Caller, entry: &AuditEntry<'_>) {
         let insert = self.audit_insert(caller, entry);
         let command = entry.command.to_string();
@@ -183,10 +187,14 @@ impl Store {
                 drop(turn);
                 return;
             }
-            // Among the writes in flight: bounded, and waited for when the
-            // store closes.
+            // Bounded apart from the writes in flight (never taking a
+            // write's place), and waited for when the store closes.
+            if self.audits.len() >= AUDITS_WAITING_MAX {
+                tracing::warn!(target: "zm_store", command = entry.command, "a refused write's audit row was dropped: too many waiting for the writer's turn");
+                return;
+            }
             let store = self.clone();
-            let spawned = self.spawn_write(async move {
+            self.audits.spawn(async move {
                 let Ok(_turn) = std::sync::Arc::clone(&store.writer_turn)
                     .acquire_owned()
                     .await
@@ -195,9 +203,6 @@ impl Store {
                 };
                 store.write_audit(insert, &command).await;
             });
-            if spawned.is_none() {
-                tracing::warn!(target: "zm_store", command = entry.command, "a refused write's audit row was dropped: too many writes in flight");
-            }
             return;
         }
         self.write_audit(insert, &command).await;

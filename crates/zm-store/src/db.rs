@@ -317,12 +317,12 @@ pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
 /// SQLite's result codes for a database held by another writer past the
 /// busy timeout (`SQLITE_BUSY` and its extended codes), and PostgreSQL's
 /// SQLSTATEs of load: `lock_not_available` (an operator's
-/// `lock_timeout`), `query_canceled` (a `statement_timeout`),
-/// `too_many_connections`. Not `SQLITE_LOCKED` (a conflict within one
-/// connection: a fault), nor a pool's timeout, which also ends the
-/// retries of a database that is down or unreachable (an outage is
-/// `internal`, and alerted on as such).
-const OVERLOAD_CODES: [&str; 6] = ["5", "261", "517", "55P03", "57014", "53300"];
+/// `lock_timeout`), `query_canceled` (a `statement_timeout`). Not
+/// `SQLITE_LOCKED` (a conflict within one connection: a fault), nor a
+/// pool's timeout, which also ends the retries of a database that is
+/// down, unreachable or out of connections (sqlx retries those until its
+/// wait runs out): an outage is `internal`, and alerted on as such.
+const OVERLOAD_CODES: [&str; 5] = ["5", "261", "517", "55P03", "57014"];
 
 /// Did this fail for load (the database busy past its wait) rather than
 /// for a fault?

@@ -104,11 +104,18 @@ fn stored_key(key: String) -> String {
 
 /// `host[:port]/path` after `scheme://`, possibly with `user[:pass]@`.
 fn remote_url_key(after_scheme: &str) -> String {
-    // Credentials first: a password may hold `/`, `?` or `#` unencoded,
-    // which would end the host early (and keep part of the password in
-    // the key, or name the project after the user).
+    // Credentials whose password holds `/`, `?` or `#` unencoded end the
+    // authority early (`user:pa` of `user:pa/ss@host/…`, not a host and
+    // port): what follows their `@` is the host, not a part of the
+    // password kept in the key, nor a project named after the user. Any
+    // other URL is read as it comes (an `@` in its path or query stays).
+    let authority = &after_scheme[..after_scheme
+        .find(['/', '?', '#'])
+        .unwrap_or(after_scheme.len())];
     let after_scheme = match after_scheme.rfind('@') {
-        Some(at) if host_then_path(&after_scheme[at + 1..]) => &after_scheme[at + 1..],
+        Some(at) if broken_credentials(authority) && host_then_path(&after_scheme[at + 1..]) => {
+            &after_scheme[at + 1..]
+        }
         _ => after_scheme,
     };
     // Query and fragment are never part of a repository's identity.
@@ -122,18 +129,23 @@ fn remote_url_key(after_scheme: &str) -> String {
     remote_key(host, path)
 }
 
-/// Does `s` begin with a host name (dotted, with a port, or `localhost`)
-/// followed by a path? What follows a URL's credentials does; a
-/// version or a scope after an `@` in a path (`repo@v2`, `@scope/pkg`)
-/// does not.
-fn host_then_path(s: &str) -> bool {
-    let Some(slash) = s.find('/') else {
+/// Is this authority (a URL's text up to its first `/`, `?` or `#`) the
+/// start of credentials cut short, `user:pa`, rather than `host[:port]`
+/// or credentials whole (`user:pass@host`)? A port is digits.
+fn broken_credentials(authority: &str) -> bool {
+    if authority.contains('@') || authority.starts_with('[') {
         return false;
-    };
-    let host = &s[..slash];
-    !host.is_empty()
-        && !host.contains(['?', '#', '@'])
-        && (host.contains(['.', ':']) || host.eq_ignore_ascii_case("localhost"))
+    }
+    authority
+        .split_once(':')
+        .is_some_and(|(_, after)| !after.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Does `s` begin with a host followed by a path (what follows a URL's
+/// credentials)?
+fn host_then_path(s: &str) -> bool {
+    s.find('/')
+        .is_some_and(|slash| slash > 0 && !s[..slash].contains(['?', '#']))
 }
 
 /// `host:org/repo(.git)` after `git@` (scp-like syntax).
@@ -329,11 +341,26 @@ mod tests {
             assert_eq!(k.key, "github.com/org/repo", "{hint}");
             assert_eq!(k.slug, "repo", "{hint}");
         }
-        // An `@` in a path is not a password's end.
+        // A host without a dot too.
         assert_eq!(
-            ok("https://github.com/org/repo@v2").key,
-            "github.com/org/repo@v2"
+            ok("https://user:pa/ss@gitserver/org/repo").key,
+            "gitserver/org/repo"
         );
+        // An `@` in a path or a query is not a password's end: those URLs
+        // keep the keys they had.
+        for (hint, key) in [
+            ("https://github.com/org/repo@v2", "github.com/org/repo@v2"),
+            (
+                "https://github.com/org/repo?ref=me@x.com/y",
+                "github.com/org/repo",
+            ),
+            ("https://github.com/org/repo#x@a.b/c", "github.com/org/repo"),
+            ("https://host.com/a@b.c/repo", "host.com/a@b.c/repo"),
+            ("https://host.com:8443/org/repo", "host.com/org/repo"),
+            ("https://[fe80::1]:8080/org/repo", "[fe80::1]/org/repo"),
+        ] {
+            assert_eq!(ok(hint).key, key, "{hint}");
+        }
     }
 
     #[test]

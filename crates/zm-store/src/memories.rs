@@ -1027,6 +1027,23 @@ impl Store {
                         .is_some_and(zm_contracts::TeamRole::can_write),
                 };
                 let followed = if may_follow {
+                    // A rule no longer in force that another user left on
+                    // the memory this one follows onto (a giver's revoked
+                    // rule on a memory handed over to the caller) is a
+                    // record of theirs on a memory no longer theirs: it
+                    // gives way, as it does to the owner's `promote_rule`,
+                    // instead of revoking the caller's rule. Only one rule
+                    // a memory.
+                    sqlx::query(
+                        "DELETE FROM rules WHERE memory_id = $1 AND owner_id <> $2 AND status <> 'promoted' \
+                         AND EXISTS (SELECT 1 FROM rules o WHERE o.memory_id = $3 AND o.owner_id = $2)",
+                    )
+                    .bind(memory_id)
+                    .bind(&caller.user_id)
+                    .bind(dst)
+                    .execute(&mut *tx)
+                    .await
+                    .db("a foreign rule gives way")?;
                     // (The new memory is held, above: a promotion's rule
                     // on it is seen here once committed, never met as a
                     // duplicate.)
@@ -1867,10 +1884,11 @@ mod tests {
             assert_eq!(text.names(name), found, "{name}");
         }
         // Scripts without spaces: a name beside their letters is a word.
-        let cjk = ScanText::new("我们把缓存迁移到了Redis上。我住在东京附近。");
-        assert!(cjk.names("redis") && cjk.names("东京"));
-        // An occurrence inside a word does not hide a later whole one.
-        assert!(ScanText::new("xabab abab").names("abab"));
+        let cjk = ScanText::new("我们把缓存迁移到了Redis上。我住在东京都附近。");
+        assert!(cjk.names("redis") && cjk.names("东京都"));
+        // An occurrence inside a word does not hide a later, overlapping
+        // whole one.
+        assert!(ScanText::new("xab abab").names("abab"));
         assert!(!ScanText::new("xababab").names("abab"));
     }
 

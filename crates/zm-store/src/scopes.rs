@@ -578,18 +578,22 @@ impl Store {
         }
         let path = scope::project_scope(&caller.user_id, &key.slug);
         let valid = scope::validate_path(&path).is_ok();
-        // Their own project of that name, one no hint is bound to yet,
-        // wins over a teammate's shared one (an agent attached through the
-        // hint, writing without naming it, records no binding: a teammate
-        // sharing the same repository would otherwise take over the
-        // caller's next session, and publish what it writes to the team).
-        // One bound to another repository of the same name does not.
+        // Their own project of that name wins over a teammate's shared one
+        // (an agent attached through the hint, writing without naming it,
+        // records no binding: a teammate sharing the same repository would
+        // otherwise take over the caller's next session, and publish what
+        // it writes to the team), unless a hint of the same kind (another
+        // remote, another path) is bound to it: that one is another
+        // repository of the same name. One bound through the other kind
+        // (the checkout's path, where this is its remote) may well be this
+        // repository: it stays private rather than be published.
         if valid {
             let own: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM scopes s WHERE s.path = $1 AND s.owner_id = $2 \
-                     AND NOT EXISTS (SELECT 1 FROM project_bindings b WHERE b.scope = s.path AND b.owner_id = $2)")
+                     AND NOT EXISTS (SELECT 1 FROM project_bindings b WHERE b.scope = s.path AND b.owner_id = $2 AND b.kind = $3)")
                     .bind(&path)
                     .bind(&caller.user_id)
+                    .bind(key.kind.as_str())
                     .fetch_one(&mut *conn)
                     .await
                     .db("own project lookup")?;

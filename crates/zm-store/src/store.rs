@@ -179,6 +179,10 @@ pub struct Store {
     /// Writes running on tasks of their own (a REST write whose client
     /// hung up): [`Store::close`] waits for them.
     writes: tokio_util::task::TaskTracker,
+    /// Refused writes' audit rows waiting for SQLite's writer turn
+    /// (`Store::audit`): apart from `writes`, so that they never take a
+    /// write's place, and waited for on close like them.
+    pub(crate) audits: tokio_util::task::TaskTracker,
     /// Writes [`Store::spawn_write`] refused, at its cap (`/metrics`).
     writes_refused: Arc<std::sync::atomic::AtomicU64>,
     /// Password checks running at once: each holds about 19 MiB (argon2's
@@ -261,6 +265,7 @@ impl Store {
             semantic: Arc::default(),
             statistics,
             writes: tokio_util::task::TaskTracker::new(),
+            audits: tokio_util::task::TaskTracker::new(),
             writes_refused: Arc::default(),
             password_checks: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
@@ -405,6 +410,13 @@ impl Store {
             .is_err()
         {
             tracing::warn!(target: "zm_store", running = self.writes.len(), "closing the database anyway: writes still running after 10 s");
+        }
+        self.audits.close();
+        if tokio::time::timeout(CLOSE_WAIT, self.audits.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "zm_store", waiting = self.audits.len(), "closing the database anyway: refusals' audit rows still waiting after 10 s");
         }
         if tokio::time::timeout(CLOSE_WAIT, self.pool.close())
             .await

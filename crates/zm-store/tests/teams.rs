@@ -1162,12 +1162,17 @@ backend_tests! {
         }
         // A member without a project of their own lands in the shared one,
         // and so does one whose project of that name is another
-        // repository's (bound to its own hint).
+        // repository's (bound to another remote); one bound to a checkout
+        // path (maybe this repository's) wins, and stays private.
         let (ud, d) = user(&store, "own-wins-d").await;
         add(&store, &a, l, &slug, &ud.email, TeamRole::Writer).await;
         assert_eq!(project_of(&store, &d, l, &remote).await, shared, "[{l}] D lands in A's");
-        mem(&store, &d, l, json!({"content": "My side project's web app.", "kind": "fact", "project_hint": format!("/home/d/side/{name}")})).await;
+        mem(&store, &d, l, json!({"content": "My fork's web app.", "kind": "fact", "project_hint": format!("git@github.com:someone-else/{name}.git")})).await;
         assert_eq!(project_of(&store, &d, l, &remote).await, shared, "[{l}] D's other repository of that name does not win");
+        let (ue, e) = user(&store, "own-wins-e").await;
+        add(&store, &a, l, &slug, &ue.email, TeamRole::Writer).await;
+        mem(&store, &e, l, json!({"content": "My checkout of the ledger.", "kind": "fact", "project_hint": format!("/home/e/src/{name}")})).await;
+        assert_eq!(project_of(&store, &e, l, &remote).await, zm_contracts::scope::project_scope(&e.user_id, &name), "[{l}] E's checkout's project wins");
     }
 
     /// Deleting a team revokes a member's rule promoted for it from a
