@@ -406,6 +406,17 @@ backend_tests! {
         let listed = store.list_rules(&a).await.unwrap();
         let kept = listed.iter().find(|r| r.memory_id.as_str() == own).expect("A keeps the rule's row");
         assert_eq!(kept.status, zm_store::rules::RuleState::Revoked, "[{l}] {listed:?}");
+        // B's own rule following its memory onto the one A left (a write
+        // of the same text that supersedes B's, absorbed into A's old
+        // memory): it follows; A's revoked row there gives way, it no
+        // longer revokes B's rule.
+        let older = mem(&store, &b, l, json!({"content": format!("Sign the commits, older wording ({}).", unique("w")), "kind": "preference", "scope": project})).await;
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": older})).await, l, "B's rule");
+        let absorbed = ok(call(&store, &b, "remember", json!({"content": text, "kind": "preference", "scope": project, "links": [{"dst": older, "type": "supersedes"}]})).await, l, "B's new wording");
+        assert_eq!(absorbed["memory_id"], own.as_str(), "[{l}] absorbed into the memory A left: {absorbed}");
+        let b_rules = store.list_rules(&b).await.unwrap();
+        let followed = b_rules.iter().find(|r| r.memory_id.as_str() == own).unwrap_or_else(|| panic!("[{l}] B's rule did not follow: {b_rules:?}"));
+        assert_eq!(followed.status, zm_store::rules::RuleState::Promoted, "[{l}] {b_rules:?}");
 
         // Pinning a team rule takes the writer role, as promoting it did.
         let (uw, w) = user(&store, "own-rule-w").await;
