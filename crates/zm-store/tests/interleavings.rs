@@ -25,16 +25,23 @@ use serde_json::json;
 use zm_contracts::{ErrorCode, IdKind, TeamRole};
 use zm_store::{Caller, Store};
 
-/// A transaction on `raw` holding memory `id`'s row, and its backend's pid.
-async fn hold_memory(
-    raw: &sqlx::AnyPool,
-    id: &str,
-) -> (sqlx::Transaction<'static, sqlx::Any>, i32) {
+/// A transaction begun on `raw`, and its backend's pid (what `waits_on`
+/// looks for among the lock holders).
+async fn held_transaction(raw: &sqlx::AnyPool) -> (sqlx::Transaction<'static, sqlx::Any>, i32) {
     let mut held = raw.begin().await.expect("begin");
     let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut *held)
         .await
         .expect("the backend's pid");
+    (held, pid)
+}
+
+/// A transaction on `raw` holding memory `id`'s row, and its backend's pid.
+async fn hold_memory(
+    raw: &sqlx::AnyPool,
+    id: &str,
+) -> (sqlx::Transaction<'static, sqlx::Any>, i32) {
+    let (mut held, pid) = held_transaction(raw).await;
     sqlx::query("SELECT id FROM memories WHERE id = $1 FOR NO KEY UPDATE")
         .bind(id)
         .fetch_one(&mut *held)
@@ -548,11 +555,7 @@ async fn a_write_under_way_is_published_by_the_projects_first_share() {
     .await;
     // The write under way: it holds its owner's writes, as `remember`
     // does, and lands its private memory in the project.
-    let mut held = raw.begin().await.expect("begin");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *held)
-        .await
-        .expect("the backend's pid");
+    let (mut held, pid) = held_transaction(&raw).await;
     let (class, key) = zm_store::db::owner_writes_lock(&a.user_id);
     sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
         .bind(class)
@@ -650,11 +653,7 @@ async fn removals_from_two_teams_sharing_a_project_hand_over_once() {
     .await;
     // The other removal, under way: it holds the project, as a removal
     // does, and has taken bob out of the second team.
-    let mut held = raw.begin().await.expect("begin");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *held)
-        .await
-        .expect("the backend's pid");
+    let (mut held, pid) = held_transaction(&raw).await;
     sqlx::query("SELECT path FROM scopes WHERE path = $1 FOR NO KEY UPDATE")
         .bind(&project)
         .fetch_one(&mut *held)
@@ -699,11 +698,7 @@ async fn an_erasure_beside_a_team_creation_counts_the_new_team() {
     let (_, u) = user(&store, "ilv-erase").await;
     let slug = unique("ilverase").replace('-', "_");
     let scope = format!("team.{slug}");
-    let mut held = raw.begin().await.expect("begin");
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *held)
-        .await
-        .expect("the backend's pid");
+    let (mut held, pid) = held_transaction(&raw).await;
     for (sql, binds) in [
         (
             "INSERT INTO scopes (path, kind, owner_id, created_at) VALUES ($1, 'team', $2, 1)",
