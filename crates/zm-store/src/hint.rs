@@ -185,7 +185,17 @@ fn strip_port(host: &str) -> &str {
 fn remote_key(host: &str, path: &str) -> String {
     let host = host.trim_matches('/').to_lowercase();
     let path = path.replace('\\', "/").to_lowercase();
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let mut segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // A page of the repository copied from a browser names the repository
+    // (`…/org/repo/tree/main`, `…/group/repo/-/merge_requests/7`), not
+    // a project of its own named `main` or `7`: GitHub's and Bitbucket's
+    // repositories are `owner/name`, and GitLab's pages follow a `-`.
+    if matches!(host.as_str(), "github.com" | "bitbucket.org") {
+        segments.truncate(2);
+    }
+    if let Some(dash) = segments.iter().skip(2).position(|s| *s == "-") {
+        segments.truncate(dash + 2);
+    }
     let mut path = segments.join("/");
     if let Some(stripped) = path.strip_suffix(".git") {
         path = stripped.trim_end_matches('/').to_owned();
@@ -361,6 +371,33 @@ mod tests {
         ] {
             assert_eq!(ok(hint).key, key, "{hint}");
         }
+    }
+
+    /// A repository's page copied from a browser names the repository.
+    #[test]
+    fn a_repositorys_web_page_names_it() {
+        for hint in [
+            "https://github.com/org/repo/tree/main",
+            "https://github.com/org/repo/pull/42",
+            "https://github.com/org/repo/blob/main/src/lib.rs",
+            "https://bitbucket.org/org/repo/src/main/",
+        ] {
+            let k = ok(hint);
+            assert_eq!(k.slug, "repo", "{hint}");
+            assert!(k.key.ends_with("/org/repo"), "{hint}: {}", k.key);
+        }
+        let k = ok("https://gitlab.com/group/sub/repo/-/merge_requests/7");
+        assert_eq!(
+            (k.key.as_str(), k.slug.as_str()),
+            ("gitlab.com/group/sub/repo", "repo")
+        );
+        // A GitLab project nested deeper keeps its groups; ssh and scp
+        // spellings of GitHub keep their keys.
+        assert_eq!(
+            ok("https://gitlab.com/a/b/c/repo.git").key,
+            "gitlab.com/a/b/c/repo"
+        );
+        assert_eq!(ok("git@github.com:org/repo.git").key, "github.com/org/repo");
     }
 
     #[test]

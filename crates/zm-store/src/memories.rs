@@ -490,17 +490,33 @@ impl Store {
         let project = if allowed {
             None
         } else {
+            // Refused there (a reader's project): said as the routing's
+            // refusal, not as one of a scope the call never named.
+            let layer = if core { "core" } else { "personal" };
+            let routed = |e: ToolError| {
+                if e.code != zm_contracts::ErrorCode::Forbidden {
+                    return e;
+                }
+                ToolError::forbidden(format!(
+                    "A {kind} holds for one project, so a write to {layer} goes to the project this call's project_hint or session names, and your role there is reader. Remember it as a fact or reference to keep it in {layer}, or name a project you write to."
+                ))
+            };
             let by_hint = match &input.project_hint {
                 Some(h) => self
                     .bind_hint(tx, caller, h)
-                    .await?
+                    .await
+                    .map_err(routed)?
                     .filter(|s| scope::is_shareable(s)),
                 None => None,
             };
             match by_hint {
                 Some(p) => Some((p, "hint", 0.95)),
                 None => match session_project {
-                    Some(p) => Some((self.writable_path(tx, caller, &p).await?, "session", 0.9)),
+                    Some(p) => Some((
+                        self.writable_path(tx, caller, &p).await.map_err(routed)?,
+                        "session",
+                        0.9,
+                    )),
                     None => None,
                 },
             }
