@@ -115,8 +115,9 @@ impl Store {
         // is one row, the teammate's): once, never again after the owner
         // settled a conflict of the pair.
         let file = created
-            || (mtype == MemoryLinkType::Contradicts && {
-                let drawn_by: Option<String> = sqlx::query_scalar(
+            || (mtype == MemoryLinkType::Contradicts
+                && {
+                    let drawn_by: Option<String> = sqlx::query_scalar(
                     "SELECT owner_id FROM memory_links WHERE src = $1 AND dst = $2 AND type = $3",
                 )
                 .bind(src)
@@ -125,8 +126,8 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await
                 .db("link's author")?;
-                let settled: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM conflicts WHERE owner_id = $1 AND \
+                    let settled: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM conflicts WHERE owner_id = $1 AND verdict = 'contradiction' AND status <> 'pending' AND \
                      ((memory_a = $2 AND memory_b = $3) OR (memory_a = $3 AND memory_b = $2))",
                 )
                 .bind(&caller.user_id)
@@ -135,8 +136,8 @@ impl Store {
                 .fetch_one(&mut *tx)
                 .await
                 .db("pair's conflicts")?;
-                drawn_by.is_some_and(|by| by != caller.user_id) && settled == 0
-            });
+                    drawn_by.is_some_and(|by| by != caller.user_id) && settled == 0
+                });
         if file && mtype == MemoryLinkType::Contradicts {
             self.file_contradiction(&mut *tx, caller, src, dst, now)
                 .await?;

@@ -193,7 +193,9 @@ fn remote_key(host: &str, path: &str) -> String {
     if matches!(host.as_str(), "github.com" | "bitbucket.org") {
         segments.truncate(2);
     }
-    if let Some(dash) = segments.iter().skip(2).position(|s| *s == "-") {
+    if !host.is_empty()
+        && let Some(dash) = segments.iter().skip(2).position(|s| *s == "-")
+    {
         segments.truncate(dash + 2);
     }
     let mut path = segments.join("/");
@@ -398,6 +400,8 @@ mod tests {
             "gitlab.com/a/b/c/repo"
         );
         assert_eq!(ok("git@github.com:org/repo.git").key, "github.com/org/repo");
+        // Not a file URL's path.
+        assert_eq!(ok("file:///srv/git/-/repo").slug, "repo");
     }
 
     #[test]

@@ -498,7 +498,7 @@ impl Store {
                     return e;
                 }
                 ToolError::forbidden(format!(
-                    "A {kind} holds for one project, so a write to {layer} goes to the project this call's project_hint or session names, and your role there is reader. Remember it as a fact or reference to keep it in {layer}, or name a project you write to."
+                    "A {kind} holds for one project, so a write to {layer} goes to the project this call's project_hint or session names, and you may not write there (your role is reader, or you no longer reach it). Remember it as a fact or reference to keep it in {layer}, or name a project you write to."
                 ))
             };
             let by_hint = match &input.project_hint {
@@ -1052,11 +1052,13 @@ impl Store {
                     // a memory.
                     sqlx::query(
                         "DELETE FROM rules WHERE memory_id = $1 AND owner_id <> $2 AND status <> 'promoted' \
-                         AND EXISTS (SELECT 1 FROM rules o WHERE o.memory_id = $3 AND o.owner_id = $2)",
+                         AND EXISTS (SELECT 1 FROM rules o WHERE o.memory_id = $3 AND o.owner_id = $2) \
+                         AND (SELECT scope FROM memories WHERE id = $1) = $4",
                     )
                     .bind(memory_id)
                     .bind(&caller.user_id)
                     .bind(dst)
+                    .bind(&old_scope)
                     .execute(&mut *tx)
                     .await
                     .db("a foreign rule gives way")?;

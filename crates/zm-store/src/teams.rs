@@ -2504,15 +2504,6 @@ impl Store {
         user_id: &str,
     ) -> Result<(), ToolError> {
         if self.backend == crate::db::Backend::Postgres {
-            // The account's row first: a team it is creating or joining
-            // meanwhile (its membership row holds this row until it
-            // commits) is then counted below, not left without an admin
-            // when the erasure removes its memberships.
-            sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
-                .bind(user_id)
-                .fetch_optional(&mut *conn)
-                .await
-                .db("hold the account")?;
             // In turn with changes to every team they belong to (see
             // [`For::Change`]): a removal running beside the erasure would
             // otherwise hand over rows the erasure is deleting.
@@ -2524,6 +2515,16 @@ impl Store {
             .fetch_all(&mut *conn)
             .await
             .db("lock the admin's teams")?;
+            // Then the account's row: a team it is creating or joining
+            // meanwhile (its membership row holds this row until it
+            // commits) is counted below, not left without an admin when
+            // the erasure removes its memberships. After the teams, as a
+            // removal's hand-over to the account takes them.
+            sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
+                .bind(user_id)
+                .fetch_optional(&mut *conn)
+                .await
+                .db("hold the account")?;
         }
         let teams: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT t.slug FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 AND sm.role = $2 \

@@ -1138,7 +1138,7 @@ backend_tests! {
         let planted = format!("Webhook retries were raised to ten ({tag}).");
         err(call(&store, &reader, "remember", json!({"content": planted, "kind": "fact", "project_hint": remote})).await, ErrorCode::Forbidden, l, "a reader remembers through the hint");
         let routed = call(&store, &reader, "remember", json!({"content": planted, "kind": "task", "scope": "core", "project_hint": remote})).await;
-        assert!(routed.as_ref().is_err_and(|e| e.message.contains("your role there is reader")), "[{l}] the routing's refusal says why: {routed:?}");
+        assert!(routed.as_ref().is_err_and(|e| e.message.contains("you may not write there")), "[{l}] the routing's refusal says why: {routed:?}");
         err(routed, ErrorCode::Forbidden, l, "a reader's task routed by the hint");
         err(call(&store, &reader, "import_memory", json!({"content": planted, "kind": "fact", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, ErrorCode::Forbidden, l, "a reader imports through the hint");
         assert!(recall_ids(&store, &a, l, json!({"query": tag, "scopes": ["*"]})).await.is_empty(), "[{l}] nothing the reader tried was written");
