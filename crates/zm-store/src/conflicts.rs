@@ -74,6 +74,48 @@ pub(crate) fn shown_status() -> String {
 /// settled: a review queue nobody can work through is noise.
 pub(crate) const UNJUDGED_PENDING_CAP: i64 = 100;
 
+/// File memories `a` and `b` for review as an `unjudged` pair (`a`'s
+/// owner's), unless SQL finds a reason not to: both live, one owner, one
+/// scope, not the same words (of two kinds, a task beside a fact: nothing
+/// to judge), no conflict of the pair yet (of any status: a dismissed
+/// pair stays dismissed; one pending conflict a pair), no link between
+/// them (a `contradicts` link files its own), and the owner under
+/// [`UNJUDGED_PENDING_CAP`] pending. One rule for `remember`'s
+/// near-duplicates by words and the sweep's by meaning. Whether one was
+/// filed.
+pub(crate) async fn file_unjudged(
+    conn: &mut sqlx::AnyConnection,
+    (a, b): (&str, &str),
+    rationale: Option<&str>,
+    now: i64,
+) -> Result<bool, ToolError> {
+    let sql = format!(
+        "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
+         SELECT $1, a.owner_id, a.id, b.id, 'unjudged', NULL, $4, 'pending', $5 \
+         FROM memories a JOIN memories b ON b.id = $3 \
+         WHERE a.id = $2 AND b.owner_id = a.owner_id AND b.scope = a.scope \
+         AND a.content_hash <> b.content_hash \
+         AND a.invalidated_at IS NULL AND b.invalidated_at IS NULL \
+         AND NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = a.owner_id AND \
+             ((c.memory_a = a.id AND c.memory_b = b.id) OR (c.memory_a = b.id AND c.memory_b = a.id))) \
+         AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
+             (l.src = a.id AND l.dst = b.id) OR (l.src = b.id AND l.dst = a.id)) \
+         AND {} < $6",
+        live_pending_of("a.owner_id")
+    );
+    let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(IdKind::MemoryReview.generate())
+        .bind(a)
+        .bind(b)
+        .bind(rationale.map(str::to_string))
+        .bind(now)
+        .bind(UNJUDGED_PENDING_CAP)
+        .execute(&mut *conn)
+        .await
+        .db("unjudged conflict")?;
+    Ok(done.rows_affected() > 0)
+}
+
 /// SQL counting the live pending conflicts of the owner `owner` names (a
 /// column or a parameter): what [`UNJUDGED_PENDING_CAP`] caps.
 pub(crate) fn live_pending_of(owner: &str) -> String {

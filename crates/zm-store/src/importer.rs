@@ -362,36 +362,12 @@ pub fn map_edge_type(raw: &str) -> (EdgeType, bool) {
 /// ("Go" is not named by "Good at concurrency").
 pub fn observation_content(name: &str, observation: &str) -> String {
     let obs = observation.trim();
-    if names_as_a_word(&obs.to_lowercase(), &name.trim().to_lowercase()) {
+    let key = crate::memories::match_key(name);
+    if crate::memories::ScanText::new(obs).names(&key) {
         obs.to_string()
     } else {
         format!("{}: {obs}", name.trim())
     }
-}
-
-/// Does `text` hold `word` with no letter or digit right before or after
-/// it? (Both lowercased by the caller.)
-fn names_as_a_word(text: &str, word: &str) -> bool {
-    if word.is_empty() {
-        return false;
-    }
-    let mut from = 0;
-    while let Some(at) = text[from..].find(word) {
-        let start = from + at;
-        let end = start + word.len();
-        let before = text[..start].chars().next_back();
-        let after = text[end..].chars().next();
-        let edge = |c: Option<char>, inner: Option<char>| {
-            // A name that ends in a symbol ("C++", "Node.js") has its own
-            // edge there.
-            c.is_none_or(|c| !c.is_alphanumeric() || !inner.is_some_and(char::is_alphanumeric))
-        };
-        if edge(before, word.chars().next()) && edge(after, word.chars().next_back()) {
-            return true;
-        }
-        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
-    }
-    false
 }
 
 /// The memory an entity without observations becomes.

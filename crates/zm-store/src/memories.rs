@@ -187,19 +187,21 @@ enum Anchoring {
 }
 
 /// A text's match key (its words' keys joined, as [`match_key`] joins a
-/// name's) and where each word begins in it: a known name is found only
+/// name's) and where each word begins in it (`remember`'s scan for known
+/// names, and the importer's test of whether an observation names its
+/// entity): a name is found only
 /// as a run of whole words ("Zero Memory", "zero-memory" and "ZeroMemory"
 /// alike), not inside one ("Ann" in "channel", "Redis" across "shared
 /// is").
 #[derive(Debug, Clone, PartialEq)]
-struct ScanText {
+pub(crate) struct ScanText {
     key: String,
     /// `starts[i]`: does a word begin (or end) at byte `i` of `key`?
     starts: Vec<bool>,
 }
 
 impl ScanText {
-    fn new(text: &str) -> ScanText {
+    pub(crate) fn new(text: &str) -> ScanText {
         let mut key = String::new();
         let mut starts = Vec::new();
         for word in text.split(|c: char| c.is_whitespace() || c == '_' || c == '-') {
@@ -219,7 +221,7 @@ impl ScanText {
     /// Does `name` (a match key) occur here as a run of whole words? Its
     /// edge may also fall where a letter or digit meets a symbol ("C++"
     /// in "C++,", "Node.js" in "(node.js)").
-    fn names(&self, name: &str) -> bool {
+    pub(crate) fn names(&self, name: &str) -> bool {
         if name.is_empty() {
             return false;
         }
@@ -1161,30 +1163,8 @@ impl Store {
                 && c.scope == scope_path
                 && content_hash(&c.content) != prepared.hash
             {
-                // Not a pair this call already linked or put in review
-                // (a `contradicts` link files its own conflict: one
-                // pending conflict a pair), nor past the owner's review
-                // queue's cap, as the sweep by meaning.
-                let sql = format!(
-                    "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
-                     SELECT $1, $2, $3, $4, 'unjudged', NULL, NULL, 'pending', $5 WHERE \
-                     NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = $2 AND \
-                         ((c.memory_a = $3 AND c.memory_b = $4) OR (c.memory_a = $4 AND c.memory_b = $3))) \
-                     AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
-                         (l.src = $3 AND l.dst = $4) OR (l.src = $4 AND l.dst = $3)) \
-                     AND {} < $6",
-                    crate::conflicts::live_pending_of("$2")
-                );
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(IdKind::MemoryReview.generate())
-                    .bind(&caller.user_id)
-                    .bind(memory_id)
-                    .bind(c.id.as_str())
-                    .bind(now)
-                    .bind(crate::conflicts::UNJUDGED_PENDING_CAP)
-                    .execute(&mut *tx)
-                    .await
-                    .db("unjudged conflict")?;
+                crate::conflicts::file_unjudged(&mut *tx, (memory_id, c.id.as_str()), None, now)
+                    .await?;
             }
             similar.push(SimilarMemory {
                 id: c.id.clone(),

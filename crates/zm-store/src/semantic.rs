@@ -1365,34 +1365,14 @@ impl Store {
             let rationale = format!(
                 "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
             );
-            // SQL decides: both live, one owner, one scope, not the same
-            // words (of two kinds, a task beside a fact: nothing to
-            // judge), no conflict and no link between them yet.
-            let sql = format!(
-                "INSERT INTO conflicts (id, owner_id, memory_a, memory_b, verdict, confidence, rationale, status, created_at) \
-                 SELECT $1, a.owner_id, a.id, b.id, 'unjudged', NULL, $4, 'pending', $5 \
-                 FROM memories a JOIN memories b ON b.id = $3 \
-                 WHERE a.id = $2 AND b.owner_id = a.owner_id AND b.scope = a.scope \
-                 AND a.content_hash <> b.content_hash \
-                 AND a.invalidated_at IS NULL AND b.invalidated_at IS NULL \
-                 AND NOT EXISTS (SELECT 1 FROM conflicts c WHERE c.owner_id = a.owner_id AND \
-                     ((c.memory_a = a.id AND c.memory_b = b.id) OR (c.memory_a = b.id AND c.memory_b = a.id))) \
-                 AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE \
-                     (l.src = a.id AND l.dst = b.id) OR (l.src = b.id AND l.dst = a.id)) \
-                 AND {} < $6",
-                crate::conflicts::live_pending_of("a.owner_id")
-            );
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(zm_contracts::IdKind::MemoryReview.generate())
-                .bind(a.as_str())
-                .bind(b.as_str())
-                .bind(&rationale)
-                .bind(now)
-                .bind(crate::conflicts::UNJUDGED_PENDING_CAP)
-                .execute(&mut *tx)
-                .await
-                .db("unjudged conflict by meaning")?;
-            filed += usize::try_from(done.rows_affected()).unwrap_or(0);
+            let one = crate::conflicts::file_unjudged(
+                &mut tx,
+                (a.as_str(), b.as_str()),
+                Some(&rationale),
+                now,
+            )
+            .await?;
+            filed += usize::from(one);
         }
         tx.commit().await.db("commit unjudged conflicts")?;
         self.semantic
