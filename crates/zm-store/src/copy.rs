@@ -473,14 +473,7 @@ async fn refuse_held(conn: &mut AnyConnection, backend: Backend) -> Result<(), C
     // A database a newer release made (empty or not) holds tables this
     // build does not know: said as such, not as "holds data".
     if present.iter().any(|t| t == "zm_schema_migrations") {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
-                .fetch_one(&mut *conn)
-                .await?;
-        let known = db::latest_schema_version();
-        if let Some(found) = found.filter(|v| *v > known) {
-            return Err(OpenError::TooNew { found, known }.into());
-        }
+        db::schema_version_known(&mut *conn).await?;
     }
     let ours = |t: &str| {
         COPIED_TABLES.contains(&t) || DERIVED_TABLES.contains(&t) || FORMER_TABLES.contains(&t)

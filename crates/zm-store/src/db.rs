@@ -252,6 +252,24 @@ static MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// The schema version the ledger in `conn` records (0 when empty), or
+/// `TooNew` when a newer release wrote it (`migrate` and `copy`'s check of
+/// its destination).
+pub(crate) async fn schema_version_known(conn: &mut sqlx::AnyConnection) -> Result<i64, OpenError> {
+    let current: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
+        .fetch_one(&mut *conn)
+        .await?;
+    let current = current.unwrap_or(0);
+    let known = latest_schema_version();
+    if current > known {
+        return Err(OpenError::TooNew {
+            found: current,
+            known,
+        });
+    }
+    Ok(current)
+}
+
 /// The newest schema version this build knows.
 pub fn latest_schema_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
@@ -661,18 +679,14 @@ pub(crate) async fn migrate_to(
     )
     .execute(&mut *tx)
     .await?;
-    let current: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM zm_schema_migrations")
-        .fetch_one(&mut *tx)
-        .await?;
-    let current = current.unwrap_or(0);
+    let current = match schema_version_known(&mut tx).await {
+        Ok(current) => current,
+        Err(e) => {
+            tx.rollback().await?;
+            return Err(e);
+        }
+    };
     let known = latest_schema_version();
-    if current > known {
-        tx.rollback().await?;
-        return Err(OpenError::TooNew {
-            found: current,
-            known,
-        });
-    }
     if current < known && !apply {
         tx.rollback().await?;
         return Err(OpenError::Behind {
