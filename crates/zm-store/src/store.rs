@@ -190,11 +190,31 @@ pub struct Store {
     /// at once (no account's back-off counts them) would otherwise take
     /// the process's memory; one per core, the others wait their turn.
     pub(crate) password_checks: Arc<tokio::sync::Semaphore>,
-    /// SQLite's one writer at a time, taken in this process before a
-    /// write transaction takes a pooled connection: writers wait here,
-    /// not on the database's lock with a connection each, which left
-    /// reads without one behind a long write.
+    /// The writers' turns, taken in this process before a write
+    /// transaction takes a pooled connection, so that writers wait here
+    /// rather than on the database's locks with a connection each, which
+    /// left reads without one behind a long write. SQLite: one (its one
+    /// writer at a time). PostgreSQL: all the pool's connections but
+    /// those kept for reads ([`write_turns`]): writes waiting on a row or
+    /// an advisory lock (one user's import and their agents' writes at
+    /// once) no longer take every connection, leaving every user's reads
+    /// to time out.
     pub(crate) writer_turn: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many write transactions may hold a pooled connection at once: on
+/// SQLite one; on PostgreSQL the pool's size less a quarter of it (at
+/// least one) kept for reads, so `--database-connections 8` lets six
+/// writes run while two connections stay for reads. A pool of one
+/// connection has one turn (reads then wait behind writes, as before).
+pub(crate) fn write_turns(backend: Backend, max_connections: u32) -> usize {
+    match backend {
+        Backend::Sqlite => 1,
+        Backend::Postgres => {
+            let n = max_connections.max(1) as usize;
+            if n == 1 { 1 } else { n - (n / 4).max(1) }
+        }
+    }
 }
 
 /// How long a write waits for SQLite's writer turn before it gives up,
@@ -205,7 +225,7 @@ const WRITER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(30)
 /// until it ends.
 pub(crate) struct WriteTx {
     tx: Transaction<'static, Any>,
-    _turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    _turn: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl WriteTx {
@@ -270,7 +290,10 @@ impl Store {
             password_checks: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
             )),
-            writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
+            writer_turn: Arc::new(tokio::sync::Semaphore::new(write_turns(
+                backend,
+                opts.max_connections,
+            ))),
         })
     }
 
@@ -325,24 +348,22 @@ impl Store {
     /// sees what the other transaction committed); under REPEATABLE READ
     /// or SERIALIZABLE they would fail with serialization errors instead.
     pub(crate) async fn write_tx(&self) -> Result<WriteTx, ToolError> {
-        let (begin, turn) = match self.backend {
-            Backend::Sqlite => {
-                let turn = tokio::time::timeout(
-                    WRITER_TURN_WAIT,
-                    Arc::clone(&self.writer_turn).acquire_owned(),
-                )
-                .await
-                .map_err(|_| {
-                    // Load, not a fault: the caller may send it again.
-                    tracing::warn!(target: "zm_store", "a write waited 30 s for SQLite's writer turn");
-                    ToolError::rate_limited(
-                        "The database is busy with other writes; nothing was written. Retry shortly.",
-                    )
-                })?
-                .map_err(|e| crate::db::internal("writer turn", e))?;
-                ("BEGIN IMMEDIATE", Some(turn))
-            }
-            Backend::Postgres => ("BEGIN ISOLATION LEVEL READ COMMITTED", None),
+        let turn = tokio::time::timeout(
+            WRITER_TURN_WAIT,
+            Arc::clone(&self.writer_turn).acquire_owned(),
+        )
+        .await
+        .map_err(|_| {
+            // Load, not a fault: the caller may send it again.
+            tracing::warn!(target: "zm_store", "a write waited 30 s for a writer's turn");
+            ToolError::rate_limited(
+                "The database is busy with other writes; nothing was written. Retry shortly.",
+            )
+        })?
+        .map_err(|e| crate::db::internal("writer turn", e))?;
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
         let tx = self.pool.begin_with(begin).await.db("begin transaction")?;
         Ok(WriteTx { tx, _turn: turn })
@@ -491,6 +512,18 @@ mod writer_turn_tests {
     use serde_json::json;
     use sqlx::Connection as _;
     use zm_contracts::ToolName;
+
+    use super::{Backend, write_turns};
+
+    /// SQLite has one writer; PostgreSQL's writes keep a quarter of the
+    /// pool (at least one connection) for reads.
+    #[test]
+    fn writes_leave_reads_a_quarter_of_the_pool() {
+        for (pool, turns) in [(1, 1), (2, 1), (4, 3), (8, 6), (40, 30), (1000, 750)] {
+            assert_eq!(write_turns(Backend::Postgres, pool), turns, "pool {pool}");
+            assert_eq!(write_turns(Backend::Sqlite, pool), 1, "pool {pool}");
+        }
+    }
 
     /// While another process holds SQLite's write lock, writers of this
     /// one wait for their turn without a pooled connection each: a read

@@ -745,3 +745,82 @@ async fn an_erasure_beside_a_team_creation_counts_the_new_team() {
         .expect("the team's members");
     assert_eq!(members, 1, "the team keeps its admin");
 }
+
+/// How many transactions wait on a lock `pid` holds, read on `raw`.
+async fn waiting_on(raw: &sqlx::AnyPool, pid: i32) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
+    )
+    .bind(pid)
+    .fetch_one(raw)
+    .await
+    .expect("read pg_locks")
+}
+
+/// One user's writes waiting on their owner's lock (held here as a long
+/// import holds it) take writers' turns, not every pooled connection:
+/// the test store's pool has four, writes get three (a quarter is kept
+/// for reads), and another user's `recall` answers meanwhile. Each
+/// waiting write held a connection of its own, and reads, everyone's,
+/// waited the pool's 30 s and failed `internal`.
+#[tokio::test]
+async fn writes_waiting_on_a_lock_leave_a_connection_for_reads() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("writes_waiting_on_a_lock_leave_a_connection_for_reads").await
+    else {
+        return;
+    };
+    let (_, w) = user(&store, "ilv-turns-w").await;
+    let (_, r) = user(&store, "ilv-turns-r").await;
+    mem(
+        &store,
+        &r,
+        l,
+        json!({"content": "The reader's standup is at nine.", "kind": "fact", "scope": "personal"}),
+    )
+    .await;
+    let (mut held, pid) = held_transaction(&raw).await;
+    let (class, key) = zm_store::db::owner_writes_lock(&w.user_id);
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind(class)
+        .bind(key)
+        .execute(&mut *held)
+        .await
+        .expect("hold the owner's writes");
+    let writers: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, w) = (store.clone(), w.clone());
+            tokio::spawn(async move {
+                remember(
+                    &store,
+                    &w,
+                    json!({"content": format!("Write {i} waited for the import."), "kind": "fact", "scope": "personal"}),
+                )
+                .await
+            })
+        })
+        .collect();
+    // Three writes reach the lock (set-up, polled in a bounded loop).
+    let mut waiting = 0;
+    for _ in 0..6_000 {
+        waiting = waiting_on(&raw, pid).await;
+        if waiting >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(waiting, 3, "three writes wait on the lock");
+    let read = recall(&store, &r, json!({"query": "standup"})).await;
+    let read = ok(read, l, "a read while writes wait");
+    assert_eq!(read.memories.len(), 1, "{read:?}");
+    assert_eq!(
+        waiting_on(&raw, pid).await,
+        3,
+        "no more than the writers' turns hold a connection on the lock"
+    );
+    held.commit().await.expect("end the import");
+    for w in writers {
+        ok(w.await.expect("the write's task"), l, "a waiting write");
+    }
+}
