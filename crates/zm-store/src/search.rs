@@ -515,7 +515,14 @@ pub(crate) fn document_frequencies_sql(
         return Frequencies::Known(None);
     }
     if backend == Backend::Postgres {
-        return Frequencies::Unknown(vec![1; terms.len()]);
+        // A stop word is in no PostgreSQL document (the `english`
+        // configuration drops it): it holds none, as a plan must know.
+        return Frequencies::Unknown(
+            terms
+                .iter()
+                .map(|t| i64::from(!crate::fts::is_stop_word(t)))
+                .collect(),
+        );
     }
     let cap = budget + 1;
     let mut sql = Sql::new("SELECT ");
@@ -1983,7 +1990,7 @@ impl Store {
         let ttl = now - RULES_TTL_DAYS * DAY_MS;
         sql.push(") AND (pinned = 1 OR promoted_at >= ")
             .bind_i64(ttl)
-            .push(") ORDER BY pinned DESC, promoted_at DESC, id");
+            .push(") ORDER BY pinned DESC, (promoted_at IS NULL), promoted_at DESC, id");
         let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         type Delivered = ((String, MemoryId), Rule);
         let mut pinned: Vec<Delivered> = Vec::new();
@@ -2053,6 +2060,17 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// PostgreSQL's counts are not read: a stop word holds none (its
+    /// `english` configuration indexes none), every other word one.
+    #[test]
+    fn postgres_counts_no_stop_word() {
+        let terms: Vec<String> = ["because", "latency", "between"].map(String::from).to_vec();
+        match document_frequencies_sql(Backend::Postgres, &terms, 100) {
+            Frequencies::Unknown(df) => assert_eq!(df, vec![0, 1, 0]),
+            Frequencies::Known(_) => panic!("PostgreSQL's counts are not read"),
+        }
+    }
 
     /// An excerpt centres on the first whole word matching a query term or
     /// its stem, never on a term found inside another word.

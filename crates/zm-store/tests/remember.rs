@@ -17,6 +17,29 @@ use zm_store::Store;
 const LONG_ORIGINAL: &str = "The staging database cluster runs PostgreSQL sixteen with the pgvector extension enabled, nightly logical backups shipped to the eu-west object store bucket, connection pooling through pgbouncer in transaction mode, a read replica dedicated to analytics dashboards, and autovacuum tuned aggressively for the events table.";
 
 backend_tests! {
+    /// A near-duplicate whose longest words are stop words ("between",
+    /// "through", "because") is found on both backends: PostgreSQL indexes
+    /// no stop word, and the probe no longer spends its words on them
+    /// (there it never even scored the pair).
+    async fn a_near_duplicate_full_of_stop_words_is_found(store: Store, label: &str) {
+        let (_, caller) = user(&store, "stopdup").await;
+        let first = ok(
+            remember(&store, &caller, json!({"content": "Sync between ourselves and the regions runs through queues because of latency against retries themselves", "scope": "core"})).await,
+            label,
+            "first",
+        );
+        let second = ok(
+            remember(&store, &caller, json!({"content": "Sync between ourselves and the regions flows through queues because of latency against retries themselves", "scope": "core"})).await,
+            label,
+            "second",
+        );
+        let similar = second.similar_existing.clone().unwrap_or_default();
+        assert!(
+            similar.iter().any(|s| s.id == first.memory_id),
+            "[{label}] the first is similar: {similar:?}"
+        );
+    }
+
     /// `entities: []` names nothing: the content is scanned for known
     /// names and a decision gets the hint to name its subject, as with no
     /// list at all.
