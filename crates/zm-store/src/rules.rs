@@ -461,7 +461,7 @@ impl Store {
 
     /// All the caller's rules, for management.
     pub async fn list_rules(&self, caller: &Caller) -> Result<Vec<RuleRecord>, ToolError> {
-        let rows = sqlx::query("SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules WHERE owner_id = $1 ORDER BY pinned DESC, promoted_at DESC, id")
+        let rows = sqlx::query("SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules WHERE owner_id = $1 ORDER BY pinned DESC, (promoted_at IS NULL), promoted_at DESC, id")
             .bind(&caller.user_id)
             .fetch_all(&self.pool)
             .await

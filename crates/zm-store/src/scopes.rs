@@ -607,11 +607,12 @@ impl Store {
         // Without a binding or a project of their own, a member working in
         // a repository a teammate shared with their team lands in that
         // shared project.
-        let shared: Option<String> = sqlx::query_scalar(
+        let shared: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT pb.scope FROM project_bindings pb JOIN team_projects tp ON tp.scope = pb.scope \
              JOIN scope_members sm ON sm.scope = tp.team_scope \
-             WHERE sm.user_id = $1 AND pb.kind = $2 AND pb.key = $3 ORDER BY tp.created_at, pb.scope LIMIT 1",
-        )
+             WHERE sm.user_id = $1 AND pb.kind = $2 AND pb.key = $3 ORDER BY tp.created_at, {} LIMIT 1",
+            self.backend.bytewise("pb.scope")
+        )))
         .bind(&caller.user_id)
         .bind(key.kind.as_str())
         .bind(&key.key)

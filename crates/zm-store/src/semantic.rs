@@ -847,13 +847,14 @@ impl Store {
         &self,
         model: &str,
     ) -> Result<Option<(String, i64)>, ToolError> {
-        let row: Option<(String, i64)> = sqlx::query_as(
+        let row: Option<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT v.model, COUNT(*) AS n FROM memory_vectors v JOIN memories m ON m.id = v.memory_id \
              WHERE m.invalidated_at IS NULL AND v.model <> $1 \
              AND NOT EXISTS (SELECT 1 FROM memory_vectors w JOIN memories k ON k.id = w.memory_id \
                  WHERE w.model = $1 AND k.invalidated_at IS NULL) \
-             GROUP BY v.model ORDER BY n DESC, v.model LIMIT 1",
-        )
+             GROUP BY v.model ORDER BY n DESC, {} LIMIT 1",
+            self.backend.bytewise("v.model")
+        )))
         .bind(model)
         .fetch_optional(&self.pool)
         .await

@@ -750,7 +750,7 @@ impl Store {
         let steward = team.steward_id.ok_or_else(ToolError::internal)?;
         let rows = sqlx::query(
             "SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules \
-             WHERE owner_id = $1 ORDER BY pinned DESC, promoted_at DESC, id",
+             WHERE owner_id = $1 ORDER BY pinned DESC, (promoted_at IS NULL), promoted_at DESC, id",
         )
         .bind(&steward)
         .fetch_all(&mut *conn)
@@ -2466,6 +2466,9 @@ impl Store {
         for r in &rows {
             out.push((col(r, "scope")?, col(r, "slug")?));
         }
+        // In byte order: a project shared with several teams is labelled
+        // with the first slug, the same on every backend and every call.
+        out.sort();
         Ok(out)
     }
 

@@ -252,7 +252,7 @@ impl Store {
         most.bind_str(caller.user_id.as_str());
         most.push(" AND ");
         visible.push(&mut most, "m");
-        most.push(" AND m.invalidated_at IS NULL ORDER BY u.recalls DESC, u.last_recalled_at DESC LIMIT 10");
+        most.push(" AND m.invalidated_at IS NULL ORDER BY u.recalls DESC, u.last_recalled_at DESC, m.seq DESC LIMIT 10");
         let mut out = Usage::default();
         for r in &most
             .query()
@@ -301,10 +301,11 @@ impl Store {
         // The agents that recalled most, each on its own; the rest (a
         // client that puts a session or a version in its name makes a new
         // agent per call) summed per week as [`OTHER_AGENTS`].
-        let top: Vec<String> = sqlx::query_scalar(
+        let top: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT agent FROM recall_activity WHERE user_id = $1 AND week >= $2 \
-             GROUP BY agent ORDER BY SUM(recalls) DESC, agent LIMIT $3",
-        )
+             GROUP BY agent ORDER BY SUM(recalls) DESC, {} LIMIT $3",
+            self.backend.bytewise("agent")
+        )))
         .bind(&caller.user_id)
         .bind(from)
         .bind(i64::try_from(ACTIVITY_AGENTS).unwrap_or(i64::MAX))
