@@ -154,7 +154,15 @@ async fn a_stalled_header_is_cut_off() {
         .write_all(b"GET /healthz HTTP/1.1\r\nho")
         .await
         .unwrap();
+    let started = std::time::Instant::now();
     read_until_closed(&mut stream).await;
+    // The configured second, not hyper's own 30 s (a bound far from both,
+    // not a measurement).
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "cut off after {:?}",
+        started.elapsed()
+    );
     // An idle connection (no byte at all) is closed the same way.
     let mut idle = TcpStream::connect(s.addr).await.unwrap();
     read_until_closed(&mut idle).await;

@@ -522,7 +522,7 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
 }
 
 async fn disabling_an_account_ends_its_sessions_and_others_see_nothing(s: Server) {
-    let (a, _, _) = person(&s.store, "iso-a").await;
+    let (a, a_email, a_password) = person(&s.store, "iso-a").await;
     let (b_user, b_email, b_password) = person(&s.store, "iso-b").await;
     let secret = remember(
         &s.store,
@@ -531,6 +531,17 @@ async fn disabling_an_account_ends_its_sessions_and_others_see_nothing(s: Server
         "personal",
     )
     .await;
+    // What B must not see, A's own search shows.
+    let mut owner = Browser::default();
+    assert_eq!(owner.sign_in(&s, &a_email, &a_password).await.status, 303);
+    assert!(
+        owner
+            .get(&s, "/?q=postgres+plan")
+            .await
+            .body
+            .contains("Postgres 17"),
+        "A finds their own memory"
+    );
     let mut b = Browser::default();
     assert_eq!(b.sign_in(&s, &b_email, &b_password).await.status, 303);
     // Another user's memory answers exactly like one that never existed.
@@ -559,6 +570,29 @@ async fn disabling_an_account_ends_its_sessions_and_others_see_nothing(s: Server
         )
         .await;
     assert_eq!(p.status, 404);
+    let never = b
+        .post(
+            &s,
+            "/memories/mem_0000000000000000.0000000000/forget",
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(
+        p.body.replace(&secret, "<ID>"),
+        never
+            .body
+            .replace("mem_0000000000000000.0000000000", "<ID>"),
+        "a foreign forget answers as one of nothing"
+    );
+    let kept = s
+        .store
+        .get_memory(
+            &zm_store::Caller::new(a.id.clone()),
+            &zm_contracts::MemoryId::parse(&secret).unwrap(),
+        )
+        .await
+        .expect("A's memory");
+    assert!(kept.invalidated_at.is_none(), "B's forget retired nothing");
     // Disabling B ends B's session at once.
     s.store.disable_user(&b_user.id).await.unwrap();
     assert_eq!(b.get(&s, "/").await.status, 303);

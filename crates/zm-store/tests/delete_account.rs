@@ -38,7 +38,7 @@ backend_tests! {
             l,
             "B shares into A's project",
         );
-        // A's memory superseded by B's: the pointer is severed, A's row stays.
+        // A's memory linked to B's: the link goes with B's memory, A's row stays.
         let a_old = mem(
             &store,
             &a,
@@ -56,6 +56,22 @@ backend_tests! {
             .await,
             l,
             "link to B's memory",
+        );
+        // A's memories in the project, as A exports them, B's left out
+        // (they go).
+        let a_in_project = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["id"] != b_mem.as_str())
+                .cloned()
+                .collect()
+        };
+        let project_before = ok(
+            call(&store, &a, "export_memories", json!({"scopes": [project]})).await,
+            l,
+            "A's project before",
         );
         let (_, b_token) = store
             .create_token(&b.user_id, None, &["mcp:read"])
@@ -107,6 +123,14 @@ backend_tests! {
             "A after",
         );
         assert_eq!(before, after, "[{l}] A's memories are untouched");
+        let project_after = ok(
+            call(&store, &a, "export_memories", json!({"scopes": [project]})).await,
+            l,
+            "A's project after",
+        );
+        let kept = a_in_project(&project_after);
+        assert_eq!(kept.len(), 2, "[{l}] a_billing and a_old: {project_after}");
+        assert_eq!(a_in_project(&project_before), kept, "[{l}] A's memories in the project are untouched");
         // The entity A's memory names survives B (only B's Ledger went),
         // still anchored to A's memory.
         let listed = ok(call(&store, &a, "entities", json!({"scope": project})).await, l, "A's entities");

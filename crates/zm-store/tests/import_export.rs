@@ -313,9 +313,12 @@ backend_tests! {
         assert_eq!((summary.memories_existing, summary.memories_imported), (1, 2), "[{l}] {summary:?}");
         let found = recall_ids(&store, &alice, l, json!({"query": "on-call weekly", "scopes": ["personal"]})).await;
         assert_eq!(found.len(), 1, "[{l}] Alice's own copy of Bob's memory: {found:?}");
-        let _ = bob;
         let again = import_zm(&store, &alice, &lines).await;
         assert_eq!(again.memories_imported, 0, "[{l}] a second run adds nothing: {again:?}");
+        // Kept once Alice no longer reads the team: the copy is hers.
+        ok(store.delete_team(&alice, &slug).await, l, "the team ends");
+        let kept = recall_ids(&store, &alice, l, json!({"query": "on-call weekly"})).await;
+        assert_eq!(kept, found, "[{l}] Alice's copy outlives the team");
     }
 
     /// The agent that wrote a memory survives an export of an import: an

@@ -88,6 +88,16 @@ backend_tests! {
                 "[{label}] bob open_loops_total {raw}"
             );
             assert!(out.entities.is_empty(), "[{label}] bob entities {raw}");
+            // The same call finds Alice's memories for Alice.
+            let mine = ok(
+                build_context(&store, &alice, raw.clone()).await,
+                label,
+                "alice build_context",
+            );
+            assert!(
+                !mine.memories.is_empty() || !mine.recent.is_empty() || !mine.open_loops.is_empty(),
+                "[{label}] alice build_context {raw} sees nothing of her own"
+            );
         }
         // Bob's own hint with the same text is Bob's own project.
         let bobs = project_of(&store, &bob, label, hint).await;
@@ -167,7 +177,17 @@ backend_tests! {
                 label,
                 "bob supersedes alice",
             );
-            assert_eq!(a.code, ErrorCode::NotFound, "[{label}] supersede");
+            let b = err(
+                remember(&store, &bob, json!({"content": "bob supersedes", "scope": "core", "links": [{"dst": ghost.as_str(), "type": "supersedes"}]})).await,
+                ErrorCode::NotFound,
+                label,
+                "bob supersedes a ghost",
+            );
+            assert_eq!(
+                shape(&a, id),
+                shape(&b, ghost.as_str()),
+                "[{label}] supersede: foreign and missing look alike"
+            );
         }
         // Bob's failed link writes stored nothing.
         let bob_all = recall_ids(

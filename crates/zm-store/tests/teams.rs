@@ -617,7 +617,8 @@ backend_tests! {
         let private = imported["memory_id"].as_str().expect("an id").to_string();
         let shared = mem(&store, &b, l, json!({"content": "Ledger exports are CSV.", "kind": "fact", "project_hint": remote})).await;
         let reason = format!("I doubt this ({}).", unique("r"));
-        ok(call(&store, &b, "challenge", json!({"memory_id": shared, "reason": reason})).await, l, "B challenges");
+        let challenged = ok(call(&store, &b, "challenge", json!({"memory_id": shared, "reason": reason})).await, l, "B challenges");
+        let dispute = challenged["dispute_id"].as_str().expect("a dispute id").to_string();
         let get = |who: &Caller, id: &str| {
             let (store, who, id) = (store.clone(), who.clone(), id.to_string());
             async move { store.get_memory(&who, &zm_contracts::MemoryId::parse(&id).expect("an id")).await }
@@ -631,6 +632,9 @@ backend_tests! {
             let conflicts = ok(call(&store, &a, "list_conflicts", json!({"status": status})).await, l, "A's conflicts");
             assert!(!conflicts.to_string().contains(&reason), "[{l}] B's challenge reached A: {conflicts}");
         }
+        // Nor by its id: the challenge did not go with the memory (B no
+        // longer reads the memory, so neither does B's challenge answer).
+        err(call(&store, &a, "get_conflict", json!({"dispute_id": dispute})).await, ErrorCode::NotFound, l, "A never reads B's challenge");
     }
 
     /// An import its owner moved into a team's project and left behind is
