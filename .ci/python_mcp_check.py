@@ -203,7 +203,10 @@ def http_connect(url: str, token: str, mode: str) -> Connect:
     return connect
 
 
-async def run_mode(name: str, mode: str, connect: Connect, contract: str, extra: Extra | None = None) -> Mode:
+async def run_mode(
+    name: str, transport: str, mode: str, connect: Connect, contract: str, extra: Extra | None = None
+) -> Mode:
+    """One run: `transport` is "stdio" or "http", `mode` the protocol era."""
     m = Mode(name)
     state: dict[str, Any] = {}
     logged_before = len(SDK_LOG.records)
@@ -311,14 +314,22 @@ async def run_mode(name: str, mode: str, connect: Connect, contract: str, extra:
                 # What a pinned read reports as the session's project is what
                 # the next call has: a session (stdio, a legacy HTTP session)
                 # keeps it and a scope-less remember lands there; a stateless
-                # 2026-07-28 HTTP request keeps nothing and says so.
+                # 2026-07-28 HTTP request keeps nothing and says so. Which of
+                # the two is decided by the transport and era, not by what the
+                # server happens to report.
+                stateless = transport == "http" and mode == "2026-07-28"
                 res = await client.call_tool("recall", {"query": "anything", "project_hint": f"python-check-{mode}"})
                 project = (expect_success(res, "pinned recall").get("session") or {}).get("attached_project")
                 res = await client.call_tool("remember", {"content": f"A {mode} fact for the attached project."})
-                if project is None:
-                    err = expect_error(res, "validation_failed", "a scope-less remember with no project reported")
+                if stateless:
+                    expect(project is None, f"a stateless request reports an attachment it does not keep: {project!r}")
+                    err = expect_error(res, "validation_failed", "a scope-less remember in a stateless request")
                     expect(str(err.get("message", "")).startswith("scope_target_required:"), f"{err.get('message')!r}")
                 else:
+                    expect(
+                        isinstance(project, str) and project.startswith("proj."),
+                        f"a pinned read on a {transport} {mode} session reports no project attached: {project!r}",
+                    )
                     out = expect_success(res, "a scope-less remember after the reported attachment")
                     expect(out.get("scope") == project, f"stored in {out.get('scope')!r}, the read reported {project!r}")
 
@@ -414,7 +425,7 @@ async def main() -> int:
     with tempfile.TemporaryDirectory(prefix="zm-python-mcp-") as cwd:  # empty, not a git repository
         for mode in MODES:
             connect = stdio_connect(binary, [*common, "stdio", *unattached], cwd, mode)
-            report(await run_mode(f"stdio {mode}", mode, connect, contract, attached_by_cwd_check(binary, common, cwd, mode)))
+            report(await run_mode(f"stdio {mode}", "stdio", mode, connect, contract, attached_by_cwd_check(binary, common, cwd, mode)))
 
     # Streamable HTTP: `zero-memory serve` on a loopback port, a token per run.
     http_dir = os.path.join(data_dir, "http")
@@ -427,7 +438,7 @@ async def main() -> int:
         for mode in MODES:
             token, read_only = server.token(HTTP_EMAIL), server.token(HTTP_EMAIL, read_only=True)
             connect = http_connect(url, token, mode)
-            m = await run_mode(f"http {mode}", mode, connect, contract, read_only_check(url, read_only, mode))
+            m = await run_mode(f"http {mode}", "http", mode, connect, contract, read_only_check(url, read_only, mode))
             if m.failed:
                 with open(os.path.join(http_dir, "serve.log"), errors="replace") as log:
                     m.failed.append(("serve.log (tail)", "".join(log.readlines()[-20:])))

@@ -59,11 +59,11 @@ def first_start_secrets(path: Path) -> tuple[str, str, str]:
     return email, password, token
 
 
-def page_is_clean(b: Browser, what: str, mobile_too: bool = True, status: int | None = None) -> None:
-    """No console error, no serious axe violation, at both widths. An error
-    page is served with its code's status, which Chromium logs as the
-    document's network failure: that one entry (this URL, that status) is
-    expected; any other entry fails."""
+def console_is_clean(b: Browser, what: str, status: int | None = None) -> None:
+    """No console error since the last read. An error page is served with
+    its code's status, which Chromium logs as the document's network
+    failure: that one entry (this URL, that status) is expected; any other
+    entry fails."""
     errors = b.console_errors()
     if status is not None:
         url = b.driver.current_url
@@ -71,6 +71,12 @@ def page_is_clean(b: Browser, what: str, mobile_too: bool = True, status: int | 
                   if not (e.get("source") == "network" and url in e.get("message", "")
                           and f"status of {status}" in e.get("message", ""))]
     check(not errors, f"{what}: console errors {errors}")
+
+
+def page_is_clean(b: Browser, what: str, mobile_too: bool = True, status: int | None = None) -> None:
+    """No console error (`console_is_clean`), no serious axe violation, at
+    both widths."""
+    console_is_clean(b, what, status)
     bad = b.serious_violations()
     check(not bad, f"{what}: accessibility\n{format_violations(bad)}")
     if mobile_too:
@@ -235,13 +241,28 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     # Resolve a conflict: an agent challenges a memory; the person upholds it.
     status, body = srv.tool(token, "challenge", {"memory_id": new_id, "reason": "the ledger may move to CockroachDB"})
     check(status == 200, f"challenge over REST: {status} {body}")
+    dispute = body.get("dispute_id", "") if isinstance(body, dict) else ""
     b.get(base + "/review")
-    b.wait_for("ol#queue li.conflict")
+    card = f"ol#queue li.conflict[data-dispute='{dispute}']"
+    b.wait_for(card)
     page_is_clean(b, "review queue")
     shoot(b, shots, "review")
-    b.submit("ol#queue li.conflict form button")
+    # "Uphold it": the form that keeps the challenged memory (keep_both),
+    # not "Retire it".
+    uphold = f"{card} form:has(input[name=keep_both][value=true]) button[type=submit]"
+    check(b.text_of(uphold) == "Uphold it", f"the uphold button: {b.text_of(uphold)!r}")
+    b.submit(uphold)
     b.wait_for("#queue-empty")
-    check(True, "the conflict is resolved")
+    status, body = srv.tool(token, "get_conflict", {"dispute_id": dispute})
+    conflict = body.get("conflict", {}) if isinstance(body, dict) else {}
+    check(status == 200 and conflict.get("status") == "dismissed",
+          f"the challenge is settled as upheld (dismissed, not resolved by retiring): {status} {body}")
+    status, body = srv.get(f"/api/memories/{new_id}", token)
+    check(status == 200 and body.get("invalidated_at") is None and body.get("superseded_by") is None,
+          f"the upheld memory is still live: {status} {body}")
+    status, body = srv.tool(token, "list_conflicts", {})
+    pending = [c.get("dispute_id") for c in body.get("conflicts", [])] if isinstance(body, dict) else None
+    check(status == 200 and pending == [], f"the review queue is empty over REST too: {status} {pending}")
 
     # Pin, then revoke, a rule an agent promoted.
     status, body = srv.tool(token, "promote_rule", {"memory_id": new_id, "rule_text": "Use PostgreSQL for anything with money in it."})
@@ -433,9 +454,16 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     shoot(b, shots, "memory-steward")
     b.submit("form#forget button[type=submit]")
     b.wait_for("form#restore")
+    status, body = srv.get(f"/api/memories/{theirs}", token)
+    check(status == 200 and body.get("invalidated_at") is not None,
+          f"the admin forgot the departed member's memory: {status} {body}")
+    check("forgotten" in b.text_of("#state"), f"the page says it is forgotten: {b.text_of('#state')!r}")
     b.submit("form#restore button[type=submit]")
     b.wait_for("form#forget")
-    check(True, "the admin forgot and restored the departed member's memory")
+    status, body = srv.get(f"/api/memories/{theirs}", token)
+    check(status == 200 and body.get("invalidated_at") is None and body.get("scope") == "team.browsers",
+          f"the admin restored the departed member's memory, where it was: {status} {body}")
+    check("forgotten" not in b.text_of("#state"), f"the page says it is live again: {b.text_of('#state')!r}")
     # What the admin did for the steward is in the team's audit log, each
     # row linking the memory it touched.
     b.get(base + "/teams/browsers")
@@ -495,15 +523,20 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         run_sql(srv, "ALTER TABLE memory_usage_parked RENAME TO memory_usage")
     b.get(base + "/insight")
     b.wait_for("#never-recalled")
-    check(True, "the Insight page is back once the table is")
+    check(not b.driver.find_elements("css selector", "[data-error-code]") and b.text_of("main h1") == "Insight",
+          f"the Insight page is back once the table is: {b.text_of('main h1')!r}")
+    page_is_clean(b, "Insight page, restored", mobile_too=False)
 
     # Sign out ends the session: the old cookie no longer opens a page.
     cookie = b.driver.get_cookie("zm_session")
     check(cookie is not None and cookie.get("httpOnly") and cookie.get("sameSite") == "Strict",
           f"the session cookie is HttpOnly and SameSite=Strict: {cookie}")
     b.get(base + "/")
+    b.wait_for("ol#results")
+    page_is_clean(b, "memories list before sign-out", mobile_too=False)
     b.submit("form#logout button[type=submit]")
     b.wait_for("form#login")
+    page_is_clean(b, "sign-in page after sign-out", mobile_too=False)
     status, _, _ = srv.raw("GET", "/", headers={"cookie": f"zm_session={cookie['value']}"})
     check(status == 303, f"a signed-out session's cookie is refused (status {status})")
     # The browser stays known to the account it signed in to (its own
@@ -513,13 +546,17 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
           f"the known-browser cookie outlives sign-out, HttpOnly and SameSite=Strict: {device}")
 
     # rate_limited: failed sign-ins back off per account, and the page says when to retry.
-    for _ in range(6):
-        b.console_errors()  # the earlier error pages' own entries
+    for attempt in range(6):
         b.get(base + "/login")
         b.fill("#email", "nobody-here@example.com")
         b.fill("#password", "wrong password")
         b.submit("form#login button[type=submit]")
         b.wait_for(".flash.error")
+        if attempt < 5:
+            # Each refusal's page logs its own status and nothing else (the
+            # last one is checked in full below).
+            limited = b.driver.find_elements("css selector", "[data-error-code=rate_limited]") != []
+            console_is_clean(b, f"failed sign-in {attempt + 1}", status=429 if limited else 400)
     check(b.driver.find_elements("css selector", "[data-error-code=rate_limited] .retry") != [],
           "rate_limited: the page says when to retry")
     page_is_clean(b, "rate limited page", mobile_too=False, status=429)

@@ -29,6 +29,10 @@ from zmserver import Server
 NEVER_MEM = "mem_0000000000000000.0000000000"
 NEVER_DISPUTE = "mrq_0000000000000000.0000000000"
 NEVER_THREAD = "thr_0000000000000000.0000000000"
+# Share and move targets: a two-label `proj.<slug>` is the caller's own
+# project (`proj.<caller>.<slug>`), which they may write.
+B_TARGET = "proj.b_target"
+D_TARGET = "proj.d_target"
 failures = []
 checks = 0
 
@@ -70,6 +74,42 @@ def settle(srv):
 
 def same(a, b, what, *ids):
     check(scrub(a, *ids) == scrub(b, *ids), f"{what}: foreign answer differs from never-existing answer:\n  {scrub(a, *ids)}\n  {scrub(b, *ids)}")
+
+
+def not_found(answer, what):
+    """A tool's answer is the `not_found` error (404), not a refusal of
+    something else in the call (a 403 on a target scope would answer the
+    same for every id, and prove nothing)."""
+    status, body = answer
+    code = body.get("error", {}).get("code") if isinstance(body, dict) else None
+    check(status == 404 and code == "not_found", f"{what}: expected 404 not_found, got {status} {body}")
+
+
+def moved_none_not_found(answer, mid, what):
+    """`move_memories` into a scope the caller writes answered 200, moved
+    nothing and lists `mid` as not found."""
+    status, body = answer
+    ok = (status == 200 and isinstance(body, dict) and body.get("moved") == []
+          and body.get("failed") == [{"memory_id": mid, "error": "not found"}])
+    check(ok, f"{what}: expected nothing moved and {mid} failed as not found, got {status} {body}")
+
+
+def share_and_move_probe(srv, token, mid, target, what):
+    """`share` and `move_memories` of `mid` into `target`, a scope the
+    caller may write (so that the call gets as far as looking the memory
+    up): each answers exactly as for an id that never existed, and that
+    answer is "not found"."""
+    a = srv.tool(token, "share", {"memory_id": mid, "scope": target})
+    n = srv.tool(token, "share", {"memory_id": NEVER_MEM, "scope": target})
+    same(a, n, f"{what}: share into {target}", mid, NEVER_MEM)
+    not_found(a, f"{what}: share into {target}")
+    not_found(n, f"share of a never-existing id into {target}")
+    a = srv.tool(token, "move_memories", {"memory_ids": [mid], "scope": target})
+    n = srv.tool(token, "move_memories", {"memory_ids": [NEVER_MEM], "scope": target})
+    same(a, n, f"{what}: move_memories into {target}", mid, NEVER_MEM)
+    moved_none_not_found(a, mid, f"{what}: move_memories into {target}")
+    moved_none_not_found(n, NEVER_MEM, f"move_memories of a never-existing id into {target}")
+    return a, n
 
 
 def main():
@@ -132,15 +172,16 @@ def run(srv, ta, tb, b_email):
 
     # ---- user B, every tool with A's ids vs never-existing ids
     for key, mid in mems.items():
-        for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}), ("share", {"scope": "proj.x.y"}),
+        for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}),
                             ("challenge", {"reason": "r"}), ("promote_rule", {})]:
             a = srv.tool(tb, tool, {"memory_id": mid, **extra})
             n = srv.tool(tb, tool, {"memory_id": NEVER_MEM, **extra})
             same(a, n, f"{tool} on A's {key} memory", mid, NEVER_MEM)
             check(not leaks(a, [mid]), f"{tool} leaks {leaks(a, [mid])}")
-        a = srv.tool(tb, "move_memories", {"memory_ids": [mid], "scope": "proj.bscope.x"})
-        n = srv.tool(tb, "move_memories", {"memory_ids": [NEVER_MEM], "scope": "proj.bscope.x"})
-        same(a, n, f"move_memories of A's {key}", mid, NEVER_MEM)
+        # Into a project of B's own (`proj.<slug>` resolves into B's
+        # namespace), which B may write: the call reaches A's memory.
+        for a in share_and_move_probe(srv, tb, mid, B_TARGET, f"B on A's {key} memory"):
+            check(not leaks(a, [mid]), f"share/move of A's {key} leaks {leaks(a, [mid])}")
         a = srv.tool(tb, "link", {"src": mid, "dst": NEVER_MEM, "type": "relates_to"})
         n = srv.tool(tb, "link", {"src": NEVER_MEM.replace("0000.", "0001."), "dst": NEVER_MEM, "type": "relates_to"})
         same(a, n, f"link from A's {key}", mid, NEVER_MEM.replace("0000.", "0001."))
@@ -284,13 +325,19 @@ def run_team(srv, ta, tc, td, c_email, d_email, suffix):
         same(srv.get(f"/api/memories/{mid}", tc), srv.get(f"/api/memories/{NEVER_MEM}", tc), f"C reads A's {key}", mid, NEVER_MEM)
     check(srv.get(f"/api/memories/{team_mems['by_d']}", tc)[0] == 200, "C still reads what D wrote into the team")
 
-    # D, removed: nothing of the team, anywhere.
+    # D, removed: nothing of the team, anywhere (and nothing of it changed).
+    settle(srv)
+    team_before = snapshot(srv, ta)
     for key, mid in team_mems.items():
-        for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}), ("share", {"scope": "proj.x.y"}),
+        for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}),
                             ("challenge", {"reason": "r"}), ("promote_rule", {})]:
             a = srv.tool(td, tool, {"memory_id": mid, **extra})
             n = srv.tool(td, tool, {"memory_id": NEVER_MEM, **extra})
             same(a, n, f"removed D: {tool} on the team's {key} memory", mid, NEVER_MEM)
+        # Into a project of D's own, which D may write: the call reaches
+        # the team's memory (the one D wrote too, handed over on removal).
+        for a in share_and_move_probe(srv, td, mid, D_TARGET, f"removed D on the team's {key} memory"):
+            check(not found(a, team_secrets, [mid]), f"removed D: share/move of the team's {key} shows {found(a, team_secrets, [mid])}")
         same(srv.get(f"/api/memories/{mid}", td), srv.get(f"/api/memories/{NEVER_MEM}", td), f"removed D: GET the team's {key}", mid, NEVER_MEM)
         ra = srv.mcp(td, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{mid}"}}, d_session)
         rn = srv.mcp(td, {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {"uri": f"zm://memory/{NEVER_MEM}"}}, d_session)
@@ -316,6 +363,7 @@ def run_team(srv, ta, tc, td, c_email, d_email, suffix):
     check(r[0] == 200 and r[1].get("teams") == [], f"removed D still lists the team: {r}")
     r = srv.get("/api/rules", td)
     check(r[0] == 200 and not found(r[1], team_secrets), f"removed D's rules: {r}")
+    check(snapshot(srv, ta) == team_before, "the team's data (as A reads it) changed during removed D's probe")
     print(f"isolation probe, teams part: {checks - before} checks", flush=True)
 
 

@@ -161,9 +161,19 @@ def main():
             check(bool(project), f"a pinned recall on A attaches the session: {project}")
             out = call(b, access, sid, "remember", {"content": "A scope-less fact written through B."})
             check(out.get("scope") == project, f"a scope-less remember on B lands in A's attachment: {out.get('scope')}")
+            written = out.get("memory_id", "")
+            check(written.startswith("mem_"), f"the remember on B names its memory: {out}")
+            # Another user's request with the session id: answered on both
+            # exactly as one with an id that never existed (request ids aside).
+            never = "never-existed-session"
             for s in (a, b):
-                st, _, _ = s.mcp(other, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, sid)
-                check(st == 404, f"another user's request with the session id on {s.base}: {st}")
+                msg = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+                st, _, msgs = s.mcp(other, msg, sid)
+                nst, _, nmsgs = s.mcp(other, msg, never)
+                theirs = re.sub(r"req_[0-9a-z]{16}\.[0-9a-z]{10}", "<REQ>", json.dumps([st, msgs], sort_keys=True).replace(sid, "<ID>"))
+                unknown = re.sub(r"req_[0-9a-z]{16}\.[0-9a-z]{10}", "<REQ>", json.dumps([nst, nmsgs], sort_keys=True).replace(never, "<ID>"))
+                check(st == 404 and theirs == unknown,
+                      f"another user's request with the session id on {s.base} is answered as an unknown id's: {theirs} vs {unknown}")
             a.stop()
             st, _, msgs = b.mcp(access, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, sid)
             check(st == 200, f"A stopped: B still serves the session: {st}")
@@ -172,7 +182,9 @@ def main():
             check(st == 204, f"DELETE on B: {st}")
             st, _, _ = b.mcp(access, {"jsonrpc": "2.0", "id": 6, "method": "tools/list"}, sid)
             check(st == 404, f"the ended session is unknown: {st}")
-            check(b.tool(pat, "recall", {"query": "scope-less fact"})[0] == 200, "REST on B with a PAT")
+            st, body = b.tool(pat, "recall", {"query": "scope-less fact", "scopes": [project or "personal"]})
+            hits = [m.get("id") for m in body.get("memories", [])] if isinstance(body, dict) else []
+            check(st == 200 and written in hits, f"REST on B with a PAT recalls the memory written through B ({written}): {st} {hits}")
             # The rotated refresh token replayed (on B, A is gone): refused,
             # and its whole family ends — the access token too.
             st, _ = token(b, [("grant_type", "refresh_token"), ("refresh_token", refresh),
