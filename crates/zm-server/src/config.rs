@@ -449,7 +449,7 @@ knobs! {
             shown: "`8`",
             range: 2..=1000,
             help: "Database connections the server holds at most (`stdio` keeps 4 whatever this says).",
-            doc: "Every read, and every write while it runs, takes one; a request finding none free within 30 s fails. On PostgreSQL a write waiting on a row another write holds (one user's import and their agents' writes at once) keeps its connection meanwhile: raise this for many agents writing at once, within the server's own `max_connections` across every instance. On SQLite writes take turns before they take one, so the default suffices.",
+            doc: "Every read, and every write while it runs, takes one; a request finding none free within 30 s fails. Writes take a turn before they take one: on SQLite one at a time; on PostgreSQL all but a quarter of them (6 of 8), the rest kept for reads, since a write waiting on a row another write holds (one user's import and their agents' writes at once) keeps its connection meanwhile. Raise this for many agents writing at once on PostgreSQL, within the server's own `max_connections` across every instance; on SQLite the default suffices.",
         },
         max_text_chars: usize {
             env: "ZM_MAX_TEXT_CHARS",
@@ -606,7 +606,7 @@ knobs! {
             default: (30),
             shown: "`30`",
             range: 1..=100000,
-            help: "Requests per client IP allowed on the OAuth endpoints per window.",
+            help: "Requests per client IP allowed per window on the OAuth endpoints, and dashboard sign-ins (`POST /login`, counted apart).",
             doc: "",
         },
         oauth_ratelimit_window_s: u64 {
@@ -616,7 +616,7 @@ knobs! {
             default: (60),
             shown: "`60`",
             range: 1..=86400,
-            help: "Length of the OAuth rate-limit window, in seconds.",
+            help: "Length of the OAuth and dashboard sign-in rate-limit window, in seconds.",
             doc: "",
         },
         header_timeout_secs: u64 {
