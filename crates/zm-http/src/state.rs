@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use zm_store::{Store, ToolService};
 
+use crate::request::{ip_limit_key, ip_network_key};
+
 /// What the HTTP layer needs to know.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -54,6 +56,23 @@ pub struct HttpConfig {
     pub write_stall: Duration,
     /// Client connections served at once.
     pub max_connections: usize,
+}
+
+/// The `Strict-Transport-Security` of the dashboard's and the OAuth
+/// endpoints' answers behind an https public URL: a year, and no
+/// `includeSubDomains` (the server may share its domain with sites that
+/// are not ours, nor all https).
+pub(crate) const HSTS: &str = "max-age=31536000";
+
+/// Middleware (`axum::middleware::map_response_with_state`, given the
+/// configuration): [`HttpConfig::strict_transport`] on every answer of
+/// the routes it wraps (the dashboard's, the OAuth endpoints').
+pub(crate) async fn strict_transport(
+    axum::extract::State(cfg): axum::extract::State<Arc<HttpConfig>>,
+    mut resp: axum::response::Response,
+) -> axum::response::Response {
+    cfg.strict_transport(resp.headers_mut());
+    resp
 }
 
 /// `base` as the url crate writes it (scheme and host lowercased, a
@@ -109,6 +128,23 @@ impl HttpConfig {
     /// the dashboard emits starts with.
     pub(crate) fn path_prefix(&self) -> PathPrefix {
         PathPrefix::of(&self.public_url)
+    }
+
+    /// Add `Strict-Transport-Security` ([`HSTS`]) to a browser-facing
+    /// response when the public URL is https (decided on the parsed
+    /// scheme, as the cookies' `Secure` is): a browser that reached the
+    /// server over https once never goes to it over plain http again
+    /// (a typed `http://` link, a downgrading network), where its
+    /// session cookie and the sign-in forms would travel in the clear.
+    /// Never over plain http, where a browser ignores it anyway and a
+    /// local server must stay reachable.
+    pub(crate) fn strict_transport(&self, h: &mut axum::http::HeaderMap) {
+        if url::Url::parse(&self.public_url).is_ok_and(|u| u.scheme() == "https") {
+            h.insert(
+                axum::http::header::STRICT_TRANSPORT_SECURITY,
+                axum::http::HeaderValue::from_static(HSTS),
+            );
+        }
     }
 
     /// The RFC 9728 metadata URL advertised in 401 challenges.
@@ -651,7 +687,43 @@ impl RateLimiter {
         w.compact();
         result
     }
+
+    /// Count one request of the client at `ip` (as
+    /// [`crate::request::ClientIp`] gives it) for `what` (the route, say
+    /// `dashboard:login`): by its address (an IPv6 one by its /64, see
+    /// [`ip_limit_key`]) and, for IPv6, by its /48 too (see
+    /// [`ip_network_key`]), so that whoever holds a /48 gets one window,
+    /// not one for each of its 65,536 /64s. `Err(seconds)` when the
+    /// address is over `max` or the /48 over `network_max` in `window`;
+    /// the /48 does not count a request its /64 refused. The one way a per-client limit counts (the OAuth routes,
+    /// the dashboard's sign-in).
+    pub(crate) async fn hit_client(
+        &self,
+        what: &str,
+        ip: &str,
+        max: u32,
+        network_max: u32,
+        window: Duration,
+    ) -> Result<(), u64> {
+        self.hit(&format!("{what}:{}", ip_limit_key(ip)), max, window)
+            .await?;
+        match ip_network_key(ip) {
+            Some(network) => {
+                self.hit(&format!("{what}:{network}"), network_max, window)
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
 }
+
+/// How many clients' worth of requests an IPv6 /48 gets on a route where
+/// each client signs in or refreshes tokens ([`RateLimiter::hit_client`]'s
+/// `network_max` = `max` × this): one /48 may be a whole office or a
+/// carrier's pool of phones, each on a /64 of its own, while one client
+/// cycling through its /64s still meets a bound. Registration, which
+/// stores a row per request, gives a /48 no more than a /64.
+pub(crate) const CLIENTS_PER_NETWORK: u32 = 8;
 
 /// Everything a handler can reach.
 #[derive(Clone)]
@@ -1011,5 +1083,31 @@ mod tests {
         );
         assert_eq!(limiter.hit("b", 1, window).await, Ok(()), "b starts afresh");
         assert_eq!(limiter.key_count(), 2);
+    }
+
+    /// A client counts by its address (an IPv6 one by its /64) and, for
+    /// IPv6, by its /48: another /64 of one allocation shares the
+    /// allocation's window; another allocation, or an IPv4 address, has
+    /// its own.
+    #[tokio::test]
+    async fn a_client_counts_by_its_64_and_by_its_48() {
+        let limiter = RateLimiter::with_capacity(Clock::default(), 100);
+        let window = Duration::from_secs(60);
+        // Two a client, three a /48.
+        let hit = |ip: &'static str| limiter.hit_client("test", ip, 2, 3, window);
+        assert_eq!(hit("2001:db8:1:2::1").await, Ok(()));
+        assert_eq!(hit("2001:db8:1:2::2").await, Ok(()), "the same /64");
+        assert!(hit("2001:db8:1:2::3").await.is_err(), "the /64's third");
+        assert_eq!(hit("2001:db8:1:3::1").await, Ok(()));
+        assert!(
+            hit("2001:db8:1:4::1").await.is_err(),
+            "a fourth request of the /48"
+        );
+        assert_eq!(hit("2001:db8:2::1").await, Ok(()), "another /48");
+        for _ in 0..2 {
+            assert_eq!(hit("203.0.113.1").await, Ok(()));
+        }
+        assert!(hit("203.0.113.1").await.is_err());
+        assert_eq!(hit("::ffff:203.0.113.2").await, Ok(()), "mapped IPv4");
     }
 }

@@ -244,16 +244,73 @@ async fn export_team(
     let slug =
         serde_json::to_string(&first.team).map_err(|_| ApiError::new(ToolError::internal()))?;
     let head = format!("{{\"team\":{slug},\"items\":[");
+    let body = team_export_pages(state, caller, team, auth.token_id.clone(), first, head);
+    let mut resp = Response::new(Body::from_stream(body));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+/// The team export's body from its first page on (`head` opens the
+/// document): a page's items go out before the next page is read, and the
+/// next is read only while the token `token_id` is in force (revoked,
+/// expired or its account disabled meanwhile, the download ends there, as
+/// every other request would be refused) and the caller still administers
+/// the team (`export_team_page` asks again). A failure cuts the stream.
+fn team_export_pages(
+    state: AppState,
+    caller: Caller,
+    team: String,
+    token_id: String,
+    first: zm_store::teams::TeamExportPage,
+    head: String,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    use zm_store::teams::TEAM_EXPORT_PAGE;
     let start = ExportStep::Page {
         page: first,
         out: head,
         wrote_any: false,
     };
-    let body = futures::stream::unfold(start, move |step| {
-        let (state, caller, team) = (state.clone(), caller.clone(), team.clone());
+    futures::stream::unfold(start, move |step| {
+        let (state, caller, team, token_id) = (
+            state.clone(),
+            caller.clone(),
+            team.clone(),
+            token_id.clone(),
+        );
         async move {
+            let step = match step {
+                ExportStep::After { after, wrote_any } => {
+                    let page = match state.store.token_in_force(&token_id).await {
+                        Ok(true) => {
+                            state
+                                .store
+                                .export_team_page(&caller, &team, Some(after), TEAM_EXPORT_PAGE)
+                                .await
+                        }
+                        Ok(false) => {
+                            Err(ToolError::unauthorized("the token is no longer in force"))
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match page {
+                        Ok(page) => ExportStep::Page {
+                            page,
+                            out: String::new(),
+                            wrote_any,
+                        },
+                        Err(e) => {
+                            tracing::warn!(target: "zm_http", code = e.code.as_str(), "a team export stopped short");
+                            ExportStep::Failed
+                        }
+                    }
+                }
+                step => step,
+            };
             let (page, mut out, mut wrote_any) = match step {
-                ExportStep::Done => return None,
+                ExportStep::Done | ExportStep::After { .. } => return None,
                 ExportStep::Failed => {
                     let cut = std::io::Error::other("the team export stopped short");
                     return Some((Err(cut), ExportStep::Done));
@@ -279,39 +336,24 @@ async fn export_team(
                     out.push_str("]}");
                     ExportStep::Done
                 }
-                Some(after) => match state
-                    .store
-                    .export_team_page(&caller, &team, Some(after), TEAM_EXPORT_PAGE)
-                    .await
-                {
-                    Ok(page) => ExportStep::Page {
-                        page,
-                        out: String::new(),
-                        wrote_any,
-                    },
-                    Err(e) => {
-                        tracing::warn!(target: "zm_http", code = e.code.as_str(), "a team export stopped short");
-                        ExportStep::Failed
-                    }
-                },
+                Some(after) => ExportStep::After { after, wrote_any },
             };
             Some((Ok::<_, std::io::Error>(bytes::Bytes::from(out)), next))
         }
-    });
-    let mut resp = Response::new(Body::from_stream(body));
-    resp.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("application/json"),
-    );
-    Ok(resp)
+    })
 }
 
 /// Where a streamed team export stands: a page to write (after what is
-/// already in `out`), a failure to cut the connection with, or done.
+/// already in `out`), the point after which the next page is still to
+/// read, a failure to cut the connection with, or done.
 enum ExportStep {
     Page {
         page: zm_store::teams::TeamExportPage,
         out: String,
+        wrote_any: bool,
+    },
+    After {
+        after: zm_store::teams::TeamExportPosition,
         wrote_any: bool,
     },
     Failed,
@@ -359,4 +401,93 @@ pub fn routes() -> Router<AppState> {
         router = router.route(path, methods);
     }
     router
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use serde_json::json;
+
+    /// A team export's next page is read only while its token is in
+    /// force: revoked between two pages, the stream ends with an error (it
+    /// ran on to the end); a token in force gets the whole document.
+    #[tokio::test]
+    async fn a_team_export_stops_at_the_page_after_its_token_is_revoked() {
+        use zm_store::teams::TEAM_EXPORT_PAGE;
+        let dir = tempfile::tempdir().unwrap();
+        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
+            .await
+            .unwrap();
+        let user = store
+            .create_user("team-export-cut@example.com", "a long test password")
+            .await
+            .unwrap();
+        let caller = zm_store::Caller::new(user.id.clone());
+        let input: zm_contracts::teams::CreateTeamInput =
+            zm_contracts::parse_input(&json!({"slug": "exporters"})).unwrap();
+        store.create_team(&caller, input).await.unwrap();
+        let tools = zm_store::ToolService::new(store.clone());
+        for i in 0..TEAM_EXPORT_PAGE + 2 {
+            tools
+                .call(
+                    &caller,
+                    zm_contracts::ToolName::Remember,
+                    &json!({"content": format!("Team line {i}."), "kind": "fact", "scope": "team.exporters"}),
+                )
+                .await
+                .unwrap();
+        }
+        let state = crate::state(
+            store.clone(),
+            crate::HttpConfig::local("http://127.0.0.1:8787"),
+        );
+        let mut outcomes = Vec::new();
+        for revoked in [false, true] {
+            let (token, _) = store
+                .create_token(&user.id, None, &["mcp:read", "mcp:write"])
+                .await
+                .unwrap();
+            let first = store
+                .export_team_page(&caller, "exporters", None, TEAM_EXPORT_PAGE)
+                .await
+                .unwrap();
+            let stream = super::team_export_pages(
+                state.clone(),
+                caller.clone(),
+                "exporters".into(),
+                token.id.clone(),
+                first,
+                "{\"team\":\"exporters\",\"items\":[".into(),
+            );
+            futures::pin_mut!(stream);
+            let mut body = stream
+                .next()
+                .await
+                .expect("the first page")
+                .unwrap()
+                .to_vec();
+            if revoked {
+                store
+                    .revoke_token(&user.id, &token.id, zm_store::Transport::Rest)
+                    .await
+                    .unwrap();
+            }
+            let mut failed = false;
+            while let Some(chunk) = stream.next().await {
+                match chunk {
+                    Ok(b) => body.extend_from_slice(&b),
+                    Err(_) => failed = true,
+                }
+            }
+            outcomes.push((failed, body));
+        }
+        let (failed, body) = &outcomes[0];
+        assert!(!failed, "a token in force gets the whole export");
+        let doc: serde_json::Value = serde_json::from_slice(body).expect("one JSON document");
+        assert_eq!(
+            doc["items"].as_array().map(Vec::len),
+            Some(TEAM_EXPORT_PAGE as usize + 2)
+        );
+        assert!(outcomes[1].0, "a revoked token's export is cut");
+    }
 }

@@ -1591,3 +1591,130 @@ async fn an_anonymous_request_is_a_401_whatever_its_path_holds() {
     assert_eq!((st, code(&v)), (400, "validation_failed"), "{v}");
     s.running.stop().await;
 }
+
+/// The dashboard's sign-in form as a browser gets it: its pre-session
+/// cookie (`name=value`) and the form's CSRF token.
+async fn login_form(s: &Server) -> (String, String) {
+    let r = s
+        .http
+        .get(format!("{}/login", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let cookie = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next())
+        .find(|c| c.starts_with("zm_login="))
+        .expect("the sign-in form's cookie")
+        .to_string();
+    let html = r.text().await.unwrap();
+    let needle = "name=\"csrf\" value=\"";
+    let start = html.find(needle).expect("a csrf field") + needle.len();
+    let end = html[start..].find('"').unwrap() + start;
+    (cookie, html[start..end].replace("&amp;", "&"))
+}
+
+/// The dashboard's sign-in counts an IPv6 client by its /48 too, as the
+/// OAuth endpoints do: moving through the 65,536 /64s of one allocation
+/// buys no fresh window; another allocation is another client.
+#[tokio::test]
+async fn dashboard_sign_ins_count_an_ipv6_client_by_its_48() {
+    const LIMIT: u32 = 3;
+    let s = start_configured(
+        |c| {
+            c.oauth_rate_max = LIMIT;
+            c.oauth_rate_window = std::time::Duration::from_secs(60);
+            c.trust_proxy = true;
+        },
+        |r, _| r,
+    )
+    .await;
+    let (cookie, csrf) = login_form(&s).await;
+    let sign_in = |ip: String, email: String| {
+        let form = [
+            ("csrf", csrf.clone()),
+            ("next", "/".to_string()),
+            ("email", email),
+            ("password", "a wrong guess".to_string()),
+        ];
+        s.http
+            .post(format!("{}/login", s.base))
+            .header("cookie", cookie.as_str())
+            .header("origin", s.base.as_str())
+            .header("x-forwarded-for", ip)
+            .form(&form)
+            .send()
+    };
+    // A /48 gets eight clients' worth (`CLIENTS_PER_NETWORK`), each /64
+    // once here: the 25th is refused.
+    let network = LIMIT * 8;
+    for i in 0..=network {
+        let ip = format!("2001:db8:0:{i:x}::1");
+        let r = sign_in(ip.clone(), format!("nobody{i}@example.com"))
+            .await
+            .unwrap();
+        // A wrong email or password shows the form again (400); past the
+        // limit, 429.
+        let want = if i < network { 400 } else { 429 };
+        assert_eq!(r.status().as_u16(), want, "from {ip}");
+    }
+    let r = sign_in("2001:db8:1::1".into(), "nobody@example.com".into())
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400, "another /48");
+    s.running.stop().await;
+}
+
+/// Behind an https public URL the dashboard's and the OAuth endpoints'
+/// answers carry `Strict-Transport-Security` (a year, no
+/// `includeSubDomains`: the domain may hold sites that are not ours);
+/// over plain http, never.
+#[tokio::test]
+async fn strict_transport_security_is_sent_only_behind_https() {
+    let hsts = |r: &reqwest::Response| {
+        r.headers()
+            .get("strict-transport-security")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let s = start_configured(
+        |c| c.public_url = "https://memory.example.com".into(),
+        |r, _| r,
+    )
+    .await;
+    for path in [
+        "/login",
+        "/",
+        "/oauth/authorize",
+        "/.well-known/oauth-authorization-server",
+    ] {
+        let r = s
+            .http
+            .get(format!("{}{path}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            hsts(&r).as_deref(),
+            Some("max-age=31536000"),
+            "GET {path} ({})",
+            r.status()
+        );
+    }
+    s.running.stop().await;
+
+    let s = start().await;
+    for path in ["/login", "/", "/oauth/authorize"] {
+        let r = s
+            .http
+            .get(format!("{}{path}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(hsts(&r), None, "GET {path} over plain http");
+    }
+    s.running.stop().await;
+}

@@ -276,6 +276,13 @@ impl Server {
     }
 
     async fn code_with(&self, client_id: &str, pkce: &Pkce, scope: Option<&str>) -> String {
+        let scope = scope.map(|scope| ("scope", scope));
+        self.code_asking(client_id, pkce, scope.as_slice()).await
+    }
+
+    /// Authorize as the test user with `extra` parameters in the request
+    /// (a `resource`, a `scope`); returns the code.
+    async fn code_asking(&self, client_id: &str, pkce: &Pkce, extra: &[(&str, &str)]) -> String {
         let mut query = vec![
             ("response_type", "code"),
             ("client_id", client_id),
@@ -284,9 +291,7 @@ impl Server {
             ("code_challenge_method", "S256"),
             ("state", "xyz"),
         ];
-        if let Some(scope) = scope {
-            query.push(("scope", scope));
-        }
+        query.extend_from_slice(extra);
         let page = self.page(&query).await;
         assert_eq!(page.status, 200, "{}", page.html);
         let posted = self.post_form(&page, EMAIL, PASSWORD).await;
@@ -1869,6 +1874,60 @@ async fn sign_in_page(s: &Server, client: &str, xff: Option<&str>) -> Page {
     }
 }
 
+/// An IPv6 client counts by its /48 on the sign-in form and the token
+/// endpoint too (eight clients' worth; registration one): moving
+/// through the 65,536 /64s of one allocation buys no fresh window;
+/// another allocation is another client.
+#[tokio::test]
+async fn sign_ins_and_token_requests_count_an_ipv6_client_by_its_48() {
+    const LIMIT: u32 = 3;
+    let s = start_with(|c| {
+        c.oauth_rate_max = LIMIT;
+        c.oauth_rate_window = Duration::from_secs(60);
+        c.trust_proxy = true;
+    })
+    .await;
+    let client = s.client().await;
+    let page = sign_in_page(&s, &client, Some("198.51.100.7")).await;
+    // A /48 gets eight clients' worth (`CLIENTS_PER_NETWORK`).
+    let network = LIMIT * 8;
+    for i in 0..=network {
+        let ip = format!("2001:db8:0:{i:x}::1");
+        let email = format!("guess{i}@example.com");
+        let posted = s
+            .post_form_via(&page, &email, "wrong-password", Some(&ip))
+            .await;
+        let want = if i < network { 401 } else { 429 };
+        assert_eq!(posted.status, want, "sign-in from {ip}: {}", posted.html);
+    }
+    let posted = s
+        .post_form_via(
+            &page,
+            "guess@example.com",
+            "wrong-password",
+            Some("2001:db8:1::1"),
+        )
+        .await;
+    assert_eq!(posted.status, 401, "another /48: {}", posted.html);
+
+    let token = |ip: String| {
+        s.http
+            .post(format!("{}/oauth/token", s.base))
+            .header("x-forwarded-for", ip)
+            .form(&[("grant_type", "password")])
+            .send()
+    };
+    for i in 0..=network {
+        let ip = format!("2001:db8:0:{i:x}::1");
+        let r = token(ip.clone()).await.unwrap();
+        let want = if i < network { 400 } else { 429 };
+        assert_eq!(r.status().as_u16(), want, "token request from {ip}");
+    }
+    let r = token("2001:db8:1::1".into()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400, "another /48");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn failed_sign_ins_are_limited_per_ip_behind_an_appending_proxy() {
     // The proxy appends the address it saw; the client rotates what it puts
@@ -2030,6 +2089,124 @@ async fn parallel_wrong_passwords_get_only_the_free_attempts() {
     let Ok(s) = std::sync::Arc::try_unwrap(s) else {
         panic!("the tasks are done");
     };
+    s.stop().await;
+}
+
+/// Another server on `s`'s database, at a public URL of its own: the
+/// same server after its operator moved it.
+async fn moved(s: &Server) -> Server {
+    let (listener, _, base) = common::listen().await;
+    let cfg = HttpConfig::local(&base);
+    let limits = cfg.conn_limits();
+    let cancel = CancellationToken::new();
+    let state = zm_http::state(s.store.clone(), cfg);
+    let clock = state.limiter.clock().clone();
+    let app = zm_http::router_with_state(state, cancel.clone());
+    Server {
+        base,
+        store: s.store.clone(),
+        user_id: s.user_id.clone(),
+        running: common::serve(listener, app, limits, cancel),
+        _dir: tempfile::tempdir().unwrap(),
+        http: s.http.clone(),
+        clock,
+    }
+}
+
+/// RFC 8707 §2.2: a token is issued only for a resource its grant covers.
+/// A code, and the refresh tokens of its family, issued for one resource
+/// are `invalid_target` for another, even one the server now calls its
+/// own (its public URL moved between the sign-in and the token request);
+/// the refused refresh spends nothing. A request naming no resource is
+/// for whatever the grant is for, a grant that named none is for the
+/// server's one resource, and resources compare as URLs.
+#[tokio::test]
+async fn a_token_is_issued_only_for_the_resource_its_grant_names() {
+    let s = start().await;
+    let elsewhere = moved(&s).await;
+    let ours = format!("{}/mcp", s.base);
+    let theirs = format!("{}/mcp", elsewhere.base);
+    let client = s.client().await;
+    let exchange_at = |at: &Server, code: &str, p: &Pkce, resource: Option<&str>| {
+        let mut form = vec![
+            ("grant_type", "authorization_code".to_string()),
+            ("code", code.to_string()),
+            ("code_verifier", p.verifier.clone()),
+            ("client_id", client.clone()),
+            ("redirect_uri", REDIRECT_PORT.to_string()),
+        ];
+        if let Some(r) = resource {
+            form.push(("resource", r.to_string()));
+        }
+        let (http, url) = (at.http.clone(), format!("{}/oauth/token", at.base));
+        async move {
+            let r = http.post(url).form(&form).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let refresh_at = |at: &Server, refresh: &str, resource: Option<&str>| {
+        let mut form = vec![
+            ("grant_type", "refresh_token".to_string()),
+            ("refresh_token", refresh.to_string()),
+            ("client_id", client.clone()),
+        ];
+        if let Some(r) = resource {
+            form.push(("resource", r.to_string()));
+        }
+        let (http, url) = (at.http.clone(), format!("{}/oauth/token", at.base));
+        async move {
+            let r = http.post(url).form(&form).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+
+    // Issued for our resource, asked for the moved server's: refused, and
+    // the code is spent.
+    let p = pkce();
+    let code = s
+        .code_asking(&client, &p, &[("resource", ours.as_str())])
+        .await;
+    let (st, v) = exchange_at(&elsewhere, &code, &p, Some(theirs.as_str())).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_target"), "{v}");
+    let (st, v) = exchange_at(&s, &code, &p, Some(ours.as_str())).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_grant"), "spent: {v}");
+
+    // Asked for no resource: the grant's own. Its refresh tokens are
+    // refused for the moved server's resource, spending nothing.
+    let p = pkce();
+    let code = s
+        .code_asking(&client, &p, &[("resource", ours.as_str())])
+        .await;
+    let (st, t) = exchange_at(&elsewhere, &code, &p, None).await;
+    assert_eq!(st, 200, "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap().to_string();
+    let (st, v) = refresh_at(&elsewhere, &refresh, Some(theirs.as_str())).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_target"), "{v}");
+    let (st, v) = refresh_at(&s, &refresh, Some(ours.as_str())).await;
+    assert_eq!(st, 200, "the refusal spent nothing: {v}");
+    let refresh = v["refresh_token"].as_str().unwrap().to_string();
+    let (st, v) = refresh_at(&elsewhere, &refresh, None).await;
+    assert_eq!(st, 200, "no resource named: {v}");
+
+    // A grant that named no resource is for our one resource; resources
+    // compare as URLs.
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, t) = exchange_at(&s, &code, &p, Some(ours.as_str())).await;
+    assert_eq!(st, 200, "{t}");
+    let p = pkce();
+    let spelled = format!("{ours}/");
+    let code = s
+        .code_asking(&client, &p, &[("resource", spelled.as_str())])
+        .await;
+    let (st, t) = exchange_at(&s, &code, &p, Some(ours.as_str())).await;
+    assert_eq!(st, 200, "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap().to_string();
+    let (st, v) = refresh_at(&s, &refresh, Some(ours.as_str())).await;
+    assert_eq!(st, 200, "{v}");
+    elsewhere.stop().await;
     s.stop().await;
 }
 

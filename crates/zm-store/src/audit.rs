@@ -162,7 +162,7 @@ impl Store {
         entry: &AuditEntry<'_>,
     ) -> Result<(), ToolError> {
         use crate::db::DbResult;
-        self.audit_insert(caller, entry)
+        self.audit_insert(Some(caller), caller.request_id.clone(), entry)
             .execute(conn)
             .await
             .db("audit")?;
@@ -170,17 +170,45 @@ impl Store {
     }
 
     /// Append the audit row of a refused write (nothing else was written).
-    /// A failure is logged and never changes the command's outcome. On
-    /// SQLite the row takes the writer's turn like any write, so that a
-    /// refusal behind a long write holds no pooled connection on the busy
-    /// timeout (nor dropped when that runs out): while the turn is held
-    /// the row is written by a task of its own once it is free (closing
-    /// the store waits for those; past [`AUDITS_WAITING_MAX`] of them the
-    /// row is dropped, said in the log), and the refusal is answered at
-    /// once (the turn's holder may be this very call's caller).
+    /// A failure is logged and never changes the command's outcome. The
+    /// row is written outside any write, as [`Store::audit_outside`] says.
     pub(crate) async fn audit(&self, caller: &Caller, entry: &AuditEntry<'_>) {
-        let insert = self.audit_insert(caller, entry);
-        let command = entry.command.to_string();
+        self.audit_outside(
+            self.audit_insert(Some(caller), caller.request_id.clone(), entry),
+            entry.command,
+        )
+        .await;
+    }
+
+    /// [`Store::audit`] for an event no account is the actor of (an OAuth
+    /// registration, a failed sign-in for an email with no account): the
+    /// row names no actor and is written the same way, so such a refusal
+    /// answers exactly as one for an existing account does (no timing
+    /// tells the two apart).
+    pub(crate) async fn audit_anonymous(&self, entry: &AuditEntry<'_>, request_id: Option<&str>) {
+        self.audit_outside(
+            self.audit_insert(None, request_id.map(str::to_string), entry),
+            entry.command,
+        )
+        .await;
+    }
+
+    /// Write an audit row outside any write: the one path of every such
+    /// row ([`Store::audit`], [`Store::audit_anonymous`]). A failure is
+    /// logged. On SQLite the row takes the writer's turn like any write,
+    /// so that a refusal behind a long write holds no pooled connection
+    /// on the busy timeout (nor dropped when that runs out): while the
+    /// turn is held the row is written by a task of its own once it is
+    /// free (closing the store waits for those; past
+    /// [`AUDITS_WAITING_MAX`] of them the row is dropped, said in the
+    /// log), and the refusal is answered at once (the turn's holder may
+    /// be this very call's caller).
+    async fn audit_outside(
+        &self,
+        insert: sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>,
+        command: &str,
+    ) {
+        let command = command.to_string();
         if self.backend == crate::db::Backend::Sqlite {
             if let Ok(turn) = std::sync::Arc::clone(&self.writer_turn).try_acquire_owned() {
                 self.write_audit(insert, &command).await;
@@ -190,7 +218,7 @@ impl Store {
             // Bounded apart from the writes in flight (never taking a
             // write's place), and waited for when the store closes.
             if self.audits.len() >= AUDITS_WAITING_MAX {
-                tracing::warn!(target: "zm_store", command = entry.command, "a refused write's audit row was dropped: too many waiting for the writer's turn");
+                tracing::warn!(target: "zm_store", command, "a refused write's audit row was dropped: too many waiting for the writer's turn");
                 return;
             }
             let store = self.clone();
@@ -218,9 +246,13 @@ impl Store {
         }
     }
 
+    /// The insert of one audit row: `actor` is the caller it is written
+    /// for, `None` for an anonymous event (no account: the row's actor is
+    /// NULL and its author kind `anonymous`).
     fn audit_insert(
         &self,
-        caller: &Caller,
+        actor: Option<&Caller>,
+        request_id: Option<String>,
         entry: &AuditEntry<'_>,
     ) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
         let (outcome, code, error) = match entry.outcome {
@@ -237,16 +269,16 @@ impl Store {
         )
         .bind(IdKind::AuditLog.generate())
         .bind(self.now())
-        .bind(caller.user_id.clone())
-        .bind(caller.author_kind().as_str())
-        .bind(caller.agent_name.clone())
+        .bind(actor.map(|c| c.user_id.clone()))
+        .bind(actor.map_or("anonymous", |c| c.author_kind().as_str()))
+        .bind(actor.and_then(|c| c.agent_name.clone()))
         .bind(entry.command.to_string())
         .bind(entry.payload.to_string())
         .bind(outcome)
         .bind(code)
         .bind(error)
         .bind(entry.duration_ms)
-        .bind(caller.request_id.clone())
+        .bind(request_id)
     }
 
     /// Audit rows of one actor, newest first (operators and tests).

@@ -175,6 +175,15 @@ pub struct TokenInfo {
     pub revoked_at: Option<i64>,
 }
 
+/// A token row that authenticates now (`$2` the time, `$3`/`$4` the two
+/// kinds that authenticate): not revoked nor expired, its account
+/// enabled, its OAuth family (if any) not revoked. [`Store::authenticate`]
+/// and [`Store::token_in_force`] decide alike.
+const TOKEN_IN_FORCE: &str = "revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
+     AND kind IN ($3, $4) \
+     AND NOT EXISTS (SELECT 1 FROM users u WHERE u.id = access_tokens.user_id AND u.disabled_at IS NOT NULL) \
+     AND (family_id IS NULL OR NOT EXISTS (SELECT 1 FROM oauth_families f WHERE f.id = access_tokens.family_id AND f.revoked_at IS NOT NULL))";
+
 /// What a valid bearer token proves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authenticated {
@@ -256,15 +265,14 @@ fn hash_password(password: &str) -> Result<String, ToolError> {
         .map_err(|e| crate::db::internal("hash password", e))
 }
 
-/// A fixed hash to verify against when the user does not exist, so the
-/// failure path costs the same.
-static DUMMY_HASH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let salt = SaltString::encode_b64(b"zero-memory-salt").expect("salt");
-    Argon2::default()
-        .hash_password(b"not a password", &salt)
-        .expect("hash")
-        .to_string()
-});
+/// What a sign-in is checked against when the email names no account, or
+/// one without a password or disabled, so that the failure path costs what
+/// a real check does: an argon2id hash with [`Argon2::default`]'s
+/// parameters (a test holds them equal) and a random output no known
+/// password gives. A constant rather than computed on first use, so the
+/// first failure costs what every later one does and no hash is ever
+/// computed on a runtime worker, outside `password_checks`' turns.
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$Tfagsqdq82zJ8rOYuMyEEg$rlR94GCXTl/IT9o5hgjLFmUyce/opm8FXusg3OW+qRk";
 
 fn verify(password: &str, hash: &str) -> bool {
     PasswordHash::new(hash).is_ok_and(|h| {
@@ -589,10 +597,10 @@ impl Store {
                 if user.has_password && !user.is_disabled() {
                     (Some(user), col::<String>(r, "password_hash")?)
                 } else {
-                    (None, DUMMY_HASH.clone())
+                    (None, DUMMY_HASH.to_string())
                 }
             }
-            None => (None, DUMMY_HASH.clone()),
+            None => (None, DUMMY_HASH.to_string()),
         };
         let password = password.to_string();
         // A turn among the checks running at once. It waits as long as it
@@ -613,18 +621,15 @@ impl Store {
         Ok(if ok { user } else { None })
     }
 
+    /// Set a user's password: [`Store::change_password`] keeping the
+    /// personal access tokens. What the old password let in ends all the
+    /// same (every dashboard session, every OAuth token family and code
+    /// not yet exchanged), and the change is audited: no way to change a
+    /// password leaves them.
     pub async fn set_password(&self, user_id: &str, password: &str) -> Result<(), ToolError> {
-        let hash = hash_password(password)?;
-        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
-            .bind(hash)
-            .bind(user_id)
-            .execute(&self.pool)
+        self.change_password(user_id, password, false)
             .await
-            .db("set password")?;
-        if done.rows_affected() == 0 {
-            return Err(ToolError::not_found("user not found"));
-        }
-        Ok(())
+            .map(|_| ())
     }
 
     /// Set a user's password and end what the old one let in: every
@@ -1036,13 +1041,10 @@ impl Store {
         /// How stale `last_used_at` may get before a request rewrites it.
         const LAST_USED_INTERVAL_MS: i64 = 60_000;
         let now = self.now();
-        let row = sqlx::query(
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT id, user_id, scopes, kind FROM access_tokens \
-             WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2) \
-             AND kind IN ($3, $4) \
-             AND NOT EXISTS (SELECT 1 FROM users u WHERE u.id = access_tokens.user_id AND u.disabled_at IS NOT NULL) \
-             AND (family_id IS NULL OR NOT EXISTS (SELECT 1 FROM oauth_families f WHERE f.id = access_tokens.family_id AND f.revoked_at IS NOT NULL))",
-        )
+             WHERE token_hash = $1 AND {TOKEN_IN_FORCE}"
+        )))
         .bind(hash_secret(secret.trim()))
         .bind(now)
         .bind(TokenKind::Pat.as_str())
@@ -1067,6 +1069,24 @@ impl Store {
         )
         .await;
         Ok(Some(auth))
+    }
+
+    /// Whether the token `token_id` still authenticates, as
+    /// [`Store::authenticate`] would decide now (not revoked nor expired,
+    /// its account enabled, its OAuth family live): asked again by a
+    /// download that outlasts its request.
+    pub async fn token_in_force(&self, token_id: &str) -> Result<bool, ToolError> {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM access_tokens WHERE id = $1 AND {TOKEN_IN_FORCE}"
+        )))
+        .bind(token_id)
+        .bind(self.now())
+        .bind(TokenKind::Pat.as_str())
+        .bind(TokenKind::OauthAccess.as_str())
+        .fetch_one(&self.pool)
+        .await
+        .db("token in force")?;
+        Ok(n > 0)
     }
 
     pub async fn list_tokens(&self, user_id: &str) -> Result<Vec<TokenInfo>, ToolError> {
@@ -1168,6 +1188,28 @@ mod tests {
         );
         assert!(hash_password("éééééééé").is_ok());
         assert!(hash_password("seven77").is_err());
+    }
+
+    /// What a sign-in for an unknown email is checked against costs what a
+    /// real check does: the algorithm, version, parameters and output
+    /// length of a password set now (argon2's defaults); nothing verifies.
+    #[test]
+    fn the_dummy_hash_costs_what_a_real_one_does() {
+        let real = hash_password(PASSWORD).unwrap();
+        let real = PasswordHash::new(&real).unwrap();
+        let dummy = PasswordHash::new(DUMMY_HASH).expect("a well-formed hash");
+        assert_eq!(dummy.algorithm, real.algorithm);
+        assert_eq!(dummy.version, real.version);
+        assert_eq!(
+            argon2::Params::try_from(&dummy).unwrap(),
+            argon2::Params::try_from(&real).unwrap()
+        );
+        assert_eq!(
+            dummy.hash.expect("an output").len(),
+            real.hash.expect("an output").len()
+        );
+        assert!(!verify("not a password", DUMMY_HASH));
+        assert!(!verify(PASSWORD, DUMMY_HASH));
     }
 
     /// A database whose only row is a deleted team's steward (the owner

@@ -132,6 +132,34 @@ pub struct IssuedTokens {
     pub family_id: String,
 }
 
+/// The `resource` a token request names (RFC 8707), as the store asks it
+/// of a grant: does a grant issued for this resource (as the client spelled
+/// it when it asked for authorization) cover the request? Comparing the
+/// two as URLs is the caller's (the HTTP layer's, which knows the public
+/// URL); the store keeps the resource as it came.
+pub type ResourceCheck<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// Does a grant issued for `granted` cover a token request for `wanted`?
+/// RFC 8707 §2.2: a token is issued only for a resource its grant covers.
+/// A request that names no resource is for whatever the grant is for; a
+/// grant that named none is for the server's one resource (the default
+/// §2.1 allows), which the caller checked `wanted` to be; a grant that
+/// named one covers that one only, even when the server's public URL has
+/// moved since and `wanted` is what it now calls its own.
+fn covers(granted: Option<&str>, wanted: Option<ResourceCheck<'_>>) -> bool {
+    match (granted, wanted) {
+        (Some(granted), Some(same)) => same(granted),
+        _ => true,
+    }
+}
+
+/// The refusal of a token request for a resource its grant does not cover.
+fn not_the_granted_resource() -> OauthError {
+    OauthError::InvalidTarget(
+        "The resource is not the one the authorization was granted for.".into(),
+    )
+}
+
 /// Why the token endpoint refuses a grant (RFC 6749 §5.2 codes).
 #[derive(Debug, Clone)]
 pub enum OauthError {
@@ -139,6 +167,8 @@ pub enum OauthError {
     InvalidGrant(String),
     /// `invalid_scope`: more than the grant allows.
     InvalidScope(String),
+    /// `invalid_target` (RFC 8707 §2): a resource the grant does not cover.
+    InvalidTarget(String),
     /// A store failure (answered as `server_error`).
     Internal(ToolError),
 }
@@ -149,13 +179,16 @@ impl OauthError {
         match self {
             OauthError::InvalidGrant(_) => "invalid_grant",
             OauthError::InvalidScope(_) => "invalid_scope",
+            OauthError::InvalidTarget(_) => "invalid_target",
             OauthError::Internal(_) => "server_error",
         }
     }
     /// The `error_description`.
     pub fn description(&self) -> String {
         match self {
-            OauthError::InvalidGrant(d) | OauthError::InvalidScope(d) => d.clone(),
+            OauthError::InvalidGrant(d)
+            | OauthError::InvalidScope(d)
+            | OauthError::InvalidTarget(d) => d.clone(),
             OauthError::Internal(_) => "Internal server error.".into(),
         }
     }
@@ -426,7 +459,10 @@ async fn revoke_family_in(
 
 impl Store {
     /// Append an OAuth audit row; `actor` is `None` for anonymous events
-    /// (registration, a failed sign-in for an unknown email).
+    /// (registration, a failed sign-in for an unknown email). Both go the
+    /// one way audit rows outside a write go ([`Store::audit`]): on
+    /// SQLite neither waits for the writer's turn, so a failed sign-in
+    /// answers alike whether or not the email has an account.
     async fn oauth_audit(
         &self,
         actor: Option<&str>,
@@ -435,45 +471,22 @@ impl Store {
         outcome: Result<(), &ToolError>,
         request_id: Option<&str>,
     ) {
-        if let Some(user_id) = actor {
-            let caller = Caller {
-                user_id: user_id.to_string(),
-                request_id: request_id.map(str::to_string),
-                ..Default::default()
-            };
-            let entry = AuditEntry {
-                command,
-                payload: &payload,
-                outcome,
-                duration_ms: 0,
-            };
-            self.audit(&caller, &entry).await;
-            return;
-        }
-        let (result, code, error) = match outcome {
-            Ok(()) => ("ok", None, None),
-            Err(e) => (
-                "error",
-                Some(e.code.as_str().to_string()),
-                Some(e.message.chars().take(500).collect::<String>()),
-            ),
+        let entry = AuditEntry {
+            command,
+            payload: &payload,
+            outcome,
+            duration_ms: 0,
         };
-        let res = sqlx::query(
-            "INSERT INTO audit_log (id, occurred_at, actor_id, author_kind, agent_name, command, payload, outcome, error_code, error, duration_ms, request_id) \
-             VALUES ($1, $2, NULL, 'anonymous', NULL, $3, $4, $5, $6, $7, 0, $8)",
-        )
-        .bind(IdKind::AuditLog.generate())
-        .bind(self.now())
-        .bind(command)
-        .bind(payload.to_string())
-        .bind(result)
-        .bind(code)
-        .bind(error)
-        .bind(request_id.map(str::to_string))
-        .execute(&self.pool)
-        .await;
-        if let Err(e) = res {
-            tracing::warn!(target: "zm_store", error = %e, command, "audit write failed");
+        match actor {
+            Some(user_id) => {
+                let caller = Caller {
+                    user_id: user_id.to_string(),
+                    request_id: request_id.map(str::to_string),
+                    ..Default::default()
+                };
+                self.audit(&caller, &entry).await;
+            }
+            None => self.audit_anonymous(&entry, request_id).await,
         }
     }
 
@@ -723,8 +736,22 @@ impl Store {
         ex: CodeExchange<'_>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
+        self.exchange_oauth_code_for(ex, None, request_id).await
+    }
+
+    /// [`Store::exchange_oauth_code`] for a token request that may name a
+    /// resource (`resource`, RFC 8707; `None`: it names none): one the code
+    /// was not issued for is `invalid_target` (see [`ResourceCheck`]), and
+    /// the code is spent, as by every other refusal once the client and
+    /// its PKCE verifier are checked.
+    pub async fn exchange_oauth_code_for(
+        &self,
+        ex: CodeExchange<'_>,
+        resource: Option<ResourceCheck<'_>>,
+        request_id: Option<&str>,
+    ) -> Result<IssuedTokens, OauthError> {
         let result = crate::service::rerun_on_contention("oauth code exchange", || {
-            self.exchange_inner(ex, request_id)
+            self.exchange_inner(ex, resource, request_id)
         })
         .await;
         if let Err(e) = &result {
@@ -752,6 +779,7 @@ impl Store {
     async fn exchange_inner(
         &self,
         ex: CodeExchange<'_>,
+        wanted: Option<ResourceCheck<'_>>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
         let code_hash = hash_secret(ex.code);
@@ -835,6 +863,10 @@ impl Store {
             tx.commit().await.db("commit spent code")?;
             return Err(refuse("PKCE verification failed."));
         }
+        if !covers(resource.as_deref(), wanted) {
+            tx.commit().await.db("commit spent code")?;
+            return Err(not_the_granted_resource());
+        }
         let granted = sqlx::query(
             "UPDATE oauth_grants SET last_used_at = $1 WHERE client_id = $2 AND user_id = $3 AND revoked_at IS NULL",
         )
@@ -903,9 +935,25 @@ impl Store {
         scope: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
+        self.refresh_oauth_token_for(refresh_token, client_id, scope, None, request_id)
+            .await
+    }
+
+    /// [`Store::refresh_oauth_token`] for a request that may name a
+    /// resource (`resource`, RFC 8707; `None`: it names none): one the
+    /// token's family was not issued for is `invalid_target` (see
+    /// [`ResourceCheck`]), and spends nothing.
+    pub async fn refresh_oauth_token_for(
+        &self,
+        refresh_token: &str,
+        client_id: &str,
+        scope: Option<&str>,
+        resource: Option<ResourceCheck<'_>>,
+        request_id: Option<&str>,
+    ) -> Result<IssuedTokens, OauthError> {
         let hash = hash_secret(refresh_token.trim());
         let result = crate::service::rerun_on_contention("oauth refresh", || {
-            self.refresh_inner(&hash, client_id, scope, request_id)
+            self.refresh_inner(&hash, client_id, scope, resource, request_id)
         })
         .await;
         if let Err(e) = &result {
@@ -958,6 +1006,7 @@ impl Store {
         hash: &str,
         client_id: &str,
         scope: Option<&str>,
+        wanted: Option<ResourceCheck<'_>>,
         request_id: Option<&str>,
     ) -> Result<IssuedTokens, OauthError> {
         let now = self.now();
@@ -996,12 +1045,15 @@ impl Store {
         if family.rows_affected() == 0 || !account_enabled(&mut tx, &user_id).await? {
             return Err(rejected_refresh());
         }
-        let family_scope: String =
-            sqlx::query_scalar("SELECT scope FROM oauth_families WHERE id = $1")
+        let (family_scope, family_resource): (String, Option<String>) =
+            sqlx::query_as("SELECT scope, resource FROM oauth_families WHERE id = $1")
                 .bind(&family_id)
                 .fetch_one(&mut *tx)
                 .await
                 .db("family scope")?;
+        if !covers(family_resource.as_deref(), wanted) {
+            return Err(not_the_granted_resource());
+        }
         let access_scope = match scope.map(str::trim).filter(|s| !s.is_empty()) {
             None => family_scope.clone(),
             Some(raw) => {
@@ -1445,6 +1497,53 @@ mod tests {
                 "[{label}]"
             );
         }
+    }
+
+    /// A failed sign-in is audited alike whether or not its email names
+    /// an account: on SQLite, while a write holds the writer's turn, both
+    /// answer at once (an unknown email's row was written on the pool,
+    /// waiting on the busy timeout with a pooled connection while a
+    /// known one's did not: how long a refusal took told which emails
+    /// have accounts), and both rows land once the turn is free.
+    #[tokio::test]
+    async fn a_failed_sign_in_is_audited_alike_whether_or_not_the_email_has_an_account() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let (user, client) = user_and_client(&store, "known").await;
+        let unknown = format!("nobody-{}@example.com", random_secret(10).to_lowercase());
+        // (known actors' rows, anonymous rows) of failed sign-ins.
+        let counts = || {
+            let store = store.clone();
+            async move {
+                sqlx::query_as::<_, (i64, i64)>(
+                    "SELECT COUNT(actor_id), COUNT(*) - COUNT(actor_id) FROM audit_log \
+                     WHERE command IN ('oauth.login', 'web.login') AND outcome = 'error'",
+                )
+                .fetch_one(&store.pool)
+                .await
+                .unwrap()
+            }
+        };
+        let held = store.write_tx().await.unwrap();
+        for email in [user.email.as_str(), unknown.as_str()] {
+            tokio::time::timeout(std::time::Duration::from_secs(120), async {
+                store.audit_oauth_login_failure(email, &client, None).await;
+                store.audit_web_login(email, None, None).await;
+            })
+            .await
+            .expect("answered while the turn is held (a hang guard, not a timing)");
+        }
+        assert_eq!(counts().await, (0, 0), "not while the turn is held");
+        drop(held);
+        // The rows wait in tasks of their own: wait for those.
+        store.audits.close();
+        tokio::time::timeout(std::time::Duration::from_secs(120), store.audits.wait())
+            .await
+            .expect("the waiting rows are written (a hang guard, not a timing)");
+        assert_eq!(
+            counts().await,
+            (2, 2),
+            "both emails' rows (known, unknown), once the turn is free"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use zm_contracts::ErrorCode;
 use zm_store::Store;
-use zm_store::oauth::{CodeExchange, IssuedTokens, NewCode, OauthError};
+use zm_store::oauth::{CodeExchange, IssuedTokens, NewCode, OauthError, ResourceCheck};
 
 const REDIRECT: &str = "http://127.0.0.1:5000/cb";
 const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
@@ -55,6 +55,46 @@ async fn exchange(store: &Store, client: &str, code: &str) -> Result<IssuedToken
             None,
         )
         .await
+}
+
+/// A code for `user` at `client`, its authorization request naming
+/// `resource` (or none).
+async fn code_naming(store: &Store, client: &str, user: &str, resource: Option<&str>) -> String {
+    let credential = store.user_by_id(user).await.unwrap().unwrap().credential;
+    let new = NewCode {
+        client_id: client,
+        user_id: user,
+        credential,
+        redirect_uri: REDIRECT,
+        code_challenge: CHALLENGE,
+        resource,
+        scope: "mcp:read mcp:write",
+    };
+    store.issue_oauth_code(new, None).await.unwrap()
+}
+
+/// `code` exchanged by a token request naming the resource `wanted`
+/// checks a grant's against (`None`: naming none).
+async fn exchange_naming(
+    store: &Store,
+    client: &str,
+    code: &str,
+    wanted: Option<ResourceCheck<'_>>,
+) -> Result<IssuedTokens, OauthError> {
+    let ex = CodeExchange {
+        code,
+        client_id: client,
+        redirect_uri: REDIRECT,
+        verifier_challenge: CHALLENGE,
+    };
+    store.exchange_oauth_code_for(ex, wanted, None).await
+}
+
+fn invalid_target<T: std::fmt::Debug>(r: Result<T, OauthError>, label: &str, what: &str) {
+    match r {
+        Err(OauthError::InvalidTarget(_)) => {}
+        other => panic!("[{label}] {what}: expected invalid_target, got {other:?}"),
+    }
 }
 
 async fn works(store: &Store, token: &str) -> bool {
@@ -474,6 +514,99 @@ backend_tests! {
             .unwrap();
         assert!(!works(&store, &tv.access_token).await, "[{label}]");
         assert!(store.oauth_client(&c).await.unwrap().is_some(), "[{label}]");
+    }
+
+    /// RFC 8707 §2.2: a code, and its family's refresh tokens, serve only
+    /// the resource the authorization named. A request naming another is
+    /// `invalid_target`: the code is spent (as by every refusal once its
+    /// client and verifier are checked), the refresh token is not. A
+    /// request naming none is for the grant's resource, and a grant that
+    /// named none stands for the server's one resource.
+    async fn a_token_request_gets_only_the_resource_its_grant_names(store: Store, label: &str) {
+        const OURS: &str = "https://memory.example.com/mcp";
+        let (u, _) = user(&store, "oauth-resource").await;
+        let c = client(&store).await;
+        let ours = |r: &str| r == OURS;
+        let elsewhere = |r: &str| r == "https://elsewhere.example/mcp";
+
+        let first = code_naming(&store, &c, &u.id, Some(OURS)).await;
+        invalid_target(exchange_naming(&store, &c, &first, Some(&elsewhere)).await, label, "another resource");
+        invalid_grant(exchange_naming(&store, &c, &first, Some(&ours)).await, label, "the refusal spent the code");
+
+        let second = code_naming(&store, &c, &u.id, Some(OURS)).await;
+        let t = exchange_naming(&store, &c, &second, Some(&ours)).await.expect("its own resource");
+        invalid_target(
+            store.refresh_oauth_token_for(&t.refresh_token, &c, None, Some(&elsewhere), None).await,
+            label,
+            "a refresh for another resource",
+        );
+        let t = store
+            .refresh_oauth_token_for(&t.refresh_token, &c, None, Some(&ours), None)
+            .await
+            .expect("the refusal spent nothing");
+        store
+            .refresh_oauth_token(&t.refresh_token, &c, None, None)
+            .await
+            .expect("a refresh naming no resource");
+
+        let third = code_naming(&store, &c, &u.id, Some(OURS)).await;
+        exchange_naming(&store, &c, &third, None).await.expect("naming no resource");
+        let fourth = code_naming(&store, &c, &u.id, None).await;
+        exchange_naming(&store, &c, &fourth, Some(&ours)).await.expect("a grant naming none: the server's resource");
+        assert!(works(&store, &t.access_token).await, "[{label}]");
+    }
+
+    /// `set_password` ends what the old password let in, as `user passwd`
+    /// does: the dashboard sessions, the OAuth token families and the codes
+    /// not yet exchanged; personal access tokens stay. It is audited.
+    async fn setting_a_password_ends_what_the_old_one_let_in(store: Store, label: &str) {
+        let (u, _) = user(&store, "oauth-setpw").await;
+        let c = client(&store).await;
+        let (session, _) = store
+            .web_session_create(&u.id, u.credential, None)
+            .await
+            .unwrap();
+        let t = exchange(&store, &c, &code(&store, &c, &u.id).await)
+            .await
+            .unwrap();
+        let pending = code(&store, &c, &u.id).await;
+        let (_, pat) = store
+            .create_token(&u.id, None, &[zm_store::SCOPE_READ])
+            .await
+            .unwrap();
+        assert!(store.web_session(&session).await.unwrap().is_some(), "[{label}]");
+        assert!(works(&store, &t.access_token).await, "[{label}]");
+
+        store
+            .set_password(&u.id, "a brand new passphrase")
+            .await
+            .unwrap();
+        assert!(
+            store.web_session(&session).await.unwrap().is_none(),
+            "[{label}] the dashboard session ended"
+        );
+        assert!(
+            store.authenticate(&t.access_token).await.unwrap().is_none(),
+            "[{label}] the access token is revoked"
+        );
+        invalid_grant(
+            store
+                .refresh_oauth_token(&t.refresh_token, &c, None, None)
+                .await,
+            label,
+            "refresh after set_password",
+        );
+        invalid_grant(
+            exchange(&store, &c, &pending).await,
+            label,
+            "pending code spent",
+        );
+        assert!(works(&store, &pat).await, "[{label}] personal tokens stay");
+        let audit = store.audit_rows(&u.id, 20).await.unwrap();
+        assert!(
+            audit.iter().any(|r| r["command"] == "user.passwd"),
+            "[{label}] audited: {audit:?}"
+        );
     }
 }
 

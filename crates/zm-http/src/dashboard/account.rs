@@ -237,7 +237,10 @@ pub(crate) async fn password(
 /// streamed a page at a time (an account of many memories is never held
 /// whole in memory). A failure on the first page is the error page; one
 /// on a later page ends the download as failed (the connection is cut,
-/// so the browser does not keep a file that silently stops short).
+/// so the browser does not keep a file that silently stops short). Each
+/// later page asks again whether the session is live: a sign-out, a
+/// password change or `user disable` meanwhile ends the download there,
+/// as it ends every other request.
 pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Response {
     let caller = signed.caller();
     let first = json!({"limit": zm_contracts::EXPORT_PAGE_MAX});
@@ -245,41 +248,79 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
         Ok(page) => page,
         Err(e) => return signed.error(&signed.fail(e)),
     };
-    let pages = futures::stream::unfold(ExportStep::Lines(page), move |step| {
-        let (state, caller) = (state.clone(), caller.clone());
-        async move {
-            let (lines, cursor) = match step {
-                ExportStep::Done => return None,
-                ExportStep::Failed(e) => return Some((Err(e), ExportStep::Done)),
-                ExportStep::Lines(page) => page,
-            };
-            let next = match cursor {
-                None => ExportStep::Done,
-                Some(c) => {
-                    let input = json!({"limit": zm_contracts::EXPORT_PAGE_MAX, "cursor": c});
-                    match export_page(&state, &caller, &input).await {
-                        Ok(page) => ExportStep::Lines(page),
-                        Err(e) => {
-                            tracing::warn!(target: "zm_http", code = e.code.as_str(), "an account export stopped short");
-                            ExportStep::Failed(std::io::Error::other("the export stopped short"))
-                        }
-                    }
-                }
-            };
-            Some((Ok(bytes::Bytes::from(lines)), next))
-        }
-    });
     super::download(
-        Body::from_stream(pages).into_response(),
+        Body::from_stream(export_pages(state, caller, signed.secret.clone(), page)).into_response(),
         "application/x-ndjson",
         "zero-memory-export.jsonl",
     )
 }
 
+/// The download's pages from `first` on: each later page is read only
+/// once the session of `secret` is seen live again, and a failure (or a
+/// session ended) ends the stream with an error.
+fn export_pages(
+    state: AppState,
+    caller: zm_store::Caller,
+    secret: String,
+    first: (String, Option<String>),
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures::stream::unfold(ExportStep::Lines(first), move |step| {
+        let (state, caller, secret) = (state.clone(), caller.clone(), secret.clone());
+        async move {
+            // A page's lines go out before the next page is read (and its
+            // session checked): nothing is read ahead.
+            let step = match step {
+                ExportStep::After(cursor) => {
+                    next_export_page(&state, &caller, &secret, cursor).await
+                }
+                step => step,
+            };
+            match step {
+                ExportStep::Done | ExportStep::After(_) => None,
+                ExportStep::Failed(e) => Some((Err(e), ExportStep::Done)),
+                ExportStep::Lines((lines, cursor)) => Some((
+                    Ok(bytes::Bytes::from(lines)),
+                    cursor.map_or(ExportStep::Done, ExportStep::After),
+                )),
+            }
+        }
+    })
+}
+
+/// The page after `cursor`, if the session of `secret` is still live.
+async fn next_export_page(
+    state: &AppState,
+    caller: &zm_store::Caller,
+    secret: &str,
+    cursor: String,
+) -> ExportStep {
+    match state.store.web_session(secret).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            tracing::warn!(target: "zm_http", "an account export stopped: its session ended");
+            return ExportStep::Failed(std::io::Error::other("the session ended"));
+        }
+        Err(e) => {
+            tracing::warn!(target: "zm_http", code = e.code.as_str(), "an account export stopped: its session could not be checked");
+            return ExportStep::Failed(std::io::Error::other("the export stopped short"));
+        }
+    }
+    let input = json!({"limit": zm_contracts::EXPORT_PAGE_MAX, "cursor": cursor});
+    match export_page(state, caller, &input).await {
+        Ok(page) => ExportStep::Lines(page),
+        Err(e) => {
+            tracing::warn!(target: "zm_http", code = e.code.as_str(), "an account export stopped short");
+            ExportStep::Failed(std::io::Error::other("the export stopped short"))
+        }
+    }
+}
+
 /// Where a streamed export stands: a page's lines to send (and the cursor
-/// of the page after them), a failure to end the download with, or done.
+/// of the page after them), the cursor of a page still to read, a failure
+/// to end the download with, or done.
 enum ExportStep {
     Lines((String, Option<String>)),
+    After(String),
     Failed(std::io::Error),
     Done,
 }
@@ -580,4 +621,78 @@ pub(crate) async fn import(
         }
     );
     page(&state, &signed, Some(&notice), None).await
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use serde_json::json;
+
+    /// A download's next page is read only while its session is live: a
+    /// sign-out between two pages ends the stream with an error (it ran on
+    /// to the end).
+    #[tokio::test]
+    async fn a_download_stops_at_the_page_after_its_session_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
+            .await
+            .unwrap();
+        let user = store
+            .create_user("export-cut@example.com", "a long test password")
+            .await
+            .unwrap();
+        let tools = zm_store::ToolService::new(store.clone());
+        let caller = zm_store::Caller::new(user.id.clone());
+        let n = zm_contracts::EXPORT_PAGE_MAX as usize + 2;
+        for i in 0..n {
+            tools
+                .call(
+                    &caller,
+                    zm_contracts::ToolName::Remember,
+                    &json!({"content": format!("Export line {i} of the account."), "kind": "fact", "scope": "personal"}),
+                )
+                .await
+                .unwrap();
+        }
+        let state = crate::state(
+            store.clone(),
+            crate::HttpConfig::local("http://127.0.0.1:8787"),
+        );
+        let mut pages = Vec::new();
+        for ends in [false, true] {
+            let (secret, session) = store
+                .web_session_create(&user.id, user.credential, None)
+                .await
+                .unwrap();
+            let caller = session.caller(None);
+            let first = super::export_page(
+                &state,
+                &caller,
+                &json!({"limit": zm_contracts::EXPORT_PAGE_MAX}),
+            )
+            .await
+            .unwrap();
+            let stream = super::export_pages(state.clone(), caller, secret.clone(), first);
+            futures::pin_mut!(stream);
+            let page = stream.next().await.expect("the first page").unwrap();
+            assert_eq!(
+                page.iter().filter(|b| **b == b'\n').count(),
+                zm_contracts::EXPORT_PAGE_MAX as usize
+            );
+            if ends {
+                store.web_session_end(&secret).await.unwrap();
+            }
+            let rest: Vec<_> = stream.collect().await;
+            pages.push(rest);
+        }
+        let (live, ended) = (&pages[0], &pages[1]);
+        assert!(
+            live.len() == 1 && live[0].is_ok(),
+            "a live session's download runs to its end: {live:?}"
+        );
+        assert!(
+            ended.len() == 1 && ended[0].is_err(),
+            "an ended session's stops: {ended:?}"
+        );
+    }
 }

@@ -22,7 +22,7 @@ use zm_store::RequestId;
 use super::errors::{self, Failure};
 use super::{Signed, cookie, html, layout, read_form, redirect, set_cookie};
 use crate::oauth::csrf;
-use crate::request::{ClientIp, ip_limit_key};
+use crate::request::ClientIp;
 use crate::state::{AppState, CookieScope, PathPrefix};
 
 const LOGIN_COOKIE: &str = "zm_login";
@@ -178,22 +178,30 @@ pub(crate) async fn submit(
             StatusCode::FORBIDDEN,
         );
     }
-    // Per client IP, like the OAuth sign-in.
-    if state.cfg.oauth_rate_max > 0 {
-        let key = format!("dashboard:login:{}", ip_limit_key(&ip));
-        if let Err(secs) = state
+    // Per client IP (an IPv6 one by its /64 and its /48), like the OAuth
+    // sign-in.
+    if state.cfg.oauth_rate_max > 0
+        && let Err(secs) = state
             .limiter
-            .hit(&key, state.cfg.oauth_rate_max, state.cfg.oauth_rate_window)
+            .hit_client(
+                "dashboard:login",
+                &ip,
+                state.cfg.oauth_rate_max,
+                state
+                    .cfg
+                    .oauth_rate_max
+                    .saturating_mul(crate::state::CLIENTS_PER_NETWORK),
+                state.cfg.oauth_rate_window,
+            )
             .await
-        {
-            state.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
-            let mut f = Failure::from_tool(
-                ToolError::rate_limited(format!("Too many sign-in attempts; retry in {secs} s.")),
-                rid,
-            );
-            f.retry_after = Some(secs);
-            return errors::page(&prefix, None, &f);
-        }
+    {
+        state.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
+        let mut f = Failure::from_tool(
+            ToolError::rate_limited(format!("Too many sign-in attempts; retry in {secs} s.")),
+            rid,
+        );
+        f.retry_after = Some(secs);
+        return errors::page(&prefix, None, &f);
     }
     // Counted now, before the password check (a success clears it); a
     // browser that last signed in to the account is counted apart.

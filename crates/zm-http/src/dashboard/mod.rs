@@ -16,7 +16,8 @@
 //! once. Every form carries a CSRF token (an HMAC of the session secret
 //! under the database's form key; the sign-in form binds a pre-session
 //! cookie the same way) and every POST must come from our origin. Pages are
-//! served with a CSP without `unsafe-inline` and `frame-ancestors 'none'`.
+//! served with a CSP without `unsafe-inline` and `frame-ancestors 'none'`,
+//! and behind an https public URL with `Strict-Transport-Security`.
 //! Failed sign-ins back off per account, shared with the OAuth sign-in.
 //!
 //! Behind a proxy that serves the server under a path (`ZM_PUBLIC_URL=
@@ -123,6 +124,10 @@ pub fn routes(state: AppState) -> Router {
             state.clone(),
             refuse_nul_in_uri,
         ))
+        .route_layer(axum::middleware::map_response_with_state(
+            std::sync::Arc::clone(&state.cfg),
+            crate::state::strict_transport,
+        ))
         .with_state(state)
 }
 
@@ -213,7 +218,9 @@ pub(crate) async fn fallback(state: AppState, req: axum::extract::Request) -> Re
         zm_contracts::ToolError::not_found("No page has this address."),
         request_id.as_deref(),
     );
-    errors::page(&state.cfg.path_prefix(), None, &failure)
+    let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
+    state.cfg.strict_transport(resp.headers_mut());
+    resp
 }
 
 /// Refuse a dashboard request with an encoded NUL in its path or query

@@ -18,12 +18,13 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::{OauthRejection, OauthState};
-use crate::request::{ClientIp, ip_limit_key, ip_network_key};
+use crate::request::ClientIp;
 use crate::state::{Clock, CookieScope};
 
 /// Extractor: counts the request against `oauth_rate_max` requests per
 /// `oauth_rate_window` for its client IP (see [`ClientIp`]; an IPv6
-/// address counts by its /64, see [`ip_limit_key`]) and endpoint
+/// address counts by its /64 and by its /48, see
+/// [`RateLimiter::hit_client`](crate::state::RateLimiter::hit_client)) and endpoint
 /// (method and route: showing the sign-in page does not use up sign-in
 /// attempts); rejects with 429 and `Retry-After`. Refused requests count
 /// too, so put it before the parameter extractor.
@@ -42,27 +43,28 @@ impl FromRequestParts<OauthState> for Throttled {
         }
         let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, st).await;
         let route = parts.uri.path().rsplit('/').next().unwrap_or("");
-        let key = format!("oauth:{}:{route}:{}", parts.method, ip_limit_key(&ip));
-        let mut hit = st
+        // An IPv6 client counts by its /48 too: registration stores a row
+        // for anyone who asks (cycling through the /64s of one /48 would
+        // fill the registrations waiting for a sign-in and lock every new
+        // client out), and a sign-in or a token request moving through
+        // them would get a fresh window at each.
+        let network_max = if route == "register" {
+            cfg.oauth_rate_max
+        } else {
+            cfg.oauth_rate_max
+                .saturating_mul(crate::state::CLIENTS_PER_NETWORK)
+        };
+        let hit = st
             .app
             .limiter
-            .hit(&key, cfg.oauth_rate_max, cfg.oauth_rate_window)
+            .hit_client(
+                &format!("oauth:{}:{route}", parts.method),
+                &ip,
+                cfg.oauth_rate_max,
+                network_max,
+                cfg.oauth_rate_window,
+            )
             .await;
-        // Registration stores a row for anyone who asks (until a sign-in
-        // or an hour): counted by the whole IPv6 allocation too, so that
-        // cycling through the /64s of one /48 cannot fill the registrations
-        // waiting for a sign-in and lock every new client out.
-        if hit.is_ok()
-            && route == "register"
-            && let Some(network) = ip_network_key(&ip)
-        {
-            let key = format!("oauth:{}:{route}:{network}", parts.method);
-            hit = st
-                .app
-                .limiter
-                .hit(&key, cfg.oauth_rate_max, cfg.oauth_rate_window)
-                .await;
-        }
         match hit {
             Ok(()) => Ok(Throttled),
             Err(secs) => {

@@ -24,7 +24,8 @@
 //! refuse repeats and more than 64 parameters (`params`). Failed sign-ins
 //! also back off per account, whatever the IP (`limit::LoginBackoff`).
 //! The redirect-URI rules live in `redirect`, the HTML and its security
-//! headers in `pages`.
+//! headers in `pages`; behind an https public URL every answer carries
+//! `Strict-Transport-Security` too (`crate::state::strict_transport`).
 //!
 //! CSRF (`csrf`): `GET /oauth/authorize` sets a random cookie (`HttpOnly`,
 //! `SameSite=Lax`) and puts in the form a token that is an HMAC, under a
@@ -96,6 +97,10 @@ pub fn routes(app: AppState) -> Router {
         )
         .route("/oauth/token", post(token::token).fallback(post_only))
         .route("/oauth/revoke", post(token::revoke).fallback(post_only))
+        .route_layer(axum::middleware::map_response_with_state(
+            Arc::clone(&state.app.cfg),
+            crate::state::strict_transport,
+        ))
         .with_state(state)
 }
 

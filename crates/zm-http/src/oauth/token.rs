@@ -9,12 +9,13 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use zm_store::oauth::{CodeExchange, IssuedTokens, OauthClient, OauthError};
+use zm_store::oauth::{CodeExchange, IssuedTokens, OauthClient, OauthError, ResourceCheck};
 
 use super::limit::Throttled;
 use super::params::{FormOrJsonParams, Params};
 use super::{OauthRejection, OauthState, no_store, resource_ok};
 use crate::request::RequestId;
+use crate::state::normalise_base;
 
 /// `BASE64URL(SHA256(verifier))`.
 pub(crate) fn s256(verifier: &str) -> String {
@@ -48,7 +49,8 @@ pub(super) async fn token(
 ) -> Result<Response, OauthRejection> {
     let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
     let public_url = &st.app.cfg.public_url;
-    if let Some(r) = p.get("resource")
+    let requested = p.get("resource");
+    if let Some(r) = requested
         && !resource_ok(public_url, r)
     {
         return Err(OauthRejection::bad_request(
@@ -56,10 +58,16 @@ pub(super) async fn token(
             format!("resource must be {public_url}/mcp."),
         ));
     }
+    // RFC 8707 §2.2: and one the grant covers, the resource its sign-in
+    // named (compared as URLs), checked by the store against the code or
+    // the token family: a grant issued while the public URL was another
+    // is not one for the resource it names now.
+    let same = requested.map(|r| move |granted: &str| normalise_base(granted) == normalise_base(r));
+    let resource = same.as_ref().map(|same| same as ResourceCheck<'_>);
     let tokens = match p.get("grant_type") {
         None => return Err(OauthRejection::invalid_request("grant_type is required.")),
-        Some("authorization_code") => exchange(&st, &p, &headers, rid).await?,
-        Some("refresh_token") => refresh(&st, &p, &headers, rid).await?,
+        Some("authorization_code") => exchange(&st, &p, &headers, resource, rid).await?,
+        Some("refresh_token") => refresh(&st, &p, &headers, resource, rid).await?,
         Some(_) => {
             return Err(OauthRejection::bad_request(
                 "unsupported_grant_type",
@@ -115,6 +123,7 @@ async fn exchange(
     st: &OauthState,
     p: &Params,
     headers: &HeaderMap,
+    resource: Option<ResourceCheck<'_>>,
     rid: Option<&str>,
 ) -> Result<IssuedTokens, OauthRejection> {
     for k in ["code", "code_verifier"] {
@@ -135,20 +144,23 @@ async fn exchange(
     let client = known_client(st, &client).await?;
     st.app
         .store
-        .exchange_oauth_code(
+        .exchange_oauth_code_for(
             CodeExchange {
                 code: p.get("code").unwrap_or(""),
                 client_id: &client.id,
                 redirect_uri: p.get("redirect_uri").unwrap_or(""),
                 verifier_challenge: &s256(verifier),
             },
+            resource,
             rid,
         )
         .await
         .map_err(refused)
 }
 
-/// `grant_type=refresh_token`: rotation, optionally narrowing the scope.
+/// `grant_type=refresh_token`: rotation, optionally narrowing the scope,
+/// for the resource its family was issued for (a request naming another
+/// is `invalid_target`).
 /// Every client is public, so `client_id` is its identification (OAuth 2.1
 /// §4.3 with §2.4, §3.2.1): required, and the refresh token must have been
 /// issued to that client. A refusal here or in the store (a missing or
@@ -158,6 +170,7 @@ async fn refresh(
     st: &OauthState,
     p: &Params,
     headers: &HeaderMap,
+    resource: Option<ResourceCheck<'_>>,
     rid: Option<&str>,
 ) -> Result<IssuedTokens, OauthRejection> {
     if p.get("refresh_token").is_none() {
@@ -168,10 +181,11 @@ async fn refresh(
     let client = known_client(st, &ClientId::of(headers, p)?).await?;
     st.app
         .store
-        .refresh_oauth_token(
+        .refresh_oauth_token_for(
             p.get("refresh_token").unwrap_or(""),
             &client.id,
             p.get("scope"),
+            resource,
             rid,
         )
         .await
