@@ -1138,8 +1138,15 @@ impl Store {
             scope: scope_path,
         } = written;
         let now = self.now();
+        // Other projects' memories are left out by the probe itself (they
+        // would otherwise take the candidates' places, and the report's).
         let candidates = self
-            .similar_candidates(tx, &caller.user_id, memory_id, &prepared.probe)
+            .similar_candidates(
+                tx,
+                &caller.user_id,
+                (memory_id, scope_path),
+                &prepared.probe,
+            )
             .await?;
         let texts: Vec<(usize, &str)> = candidates
             .iter()
@@ -1147,16 +1154,24 @@ impl Store {
             .map(|(i, c)| (i, c.content.as_str()))
             .collect();
         let mut similar = Vec::new();
-        for (i, score) in similarity::rank_similar_tokens(
+        // Every candidate is ranked and what is not reported is dropped
+        // before the report is cut to its cap, so a memory left out never
+        // takes the place of one that is reported.
+        let ranked = similarity::rank_similar_tokens(
             &prepared.tokens,
             &texts,
             similarity::SIMILAR_FLOOR,
-            similarity::SIMILAR_CAP,
-        ) {
+            texts.len(),
+        );
+        for (i, score) in ranked
+            .into_iter()
+            .filter(|&(i, _)| {
+                let c = &candidates[i];
+                !retired.iter().any(|r| r == c.id.as_str()) && !cross_project(&c.scope, scope_path)
+            })
+            .take(similarity::SIMILAR_CAP)
+        {
             let c = &candidates[i];
-            if retired.iter().any(|r| r == c.id.as_str()) || cross_project(&c.scope, scope_path) {
-                continue;
-            }
             // The same words as another kind (a task beside a fact) are
             // listed, but there is nothing to judge between them.
             if score >= similarity::UNJUDGED_FLOOR
@@ -1185,7 +1200,7 @@ impl Store {
         &self,
         tx: &mut sqlx::AnyConnection,
         owner: &str,
-        exclude: &str,
+        (exclude, scope_path): (&str, &str),
         probe: &str,
     ) -> Result<Vec<crate::search::Candidate>, ToolError> {
         let terms = crate::fts::query_terms(probe);
@@ -1214,7 +1229,7 @@ impl Store {
             ) else {
                 return Ok(Vec::new());
             };
-            push_probe_filter(&mut sql, owner, exclude);
+            push_probe_filter(&mut sql, owner, exclude, scope_path);
             sql.push(" ORDER BY g.hits DESC, m.seq DESC LIMIT ")
                 .bind_i64(SIMILAR_FETCH);
             sql
@@ -1233,7 +1248,7 @@ impl Store {
                 return Ok(Vec::new());
             };
             sql.push(" AND ");
-            push_probe_filter(&mut sql, owner, exclude);
+            push_probe_filter(&mut sql, owner, exclude, scope_path);
             crate::search::fts_newest(self.backend, &mut sql, SIMILAR_FETCH);
             sql
         };
@@ -1791,11 +1806,20 @@ fn probe_match(n: usize) -> usize {
     if n <= 2 { n } else { n.div_ceil(2) }
 }
 
-/// The probe's conditions on `m`: the owner's live memories but the new one.
-fn push_probe_filter(sql: &mut crate::sql::Sql, owner: &str, exclude: &str) {
+/// The probe's conditions on `m`: the owner's live memories but the new one,
+/// less those of another project than the new one's `scope_path` (the rule
+/// of [`cross_project`]: a memory in a project or team scope is not compared
+/// with one in another; a personal scope is compared with every scope).
+fn push_probe_filter(sql: &mut crate::sql::Sql, owner: &str, exclude: &str, scope_path: &str) {
     sql.push("m.owner_id = ").bind_str(owner);
     sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
         .bind_str(exclude);
+    if scope::is_shareable(scope_path) {
+        // `is_shareable` is a prefix test: `proj.` or `team.`.
+        sql.push(" AND (m.scope = ")
+            .bind_str(scope_path)
+            .push(" OR substr(m.scope, 1, 5) NOT IN ('proj.', 'team.'))");
+    }
 }
 
 #[cfg(test)]

@@ -1173,6 +1173,19 @@ impl Store {
             }
         };
         let lexical_order = |rel: f64, every_word: bool| lexical_score(rel, every_word, 1.0);
+        // Every memory the full-text legs found, and whether it holds every
+        // query word, before the fusion's leg is cut: one past the cut that
+        // the dense leg brings back was still matched by full text
+        // (`fts_matched`), and one holding every word keeps its tier (the
+        // contract's). Its weight in the fusion is the dense leg's alone.
+        let by_full_text: HashMap<MemoryId, bool> = if query.is_some() {
+            lexical
+                .iter()
+                .map(|(c, every_word)| (c.id.clone(), *every_word))
+                .collect()
+        } else {
+            HashMap::new()
+        };
         if query.is_some() {
             // The fusion's full-text leg: its first FUSION_DEPTH, or
             // `limit` when that is more.
@@ -1255,10 +1268,13 @@ impl Store {
                 }
                 for (rank, (c, _)) in dense.into_iter().enumerate() {
                     let rrf = fusion.dense_weight / (fusion.rrf_k + rank as f64 + 1.0);
+                    let (fts, every_word) = by_full_text
+                        .get(&c.id)
+                        .map_or((false, false), |&every_word| (true, every_word));
                     fused
                         .entry(c.id.clone())
                         .and_modify(|e| e.1 += rrf)
-                        .or_insert((c, rrf, false, false));
+                        .or_insert((c, rrf, fts, every_word));
                 }
                 let best = (1.0 + fusion.dense_weight) / (fusion.rrf_k + 1.0);
                 fused
@@ -1836,7 +1852,29 @@ impl Store {
                 driving_join(self.backend)
             ));
             sql.bind_list(entity_ids.iter().map(EntityId::as_str));
-            sql.push(" AND m.invalidated_at IS NULL AND ");
+            // What `push` would drop is left out before the limit (the
+            // kinds with legs of their own, the hits, the memories
+            // delivered as rules, those already listed), so a hundred
+            // newer episodes naming an entity never hide its one decision.
+            sql.push(" AND m.invalidated_at IS NULL AND m.kind NOT IN ");
+            sql.bind_list(
+                MemoryKind::ALL
+                    .iter()
+                    .copied()
+                    .filter(|k| excluded(*k))
+                    .map(MemoryKind::as_str),
+            );
+            let taken: Vec<&str> = hit_ids
+                .iter()
+                .chain(ruled.iter())
+                .chain(out.iter().map(|m| &m.id))
+                .map(MemoryId::as_str)
+                .collect();
+            if !taken.is_empty() {
+                // (`NOT IN (NULL)`, an empty list's, would leave nothing.)
+                sql.push(" AND m.id NOT IN ").bind_list(taken);
+            }
+            sql.push(" AND ");
             push_visible(&mut sql, "m", &caller.user_id);
             sql.push(" AND ");
             push_read_set(&mut sql, "m", set);

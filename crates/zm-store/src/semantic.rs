@@ -11,9 +11,10 @@
 //! * **Near-duplicates by meaning.** After each batch, the embedder files
 //!   an `unjudged` conflict for every pair of live memories of one owner
 //!   in one scope at cosine [`MEANING_DUPLICATE_FLOOR`] or more that has
-//!   no conflict (of any status) and no link yet, for memories written in
-//!   the last seven days and owners with fewer than 100 pending conflicts
-//!   ([`Store::file_meaning_duplicates`]). `remember` itself compares by
+//!   no conflict (of any status) and no link yet (when the model read
+//!   either text only in part, their words must be alike too), for
+//!   memories written in the last seven days and owners with fewer than
+//!   100 pending conflicts ([`Store::file_meaning_duplicates`]). `remember` itself compares by
 //!   words only: the new memory has no vector yet.
 //! * **The index.** Every instance keeps the vectors of the current model
 //!   in memory ([`VectorIndex`], int8: 384 bytes of codes per memory for
@@ -61,6 +62,32 @@ pub const MEANING_DUPLICATE_FLOOR: f32 = 0.88;
 
 /// At most this many meaning near-duplicates are filed per embedded memory.
 const MEANING_DUPLICATE_CAP: usize = 3;
+
+/// How many of an embedded memory's nearest (at [`MEANING_DUPLICATE_FLOOR`]
+/// or more) the sweep tries, nearest first, to file
+/// [`MEANING_DUPLICATE_CAP`]: a pair already judged, linked or of the same
+/// words is refused by SQL and takes no place.
+const MEANING_DUPLICATE_SCAN: usize = 32;
+
+/// How much of a text the bundled model surely reads, in characters of
+/// English ([`read_whole`]): it reads 128 tokens, two of them special,
+/// and WordPiece cuts English at about four characters a token, so 400
+/// leaves room for numbers and rare words, which it cuts finer. (A model
+/// from a directory may read more; it is then only checked more often.)
+const MEANING_WHOLE_CHARS: usize = 400;
+
+/// How much of each text the sweep compares by words when the model read
+/// either only in part ([`words_alike_beyond_the_window`]): four times
+/// what the model is given.
+const MEANING_WORDS_CHARS: usize = 4 * EMBED_CHARS;
+
+/// How alike by words (TF-IDF cosine) two texts close in meaning must be
+/// when the model read either only in part: below `remember`'s own floor
+/// for a near-duplicate ([`crate::similarity::SIMILAR_FLOOR`], 0.80),
+/// whose pairs `remember` already reported, so that a long memory
+/// restated in other words can still be paired. Not measured: the
+/// near-duplicate data sets hold no pair this long.
+const MEANING_WORDS_FLOOR: f64 = 0.5;
 
 /// The sweep looks at memories written in the last seven days (store
 /// clock): it flags what agents write now, not a backlog — re-embedding
@@ -1301,9 +1328,13 @@ impl Store {
     /// an import), the live memories
     /// of the same owner in the same scope at cosine
     /// [`MEANING_DUPLICATE_FLOOR`] or more become an `unjudged` conflict
-    /// (at most three per memory), unless the pair already has a conflict
-    /// (of any status: a dismissed pair stays dismissed) or a link, or the
-    /// owner already has [`crate::conflicts::UNJUDGED_PENDING_CAP`] pending conflicts.
+    /// (at most three per memory, of its [`MEANING_DUPLICATE_SCAN`]
+    /// nearest: a pair refused takes no place), unless the pair already has
+    /// a conflict (of any status: a dismissed pair stays dismissed) or a
+    /// link, or the owner already has
+    /// [`crate::conflicts::UNJUDGED_PENDING_CAP`] pending conflicts, or
+    /// the model read either text only in part and their words are not
+    /// alike ([`words_alike_beyond_the_window`]).
     /// Returns how many were filed.
     pub async fn file_meaning_duplicates(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
         if ids.is_empty() {
@@ -1336,15 +1367,18 @@ impl Store {
         // rather than one of the runtime's few workers (requests wait on
         // those).
         let semantic = Arc::clone(&self.semantic);
-        let pairs: Vec<(MemoryId, MemoryId, f32)> = tokio::task::spawn_blocking(move || {
+        // More of the nearest than are filed: the pairs SQL refuses (a
+        // conflict or a link already, the same words) take no place.
+        let pairs: Vec<(MemoryId, Vec<(MemoryId, f32)>)> = tokio::task::spawn_blocking(move || {
             let index = read(&semantic.index);
             ids.iter()
-                .flat_map(|id| {
-                    index
-                        .near_duplicates(id, MEANING_DUPLICATE_FLOOR, MEANING_DUPLICATE_CAP)
-                        .into_iter()
-                        .map(move |(other, c)| (id.clone(), other, c))
+                .map(|id| {
+                    (
+                        id.clone(),
+                        index.near_duplicates(id, MEANING_DUPLICATE_FLOOR, MEANING_DUPLICATE_SCAN),
+                    )
                 })
+                .filter(|(_, near)| !near.is_empty())
                 .collect()
         })
         .await
@@ -1352,6 +1386,48 @@ impl Store {
         if pairs.is_empty() {
             return Ok(0);
         }
+        // The texts of every memory paired, read at once before the
+        // sweep's transaction, and the pairs one of whose texts the model
+        // read only in part kept only when their words are alike too
+        // (CPU work: on a blocking thread).
+        let mut wanted: Vec<String> = Vec::new();
+        for (a, near) in &pairs {
+            wanted.push(a.as_str().to_string());
+            wanted.extend(near.iter().map(|(b, _)| b.as_str().to_string()));
+        }
+        wanted.sort();
+        wanted.dedup();
+        let mut sql = crate::sql::Sql::new(&format!(
+            "SELECT id, substr(content, 1, {MEANING_WORDS_CHARS}) AS head FROM memories WHERE id IN "
+        ));
+        sql.bind_list(wanted);
+        let mut texts: HashMap<MemoryId, String> = HashMap::new();
+        for r in &sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("near-duplicate texts")?
+        {
+            texts.insert(id_col(r, "id")?, col(r, "head")?);
+        }
+        let pairs: Vec<(MemoryId, Vec<(MemoryId, f32)>)> = tokio::task::spawn_blocking(move || {
+            pairs
+                .into_iter()
+                .map(|(a, near)| {
+                    let kept = near
+                        .into_iter()
+                        .filter(|(b, _)| match (texts.get(&a), texts.get(b)) {
+                            (Some(ta), Some(tb)) => words_alike_beyond_the_window(ta, tb),
+                            // Gone meanwhile: SQL would refuse it.
+                            _ => false,
+                        })
+                        .collect();
+                    (a, kept)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| crate::db::internal("near-duplicate words", e))?;
         let mut filed = 0;
         let mut tx = self.write_tx().await?;
         // One sweep at a time across instances: each checks "no conflict
@@ -1362,18 +1438,25 @@ impl Store {
         crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::MeaningSweep)
             .await
             .db("near-duplicate sweep lock")?;
-        for (a, b, cosine) in &pairs {
-            let rationale = format!(
-                "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
-            );
-            let one = crate::conflicts::file_unjudged(
-                &mut tx,
-                (a.as_str(), b.as_str()),
-                Some(&rationale),
-                now,
-            )
-            .await?;
-            filed += usize::from(one);
+        for (a, near) in &pairs {
+            let mut filed_here = 0;
+            for (b, cosine) in near {
+                if filed_here >= MEANING_DUPLICATE_CAP {
+                    break;
+                }
+                let rationale = format!(
+                    "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
+                );
+                let one = crate::conflicts::file_unjudged(
+                    &mut tx,
+                    (a.as_str(), b.as_str()),
+                    Some(&rationale),
+                    now,
+                )
+                .await?;
+                filed_here += usize::from(one);
+            }
+            filed += filed_here;
         }
         tx.commit().await.db("commit unjudged conflicts")?;
         self.semantic
@@ -1923,6 +2006,33 @@ async fn release_claims(
     Ok(())
 }
 
+/// Whether the model surely read all of `text`: at most
+/// [`MEANING_WHOLE_CHARS`] characters, one outside ASCII counted as four
+/// (in scripts written without spaces a character is about a token).
+fn read_whole(text: &str) -> bool {
+    let mut weight = 0usize;
+    for c in text.chars() {
+        weight += if c.is_ascii() { 1 } else { 4 };
+        if weight > MEANING_WHOLE_CHARS {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether two texts close in meaning (their vectors) are alike beyond
+/// what the model read: yes when it read both whole ([`read_whole`]);
+/// otherwise only when their words are alike too (TF-IDF cosine of their
+/// first [`MEANING_WORDS_CHARS`] characters at [`MEANING_WORDS_FLOOR`] or
+/// more): two long texts sharing a preamble are close in meaning by their
+/// first few hundred characters alone.
+fn words_alike_beyond_the_window(a: &str, b: &str) -> bool {
+    if read_whole(a) && read_whole(b) {
+        return true;
+    }
+    !crate::similarity::rank_similar(a, &[(0, b)], MEANING_WORDS_FLOOR, 1).is_empty()
+}
+
 /// Embed each text; `None` for a text the model refuses (or panics on). A
 /// batch the model refuses as a whole is retried one text at a time, so
 /// one bad text costs only its own vector.
@@ -1979,6 +2089,44 @@ mod tests {
                 })
                 .collect())
         }
+    }
+
+    /// A pair close in meaning is filed on its vectors alone only when the
+    /// model read both texts whole; otherwise their words must be alike
+    /// too.
+    #[test]
+    fn texts_past_the_window_must_be_alike_by_words_too() {
+        assert!(read_whole(&"a".repeat(MEANING_WHOLE_CHARS)));
+        assert!(!read_whole(&"a".repeat(MEANING_WHOLE_CHARS + 1)));
+        // A character outside ASCII weighs four.
+        assert!(!read_whole(&"é".repeat(MEANING_WHOLE_CHARS / 4 + 1)));
+        // Two short texts: their vectors decide.
+        assert!(words_alike_beyond_the_window(
+            "The cache is warmed at boot.",
+            "Nightly jobs rotate the logs."
+        ));
+        // A shared preamble, bodies of their own: not alike.
+        let preamble =
+            "This runbook covers the payment gateway and its escalation paths. ".repeat(9);
+        let body = |w: &str| {
+            (0..190)
+                .map(|i| format!("{w}{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (one, two) = (
+            format!("{preamble}{}", body("north")),
+            format!("{preamble}{}", body("south")),
+        );
+        assert!(!words_alike_beyond_the_window(&one, &two));
+        // A long text and its copy with one word changed: alike.
+        let edited = one.replacen("north7 ", "west7 ", 1);
+        assert!(words_alike_beyond_the_window(&one, &edited));
+        // A long text beside a short one: by words.
+        assert!(!words_alike_beyond_the_window(
+            &one,
+            "The cache is warmed at boot."
+        ));
     }
 
     /// What a model gives that is no vector — a NaN or infinite coordinate,

@@ -229,6 +229,25 @@ backend_tests! {
         assert!(!listed.contains(&rule), "[{label}] listed again: {listed:?}");
     }
 
+    /// A hundred newer episodes naming an entity do not hide its one
+    /// decision from the linked memories: the kinds the pack does not
+    /// link (episodes have a leg of their own) are left out before the
+    /// co-mentions are cut to their hundred.
+    async fn newer_episodes_do_not_hide_a_linked_decision(store: Store, label: &str) {
+        let (_, caller) = user(&store, "brief-episodes").await;
+        let hint = "/work/repos/heron";
+        let heron = json!([{"name": "heron-pipeline", "type": "service"}]);
+        let decision = ok(remember(&store, &caller, json!({"content": "We shard the intake by tenant so one noisy customer cannot stall the others.", "kind": "decision", "project_hint": hint, "entities": heron})).await, label, "decision").memory_id;
+        for i in 0..105 {
+            ok(remember(&store, &caller, json!({"content": format!("Session {i}: replayed batch {i} through the intake and watched the lag graphs."), "kind": "episode", "project_hint": hint, "entities": heron})).await, label, "episode");
+        }
+        let hit = ok(remember(&store, &caller, json!({"content": "The intake queue feeding it is called kestrel.", "kind": "fact", "project_hint": hint, "entities": heron})).await, label, "hit").memory_id;
+        let pack = ok(build_context(&store, &caller, json!({"topic": "kestrel", "project_hint": hint})).await, label, "briefing");
+        assert_eq!(pack.memories.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), vec![hit], "[{label}] the one hit");
+        let linked: Vec<_> = pack.linked_memories.iter().map(|m| m.id.clone()).collect();
+        assert_eq!(linked, vec![decision], "[{label}] the decision, linked through the entity; no episode: {:?}", pack.linked_memories);
+    }
+
     /// `max_tokens` bounds what the pack inlines: memories and linked
     /// memories share about four characters a token (each at least 400).
     async fn a_small_budget_cuts_what_the_pack_inlines(store: Store, label: &str) {

@@ -10,7 +10,9 @@
 //! a team is found by meaning at once; what an import brings is
 //! not swept for near-duplicates; a hybrid recall returns as many hits as
 //! a lexical one; two instances on one database never embed one memory at
-//! once.
+//! once; the sweep's three places go to pairs it may file, and long
+//! memories sharing a preamble are not paired by meaning alone; a
+//! full-text match past the fusion's depth is still `fts_matched`.
 
 mod common;
 
@@ -500,6 +502,204 @@ backend_tests! {
             hybrid.iter().all(|h| h["score"].as_f64().is_some_and(|s| s > 0.0)),
             "[{l}] every hit scores above 0: {hybrid:?}"
         );
+    }
+
+    /// The sweep by meaning files up to three pairs a memory: pairs SQL
+    /// refuses (here: memories the new one links to, nearer than any
+    /// other) take none of those places, so a farther reworded duplicate
+    /// is still filed.
+    async fn pairs_the_sweep_may_not_file_take_no_place(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-places").await;
+        let tag = unique("");
+        let key = |w: &str| format!("{tag} {w}:");
+        store.set_encoder(Arc::new(Placed {
+            model: format!("test-placed-{}", unique("")),
+            placed: vec![
+                (key("new"), axis(0)),
+                (key("alpha"), leaning(0.99, 1)),
+                (key("bravo"), leaning(0.99, 2)),
+                (key("charlie"), leaning(0.99, 3)),
+                (key("delta"), leaning(0.93, 4)),
+            ],
+        }));
+        let write = |w: &'static str, text: &'static str, links: Value| {
+            let (store, a, key) = (&store, &a, &key);
+            async move {
+                mem(store, a, l, json!({"content": format!("{} {text}", key(w)), "kind": "fact", "scope": "personal", "links": links})).await
+            }
+        };
+        let alpha = write("alpha", "The billing export runs nightly at two.", json!([])).await;
+        let bravo = write("bravo", "Invoices are archived in cold storage yearly.", json!([])).await;
+        let charlie = write("charlie", "Refunds above a thousand need a second approver.", json!([])).await;
+        let delta = write("delta", "Tax rates are refreshed from the registry every Monday.", json!([])).await;
+        embed(&store, &[&alpha, &bravo, &charlie, &delta], l).await;
+        let links = json!([
+            {"dst": alpha, "type": "relates_to"},
+            {"dst": bravo, "type": "relates_to"},
+            {"dst": charlie, "type": "relates_to"},
+        ]);
+        let new = write("new", "The finance team owns every ledger job.", links).await;
+        assert!(
+            unjudged_pairs(&store, &a, l).await.iter().all(|p| !p.contains(&new)),
+            "[{l}] nothing alike by words"
+        );
+        embed(&store, &[&new], l).await;
+        // Idempotent: on a shared database another store may have embedded
+        // it first.
+        ok(store.file_meaning_duplicates(&[MemoryId::from_trusted(new.as_str())]).await, l, "sweep");
+        let mut with_new: Vec<String> = unjudged_pairs(&store, &a, l)
+            .await
+            .into_iter()
+            .filter(|p| p.contains(&new))
+            .flat_map(|p| p.into_iter().filter(|id| *id != new))
+            .collect();
+        with_new.sort();
+        assert_eq!(with_new, vec![delta], "[{l}] the linked ones refused, the reworded one filed");
+    }
+
+    /// The model reads a text's first 128 tokens: two long memories that
+    /// share a preamble have one vector, but are not filed as close in
+    /// meaning unless their words are alike too; two short ones with one
+    /// vector still are.
+    async fn long_memories_sharing_a_preamble_are_not_close_in_meaning(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-preamble").await;
+        let tag = unique("");
+        let key = |w: &str| format!("{tag} {w}:");
+        store.set_encoder(Arc::new(Placed {
+            model: format!("test-placed-{}", unique("")),
+            placed: vec![(key("long"), axis(5)), (key("short"), axis(6))],
+        }));
+        let preamble = "This runbook covers the payment gateway: the on-call rotation, its escalation paths and the dashboards to watch. ".repeat(5);
+        let body = |w: &str| (0..190).map(|i| format!("{w}{i}")).collect::<Vec<_>>().join(" ");
+        let remember = |content: String| {
+            let (store, a) = (&store, &a);
+            async move { mem(store, a, l, json!({"content": content, "kind": "fact", "scope": "personal"})).await }
+        };
+        let first = remember(format!("{} {preamble}{}", key("long"), body("north"))).await;
+        let second = remember(format!("{} {preamble}{}", key("long"), body("south"))).await;
+        let one = remember(format!("{} The cache is warmed at boot.", key("short"))).await;
+        let other = remember(format!("{} Nightly jobs rotate the logs.", key("short"))).await;
+        assert!(unjudged_pairs(&store, &a, l).await.is_empty(), "[{l}] nothing alike by words");
+        embed(&store, &[&first, &second, &one, &other], l).await;
+        let ids: Vec<MemoryId> = [&first, &second, &one, &other].iter().map(|s| MemoryId::from_trusted(s.as_str())).collect();
+        ok(store.file_meaning_duplicates(&ids).await, l, "sweep");
+        let mut short = [one.clone(), other.clone()];
+        short.sort();
+        assert_eq!(unjudged_pairs(&store, &a, l).await, vec![short], "[{l}] the short pair only");
+    }
+
+    /// A memory the full-text leg matched but that fell past the fusion's
+    /// depth (50) is still `fts_matched` when the dense leg brings it
+    /// back, and, holding every word of the query, keeps the tier the
+    /// contract gives such a memory (a score of 0.5 or more).
+    async fn a_full_text_match_past_the_fusion_depth_is_still_fts_matched(store: Store, l: &str) {
+        let (_, a) = user(&store, "hy-depth").await;
+        let word = unique("axolotl");
+        let tag = unique("");
+        // The oldest and the longest holder of the word: the least relevant.
+        let far = mem(&store, &a, l, json!({"content": format!("{tag} far: The {word} tank log, kept since the first season, with feeding times, water changes, filter cleanings, temperature readings and visitor counts."), "kind": "fact", "scope": "personal"})).await;
+        store.clock().advance_ms(1000);
+        // 52 holders: what the full-text leg of a recall of 13 reads (4 × 13).
+        for i in 0..51 {
+            mem(&store, &a, l, json!({"content": format!("Note {i} on the {word}."), "kind": "fact", "scope": "personal"})).await;
+        }
+        store.set_encoder(Arc::new(Placed {
+            model: format!("test-placed-{}", unique("")),
+            placed: vec![(format!("{tag} far:"), axis(0)), (word.clone(), axis(0))],
+        }));
+        embed(&store, &[&far], l).await;
+        let out = ok(call(&store, &a, "recall", json!({"query": word, "k": 13})).await, l, "recall");
+        let found = out["memories"].as_array().cloned().unwrap_or_default();
+        let hit = find(&found, &far).unwrap_or_else(|| panic!("[{l}] the dense leg's hit holding the word: {found:?}"));
+        assert_eq!(hit["fts_matched"], true, "[{l}] the full-text leg matched it: {hit}");
+        assert!(hit["score"].as_f64().is_some_and(|s| s >= 0.5), "[{l}] it holds every word: {hit}");
+        assert!(hit["similarity"].as_f64().is_some_and(|s| s > 0.9), "[{l}] {hit}");
+        assert_eq!(found[0]["id"], json!(far), "[{l}] nearest by meaning, first in its tier: {found:?}");
+    }
+}
+
+/// The pairs of `who`'s pending `unjudged` conflicts, each sorted.
+async fn unjudged_pairs(store: &Store, who: &Caller, l: &str) -> Vec<[String; 2]> {
+    let out = ok(
+        call(
+            store,
+            who,
+            "list_conflicts",
+            json!({"verdict": "unjudged", "status": "pending", "limit": 100}),
+        )
+        .await,
+        l,
+        "list_conflicts",
+    );
+    let mut pairs: Vec<[String; 2]> = out["conflicts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let mut p = [
+                c["memory_a"]["id"].as_str().unwrap_or_default().to_string(),
+                c["memory_b"]["id"].as_str().unwrap_or_default().to_string(),
+            ];
+            p.sort();
+            p
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// A unit vector along coordinate `i`.
+fn axis(i: usize) -> Vec<f32> {
+    let mut v = vec![0.0; 384];
+    v[i] = 1.0;
+    v
+}
+
+/// A unit vector at cosine `c` with coordinate 0, leaning towards
+/// coordinate `i`.
+fn leaning(c: f32, i: usize) -> Vec<f32> {
+    let mut v = vec![0.0; 384];
+    v[0] = c;
+    v[i] = (1.0 - c * c).sqrt();
+    v
+}
+
+/// An encoder whose vectors the test places: a text starting with one of
+/// `placed`'s prefixes gets that prefix's vector (the first that fits);
+/// any other a unit vector of its own on none of the first ten
+/// coordinates, so it is near none of the placed ones.
+struct Placed {
+    model: String,
+    placed: Vec<(String, Vec<f32>)>,
+}
+
+impl Encoder for Placed {
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn dims(&self) -> usize {
+        384
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                self.placed
+                    .iter()
+                    .find(|(prefix, _)| t.starts_with(prefix.as_str()))
+                    .map_or_else(
+                        || {
+                            let at = 10
+                                + t.bytes().fold(7usize, |h, b| {
+                                    h.wrapping_mul(31).wrapping_add(b as usize)
+                                }) % 374;
+                            axis(at)
+                        },
+                        |(_, v)| v.clone(),
+                    )
+            })
+            .collect())
     }
 }
 

@@ -188,6 +188,51 @@ backend_tests! {
         assert_eq!(kinds, [("remember", "agent"), ("remember", "human")], "[{label}] {audit:?}");
     }
 
+    /// Exact copies of a text in other projects never take the places of
+    /// `similar_existing`: ten of them (as many as the report lists, and
+    /// a better match than anything else) used to fill it before they were
+    /// dropped as another project's, so the one-word edit in the writer's
+    /// own project was neither listed nor filed for review.
+    async fn other_projects_copies_leave_room_for_a_near_duplicate(store: Store, label: &str) {
+        let (_, caller) = user(&store, "cross-cap").await;
+        for i in 0..10 {
+            let copy = ok(
+                remember(&store, &caller, json!({"content": LONG_ORIGINAL, "project_hint": format!("/work/repos/cross-cap-p{i}")})).await,
+                label,
+                "a copy in another project",
+            );
+            assert!(copy.scope.starts_with("proj."), "[{label}] a project: {}", copy.scope);
+        }
+        let hint = "/work/repos/cross-cap-x";
+        let edited = LONG_ORIGINAL.replace("sixteen", "seventeen");
+        let edit = ok(remember(&store, &caller, json!({"content": edited, "project_hint": hint})).await, label, "the edit");
+        assert_eq!(edit.similar_existing, None, "[{label}] other projects' copies are not listed");
+        let again = ok(remember(&store, &caller, json!({"content": LONG_ORIGINAL, "project_hint": hint})).await, label, "the text in the edit's project");
+        assert_eq!(again.scope, edit.scope, "[{label}] one project");
+        assert_eq!(again.deduplicated, None, "[{label}] not the same words: stored");
+        let similar = again.similar_existing.clone().unwrap_or_default();
+        let listed: Vec<_> = similar.iter().map(|s| s.id.clone()).collect();
+        assert_eq!(listed, vec![edit.memory_id.clone()], "[{label}] the edit, and only it: {similar:?}");
+        let pending = ok(call(&store, &caller, "list_conflicts", json!({"verdict": "unjudged"})).await, label, "conflicts");
+        let pairs: Vec<[String; 2]> = pending["conflicts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                let mut p = [
+                    c["memory_a"]["id"].as_str().unwrap_or_default().to_string(),
+                    c["memory_b"]["id"].as_str().unwrap_or_default().to_string(),
+                ];
+                p.sort();
+                p
+            })
+            .collect();
+        let mut want = [edit.memory_id.to_string(), again.memory_id.to_string()];
+        want.sort();
+        assert_eq!(pairs, vec![want], "[{label}] the pair in one project is filed for review: {pending}");
+    }
+
     async fn near_duplicates_are_reported_and_supersedes_retires(store: Store, label: &str) {
         let (_, caller) = user(&store, "neardup").await;
         assert!(LONG_ORIGINAL.chars().count() > 200);
