@@ -459,7 +459,7 @@ knobs! {
             shown: "`65536`",
             range: 1024..=1048576,
             help: "The most characters a free-text field of a write may hold (`content` and `verbatim` of `remember` and `import_memory`).",
-            doc: "A longer field is refused with `validation_failed` naming the field and the limit, and nothing is written. Bounds what one call can make the server hold; the 1 MiB request body limit still applies over HTTP.",
+            doc: "A longer field is refused with `validation_failed` naming the field and the limit, and nothing is written. Bounds what one call can make the server hold; the 1 MiB request body limit still applies over HTTP. On PostgreSQL full-text search reads a memory's first 200,000 characters (a tsvector holds at most 1 MiB of words); SQLite's reads it whole.",
         },
         quota_memories: u64 {
             env: "ZM_QUOTA_MEMORIES",

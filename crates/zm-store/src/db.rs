@@ -250,6 +250,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0026_kept_private.sql"),
         data: None,
     },
+    Migration {
+        version: 27,
+        name: "fts_prefix",
+        sqlite: include_str!("../../../migrations/sqlite/0027_fts_prefix.sql"),
+        postgres: include_str!("../../../migrations/postgres/0027_fts_prefix.sql"),
+        data: None,
+    },
 ];
 
 /// The schema version the ledger in `conn` records (0 when empty), or

@@ -143,6 +143,34 @@ backend_tests! {
         assert_eq!(owned(&store, &caller, label).await, 1, "[{label}] written");
     }
 
+    /// The highest limit the server allows (1 Mi characters) stores a
+    /// memory of as many distinct words, found by its first word: on
+    /// PostgreSQL its full-text column indexes the first 200,000
+    /// characters (a tsvector holds at most 1 MiB of words; the insert
+    /// failed `internal`).
+    async fn a_memory_at_the_highest_limit_is_stored_and_found(store: Store, label: &str) {
+        const HIGHEST: usize = 1_048_576;
+        let store = store.with_limits(Limits {
+            max_text_chars: HIGHEST,
+            ..Limits::default()
+        });
+        let (_, caller) = user(&store, "limit-highest").await;
+        let mut content = String::from("Zanzibarite appears first in this dump.");
+        let mut i = 0u64;
+        while content.len() < HIGHEST - 16 {
+            content.push_str(&format!(" q{i:x}z"));
+            i += 1;
+        }
+        assert!(content.chars().count() <= HIGHEST);
+        let out = ok(
+            remember(&store, &caller, json!({"content": content, "scope": "core"})).await,
+            label,
+            "a memory of a million characters",
+        );
+        let found = recall_ids(&store, &caller, label, json!({"query": "zanzibarite"})).await;
+        assert_eq!(found, vec![out.memory_id.to_string()], "[{label}] found by its first word");
+    }
+
     /// The operator's `max_text_chars` is the limit every write obeys: one
     /// character over it is refused with that number, exactly it is
     /// accepted, and the default limit no longer applies.
