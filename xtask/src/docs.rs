@@ -60,8 +60,16 @@ fn constraints(schema: &Value) -> String {
     out.join(", ")
 }
 
+/// A field's note in a table cell: its description's first paragraph,
+/// its lines joined (a doc comment wraps a sentence over several).
 fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").replace('|', "\\|")
+    s.split("\n\n")
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
 }
 
 fn field_table(out: &mut String, schema: &Value) {
@@ -208,14 +216,18 @@ other refusals the message explains may carry no `details`.\n\n\
 
 /// The teams administration routes (REST only), with their bodies.
 fn render_admin_api(out: &mut String, doc: &Value) {
-    out.push_str("\n## Teams administration API (REST)\n\nNot MCP tools: routes under `/api`, bearer-authenticated like the REST mirror. Every failure is the error body with its code's status; any route may also answer `unauthorized`, `rate_limited` and `internal`. A walk-through is in [TEAMS.md](TEAMS.md).\n\n| method | path | token | success | other errors | summary |\n|---|---|---|---|---|---|\n");
+    out.push_str("\n## Teams administration API (REST)\n\nNot MCP tools: routes under `/api`, bearer-authenticated like the REST mirror; a change takes a personal access token (an MCP app's OAuth sign-in is refused `forbidden`) or the dashboard. Every failure is the error body with its code's status; any route may also answer `unauthorized`, `rate_limited` and `internal`. A walk-through is in [TEAMS.md](TEAMS.md).\n\n| method | path | token | success | other errors | summary |\n|---|---|---|---|---|---|\n");
     let routes: Vec<&Value> = doc["admin_api"].as_array().into_iter().flatten().collect();
     for r in &routes {
-        let errors: Vec<String> = r["errors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.as_str().map(|e| format!("`{e}`")))
+        // What the route answers, as OpenAPI lists it (`AdminRoute::answers`:
+        // its own codes, and what every route or every change can answer).
+        let errors: Vec<String> = zm_contracts::ADMIN_ROUTES
+            .iter()
+            .find(|a| r["operation_id"] == a.operation_id)
+            .map(zm_contracts::AdminRoute::answers)
+            .unwrap_or_default()
+            .iter()
+            .map(|e| format!("`{}`", e.as_str()))
             .collect();
         let _ = writeln!(
             out,
@@ -223,7 +235,7 @@ fn render_admin_api(out: &mut String, doc: &Value) {
             r["method"].as_str().unwrap_or("?"),
             r["path"].as_str().unwrap_or("?"),
             if r["access"] == "write" {
-                "`mcp:write`"
+                "a personal access token with `mcp:write`"
             } else {
                 "`mcp:read`"
             },

@@ -367,6 +367,29 @@ pub struct AdminRoute {
     pub errors: &'static [ErrorCode],
 }
 
+impl AdminRoute {
+    /// Every error code the route can answer besides `unauthorized`,
+    /// `rate_limited` and `internal`: its own [`AdminRoute::errors`], then
+    /// `validation_failed` (an encoded NUL in the address, on every route
+    /// behind a token) and, for a change, `forbidden` (a read-only token,
+    /// an MCP app's sign-in) and `conflict` (PostgreSQL's contention
+    /// outlasting its reruns). What OpenAPI and CONTRACT.md list (the
+    /// contract document keeps [`AdminRoute::errors`], its own field).
+    pub fn answers(&self) -> Vec<ErrorCode> {
+        let mut codes = self.errors.to_vec();
+        let mut extra = vec![ValidationFailed];
+        if self.access == RouteAccess::Write {
+            extra.extend([Forbidden, Conflict]);
+        }
+        for code in extra {
+            if !codes.contains(&code) {
+                codes.push(code);
+            }
+        }
+        codes
+    }
+}
+
 use ErrorCode::{Conflict, Forbidden, NotFound, ValidationFailed};
 
 macro_rules! schema {

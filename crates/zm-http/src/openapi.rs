@@ -125,27 +125,14 @@ fn admin_paths(
     schemas: &mut serde_json::Map<String, Value>,
 ) {
     for r in zm_contracts::ADMIN_ROUTES {
-        let mut codes = r.errors.to_vec();
-        // An encoded NUL in the address is `validation_failed` on every
-        // route behind a token.
+        let mut codes = r.answers();
         for always in [
-            ErrorCode::ValidationFailed,
             ErrorCode::Unauthorized,
             ErrorCode::RateLimited,
             ErrorCode::Internal,
         ] {
             if !codes.contains(&always) {
                 codes.push(always);
-            }
-        }
-        // A change also answers a read-only token (or an MCP app's
-        // sign-in) `forbidden`, and `conflict` when PostgreSQL's contention
-        // outlasts its reruns: the ledger's behavioural rows say so.
-        if r.access == zm_contracts::RouteAccess::Write {
-            for code in [ErrorCode::Forbidden, ErrorCode::Conflict] {
-                if !codes.contains(&code) {
-                    codes.push(code);
-                }
             }
         }
         let mut responses = error_responses(&codes);
