@@ -327,7 +327,9 @@ def run_team(srv, ta, tc, td, c_email, d_email, suffix):
 
     # D, removed: nothing of the team, anywhere (and nothing of it changed).
     settle(srv)
-    team_before = snapshot(srv, ta)
+    # The sweep by meaning files its pairs after the queue reads 0: read
+    # until two snapshots agree before comparing against one.
+    team_before = stable_snapshot(srv, ta)
     for key, mid in team_mems.items():
         for tool, extra in [("forget", {}), ("restore_memory", {}), ("close_loop", {}),
                             ("challenge", {"reason": "r"}), ("promote_rule", {})]:
@@ -365,6 +367,19 @@ def run_team(srv, ta, tc, td, c_email, d_email, suffix):
     check(r[0] == 200 and not found(r[1], team_secrets), f"removed D's rules: {r}")
     check(snapshot(srv, ta) == team_before, "the team's data (as A reads it) changed during removed D's probe")
     print(f"isolation probe, teams part: {checks - before} checks", flush=True)
+
+
+def stable_snapshot(srv, token):
+    """`snapshot`, once two reads in a row agree (at most a minute)."""
+    deadline = time.monotonic() + 60
+    last = snapshot(srv, token)
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = snapshot(srv, token)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def snapshot(srv, token):

@@ -244,7 +244,14 @@ async fn export_team(
     let slug =
         serde_json::to_string(&first.team).map_err(|_| ApiError::new(ToolError::internal()))?;
     let head = format!("{{\"team\":{slug},\"items\":[");
-    let body = team_export_pages(state, caller, team, auth.token_id.clone(), first, head);
+    let body = team_export_pages(
+        state,
+        caller,
+        team,
+        auth.token_id.clone(),
+        (first, head),
+        TEAM_EXPORT_PAGE,
+    );
     let mut resp = Response::new(Body::from_stream(body));
     resp.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
@@ -254,7 +261,7 @@ async fn export_team(
 }
 
 /// The team export's body from its first page on (`head` opens the
-/// document): a page's items go out before the next page is read, and the
+/// document), in pages of `limit` memories: a page's items go out before the next page is read, and the
 /// next is read only while the token `token_id` is in force (revoked,
 /// expired or its account disabled meanwhile, the download ends there, as
 /// every other request would be refused) and the caller still administers
@@ -264,10 +271,9 @@ fn team_export_pages(
     caller: Caller,
     team: String,
     token_id: String,
-    first: zm_store::teams::TeamExportPage,
-    head: String,
+    (first, head): (zm_store::teams::TeamExportPage, String),
+    limit: u32,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
-    use zm_store::teams::TEAM_EXPORT_PAGE;
     let start = ExportStep::Page {
         page: first,
         out: head,
@@ -287,7 +293,7 @@ fn team_export_pages(
                         Ok(true) => {
                             state
                                 .store
-                                .export_team_page(&caller, &team, Some(after), TEAM_EXPORT_PAGE)
+                                .export_team_page(&caller, &team, Some(after), limit)
                                 .await
                         }
                         Ok(false) => {
@@ -413,7 +419,7 @@ mod tests {
     /// ran on to the end); a token in force gets the whole document.
     #[tokio::test]
     async fn a_team_export_stops_at_the_page_after_its_token_is_revoked() {
-        use zm_store::teams::TEAM_EXPORT_PAGE;
+        const PAGE: u32 = 3;
         let dir = tempfile::tempdir().unwrap();
         let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
             .await
@@ -427,7 +433,7 @@ mod tests {
             zm_contracts::parse_input(&json!({"slug": "exporters"})).unwrap();
         store.create_team(&caller, input).await.unwrap();
         let tools = zm_store::ToolService::new(store.clone());
-        for i in 0..TEAM_EXPORT_PAGE + 2 {
+        for i in 0..PAGE + 2 {
             tools
                 .call(
                     &caller,
@@ -448,7 +454,7 @@ mod tests {
                 .await
                 .unwrap();
             let first = store
-                .export_team_page(&caller, "exporters", None, TEAM_EXPORT_PAGE)
+                .export_team_page(&caller, "exporters", None, PAGE)
                 .await
                 .unwrap();
             let stream = super::team_export_pages(
@@ -456,8 +462,8 @@ mod tests {
                 caller.clone(),
                 "exporters".into(),
                 token.id.clone(),
-                first,
-                "{\"team\":\"exporters\",\"items\":[".into(),
+                (first, "{\"team\":\"exporters\",\"items\":[".into()),
+                PAGE,
             );
             futures::pin_mut!(stream);
             let mut body = stream
@@ -486,7 +492,7 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_slice(body).expect("one JSON document");
         assert_eq!(
             doc["items"].as_array().map(Vec::len),
-            Some(TEAM_EXPORT_PAGE as usize + 2)
+            Some(PAGE as usize + 2)
         );
         assert!(outcomes[1].0, "a revoked token's export is cut");
     }

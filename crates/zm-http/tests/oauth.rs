@@ -2113,6 +2113,19 @@ async fn moved(s: &Server) -> Server {
     }
 }
 
+/// A token request to `at`'s token endpoint: its status and its JSON.
+fn token_request(
+    at: &Server,
+    form: Vec<(&'static str, String)>,
+) -> impl std::future::Future<Output = (u16, Value)> + use<> {
+    let (http, url) = (at.http.clone(), format!("{}/oauth/token", at.base));
+    async move {
+        let r = http.post(url).form(&form).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap_or(Value::Null))
+    }
+}
+
 /// RFC 8707 §2.2: a token is issued only for a resource its grant covers.
 /// A code, and the refresh tokens of its family, issued for one resource
 /// are `invalid_target` for another, even one the server now calls its
@@ -2138,12 +2151,7 @@ async fn a_token_is_issued_only_for_the_resource_its_grant_names() {
         if let Some(r) = resource {
             form.push(("resource", r.to_string()));
         }
-        let (http, url) = (at.http.clone(), format!("{}/oauth/token", at.base));
-        async move {
-            let r = http.post(url).form(&form).send().await.unwrap();
-            let status = r.status().as_u16();
-            (status, r.json::<Value>().await.unwrap_or(Value::Null))
-        }
+        token_request(at, form)
     };
     let refresh_at = |at: &Server, refresh: &str, resource: Option<&str>| {
         let mut form = vec![
@@ -2154,12 +2162,7 @@ async fn a_token_is_issued_only_for_the_resource_its_grant_names() {
         if let Some(r) = resource {
             form.push(("resource", r.to_string()));
         }
-        let (http, url) = (at.http.clone(), format!("{}/oauth/token", at.base));
-        async move {
-            let r = http.post(url).form(&form).send().await.unwrap();
-            let status = r.status().as_u16();
-            (status, r.json::<Value>().await.unwrap_or(Value::Null))
-        }
+        token_request(at, form)
     };
 
     // Issued for our resource, asked for the moved server's: refused, and

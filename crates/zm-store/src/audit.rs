@@ -218,7 +218,7 @@ impl Store {
             // Bounded apart from the writes in flight (never taking a
             // write's place), and waited for when the store closes.
             if self.audits.len() >= AUDITS_WAITING_MAX {
-                tracing::warn!(target: "zm_store", command, "a refused write's audit row was dropped: too many waiting for the writer's turn");
+                tracing::warn!(target: "zm_store", command, "an audit row (a refused write, a failed sign-in) was dropped: too many waiting for the writer's turn");
                 return;
             }
             let store = self.clone();

@@ -618,37 +618,6 @@ backend_tests! {
     }
 }
 
-/// The pairs of `who`'s pending `unjudged` conflicts, each sorted.
-async fn unjudged_pairs(store: &Store, who: &Caller, l: &str) -> Vec<[String; 2]> {
-    let out = ok(
-        call(
-            store,
-            who,
-            "list_conflicts",
-            json!({"verdict": "unjudged", "status": "pending", "limit": 100}),
-        )
-        .await,
-        l,
-        "list_conflicts",
-    );
-    let mut pairs: Vec<[String; 2]> = out["conflicts"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            let mut p = [
-                c["memory_a"]["id"].as_str().unwrap_or_default().to_string(),
-                c["memory_b"]["id"].as_str().unwrap_or_default().to_string(),
-            ];
-            p.sort();
-            p
-        })
-        .collect();
-    pairs.sort();
-    pairs
-}
-
 /// A unit vector along coordinate `i`.
 fn axis(i: usize) -> Vec<f32> {
     let mut v = vec![0.0; 384];

@@ -36,6 +36,23 @@ async fn held_transaction(raw: &sqlx::AnyPool) -> (sqlx::Transaction<'static, sq
     (held, pid)
 }
 
+/// A transaction on `raw` holding `owner`'s writes of new memories (the
+/// advisory lock `remember` and an import take), and its backend's pid.
+async fn hold_writes_of(
+    raw: &sqlx::AnyPool,
+    owner: &str,
+) -> (sqlx::Transaction<'static, sqlx::Any>, i32) {
+    let (mut held, pid) = held_transaction(raw).await;
+    let (class, key) = zm_store::db::owner_writes_lock(owner);
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind(class)
+        .bind(key)
+        .execute(&mut *held)
+        .await
+        .expect("hold the owner's writes");
+    (held, pid)
+}
+
 /// A transaction on `raw` holding memory `id`'s row, and its backend's pid.
 async fn hold_memory(
     raw: &sqlx::AnyPool,
@@ -555,14 +572,7 @@ async fn a_write_under_way_is_published_by_the_projects_first_share() {
     .await;
     // The write under way: it holds its owner's writes, as `remember`
     // does, and lands its private memory in the project.
-    let (mut held, pid) = held_transaction(&raw).await;
-    let (class, key) = zm_store::db::owner_writes_lock(&a.user_id);
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-        .bind(class)
-        .bind(key)
-        .execute(&mut *held)
-        .await
-        .expect("hold the owner's writes");
+    let (mut held, pid) = hold_writes_of(&raw, &a.user_id).await;
     sqlx::query("UPDATE memories SET scope = $1, visibility = 'private' WHERE id = $2")
         .bind(&project)
         .bind(&m)
@@ -746,21 +756,11 @@ async fn an_erasure_beside_a_team_creation_counts_the_new_team() {
     assert_eq!(members, 1, "the team keeps its admin");
 }
 
-/// How many transactions wait on a lock `pid` holds, read on `raw`.
-async fn waiting_on(raw: &sqlx::AnyPool, pid: i32) -> i64 {
-    sqlx::query_scalar(
-        "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
-    )
-    .bind(pid)
-    .fetch_one(raw)
-    .await
-    .expect("read pg_locks")
-}
-
 /// One user's writes waiting on their owner's lock (held here as a long
 /// import holds it) take writers' turns, not every pooled connection:
 /// the test store's pool has four, writes get three (a quarter is kept
-/// for reads), and another user's `recall` answers meanwhile. Each
+/// for reads; the fourth write waits for a turn), and another user's
+/// `recall` answers meanwhile. Each
 /// waiting write held a connection of its own, and reads, everyone's,
 /// waited the pool's 30 s and failed `internal`.
 #[tokio::test]
@@ -780,15 +780,8 @@ async fn writes_waiting_on_a_lock_leave_a_connection_for_reads() {
         json!({"content": "The reader's standup is at nine.", "kind": "fact", "scope": "personal"}),
     )
     .await;
-    let (mut held, pid) = held_transaction(&raw).await;
-    let (class, key) = zm_store::db::owner_writes_lock(&w.user_id);
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-        .bind(class)
-        .bind(key)
-        .execute(&mut *held)
-        .await
-        .expect("hold the owner's writes");
-    let writers: Vec<_> = (0..8)
+    let (held, pid) = hold_writes_of(&raw, &w.user_id).await;
+    let writers: Vec<_> = (0..4)
         .map(|i| {
             let (store, w) = (store.clone(), w.clone());
             tokio::spawn(async move {

@@ -213,24 +213,10 @@ backend_tests! {
         let similar = again.similar_existing.clone().unwrap_or_default();
         let listed: Vec<_> = similar.iter().map(|s| s.id.clone()).collect();
         assert_eq!(listed, vec![edit.memory_id.clone()], "[{label}] the edit, and only it: {similar:?}");
-        let pending = ok(call(&store, &caller, "list_conflicts", json!({"verdict": "unjudged"})).await, label, "conflicts");
-        let pairs: Vec<[String; 2]> = pending["conflicts"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|c| {
-                let mut p = [
-                    c["memory_a"]["id"].as_str().unwrap_or_default().to_string(),
-                    c["memory_b"]["id"].as_str().unwrap_or_default().to_string(),
-                ];
-                p.sort();
-                p
-            })
-            .collect();
+        let pairs = unjudged_pairs(&store, &caller, label).await;
         let mut want = [edit.memory_id.to_string(), again.memory_id.to_string()];
         want.sort();
-        assert_eq!(pairs, vec![want], "[{label}] the pair in one project is filed for review: {pending}");
+        assert_eq!(pairs, vec![want], "[{label}] the pair in one project is filed for review: {pairs:?}");
     }
 
     async fn near_duplicates_are_reported_and_supersedes_retires(store: Store, label: &str) {

@@ -249,20 +249,28 @@ pub(crate) async fn export(State(state): State<AppState>, signed: Signed) -> Res
         Err(e) => return signed.error(&signed.fail(e)),
     };
     super::download(
-        Body::from_stream(export_pages(state, caller, signed.secret.clone(), page)).into_response(),
+        Body::from_stream(export_pages(
+            state,
+            caller,
+            signed.secret.clone(),
+            page,
+            zm_contracts::EXPORT_PAGE_MAX,
+        ))
+        .into_response(),
         "application/x-ndjson",
         "zero-memory-export.jsonl",
     )
 }
 
-/// The download's pages from `first` on: each later page is read only
-/// once the session of `secret` is seen live again, and a failure (or a
-/// session ended) ends the stream with an error.
+/// The download's pages (of `limit` memories) from `first` on: each later
+/// page is read only once the session of `secret` is seen live again, and
+/// a failure (or a session ended) ends the stream with an error.
 fn export_pages(
     state: AppState,
     caller: zm_store::Caller,
     secret: String,
     first: (String, Option<String>),
+    limit: u32,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
     futures::stream::unfold(ExportStep::Lines(first), move |step| {
         let (state, caller, secret) = (state.clone(), caller.clone(), secret.clone());
@@ -271,7 +279,7 @@ fn export_pages(
             // session checked): nothing is read ahead.
             let step = match step {
                 ExportStep::After(cursor) => {
-                    next_export_page(&state, &caller, &secret, cursor).await
+                    next_export_page(&state, &caller, &secret, cursor, limit).await
                 }
                 step => step,
             };
@@ -293,6 +301,7 @@ async fn next_export_page(
     caller: &zm_store::Caller,
     secret: &str,
     cursor: String,
+    limit: u32,
 ) -> ExportStep {
     match state.store.web_session(secret).await {
         Ok(Some(_)) => {}
@@ -305,7 +314,7 @@ async fn next_export_page(
             return ExportStep::Failed(std::io::Error::other("the export stopped short"));
         }
     }
-    let input = json!({"limit": zm_contracts::EXPORT_PAGE_MAX, "cursor": cursor});
+    let input = json!({"limit": limit, "cursor": cursor});
     match export_page(state, caller, &input).await {
         Ok(page) => ExportStep::Lines(page),
         Err(e) => {
@@ -643,7 +652,8 @@ mod tests {
             .unwrap();
         let tools = zm_store::ToolService::new(store.clone());
         let caller = zm_store::Caller::new(user.id.clone());
-        let n = zm_contracts::EXPORT_PAGE_MAX as usize + 2;
+        const PAGE: u32 = 3;
+        let n = PAGE as usize + 2;
         for i in 0..n {
             tools
                 .call(
@@ -665,20 +675,13 @@ mod tests {
                 .await
                 .unwrap();
             let caller = session.caller(None);
-            let first = super::export_page(
-                &state,
-                &caller,
-                &json!({"limit": zm_contracts::EXPORT_PAGE_MAX}),
-            )
-            .await
-            .unwrap();
-            let stream = super::export_pages(state.clone(), caller, secret.clone(), first);
+            let first = super::export_page(&state, &caller, &json!({"limit": PAGE}))
+                .await
+                .unwrap();
+            let stream = super::export_pages(state.clone(), caller, secret.clone(), first, PAGE);
             futures::pin_mut!(stream);
             let page = stream.next().await.expect("the first page").unwrap();
-            assert_eq!(
-                page.iter().filter(|b| **b == b'\n').count(),
-                zm_contracts::EXPORT_PAGE_MAX as usize
-            );
+            assert_eq!(page.iter().filter(|b| **b == b'\n').count(), PAGE as usize);
             if ends {
                 store.web_session_end(&secret).await.unwrap();
             }

@@ -8,7 +8,7 @@
 //!   what a migration documents it changes: `session_threads` goes (3),
 //!   migration 15 re-keys entities and merges those whose keys now agree
 //!   (their mentions and edges move), the ledger gains the versions
-//!   applied. PostgreSQL's `memories.fts` (generated, rebuilt by 22) and
+//!   applied. PostgreSQL's `memories.fts` (generated, rebuilt by 22 and 27) and
 //!   SQLite's full-text tables (rebuilt by 19) are not compared row by
 //!   row: full text is asked instead. Opening also writes the server's
 //!   two keys into `server_secrets` when none are stored; the fixture
@@ -777,7 +777,7 @@ enum Holds {
 /// Every column a migration after the first added to a table that
 /// existed before it: (version, only on this backend, table, column,
 /// what an old row holds there). PostgreSQL's `memories.fts` is dropped
-/// and added again by 22: there before and after, not new.
+/// and added again by 22 and 27: there before and after, not new.
 const ADDED_COLUMNS: &[(i64, Option<Backend>, &str, &str, Holds)] = &[
     (2, None, "access_tokens", "client_id", Holds::Null),
     (2, None, "access_tokens", "family_id", Holds::Null),
@@ -1065,7 +1065,7 @@ async fn upgrade_and_check(url: &str, from: i64, label: &str) {
     }
 
     // Full text finds the old memories: FTS5 rebuilt by 19 with the
-    // owner and scope tokens, the tsvector rebuilt by 22 with the words
+    // owner and scope tokens, the tsvector rebuilt by 22 (and 27) with the words
     // of a path.
     let owner_token = format!("o{}", hex::encode_upper(fx.alice.as_bytes()));
     let scope_token = format!("s{}", hex::encode_upper(fx.shared_scope.as_bytes()));

@@ -639,6 +639,17 @@ pub(crate) async fn hold_a_demotion(
     (change, pid)
 }
 
+/// How many transactions wait on a lock `pid` holds, read on `raw`.
+pub(crate) async fn waiting_on(raw: &sqlx::AnyPool, pid: i32) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
+    )
+    .bind(pid)
+    .fetch_one(raw)
+    .await
+    .expect("read pg_locks")
+}
+
 /// Whether some backend comes to wait on backend `pid`'s locks before
 /// `task` finishes (polled in a bounded loop of `pg_locks`; no assertion
 /// waits on the clock).
@@ -648,14 +659,7 @@ pub(crate) async fn waits_on<T>(
     task: &tokio::task::JoinHandle<T>,
 ) -> bool {
     for _ in 0..6_000 {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))",
-        )
-        .bind(pid)
-        .fetch_one(raw)
-        .await
-        .expect("read pg_locks");
-        if waiting > 0 {
+        if waiting_on(raw, pid).await > 0 {
             return true;
         }
         if task.is_finished() {
@@ -664,4 +668,35 @@ pub(crate) async fn waits_on<T>(
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     false
+}
+
+/// The pairs of `who`'s pending `unjudged` conflicts, each sorted.
+pub(crate) async fn unjudged_pairs(store: &Store, who: &Caller, l: &str) -> Vec<[String; 2]> {
+    let out = ok(
+        call(
+            store,
+            who,
+            "list_conflicts",
+            serde_json::json!({"verdict": "unjudged", "status": "pending", "limit": 100}),
+        )
+        .await,
+        l,
+        "list_conflicts",
+    );
+    let mut pairs: Vec<[String; 2]> = out["conflicts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let mut p = [
+                c["memory_a"]["id"].as_str().unwrap_or_default().to_string(),
+                c["memory_b"]["id"].as_str().unwrap_or_default().to_string(),
+            ];
+            p.sort();
+            p
+        })
+        .collect();
+    pairs.sort();
+    pairs
 }
