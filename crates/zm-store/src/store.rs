@@ -200,7 +200,18 @@ pub struct Store {
     /// once) no longer take every connection, leaving every user's reads
     /// to time out.
     pub(crate) writer_turn: Arc<tokio::sync::Semaphore>,
+    /// On PostgreSQL, each user's tool writes take turns in this process
+    /// before they take a writer's turn ([`Store::write_tx_of`]): one
+    /// user's writes queued on their owner's lock (an import and their
+    /// agents' writes at once) wait here holding nothing, instead of
+    /// holding every writer's turn while other users' writes wait.
+    owner_turns:
+        Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>>,
 }
+
+/// How many users' turn queues [`Store::write_tx_of`] keeps before it drops
+/// those nobody holds or waits for.
+const OWNER_TURNS_KEPT: usize = 1024;
 
 /// How many write transactions may hold a pooled connection at once: on
 /// SQLite one; on PostgreSQL the pool's size less a quarter of it (at
@@ -226,6 +237,9 @@ const WRITER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(30)
 pub(crate) struct WriteTx {
     tx: Transaction<'static, Any>,
     _turn: tokio::sync::OwnedSemaphorePermit,
+    /// Its user's turn (PostgreSQL tool writes), let go after the
+    /// writer's turn.
+    _owner: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl WriteTx {
@@ -294,6 +308,7 @@ impl Store {
                 backend,
                 opts.max_connections,
             ))),
+            owner_turns: Arc::default(),
         })
     }
 
@@ -348,6 +363,43 @@ impl Store {
     /// sees what the other transaction committed); under REPEATABLE READ
     /// or SERIALIZABLE they would fail with serialization errors instead.
     pub(crate) async fn write_tx(&self) -> Result<WriteTx, ToolError> {
+        self.write_tx_of(None).await
+    }
+
+    /// [`Store::write_tx`] for a tool call of `owner`: on PostgreSQL it
+    /// first takes that user's turn in this process (see `owner_turns`),
+    /// waited for at most 30 s like the writer's turn. SQLite's writes
+    /// take turns already.
+    pub(crate) async fn write_tx_of(&self, owner: Option<&str>) -> Result<WriteTx, ToolError> {
+        let owner_turn = match owner {
+            Some(owner) if self.backend == Backend::Postgres => {
+                let queue = {
+                    let mut turns = self
+                        .owner_turns
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if turns.len() >= OWNER_TURNS_KEPT {
+                        turns.retain(|_, q| Arc::strong_count(q) > 1);
+                    }
+                    Arc::clone(
+                        turns
+                            .entry(owner.to_string())
+                            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(1))),
+                    )
+                };
+                let turn = tokio::time::timeout(WRITER_TURN_WAIT, queue.acquire_owned())
+                    .await
+                    .map_err(|_| {
+                        tracing::warn!(target: "zm_store", "a write waited 30 s for its user's other writes");
+                        ToolError::rate_limited(
+                            "Your other writes are still running; nothing was written. Retry shortly.",
+                        )
+                    })?
+                    .map_err(|e| crate::db::internal("owner turn", e))?;
+                Some(turn)
+            }
+            _ => None,
+        };
         let turn = tokio::time::timeout(
             WRITER_TURN_WAIT,
             Arc::clone(&self.writer_turn).acquire_owned(),
@@ -366,7 +418,11 @@ impl Store {
             Backend::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
         let tx = self.pool.begin_with(begin).await.db("begin transaction")?;
-        Ok(WriteTx { tx, _turn: turn })
+        Ok(WriteTx {
+            tx,
+            _turn: turn,
+            _owner: owner_turn,
+        })
     }
 
     /// Run a best-effort bookkeeping write (a token's last use, a

@@ -756,22 +756,20 @@ async fn an_erasure_beside_a_team_creation_counts_the_new_team() {
     assert_eq!(members, 1, "the team keeps its admin");
 }
 
-/// One user's writes waiting on their owner's lock (held here as a long
-/// import holds it) take writers' turns, not every pooled connection:
-/// the test store's pool has four, writes get three (a quarter is kept
-/// for reads; the fourth write waits for a turn), and another user's
-/// `recall` answers meanwhile. Each
-/// waiting write held a connection of its own, and reads, everyone's,
-/// waited the pool's 30 s and failed `internal`.
+/// Writes waiting on their owners' locks (held here as a long import
+/// holds them) take writers' turns, not every pooled connection: the
+/// test store's pool has four, writes get three (a quarter is kept for
+/// reads; the fourth write waits for a turn), and a `recall` answers
+/// meanwhile. Each waiting write held a connection of its own, and
+/// reads, everyone's, waited the pool's 30 s and failed `internal`.
 #[tokio::test]
-async fn writes_waiting_on_a_lock_leave_a_connection_for_reads() {
+async fn writes_waiting_on_locks_leave_a_connection_for_reads() {
     let l = "postgres";
     let Some((store, raw)) =
-        postgres_with_raw("writes_waiting_on_a_lock_leave_a_connection_for_reads").await
+        postgres_with_raw("writes_waiting_on_locks_leave_a_connection_for_reads").await
     else {
         return;
     };
-    let (_, w) = user(&store, "ilv-turns-w").await;
     let (_, r) = user(&store, "ilv-turns-r").await;
     mem(
         &store,
@@ -780,8 +778,75 @@ async fn writes_waiting_on_a_lock_leave_a_connection_for_reads() {
         json!({"content": "The reader's standup is at nine.", "kind": "fact", "scope": "personal"}),
     )
     .await;
+    let mut writers = Vec::new();
+    for i in 0..4 {
+        let (_, w) = user(&store, &format!("ilv-turns-w{i}")).await;
+        writers.push(w);
+    }
+    let (mut held, pid) = held_transaction(&raw).await;
+    for w in &writers {
+        let (class, key) = zm_store::db::owner_writes_lock(&w.user_id);
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(class)
+            .bind(key)
+            .execute(&mut *held)
+            .await
+            .expect("hold the owners' writes");
+    }
+    let tasks: Vec<_> = writers
+        .iter()
+        .map(|w| {
+            let (store, w) = (store.clone(), w.clone());
+            tokio::spawn(async move {
+                remember(
+                    &store,
+                    &w,
+                    json!({"content": "This write waited for the import.", "kind": "fact", "scope": "personal"}),
+                )
+                .await
+            })
+        })
+        .collect();
+    // Three writes reach the locks (set-up, polled in a bounded loop).
+    let mut waiting = 0;
+    for _ in 0..6_000 {
+        waiting = waiting_on(&raw, pid).await;
+        if waiting >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(waiting, 3, "three writes wait on the locks");
+    let read = recall(&store, &r, json!({"query": "standup"})).await;
+    let read = ok(read, l, "a read while writes wait");
+    assert_eq!(read.memories.len(), 1, "{read:?}");
+    assert_eq!(
+        waiting_on(&raw, pid).await,
+        3,
+        "no more than the writers' turns hold a connection on the locks"
+    );
+    held.commit().await.expect("end the import");
+    for t in tasks {
+        ok(t.await.expect("the write's task"), l, "a waiting write");
+    }
+}
+
+/// One user's writes queued on their owner's lock take one writer's turn
+/// between them: the others wait for their user's turn holding none, so
+/// another user writes meanwhile (the queued writes held every writer's
+/// turn, and other users' writes waited 30 s and were refused).
+#[tokio::test]
+async fn one_users_queued_writes_leave_turns_to_others() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("one_users_queued_writes_leave_turns_to_others").await
+    else {
+        return;
+    };
+    let (_, w) = user(&store, "ilv-owner-w").await;
+    let (_, r) = user(&store, "ilv-owner-r").await;
     let (held, pid) = hold_writes_of(&raw, &w.user_id).await;
-    let writers: Vec<_> = (0..4)
+    let tasks: Vec<_> = (0..4)
         .map(|i| {
             let (store, w) = (store.clone(), w.clone());
             tokio::spawn(async move {
@@ -794,26 +859,29 @@ async fn writes_waiting_on_a_lock_leave_a_connection_for_reads() {
             })
         })
         .collect();
-    // Three writes reach the lock (set-up, polled in a bounded loop).
     let mut waiting = 0;
     for _ in 0..6_000 {
         waiting = waiting_on(&raw, pid).await;
-        if waiting >= 3 {
+        if waiting >= 1 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    assert_eq!(waiting, 3, "three writes wait on the lock");
-    let read = recall(&store, &r, json!({"query": "standup"})).await;
-    let read = ok(read, l, "a read while writes wait");
-    assert_eq!(read.memories.len(), 1, "{read:?}");
+    assert_eq!(waiting, 1, "one of the user's writes waits on the lock");
+    let other = remember(
+        &store,
+        &r,
+        json!({"content": "Another user's write goes through.", "kind": "fact", "scope": "personal"}),
+    )
+    .await;
+    ok(other, l, "another user's write while the first user's wait");
     assert_eq!(
         waiting_on(&raw, pid).await,
-        3,
-        "no more than the writers' turns hold a connection on the lock"
+        1,
+        "the user's other writes wait for their turn, not on the lock"
     );
     held.commit().await.expect("end the import");
-    for w in writers {
-        ok(w.await.expect("the write's task"), l, "a waiting write");
+    for t in tasks {
+        ok(t.await.expect("the write's task"), l, "a queued write");
     }
 }

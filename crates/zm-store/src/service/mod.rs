@@ -110,7 +110,11 @@ impl<'a> Cx<'a> {
             return Err(ToolError::internal());
         }
         if matches!(self.tx, TxSlot::Unopened) {
-            self.tx = TxSlot::Own(self.store.write_tx().await?);
+            self.tx = TxSlot::Own(
+                self.store
+                    .write_tx_of(Some(self.caller.user_id.as_str()))
+                    .await?,
+            );
         }
         match &mut self.tx {
             TxSlot::Own(tx) => Ok(&mut **tx),
@@ -464,7 +468,10 @@ impl ToolService {
     ) -> Result<Vec<(Result<T::Output, ToolError>, Instant)>, ToolError> {
         use crate::db::DbResult;
         let access = T::TOOL.access();
-        let mut tx = self.store.write_tx().await?;
+        let mut tx = self
+            .store
+            .write_tx_of(Some(caller.user_id.as_str()))
+            .await?;
         let mut results = Vec::with_capacity(inputs.len());
         let mut placed = Vec::new();
         for (input, payload) in inputs.into_iter().zip(payloads) {
