@@ -808,14 +808,7 @@ async fn writes_waiting_on_locks_leave_a_connection_for_reads() {
         })
         .collect();
     // Three writes reach the locks (set-up, polled in a bounded loop).
-    let mut waiting = 0;
-    for _ in 0..6_000 {
-        waiting = waiting_on(&raw, pid).await;
-        if waiting >= 3 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let waiting = until_waiting(&raw, pid, 3).await;
     assert_eq!(waiting, 3, "three writes wait on the locks");
     let read = recall(&store, &r, json!({"query": "standup"})).await;
     let read = ok(read, l, "a read while writes wait");
@@ -859,14 +852,7 @@ async fn one_users_queued_writes_leave_turns_to_others() {
             })
         })
         .collect();
-    let mut waiting = 0;
-    for _ in 0..6_000 {
-        waiting = waiting_on(&raw, pid).await;
-        if waiting >= 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let waiting = until_waiting(&raw, pid, 1).await;
     assert_eq!(waiting, 1, "one of the user's writes waits on the lock");
     let other = remember(
         &store,

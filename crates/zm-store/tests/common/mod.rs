@@ -650,6 +650,20 @@ pub(crate) async fn waiting_on(raw: &sqlx::AnyPool, pid: i32) -> i64 {
     .expect("read pg_locks")
 }
 
+/// How many transactions wait on `pid`'s locks once at least `n` do
+/// (polled in a bounded loop; what it returns is asserted, not timed).
+pub(crate) async fn until_waiting(raw: &sqlx::AnyPool, pid: i32, n: i64) -> i64 {
+    let mut waiting = 0;
+    for _ in 0..6_000 {
+        waiting = waiting_on(raw, pid).await;
+        if waiting >= n {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    waiting
+}
+
 /// Whether some backend comes to wait on backend `pid`'s locks before
 /// `task` finishes (polled in a bounded loop of `pg_locks`; no assertion
 /// waits on the clock).
