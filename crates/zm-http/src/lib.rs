@@ -21,6 +21,8 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod teams;
+#[cfg(test)]
+mod testing;
 
 use std::sync::Arc;
 use std::time::Instant;

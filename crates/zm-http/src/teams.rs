@@ -420,10 +420,7 @@ mod tests {
     #[tokio::test]
     async fn a_team_export_stops_at_the_page_after_its_token_is_revoked() {
         const PAGE: u32 = 3;
-        let dir = tempfile::tempdir().unwrap();
-        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
-            .await
-            .unwrap();
+        let (_dir, store) = crate::testing::sqlite_store().await;
         let user = store
             .create_user("team-export-cut@example.com", "a long test password")
             .await
@@ -432,17 +429,7 @@ mod tests {
         let input: zm_contracts::teams::CreateTeamInput =
             zm_contracts::parse_input(&json!({"slug": "exporters"})).unwrap();
         store.create_team(&caller, input).await.unwrap();
-        let tools = zm_store::ToolService::new(store.clone());
-        for i in 0..PAGE + 2 {
-            tools
-                .call(
-                    &caller,
-                    zm_contracts::ToolName::Remember,
-                    &json!({"content": format!("Team line {i}."), "kind": "fact", "scope": "team.exporters"}),
-                )
-                .await
-                .unwrap();
-        }
+        crate::testing::remember_n(&store, &caller, "team.exporters", "Team line", PAGE + 2).await;
         let state = crate::state(
             store.clone(),
             crate::HttpConfig::local("http://127.0.0.1:8787"),

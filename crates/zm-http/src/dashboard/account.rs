@@ -642,28 +642,14 @@ mod tests {
     /// to the end).
     #[tokio::test]
     async fn a_download_stops_at_the_page_after_its_session_ends() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
-            .await
-            .unwrap();
+        const PAGE: u32 = 3;
+        let (_dir, store) = crate::testing::sqlite_store().await;
         let user = store
             .create_user("export-cut@example.com", "a long test password")
             .await
             .unwrap();
-        let tools = zm_store::ToolService::new(store.clone());
         let caller = zm_store::Caller::new(user.id.clone());
-        const PAGE: u32 = 3;
-        let n = PAGE as usize + 2;
-        for i in 0..n {
-            tools
-                .call(
-                    &caller,
-                    zm_contracts::ToolName::Remember,
-                    &json!({"content": format!("Export line {i} of the account."), "kind": "fact", "scope": "personal"}),
-                )
-                .await
-                .unwrap();
-        }
+        crate::testing::remember_n(&store, &caller, "personal", "Export line", PAGE + 2).await;
         let state = crate::state(
             store.clone(),
             crate::HttpConfig::local("http://127.0.0.1:8787"),

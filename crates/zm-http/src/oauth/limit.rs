@@ -463,10 +463,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_known_browser_is_counted_apart_in_memory() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("zm.db")))
-            .await
-            .unwrap();
+        let (_dir, store) = crate::testing::sqlite_store().await;
         let clock = Clock::default();
         a_known_browser_is_counted_apart(&LoginBackoff::new(clock.clone()), &store, &clock).await;
     }
