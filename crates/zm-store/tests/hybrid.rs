@@ -657,16 +657,7 @@ impl Encoder for Placed {
                 self.placed
                     .iter()
                     .find(|(prefix, _)| t.starts_with(prefix.as_str()))
-                    .map_or_else(
-                        || {
-                            let at = 10
-                                + t.bytes().fold(7usize, |h, b| {
-                                    h.wrapping_mul(31).wrapping_add(b as usize)
-                                }) % 374;
-                            axis(at)
-                        },
-                        |(_, v)| v.clone(),
-                    )
+                    .map_or_else(|| axis(10 + text_hash(t) % 374), |(_, v)| v.clone())
             })
             .collect())
     }
@@ -675,18 +666,13 @@ impl Encoder for Placed {
 /// A unit vector of its own for each text (no two of these memories are
 /// near duplicates by meaning).
 fn spread(texts: &[&str]) -> Vec<Vec<f32>> {
-    texts
-        .iter()
-        .map(|t| {
-            let at = t
-                .bytes()
-                .fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize))
-                % 384;
-            let mut unit = vec![0.0; 384];
-            unit[at] = 1.0;
-            unit
-        })
-        .collect()
+    texts.iter().map(|t| axis(text_hash(t) % 384)).collect()
+}
+
+/// A hash of a text, to give it an axis of its own.
+fn text_hash(t: &str) -> usize {
+    t.bytes()
+        .fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize))
 }
 
 /// An embedder caught in the middle of a batch: it tells the test which
