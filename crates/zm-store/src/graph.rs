@@ -110,36 +110,8 @@ impl Store {
             .await
             .db("link memories")?;
         let created = done.rows_affected() == 1;
-        // A contradiction is filed for the memories' owner when they draw
-        // it, and also when a teammate drew the same link first (the link
-        // is one row, the teammate's): once, never again after the owner
-        // settled a conflict of the pair.
-        let file = created
-            || (mtype == MemoryLinkType::Contradicts
-                && {
-                    let drawn_by: Option<String> = sqlx::query_scalar(
-                    "SELECT owner_id FROM memory_links WHERE src = $1 AND dst = $2 AND type = $3",
-                )
-                .bind(src)
-                .bind(dst)
-                .bind(mtype.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .db("link's author")?;
-                    let settled: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM conflicts WHERE owner_id = $1 AND verdict = 'contradiction' AND status <> 'pending' AND \
-                     ((memory_a = $2 AND memory_b = $3) OR (memory_a = $3 AND memory_b = $2))",
-                )
-                .bind(&caller.user_id)
-                .bind(src)
-                .bind(dst)
-                .fetch_one(&mut *tx)
-                .await
-                .db("pair's conflicts")?;
-                    drawn_by.is_some_and(|by| by != caller.user_id) && settled == 0
-                });
-        if file && mtype == MemoryLinkType::Contradicts {
-            self.file_contradiction(&mut *tx, caller, src, dst, now)
+        if mtype == MemoryLinkType::Contradicts {
+            self.file_contradiction(&mut *tx, caller, (src, dst), created, now)
                 .await?;
         }
         Ok(LinkOutput {
@@ -154,15 +126,45 @@ impl Store {
     /// File `src contradicts dst` for review when both are the caller's
     /// own memories and no such conflict of the pair is pending: from
     /// `link`, and from `remember`'s `links` (one rule for both ways of
-    /// saying it).
+    /// saying it). `created`: whether this call drew the link. A link
+    /// already there files too when a teammate drew it (the link is one
+    /// row, the teammate's), unless the caller has settled a
+    /// contradiction of the pair since.
     pub(crate) async fn file_contradiction(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &crate::Caller,
-        src: &str,
-        dst: &str,
+        (src, dst): (&str, &str),
+        created: bool,
         now: i64,
     ) -> Result<(), ToolError> {
+        if !created {
+            let drawn_by: Option<String> = sqlx::query_scalar(
+                "SELECT owner_id FROM memory_links WHERE src = $1 AND dst = $2 AND type = $3",
+            )
+            .bind(src)
+            .bind(dst)
+            .bind(MemoryLinkType::Contradicts.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .db("link's author")?;
+            if drawn_by.is_none_or(|by| by == caller.user_id) {
+                return Ok(());
+            }
+            let settled: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM conflicts WHERE owner_id = $1 AND verdict = 'contradiction' AND status <> 'pending' AND \
+                 ((memory_a = $2 AND memory_b = $3) OR (memory_a = $3 AND memory_b = $2))",
+            )
+            .bind(&caller.user_id)
+            .bind(src)
+            .bind(dst)
+            .fetch_one(&mut *tx)
+            .await
+            .db("pair's conflicts")?;
+            if settled > 0 {
+                return Ok(());
+            }
+        }
         // A contradiction between two of the caller's memories goes to
         // review. Their teams held first (PostgreSQL): a removal
         // handing either over waits, or has run and the pair is not

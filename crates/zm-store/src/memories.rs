@@ -396,11 +396,6 @@ fn remember_output(o: RememberOutcome) -> RememberOutput {
     }
 }
 
-/// Do two scopes provably belong to different projects?
-fn cross_project(a: &str, b: &str) -> bool {
-    scope::is_shareable(a) && scope::is_shareable(b) && a != b
-}
-
 impl Store {
     /// Decide where a `remember` lands (explicit scope → hint → the
     /// session's project: its thread's, else its attachment → refusal),
@@ -1115,8 +1110,8 @@ impl Store {
                 == 1;
             // Declared while writing, a contradiction goes to review as
             // one declared with `link` does.
-            if created && *ltype == MemoryLinkType::Contradicts {
-                self.file_contradiction(&mut *tx, caller, memory_id, dst, now)
+            if *ltype == MemoryLinkType::Contradicts {
+                self.file_contradiction(&mut *tx, caller, (memory_id, dst), created, now)
                     .await?;
             }
         }
@@ -1167,7 +1162,7 @@ impl Store {
             .into_iter()
             .filter(|&(i, _)| {
                 let c = &candidates[i];
-                !retired.iter().any(|r| r == c.id.as_str()) && !cross_project(&c.scope, scope_path)
+                !retired.iter().any(|r| r == c.id.as_str())
             })
             .take(similarity::SIMILAR_CAP)
         {
@@ -1807,9 +1802,9 @@ fn probe_match(n: usize) -> usize {
 }
 
 /// The probe's conditions on `m`: the owner's live memories but the new one,
-/// less those of another project than the new one's `scope_path` (the rule
-/// of [`cross_project`]: a memory in a project or team scope is not compared
-/// with one in another; a personal scope is compared with every scope).
+/// less those of another project than the new one's `scope_path` (a memory
+/// in a project or team scope is not compared with one in another; a
+/// personal scope is compared with every scope).
 fn push_probe_filter(sql: &mut crate::sql::Sql, owner: &str, exclude: &str, scope_path: &str) {
     sql.push("m.owner_id = ").bind_str(owner);
     sql.push(" AND m.invalidated_at IS NULL AND m.id <> ")
