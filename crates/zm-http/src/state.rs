@@ -58,21 +58,27 @@ pub struct HttpConfig {
     pub max_connections: usize,
 }
 
-/// The `Strict-Transport-Security` of the dashboard's and the OAuth
-/// endpoints' answers behind an https public URL: a year, and no
+/// The `Strict-Transport-Security` of every answer behind an https
+/// public URL (it holds for the whole host): a year, and no
 /// `includeSubDomains` (the server may share its domain with sites that
 /// are not ours, nor all https).
 pub(crate) const HSTS: &str = "max-age=31536000";
 
 /// Middleware (`axum::middleware::map_response_with_state`, given the
-/// configuration): [`HttpConfig::strict_transport`] on every answer of
-/// the routes it wraps (the dashboard's, the OAuth endpoints').
+/// configuration): [`HttpConfig::strict_transport`] on every answer
+/// (`with_layers`, outside the panic catcher and the fallback).
 pub(crate) async fn strict_transport(
     axum::extract::State(cfg): axum::extract::State<Arc<HttpConfig>>,
     mut resp: axum::response::Response,
 ) -> axum::response::Response {
     cfg.strict_transport(resp.headers_mut());
     resp
+}
+
+/// Is the public URL `https://`? What the cookies' `Secure` and HSTS are
+/// decided on.
+pub(crate) fn is_https(public_url: &str) -> bool {
+    url::Url::parse(public_url).is_ok_and(|u| u.scheme() == "https")
 }
 
 /// `base` as the url crate writes it (scheme and host lowercased, a
@@ -139,7 +145,7 @@ impl HttpConfig {
     /// Never over plain http, where a browser ignores it anyway and a
     /// local server must stay reachable.
     pub(crate) fn strict_transport(&self, h: &mut axum::http::HeaderMap) {
-        if url::Url::parse(&self.public_url).is_ok_and(|u| u.scheme() == "https") {
+        if is_https(&self.public_url) {
             h.insert(
                 axum::http::header::STRICT_TRANSPORT_SECURITY,
                 axum::http::HeaderValue::from_static(HSTS),
@@ -319,7 +325,7 @@ impl CookieScope {
     /// The scope of the routes at `under` (`""` or a path starting with
     /// `/`) of the server at `public_url`.
     pub(crate) fn of(public_url: &str, under: &str) -> Self {
-        let secure = url::Url::parse(public_url).is_ok_and(|u| u.scheme() == "https");
+        let secure = is_https(public_url);
         let path = format!("{}{under}", PathPrefix::of(public_url).as_str());
         CookieScope {
             path: if path.is_empty() { "/".into() } else { path },
@@ -694,23 +700,28 @@ impl RateLimiter {
     /// [`ip_limit_key`]) and, for IPv6, by its /48 too (see
     /// [`ip_network_key`]), so that whoever holds a /48 gets one window,
     /// not one for each of its 65,536 /64s. `Err(seconds)` when the
-    /// address is over `max` or the /48 over `network_max` in `window`;
-    /// the /48 does not count a request its /64 refused. The one way a per-client limit counts (the OAuth routes,
+    /// address is over `max` or the /48 over `max` × `clients` in
+    /// `window` (see [`CLIENTS_PER_NETWORK`]); the /48 does not count a
+    /// request its /64 refused. The one way a per-client limit counts (the OAuth routes,
     /// the dashboard's sign-in).
     pub(crate) async fn hit_client(
         &self,
         what: &str,
         ip: &str,
         max: u32,
-        network_max: u32,
+        clients: u32,
         window: Duration,
     ) -> Result<(), u64> {
         self.hit(&format!("{what}:{}", ip_limit_key(ip)), max, window)
             .await?;
         match ip_network_key(ip) {
             Some(network) => {
-                self.hit(&format!("{what}:{network}"), network_max, window)
-                    .await
+                self.hit(
+                    &format!("{what}:{network}"),
+                    max.saturating_mul(clients),
+                    window,
+                )
+                .await
             }
             None => Ok(()),
         }
@@ -719,7 +730,7 @@ impl RateLimiter {
 
 /// How many clients' worth of requests an IPv6 /48 gets on a route where
 /// each client signs in or refreshes tokens ([`RateLimiter::hit_client`]'s
-/// `network_max` = `max` × this): one /48 may be a whole office or a
+/// `clients`): one /48 may be a whole office or a
 /// carrier's pool of phones, each on a /64 of its own, while one client
 /// cycling through its /64s still meets a bound. Registration, which
 /// stores a row per request, gives a /48 no more than a /64.
@@ -1093,15 +1104,16 @@ mod tests {
     async fn a_client_counts_by_its_64_and_by_its_48() {
         let limiter = RateLimiter::with_capacity(Clock::default(), 100);
         let window = Duration::from_secs(60);
-        // Two a client, three a /48.
-        let hit = |ip: &'static str| limiter.hit_client("test", ip, 2, 3, window);
+        // Two a client, four a /48.
+        let hit = |ip: &'static str| limiter.hit_client("test", ip, 2, 2, window);
         assert_eq!(hit("2001:db8:1:2::1").await, Ok(()));
         assert_eq!(hit("2001:db8:1:2::2").await, Ok(()), "the same /64");
         assert!(hit("2001:db8:1:2::3").await.is_err(), "the /64's third");
         assert_eq!(hit("2001:db8:1:3::1").await, Ok(()));
+        assert_eq!(hit("2001:db8:1:3::2").await, Ok(()));
         assert!(
             hit("2001:db8:1:4::1").await.is_err(),
-            "a fourth request of the /48"
+            "a fifth request of the /48"
         );
         assert_eq!(hit("2001:db8:2::1").await, Ok(()), "another /48");
         for _ in 0..2 {

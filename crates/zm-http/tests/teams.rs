@@ -129,7 +129,7 @@ async fn oauth_token(store: &Store, user: &zm_store::User) -> String {
         verifier_challenge: CHALLENGE,
     };
     store
-        .exchange_oauth_code(ex, None)
+        .exchange_oauth_code(ex, None, None)
         .await
         .unwrap()
         .access_token

@@ -486,7 +486,7 @@ impl Store {
     }
 
     /// On a database without any user, create the owner account without a
-    /// password (none verifies until `set_password`): what a local `stdio`
+    /// password (none verifies until `change_password`): what a local `stdio`
     /// start needs. `None` when a user exists already.
     pub async fn create_local_owner(&self, email: &str) -> Result<Option<User>, ToolError> {
         let email = normalize_email(email)?;
@@ -619,17 +619,6 @@ impl Store {
         .await
         .unwrap_or(false);
         Ok(if ok { user } else { None })
-    }
-
-    /// Set a user's password: [`Store::change_password`] keeping the
-    /// personal access tokens. What the old password let in ends all the
-    /// same (every dashboard session, every OAuth token family and code
-    /// not yet exchanged), and the change is audited: no way to change a
-    /// password leaves them.
-    pub async fn set_password(&self, user_id: &str, password: &str) -> Result<(), ToolError> {
-        self.change_password(user_id, password, false)
-            .await
-            .map(|_| ())
     }
 
     /// Set a user's password and end what the old one let in: every
@@ -1172,7 +1161,7 @@ mod tests {
 
     async fn refreshes(store: &Store, t: &IssuedTokens) -> bool {
         store
-            .refresh_oauth_token(&t.refresh_token, &t.client_id, None, None)
+            .refresh_oauth_token(&t.refresh_token, &t.client_id, None, None, None)
             .await
             .is_ok()
     }
@@ -1301,7 +1290,10 @@ mod tests {
             .unwrap()
             .unwrap();
         let owner = store.owner().await.unwrap().unwrap();
-        store.set_password(&owner.id, PASSWORD).await.unwrap();
+        store
+            .change_password(&owner.id, PASSWORD, false)
+            .await
+            .unwrap();
         let all = store.password_checks.available_permits();
         let held = std::sync::Arc::clone(&store.password_checks)
             .acquire_many_owned(u32::try_from(all).unwrap())
@@ -1354,7 +1346,10 @@ mod tests {
                 "{guess:?}"
             );
         }
-        store.set_password(&owner.id, PASSWORD).await.unwrap();
+        store
+            .change_password(&owner.id, PASSWORD, false)
+            .await
+            .unwrap();
         let user = store
             .verify_password("owner@localhost", PASSWORD)
             .await

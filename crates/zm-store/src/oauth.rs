@@ -731,20 +731,13 @@ impl Store {
     /// spent even when the rest of the check fails), check client, redirect
     /// URI and PKCE, and start a token family. Presenting an already
     /// exchanged code revokes the family it started.
-    pub async fn exchange_oauth_code(
-        &self,
-        ex: CodeExchange<'_>,
-        request_id: Option<&str>,
-    ) -> Result<IssuedTokens, OauthError> {
-        self.exchange_oauth_code_for(ex, None, request_id).await
-    }
-
-    /// [`Store::exchange_oauth_code`] for a token request that may name a
+    ///
+    /// The token request may name a
     /// resource (`resource`, RFC 8707; `None`: it names none): one the code
     /// was not issued for is `invalid_target` (see [`ResourceCheck`]), and
     /// the code is spent, as by every other refusal once the client and
     /// its PKCE verifier are checked.
-    pub async fn exchange_oauth_code_for(
+    pub async fn exchange_oauth_code(
         &self,
         ex: CodeExchange<'_>,
         resource: Option<ResourceCheck<'_>>,
@@ -928,22 +921,12 @@ impl Store {
     /// identification): another client's token is `invalid_grant` and is
     /// neither spent nor taken for a replay. `scope`, when given, must be
     /// within the family's; it narrows the new access token only.
-    pub async fn refresh_oauth_token(
-        &self,
-        refresh_token: &str,
-        client_id: &str,
-        scope: Option<&str>,
-        request_id: Option<&str>,
-    ) -> Result<IssuedTokens, OauthError> {
-        self.refresh_oauth_token_for(refresh_token, client_id, scope, None, request_id)
-            .await
-    }
-
-    /// [`Store::refresh_oauth_token`] for a request that may name a
+    ///
+    /// The request may name a
     /// resource (`resource`, RFC 8707; `None`: it names none): one the
     /// token's family was not issued for is `invalid_target` (see
     /// [`ResourceCheck`]), and spends nothing.
-    pub async fn refresh_oauth_token_for(
+    pub async fn refresh_oauth_token(
         &self,
         refresh_token: &str,
         client_id: &str,
@@ -1430,7 +1413,7 @@ mod tests {
                 other => panic!("[{label}] a disabled account's code: {other:?}"),
             }
             match store
-                .refresh_oauth_token(&first.refresh_token, &first.client_id, None, None)
+                .refresh_oauth_token(&first.refresh_token, &first.client_id, None, None, None)
                 .await
             {
                 Err(OauthError::InvalidGrant(_)) => {}
@@ -1444,7 +1427,7 @@ mod tests {
                 .unwrap();
             assert!(
                 store
-                    .refresh_oauth_token(&first.refresh_token, &first.client_id, None, None)
+                    .refresh_oauth_token(&first.refresh_token, &first.client_id, None, None, None)
                     .await
                     .is_ok(),
                 "[{label}] the refusal spent nothing"
@@ -1482,7 +1465,7 @@ mod tests {
             for _ in 0..160 {
                 store.clock().advance_ms(6 * ACCESS_TTL_MS);
                 pair = store
-                    .refresh_oauth_token(&pair.refresh_token, &client, None, None)
+                    .refresh_oauth_token(&pair.refresh_token, &client, None, None, None)
                     .await
                     .unwrap();
             }

@@ -77,5 +77,5 @@ pub(crate) async fn exchange_code(
         redirect_uri: REDIRECT,
         verifier_challenge: CHALLENGE,
     };
-    store.exchange_oauth_code(ex, None).await
+    store.exchange_oauth_code(ex, None, None).await
 }

@@ -45,11 +45,11 @@ backend_tests! {
         let (u, _) = user(&store, "pwlimit").await;
         let longest = "é".repeat(MAX_PASSWORD_BYTES / 2);
         assert_eq!(longest.len(), MAX_PASSWORD_BYTES);
-        ok(store.set_password(&u.id, &longest).await, label, "the longest password");
+        ok(store.change_password(&u.id, &longest, false).await, label, "the longest password");
         let me = ok(store.verify_password(&u.email, &longest).await, label, "sign in with it");
         assert_eq!(me.map(|m| m.id), Some(u.id.clone()), "[{label}]");
         let over = format!("{longest}x");
-        err(store.set_password(&u.id, &over).await, ErrorCode::ValidationFailed, label, "one byte over");
+        err(store.change_password(&u.id, &over, false).await, ErrorCode::ValidationFailed, label, "one byte over");
         assert!(ok(store.verify_password(&u.email, &longest).await, label, "the old one").is_some(), "[{label}] kept");
     }
 

@@ -53,6 +53,7 @@ async fn exchange(store: &Store, client: &str, code: &str) -> Result<IssuedToken
                 verifier_challenge: CHALLENGE,
             },
             None,
+            None,
         )
         .await
 }
@@ -87,7 +88,7 @@ async fn exchange_naming(
         redirect_uri: REDIRECT,
         verifier_challenge: CHALLENGE,
     };
-    store.exchange_oauth_code_for(ex, wanted, None).await
+    store.exchange_oauth_code(ex, wanted, None).await
 }
 
 fn invalid_target<T: std::fmt::Debug>(r: Result<T, OauthError>, label: &str, what: &str) {
@@ -182,6 +183,7 @@ backend_tests! {
                     verifier_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cX",
                 },
                 None,
+                None,
             )
             .await;
         invalid_grant(wrong_verifier, label, "a wrong verifier");
@@ -204,6 +206,7 @@ backend_tests! {
                     redirect_uri: REDIRECT,
                     verifier_challenge: "x".repeat(43).as_str(),
                 },
+                None,
                 None,
             )
             .await;
@@ -236,7 +239,7 @@ backend_tests! {
         );
         // The refresh token outlives it.
         let t2 = store
-            .refresh_oauth_token(&t.refresh_token, &c, None, None)
+            .refresh_oauth_token(&t.refresh_token, &c, None, None, None)
             .await
             .unwrap();
         assert!(works(&store, &t2.access_token).await, "[{label}]");
@@ -253,12 +256,12 @@ backend_tests! {
             .await
             .unwrap();
         let t2 = store
-            .refresh_oauth_token(&t1.refresh_token, &c, None, None)
+            .refresh_oauth_token(&t1.refresh_token, &c, None, None, None)
             .await
             .unwrap();
         assert_eq!(t2.family_id, t1.family_id, "[{label}]");
         let t3 = store
-            .refresh_oauth_token(&t2.refresh_token, &c, Some("mcp:read"), None)
+            .refresh_oauth_token(&t2.refresh_token, &c, Some("mcp:read"), None, None)
             .await
             .unwrap();
         assert_eq!(t3.scope, "mcp:read", "[{label}] narrowed");
@@ -266,14 +269,14 @@ backend_tests! {
         assert!(!auth.can_write(), "[{label}]");
         // Narrowing applies to the access token; the family keeps its scope.
         let t4 = store
-            .refresh_oauth_token(&t3.refresh_token, &c, Some("mcp:write mcp:read"), None)
+            .refresh_oauth_token(&t3.refresh_token, &c, Some("mcp:write mcp:read"), None, None)
             .await
             .unwrap();
         assert_eq!(t4.scope, "mcp:read mcp:write", "[{label}]");
         // Replay t1's (spent) refresh token.
         invalid_grant(
             store
-                .refresh_oauth_token(&t1.refresh_token, &c, None, None)
+                .refresh_oauth_token(&t1.refresh_token, &c, None, None, None)
                 .await,
             label,
             "replay",
@@ -288,7 +291,7 @@ backend_tests! {
         }
         invalid_grant(
             store
-                .refresh_oauth_token(&t4.refresh_token, &c, None, None)
+                .refresh_oauth_token(&t4.refresh_token, &c, None, None, None)
                 .await,
             label,
             "the newest refresh token is dead too",
@@ -299,7 +302,7 @@ backend_tests! {
         let c2 = client(&store).await;
         invalid_grant(
             store
-                .refresh_oauth_token(&other.refresh_token, &c2, None, None)
+                .refresh_oauth_token(&other.refresh_token, &c2, None, None, None)
                 .await,
             label,
             "foreign client",
@@ -307,7 +310,7 @@ backend_tests! {
         // The refusal spent nothing: the token rotates for its own client,
         // and no replay was seen (the family lives on).
         let rotated = store
-            .refresh_oauth_token(&other.refresh_token, &c, None, None)
+            .refresh_oauth_token(&other.refresh_token, &c, None, None, None)
             .await
             .expect("another client's attempt left the token as it was");
         assert!(works(&store, &rotated.access_token).await, "[{label}]");
@@ -358,7 +361,7 @@ backend_tests! {
         store.revoke_oauth_token(&t.access_token, &c, None).await.unwrap();
         assert!(!works(&store, &t.access_token).await, "[{label}] access revoked");
         let t2 = store
-            .refresh_oauth_token(&t.refresh_token, &c, None, None)
+            .refresh_oauth_token(&t.refresh_token, &c, None, None, None)
             .await
             .expect("revoking the access token leaves the refresh token");
         assert!(works(&store, &t2.access_token).await, "[{label}]");
@@ -371,7 +374,7 @@ backend_tests! {
         store.revoke_oauth_token(&t2.refresh_token, &c, None).await.unwrap();
         assert!(!works(&store, &t2.access_token).await, "[{label}] family revoked");
         invalid_grant(
-            store.refresh_oauth_token(&t2.refresh_token, &c, None, None).await,
+            store.refresh_oauth_token(&t2.refresh_token, &c, None, None, None).await,
             label,
             "a revoked refresh token",
         );
@@ -440,7 +443,7 @@ backend_tests! {
         for _ in 0..6 {
             let (store, r, c) = (store.clone(), t.refresh_token.clone(), c.clone());
             tasks.push(tokio::spawn(async move {
-                store.refresh_oauth_token(&r, &c, None, None).await
+                store.refresh_oauth_token(&r, &c, None, None, None).await
             }));
         }
         let results: Vec<_> = futures_join(tasks).await;
@@ -487,7 +490,7 @@ backend_tests! {
         assert!(!works(&store, &t.access_token).await, "[{label}]");
         invalid_grant(
             store
-                .refresh_oauth_token(&t.refresh_token, &c, None, None)
+                .refresh_oauth_token(&t.refresh_token, &c, None, None, None)
                 .await,
             label,
             "refresh after revocation",
@@ -536,16 +539,16 @@ backend_tests! {
         let second = code_naming(&store, &c, &u.id, Some(OURS)).await;
         let t = exchange_naming(&store, &c, &second, Some(&ours)).await.expect("its own resource");
         invalid_target(
-            store.refresh_oauth_token_for(&t.refresh_token, &c, None, Some(&elsewhere), None).await,
+            store.refresh_oauth_token(&t.refresh_token, &c, None, Some(&elsewhere), None).await,
             label,
             "a refresh for another resource",
         );
         let t = store
-            .refresh_oauth_token_for(&t.refresh_token, &c, None, Some(&ours), None)
+            .refresh_oauth_token(&t.refresh_token, &c, None, Some(&ours), None)
             .await
             .expect("the refusal spent nothing");
         store
-            .refresh_oauth_token(&t.refresh_token, &c, None, None)
+            .refresh_oauth_token(&t.refresh_token, &c, None, None, None)
             .await
             .expect("a refresh naming no resource");
 
@@ -556,10 +559,11 @@ backend_tests! {
         assert!(works(&store, &t.access_token).await, "[{label}]");
     }
 
-    /// `set_password` ends what the old password let in, as `user passwd`
-    /// does: the dashboard sessions, the OAuth token families and the codes
-    /// not yet exchanged; personal access tokens stay. It is audited.
-    async fn setting_a_password_ends_what_the_old_one_let_in(store: Store, label: &str) {
+    /// A password change keeping personal access tokens (`user passwd`
+    /// without `--revoke-tokens`) ends what the old password let in: the
+    /// dashboard sessions, the OAuth token families and the codes not yet
+    /// exchanged; personal access tokens stay. It is audited.
+    async fn a_password_change_ends_what_the_old_one_let_in(store: Store, label: &str) {
         let (u, _) = user(&store, "oauth-setpw").await;
         let c = client(&store).await;
         let (session, _) = store
@@ -578,7 +582,7 @@ backend_tests! {
         assert!(works(&store, &t.access_token).await, "[{label}]");
 
         store
-            .set_password(&u.id, "a brand new passphrase")
+            .change_password(&u.id, "a brand new passphrase", false)
             .await
             .unwrap();
         assert!(
@@ -591,10 +595,10 @@ backend_tests! {
         );
         invalid_grant(
             store
-                .refresh_oauth_token(&t.refresh_token, &c, None, None)
+                .refresh_oauth_token(&t.refresh_token, &c, None, None, None)
                 .await,
             label,
-            "refresh after set_password",
+            "refresh after the change",
         );
         invalid_grant(
             exchange(&store, &c, &pending).await,

@@ -187,10 +187,7 @@ pub(crate) async fn submit(
                 "dashboard:login",
                 &ip,
                 state.cfg.oauth_rate_max,
-                state
-                    .cfg
-                    .oauth_rate_max
-                    .saturating_mul(crate::state::CLIENTS_PER_NETWORK),
+                crate::state::CLIENTS_PER_NETWORK,
                 state.cfg.oauth_rate_window,
             )
             .await

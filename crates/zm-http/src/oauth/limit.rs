@@ -48,11 +48,10 @@ impl FromRequestParts<OauthState> for Throttled {
         // fill the registrations waiting for a sign-in and lock every new
         // client out), and a sign-in or a token request moving through
         // them would get a fresh window at each.
-        let network_max = if route == "register" {
-            cfg.oauth_rate_max
+        let clients = if route == "register" {
+            1
         } else {
-            cfg.oauth_rate_max
-                .saturating_mul(crate::state::CLIENTS_PER_NETWORK)
+            crate::state::CLIENTS_PER_NETWORK
         };
         let hit = st
             .app
@@ -61,7 +60,7 @@ impl FromRequestParts<OauthState> for Throttled {
                 &format!("oauth:{}:{route}", parts.method),
                 &ip,
                 cfg.oauth_rate_max,
-                network_max,
+                clients,
                 cfg.oauth_rate_window,
             )
             .await;
@@ -563,7 +562,7 @@ mod tests {
         assert_eq!(known(&a, &key, &HeaderMap::new()).await, None, "no cookie");
         // A new password voids every cookie made before it.
         store
-            .set_password(&user.id, "a brand new passphrase")
+            .change_password(&user.id, "a brand new passphrase", false)
             .await
             .unwrap();
         assert_eq!(

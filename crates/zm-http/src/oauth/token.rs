@@ -15,7 +15,6 @@ use super::limit::Throttled;
 use super::params::{FormOrJsonParams, Params};
 use super::{OauthRejection, OauthState, no_store, resource_ok};
 use crate::request::RequestId;
-use crate::state::normalise_base;
 
 /// `BASE64URL(SHA256(verifier))`.
 pub(crate) fn s256(verifier: &str) -> String {
@@ -59,11 +58,11 @@ pub(super) async fn token(
         ));
     }
     // RFC 8707 §2.2: and one the grant covers, the resource its sign-in
-    // named (compared as URLs), checked by the store against the code or
-    // the token family: a grant issued while the public URL was another
-    // is not one for the resource it names now.
-    let same = requested.map(|r| move |granted: &str| normalise_base(granted) == normalise_base(r));
-    let resource = same.as_ref().map(|same| same as ResourceCheck<'_>);
+    // named, checked by the store against the code or the token family:
+    // the requested resource is ours (above), so the grant's must be ours
+    // now too (one issued while the public URL was another is not).
+    let same = |granted: &str| resource_ok(public_url, granted);
+    let resource = requested.map(|_| &same as ResourceCheck<'_>);
     let tokens = match p.get("grant_type") {
         None => return Err(OauthRejection::invalid_request("grant_type is required.")),
         Some("authorization_code") => exchange(&st, &p, &headers, resource, rid).await?,
@@ -144,7 +143,7 @@ async fn exchange(
     let client = known_client(st, &client).await?;
     st.app
         .store
-        .exchange_oauth_code_for(
+        .exchange_oauth_code(
             CodeExchange {
                 code: p.get("code").unwrap_or(""),
                 client_id: &client.id,
@@ -181,7 +180,7 @@ async fn refresh(
     let client = known_client(st, &ClientId::of(headers, p)?).await?;
     st.app
         .store
-        .refresh_oauth_token_for(
+        .refresh_oauth_token(
             p.get("refresh_token").unwrap_or(""),
             &client.id,
             p.get("scope"),
