@@ -159,10 +159,15 @@ async fn no_store(mut resp: Response) -> Response {
 /// `internal`, cause only in the log), request ids and metrics.
 pub fn with_layers(routes: Router, state: AppState) -> Router {
     let pages = state.clone();
+    let cfg = Arc::clone(&state.cfg);
     routes
         .fallback(move |req: axum::extract::Request| dashboard::fallback(pages.clone(), req))
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(axum::middleware::from_fn_with_state(state, request_id))
+        .layer(axum::middleware::map_response_with_state(
+            cfg,
+            state::strict_transport,
+        ))
 }
 
 /// Build the shared state (exposed for tests that add their own routes).

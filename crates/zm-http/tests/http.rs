@@ -1669,8 +1669,9 @@ async fn dashboard_sign_ins_count_an_ipv6_client_by_its_48() {
     s.running.stop().await;
 }
 
-/// Behind an https public URL the dashboard's and the OAuth endpoints'
-/// answers carry `Strict-Transport-Security` (a year, no
+/// Behind an https public URL every answer (the dashboard's, the OAuth
+/// endpoints', the API's, a page that does not exist) carries
+/// `Strict-Transport-Security` (a year, no
 /// `includeSubDomains`: the domain may hold sites that are not ours);
 /// over plain http, never.
 #[tokio::test]
@@ -1690,6 +1691,9 @@ async fn strict_transport_security_is_sent_only_behind_https() {
         "/",
         "/oauth/authorize",
         "/.well-known/oauth-authorization-server",
+        "/api/contract",
+        "/healthz",
+        "/no-such-page",
     ] {
         let r = s
             .http
@@ -1707,7 +1711,7 @@ async fn strict_transport_security_is_sent_only_behind_https() {
     s.running.stop().await;
 
     let s = start().await;
-    for path in ["/login", "/", "/oauth/authorize"] {
+    for path in ["/login", "/", "/oauth/authorize", "/api/contract"] {
         let r = s
             .http
             .get(format!("{}{path}", s.base))

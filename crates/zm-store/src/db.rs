@@ -352,10 +352,14 @@ const OVERLOAD_CODES: [&str; 5] = ["5", "261", "517", "55P03", "57014"];
 /// Did this fail for load (the database busy past its wait) rather than
 /// for a fault?
 pub(crate) fn is_overload(err: &sqlx::Error) -> bool {
+    has_code(err, &OVERLOAD_CODES)
+}
+
+/// Did the database answer with one of `codes` (its own error code: a
+/// SQLite result code, a PostgreSQL SQLSTATE)?
+fn has_code(err: &sqlx::Error, codes: &[&str]) -> bool {
     match err {
-        sqlx::Error::Database(e) => e
-            .code()
-            .is_some_and(|code| OVERLOAD_CODES.contains(&code.as_ref())),
+        sqlx::Error::Database(e) => e.code().is_some_and(|code| codes.contains(&code.as_ref())),
         _ => false,
     }
 }
@@ -387,12 +391,7 @@ const CONTENTION_SQLSTATES: [&str; 2] = ["40P01", "40001"];
 /// serialization failure)? SQLite never answers these codes: its writers
 /// queue (`BEGIN IMMEDIATE`, the busy timeout).
 pub(crate) fn is_contention(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Database(e) => e
-            .code()
-            .is_some_and(|code| CONTENTION_SQLSTATES.contains(&code.as_ref())),
-        _ => false,
-    }
+    has_code(err, &CONTENTION_SQLSTATES)
 }
 
 tokio::task_local! {

@@ -85,6 +85,26 @@ enum RuleChange<'a> {
 /// The longest reason a revoked rule keeps (characters).
 pub const REVOKE_REASON_MAX: usize = 500;
 
+/// How rules are listed: pinned first, then the newest promotion (one
+/// with no date last, on both backends), then by id.
+pub(crate) const RULE_ORDER: &str = "pinned DESC, (promoted_at IS NULL), promoted_at DESC, id";
+
+/// Every rule `owner` holds, in [`RULE_ORDER`].
+pub(crate) async fn rules_of(
+    conn: &mut sqlx::AnyConnection,
+    owner: &str,
+) -> Result<Vec<RuleRecord>, ToolError> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules \
+         WHERE owner_id = $1 ORDER BY {RULE_ORDER}"
+    )))
+    .bind(owner)
+    .fetch_all(&mut *conn)
+    .await
+    .db("list rules")?;
+    RuleRecord::from_rows(&rows)
+}
+
 impl Store {
     /// Promote one of the caller's memories to a standing rule.
     pub(crate) async fn promote_rule(
@@ -461,12 +481,8 @@ impl Store {
 
     /// All the caller's rules, for management.
     pub async fn list_rules(&self, caller: &Caller) -> Result<Vec<RuleRecord>, ToolError> {
-        let rows = sqlx::query("SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules WHERE owner_id = $1 ORDER BY pinned DESC, (promoted_at IS NULL), promoted_at DESC, id")
-            .bind(&caller.user_id)
-            .fetch_all(&self.pool)
-            .await
-            .db("list rules")?;
-        RuleRecord::from_rows(&rows)
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        rules_of(&mut conn, &caller.user_id).await
     }
 
     /// The user-layer rules for connect-time instructions, pinned first,

@@ -1870,10 +1870,7 @@ impl Store {
                 .chain(out.iter().map(|m| &m.id))
                 .map(MemoryId::as_str)
                 .collect();
-            if !taken.is_empty() {
-                // (`NOT IN (NULL)`, an empty list's, would leave nothing.)
-                sql.push(" AND m.id NOT IN ").bind_list(taken);
-            }
+            sql.and_not_in("m.id", taken);
             sql.push(" AND ");
             push_visible(&mut sql, "m", &caller.user_id);
             sql.push(" AND ");
@@ -1906,10 +1903,7 @@ impl Store {
         sql.bind_i64(now - RECENT_DAYS * DAY_MS).push(" AND ");
         push_read_set(&mut sql, "m", set);
         let shown: Vec<&str> = hit_ids.iter().chain(ruled).map(MemoryId::as_str).collect();
-        if !shown.is_empty() {
-            // (`NOT IN (NULL)`, an empty list's, would leave nothing.)
-            sql.push(" AND m.id NOT IN ").bind_list(shown);
-        }
+        sql.and_not_in("m.id", shown);
         sql.push(" ORDER BY m.created_at DESC, m.seq DESC LIMIT ")
             .bind_i64(i64::try_from(RECENT_CAP).unwrap_or(i64::MAX));
         let rows = sql.query().fetch_all(&self.pool).await.db("recent")?;
@@ -2028,7 +2022,8 @@ impl Store {
         let ttl = now - RULES_TTL_DAYS * DAY_MS;
         sql.push(") AND (pinned = 1 OR promoted_at >= ")
             .bind_i64(ttl)
-            .push(") ORDER BY pinned DESC, (promoted_at IS NULL), promoted_at DESC, id");
+            .push(") ORDER BY ")
+            .push(crate::rules::RULE_ORDER);
         let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         type Delivered = ((String, MemoryId), Rule);
         let mut pinned: Vec<Delivered> = Vec::new();

@@ -85,6 +85,20 @@ impl Sql {
         self.text.push(')');
         self
     }
+    /// ` AND {column} NOT IN (…)` for a non-empty `items`; nothing for an
+    /// empty one (whose `NOT IN (NULL)` would leave no row).
+    pub(crate) fn and_not_in<I: IntoIterator<Item = S>, S: Into<String>>(
+        &mut self,
+        column: &str,
+        items: I,
+    ) -> &mut Self {
+        let items: Vec<String> = items.into_iter().map(Into::into).collect();
+        if !items.is_empty() {
+            self.push(&format!(" AND {column} NOT IN "));
+            self.bind_list(items);
+        }
+        self
+    }
     pub(crate) fn query(&self) -> Query<'_, Any, AnyArguments> {
         let mut q = sqlx::query(AssertSqlSafe(self.text.clone()));
         for a in &self.args {

@@ -748,15 +748,7 @@ impl Store {
         let mut conn = self.pool.acquire().await.db("acquire")?;
         let team = self.admin_of(&mut conn, caller, slug, For::Reading).await?;
         let steward = team.steward_id.ok_or_else(ToolError::internal)?;
-        let rows = sqlx::query(
-            "SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules \
-             WHERE owner_id = $1 ORDER BY pinned DESC, (promoted_at IS NULL), promoted_at DESC, id",
-        )
-        .bind(&steward)
-        .fetch_all(&mut *conn)
-        .await
-        .db("steward rules")?;
-        crate::rules::RuleRecord::from_rows(&rows)
+        crate::rules::rules_of(&mut conn, &steward).await
     }
 
     async fn admins(

@@ -124,10 +124,6 @@ pub fn routes(state: AppState) -> Router {
             state.clone(),
             refuse_nul_in_uri,
         ))
-        .route_layer(axum::middleware::map_response_with_state(
-            std::sync::Arc::clone(&state.cfg),
-            crate::state::strict_transport,
-        ))
         .with_state(state)
 }
 
@@ -218,9 +214,7 @@ pub(crate) async fn fallback(state: AppState, req: axum::extract::Request) -> Re
         zm_contracts::ToolError::not_found("No page has this address."),
         request_id.as_deref(),
     );
-    let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
-    state.cfg.strict_transport(resp.headers_mut());
-    resp
+    errors::page(&state.cfg.path_prefix(), None, &failure)
 }
 
 /// Refuse a dashboard request with an encoded NUL in its path or query

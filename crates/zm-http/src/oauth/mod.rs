@@ -97,10 +97,6 @@ pub fn routes(app: AppState) -> Router {
         )
         .route("/oauth/token", post(token::token).fallback(post_only))
         .route("/oauth/revoke", post(token::revoke).fallback(post_only))
-        .route_layer(axum::middleware::map_response_with_state(
-            Arc::clone(&state.app.cfg),
-            crate::state::strict_transport,
-        ))
         .with_state(state)
 }
 
