@@ -188,7 +188,7 @@ other refusals the message explains may carry no `details`.\n\n\
             r["mime_type"].as_str().unwrap_or("")
         );
     }
-    out.push_str("\nA resource resolves by the caller's authenticated identity only: another user's id reads as not found.\n\n## Prompts\n\n");
+    out.push_str("\nA resource resolves by the caller's authenticated identity only: another user's id reads as not found. A read that fails is a JSON-RPC error: not found is -32002 (-32602 from revision 2026-07-28), a malformed URI -32602, a refusal the caller can act on (`unauthorized`, `rate_limited`) -32000 whose `data` is the contract's error body, and only `internal` is -32603.\n\n## Prompts\n\n");
     for p in doc["prompts"].as_array().into_iter().flatten() {
         let args: Vec<String> = p["arguments"]
             .as_array()

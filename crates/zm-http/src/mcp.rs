@@ -32,6 +32,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tower::ServiceExt;
+use zm_contracts::ToolError;
 use zm_mcp::{Identity, McpConfig, ZeroMemoryMcp};
 use zm_store::{NewSession, SessionCaps, Store};
 
@@ -75,7 +76,7 @@ impl DbSessions {
     }
 }
 
-fn store_error(e: &zm_contracts::ToolError) -> SessionStoreError {
+fn store_error(e: &ToolError) -> SessionStoreError {
     Box::new(std::io::Error::other(e.message.clone()))
 }
 
@@ -175,8 +176,9 @@ impl McpEndpoint {
     /// Record a session rmcp just opened for `user` (see
     /// [`Store::mcp_session_admit`]), end this instance's workers of the
     /// user's sessions the per-user cap ended, and close the new one if it
-    /// was refused. `None`: the database failed (the session is closed).
-    async fn admit(&self, sid: &str, user: &str) -> Option<bool> {
+    /// was refused. An error: the database failed or was busy (the session
+    /// is closed).
+    async fn admit(&self, sid: &str, user: &str) -> Result<bool, ToolError> {
         let params = self.sessions.take_pending(sid);
         let conn_id = zm_contracts::IdKind::McpSession.generate();
         let admission = self
@@ -193,13 +195,13 @@ impl McpEndpoint {
             )
             .await;
         let (admitted, evicted) = match admission {
-            Ok(a) => (Some(a.admitted), a.evicted),
-            Err(_) => (None, Vec::new()),
+            Ok(a) => (Ok(a.admitted), a.evicted),
+            Err(e) => (Err(e), Vec::new()),
         };
         for k in evicted {
             let _ = self.manager.close_session(&Arc::from(k.as_str())).await;
         }
-        if admitted != Some(true) {
+        if !matches!(admitted, Ok(true)) {
             let _ = self.manager.close_session(&Arc::from(sid)).await;
         }
         admitted
@@ -360,7 +362,7 @@ async fn handle_allowed(
             .await
         {
             Ok(s) => s,
-            Err(_) => return internal_error(),
+            Err(e) => return bookkeeping_failed(&e),
         },
         None => None,
     };
@@ -503,15 +505,15 @@ async fn forward(
             .map(str::to_string)
     {
         match mcp.admit(&sid, &auth.user_id).await {
-            Some(true) => {}
-            Some(false) => {
+            Ok(true) => {}
+            Ok(false) => {
                 state
                     .metrics
                     .mcp_sessions_refused
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return server_full();
             }
-            None => return internal_error(),
+            Err(e) => return bookkeeping_failed(&e),
         }
     }
     response
@@ -521,6 +523,21 @@ async fn forward(
 /// JSON-RPC error without any detail.
 fn internal_error() -> Response {
     jsonrpc_error(StatusCode::INTERNAL_SERVER_ERROR, -32603, "Internal error.")
+}
+
+/// The session bookkeeping (resuming or admitting a session) failed: a
+/// busy database is the caller's to retry (429 `rate_limited` with
+/// `Retry-After`, as REST answers it), anything else is ours (500).
+fn bookkeeping_failed(e: &ToolError) -> Response {
+    if e.code != zm_contracts::ErrorCode::RateLimited {
+        return internal_error();
+    }
+    let mut resp = jsonrpc_error(StatusCode::TOO_MANY_REQUESTS, -32000, &e.message);
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(crate::error::RETRY_AFTER_DEFAULT_SECS),
+    );
+    resp
 }
 
 /// 403: a browser page of another site (its `Origin` is neither ours nor

@@ -20,17 +20,26 @@ pub struct FooterContext {
     pub stateless: bool,
 }
 
-fn session_line(session: Option<&SessionState>, stateless: bool) -> String {
+/// The footer's session line. `briefed` is the project a briefing was
+/// pinned to: its thread routes there, so when the session stays attached
+/// to another project the model is told to pass it only on calls about
+/// that one (echoed on every call, it would send the next scope-less
+/// writes there, against the line's own "they land in the attached one").
+fn session_line(session: Option<&SessionState>, stateless: bool, briefed: Option<&str>) -> String {
     let attached = session.and_then(|s| s.attached_project.as_deref());
     let mut line = match attached {
         Some(p) => format!("session: working in {p} — scope-less writes land there."),
         None if stateless => "session: none (stateless request) — nothing carries over between calls: pass thread or project_hint on every call that should land in a project (a scope-less remember with neither is refused).".to_string(),
         None => "session: NO PROJECT — a scope-less remember will be refused. Pass project_hint (the briefing names it) to set one.".to_string(),
     };
-    if let Some(t) = session.and_then(|s| s.thread.as_deref()) {
-        line.push_str(&format!(
+    match (session.and_then(|s| s.thread.as_deref()), attached, briefed) {
+        (Some(t), Some(a), Some(b)) if a != b => line.push_str(&format!(
+            " This briefing's thread is \"{t}\": pass it only on calls about {b}; without it, calls stay in {a}."
+        )),
+        (Some(t), _, _) => line.push_str(&format!(
             " Echo thread: \"{t}\" on your next call — it survives reconnects and stamps memories with their conversation."
-        ));
+        )),
+        (None, _, _) => {}
     }
     line
 }
@@ -66,16 +75,20 @@ pub fn footer(output: &ToolOutput, ctx: &FooterContext) -> Option<String> {
             facts
                 .routed_to_project
                 .map(|s| format!("ROUTED TO PROJECT: {s}")),
-            Some(session_line(facts.session, ctx.stateless)),
+            Some(session_line(facts.session, ctx.stateless, None)),
         ],
         ToolName::Recall => vec![
             cross_project_note(&facts, ctx),
-            Some(session_line(facts.session, ctx.stateless)),
+            Some(session_line(facts.session, ctx.stateless, None)),
             Some(REMINDER.into()),
         ],
         ToolName::BuildContext => vec![
             cross_project_note(&facts, ctx),
-            Some(session_line(facts.session, ctx.stateless)),
+            Some(session_line(
+                facts.session,
+                ctx.stateless,
+                facts.project_scope,
+            )),
             rules_block(facts.rules),
             Some(REMINDER.into()),
         ],

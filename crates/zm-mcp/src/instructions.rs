@@ -53,6 +53,19 @@ pub fn attachment_note(local: bool, project: Option<&str>) -> std::borrow::Cow<'
     }
 }
 
+/// What a capped client reads of the attachment, when there is room after
+/// the router and the rules' announcement: only a local server's
+/// attachment, whose router head ("a scope-less remember is REFUSED until
+/// a project is attached") would otherwise leave the model guessing.
+pub fn capped_attachment_note(local: bool, project: Option<&str>) -> Option<String> {
+    match (local, project) {
+        (true, Some(p)) => Some(format!(
+            "PROJECT: this session is already attached to {p}; a remember without scope is stored there."
+        )),
+        _ => None,
+    }
+}
+
 /// For a client of the stateless HTTP revision (2026-07-28): no session
 /// holds anything between its calls, so what the router calls attaching
 /// lasts one call. Put first, so a capped client reads it too.
@@ -61,6 +74,7 @@ pub const STATELESS_NOTE: &str = "STATELESS CONNECTION: this server keeps nothin
 /// Segment names recorded when dropped.
 pub const DROPPED_OWNER_RULES: &str = "owner-rules";
 pub const DROPPED_ROUTER_TAIL: &str = "router-tail";
+pub const DROPPED_ATTACHMENT_NOTE: &str = "attachment-note";
 
 /// Composed instructions and what was left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,23 +131,49 @@ pub fn compose(rules: &[Rule], capped: bool) -> Instructions {
 /// [`attachment_note`]) in place of [`ATTACHMENT_NOTE`], and for a
 /// stateless one [`STATELESS_NOTE`] first, a capped client's budget
 /// holding that note too.
-pub fn compose_for(rules: &[Rule], capped: bool, stateless: bool, note: &str) -> Instructions {
+/// The instructions: `note` is the attachment note an uncapped client
+/// reads, `capped_note` the one a capped client reads if there is room.
+pub fn compose_for(
+    rules: &[Rule],
+    capped: bool,
+    stateless: bool,
+    note: &str,
+    capped_note: Option<&str>,
+) -> Instructions {
+    let notes = Notes { note, capped_note };
     if !stateless {
-        return compose_noted(rules, capped, INSTRUCTION_BUDGET, note);
+        return compose_noted(rules, capped, INSTRUCTION_BUDGET, notes);
     }
     let head = STATELESS_NOTE.chars().count() + 2;
-    let mut composed = compose_noted(rules, capped, INSTRUCTION_BUDGET.saturating_sub(head), note);
+    let mut composed = compose_noted(
+        rules,
+        capped,
+        INSTRUCTION_BUDGET.saturating_sub(head),
+        notes,
+    );
     composed.text = format!("{STATELESS_NOTE}\n\n{}", composed.text);
     composed
 }
 
 /// [`compose`] with an explicit budget for capped clients.
 pub fn compose_within(rules: &[Rule], capped: bool, budget: usize) -> Instructions {
-    compose_noted(rules, capped, budget, ATTACHMENT_NOTE)
+    let notes = Notes {
+        note: ATTACHMENT_NOTE,
+        capped_note: None,
+    };
+    compose_noted(rules, capped, budget, notes)
 }
 
-/// [`compose_within`] with the attachment note an uncapped client reads.
-fn compose_noted(rules: &[Rule], capped: bool, budget: usize, note: &str) -> Instructions {
+/// The attachment notes of [`compose_for`].
+#[derive(Clone, Copy)]
+struct Notes<'a> {
+    note: &'a str,
+    capped_note: Option<&'a str>,
+}
+
+/// [`compose_within`] with the attachment notes.
+fn compose_noted(rules: &[Rule], capped: bool, budget: usize, notes: Notes<'_>) -> Instructions {
+    let Notes { note, capped_note } = notes;
     if !capped {
         let mut text = format!("{}\n\n{note}", router());
         if !rules.is_empty() {
@@ -164,6 +204,14 @@ fn compose_noted(rules: &[Rule], capped: bool, budget: usize, note: &str) -> Ins
             text.push_str(&r);
         } else {
             dropped.insert(0, DROPPED_OWNER_RULES);
+        }
+    }
+    if let Some(n) = capped_note {
+        if len(&text) + 2 + len(n) <= budget {
+            text.push_str("\n\n");
+            text.push_str(n);
+        } else {
+            dropped.insert(0, DROPPED_ATTACHMENT_NOTE);
         }
     }
     Instructions { text, dropped }
@@ -235,7 +283,7 @@ mod tests {
     #[test]
     fn the_stateless_note_stays_within_the_budget() {
         for n in [0, 1, 12, 500] {
-            let i = compose_for(&rules(n, 450), true, true, ATTACHMENT_NOTE);
+            let i = compose_for(&rules(n, 450), true, true, ATTACHMENT_NOTE, None);
             assert!(
                 i.text.chars().count() <= INSTRUCTION_BUDGET,
                 "{n} rules: {}",
@@ -244,7 +292,7 @@ mod tests {
             assert!(i.text.starts_with(STATELESS_NOTE), "{n}");
             assert!(i.text.contains(ROUTER_HEAD), "{n}");
         }
-        let full = compose_for(&rules(3, 450), false, true, ATTACHMENT_NOTE);
+        let full = compose_for(&rules(3, 450), false, true, ATTACHMENT_NOTE, None);
         assert!(full.text.starts_with(STATELESS_NOTE) && full.dropped.is_empty());
     }
 
@@ -288,11 +336,12 @@ mod tests {
 
     /// A local server names the project it attached the session to, or
     /// says it was started without one; over HTTP the server cannot see
-    /// the workspace. Capped clients get no note at all.
+    /// the workspace. Capped clients get a short note for a local
+    /// attachment only, after the router and the rules' announcement.
     #[test]
     fn the_attachment_note_says_what_the_server_knows() {
         let attached = attachment_note(true, Some("proj.usr_1.zero_memory"));
-        let i = compose_for(&[], false, false, &attached);
+        let i = compose_for(&[], false, false, &attached, None);
         assert!(
             i.text
                 .contains("already attached to proj.usr_1.zero_memory"),
@@ -300,12 +349,52 @@ mod tests {
             i.text
         );
         assert!(!i.text.contains("cannot see your workspace"));
-        let unattached = compose_for(&[], false, false, &attachment_note(true, None));
+        let unattached = compose_for(&[], false, false, &attachment_note(true, None), None);
         assert!(unattached.text.contains(LOCAL_UNATTACHED_NOTE));
-        let remote = compose_for(&[], false, false, &attachment_note(false, Some("ignored")));
+        let remote = compose_for(
+            &[],
+            false,
+            false,
+            &attachment_note(false, Some("ignored")),
+            None,
+        );
         assert!(remote.text.contains(ATTACHMENT_NOTE) && !remote.text.contains("ignored"));
-        let capped = compose_for(&[], true, false, &attached);
+        let short = capped_attachment_note(true, Some("proj.usr_1.zero_memory"));
+        let capped = compose_for(&[], true, false, &attached, short.as_deref());
         assert!(!capped.text.contains("PROJECT ATTACHMENT"));
+        assert!(
+            capped
+                .text
+                .ends_with("already attached to proj.usr_1.zero_memory; a remember without scope is stored there."),
+            "{}",
+            capped.text
+        );
+        assert!(capped.dropped.is_empty());
+        assert!(capped_attachment_note(true, None).is_none());
+        assert!(capped_attachment_note(false, Some("p")).is_none());
+        // With the router and many rules it still fits Claude Code's budget.
+        let many = compose_for(&rules(500, 450), true, false, &attached, short.as_deref());
+        assert!(many.text.chars().count() <= INSTRUCTION_BUDGET);
+        assert!(
+            many.text.contains("500 standing rule(s)"),
+            "{:?}",
+            many.dropped
+        );
+        assert!(many.text.contains("already attached"), "{:?}", many.dropped);
+        // Without room, it goes before the rules' announcement does.
+        let tight = compose_noted(
+            &rules(3, 100),
+            true,
+            router().chars().count() + 5,
+            Notes {
+                note: &attached,
+                capped_note: short.as_deref(),
+            },
+        );
+        assert_eq!(
+            tight.dropped,
+            vec![DROPPED_ATTACHMENT_NOTE, DROPPED_OWNER_RULES]
+        );
     }
 
     #[test]

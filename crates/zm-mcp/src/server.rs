@@ -134,8 +134,6 @@ impl ZeroMemoryMcp {
                 Caller::authenticated(auth, Transport::Mcp)
             }
         };
-        // A stateless (2026-07-28) request has no transport session.
-        let stateless = ctx.meta.protocol_version().is_some();
         caller.agent_name = zm_store::agent_name(ctx.client_info().map(|i| i.name).as_deref());
         if let Some(shared) = Self::shared_session(ctx) {
             caller.session_id = Some(shared.conn_id.clone());
@@ -146,10 +144,12 @@ impl ZeroMemoryMcp {
                 .conn
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            caller.session_id = if stateless {
-                None
-            } else {
-                state.session_id.clone()
+            // A stdio connection is one session in either era (it keeps
+            // its attachment and thread too); an HTTP request without a
+            // shared session is stateless and has none.
+            caller.session_id = match self.identity {
+                Identity::User(_) => state.session_id.clone(),
+                Identity::Http => None,
             };
             caller.attached_project = state.attached_project.clone();
             caller.thread = state.thread.clone();
@@ -303,7 +303,9 @@ impl ZeroMemoryMcp {
         // was told not to); an HTTP one cannot see the client's workspace.
         let local = matches!(self.identity, Identity::User(_));
         let note = instructions::attachment_note(local, self.attached_project().as_deref());
-        let composed = instructions::compose_for(&rules, capped, stateless, &note);
+        let short = instructions::capped_attachment_note(local, self.attached_project().as_deref());
+        let composed =
+            instructions::compose_for(&rules, capped, stateless, &note, short.as_deref());
         if !composed.dropped.is_empty() {
             tracing::warn!(client = client.unwrap_or("?"), dropped = ?composed.dropped, "instructions trimmed to the client's budget");
         }
@@ -414,6 +416,26 @@ impl ZeroMemoryMcp {
         }
     }
 }
+
+/// A resource read the store refused, as a JSON-RPC error: ours
+/// (`internal`) is -32603 with no detail; one the caller can act on (a
+/// disabled account, a busy server) is an implementation-defined -32000
+/// whose `data` is the contract's error body, so its code
+/// (`unauthorized`, `rate_limited`, …) reads as a tool call's would.
+fn resource_failure(e: &ToolError) -> McpError {
+    if e.code == ErrorCode::Internal {
+        return McpError::internal_error("Internal server error.", None);
+    }
+    McpError::new(
+        rmcp::model::ErrorCode(IMPLEMENTATION_ERROR),
+        e.message.clone(),
+        Some(e.to_json()),
+    )
+}
+
+/// The JSON-RPC code of a refusal the protocol has no code for (MCP
+/// 2026-07-28: -32000..-32019 are the implementation's).
+const IMPLEMENTATION_ERROR: i32 = -32000;
 
 /// Every list is answered whole on its first page, so no cursor was ever
 /// issued: one sent is not ours (MCP Utilities/Pagination: an invalid
@@ -575,10 +597,9 @@ impl ServerHandler for ZeroMemoryMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let caller = self.caller(&ctx)?;
-        self.account_live().await.map_err(|e| match e.code {
-            ErrorCode::Internal => McpError::internal_error("Internal server error.", None),
-            _ => McpError::invalid_request(e.message, None),
-        })?;
+        self.account_live()
+            .await
+            .map_err(|e| resource_failure(&e))?;
         let text = match ResourceUri::parse(&request.uri) {
             Ok(ResourceUri::Memory(id)) => {
                 match self.tools.store().get_memory(&caller, &id).await {
@@ -591,7 +612,7 @@ impl ServerHandler for ZeroMemoryMcp {
                             true,
                         ));
                     }
-                    Err(_) => return Err(McpError::internal_error("Internal server error.", None)),
+                    Err(e) => return Err(resource_failure(&e)),
                 }
             }
             Ok(ResourceUri::Rules) => {
@@ -600,7 +621,7 @@ impl ServerHandler for ZeroMemoryMcp {
                     .store()
                     .rules_resource(&caller)
                     .await
-                    .map_err(|_| McpError::internal_error("Internal server error.", None))?;
+                    .map_err(|e| resource_failure(&e))?;
                 serde_json::to_string(&zm_contracts::RuleList { rules })
                     .map_err(|_| McpError::internal_error("Internal server error.", None))?
             }

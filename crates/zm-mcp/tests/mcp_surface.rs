@@ -227,7 +227,7 @@ async fn discover_and_stateless_calls_on_the_raw_wire() {
     assert_eq!(prompt["result"]["resultType"], "complete", "{prompt:#}");
 
     let unknown = send!(4, "tools/call", json!({"name": "nope", "arguments": {}}));
-    assert!(unknown["error"]["code"].is_i64(), "{unknown:#}");
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown:#}");
     assert!(unknown.get("result").is_none());
 }
 
@@ -441,6 +441,12 @@ async fn resources_memory_template_and_rules() {
         );
         let e2 = rpc_error(read(&c, &format!("zm://memory/{NEVER}")).await.unwrap_err());
         assert_eq!(e1.code, e2.code, "{era:?}");
+        // Resource-not-found is -32002 until 2026-07-28, -32602 from it.
+        let not_found = match era {
+            Era::Legacy => -32002,
+            Era::Modern => -32602,
+        };
+        assert_eq!(e1.code.0, not_found, "{era:?}: {e1:?}");
         assert_eq!(
             e1.message.replace(&foreign, "<id>"),
             e2.message.replace(NEVER, "<id>"),
@@ -450,6 +456,7 @@ async fn resources_memory_template_and_rules() {
         // A malformed id is refused.
         let e3 = rpc_error(read(&c, "zm://memory/not-an-id").await.unwrap_err());
         assert!(e3.message.starts_with("Not a memory id"), "{}", e3.message);
+        assert_eq!(e3.code.0, -32602, "{era:?}: {e3:?}");
         let e4 = rpc_error(
             read(&c, "zm://memory/ent_0123456789abcdef.0123456789")
                 .await
@@ -525,7 +532,8 @@ async fn prompt_brief() {
             .contains("the current project and its active work")
     );
     let params: GetPromptRequestParams = serde_json::from_value(json!({"name": "nope"})).unwrap();
-    assert!(c.svc.get_prompt(params).await.is_err());
+    let e = rpc_error(c.svc.get_prompt(params).await.unwrap_err());
+    assert_eq!(e.code.0, -32602, "{e:?}");
 }
 
 /// `n` long (≥ 400 characters) user-layer rules promoted from personal memories.

@@ -1356,6 +1356,7 @@ async fn unknown_tool_is_a_json_rpc_error() {
             match c.try_call(name, json!({})).await {
                 Err(rmcp::ServiceError::McpError(e)) => {
                     assert!(e.message.contains("Unknown tool"), "{}", e.message);
+                    assert_eq!(e.code.0, -32602, "{era:?} {name:?}");
                 }
                 other => panic!("{era:?} {name:?}: expected a JSON-RPC error, got {other:?}"),
             }
@@ -1388,6 +1389,14 @@ async fn a_briefing_pinned_elsewhere_does_not_move_the_connection() {
     assert_ne!(elsewhere, project);
     let token = s(&b["structuredContent"]["session"]["thread"]);
     assert!(token.starts_with("thr_"), "{b}");
+    // The footer does not tell the model to echo that thread on every
+    // call (it would route the next scope-less writes there).
+    let f = footer(&b);
+    assert!(!f.contains("Echo thread"), "{f}");
+    assert!(
+        f.contains(&format!("\"{token}\": pass it only on calls about {elsewhere}; without it, calls stay in {project}")),
+        "{f}"
+    );
     let m = c
         .ok_full(
             "remember",
@@ -1422,6 +1431,10 @@ async fn a_briefing_pinned_elsewhere_does_not_move_the_connection() {
     assert_eq!(own["structuredContent"]["project_scope"], project.as_str());
     let kept = s(&own["structuredContent"]["session"]["thread"]);
     assert_eq!(c.server.thread().as_deref(), Some(kept.as_str()));
+    assert!(
+        footer(&own).contains(&format!("Echo thread: \"{kept}\" on your next call")),
+        "{own}"
+    );
 }
 
 #[tokio::test]
@@ -1732,6 +1745,21 @@ async fn a_disabled_account_is_refused_on_its_open_stdio_connection() {
         .err("recall", json!({"query": "anything"}), "unauthorized")
         .await;
     assert!(e["message"].as_str().unwrap().contains("disabled"), "{e}");
+    // A resource read is refused the same way: the contract's code in the
+    // JSON-RPC error's data, under an implementation-defined code (not
+    // -32600, which would tell the client its request was malformed).
+    match client
+        .svc
+        .read_resource(rmcp::model::ReadResourceRequestParams::new("zm://rules"))
+        .await
+    {
+        Err(rmcp::ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32000, "{e:?}");
+            let data = e.data.expect("the error body");
+            assert_eq!(data["error"]["code"], "unauthorized", "{data}");
+        }
+        other => panic!("a disabled account's resource read: {other:?}"),
+    }
     client
         .err(
             "remember",
