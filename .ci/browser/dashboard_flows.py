@@ -14,8 +14,10 @@ chromium-driver, through .ci/browser/harness.py) through what a person does:
   the session.
 
 On every page: zero JavaScript console errors and no serious or critical
-axe-core violation, at desktop width and at 360 px. Screenshots of the main
-pages go to --screenshots DIR (docs/screenshots in the repository).
+axe-core violation, at desktop width and at 360 px; the Account page (a
+danger button) once more in the dark scheme, emulated over the DevTools
+protocol. Screenshots of the main pages go to --screenshots DIR
+(docs/screenshots in the repository).
 
 usage: dashboard_flows.py BINARY [--database-url URL] [--screenshots DIR]
 Closes with `dashboard browser flows: N passed, M failed`.
@@ -146,7 +148,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.submit("form#login button[type=submit]")
     b.wait_for(".flash.error")
     check("/login" in b.driver.current_url, "a wrong password stays on the sign-in page")
-    page_is_clean(b, "sign-in with an error", mobile_too=False, status=400)
+    page_is_clean(b, "sign-in with an error", status=400)
     # The printed credentials sign in.
     b.fill("#email", email)
     b.fill("#password", password)
@@ -167,7 +169,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.submit("form.search button[type=submit]")
     b.wait_for("ol#results .score")
     check(memory in b.driver.page_source, "search finds the memory")
-    page_is_clean(b, "search results", mobile_too=False)
+    page_is_clean(b, "search results")
     shoot(b, shots, "search")
 
     # Its page; edit keeps the history.
@@ -197,7 +199,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.submit("form#bulk .bulk button[type=submit]")
     b.wait_for("#confirm-question")
     check("Forget 2 memories?" in b.text_of("#confirm-question"), "the confirmation says how many")
-    page_is_clean(b, "bulk confirmation", mobile_too=False)
+    page_is_clean(b, "bulk confirmation")
     b.submit("form#confirm button.danger")
     b.wait_for("ol#results")
     for mid in others:
@@ -209,7 +211,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.get(f"{base}/memories/mem_0000000000000000.0000000000")
     b.wait_for("[data-error-code=not_found]")
     check(b.driver.title.startswith("Not found"), "not_found: a 404 page")
-    page_is_clean(b, "not found page", mobile_too=False, status=404)
+    page_is_clean(b, "not found page", status=404)
     shoot(b, shots, "error-not-found")
     b.get(f"{base}/memories/{new_id}")
     b.fill("#share-scope", "proj.someone_else.secret")
@@ -236,7 +238,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.wait_for(".field.invalid")
     check(b.driver.find_element("css selector", "#content").get_attribute("aria-invalid") == "true",
           "validation_failed: the field is marked inline")
-    page_is_clean(b, "validation page", mobile_too=False, status=400)
+    page_is_clean(b, "validation page", status=400)
 
     # Resolve a conflict: an agent challenges a memory; the person upholds it.
     status, body = srv.tool(token, "challenge", {"memory_id": new_id, "reason": "the ledger may move to CockroachDB"})
@@ -317,6 +319,22 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
             # Its tables on a phone: checked above (no overflow, no
             # violation); the picture is for a person to look at.
             shoot_phone(b, shots, "insight-360")
+    # Dark scheme (emulated over the DevTools protocol, as a system set to
+    # dark would ask): the Account page, whose "Delete my account" is a
+    # danger button, passes axe (its colour contrast) at both widths too.
+    b.driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                             {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        b.get(base + "/account")
+        b.wait_for("form#delete-account button.danger")
+        check(b.driver.execute_script("return matchMedia('(prefers-color-scheme: dark)').matches"),
+              "dark scheme: the page sees prefers-color-scheme: dark")
+        colour = b.driver.execute_script(
+            "return getComputedStyle(document.querySelector('form#delete-account button.danger')).color")
+        check(colour == "rgb(27, 29, 33)", f"dark scheme: a danger button's text is dark ({colour})")
+        page_is_clean(b, "account page, dark scheme")
+    finally:
+        b.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "", "features": []})
     # Import a server-memory file from the Account page; search finds it.
     upload = Path(tempfile.mkdtemp()) / "memory.jsonl"
     upload.write_text(json.dumps({"type": "entity", "name": "Payments API", "entityType": "service",
@@ -503,7 +521,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(code == "conflict", f"a stale restore is a conflict, said on the memory's page ({code})")
     check(b.driver.find_elements("css selector", "form#forget") != [] and b.driver.find_elements("css selector", "form#restore") == [],
           "conflict: the page shown is the memory as it is now (live: Forget, no Restore)")
-    page_is_clean(b, "conflict on a memory's page", mobile_too=False, status=409)
+    page_is_clean(b, "conflict on a memory's page", status=409)
 
     # internal: a real fault under the server (a table the Insight page
     # reads is gone), shown with the request id to report; then put back.
@@ -517,7 +535,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
         check(re.fullmatch(r"req_[0-9A-Za-z._-]+", rid) is not None, f"internal: the page shows the request id ({rid})")
         check("memory_usage" not in b.driver.page_source and "SELECT" not in b.driver.page_source,
               "internal: no SQL reaches the page")
-        page_is_clean(b, "internal error page", mobile_too=False, status=500)
+        page_is_clean(b, "internal error page", status=500)
         shoot(b, shots, "error-internal")
     finally:
         run_sql(srv, "ALTER TABLE memory_usage_parked RENAME TO memory_usage")
@@ -525,7 +543,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     b.wait_for("#never-recalled")
     check(not b.driver.find_elements("css selector", "[data-error-code]") and b.text_of("main h1") == "Insight",
           f"the Insight page is back once the table is: {b.text_of('main h1')!r}")
-    page_is_clean(b, "Insight page, restored", mobile_too=False)
+    page_is_clean(b, "Insight page, restored")
 
     # Sign out ends the session: the old cookie no longer opens a page.
     cookie = b.driver.get_cookie("zm_session")
@@ -533,10 +551,10 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
           f"the session cookie is HttpOnly and SameSite=Strict: {cookie}")
     b.get(base + "/")
     b.wait_for("ol#results")
-    page_is_clean(b, "memories list before sign-out", mobile_too=False)
+    page_is_clean(b, "memories list before sign-out")
     b.submit("form#logout button[type=submit]")
     b.wait_for("form#login")
-    page_is_clean(b, "sign-in page after sign-out", mobile_too=False)
+    page_is_clean(b, "sign-in page after sign-out")
     status, _, _ = srv.raw("GET", "/", headers={"cookie": f"zm_session={cookie['value']}"})
     check(status == 303, f"a signed-out session's cookie is refused (status {status})")
     # The browser stays known to the account it signed in to (its own
@@ -559,7 +577,7 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
             console_is_clean(b, f"failed sign-in {attempt + 1}", status=429 if limited else 400)
     check(b.driver.find_elements("css selector", "[data-error-code=rate_limited] .retry") != [],
           "rate_limited: the page says when to retry")
-    page_is_clean(b, "rate limited page", mobile_too=False, status=429)
+    page_is_clean(b, "rate limited page", status=429)
 
 
 def main() -> None:

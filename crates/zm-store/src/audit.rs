@@ -113,6 +113,8 @@ pub fn audit_payload(input: &Value) -> Value {
 
 /// An audit row as [`Store::audit_rows`] lists it.
 struct AuditRow {
+    /// When it happened (epoch milliseconds).
+    occurred_at: i64,
     command: String,
     payload: Value,
     outcome: String,
@@ -127,6 +129,7 @@ struct AuditRow {
 impl FromAnyRow for AuditRow {
     fn from_row(r: &AnyRow) -> Result<AuditRow, ToolError> {
         Ok(AuditRow {
+            occurred_at: col(r, "occurred_at")?,
             command: col(r, "command")?,
             payload: json_col(r, "payload")?,
             outcome: col(r, "outcome")?,
@@ -284,7 +287,7 @@ impl Store {
     /// Audit rows of one actor, newest first (operators and tests).
     pub async fn audit_rows(&self, actor_id: &str, limit: i64) -> Result<Vec<Value>, ToolError> {
         use crate::db::DbResult;
-        let rows = sqlx::query("SELECT id, command, payload, outcome, error_code, error, author_kind, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
+        let rows = sqlx::query("SELECT id, occurred_at, command, payload, outcome, error_code, error, author_kind, agent_name, request_id, duration_ms FROM audit_log WHERE actor_id = $1 ORDER BY occurred_at DESC, id DESC LIMIT $2")
             .bind(actor_id)
             .bind(limit)
             .fetch_all(&self.pool)
@@ -294,6 +297,7 @@ impl Store {
             .into_iter()
             .map(|r| {
                 json!({
+                    "occurred_at": crate::clock::rfc3339(r.occurred_at),
                     "command": r.command,
                     "payload": r.payload,
                     "outcome": r.outcome,

@@ -12,7 +12,7 @@ use maud::{Markup, html};
 use zm_store::clock::rfc3339;
 use zm_store::{SCOPE_READ, SCOPE_WRITE};
 
-use super::errors::Failure;
+use super::errors::{Failure, field_aria, field_class, field_error};
 use super::{PagePath, Signed, change_then_back, signed_form};
 use crate::state::AppState;
 
@@ -57,40 +57,45 @@ fn token_form(signed: &Signed, draft: &TokenDraft, failure: Option<&Failure>) ->
     let access_error = failure.and_then(|f| f.field("access"));
     let expiry_error = failure.and_then(|f| f.field("expiry"));
     let password_error = failure.and_then(|f| f.field("password"));
+    let (name_invalid, name_described) = field_aria("token-name", name_error.as_deref());
+    let (access_invalid, access_described) = field_aria("token-access", access_error.as_deref());
+    let (expiry_invalid, expiry_described) = field_aria("token-expiry", expiry_error.as_deref());
+    let (password_invalid, password_described) =
+        field_aria("token-password", password_error.as_deref());
     html! {
         form #new-token method="post" action=(signed.href("/access/tokens")) {
             input type="hidden" name="csrf" value=(signed.csrf);
             @if let Some(f) = failure { (f.notice(&["name", "access", "expiry", "password"])) }
-            div.field.invalid[name_error.is_some()] {
+            div class=(field_class(name_error.as_deref())) {
                 label for="token-name" { "Name" }
                 input #token-name type="text" name="name" maxlength="100" required placeholder="laptop, CI, …"
-                    value=(draft.name) aria-invalid=[name_error.as_ref().map(|_| "true")];
-                @if let Some(e) = &name_error { p.error { (e) } }
+                    value=(draft.name) aria-invalid=[name_invalid] aria-describedby=[name_described];
+                (field_error("token-name", name_error.as_deref()))
             }
-            div.field.invalid[access_error.is_some()] {
+            div class=(field_class(access_error.as_deref())) {
                 label for="token-access" { "Access" }
-                select #token-access name="access" aria-invalid=[access_error.as_ref().map(|_| "true")] {
+                select #token-access name="access" aria-invalid=[access_invalid] aria-describedby=[access_described] {
                     option value="write" selected[!draft.read_only] { "Read and write (mcp:read mcp:write)" }
                     option value="read" selected[draft.read_only] { "Read only (mcp:read)" }
                 }
-                @if let Some(e) = &access_error { p.error { (e) } }
+                (field_error("token-access", access_error.as_deref()))
             }
-            div.field.invalid[expiry_error.is_some()] {
+            div class=(field_class(expiry_error.as_deref())) {
                 label for="token-expiry" { "Expires" }
-                select #token-expiry name="expiry" aria-invalid=[expiry_error.as_ref().map(|_| "true")] {
+                select #token-expiry name="expiry" aria-invalid=[expiry_invalid] aria-describedby=[expiry_described] {
                     @for (value, label) in EXPIRIES {
                         option value=(value) selected[draft.expiry == value] { (label) }
                     }
                 }
-                @if let Some(e) = &expiry_error { p.error { (e) } }
+                (field_error("token-expiry", expiry_error.as_deref()))
             }
             // A token outlives the session that made it: whoever holds a
             // borrowed session must not be able to keep access that way.
-            div.field.invalid[password_error.is_some()] {
+            div class=(field_class(password_error.as_deref())) {
                 label for="token-password" { "Your password (to confirm)" }
                 input #token-password type="password" name="password" required autocomplete="current-password"
-                    aria-invalid=[password_error.as_ref().map(|_| "true")];
-                @if let Some(e) = &password_error { p.error { (e) } }
+                    aria-invalid=[password_invalid] aria-describedby=[password_described];
+                (field_error("token-password", password_error.as_deref()))
             }
             button type="submit" { "Create token" }
         }

@@ -11,7 +11,8 @@ use maud::html;
 use serde_json::json;
 use zm_contracts::{ToolError, ToolName, ToolOutput};
 
-use super::errors::{self, Failure};
+use super::errors::{self, Failure, field_aria, field_class, field_error};
+use super::memories::when;
 use super::{Signed, signed_form};
 use crate::state::AppState;
 
@@ -30,7 +31,7 @@ async fn page(
         Ok(a) => a,
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
-    let field_error = |name: &str| failure.and_then(|f| f.field(name));
+    let reason = |name: &str| failure.and_then(|f| f.field(name));
     let body = html! {
         h1 { "Account" }
         p { "Signed in as " strong { (signed.session.email) } "." }
@@ -40,11 +41,13 @@ async fn page(
         form #password method="post" action=(signed.href("/account/password")) {
             input type="hidden" name="csrf" value=(signed.csrf);
             @for (name, label, auto) in [("current", "Current password", "current-password"), ("new", "New password (at least 8 characters)", "new-password"), ("again", "New password again", "new-password")] {
-                @let err = field_error(name);
-                div.field.invalid[err.is_some()] {
-                    label for=(format!("pw-{name}")) { (label) }
-                    input id=(format!("pw-{name}")) type="password" name=(name) autocomplete=(auto) required aria-invalid=[err.as_ref().map(|_| "true")];
-                    @if let Some(e) = &err { p.error { (e) } }
+                @let id = format!("pw-{name}");
+                @let err = reason(name);
+                @let (aria_invalid, described) = field_aria(&id, err.as_deref());
+                div class=(field_class(err.as_deref())) {
+                    label for=(id) { (label) }
+                    input id=(id) type="password" name=(name) autocomplete=(auto) required aria-invalid=[aria_invalid] aria-describedby=[described];
+                    (field_error(&id, err.as_deref()))
                 }
             }
             div.field {
@@ -84,10 +87,11 @@ async fn page(
         h2 { "Your recent changes" }
         @if audit.is_empty() { p.muted { "None yet." } } @else {
             table #audit {
-                thead { tr { th { "Command" } th { "Outcome" } th { "Agent" } th { "Request" } } }
+                thead { tr { th { "When" } th { "Command" } th { "Outcome" } th { "Agent" } th { "Request" } } }
                 tbody {
                     @for a in &audit {
                         tr {
+                            td { (when(a["occurred_at"].as_str().unwrap_or(""))) }
                             td { code { (a["command"].as_str().unwrap_or("")) } }
                             td { (a["outcome"].as_str().unwrap_or("")) @if let Some(c) = a["error_code"].as_str() { " (" (c) ")" } }
                             td { (a["agent_name"].as_str().unwrap_or("")) }
@@ -100,18 +104,20 @@ async fn page(
         h2 { "Delete your account" }
         form #delete-account method="post" action=(signed.href("/account/delete")) {
             input type="hidden" name="csrf" value=(signed.csrf);
-            @let err = field_error("confirm");
-            div.field.invalid[err.is_some()] {
+            @let err = reason("confirm");
+            @let (aria_invalid, described) = field_aria("confirm-email", err.as_deref());
+            div class=(field_class(err.as_deref())) {
                 label for="confirm-email" { "Type your email to confirm" }
-                input #confirm-email type="text" name="confirm" required autocomplete="off" aria-invalid=[err.as_ref().map(|_| "true")];
-                @if let Some(e) = &err { p.error { (e) } }
-                p.hint { "Erases your account and everything you own, at once and for good. Export first." }
+                input #confirm-email type="text" name="confirm" required autocomplete="off" aria-invalid=[aria_invalid] aria-describedby=(described.map_or_else(|| "confirm-email-hint".to_string(), |e| format!("{e} confirm-email-hint")));
+                (field_error("confirm-email", err.as_deref()))
+                p.hint #confirm-email-hint { "Erases your account and everything you own, at once and for good. Export first." }
             }
-            @let err = field_error("delete-password");
-            div.field.invalid[err.is_some()] {
+            @let err = reason("delete-password");
+            @let (aria_invalid, described) = field_aria("delete-password", err.as_deref());
+            div class=(field_class(err.as_deref())) {
                 label for="delete-password" { "Your password" }
-                input #delete-password type="password" name="password" required autocomplete="current-password" aria-invalid=[err.as_ref().map(|_| "true")];
-                @if let Some(e) = &err { p.error { (e) } }
+                input #delete-password type="password" name="password" required autocomplete="current-password" aria-invalid=[aria_invalid] aria-describedby=[described];
+                (field_error("delete-password", err.as_deref()))
             }
             button.danger type="submit" { "Delete my account" }
         }
@@ -464,6 +470,23 @@ pub(crate) async fn delete(
 /// The largest file the Account page imports.
 pub(crate) const IMPORT_LIMIT: usize = 20 * 1024 * 1024;
 
+/// An upload that did not read, said plainly: a file over [`IMPORT_LIMIT`]
+/// names the limit; anything else (cut off, stalled, not this form's
+/// shape) asks to try again. The parser's own words go to the log, with
+/// the request id, never to the page; the page leads back to the form.
+fn unreadable_upload(e: &axum::extract::multipart::MultipartError, rid: Option<&str>) -> Failure {
+    tracing::info!(target: "zm_http", request_id = rid.unwrap_or(""), status = e.status().as_u16(), error = %e.body_text(), "a dashboard import's upload did not read");
+    let message = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        format!(
+            "The file is too large: the dashboard imports files of at most {} MiB. Split it into smaller files, or import it with the zero-memory import command.",
+            IMPORT_LIMIT / (1024 * 1024)
+        )
+    } else {
+        "The file could not be uploaded: the upload was cut off or did not come from this form. Choose the file and try again.".to_string()
+    };
+    Failure::invalid(message, rid).back_to("/account")
+}
+
 /// `POST /account/import` (multipart): our JSONL or server-memory's, through
 /// the same importer as `zero-memory import`.
 pub(crate) async fn import(
@@ -507,12 +530,7 @@ pub(crate) async fn import(
                         .collect();
                     match field.bytes().await {
                         Ok(b) => file = Some(b),
-                        Err(e) => {
-                            return signed.error(&Failure::invalid(
-                                format!("The file could not be read: {e}"),
-                                rid,
-                            ));
-                        }
+                        Err(e) => return signed.error(&unreadable_upload(&e, rid)),
                     }
                 } else {
                     let value = field.text().await.unwrap_or_default();
@@ -525,12 +543,7 @@ pub(crate) async fn import(
                 }
             }
             Ok(None) => break,
-            Err(e) => {
-                return signed.error(&Failure::invalid(
-                    format!("The upload could not be read: {e}"),
-                    rid,
-                ));
-            }
+            Err(e) => return signed.error(&unreadable_upload(&e, rid)),
         }
     }
     if !super::csrf_ok(&state, &signed.secret, &csrf) {

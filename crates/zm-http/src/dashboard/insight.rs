@@ -15,8 +15,9 @@ use crate::state::AppState;
 
 const WEEKS: i64 = 12;
 
-/// Horizontal bars: one per (label, value).
-fn bars(id: &str, title: &str, rows: &[(String, u64)]) -> Markup {
+/// Horizontal bars: one per (label, value); with a table of the same
+/// figures, its columns headed `heads` (what is labelled, what is counted).
+fn bars(id: &str, title: &str, heads: (&str, &str), rows: &[(String, u64)]) -> Markup {
     let max = rows.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
     let row_h = 22;
     let height = rows.len().max(1) * row_h + 8;
@@ -33,6 +34,15 @@ fn bars(id: &str, title: &str, rows: &[(String, u64)]) -> Markup {
                 }
             }
             figcaption { (title) }
+        }
+        table.sr-table {
+            caption { (title) }
+            thead { tr { th scope="col" { (heads.0) } th scope="col" { (heads.1) } } }
+            tbody {
+                @for (label, n) in rows {
+                    tr { td { (label) } td { (n) } }
+                }
+            }
         }
     }
 }
@@ -239,9 +249,9 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
             }
         }
         h2 { "Live memories by scope" }
-        (bars("by-scope", "Live memories by scope", &scopes))
+        (bars("by-scope", "Live memories by scope", ("Scope", "Live memories"), &scopes))
         h2 { "Memories by agent" }
-        (bars("by-agent", "Memories by writing agent", &agents))
+        (bars("by-agent", "Memories by writing agent", ("Agent", "Memories"), &agents))
         h2 { "Most recalled" }
         p.muted { "By your agents: a teammate's recalls of a team memory are theirs." }
         @if usage.most.is_empty() { p.muted #most-recalled { "No recall counted yet." } } @else {
@@ -253,7 +263,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
             ul { @for (id, text) in &usage.never_oldest { li { a href=(signed.href(&format!("/memories/{id}"))) { (text) } } } }
         }
         h2 { "Open loops by age" }
-        (bars("loop-ages", "Live tasks and open questions by age", &ages))
+        (bars("loop-ages", "Live tasks and open questions by age", ("Age", "Open loops"), &ages))
         p.muted { "Open loops are closed from a memory's page (" em { "Close the loop" } ") or by an agent's " code { "close_loop" } "." }
     };
     signed.page(StatusCode::OK, "Insight", "/insight", body)

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use zm_contracts::ToolError;
 use zm_store::RequestId;
 
-use super::errors::{self, Failure};
+use super::errors::{self, Failure, field_aria, field_class, field_error};
 use super::{Signed, cookie, html, layout, read_form, redirect, set_cookie};
 use crate::oauth::csrf;
 use crate::request::ClientIp;
@@ -78,6 +78,7 @@ fn form_page(
 ) -> String {
     let token = csrf::token(state.store.form_key(), cookie_value, CANONICAL);
     let password_error = failure.and_then(|f| f.field("password"));
+    let (password_invalid, password_described) = field_aria("password", password_error.as_deref());
     let body = html! {
         div.signin {
             h1 { "Sign in" }
@@ -90,11 +91,11 @@ fn form_page(
                     label for="email" { "Email" }
                     input #email type="email" name="email" autocomplete="username" required value=(email);
                 }
-                div.field.invalid[password_error.is_some()] {
+                div class=(field_class(password_error.as_deref())) {
                     label for="password" { "Password" }
                     input #password type="password" name="password" autocomplete="current-password" required
-                        aria-invalid=[password_error.as_ref().map(|_| "true")];
-                    @if let Some(e) = &password_error { p.error { (e) } }
+                        aria-invalid=[password_invalid] aria-describedby=[password_described];
+                    (field_error("password", password_error.as_deref()))
                 }
                 button type="submit" { "Sign in" }
             }

@@ -174,8 +174,9 @@ pub(crate) fn scope_label(scope: &str, user_id: &str) -> String {
     }
 }
 
-/// A short, human line for a memory's time.
-fn when(rfc3339: &str) -> String {
+/// A short, human line for a time (`2025-01-31 14:05`): a memory's, an
+/// audit row's (the team's and the account's logs).
+pub(crate) fn when(rfc3339: &str) -> String {
     rfc3339.get(..16).unwrap_or(rfc3339).replace('T', " ")
 }
 

@@ -690,8 +690,15 @@ pub(crate) async fn read_form(
             request_id,
         ));
     }
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
-        .map_err(|e| Failure::invalid(format!("The form could not be read ({e})."), request_id))?;
+    // The parser's own words go to the log (with the request id), not to
+    // the page.
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes).map_err(|e| {
+        tracing::info!(target: "zm_http", request_id = request_id.unwrap_or(""), error = %e, "a dashboard form did not read");
+        Failure::invalid(
+            "The form could not be read: it was not sent as this dashboard's forms are. Nothing was changed; reload the page and try again.",
+            request_id,
+        )
+    })?;
     if pairs
         .iter()
         .any(|(k, v)| k.contains('\0') || v.contains('\0'))

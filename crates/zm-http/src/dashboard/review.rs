@@ -69,13 +69,14 @@ pub(crate) fn word_diff(a: &str, b: &str) -> (Marked, Marked) {
 const DIFF_WORDS: usize = 400;
 
 /// The words of one side; what only this side holds is marked (`del` on
-/// the left, `ins` on the right).
+/// the left, `ins` on the right), each preceded by a visually hidden
+/// "removed:" / "added:" for screen readers, which announce neither element.
 fn words(ws: &[(bool, String)], left: bool) -> Markup {
     html! {
         @for (changed, w) in ws {
             @if !*changed { (w) " " }
-            @else if left { del { (w) } " " }
-            @else { ins { (w) } " " }
+            @else if left { span.sr-only { "removed: " } del { (w) } " " }
+            @else { span.sr-only { "added: " } ins { (w) } " " }
         }
     }
 }

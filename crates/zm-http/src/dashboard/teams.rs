@@ -18,6 +18,7 @@ use zm_contracts::{ErrorCode, InvitationId, TeamRole};
 use zm_store::rules::{RuleRecord, RuleState};
 
 use super::errors::{Failure, Refused, field_aria, field_class, field_error};
+use super::memories::when;
 use super::{Form, PagePath, Signed, rules, signed_form};
 use crate::state::AppState;
 
@@ -314,7 +315,7 @@ fn detail_page(
                 tbody {
                     @for e in &a.events {
                         tr {
-                            td { (e.at.get(..16).unwrap_or("").replace('T', " ")) }
+                            td { (when(&e.at)) }
                             td { (who(e.actor.as_ref(), e.actor_email.as_deref())) }
                             td { (e.action.as_str()) }
                             td {
