@@ -446,9 +446,15 @@ async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
             path.display()
         );
     }
-    crate::files::prepare_database_url(&url)
-        .with_context(|| format!("cannot prepare the database {shown}"))?;
+    // The source is opened before the destination is prepared (which
+    // creates a SQLite file): a source that cannot be opened (one that
+    // needs `migrate`, a file that is no database) leaves no empty
+    // destination file behind.
     let store = open_store(cfg).await?;
+    if let Err(e) = crate::files::prepare_database_url(&url) {
+        store.close().await;
+        return Err(e).with_context(|| format!("cannot prepare the database {shown}"));
+    }
     let mut opts = zm_store::OpenOptions::new(url);
     opts.max_connections = 2;
     let report = store
@@ -753,9 +759,20 @@ async fn token_revoke(cfg: &Config, email: &str, token_id: &str) -> anyhow::Resu
         .revoke_token(&user.id, token_id.trim(), zm_store::Transport::Cli)
         .await;
     store.close().await;
-    result.map_err(|e| anyhow!("{} (or it is already revoked)", describe(&e)))?;
+    result.map_err(|e| revoke_failure(&e))?;
     eprintln!("revoked {}", token_id.trim());
     Ok(())
+}
+
+/// A revocation that failed. The store finds no token to revoke both when
+/// there is none and when it was revoked before, so a `not_found` says
+/// both; any other failure (the database, a rate limit) is said as it is.
+fn revoke_failure(e: &ToolError) -> anyhow::Error {
+    if e.code == zm_contracts::ErrorCode::NotFound {
+        anyhow!("{} (or it is already revoked)", describe(e))
+    } else {
+        anyhow!("{}", describe(e))
+    }
 }
 
 // ------------------------------------------------------------------ oauth
@@ -829,31 +846,31 @@ async fn export(cfg: &Config, args: &ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Export into `path` through `<path>.partial`, renamed over `path` only
-/// once every page is written: a failed export leaves an earlier file
-/// whole instead of a truncated one. Only a regular file (or a new one) is
-/// replaced so: a device, a pipe or a symbolic link (`/dev/stdout`,
-/// `>(gzip …)`, a `latest.jsonl` link) is written into as it is.
+/// Export into `path` through a partial file renamed over the file `path`
+/// names only once every page is written: a failed or interrupted export
+/// leaves an earlier file whole instead of a truncated one. A symbolic
+/// link (`latest.jsonl`) keeps being a link: the regular file it points at
+/// (or would, when it dangles) is the one replaced, its partial file
+/// written beside it. Only a device or a pipe (`/dev/stdout`, `>(gzip
+/// …)`), or the file this process's stdout already goes to (`--out
+/// /dev/stdout > backup.jsonl`), is written into as it is.
 async fn export_to_file(
     store: &Store,
     user: &User,
     page_size: u32,
     path: &Path,
 ) -> anyhow::Result<u64> {
-    let replaceable = match std::fs::symlink_metadata(path) {
-        Ok(m) => m.file_type().is_file(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-        Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
-    };
-    if !replaceable {
+    let Some(target) =
+        replaced_file(path).with_context(|| format!("cannot write {}", path.display()))?
+    else {
         let mut file = crate::files::create_private_file(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
         return export_pages(store, user, page_size, &mut file).await;
-    }
+    };
     // A name of this export's own, created new (never a file or link
     // that was there): two exports to one path each write whole, and the
     // later rename wins. Memories are private: created 0600.
-    let mut partial = path.as_os_str().to_owned();
+    let mut partial = target.as_os_str().to_owned();
     partial.push(format!(
         ".{}.{}.partial",
         std::process::id(),
@@ -879,7 +896,7 @@ async fn export_to_file(
     let written = match exported {
         Ok(n) => file
             .sync_all()
-            .and_then(|()| std::fs::rename(&partial, path))
+            .and_then(|()| std::fs::rename(&partial, &target))
             .with_context(|| format!("cannot write {}", path.display()))
             .map(|()| n),
         Err(e) => Err(e),
@@ -888,6 +905,73 @@ async fn export_to_file(
         let _ = std::fs::remove_file(&partial);
     }
     written
+}
+
+/// The regular file an export to `path` replaces: `path` itself, or the
+/// file at the end of the symbolic links `path` is (renaming over the link
+/// would replace the link with a file). `None` when `path` is to be
+/// written into as it is: a device, a pipe, this process's stdout.
+fn replaced_file(path: &Path) -> std::io::Result<Option<std::path::PathBuf>> {
+    let is_link = match std::fs::symlink_metadata(path) {
+        Ok(m) => m.file_type().is_symlink(),
+        // A new file.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Some(path.to_path_buf()));
+        }
+        Err(e) => return Err(e),
+    };
+    // Through the links, if any.
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() || is_stdout(&m) => Ok(None),
+        Ok(_) if is_link => std::fs::canonicalize(path).map(Some),
+        Ok(_) => Ok(Some(path.to_path_buf())),
+        // A link to nothing yet: the export creates the file it names.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => dangling_target(path).map(Some),
+        Err(e) => Err(e),
+    }
+}
+
+/// The name a dangling symbolic link ends at, followed link by link (a
+/// relative link is read from its own directory).
+fn dangling_target(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let mut at = path.to_path_buf();
+    // As many links as Linux follows before it gives up (ELOOP).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let next = std::fs::read_link(&at)?;
+                at = match at.parent() {
+                    Some(dir) => dir.join(next),
+                    None => next,
+                };
+            }
+            Ok(_) => return Ok(at),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(at),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many levels of symbolic links"))
+}
+
+/// Is this file the one this process's stdout writes to (`--out
+/// /dev/stdout` with stdout redirected to a file)? The shell opened it:
+/// replacing it by a rename would leave stdout writing to a file that no
+/// longer has that name.
+#[cfg(unix)]
+fn is_stdout(file: &std::fs::Metadata) -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| std::fs::File::from(fd).metadata().ok())
+        .is_some_and(|out| out.dev() == file.dev() && out.ino() == file.ino())
+}
+
+#[cfg(not(unix))]
+fn is_stdout(_file: &std::fs::Metadata) -> bool {
+    false
 }
 
 /// Page through `export_memories`, writing each page as JSONL to `sink`
@@ -1096,8 +1180,34 @@ mod tests {
             project_hint(Some(" git@github.com:a/b.git "), dir.path()).as_deref(),
             Some("git@github.com:a/b.git")
         );
-        let hint = project_hint(None, dir.path()).unwrap();
-        // Not a git repository (unless the temp dir lives inside one).
-        assert!(!hint.is_empty());
+        // A directory git finds no repository for, wherever the temporary
+        // directory lives: a `.git` file that names none stops git's
+        // search upwards with an error (in a repository's work tree, the
+        // hint would be its remote or its root instead).
+        std::fs::write(dir.path().join(".git"), "not a gitdir\n").unwrap();
+        assert_eq!(
+            project_hint(None, dir.path()),
+            Some(dir.path().display().to_string())
+        );
+        assert_eq!(
+            project_hint(Some("  "), dir.path()),
+            Some(dir.path().display().to_string()),
+            "a blank --project is no project"
+        );
+    }
+
+    /// Only a token that was not found may have been revoked before: a
+    /// failure of the database or a rate limit is said as it is.
+    #[test]
+    fn only_a_token_not_found_may_be_revoked_already() {
+        let missing = revoke_failure(&ToolError::not_found("token not found")).to_string();
+        assert_eq!(missing, "token not found (or it is already revoked)");
+        for other in [
+            ToolError::rate_limited("The server is busy; retry shortly."),
+            ToolError::internal(),
+        ] {
+            let said = revoke_failure(&other).to_string();
+            assert_eq!(said, other.message, "{said}");
+        }
     }
 }

@@ -72,19 +72,41 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
     }
     if summary.errors_unlisted > 0 {
         eprintln!(
-            "error: … and {} more lines (only the first {} are listed)",
+            "error: … and {} more (only the first {} are listed)",
             summary.errors_unlisted,
             summary.errors.len()
         );
     }
-    if summary.failed() > 0 {
-        bail!(
-            "{} of {} lines could not be imported; fix them and run the import again (what was imported is skipped)",
-            summary.failed(),
-            summary.lines
-        );
+    if let Some(what) = failure(&summary) {
+        bail!("{what}");
     }
     printed
+}
+
+/// What failed, as the command's last line, or `None`: the lines of which
+/// something could not be imported, each counted once however many of its
+/// memories were refused, and apart from them the memories imported but
+/// not attached to their entity, which a new run attaches (it skips each
+/// such memory as imported and attaches it then).
+fn failure(s: &Summary) -> Option<String> {
+    let mut parts = Vec::new();
+    if s.lines_failed > 0 {
+        parts.push(format!(
+            "{} of {} lines could not be imported; fix them and run the import again (what was imported is skipped)",
+            s.lines_failed, s.lines
+        ));
+    }
+    if s.attachments_failed > 0 {
+        let (n, them) = match s.attachments_failed {
+            1 => ("1 memory was".to_string(), "it"),
+            n => (format!("{n} memories were"), "them"),
+        };
+        parts.push(format!(
+            "{n} imported but could not be attached to {} entity (a database failure, concurrent writes or a rate limit); run the import again: it skips {them} as imported and attaches {them} then",
+            if them == "it" { "its" } else { "their" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The import's summary on stdout ([`say`]).
@@ -119,8 +141,43 @@ fn print_summary(s: &Summary, file: &Path, email: &str) -> anyhow::Result<()> {
             s.edges_created, s.edges_existing
         ))?;
     }
-    if !s.errors.is_empty() {
-        say(format!("  errors:    {}", s.errors.len()))?;
+    if s.attachments_failed > 0 {
+        say(format!(
+            "  failed:    {} lines; {} memories imported but not attached (run the import again)",
+            s.lines_failed, s.attachments_failed
+        ))?;
+    } else if s.lines_failed > 0 {
+        say(format!("  failed:    {} lines", s.lines_failed))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines are counted once however many of their memories failed, and
+    /// memories imported but not attached are told apart from them.
+    #[test]
+    fn the_failure_counts_lines_and_attachments_apart() {
+        let mut s = Summary::default();
+        assert_eq!(failure(&s), None);
+        s.lines = 1;
+        s.lines_failed = 1;
+        s.errors = vec!["line 1: …".into(), "line 1: …".into(), "line 1: …".into()];
+        assert_eq!(
+            failure(&s).as_deref(),
+            Some(
+                "1 of 1 lines could not be imported; fix them and run the import again (what was imported is skipped)"
+            )
+        );
+        s.lines_failed = 0;
+        s.attachments_failed = 1;
+        s.errors = vec!["line 1: imported, but could not attach it to Billing: …".into()];
+        let said = failure(&s).unwrap();
+        assert!(
+            !said.contains("could not be imported") && said.contains("run the import again"),
+            "{said}"
+        );
+    }
 }

@@ -156,21 +156,24 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
                 Ok(None) => return None,
                 Ok(Some(too_long)) => too_long,
                 Err(e) => {
-                    summary.error(format!(
-                        "line {}: the file could not be read: {e}",
-                        self.at + 1
-                    ));
+                    summary.error(
+                        self.at + 1,
+                        format!("line {}: the file could not be read: {e}", self.at + 1),
+                    );
                     return None;
                 }
             };
             self.at += 1;
             if too_long {
                 summary.lines += 1;
-                summary.error(format!(
-                    "line {}: longer than {} MiB, not read",
+                summary.error(
                     self.at,
-                    MAX_LINE_BYTES >> 20
-                ));
+                    format!(
+                        "line {}: longer than {} MiB, not read",
+                        self.at,
+                        MAX_LINE_BYTES >> 20
+                    ),
+                );
                 continue;
             }
             let mut bytes = self.buf.as_slice();
@@ -178,6 +181,7 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
                 if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
                     summary.lines += 1;
                     summary.error(
+                        self.at,
                         "the file is UTF-16 text (what Windows PowerShell 5.1 writes with `>`): save it as UTF-8 and import it again".to_string(),
                     );
                     return None;
@@ -188,7 +192,7 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
             }
             let Ok(text) = std::str::from_utf8(bytes) else {
                 summary.lines += 1;
-                summary.error(format!("line {}: not UTF-8 text", self.at));
+                summary.error(self.at, format!("line {}: not UTF-8 text", self.at));
                 continue;
             };
             let text = text.trim_end_matches('\n').trim_end_matches('\r');
@@ -267,10 +271,19 @@ pub struct Summary {
     pub edges_created: usize,
     /// server-memory: entity edges that existed already.
     pub edges_existing: usize,
-    /// Lines that could not be imported (the import exits 1), the first
-    /// [`LISTED_ERRORS`] of them.
+    /// Lines of which something could not be imported, each counted once
+    /// (an entity line whose three observations were refused is one).
+    pub lines_failed: usize,
+    /// server-memory: memories imported but not attached to their entity
+    /// for a reason of the moment (a database failure, concurrent writes,
+    /// a rate limit). Each is an error too; the next run of the same
+    /// import skips the memory and attaches it then.
+    pub attachments_failed: usize,
+    /// What could not be imported (the import exits 1), the first
+    /// [`LISTED_ERRORS`] of them: one entry per failure, so a line may
+    /// have several (one per refused observation).
     pub errors: Vec<String>,
-    /// Lines that could not be imported beyond those listed in `errors`.
+    /// Errors beyond those listed in `errors`.
     #[serde(skip_serializing_if = "is_zero")]
     pub errors_unlisted: usize,
     /// Things that were imported incompletely (e.g. an entity that could
@@ -279,6 +292,13 @@ pub struct Summary {
     /// Warnings beyond those listed in `warnings`.
     #[serde(skip_serializing_if = "is_zero")]
     pub warnings_unlisted: usize,
+    /// The line of the last failure counted in `lines_failed` (0: none;
+    /// lines count from 1). A line's failures are met one after another
+    /// (its observations in turn; relations, read again after the
+    /// entities, each once), so comparing with the last one counts each
+    /// line once without keeping every failed line's number.
+    #[serde(skip)]
+    last_failed_line: usize,
 }
 
 /// How many errors (and warnings) a summary lists; the rest are counted.
@@ -295,8 +315,23 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl Summary {
-    /// A line that could not be imported.
-    fn error(&mut self, what: String) {
+    /// Something of line `line` that could not be imported.
+    fn error(&mut self, line: usize, what: String) {
+        if line != self.last_failed_line {
+            self.last_failed_line = line;
+            self.lines_failed += 1;
+        }
+        self.list_error(what);
+    }
+
+    /// A memory imported but not attached to its entity, which another
+    /// run attaches: an error, but not of a line that was not imported.
+    fn attachment_failed(&mut self, what: String) {
+        self.attachments_failed += 1;
+        self.list_error(what);
+    }
+
+    fn list_error(&mut self, what: String) {
         if self.errors.len() < LISTED_ERRORS {
             self.errors.push(what);
         } else {
@@ -313,9 +348,11 @@ impl Summary {
         }
     }
 
-    /// How many lines could not be imported, listed or not.
+    /// What failed, listed or not: the lines of which something could
+    /// not be imported, and the memories imported but not attached to
+    /// their entity. Anything but 0 fails the import.
     pub fn failed(&self) -> usize {
-        self.errors.len() + self.errors_unlisted
+        self.lines_failed + self.attachments_failed
     }
 }
 
@@ -480,18 +517,20 @@ impl Importer {
     }
 
     /// Import many memories in one transaction (each in its own savepoint:
-    /// a refused one is reported with its label and the others land).
-    /// `pending` is emptied.
-    async fn import_batch(&mut self, pending: &mut Vec<(String, Value)>) {
+    /// a refused one is reported with its line and label and the others
+    /// land). `pending` (line, label, input) is emptied.
+    async fn import_batch(&mut self, pending: &mut Vec<(usize, String, Value)>) {
         let mut labels = Vec::with_capacity(pending.len());
         let mut inputs = Vec::with_capacity(pending.len());
-        for (label, raw) in pending.drain(..) {
+        for (line, label, raw) in pending.drain(..) {
             match parse_input(&raw) {
                 Ok(input) => {
-                    labels.push(label);
+                    labels.push((line, label));
                     inputs.push(input);
                 }
-                Err(e) => self.summary.error(format!("{label}: {}", describe(&e))),
+                Err(e) => self
+                    .summary
+                    .error(line, format!("{label}: {}", describe(&e))),
             }
         }
         if inputs.is_empty() {
@@ -503,17 +542,20 @@ impl Importer {
             .await
         {
             Ok(results) => {
-                for (label, result) in labels.into_iter().zip(results) {
+                for ((line, label), result) in labels.into_iter().zip(results) {
                     match result {
                         Ok(out) => self.count(&out),
-                        Err(e) => self.summary.error(format!("{label}: {}", describe(&e))),
+                        Err(e) => self
+                            .summary
+                            .error(line, format!("{label}: {}", describe(&e))),
                     }
                 }
             }
             Err(e) => {
                 // The batch's transaction failed: none of it was written.
-                for label in labels {
-                    self.summary.error(format!("{label}: {}", describe(&e)));
+                for (line, label) in labels {
+                    self.summary
+                        .error(line, format!("{label}: {}", describe(&e)));
                 }
             }
         }
@@ -578,10 +620,12 @@ impl Importer {
                         describe(&e)
                     );
                     // A failure a new run may not meet again is an error
-                    // (the import exits 1): the next run skips the line's
-                    // memory and attaches it then. Any other is for good.
+                    // (the import exits 1), counted apart from the lines
+                    // not imported: the line's memory is in, and the next
+                    // run skips it and attaches it then. Any other is for
+                    // good.
                     if worth_another_run(&e) {
-                        self.summary.error(what);
+                        self.summary.attachment_failed(what);
                     } else {
                         self.summary.warning(what);
                     }
@@ -592,7 +636,8 @@ impl Importer {
                 // The line number, not the content: a refused content may
                 // hold the very secret the guard refused (its refusal
                 // carries the masked sample).
-                self.summary.error(format!("line {line}: {}", describe(&e)));
+                self.summary
+                    .error(line, format!("line {line}: {}", describe(&e)));
             }
         }
     }
@@ -611,21 +656,55 @@ fn worth_another_run(e: &ToolError) -> bool {
 /// Memories imported per transaction (one commit, one fsync).
 const IMPORT_BATCH: usize = 500;
 
-/// Import our own JSONL export, in batches of [`IMPORT_BATCH`].
+/// The text a batch holds before it is written, whatever its count: 500
+/// lines of up to [`MAX_LINE_BYTES`] each would hold gigabytes. The
+/// memories' content and verbatim bytes are counted (what a batch keeps of
+/// a line); a batch of ordinary memories still ends at [`IMPORT_BATCH`].
+const IMPORT_BATCH_BYTES: usize = 16 << 20;
+
+/// Import our own JSONL export, in batches of [`IMPORT_BATCH`] memories or
+/// [`IMPORT_BATCH_BYTES`] of text, whichever comes first.
 async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
     imp: &mut Importer,
     lines: &mut Lines<R>,
     target: Option<ImportInto>,
 ) {
     imp.summary.format = "zm";
-    let mut pending: Vec<(String, Value, (String, String))> = Vec::with_capacity(IMPORT_BATCH);
+    // (line, label, `import_memory` input, exported id); the content is
+    // read back from the input, not kept twice.
+    let mut pending: Vec<(usize, String, Value, String)> = Vec::with_capacity(IMPORT_BATCH);
+    let mut pending_bytes = 0usize;
+    let mut first = true;
     while let Some((line, raw)) = lines.next(&mut imp.summary).await {
+        let is_first = std::mem::replace(&mut first, false);
         let m: Memory = match serde_json::from_str(&raw) {
             Ok(m) => m,
             Err(e) => {
-                imp.summary.error(format!(
-                    "line {line}: not a memory of a zero-memory export: {e}"
-                ));
+                match server_memory_line(&raw) {
+                    // A server-memory file imported without its `--format`:
+                    // every line would fail alike (up to a thousand errors
+                    // of a missing `id`), so the file is refused at its
+                    // first line, saying which format it is.
+                    Some(kind) if is_first => {
+                        imp.summary.error(
+                            line,
+                            format!(
+                                "line {line}: this file reads as a @modelcontextprotocol/server-memory file (a line of type {kind:?}), not a zero-memory export: import it as server-memory (`--format server-memory`); nothing was imported"
+                            ),
+                        );
+                        return;
+                    }
+                    Some(kind) => imp.summary.error(
+                        line,
+                        format!(
+                            "line {line}: not a memory of a zero-memory export: {e} (it reads as a server-memory line of type {kind:?}, which `--format server-memory` imports)"
+                        ),
+                    ),
+                    None => imp.summary.error(
+                        line,
+                        format!("line {line}: not a memory of a zero-memory export: {e}"),
+                    ),
+                }
                 continue;
             }
         };
@@ -639,15 +718,30 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
             None if scope::is_core(&m.scope) => ImportTarget::Core,
             None => ImportTarget::Personal,
         };
-        let hash = format!("{}:{}", m.id, sha256_hex(&m.content));
-        let mut extra: Vec<(&str, Value)> = Vec::new();
-        if let Some(v) = m
+        let label = format!("line {line}: memory {}", m.id);
+        let verbatim = m
             .source
             .as_ref()
             .and_then(|s| s.get("verbatim"))
             .and_then(Value::as_str)
-            .filter(|v| !v.is_empty())
+            .filter(|v| !v.is_empty());
+        // Text over the operator's limit is refused here, with the error
+        // `import_memory` gives it, instead of being held in the batch to
+        // be refused there. A blank content is left to the tool, which
+        // names that first.
+        if !m.content.trim().is_empty()
+            && let Err(e) = imp.tools.store().limits().check_text([
+                ("content", Some(m.content.as_str())),
+                ("verbatim", verbatim),
+            ])
         {
+            imp.summary
+                .error(line, format!("{label}: {}", describe(&e)));
+            continue;
+        }
+        let hash = format!("{}:{}", m.id, sha256_hex(&m.content));
+        let mut extra: Vec<(&str, Value)> = Vec::new();
+        if let Some(v) = verbatim {
             extra.push(("verbatim", json!(v)));
         }
         // The writing agent: an imported memory's is in its provenance
@@ -669,28 +763,43 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
                 json!(a.chars().take(200).collect::<String>()),
             ));
         }
+        pending_bytes += m.content.len() + verbatim.map_or(0, str::len);
         let input = imp.import_input(&m.content, m.kind, to, &hash, &extra);
-        pending.push((
-            format!("line {line}: memory {}", m.id),
-            input,
-            (m.id.as_str().to_string(), m.content),
-        ));
-        if pending.len() >= IMPORT_BATCH {
+        pending.push((line, label, input, m.id.as_str().to_string()));
+        if batch_is_full(pending.len(), pending_bytes) {
             import_zm_batch(imp, &mut pending).await;
+            pending_bytes = 0;
         }
     }
     import_zm_batch(imp, &mut pending).await;
+}
+
+/// Is a batch of `len` lines holding `bytes` of text to be written now?
+fn batch_is_full(len: usize, bytes: usize) -> bool {
+    len >= IMPORT_BATCH || bytes >= IMPORT_BATCH_BYTES
+}
+
+/// The type of a line that reads as one of the server-memory format's (a
+/// JSON object of `"type": "entity"` with a `name`, or of `"type":
+/// "relation"` with `from` and `to`), if it is one.
+fn server_memory_line(raw: &str) -> Option<&'static str> {
+    let v: Value = serde_json::from_str(raw).ok()?;
+    match v.get("type")?.as_str()? {
+        "entity" if v.get("name").is_some() => Some("entity"),
+        "relation" if v.get("from").is_some() && v.get("to").is_some() => Some("relation"),
+        _ => None,
+    }
 }
 
 /// One batch of zm lines: those whose exported memory is here already,
 /// the importer's own and holding the line's words, are counted as
 /// existing; the rest imported (a teammate's memory becomes the importer's
 /// copy, an edited line a memory of its own).
-async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, (String, String))>) {
+async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(usize, String, Value, String)>) {
     if pending.is_empty() {
         return;
     }
-    let ids: Vec<&str> = pending.iter().map(|(_, _, (id, _))| id.as_str()).collect();
+    let ids: Vec<&str> = pending.iter().map(|(_, _, _, id)| id.as_str()).collect();
     let here = match imp
         .tools
         .store()
@@ -699,18 +808,20 @@ async fn import_zm_batch(imp: &mut Importer, pending: &mut Vec<(String, Value, (
     {
         Ok(here) => here,
         Err(e) => {
-            for (label, _, _) in pending.drain(..) {
-                imp.summary.error(format!("{label}: {}", describe(&e)));
+            for (line, label, _, _) in pending.drain(..) {
+                imp.summary
+                    .error(line, format!("{label}: {}", describe(&e)));
             }
             return;
         }
     };
-    let mut batch: Vec<(String, Value)> = Vec::with_capacity(pending.len());
-    for (label, input, (id, content)) in pending.drain(..) {
-        if here.get(&id) == Some(&content) {
+    let mut batch: Vec<(usize, String, Value)> = Vec::with_capacity(pending.len());
+    for (line, label, input, id) in pending.drain(..) {
+        let content = input.get("content").and_then(Value::as_str);
+        if here.get(&id).is_some_and(|c| Some(c.as_str()) == content) {
             imp.summary.memories_existing += 1;
         } else {
-            batch.push((label, input));
+            batch.push((line, label, input));
         }
     }
     imp.import_batch(&mut batch).await;
@@ -728,7 +839,7 @@ async fn import_entity(
     let name = e.name.trim();
     if name.is_empty() {
         imp.summary
-            .error(format!("line {line}: the entity has no name"));
+            .error(line, format!("line {line}: the entity has no name"));
         return;
     }
     let etype = map_entity_type(&e.entity_type);
@@ -775,7 +886,8 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
         let v: Value = match serde_json::from_str(&raw) {
             Ok(v) => v,
             Err(e) => {
-                imp.summary.error(format!("line {line}: not JSON: {e}"));
+                imp.summary
+                    .error(line, format!("line {line}: not JSON: {e}"));
                 continue;
             }
         };
@@ -786,19 +898,24 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
                     imp.summary.entities += 1;
                     import_entity(imp, line, &e, target, &mut types).await;
                 }
-                Err(e) => imp
-                    .summary
-                    .error(format!("line {line}: not a server-memory entity: {e}")),
+                Err(e) => imp.summary.error(
+                    line,
+                    format!("line {line}: not a server-memory entity: {e}"),
+                ),
             },
             "relation" => match serde_json::from_value::<SmRelation>(v) {
                 Ok(r) => relations.push((line, r)),
-                Err(e) => imp
-                    .summary
-                    .error(format!("line {line}: not a server-memory relation: {e}")),
+                Err(e) => imp.summary.error(
+                    line,
+                    format!("line {line}: not a server-memory relation: {e}"),
+                ),
             },
-            other => imp.summary.error(format!(
-                "line {line}: unknown line type {other:?} (expected \"entity\" or \"relation\")"
-            )),
+            other => imp.summary.error(
+                line,
+                format!(
+                    "line {line}: unknown line type {other:?} (expected \"entity\" or \"relation\")"
+                ),
+            ),
         }
     }
     imp.summary.relations = relations.len();
@@ -814,10 +931,13 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
             ("to".to_string(), r.to.as_str()),
             ("relationType".to_string(), r.relation_type.as_str()),
         ]) {
-            imp.summary.error(format!(
-                "line {line}: relation not imported: {}",
-                describe(&crate::guard::rejection(&hit))
-            ));
+            imp.summary.error(
+                *line,
+                format!(
+                    "line {line}: relation not imported: {}",
+                    describe(&crate::guard::rejection(&hit))
+                ),
+            );
             continue;
         }
         let (edge, exact) = map_edge_type(&r.relation_type);
@@ -858,13 +978,16 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
                     // Anything else (the moment, the quota, the account) is
                     // an error: the next run links it (and keeps its
                     // memory then).
-                    imp.summary.error(format!(
-                        "line {line}: relation {:?} -[{}]-> {:?}: {}",
-                        r.from,
-                        r.relation_type,
-                        r.to,
-                        describe(&e)
-                    ));
+                    imp.summary.error(
+                        *line,
+                        format!(
+                            "line {line}: relation {:?} -[{}]-> {:?}: {}",
+                            r.from,
+                            r.relation_type,
+                            r.to,
+                            describe(&e)
+                        ),
+                    );
                     continue;
                 }
             }
@@ -938,6 +1061,12 @@ mod tests {
         let first = run().await;
         assert_eq!(first.memories_imported, 1, "{first:?}");
         assert_eq!(first.errors.len(), 1, "the attachment failed: {first:?}");
+        // Counted apart: the line was imported, its memory is not attached.
+        assert_eq!(
+            (first.lines_failed, first.attachments_failed, first.failed()),
+            (0, 1, 1),
+            "{first:?}"
+        );
         assert!(
             first.errors[0].contains("could not attach it to Billing"),
             "{first:?}"
@@ -964,6 +1093,148 @@ mod tests {
         .await
         .expect("count");
         assert_eq!(attached, 1, "the next run attached it");
+    }
+
+    /// An entity line whose three observations the guard refuses is one
+    /// line that could not be imported, with an error for each.
+    #[tokio::test]
+    async fn a_line_with_several_failures_counts_once() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "perline").await;
+        let token = format!(
+            "ghp_{}",
+            "a1B2c3D4e5".repeat(4).get(..36).unwrap_or_default()
+        );
+        let text = [
+            format!(
+                r#"{{"type":"entity","name":"Deploy","entityType":"service","observations":["the token is {token}","the old token was {token}","CI reads {token}"]}}"#
+            ),
+            r#"{"type":"entity","name":"Billing","entityType":"project","observations":["invoices are kept seven years"]}"#.to_string(),
+            "not json".to_string(),
+        ]
+        .join("\n");
+        let summary = server_memory(&store, &caller, &text).await;
+        assert_eq!(summary.errors.len(), 4, "{summary:?}");
+        assert_eq!(
+            (
+                summary.lines,
+                summary.lines_failed,
+                summary.attachments_failed
+            ),
+            (3, 2, 0),
+            "{summary:?}"
+        );
+        assert_eq!(summary.failed(), 2, "{summary:?}");
+        assert_eq!(summary.memories_imported, 1, "{summary:?}");
+    }
+
+    /// A server-memory file imported as our export is refused at its first
+    /// line, naming the format, instead of failing on every line; a
+    /// server-memory line further down an export says what it is.
+    #[tokio::test]
+    async fn a_server_memory_file_read_as_an_export_names_its_format() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "wrongformat").await;
+        let file = [
+            r#"{"type":"entity","name":"Alice","entityType":"person","observations":["Prefers tea"]}"#,
+            r#"{"type":"entity","name":"Bob","entityType":"person","observations":["Prefers coffee"]}"#,
+            r#"{"type":"relation","from":"Alice","to":"Bob","relationType":"knows"}"#,
+        ]
+        .join("\n");
+        let summary = zm_bytes(&store, &caller, file.as_bytes()).await;
+        assert_eq!(summary.errors.len(), 1, "{summary:?}");
+        assert!(
+            summary.errors[0].starts_with("line 1: ")
+                && summary.errors[0].contains("`--format server-memory`")
+                && summary.errors[0].contains("nothing was imported"),
+            "{summary:?}"
+        );
+        assert_eq!((summary.lines, summary.memories_imported), (1, 0));
+
+        let memory = r#"{"id":"mem_0000000000000001.0000000001","content":"The first line imports.","kind":"fact","scope":"personal","visibility":"private","author_kind":"agent","agent_name":null,"source":null,"superseded_by":null,"invalidated_at":null,"created_at":"2026-01-01T00:00:00Z"}"#;
+        let mixed = format!(
+            "{memory}\n{}\n",
+            r#"{"type":"relation","from":"Alice","to":"Bob","relationType":"knows"}"#
+        );
+        let summary = zm_bytes(&store, &caller, mixed.as_bytes()).await;
+        assert_eq!(summary.memories_imported, 1, "{summary:?}");
+        assert_eq!(summary.errors.len(), 1, "{summary:?}");
+        assert!(
+            summary.errors[0].starts_with("line 2: not a memory of a zero-memory export")
+                && summary.errors[0].contains("`--format server-memory`"),
+            "{summary:?}"
+        );
+    }
+
+    /// An export's line over the operator's text limit is refused as it is
+    /// read, with the error `import_memory` gives it; the rest imports.
+    #[tokio::test]
+    async fn text_over_the_limit_is_refused_as_the_tool_refuses_it() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let store = store.with_limits(crate::Limits {
+            max_text_chars: 20,
+            ..crate::Limits::default()
+        });
+        let caller = crate::testing::test_caller(&store, "limit").await;
+        let line = |id: &str, content: &str| {
+            format!(
+                r#"{{"id":"{id}","content":"{content}","kind":"fact","scope":"personal","visibility":"private","author_kind":"agent","agent_name":null,"source":null,"superseded_by":null,"invalidated_at":null,"created_at":"2026-01-01T00:00:00Z"}}"#
+            )
+        };
+        let file = format!(
+            "{}\n{}\n",
+            line(
+                "mem_0000000000000001.0000000001",
+                "This content is longer than twenty characters."
+            ),
+            line("mem_0000000000000002.0000000002", "Short enough.")
+        );
+        let summary = zm_bytes(&store, &caller, file.as_bytes()).await;
+        assert_eq!(summary.errors.len(), 1, "{summary:?}");
+        assert!(
+            summary.errors[0].contains("content: must be at most 20 characters"),
+            "{summary:?}"
+        );
+        assert_eq!(
+            (summary.lines_failed, summary.memories_imported),
+            (1, 1),
+            "{summary:?}"
+        );
+        // What the tool itself answers for that content.
+        let Err(tool) = crate::ToolService::new(store.clone())
+            .call(
+                &caller,
+                zm_contracts::ToolName::parse("import_memory").unwrap(),
+                &json!({
+                    "content": "This content is longer than twenty characters.",
+                    "kind": "fact",
+                    "target": "personal",
+                    "source_path": "export.jsonl",
+                    "source_hash": "direct",
+                }),
+            )
+            .await
+        else {
+            panic!("the tool took a content over the limit");
+        };
+        assert_eq!(
+            summary.errors[0],
+            format!(
+                "line 1: memory mem_0000000000000001.0000000001: {}",
+                describe(&tool)
+            )
+        );
+    }
+
+    /// A batch ends at its count or at its text, whichever comes first.
+    #[test]
+    fn a_batch_ends_at_its_count_or_its_size() {
+        assert!(!batch_is_full(1, 0));
+        assert!(batch_is_full(IMPORT_BATCH, 0));
+        assert!(!batch_is_full(2, IMPORT_BATCH_BYTES - 1));
+        assert!(batch_is_full(2, IMPORT_BATCH_BYTES));
+        // Two lines of the longest kind make a batch.
+        assert!(batch_is_full(2, 2 * (MAX_LINE_BYTES / 2 + 1)));
     }
 
     /// Lines whose parts hold `|` are told apart (joined, they would read
