@@ -602,6 +602,13 @@ pub const EXPORT_PAGE_DEFAULT: u32 = 500;
 /// The most memories one `export_memories` page holds.
 pub const EXPORT_PAGE_MAX: u32 = 1000;
 
+/// The text one `export_memories` page carries at most, in characters of
+/// its memories' content and provenance: a page ends early, after the
+/// memory that passes it (a page always holds at least one). A thousand
+/// memories at the highest text limit would otherwise be gigabytes in one
+/// answer.
+pub const EXPORT_PAGE_CHARS: u64 = 8 * 1024 * 1024;
+
 /// Longest accepted page cursor, `export_memories`' or `list_conflicts'`
 /// (the server issues far shorter).
 pub const MAX_PAGE_CURSOR: usize = 128;

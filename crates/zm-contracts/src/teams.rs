@@ -495,7 +495,7 @@ pub const ADMIN_ROUTES: &[AdminRoute] = &[
         method: "DELETE",
         path: "/api/teams/{team}/invitations/{id}",
         operation_id: "withdraw_invitation",
-        summary: "Withdraw an open invitation (admins); one accepted is a conflict, one already withdrawn or expired answers removed: false",
+        summary: "Withdraw an open invitation (admins); one accepted is a conflict, one expired is withdrawn too (removed: true), one already withdrawn answers removed: false",
         access: RouteAccess::Write,
         input: None,
         output: schema!(out Removed),

@@ -1520,6 +1520,7 @@ impl Config {
             max_text_chars: self.max_text_chars,
             quota_memories: (self.quota_memories > 0).then_some(self.quota_memories),
             quota_bytes: (self.quota_bytes > 0).then_some(self.quota_bytes),
+            ..zm_store::Limits::default()
         };
         opts
     }
@@ -2241,6 +2242,7 @@ mod tests {
                 max_text_chars: 4096,
                 quota_memories: Some(10_000),
                 quota_bytes: Some(50_000_000),
+                ..zm_store::Limits::default()
             }
         );
         let err = Config::load(&env(&[

@@ -25,6 +25,10 @@ pub struct Limits {
     /// The most bytes of text one user may store (content and provenance,
     /// which carries `verbatim`, in UTF-8); `None`: no quota.
     pub quota_bytes: Option<u64>,
+    /// The text one `export_memories` page carries at most (the
+    /// contract's [`EXPORT_PAGE_CHARS`](zm_contracts::EXPORT_PAGE_CHARS);
+    /// tests set less).
+    pub export_page_chars: u64,
 }
 
 impl Default for Limits {
@@ -33,6 +37,7 @@ impl Default for Limits {
             max_text_chars: DEFAULT_MAX_TEXT_CHARS,
             quota_memories: None,
             quota_bytes: None,
+            export_page_chars: zm_contracts::EXPORT_PAGE_CHARS,
         }
     }
 }

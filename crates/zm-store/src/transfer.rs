@@ -530,10 +530,12 @@ impl Store {
         };
         let limit = usize::try_from(input.limit).unwrap_or(usize::MAX);
         let visible = self.visible_to(caller).await?;
-        let mut sql = Sql::new(&format!(
-            "SELECT {}, m.seq AS page_seq FROM memories m WHERE ",
-            crate::search::MEMORY_COLUMNS
-        ));
+        // The page's keys and sizes first: the rows are read whole only for
+        // the memories the page keeps (at most `limit`, and no more text
+        // than the page's budget of characters past the first).
+        let mut sql = Sql::new(
+            "SELECT m.seq AS page_seq, m.created_at, CAST(length(m.content) + COALESCE(length(m.source), 0) AS BIGINT) AS chars FROM memories m WHERE ",
+        );
         visible.push(&mut sql, "m");
         sql.push(" AND ");
         push_read_set(&mut sql, "m", &set);
@@ -549,18 +551,40 @@ impl Store {
         // One row past the page says whether another page follows.
         sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
             .bind_i64(i64::from(input.limit) + 1);
-        let mut rows = sql.query().fetch_all(&self.pool).await.db("export")?;
-        let more = rows.len() > limit;
-        rows.truncate(limit);
-        let next_cursor = match rows.last() {
-            Some(last) if more => {
-                let pos = ExportPosition {
-                    created_at: col(last, "created_at")?,
-                    seq: col(last, "page_seq")?,
-                };
+        let keys = sql.query().fetch_all(&self.pool).await.db("export")?;
+        let budget = self.limits().export_page_chars;
+        let mut page: Vec<(i64, i64)> = Vec::new();
+        let mut chars = 0_u64;
+        for k in &keys {
+            if page.len() == limit || (!page.is_empty() && chars > budget) {
+                break;
+            }
+            let size: i64 = col(k, "chars")?;
+            chars += u64::try_from(size).unwrap_or(0);
+            page.push((col(k, "created_at")?, col(k, "page_seq")?));
+        }
+        let more = keys.len() > page.len();
+        let next_cursor = match page.last() {
+            Some(&(created_at, seq)) if more => {
+                let pos = ExportPosition { created_at, seq };
                 Some(cursor::encode(&self.thread_key, &caller.user_id, pos))
             }
             _ => None,
+        };
+        // The rows of the page, by their keys (the visibility was decided
+        // above; a memory erased in between is left out).
+        let rows = if page.is_empty() {
+            Vec::new()
+        } else {
+            let mut sql = Sql::new(&format!(
+                "SELECT {} FROM memories m WHERE m.seq IN ",
+                crate::search::MEMORY_COLUMNS
+            ));
+            for (i, &(_, seq)) in page.iter().enumerate() {
+                sql.push(if i == 0 { "(" } else { ", " }).bind_i64(seq);
+            }
+            sql.push(") ORDER BY m.created_at, m.seq");
+            sql.query().fetch_all(&self.pool).await.db("export")?
         };
         let items = self.memories_served_to(caller, &rows).await?;
         Ok(ExportMemoriesOutput {

@@ -212,6 +212,52 @@ backend_tests! {
         assert_eq!(b_project, shared_only, "[{l}] B reads only what A shared");
     }
 
+    /// A page ends early once its text passes the page's budget of
+    /// characters (content and provenance), after the memory that passes
+    /// it; one memory larger than the budget is a page of its own; the
+    /// pages together still hold every memory once, in order.
+    async fn export_pages_end_at_their_budget_of_text(store: Store, l: &str) {
+        let store = store.with_limits(zm_store::Limits {
+            export_page_chars: 10_000,
+            ..zm_store::Limits::default()
+        });
+        let (_, a) = user(&store, "page-chars").await;
+        let text = |i: usize, chars: usize| {
+            let mut t = format!("Budget note {i}:");
+            let mut w = 0;
+            while t.len() < chars {
+                t.push_str(&format!(" w{i}x{w}"));
+                w += 1;
+            }
+            t
+        };
+        let mut written = Vec::new();
+        for (i, chars) in [4_000, 4_000, 4_000, 12_000, 4_000, 4_000].into_iter().enumerate() {
+            written.push(mem(&store, &a, l, json!({"content": text(i, chars), "scope": "core"})).await);
+            store.clock().advance_ms(10);
+        }
+        let mut sizes = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut args = json!({"limit": 1000});
+            if let Some(c) = &cursor {
+                args["cursor"] = json!(c);
+            }
+            let page = ok(call(&store, &a, "export_memories", args).await, l, "page");
+            sizes.push(page["count"].as_u64().unwrap());
+            match page.get("next_cursor") {
+                Some(c) => cursor = Some(c.as_str().unwrap().to_string()),
+                None => break,
+            }
+            assert!(sizes.len() < 10, "[{l}] the export does not end");
+        }
+        // 4k + 4k stays under 10k, the third passes it; the 12k memory
+        // passes it alone; then the last two.
+        assert_eq!(sizes, [3, 1, 2], "[{l}] pages");
+        let (ids, _) = export_all(&store, &a, l, json!({}), 1000).await;
+        assert_eq!(ids, written, "[{l}] every memory once, in order");
+    }
+
     /// A cursor is a position only: replayed with other scopes it reads what
     /// those scopes allow after it; another user's, an altered or a made-up
     /// cursor is `validation_failed` on `cursor`.
