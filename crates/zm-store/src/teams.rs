@@ -330,7 +330,34 @@ impl Store {
 
     /// A live team and the caller's role in it; a deleted team or one the
     /// caller is not a member of reads as not found.
+    ///
+    /// For a change, membership is read first without taking turns: only
+    /// a member queues behind the team's changes. A non-member is answered
+    /// at once, as for a team that does not exist, instead of waiting on
+    /// the team's row (which told them the team exists, and let them queue
+    /// against it). A member then takes the row and is read again, since a
+    /// change that held it meanwhile may have removed them or changed
+    /// their role. SQLite's write transactions already take turns, so the
+    /// second read there only repeats the first.
     async fn membership(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        slug: &str,
+        purpose: For,
+    ) -> Result<(TeamRow, Role), ToolError> {
+        let read = self
+            .membership_as_of(conn, caller, slug, For::Reading)
+            .await?;
+        if purpose == For::Reading {
+            return Ok(read);
+        }
+        self.membership_as_of(conn, caller, slug, purpose).await
+    }
+
+    /// [`Store::membership`]'s one read of the team row (for `purpose`)
+    /// and of the caller's role in it.
+    async fn membership_as_of(
         &self,
         conn: &mut sqlx::AnyConnection,
         caller: &Caller,
@@ -428,15 +455,19 @@ impl Store {
             });
         }
         let invitations = if role == Role::Admin {
+            // Open invitations only: an expired one can no longer be
+            // accepted, so it is left out as a withdrawn one is (it stayed
+            // listed for good, as pending until it expired).
+            let now = self.now();
             let rows = sqlx::query(
                 "SELECT id, email, role, created_at, expires_at, accepted_at FROM team_invitations \
-                 WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL ORDER BY created_at, id",
+                 WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at > $2 ORDER BY created_at, id",
             )
             .bind(&team.id)
+            .bind(now)
             .fetch_all(&mut *conn)
             .await
             .db("team invitations")?;
-            let now = self.now();
             InvitationRow::from_rows(&rows)?
                 .into_iter()
                 .map(|i| i.into_invitation(&team.slug, now))
@@ -751,17 +782,27 @@ impl Store {
         crate::rules::rules_of(&mut conn, &steward).await
     }
 
-    async fn admins(
+    /// How many admins of the team, `user_id` aside, can act as one: their
+    /// account is enabled. A disabled admin signs in nowhere, so a team
+    /// left with only such admins is one nobody can run; and the rule
+    /// counts the others, so that a disabled admin can still be demoted or
+    /// removed while an enabled one remains.
+    async fn other_admins(
         &self,
         conn: &mut sqlx::AnyConnection,
         team_scope: &str,
+        user_id: &str,
     ) -> Result<i64, ToolError> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM scope_members WHERE scope = $1 AND role = $2")
-            .bind(team_scope)
-            .bind(Role::Admin.as_str())
-            .fetch_one(&mut *conn)
-            .await
-            .db("count admins")
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM scope_members sm JOIN users u ON u.id = sm.user_id \
+             WHERE sm.scope = $1 AND sm.role = $2 AND sm.user_id <> $3 AND u.disabled_at IS NULL",
+        )
+        .bind(team_scope)
+        .bind(Role::Admin.as_str())
+        .bind(user_id)
+        .fetch_one(&mut *conn)
+        .await
+        .db("count admins")
     }
 
     async fn put_member(
@@ -776,9 +817,11 @@ impl Store {
         if previous == Some(role) {
             return self.member(conn, team, user_id).await;
         }
-        if previous == Some(Role::Admin) && self.admins(conn, &team.scope).await? <= 1 {
+        if previous == Some(Role::Admin)
+            && self.other_admins(conn, &team.scope, user_id).await? == 0
+        {
             return Err(ToolError::conflict(format!(
-                "{user_id} is the last admin of team {}: make another member admin first.",
+                "{user_id} is the last admin of team {} whose account is enabled: make another member admin first.",
                 team.slug
             )));
         }
@@ -810,20 +853,21 @@ impl Store {
     async fn withdraw_invitations(
         &self,
         conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
         team: &TeamRow,
         user_id: &str,
     ) -> Result<(), ToolError> {
-        sqlx::query(
-            "UPDATE team_invitations SET revoked_at = $1 WHERE team_id = $2 AND accepted_at IS NULL AND revoked_at IS NULL \
-             AND email = (SELECT email FROM users WHERE id = $3)",
+        let open = sqlx::query(
+            "SELECT id, team_id, email, role FROM team_invitations WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL \
+             AND expires_at > $2 AND email = (SELECT email FROM users WHERE id = $3) ORDER BY created_at, id",
         )
-        .bind(self.now())
         .bind(&team.id)
+        .bind(self.now())
         .bind(user_id)
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await
-        .db("withdraw invitations")?;
-        Ok(())
+        .db("invitations to withdraw")?;
+        self.withdraw_open(conn, caller, &open, user_id).await
     }
 
     /// Withdraw the open invitations `user_id` issued for the team, when
@@ -832,19 +876,61 @@ impl Store {
     async fn withdraw_invitations_from(
         &self,
         conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
         team: &TeamRow,
         user_id: &str,
     ) -> Result<(), ToolError> {
-        sqlx::query(
-            "UPDATE team_invitations SET revoked_at = $1 WHERE team_id = $2 AND accepted_at IS NULL AND revoked_at IS NULL \
-             AND invited_by = $3",
+        let open = sqlx::query(
+            "SELECT id, team_id, email, role FROM team_invitations WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL \
+             AND expires_at > $2 AND invited_by = $3 ORDER BY created_at, id",
         )
-        .bind(self.now())
         .bind(&team.id)
+        .bind(self.now())
         .bind(user_id)
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await
-        .db("withdraw their invitations")?;
+        .db("their invitations to withdraw")?;
+        self.withdraw_open(conn, caller, &open, user_id).await
+    }
+
+    /// Withdraw the invitations `open` lists (`id`, `team_id`, `email`,
+    /// `role`), read by a change to the membership of `because_of`. Each
+    /// one still open then goes in its team's audit log as
+    /// `invitation_withdrawn`, like an admin's own withdrawal: the caller,
+    /// who made the change, as its actor, and the invitation's address and
+    /// role. It also names `because_of` as the member concerned (the
+    /// invitee the change decided about, or the admin who sent it and is
+    /// one no longer, or an account being erased): that says why it went,
+    /// and tells it from a withdrawal by hand, which names nobody.
+    async fn withdraw_open(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        open: &[AnyRow],
+        because_of: &str,
+    ) -> Result<(), ToolError> {
+        let now = self.now();
+        for row in open {
+            let id: String = col(row, "id")?;
+            let withdrawn = sqlx::query(
+                "UPDATE team_invitations SET revoked_at = $1 WHERE id = $2 AND accepted_at IS NULL AND revoked_at IS NULL",
+            )
+            .bind(now)
+            .bind(&id)
+            .execute(&mut *conn)
+            .await
+            .db("withdraw invitation")?;
+            if withdrawn.rows_affected() == 0 {
+                continue;
+            }
+            let team_id: String = col(row, "team_id")?;
+            let email: String = col(row, "email")?;
+            let mut event = Event::new(TeamAction::InvitationWithdrawn);
+            event.user = Some(because_of);
+            event.subject = Some(&email);
+            event.role = Some(enum_col(row, "role")?);
+            self.record(conn, caller, &team_id, event).await?;
+        }
         Ok(())
     }
 
@@ -917,11 +1003,12 @@ impl Store {
         let member = self
             .put_member(&mut tx, caller, &team, &user, input.role)
             .await?;
-        self.withdraw_invitations(&mut tx, &team, &user).await?;
+        self.withdraw_invitations(&mut tx, caller, &team, &user)
+            .await?;
         // Adding an existing member again sets their role, as a role
         // change does: one made no admin withdraws what they invited.
         if input.role != TeamRole::Admin {
-            self.withdraw_invitations_from(&mut tx, &team, &user)
+            self.withdraw_invitations_from(&mut tx, caller, &team, &user)
                 .await?;
         }
         tx.commit().await.db("commit member")?;
@@ -971,9 +1058,10 @@ impl Store {
         let member = self
             .put_member(&mut tx, caller, &team, user_id, input.role)
             .await?;
-        self.withdraw_invitations(&mut tx, &team, user_id).await?;
+        self.withdraw_invitations(&mut tx, caller, &team, user_id)
+            .await?;
         if input.role != TeamRole::Admin {
-            self.withdraw_invitations_from(&mut tx, &team, user_id)
+            self.withdraw_invitations_from(&mut tx, caller, &team, user_id)
                 .await?;
         }
         tx.commit().await.db("commit role")?;
@@ -1012,9 +1100,10 @@ impl Store {
                 "No member {user_id} in team {slug}."
             )));
         };
-        if their_role == Role::Admin && self.admins(&mut tx, &team.scope).await? <= 1 {
+        if their_role == Role::Admin && self.other_admins(&mut tx, &team.scope, user_id).await? == 0
+        {
             return Err(ToolError::conflict(format!(
-                "{user_id} is the last admin of team {slug}: make another member admin, or delete the team."
+                "{user_id} is the last admin of team {slug} whose account is enabled: make another member admin, or delete the team."
             )));
         }
         // Projects the leaving member shared stop being shared: the team
@@ -1038,8 +1127,9 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("remove member")?;
-        self.withdraw_invitations(&mut tx, &team, user_id).await?;
-        self.withdraw_invitations_from(&mut tx, &team, user_id)
+        self.withdraw_invitations(&mut tx, caller, &team, user_id)
+            .await?;
+        self.withdraw_invitations_from(&mut tx, caller, &team, user_id)
             .await?;
         let steward = team.steward_id.clone().ok_or_else(ToolError::internal)?;
         let mut handed = Vec::new();
@@ -1447,11 +1537,13 @@ impl Store {
         Ok(InvitationList { invitations })
     }
 
-    /// Withdraw an open invitation of the team (admins): it can no longer
-    /// be accepted and is no longer listed. `removed: false` when it was
-    /// already withdrawn or had expired; one accepted is a `conflict`
-    /// (remove the member instead). Another team's invitation, or one that
-    /// never existed, is `not_found`.
+    /// Withdraw an invitation of the team that was not accepted (admins):
+    /// it can no longer be accepted and is no longer listed. One that
+    /// expired is withdrawn too (`removed: true`), so an admin's Withdraw
+    /// on a page drawn before it expired does what it says, and the log
+    /// records it. `removed: false` when it was already withdrawn; one
+    /// accepted is a `conflict` (remove the member instead). Another
+    /// team's invitation, or one that never existed, is `not_found`.
     pub async fn withdraw_invitation(
         &self,
         caller: &Caller,
@@ -1493,12 +1585,10 @@ impl Store {
                 id.as_str()
             )));
         }
-        let now = self.now();
-        let open = col::<Option<i64>>(&row, "revoked_at")?.is_none()
-            && col::<i64>(&row, "expires_at")? > now;
-        if !open {
+        if col::<Option<i64>>(&row, "revoked_at")?.is_some() {
             return Ok(Removed { removed: false });
         }
+        let now = self.now();
         sqlx::query(
             "UPDATE team_invitations SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
         )
@@ -1745,6 +1835,11 @@ impl Store {
         slug: &str,
         path: &str,
     ) -> Result<Removed, ToolError> {
+        // The project is named as a share names it: a short `proj.<slug>`
+        // is the caller's own project of that name (anyone else's is
+        // named in full).
+        let full = crate::scopes::canonical_path(caller, path.trim());
+        let path = full.as_str();
         let mut tx = self.write_tx().await?;
         let (team, role) = self.membership(&mut tx, caller, slug, For::Change).await?;
         self.hold_shared_projects(&mut tx, &team).await?;
@@ -1859,9 +1954,9 @@ impl Store {
     /// left with shared memories they may no longer change, in a project
     /// they no longer belong to, and their rules on those memories are
     /// revoked. The invitations it sent, and those addressed to it, are
-    /// withdrawn. Each team's audit log records the unsharing, and the
-    /// account's departure from every team it was in. The memories made
-    /// private.
+    /// withdrawn. Each team's audit log records the unsharing, each open
+    /// invitation withdrawn, and the account's departure from every team
+    /// it was in. The memories made private.
     pub(crate) async fn release_teams_for_erasure(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -1930,6 +2025,24 @@ impl Store {
         }
         // Invitations the account sent, and those addressed to it: none
         // outlives it (a later account of that address did not consent).
+        // Those still open in a live team are withdrawn one by one, each
+        // in its team's audit log with the account as its actor and the
+        // member concerned, as a change of membership records what it
+        // withdraws (those addressed to the account lose the address
+        // below, as its other invitation events do); the rest (expired,
+        // or a deleted team's, which nobody reads the log of) at once.
+        let open = sqlx::query(
+            "SELECT i.id AS id, i.team_id AS team_id, i.email AS email, i.role AS role FROM team_invitations i \
+             JOIN teams t ON t.id = i.team_id WHERE t.deleted_at IS NULL AND i.accepted_at IS NULL AND i.revoked_at IS NULL \
+             AND i.expires_at > $1 AND (i.invited_by = $2 OR i.email = (SELECT email FROM users WHERE id = $2)) \
+             ORDER BY i.team_id, i.created_at, i.id",
+        )
+        .bind(self.now())
+        .bind(uid)
+        .fetch_all(&mut *tx)
+        .await
+        .db("the account's open invitations")?;
+        self.withdraw_open(tx, caller, &open, uid).await?;
         sqlx::query(
             "UPDATE team_invitations SET revoked_at = $1 WHERE accepted_at IS NULL AND revoked_at IS NULL \
              AND (invited_by = $2 OR email = (SELECT email FROM users WHERE id = $2))",
@@ -2492,7 +2605,9 @@ impl Store {
         Ok(shared > 0)
     }
 
-    /// Refuse to erase an account that is the last admin of a live team.
+    /// Refuse to erase an account that is the last admin of a live team:
+    /// the only one whose account is enabled (a disabled admin runs
+    /// nothing, as in [`Store::other_admins`]).
     pub(crate) async fn check_not_last_admin(
         &self,
         conn: &mut sqlx::AnyConnection,
@@ -2523,7 +2638,8 @@ impl Store {
         }
         let teams: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT t.slug FROM teams t JOIN scope_members sm ON sm.scope = t.scope AND sm.user_id = $1 AND sm.role = $2 \
-             WHERE t.deleted_at IS NULL AND NOT EXISTS (SELECT 1 FROM scope_members o WHERE o.scope = t.scope AND o.role = $2 AND o.user_id <> $1) \
+             WHERE t.deleted_at IS NULL AND NOT EXISTS (SELECT 1 FROM scope_members o JOIN users ou ON ou.id = o.user_id \
+             WHERE o.scope = t.scope AND o.role = $2 AND o.user_id <> $1 AND ou.disabled_at IS NULL) \
              ORDER BY {}",
             self.backend.bytewise("t.slug")
         )))
@@ -2536,7 +2652,7 @@ impl Store {
             return Ok(());
         }
         Err(ToolError::conflict(format!(
-            "You are the last admin of team(s) {}: make another member admin or delete the team(s) first.",
+            "You are the last admin of team(s) {} whose account is enabled: make another member admin or delete the team(s) first.",
             teams.join(", ")
         )))
     }

@@ -248,7 +248,8 @@ backend_tests! {
         ok(call(&store, &w, "forget", json!({"memory_id": m})).await, l, "W forgets their memory");
         let audit = ok(store.team_audit(&admin, &slug).await, l, "the team's audit");
         let actions: Vec<&str> = audit.events.iter().map(|e| e.action.as_str()).collect();
-        assert_eq!(&actions[..2], ["member_removed", "project_unshared"], "[{l}] newest first: {actions:?}");
+        // The erased admin's open invitation is withdrawn on the record.
+        assert_eq!(&actions[..3], ["member_removed", "invitation_withdrawn", "project_unshared"], "[{l}] newest first: {actions:?}");
     }
 
     async fn delete_account_from_a_read_write_token_is_forbidden_and_erases_nothing(store: Store, l: &str) {

@@ -1560,9 +1560,7 @@ backend_tests! {
             assert_eq!(ents.to_string().contains("ledger-service"), member, "[{l}] {} {ents}", what("entities"));
             let got = store.get_memory(who, &zm_contracts::MemoryId::parse(&m).unwrap()).await;
             assert_eq!(got.is_ok(), member, "[{l}] {}", what("get_memory"));
-            // Owner-only changes: only the author may; a member is told the
-            // memory is not theirs, and for everyone else it answers like
-            // one that never existed.
+            // Owner-only changes: only the author may.
             for (tool, extra) in [
                 ("forget", json!({})),
                 ("restore_memory", json!({})),
@@ -1580,10 +1578,23 @@ backend_tests! {
                 let mut on_never = extra;
                 on_never["memory_id"] = json!(NEVER);
                 let a = call(&store, who, tool, on_m).await.expect_err(&what(tool));
-                if member {
-                    // A member sees the memory: told it is not theirs.
-                    assert_ne!(a.code, ErrorCode::Internal, "[{l}] {}", what(tool));
-                } else {
+                // A member reads the memory, but it is another current
+                // member's: theirs alone to change (TEAMS.md: `not_found`,
+                // admins included), so every change but a share reads
+                // like a memory that never existed. A share is checked
+                // against its target first: a writer, who may share into
+                // the team, is told the memory is not theirs to share
+                // (`conflict`); a reader, who shares nothing into it, and
+                // anyone outside the team, for whom it reads like a scope
+                // that does not exist, are `forbidden`. Everyone outside
+                // gets exactly what a memory that never existed gets.
+                let expected = match tool {
+                    "share" if member && can_write => ErrorCode::Conflict,
+                    "share" => ErrorCode::Forbidden,
+                    _ => ErrorCode::NotFound,
+                };
+                assert_eq!(a.code, expected, "[{l}] {} {a:?}", what(tool));
+                if !member || expected == ErrorCode::NotFound {
                     let n = call(&store, who, tool, on_never).await.expect_err(&what(tool));
                     assert_eq!(shape(&a, &m), shape(&n, NEVER), "[{l}] {}", what(tool));
                 }
@@ -1615,6 +1626,159 @@ backend_tests! {
                 assert!(!listed.to_string().contains(&m), "[{l}] {} {listed}", what("list_conflicts"));
             }
         }
+        // Nor does the team's admin change a current member's memory: it
+        // answers exactly like one that never existed (only what the
+        // steward holds is the admins' to change for it).
+        let by_writer = mem(&store, &writer, l, json!({"content": "Team fact: the ledger service replays its journal at start.", "kind": "fact", "scope": scope})).await;
+        for (tool, extra) in [
+            ("forget", json!({})),
+            ("restore_memory", json!({})),
+            ("close_loop", json!({})),
+            ("promote_rule", json!({"applies_scope": scope})),
+            ("challenge", json!({"reason": "doubted"})),
+        ] {
+            let mut on_m = extra.clone();
+            on_m["memory_id"] = json!(by_writer);
+            let mut on_never = extra;
+            on_never["memory_id"] = json!(NEVER);
+            let what = format!("the admin × {tool} on a writer's memory");
+            let a = err(call(&store, &admin, tool, on_m).await, ErrorCode::NotFound, l, &what);
+            let n = call(&store, &admin, tool, on_never).await.expect_err(&what);
+            assert_eq!(shape(&a, &by_writer), shape(&n, NEVER), "[{l}] {what}");
+        }
+    }
+
+    /// A disabled admin signs in nowhere, so the last admin whose account
+    /// is enabled cannot leave, be demoted or erase their account while
+    /// the team stands, however many disabled admins it has; a disabled
+    /// admin is still demoted or removed while an enabled one remains.
+    /// Enabled again, an admin counts again.
+    async fn a_disabled_admin_does_not_count_as_the_last(store: Store, l: &str) {
+        let (_, a) = user(&store, "dis-a").await;
+        let (ub, _) = user(&store, "dis-b").await;
+        let (uc, _) = user(&store, "dis-c").await;
+        let slug = team(&store, &a, l, "disabled").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Admin).await;
+        add(&store, &a, l, &slug, &uc.email, TeamRole::Admin).await;
+        for u in [&ub, &uc] {
+            assert!(ok(store.disable_user(&u.id).await, l, "disable").is_some(), "[{l}] disabled");
+        }
+        err(store.remove_team_member(&a, &slug, &a.user_id).await, ErrorCode::Conflict, l, "the last enabled admin leaves");
+        err(store.set_team_role(&a, &slug, &a.user_id, SetRoleInput { role: TeamRole::Writer }).await, ErrorCode::Conflict, l, "the last enabled admin is demoted");
+        err(call(&store, &a, "delete_account", json!({})).await, ErrorCode::Conflict, l, "the last enabled admin erases their account");
+        ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Writer }).await, l, "a disabled admin is demoted");
+        ok(store.remove_team_member(&a, &slug, &uc.id).await, l, "a disabled admin is removed");
+        ok(store.set_team_role(&a, &slug, &ub.id, SetRoleInput { role: TeamRole::Admin }).await, l, "b is admin again");
+        assert!(ok(store.enable_user(&ub.id).await, l, "enable b"), "[{l}] enabled");
+        ok(store.set_team_role(&a, &slug, &a.user_id, SetRoleInput { role: TeamRole::Writer }).await, l, "a steps down beside an enabled admin");
+        let shown = ok(store.get_team(&a, &slug).await, l, "show");
+        let admins: Vec<&str> = shown.members.iter().filter(|m| m.role == TeamRole::Admin).map(|m| m.user_id.as_str()).collect();
+        assert_eq!(admins, vec![ub.id.as_str()], "[{l}] {:?}", shown.members);
+    }
+
+    /// An expired invitation can no longer be accepted: the admins' list
+    /// of open invitations leaves it out, as it does a withdrawn one, and
+    /// withdrawing it (a page drawn before it expired) marks it withdrawn
+    /// (`removed: true`, in the audit log); again, nothing is left to
+    /// withdraw.
+    async fn an_expired_invitation_is_not_listed_and_can_be_withdrawn(store: Store, l: &str) {
+        let (_, a) = user(&store, "exp-a").await;
+        let (uc, c) = user(&store, "exp-c").await;
+        let slug = team(&store, &a, l, "expired").await;
+        let inv = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "writer", "expires_in_days": 1}))).await, l, "invite");
+        let open = ok(store.invite_team_member(&a, &slug, input!(InviteInput, &json!({"email": uc.email, "role": "reader", "expires_in_days": 7}))).await, l, "invite for longer");
+        let listed = |shown: zm_contracts::teams::TeamDetail| shown.invitations.into_iter().map(|i| i.id).collect::<Vec<_>>();
+        let before = listed(ok(store.get_team(&a, &slug).await, l, "show"));
+        assert!(before.len() == 2 && before.contains(&inv.id) && before.contains(&open.id), "[{l}] both open: {before:?}");
+        store.clock().advance_ms(2 * DAY_MS);
+        assert_eq!(listed(ok(store.get_team(&a, &slug).await, l, "show after the expiry")), vec![open.id.clone()], "[{l}] the expired one is left out");
+        let theirs: Vec<_> = ok(store.list_invitations(&c).await, l, "c's list").invitations.into_iter().map(|i| i.id).collect();
+        assert_eq!(theirs, vec![open.id.clone()], "[{l}] nor does the invitee see it");
+        assert!(ok(store.withdraw_invitation(&a, &slug, &inv.id).await, l, "withdraw the expired one").removed, "[{l}] withdrawn");
+        assert!(!ok(store.withdraw_invitation(&a, &slug, &inv.id).await, l, "withdraw it again").removed, "[{l}] already withdrawn");
+        let e = err(store.accept_invitation(&c, &inv.id).await, ErrorCode::Conflict, l, "accept the withdrawn one");
+        assert!(e.message.contains("withdrawn"), "[{l}] {}", e.message);
+        let audit = ok(store.team_audit(&a, &slug).await, l, "audit");
+        let withdrawn: Vec<_> = audit.events.iter().filter(|e| e.action == TeamAction::InvitationWithdrawn).map(|e| (e.subject.clone(), e.role)).collect();
+        assert_eq!(withdrawn, vec![(Some(uc.email.clone()), Some(TeamRole::Writer))], "[{l}] {audit:?}");
+    }
+
+    /// An invitation withdrawn by a change of membership goes in the
+    /// team's audit log as one an admin withdraws does: by whoever made
+    /// the change, naming as the member concerned the one whose change it
+    /// was (the invitee whose role was decided or who was removed, the
+    /// admin who sent it and was demoted, an account erased).
+    async fn withdrawals_by_a_change_of_membership_are_recorded(store: Store, l: &str) {
+        let (_, a) = user(&store, "wd-a").await;
+        let (uc, c) = user(&store, "wd-c").await;
+        let (ux, x) = user(&store, "wd-x").await;
+        let (uz, z) = user(&store, "wd-z").await;
+        let (uy, _) = user(&store, "wd-y").await;
+        let slug = team(&store, &a, l, "withdrawn").await;
+        add(&store, &a, l, &slug, &uc.email, TeamRole::Reader).await;
+        add(&store, &a, l, &slug, &ux.email, TeamRole::Admin).await;
+        add(&store, &a, l, &slug, &uz.email, TeamRole::Admin).await;
+        let invite = |by: &Caller, email: &str, role: &str| {
+            let (store, slug, by, raw) = (&store, slug.as_str(), by.clone(), json!({"email": email, "role": role}));
+            async move { ok(store.invite_team_member(&by, slug, input!(InviteInput, &raw)).await, l, "invite") }
+        };
+        // The withdrawals in the team's audit log, oldest first: (who,
+        // the member concerned, the address, the role).
+        let withdrawals = || {
+            let (store, slug, a) = (&store, slug.as_str(), a.clone());
+            async move {
+                let audit = ok(store.team_audit(&a, slug).await, l, "audit");
+                let mut events: Vec<Withdrawal> = audit
+                    .events
+                    .iter()
+                    .filter(|e| e.action == TeamAction::InvitationWithdrawn)
+                    .map(|e| (e.actor.as_ref().map(|u| u.as_str().to_string()), e.user_id.as_ref().map(|u| u.as_str().to_string()), e.subject.clone(), e.role))
+                    .collect();
+                events.reverse();
+                events
+            }
+        };
+        // c's role decided: the invitation to c goes.
+        invite(&a, &uc.email, "admin").await;
+        ok(store.set_team_role(&a, &slug, &c.user_id, SetRoleInput { role: TeamRole::Writer }).await, l, "c's role changed");
+        let event = |actor: &Caller, concerned: &Caller, email: &str, role: TeamRole| (Some(actor.user_id.clone()), Some(concerned.user_id.clone()), Some(email.to_string()), Some(role));
+        let mut expected = vec![event(&a, &c, &uc.email, TeamRole::Admin)];
+        assert_eq!(withdrawals().await, expected, "[{l}] by a role change");
+        // x demoted: the invitation x sent goes.
+        invite(&x, &uy.email, "writer").await;
+        ok(store.set_team_role(&a, &slug, &x.user_id, SetRoleInput { role: TeamRole::Writer }).await, l, "x demoted");
+        expected.push(event(&a, &x, &uy.email, TeamRole::Writer));
+        assert_eq!(withdrawals().await, expected, "[{l}] by the inviter's demotion");
+        // c removed: the invitation to c goes.
+        invite(&a, &uc.email, "reader").await;
+        ok(store.remove_team_member(&a, &slug, &c.user_id).await, l, "c removed");
+        expected.push(event(&a, &c, &uc.email, TeamRole::Reader));
+        assert_eq!(withdrawals().await, expected, "[{l}] by a removal");
+        // z erases their account: the invitation z sent goes, z its actor.
+        invite(&z, &uy.email, "reader").await;
+        ok(call(&store, &z, "delete_account", json!({})).await, l, "z erases their account");
+        expected.push(event(&z, &z, &uy.email, TeamRole::Reader));
+        assert_eq!(withdrawals().await, expected, "[{l}] by an erasure");
+    }
+
+    /// A project shared by its short name (`proj.<name>`: the caller's own
+    /// project of that name) is unshared by the same short name.
+    async fn a_project_is_unshared_by_the_name_it_was_shared_by(store: Store, l: &str) {
+        let (_, a) = user(&store, "short-a").await;
+        let slug = team(&store, &a, l, "short").await;
+        let name = unique("ledger");
+        let short = format!("proj.{name}");
+        let full = format!("proj.{}.{name}", zm_contracts::scope::label_for(&a.user_id));
+        let note = mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "scope": short})).await;
+        let written = ok(store.get_memory(&a, &zm_contracts::MemoryId::parse(&note).unwrap()).await, l, "the note");
+        assert_eq!(written.scope, full, "[{l}] the short name is the caller's own project");
+        let shared = ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": short}))).await, l, "share by the short name");
+        assert_eq!(shared.scope, full, "[{l}]");
+        let removed = ok(store.unshare_project_from_team(&a, &slug, &short).await, l, "unshare by the short name");
+        assert!(removed.removed, "[{l}]");
+        assert!(ok(store.get_team(&a, &slug).await, l, "show").projects.is_empty(), "[{l}] no longer shared");
+        let audit = ok(store.team_audit(&a, &slug).await, l, "audit");
+        assert!(audit.events.iter().any(|e| e.action == TeamAction::ProjectUnshared && e.subject.as_deref() == Some(full.as_str())), "[{l}] {audit:?}");
     }
 }
 
@@ -1666,3 +1830,89 @@ async fn a_team_export_needs_one_connection_at_a_time() {
         store.close().await;
     }
 }
+
+/// PostgreSQL only: while a change of the team holds its row (a role
+/// change in progress, demoting admin X), a non-member's change to the
+/// team is answered `not_found` without waiting for it, exactly as for a
+/// team that does not exist: waiting would tell them the team exists, and
+/// let them queue against it. X's own change, a member's, waits, then
+/// reads the role the change left (`forbidden`). The non-member's call
+/// must come back while the row is still held: the row is released only
+/// after it has, or after 20 s, when the test fails.
+#[tokio::test]
+async fn a_non_member_is_answered_without_queueing_behind_the_teams_changes() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_non_member_is_answered_without_queueing_behind_the_teams_changes")
+            .await
+    else {
+        return;
+    };
+    let (_, admin) = user(&store, "nq-admin").await;
+    let (ux, x) = user(&store, "nq-x").await;
+    let (_, outsider) = user(&store, "nq-out").await;
+    let slug = team(&store, &admin, l, "nq").await;
+    let scope = format!("team.{slug}");
+    add(&store, &admin, l, &slug, &ux.email, TeamRole::Admin).await;
+    let invitation = |email: &str| input!(InviteInput, &json!({"email": email, "role": "reader"}));
+    let missing = unique("nosuchteam");
+    let never = err(
+        store
+            .invite_team_member(&outsider, &missing, invitation("someone@example.com"))
+            .await,
+        ErrorCode::NotFound,
+        l,
+        "an invitation to a team that does not exist",
+    );
+    let (change, pid) = hold_a_demotion(&raw, &slug, &scope, &ux.id).await;
+    let answered = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        store.invite_team_member(&outsider, &slug, invitation("someone@example.com")),
+    )
+    .await;
+    let inviting = {
+        let (store, x, slug, input) = (
+            store.clone(),
+            x.clone(),
+            slug.clone(),
+            invitation("someone-else@example.com"),
+        );
+        tokio::spawn(async move { store.invite_team_member(&x, &slug, input).await })
+    };
+    let waited = waits_on(&raw, pid, &inviting).await;
+    change.commit().await.expect("commit the role change");
+    let done = inviting.await.expect("the member's invitation's task");
+    let Ok(answered) = answered else {
+        panic!("[{l}] a non-member's change waited on the team's row for 20 s");
+    };
+    let e = err(
+        answered,
+        ErrorCode::NotFound,
+        l,
+        "a non-member's change while the team's row is held",
+    );
+    assert_eq!(
+        shape(&e, &slug),
+        shape(&never, &missing),
+        "[{l}] it reads like a team that does not exist"
+    );
+    assert!(
+        waited,
+        "[{l}] the member's change did not wait for the team's row: {done:?}"
+    );
+    err(
+        done,
+        ErrorCode::Forbidden,
+        l,
+        "a change by an admin demoted meanwhile",
+    );
+}
+
+/// A withdrawal in a team's audit log: (who, the member concerned, the
+/// address, the role).
+type Withdrawal = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<TeamRole>,
+);
