@@ -629,9 +629,15 @@ pub(crate) async fn import(
         if summary.failed() == 0 {
             String::new()
         } else {
+            let unattached = match summary.attachments_failed {
+                0 => String::new(),
+                n => format!(
+                    "; {n} memory(ies) were imported but not attached to their entity (import the file again to attach them)"
+                ),
+            };
             format!(
-                "; {} line(s) could not be imported: {}",
-                summary.failed(),
+                "; {} line(s) could not be imported{unattached}: {}",
+                summary.lines_failed,
                 summary
                     .errors
                     .iter()
