@@ -135,7 +135,8 @@ fn reads_only(method: &axum::http::Method, path: &str) -> bool {
 /// and a client's hang-up does not end; `None` (nothing started) while
 /// too many such writes are still running.
 pub(crate) async fn run_to_the_end(store: &Store, req: Request, next: Next) -> Option<Response> {
-    let write = store.spawn_write(next.run(req))?;
+    // The task logs under the request's span, as the request would.
+    let write = store.spawn_write(tracing::Instrument::in_current_span(next.run(req)))?;
     Some(match write.await {
         Ok(resp) => resp,
         Err(e) if e.is_panic() => error::panic_response(e.into_panic()),
@@ -186,6 +187,7 @@ pub fn state(store: Store, cfg: HttpConfig) -> AppState {
         store,
         cfg: Arc::new(cfg),
         metrics: Arc::new(Metrics::default()),
+        openapi: Arc::default(),
     }
 }
 
@@ -209,7 +211,10 @@ async fn request_id(
     req.extensions_mut().insert(zm_store::RequestId(id.clone()));
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let mut resp = next.run(req).await;
+    // Everything logged while answering (a database failure's cause, a
+    // refusal) carries the id a client reports.
+    let span = tracing::info_span!("request", request_id = %id);
+    let mut resp = tracing::Instrument::instrument(next.run(req), span).await;
     resp.headers_mut().insert("x-request-id", value);
     let status = resp.status().as_u16();
     state.metrics.request(status).await;

@@ -141,16 +141,36 @@ pub async fn get_rules(
 }
 
 /// `GET /api/contract`: version, error codes, prefixes, tools, ledger.
+/// Built once: it is the same for every request, and anyone may ask.
 pub async fn get_contract() -> Response {
-    let mut doc = zm_contracts::contract::contract_document();
-    doc["deprecations"] = serde_json::to_value(zm_contracts::deprecations::Ledger::committed())
-        .unwrap_or(Value::Null);
-    axum::Json(doc).into_response()
+    static DOC: std::sync::OnceLock<axum::body::Bytes> = std::sync::OnceLock::new();
+    let body = DOC.get_or_init(|| {
+        let mut doc = zm_contracts::contract::contract_document();
+        doc["deprecations"] = serde_json::to_value(zm_contracts::deprecations::Ledger::committed())
+            .unwrap_or(Value::Null);
+        axum::body::Bytes::from(serde_json::to_vec(&doc).expect("the contract serialises"))
+    });
+    json_bytes(body.clone())
 }
 
-/// `GET /api/openapi.json`.
+/// `GET /api/openapi.json`, built once per server (it names its public URL).
 pub async fn openapi(State(state): State<AppState>) -> Response {
-    axum::Json(crate::openapi::document(&state.cfg.public_url)).into_response()
+    let body = state.openapi.get_or_init(|| {
+        axum::body::Bytes::from(
+            serde_json::to_vec(&crate::openapi::document(&state.cfg.public_url))
+                .expect("the OpenAPI document serialises"),
+        )
+    });
+    json_bytes(body.clone())
+}
+
+/// A JSON document already serialised.
+fn json_bytes(body: axum::body::Bytes) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(body),
+    )
+        .into_response()
 }
 
 /// `GET /healthz`: the process is alive.
@@ -178,24 +198,29 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 pub async fn metrics(State(state): State<AppState>) -> Response {
     // The storage gauges need the database; without it the counters are
     // still served (and `/readyz` reports the database).
-    let storage = match state.store.storage_summary().await {
-        Ok(summary) => summary.render(state.store.limits()),
-        Err(e) => {
-            tracing::warn!(target: "zm_http", error = %e.message, "metrics: storage summary unavailable");
-            String::new()
-        }
-    };
+    let asked = std::time::Instant::now();
+    let gauges = state
+        .metrics
+        .db_gauges(asked, async {
+            let storage = match state.store.storage_summary().await {
+                Ok(summary) => summary.render(state.store.limits()),
+                Err(e) => {
+                    tracing::warn!(target: "zm_http", error = %e.message, "metrics: storage summary unavailable");
+                    String::new()
+                }
+            };
+            format!("{storage}{}", state.store.semantic_metrics().await)
+        })
+        .await;
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         format!(
-            "{}{}{}{}",
+            "{}{}{gauges}",
             state.metrics.render(state.store.writes_refused()).await,
             state.tools.metrics().render(),
-            storage,
-            state.store.semantic_metrics().await
         ),
     )
         .into_response()

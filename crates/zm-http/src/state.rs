@@ -17,7 +17,8 @@ pub struct HttpConfig {
     pub public_url: String,
     /// Host values accepted besides loopback (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
-    /// Browser origins accepted on `/mcp` (empty: Origin not checked).
+    /// Browser origins accepted on `/mcp` besides the server's own (a
+    /// request from any other `Origin` is refused; empty: only its own).
     pub allowed_origins: Vec<String>,
     /// Largest request body, in bytes.
     pub body_limit: usize,
@@ -402,9 +403,34 @@ pub struct Metrics {
     pub connections_refused: Arc<AtomicU64>,
     /// MCP sessions refused at the server's cap (503).
     pub mcp_sessions_refused: AtomicU64,
+    /// The database's gauges (storage totals, the embedding queue) as last
+    /// read, with the instant their reading began. One scrape reads them at
+    /// a time; a scrape that waited reuses a reading begun after it asked.
+    pub(crate) db_gauges: Mutex<Option<(Instant, String)>>,
 }
 
 impl Metrics {
+    /// The database's gauges for a scrape that asked at `asked`: read by
+    /// `read` unless a reading begun since then is at hand. Scrapes read
+    /// them one at a time (they scan the memories), so any number of
+    /// anonymous `GET /metrics` hold at most one pooled connection, and
+    /// none is served figures older than its own request.
+    pub(crate) async fn db_gauges<F>(&self, asked: Instant, read: F) -> String
+    where
+        F: std::future::Future<Output = String>,
+    {
+        let mut held = self.db_gauges.lock().await;
+        if let Some((began, text)) = held.as_ref()
+            && *began >= asked
+        {
+            return text.clone();
+        }
+        let began = Instant::now();
+        let text = read.await;
+        *held = Some((began, text.clone()));
+        text
+    }
+
     pub async fn request(&self, status: u16) {
         *self.requests.lock().await.entry(status).or_default() += 1;
     }
@@ -749,6 +775,8 @@ pub struct AppState {
     /// Failed sign-ins per account, shared by the OAuth sign-in page and
     /// the dashboard's.
     pub(crate) login_backoff: Arc<crate::oauth::limit::LoginBackoff>,
+    /// `GET /api/openapi.json`'s body, built on first request.
+    pub(crate) openapi: Arc<std::sync::OnceLock<axum::body::Bytes>>,
 }
 
 #[cfg(test)]
@@ -1121,5 +1149,62 @@ mod tests {
         }
         assert!(hit("203.0.113.1").await.is_err());
         assert_eq!(hit("::ffff:203.0.113.2").await, Ok(()), "mapped IPv4");
+    }
+
+    /// Scrapes read the database's gauges one at a time: one that asked
+    /// while another read is reading is served a reading begun after it
+    /// asked (the next one's, shared by everyone who waited), never the
+    /// one in progress when it asked.
+    #[tokio::test]
+    async fn scrapes_read_the_database_one_at_a_time() {
+        use std::sync::atomic::AtomicUsize;
+        let metrics = Arc::new(Metrics::default());
+        let reads = Arc::new(AtomicUsize::new(0));
+        let (release, held) = tokio::sync::oneshot::channel::<()>();
+        let read = |n: Arc<AtomicUsize>| async move {
+            format!("reading {}", n.fetch_add(1, Ordering::SeqCst) + 1)
+        };
+        // The first scrape's reading waits until released.
+        let first = {
+            let (metrics, reads) = (metrics.clone(), reads.clone());
+            tokio::spawn(async move {
+                metrics
+                    .db_gauges(Instant::now(), async move {
+                        let _ = held.await;
+                        read(reads).await
+                    })
+                    .await
+            })
+        };
+        while metrics.db_gauges.try_lock().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        // Two more ask while it reads, and wait.
+        let later: Vec<_> = (0..2)
+            .map(|_| {
+                let (metrics, reads) = (metrics.clone(), reads.clone());
+                let asked = Instant::now();
+                tokio::spawn(async move { metrics.db_gauges(asked, read(reads)).await })
+            })
+            .collect();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            0,
+            "nothing read beside the first"
+        );
+        release.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), "reading 1");
+        let mut answers = Vec::new();
+        for l in later {
+            answers.push(l.await.unwrap());
+        }
+        assert_eq!(answers, ["reading 2", "reading 2"], "one reading for both");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // A scrape that asks now is not served what was read before.
+        let fresh = metrics.db_gauges(Instant::now(), read(reads.clone())).await;
+        assert_eq!(fresh, "reading 3");
     }
 }

@@ -877,11 +877,10 @@ async fn export_to_file(
         random_secret(8).to_lowercase()
     ));
     let partial = std::path::PathBuf::from(partial);
-    // Listening for a stop before the partial file exists (a first poll
-    // installs the handlers), so that no signal falls between the two.
+    // Listening for a stop before the partial file exists, so that no
+    // signal falls between the two.
     let stop = crate::serve::stop_requested();
     tokio::pin!(stop);
-    let _ = tokio::time::timeout(std::time::Duration::ZERO, stop.as_mut()).await;
     let mut file = crate::files::create_new_private_file(&partial)
         .with_context(|| format!("cannot write {}", partial.display()))?;
     // Interrupted (Ctrl-C, SIGTERM, a hangup), the partial file goes too:

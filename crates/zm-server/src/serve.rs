@@ -84,45 +84,74 @@ fn hangup_ignored_in(status: &str) -> bool {
 /// Resolves on SIGTERM, SIGHUP (the terminal that started it closed: its
 /// default would end the process on the spot; unless it was started with
 /// SIGHUP ignored, as `nohup` does, when a hangup changes nothing) or
-/// Ctrl-C: each shuts down gracefully.
-pub(crate) async fn shutdown_signal() {
-    stop_requested().await;
-    tracing::info!("shutting down: finishing requests in flight");
+/// Ctrl-C: each shuts down gracefully. The signals are listened for from
+/// this call on (a signal stream hears only what comes after it is made),
+/// so call it before telling anyone the server runs: a SIGTERM sent right
+/// after the banner would otherwise end the process on the spot.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let first = stop_requested();
+    async move {
+        first.await;
+        // A second signal while requests finish (an operator's second
+        // Ctrl-C, a supervisor's impatience) ends the process: committed
+        // writes are durable, and a transaction not yet committed rolls
+        // back. Listened for before the line below is written, so none
+        // sent after it is missed.
+        let second = stop_requested();
+        tokio::spawn(async move {
+            second.await;
+            tracing::warn!("stopping at once: a second signal came while requests were finishing");
+            std::process::exit(SECOND_SIGNAL_EXIT);
+        });
+        tracing::info!(
+            "shutting down: finishing requests in flight (a second signal stops at once)"
+        );
+    }
 }
+
+/// The exit status of a process a second signal stopped mid-shutdown.
+pub(crate) const SECOND_SIGNAL_EXIT: i32 = 130;
 
 /// Resolves when the process is asked to stop ([`shutdown_signal`]'s
 /// signals), saying nothing: a command that must clean up first (an
-/// export's partial file) races its work against it.
-pub(crate) async fn stop_requested() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+/// export's partial file) races its work against it. The signals are
+/// listened for from this call on, not from the first poll.
+#[cfg(unix)]
+pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let listen = |kind: SignalKind| signal(kind).ok();
+    let hangup = if hangup_ignored_at_start() {
+        None
+    } else {
+        listen(SignalKind::hangup())
     };
-    #[cfg(unix)]
-    let on = |kind: tokio::signal::unix::SignalKind| async move {
-        match tokio::signal::unix::signal(kind) {
-            Ok(mut s) => {
+    let (term, interrupt) = (
+        listen(SignalKind::terminate()),
+        listen(SignalKind::interrupt()),
+    );
+    // One that could not be listened for never resolves.
+    async fn heard(s: Option<Signal>) {
+        match s {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(unix)]
-    let (term, hangup) = (
-        on(tokio::signal::unix::SignalKind::terminate()),
-        async move {
-            if hangup_ignored_at_start() {
-                std::future::pending::<()>().await;
-            } else {
-                on(tokio::signal::unix::SignalKind::hangup()).await;
-            }
-        },
-    );
-    #[cfg(not(unix))]
-    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-        _ = hangup => {},
+    }
+    async move {
+        tokio::select! {
+            () = heard(term) => {},
+            () = heard(interrupt) => {},
+            () = heard(hangup) => {},
+        }
+    }
+}
+
+/// [`stop_requested`] where there are no Unix signals: Ctrl-C.
+#[cfg(not(unix))]
+pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -142,6 +171,13 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             listen = %shown.listen,
             "listening beyond loopback without ZM_PUBLIC_URL: MCP over HTTP answers only requests addressed to localhost or a host in ZM_ALLOWED_HOSTS, and OAuth advertises {}; set ZM_PUBLIC_URL to the address clients use",
             shown.public_base_url()
+        );
+    }
+    if cfg.trust_proxy && !shown.listen.ip().is_loopback() {
+        tracing::warn!(
+            target: crate::commands::OPERATOR,
+            listen = %shown.listen,
+            "ZM_TRUST_PROXY takes X-Forwarded-For from whoever connects, and this server listens beyond loopback: any host that reaches this port can name its own address (and escape the per-address sign-in limits); let only the proxy reach it (a firewall), or listen on loopback behind a proxy on this machine"
         );
     }
     if cfg.cleartext_public_url() {
@@ -181,6 +217,8 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     let state = zm_http::state(store.clone(), http);
     let refused = state.metrics.connections_refused.clone();
     let app = zm_http::router_with_state(state, cancel.clone());
+    // Listened for before the banner: a stop sent once it is out is heard.
+    let stop = shutdown_signal();
     // The banner for a person; JSON logs get it as an event whatever the
     // filter, as text mode prints it whatever the filter.
     if cfg.log_format == crate::config::LogFormat::Json {
@@ -195,15 +233,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             shown.public_base_url()
         );
     }
-    zm_http::serve(
-        listener,
-        app,
-        limits,
-        refused,
-        cancel.clone(),
-        shutdown_signal(),
-    )
-    .await?;
+    zm_http::serve(listener, app, limits, refused, cancel.clone(), stop).await?;
     cancel.cancel();
     if let Some(e) = embedder {
         let _ = e.await;

@@ -1862,6 +1862,64 @@ fn serve_on_port_0_advertises_the_port_it_bound() {
     );
 }
 
+/// SIGTERM stops `serve` gracefully: it finishes, closes the database and
+/// exits 0 (the probes stopped it and never looked). A second signal while
+/// it waits on a client (a connection that never finishes its request's
+/// headers, held past the first) stops it at once, with 130.
+#[cfg(unix)]
+#[test]
+fn serve_stops_on_sigterm_and_at_once_on_a_second() {
+    let signal = |serve: &Serve| {
+        let pid = serve.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    let env = Env::new();
+    let mut serve = Serve::start(&env, &["--log", "info"]);
+    assert!(serve.wait_serving());
+    signal(&serve);
+    let status = serve.child.wait().unwrap();
+    let log: Vec<String> = serve.stderr.iter().collect();
+    assert_eq!(status.code(), Some(0), "{log:?}");
+    assert!(log.iter().any(|l| l.contains("stopped")), "{log:?}");
+
+    let mut serve = Serve::start(&env, &["--log", "info", "--header-timeout-secs", "3600"]);
+    assert!(serve.wait_serving());
+    let addr = serve
+        .seen
+        .iter()
+        .find_map(|l| l.split("serving on http://").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    write!(stalled, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n").unwrap();
+    signal(&serve);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = serve
+            .stderr
+            .recv_timeout(left)
+            .expect("serve says it is shutting down");
+        if line.contains("shutting down") {
+            break;
+        }
+    }
+    signal(&serve);
+    let status = serve.child.wait().unwrap();
+    let log: Vec<String> = serve.stderr.iter().collect();
+    assert_eq!(status.code(), Some(130), "{log:?}");
+    assert!(log.iter().any(|l| l.contains("second signal")), "{log:?}");
+    assert!(!log.iter().any(|l| l.contains("stopped")), "{log:?}");
+    drop(stalled);
+}
+
 /// `--first-start-output FILE`: the secrets go to a 0600 file, not stdout;
 /// the data directory is 0700, the database and its WAL/SHM files 0600.
 #[cfg(unix)]
