@@ -42,6 +42,7 @@ pub async fn run(command: Command, inputs: Inputs) -> ExitCode {
     for note in crate::config::unknown_env_notes()
         .into_iter()
         .chain(cfg.config_file_note())
+        .chain(cfg.ignored_data_dir_note())
     {
         tracing::warn!(target: OPERATOR, "{note}");
     }
@@ -1033,6 +1034,7 @@ fn config_check(inputs: &Inputs) -> ExitCode {
         for note in crate::config::unknown_env_notes()
             .into_iter()
             .chain(cfg.config_file_note())
+            .chain(cfg.ignored_data_dir_note())
         {
             say(format!("note: {note}"))?;
         }

@@ -409,7 +409,7 @@ knobs! {
             shown: "`$XDG_DATA_HOME/zero-memory`, else `~/.local/share/zero-memory` (Linux and other Unix); `~/Library/Application Support/zero-memory` (macOS); `%APPDATA%\\zero-memory` (Windows)",
             parse: parse_path,
             help: "Directory of the embedded SQLite database and other local state.",
-            doc: "Created on first use. Not needed with `ZM_DATABASE_URL` (a service account without a home directory runs on PostgreSQL), which picks the database instead: a `--data-dir` flag beside a `ZM_DATABASE_URL` from the environment or the file is refused rather than ignored.",
+            doc: "Created on first use. Not needed with `ZM_DATABASE_URL` (a service account without a home directory runs on PostgreSQL), which picks the database instead: a `--data-dir` flag beside a `ZM_DATABASE_URL` from the environment or the file is refused rather than ignored, and a `ZM_DATA_DIR` beside a `database_url` from the file is noted as ignored at every start.",
         },
         database_url: String {
             env: "ZM_DATABASE_URL",
@@ -1395,7 +1395,10 @@ impl Config {
         // A database URL picks the database, and the data directory then
         // picks nothing. A `--data-dir` typed on the command line losing to
         // a URL from the environment or a file would open another database
-        // than the one asked for, silently: refused, naming both.
+        // than the one asked for, silently: refused, naming both. (A
+        // `ZM_DATA_DIR` beside a URL from the file is a note instead,
+        // [`Config::ignored_data_dir_note`]: an environment set for a
+        // service may carry it, and it used to start.)
         if self.source("data_dir") == Source::Flag
             && matches!(self.source("database_url"), Source::Env | Source::File)
         {
@@ -1474,6 +1477,22 @@ impl Config {
     /// A warning when the configuration file holds the database password
     /// and group or others may read it (Unix). Shown at every start and
     /// by `config check`.
+    /// A note when `ZM_DATA_DIR`, which outranks the file, is ignored for
+    /// the file's `database_url`: the data directory asked for is not the
+    /// database opened.
+    pub fn ignored_data_dir_note(&self) -> Option<String> {
+        (self.source("data_dir") == Source::Env && self.source("database_url") == Source::File)
+            .then(|| {
+                format!(
+                    "ZM_DATA_DIR ({}) is ignored: database_url in {} picks the database; unset one of them",
+                    self.data_dir.display(),
+                    self.config_file
+                        .as_deref()
+                        .map_or_else(|| "the configuration file".into(), |p| p.display().to_string())
+                )
+            })
+    }
+
     pub fn config_file_note(&self) -> Option<String> {
         let path = self.config_file.as_deref()?;
         let holds_password = self.source("database_url") == Source::File
@@ -2130,6 +2149,35 @@ mod tests {
             ("ZM_DATABASE_URL", url),
         ]))
         .unwrap();
+        assert_eq!(cfg.database_url(), url);
+        // `ZM_DATA_DIR` outranks the file: beside a URL from the file it
+        // is noted as ignored at every start; the file's URL alone, or
+        // beside a data directory from the file, is the ordinary set-up.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zm.toml");
+        std::fs::write(&path, format!("database_url = \"{url}\"\n")).unwrap();
+        let mut env_dir = env(&[("ZM_DATA_DIR", "/srv/other")]);
+        env_dir.config_file = Some(path.clone());
+        let cfg = Config::load(&env_dir).unwrap();
+        assert_eq!(cfg.database_url(), url);
+        let note = cfg.ignored_data_dir_note().expect("a note");
+        assert!(
+            note.contains("/srv/other") && note.contains("zm.toml"),
+            "{note}"
+        );
+        let mut file_only = Inputs::default();
+        file_only.config_file = Some(path.clone());
+        assert_eq!(
+            Config::load(&file_only).unwrap().ignored_data_dir_note(),
+            None
+        );
+        std::fs::write(
+            &path,
+            format!("database_url = \"{url}\"\ndata_dir = \"/srv/zm\"\n"),
+        )
+        .unwrap();
+        let cfg = Config::load(&file_only).unwrap();
+        assert_eq!(cfg.ignored_data_dir_note(), None);
         assert_eq!(cfg.database_url(), url);
     }
 
