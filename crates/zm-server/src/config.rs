@@ -2165,8 +2165,10 @@ mod tests {
             note.contains("/srv/other") && note.contains("zm.toml"),
             "{note}"
         );
-        let mut file_only = Inputs::default();
-        file_only.config_file = Some(path.clone());
+        let file_only = Inputs {
+            config_file: Some(path.clone()),
+            ..Inputs::default()
+        };
         assert_eq!(
             Config::load(&file_only).unwrap().ignored_data_dir_note(),
             None
