@@ -68,7 +68,10 @@ pub fn document(public_url: &str) -> Value {
                 "operationId": t.name,
                 "summary": t.title,
                 "description": t.description,
-                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{}", t.input_type)}}}},
+                // An empty body reads as `{}` (a tool whose input needs a
+                // field then answers `validation_failed` naming it).
+                "requestBody": {"required": false, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{}", t.input_type)}}}},
+                "parameters": [{"$ref": "#/components/parameters/Agent"}],
                 "responses": responses,
             }}),
         );
@@ -114,9 +117,53 @@ pub fn document(public_url: &str) -> Value {
     );
     admin_paths(&mut paths, &mut schemas);
     operational_paths(&mut paths);
+    declare_headers(&mut paths);
     doc["paths"] = Value::Object(paths);
     doc["components"]["schemas"] = Value::Object(schemas);
+    doc["components"]["parameters"] = json!({
+        "Agent": {
+            "name": "X-ZM-Agent", "in": "header", "required": false,
+            "description": "The agent making the call, recorded with what it writes (as an MCP client's name is): control characters dropped, cut to 100 characters; a value that is not visible ASCII is ignored.",
+            "schema": {"type": "string"},
+        },
+    });
+    doc["components"]["headers"] = json!({
+        "X-Request-Id": {"description": "This request's id (the `req_…` id sent in `X-Request-Id`, else a new one): quote it when reporting an `internal` error.", "schema": {"type": "string"}},
+        "Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer", "minimum": 1}},
+        "WWW-Authenticate": {"description": "The Bearer challenge (RFC 6750), naming the error and, for a missing scope, the scope needed.", "schema": {"type": "string"}},
+    });
     doc
+}
+
+/// The headers every answer carries (`X-Request-Id`), and those a 429
+/// (`Retry-After`) and a 401 (`WWW-Authenticate`) carry, on every
+/// operation's responses.
+fn declare_headers(paths: &mut serde_json::Map<String, Value>) {
+    let header = |name: &str| json!({"$ref": format!("#/components/headers/{name}")});
+    for item in paths.values_mut() {
+        let Some(ops) = item.as_object_mut() else {
+            continue;
+        };
+        for op in ops.values_mut() {
+            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for (status, response) in responses.iter_mut() {
+                let mut headers = serde_json::Map::new();
+                headers.insert("X-Request-Id".into(), header("X-Request-Id"));
+                match status.as_str() {
+                    "429" => {
+                        headers.insert("Retry-After".into(), header("Retry-After"));
+                    }
+                    "401" => {
+                        headers.insert("WWW-Authenticate".into(), header("WWW-Authenticate"));
+                    }
+                    _ => {}
+                }
+                response["headers"] = Value::Object(headers);
+            }
+        }
+    }
 }
 
 /// The teams administration routes, from `zm_contracts::ADMIN_ROUTES`.

@@ -443,6 +443,53 @@ async fn openapi_component_schemas_are_the_contract_schemas() {
     }
     let metrics = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
     assert!(metrics["text/plain"].is_object(), "{metrics}");
+    // What the document says of a tool call holds on the wire: an empty
+    // body is read as `{}`, and the headers it declares are sent.
+    let op = &doc["paths"]["/api/tools/recall"]["post"];
+    assert_eq!(op["requestBody"]["required"], false, "{op}");
+    assert_eq!(op["parameters"][0]["$ref"], "#/components/parameters/Agent");
+    assert_eq!(
+        doc["components"]["parameters"]["Agent"]["name"],
+        "X-ZM-Agent"
+    );
+    let responses = op["responses"].as_object().unwrap();
+    assert!(
+        responses
+            .values()
+            .all(|r| r["headers"]["X-Request-Id"].is_object()),
+        "{op}"
+    );
+    assert!(
+        responses["429"]["headers"]["Retry-After"].is_object(),
+        "{op}"
+    );
+    assert!(
+        responses["401"]["headers"]["WWW-Authenticate"].is_object(),
+        "{op}"
+    );
+    let r = s
+        .http
+        .post(format!("{}/api/tools/recall", s.base))
+        .bearer_auth(&s.rw_a)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().contains_key("x-request-id"));
+    let (st, v) = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+    assert_eq!((st, code(&v)), (400, "validation_failed"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("query"),
+        "{v}"
+    );
+    let r = s
+        .http
+        .post(format!("{}/api/tools/recall", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(r.headers().contains_key("www-authenticate"));
     s.stop().await;
 }
 
