@@ -430,8 +430,18 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     for mid in (theirs, ours):
         b.click(f"input[name=ids][value='{mid}']")
     b.driver.find_element("css selector", "#bulk-action").send_keys("Move")
-    b.fill("#bulk-scope", "team.browsers.web")
+    # A scope mistyped: the selection is kept, the scope marked, to
+    # correct and send again.
+    b.fill("#bulk-scope", "Team Browsers")
     b.submit("form#bulk .bulk button[type=submit]")
+    b.wait_for("form#retry-move")
+    check(b.driver.find_element("css selector", "#retry-scope").get_attribute("aria-invalid") == "true",
+          "a mistyped move scope is marked on the form that keeps the selection")
+    check(len(b.driver.find_elements("css selector", "form#retry-move input[name=ids]")) == 2,
+          "the selection is kept for the corrected move")
+    page_is_clean(b, "a move's scope to correct", status=400)
+    b.fill("#retry-scope", "team.browsers.web")
+    b.submit("form#retry-move button[type=submit]")
     b.wait_for("#confirm-question")
     b.submit("form#confirm button.danger")
     b.wait_for("main h1")

@@ -923,6 +923,16 @@ async fn forms_say_why_and_addresses_that_are_not_pages_answer_as_pages(s: Serve
         "no confirmation: {}",
         p.body
     );
+    // The selection is kept in a form to correct the scope and send again,
+    // the scope marked with its reason.
+    assert!(
+        p.body.contains("id=\"retry-move\"")
+            && p.body.contains(&format!("name=\"ids\" value=\"{m}\""))
+            && p.body.contains("aria-describedby=\"retry-scope-error\"")
+            && p.body.contains("id=\"retry-scope-error\""),
+        "{}",
+        p.body
+    );
 
     // A share the store refuses: the memory's page again, the reason
     // beside its forms, the scope typed kept and marked.

@@ -814,8 +814,33 @@ pub(crate) async fn bulk(
             &json!({"memory_ids": ids, "scope": scope}),
         )
     {
-        // No confirmation of a move that cannot be made: say why first.
-        return signed.error(&call_failure(e, &signed).back_to("/"));
+        // No confirmation of a move that cannot be made: say why first,
+        // with the selection kept and the scope typed marked, to correct
+        // and send again.
+        let failure = call_failure(e, &signed);
+        let Some(reason) = failure.field("scope") else {
+            return signed.error(&failure.back_to("/"));
+        };
+        let (aria_invalid, described) = field_aria("retry-scope", Some(&reason));
+        let page = html! {
+            h1 { "Move " (ids.len()) " memor" (if ids.len() == 1 { "y" } else { "ies" }) }
+            (failure.notice(&["scope"]))
+            form #retry-move method="post" action=(signed.href("/memories/bulk")) {
+                input type="hidden" name="csrf" value=(signed.csrf);
+                input type="hidden" name="action" value="move";
+                @for id in &ids { input type="hidden" name="ids" value=(id); }
+                div class=(field_class(Some(&reason))) {
+                    label for="retry-scope" { "Move to scope" }
+                    input #retry-scope type="text" name="scope" value=(scope) required aria-invalid=[aria_invalid] aria-describedby=[described];
+                    (field_error("retry-scope", Some(&reason)))
+                }
+                div.actions {
+                    button type="submit" { "Move" }
+                    a.button.secondary href=(signed.href("/")) { "Cancel" }
+                }
+            }
+        };
+        return signed.page(StatusCode::BAD_REQUEST, "Not valid", "/", page);
     }
     if form.get("confirm") != Some("yes") {
         let what = if action == "forget" {
