@@ -257,6 +257,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0027_fts_prefix.sql"),
         data: None,
     },
+    Migration {
+        version: 28,
+        name: "claims_per_model",
+        sqlite: include_str!("../../../migrations/sqlite/0028_claims_per_model.sql"),
+        postgres: include_str!("../../../migrations/postgres/0028_claims_per_model.sql"),
+        data: None,
+    },
 ];
 
 /// The schema version the ledger in `conn` records (0 when empty), or

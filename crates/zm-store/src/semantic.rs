@@ -1310,8 +1310,8 @@ impl Store {
             .bind_str(model)
             .push(")")
             .push(
-                " ORDER BY m.id ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model, until_at = excluded.until_at \
-                 WHERE embedding_claims.model <> excluded.model OR embedding_claims.until_at <= ",
+                " ORDER BY m.id ON CONFLICT (memory_id, model) DO UPDATE SET until_at = excluded.until_at \
+                 WHERE embedding_claims.until_at <= ",
             )
             .bind_i64(now)
             .push(" RETURNING memory_id");
