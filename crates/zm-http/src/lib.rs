@@ -135,8 +135,8 @@ fn reads_only(method: &axum::http::Method, path: &str) -> bool {
 /// and a client's hang-up does not end; `None` (nothing started) while
 /// too many such writes are still running.
 pub(crate) async fn run_to_the_end(store: &Store, req: Request, next: Next) -> Option<Response> {
-    // The task logs under the request's span, as the request would.
-    let write = store.spawn_write(tracing::Instrument::in_current_span(next.run(req)))?;
+    // The task logs under the request's span (`spawn_write` keeps it).
+    let write = store.spawn_write(next.run(req))?;
     Some(match write.await {
         Ok(resp) => resp,
         Err(e) if e.is_panic() => error::panic_response(e.into_panic()),

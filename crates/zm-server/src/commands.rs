@@ -879,9 +879,11 @@ async fn export_to_file(
     ));
     let partial = std::path::PathBuf::from(partial);
     // Listening for a stop before the partial file exists, so that no
-    // signal falls between the two.
+    // signal falls between the two (a first poll installs the handlers
+    // where there are no Unix signals).
     let stop = crate::serve::stop_requested();
     tokio::pin!(stop);
+    let _ = tokio::time::timeout(std::time::Duration::ZERO, stop.as_mut()).await;
     let mut file = crate::files::create_new_private_file(&partial)
         .with_context(|| format!("cannot write {}", partial.display()))?;
     // Interrupted (Ctrl-C, SIGTERM, a hangup), the partial file goes too:

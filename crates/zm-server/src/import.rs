@@ -77,36 +77,10 @@ pub async fn run(cfg: &Config, args: &ImportArgs) -> anyhow::Result<()> {
             summary.errors.len()
         );
     }
-    if let Some(what) = failure(&summary) {
+    if let Some(what) = summary.failure_text() {
         bail!("{what}");
     }
     printed
-}
-
-/// What failed, as the command's last line, or `None`: the lines of which
-/// something could not be imported, each counted once however many of its
-/// memories were refused, and apart from them the memories imported but
-/// not attached to their entity, which a new run attaches (it skips each
-/// such memory as imported and attaches it then).
-fn failure(s: &Summary) -> Option<String> {
-    let mut parts = Vec::new();
-    if s.lines_failed > 0 {
-        parts.push(format!(
-            "{} of {} lines could not be imported; fix them and run the import again (what was imported is skipped)",
-            s.lines_failed, s.lines
-        ));
-    }
-    if s.attachments_failed > 0 {
-        let (n, them) = match s.attachments_failed {
-            1 => ("1 memory was".to_string(), "it"),
-            n => (format!("{n} memories were"), "them"),
-        };
-        parts.push(format!(
-            "{n} imported but could not be attached to {} entity (a database failure, concurrent writes or a rate limit); run the import again: it skips {them} as imported and attaches {them} then",
-            if them == "it" { "its" } else { "their" }
-        ));
-    }
-    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The import's summary on stdout ([`say`]).
@@ -161,12 +135,12 @@ mod tests {
     #[test]
     fn the_failure_counts_lines_and_attachments_apart() {
         let mut s = Summary::default();
-        assert_eq!(failure(&s), None);
+        assert_eq!(s.failure_text(), None);
         s.lines = 1;
         s.lines_failed = 1;
         s.errors = vec!["line 1: …".into(), "line 1: …".into(), "line 1: …".into()];
         assert_eq!(
-            failure(&s).as_deref(),
+            s.failure_text().as_deref(),
             Some(
                 "1 of 1 lines could not be imported; fix them and run the import again (what was imported is skipped)"
             )
@@ -174,7 +148,7 @@ mod tests {
         s.lines_failed = 0;
         s.attachments_failed = 1;
         s.errors = vec!["line 1: imported, but could not attach it to Billing: …".into()];
-        let said = failure(&s).unwrap();
+        let said = s.failure_text().unwrap();
         assert!(
             !said.contains("could not be imported") && said.contains("run the import again"),
             "{said}"

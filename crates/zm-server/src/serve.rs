@@ -86,26 +86,78 @@ fn hangup_ignored_in(status: &str) -> bool {
 /// SIGHUP ignored, as `nohup` does, when a hangup changes nothing) or
 /// Ctrl-C: each shuts down gracefully. The signals are listened for from
 /// this call on (a signal stream hears only what comes after it is made),
-/// so call it before telling anyone the server runs: a SIGTERM sent right
-/// after the banner would otherwise end the process on the spot.
+/// so call it before telling anyone the process runs.
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     let first = stop_requested();
     async move {
         first.await;
-        // A second signal while requests finish (an operator's second
-        // Ctrl-C, a supervisor's impatience) ends the process: committed
-        // writes are durable, and a transaction not yet committed rolls
-        // back. Listened for before the line below is written, so none
-        // sent after it is missed.
-        let second = stop_requested();
+        tracing::info!("shutting down: finishing requests in flight");
+    }
+}
+
+/// `serve`'s [`shutdown_signal`]: besides, a second SIGTERM or Ctrl-C
+/// while requests finish (an operator's second Ctrl-C, a supervisor's
+/// impatience) ends the process at once, until `drained` is cancelled
+/// (the requests are done: what follows, the last recall counts and the
+/// database's close, is short and not cut). Committed writes are durable;
+/// a transaction not yet committed rolls back. A second hangup is not one:
+/// a closing terminal may send it twice.
+pub(crate) fn serve_shutdown_signal(
+    drained: CancellationToken,
+) -> impl std::future::Future<Output = ()> {
+    let first = stop_requested();
+    async move {
+        first.await;
+        // Listened for before the line below is written, so none sent
+        // after it is missed.
+        let second = impatient_signals();
         tokio::spawn(async move {
-            second.await;
-            tracing::warn!("stopping at once: a second signal came while requests were finishing");
-            std::process::exit(SECOND_SIGNAL_EXIT);
+            tokio::select! {
+                () = second => {
+                    tracing::warn!("stopping at once: a second signal came while requests were finishing");
+                    std::process::exit(SECOND_SIGNAL_EXIT);
+                }
+                () = drained.cancelled() => {}
+            }
         });
         tracing::info!(
-            "shutting down: finishing requests in flight (a second signal stops at once)"
+            "shutting down: finishing requests in flight (a second SIGTERM or Ctrl-C stops at once)"
         );
+    }
+}
+
+/// SIGTERM or SIGINT, listened for from this call on.
+#[cfg(unix)]
+fn impatient_signals() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (term, interrupt) = (
+        signal(SignalKind::terminate()).ok(),
+        signal(SignalKind::interrupt()).ok(),
+    );
+    async move {
+        tokio::select! {
+            () = heard(term) => {},
+            () = heard(interrupt) => {},
+        }
+    }
+}
+
+/// Where there are no Unix signals, a second Ctrl-C.
+#[cfg(not(unix))]
+fn impatient_signals() -> impl std::future::Future<Output = ()> {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Resolves when `s` is heard; never if it could not be listened for.
+#[cfg(unix)]
+async fn heard(s: Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(mut s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 
@@ -118,7 +170,7 @@ pub(crate) const SECOND_SIGNAL_EXIT: i32 = 130;
 /// listened for from this call on, not from the first poll.
 #[cfg(unix)]
 pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
+    use tokio::signal::unix::{SignalKind, signal};
     let listen = |kind: SignalKind| signal(kind).ok();
     let hangup = if hangup_ignored_at_start() {
         None
@@ -129,15 +181,6 @@ pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
         listen(SignalKind::terminate()),
         listen(SignalKind::interrupt()),
     );
-    // One that could not be listened for never resolves.
-    async fn heard(s: Option<Signal>) {
-        match s {
-            Some(mut s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
     async move {
         tokio::select! {
             () = heard(term) => {},
@@ -218,7 +261,8 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     let refused = state.metrics.connections_refused.clone();
     let app = zm_http::router_with_state(state, cancel.clone());
     // Listened for before the banner: a stop sent once it is out is heard.
-    let stop = shutdown_signal();
+    let drained = CancellationToken::new();
+    let stop = serve_shutdown_signal(drained.clone());
     // The banner for a person; JSON logs get it as an event whatever the
     // filter, as text mode prints it whatever the filter.
     if cfg.log_format == crate::config::LogFormat::Json {
@@ -234,6 +278,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
         );
     }
     zm_http::serve(listener, app, limits, refused, cancel.clone(), stop).await?;
+    drained.cancel();
     cancel.cancel();
     if let Some(e) = embedder {
         let _ = e.await;

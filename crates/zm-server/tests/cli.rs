@@ -1864,8 +1864,9 @@ fn serve_on_port_0_advertises_the_port_it_bound() {
 
 /// SIGTERM stops `serve` gracefully: it finishes, closes the database and
 /// exits 0 (the probes stopped it and never looked). A second signal while
-/// it waits on a client (a connection that never finishes its request's
-/// headers, held past the first) stops it at once, with 130.
+/// it waits on a request in flight (one whose body never comes: the
+/// server waits 30 s for it, then 10 s for its connection) stops it at
+/// once, with 130.
 #[cfg(unix)]
 #[test]
 fn serve_stops_on_sigterm_and_at_once_on_a_second() {
@@ -1888,7 +1889,8 @@ fn serve_stops_on_sigterm_and_at_once_on_a_second() {
     assert_eq!(status.code(), Some(0), "{log:?}");
     assert!(log.iter().any(|l| l.contains("stopped")), "{log:?}");
 
-    let mut serve = Serve::start(&env, &["--log", "info", "--header-timeout-secs", "3600"]);
+    let token = env.ok(&["token", "create", "--user", "owner@localhost"]);
+    let mut serve = Serve::start(&env, &["--log", "info", "--body-timeout-secs", "3600"]);
     assert!(serve.wait_serving());
     let addr = serve
         .seen
@@ -1898,7 +1900,12 @@ fn serve_stops_on_sigterm_and_at_once_on_a_second() {
         .unwrap()
         .to_string();
     let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
-    write!(stalled, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n").unwrap();
+    write!(
+        stalled,
+        "POST /api/tools/recall HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"query\":",
+        token.trim()
+    )
+    .unwrap();
     signal(&serve);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -354,6 +354,34 @@ impl Summary {
     pub fn failed(&self) -> usize {
         self.lines_failed + self.attachments_failed
     }
+
+    /// What failed, as the import's last words (the CLI's last line, the
+    /// dashboard's notice), or `None`: the lines of which something could
+    /// not be imported, each counted once however many of its memories
+    /// were refused, and apart from them the memories imported but not
+    /// attached to their entity, which a new run attaches (it skips each
+    /// such memory as imported and attaches it then).
+    pub fn failure_text(&self) -> Option<String> {
+        let s = self;
+        let mut parts = Vec::new();
+        if s.lines_failed > 0 {
+            parts.push(format!(
+                "{} of {} lines could not be imported; fix them and run the import again (what was imported is skipped)",
+                s.lines_failed, s.lines
+            ));
+        }
+        if s.attachments_failed > 0 {
+            let (n, them) = match s.attachments_failed {
+                1 => ("1 memory was".to_string(), "it"),
+                n => (format!("{n} memories were"), "them"),
+            };
+            parts.push(format!(
+                "{n} imported but could not be attached to {} entity (a database failure, concurrent writes or a rate limit); run the import again: it skips {them} as imported and attaches {them} then",
+                if them == "it" { "its" } else { "their" }
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
 }
 
 fn sha256_hex(s: &str) -> String {

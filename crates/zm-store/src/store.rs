@@ -322,6 +322,9 @@ impl Store {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        // The task logs under its caller's span (a request's id), as the
+        // caller would.
+        let write = tracing::Instrument::in_current_span(write);
         let spawned = (self.writes.len() < WRITES_IN_FLIGHT_MAX).then(|| self.writes.spawn(write));
         if spawned.is_none() {
             self.writes_refused

@@ -857,16 +857,15 @@ impl Store {
         team: &TeamRow,
         user_id: &str,
     ) -> Result<(), ToolError> {
-        let open = sqlx::query(
-            "SELECT id, team_id, email, role FROM team_invitations WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL \
-             AND expires_at > $2 AND email = (SELECT email FROM users WHERE id = $3) ORDER BY created_at, id",
-        )
-        .bind(&team.id)
-        .bind(self.now())
-        .bind(user_id)
-        .fetch_all(&mut *conn)
-        .await
-        .db("invitations to withdraw")?;
+        let open = self
+            .open_invitations(
+                conn,
+                OpenTo::Address {
+                    team: &team.id,
+                    user_id,
+                },
+            )
+            .await?;
         self.withdraw_open(conn, caller, &open, user_id).await
     }
 
@@ -880,17 +879,61 @@ impl Store {
         team: &TeamRow,
         user_id: &str,
     ) -> Result<(), ToolError> {
-        let open = sqlx::query(
-            "SELECT id, team_id, email, role FROM team_invitations WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL \
-             AND expires_at > $2 AND invited_by = $3 ORDER BY created_at, id",
-        )
-        .bind(&team.id)
-        .bind(self.now())
-        .bind(user_id)
-        .fetch_all(&mut *conn)
-        .await
-        .db("their invitations to withdraw")?;
+        let open = self
+            .open_invitations(
+                conn,
+                OpenTo::SentBy {
+                    team: &team.id,
+                    user_id,
+                },
+            )
+            .await?;
         self.withdraw_open(conn, caller, &open, user_id).await
+    }
+
+    /// The open invitations (not accepted, withdrawn or expired) of live
+    /// teams that `which` picks, as [`Store::withdraw_open`] reads them, by
+    /// team and then in the order they were sent.
+    async fn open_invitations(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        which: OpenTo<'_>,
+    ) -> Result<Vec<AnyRow>, ToolError> {
+        let mut sql = Sql::new(
+            "SELECT i.id AS id, i.team_id AS team_id, i.email AS email, i.role AS role FROM team_invitations i \
+             JOIN teams t ON t.id = i.team_id WHERE t.deleted_at IS NULL AND i.accepted_at IS NULL \
+             AND i.revoked_at IS NULL AND i.expires_at > ",
+        );
+        sql.bind_i64(self.now());
+        let address_of = |sql: &mut Sql, user_id: &str| {
+            sql.push("i.email = (SELECT email FROM users WHERE id = ")
+                .bind_str(user_id)
+                .push(")");
+        };
+        match which {
+            OpenTo::Address { team, user_id } => {
+                sql.push(" AND i.team_id = ").bind_str(team).push(" AND ");
+                address_of(&mut sql, user_id);
+            }
+            OpenTo::SentBy { team, user_id } => {
+                sql.push(" AND i.team_id = ")
+                    .bind_str(team)
+                    .push(" AND i.invited_by = ")
+                    .bind_str(user_id);
+            }
+            OpenTo::Account(user_id) => {
+                sql.push(" AND (i.invited_by = ")
+                    .bind_str(user_id)
+                    .push(" OR ");
+                address_of(&mut sql, user_id);
+                sql.push(")");
+            }
+        }
+        sql.push(" ORDER BY i.team_id, i.created_at, i.id");
+        sql.query()
+            .fetch_all(&mut *conn)
+            .await
+            .db("open invitations")
     }
 
     /// Withdraw the invitations `open` lists (`id`, `team_id`, `email`,
@@ -2031,17 +2074,9 @@ impl Store {
         // withdraws (those addressed to the account lose the address
         // below, as its other invitation events do); the rest (expired,
         // or a deleted team's, which nobody reads the log of) at once.
-        let open = sqlx::query(
-            "SELECT i.id AS id, i.team_id AS team_id, i.email AS email, i.role AS role FROM team_invitations i \
-             JOIN teams t ON t.id = i.team_id WHERE t.deleted_at IS NULL AND i.accepted_at IS NULL AND i.revoked_at IS NULL \
-             AND i.expires_at > $1 AND (i.invited_by = $2 OR i.email = (SELECT email FROM users WHERE id = $2)) \
-             ORDER BY i.team_id, i.created_at, i.id",
-        )
-        .bind(self.now())
-        .bind(uid)
-        .fetch_all(&mut *tx)
-        .await
-        .db("the account's open invitations")?;
+        let open = self
+            .open_invitations(&mut *tx, OpenTo::Account(uid))
+            .await?;
         self.withdraw_open(tx, caller, &open, uid).await?;
         sqlx::query(
             "UPDATE team_invitations SET revoked_at = $1 WHERE accepted_at IS NULL AND revoked_at IS NULL \
@@ -2740,4 +2775,15 @@ mod tests {
         assert_eq!(team_slug_of("team.usr_abc_01.x"), None);
         assert_eq!(team_slug_of("proj.acme.web"), None);
     }
+}
+
+/// Which open invitations [`Store::open_invitations`] reads.
+#[derive(Clone, Copy)]
+enum OpenTo<'a> {
+    /// A team's, addressed to this user's email.
+    Address { team: &'a str, user_id: &'a str },
+    /// A team's, sent by this user.
+    SentBy { team: &'a str, user_id: &'a str },
+    /// Any live team's, sent by or addressed to this account.
+    Account(&'a str),
 }

@@ -551,7 +551,20 @@ impl Store {
         // One row past the page says whether another page follows.
         sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
             .bind_i64(i64::from(input.limit) + 1);
-        let keys = sql.query().fetch_all(&self.pool).await.db("export")?;
+        // Both reads in one snapshot (SQLite's read transaction holds its
+        // WAL snapshot from the first read; PostgreSQL's from the first
+        // statement under REPEATABLE READ): the rows read second are the
+        // ones the keys chose, as visible as they were, none gone between.
+        let mut snapshot = match self.backend {
+            crate::db::Backend::Sqlite => self.pool.begin().await,
+            crate::db::Backend::Postgres => {
+                self.pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await
+            }
+        }
+        .db("export")?;
+        let keys = sql.query().fetch_all(&mut *snapshot).await.db("export")?;
         let budget = self.limits().export_page_chars;
         let mut page: Vec<(i64, i64)> = Vec::new();
         let mut chars = 0_u64;
@@ -572,7 +585,7 @@ impl Store {
             _ => None,
         };
         // The rows of the page, by their keys (the visibility was decided
-        // above; a memory erased in between is left out).
+        // above, in the same snapshot).
         let rows = if page.is_empty() {
             Vec::new()
         } else {
@@ -584,8 +597,9 @@ impl Store {
                 sql.push(if i == 0 { "(" } else { ", " }).bind_i64(seq);
             }
             sql.push(") ORDER BY m.created_at, m.seq");
-            sql.query().fetch_all(&self.pool).await.db("export")?
+            sql.query().fetch_all(&mut *snapshot).await.db("export")?
         };
+        snapshot.commit().await.db("export")?;
         let items = self.memories_served_to(caller, &rows).await?;
         Ok(ExportMemoriesOutput {
             count: u32::try_from(items.len()).unwrap_or(u32::MAX),

@@ -626,18 +626,10 @@ pub(crate) async fn import(
         summary.memories_imported,
         summary.memories_existing,
         summary.memories_skipped,
-        if summary.failed() == 0 {
-            String::new()
-        } else {
-            let unattached = match summary.attachments_failed {
-                0 => String::new(),
-                n => format!(
-                    "; {n} memory(ies) were imported but not attached to their entity (import the file again to attach them)"
-                ),
-            };
-            format!(
-                "; {} line(s) could not be imported{unattached}: {}",
-                summary.lines_failed,
+        match summary.failure_text() {
+            None => String::new(),
+            Some(what) => format!(
+                "; {what}: {}",
                 summary
                     .errors
                     .iter()
@@ -645,7 +637,7 @@ pub(crate) async fn import(
                     .cloned()
                     .collect::<Vec<_>>()
                     .join(" · ")
-            )
+            ),
         }
     );
     page(&state, &signed, Some(&notice), None).await
