@@ -156,6 +156,8 @@ impl<R: tokio::io::AsyncBufRead + Unpin> Lines<R> {
                 Ok(None) => return None,
                 Ok(Some(too_long)) => too_long,
                 Err(e) => {
+                    // A line, if unread: "N of M lines" never has N > M.
+                    summary.lines += 1;
                     summary.error(
                         self.at + 1,
                         format!("line {}: the file could not be read: {e}", self.at + 1),
@@ -1068,6 +1070,58 @@ mod tests {
             text,
         )
         .await
+    }
+
+    /// A file that cannot be read past its first line: the line it failed
+    /// on counts among the lines, so the report never says more lines
+    /// failed than were read.
+    #[tokio::test]
+    async fn a_read_failure_counts_its_line() {
+        struct Failing(bool);
+        impl tokio::io::AsyncRead for Failing {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                if self.0 {
+                    return std::task::Poll::Ready(Err(std::io::Error::other("the disk is gone")));
+                }
+                self.0 = true;
+                buf.put_slice(b"{\"type\":\"entity\",\"name\":\"Billing\",\"entityType\":\"project\",\"observations\":[\"invoices are kept seven years\"]}\n");
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "unreadable").await;
+        let summary = import_reader(
+            crate::ToolService::new(store.clone()),
+            caller,
+            "memory.jsonl".into(),
+            ImportFormat::ServerMemory,
+            Some(ImportInto::Personal),
+            tokio::io::BufReader::new(Failing(false)),
+        )
+        .await;
+        assert_eq!(
+            (
+                summary.lines,
+                summary.lines_failed,
+                summary.memories_imported
+            ),
+            (2, 1, 1),
+            "{summary:?}"
+        );
+        assert!(
+            summary.errors[0].contains("line 2: the file could not be read"),
+            "{summary:?}"
+        );
+        assert_eq!(
+            summary.failure_text().as_deref(),
+            Some(
+                "1 of 2 lines could not be imported; fix them and run the import again (what was imported is skipped)"
+            )
+        );
     }
 
     /// An observation imported but not attached to its entity because the
