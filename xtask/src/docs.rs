@@ -133,7 +133,7 @@ Every failure outside the protocol envelopes has the body `{{\"error\": {{\"code
 Branch on `code`, never on `message`. On MCP a failure is a tool result with `isError: true` whose first \
 text block is this body; it carries no `structuredContent` (clients validate that against the tool's \
 `outputSchema`, which describes the success). A `validation_failed` of an input that does not match \
-its schema carries `details.fields: [{{path, reason}}]`, one entry per offending field; a secret refused \
+its schema carries `details.fields: [{{path, reason}}]`, one entry per offending field and reason (a field may have two), at most 20 of them and then one entry with an empty `path` saying how many more there were, each `path` cut at 200 characters; a secret refused \
 by the content guard (prefix `secret_content_rejected:`) carries `details: {{field, detector, masked}}`; \
 other refusals the message explains may carry no `details`.\n\n\
 | code | HTTP status |\n|---|---|\n"

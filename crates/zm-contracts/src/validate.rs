@@ -174,6 +174,19 @@ fn pattern_reason(pattern: &str) -> String {
 fn schema_errors(validator: &jsonschema::Validator, raw: &Value) -> Vec<FieldError> {
     let mut out = Vec::new();
     for err in validator.iter_errors(raw) {
+        if out.len() >= MAX_FIELD_ERRORS {
+            // Counted, not described: [`validation_error`] lists the first
+            // ones only and says how many more there were.
+            let more = match err.kind() {
+                ValidationErrorKind::AdditionalProperties { unexpected } => unexpected.len(),
+                _ => 1,
+            };
+            out.extend((0..more).map(|_| FieldError {
+                path: String::new(),
+                reason: String::new(),
+            }));
+            continue;
+        }
         let path = pointer_to_path(err.instance_path());
         match err.kind() {
             ValidationErrorKind::Required { property } => {
@@ -278,9 +291,37 @@ pub fn field_error(path: &str, reason: impl Into<String>) -> ToolError {
     }])
 }
 
+/// The most field errors one `validation_failed` lists; past them, one
+/// more entry (with an empty path) says how many were left out. A small
+/// input can offend many times over (a long array of bad scopes, many
+/// unknown keys): the answer stays small.
+pub const MAX_FIELD_ERRORS: usize = 20;
+
+/// The most characters of a path an error echoes (an unknown key can be
+/// as long as the body); a longer one is cut and ends with `…`.
+pub const MAX_ERROR_PATH_CHARS: usize = 200;
+
 /// Build the `validation_failed` error for a list of field errors.
 pub fn validation_error(fields: impl AsRef<[FieldError]>) -> ToolError {
-    let fields = fields.as_ref();
+    let all = fields.as_ref();
+    let mut fields: Vec<FieldError> = all
+        .iter()
+        .take(MAX_FIELD_ERRORS)
+        .map(|f| FieldError {
+            path: cut_path(&f.path),
+            reason: f.reason.clone(),
+        })
+        .collect();
+    if all.len() > MAX_FIELD_ERRORS {
+        fields.push(FieldError {
+            path: String::new(),
+            reason: format!(
+                "and {} more field error(s), not listed",
+                all.len() - MAX_FIELD_ERRORS
+            ),
+        });
+    }
+    let fields = fields.as_slice();
     let summary = fields
         .iter()
         .map(|f| {
@@ -297,6 +338,14 @@ pub fn validation_error(fields: impl AsRef<[FieldError]>) -> ToolError {
         format!("Invalid input: {summary}"),
         Some(json!({ "fields": fields })),
     )
+}
+
+/// `path`, cut to [`MAX_ERROR_PATH_CHARS`] characters.
+fn cut_path(path: &str) -> String {
+    match path.char_indices().nth(MAX_ERROR_PATH_CHARS) {
+        Some((at, _)) => format!("{}…", &path[..at]),
+        None => path.to_string(),
+    }
 }
 
 /// Every string of the input holding U+0000, as a field error: PostgreSQL
@@ -349,7 +398,12 @@ where
         }]));
     }
     let mut errors = schema_errors(&validator_for::<T>(), raw);
-    nul_errors(raw, &mut String::new(), &mut errors);
+    // Only an input the schema accepts is walked for NULs: its keys are
+    // known and its arrays bounded (an unknown key as long as the body,
+    // over a long array of NULs, was copied into every error).
+    if errors.is_empty() {
+        nul_errors(raw, &mut String::new(), &mut errors);
+    }
     // JSON Schema counts 3.0 as an integer; serde's integer types do not.
     let normalised = integral_floats_as_integers(raw);
     let raw = &normalised;

@@ -472,3 +472,54 @@ fn a_blank_source_hash_is_refused() {
         assert_eq!(paths(&err), vec!["source_hash"], "{hash:?}");
     }
 }
+
+/// A small input that offends many times over gets a small answer: at most
+/// `MAX_FIELD_ERRORS` fields, then one entry saying how many more; a path
+/// as long as the body is cut. (An unknown key of 100 KiB over thousands of
+/// NULs was echoed in every one of thousands of errors, twice.)
+#[test]
+fn many_errors_and_long_paths_stay_small() {
+    let scopes: Vec<&str> = vec!["!"; 300];
+    let err = parse_input::<RecallInput>(&json!({"query": "x", "scopes": scopes})).unwrap_err();
+    let f = fields(&err);
+    assert_eq!(f.len(), validate::MAX_FIELD_ERRORS + 1, "{:?}", &f[..3]);
+    let (path, reason) = f.last().unwrap();
+    assert!(
+        path.is_empty() && reason.starts_with("and ") && reason.contains("more"),
+        "{reason}"
+    );
+    let more: usize = reason.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // 300 bad scopes and the list's own length.
+    assert_eq!(more + validate::MAX_FIELD_ERRORS, 301, "{reason}");
+
+    let long_key = "k".repeat(100 * 1024);
+    let nuls: Vec<&str> = vec!["\u{0}"; 5_000];
+    let mut raw = json!({"query": "x"});
+    raw[long_key.as_str()] = json!(nuls);
+    let err = parse_input::<RecallInput>(&raw).unwrap_err();
+    let body = serde_json::to_string(&err.to_json()).unwrap();
+    assert!(body.len() < 4_096, "{} bytes", body.len());
+    let f = fields(&err);
+    assert_eq!(f.len(), 1, "the unknown key only (no NUL walk of it)");
+    assert!(f[0].0.ends_with('…'), "{}", &f[0].0[..40]);
+    assert_eq!(f[0].0.chars().count(), validate::MAX_ERROR_PATH_CHARS + 1);
+}
+
+/// The repeated-key walk names the repeat under a long key and a long
+/// array as it names it under short ones.
+#[test]
+fn a_repeat_deep_under_a_long_key_is_named() {
+    let long_key = "k".repeat(10 * 1024);
+    let mut items: Vec<Value> = vec![json!(0); 20_000];
+    items.push(json!({"a": 1}));
+    let mut text = serde_json::to_string(&json!({ long_key.clone(): items })).unwrap();
+    // The last element's object gets its key a second time.
+    let at = text.rfind("{\"a\":1}").unwrap();
+    text.replace_range(at..at + 7, "{\"a\":1,\"a\":2}");
+    let path = validate::repeated_key(text.as_bytes()).expect("the repeat");
+    assert_eq!(path, format!("{long_key}[20000].a"));
+    assert_eq!(
+        validate::repeated_key(br#"{"x":[{"a":1},{"b":[1,{"c":2,"c":3}]}]}"#).as_deref(),
+        Some("x[1].b[1].c")
+    );
+}

@@ -20,9 +20,10 @@ pub const REPEATED_KEY_REASON: &str = "appears more than once in one object; sen
 /// is `None` too: the caller's own parser says why.
 pub fn repeated_key(json: &[u8]) -> Option<String> {
     let found = RefCell::new(None);
+    let path = RefCell::new(String::new());
     let mut de = serde_json::Deserializer::from_slice(json);
     let _ = Walk {
-        path: String::new(),
+        path: &path,
         found: &found,
     }
     .deserialize(&mut de);
@@ -38,15 +39,18 @@ pub fn refuse_repeated_keys(json: &[u8]) -> Result<(), ToolError> {
 }
 
 /// Walks a value, keeping the path to it, and stops at the first repeat.
+/// The path is one buffer, grown by a segment on the way down and cut back
+/// on the way up: a copy per element would cost the path's length times
+/// the elements (a long key over a long array: quadratic).
 struct Walk<'a> {
-    path: String,
+    path: &'a RefCell<String>,
     found: &'a RefCell<Option<String>>,
 }
 
 impl Walk<'_> {
-    fn child(&self, path: String) -> Walk<'_> {
+    fn child(&self) -> Walk<'_> {
         Walk {
-            path,
+            path: self.path,
             found: self.found,
         }
     }
@@ -85,29 +89,38 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        use std::fmt::Write as _;
         let mut i = 0usize;
-        while seq
-            .next_element_seed(self.child(format!("{}[{i}]", self.path)))?
-            .is_some()
-        {
+        loop {
+            let len = self.path.borrow().len();
+            let _ = write!(self.path.borrow_mut(), "[{i}]");
+            let next = seq.next_element_seed(self.child());
+            self.path.borrow_mut().truncate(len);
+            if next?.is_none() {
+                return Ok(());
+            }
             i += 1;
         }
-        Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            let path = if self.path.is_empty() {
-                key.clone()
-            } else {
-                format!("{}.{key}", self.path)
-            };
+            let len = self.path.borrow().len();
+            {
+                let mut path = self.path.borrow_mut();
+                if len > 0 {
+                    path.push('.');
+                }
+                path.push_str(&key);
+            }
             if !seen.insert(key) {
-                *self.found.borrow_mut() = Some(path);
+                *self.found.borrow_mut() = Some(self.path.borrow().clone());
                 return Err(A::Error::custom("repeated key"));
             }
-            map.next_value_seed(self.child(path))?;
+            let value = map.next_value_seed(self.child());
+            self.path.borrow_mut().truncate(len);
+            value?;
         }
         Ok(())
     }
