@@ -296,17 +296,8 @@ impl Store {
             refuse_held(&mut conn, backend).await?;
         }
         db::migrate(dest, backend, &self.clock, true).await?;
-        // The source in one snapshot: SQLite's read transaction holds its
-        // WAL snapshot from the first read; PostgreSQL's from the first
-        // statement under REPEATABLE READ.
-        let mut src = match self.backend {
-            Backend::Sqlite => self.pool.begin().await?,
-            Backend::Postgres => {
-                self.pool
-                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .await?
-            }
-        };
+        // The source in one snapshot.
+        let mut src = self.read_snapshot().await?;
         let mut dst = match backend {
             Backend::Sqlite => dest.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => dest.begin().await?,

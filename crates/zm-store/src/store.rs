@@ -340,6 +340,22 @@ impl Store {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// A read-only transaction whose reads all see one snapshot: SQLite's
+    /// read transaction holds its WAL snapshot from the first read;
+    /// PostgreSQL's from the first statement under REPEATABLE READ.
+    pub(crate) async fn read_snapshot(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin().await,
+            Backend::Postgres => {
+                self.pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await
+            }
+        }
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }

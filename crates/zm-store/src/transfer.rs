@@ -551,19 +551,9 @@ impl Store {
         // One row past the page says whether another page follows.
         sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
             .bind_i64(i64::from(input.limit) + 1);
-        // Both reads in one snapshot (SQLite's read transaction holds its
-        // WAL snapshot from the first read; PostgreSQL's from the first
-        // statement under REPEATABLE READ): the rows read second are the
-        // ones the keys chose, as visible as they were, none gone between.
-        let mut snapshot = match self.backend {
-            crate::db::Backend::Sqlite => self.pool.begin().await,
-            crate::db::Backend::Postgres => {
-                self.pool
-                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .await
-            }
-        }
-        .db("export")?;
+        // Both reads in one snapshot: the rows read second are the ones
+        // the keys chose, as visible as they were, none gone between.
+        let mut snapshot = self.read_snapshot().await.db("export")?;
         let keys = sql.query().fetch_all(&mut *snapshot).await.db("export")?;
         let budget = self.limits().export_page_chars;
         let mut page: Vec<(i64, i64)> = Vec::new();
