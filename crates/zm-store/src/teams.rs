@@ -459,10 +459,11 @@ impl Store {
             // accepted, so it is left out as a withdrawn one is (it stayed
             // listed for good, as pending until it expired).
             let now = self.now();
-            let rows = sqlx::query(
-                "SELECT id, email, role, created_at, expires_at, accepted_at FROM team_invitations \
-                 WHERE team_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at > $2 ORDER BY created_at, id",
-            )
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT i.id AS id, i.email AS email, i.role AS role, i.created_at AS created_at, i.expires_at AS expires_at, \
+                 i.accepted_at AS accepted_at FROM team_invitations i \
+                 WHERE i.team_id = $1 AND {OPEN_INVITATION}$2 ORDER BY i.created_at, i.id",
+            )))
             .bind(&team.id)
             .bind(now)
             .fetch_all(&mut *conn)
@@ -901,9 +902,9 @@ impl Store {
     ) -> Result<Vec<AnyRow>, ToolError> {
         let mut sql = Sql::new(
             "SELECT i.id AS id, i.team_id AS team_id, i.email AS email, i.role AS role FROM team_invitations i \
-             JOIN teams t ON t.id = i.team_id WHERE t.deleted_at IS NULL AND i.accepted_at IS NULL \
-             AND i.revoked_at IS NULL AND i.expires_at > ",
+             JOIN teams t ON t.id = i.team_id WHERE t.deleted_at IS NULL AND ",
         );
+        sql.push(OPEN_INVITATION);
         sql.bind_i64(self.now());
         let address_of = |sql: &mut Sql, user_id: &str| {
             sql.push("i.email = (SELECT email FROM users WHERE id = ")
@@ -1562,11 +1563,11 @@ impl Store {
         let mut conn = self.pool.acquire().await.db("acquire")?;
         let email = self.email_of(&mut conn, &caller.user_id).await?;
         let now = self.now();
-        let rows = sqlx::query(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT i.id AS id, i.email AS email, i.role AS role, i.created_at AS created_at, i.expires_at AS expires_at, \
              i.accepted_at AS accepted_at, t.slug AS slug FROM team_invitations i JOIN teams t ON t.id = i.team_id \
-             WHERE i.email = $1 AND i.accepted_at IS NULL AND i.revoked_at IS NULL AND i.expires_at > $2 AND t.deleted_at IS NULL ORDER BY i.created_at, i.id",
-        )
+             WHERE i.email = $1 AND {OPEN_INVITATION}$2 AND t.deleted_at IS NULL ORDER BY i.created_at, i.id",
+        )))
         .bind(&email)
         .bind(now)
         .fetch_all(&mut *conn)
@@ -2640,6 +2641,31 @@ impl Store {
         Ok(shared > 0)
     }
 
+    /// On PostgreSQL, hold (`FOR NO KEY UPDATE`, in team-id order, the
+    /// order every change of several teams takes) the rows of every team
+    /// `user_id` belongs to, until the transaction ends: a change of the
+    /// account that bears on those teams (its erasure, disabling it) then
+    /// takes turns with their changes. Nothing on SQLite, whose writes
+    /// take turns already.
+    pub(crate) async fn hold_teams_of_member(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        user_id: &str,
+    ) -> Result<(), ToolError> {
+        if self.backend != crate::db::Backend::Postgres {
+            return Ok(());
+        }
+        sqlx::query(
+            "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1) \
+             ORDER BY t.id FOR NO KEY UPDATE",
+        )
+        .bind(user_id)
+        .fetch_all(&mut *conn)
+        .await
+        .db("hold the member's teams")?;
+        Ok(())
+    }
+
     /// Refuse to erase an account that is the last admin of a live team:
     /// the only one whose account is enabled (a disabled admin runs
     /// nothing, as in [`Store::other_admins`]).
@@ -2652,14 +2678,7 @@ impl Store {
             // In turn with changes to every team they belong to (see
             // [`For::Change`]): a removal running beside the erasure would
             // otherwise hand over rows the erasure is deleting.
-            sqlx::query(
-                "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1) \
-                 ORDER BY t.id FOR NO KEY UPDATE",
-            )
-            .bind(user_id)
-            .fetch_all(&mut *conn)
-            .await
-            .db("lock the admin's teams")?;
+            self.hold_teams_of_member(conn, user_id).await?;
             // Then the account's row: a team it is creating or joining
             // meanwhile (its membership row holds this row until it
             // commits) is counted below, not left without an admin when
@@ -2776,6 +2795,12 @@ mod tests {
         assert_eq!(team_slug_of("proj.acme.web"), None);
     }
 }
+
+/// What makes an invitation (`team_invitations i`) open: not accepted,
+/// not withdrawn, and not expired at the time bound right after it. Every
+/// list of open invitations and every withdrawal by a change of
+/// membership reads it from here.
+const OPEN_INVITATION: &str = "i.accepted_at IS NULL AND i.revoked_at IS NULL AND i.expires_at > ";
 
 /// Which open invitations [`Store::open_invitations`] reads.
 #[derive(Clone, Copy)]

@@ -17,6 +17,9 @@
 //!   inserting that memory's rule: the follow waits for the promotion and
 //!   sees its rule (the old rule retires), where it met the one-rule
 //!   index as a duplicate and answered `internal`.
+//! - An operator disables one of a team's two admins while the other
+//!   leaves: the leave waits for the disable and is refused as the last
+//!   enabled admin's (it counted the disabled one and left).
 
 mod common;
 
@@ -870,4 +873,74 @@ async fn one_users_queued_writes_leave_turns_to_others() {
     for t in tasks {
         ok(t.await.expect("the write's task"), l, "a queued write");
     }
+}
+
+/// An operator disables admin `a` while the team's other admin `b`
+/// leaves. The disable, held up on `a`'s account row (held here), has
+/// taken the team's turn first: `b`'s leaving waits for it and then
+/// finds no other admin whose account is enabled (`conflict`). The
+/// disable took no team lock, so `b` counted `a` as enabled, left, and
+/// the team was left with a disabled admin only.
+#[tokio::test]
+async fn a_disable_takes_its_teams_turn_before_an_admin_leaves() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_disable_takes_its_teams_turn_before_an_admin_leaves").await
+    else {
+        return;
+    };
+    let (_, a) = user(&store, "ilv-dis-a").await;
+    let slug = create_team_of(&store, &a, l, "ilvdis").await;
+    let (_, b) = team_member(&store, &a, l, &slug, "ilv-dis-b", TeamRole::Admin).await;
+    let (mut held, pid) = held_transaction(&raw).await;
+    sqlx::query("SELECT id FROM users WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(&a.user_id)
+        .fetch_one(&mut *held)
+        .await
+        .expect("hold a's account row");
+    let disable = {
+        let (store, id) = (store.clone(), a.user_id.clone());
+        tokio::spawn(async move { store.disable_user(&id).await })
+    };
+    let waited = waits_on(&raw, pid, &disable).await;
+    // The disable's backend: the one waiting on the held transaction.
+    let disabler: i32 = sqlx::query_scalar(
+        "SELECT pid FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)) LIMIT 1",
+    )
+    .bind(pid)
+    .fetch_one(&raw)
+    .await
+    .expect("the disable's backend");
+    let leave = {
+        let (store, b, slug) = (store.clone(), b.clone(), slug.clone());
+        tokio::spawn(async move {
+            let id = b.user_id.clone();
+            store.remove_team_member(&b, &slug, &id).await
+        })
+    };
+    let leave_waited = waits_on(&raw, disabler, &leave).await;
+    held.commit().await.expect("release a's account row");
+    let disabled = disable.await.expect("the disable's task");
+    let left = leave.await.expect("the leave's task");
+    assert!(waited, "the disable did not wait on the account row");
+    assert!(matches!(disabled, Ok(Some(_))), "the disable: {disabled:?}");
+    assert!(
+        leave_waited,
+        "the leave did not wait for the disable: {left:?}"
+    );
+    err(
+        left,
+        ErrorCode::Conflict,
+        l,
+        "the last enabled admin leaves",
+    );
+    let admins: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM scope_members WHERE scope = $1 AND role = 'admin' AND user_id = $2",
+    )
+    .bind(format!("team.{slug}"))
+    .bind(&b.user_id)
+    .fetch_one(&raw)
+    .await
+    .expect("b's membership");
+    assert_eq!(admins, 1, "b is still the team's admin");
 }
