@@ -126,25 +126,39 @@ pub(crate) fn serve_shutdown_signal(
     }
 }
 
-/// SIGTERM or SIGINT, listened for from this call on.
-#[cfg(unix)]
+/// SIGTERM or SIGINT (a hangup is not one), listened for from this call
+/// on.
 fn impatient_signals() -> impl std::future::Future<Output = ()> {
+    stop_signals(false)
+}
+
+/// Resolves on SIGTERM or SIGINT, and on SIGHUP too when `hangup`;
+/// listened for from this call on, not from the first poll.
+#[cfg(unix)]
+fn stop_signals(hangup: bool) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind| signal(kind).ok();
+    let hangup = if hangup {
+        listen(SignalKind::hangup())
+    } else {
+        None
+    };
     let (term, interrupt) = (
-        signal(SignalKind::terminate()).ok(),
-        signal(SignalKind::interrupt()).ok(),
+        listen(SignalKind::terminate()),
+        listen(SignalKind::interrupt()),
     );
     async move {
         tokio::select! {
             () = heard(term) => {},
             () = heard(interrupt) => {},
+            () = heard(hangup) => {},
         }
     }
 }
 
-/// Where there are no Unix signals, a second Ctrl-C.
+/// [`stop_signals`] where there are no Unix signals: Ctrl-C.
 #[cfg(not(unix))]
-fn impatient_signals() -> impl std::future::Future<Output = ()> {
+fn stop_signals(_hangup: bool) -> impl std::future::Future<Output = ()> {
     async {
         let _ = tokio::signal::ctrl_c().await;
     }
@@ -168,34 +182,12 @@ pub(crate) const SECOND_SIGNAL_EXIT: i32 = 130;
 /// signals), saying nothing: a command that must clean up first (an
 /// export's partial file) races its work against it. The signals are
 /// listened for from this call on, not from the first poll.
-#[cfg(unix)]
 pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let listen = |kind: SignalKind| signal(kind).ok();
-    let hangup = if hangup_ignored_at_start() {
-        None
-    } else {
-        listen(SignalKind::hangup())
-    };
-    let (term, interrupt) = (
-        listen(SignalKind::terminate()),
-        listen(SignalKind::interrupt()),
-    );
-    async move {
-        tokio::select! {
-            () = heard(term) => {},
-            () = heard(interrupt) => {},
-            () = heard(hangup) => {},
-        }
-    }
-}
-
-/// [`stop_requested`] where there are no Unix signals: Ctrl-C.
-#[cfg(not(unix))]
-pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
-    async {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    #[cfg(unix)]
+    let hangup = !hangup_ignored_at_start();
+    #[cfg(not(unix))]
+    let hangup = false;
+    stop_signals(hangup)
 }
 
 /// Serve HTTP until SIGTERM or Ctrl-C; requests in flight finish, then the
