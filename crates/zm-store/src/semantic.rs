@@ -545,6 +545,11 @@ struct NewVectors {
 /// At most this many fresh vectors wait for their near-duplicate sweep.
 const UNSWEPT_MAX: usize = 10_000;
 
+/// How many memories one statement of the near-duplicate sweep reads
+/// about: with up to [`MEANING_DUPLICATE_SCAN`] neighbours each, its
+/// lists stay far below both databases' bound values.
+const SWEEP_CHUNK: usize = 64;
+
 /// The embedding state every clone of a store shares.
 #[derive(Default)]
 pub(crate) struct Semantic {
@@ -1336,7 +1341,20 @@ impl Store {
     /// the model read either text only in part and their words are not
     /// alike ([`words_alike_beyond_the_window`]).
     /// Returns how many were filed.
+    /// The memories are swept [`SWEEP_CHUNK`] at a time: the memories
+    /// waiting for a sweep (up to [`UNSWEPT_MAX`] after failures) would
+    /// bind more values in one statement than the databases take, and
+    /// fail again every time.
     pub async fn file_meaning_duplicates(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
+        let mut filed = 0;
+        for chunk in ids.chunks(SWEEP_CHUNK) {
+            filed += self.file_meaning_duplicates_of(chunk).await?;
+        }
+        Ok(filed)
+    }
+
+    /// One chunk of [`Store::file_meaning_duplicates`].
+    async fn file_meaning_duplicates_of(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
         if ids.is_empty() {
             return Ok(0);
         }
@@ -1369,14 +1387,18 @@ impl Store {
         let semantic = Arc::clone(&self.semantic);
         // More of the nearest than are filed: the pairs SQL refuses (a
         // conflict or a link already, the same words) take no place.
+        // The index is read-locked per memory, not for the whole scan: a
+        // refresh waiting to write would otherwise hold up every recall's
+        // read behind the lot (a waiting writer goes first).
         let pairs: Vec<(MemoryId, Vec<(MemoryId, f32)>)> = tokio::task::spawn_blocking(move || {
-            let index = read(&semantic.index);
             ids.iter()
                 .map(|id| {
-                    (
-                        id.clone(),
-                        index.near_duplicates(id, MEANING_DUPLICATE_FLOOR, MEANING_DUPLICATE_SCAN),
-                    )
+                    let near = read(&semantic.index).near_duplicates(
+                        id,
+                        MEANING_DUPLICATE_FLOOR,
+                        MEANING_DUPLICATE_SCAN,
+                    );
+                    (id.clone(), near)
                 })
                 .filter(|(_, near)| !near.is_empty())
                 .collect()
@@ -1877,24 +1899,39 @@ impl Store {
         }
     }
 
-    /// The nearest vectors to `query` among memories `user` could read in
-    /// `set` as of the last refresh (a pre-filter: the caller checks
-    /// visibility in SQL).
-    pub(crate) fn nearest(
+    /// The nearest vectors to `query` among memories `reader` could read
+    /// in `set` as of the last refresh (a pre-filter: the caller checks
+    /// visibility in SQL). The scan grows with the index (every user's
+    /// vectors) and waits on its lock: it runs on a blocking thread, not
+    /// on one of the runtime's few workers, which answer every request.
+    pub(crate) async fn nearest(
         &self,
         query: &Vector,
         reader: &Reader<'_>,
         set: &ReadSet,
         limit: usize,
-    ) -> Vec<(MemoryId, f32)> {
-        let started = std::time::Instant::now();
-        let found = read(&self.semantic.index).nearest(query, reader, set, limit);
-        tracing::debug!(
-            target: "zm_store::ranked",
-            scan_us = started.elapsed().as_micros(),
-            "dense scan"
-        );
-        found
+    ) -> Result<Vec<(MemoryId, f32)>, ToolError> {
+        let semantic = Arc::clone(&self.semantic);
+        let (query, set) = (query.clone(), set.clone());
+        let (user, member_scopes) = (reader.user.to_string(), reader.member_scopes.to_vec());
+        let kinds = reader.kinds.map(<[MemoryKind]>::to_vec);
+        tokio::task::spawn_blocking(move || {
+            let reader = Reader {
+                user: &user,
+                member_scopes: &member_scopes,
+                kinds: kinds.as_deref(),
+            };
+            let started = std::time::Instant::now();
+            let found = read(&semantic.index).nearest(&query, &reader, &set, limit);
+            tracing::debug!(
+                target: "zm_store::ranked",
+                scan_us = started.elapsed().as_micros(),
+                "dense scan"
+            );
+            found
+        })
+        .await
+        .map_err(|e| crate::db::internal("dense scan", e))
     }
 
     /// For the benchmark: of the exact scan's first `depth` neighbours of
