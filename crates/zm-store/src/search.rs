@@ -1048,6 +1048,7 @@ impl Store {
         };
         let near: Vec<(MemoryId, f32)> = self
             .nearest(query, &reader, set, DENSE_PREFILTER)
+            .await?
             .into_iter()
             .filter(|(_, c)| f64::from(*c) >= fusion.dense_floor)
             .collect();
@@ -1530,7 +1531,16 @@ impl Store {
         // Related stubs: at most 2 per hit and 8 in all, not hits themselves.
         let mut related = Vec::new();
         let mut per_hit: HashMap<MemoryId, usize> = HashMap::new();
-        for n in self.neighbours(caller, &ids, &plan.set).await? {
+        // Fail-open: the hits stand without their stubs when the graph
+        // cannot be read (the cause is in the log).
+        let neighbours = match self.neighbours(caller, &ids, &plan.set).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(target: "zm_store", error = %e.message, "recall: related memories left out");
+                Vec::new()
+            }
+        };
+        for n in neighbours {
             let id = &n.memory.id;
             if related.len() == RELATED_CAP || ids.contains(id) {
                 continue;
@@ -1797,14 +1807,21 @@ impl Store {
             let (Some(src), Some(dst)) = (name(&src), name(&dst)) else {
                 continue;
             };
-            // Two entities of one name (two types) are one listed entity.
-            if src == dst {
+            // Two entities of one name (two types) are one listed entity:
+            // an edge between them is none, and their edges of one type to
+            // one other entity are one edge (the first made).
+            let edge_type: zm_contracts::EdgeType = enum_col(r, "type")?;
+            if src == dst
+                || out
+                    .iter()
+                    .any(|e: &ContextEdge| e.src == src && e.dst == dst && e.edge_type == edge_type)
+            {
                 continue;
             }
             out.push(ContextEdge {
                 src,
                 dst,
-                edge_type: enum_col(r, "type")?,
+                edge_type,
                 weight: col(r, "weight")?,
             });
         }

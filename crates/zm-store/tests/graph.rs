@@ -309,3 +309,54 @@ backend_tests! {
         );
     }
 }
+
+/// Two entities of one name (two types) are one name in a briefing: their
+/// edges of one type to one other entity are listed once (inserted here
+/// as an older release or an import may have left them; PostgreSQL only,
+/// for its raw pool).
+#[tokio::test]
+async fn a_briefing_lists_an_edge_between_two_names_once() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_briefing_lists_an_edge_between_two_names_once").await
+    else {
+        return;
+    };
+    let (_, a) = user(&store, "dedge-a").await;
+    let tag = unique("d").replace('-', "");
+    mem(&store, &a, l, json!({"content": format!("Ledgerdb bills through Stripe ({tag})."), "kind": "fact", "scope": "personal", "entities": [{"name": "Ledgerdb", "type": "service"}, {"name": "Ledgerdb", "type": "concept"}, {"name": "Stripe", "type": "service"}]})).await;
+    let ids: Vec<(String, String)> = sqlx::query_as(
+        "SELECT id, match_key FROM entities WHERE owner_id = $1 ORDER BY match_key, id",
+    )
+    .bind(&a.user_id)
+    .fetch_all(&raw)
+    .await
+    .expect("the entities");
+    let (ledger, stripe): (Vec<_>, Vec<_>) = ids.iter().partition(|(_, k)| k.contains("ledger"));
+    assert_eq!((ledger.len(), stripe.len()), (2, 1), "[{l}] {ids:?}");
+    for (src, _) in &ledger {
+        sqlx::query("INSERT INTO edges (id, owner_id, src, dst, type, weight, source_memory, created_at) VALUES ($1, $2, $3, $4, 'depends_on', NULL, NULL, 1)")
+            .bind(zm_contracts::IdKind::Edge.generate())
+            .bind(&a.user_id)
+            .bind(src)
+            .bind(&stripe[0].0)
+            .execute(&raw)
+            .await
+            .expect("an edge");
+    }
+    let pack = ok(
+        call(
+            &store,
+            &a,
+            "build_context",
+            json!({"topic": format!("ledgerdb stripe {tag}")}),
+        )
+        .await,
+        l,
+        "briefing",
+    );
+    let edges = pack["edges"].as_array().cloned().unwrap_or_default();
+    assert_eq!(edges.len(), 1, "[{l}] one edge Ledgerdb → Stripe: {pack}");
+    assert_eq!(edges[0]["src"], "Ledgerdb", "[{l}] {pack}");
+    assert_eq!(edges[0]["dst"], "Stripe", "[{l}] {pack}");
+}
