@@ -12,7 +12,8 @@
 //! a lexical one; two instances on one database never embed one memory at
 //! once; the sweep's three places go to pairs it may file, and long
 //! memories sharing a preamble are not paired by meaning alone; a
-//! full-text match past the fusion's depth is still `fts_matched`.
+//! full-text match past the fusion's depth is still `fts_matched`; a
+//! sweep backlog past what one statement binds is swept in chunks.
 
 mod common;
 
@@ -271,6 +272,15 @@ backend_tests! {
         assert!(found[0]["rationale"].as_str().is_some_and(|r| r.starts_with("Close in meaning")), "[{l}] {found:?}");
         // The same text in another user's scope is never paired with A's.
         assert!(unjudged(b.clone(), "pending").await.is_empty(), "[{l}] no pair across users");
+        // A backlog of memories waiting for their sweep larger than either
+        // database binds in one statement (the sweep failed on it, and
+        // kept it to fail again) is swept in chunks; the pair stays one.
+        let backlog: Vec<MemoryId> = (0..70_000)
+            .map(|i| MemoryId::from_trusted(&format!("mem_{i:026}")))
+            .chain(ids.iter().cloned())
+            .collect();
+        ok(store.file_meaning_duplicates(&backlog).await, l, "sweep a large backlog");
+        assert_eq!(unjudged(a.clone(), "pending").await.len(), 1, "[{l}] still one pair");
         // Judged once, never filed again: not by a second sweep, not after
         // every memory is embedded again under a new model identity.
         let dispute = found[0]["dispute_id"].as_str().expect("a dispute id").to_string();
