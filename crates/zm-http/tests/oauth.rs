@@ -715,6 +715,25 @@ async fn token_refusals() {
         ])
         .await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_scope"));
+
+    // OpenID Connect's scopes and `offline_access`, which clients add by
+    // habit, are dropped, not refused: on a sign-in, and on a refresh
+    // (where the grant's own scope stays).
+    let p = pkce();
+    let code = s
+        .code_for_scope(&client, &p, "openid mcp:read offline_access")
+        .await;
+    let (st, t) = s.exchange(&client, &code, &p.verifier).await;
+    assert_eq!((st, t["scope"].as_str()), (200, Some("mcp:read")), "{t}");
+    let (st, v) = s
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", t["refresh_token"].as_str().unwrap()),
+            ("client_id", &client),
+            ("scope", "offline_access"),
+        ])
+        .await;
+    assert_eq!((st, v["scope"].as_str()), (200, Some("mcp:read")), "{v}");
     s.stop().await;
 }
 

@@ -169,6 +169,11 @@ pub enum OauthError {
     InvalidScope(String),
     /// `invalid_target` (RFC 8707 §2): a resource the grant does not cover.
     InvalidTarget(String),
+    /// The database is too busy to take the request now (a write waited
+    /// its whole turn): nothing was changed, and the client may send the
+    /// same request again shortly (answered 503 `temporarily_unavailable`
+    /// with `Retry-After`).
+    Busy(ToolError),
     /// A store failure (answered as `server_error`).
     Internal(ToolError),
 }
@@ -180,6 +185,7 @@ impl OauthError {
             OauthError::InvalidGrant(_) => "invalid_grant",
             OauthError::InvalidScope(_) => "invalid_scope",
             OauthError::InvalidTarget(_) => "invalid_target",
+            OauthError::Busy(_) => "temporarily_unavailable",
             OauthError::Internal(_) => "server_error",
         }
     }
@@ -189,6 +195,7 @@ impl OauthError {
             OauthError::InvalidGrant(d)
             | OauthError::InvalidScope(d)
             | OauthError::InvalidTarget(d) => d.clone(),
+            OauthError::Busy(_) => "The server is busy; nothing was changed. Retry shortly.".into(),
             OauthError::Internal(_) => "Internal server error.".into(),
         }
     }
@@ -196,7 +203,22 @@ impl OauthError {
 
 impl From<ToolError> for OauthError {
     fn from(e: ToolError) -> Self {
-        OauthError::Internal(e)
+        if e.code == zm_contracts::ErrorCode::RateLimited {
+            OauthError::Busy(e)
+        } else {
+            OauthError::Internal(e)
+        }
+    }
+}
+
+impl OauthError {
+    /// This refusal as the audit log records it: the store's own failure
+    /// as what it was (busy, internal), the client's as `client_fault`.
+    fn audited(&self, client_fault: fn(String) -> ToolError) -> ToolError {
+        match self {
+            OauthError::Busy(e) | OauthError::Internal(e) => e.clone(),
+            e => client_fault(e.to_string()),
+        }
     }
 }
 
@@ -206,27 +228,48 @@ impl std::fmt::Display for OauthError {
     }
 }
 
+/// Scopes a client may ask for that this server does not issue and need
+/// not: OpenID Connect's (it is no identity provider) and
+/// `offline_access` (every grant comes with a refresh token). They are
+/// dropped from a request, not refused (RFC 6749 §3.3 lets the server
+/// narrow what it grants), so a client that adds them by habit can still
+/// sign in; any other unknown scope is refused.
+pub const IGNORED_SCOPES: &[&str] = &["openid", "offline_access", "profile", "email"];
+
 /// The canonical form of a requested scope: known scopes, deduplicated, in
-/// canonical order, space-separated. Absent or blank means every scope.
-/// `Err` names the first unknown scope.
+/// canonical order, space-separated. Absent or blank, or only
+/// [`IGNORED_SCOPES`], means every scope. `Err` names the first unknown
+/// scope.
 pub fn parse_scope(raw: Option<&str>) -> Result<String, String> {
-    let raw = raw.unwrap_or("").trim();
-    if raw.is_empty() {
-        return Ok(OAUTH_SCOPES.join(" "));
-    }
+    Ok(requested_scope(raw)?.unwrap_or_else(|| OAUTH_SCOPES.join(" ")))
+}
+
+/// [`parse_scope`], with `None` where the request names no scope this
+/// server issues (absent, blank, or only [`IGNORED_SCOPES`]): what that
+/// means is the caller's (every scope on a new grant, the grant's own on
+/// a refresh).
+pub fn requested_scope(raw: Option<&str>) -> Result<Option<String>, String> {
     let mut want = Vec::new();
-    for s in raw.split(' ').filter(|s| !s.is_empty()) {
+    for s in raw.unwrap_or("").split(' ').filter(|s| !s.is_empty()) {
+        if IGNORED_SCOPES.contains(&s) {
+            continue;
+        }
         if !OAUTH_SCOPES.contains(&s) {
             return Err(s.chars().take(64).collect());
         }
         want.push(s);
     }
-    Ok(OAUTH_SCOPES
-        .iter()
-        .filter(|s| want.contains(s))
-        .copied()
-        .collect::<Vec<_>>()
-        .join(" "))
+    if want.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        OAUTH_SCOPES
+            .iter()
+            .filter(|s| want.contains(s))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" "),
+    ))
 }
 
 /// Unpadded base64url.
@@ -748,7 +791,7 @@ impl Store {
         })
         .await;
         if let Err(e) = &result {
-            let err = ToolError::validation(e.to_string());
+            let err = e.audited(ToolError::validation);
             let actor = sqlx::query_scalar::<_, String>(
                 "SELECT user_id FROM oauth_codes WHERE code_hash = $1",
             )
@@ -971,7 +1014,7 @@ impl Store {
                 }),
                 None => json!({"client_id": client_id, "known_token": false}),
             };
-            let err = ToolError::unauthorized(e.to_string());
+            let err = e.audited(ToolError::unauthorized);
             self.oauth_audit(
                 actor.as_deref(),
                 "oauth.refresh",
@@ -1037,11 +1080,11 @@ impl Store {
         if !covers(family_resource.as_deref(), wanted) {
             return Err(not_the_granted_resource());
         }
-        let access_scope = match scope.map(str::trim).filter(|s| !s.is_empty()) {
+        let wanted = requested_scope(scope)
+            .map_err(|s| OauthError::InvalidScope(format!("Unknown scope {s:?}.")))?;
+        let access_scope = match wanted {
             None => family_scope.clone(),
-            Some(raw) => {
-                let wanted = parse_scope(Some(raw))
-                    .map_err(|s| OauthError::InvalidScope(format!("Unknown scope {s:?}.")))?;
+            Some(wanted) => {
                 if wanted
                     .split(' ')
                     .any(|s| !family_scope.split(' ').any(|f| f == s))
@@ -1378,6 +1421,41 @@ mod tests {
         );
         assert_eq!(parse_scope(Some("mcp:read")).unwrap(), "mcp:read");
         assert_eq!(parse_scope(Some("mcp:read admin")).unwrap_err(), "admin");
+        // OpenID Connect's and `offline_access` are dropped, not refused.
+        assert_eq!(
+            parse_scope(Some("openid mcp:read offline_access")).unwrap(),
+            "mcp:read"
+        );
+        assert_eq!(
+            parse_scope(Some("offline_access")).unwrap(),
+            "mcp:read mcp:write"
+        );
+        assert_eq!(requested_scope(Some("offline_access openid")), Ok(None));
+        assert_eq!(requested_scope(Some(" ")), Ok(None));
+        assert_eq!(
+            requested_scope(Some("profile mcp:write")),
+            Ok(Some("mcp:write".into()))
+        );
+        assert_eq!(parse_scope(Some("openid admin")).unwrap_err(), "admin");
+    }
+
+    /// A busy database is not a server fault: the token endpoint says so
+    /// (`temporarily_unavailable`), and the audit row keeps its code.
+    #[test]
+    fn a_busy_store_is_temporarily_unavailable() {
+        let busy = OauthError::from(ToolError::rate_limited("busy"));
+        assert_eq!(busy.code(), "temporarily_unavailable");
+        assert_eq!(
+            busy.audited(ToolError::validation).code,
+            zm_contracts::ErrorCode::RateLimited
+        );
+        let broken = OauthError::from(ToolError::internal());
+        assert_eq!(broken.code(), "server_error");
+        let refused = OauthError::InvalidGrant("spent".into());
+        assert_eq!(
+            refused.audited(ToolError::validation).code,
+            zm_contracts::ErrorCode::ValidationFailed
+        );
     }
 
     /// A disabled account's code and refresh token are refused even where

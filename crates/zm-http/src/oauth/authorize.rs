@@ -218,8 +218,12 @@ pub(super) async fn submit(
     let cookie = cookie.unwrap_or_default();
     let password = p.get("password").unwrap_or("");
     let rid = request_id.as_ref().map(|Extension(r)| r.as_str());
-    let internal =
-        || OauthRejection::page(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error.");
+    // A store failure, as a page: a busy database says to reload.
+    let failed =
+        |what: &str, e: &zm_contracts::ToolError| match super::error::store_failure(what, e) {
+            OauthRejection::Busy => OauthRejection::BusyPage,
+            _ => OauthRejection::page(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error."),
+        };
     // The account backs off after repeated failures, whatever the IP; the
     // password is not even checked meanwhile. The attempt takes its place
     // in the count now, before the (slow) check, so attempts in flight at
@@ -263,7 +267,7 @@ pub(super) async fn submit(
             .store
             .verify_password(&email, password)
             .await
-            .map_err(|_| internal())?
+            .map_err(|e| failed("oauth password check", &e))?
     } else {
         None
     };
@@ -326,10 +330,7 @@ pub(super) async fn submit(
                 "Unknown client. The application is not registered with this server; ask it to connect again.",
             ));
         }
-        Err(e) => {
-            tracing::error!(target: "zm_http", error = %e, "oauth code issue failed");
-            return Err(internal());
-        }
+        Err(e) => return Err(failed("oauth code issue", &e)),
     };
     let mut params = vec![("code", code.as_str())];
     if let Some(s) = &authz.state {

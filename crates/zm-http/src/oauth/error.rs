@@ -32,6 +32,11 @@ pub enum OauthRejection {
     RateLimited { retry_after: u64 },
     /// The same, to a browser on the sign-in page: a 429 page.
     RateLimitedPage { retry_after: u64 },
+    /// 503 `temporarily_unavailable` with `Retry-After`: the database is
+    /// too busy to take the request now; nothing was changed.
+    Busy,
+    /// The same, to a browser on the sign-in page: a 503 page.
+    BusyPage,
     /// 500 `server_error`; the cause was logged where it happened.
     ServerError,
     /// Browser-facing, before a user has signed in in this request: an
@@ -87,6 +92,7 @@ impl OauthRejection {
             OauthRejection::RateLimited { retry_after } => {
                 OauthRejection::RateLimitedPage { retry_after }
             }
+            OauthRejection::Busy => OauthRejection::BusyPage,
             other => other,
         }
     }
@@ -112,6 +118,16 @@ impl IntoResponse for OauthRejection {
                 );
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                return resp;
+            }
+            OauthRejection::BusyPage => {
+                let mut resp = pages::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some("temporarily_unavailable"),
+                    "The server is busy; nothing was changed. Wait a moment, then reload this page.",
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_S));
                 return resp;
             }
             OauthRejection::BadRequest { error, description } => {
@@ -144,6 +160,14 @@ impl IntoResponse for OauthRejection {
                     "Too many requests. Retry later.".into(),
                 )
             }
+            OauthRejection::Busy => {
+                extra = Some((header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_S)));
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "temporarily_unavailable",
+                    "The server is busy; nothing was changed. Retry shortly.".into(),
+                )
+            }
             OauthRejection::ServerError => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
@@ -162,6 +186,24 @@ impl IntoResponse for OauthRejection {
             h.insert(name, value);
         }
         resp
+    }
+}
+
+/// `Retry-After` seconds of a [`OauthRejection::Busy`] answer: a write
+/// that waited its whole turn (30 s) gave up; the next may get one.
+const BUSY_RETRY_S: u64 = 1;
+
+/// A store failure as an OAuth answer, logged here: a busy database
+/// ([`zm_contracts::ErrorCode::RateLimited`]) is load, not a fault, and
+/// the client may retry (`Busy`, a warning); anything else is a
+/// `ServerError` (an error). `what` names the step that failed.
+pub(crate) fn store_failure(what: &str, e: &zm_contracts::ToolError) -> OauthRejection {
+    if e.code == zm_contracts::ErrorCode::RateLimited {
+        tracing::warn!(target: "zm_http", error = %e, "{what}: the database is busy");
+        OauthRejection::Busy
+    } else {
+        tracing::error!(target: "zm_http", error = %e, "{what} failed");
+        OauthRejection::ServerError
     }
 }
 
@@ -247,6 +289,7 @@ mod tests {
                 429,
                 "rate_limited",
             ),
+            (OauthRejection::Busy, 503, "temporarily_unavailable"),
             (OauthRejection::ServerError, 500, "server_error"),
         ] {
             let (st, h, body) = render(r).await;
@@ -263,7 +306,7 @@ mod tests {
             );
             match status {
                 405 => assert_eq!(h[header::ALLOW], "POST"),
-                429 => assert_eq!(h[header::RETRY_AFTER], "1", "at least one second"),
+                429 | 503 => assert_eq!(h[header::RETRY_AFTER], "1", "at least one second"),
                 _ => {
                     assert!(h.get(header::ALLOW).is_none() && h.get(header::RETRY_AFTER).is_none());
                 }
@@ -294,5 +337,30 @@ mod tests {
             html.contains("<code>invalid_request</code>") && html.contains("Bad &lt;query&gt;."),
             "{html}"
         );
+        // A busy database, to a browser: a 503 page that says to reload.
+        let resp = OauthRejection::Busy.into_page().into_response();
+        let (parts, body) = resp.into_parts();
+        assert_eq!(parts.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(parts.headers[header::RETRY_AFTER], "1");
+        assert!(parts.headers.get(header::LOCATION).is_none());
+        let html = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        let html = String::from_utf8(html.to_vec()).unwrap();
+        assert!(
+            html.contains("<code>temporarily_unavailable</code>") && html.contains("reload"),
+            "{html}"
+        );
+    }
+
+    /// The store's failures: a busy database is `Busy` (the client may
+    /// retry), anything else a `ServerError`.
+    #[test]
+    fn a_busy_store_is_not_a_server_error() {
+        let busy = zm_contracts::ToolError::rate_limited("The database is busy.");
+        assert!(matches!(store_failure("t", &busy), OauthRejection::Busy));
+        let broken = zm_contracts::ToolError::internal();
+        assert!(matches!(
+            store_failure("t", &broken),
+            OauthRejection::ServerError
+        ));
     }
 }

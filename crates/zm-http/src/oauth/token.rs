@@ -194,9 +194,8 @@ async fn refresh(
 /// The store's refusal as an RFC 6749 answer (its failures logged here).
 fn refused(e: OauthError) -> OauthRejection {
     match e {
-        OauthError::Internal(e) => {
-            tracing::error!(target: "zm_http", error = %e, "oauth token failed");
-            OauthRejection::ServerError
+        OauthError::Busy(e) | OauthError::Internal(e) => {
+            super::error::store_failure("oauth token", &e)
         }
         e => OauthRejection::bad_request(e.code(), e.description()),
     }
@@ -274,7 +273,7 @@ async fn known_client(st: &OauthState, client: &ClientId) -> Result<OauthClient,
             basic: client.basic,
             description: "Unknown client.".into(),
         }),
-        Err(_) => Err(OauthRejection::ServerError),
+        Err(e) => Err(super::error::store_failure("oauth client lookup", &e)),
     }
 }
 
