@@ -1864,8 +1864,13 @@ impl Store {
             push(&n.memory, &mut out);
         }
         if !entity_ids.is_empty() {
+            // The newest hundred memories naming the entities, by id and
+            // order only, then their columns: a memory naming two of them
+            // is met twice, and making the rows distinct with their
+            // previews held every match's 2,400 characters at once (tens
+            // of thousands for an entity every memory names).
             let mut sql = Sql::new(&format!(
-                "SELECT DISTINCT {CANDIDATE_COLUMNS}, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
+                "SELECT DISTINCT m.id, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
                 driving_join(self.backend)
             ));
             sql.bind_list(entity_ids.iter().map(EntityId::as_str));
@@ -1893,9 +1898,28 @@ impl Store {
             sql.push(" AND ");
             push_read_set(&mut sql, "m", set);
             sql.push(" ORDER BY m.seq DESC LIMIT 100");
-            let rows = sql.query().fetch_all(&self.pool).await.db("co-mentions")?;
-            for c in Candidate::from_rows(&rows)? {
-                push(&c, &mut out);
+            let newest: Vec<String> = sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("co-mentions")?
+                .iter()
+                .map(|r| col(r, "id"))
+                .collect::<Result<_, _>>()?;
+            if !newest.is_empty() {
+                let mut sql = Sql::new(&format!(
+                    "SELECT {CANDIDATE_COLUMNS} FROM memories m WHERE m.id IN "
+                ));
+                sql.bind_list(newest)
+                    .push(" AND m.invalidated_at IS NULL ORDER BY m.seq DESC");
+                let rows = sql
+                    .query()
+                    .fetch_all(&self.pool)
+                    .await
+                    .db("co-mentions' previews")?;
+                for c in Candidate::from_rows(&rows)? {
+                    push(&c, &mut out);
+                }
             }
         }
         Ok(out)
