@@ -108,7 +108,7 @@ async fn oauth_token(store: &Store, user: &zm_store::User) -> String {
     const REDIRECT: &str = "http://127.0.0.1:5000/cb";
     const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
     let client = store
-        .register_oauth_client(Some("some app"), &[REDIRECT.to_string()], None)
+        .register_oauth_client(Some("some app"), &[REDIRECT.to_string()], None, None)
         .await
         .unwrap()
         .id;

@@ -264,6 +264,13 @@ static MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../../../migrations/postgres/0028_claims_per_model.sql"),
         data: None,
     },
+    Migration {
+        version: 29,
+        name: "client_networks",
+        sqlite: include_str!("../../../migrations/sqlite/0029_client_networks.sql"),
+        postgres: include_str!("../../../migrations/postgres/0029_client_networks.sql"),
+        data: None,
+    },
 ];
 
 /// The schema version the ledger in `conn` records (0 when empty), or

@@ -1150,7 +1150,7 @@ mod tests {
     /// A fresh OAuth sign-in of `user`: a new token family.
     async fn oauth_sign_in(store: &Store, user_id: &str) -> IssuedTokens {
         let client = store
-            .register_oauth_client(Some("test"), &[REDIRECT.to_string()], None)
+            .register_oauth_client(Some("test"), &[REDIRECT.to_string()], None, None)
             .await
             .unwrap()
             .id;

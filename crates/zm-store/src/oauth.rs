@@ -52,6 +52,13 @@ pub const ABANDONED_CLIENT_MS: i64 = 3_600_000;
 /// `rate_limited` when there is none. Registration is anonymous, so what
 /// it may store is bounded (with 8 KiB of redirect URIs a client, 80 MiB).
 pub const MAX_WAITING_CLIENTS: i64 = 10_000;
+/// Most registrations one network (an IPv4 address, an IPv6 /48: what
+/// the caller passes) may have waiting for their first sign-in: past it
+/// its oldest waiting one registered over [`EVICTABLE_AFTER_MS`] ago makes
+/// room, and without one the registration is `rate_limited`. A few
+/// networks registering without pause then fill their own share, not
+/// [`MAX_WAITING_CLIENTS`]: it takes 200 of them to reach that.
+pub const MAX_WAITING_PER_NETWORK: i64 = 50;
 /// How old a waiting registration must be to make room for a new one at
 /// [`MAX_WAITING_CLIENTS`]: a client whose user is signing in now is never
 /// the one forgotten (younger ones all: the registration is refused).
@@ -533,12 +540,53 @@ impl Store {
         }
     }
 
+    /// Make room for one more registration waiting for its first sign-in
+    /// from `network`, at [`MAX_WAITING_PER_NETWORK`]: its oldest waiting
+    /// registration over [`EVICTABLE_AFTER_MS`] old is forgotten, and
+    /// without one the registration is `rate_limited`.
+    async fn room_for_a_client_from(&self, network: &str, now: i64) -> Result<(), ToolError> {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL AND registered_from = $1 LIMIT $2) w",
+        )
+        .bind(network)
+        .bind(MAX_WAITING_PER_NETWORK)
+        .fetch_one(&self.pool)
+        .await
+        .db("count a network's waiting oauth clients")?;
+        if waiting < MAX_WAITING_PER_NETWORK {
+            return Ok(());
+        }
+        let evicted = sqlx::query(
+            "DELETE FROM oauth_clients WHERE id IN (SELECT c.id FROM oauth_clients c \
+             WHERE c.owner_id IS NULL AND c.registered_from = $1 AND c.created_at < $2 \
+             AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
+             ORDER BY c.created_at, c.id LIMIT $3)",
+        )
+        .bind(network)
+        .bind(now - EVICTABLE_AFTER_MS)
+        .bind(waiting - MAX_WAITING_PER_NETWORK + 1)
+        .execute(&self.pool)
+        .await
+        .db("evict a network's waiting oauth clients")?
+        .rows_affected();
+        if evicted == 0 {
+            tracing::warn!(target: "zm_store", network, "oauth registrations refused: too many from one network wait for a sign-in");
+            return Err(ToolError::rate_limited(
+                "Too many clients registered from your network are waiting for their first sign-in; try again later.",
+            ));
+        }
+        Ok(())
+    }
+
     /// Register a client (RFC 7591; anonymous). The caller has validated the
-    /// redirect URIs; they are stored exactly as given.
+    /// redirect URIs; they are stored exactly as given. `network` is where
+    /// the request came from (see [`MAX_WAITING_PER_NETWORK`]; `None`
+    /// counts only in all).
     pub async fn register_oauth_client(
         &self,
         client_name: Option<&str>,
         redirect_uris: &[String],
+        network: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<OauthClient, ToolError> {
         if redirect_uris.is_empty() {
@@ -550,6 +598,9 @@ impl Store {
             .map_err(|e| crate::db::internal("redirect uris", e))?;
         // Clients nobody ever authorized do not pile up.
         self.prune_unused_oauth_clients(ABANDONED_CLIENT_MS).await?;
+        if let Some(network) = network {
+            self.room_for_a_client_from(network, now).await?;
+        }
         let waiting: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL LIMIT $1) w",
         )
@@ -581,12 +632,13 @@ impl Store {
             tracing::warn!(target: "zm_store", waiting, evicted, "oauth registrations at the cap: the oldest waiting ones were forgotten");
         }
         sqlx::query(
-            "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) VALUES ($1, $2, $3, NULL, $4)",
+            "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at, registered_from) VALUES ($1, $2, $3, NULL, $4, $5)",
         )
         .bind(&id)
         .bind(client_name.map(str::to_string))
         .bind(&uris)
         .bind(now)
+        .bind(network.map(str::to_string))
         .execute(&self.pool)
         .await
         .db("register oauth client")?;
@@ -1393,7 +1445,7 @@ mod tests {
             .await
             .unwrap();
         let client = store
-            .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None)
+            .register_oauth_client(Some("t"), &[REDIRECT.to_string()], None, None)
             .await
             .unwrap()
             .id;

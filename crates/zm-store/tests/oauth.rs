@@ -18,7 +18,7 @@ const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
 
 async fn client(store: &Store) -> String {
     store
-        .register_oauth_client(Some("test"), &[REDIRECT.to_string()], None)
+        .register_oauth_client(Some("test"), &[REDIRECT.to_string()], None, None)
         .await
         .unwrap()
         .id
@@ -650,7 +650,12 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
             .unwrap()
     };
     let newest = store
-        .register_oauth_client(Some("one past the cap"), &[REDIRECT.to_string()], None)
+        .register_oauth_client(
+            Some("one past the cap"),
+            &[REDIRECT.to_string()],
+            None,
+            None,
+        )
         .await
         .expect("the oldest waiting one makes room");
     assert_eq!(count().await, MAX_WAITING_CLIENTS, "still the cap");
@@ -673,7 +678,7 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
         .await
         .unwrap();
     let refused = store
-        .register_oauth_client(Some("too soon"), &[REDIRECT.to_string()], None)
+        .register_oauth_client(Some("too soon"), &[REDIRECT.to_string()], None, None)
         .await
         .expect_err("nothing old enough to forget");
     assert_eq!(refused.code, ErrorCode::RateLimited, "{refused:?}");
@@ -692,4 +697,57 @@ async fn registrations_waiting_for_a_sign_in_are_capped() {
         .unwrap();
     assert_eq!(left, 2, "the signed-in client and the newest");
     assert!(store.oauth_client(&last).await.unwrap().is_some());
+}
+
+/// One network's registrations waiting for a sign-in are capped apart
+/// ([`MAX_WAITING_PER_NETWORK`]): past it, its own oldest one registered
+/// over ten minutes ago makes room, and without one its registration is
+/// `rate_limited` — while another network registers as before, and what
+/// the first filled never reaches the cap in all. SQLite only, as above.
+#[tokio::test]
+async fn one_networks_waiting_registrations_are_capped_apart() {
+    use zm_store::oauth::{EVICTABLE_AFTER_MS, MAX_WAITING_PER_NETWORK};
+    let dir = tempfile::Builder::new()
+        .prefix("network-")
+        .tempdir_in(scratch_root())
+        .expect("a temporary directory");
+    let url = zm_store::sqlite_url(&dir.path().join("zm.db"));
+    let store = Store::open(&url).await.expect("open the store");
+    let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
+    let register = |network: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .register_oauth_client(Some("app"), &[REDIRECT.to_string()], Some(network), None)
+                .await
+        }
+    };
+    let busy = "203.0.113.7";
+    let mut first = None;
+    for _ in 0..MAX_WAITING_PER_NETWORK {
+        let c = register(busy).await.expect("within the network's share");
+        first.get_or_insert(c.id);
+    }
+    let refused = register(busy)
+        .await
+        .expect_err("the network's share is full");
+    assert_eq!(refused.code, ErrorCode::RateLimited, "{refused:?}");
+    register("2001:db8:7::/48")
+        .await
+        .expect("another network registers");
+    // Ten minutes on, the network's oldest waiting one makes room.
+    store.clock().advance_ms(EVICTABLE_AFTER_MS + 1);
+    register(busy).await.expect("its oldest makes room");
+    let first = first.expect("a first registration");
+    assert!(
+        store.oauth_client(&first).await.unwrap().is_none(),
+        "the network's oldest went"
+    );
+    let from: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE registered_from = $1")
+            .bind(busy)
+            .fetch_one(&raw)
+            .await
+            .unwrap();
+    assert_eq!(from, MAX_WAITING_PER_NETWORK, "still the network's share");
 }

@@ -10,7 +10,7 @@ use zm_store::oauth::OAUTH_SCOPES;
 use super::limit::Throttled;
 use super::params::body_bytes;
 use super::{OauthRejection, OauthState, no_store, redirect};
-use crate::request::{RequestId, is_json};
+use crate::request::{ClientIp, RequestId, ip_limit_key, ip_network_key, is_json};
 
 fn invalid_metadata(description: impl Into<String>) -> OauthRejection {
     OauthRejection::bad_request("invalid_client_metadata", description)
@@ -54,10 +54,19 @@ static HIDDEN: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
 /// for their first sign-in (they are forgotten an hour after registering).
 const REGISTRATIONS_FULL_RETRY_S: u64 = 300;
 
+/// The network a registration counts under for the waiting registrations'
+/// per-network share (`zm_store::oauth::MAX_WAITING_PER_NETWORK`): an IPv6
+/// address by its /48 (one allocation holds 65,536 /64s), an IPv4 one as
+/// it is.
+fn registration_network(ip: &str) -> String {
+    ip_network_key(ip).unwrap_or_else(|| ip_limit_key(ip))
+}
+
 /// `POST /oauth/register`.
 pub(super) async fn register(
     State(st): State<OauthState>,
     _: Throttled,
+    ClientIp(ip): ClientIp,
     request_id: Option<Extension<RequestId>>,
     ClientMetadata(doc): ClientMetadata,
 ) -> Result<Response, OauthRejection> {
@@ -91,11 +100,13 @@ pub(super) async fn register(
         .register_oauth_client(
             client_name.as_deref(),
             &redirect_uris,
+            Some(&registration_network(&ip)),
             request_id.as_ref().map(|Extension(r)| r.as_str()),
         )
         .await
         .map_err(|e| match e.code {
-            // Too many registrations wait for a sign-in (the store logged it).
+            // Too many registrations wait for a sign-in, in all or from
+            // this network (the store logged it).
             zm_contracts::ErrorCode::RateLimited => OauthRejection::RateLimited {
                 retry_after: REGISTRATIONS_FULL_RETRY_S,
             },

@@ -793,6 +793,7 @@ const ADDED_COLUMNS: &[(i64, Option<Backend>, &str, &str, Holds)] = &[
     ),
     (24, None, "memory_usage", "user_id", Holds::Checked),
     (26, None, "memories", "kept_private", Holds::Checked),
+    (29, None, "oauth_clients", "registered_from", Holds::Null),
 ];
 
 /// What `before` should read as after the upgrade, the tables checked
