@@ -545,6 +545,12 @@ struct NewVectors {
 /// At most this many fresh vectors wait for their near-duplicate sweep.
 const UNSWEPT_MAX: usize = 10_000;
 
+/// A vector of another model written this recently, replaced by this
+/// instance's, means another instance embeds with that model now (a
+/// model change leaves vectors written before it): said in the log, at
+/// most once in this long.
+const RIVAL_MODEL_MS: i64 = 10 * 60 * 1000;
+
 /// How many memories one statement of the near-duplicate sweep reads
 /// about: with up to [`MEANING_DUPLICATE_SCAN`] neighbours each, its
 /// lists stay far below both databases' bound values.
@@ -579,6 +585,11 @@ pub(crate) struct Semantic {
     queries_refused: AtomicU64,
     /// `unjudged` conflicts filed by meaning.
     duplicates: AtomicU64,
+    /// When (store clock, ms) this instance last warned that it replaced
+    /// vectors another model had written within [`RIVAL_MODEL_MS`]: two
+    /// instances on one database with different models re-embed each
+    /// other's memories without end (0: never).
+    rival_warned_at: AtomicU64,
     /// Bumped before this instance re-reads the metadata of what it
     /// changed itself (`reread_meta`), which notes each memory it re-read
     /// with that epoch in `meta_touched`: the periodic refresh, whose rows
@@ -1228,13 +1239,21 @@ impl Store {
             return Err(ToolError::internal());
         }
         let mut fresh: Vec<MemoryId> = Vec::with_capacity(batch.len());
+        let mut rival: Option<String> = None;
         for ((id, _), v) in batch.iter().zip(&vectors) {
-            sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1 AND model <> $2")
-                .bind(id)
-                .bind(model)
-                .execute(&mut *tx)
-                .await
-                .db("replace vector")?;
+            let replaced = sqlx::query(
+                "DELETE FROM memory_vectors WHERE memory_id = $1 AND model <> $2 RETURNING model, embedded_at",
+            )
+            .bind(id)
+            .bind(model)
+            .fetch_optional(&mut *tx)
+            .await
+            .db("replace vector")?;
+            if let Some(r) = replaced
+                && col::<i64>(&r, "embedded_at")? > embedded_at - RIVAL_MODEL_MS
+            {
+                rival = Some(col(&r, "model")?);
+            }
             let written = sqlx::query(
                 "INSERT INTO memory_vectors (memory_id, model, vec, embedded_at) \
                  SELECT id, $2, $3, $4 FROM memories WHERE id = $1 \
@@ -1255,6 +1274,17 @@ impl Store {
             .await
             .db("release embedding claims")?;
         tx.commit().await.db("commit vectors")?;
+        if let Some(rival) = rival {
+            let last = s.rival_warned_at.load(Ordering::Relaxed);
+            let now = u64::try_from(embedded_at).unwrap_or(0);
+            if (last == 0 || now.saturating_sub(last) >= RIVAL_MODEL_MS.unsigned_abs())
+                && s.rival_warned_at
+                    .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                tracing::warn!(target: "zm_store", model = %model, other_model = %rival, "replaced vectors another model wrote minutes ago: another instance on this database embeds with a different model, and the two re-embed each other's memories without end; give every instance the same model (ZM_EMBEDDING_MODEL)");
+            }
+        }
         Ok(fresh)
     }
 
@@ -1981,6 +2011,14 @@ impl Store {
             .await
             .db("newest memory")?;
         col(&row, "newest")
+    }
+
+    /// Whether this instance warned that it replaced vectors another model
+    /// wrote within the last ten minutes (another instance embedding with
+    /// a different model), for the tests.
+    #[doc(hidden)]
+    pub fn warned_of_a_rival_model(&self) -> bool {
+        self.semantic.rival_warned_at.load(Ordering::Relaxed) != 0
     }
 
     /// For the quality benchmark's sweep: fuse with these constants
