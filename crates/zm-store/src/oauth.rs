@@ -541,41 +541,73 @@ impl Store {
     }
 
     /// Make room for one more registration waiting for its first sign-in
-    /// from `network`, at [`MAX_WAITING_PER_NETWORK`]: its oldest waiting
-    /// registration over [`EVICTABLE_AFTER_MS`] old is forgotten, and
-    /// without one the registration is `rate_limited`.
-    async fn room_for_a_client_from(&self, network: &str, now: i64) -> Result<(), ToolError> {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL AND registered_from = $1 LIMIT $2) w",
-        )
-        .bind(network)
-        .bind(MAX_WAITING_PER_NETWORK)
-        .fetch_one(&self.pool)
-        .await
-        .db("count a network's waiting oauth clients")?;
-        if waiting < MAX_WAITING_PER_NETWORK {
+    /// from `network` (at [`MAX_WAITING_PER_NETWORK`]), or from anywhere
+    /// when `None` (at [`MAX_WAITING_CLIENTS`]): past the cap the oldest
+    /// waiting ones registered over [`EVICTABLE_AFTER_MS`] ago (nobody
+    /// signed in through them, as the hourly pruning picks) are
+    /// forgotten, and without one the registration is `rate_limited`.
+    async fn room_for_a_client(&self, network: Option<&str>, now: i64) -> Result<(), ToolError> {
+        let cap = network.map_or(MAX_WAITING_CLIENTS, |_| MAX_WAITING_PER_NETWORK);
+        let from = |sql: &mut crate::sql::Sql, alias: &str| {
+            if let Some(network) = network {
+                sql.push(&format!(" AND {alias}registered_from = "))
+                    .bind_str(network);
+            }
+        };
+        let mut count = crate::sql::Sql::new(
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL",
+        );
+        from(&mut count, "");
+        count.push(" LIMIT ").bind_i64(cap).push(") w");
+        let waiting: i64 = col(
+            &count
+                .query()
+                .fetch_one(&self.pool)
+                .await
+                .db("count waiting oauth clients")?,
+            "n",
+        )?;
+        if waiting < cap {
             return Ok(());
         }
-        let evicted = sqlx::query(
-            "DELETE FROM oauth_clients WHERE id IN (SELECT c.id FROM oauth_clients c \
-             WHERE c.owner_id IS NULL AND c.registered_from = $1 AND c.created_at < $2 \
-             AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
-             ORDER BY c.created_at, c.id LIMIT $3)",
-        )
-        .bind(network)
-        .bind(now - EVICTABLE_AFTER_MS)
-        .bind(waiting - MAX_WAITING_PER_NETWORK + 1)
-        .execute(&self.pool)
-        .await
-        .db("evict a network's waiting oauth clients")?
-        .rows_affected();
-        if evicted == 0 {
-            tracing::warn!(target: "zm_store", network, "oauth registrations refused: too many from one network wait for a sign-in");
-            return Err(ToolError::rate_limited(
-                "Too many clients registered from your network are waiting for their first sign-in; try again later.",
-            ));
+        let mut evict = crate::sql::Sql::new(
+            "DELETE FROM oauth_clients WHERE id IN (SELECT c.id FROM oauth_clients c WHERE c.owner_id IS NULL",
+        );
+        from(&mut evict, "c.");
+        evict
+            .push(" AND c.created_at < ")
+            .bind_i64(now - EVICTABLE_AFTER_MS)
+            .push(
+                " AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
+                 ORDER BY c.created_at, c.id LIMIT ",
+            )
+            .bind_i64(waiting - cap + 1)
+            .push(")");
+        let evicted = evict
+            .query()
+            .execute(&self.pool)
+            .await
+            .db("evict waiting oauth clients")?
+            .rows_affected();
+        match (evicted, network) {
+            (0, Some(network)) => {
+                tracing::warn!(target: "zm_store", network, "oauth registrations refused: too many from one network wait for a sign-in");
+                Err(ToolError::rate_limited(
+                    "Too many clients registered from your network are waiting for their first sign-in; try again later.",
+                ))
+            }
+            (0, None) => {
+                tracing::warn!(target: "zm_store", waiting, "oauth registrations refused: too many wait for a sign-in");
+                Err(ToolError::rate_limited(
+                    "Too many registered clients are waiting for their first sign-in; try again later.",
+                ))
+            }
+            (evicted, None) => {
+                tracing::warn!(target: "zm_store", waiting, evicted, "oauth registrations at the cap: the oldest waiting ones were forgotten");
+                Ok(())
+            }
+            (_, Some(_)) => Ok(()),
         }
-        Ok(())
     }
 
     /// Register a client (RFC 7591; anonymous). The caller has validated the
@@ -598,39 +630,10 @@ impl Store {
             .map_err(|e| crate::db::internal("redirect uris", e))?;
         // Clients nobody ever authorized do not pile up.
         self.prune_unused_oauth_clients(ABANDONED_CLIENT_MS).await?;
-        if let Some(network) = network {
-            self.room_for_a_client_from(network, now).await?;
+        if network.is_some() {
+            self.room_for_a_client(network, now).await?;
         }
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL LIMIT $1) w",
-        )
-        .bind(MAX_WAITING_CLIENTS)
-        .fetch_one(&self.pool)
-        .await
-        .db("count waiting oauth clients")?;
-        if waiting >= MAX_WAITING_CLIENTS {
-            // The oldest waiting ones make room (those nobody signed in
-            // through, as the hourly pruning picks).
-            let evicted = sqlx::query(
-                "DELETE FROM oauth_clients WHERE id IN (SELECT c.id FROM oauth_clients c \
-                 WHERE c.owner_id IS NULL AND c.created_at < $2 \
-                 AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id) \
-                 ORDER BY c.created_at, c.id LIMIT $1)",
-            )
-            .bind(waiting - MAX_WAITING_CLIENTS + 1)
-            .bind(now - EVICTABLE_AFTER_MS)
-            .execute(&self.pool)
-            .await
-            .db("evict waiting oauth clients")?
-            .rows_affected();
-            if evicted == 0 {
-                tracing::warn!(target: "zm_store", waiting, "oauth registrations refused: too many wait for a sign-in");
-                return Err(ToolError::rate_limited(
-                    "Too many registered clients are waiting for their first sign-in; try again later.",
-                ));
-            }
-            tracing::warn!(target: "zm_store", waiting, evicted, "oauth registrations at the cap: the oldest waiting ones were forgotten");
-        }
+        self.room_for_a_client(None, now).await?;
         sqlx::query(
             "INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at, registered_from) VALUES ($1, $2, $3, NULL, $4, $5)",
         )

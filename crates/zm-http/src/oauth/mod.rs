@@ -23,9 +23,8 @@
 //! IP and endpoint (`limit`); their parameters are read by extractors that
 //! refuse repeats and more than 64 parameters (`params`). Failed sign-ins
 //! also back off per account, whatever the IP (`limit::LoginBackoff`).
-//! The POSTs run to their end on tasks of their own, as REST writes do
-//! (`posts_to_the_end`). A busy database is a 503
-//! `temporarily_unavailable` with `Retry-After` (`error::store_failure`).
+//! A busy database is a 503 `temporarily_unavailable` with `Retry-After`
+//! (`error::store_failure`).
 //! The redirect-URI rules live in `redirect`, the HTML and its security
 //! headers in `pages`; behind an https public URL every answer carries
 //! `Strict-Transport-Security` too (`crate::state::strict_transport`).
@@ -100,38 +99,7 @@ pub fn routes(app: AppState) -> Router {
         )
         .route("/oauth/token", post(token::token).fallback(post_only))
         .route("/oauth/revoke", post(token::revoke).fallback(post_only))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.app.store.clone(),
-            posts_to_the_end,
-        ))
         .with_state(state)
-}
-
-/// A POST (a registration, a sign-in, a token exchange or refresh, a
-/// revocation) runs to its end on a task of its own, as a REST write does
-/// (`crate::run_to_the_end`): a client that hangs up, or a proxy that times
-/// out, no longer drops it between its commit and its audit row. Past the
-/// server's cap on writes still running, a 429 in OAuth's shape (on the
-/// sign-in form, the busy page).
-async fn posts_to_the_end(
-    axum::extract::State(store): axum::extract::State<zm_store::Store>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    if req.method() != axum::http::Method::POST {
-        return next.run(req).await;
-    }
-    let page = req.uri().path() == "/oauth/authorize";
-    crate::run_to_the_end(&store, req, next)
-        .await
-        .unwrap_or_else(|| {
-            if page {
-                OauthRejection::BusyPage.into_response()
-            } else {
-                OauthRejection::RateLimited { retry_after: 1 }.into_response()
-            }
-        })
 }
 
 async fn post_only() -> OauthRejection {

@@ -131,3 +131,28 @@ pub(super) async fn register(
     no_store(resp.headers_mut());
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::registration_network;
+
+    /// An IPv6 client counts by its /48 (any /64 of one allocation is one
+    /// network), an IPv4 one, mapped into IPv6 or not, as its address.
+    #[test]
+    fn a_registration_counts_under_its_network() {
+        assert_eq!(
+            registration_network("2001:db8:7:1::5"),
+            registration_network("2001:db8:7:ffff::9")
+        );
+        assert_ne!(
+            registration_network("2001:db8:7::1"),
+            registration_network("2001:db8:8::1")
+        );
+        assert_eq!(registration_network("::ffff:203.0.113.7"), "203.0.113.7");
+        assert_eq!(registration_network("203.0.113.7"), "203.0.113.7");
+        assert_ne!(
+            registration_network("203.0.113.7"),
+            registration_network("203.0.113.8")
+        );
+    }
+}
