@@ -788,22 +788,33 @@ impl Store {
     /// left with only such admins is one nobody can run; and the rule
     /// counts the others, so that a disabled admin can still be demoted or
     /// removed while an enabled one remains.
+    ///
+    /// On PostgreSQL their accounts' rows are held (`FOR SHARE`, after the
+    /// team's, the order a disable takes them in) to the change's end: a
+    /// `user disable` of one of them under way (it may not have seen this
+    /// team: a membership made meanwhile) is waited for and then counted
+    /// as disabled, and one that comes after waits for the change.
     async fn other_admins(
         &self,
         conn: &mut sqlx::AnyConnection,
         team_scope: &str,
         user_id: &str,
     ) -> Result<i64, ToolError> {
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM scope_members sm JOIN users u ON u.id = sm.user_id \
-             WHERE sm.scope = $1 AND sm.role = $2 AND sm.user_id <> $3 AND u.disabled_at IS NULL",
-        )
+        let hold = match self.backend {
+            crate::db::Backend::Sqlite => "",
+            crate::db::Backend::Postgres => " ORDER BY u.id FOR SHARE OF u",
+        };
+        let admins: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT u.id FROM scope_members sm JOIN users u ON u.id = sm.user_id \
+             WHERE sm.scope = $1 AND sm.role = $2 AND sm.user_id <> $3 AND u.disabled_at IS NULL{hold}"
+        )))
         .bind(team_scope)
         .bind(Role::Admin.as_str())
         .bind(user_id)
-        .fetch_one(&mut *conn)
+        .fetch_all(&mut *conn)
         .await
-        .db("count admins")
+        .db("count admins")?;
+        Ok(i64::try_from(admins.len()).unwrap_or(i64::MAX))
     }
 
     async fn put_member(
