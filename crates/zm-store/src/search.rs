@@ -82,6 +82,9 @@ const _: () = assert!(INLINE_CHARS >= LOOP_HEADLINE_CHARS && INLINE_CHARS >= REL
 pub(crate) const FULL_CANDIDATE_COLUMNS: &str =
     "m.id, m.scope, m.kind, m.content, m.visibility, m.created_at";
 
+/// How much of a hit's content recall reads to cut its excerpt from.
+const HIT_READ_CHARS: usize = 200_000;
+
 /// The columns ranking reads: no content at all. Up to 400 candidates are
 /// ranked; only the hits kept get their content, in a second query.
 const RANK_COLUMNS: &str = "m.id, m.scope, m.kind, m.visibility, m.created_at";
@@ -638,49 +641,48 @@ const BELOW_TIER: f64 = 0.499_999;
 /// as a shared beginning tells (`invoicing` finds `invoices`). A term is
 /// never found inside another word (`is` in `this`).
 pub fn excerpt(text: &str, query_terms: &[String], max: usize) -> (String, bool) {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.len() <= max {
+    // Walked as characters, never copied whole: a hit may be a long
+    // memory, and a recall reads up to a hundred.
+    let n = text.chars().count();
+    if n <= max {
         return (text.to_string(), false);
     }
     let terms: Vec<Vec<char>> = query_terms
         .iter()
         .map(|t| t.to_lowercase().chars().collect())
         .collect();
-    let pos = first_matching_word(&chars, &terms).unwrap_or(0);
-    let start = pos
-        .saturating_sub(max / 4)
-        .min(chars.len().saturating_sub(max));
-    let end = (start + max).min(chars.len());
+    let pos = first_matching_word(text, &terms).unwrap_or(0);
+    let start = pos.saturating_sub(max / 4).min(n.saturating_sub(max));
+    let end = (start + max).min(n);
     let mut out = String::new();
     if start > 0 {
         out.push('…');
     }
-    out.extend(&chars[start..end]);
-    if end < chars.len() {
+    out.extend(text.chars().skip(start).take(end - start));
+    if end < n {
         out.push('…');
     }
     (out, true)
 }
 
-/// Where (in characters) the first word of `chars` that matches one of
+/// Where (in characters) the first word of `text` that matches one of
 /// `terms` begins.
-fn first_matching_word(chars: &[char], terms: &[Vec<char>]) -> Option<usize> {
-    let mut i = 0;
-    while i < chars.len() {
-        if !chars[i].is_alphanumeric() {
-            i += 1;
+fn first_matching_word(text: &str, terms: &[Vec<char>]) -> Option<usize> {
+    let mut word: Vec<char> = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.chars().chain(std::iter::once(' ')).enumerate() {
+        if c.is_alphanumeric() {
+            if word.is_empty() {
+                start = i;
+            }
+            word.extend(c.to_lowercase());
             continue;
         }
-        let start = i;
-        while i < chars.len() && chars[i].is_alphanumeric() {
-            i += 1;
-        }
-        let word: Vec<char> = chars[start..i]
-            .iter()
-            .flat_map(|c| c.to_lowercase())
-            .collect();
-        if terms.iter().any(|t| same_stem(&word, t)) {
-            return Some(start);
+        if !word.is_empty() {
+            if terms.iter().any(|t| same_stem(&word, t)) {
+                return Some(start);
+            }
+            word.clear();
         }
     }
     None
@@ -1342,8 +1344,13 @@ impl Store {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let mut sql =
-            Sql::new("SELECT m.id AS id, m.content AS content FROM memories m WHERE m.id IN ");
+        // At most the first 200,000 characters (what PostgreSQL's
+        // full-text column indexes, migration 27): only an excerpt of
+        // them is shown, and a hundred whole memories at the highest
+        // text limit were a hundred mebibytes per recall.
+        let mut sql = Sql::new(&format!(
+            "SELECT m.id AS id, substr(m.content, 1, {HIT_READ_CHARS}) AS content FROM memories m WHERE m.id IN "
+        ));
         sql.bind_list(ids)
             .push(" AND m.invalidated_at IS NULL AND ");
         push_visible(&mut sql, "m", &caller.user_id);
@@ -1856,8 +1863,16 @@ impl Store {
                 out.push(c.context(headline(&c.content, inline), None));
             }
         };
-        // A reserved share for typed-link neighbours first.
-        for n in self.neighbours(caller, hit_ids, set).await? {
+        // A reserved share for typed-link neighbours first; none when the
+        // graph cannot be read (as recall's related stubs).
+        let neighbours = match self.neighbours(caller, hit_ids, set).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(target: "zm_store", error = %e.message, "briefing: linked neighbours left out");
+                Vec::new()
+            }
+        };
+        for n in neighbours {
             if out.len() >= cap.div_ceil(2) {
                 break;
             }
@@ -1910,8 +1925,14 @@ impl Store {
                 let mut sql = Sql::new(&format!(
                     "SELECT {CANDIDATE_COLUMNS} FROM memories m WHERE m.id IN "
                 ));
+                // Checked again: a memory unshared or moved between the
+                // two statements is not previewed.
                 sql.bind_list(newest)
-                    .push(" AND m.invalidated_at IS NULL ORDER BY m.seq DESC");
+                    .push(" AND m.invalidated_at IS NULL AND ");
+                push_visible(&mut sql, "m", &caller.user_id);
+                sql.push(" AND ");
+                push_read_set(&mut sql, "m", set);
+                sql.push(" ORDER BY m.seq DESC");
                 let rows = sql
                     .query()
                     .fetch_all(&self.pool)
@@ -2168,8 +2189,15 @@ mod tests {
         }
         assert!(at > 600);
         // A term inside another word is no match ("is" in "This").
-        let chars: Vec<char> = "This page, then the word is here.".chars().collect();
-        assert_eq!(first_matching_word(&chars, &[vec!['i', 's']]), Some(25));
+        assert_eq!(
+            first_matching_word("This page, then the word is here.", &[vec!['i', 's']]),
+            Some(25)
+        );
+        // Positions count characters, not bytes; the last word counts.
+        assert_eq!(
+            first_matching_word("Ça va, élan is", &[vec!['i', 's']]),
+            Some(12)
+        );
         assert!(same_stem(
             &['i', 'n', 'v', 'o', 'i', 'c', 'e', 's'],
             &"invoicing".chars().collect::<Vec<_>>()

@@ -248,6 +248,23 @@ backend_tests! {
         assert_eq!(linked, vec![decision], "[{label}] the decision, linked through the entity; no episode: {:?}", pack.linked_memories);
     }
 
+    /// A memory naming two of the hits' entities is linked once, and the
+    /// linked memories come newest first.
+    async fn a_memory_naming_two_entities_is_linked_once(store: Store, label: &str) {
+        let (_, caller) = user(&store, "brief-two").await;
+        let hint = "/work/repos/osprey";
+        let both = json!([{"name": "osprey-api", "type": "service"}, {"name": "osprey-db", "type": "service"}]);
+        let older = ok(remember(&store, &caller, json!({"content": "The API writes through a connection pool of twelve.", "kind": "decision", "project_hint": hint, "entities": both})).await, label, "older").memory_id;
+        store.clock().advance_ms(1_000);
+        let newer = ok(remember(&store, &caller, json!({"content": "Schema changes ship behind a feature flag first.", "kind": "convention", "project_hint": hint, "entities": [{"name": "osprey-api", "type": "service"}]})).await, label, "newer").memory_id;
+        store.clock().advance_ms(1_000);
+        let hit = ok(remember(&store, &caller, json!({"content": "The pelican cache fronts both of them.", "kind": "fact", "project_hint": hint, "entities": both})).await, label, "hit").memory_id;
+        let pack = ok(build_context(&store, &caller, json!({"topic": "pelican", "project_hint": hint})).await, label, "briefing");
+        assert_eq!(pack.memories.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), vec![hit], "[{label}] the one hit");
+        let linked: Vec<_> = pack.linked_memories.iter().map(|m| m.id.clone()).collect();
+        assert_eq!(linked, vec![newer, older], "[{label}] once each, newest first: {:?}", pack.linked_memories);
+    }
+
     /// `max_tokens` bounds what the pack inlines: memories and linked
     /// memories share about four characters a token (each at least 400).
     async fn a_small_budget_cuts_what_the_pack_inlines(store: Store, label: &str) {
