@@ -285,6 +285,7 @@ impl Store {
         let thread_key = db::thread_key(&pool, &clock).await?;
         let form_key = Arc::new(db::form_key(&pool, &clock).await?);
         let statistics = Arc::new(crate::statistics::Statistics::default());
+        let opened_at = clock.now_ms();
         if backend == Backend::Postgres {
             statistics.start(&pool).await;
         }
@@ -296,7 +297,7 @@ impl Store {
             form_key,
             limits: opts.limits,
             usage: Arc::default(),
-            semantic: Arc::default(),
+            semantic: Arc::new(crate::semantic::Semantic::opened_at(opened_at)),
             statistics,
             writes: tokio_util::task::TaskTracker::new(),
             audits: tokio_util::task::TaskTracker::new(),
