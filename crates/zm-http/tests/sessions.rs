@@ -285,7 +285,10 @@ async fn delete_answers_204_and_leaves_nothing_behind() {
 /// needs a session to outlive the short idle time.)
 #[tokio::test]
 async fn idle_sessions_lose_their_owner() {
-    let s = start(|c| c.session_idle = Duration::from_secs(1)).await;
+    // Long enough that the first session outlives the second's opening on
+    // a loaded machine (then the second prunes no owner), short enough to
+    // wait for.
+    let s = start(|c| c.session_idle = Duration::from_secs(4)).await;
     let a = s.tokens[0].clone();
     for _ in 0..2 {
         assert_eq!(s.initialize(&a).await.status().as_u16(), 200);

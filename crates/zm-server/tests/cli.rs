@@ -1900,12 +1900,31 @@ fn serve_stops_on_sigterm_and_at_once_on_a_second() {
         .unwrap()
         .to_string();
     let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    // `Expect: 100-continue`: the server answers `100 Continue` once the
+    // handler reads the body, so the request is known to be in flight
+    // before the first signal (a signal that came first found none and
+    // the server stopped at once, exit 0).
     write!(
         stalled,
-        "POST /api/tools/recall HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"query\":",
+        "POST /api/tools/recall HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n",
         token.trim()
     )
     .unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("100 Continue") {
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut stalled, &mut buf).expect("the server reads the body");
+        assert!(
+            n > 0,
+            "the connection closed: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    write!(stalled, "{{\"query\":").unwrap();
     signal(&serve);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
