@@ -1711,12 +1711,17 @@ impl Store {
              WHERE v.vec IS NOT NULL AND v.model = "
         ));
         sql.bind_str(&model);
-        let rows = sql
-            .query()
-            .fetch_all(&self.pool)
+        // Each row read into its `Meta` as it comes: every stored vector's
+        // rows and their `Meta`s were held at once, twice the memory.
+        let mut rows = sql.query().fetch(&self.pool);
+        let mut metas: Vec<Meta> = Vec::with_capacity(known);
+        while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows)
             .await
-            .db("vector metadata")?;
-        let metas: Vec<Meta> = rows.iter().map(meta_of).collect::<Result<_, _>>()?;
+            .db("vector metadata")?
+        {
+            metas.push(meta_of(&row)?);
+        }
+        drop(rows);
         Ok(Some(MetaRows {
             model,
             dims,
