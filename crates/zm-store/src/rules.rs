@@ -61,6 +61,10 @@ struct RuleSource {
     content: String,
     scope: String,
     invalidated_at: Option<i64>,
+    /// Private, and kept so where a team reads (or may come to read) it:
+    /// its text reaches nobody else without a share.
+    private: bool,
+    kept_private: bool,
 }
 
 impl FromAnyRow for RuleSource {
@@ -69,6 +73,8 @@ impl FromAnyRow for RuleSource {
             content: col(r, "content")?,
             scope: col(r, "scope")?,
             invalidated_at: col(r, "invalidated_at")?,
+            private: col::<String>(r, "visibility")? == zm_contracts::Visibility::Private.as_str(),
+            kept_private: col::<i64>(r, "kept_private")? != 0,
         })
     }
 }
@@ -121,7 +127,7 @@ impl Store {
         }
         let tx = cx.tx().await?;
         let row = sqlx::query(
-            "SELECT id, content, scope, invalidated_at FROM memories WHERE id = $1 AND owner_id = $2",
+            "SELECT id, content, scope, invalidated_at, visibility, kept_private FROM memories WHERE id = $1 AND owner_id = $2",
         )
         .bind(id)
         .bind(&caller.user_id)
@@ -166,6 +172,23 @@ impl Store {
                 (RuleLayer::Project, Some(memory_scope))
             }
         };
+        // A private memory's own text does not become, by default, the
+        // rule of the team scope it was kept private in: every member
+        // there would receive it, and no share published the memory to
+        // them (one kept private stays so when its project is shared
+        // later; the rule would not). A rule in the caller's own words
+        // (`rule_text`), or for a scope they name (`applies_scope`, as a
+        // personal memory's project rule is), is theirs to publish.
+        if let Some(path) = &applies
+            && input.applies_scope.is_none()
+            && input.rule_text.is_none()
+            && source.private
+            && (source.kept_private || self.team_reads(&mut *tx, path).await?)
+        {
+            return Err(ToolError::conflict(format!(
+                "Memory {id} is private, and a rule from it would show its text to every member reading {path}: share the memory first (`share`), or pass `rule_text` in words meant for them, or `applies_scope` to publish it there on purpose."
+            )));
+        }
         let text = match input.rule_text.as_deref() {
             Some(t) => t.trim().to_string(),
             None if source.content.chars().count() > zm_contracts::MAX_RULE_TEXT => {
@@ -206,13 +229,18 @@ impl Store {
         // committed before, or waits for this rule. Only the caller's own
         // row counts: a giver's revoked row left on a memory handed over to
         // the caller asks nothing of them.
-        let previous: Option<String> =
-            sqlx::query_scalar("SELECT status FROM rules WHERE memory_id = $1 AND owner_id = $2")
-                .bind(id)
-                .bind(&caller.user_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .db("promote previous")?;
+        // Held too (PostgreSQL) until the upsert below: a revocation from
+        // the dashboard committed between this read and the upsert was
+        // undone by it (promoted again without `force`, its reason wiped).
+        let previous: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT status FROM rules WHERE memory_id = $1 AND owner_id = $2{}",
+            self.backend.hold_rows()
+        )))
+        .bind(id)
+        .bind(&caller.user_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .db("promote previous")?;
         let previous: Option<RuleState> = previous
             .map(|s| parse_stored(&s, "status", id))
             .transpose()?;

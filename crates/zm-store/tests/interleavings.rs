@@ -17,6 +17,9 @@
 //!   inserting that memory's rule: the follow waits for the promotion and
 //!   sees its rule (the old rule retires), where it met the one-rule
 //!   index as a duplicate and answered `internal`.
+//! - A promotion beside a revocation of the same rule (the dashboard's,
+//!   which holds the rule's row only) asks for `force` and leaves it
+//!   revoked (it promoted it again over the revocation).
 //! - An operator disables one of a team's two admins while the other
 //!   leaves: the leave waits for the disable and is refused as the last
 //!   enabled admin's (it counted the disabled one and left).
@@ -444,6 +447,71 @@ async fn a_promotion_reads_the_rule_that_followed_meanwhile() {
         .await,
         l,
         "promote it again, forced",
+    );
+}
+
+/// A promotion of a memory whose rule is being revoked (from the
+/// dashboard, which holds the rule's row, not the memory's) reads the
+/// rule once the revocation is done: `force` is asked for, and the rule
+/// stays revoked with its reason. The promotion read the rule unheld,
+/// and its upsert then promoted it again over the revocation.
+#[tokio::test]
+async fn a_promotion_beside_a_revocation_does_not_undo_it() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_promotion_beside_a_revocation_does_not_undo_it").await
+    else {
+        return;
+    };
+    let (_, a) = user(&store, "ilv-revoke").await;
+    let word = unique("frz").replace('-', "");
+    let target = mem(
+        &store,
+        &a,
+        l,
+        json!({"content": format!("Deploys {word} freeze on Fridays after noon."), "kind": "convention", "scope": "personal"}),
+    )
+    .await;
+    ok(
+        call(&store, &a, "promote_rule", json!({"memory_id": target})).await,
+        l,
+        "promote",
+    );
+    // The revocation, under way: the rule's row changed, not committed.
+    let (mut held, pid) = held_transaction(&raw).await;
+    sqlx::query(
+        "UPDATE rules SET status = 'revoked', pinned = 0, revoked_reason = 'not any more' WHERE memory_id = $1 AND status = 'promoted'",
+    )
+    .bind(&target)
+    .execute(&mut *held)
+    .await
+    .expect("revoke");
+    let task = {
+        let (store, a, target) = (store.clone(), a.clone(), target.clone());
+        tokio::spawn(
+            async move { call(&store, &a, "promote_rule", json!({"memory_id": target})).await },
+        )
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    held.commit().await.expect("commit the revocation");
+    let done = task.await.expect("the promotion's task");
+    assert!(waited, "the promotion did not wait on the rule: {done:?}");
+    let e = err(
+        done,
+        ErrorCode::Conflict,
+        l,
+        "a promotion beside a revocation",
+    );
+    assert!(e.message.contains("force"), "{}", e.message);
+    let (status, reason): (String, Option<String>) =
+        sqlx::query_as("SELECT status, revoked_reason FROM rules WHERE memory_id = $1")
+            .bind(&target)
+            .fetch_one(&raw)
+            .await
+            .expect("the rule");
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("revoked", Some("not any more"))
     );
 }
 
