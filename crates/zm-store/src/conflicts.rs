@@ -489,6 +489,9 @@ impl Store {
                     w.as_str()
                 )));
             }
+            // It links the loser (`supersedes`), which everyone reading it
+            // sees: what `link` takes, the writer role where it is shared.
+            self.may_link_to(tx, caller, w.as_str()).await?;
         }
         let done = sqlx::query("UPDATE conflicts SET status = $1, resolution = $2, winner = $3, resolved_by = $4, resolved_at = $5 WHERE id = $6 AND status = $7 AND owner_id = $4")
             .bind(status.as_str())

@@ -599,6 +599,55 @@ backend_tests! {
         assert!(!listed.to_string().contains(&theirs), "[{l}] {listed}");
     }
 
+    /// A private memory in a project a team reads (an import stays
+    /// private) is not promoted to a rule of the project from its own
+    /// text: every member would receive it. With words of the writer's
+    /// own (`rule_text`) it is, and the members receive those.
+    async fn a_private_memorys_text_is_no_rule_for_the_team(store: Store, l: &str) {
+        let (_, a) = user(&store, "privrule-a").await;
+        let (ub, b) = user(&store, "privrule-b").await;
+        let slug = team(&store, &a, l, "privrule").await;
+        add(&store, &a, l, &slug, &ub.email, TeamRole::Writer).await;
+        let remote = format!("git@github.com:acme/{}.git", unique("repo"));
+        mem(&store, &a, l, json!({"content": "The ledger closes at midnight.", "kind": "fact", "project_hint": remote})).await;
+        let project = project_of(&store, &a, l, &remote).await;
+        ok(store.share_project_with_team(&a, &slug, input!(ShareProjectInput, &json!({"scope": project}))).await, l, "share");
+        let secret = format!("Never tell the auditors about the {} spreadsheet.", unique("s"));
+        let imported = ok(call(&store, &b, "import_memory", json!({"content": secret, "kind": "convention", "target": "project", "project_hint": remote, "source_path": "notes.md", "source_hash": unique("h")})).await, l, "B imports");
+        let private = imported["memory_id"].as_str().expect("an id").to_string();
+        let refused = err(call(&store, &b, "promote_rule", json!({"memory_id": private})).await, ErrorCode::Conflict, l, "a rule from a private memory's text");
+        assert!(refused.message.contains("rule_text"), "[{l}] {}", refused.message);
+        let own_words = format!("Ledger reports go to the auditors as CSV ({}).", unique("w"));
+        ok(call(&store, &b, "promote_rule", json!({"memory_id": private, "rule_text": own_words})).await, l, "a rule in B's own words");
+        let pack = ok(call(&store, &a, "build_context", json!({"topic": "ledger", "briefing": true, "project_hint": remote})).await, l, "A's briefing");
+        let rules = pack["rules"].to_string();
+        assert!(rules.contains(&own_words), "[{l}] A receives B's words: {rules}");
+        assert!(!pack.to_string().contains(&secret), "[{l}] never the private text: {pack}");
+    }
+
+    /// Resolving a contradiction with the team's memory as the winner
+    /// links it (`supersedes`), which every member then reads: a writer
+    /// demoted to reader since may retire their own memory, not link the
+    /// team's (`forbidden`, nothing changed), as `link` would refuse.
+    async fn a_reader_resolves_no_link_from_the_teams_memory(store: Store, l: &str) {
+        let (_, a) = user(&store, "reswin-a").await;
+        let (uw, w) = user(&store, "reswin-w").await;
+        let slug = team(&store, &a, l, "reswin").await;
+        add(&store, &a, l, &slug, &uw.email, TeamRole::Writer).await;
+        let scope = format!("team.{slug}");
+        let theirs = mem(&store, &w, l, json!({"content": "Payroll runs on the last Friday of the month.", "kind": "fact", "scope": scope})).await;
+        let mine = mem(&store, &w, l, json!({"content": "Payroll runs on the first Monday of the month.", "kind": "fact", "scope": "personal"})).await;
+        ok(call(&store, &w, "link", json!({"src": mine, "dst": theirs, "type": "contradicts"})).await, l, "W files a contradiction");
+        let listed = ok(call(&store, &w, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list");
+        let dispute = listed["conflicts"][0]["dispute_id"].as_str().expect("a dispute").to_string();
+        ok(store.set_team_role(&a, &slug, &uw.id, SetRoleInput { role: TeamRole::Reader }).await, l, "demote W");
+        err(call(&store, &w, "resolve_conflict", json!({"dispute_id": dispute, "winner": theirs})).await, ErrorCode::Forbidden, l, "a reader's link from the team's memory");
+        let again = ok(call(&store, &w, "list_conflicts", json!({"verdict": "contradiction"})).await, l, "list again");
+        assert_eq!(again["conflicts"].as_array().map(Vec::len), Some(1), "[{l}] still pending: {again}");
+        let kept = ok(store.get_memory(&w, &zm_contracts::MemoryId::parse(&mine).unwrap()).await, l, "W's own");
+        assert!(kept.invalidated_at.is_none(), "[{l}] W's memory not retired: {kept:?}");
+    }
+
     /// What a leaver handed over is what the team could read: a private
     /// memory of theirs in a shared project (an import stays private)
     /// stays theirs, and the project's owner never starts reading it. So
