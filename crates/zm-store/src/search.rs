@@ -1050,7 +1050,6 @@ impl Store {
         };
         let near: Vec<(MemoryId, f32)> = self
             .nearest(query, &reader, set, DENSE_PREFILTER)
-            .await?
             .into_iter()
             .filter(|(_, c)| f64::from(*c) >= fusion.dense_floor)
             .collect();
@@ -1879,13 +1878,15 @@ impl Store {
             push(&n.memory, &mut out);
         }
         if !entity_ids.is_empty() {
-            // The newest hundred memories naming the entities, by id and
-            // order only, then their columns: a memory naming two of them
-            // is met twice, and making the rows distinct with their
-            // previews held every match's 2,400 characters at once (tens
-            // of thousands for an entity every memory names).
+            // The newest hundred memories naming the entities, picked by
+            // id and order only (the inner query), then their columns (the
+            // outer one), in one statement: a memory naming two of them is
+            // met twice, and making the rows distinct with their previews
+            // held every match's 2,400 characters at once (tens of
+            // thousands for an entity every memory names).
             let mut sql = Sql::new(&format!(
-                "SELECT DISTINCT m.id, m.seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
+                "SELECT {CANDIDATE_COLUMNS} FROM memories m WHERE m.id IN (SELECT co.id FROM (\
+                 SELECT DISTINCT m.id AS id, m.seq AS seq FROM memory_entities me {} memories m ON m.id = me.memory_id WHERE me.entity_id IN ",
                 driving_join(self.backend)
             ));
             sql.bind_list(entity_ids.iter().map(EntityId::as_str));
@@ -1912,35 +1913,10 @@ impl Store {
             push_visible(&mut sql, "m", &caller.user_id);
             sql.push(" AND ");
             push_read_set(&mut sql, "m", set);
-            sql.push(" ORDER BY m.seq DESC LIMIT 100");
-            let newest: Vec<String> = sql
-                .query()
-                .fetch_all(&self.pool)
-                .await
-                .db("co-mentions")?
-                .iter()
-                .map(|r| col(r, "id"))
-                .collect::<Result<_, _>>()?;
-            if !newest.is_empty() {
-                let mut sql = Sql::new(&format!(
-                    "SELECT {CANDIDATE_COLUMNS} FROM memories m WHERE m.id IN "
-                ));
-                // Checked again: a memory unshared or moved between the
-                // two statements is not previewed.
-                sql.bind_list(newest)
-                    .push(" AND m.invalidated_at IS NULL AND ");
-                push_visible(&mut sql, "m", &caller.user_id);
-                sql.push(" AND ");
-                push_read_set(&mut sql, "m", set);
-                sql.push(" ORDER BY m.seq DESC");
-                let rows = sql
-                    .query()
-                    .fetch_all(&self.pool)
-                    .await
-                    .db("co-mentions' previews")?;
-                for c in Candidate::from_rows(&rows)? {
-                    push(&c, &mut out);
-                }
+            sql.push(" ORDER BY m.seq DESC LIMIT 100) co) ORDER BY m.seq DESC");
+            let rows = sql.query().fetch_all(&self.pool).await.db("co-mentions")?;
+            for c in Candidate::from_rows(&rows)? {
+                push(&c, &mut out);
             }
         }
         Ok(out)

@@ -1950,37 +1950,28 @@ impl Store {
 
     /// The nearest vectors to `query` among memories `reader` could read
     /// in `set` as of the last refresh (a pre-filter: the caller checks
-    /// visibility in SQL). The scan grows with the index (every user's
-    /// vectors) and waits on its lock: it runs on a blocking thread, not
-    /// on one of the runtime's few workers, which answer every request.
-    pub(crate) async fn nearest(
+    /// visibility in SQL). Run in place on the recall's worker (3.2 ms at
+    /// 100,000 vectors): handing it to a blocking thread cost each recall
+    /// more than the scan at 10,000 (`spawn_blocking` 0.5–1.2 ms,
+    /// `block_in_place` about 0.4 ms, hybrid p50, two cores; see
+    /// BENCHMARKS.md). The index's write lock is never held long (the
+    /// sweep read-locks it one memory at a time), so the scan does not
+    /// queue behind a long hold.
+    pub(crate) fn nearest(
         &self,
         query: &Vector,
         reader: &Reader<'_>,
         set: &ReadSet,
         limit: usize,
-    ) -> Result<Vec<(MemoryId, f32)>, ToolError> {
-        let semantic = Arc::clone(&self.semantic);
-        let (query, set) = (query.clone(), set.clone());
-        let (user, member_scopes) = (reader.user.to_string(), reader.member_scopes.to_vec());
-        let kinds = reader.kinds.map(<[MemoryKind]>::to_vec);
-        tokio::task::spawn_blocking(move || {
-            let reader = Reader {
-                user: &user,
-                member_scopes: &member_scopes,
-                kinds: kinds.as_deref(),
-            };
-            let started = std::time::Instant::now();
-            let found = read(&semantic.index).nearest(&query, &reader, &set, limit);
-            tracing::debug!(
-                target: "zm_store::ranked",
-                scan_us = started.elapsed().as_micros(),
-                "dense scan"
-            );
-            found
-        })
-        .await
-        .map_err(|e| crate::db::internal("dense scan", e))
+    ) -> Vec<(MemoryId, f32)> {
+        let started = std::time::Instant::now();
+        let found = read(&self.semantic.index).nearest(query, reader, set, limit);
+        tracing::debug!(
+            target: "zm_store::ranked",
+            scan_us = started.elapsed().as_micros(),
+            "dense scan"
+        );
+        found
     }
 
     /// For the benchmark: of the exact scan's first `depth` neighbours of
