@@ -257,7 +257,12 @@ pub fn parse_scope(raw: Option<&str>) -> Result<String, String> {
 /// a refresh).
 pub fn requested_scope(raw: Option<&str>) -> Result<Option<String>, String> {
     let mut want = Vec::new();
-    for s in raw.unwrap_or("").split(' ').filter(|s| !s.is_empty()) {
+    for s in raw
+        .unwrap_or("")
+        .trim()
+        .split(' ')
+        .filter(|s| !s.is_empty())
+    {
         if IGNORED_SCOPES.contains(&s) {
             continue;
         }
@@ -1487,6 +1492,11 @@ mod tests {
         );
         assert_eq!(requested_scope(Some("offline_access openid")), Ok(None));
         assert_eq!(requested_scope(Some(" ")), Ok(None));
+        assert_eq!(
+            requested_scope(Some(" mcp:read\n")),
+            Ok(Some("mcp:read".into())),
+            "the ends trimmed, as before"
+        );
         assert_eq!(
             requested_scope(Some("profile mcp:write")),
             Ok(Some("mcp:write".into()))
