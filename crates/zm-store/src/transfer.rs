@@ -575,7 +575,9 @@ impl Store {
             _ => None,
         };
         // The rows of the page, by their keys (the visibility was decided
-        // above, in the same snapshot).
+        // above, by the keys' read in this snapshot; on PostgreSQL the
+        // caller's member scopes it lists were read just before it, as
+        // every read's are).
         let rows = if page.is_empty() {
             Vec::new()
         } else {
