@@ -342,6 +342,13 @@ pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
         tracing::warn!(target: "zm_store", error = %err, "{context}");
         return ToolError::validation(NUL_IN_TEXT);
     }
+    if has_code(err, &GONE_MEANWHILE_CODES) {
+        // A row the statement refers to went between the call's checks
+        // and its write (an account erased, a memory deleted by another
+        // call): the caller's to retry or rethink, not a fault of ours.
+        tracing::warn!(target: "zm_store", error = %err, "{context}");
+        return ToolError::conflict(GONE_MEANWHILE);
+    }
     if is_overload(err) {
         // Load, not a fault: the same call a moment later may well pass
         // (an agent retries `rate_limited`, not `internal`).
@@ -352,6 +359,13 @@ pub(crate) fn database(context: &str, err: &sqlx::Error) -> ToolError {
     }
     internal(context, err)
 }
+
+/// A reference that no longer holds: SQLite's `SQLITE_CONSTRAINT_FOREIGNKEY`
+/// (787), PostgreSQL's `foreign_key_violation` (23503).
+const GONE_MEANWHILE_CODES: [&str; 2] = ["787", "23503"];
+
+/// What a write that met [`GONE_MEANWHILE_CODES`] is told.
+pub(crate) const GONE_MEANWHILE: &str = "Something this call refers to was removed while it ran (an account erased, a memory deleted meanwhile); nothing of it was written.";
 
 /// SQLite's result codes for a database held by another writer past the
 /// busy timeout (`SQLITE_BUSY` and its extended codes), and PostgreSQL's
@@ -914,6 +928,30 @@ mod tests {
 
     use super::*;
     use std::path::PathBuf;
+
+    /// A write referring to a row that is gone (an account erased while
+    /// the call ran) is a `conflict`, on both backends, as the databases
+    /// really answer it; not `internal`.
+    #[tokio::test]
+    async fn a_reference_gone_meanwhile_is_a_conflict() {
+        for err in [coded("787"), coded("23503")] {
+            let e = super::database("a test", &err);
+            assert_eq!(e.code, zm_contracts::ErrorCode::Conflict, "{err}");
+            assert_eq!(e.message, GONE_MEANWHILE);
+        }
+        for (label, _dir, store) in crate::testing::stores().await {
+            let err = sqlx::query(
+                "INSERT INTO memory_usage (user_id, memory_id, recalls, last_recalled_at) VALUES ($1, $2, 1, 1)",
+            )
+            .bind("usr_gone")
+            .bind("mem_gone")
+            .execute(&store.pool)
+            .await
+            .expect_err("a reference to nothing");
+            let e = super::database("a test", &err);
+            assert_eq!(e.code, zm_contracts::ErrorCode::Conflict, "[{label}] {err}");
+        }
+    }
 
     /// An entity's deletion finds the edges pointing at it through an
     /// index, not by reading every edge.
