@@ -100,6 +100,9 @@ impl Store {
         for id in [first, second] {
             self.may_link_to(&mut *tx, caller, id).await?;
         }
+        // Its ends may be others' memories: no row of the caller's keeps
+        // an erasure of the account out of the way (see `hold_account`).
+        self.hold_account(&mut *tx, &caller.user_id).await?;
         let done = sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
             .bind(src)
             .bind(dst)

@@ -720,6 +720,35 @@ impl Store {
         Ok(revoked)
     }
 
+    /// On PostgreSQL, hold the caller's account row (`FOR KEY SHARE`, after
+    /// the teams a write holds: the order an erasure takes them in) until
+    /// the write commits, for a write that refers to no row of the account
+    /// (a link between others' memories, which names the account only as
+    /// its owner): an erasure of the account under way on another
+    /// instance waits for it and removes the row with the account's
+    /// others, or ran first and the write is refused (`conflict`). A
+    /// write that inserts a memory holds the row through the memory's
+    /// owner key already. SQLite's writes take turns.
+    pub(crate) async fn hold_account(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        user_id: &str,
+    ) -> Result<(), ToolError> {
+        if self.backend != crate::db::Backend::Postgres {
+            return Ok(());
+        }
+        let held: Option<String> =
+            sqlx::query_scalar("SELECT id FROM users WHERE id = $1 FOR KEY SHARE")
+                .bind(user_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .db("hold the account")?;
+        match held {
+            Some(_) => Ok(()),
+            None => Err(ToolError::conflict(crate::db::GONE_MEANWHILE)),
+        }
+    }
+
     /// Disable an account: from now on every credential of the user is
     /// refused — personal tokens (kept, usable again once enabled), OAuth
     /// tokens (their families are revoked: the apps sign in again after

@@ -20,6 +20,9 @@
 //! - A promotion beside a revocation of the same rule (the dashboard's,
 //!   which holds the rule's row only) asks for `force` and leaves it
 //!   revoked (it promoted it again over the revocation).
+//! - A member's link between the project owner's memories beside the
+//!   member's erasure waits for it and is refused (it outlived the
+//!   account as a link no key tied to it).
 //! - An operator disables one of a team's two admins while the other
 //!   leaves: the leave waits for the disable and is refused as the last
 //!   enabled admin's (it counted the disabled one and left).
@@ -1011,4 +1014,91 @@ async fn a_disable_takes_its_teams_turn_before_an_admin_leaves() {
     .await
     .expect("b's membership");
     assert_eq!(admins, 1, "b is still the team's admin");
+}
+
+/// A member links two of the project owner's memories on one instance
+/// while their account is being erased on another (the erasure holds the
+/// account's row, as `delete_account` does): the link waits for the
+/// erasure and is refused (`conflict`), and no link is left with the
+/// erased account as its owner. Its ends are another's memories, so no
+/// key of the account held it back, and the link outlived the account.
+#[tokio::test]
+async fn a_link_beside_its_owners_erasure_leaves_no_row_behind() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_link_beside_its_owners_erasure_leaves_no_row_behind").await
+    else {
+        return;
+    };
+    let (_, a) = user(&store, "ilv-erase-owner").await;
+    let (ub, b) = user(&store, "ilv-erase-member").await;
+    let project = project_of(&store, &a, l, &format!("/src/{}", unique("erase"))).await;
+    store
+        .add_scope_member(&a.user_id, &project, &ub.id, zm_store::Role::Writer)
+        .await
+        .expect("B writes in A's project");
+    let mut ends = Vec::new();
+    for text in [
+        "Invoices are numbered per year.",
+        "The numbering restarts in January.",
+    ] {
+        let id = mem(
+            &store,
+            &a,
+            l,
+            json!({"content": text, "kind": "fact", "scope": project}),
+        )
+        .await;
+        ok(
+            call(
+                &store,
+                &a,
+                "share",
+                json!({"memory_id": id, "scope": project}),
+            )
+            .await,
+            l,
+            "A shares it in the project",
+        );
+        ends.push(id);
+    }
+    let (mut held, pid) = held_transaction(&raw).await;
+    sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
+        .bind(&ub.id)
+        .fetch_one(&mut *held)
+        .await
+        .expect("the erasure holds B's row");
+    let task = {
+        let (store, b, src, dst) = (store.clone(), b.clone(), ends[0].clone(), ends[1].clone());
+        tokio::spawn(async move {
+            call(
+                &store,
+                &b,
+                "link",
+                json!({"src": src, "dst": dst, "type": "relates_to"}),
+            )
+            .await
+        })
+    };
+    let waited = waits_on(&raw, pid, &task).await;
+    sqlx::query("DELETE FROM users WHERE id = $1")
+        .bind(&ub.id)
+        .execute(&mut *held)
+        .await
+        .expect("B's account erased");
+    held.commit().await.expect("commit the erasure");
+    let done = task.await.expect("the link's task");
+    assert!(waited, "the link did not wait on the account: {done:?}");
+    err(
+        done,
+        ErrorCode::Conflict,
+        l,
+        "a link by an account erased meanwhile",
+    );
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM memory_links WHERE owner_id = $1")
+        .bind(&ub.id)
+        .fetch_one(&raw)
+        .await
+        .expect("the erased account's links");
+    assert_eq!(left, 0, "no link of the erased account is left");
 }
