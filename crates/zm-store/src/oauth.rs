@@ -206,6 +206,14 @@ impl OauthError {
             OauthError::Internal(_) => "Internal server error.".into(),
         }
     }
+    /// This refusal as the audit log records it: the store's own failure
+    /// as what it was (busy, internal), the client's as `client_fault`.
+    fn audited(&self, client_fault: fn(String) -> ToolError) -> ToolError {
+        match self {
+            OauthError::Busy(e) | OauthError::Internal(e) => e.clone(),
+            e => client_fault(e.to_string()),
+        }
+    }
 }
 
 impl From<ToolError> for OauthError {
@@ -214,17 +222,6 @@ impl From<ToolError> for OauthError {
             OauthError::Busy(e)
         } else {
             OauthError::Internal(e)
-        }
-    }
-}
-
-impl OauthError {
-    /// This refusal as the audit log records it: the store's own failure
-    /// as what it was (busy, internal), the client's as `client_fault`.
-    fn audited(&self, client_fault: fn(String) -> ToolError) -> ToolError {
-        match self {
-            OauthError::Busy(e) | OauthError::Internal(e) => e.clone(),
-            e => client_fault(e.to_string()),
         }
     }
 }

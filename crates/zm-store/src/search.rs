@@ -1421,8 +1421,22 @@ impl Store {
         Ok(out)
     }
 
-    /// Typed-link neighbours of memories that the caller can read, live, in the read set.
-    async fn neighbours(
+    /// Typed-link neighbours of memories that the caller can read, live,
+    /// in the read set. Fail-open: none when the graph cannot be read
+    /// (the cause is in the log); recall's hits and a briefing stand
+    /// without them.
+    async fn neighbours(&self, caller: &Caller, ids: &[MemoryId], set: &ReadSet) -> Vec<Neighbour> {
+        match self.read_neighbours(caller, ids, set).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(target: "zm_store", error = %e.message, "linked neighbours left out");
+                Vec::new()
+            }
+        }
+    }
+
+    /// [`Store::neighbours`], its failure told.
+    async fn read_neighbours(
         &self,
         caller: &Caller,
         ids: &[MemoryId],
@@ -1537,16 +1551,7 @@ impl Store {
         // Related stubs: at most 2 per hit and 8 in all, not hits themselves.
         let mut related = Vec::new();
         let mut per_hit: HashMap<MemoryId, usize> = HashMap::new();
-        // Fail-open: the hits stand without their stubs when the graph
-        // cannot be read (the cause is in the log).
-        let neighbours = match self.neighbours(caller, &ids, &plan.set).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(target: "zm_store", error = %e.message, "recall: related memories left out");
-                Vec::new()
-            }
-        };
-        for n in neighbours {
+        for n in self.neighbours(caller, &ids, &plan.set).await {
             let id = &n.memory.id;
             if related.len() == RELATED_CAP || ids.contains(id) {
                 continue;
@@ -1862,16 +1867,8 @@ impl Store {
                 out.push(c.context(headline(&c.content, inline), None));
             }
         };
-        // A reserved share for typed-link neighbours first; none when the
-        // graph cannot be read (as recall's related stubs).
-        let neighbours = match self.neighbours(caller, hit_ids, set).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(target: "zm_store", error = %e.message, "briefing: linked neighbours left out");
-                Vec::new()
-            }
-        };
-        for n in neighbours {
+        // A reserved share for typed-link neighbours first.
+        for n in self.neighbours(caller, hit_ids, set).await {
             if out.len() >= cap.div_ceil(2) {
                 break;
             }
