@@ -72,6 +72,11 @@ pub(crate) const STORE_OPTIONS: &str =
               memory once each size is loaded (timed: the background
               embedder's work, done in the foreground), and every recall
               and briefing embeds its query
+  --recall-while-embedding
+              with --recall-mode hybrid: time --queries recalls while the
+              model embeds the backlog (before the figures above, which
+              are taken once it is embedded); the embedding time printed
+              then includes those recalls
   --spacing-minutes
               store-clock minutes between two loaded memories (default 5:
               100k memories span about a year of history, so the 14-day
@@ -141,6 +146,10 @@ struct Options {
     /// every memory before recall is measured (timed), and each recall
     /// embeds its query.
     hybrid: bool,
+    /// `--recall-while-embedding`: recalls timed while the backlog is
+    /// embedded beside them, the embedder's threads competing for the
+    /// cores as the server's background embedder does.
+    while_embedding: bool,
 }
 
 impl Options {
@@ -158,6 +167,7 @@ impl Options {
             keep: false,
             figures: None,
             hybrid: false,
+            while_embedding: false,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -229,8 +239,12 @@ impl Options {
                     }
                 }
                 "--figures" => o.figures = Some(PathBuf::from(value("--figures")?)),
+                "--recall-while-embedding" => o.while_embedding = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
+        }
+        if o.while_embedding && !o.hybrid {
+            return Err("--recall-while-embedding needs --recall-mode hybrid".into());
         }
         Ok(o)
     }
@@ -1003,6 +1017,34 @@ impl Bench {
         Ok(lat)
     }
 
+    /// `--recall-while-embedding`: `n` recalls timed while the backlog is
+    /// embedded on the same runtime; how many memories were embedded.
+    async fn recall_while_embedding(&mut self, n: usize, label: &str) -> Result<usize, String> {
+        let store = self.store.clone();
+        let embedding = tokio::spawn(async move { crate::quality::embed_all(&store).await });
+        // The embedder at work before the first recall.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut lat = self.measure_recall(n).await?;
+        let overlapped = !embedding.is_finished();
+        let embedded = embedding
+            .await
+            .map_err(|e| format!("the embedding task: {e}"))??;
+        lat.sort_unstable();
+        eprintln!(
+            "[{label}] {} recalls while the backlog was embedded: p50 {:.2} / p95 {:.2} / p99 {:.2} ms{}",
+            lat.len(),
+            ms(pct(&lat, 50.0)),
+            ms(pct(&lat, 95.0)),
+            ms(pct(&lat, 99.0)),
+            if overlapped {
+                ""
+            } else {
+                " (the backlog was done before the last recall: use a larger size)"
+            }
+        );
+        Ok(embedded)
+    }
+
     async fn measure_briefing(&mut self, n: usize) -> Result<Vec<Duration>, String> {
         let mut lat = Vec::with_capacity(n);
         for i in 0..n + 5 {
@@ -1212,7 +1254,11 @@ async fn run_backend(
                 bench.store.set_encoder(encoder);
             }
             let t = Instant::now();
-            let embedded = crate::quality::embed_all(&bench.store).await?;
+            let embedded = if opts.while_embedding {
+                bench.recall_while_embedding(opts.queries, label).await?
+            } else {
+                crate::quality::embed_all(&bench.store).await?
+            };
             let secs = t.elapsed().as_secs_f64();
             #[allow(clippy::cast_precision_loss)]
             let rate = embedded as f64 / secs.max(1e-3);
