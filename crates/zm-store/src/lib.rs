@@ -6,6 +6,7 @@
 //! [`zm_contracts::ToolError`] whose code is decided here.
 
 pub mod audit;
+pub(crate) mod background;
 pub mod clock;
 pub mod conflicts;
 pub mod copy;

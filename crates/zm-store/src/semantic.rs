@@ -1225,18 +1225,16 @@ impl Store {
         let s = &self.semantic;
         let enc2 = Arc::clone(enc);
         let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
-        // Timed on the blocking thread: the model's time, not the wait for
-        // a thread.
-        let (vectors, took) = tokio::task::spawn_blocking(move || {
+        // On a thread below the requests' (the model's per-core threads
+        // inherit its priority: `crate::background`), timed there: the
+        // model's time, not the wait for a thread.
+        let (vectors, took) = crate::background::run("zm-embedder", move || {
             let started = std::time::Instant::now();
             let vectors = embed_each(enc2.as_ref(), &texts);
             (vectors, started.elapsed())
         })
         .await
-        .map_err(|e| {
-            tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
-            ToolError::internal()
-        })?;
+        .ok_or_else(ToolError::internal)?;
         s.embed_micros.fetch_add(micros(took), Ordering::Relaxed);
         let refused = vectors.iter().filter(|v| v.is_none()).count();
         if refused > 0 {
