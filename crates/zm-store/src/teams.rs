@@ -2407,9 +2407,14 @@ impl Store {
     ) -> Result<TeamExportPage, ToolError> {
         let mut conn = self.pool.acquire().await.db("acquire")?;
         let (team, set) = self.team_export_set(&mut conn, caller, slug).await?;
-        let mut sql = Sql::new("SELECT ");
-        sql.push(crate::search::MEMORY_COLUMNS)
-            .push(", m.seq AS page_seq FROM memories m WHERE ");
+        // The page's keys and sizes first, as `export_memories` reads its
+        // pages: the rows are read whole only for the memories the page
+        // keeps (at most `limit`, and no more text than the page's budget
+        // of characters past the first). A thousand memories at the
+        // highest text limit would otherwise be gigabytes in one page.
+        let mut sql = Sql::new(
+            "SELECT m.seq AS page_seq, m.created_at, CAST(length(m.content) + COALESCE(length(m.source), 0) AS BIGINT) AS chars FROM memories m WHERE ",
+        );
         set.push(&mut sql);
         if let Some(a) = after {
             sql.push(" AND (m.created_at > ")
@@ -2423,21 +2428,48 @@ impl Store {
         let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
         sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
             .bind_i64(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1));
-        let mut rows = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+        let keys = sql.query().fetch_all(&mut *conn).await.db("team export")?;
+        let budget = self.limits().export_page_chars;
+        let mut page: Vec<TeamExportPosition> = Vec::new();
+        let mut chars = 0_u64;
+        for k in &keys {
+            if page.len() == limit || (!page.is_empty() && chars > budget) {
+                break;
+            }
+            let size: i64 = col(k, "chars")?;
+            chars += u64::try_from(size).unwrap_or(0);
+            page.push(TeamExportPosition {
+                created_at: col(k, "created_at")?,
+                seq: col(k, "page_seq")?,
+            });
+        }
+        let next = match page.last() {
+            Some(&last) if keys.len() > page.len() => Some(last),
+            _ => None,
+        };
+        // The rows of the page, by their keys, still in the export's set
+        // (one that left it since the keys were read is left out, as it
+        // would have been a moment later).
+        let rows = if page.is_empty() {
+            Vec::new()
+        } else {
+            let mut sql = Sql::new(&format!(
+                "SELECT {} FROM memories m WHERE ",
+                crate::search::MEMORY_COLUMNS
+            ));
+            set.push(&mut sql);
+            for (i, p) in page.iter().enumerate() {
+                sql.push(if i == 0 { " AND m.seq IN (" } else { ", " })
+                    .bind_i64(p.seq);
+            }
+            sql.push(") ORDER BY m.created_at, m.seq");
+            sql.query().fetch_all(&mut *conn).await.db("team export")?
+        };
         // Given back before the items look up successors on a connection
         // of their own: holding one while waiting for another, a pool's
         // worth of exports at once would wait on each other until the
         // pool's timeout.
         drop(conn);
-        let more = rows.len() > limit;
-        rows.truncate(limit);
-        let next = match rows.last() {
-            Some(last) if more => Some(TeamExportPosition {
-                created_at: col(last, "created_at")?,
-                seq: col(last, "page_seq")?,
-            }),
-            _ => None,
-        };
         Ok(TeamExportPage {
             team,
             items: self.export_items(caller, &rows, &set).await?,

@@ -873,6 +873,50 @@ backend_tests! {
         assert_eq!(ok(store.export_team(&a, &slug).await, l, "the whole export").items.len(), 6, "[{l}]");
     }
 
+    /// A team's export page ends early once its text passes the page's
+    /// budget of characters, as an account's export does: a thousand
+    /// memories at the highest text limit would otherwise be gigabytes in
+    /// one page. The pages together still hold every memory once, in
+    /// order.
+    async fn a_team_export_page_ends_at_its_budget_of_text(store: Store, l: &str) {
+        let store = store.with_limits(zm_store::Limits {
+            export_page_chars: 10_000,
+            ..zm_store::Limits::default()
+        });
+        let (_, a) = user(&store, "tpage-chars").await;
+        let slug = team(&store, &a, l, "tchars").await;
+        let scope = format!("team.{slug}");
+        let text = |i: usize, chars: usize| {
+            let mut t = format!("Team budget note {i}:");
+            let mut w = 0;
+            while t.len() < chars {
+                t.push_str(&format!(" w{i}x{w}"));
+                w += 1;
+            }
+            t
+        };
+        let mut written = Vec::new();
+        for (i, chars) in [4_000, 4_000, 4_000, 12_000, 4_000, 4_000].into_iter().enumerate() {
+            store.clock().advance_ms(1000);
+            written.push(mem(&store, &a, l, json!({"content": text(i, chars), "scope": scope, "kind": "fact"})).await);
+        }
+        let (mut sizes, mut seen, mut after) = (Vec::new(), Vec::new(), None);
+        loop {
+            let page = ok(store.export_team_page(&a, &slug, after, zm_store::teams::TEAM_EXPORT_PAGE).await, l, "a page");
+            sizes.push(page.items.len());
+            seen.extend(page.items.iter().map(|m| m.id.as_str().to_string()));
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+            assert!(sizes.len() < 10, "[{l}] the export does not end");
+        }
+        // 4k + 4k stays under 10k, the third passes it; the 12k memory
+        // passes it alone; then the last two.
+        assert_eq!(sizes, [3, 1, 2], "[{l}] pages");
+        assert_eq!(seen, written, "[{l}] every memory once, in order");
+    }
+
     /// A memory's thread, conversation and transport session are its
     /// writer's: the thread token is signed, not encrypted, and carries
     /// the scope it is pinned to (here a private project's name). A
