@@ -17,7 +17,7 @@
 //! instance at once (its row is gone); a worker another instance still
 //! holds for it ends with the idle timeout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,12 @@ const FULL_RETRY_AFTER_SECS: u32 = 60;
 /// admission (a request abandoned in between leaves them behind).
 const PENDING_TTL: Duration = Duration::from_secs(60);
 
+/// How often this instance looks for session workers whose sessions are
+/// no longer recorded (ended on the dashboard, evicted or erased by
+/// another instance, the account erased): a worker is ended once two
+/// looks in a row miss it.
+const ORPHAN_LOOK_EVERY: Duration = Duration::from_secs(15);
+
 /// The MCP service and the database its sessions live in.
 #[derive(Clone)]
 pub struct McpEndpoint {
@@ -52,6 +58,8 @@ pub struct McpEndpoint {
     manager: Arc<LocalSessionManager>,
     sessions: Arc<DbSessions>,
     caps: SessionCaps,
+    /// Workers the last look found without a recorded session.
+    unrecorded: Arc<tokio::sync::Mutex<HashSet<String>>>,
 }
 
 /// rmcp's session store over `mcp_sessions`: `load` gives another
@@ -131,7 +139,7 @@ impl McpEndpoint {
         });
         let mut config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(state.cfg.hosts())
-            .with_cancellation_token(cancel)
+            .with_cancellation_token(cancel.clone())
             // Every POST's body is read, within `body_limit`, before the
             // transport gets it; a marked repeated argument key makes it
             // longer than sent (the marker and the key's path, and the
@@ -154,12 +162,66 @@ impl McpEndpoint {
             manager.clone(),
             config,
         );
-        McpEndpoint {
+        let endpoint = McpEndpoint {
             service,
             manager,
             sessions,
             caps,
+            unrecorded: Arc::default(),
+        };
+        let looking = endpoint.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(ORPHAN_LOOK_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    _ = every.tick() => {}
+                }
+                looking.end_unrecorded_workers().await;
+            }
+        });
+        endpoint
+    }
+
+    /// End this instance's session workers whose sessions the database no
+    /// longer records, when the look before found them missing too (a
+    /// session rmcp just opened is recorded once [`Self::admit`] runs, a
+    /// moment later); how many were ended. Every request already finds
+    /// such a session gone (`404`); this frees what its worker holds, and
+    /// keeps the workers within the session caps, which count rows. Run
+    /// every [`ORPHAN_LOOK_EVERY`]; a database that cannot answer leaves
+    /// the workers to the next look.
+    pub async fn end_unrecorded_workers(&self) -> usize {
+        let local: Vec<Arc<str>> = self.manager.sessions.read().await.keys().cloned().collect();
+        let mut unrecorded = self.unrecorded.lock().await;
+        if local.is_empty() {
+            unrecorded.clear();
+            return 0;
         }
+        let ids: Vec<&str> = local.iter().map(AsRef::as_ref).collect();
+        let recorded = match self.sessions.store.mcp_sessions_recorded(&ids).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e.message, "looking for ended sessions' workers failed");
+                return 0;
+            }
+        };
+        let missing: HashSet<String> = ids
+            .iter()
+            .filter(|id| !recorded.contains(**id))
+            .map(|id| (*id).to_string())
+            .collect();
+        let mut ended = 0;
+        for id in missing.intersection(&unrecorded) {
+            let _ = self.manager.close_session(&Arc::from(id.as_str())).await;
+            ended += 1;
+        }
+        if ended > 0 {
+            tracing::debug!(ended, "ended the workers of sessions no longer recorded");
+        }
+        *unrecorded = missing.difference(&unrecorded).cloned().collect();
+        ended
     }
 
     /// Session workers this instance runs now (tests: nothing leaks).
@@ -432,13 +494,27 @@ fn not_one_jsonrpc_message(body: &[u8]) -> Option<Response> {
         ));
     }
     match serde_json::from_slice::<Envelope<'_>>(body) {
-        Ok(Envelope { jsonrpc: Some(v) }) if v == "2.0" => None,
-        _ => Some(jsonrpc_error(
+        Ok(Envelope { jsonrpc: Some(v) }) if v == "2.0" => {}
+        _ => {
+            return Some(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                -32600,
+                "Invalid Request: the body must be one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\").",
+            ));
+        }
+    }
+    // A request, a notification or a response, as the transport reads
+    // them (an `id` that is an object, a `method` that is a number, no
+    // `method` and no `result`): refused here in JSON-RPC's words, not by
+    // the transport as a plain-text 415.
+    if serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body).is_err() {
+        return Some(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             -32600,
-            "Invalid Request: the body must be one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\").",
-        )),
+            "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response (a request has a string \"method\" and an \"id\" that is a string or a number; params, when present, are an object).",
+        ));
     }
+    None
 }
 
 /// 404: the request names a session this user does not hold (MCP

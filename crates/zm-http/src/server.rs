@@ -50,10 +50,25 @@ const ANSWER_GRACE: Duration = Duration::from_secs(30);
 /// anyway (a client that stopped reading holds its connection open).
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
+/// Is `req` a request a shutdown waits to answer? Not MCP's standalone
+/// event stream (`GET /mcp`), which lasts as long as its session, nor its
+/// resumption (`Last-Event-ID` of the form `index`); a `GET` that resumes
+/// a call's stream (`index/request`) may be replaying the call's answer,
+/// and is waited for like the call.
+fn awaited<B>(req: &hyper::Request<B>) -> bool {
+    let standalone_stream = req.method() == hyper::Method::GET
+        && req.uri().path() == "/mcp"
+        && !req
+            .headers()
+            .get("last-event-id")
+            .is_some_and(|id| id.as_bytes().contains(&b'/'));
+    !standalone_stream
+}
+
 /// The requests being answered: counted from their arrival (their head
 /// read) until their response's body has been sent (or dropped), except
-/// MCP's standalone event stream (a `GET /mcp` resuming nothing), which
-/// lasts as long as its session.
+/// MCP's standalone event stream, which lasts as long as its session
+/// ([`awaited`]).
 #[derive(Debug, Default)]
 struct InFlight(std::sync::atomic::AtomicUsize);
 
@@ -210,14 +225,7 @@ async fn connection(
     }
     let body_timeout = limits.body_timeout;
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        // MCP's standalone event stream (`GET /mcp`) lasts as long as its
-        // session: it is not a request a shutdown waits for. A `GET` that
-        // resumes a stream (`Last-Event-ID`) may be replaying a call's
-        // answer, and is waited for like the call.
-        let stream = req.method() == hyper::Method::GET
-            && req.uri().path() == "/mcp"
-            && !req.headers().contains_key("last-event-id");
-        let answering = (!stream).then(|| in_flight.enter());
+        let answering = awaited(&req).then(|| in_flight.enter());
         let mut req = req.map(|body| Body::new(DeadlineBody::new(body_timeout, body)));
         req.extensions_mut().insert(ConnectInfo(peer));
         let app = app.clone();
@@ -371,4 +379,39 @@ async fn accept_failed(e: &std::io::Error) {
     }
     tracing::error!(target: "zm_http", error = %e, "accept failed");
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::awaited;
+
+    fn request(method: &str, path: &str, last_event_id: Option<&str>) -> hyper::Request<()> {
+        let mut b = hyper::Request::builder().method(method).uri(path);
+        if let Some(id) = last_event_id {
+            b = b.header("last-event-id", id);
+        }
+        b.body(()).unwrap()
+    }
+
+    /// A shutdown waits for calls and for a call's stream resumed, not for
+    /// the session's standalone stream, opened or resumed: a client that
+    /// reconnects it (`Last-Event-ID: 0`) would otherwise hold every
+    /// shutdown for its whole grace.
+    #[test]
+    fn a_shutdown_waits_for_calls_not_for_the_standalone_stream() {
+        assert!(awaited(&request("POST", "/mcp", None)));
+        assert!(awaited(&request("GET", "/api/memories", None)));
+        assert!(
+            awaited(&request("GET", "/mcp", Some("3/7"))),
+            "a call's stream"
+        );
+        assert!(
+            !awaited(&request("GET", "/mcp", None)),
+            "the standalone stream"
+        );
+        assert!(
+            !awaited(&request("GET", "/mcp", Some("0"))),
+            "the standalone stream resumed"
+        );
+    }
 }

@@ -934,6 +934,22 @@ async fn mcp_refuses_what_is_not_one_jsonrpc_message_as_jsonrpc() {
                 -32600,
             ),
             ("{\"id\":1,\"method\":\"ping\"}", -32600),
+            // JSON-RPC 2.0 by its `jsonrpc`, but no message the transport
+            // reads (it answered them with a plain-text 415).
+            ("{\"jsonrpc\":\"2.0\"}", -32600),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}",
+                -32600,
+            ),
+            ("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}", -32600),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"result\":1}",
+                -32600,
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":[]}",
+                -32600,
+            ),
         ] {
             let mut rb = s
                 .http
@@ -962,6 +978,47 @@ async fn mcp_refuses_what_is_not_one_jsonrpc_message_as_jsonrpc() {
         )
         .await;
     assert_eq!(st, 200, "{msgs:?}");
+    s.stop().await;
+}
+
+/// A `tools/call` whose parameters are not MCP's shape (`arguments` an
+/// array or a string, `name` a number) is the caller's to fix: -32602,
+/// Invalid params, not -32601 as though the server had no `tools/call`.
+/// A method nobody defines is still -32601.
+#[tokio::test]
+async fn a_tools_call_of_the_wrong_shape_is_invalid_params() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    for params in [
+        json!({"name": "recall", "arguments": []}),
+        json!({"name": "recall", "arguments": "x"}),
+        json!({"name": 5, "arguments": {}}),
+    ] {
+        let (st, _, msgs) = s
+            .mcp(
+                &s.rw_a,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}),
+            )
+            .await;
+        assert_eq!(st, 200, "{params}: {msgs:?}");
+        assert_eq!(msgs[0]["error"]["code"], -32602, "{params}: {msgs:?}");
+        assert!(
+            msgs[0]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("tools/call"),
+            "{msgs:?}"
+        );
+    }
+    let (_, _, msgs) = s
+        .mcp(
+            &s.rw_a,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 4, "method": "no/such-method", "params": {}}),
+        )
+        .await;
+    assert_eq!(msgs[0]["error"]["code"], -32601, "{msgs:?}");
     s.stop().await;
 }
 

@@ -17,6 +17,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 struct Server {
     base: String,
     endpoint: McpEndpoint,
+    store: zm_store::Store,
     tokens: Vec<String>,
     running: common::Running,
     _dir: tempfile::TempDir,
@@ -36,12 +37,13 @@ async fn start(edit: impl FnOnce(&mut HttpConfig)) -> Server {
     edit(&mut cfg);
     let limits = cfg.conn_limits();
     let cancel = CancellationToken::new();
-    let state = zm_http::state(store, cfg);
+    let state = zm_http::state(store.clone(), cfg);
     let endpoint = McpEndpoint::new(&state, cancel.clone());
     let app = zm_http::router_with_mcp(state, endpoint.clone());
     Server {
         base,
         endpoint,
+        store,
         tokens,
         running: common::serve(listener, app, limits, cancel),
         _dir: dir,
@@ -120,6 +122,41 @@ impl Server {
     async fn stop(self) {
         self.running.stop().await;
     }
+}
+
+/// A session ended where its worker does not hear of it (on the
+/// dashboard, by another instance) has its worker ended by the looks that
+/// follow, not left running until it idles out: the caps count rows, so
+/// ending sessions that way could pile up workers without bound. A
+/// recorded session's worker is left alone.
+#[tokio::test]
+async fn a_worker_whose_session_ended_elsewhere_is_ended() {
+    let s = start(|_| {}).await;
+    let (a, b) = (s.tokens[0].clone(), s.tokens[1].clone());
+    let gone = s.open(&a).await;
+    let kept = s.open(&b).await;
+    s.store.mcp_session_close(&gone).await.unwrap();
+    assert_eq!(
+        s.endpoint.session_count().await,
+        2,
+        "the row's removal alone ends no worker"
+    );
+    // Two looks in a row miss it (the endpoint's own timer may have
+    // taken the first).
+    for _ in 0..2 {
+        s.endpoint.end_unrecorded_workers().await;
+    }
+    assert_eq!(
+        s.endpoint.session_count().await,
+        1,
+        "the orphan's worker is ended"
+    );
+    assert!(
+        s.works(&b, &kept).await,
+        "the recorded session still answers"
+    );
+    assert!(!s.works(&a, &gone).await, "the ended session stays ended");
+    s.stop().await;
 }
 
 /// One token opening ten times its cap ends only its own oldest sessions:

@@ -479,9 +479,70 @@ static TOOLS: std::sync::LazyLock<Vec<rmcp::model::Tool>> = std::sync::LazyLock:
         .collect()
 });
 
+/// The requests a client sends a server, by MCP's names: one of them
+/// that reaches [`ServerHandler::on_custom_request`] had parameters rmcp
+/// could not read as MCP gives them.
+fn is_mcp_request(method: &str) -> bool {
+    use rmcp::model::{
+        CallToolRequestMethod, CompleteRequestMethod, ConstString, DiscoverRequestMethod,
+        GetPromptRequestMethod, InitializeResultMethod, ListPromptsRequestMethod,
+        ListResourceTemplatesRequestMethod, ListResourcesRequestMethod, ListToolsRequestMethod,
+        PingRequestMethod, ReadResourceRequestMethod, SetLevelRequestMethod,
+        SubscribeRequestMethod, UnsubscribeRequestMethod,
+    };
+    [
+        InitializeResultMethod::VALUE,
+        PingRequestMethod::VALUE,
+        DiscoverRequestMethod::VALUE,
+        ListToolsRequestMethod::VALUE,
+        CallToolRequestMethod::VALUE,
+        ListResourcesRequestMethod::VALUE,
+        ListResourceTemplatesRequestMethod::VALUE,
+        ReadResourceRequestMethod::VALUE,
+        SubscribeRequestMethod::VALUE,
+        UnsubscribeRequestMethod::VALUE,
+        ListPromptsRequestMethod::VALUE,
+        GetPromptRequestMethod::VALUE,
+        SetLevelRequestMethod::VALUE,
+        CompleteRequestMethod::VALUE,
+    ]
+    .contains(&method)
+}
+
 impl ServerHandler for ZeroMemoryMcp {
     fn get_info(&self) -> ServerConfig {
         self.base_config(Some(instructions::compose(&[], false).text))
+    }
+
+    /// A request rmcp found no typed request in. A method MCP names (a
+    /// `tools/call` whose `arguments` is an array, whose `name` is a
+    /// number) had parameters of the wrong shape: the caller's to fix,
+    /// -32602 (Invalid params), not -32601 as though this server had no
+    /// `tools/call`. Any other method is not one this server has.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        let method = request.method;
+        if !is_mcp_request(&method) {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                method,
+                None,
+            ));
+        }
+        let shape = if method == "tools/call" {
+            " (an object: \"name\", a tool's name; \"arguments\", an object)"
+        } else {
+            ""
+        };
+        Err(McpError::invalid_params(
+            format!(
+                "Invalid params: the params of {method} do not have the shape MCP gives them{shape}."
+            ),
+            None,
+        ))
     }
 
     async fn initialize(

@@ -433,6 +433,36 @@ impl Store {
         Ok(())
     }
 
+    /// Which of `ids` are sessions recorded now (expired ones not yet
+    /// swept included): an instance ends the workers of the others,
+    /// whose rows an end on the dashboard, an eviction or an erasure
+    /// removed elsewhere.
+    pub async fn mcp_sessions_recorded(
+        &self,
+        ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, ToolError> {
+        let mut recorded = std::collections::HashSet::new();
+        for chunk in ids.chunks(100) {
+            let mut sql = crate::sql::Sql::new("SELECT id FROM mcp_sessions WHERE id IN (");
+            for (i, id) in chunk.iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.bind_str(*id);
+            }
+            sql.push(")");
+            for row in sql
+                .query()
+                .fetch_all(&self.pool)
+                .await
+                .db("recorded sessions")?
+            {
+                recorded.insert(crate::rows::col::<String>(&row, "id")?);
+            }
+        }
+        Ok(recorded)
+    }
+
     /// Sessions recorded now, expired ones not yet swept included (tests:
     /// nothing leaks).
     pub async fn mcp_session_count(&self) -> Result<usize, ToolError> {
