@@ -59,9 +59,16 @@ pub(super) fn local_route<'a>(prefix: &PathPrefix, next: &'a str) -> Option<&'a 
 
 /// Does the path of `route` (before its query) hold a `.` or `..`
 /// segment, written plainly or percent-encoded (`%2e`), as a browser
-/// resolves it?
+/// resolves it, or a percent-encoded slash or backslash (`%2f`, `%5c`)?
+/// A browser keeps `..%2F` as one segment, but a reverse proxy in front
+/// (nginx) decodes it and resolves the `..` it then finds, routing the
+/// request, with the dashboard's cookie, out of the public path.
 fn has_dot_segment(route: &str) -> bool {
     let path = route.split(['?', '#']).next().unwrap_or("");
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("%2f") || lower.contains("%5c") {
+        return true;
+    }
     path.split('/').any(|seg| {
         let seg = seg.to_ascii_lowercase().replace("%2e", ".");
         seg == "." || seg == ".."
@@ -148,7 +155,7 @@ pub(crate) async fn submit(
 ) -> Response {
     let rid = Some(request_id.0.as_str());
     let prefix = state.cfg.path_prefix();
-    let form = match read_form(&state, &headers, body, rid).await {
+    let form = match read_form(&state, &headers, body, super::ANONYMOUS_FORM_LIMIT, rid).await {
         Ok(f) => f,
         Err(f) => return errors::page(&prefix, None, &f),
     };
@@ -349,6 +356,8 @@ mod tests {
         assert_eq!(local(Some("/zm/?q=a b")), "/zm/?q=a b");
         assert_eq!(local(Some("/zm")), "/zm/");
         assert_eq!(local(Some("/zm/a/..x/b")), "/zm/a/..x/b");
+        // A slash encoded in the query is the query's.
+        assert_eq!(local(Some("/zm/?q=a%2Fb")), "/zm/?q=a%2Fb");
         for bad in [
             "/",
             "/memories/x",
@@ -360,6 +369,9 @@ mod tests {
             "/zm/../app",
             "/zm/%2e%2E/app",
             "/zm/./../app",
+            "/zm/..%2Fother-app/x",
+            "/zm/x%2f..%2f..%2fapp",
+            "/zm/a%5C..%5Capp",
             "/zm/..?x",
             "//evil.example/zm/",
             "https://evil.example/zm/",

@@ -609,6 +609,15 @@ pub(crate) async fn act(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // Back to the memory's page by its id as parsed (trimmed, lowercased):
+    // the path's own spelling may not be a header's (a line break).
+    let Ok(mid) = MemoryId::parse(&id) else {
+        return signed.error(&Failure::from_tool(
+            zm_contracts::ToolError::not_found(format!("Memory {id} not found.")),
+            signed.request_id.as_deref(),
+        ));
+    };
+    let id = mid.to_string();
     let back = format!("/memories/{id}");
     let form = match signed_form(&state, &signed, &headers, body).await {
         Ok(f) => f,
@@ -685,18 +694,20 @@ pub(crate) async fn edit(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let back = format!("/memories/{id}");
-    let form = match signed_form(&state, &signed, &headers, body).await {
-        Ok(f) => f,
-        Err(f) => return signed.error(&f.back_to(&back)),
-    };
-    let caller = signed.caller();
+    // By the id as parsed, as `act` goes back.
     let Ok(mid) = MemoryId::parse(&id) else {
         return signed.error(&Failure::from_tool(
             zm_contracts::ToolError::not_found(format!("Memory {id} not found.")),
             signed.request_id.as_deref(),
         ));
     };
+    let id = mid.to_string();
+    let back = format!("/memories/{id}");
+    let form = match signed_form(&state, &signed, &headers, body).await {
+        Ok(f) => f,
+        Err(f) => return signed.error(&f.back_to(&back)),
+    };
+    let caller = signed.caller();
     let old = match state.store.get_memory(&caller, &mid).await {
         Ok(m) => m,
         Err(e) => return signed.error(&call_failure(e, &signed)),
@@ -788,13 +799,21 @@ pub(crate) async fn bulk(
     }
     let caller = signed.caller();
     if action == "export" {
+        // A selected memory gone since the page was drawn (or never one)
+        // is left out; a read that failed fails the download, rather than
+        // a file that looks whole and is not.
         let mut lines = String::new();
         for id in &ids {
-            if let Ok(mid) = MemoryId::parse(id)
-                && let Ok(m) = state.store.get_memory(&caller, &mid).await
-            {
-                lines.push_str(&serde_json::to_string(&m).unwrap_or_default());
-                lines.push('\n');
+            let Ok(mid) = MemoryId::parse(id) else {
+                continue;
+            };
+            match state.store.get_memory(&caller, &mid).await {
+                Ok(m) => {
+                    lines.push_str(&serde_json::to_string(&m).unwrap_or_default());
+                    lines.push('\n');
+                }
+                Err(e) if e.code == zm_contracts::ErrorCode::NotFound => {}
+                Err(e) => return signed.error(&call_failure(e, &signed)),
             }
         }
         return super::download(

@@ -64,6 +64,13 @@ const SESSION_COOKIE: &str = "zm_session";
 /// text may take more ([`form_limit`]).
 const FORM_LIMIT: usize = 256 * 1024;
 
+/// The largest form body accepted from someone not signed in (`/login`:
+/// an email, a password of at most 4,096 bytes, each byte percent-encoded
+/// in three, the CSRF token and where to go next). Read before any check
+/// of who sends it, so it is kept small rather than sized for a memory's
+/// text.
+pub(crate) const ANONYMOUS_FORM_LIMIT: usize = 32 * 1024;
+
 /// The largest form body accepted: room for the longest text a memory may
 /// hold (`max_text_chars`), each character percent-encoded as the browser
 /// sends it (up to four UTF-8 bytes, three characters each), beside the
@@ -657,7 +664,14 @@ pub(crate) async fn signed_form(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Form, Failure> {
-    let form = read_form(state, headers, body, signed.request_id.as_deref()).await?;
+    let form = read_form(
+        state,
+        headers,
+        body,
+        form_limit(state),
+        signed.request_id.as_deref(),
+    )
+    .await?;
     let token = form.get("csrf").unwrap_or("");
     if !csrf_ok(state, &signed.secret, token) {
         return Err(Failure::forbidden(
@@ -673,6 +687,7 @@ pub(crate) async fn read_form(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
+    limit: usize,
     request_id: Option<&str>,
 ) -> Result<Form, Failure> {
     if !same_origin(state, headers) {
@@ -681,7 +696,7 @@ pub(crate) async fn read_form(
             request_id,
         ));
     }
-    let bytes = crate::request::read_body(body, form_limit(state))
+    let bytes = crate::request::read_body(body, limit)
         .await
         .map_err(|e| Failure::invalid(e.describe(), request_id))?;
     if !crate::request::urlencoded_is_utf8(&bytes) {
