@@ -51,6 +51,16 @@ const PENDING_TTL: Duration = Duration::from_secs(60);
 /// looks in a row miss it.
 const ORPHAN_LOOK_EVERY: Duration = Duration::from_secs(15);
 
+/// The largest body the transport reads. Every POST's body is read,
+/// within `body_limit`, before the transport gets it; a marked repeated
+/// argument key makes it longer than sent (the marker and the key's path,
+/// and the numbers written again), and a marked body past this loses its
+/// arguments, keeping the mark: a refusable call never becomes the
+/// transport's plain-text 413.
+fn transport_body_limit(state: &AppState) -> usize {
+    state.cfg.body_limit.saturating_mul(2).saturating_add(1024)
+}
+
 /// The MCP service and the database its sessions live in.
 #[derive(Clone)]
 pub struct McpEndpoint {
@@ -140,14 +150,7 @@ impl McpEndpoint {
         let mut config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(state.cfg.hosts())
             .with_cancellation_token(cancel.clone())
-            // Every POST's body is read, within `body_limit`, before the
-            // transport gets it; a marked repeated argument key makes it
-            // longer than sent (the marker and the key's path, and the
-            // re-serialised numbers), which must not turn a refusable call
-            // into the transport's 413.
-            .with_max_request_body_bytes(
-                state.cfg.body_limit.saturating_mul(2).saturating_add(1024),
-            );
+            .with_max_request_body_bytes(transport_body_limit(state));
         // Origin is checked by `handle`, with the rule the dashboard's forms
         // share (rmcp's own check knows no per-request "same origin").
         config.session_store = Some(sessions.clone());
@@ -397,7 +400,10 @@ async fn handle_allowed(
                 }
                 // A tool call's repeated argument key, marked for the tool
                 // service to refuse (rmcp's parser keeps the last value).
-                let bytes = match zm_mcp::mark_repeated_argument_key(&bytes) {
+                let bytes = match zm_mcp::mark_repeated_argument_key_within(
+                    &bytes,
+                    transport_body_limit(&state),
+                ) {
                     Some(marked) => {
                         // The body the transport reads is not the one sent.
                         parts.headers.remove(axum::http::header::CONTENT_LENGTH);

@@ -1179,6 +1179,44 @@ async fn the_account_page_imports_a_server_memory_file_once(s: Server) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 403);
+    // A file with one line that is not UTF-8 imports every other line and
+    // names that one, as `zero-memory import` does (the whole file was
+    // refused).
+    let boundary = "zmboundary44";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"format\"\r\n\r\nserver-memory\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"mixed.jsonl\"\r\nContent-Type: application/x-ndjson\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(
+        br#"{"type":"entity","name":"Staging cluster","entityType":"service","observations":["drains on Fridays"]}"#,
+    );
+    body.extend_from_slice(b"\n{\"type\":\"entity\",\"name\":\"broken \xff byte\",\"entityType\":\"x\",\"observations\":[]}\n");
+    body.extend_from_slice(
+        br#"{"type":"entity","name":"Audit export","entityType":"job","observations":["runs nightly"]}"#,
+    );
+    body.extend_from_slice(format!("\n\r\n--{boundary}--\r\n").as_bytes());
+    let r = s
+        .http
+        .post(format!("{}/account/import", s.base))
+        .header("cookie", cookies.clone())
+        .header("origin", s.base.clone())
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("Imported mixed.jsonl: 2 new") && text.contains("line 2"),
+        "{text}"
+    );
+    assert!(b.get(&s, "/?q=nightly").await.body.contains("runs nightly"));
     s.running.stop().await;
 }
 

@@ -1273,6 +1273,37 @@ async fn an_mcp_tool_argument_given_twice_is_refused() {
     s.stop().await;
 }
 
+/// A repeated argument key in a body that grows when marked (its numbers
+/// written again: `1e9` as `1000000000.0`, three times longer) past what
+/// the transport reads is still refused naming the key, not answered
+/// with the transport's plain-text 413.
+#[tokio::test]
+async fn a_repeated_key_in_a_body_that_grows_when_marked_is_still_named() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    let limit = 64 * 1024; // the body limit `start` sets
+    let numbers = vec!["1e9"; (limit - 1024) / 4].join(",");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"recall","arguments":{{"query":"a","query":"b","pad":[{numbers}]}}}}}}"#
+    );
+    assert!(body.len() < limit, "sent within the body limit");
+    let (status, _, msgs) =
+        common::mcp_post_text(&s.http, &s.base, &s.rw_a, Some(&sid), body).await;
+    assert_eq!(status, 200, "{msgs:?}");
+    let body: Value = serde_json::from_str(
+        msgs[0]["result"]["content"][0]["text"]
+            .as_str()
+            .expect("the error body"),
+    )
+    .unwrap();
+    assert_eq!(body["error"]["code"], "validation_failed", "{body}");
+    assert_eq!(
+        body["error"]["details"]["fields"][0]["path"], "query",
+        "{body}"
+    );
+    s.stop().await;
+}
+
 /// A gate in front of the router for shutdown tests: each request `held`
 /// picks announces itself on `arrived` (one permit), then waits until the
 /// gate's sender says open.

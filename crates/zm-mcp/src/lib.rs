@@ -10,7 +10,9 @@ pub mod instructions;
 pub mod repeated;
 pub mod server;
 
-pub use repeated::{MarkRepeatedKeys, mark_repeated_argument_key};
+pub use repeated::{
+    MarkRepeatedKeys, mark_repeated_argument_key, mark_repeated_argument_key_within,
+};
 pub use server::{Identity, McpConfig, ZeroMemoryMcp, tools};
 
 use rmcp::ServiceExt;

@@ -76,8 +76,18 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// `validation_failed` naming the key, never dropped unanswered.
 fn mark_line(line: &[u8]) -> Option<Vec<u8>> {
     let line = line.strip_prefix(BOM).unwrap_or(line);
-    let marked = mark_repeated_argument_key(line)?;
-    if marked.len() < LINE_LIMIT {
+    mark_repeated_argument_key_within(line, LINE_LIMIT)
+}
+
+/// [`mark_repeated_argument_key`], for a transport that reads at most
+/// `limit` bytes: a marked message that would no longer fit (marking adds
+/// the key's path, and writes numbers again, `1e9` as `1000000000.0`)
+/// loses its arguments instead, keeping the mark, so the call is still
+/// answered `validation_failed` naming the key rather than refused by
+/// the transport for its size.
+pub fn mark_repeated_argument_key_within(message: &[u8], limit: usize) -> Option<Vec<u8>> {
+    let marked = mark_repeated_argument_key(message)?;
+    if marked.len() < limit {
         return Some(marked);
     }
     let mut v: Value = serde_json::from_slice(&marked).ok()?;

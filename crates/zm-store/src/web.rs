@@ -669,12 +669,17 @@ impl Store {
                 content.chars().take(120).collect(),
             ));
         }
+        // A teammate's names go with their note once it is forgotten or
+        // closed, as `entities` lists them: only the caller's own are
+        // shown on a retired memory's page.
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT e.name AS name, e.type AS t FROM memory_entities me JOIN entities e ON e.id = me.entity_id \
-             WHERE me.memory_id = $1 ORDER BY {}, e.id LIMIT 50",
+             JOIN memories m ON m.id = me.memory_id \
+             WHERE me.memory_id = $1 AND (e.owner_id = $2 OR m.invalidated_at IS NULL) ORDER BY {}, e.id LIMIT 50",
             self.backend.bytewise("e.name")
         )))
         .bind(memory_id)
+        .bind(&caller.user_id)
         .fetch_all(&self.pool)
         .await
         .db("memory entities")?;

@@ -569,9 +569,19 @@ backend_tests! {
             }
         };
         assert!(listed(&a).await.contains(&name), "[{l}] A sees the name while the note stands");
+        let on_its_page = |who: &Caller| {
+            let (store, who, note, name) = (&store, who.clone(), note.clone(), &name);
+            async move {
+                let page = store.memory_context(&who, &note).await.unwrap();
+                page.entities.iter().any(|(n, _)| n == name)
+            }
+        };
+        assert!(on_its_page(&a).await, "[{l}] the note's page names it for A while it stands");
         ok(call(&store, &b, "forget", json!({"memory_id": note})).await, l, "forget");
         assert!(!listed(&a).await.contains(&name), "[{l}] gone with the note for A");
         assert!(listed(&b).await.contains(&name), "[{l}] B's own entity stays B's");
+        assert!(!on_its_page(&a).await, "[{l}] the forgotten note's page names it no more for A");
+        assert!(on_its_page(&b).await, "[{l}] B's page of their own note still does");
     }
 
     /// A pair conflict half handed over (its other memory went to the team

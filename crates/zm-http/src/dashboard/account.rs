@@ -561,15 +561,6 @@ pub(crate) async fn import(
         )
         .await;
     };
-    let Ok(text) = String::from_utf8(bytes.to_vec()) else {
-        return page(
-            &state,
-            &signed,
-            None,
-            Some(&invalid("file", "the file is not UTF-8 text", rid)),
-        )
-        .await;
-    };
     // What the form's selects offer, and nothing else: a value it does
     // not offer (a crafted or stale form) is refused, not read as the
     // default, so a file is never imported as another format than asked.
@@ -593,13 +584,16 @@ pub(crate) async fn import(
     // The whole file is imported whatever becomes of the request (a
     // proxy's read timeout, a closed tab): on a task of its own, which
     // the store's close waits for, as a REST write is.
-    let import = zm_store::importer::import_text(
+    // Read as the CLI reads a file, by the same importer, from the bytes
+    // uploaded (not copied): a line that is not UTF-8 is that line's
+    // error, a file in UTF-16 is refused saying what to do.
+    let import = zm_store::importer::import_reader(
         state.tools.clone(),
         signed.caller(),
         format!("dashboard upload: {name}"),
         format,
         target,
-        text,
+        std::io::Cursor::new(bytes),
     );
     let Some(task) = state.store.spawn_write(import) else {
         let mut f = Failure::from_tool(
