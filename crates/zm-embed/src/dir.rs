@@ -280,4 +280,8 @@ impl Encoder for DirModel {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.text.embed_all(texts)
     }
+    /// Our forward pass: a batch on scoped threads of its own.
+    fn batches_on_threads_of_their_own(&self) -> bool {
+        true
+    }
 }

@@ -40,6 +40,15 @@ pub trait Encoder: Send + Sync + 'static {
     /// One unit vector per text, in order. Blocking and CPU-bound: call it
     /// off the async runtime's workers.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Does a batch run on the calling thread and threads
+    /// [`Encoder::embed`] starts for it, which end with the call (and
+    /// inherit the caller's priority), rather than on a pool that outlives
+    /// the call? Only for such a model does the background embedder run
+    /// its batches at a lowered priority: a pool started from a lowered
+    /// thread would stay lowered, and embed recall's queries too.
+    fn batches_on_threads_of_their_own(&self) -> bool {
+        false
+    }
 }
 
 /// A vector as stored and compared: `values[i] × scale` approximates the
@@ -299,6 +308,16 @@ mod pocket {
                 }),
             }
         }
+        /// Our forward pass spreads a batch over scoped threads of its
+        /// own; candle's multiply (the fallback) runs on rayon's global
+        /// pool, which outlives the call.
+        fn batches_on_threads_of_their_own(&self) -> bool {
+            match &self.engine {
+                #[cfg(zm_native_pocket)]
+                Engine::Native(_) => true,
+                Engine::Crate(_) => false,
+            }
+        }
     }
 
     /// The bundled weights in our forward pass.
@@ -524,6 +543,17 @@ mod tests {
             pocket::Pocket::load().expect("loads").engine(),
             pocket::Engine::Native(_)
         ));
+    }
+
+    /// Only our forward pass says its batches run on threads of their own
+    /// (the background embedder lowers their priority); candle's pool,
+    /// which outlives a call, does not.
+    #[cfg(feature = "pocket")]
+    #[test]
+    fn only_our_forward_pass_runs_batches_on_threads_of_its_own() {
+        let model = pocket::Pocket::load().expect("loads");
+        let native = !matches!(model.engine(), pocket::Engine::Crate(_));
+        assert_eq!(model.batches_on_threads_of_their_own(), native);
     }
 
     #[cfg(zm_native_pocket)]

@@ -17,7 +17,7 @@
 //! instance at once (its row is gone); a worker another instance still
 //! holds for it ends with the idle timeout.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,9 +47,14 @@ const PENDING_TTL: Duration = Duration::from_secs(60);
 
 /// How often this instance looks for session workers whose sessions are
 /// no longer recorded (ended on the dashboard, evicted or erased by
-/// another instance, the account erased): a worker is ended once two
-/// looks in a row miss it.
+/// another instance, the account erased).
 const ORPHAN_LOOK_EVERY: Duration = Duration::from_secs(15);
+
+/// How long a worker must have gone without a recorded session before it
+/// is ended: longer than a session's admission can wait for the database
+/// (the pool's 30 s and SQLite's 30 s busy wait), since rmcp starts the
+/// worker before its row is written.
+const ORPHAN_GRACE: Duration = Duration::from_secs(90);
 
 /// The largest body the transport reads. Every POST's body is read,
 /// within `body_limit`, before the transport gets it; a marked repeated
@@ -68,8 +73,8 @@ pub struct McpEndpoint {
     manager: Arc<LocalSessionManager>,
     sessions: Arc<DbSessions>,
     caps: SessionCaps,
-    /// Workers the last look found without a recorded session.
-    unrecorded: Arc<tokio::sync::Mutex<HashSet<String>>>,
+    /// Workers the looks found without a recorded session, since when.
+    unrecorded: Arc<tokio::sync::Mutex<HashMap<String, Instant>>>,
 }
 
 /// rmcp's session store over `mcp_sessions`: `load` gives another
@@ -187,15 +192,20 @@ impl McpEndpoint {
         endpoint
     }
 
-    /// End this instance's session workers whose sessions the database no
-    /// longer records, when the look before found them missing too (a
-    /// session rmcp just opened is recorded once [`Self::admit`] runs, a
-    /// moment later); how many were ended. Every request already finds
-    /// such a session gone (`404`); this frees what its worker holds, and
-    /// keeps the workers within the session caps, which count rows. Run
-    /// every [`ORPHAN_LOOK_EVERY`]; a database that cannot answer leaves
-    /// the workers to the next look.
+    /// End this instance's session workers whose sessions the database has
+    /// not recorded for [`ORPHAN_GRACE`] (looks in a row found none; a
+    /// session rmcp just opened is recorded once [`Self::admit`] runs, at
+    /// most the database's wait later); how many were ended. Every request
+    /// already finds such a session gone (`404`); this frees what its
+    /// worker holds, and keeps the workers within the session caps, which
+    /// count rows. Run every [`ORPHAN_LOOK_EVERY`]; a database that cannot
+    /// answer leaves the workers to the next look.
     pub async fn end_unrecorded_workers(&self) -> usize {
+        self.end_workers_unrecorded_for(ORPHAN_GRACE).await
+    }
+
+    /// [`Self::end_unrecorded_workers`] with another grace (tests: zero).
+    pub async fn end_workers_unrecorded_for(&self, grace: Duration) -> usize {
         let local: Vec<Arc<str>> = self.manager.sessions.read().await.keys().cloned().collect();
         let mut unrecorded = self.unrecorded.lock().await;
         if local.is_empty() {
@@ -210,20 +220,29 @@ impl McpEndpoint {
                 return 0;
             }
         };
-        let missing: HashSet<String> = ids
+        let now = Instant::now();
+        // Since when each worker missing now has been missing: a worker
+        // found again, or gone, is forgotten.
+        let missing: HashMap<String, Instant> = ids
             .iter()
             .filter(|id| !recorded.contains(**id))
-            .map(|id| (*id).to_string())
+            .map(|id| (id.to_string(), unrecorded.get(*id).copied().unwrap_or(now)))
             .collect();
         let mut ended = 0;
-        for id in missing.intersection(&unrecorded) {
-            let _ = self.manager.close_session(&Arc::from(id.as_str())).await;
-            ended += 1;
+        let mut still = HashMap::new();
+        for (id, since) in missing {
+            // Seen missing by an earlier look, and long enough.
+            if since < now && now.duration_since(since) >= grace {
+                let _ = self.manager.close_session(&Arc::from(id.as_str())).await;
+                ended += 1;
+            } else {
+                still.insert(id, since);
+            }
         }
         if ended > 0 {
             tracing::debug!(ended, "ended the workers of sessions no longer recorded");
         }
-        *unrecorded = missing.difference(&unrecorded).cloned().collect();
+        *unrecorded = still;
         ended
     }
 

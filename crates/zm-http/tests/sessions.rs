@@ -141,10 +141,10 @@ async fn a_worker_whose_session_ended_elsewhere_is_ended() {
         2,
         "the row's removal alone ends no worker"
     );
-    // Two looks in a row miss it (the endpoint's own timer may have
-    // taken the first).
+    // Two looks in a row miss it, with no grace between them (the
+    // endpoint's own looks, with theirs, may have taken the first).
     for _ in 0..2 {
-        s.endpoint.end_unrecorded_workers().await;
+        s.endpoint.end_workers_unrecorded_for(Duration::ZERO).await;
     }
     assert_eq!(
         s.endpoint.session_count().await,

@@ -1225,16 +1225,27 @@ impl Store {
         let s = &self.semantic;
         let enc2 = Arc::clone(enc);
         let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
-        // On a thread below the requests' (the model's per-core threads
-        // inherit its priority: `crate::background`), timed there: the
-        // model's time, not the wait for a thread.
-        let (vectors, took) = crate::background::run("zm-embedder", move || {
+        // Timed on the thread that runs it: the model's time, not the
+        // wait for a thread. Below the requests' priority when the model
+        // runs a batch on threads of its own, which inherit it
+        // (`crate::background`); a model on a pool that outlives the call
+        // (candle's, the fallback) on the blocking pool as before, or the
+        // pool would stay lowered for recall's queries too.
+        let work = move || {
             let started = std::time::Instant::now();
             let vectors = embed_each(enc2.as_ref(), &texts);
             (vectors, started.elapsed())
-        })
-        .await
-        .ok_or_else(ToolError::internal)?;
+        };
+        let (vectors, took) = if enc.batches_on_threads_of_their_own() {
+            crate::background::run("zm-embedder", work)
+                .await
+                .ok_or_else(ToolError::internal)?
+        } else {
+            tokio::task::spawn_blocking(work).await.map_err(|e| {
+                tracing::error!(target: "zm_store", error = %e, "the embedding task failed");
+                ToolError::internal()
+            })?
+        };
         s.embed_micros.fetch_add(micros(took), Ordering::Relaxed);
         let refused = vectors.iter().filter(|v| v.is_none()).count();
         if refused > 0 {

@@ -669,20 +669,32 @@ impl Store {
                 content.chars().take(120).collect(),
             ));
         }
-        // A teammate's names go with their note once it is forgotten or
-        // closed, as `entities` lists them: only the caller's own are
-        // shown on a retired memory's page.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        // The memory's names as `entities` lists them: the caller's own,
+        // and a teammate's while a live memory the caller can read names
+        // it (this one, while it stands); a teammate's name goes with the
+        // last such note forgotten or closed.
+        let mut sql = Sql::new(
             "SELECT e.name AS name, e.type AS t FROM memory_entities me JOIN entities e ON e.id = me.entity_id \
-             JOIN memories m ON m.id = me.memory_id \
-             WHERE me.memory_id = $1 AND (e.owner_id = $2 OR m.invalidated_at IS NULL) ORDER BY {}, e.id LIMIT 50",
+             JOIN memories m ON m.id = me.memory_id WHERE me.memory_id = ",
+        );
+        sql.bind_str(memory_id)
+            .push(" AND (e.owner_id = ")
+            .bind_str(&caller.user_id)
+            .push(
+                " OR m.invalidated_at IS NULL OR EXISTS (SELECT 1 FROM memory_entities me2 \
+                 JOIN memories m2 ON m2.id = me2.memory_id WHERE me2.entity_id = e.id \
+                 AND m2.invalidated_at IS NULL AND ",
+            );
+        push_visible(&mut sql, "m2", &caller.user_id);
+        sql.push(&format!(
+            ")) ORDER BY {}, e.id LIMIT 50",
             self.backend.bytewise("e.name")
-        )))
-        .bind(memory_id)
-        .bind(&caller.user_id)
-        .fetch_all(&self.pool)
-        .await
-        .db("memory entities")?;
+        ));
+        let rows = sql
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("memory entities")?;
         for r in &rows {
             out.entities.push((col(r, "name")?, col(r, "t")?));
         }

@@ -577,7 +577,14 @@ backend_tests! {
             }
         };
         assert!(on_its_page(&a).await, "[{l}] the note's page names it for A while it stands");
+        // A second note names it too: the first one forgotten, the name
+        // stands for A, on the first note's page as well, as `entities`
+        // lists it.
+        let second = mem(&store, &b, l, json!({"content": "Another note on the same subject.", "kind": "fact", "scope": format!("team.{slug}"), "entities": [{"name": name}]})).await;
         ok(call(&store, &b, "forget", json!({"memory_id": note})).await, l, "forget");
+        assert!(listed(&a).await.contains(&name), "[{l}] still named by the second note for A");
+        assert!(on_its_page(&a).await, "[{l}] and on the first note's page, as `entities` lists it");
+        ok(call(&store, &b, "forget", json!({"memory_id": second})).await, l, "forget the second");
         assert!(!listed(&a).await.contains(&name), "[{l}] gone with the note for A");
         assert!(listed(&b).await.contains(&name), "[{l}] B's own entity stays B's");
         assert!(!on_its_page(&a).await, "[{l}] the forgotten note's page names it no more for A");
