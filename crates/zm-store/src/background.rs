@@ -12,6 +12,12 @@
 //! raise a thread's priority back, and the pool's threads go on to embed
 //! recall's queries.
 //!
+//! The embedder hands a batch here only when its model runs the batch on
+//! threads of its own (`Encoder::batches_on_threads_of_their_own`): a
+//! model on a pool that outlives the call (candle's rayon pool, the
+//! fallback) would have the pool started lowered, and recall's queries
+//! embedded on it at that priority too.
+//!
 //! Only work that holds no lock a request waits on goes here: a thread
 //! kept waiting while it held the vector index's read lock would hold up
 //! a refresh waiting to write, and every recall behind that.
