@@ -479,16 +479,17 @@ static TOOLS: std::sync::LazyLock<Vec<rmcp::model::Tool>> = std::sync::LazyLock:
         .collect()
 });
 
-/// The requests a client sends a server, by MCP's names: one of them
-/// that reaches [`ServerHandler::on_custom_request`] had parameters rmcp
-/// could not read as MCP gives them.
+/// The requests this server serves, by MCP's names: one of them that
+/// reaches [`ServerHandler::on_custom_request`] had parameters rmcp could
+/// not read as MCP gives them. (Those it does not serve, subscriptions and
+/// completions among them, stay "Method not found" however they are
+/// written.)
 fn is_mcp_request(method: &str) -> bool {
     use rmcp::model::{
-        CallToolRequestMethod, CompleteRequestMethod, ConstString, DiscoverRequestMethod,
-        GetPromptRequestMethod, InitializeResultMethod, ListPromptsRequestMethod,
-        ListResourceTemplatesRequestMethod, ListResourcesRequestMethod, ListToolsRequestMethod,
-        PingRequestMethod, ReadResourceRequestMethod, SetLevelRequestMethod,
-        SubscribeRequestMethod, UnsubscribeRequestMethod,
+        CallToolRequestMethod, ConstString, DiscoverRequestMethod, GetPromptRequestMethod,
+        InitializeResultMethod, ListPromptsRequestMethod, ListResourceTemplatesRequestMethod,
+        ListResourcesRequestMethod, ListToolsRequestMethod, PingRequestMethod,
+        ReadResourceRequestMethod, SetLevelRequestMethod,
     };
     [
         InitializeResultMethod::VALUE,
@@ -499,12 +500,9 @@ fn is_mcp_request(method: &str) -> bool {
         ListResourcesRequestMethod::VALUE,
         ListResourceTemplatesRequestMethod::VALUE,
         ReadResourceRequestMethod::VALUE,
-        SubscribeRequestMethod::VALUE,
-        UnsubscribeRequestMethod::VALUE,
         ListPromptsRequestMethod::VALUE,
         GetPromptRequestMethod::VALUE,
         SetLevelRequestMethod::VALUE,
-        CompleteRequestMethod::VALUE,
     ]
     .contains(&method)
 }

@@ -2429,22 +2429,11 @@ impl Store {
         sql.push(" ORDER BY m.created_at, m.seq LIMIT ")
             .bind_i64(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1));
         let keys = sql.query().fetch_all(&mut *conn).await.db("team export")?;
-        let budget = self.limits().export_page_chars;
-        let mut page: Vec<TeamExportPosition> = Vec::new();
-        let mut chars = 0_u64;
-        for k in &keys {
-            if page.len() == limit || (!page.is_empty() && chars > budget) {
-                break;
-            }
-            let size: i64 = col(k, "chars")?;
-            chars += u64::try_from(size).unwrap_or(0);
-            page.push(TeamExportPosition {
-                created_at: col(k, "created_at")?,
-                seq: col(k, "page_seq")?,
-            });
-        }
+        let page = crate::transfer::page_of_keys(&keys, limit, self.limits().export_page_chars)?;
         let next = match page.last() {
-            Some(&last) if keys.len() > page.len() => Some(last),
+            Some(&(created_at, seq)) if keys.len() > page.len() => {
+                Some(TeamExportPosition { created_at, seq })
+            }
             _ => None,
         };
         // The rows of the page, by their keys, still in the export's set
@@ -2458,9 +2447,9 @@ impl Store {
                 crate::search::MEMORY_COLUMNS
             ));
             set.push(&mut sql);
-            for (i, p) in page.iter().enumerate() {
+            for (i, &(_, seq)) in page.iter().enumerate() {
                 sql.push(if i == 0 { " AND m.seq IN (" } else { ", " })
-                    .bind_i64(p.seq);
+                    .bind_i64(seq);
             }
             sql.push(") ORDER BY m.created_at, m.seq");
             sql.query().fetch_all(&mut *conn).await.db("team export")?

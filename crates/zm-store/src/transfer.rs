@@ -555,17 +555,7 @@ impl Store {
         // the keys chose, as visible as they were, none gone between.
         let mut snapshot = self.read_snapshot().await.db("export")?;
         let keys = sql.query().fetch_all(&mut *snapshot).await.db("export")?;
-        let budget = self.limits().export_page_chars;
-        let mut page: Vec<(i64, i64)> = Vec::new();
-        let mut chars = 0_u64;
-        for k in &keys {
-            if page.len() == limit || (!page.is_empty() && chars > budget) {
-                break;
-            }
-            let size: i64 = col(k, "chars")?;
-            chars += u64::try_from(size).unwrap_or(0);
-            page.push((col(k, "created_at")?, col(k, "page_seq")?));
-        }
+        let page = page_of_keys(&keys, limit, self.limits().export_page_chars)?;
         let more = keys.len() > page.len();
         let next_cursor = match page.last() {
             Some(&(created_at, seq)) if more => {
@@ -739,6 +729,29 @@ impl Store {
             entities: u64::try_from(entities).unwrap_or(0),
         })
     }
+}
+
+/// The keys an export page keeps, as (`created_at`, `seq`), from key rows
+/// (`created_at`, `page_seq`, `chars`) in the export's order: at most
+/// `limit`, and none past the one that brings the page's text over
+/// `budget` characters (a first memory larger than the budget is a page
+/// of its own). One rule for an account's export and a team's.
+pub(crate) fn page_of_keys(
+    keys: &[sqlx::any::AnyRow],
+    limit: usize,
+    budget: u64,
+) -> Result<Vec<(i64, i64)>, ToolError> {
+    let mut page = Vec::new();
+    let mut chars = 0_u64;
+    for k in keys {
+        if page.len() == limit || (!page.is_empty() && chars > budget) {
+            break;
+        }
+        let size: i64 = col(k, "chars")?;
+        chars += u64::try_from(size).unwrap_or(0);
+        page.push((col(k, "created_at")?, col(k, "page_seq")?));
+    }
+    Ok(page)
 }
 
 #[cfg(test)]
