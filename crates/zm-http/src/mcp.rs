@@ -502,15 +502,12 @@ fn is_initialize(body: &[u8]) -> bool {
 }
 
 /// The refusal of a POST body that is not one JSON-RPC 2.0 message: not
-/// JSON (-32700, Parse error), or not an object whose `jsonrpc` is
-/// `"2.0"` (-32600, Invalid Request; a batch is no longer part of MCP).
-/// Both are 400.
+/// JSON (-32700, Parse error), or not a request, notification or
+/// response as the transport reads them (-32600, Invalid Request: no
+/// `"jsonrpc": "2.0"`, a batch, which is no longer part of MCP, an `id`
+/// that is an object, a `method` that is a number, no `method` and no
+/// `result`). Both are 400; the transport would answer a plain-text 415.
 fn not_one_jsonrpc_message(body: &[u8]) -> Option<Response> {
-    #[derive(serde::Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow)]
-        jsonrpc: Option<std::borrow::Cow<'a, str>>,
-    }
     if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
         return Some(jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -518,25 +515,11 @@ fn not_one_jsonrpc_message(body: &[u8]) -> Option<Response> {
             "Parse error: the body is not JSON.",
         ));
     }
-    match serde_json::from_slice::<Envelope<'_>>(body) {
-        Ok(Envelope { jsonrpc: Some(v) }) if v == "2.0" => {}
-        _ => {
-            return Some(jsonrpc_error(
-                StatusCode::BAD_REQUEST,
-                -32600,
-                "Invalid Request: the body must be one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\").",
-            ));
-        }
-    }
-    // A request, a notification or a response, as the transport reads
-    // them (an `id` that is an object, a `method` that is a number, no
-    // `method` and no `result`): refused here in JSON-RPC's words, not by
-    // the transport as a plain-text 415.
     if serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body).is_err() {
         return Some(jsonrpc_error(
             StatusCode::BAD_REQUEST,
             -32600,
-            "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response (a request has a string \"method\" and an \"id\" that is a string or a number; params, when present, are an object).",
+            "Invalid Request: the body must be one JSON-RPC 2.0 message: an object with \"jsonrpc\": \"2.0\", a request (a string \"method\", an \"id\" that is a string or a number, \"params\", when present, an object), a notification or a response.",
         ));
     }
     None

@@ -38,6 +38,19 @@ fn like_escape(s: &str) -> String {
         .replace('_', "\\_")
 }
 
+/// The condition that entity `entity` (an alias) is still named by a live
+/// memory `user_id` can read: how a teammate's entity is shown to them
+/// (`entities`, a memory's page), so a name from a forgotten note goes
+/// with the last such note.
+pub(crate) fn push_still_named(sql: &mut Sql, entity: &str, user_id: &str) {
+    sql.push(&format!(
+        "EXISTS (SELECT 1 FROM memory_entities named_me JOIN memories named_m ON named_m.id = named_me.memory_id \
+         WHERE named_me.entity_id = {entity}.id AND named_m.invalidated_at IS NULL AND "
+    ));
+    crate::scopes::push_visible(sql, "named_m", user_id);
+    sql.push(")");
+}
+
 impl Store {
     /// Link two memories (by id) or two entities (by name).
     pub(crate) async fn link(
@@ -320,12 +333,9 @@ impl Store {
         sql.bind_str(&caller.user_id);
         sql.push(" OR (e.scope IN (");
         crate::teams::push_member_scopes(&mut sql, &caller.user_id);
-        sql.push(
-            ") AND EXISTS (SELECT 1 FROM memory_entities me JOIN memories m ON m.id = me.memory_id \
-             WHERE me.entity_id = e.id AND m.invalidated_at IS NULL AND ",
-        );
-        crate::scopes::push_visible(&mut sql, "m", &caller.user_id);
-        sql.push(")))");
+        sql.push(") AND ");
+        push_still_named(&mut sql, "e", &caller.user_id);
+        sql.push("))");
         if let Some(scope) = &input.scope {
             match scope.spec() {
                 ScopeSpec::All => {}

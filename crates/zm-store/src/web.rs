@@ -680,14 +680,10 @@ impl Store {
         sql.bind_str(memory_id)
             .push(" AND (e.owner_id = ")
             .bind_str(&caller.user_id)
-            .push(
-                " OR m.invalidated_at IS NULL OR EXISTS (SELECT 1 FROM memory_entities me2 \
-                 JOIN memories m2 ON m2.id = me2.memory_id WHERE me2.entity_id = e.id \
-                 AND m2.invalidated_at IS NULL AND ",
-            );
-        push_visible(&mut sql, "m2", &caller.user_id);
+            .push(" OR m.invalidated_at IS NULL OR ");
+        crate::graph::push_still_named(&mut sql, "e", &caller.user_id);
         sql.push(&format!(
-            ")) ORDER BY {}, e.id LIMIT 50",
+            ") ORDER BY {}, e.id LIMIT 50",
             self.backend.bytewise("e.name")
         ));
         let rows = sql
