@@ -334,18 +334,7 @@ impl Store {
     ) -> Result<(), ToolError> {
         let mut tx = self.write_tx().await?;
         if matches!(change, RuleChange::Pin(true)) {
-            let applies: Option<Option<String>> = sqlx::query_scalar(
-                "SELECT applies_scope FROM rules WHERE owner_id = $1 AND memory_id = $2 AND status = $3",
-            )
-            .bind(&caller.user_id)
-            .bind(memory_id)
-            .bind(RuleState::Promoted.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .db("rule to pin")?;
-            if let Some(Some(path)) = applies {
-                self.may_set_rules_for(&mut tx, caller, &path).await?;
-            }
+            self.may_pin(&mut tx, caller, memory_id).await?;
         }
         // Whose rule changes: the caller's own, or a steward's that the
         // caller revokes for their team (`for_team`).
@@ -407,6 +396,70 @@ impl Store {
         };
         self.audit_in(&mut tx, caller, &entry).await?;
         tx.commit().await.db("commit rule change")?;
+        Ok(())
+    }
+
+    /// May the caller pin their promoted rule from memory `memory_id`? A
+    /// rule members of a project or team receive takes the writer role
+    /// there; and a layer delivers at most
+    /// [`PINNED_RULES_CAP_PER_LAYER`](crate::search::PINNED_RULES_CAP_PER_LAYER)
+    /// pinned rules, so one more than that is refused (`conflict`) rather
+    /// than pinned and never delivered. The layer counted is the caller's
+    /// user layer, or every member's pins for the same project or team.
+    /// Pinning a pinned rule again changes nothing and counts nothing. A
+    /// rule that is not there is left to the update to refuse.
+    async fn may_pin(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        memory_id: &str,
+    ) -> Result<(), ToolError> {
+        let row = sqlx::query(
+            "SELECT layer, applies_scope, pinned FROM rules WHERE owner_id = $1 AND memory_id = $2 AND status = $3",
+        )
+        .bind(&caller.user_id)
+        .bind(memory_id)
+        .bind(RuleState::Promoted.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("rule to pin")?;
+        let Some(row) = row else {
+            return Ok(());
+        };
+        let applies: Option<String> = col(&row, "applies_scope")?;
+        if let Some(path) = &applies {
+            self.may_set_rules_for(tx, caller, path).await?;
+        }
+        if flag_col(&row, "pinned")? {
+            return Ok(());
+        }
+        let layer: String = col(&row, "layer")?;
+        let mut sql = Sql::new("SELECT COUNT(*) AS n FROM rules WHERE status = ");
+        sql.bind_str(RuleState::Promoted.as_str())
+            .push(" AND pinned = 1 AND ");
+        let (cap, layer_named) = (
+            crate::search::PINNED_RULES_CAP_PER_LAYER,
+            match &applies {
+                Some(path) if layer != RuleLayer::User.as_str() => {
+                    sql.push("applies_scope = ").bind_str(path);
+                    format!("for {path}")
+                }
+                _ => {
+                    sql.push("layer = ")
+                        .bind_str(RuleLayer::User.as_str())
+                        .push(" AND owner_id = ")
+                        .bind_str(&caller.user_id);
+                    "for all your sessions".to_string()
+                }
+            },
+        );
+        let row = sql.query().fetch_one(&mut *tx).await.db("pinned rules")?;
+        let pinned: i64 = col(&row, "n")?;
+        if usize::try_from(pinned).unwrap_or(usize::MAX) >= cap {
+            return Err(ToolError::conflict(format!(
+                "{pinned} rules are pinned {layer_named} already, as many as a briefing delivers: unpin one first."
+            )));
+        }
         Ok(())
     }
 

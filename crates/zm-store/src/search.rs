@@ -45,6 +45,11 @@ pub const RECENT_CAP: usize = 5;
 pub const BUDGET_MIN_INLINE_CHARS: usize = 400;
 /// Rules delivered per layer (unpinned), and for how long after promotion.
 pub const RULES_CAP_PER_LAYER: usize = 12;
+/// Pinned rules delivered per layer (the newest promotions), on top of the
+/// unpinned ones; pinning one more in a layer that holds as many is
+/// refused. A team's writers pin for every member: without a cap their
+/// briefings had no bound.
+pub const PINNED_RULES_CAP_PER_LAYER: usize = 12;
 pub const RULES_TTL_DAYS: i64 = 90;
 
 /// Half-life of a kind's relevance, in days.
@@ -1993,7 +1998,8 @@ impl Store {
 
     /// The rules a briefing reading `set` delivers: the user layer, the
     /// caller's teams' layer, then the rules of the projects in `set`;
-    /// pinned first; per-layer cap and TTL for unpinned.
+    /// pinned first (at most [`PINNED_RULES_CAP_PER_LAYER`] a layer);
+    /// per-layer cap and TTL for unpinned.
     pub async fn rules_for(&self, caller: &Caller, set: &ReadSet) -> Result<Vec<Rule>, ToolError> {
         Ok(self
             .delivered_rules(caller, set)
@@ -2061,10 +2067,9 @@ impl Store {
             .push(crate::rules::RULE_ORDER);
         let rows = sql.query().fetch_all(&self.pool).await.db("rules")?;
         type Delivered = ((String, MemoryId), Rule);
-        let mut pinned: Vec<Delivered> = Vec::new();
-        let mut user_layer: Vec<Delivered> = Vec::new();
-        let mut team_layer: Vec<Delivered> = Vec::new();
-        let mut project_layer: Vec<Delivered> = Vec::new();
+        // Per layer (user, team, project): its pinned rules, then the rest.
+        let mut pinned: [Vec<Delivered>; 3] = Default::default();
+        let mut unpinned: [Vec<Delivered>; 3] = Default::default();
         for r in DeliveredRule::from_rows(&rows)? {
             let reaches = |a: &String| reached.contains(a);
             // A team's own scope is the team layer: its members get its
@@ -2090,30 +2095,28 @@ impl Store {
                     pinned: r.pinned,
                 },
             );
-            // Unpinned rules past their time were left out by the query.
-            if r.pinned {
-                pinned.push(rule);
+            let layer = if r.layer == RuleLayer::User {
+                0
+            } else if team_root {
+                1
             } else {
-                let bucket = if r.layer == RuleLayer::User {
-                    &mut user_layer
-                } else if team_root {
-                    &mut team_layer
-                } else {
-                    &mut project_layer
-                };
-                if bucket.len() < RULES_CAP_PER_LAYER {
-                    bucket.push(rule);
-                }
+                2
+            };
+            // Unpinned rules past their time were left out by the query;
+            // the rows come newest promotion first, so each cap keeps the
+            // newest.
+            let (bucket, cap) = if r.pinned {
+                (&mut pinned[layer], PINNED_RULES_CAP_PER_LAYER)
+            } else {
+                (&mut unpinned[layer], RULES_CAP_PER_LAYER)
+            };
+            if bucket.len() < cap {
+                bucket.push(rule);
             }
         }
         let mut out = Delivery::default();
         let mut said = std::collections::HashSet::new();
-        for ((id, memory), rule) in pinned
-            .into_iter()
-            .chain(user_layer)
-            .chain(team_layer)
-            .chain(project_layer)
-        {
+        for ((id, memory), rule) in pinned.into_iter().chain(unpinned).flatten() {
             // A rule saying what another already says is delivered once;
             // its memory is said all the same.
             out.memories.insert(memory);

@@ -329,6 +329,64 @@ backend_tests! {
         }
     }
 
+    /// A layer delivers at most 12 pinned rules (the newest promotions),
+    /// and pinning a 13th in a layer that holds 12 is refused rather than
+    /// pinned and never delivered; re-pinning a pinned rule counts nothing.
+    async fn pinned_rules_are_capped_per_layer(store: Store, l: &str) {
+        let cap = zm_store::search::PINNED_RULES_CAP_PER_LAYER;
+        let (_, a) = user(&store, "rules-pin-cap").await;
+        let mut mine = Vec::new();
+        for i in 0..=cap {
+            let id = mem(&store, &a, l, json!({"content": format!("Always run check number {i} first."), "scope": "personal", "kind": "preference"})).await;
+            ok(call(&store, &a, "promote_rule", json!({"memory_id": id})).await, l, "promote");
+            mine.push(id);
+        }
+        for id in &mine[..cap] {
+            store.pin_rule(&a, id, true).await.expect("pin within the cap");
+        }
+        store.pin_rule(&a, &mine[0], true).await.expect("a pinned rule pinned again");
+        err(store.pin_rule(&a, &mine[cap], true).await, ErrorCode::Conflict, l, "one pin past the cap");
+        let rules = store.user_rules(&a).await.unwrap();
+        assert_eq!(
+            (rules.iter().filter(|r| r.pinned).count(), rules.len()),
+            (cap, cap + 1),
+            "[{l}] the refused pin left its rule delivered unpinned: {rules:?}"
+        );
+        store.pin_rule(&a, &mine[3], false).await.unwrap();
+        store.pin_rule(&a, &mine[cap], true).await.expect("pinned once one is unpinned");
+
+        // Two projects' pins in one read set: the layer delivers the
+        // newest 12 of them.
+        let (_, b) = user(&store, "rules-pin-cap-projects").await;
+        let mut promoted = Vec::new();
+        for (n, hint) in ["/src/pin-cap-one", "/src/pin-cap-two"].into_iter().enumerate() {
+            let project = project_of(&store, &b, l, hint).await;
+            for i in 0..cap / 2 + 1 {
+                let text = format!("Project {n} convention number {i}.");
+                let id = mem(&store, &b, l, json!({"content": text, "scope": project, "kind": "convention"})).await;
+                ok(call(&store, &b, "promote_rule", json!({"memory_id": id})).await, l, "promote project rule");
+                store.pin_rule(&b, &id, true).await.expect("pin a project rule");
+                promoted.push((project.clone(), text));
+                // One promotion a millisecond: newest is well defined.
+                store.clock().advance_ms(1);
+            }
+        }
+        let scopes: Vec<&str> = vec![&promoted[0].0, &promoted[promoted.len() - 1].0];
+        let brief = ok(
+            call(&store, &b, "build_context", json!({"topic": "conventions", "briefing": true, "scopes": scopes})).await,
+            l,
+            "briefing over both projects",
+        );
+        let delivered: Vec<&str> = brief["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["text"].as_str().unwrap())
+            .collect();
+        let newest: Vec<&str> = promoted.iter().rev().take(cap).map(|(_, t)| t.as_str()).collect();
+        assert_eq!(delivered, newest, "[{l}] the newest {cap} pinned project rules: {brief}");
+    }
+
     async fn briefing_reading_everything_delivers_the_pinned_projects_rules(store: Store, l: &str) {
         let (_, a) = user(&store, "rules-all").await;
         let project = project_of(&store, &a, l, "/src/rules-all-project").await;

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use zm_contracts::MemoryId;
 use zm_store::rules::{RuleRecord, RuleState};
-use zm_store::search::{RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
+use zm_store::search::{PINNED_RULES_CAP_PER_LAYER, RULES_CAP_PER_LAYER, RULES_TTL_DAYS};
 
 use super::errors::Failure;
 use super::{PagePath, Signed, signed_form};
@@ -140,7 +140,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
     let uncapped = zm_mcp::instructions::compose(&delivered, false);
     let body = html! {
         h1 { "Rules" }
-        p.lead { "Standing instructions your agents follow: every briefing carries the delivered ones, pinned first, at most " (RULES_CAP_PER_LAYER) " per layer; unpinned rules stop being delivered " (RULES_TTL_DAYS) " days after they were promoted." }
+        p.lead { "Standing instructions your agents follow: every briefing carries the delivered ones, pinned first: per layer at most " (PINNED_RULES_CAP_PER_LAYER) " pinned and " (RULES_CAP_PER_LAYER) " unpinned; unpinned rules stop being delivered " (RULES_TTL_DAYS) " days after they were promoted." }
         @for (layer, label) in [(zm_contracts::RuleLayer::User, "Your layer (every session)"), (zm_contracts::RuleLayer::Project, "Project and team layers")] {
             h2 { (label) }
             @let in_layer: Vec<&RuleRecord> = records.iter().filter(|r| r.layer == layer).collect();
