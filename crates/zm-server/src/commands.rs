@@ -852,22 +852,33 @@ async fn export(cfg: &Config, args: &ExportArgs) -> anyhow::Result<()> {
 /// leaves an earlier file whole instead of a truncated one. A symbolic
 /// link (`latest.jsonl`) keeps being a link: the regular file it points at
 /// (or would, when it dangles) is the one replaced, its partial file
-/// written beside it. Only a device or a pipe (`/dev/stdout`, `>(gzip
-/// …)`), or the file this process's stdout already goes to (`--out
-/// /dev/stdout > backup.jsonl`), is written into as it is.
+/// written beside it. Only a device or a pipe (`>(gzip …)`) is written
+/// into as it is, and this process's stdout (`--out /dev/stdout`, a
+/// terminal, a pipe or the file the shell redirected it to) through the
+/// descriptor the shell opened: its offset and append mode hold, so
+/// `--out /dev/stdout >> all.jsonl` appends and nothing it held is cut.
 async fn export_to_file(
     store: &Store,
     user: &User,
     page_size: u32,
     path: &Path,
 ) -> anyhow::Result<u64> {
-    let Some(target) =
-        replaced_file(path).with_context(|| format!("cannot write {}", path.display()))?
-    else {
-        let mut file = crate::files::create_private_file(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        return export_pages(store, user, page_size, &mut file).await;
-    };
+    let target =
+        match replaced_file(path).with_context(|| format!("cannot write {}", path.display()))? {
+            Written::Replaced(target) => target,
+            Written::Stdout => {
+                let mut out = std::io::BufWriter::new(std::io::stdout());
+                let n = export_pages(store, user, page_size, &mut out).await?;
+                out.flush()
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                return Ok(n);
+            }
+            Written::AsItIs => {
+                let mut file = crate::files::create_private_file(path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                return export_pages(store, user, page_size, &mut file).await;
+            }
+        };
     // A name of this export's own, created new (never a file or link
     // that was there): two exports to one path each write whole, and the
     // later rename wins. Memories are private: created 0600.
@@ -909,26 +920,38 @@ async fn export_to_file(
     written
 }
 
-/// The regular file an export to `path` replaces: `path` itself, or the
-/// file at the end of the symbolic links `path` is (renaming over the link
-/// would replace the link with a file). `None` when `path` is to be
-/// written into as it is: a device, a pipe, this process's stdout.
-fn replaced_file(path: &Path) -> std::io::Result<Option<std::path::PathBuf>> {
+/// How an export to a path is written.
+enum Written {
+    /// Through a partial file renamed over this regular file: `path`
+    /// itself, or the file at the end of the symbolic links `path` is
+    /// (renaming over the link would replace the link with a file).
+    Replaced(std::path::PathBuf),
+    /// Into this process's stdout, as it is open.
+    Stdout,
+    /// Into the path opened as it is: a device or a pipe.
+    AsItIs,
+}
+
+/// How an export to `path` is written ([`Written`]).
+fn replaced_file(path: &Path) -> std::io::Result<Written> {
     let is_link = match std::fs::symlink_metadata(path) {
         Ok(m) => m.file_type().is_symlink(),
         // A new file.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Some(path.to_path_buf()));
+            return Ok(Written::Replaced(path.to_path_buf()));
         }
         Err(e) => return Err(e),
     };
     // Through the links, if any.
     match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() || is_stdout(&m) => Ok(None),
-        Ok(_) if is_link => std::fs::canonicalize(path).map(Some),
-        Ok(_) => Ok(Some(path.to_path_buf())),
+        Ok(m) if is_stdout(&m) => Ok(Written::Stdout),
+        Ok(m) if !m.is_file() => Ok(Written::AsItIs),
+        Ok(_) if is_link => std::fs::canonicalize(path).map(Written::Replaced),
+        Ok(_) => Ok(Written::Replaced(path.to_path_buf())),
         // A link to nothing yet: the export creates the file it names.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => dangling_target(path).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            dangling_target(path).map(Written::Replaced)
+        }
         Err(e) => Err(e),
     }
 }

@@ -1076,6 +1076,39 @@ fn import_server_memory_then_export_and_reimport() {
         "/dev/stdout",
     ]);
     assert_eq!(dev, exported);
+    // With stdout a file the shell opened, `--out /dev/stdout` writes
+    // through the shell's descriptor: appended after what the file held,
+    // two runs in one redirection both kept, the file's mode untouched.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let all = env.dir.path().join("all.jsonl");
+        std::fs::write(&all, "# earlier\n").unwrap();
+        std::fs::set_permissions(&all, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let appended = std::fs::OpenOptions::new().append(true).open(&all).unwrap();
+        let args = [
+            "export",
+            "--user",
+            "alice@example.com",
+            "--out",
+            "/dev/stdout",
+        ];
+        for _ in 0..2 {
+            let out = env
+                .cmd(&args)
+                .stdout(appended.try_clone().unwrap())
+                .output()
+                .unwrap();
+            assert_success(&out, &args);
+        }
+        assert_eq!(
+            std::fs::read_to_string(&all).unwrap(),
+            format!("# earlier\n{exported}{exported}"),
+            "both exports after what the file held"
+        );
+        let mode = std::fs::metadata(&all).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "the shell's file keeps its mode");
+    }
     // `--out` through a symbolic link replaces the file it points at, as
     // it would that file named itself (a partial file beside it, renamed
     // over it), and the link stays a link to it; a link to nothing yet
