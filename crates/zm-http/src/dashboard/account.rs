@@ -14,6 +14,7 @@ use zm_contracts::{ToolError, ToolName, ToolOutput};
 use super::errors::{self, Failure, field_aria, field_class, field_error};
 use super::memories::when;
 use super::{Signed, signed_form};
+use crate::oauth::limit::NotNow;
 use crate::state::AppState;
 
 fn invalid(field: &str, reason: &str, rid: Option<&str>) -> Failure {
@@ -388,7 +389,11 @@ pub(crate) async fn current_password(
             &crate::state::CookieScope::of(&state.cfg.public_url, ""),
         )
         .await;
-    if let Err(secs) = state.login_backoff.attempt(email, device.as_deref()).await {
+    if let Err(refused) = state.login_backoff.attempt(email, device.as_deref()).await {
+        let secs = match refused {
+            NotNow::BackingOff(secs) => secs,
+            NotNow::Uncounted(e) => return Err(Failure::from_tool(e, rid)),
+        };
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
                 "Too many wrong passwords for this account; retry in {secs} s."

@@ -22,6 +22,7 @@ use zm_store::RequestId;
 use super::errors::{self, Failure, field_aria, field_class, field_error};
 use super::{Signed, cookie, html, layout, read_form, redirect, set_cookie};
 use crate::oauth::csrf;
+use crate::oauth::limit::NotNow;
 use crate::request::ClientIp;
 use crate::state::{AppState, CookieScope, PathPrefix};
 
@@ -220,7 +221,13 @@ pub(crate) async fn submit(
             &CookieScope::of(&state.cfg.public_url, ""),
         )
         .await;
-    if let Err(secs) = state.login_backoff.attempt(&email, device.as_deref()).await {
+    if let Err(refused) = state.login_backoff.attempt(&email, device.as_deref()).await {
+        let secs = match refused {
+            NotNow::BackingOff(secs) => secs,
+            NotNow::Uncounted(e) => {
+                return errors::page(&prefix, None, &Failure::from_tool(e, rid));
+            }
+        };
         let mut f = Failure::from_tool(
             ToolError::rate_limited(format!(
                 "Too many failed sign-ins for this account; retry in {secs} s."

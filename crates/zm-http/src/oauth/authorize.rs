@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use zm_store::oauth::{NewCode, OauthClient, parse_scope};
 
-use super::limit::Throttled;
+use super::limit::{NotNow, Throttled};
 use super::params::{FormParams, Params, QueryParams};
 use super::token::is_s256_challenge;
 use super::{OauthRejection, OauthState, csrf, pages, redirect, resource_ok};
@@ -239,7 +239,11 @@ pub(super) async fn submit(
             &CookieScope::of(public_url, ""),
         )
         .await;
-    if let Err(secs) = st.backoff.attempt(&email, device.as_deref()).await {
+    if let Err(refused) = st.backoff.attempt(&email, device.as_deref()).await {
+        let secs = match refused {
+            NotNow::BackingOff(secs) => secs,
+            NotNow::Uncounted(e) => return Err(failed("oauth sign-in count", &e)),
+        };
         st.app.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
         let token = csrf::token(&st.key, &cookie, &canonical);
         let mut resp = pages::html(

@@ -103,6 +103,17 @@ struct Failures {
     until: Instant,
 }
 
+/// Why a sign-in attempt is not made now.
+#[derive(Debug, PartialEq)]
+pub(crate) enum NotNow {
+    /// The account is backing off: retry after this many seconds (at
+    /// least 1).
+    BackingOff(u64),
+    /// The attempt could not be counted (the database is busy, or
+    /// failed): it is refused rather than let through uncounted.
+    Uncounted(zm_contracts::ToolError),
+}
+
 /// Failed sign-ins per account, whatever the client IP: after
 /// [`FREE_FAILURES`] failures each further attempt must wait 30 s, 1 min,
 /// 2 min … up to [`MAX_BACKOFF`]; a success clears the account. A browser
@@ -278,21 +289,24 @@ impl LoginBackoff {
     /// check let every one of them through.
     /// An attempt from a browser the account knows (`device`, from
     /// [`Self::known_device`]) is counted under that browser's own key.
-    pub(crate) async fn attempt(&self, email: &str, device: Option<&str>) -> Result<(), u64> {
+    pub(crate) async fn attempt(&self, email: &str, device: Option<&str>) -> Result<(), NotNow> {
         let Some(account) = counted_key(email, device) else {
             return Ok(());
         };
         if let Some(store) = &self.shared {
-            // A database failure (logged by the store) lets the attempt on
-            // to the password check, which needs the database too.
+            // An attempt that could not be counted is not made: a busy
+            // database (its writers' turns taken) must not switch the
+            // account's back-off off, as the password check would still
+            // be answered from a read.
             return match store
                 .login_attempt(&account, self.clock.wall_ms(), millis(FORGET_AFTER), |n| {
                     millis(backoff_after(n))
                 })
                 .await
             {
-                Ok(Err(secs)) => Err(secs),
-                Ok(Ok(_)) | Err(_) => Ok(()),
+                Ok(Err(secs)) => Err(NotNow::BackingOff(secs)),
+                Ok(Ok(_)) => Ok(()),
+                Err(e) => Err(NotNow::Uncounted(e)),
             };
         }
         let now = self.clock.now();
@@ -302,7 +316,9 @@ impl LoginBackoff {
             && f.until > now
         {
             let left = f.until - now;
-            return Err(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+            return Err(NotNow::BackingOff(
+                left.as_secs() + u64::from(left.subsec_nanos() > 0),
+            ));
         }
         if !map.contains_key(&key) && map.len() >= MAX_ACCOUNTS {
             map.retain(|_, f| now.saturating_duration_since(f.last) < FORGET_AFTER);
@@ -362,7 +378,10 @@ mod tests {
 
     /// The seconds left, allowing for the real time the test takes.
     async fn left(b: &LoginBackoff, email: &str) -> u64 {
-        b.attempt(email, None).await.unwrap_err()
+        match b.attempt(email, None).await {
+            Err(NotNow::BackingOff(secs)) => secs,
+            other => panic!("backing off: {other:?}"),
+        }
     }
 
     /// An email no account can have (longer than 320 characters) is not
@@ -425,7 +444,10 @@ mod tests {
                 Ok(()) => passed += 1,
                 // (An attempt that waited for another's row reads the
                 // clock before the wait: its wait may be a second longer.)
-                Err(secs) => assert!((1..=31).contains(&secs), "{what}: {secs}"),
+                Err(NotNow::BackingOff(secs)) => {
+                    assert!((1..=31).contains(&secs), "{what}: {secs}");
+                }
+                Err(e) => panic!("{what}: {e:?}"),
             }
         }
         assert_eq!(passed, FREE_FAILURES, "{what}");
@@ -458,6 +480,13 @@ mod tests {
         other.succeeded(&email, None).await;
         assert_eq!(b.attempt(&email, None).await, Ok(()));
         a_known_browser_is_counted_apart(&b, &store, &clock).await;
+        // An attempt the database cannot count is not made: let through
+        // uncounted, a busy database would switch the back-off off.
+        store.close().await;
+        assert!(
+            matches!(b.attempt(&email, None).await, Err(NotNow::Uncounted(_))),
+            "an uncounted attempt is refused"
+        );
     }
 
     #[tokio::test]
