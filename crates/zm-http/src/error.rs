@@ -59,6 +59,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.error.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry_after = self.retry_after_secs();
         let mut resp = (status, axum::Json(self.error.to_json())).into_response();
         let h = resp.headers_mut();
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -70,15 +71,21 @@ impl IntoResponse for ApiError {
             // meanwhile).
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        // Every 429 says when to come back (the store's writer-turn
-        // refusal sets no time of its own: a second).
-        let retry_after = self
-            .retry_after
-            .or((status == StatusCode::TOO_MANY_REQUESTS).then_some(RETRY_AFTER_DEFAULT_SECS));
         if let Some(s) = retry_after {
             h.insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
+    }
+}
+
+impl ApiError {
+    /// The `Retry-After` this refusal sends: its own, and for every 429
+    /// at least the default (the store's writer-turn refusal sets no time
+    /// of its own: a second).
+    pub(crate) fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
+            .or((self.error.code == zm_contracts::ErrorCode::RateLimited)
+                .then_some(RETRY_AFTER_DEFAULT_SECS))
     }
 }
 

@@ -674,13 +674,38 @@ fn mcp_unauthorized(e: crate::error::ApiError) -> Response {
         body["error"] = "invalid_token".into();
     }
     let mut resp = (status, axum::Json(body)).into_response();
+    // Every 429 says when to come back, as the API's do.
+    let retry_after = e.retry_after_secs();
     if let Some(c) = e.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
         resp.headers_mut()
             .insert(axum::http::header::WWW_AUTHENTICATE, c);
     }
-    if let Some(s) = e.retry_after {
+    if let Some(s) = retry_after {
         resp.headers_mut()
             .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(s));
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 429 on `/mcp` before the session (the database too busy to
+    /// authenticate) says when to come back, as the API's 429s do.
+    #[test]
+    fn an_unauthorized_429_carries_retry_after() {
+        let busy = crate::error::ApiError::new(zm_contracts::ToolError::rate_limited(
+            "The database is busy.",
+        ));
+        let resp = mcp_unauthorized(busy);
+        assert_eq!(resp.status().as_u16(), 429);
+        assert_eq!(resp.headers()[axum::http::header::RETRY_AFTER], "1");
+        let mut waits = crate::error::ApiError::new(zm_contracts::ToolError::rate_limited("Wait."));
+        waits.retry_after = Some(30);
+        assert_eq!(
+            mcp_unauthorized(waits).headers()[axum::http::header::RETRY_AFTER],
+            "30"
+        );
+    }
 }

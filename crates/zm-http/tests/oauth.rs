@@ -2411,6 +2411,37 @@ async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
     s.stop().await;
 }
 
+/// With as many registrations waiting as the cap and none old enough to
+/// make room, a registration is refused with 429 and a wait of minutes
+/// (not the second a busy database asks for).
+#[tokio::test]
+async fn a_registration_past_a_full_waiting_cap_waits_minutes() {
+    let s = start().await;
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
+         INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) \
+         SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
+    )
+    .bind(zm_store::oauth::MAX_WAITING_CLIENTS)
+    .bind(s.store.clock().now_ms())
+    .execute(&raw)
+    .await
+    .expect("fill");
+    let r = s
+        .http
+        .post(format!("{}/oauth/register", s.base))
+        .json(&json!({"redirect_uris": [REDIRECT]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let wait: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!(wait >= 60, "a wait of minutes: {wait}");
+    s.stop().await;
+}
+
 /// The form's CSRF cookie is sent again with every form rendered, so it
 /// lives as long as the form's token: a form loaded late in the cookie's
 /// life, or a retry after a wrong password, does not expire early.

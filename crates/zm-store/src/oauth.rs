@@ -217,13 +217,29 @@ impl OauthError {
 }
 
 impl From<ToolError> for OauthError {
+    /// A busy database, and a write that lost to concurrent ones (its
+    /// retries spent, or a row it named removed meanwhile: `conflict`,
+    /// nothing written), are worth sending again: `Busy`. The rest is
+    /// the server's own failure.
     fn from(e: ToolError) -> Self {
-        if e.code == zm_contracts::ErrorCode::RateLimited {
+        if is_transient(&e) {
             OauthError::Busy(e)
         } else {
             OauthError::Internal(e)
         }
     }
+}
+
+/// Is `e` a store failure the same request may not meet again: the
+/// database too busy (`rate_limited`), or a write that lost to concurrent
+/// ones (`conflict`: its retries spent, or a row it referred to removed
+/// meanwhile; nothing was written either way)? The OAuth endpoints never
+/// answer `conflict` for a state the client must change.
+pub fn is_transient(e: &ToolError) -> bool {
+    matches!(
+        e.code,
+        zm_contracts::ErrorCode::RateLimited | zm_contracts::ErrorCode::Conflict
+    )
 }
 
 impl std::fmt::Display for OauthError {
@@ -509,6 +525,28 @@ async fn revoke_family_in(
     Ok(done.rows_affected() > 0)
 }
 
+/// The refusal of a registration past the cap of clients waiting for a
+/// first sign-in: `rate_limited`, marked so that it is told apart from a
+/// busy database ([`is_registrations_full`]).
+fn registrations_full(message: &str) -> ToolError {
+    ToolError::rate_limited(message).with_details(serde_json::json!({"cap": REGISTRATIONS_FULL}))
+}
+
+/// The mark of [`registrations_full`] in the error's `details`.
+const REGISTRATIONS_FULL: &str = "clients_waiting_for_sign_in";
+
+/// Was a registration refused because too many clients wait for their
+/// first sign-in (the client should wait minutes), rather than because
+/// the database was busy (a second)?
+pub fn is_registrations_full(e: &ToolError) -> bool {
+    e.code == zm_contracts::ErrorCode::RateLimited
+        && e.details
+            .as_ref()
+            .and_then(|d| d.get("cap"))
+            .and_then(Value::as_str)
+            == Some(REGISTRATIONS_FULL)
+}
+
 impl Store {
     /// Append an OAuth audit row; `actor` is `None` for anonymous events
     /// (registration, a failed sign-in for an unknown email). Both go the
@@ -594,13 +632,13 @@ impl Store {
         match (evicted, network) {
             (0, Some(network)) => {
                 tracing::warn!(target: "zm_store", network, "oauth registrations refused: too many from one network wait for a sign-in");
-                Err(ToolError::rate_limited(
+                Err(registrations_full(
                     "Too many clients registered from your network are waiting for their first sign-in; try again later.",
                 ))
             }
             (0, None) => {
                 tracing::warn!(target: "zm_store", waiting, "oauth registrations refused: too many wait for a sign-in");
-                Err(ToolError::rate_limited(
+                Err(registrations_full(
                     "Too many registered clients are waiting for their first sign-in; try again later.",
                 ))
             }

@@ -64,11 +64,17 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
                 "Unknown client. The application is not registered with this server; ask it to connect again.",
             ));
         }
-        Err(_) => {
-            return Err(OauthRejection::page(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Internal server error.",
-            ));
+        // A busy database says to reload, as every other step's failure.
+        Err(e) => {
+            return Err(
+                match super::error::store_failure("oauth client lookup", &e) {
+                    OauthRejection::Busy => OauthRejection::BusyPage,
+                    _ => OauthRejection::page(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "Internal server error.",
+                    ),
+                },
+            );
         }
     };
     let Some(redirect_uri) = p.get("redirect_uri") else {

@@ -193,12 +193,13 @@ impl IntoResponse for OauthRejection {
 /// that waited its whole turn (30 s) gave up; the next may get one.
 const BUSY_RETRY_S: u64 = 1;
 
-/// A store failure as an OAuth answer, logged here: a busy database
-/// ([`zm_contracts::ErrorCode::RateLimited`]) is load, not a fault, and
-/// the client may retry (`Busy`, a warning); anything else is a
-/// `ServerError` (an error). `what` names the step that failed.
+/// A store failure as an OAuth answer, logged here: a busy database, or a
+/// write that lost to concurrent ones ([`zm_store::oauth::is_transient`]),
+/// is load, not a fault, and the client may retry (`Busy`, a warning);
+/// anything else is a `ServerError` (an error). `what` names the step
+/// that failed.
 pub(crate) fn store_failure(what: &str, e: &zm_contracts::ToolError) -> OauthRejection {
-    if e.code == zm_contracts::ErrorCode::RateLimited {
+    if zm_store::oauth::is_transient(e) {
         tracing::warn!(target: "zm_http", error = %e, "{what}: the database is busy");
         OauthRejection::Busy
     } else {
@@ -351,12 +352,15 @@ mod tests {
         );
     }
 
-    /// The store's failures: a busy database is `Busy` (the client may
-    /// retry), anything else a `ServerError`.
+    /// The store's failures: a busy database, or a write that lost to
+    /// concurrent ones, is `Busy` (the client may retry), anything else a
+    /// `ServerError`.
     #[test]
     fn a_busy_store_is_not_a_server_error() {
         let busy = zm_contracts::ToolError::rate_limited("The database is busy.");
         assert!(matches!(store_failure("t", &busy), OauthRejection::Busy));
+        let lost = zm_contracts::ToolError::conflict("Lost to concurrent writes; retry it.");
+        assert!(matches!(store_failure("t", &lost), OauthRejection::Busy));
         let broken = zm_contracts::ToolError::internal();
         assert!(matches!(
             store_failure("t", &broken),

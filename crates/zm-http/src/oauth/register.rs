@@ -104,15 +104,16 @@ pub(super) async fn register(
             request_id.as_ref().map(|Extension(r)| r.as_str()),
         )
         .await
-        .map_err(|e| match e.code {
+        .map_err(|e| {
             // Too many registrations wait for a sign-in, in all or from
-            // this network (the store logged it).
-            zm_contracts::ErrorCode::RateLimited => OauthRejection::RateLimited {
-                retry_after: REGISTRATIONS_FULL_RETRY_S,
-            },
-            _ => {
-                tracing::error!(target: "zm_http", error = %e, "oauth registration failed");
-                OauthRejection::ServerError
+            // this network (the store logged it); a busy database is a
+            // 503 worth retrying at once.
+            if zm_store::oauth::is_registrations_full(&e) {
+                OauthRejection::RateLimited {
+                    retry_after: REGISTRATIONS_FULL_RETRY_S,
+                }
+            } else {
+                super::error::store_failure("oauth registration", &e)
             }
         })?;
     let mut body = json!({
