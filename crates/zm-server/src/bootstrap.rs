@@ -70,7 +70,9 @@ pub async fn first_start(store: &Store, cfg: &Config) -> anyhow::Result<Option<F
     }))
 }
 
-/// The `zero-memory stdio` command line that opens the same database.
+/// The `zero-memory stdio` command line that opens the same database:
+/// the config file, if any, and what a flag or the environment set beside
+/// it (a client starting the command has neither).
 fn stdio_command(cfg: &Config) -> String {
     let mut cmd = String::from("zero-memory");
     if let Some(f) = &cfg.config_file {
@@ -79,26 +81,17 @@ fn stdio_command(cfg: &Config) -> String {
             shell_quote(&f.display().to_string())
         ));
     }
-    let db_default = cfg
-        .sources
-        .get("database_url")
-        .copied()
-        .unwrap_or(Source::Default)
-        == Source::Default;
-    let dir_default = cfg
-        .sources
-        .get("data_dir")
-        .copied()
-        .unwrap_or(Source::Default)
-        == Source::Default;
-    if db_default && !dir_default && cfg.config_file.is_none() {
+    let source = |key| cfg.sources.get(key).copied().unwrap_or(Source::Default);
+    let beside_the_file = |s| matches!(s, Source::Flag | Source::Env);
+    let db = source("database_url");
+    if db == Source::Default && beside_the_file(source("data_dir")) {
         cmd.push_str(&format!(
             " --data-dir {}",
             shell_quote(&cfg.data_dir.display().to_string())
         ));
     }
     cmd.push_str(" stdio");
-    if !db_default && cfg.config_file.is_none() {
+    if beside_the_file(db) {
         cmd.push_str("   (with the same ZM_DATABASE_URL)");
     }
     cmd
@@ -319,6 +312,36 @@ mod tests {
         assert!(
             text.contains("/run/zm/first") && text.contains("0600"),
             "{text}"
+        );
+    }
+
+    /// The printed `stdio` command opens the same database: a data
+    /// directory given by a flag or the environment is named even beside a
+    /// config file (which says nothing of it), one the file gives is not;
+    /// a database URL from the environment is pointed at.
+    #[test]
+    fn the_stdio_command_names_what_the_config_file_does_not() {
+        let mut cfg = Config::defaults_in("/srv/zm");
+        cfg.config_file = Some("/etc/zm.toml".into());
+        let cmd = stdio_command(&cfg);
+        assert_eq!(
+            cmd,
+            "zero-memory --config /etc/zm.toml --data-dir /srv/zm stdio"
+        );
+        cfg.sources.insert("data_dir", Source::File);
+        assert_eq!(
+            stdio_command(&cfg),
+            "zero-memory --config /etc/zm.toml stdio"
+        );
+        cfg.sources.insert("database_url", Source::Env);
+        assert_eq!(
+            stdio_command(&cfg),
+            "zero-memory --config /etc/zm.toml stdio   (with the same ZM_DATABASE_URL)"
+        );
+        cfg.sources.insert("database_url", Source::File);
+        assert_eq!(
+            stdio_command(&cfg),
+            "zero-memory --config /etc/zm.toml stdio"
         );
     }
 

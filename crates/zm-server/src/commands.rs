@@ -363,11 +363,19 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
         None => stdio_owner(&store, cfg).await?,
     };
     let user = usable(user)?;
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    let hint = if args.no_project {
-        None
-    } else {
-        project_hint(args.project.as_deref(), &cwd)
+    // The working directory is read only when it names the project: a
+    // client that starts the server from a directory since removed (a
+    // deleted worktree) with `--project` or `--no-project` is served.
+    let hint = match args.project.as_deref().map(str::trim) {
+        _ if args.no_project => None,
+        Some(p) if !p.is_empty() => Some(p.to_string()),
+        _ => match std::env::current_dir() {
+            Ok(cwd) => project_hint(None, &cwd),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the working directory: no project attached (pass --project, or project_hint on the first call)");
+                None
+            }
+        },
     };
     let attached = match &hint {
         Some(h) => store

@@ -1500,7 +1500,7 @@ impl Config {
                 .database_url
                 .as_deref()
                 .and_then(|u| url::Url::parse(u).ok())
-                .is_some_and(|u| u.password().is_some());
+                .is_some_and(|u| holds_a_password(&u));
         if !holds_password {
             return None;
         }
@@ -1690,6 +1690,17 @@ pub fn creating(url: &str) -> String {
     }
 }
 
+/// Is a URL's query key one that holds a password (the driver reads
+/// `postgres://zm@db/zm?password=…` as `zm:…@db`)?
+fn is_password_key(key: &str) -> bool {
+    key.eq_ignore_ascii_case("password") || key.eq_ignore_ascii_case("sslpassword")
+}
+
+/// Does a database URL hold a password, after its user or in its query?
+fn holds_a_password(u: &url::Url) -> bool {
+    u.password().is_some() || u.query_pairs().any(|(k, _)| is_password_key(&k))
+}
+
 /// Replace a URL's password (and any `password=` query value) with `***`.
 pub fn redact_url(raw: &str) -> String {
     let Ok(mut u) = url::Url::parse(raw) else {
@@ -1710,8 +1721,7 @@ pub fn redact_url(raw: &str) -> String {
     let pairs: Vec<(String, String)> = u
         .query_pairs()
         .map(|(k, v)| {
-            let secret =
-                k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+            let secret = is_password_key(&k);
             (
                 k.into_owned(),
                 if secret { "***".into() } else { v.into_owned() },
@@ -1834,6 +1844,11 @@ mod tests {
             "{note}"
         );
         assert_eq!(load(with_password, 0o600), None, "private");
+        // The password as a query parameter, which the driver reads too.
+        let in_query =
+            "database_url = \"postgres://zm@db.internal/zm?sslmode=require&password=secret\"\n";
+        let note = load(in_query, 0o640).expect("a note for a password in the query");
+        assert!(note.contains("640") && !note.contains("secret"), "{note}");
         assert_eq!(
             load("database_url = \"postgres://zm@db.internal/zm\"\n", 0o644),
             None,

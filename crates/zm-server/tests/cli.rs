@@ -1370,6 +1370,11 @@ impl Stdio2 {
         args.extend_from_slice(extra);
         let mut cmd = env.cmd(&args);
         tweak(&mut cmd);
+        Stdio2::spawn(cmd)
+    }
+
+    /// Start `cmd`, a `stdio` server (perhaps behind a shell).
+    fn spawn(mut cmd: Command) -> Stdio2 {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1597,6 +1602,51 @@ fn stdio_with_user_and_project() {
     assert!(bob.contains("Widgets are built with make."));
     let alice = env.ok(&["export", "--user", "alice@example.com"]);
     assert!(!alice.contains("Widgets"));
+}
+
+/// A client that starts the server in a directory removed since (a
+/// deleted worktree) is served when `--project` or `--no-project` says
+/// what the directory would have: the directory is not read.
+#[cfg(unix)]
+#[test]
+fn stdio_with_a_project_starts_in_a_removed_directory() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    for extra in [
+        &["--project", "https://github.com/example/gone.git"][..],
+        &["--no-project"][..],
+    ] {
+        let gone = env.dir.path().join("removed-worktree");
+        std::fs::create_dir(&gone).unwrap();
+        // The shell enters the directory, removes it, then runs the
+        // server there (a directory cannot be removed under a spawn).
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("cd \"$0\" && rmdir \"$0\" && exec \"$@\"")
+            .arg(&gone)
+            .arg(env!("CARGO_BIN_EXE_zero-memory"))
+            .arg("--data-dir")
+            .arg(env.data_dir())
+            .args(["stdio", "--user", "alice@example.com"])
+            .args(extra)
+            .env("ZM_LOG", "warn");
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("ZM_") && k != "ZM_LOG" {
+                cmd.env_remove(k);
+            }
+        }
+        let mut s = Stdio2::spawn(cmd);
+        initialize(&mut s);
+        s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "remember",
+            "arguments": {"content": "Served from a removed directory.", "kind": "fact", "scope": "personal"},
+        }}));
+        let r = s.response(2);
+        assert_ne!(r["result"]["isError"], true, "{extra:?}: {r}");
+        let (code, err) = s.finish();
+        assert_eq!(code, Some(0), "{extra:?}: {err}");
+        assert!(!gone.exists(), "the directory was removed");
+    }
 }
 
 /// A client that stops its stdio server with SIGTERM (stdin still open)
