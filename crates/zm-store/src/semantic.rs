@@ -1756,33 +1756,53 @@ impl Store {
         // the changes (usually none) take the write lock below, so a
         // recall never waits for 100,000 rows to be applied. CPU work, on
         // a blocking thread rather than one of the runtime's workers.
+        // The lock is taken for [`META_CHUNK`] rows at a time: a writer
+        // queued behind a hold (new vectors, a forget's re-read) makes
+        // every later reader wait too, recalls on the runtime's workers
+        // among them, so no hold lasts the whole comparison.
         let semantic = Arc::clone(&self.semantic);
         let compared = tokio::task::spawn_blocking(move || {
-            let index = read(&semantic.index);
-            if index.model != model {
-                return None;
-            }
             let present: std::collections::HashSet<&MemoryId> =
                 metas.iter().map(|m| &m.id).collect();
             // The first `known` entries are the ones there before the rows
             // were read (entries only leave here, and new ones are
-            // appended); those the rows lack go, found again by id below.
-            let gone: Vec<MemoryId> = index.ids[..known.min(index.ids.len())]
-                .iter()
-                .filter(|id| !present.contains(id))
-                .cloned()
-                .collect();
-            let mut changed: Vec<usize> = Vec::new();
-            let mut missing: Vec<String> = Vec::new();
-            for (k, m) in metas.iter().enumerate() {
-                match index.by_id.get(&m.id) {
-                    Some(&i) if index.meta_matches(i, m) => {}
-                    Some(_) => changed.push(k),
-                    None => missing.push(m.id.as_str().to_string()),
+            // appended, so the prefix stands between holds); those the
+            // rows lack go, found again by id below.
+            let mut gone: Vec<MemoryId> = Vec::new();
+            let mut from = 0;
+            loop {
+                let index = read(&semantic.index);
+                if index.model != model {
+                    return None;
                 }
+                let to = (from + META_CHUNK).min(known.min(index.ids.len()));
+                if from >= to {
+                    break;
+                }
+                gone.extend(
+                    index.ids[from..to]
+                        .iter()
+                        .filter(|id| !present.contains(id))
+                        .cloned(),
+                );
+                from = to;
             }
             drop(present);
-            drop(index);
+            let mut changed: Vec<usize> = Vec::new();
+            let mut missing: Vec<String> = Vec::new();
+            for (c, chunk) in metas.chunks(META_CHUNK).enumerate() {
+                let index = read(&semantic.index);
+                if index.model != model {
+                    return None;
+                }
+                for (k, m) in chunk.iter().enumerate() {
+                    match index.by_id.get(&m.id) {
+                        Some(&i) if index.meta_matches(i, m) => {}
+                        Some(_) => changed.push(c * META_CHUNK + k),
+                        None => missing.push(m.id.as_str().to_string()),
+                    }
+                }
+            }
             Some((metas, changed, gone, missing, model))
         })
         .await
@@ -1964,8 +1984,10 @@ impl Store {
     /// more than the scan at 10,000 (`spawn_blocking` 0.5–1.2 ms,
     /// `block_in_place` about 0.4 ms, hybrid p50, two cores; see
     /// BENCHMARKS.md). The index's write lock is never held long (the
-    /// sweep read-locks it one memory at a time), so the scan does not
-    /// queue behind a long hold.
+    /// sweep read-locks it one memory at a time), and no read hold is
+    /// either (the metadata comparison takes it [`META_CHUNK`] rows at a
+    /// time: a writer queued behind a long read hold would make this scan
+    /// wait for both), so the scan does not queue behind a long hold.
     pub(crate) fn nearest(
         &self,
         query: &Vector,
@@ -2147,6 +2169,11 @@ fn embed_each(enc: &dyn Encoder, texts: &[String]) -> Vec<Option<Vector>> {
         )
         .collect()
 }
+
+/// How many rows the vector metadata comparison reads under one hold of
+/// the index's read lock (about a millisecond of lookups; a handful in
+/// unit tests, so that theirs take several holds).
+const META_CHUNK: usize = if cfg!(test) { 3 } else { 4096 };
 
 #[cfg(test)]
 mod tests {
@@ -2564,6 +2591,59 @@ mod tests {
                 .unwrap();
             store.refresh_vector_meta().await.unwrap();
             assert!(!store.is_embedded(&id), "[{label}] left the index");
+        }
+    }
+
+    /// The metadata refresh compares its rows a chunk at a time
+    /// ([`META_CHUNK`], 3 here): a change, and a vector gone from the
+    /// table, in any chunk is applied to its own memory.
+    #[tokio::test]
+    async fn the_metadata_refresh_applies_changes_in_every_chunk() {
+        let Some(Ok(model)) = zm_embed::bundled() else {
+            return;
+        };
+        for (label, _dir, store) in crate::testing::stores().await {
+            let caller = crate::testing::test_caller(&store, "chunks").await;
+            let tools = crate::ToolService::new(store.clone());
+            let mut ids = Vec::new();
+            for n in 0..3 * META_CHUNK + 1 {
+                let id = remember_fact(
+                    &tools,
+                    &caller,
+                    format!("Deployment window number {n} is on a weekday."),
+                )
+                .await;
+                embed_with(&store, &model, &id, label).await;
+                ids.push(id);
+            }
+            // Another instance forgets some and drops others' vectors.
+            let forgotten = [1, META_CHUNK + 1, 3 * META_CHUNK];
+            let dropped = [2, 2 * META_CHUNK + 2];
+            for &k in &forgotten {
+                sqlx::query("UPDATE memories SET invalidated_at = 1 WHERE id = $1")
+                    .bind(&ids[k])
+                    .execute(&store.pool)
+                    .await
+                    .unwrap();
+            }
+            for &k in &dropped {
+                sqlx::query("DELETE FROM memory_vectors WHERE memory_id = $1")
+                    .bind(&ids[k])
+                    .execute(&store.pool)
+                    .await
+                    .unwrap();
+            }
+            store.refresh_vector_meta().await.unwrap();
+            let index = read(&store.semantic.index);
+            for (k, id) in ids.iter().enumerate() {
+                let at = index.by_id.get(&MemoryId::from_trusted(id)).copied();
+                if dropped.contains(&k) {
+                    assert_eq!(at, None, "[{label}] {k}: its vector left");
+                } else {
+                    let live = index.entries[at.expect("still indexed")].live;
+                    assert_eq!(live, !forgotten.contains(&k), "[{label}] {k}: live");
+                }
+            }
         }
     }
 
