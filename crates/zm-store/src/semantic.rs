@@ -1247,14 +1247,6 @@ impl Store {
             })?
         };
         s.embed_micros.fetch_add(micros(took), Ordering::Relaxed);
-        let refused = vectors.iter().filter(|v| v.is_none()).count();
-        if refused > 0 {
-            // Kept without a vector (so not pending again): said here and
-            // counted, or a model that refuses everything would look idle.
-            tracing::warn!(target: "zm_store", model = %model, refused, of = vectors.len(), "the embedding model refused some memories; recall finds them by full text only (`zero-memory reindex --all` tries again)");
-            s.refused
-                .fetch_add(u64::try_from(refused).unwrap_or(0), Ordering::Relaxed);
-        }
         let embedded_at = self.now();
         let mut tx = self.write_tx().await?;
         #[cfg(test)]
@@ -1262,6 +1254,10 @@ impl Store {
             return Err(ToolError::internal());
         }
         let mut fresh: Vec<MemoryId> = Vec::with_capacity(batch.len());
+        // Refusals this batch stores (a memory kept without a vector);
+        // counted once they commit: a batch that fails is embedded again,
+        // and a row another embedder wrote first is not this one's.
+        let mut refused = 0u64;
         let mut rival: Option<String> = None;
         for ((id, _), v) in batch.iter().zip(&vectors) {
             let replaced = sqlx::query(
@@ -1289,14 +1285,23 @@ impl Store {
             .execute(&mut *tx)
             .await
             .db("write vector")?;
-            if v.is_some() && written.rows_affected() == 1 {
-                fresh.push(MemoryId::from_trusted(id));
+            if written.rows_affected() == 1 {
+                match v {
+                    Some(_) => fresh.push(MemoryId::from_trusted(id)),
+                    None => refused += 1,
+                }
             }
         }
         release_claims(&mut tx, model, batch, until)
             .await
             .db("release embedding claims")?;
         tx.commit().await.db("commit vectors")?;
+        if refused > 0 {
+            // Kept without a vector (so not pending again): said here and
+            // counted, or a model that refuses everything would look idle.
+            tracing::warn!(target: "zm_store", model = %model, refused, of = vectors.len(), "the embedding model refused some memories; recall finds them by full text only (`zero-memory reindex --all` tries again)");
+            s.refused.fetch_add(refused, Ordering::Relaxed);
+        }
         if let Some(rival) = rival {
             let last = s.rival_warned_at.load(Ordering::Relaxed);
             let now = u64::try_from(embedded_at).unwrap_or(0);
@@ -3082,7 +3087,9 @@ mod tests {
 
     /// What the model refused stays counted after the process that
     /// refused it: `refused_memories` reads the database (what `reindex`
-    /// reports), while this process's figure counts its own refusals.
+    /// reports), while this process's figure counts its own refusals,
+    /// once each: a batch that failed to store counts nothing, and is
+    /// counted when it is embedded again.
     #[tokio::test]
     async fn refusals_are_counted_from_the_database() {
         let (dir, store) = crate::testing::sqlite_store().await;
@@ -3092,6 +3099,12 @@ mod tests {
             remember_fact(&tools, &caller, text.into()).await;
         }
         store.set_encoder(Arc::new(Odd { strict: false }));
+        store
+            .semantic
+            .fail_next_store
+            .store(true, Ordering::Relaxed);
+        assert!(store.embed_pending(64).await.is_err(), "the batch failed");
+        assert_eq!(store.semantic_status().refused, 0, "nothing stored");
         while store.embed_pending(64).await.unwrap() > 0 {}
         assert_eq!(store.semantic_status().refused, 1);
         assert_eq!(store.refused_memories().await.unwrap(), 1);
