@@ -179,6 +179,9 @@ async fn run(store: Store, per_second: u32, cancel: CancellationToken) {
                 Ok(_) => vectors.worked(),
                 Err(e) => vectors.failed(&e),
             }
+            // A batch whose near-duplicate sweep failed is swept again
+            // now, not only once another memory is embedded.
+            store.sweep_by_meaning(Vec::new()).await;
             if vectors.failing() {
                 vectors.backoff()
             } else {

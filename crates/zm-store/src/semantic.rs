@@ -603,8 +603,11 @@ pub(crate) struct Semantic {
     meta_epoch: AtomicU64,
     meta_touched: std::sync::Mutex<HashMap<MemoryId, u64>>,
     /// Fresh vectors whose near-duplicate sweep waits for the index to
-    /// hold them (the refresh after their batch failed): swept with the
-    /// next batch whose refresh works.
+    /// hold them (the refresh after their batch failed), or failed: swept
+    /// with the next batch, or when the embedder is next idle
+    /// ([`Store::sweep_by_meaning`]). Kept in memory only: a restart
+    /// between a batch's commit and its sweep leaves those unswept (a pair
+    /// the owner would have been asked to judge; nothing is lost).
     unswept: std::sync::Mutex<Vec<MemoryId>>,
     /// Hybrid fusion's constants: always
     /// [`Fusion::DEFAULT`](crate::search::Fusion::DEFAULT) but in the
@@ -618,6 +621,9 @@ pub(crate) struct Semantic {
     /// Tests: the next batch fails before it stores its vectors.
     #[cfg(test)]
     pub(crate) fail_next_store: AtomicBool,
+    /// Tests: the next near-duplicate sweep by meaning fails.
+    #[cfg(test)]
+    pub(crate) fail_next_sweep: AtomicBool,
     /// Tests: run once by the next whole pass that found nothing, before
     /// it settles (a write landing between its lookups and its mark).
     #[cfg(test)]
@@ -1170,13 +1176,24 @@ impl Store {
                 tracing::warn!(target: "zm_store", error = %e, "could not release the claims of a failed embedding batch");
             }
         }
-        let mut fresh = stored?;
+        let fresh = stored?;
         move_mark();
         s.embedded
             .fetch_add(u64::try_from(fresh.len()).unwrap_or(0), Ordering::Relaxed);
         // The vectors are stored: what follows must not fail the batch (it
         // would not come back, no longer pending). The index loads them
         // at its next refresh at the latest.
+        self.sweep_by_meaning(fresh).await;
+        Ok(batch.len())
+    }
+
+    /// Sweep the memories embedded but not yet swept for near-duplicates
+    /// by meaning: those of a batch that failed to sweep (kept in memory,
+    /// at most [`UNSWEPT_MAX`]), with `fresh`. The embedder calls it with
+    /// nothing fresh when it is idle, so a sweep that failed is tried
+    /// again without waiting for the next memory to embed.
+    pub async fn sweep_by_meaning(&self, mut fresh: Vec<MemoryId>) {
+        let s = &self.semantic;
         // The sweep compares through the index: it waits until the index
         // holds the fresh vectors (a sweep without them would find nothing,
         // and never come back to them).
@@ -1187,6 +1204,9 @@ impl Store {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         unswept.append(&mut fresh);
+        if unswept.is_empty() {
+            return;
+        }
         let wait = |mut unswept: Vec<MemoryId>| {
             let mut waiting = s
                 .unswept
@@ -1201,15 +1221,15 @@ impl Store {
         if let Err(e) = self.refresh_vectors().await {
             tracing::warn!(target: "zm_store", error = %e.message, "could not load fresh vectors into the index");
             wait(unswept);
-            return Ok(batch.len());
+            return;
         }
         if let Err(e) = self.file_meaning_duplicates(&unswept).await {
-            // Swept with the next batch: these have vectors now, no pass
-            // would come back to them.
+            // Swept with the next batch, or when the embedder is next
+            // idle: these have vectors now, no pass would come back to
+            // them.
             tracing::warn!(target: "zm_store", error = %e.message, "the near-duplicate sweep by meaning failed for a batch");
             wait(unswept);
         }
-        Ok(batch.len())
     }
 
     /// Embed one claimed batch and store its vectors, releasing its
@@ -1404,6 +1424,10 @@ impl Store {
     /// bind more values in one statement than the databases take, and
     /// fail again every time.
     pub async fn file_meaning_duplicates(&self, ids: &[MemoryId]) -> Result<usize, ToolError> {
+        #[cfg(test)]
+        if self.semantic.fail_next_sweep.swap(false, Ordering::Relaxed) {
+            return Err(ToolError::internal());
+        }
         let mut filed = 0;
         for chunk in ids.chunks(SWEEP_CHUNK) {
             filed += self.file_meaning_duplicates_of(chunk).await?;
@@ -2849,6 +2873,51 @@ mod tests {
         store.set_encoder(model);
         while store.embed_pending(64).await.unwrap() > 0 {}
         Some((dir, store, tools, caller))
+    }
+
+    /// A batch whose near-duplicate sweep failed is swept again by the
+    /// idle embedder's call, without waiting for another memory to embed.
+    #[tokio::test]
+    async fn a_failed_sweep_is_tried_again_when_idle() {
+        let Some((_dir, store, tools, caller)) = settled_store("unswept").await else {
+            return;
+        };
+        let decide = |text: &str| serde_json::json!({"content": text, "kind": "decision", "scope": "personal"});
+        for text in [
+            "We decided to use Postgres advisory locks for the job scheduler instead of Redis locks.",
+            "Decision: the job scheduler uses Postgres advisory locks, not Redis locks.",
+        ] {
+            tools
+                .call(&caller, zm_contracts::ToolName::Remember, &decide(text))
+                .await
+                .unwrap();
+        }
+        let unjudged = || async {
+            let out = tools
+                .call(
+                    &caller,
+                    zm_contracts::ToolName::ListConflicts,
+                    &serde_json::json!({"verdict": "unjudged"}),
+                )
+                .await
+                .unwrap()
+                .to_json();
+            out["conflicts"].as_array().map_or(0, Vec::len)
+        };
+        assert_eq!(unjudged().await, 0, "too few words in common when written");
+        store
+            .semantic
+            .fail_next_sweep
+            .store(true, Ordering::Relaxed);
+        assert_eq!(store.embed_pending(64).await.unwrap(), 2, "embedded");
+        assert_eq!(unjudged().await, 0, "the sweep failed");
+        assert_eq!(
+            store.embed_pending(64).await.unwrap(),
+            0,
+            "nothing new to embed"
+        );
+        store.sweep_by_meaning(Vec::new()).await;
+        assert_eq!(unjudged().await, 1, "swept when idle");
     }
 
     /// A memory written while a pass is under way is embedded next, not
