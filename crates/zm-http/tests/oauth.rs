@@ -1198,6 +1198,21 @@ async fn registration_refusals() {
         .register(json!({"redirect_uris": [REDIRECT], "client_name": "Zed — 日本語 ✓"}))
         .await;
     assert_eq!(st, 201, "an ordinary name of any script: {v}");
+    // At most 64 fields, as any OAuth request's parameters.
+    let mut many = serde_json::Map::new();
+    many.insert("redirect_uris".into(), json!([REDIRECT]));
+    for i in 0..63 {
+        many.insert(format!("x_extension_{i}"), json!(i));
+    }
+    let (st, v) = s.register(serde_json::Value::Object(many.clone())).await;
+    assert_eq!(st, 201, "64 fields: {v}");
+    many.insert("x_extension_63".into(), json!(63));
+    let (st, v) = s.register(serde_json::Value::Object(many)).await;
+    assert_eq!(
+        (st, oauth_code(&v)),
+        (400, "invalid_client_metadata"),
+        "65 fields: {v}"
+    );
     // Redirect URIs hold at most 8 KiB together.
     let long: Vec<String> = (0..5)
         .map(|i| format!("https://app.example/{i}/{}", "p".repeat(2000)))

@@ -35,6 +35,13 @@ impl FromRequest<OauthState> for ClientMetadata {
         let Ok(Value::Object(doc)) = serde_json::from_slice::<Value>(&bytes) else {
             return Err(invalid_metadata("The body must be a JSON object."));
         };
+        // As many fields as any OAuth request's parameters.
+        if doc.len() > super::params::MAX_PARAMS {
+            return Err(invalid_metadata(format!(
+                "The metadata has more than {} fields.",
+                super::params::MAX_PARAMS
+            )));
+        }
         if let Some(k) = zm_contracts::validate::repeated_key(&bytes) {
             return Err(invalid_metadata(format!("The field {k:?} is repeated.")));
         }
