@@ -289,16 +289,38 @@ fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
     }
     // The first line only: typed at a terminal, Enter ends it (reading to
     // the end would wait for Ctrl-D).
-    let mut raw = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut raw)
-        .context("cannot read the password from stdin")?;
+    let raw = read_secret_line().context("cannot read the password from stdin")?;
     let line = raw.trim_end_matches(['\n', '\r']).to_string();
     if line.is_empty() {
         bail!("--password-stdin: stdin holds no password");
     }
     Ok((line, false))
+}
+
+/// One line of stdin. At a terminal it is not shown as it is typed: echo
+/// is off while it is read (the Enter still moves to the next line), after
+/// a `Password: ` prompt on stderr.
+fn read_secret_line() -> std::io::Result<String> {
+    let stdin = std::io::stdin();
+    let mut raw = String::new();
+    #[cfg(unix)]
+    if std::io::IsTerminal::is_terminal(&stdin) {
+        use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+        let shown = tcgetattr(&stdin)?;
+        let mut hidden = shown.clone();
+        hidden.local_modes.remove(LocalModes::ECHO);
+        hidden.local_modes.insert(LocalModes::ECHONL);
+        tcsetattr(&stdin, OptionalActions::Flush, &hidden)?;
+        eprint!("Password: ");
+        let read = stdin.lock().read_line(&mut raw);
+        // Echo back on, whatever the read did.
+        let restored = tcsetattr(&stdin, OptionalActions::Now, &shown);
+        read?;
+        restored?;
+        return Ok(raw);
+    }
+    stdin.lock().read_line(&mut raw)?;
+    Ok(raw)
 }
 
 // ------------------------------------------------------------------ serve

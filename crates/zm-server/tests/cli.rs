@@ -345,6 +345,75 @@ fn commands_other_than_serve_migrate_and_user_add_need_an_existing_database() {
     assert!(env.ok(&["user", "list"]).contains("a@example.com"));
 }
 
+/// `--password-stdin` typed at a terminal is not shown: echo is off while
+/// the line is read (the terminal here is a pseudo-terminal of `script`,
+/// whose output holds whatever the terminal echoes). The password is
+/// written only once the prompt shows, so echo is already off for it.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_password_typed_at_a_terminal_is_not_echoed() {
+    use std::io::Read;
+    let env = Env::new();
+    env.ok(&["user", "add", "a@example.com"]);
+    let command = format!(
+        "{} --data-dir {} user passwd a@example.com --password-stdin",
+        env!("CARGO_BIN_EXE_zero-memory"),
+        env.data_dir().display()
+    );
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec", &command, "/dev/null"])
+        .env("ZM_LOG", "warn");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("ZM_") && k != "ZM_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs the command on a terminal");
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let read_until = |seen: &mut Vec<u8>, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !String::from_utf8_lossy(seen).contains(what) {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| {
+                    panic!("no {what:?} within 60 s: {}", String::from_utf8_lossy(seen))
+                });
+            match rx.recv_timeout(left) {
+                Ok(bytes) => seen.extend(bytes),
+                Err(_) => break,
+            }
+        }
+    };
+    read_until(&mut seen, "Password: ");
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin.write_all(b"typed-at-the-terminal-42\n").unwrap();
+    stdin.flush().unwrap();
+    let status = child.wait().unwrap();
+    // Everything it wrote, to the end (the reader's channel closes).
+    read_until(&mut seen, "\u{0}never");
+    let shown = String::from_utf8_lossy(&seen).to_string();
+    assert!(status.success(), "{shown}");
+    assert!(
+        !shown.contains("typed-at-the-terminal-42"),
+        "the password was echoed: {shown:?}"
+    );
+}
+
 /// A misspelt `ZM_*` variable is named, on `config check` and as a
 /// warning on any other command, with the knob it most likely meant.
 #[test]
