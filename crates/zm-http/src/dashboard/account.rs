@@ -620,32 +620,73 @@ pub(crate) async fn import(
             ));
         }
     };
-    let notice = format!(
-        "Imported {name}: {} new, {} already present, {} imported before{}.",
-        summary.memories_imported,
-        summary.memories_existing,
-        summary.memories_skipped,
-        match summary.failure_text() {
-            None => String::new(),
-            Some(what) => format!(
-                "; {what}: {}",
-                summary
-                    .errors
-                    .iter()
-                    .take(5)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(" · ")
-            ),
-        }
-    );
+    let notice = import_notice(&name, &summary);
     page(&state, &signed, Some(&notice), None).await
+}
+
+/// What an upload's import did, in one line: the counts `zero-memory
+/// import` prints (the retired memories it left out too), then the first
+/// errors and warnings, so the figures add up to the file.
+fn import_notice(name: &str, summary: &zm_store::importer::Summary) -> String {
+    let first = |items: &[String]| {
+        items
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" · ")
+    };
+    let mut notice = format!(
+        "Imported {name}: {} new, {} already present, {} imported before",
+        summary.memories_imported, summary.memories_existing, summary.memories_skipped,
+    );
+    if summary.invalidated_skipped > 0 {
+        notice.push_str(&format!(
+            ", {} forgotten, closed or superseded (not imported)",
+            summary.invalidated_skipped
+        ));
+    }
+    if let Some(what) = summary.failure_text() {
+        notice.push_str(&format!("; {what}: {}", first(&summary.errors)));
+    }
+    let warnings = summary.warnings.len() + summary.warnings_unlisted;
+    if warnings > 0 {
+        notice.push_str(&format!(
+            "; {warnings} warning{}: {}",
+            if warnings == 1 { "" } else { "s" },
+            first(&summary.warnings)
+        ));
+    }
+    notice.push('.');
+    notice
 }
 
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
     use serde_json::json;
+
+    /// The upload's notice counts what the import left out (retired
+    /// memories) and names its warnings, as the command's summary does.
+    #[test]
+    fn an_import_notice_adds_up_to_the_file() {
+        let mut summary = zm_store::importer::Summary::default();
+        summary.memories_imported = 2;
+        summary.memories_skipped = 1;
+        assert_eq!(
+            super::import_notice("a.jsonl", &summary),
+            "Imported a.jsonl: 2 new, 0 already present, 1 imported before."
+        );
+        summary.invalidated_skipped = 30;
+        summary.warnings =
+            vec!["line 4: no edge from an entity to itself; kept as a memory".into()];
+        let notice = super::import_notice("a.jsonl", &summary);
+        assert!(
+            notice.contains("30 forgotten, closed or superseded (not imported)")
+                && notice.contains("1 warning: line 4: no edge"),
+            "{notice}"
+        );
+    }
 
     /// A download's next page is read only while its session is live: a
     /// sign-out between two pages ends the stream with an error (it ran on
