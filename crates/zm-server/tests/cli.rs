@@ -1052,6 +1052,46 @@ fn import_json(env: &Env, args: &[&str]) -> Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// A finished import run again after the operator lowered the text limit
+/// still adds nothing and fails nothing: a line already imported is
+/// skipped, whatever its length now; a new line over the limit is refused.
+#[test]
+fn a_lower_text_limit_does_not_fail_a_finished_import() {
+    let env = Env::new();
+    env.ok(&["user", "add", "alice@example.com"]);
+    let long = "a long note ".repeat(300);
+    let mem = |content: &str| {
+        json!({"id": zm_contracts::IdKind::Memory.generate(), "content": content, "kind": "fact", "scope": "user.x", "visibility": "private", "author_kind": "agent", "created_at": "2026-01-01T00:00:00.000Z"}).to_string()
+    };
+    let file = env.dir.path().join("long.jsonl");
+    std::fs::write(&file, format!("{}\n", mem(&long))).unwrap();
+    let path = file.to_str().unwrap();
+    let first = import_json(&env, &["--user", "alice@example.com", path]);
+    assert_eq!(first["memories_imported"], 1, "{first}");
+    let lowered = |args: &[&str]| {
+        let mut full = vec!["--max-text-chars", "1024", "import"];
+        full.extend_from_slice(args);
+        full.push("--json");
+        env.run(&full)
+    };
+    let out = lowered(&["--user", "alice@example.com", path]);
+    assert_success(&out, &["import", "again"]);
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (again["memories_skipped"].clone(), again["errors"].clone()),
+        (json!(1), json!([])),
+        "{again}"
+    );
+    std::fs::write(&file, format!("{}\n", mem(&format!("{long} and more")))).unwrap();
+    let out = lowered(&["--user", "alice@example.com", path]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a new line over the limit: {}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn import_server_memory_then_export_and_reimport() {
     let env = Env::new();

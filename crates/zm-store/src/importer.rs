@@ -759,17 +759,31 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
         // `import_memory` gives it, instead of being held in the batch to
         // be refused there. A blank content is left to the tool, which
         // names that first.
+        let hash = format!("{}:{}", m.id, sha256_hex(&m.content));
         if !m.content.trim().is_empty()
             && let Err(e) = imp.tools.store().limits().check_text([
                 ("content", Some(m.content.as_str())),
                 ("verbatim", verbatim),
             ])
         {
-            imp.summary
-                .error(line, format!("{label}: {}", describe(&e)));
+            // Unless an earlier run imported it, when the limit was
+            // higher: then it is skipped, as the tool would skip it.
+            match imp
+                .tools
+                .store()
+                .imported_before(&imp.caller.user_id, &hash)
+                .await
+            {
+                Ok(true) => imp.summary.memories_skipped += 1,
+                Ok(false) => imp
+                    .summary
+                    .error(line, format!("{label}: {}", describe(&e))),
+                Err(e) => imp
+                    .summary
+                    .error(line, format!("{label}: {}", describe(&e))),
+            }
             continue;
         }
-        let hash = format!("{}:{}", m.id, sha256_hex(&m.content));
         let mut extra: Vec<(&str, Value)> = Vec::new();
         if let Some(v) = verbatim {
             extra.push(("verbatim", json!(v)));

@@ -29,6 +29,12 @@ enum Refusal {
     ReadOnly(ToolError),
 }
 
+/// How many of `$1`'s ledger rows name the item `$2` and a memory still
+/// here (or none, for an item that stored nothing): an item imported
+/// before, which an import skips.
+const IMPORTED_BEFORE: &str = "SELECT COUNT(*) FROM imports i WHERE i.owner_id = $1 AND i.source_hash = $2 \
+     AND (i.memory_id IS NULL OR EXISTS (SELECT 1 FROM memories m WHERE m.id = i.memory_id))";
+
 impl Store {
     /// The caller's own live memory `id`, where they may write, held for
     /// the move: its role is checked where a first read found it, and
@@ -327,6 +333,20 @@ impl Store {
         })
     }
 
+    /// Has `owner` imported the item `source_hash` names before, and is
+    /// what it became still here ([`Store::import_memory`] skips it)? A
+    /// look-up only: the importer asks it of a line it would otherwise
+    /// refuse before the tool sees it (text over the limit).
+    pub async fn imported_before(&self, owner: &str, source_hash: &str) -> Result<bool, ToolError> {
+        let seen: i64 = sqlx::query_scalar(IMPORTED_BEFORE)
+            .bind(owner)
+            .bind(source_hash.trim())
+            .fetch_one(&self.pool)
+            .await
+            .db("import seen")?;
+        Ok(seen > 0)
+    }
+
     /// Import one memory deterministically; idempotent by `source_hash`.
     pub(crate) async fn import_memory(
         &self,
@@ -334,24 +354,19 @@ impl Store {
         input: ImportMemoryInput,
     ) -> Result<ImportMemoryOutput, ToolError> {
         let caller = cx.caller;
-        self.limits.check_text([
-            ("content", Some(input.content.as_str())),
-            ("verbatim", input.verbatim.as_deref()),
-        ])?;
-        let content = input.content.trim().to_string();
-        let mut fields = vec![("content".to_string(), content.clone())];
-        if let Some(v) = &input.verbatim {
-            fields.push(("verbatim".into(), v.clone()));
-        }
         // The provenance is stored and shown with the memory (its export,
         // its resource, a teammate's read) and `source_hash` is kept in
-        // the audit log: no secret rides in through it either.
-        fields.push(("source_path".into(), input.source_path.clone()));
-        fields.push(("source_hash".into(), input.source_hash.clone()));
+        // the audit log, a skipped item's too: no secret rides in through
+        // it either.
+        let mut provenance = vec![
+            ("source_path".to_string(), input.source_path.clone()),
+            ("source_hash".to_string(), input.source_hash.clone()),
+        ];
         if let Some(t) = &input.source_tool {
-            fields.push(("source_tool".into(), t.clone()));
+            provenance.push(("source_tool".into(), t.clone()));
         }
-        if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
+        if let Some(hit) =
+            guard::check_fields(provenance.iter().map(|(k, v)| (k.clone(), v.as_str())))
         {
             return Err(guard::rejection(&hit));
         }
@@ -365,19 +380,33 @@ impl Store {
         // the ledger says what is here, and it is not. A forgotten memory
         // still exists (restore it); one handed to someone else is still
         // theirs.
-        let seen: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM imports i WHERE i.owner_id = $1 AND i.source_hash = $2 \
-             AND (i.memory_id IS NULL OR EXISTS (SELECT 1 FROM memories m WHERE m.id = i.memory_id))",
-        )
-        .bind(&caller.user_id)
-        .bind(&hash)
-        .fetch_one(&mut *tx)
-        .await
-        .db("import seen")?;
+        let seen: i64 = sqlx::query_scalar(IMPORTED_BEFORE)
+            .bind(&caller.user_id)
+            .bind(&hash)
+            .fetch_one(&mut *tx)
+            .await
+            .db("import seen")?;
         let hint_missing =
             matches!(input.target, ImportTarget::Project) && input.project_hint.is_none();
         if seen > 0 && !hint_missing {
             return self.skipped_import(tx, caller, &hash).await;
+        }
+        // The text is checked only for an item to store: one imported
+        // before is skipped above whatever its size or words, so a re-run
+        // after the limit was lowered, or the content guard learned a new
+        // pattern, still says "imported before" of what is already here.
+        self.limits.check_text([
+            ("content", Some(input.content.as_str())),
+            ("verbatim", input.verbatim.as_deref()),
+        ])?;
+        let content = input.content.trim().to_string();
+        let mut fields = vec![("content".to_string(), content.clone())];
+        if let Some(v) = &input.verbatim {
+            fields.push(("verbatim".into(), v.clone()));
+        }
+        if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
+        {
+            return Err(guard::rejection(&hit));
         }
         let scope = match input.target {
             ImportTarget::Personal => caller.personal_scope(),

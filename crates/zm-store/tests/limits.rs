@@ -226,4 +226,38 @@ backend_tests! {
         );
         assert_eq!(owned(&store, &caller, label).await, 1, "[{label}] written");
     }
+
+    /// An item imported while the limit was higher is skipped as imported
+    /// before once the operator lowers it, not refused as too long: a
+    /// re-run of a finished import still adds nothing and fails nothing.
+    async fn an_item_imported_before_a_lower_limit_is_skipped(store: Store, label: &str) {
+        let (_, caller) = user(&store, "limit-lowered").await;
+        let item = json!({
+            "content": "w".repeat(3_000),
+            "kind": "fact",
+            "target": "personal",
+            "source_path": "notes/long.md",
+            "source_hash": "long-0001",
+        });
+        let first = ok(call(&store, &caller, "import_memory", item.clone()).await, label, "import under the default limit");
+        assert_eq!(first["skipped"], json!(false), "[{label}]");
+        let lowered = store.with_limits(Limits {
+            max_text_chars: 2_000,
+            ..Limits::default()
+        });
+        let again = ok(call(&lowered, &caller, "import_memory", item).await, label, "the same item under a lower limit");
+        assert_eq!(
+            (again["skipped"].clone(), again["memory_id"].clone()),
+            (json!(true), first["memory_id"].clone()),
+            "[{label}] imported before"
+        );
+        let fresh = json!({
+            "content": "w".repeat(3_000),
+            "kind": "fact",
+            "target": "personal",
+            "source_path": "notes/long.md",
+            "source_hash": "long-0002",
+        });
+        err(call(&lowered, &caller, "import_memory", fresh).await, ErrorCode::ValidationFailed, label, "a new item over the lower limit");
+    }
 }
