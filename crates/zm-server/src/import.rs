@@ -107,6 +107,12 @@ fn print_summary(s: &Summary, file: &Path, email: &str) -> anyhow::Result<()> {
             ", {} invalidated (not imported)",
             s.invalidated_skipped
         ));
+        if s.copies_retired > 0 {
+            mem.push_str(&format!(
+                "; {} copies an earlier import made of those forgotten",
+                s.copies_retired
+            ));
+        }
     }
     say(mem)?;
     if s.format == "server-memory" {

@@ -1052,6 +1052,99 @@ fn import_json(env: &Env, args: &[&str]) -> Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// A later export imported where an earlier one was: a memory retired
+/// since on the exporting side has its copy forgotten here (not left live
+/// beside its successor's copy), while a memory of the importer's own
+/// that the first import only found already there stays as it is.
+#[test]
+fn a_later_export_retires_what_an_earlier_import_copied() {
+    let env = Env::new();
+    env.ok(&["user", "add", "bob@example.com"]);
+    let line = |id: &str, content: &str, retired: bool| {
+        json!({"id": id, "content": content, "kind": "fact", "scope": "user.x", "visibility": "private",
+               "author_kind": "agent", "created_at": "2026-01-01T00:00:00.000Z",
+               "invalidated_at": if retired { json!("2026-02-01T00:00:00.000Z") } else { json!(null) }})
+        .to_string()
+    };
+    let (old, own, new) = (
+        zm_contracts::IdKind::Memory.generate(),
+        zm_contracts::IdKind::Memory.generate(),
+        zm_contracts::IdKind::Memory.generate(),
+    );
+    // Bob wrote one of them himself: the first import finds it there.
+    let mine = env.dir.path().join("mine.jsonl");
+    std::fs::write(
+        &mine,
+        format!(
+            "{}\n",
+            line(
+                &zm_contracts::IdKind::Memory.generate(),
+                "Invoices are archived for ten years.",
+                false
+            )
+        ),
+    )
+    .unwrap();
+    import_json(&env, &["--user", "bob@example.com", mine.to_str().unwrap()]);
+    let file = env.dir.path().join("feed.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n{}\n",
+            line(&old, "Billing runs on PostgreSQL 16.", false),
+            line(&own, "Invoices are archived for ten years.", false)
+        ),
+    )
+    .unwrap();
+    let first = import_json(&env, &["--user", "bob@example.com", file.to_str().unwrap()]);
+    assert_eq!(
+        (
+            first["memories_imported"].clone(),
+            first["memories_existing"].clone()
+        ),
+        (json!(1), json!(1)),
+        "{first}"
+    );
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n{}\n{}\n",
+            line(&old, "Billing runs on PostgreSQL 16.", true),
+            line(&own, "Invoices are archived for ten years.", true),
+            line(&new, "Billing runs on PostgreSQL 17.", false)
+        ),
+    )
+    .unwrap();
+    let later = import_json(&env, &["--user", "bob@example.com", file.to_str().unwrap()]);
+    assert_eq!(
+        (
+            later["memories_imported"].clone(),
+            later["invalidated_skipped"].clone(),
+            later["copies_retired"].clone()
+        ),
+        (json!(1), json!(2), json!(1)),
+        "{later}"
+    );
+    let live: Vec<String> = env
+        .ok(&["export", "--user", "bob@example.com"])
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|m| m["invalidated_at"].is_null())
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        live,
+        [
+            "Invoices are archived for ten years.",
+            "Billing runs on PostgreSQL 17."
+        ],
+        "the stale copy forgotten, Bob's own memory kept"
+    );
+    // Run again: nothing more to retire.
+    let again = import_json(&env, &["--user", "bob@example.com", file.to_str().unwrap()]);
+    assert_eq!(again["copies_retired"], 0, "{again}");
+}
+
 /// A finished import run again after the operator lowered the text limit
 /// still adds nothing and fails nothing: a line already imported is
 /// skipped, whatever its length now; a new line over the limit is refused.

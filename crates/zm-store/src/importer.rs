@@ -269,6 +269,9 @@ pub struct Summary {
     pub memories_skipped: usize,
     /// zm: invalidated memories, which are not re-imported.
     pub invalidated_skipped: usize,
+    /// zm: of those, the ones an earlier import had copied while they
+    /// were live: the copy, unchanged since, is forgotten now.
+    pub copies_retired: usize,
     /// server-memory: entity edges created.
     pub edges_created: usize,
     /// server-memory: entity edges that existed already.
@@ -493,6 +496,44 @@ impl Importer {
         self.tools
             .run::<T>(&self.caller, parse_input::<T::Input>(raw)?)
             .await
+    }
+
+    /// Forget the copy an earlier import made of `m` (an exported memory
+    /// since retired), if it is still live and theirs as that import left
+    /// it ([`Store::imported_copy`]): counted in `copies_retired`.
+    async fn retire_copy(&mut self, line: usize, m: &Memory) {
+        let hash = format!("{}:{}", m.id, sha256_hex(&m.content));
+        let copy = match self
+            .tools
+            .store()
+            .imported_copy(&self.caller.user_id, &hash)
+            .await
+        {
+            Ok(Some(copy)) => copy,
+            Ok(None) => return,
+            Err(e) => {
+                self.summary.error(
+                    line,
+                    format!("line {line}: memory {}: {}", m.id, describe(&e)),
+                );
+                return;
+            }
+        };
+        let forget = json!({
+            "memory_id": copy.as_str(),
+            "reason": "retired where it was exported",
+        });
+        match self.run::<zm_contracts::catalogue::tool::Forget>(&forget).await {
+            Ok(_) => self.summary.copies_retired += 1,
+            Err(e) => self.summary.error(
+                line,
+                format!(
+                    "line {line}: memory {}: its copy {copy} from an earlier import could not be forgotten: {}",
+                    m.id,
+                    describe(&e)
+                ),
+            ),
+        }
     }
 
     /// Import one memory; counts the outcome. Returns the memory id.
@@ -740,6 +781,10 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
         };
         if m.invalidated_at.is_some() {
             imp.summary.invalidated_skipped += 1;
+            // Retired where it was exported since an earlier import copied
+            // it: that copy is forgotten too, or a later export would
+            // leave it live beside its successor's copy.
+            imp.retire_copy(line, &m).await;
             continue;
         }
         let to = match target {

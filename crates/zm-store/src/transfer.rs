@@ -347,6 +347,37 @@ impl Store {
         Ok(seen > 0)
     }
 
+    /// The live memory an earlier import of the item `source_hash` stored
+    /// for `owner`, still theirs: one the import itself created (its
+    /// provenance names that item), never a memory of theirs the import
+    /// only found already there (an identical one they wrote).
+    pub async fn imported_copy(
+        &self,
+        owner: &str,
+        source_hash: &str,
+    ) -> Result<Option<MemoryId>, ToolError> {
+        let row = sqlx::query(
+            "SELECT m.id AS id, m.source AS source FROM imports i JOIN memories m ON m.id = i.memory_id \
+             WHERE i.owner_id = $1 AND i.source_hash = $2 AND m.owner_id = $1 AND m.invalidated_at IS NULL",
+        )
+        .bind(owner)
+        .bind(source_hash.trim())
+        .fetch_optional(&self.pool)
+        .await
+        .db("imported copy")?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let source: Option<String> = col(&row, "source")?;
+        let made_by_it = source
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .is_some_and(|s| s["kind"] == "import" && s["hash"] == source_hash.trim());
+        if !made_by_it {
+            return Ok(None);
+        }
+        Ok(Some(MemoryId::from_trusted(col::<String>(&row, "id")?)))
+    }
+
     /// Import one memory deterministically; idempotent by `source_hash`.
     pub(crate) async fn import_memory(
         &self,

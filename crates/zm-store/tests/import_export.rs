@@ -14,6 +14,27 @@ use zm_contracts::ErrorCode;
 use zm_store::Store;
 
 backend_tests! {
+    /// `imported_copy` names the live memory an import created for an
+    /// item, and only that: not one the import found already there (an
+    /// identical memory the importer wrote), not one forgotten since.
+    async fn the_copy_an_import_made_is_told_from_one_it_found(store: Store, l: &str) {
+        let (_, a) = user(&store, "imported-copy").await;
+        let item = |content: &str, hash: &str| {
+            json!({"content": content, "kind": "fact", "target": "personal", "source_path": "feed.jsonl", "source_hash": hash})
+        };
+        let made = ok(call(&store, &a, "import_memory", item("Billing runs on PostgreSQL 16.", "m1:h")).await, l, "import");
+        let copy = store.imported_copy(&a.user_id, "m1:h").await.unwrap();
+        assert_eq!(copy.map(|c| c.to_string()), made["memory_id"].as_str().map(str::to_string), "[{l}] the copy it made");
+        mem(&store, &a, l, json!({"content": "Invoices are archived for ten years.", "kind": "fact", "scope": "personal"})).await;
+        let found = ok(call(&store, &a, "import_memory", item("Invoices are archived for ten years.", "m2:h")).await, l, "import found");
+        assert_eq!(found["deduplicated"], json!(true), "[{l}] {found}");
+        assert_eq!(store.imported_copy(&a.user_id, "m2:h").await.unwrap(), None, "[{l}] not the importer's own memory");
+        let (_, b) = user(&store, "imported-copy-other").await;
+        assert_eq!(store.imported_copy(&b.user_id, "m1:h").await.unwrap(), None, "[{l}] another user's ledger");
+        ok(call(&store, &a, "forget", json!({"memory_id": made["memory_id"]})).await, l, "forget");
+        assert_eq!(store.imported_copy(&a.user_id, "m1:h").await.unwrap(), None, "[{l}] forgotten since");
+    }
+
     async fn import_is_idempotent_and_export_is_scoped_to_the_caller(store: Store, l: &str) {
         let (_, a) = user(&store, "io-a").await;
         let (_, b) = user(&store, "io-b").await;

@@ -645,6 +645,12 @@ fn import_notice(name: &str, summary: &zm_store::importer::Summary) -> String {
             ", {} forgotten, closed or superseded (not imported)",
             summary.invalidated_skipped
         ));
+        if summary.copies_retired > 0 {
+            notice.push_str(&format!(
+                ", of which an earlier import's {} copies were forgotten",
+                summary.copies_retired
+            ));
+        }
     }
     if let Some(what) = summary.failure_text() {
         notice.push_str(&format!("; {what}: {}", first(&summary.errors)));
