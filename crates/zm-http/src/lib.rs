@@ -100,7 +100,15 @@ async fn run_writes_to_the_end(
     req: Request,
     next: Next,
 ) -> Response {
-    if reads_only(req.method(), req.uri().path()) {
+    // A request without a bearer token is answered 401 by the handler's
+    // first step, on the connection's task: it takes none of the places
+    // kept for writes running to their end, so anonymous requests cannot
+    // use them up and refuse the users' writes.
+    if reads_only(req.method(), req.uri().path())
+        || !req
+            .headers()
+            .contains_key(axum::http::header::AUTHORIZATION)
+    {
         return next.run(req).await;
     }
     run_to_the_end(&store, req, next).await.unwrap_or_else(|| {

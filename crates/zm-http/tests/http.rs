@@ -1857,3 +1857,35 @@ async fn strict_transport_security_is_sent_only_behind_https() {
     }
     s.running.stop().await;
 }
+
+/// While the writes running to their end are at the cap, a user's write
+/// is refused `rate_limited`; a request without a token is still answered
+/// 401, and took no place meanwhile (anonymous requests cannot fill them).
+#[tokio::test]
+async fn an_anonymous_write_takes_no_place_among_the_running_writes() {
+    let s = start().await;
+    let body =
+        json!({"content": "The staging cluster is rebuilt on Sundays.", "scope": "personal"});
+    let (status, _) = s.post("/api/tools/remember", None, body.clone()).await;
+    assert_eq!(status, 401, "anonymous");
+    // Every place taken by a write that never ends.
+    let mut held = Vec::new();
+    while let Some(h) = s.store.spawn_write(std::future::pending::<()>()) {
+        held.push(h);
+    }
+    assert_eq!(held.len(), zm_store::store::WRITES_IN_FLIGHT_MAX);
+    let (status, _) = s.post("/api/tools/remember", None, body.clone()).await;
+    assert_eq!(
+        status, 401,
+        "anonymous, at the cap: answered, not refused for load"
+    );
+    let (status, v) = s.post("/api/tools/remember", Some(&s.rw_a), body).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("rate_limited")),
+        "{v}"
+    );
+    for h in held {
+        h.abort();
+    }
+}
