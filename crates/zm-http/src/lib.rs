@@ -100,10 +100,12 @@ async fn run_writes_to_the_end(
     req: Request,
     next: Next,
 ) -> Response {
-    // A request without a bearer token is answered 401 by the handler's
-    // first step, on the connection's task: it takes none of the places
-    // kept for writes running to their end, so anonymous requests cannot
-    // use them up and refuse the users' writes.
+    // A request without an `Authorization` header is answered 401 by the
+    // handler's first step, on the connection's task: it takes none of the
+    // places kept for writes running to their end, so anonymous requests
+    // cannot use them up and refuse the users' writes. (One with a header
+    // that names no valid token still takes a place, for the moment its
+    // token is looked up.)
     if reads_only(req.method(), req.uri().path())
         || !req
             .headers()

@@ -310,7 +310,9 @@ fn read_secret_line() -> std::io::Result<String> {
         let mut hidden = shown.clone();
         hidden.local_modes.remove(LocalModes::ECHO);
         hidden.local_modes.insert(LocalModes::ECHONL);
-        tcsetattr(&stdin, OptionalActions::Flush, &hidden)?;
+        // Drain, not flush: what was typed (or pasted) before the prompt
+        // stays to be read.
+        tcsetattr(&stdin, OptionalActions::Drain, &hidden)?;
         eprint!("Password: ");
         let read = stdin.lock().read_line(&mut raw);
         // Echo back on, whatever the read did.

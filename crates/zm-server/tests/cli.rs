@@ -1073,15 +1073,12 @@ fn a_later_export_retires_what_an_earlier_import_copied() {
     );
     // Bob wrote one of them himself: the first import finds it there.
     let mine = env.dir.path().join("mine.jsonl");
+    let mine_id = zm_contracts::IdKind::Memory.generate();
     std::fs::write(
         &mine,
         format!(
             "{}\n",
-            line(
-                &zm_contracts::IdKind::Memory.generate(),
-                "Invoices are archived for ten years.",
-                false
-            )
+            line(&mine_id, "Invoices are archived for ten years.", false)
         ),
     )
     .unwrap();
@@ -1143,6 +1140,26 @@ fn a_later_export_retires_what_an_earlier_import_copied() {
     // Run again: nothing more to retire.
     let again = import_json(&env, &["--user", "bob@example.com", file.to_str().unwrap()]);
     assert_eq!(again["copies_retired"], 0, "{again}");
+    // The item that made a copy another item also stands for, retired:
+    // the copy stays, the other item still needs it.
+    std::fs::write(
+        &mine,
+        format!(
+            "{}\n",
+            line(&mine_id, "Invoices are archived for ten years.", true)
+        ),
+    )
+    .unwrap();
+    let shared = import_json(&env, &["--user", "bob@example.com", mine.to_str().unwrap()]);
+    assert_eq!(shared["copies_retired"], 0, "{shared}");
+    assert!(
+        env.ok(&["export", "--user", "bob@example.com"])
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .any(|m| m["content"] == "Invoices are archived for ten years."
+                && m["invalidated_at"].is_null()),
+        "the copy two items stand for stays live"
+    );
 }
 
 /// A finished import run again after the operator lowered the text limit

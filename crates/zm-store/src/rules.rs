@@ -401,11 +401,13 @@ impl Store {
 
     /// May the caller pin their promoted rule from memory `memory_id`? A
     /// rule members of a project or team receive takes the writer role
-    /// there; and a layer delivers at most
+    /// there; and a layer of a briefing delivers at most
     /// [`PINNED_RULES_CAP_PER_LAYER`](crate::search::PINNED_RULES_CAP_PER_LAYER)
-    /// pinned rules, so one more than that is refused (`conflict`) rather
-    /// than pinned and never delivered. The layer counted is the caller's
-    /// user layer, or every member's pins for the same project or team.
+    /// pinned rules, so pinning more than that for one scope is refused
+    /// (`conflict`). Counted per scope: the caller's user layer, or every
+    /// member's pins for the same project or team. (A briefing's team or
+    /// project layer gathers several teams or projects, and delivers the
+    /// newest pins of all of them together, up to the same cap.)
     /// Pinning a pinned rule again changes nothing and counts nothing. A
     /// rule that is not there is left to the update to refuse.
     async fn may_pin(
@@ -457,7 +459,7 @@ impl Store {
         let pinned: i64 = col(&row, "n")?;
         if usize::try_from(pinned).unwrap_or(usize::MAX) >= cap {
             return Err(ToolError::conflict(format!(
-                "{pinned} rules are pinned {layer_named} already, as many as a briefing delivers: unpin one first."
+                "{pinned} rules are pinned {layer_named} already, as many as a layer of a briefing delivers: unpin one first."
             )));
         }
         Ok(())

@@ -348,20 +348,30 @@ impl Store {
     }
 
     /// The live memory an earlier import of the item `source_hash` stored
-    /// for `owner`, still theirs: one the import itself created (its
-    /// provenance names that item), never a memory of theirs the import
-    /// only found already there (an identical one they wrote).
+    /// for `owner`, as that import left it: one the import itself created
+    /// (its provenance names that item), still private in the owner's
+    /// personal or core scope where imports put memories (not moved or
+    /// shared since), standing for no other item of the ledger (an
+    /// identical item imported after it found it there) and carrying no
+    /// promoted rule. Never a memory of theirs the import only found
+    /// already there (an identical one they wrote).
     pub async fn imported_copy(
         &self,
         owner: &str,
         source_hash: &str,
     ) -> Result<Option<MemoryId>, ToolError> {
+        let hash = source_hash.trim();
         let row = sqlx::query(
-            "SELECT m.id AS id, m.source AS source FROM imports i JOIN memories m ON m.id = i.memory_id \
-             WHERE i.owner_id = $1 AND i.source_hash = $2 AND m.owner_id = $1 AND m.invalidated_at IS NULL",
+            "SELECT m.id AS id, m.source AS source, m.scope AS scope, m.visibility AS visibility \
+             FROM imports i JOIN memories m ON m.id = i.memory_id \
+             WHERE i.owner_id = $1 AND i.source_hash = $2 AND m.owner_id = $1 AND m.invalidated_at IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM imports j WHERE j.owner_id = i.owner_id \
+                 AND j.memory_id = i.memory_id AND j.source_hash <> i.source_hash) \
+             AND NOT EXISTS (SELECT 1 FROM rules r WHERE r.memory_id = m.id AND r.status = $3)",
         )
         .bind(owner)
-        .bind(source_hash.trim())
+        .bind(hash)
+        .bind(crate::rules::RuleState::Promoted.as_str())
         .fetch_optional(&self.pool)
         .await
         .db("imported copy")?;
@@ -371,8 +381,12 @@ impl Store {
         let source: Option<String> = col(&row, "source")?;
         let made_by_it = source
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .is_some_and(|s| s["kind"] == "import" && s["hash"] == source_hash.trim());
-        if !made_by_it {
+            .is_some_and(|s| s["kind"] == "import" && s["hash"] == hash);
+        let scope: String = col(&row, "scope")?;
+        let visibility: String = col(&row, "visibility")?;
+        let owner = Caller::new(owner.to_string());
+        let where_put = scope == owner.personal_scope() || scope == owner.core_scope();
+        if !(made_by_it && where_put && visibility == Visibility::Private.as_str()) {
             return Ok(None);
         }
         Ok(Some(MemoryId::from_trusted(col::<String>(&row, "id")?)))
@@ -401,6 +415,37 @@ impl Store {
         {
             return Err(guard::rejection(&hit));
         }
+        // The text is checked only for an item to store: one imported
+        // before is skipped below whatever its size or words, so a re-run
+        // after the limit was lowered, or the content guard learned a new
+        // pattern, still says "imported before" of what is already here.
+        // A new item is checked before the write takes its turn (an item
+        // too long is `validation_failed` at once, not a wait for a busy
+        // database); one seen here but gone by the write's own look is
+        // checked then.
+        let check_text = || -> Result<(), ToolError> {
+            self.limits.check_text([
+                ("content", Some(input.content.as_str())),
+                ("verbatim", input.verbatim.as_deref()),
+            ])?;
+            let mut fields = vec![("content", input.content.trim())];
+            if let Some(v) = &input.verbatim {
+                fields.push(("verbatim", v.as_str()));
+            }
+            match guard::check_fields(fields.into_iter().map(|(k, v)| (k.to_string(), v))) {
+                Some(hit) => Err(guard::rejection(&hit)),
+                None => Ok(()),
+            }
+        };
+        let hint_missing =
+            matches!(input.target, ImportTarget::Project) && input.project_hint.is_none();
+        let seen_before = !hint_missing
+            && self
+                .imported_before(&caller.user_id, &input.source_hash)
+                .await?;
+        if !seen_before {
+            check_text()?;
+        }
         let tx = cx.tx().await?;
         let hash = input.source_hash.trim().to_string();
         // An item imported before is skipped before its hint is resolved:
@@ -417,28 +462,13 @@ impl Store {
             .fetch_one(&mut *tx)
             .await
             .db("import seen")?;
-        let hint_missing =
-            matches!(input.target, ImportTarget::Project) && input.project_hint.is_none();
         if seen > 0 && !hint_missing {
             return self.skipped_import(tx, caller, &hash).await;
         }
-        // The text is checked only for an item to store: one imported
-        // before is skipped above whatever its size or words, so a re-run
-        // after the limit was lowered, or the content guard learned a new
-        // pattern, still says "imported before" of what is already here.
-        self.limits.check_text([
-            ("content", Some(input.content.as_str())),
-            ("verbatim", input.verbatim.as_deref()),
-        ])?;
+        if seen_before {
+            check_text()?;
+        }
         let content = input.content.trim().to_string();
-        let mut fields = vec![("content".to_string(), content.clone())];
-        if let Some(v) = &input.verbatim {
-            fields.push(("verbatim".into(), v.clone()));
-        }
-        if let Some(hit) = guard::check_fields(fields.iter().map(|(k, v)| (k.clone(), v.as_str())))
-        {
-            return Err(guard::rejection(&hit));
-        }
         let scope = match input.target {
             ImportTarget::Personal => caller.personal_scope(),
             ImportTarget::Core => caller.core_scope(),

@@ -33,6 +33,16 @@ backend_tests! {
         assert_eq!(store.imported_copy(&b.user_id, "m1:h").await.unwrap(), None, "[{l}] another user's ledger");
         ok(call(&store, &a, "forget", json!({"memory_id": made["memory_id"]})).await, l, "forget");
         assert_eq!(store.imported_copy(&a.user_id, "m1:h").await.unwrap(), None, "[{l}] forgotten since");
+        // A copy the user made a rule of is theirs to retire.
+        let ruled = ok(call(&store, &a, "import_memory", item("Always tag releases.", "m3:h")).await, l, "import");
+        assert!(store.imported_copy(&a.user_id, "m3:h").await.unwrap().is_some(), "[{l}] a copy");
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": ruled["memory_id"]})).await, l, "promote");
+        assert_eq!(store.imported_copy(&a.user_id, "m3:h").await.unwrap(), None, "[{l}] carrying a rule");
+        // A copy a later item found already there stands for both.
+        ok(call(&store, &a, "import_memory", item("Staging is rebuilt on Sundays.", "m4:h")).await, l, "import");
+        let both = ok(call(&store, &a, "import_memory", item("Staging is rebuilt on Sundays.", "m5:h")).await, l, "import the same words");
+        assert_eq!(both["deduplicated"], json!(true), "[{l}] {both}");
+        assert_eq!(store.imported_copy(&a.user_id, "m4:h").await.unwrap(), None, "[{l}] another item stands on it");
     }
 
     async fn import_is_idempotent_and_export_is_scoped_to_the_caller(store: Store, l: &str) {
