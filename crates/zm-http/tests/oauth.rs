@@ -2388,11 +2388,10 @@ async fn a_removed_members_oauth_token_reads_nothing_of_the_team() {
     s.stop().await;
 }
 
-/// When the registrations waiting for their first sign-in reach the cap, a
-/// registration still succeeds: the oldest waiting one makes room.
-#[tokio::test]
-async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
-    let s = start().await;
+/// As many registrations waiting for their first sign-in as the cap
+/// allows, registered at `created_at`, written straight into the test's
+/// SQLite file; the raw pool that wrote them.
+async fn fill_waiting_registrations(s: &Server, created_at: i64) -> sqlx::AnyPool {
     let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
     let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
     sqlx::query(
@@ -2401,10 +2400,23 @@ async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
          SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
     )
     .bind(zm_store::oauth::MAX_WAITING_CLIENTS)
-    .bind(s.store.clock().now_ms() - zm_store::oauth::EVICTABLE_AFTER_MS - 1)
+    .bind(created_at)
     .execute(&raw)
     .await
     .expect("fill");
+    raw
+}
+
+/// When the registrations waiting for their first sign-in reach the cap, a
+/// registration still succeeds: the oldest waiting one makes room.
+#[tokio::test]
+async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
+    let s = start().await;
+    let raw = fill_waiting_registrations(
+        &s,
+        s.store.clock().now_ms() - zm_store::oauth::EVICTABLE_AFTER_MS - 1,
+    )
+    .await;
     let r = s
         .http
         .post(format!("{}/oauth/register", s.base))
@@ -2432,18 +2444,7 @@ async fn a_registration_past_the_waiting_cap_replaces_the_oldest() {
 #[tokio::test]
 async fn a_registration_past_a_full_waiting_cap_waits_minutes() {
     let s = start().await;
-    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
-    let raw = sqlx::AnyPool::connect(&url).await.expect("a raw pool");
-    sqlx::query(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
-         INSERT INTO oauth_clients (id, client_name, redirect_uris, owner_id, created_at) \
-         SELECT 'zmc_fill' || i, NULL, '[]', NULL, $2 FROM n",
-    )
-    .bind(zm_store::oauth::MAX_WAITING_CLIENTS)
-    .bind(s.store.clock().now_ms())
-    .execute(&raw)
-    .await
-    .expect("fill");
+    fill_waiting_registrations(&s, s.store.clock().now_ms()).await;
     let r = s
         .http
         .post(format!("{}/oauth/register", s.base))
