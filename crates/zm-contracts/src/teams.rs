@@ -58,8 +58,10 @@ impl TeamRole {
 crate::enums::wire_enum! {
     /// What a team audit event records. The `steward_*` actions are a team
     /// admin's changes to what departed members left to the team's steward
-    /// (a rule revoked; a memory forgotten, closed or restored), with the
-    /// memory as the event's subject.
+    /// (a rule revoked; a memory forgotten, closed or restored), and
+    /// `member_rule_revoked` an admin's revocation of a rule a current
+    /// member promoted for the team, each with the memory as the event's
+    /// subject.
     TeamAction {
         TeamCreated = "team_created",
         TeamDeleted = "team_deleted",
@@ -75,12 +77,13 @@ crate::enums::wire_enum! {
         StewardMemoryForgotten = "steward_memory_forgotten",
         StewardMemoryClosed = "steward_memory_closed",
         StewardMemoryRestored = "steward_memory_restored",
+        MemberRuleRevoked = "member_rule_revoked",
     }
 }
 
 impl TeamAction {
-    /// An admin's change to what the team's steward holds: the event's
-    /// subject is a memory's id.
+    /// An admin's change to what the team's steward holds, or to a
+    /// member's rule for the team: the event's subject is a memory's id.
     pub fn is_for_steward(self) -> bool {
         matches!(
             self,
@@ -88,6 +91,7 @@ impl TeamAction {
                 | TeamAction::StewardMemoryForgotten
                 | TeamAction::StewardMemoryClosed
                 | TeamAction::StewardMemoryRestored
+                | TeamAction::MemberRuleRevoked
         )
     }
 }

@@ -1548,16 +1548,27 @@ async fn steward_rules_on_the_team_page(s: Server, prefix: &str) {
     let mut b = Browser::default();
     assert_eq!(b.sign_in(&s, &a_email, &a_password).await.status, 303);
     let csrf = b.csrf(&s).await;
-    // While the writer is a member, the rules are theirs: none is listed.
+    // While the writer is a member, their rules are listed as members'
+    // (an admin may revoke them), none as left by a former member.
     let p = b.get(&s, &team_page).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(
         p.body.contains("Rules left by former members")
             && p.body.contains("id=\"no-steward-rules\"")
-            && !p.body.contains(&format!("/rules/{first}/revoke")),
+            && p.body.contains("id=\"member-rules\""),
         "{}",
         p.body
     );
+    for (m, _) in &rules {
+        let row = rule_row(&p.body, m).unwrap_or_else(|| panic!("{m} is listed: {}", p.body));
+        assert!(
+            row.contains(&format!(
+                "action=\"{}\"",
+                public(&format!("/rules/{m}/revoke"))
+            )),
+            "{row}"
+        );
+    }
     // The admin removes the writer on this page.
     let p = b
         .post(
@@ -1575,7 +1586,9 @@ async fn steward_rules_on_the_team_page(s: Server, prefix: &str) {
     let p = b.get(&s, &team_page).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(
-        p.body.contains("id=\"steward-rules\"") && !p.body.contains("id=\"no-steward-rules\""),
+        p.body.contains("id=\"steward-rules\"")
+            && !p.body.contains("id=\"no-steward-rules\"")
+            && p.body.contains("id=\"no-member-rules\""),
         "{}",
         p.body
     );

@@ -111,6 +111,28 @@ pub(crate) async fn rules_of(
     RuleRecord::from_rows(&rows)
 }
 
+/// The promoted rules for `team_scope` or a scope under it, of every
+/// owner but `steward` (pinned first, then the newest promotion).
+pub(crate) async fn promoted_for_scope(
+    conn: &mut sqlx::AnyConnection,
+    team_scope: &str,
+    steward: &str,
+) -> Result<Vec<RuleRecord>, ToolError> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id, memory_id, text, layer, applies_scope, status, pinned, promoted_at FROM rules \
+         WHERE status = $1 AND (applies_scope = $2 OR substr(applies_scope, 1, length($3)) = $3) \
+         AND owner_id <> $4 ORDER BY {RULE_ORDER}"
+    )))
+    .bind(RuleState::Promoted.as_str())
+    .bind(team_scope)
+    .bind(format!("{team_scope}."))
+    .bind(steward)
+    .fetch_all(&mut *conn)
+    .await
+    .db("team rules")?;
+    RuleRecord::from_rows(&rows)
+}
+
 impl Store {
     /// Promote one of the caller's memories to a standing rule.
     pub(crate) async fn promote_rule(
@@ -336,8 +358,9 @@ impl Store {
         if matches!(change, RuleChange::Pin(true)) {
             self.may_pin(&mut tx, caller, memory_id).await?;
         }
-        // Whose rule changes: the caller's own, or a steward's that the
-        // caller revokes for their team (`for_team`).
+        // Whose rule changes: the caller's own, or a steward's or a
+        // member's that the caller revokes for their team (`for_team`,
+        // with the action its audit log records).
         let (owner, for_team) = match change {
             RuleChange::Revoke { .. } => self.revoked_by(&mut tx, caller, memory_id).await?,
             RuleChange::Pin(_) => (caller.user_id.clone(), None),
@@ -351,7 +374,7 @@ impl Store {
                 serde_json::json!({"memory_id": memory_id, "reason_chars": reason.chars().count()}),
             ),
         };
-        if let Some(team) = &for_team {
+        if let Some((team, _)) = &for_team {
             payload["team"] = serde_json::Value::String(team.slug.clone());
         }
         let mut sql = Sql::new("UPDATE rules SET ");
@@ -376,15 +399,9 @@ impl Store {
                 "No rule from memory {memory_id}."
             )));
         }
-        if let Some(team) = &for_team {
-            self.record_for_steward(
-                &mut tx,
-                caller,
-                team,
-                zm_contracts::teams::TeamAction::StewardRuleRevoked,
-                memory_id,
-            )
-            .await?;
+        if let Some((team, action)) = &for_team {
+            self.record_for_steward(&mut tx, caller, team, *action, memory_id)
+                .await?;
         }
         // The dashboard's rule changes are audited like the tools' writes,
         // in the same transaction.
@@ -466,19 +483,28 @@ impl Store {
     }
 
     /// Whose promoted rule from memory `memory_id` the caller revokes:
-    /// their own, or one their team's steward holds while they are the
-    /// team's admin (with the team, held in turn with its changes).
-    /// A rule the caller may not revoke reads as missing, as a foreign id
-    /// does, unless it is their team's steward's (`forbidden` below admin).
+    /// their own; one their team's steward holds, or one a current member
+    /// promoted for the team's scopes, while they are the team's admin
+    /// (with the team, held in turn with its changes, and the action its
+    /// audit log records). A rule the caller may not revoke reads as
+    /// missing, as a foreign id does, unless it is their team's
+    /// (`forbidden` below admin).
     async fn revoked_by(
         &self,
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         memory_id: &str,
-    ) -> Result<(String, Option<crate::teams::StewardTeam>), ToolError> {
+    ) -> Result<
+        (
+            String,
+            Option<(crate::teams::StewardTeam, zm_contracts::teams::TeamAction)>,
+        ),
+        ToolError,
+    > {
         let missing = || ToolError::not_found(format!("No rule from memory {memory_id}."));
         let row = sqlx::query(
-            "SELECT r.owner_id AS owner_id, m.scope AS scope FROM rules r JOIN memories m ON m.id = r.memory_id \
+            "SELECT r.owner_id AS owner_id, r.applies_scope AS applies_scope, m.scope AS scope \
+             FROM rules r JOIN memories m ON m.id = r.memory_id \
              WHERE r.memory_id = $1 AND r.status = $2",
         )
         .bind(memory_id)
@@ -493,6 +519,14 @@ impl Store {
         if owner == caller.user_id {
             return Ok((owner, None));
         }
+        let applies: Option<String> = col(&row, "applies_scope")?;
+        if let Some(team) = self
+            .moderated_rule_team(tx, caller, &owner, applies.as_deref())
+            .await?
+        {
+            let action = zm_contracts::teams::TeamAction::MemberRuleRevoked;
+            return Ok((owner, Some((team, action))));
+        }
         let scope: String = col(&row, "scope")?;
         let team = self
             .act_for_steward(
@@ -504,7 +538,8 @@ impl Store {
                 missing,
             )
             .await?;
-        Ok((owner, Some(team)))
+        let action = zm_contracts::teams::TeamAction::StewardRuleRevoked;
+        Ok((owner, Some((team, action))))
     }
 
     /// Revoke `owner`'s promoted rule from memory `memory_id`, if any,

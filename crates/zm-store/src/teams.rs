@@ -651,6 +651,65 @@ impl Store {
         Ok(team)
     }
 
+    /// The team whose admin the caller is, when the rule `owner` promoted
+    /// for `applies` (a team's scope) is one the caller may revoke as that
+    /// team's admin: a current member's rule, which every member's
+    /// briefings deliver. `None` when the rule is for no team scope, when
+    /// the caller is no member of that team (it reads as missing, as a
+    /// foreign rule does), or when the owner is the team's steward (a
+    /// departed member's rule: [`Store::act_for_steward`] decides).
+    /// `forbidden` for a member below admin. Taken in turn with the team's
+    /// changes ([`For::Change`]).
+    pub(crate) async fn moderated_rule_team(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        caller: &Caller,
+        owner_id: &str,
+        applies: Option<&str>,
+    ) -> Result<Option<StewardTeam>, ToolError> {
+        let Some(slug) = applies.and_then(team_slug_of) else {
+            return Ok(None);
+        };
+        let (team, role) = match self.membership(conn, caller, slug, For::Reading).await {
+            Ok(found) => found,
+            Err(e) if e.code == zm_contracts::ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if team.steward_id.as_deref() == Some(owner_id) {
+            return Ok(None);
+        }
+        if role != Role::Admin {
+            return Err(ToolError::forbidden(format!(
+                "Revoking a rule another member promoted for team {slug} needs the admin role there; yours is {}.",
+                role.as_str()
+            )));
+        }
+        let team = self.admin_of(conn, caller, slug, For::Change).await?;
+        Ok(Some(StewardTeam {
+            id: team.id,
+            slug: team.slug,
+        }))
+    }
+
+    /// The rules the team's current members promoted for its scopes (the
+    /// team's own and its projects'), for its admins: what they may revoke
+    /// ([`Store::moderated_rule_team`]). A departed member's are the
+    /// steward's ([`Store::team_steward_rules`]).
+    pub async fn team_member_rules(
+        &self,
+        caller: &Caller,
+        slug: &str,
+    ) -> Result<Vec<crate::rules::RuleRecord>, ToolError> {
+        let mut conn = self.pool.acquire().await.db("acquire")?;
+        let team = self.admin_of(&mut conn, caller, slug, For::Reading).await?;
+        crate::rules::promoted_for_scope(
+            &mut conn,
+            &team.scope,
+            team.steward_id.as_deref().unwrap_or_default(),
+        )
+        .await
+    }
+
     /// May the caller act for a team's steward on what it holds in
     /// `scope_path` (revoke a rule handed to it; forget, close or restore
     /// a memory handed to it)? Nobody signs in as a

@@ -4,7 +4,10 @@
 //! `rule.revoke`); the team's writers and readers are refused
 //! (`forbidden`), an admin of another team, or a former member, finds no
 //! such rule (`not_found`, as for an id that never existed), and a rule a
-//! current member owns stays theirs alone to revoke.
+//! current member promoted for the team is revoked by the team's admins
+//! too (moderation: every member's agents receive it), audited as
+//! `member_rule_revoked`, while its writers are refused and its owner
+//! keeps revoking their own.
 //!
 //! Each test runs once per backend through [`backend_tests!`], except the
 //! last: on PostgreSQL only, a revocation takes turns with a role change of
@@ -191,10 +194,14 @@ backend_tests! {
         assert!(!briefing_rules(&store, &admin, l, &[&scope]).await.contains(&text), "[{l}]");
     }
 
-    /// An admin revokes the steward's rules only: a rule a current member
-    /// promoted in the same scope stays theirs (`not_found` to the admin,
-    /// as before; still delivered), and its owner revokes it.
-    async fn a_current_members_rule_stays_theirs(store: Store, l: &str) {
+    /// An admin revokes a rule a current member promoted for the team too
+    /// (every member's agents receive it): it leaves every briefing, the
+    /// team's audit log records `member_rule_revoked`, and the admin's page
+    /// lists the member's rules. Another writer is refused (`forbidden`),
+    /// another team's admin finds nothing, and a member's own rule for a
+    /// personal scope is no team's to revoke. Its owner still revokes
+    /// their own.
+    async fn an_admin_revokes_a_current_members_team_rule(store: Store, l: &str) {
         let (_, admin) = user(&store, "stm-admin").await;
         let slug = create_team_of(&store, &admin, l, "stm").await;
         let scope = format!("team.{slug}");
@@ -204,14 +211,41 @@ backend_tests! {
         let (theirs, their_text) = team_rule(&store, &w, l, &scope, &unique("kept")).await;
         ok(store.remove_team_member(&admin, &slug, &ugone.id).await, l, "remove the first writer");
         ok(store.revoke_rule(&admin, &left, "stale").await, l, "the steward's rule");
-        let e = err(store.revoke_rule(&admin, &theirs, "stale").await, ErrorCode::NotFound, l, "a current member's rule");
-        assert!(e.message.contains(&theirs), "[{l}] {}", e.message);
-        let rules = briefing_rules(&store, &admin, l, &[&scope]).await;
-        assert!(rules.contains(&their_text) && !rules.contains(&left_text), "[{l}] {rules:?}");
+        let listed = ok(store.team_member_rules(&admin, &slug).await, l, "the member rules");
+        assert_eq!(
+            listed.iter().map(|r| r.memory_id.to_string()).collect::<Vec<_>>(),
+            vec![theirs.as_str()],
+            "[{l}] the current member's rule only, not the steward's"
+        );
+        // Another writer of the team may not; another team's admin finds
+        // nothing.
+        let (_, w2) = team_member(&store, &admin, l, &slug, "stm-w2", TeamRole::Writer).await;
+        err(store.revoke_rule(&w2, &theirs, "mine now").await, ErrorCode::Forbidden, l, "another writer");
+        err(store.team_member_rules(&w2, &slug).await, ErrorCode::Forbidden, l, "a writer's listing");
+        let (_, outsider) = user(&store, "stm-outsider").await;
+        create_team_of(&store, &outsider, l, "stm-other").await;
+        err(store.revoke_rule(&outsider, &theirs, "x").await, ErrorCode::NotFound, l, "another team's admin");
+        // A member's personal rule is no team's.
+        let personal = mem(&store, &w, l, json!({"content": "Answer in French.", "kind": "preference", "scope": "personal"})).await;
+        ok(call(&store, &w, "promote_rule", json!({"memory_id": personal})).await, l, "a personal rule");
+        err(store.revoke_rule(&admin, &personal, "x").await, ErrorCode::NotFound, l, "a member's personal rule");
+        assert!(briefing_rules(&store, &admin, l, &[&scope]).await.contains(&their_text), "[{l}] delivered until revoked");
+        ok(store.revoke_rule(&admin, &theirs, "contradicts our style guide").await, l, "the admin revokes a member's team rule");
+        assert!(!briefing_rules(&store, &admin, l, &[&scope]).await.contains(&their_text), "[{l}] gone from briefings");
         let mine = store.list_rules(&w).await.unwrap();
-        assert!(mine.iter().any(|r| r.memory_id.as_str() == theirs && r.status == RuleState::Promoted), "[{l}] {mine:?}");
-        ok(store.revoke_rule(&w, &theirs, "superseded").await, l, "the owner revokes their own");
-        assert!(!briefing_rules(&store, &admin, l, &[&scope]).await.contains(&their_text), "[{l}]");
+        assert!(mine.iter().any(|r| r.memory_id.as_str() == theirs && r.status == RuleState::Revoked), "[{l}] {mine:?}");
+        let audit = ok(store.team_audit(&admin, &slug).await, l, "audit");
+        assert!(
+            audit.events.iter().any(|e| e.action == TeamAction::MemberRuleRevoked
+                && e.actor.as_ref().map(ToString::to_string) == Some(admin.user_id.clone())
+                && e.subject.as_deref() == Some(theirs.as_str())),
+            "[{l}] {audit:?}"
+        );
+        // The owner revokes their own, as ever.
+        let (own, own_text) = team_rule(&store, &w, l, &scope, &unique("own")).await;
+        ok(store.revoke_rule(&w, &own, "superseded").await, l, "the owner revokes their own");
+        assert!(!briefing_rules(&store, &admin, l, &[&scope]).await.contains(&own_text), "[{l}]");
+        let _ = left_text;
     }
 }
 

@@ -114,7 +114,9 @@ struct AdminView {
     audit: Result<zm_contracts::teams::TeamAudit, zm_contracts::ToolError>,
     /// The promoted rules the team's steward holds: departed members'.
     steward_rules: Vec<RuleRecord>,
-    /// The ids of those a briefing of the admin's delivers.
+    /// The rules current members promoted for the team's scopes.
+    member_rules: Vec<RuleRecord>,
+    /// The ids of those (both lists) a briefing of the admin's delivers.
     delivered: std::collections::HashSet<String>,
 }
 
@@ -147,6 +149,41 @@ fn steward_rules(
         } @else {
             p.hint { "Members who left the team promoted these rules for its scopes. Every member's agents receive them until their 90 days end (Delivery says which still are); as an admin you may revoke them." }
             table.rules #steward-rules aria-labelledby="steward-rules-heading" {
+                thead { tr { th { "Rule" } th { "Applies to" } th { "Promoted" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
+                tbody {
+                    @for r in records {
+                        tr data-memory=(r.memory_id) {
+                            td { (rules::rule_cell(signed, r, Some(RULE_EXCERPT_CHARS))) }
+                            td { code { (r.applies_scope.as_deref().unwrap_or("")) } }
+                            td { (rules::promoted_until(r)) }
+                            td.delivery { (rules::delivery(r, delivered, now)) }
+                            td { div.actions { (rules::revoke_form(signed, &r.memory_id, Some(&back))) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The promoted rules current members promoted for the team's scopes,
+/// which every member's agents receive, each with a form that revokes it
+/// (an admin's moderation) and comes back to this page.
+fn member_rules(
+    signed: &Signed,
+    slug: &str,
+    records: &[RuleRecord],
+    delivered: &std::collections::HashSet<String>,
+    now: i64,
+) -> Markup {
+    let back = format!("/teams/{slug}");
+    html! {
+        h2 #member-rules-heading { "Rules members promoted for the team" }
+        @if records.is_empty() {
+            p.muted #no-member-rules { "None: no member promoted a rule for the team's scopes." }
+        } @else {
+            p.hint { "Members promoted these rules for the team or its projects; every member's agents receive them (pinned ones lead every briefing). As an admin you may revoke any of them, with a reason; the team's audit log records it." }
+            table.rules #member-rules aria-labelledby="member-rules-heading" {
                 thead { tr { th { "Rule" } th { "Applies to" } th { "Promoted" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
                 tbody {
                     @for r in records {
@@ -293,6 +330,7 @@ fn detail_page(
         }
         @if let Some(v) = admin_view {
             (steward_rules(signed, slug, &v.steward_rules, &v.delivered, now))
+            (member_rules(signed, slug, &v.member_rules, &v.delivered, now))
         }
         @if let Some(Err(e)) = admin_view.map(|v| &v.audit) {
             // No longer the team's admin since the role was read: no log,
@@ -375,19 +413,22 @@ async fn team_page(
         Err(e) => return signed.error(&Failure::from_tool(e, rid)),
     };
     let admin_view = if d.team.role == TeamRole::Admin {
-        let (audit, kept) = tokio::join!(
+        let (audit, kept, members) = tokio::join!(
             state.store.team_audit(&caller, slug),
-            state.store.team_steward_rules(&caller, slug)
+            state.store.team_steward_rules(&caller, slug),
+            state.store.team_member_rules(&caller, slug)
         );
-        match kept {
-            Ok(kept) => {
+        match kept.and_then(|kept| members.map(|members| (kept, members))) {
+            Ok((kept, member_rules)) => {
                 let steward_rules: Vec<RuleRecord> = kept
                     .into_iter()
                     .filter(|r| r.status == RuleState::Promoted)
                     .collect();
+                let both: Vec<RuleRecord> =
+                    steward_rules.iter().chain(&member_rules).cloned().collect();
                 let delivered = match state
                     .store
-                    .delivered_rule_ids(&caller, &rules::project_scopes(&steward_rules))
+                    .delivered_rule_ids(&caller, &rules::project_scopes(&both))
                     .await
                 {
                     Ok(ids) => ids,
@@ -396,6 +437,7 @@ async fn team_page(
                 Some(AdminView {
                     audit,
                     steward_rules,
+                    member_rules,
                     delivered,
                 })
             }
