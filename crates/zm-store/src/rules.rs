@@ -88,6 +88,15 @@ enum RuleChange<'a> {
     Revoke { reason: &'a str },
 }
 
+/// A rule revoked for a team by its admin: the team, the action its audit
+/// log records, and, for a current member's rule, the scope it must still
+/// apply to when the revocation is written.
+type RevokedForTeam = (
+    crate::teams::StewardTeam,
+    zm_contracts::teams::TeamAction,
+    Option<String>,
+);
+
 /// The longest reason a revoked rule keeps (characters).
 pub const REVOKE_REASON_MAX: usize = 500;
 
@@ -374,7 +383,7 @@ impl Store {
                 serde_json::json!({"memory_id": memory_id, "reason_chars": reason.chars().count()}),
             ),
         };
-        if let Some((team, _)) = &for_team {
+        if let Some((team, _, _)) = &for_team {
             payload["team"] = serde_json::Value::String(team.slug.clone());
         }
         let mut sql = Sql::new("UPDATE rules SET ");
@@ -393,13 +402,20 @@ impl Store {
         sql.push(" AND memory_id = ").bind_str(memory_id);
         sql.push(" AND status = ")
             .bind_str(RuleState::Promoted.as_str());
+        // A member's rule revoked by their team's admin: still for the
+        // scope that made it the team's when it was read (its author may
+        // have promoted it again for another scope meanwhile, which no
+        // lock of this team's held back).
+        if let Some((_, _, Some(applies))) = &for_team {
+            sql.push(" AND applies_scope = ").bind_str(applies);
+        }
         let done = sql.query().execute(&mut *tx).await.db("update rule")?;
         if done.rows_affected() == 0 {
             return Err(ToolError::not_found(format!(
                 "No rule from memory {memory_id}."
             )));
         }
-        if let Some((team, action)) = &for_team {
+        if let Some((team, action, _)) = &for_team {
             self.record_for_steward(&mut tx, caller, team, *action, memory_id)
                 .await?;
         }
@@ -494,13 +510,7 @@ impl Store {
         tx: &mut sqlx::AnyConnection,
         caller: &Caller,
         memory_id: &str,
-    ) -> Result<
-        (
-            String,
-            Option<(crate::teams::StewardTeam, zm_contracts::teams::TeamAction)>,
-        ),
-        ToolError,
-    > {
+    ) -> Result<(String, Option<RevokedForTeam>), ToolError> {
         let missing = || ToolError::not_found(format!("No rule from memory {memory_id}."));
         let row = sqlx::query(
             "SELECT r.owner_id AS owner_id, r.applies_scope AS applies_scope, m.scope AS scope \
@@ -525,7 +535,7 @@ impl Store {
             .await?
         {
             let action = zm_contracts::teams::TeamAction::MemberRuleRevoked;
-            return Ok((owner, Some((team, action))));
+            return Ok((owner, Some((team, action, applies))));
         }
         let scope: String = col(&row, "scope")?;
         let team = self
@@ -539,7 +549,7 @@ impl Store {
             )
             .await?;
         let action = zm_contracts::teams::TeamAction::StewardRuleRevoked;
-        Ok((owner, Some((team, action))))
+        Ok((owner, Some((team, action, None))))
     }
 
     /// Revoke `owner`'s promoted rule from memory `memory_id`, if any,

@@ -306,3 +306,80 @@ async fn a_revocation_takes_turns_with_a_role_change() {
         "[{l}] still delivered"
     );
 }
+
+/// PostgreSQL only: a member's team rule that its author promotes again
+/// for a scope of their own while an admin's revocation waits for the
+/// team (its row held by a team change) is not revoked: the revocation
+/// wrote only a rule still for the team's scope (`not_found`), and the
+/// author's rule for their own project stays promoted.
+#[tokio::test]
+async fn a_revocation_leaves_a_rule_promoted_elsewhere_meanwhile() {
+    let l = "postgres";
+    let Some((store, raw)) =
+        postgres_with_raw("a_revocation_leaves_a_rule_promoted_elsewhere_meanwhile").await
+    else {
+        return;
+    };
+    let (_, admin) = user(&store, "srp-admin").await;
+    let slug = create_team_of(&store, &admin, l, "srp").await;
+    let scope = format!("team.{slug}");
+    let (_, w) = team_member(&store, &admin, l, &slug, "srp-w", TeamRole::Writer).await;
+    let (ux, _) = team_member(&store, &admin, l, &slug, "srp-x", TeamRole::Writer).await;
+    let own = project_of(&store, &w, l, "/src/srp-own").await;
+    mem(
+        &store,
+        &w,
+        l,
+        json!({"content": "The own project builds with make.", "kind": "fact", "scope": own}),
+    )
+    .await;
+    let memory = mem(&store, &w, l, json!({"content": format!("Squash every merge ({}).", unique("m")), "kind": "convention", "scope": "personal"})).await;
+    ok(
+        call(
+            &store,
+            &w,
+            "promote_rule",
+            json!({"memory_id": memory, "applies_scope": scope}),
+        )
+        .await,
+        l,
+        "for the team",
+    );
+    // A team change, held open: the admin's revocation waits for it.
+    let (change, pid) = hold_a_demotion(&raw, &slug, &scope, &ux.id).await;
+    let revoke = {
+        let (store, admin, memory) = (store.clone(), admin.clone(), memory.clone());
+        tokio::spawn(async move { store.revoke_rule(&admin, &memory, "not our style").await })
+    };
+    let waited = waits_on(&raw, pid, &revoke).await;
+    ok(
+        call(
+            &store,
+            &w,
+            "promote_rule",
+            json!({"memory_id": memory, "applies_scope": own}),
+        )
+        .await,
+        l,
+        "for their own project meanwhile",
+    );
+    change.commit().await.expect("commit the team change");
+    let done = revoke.await.expect("the revocation's task");
+    assert!(
+        waited,
+        "[{l}] the revocation did not wait for the team: {done:?}"
+    );
+    err(
+        done,
+        ErrorCode::NotFound,
+        l,
+        "a rule no longer for the team",
+    );
+    let mine = store.list_rules(&w).await.unwrap();
+    assert!(
+        mine.iter().any(|r| r.memory_id.as_str() == memory
+            && r.status == RuleState::Promoted
+            && r.applies_scope.as_deref() == Some(own.as_str())),
+        "[{l}] still promoted for their project: {mine:?}"
+    );
+}
