@@ -132,58 +132,52 @@ fn who(id: Option<&zm_contracts::UserId>, email: Option<&str>) -> Markup {
     }
 }
 
-/// The promoted rules departed members left to the team's steward,
-/// each with a form that revokes it and comes back to this page.
-fn steward_rules(
-    signed: &Signed,
-    slug: &str,
-    records: &[RuleRecord],
-    delivered: &std::collections::HashSet<String>,
-    now: i64,
-) -> Markup {
-    let back = format!("/teams/{slug}");
-    html! {
-        h2 #steward-rules-heading { "Rules left by former members" }
-        @if records.is_empty() {
-            p.muted #no-steward-rules { "None: no former member left a promoted rule." }
-        } @else {
-            p.hint { "Members who left the team promoted these rules for its scopes. Every member's agents receive them until their 90 days end (Delivery says which still are); as an admin you may revoke them." }
-            table.rules #steward-rules aria-labelledby="steward-rules-heading" {
-                thead { tr { th { "Rule" } th { "Applies to" } th { "Promoted" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
-                tbody {
-                    @for r in records {
-                        tr data-memory=(r.memory_id) {
-                            td { (rules::rule_cell(signed, r, Some(RULE_EXCERPT_CHARS))) }
-                            td { code { (r.applies_scope.as_deref().unwrap_or("")) } }
-                            td { (rules::promoted_until(r)) }
-                            td.delivery { (rules::delivery(r, delivered, now)) }
-                            td { div.actions { (rules::revoke_form(signed, &r.memory_id, Some(&back))) } }
-                        }
-                    }
-                }
-            }
-        }
-    }
+/// Which of an admin's two lists of rules a table shows.
+struct RuleList {
+    /// The table's id; its heading's is `{id}-heading`, the line shown
+    /// instead when it is empty `no-{id}`.
+    id: &'static str,
+    heading: &'static str,
+    empty: &'static str,
+    hint: &'static str,
 }
 
-/// The promoted rules current members promoted for the team's scopes,
-/// which every member's agents receive, each with a form that revokes it
-/// (an admin's moderation) and comes back to this page.
-fn member_rules(
+/// The promoted rules departed members left to the team's steward.
+const STEWARD_RULES: RuleList = RuleList {
+    id: "steward-rules",
+    heading: "Rules left by former members",
+    empty: "None: no former member left a promoted rule.",
+    hint: "Members who left the team promoted these rules for its scopes. Every member's agents receive them until their 90 days end (Delivery says which still are); as an admin you may revoke them.",
+};
+
+/// The rules current members promoted for the team's scopes, which every
+/// member's agents receive (an admin's moderation).
+const MEMBER_RULES: RuleList = RuleList {
+    id: "member-rules",
+    heading: "Rules members promoted for the team",
+    empty: "None: no member promoted a rule for the team's scopes.",
+    hint: "Members promoted these rules for the team or its projects; every member's agents receive them (pinned ones lead every briefing). As an admin you may revoke any of them, with a reason; the team's audit log records it.",
+};
+
+/// One of an admin's lists of rules, each rule with a form that revokes
+/// it and comes back to this page.
+fn rule_list(
     signed: &Signed,
     slug: &str,
+    list: &RuleList,
     records: &[RuleRecord],
     delivered: &std::collections::HashSet<String>,
     now: i64,
 ) -> Markup {
     let back = format!("/teams/{slug}");
+    let heading_id = format!("{}-heading", list.id);
     html! {
-        h2 #member-rules-heading { "Rules members promoted for the team" }
+        h2 id=(heading_id) { (list.heading) }
         @if records.is_empty() {
-            p.muted #no-member-rules { "None: no member promoted a rule for the team's scopes." }
+            p.muted id=(format!("no-{}", list.id)) { (list.empty) }
         } @else {
-            p.hint { "Members promoted these rules for the team or its projects; every member's agents receive them (pinned ones lead every briefing). As an admin you may revoke any of them, with a reason; the team's audit log records it." }
-            table.rules #member-rules aria-labelledby="member-rules-heading" {
+            p.hint { (list.hint) }
+            table.rules id=(list.id) aria-labelledby=(heading_id) {
                 thead { tr { th { "Rule" } th { "Applies to" } th { "Promoted" } th { "Delivery" } th { span.sr-only { "Actions" } } } }
                 tbody {
                     @for r in records {
@@ -329,8 +323,8 @@ fn detail_page(
             }
         }
         @if let Some(v) = admin_view {
-            (steward_rules(signed, slug, &v.steward_rules, &v.delivered, now))
-            (member_rules(signed, slug, &v.member_rules, &v.delivered, now))
+            (rule_list(signed, slug, &STEWARD_RULES, &v.steward_rules, &v.delivered, now))
+            (rule_list(signed, slug, &MEMBER_RULES, &v.member_rules, &v.delivered, now))
         }
         @if let Some(Err(e)) = admin_view.map(|v| &v.audit) {
             // No longer the team's admin since the role was read: no log,
