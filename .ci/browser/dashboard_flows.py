@@ -458,6 +458,17 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(status == 200, f"the mate promotes a team rule: {status} {body}")
     b.get(base + "/teams/browsers")
     b.wait_for("#no-steward-rules")
+    # While the mate is a member, the admin finds the rule among the
+    # members' rules, with a revoke form of its own.
+    b.wait_for(f"#member-rules tr[data-memory='{theirs}']")
+    check("Deploy to staging only after a green canary." in b.text_of("#member-rules"),
+          "the mate's team rule is listed to the admin as a member's")
+    check(len(b.driver.find_elements("css selector", f"#member-rules tr[data-memory='{theirs}'] form[action$='/revoke']")) == 1,
+          "with a revoke form")
+    page_is_clean(b, "team page with a member's rule")
+    b.driver.execute_script("document.getElementById('member-rules-heading').scrollIntoView()")
+    shoot(b, shots, "team-member-rules")
+    shoot_phone(b, shots, "team-member-rules-360", "#member-rules-heading")
     rows = [r for r in b.driver.find_elements("css selector", "table#members tbody tr")
             if "mate@example.com" in r.text]
     check(len(rows) == 1, "the mate is listed on the team's page")

@@ -82,8 +82,7 @@ crate::enums::wire_enum! {
 }
 
 impl TeamAction {
-    /// An admin's change to what the team's steward holds, or to a
-    /// member's rule for the team: the event's subject is a memory's id.
+    /// An admin's change to what the team's steward holds.
     pub fn is_for_steward(self) -> bool {
         matches!(
             self,
@@ -91,8 +90,13 @@ impl TeamAction {
                 | TeamAction::StewardMemoryForgotten
                 | TeamAction::StewardMemoryClosed
                 | TeamAction::StewardMemoryRestored
-                | TeamAction::MemberRuleRevoked
         )
+    }
+
+    /// Is the event's subject a memory's id? An admin's change to what
+    /// the steward holds, or to a member's rule for the team.
+    pub fn subject_is_a_memory(self) -> bool {
+        self.is_for_steward() || self == TeamAction::MemberRuleRevoked
     }
 }
 

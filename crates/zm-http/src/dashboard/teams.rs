@@ -354,7 +354,7 @@ fn detail_page(
                                 @match (&e.user_id, &e.subject) {
                                     (Some(user), _) => (who(Some(user), e.user_email.as_deref())),
                                     // What a departed member left: its page.
-                                    (None, Some(memory)) if e.action.is_for_steward() => {
+                                    (None, Some(memory)) if e.action.subject_is_a_memory() => {
                                         a href=(signed.href(&format!("/memories/{memory}"))) { code { (memory) } }
                                     }
                                     (None, Some(subject)) => (subject),
