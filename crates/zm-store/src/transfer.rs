@@ -415,14 +415,13 @@ impl Store {
         {
             return Err(guard::rejection(&hit));
         }
-        // The text is checked only for an item to store: one imported
-        // before is skipped below whatever its size or words, so a re-run
-        // after the limit was lowered, or the content guard learned a new
-        // pattern, still says "imported before" of what is already here.
-        // A new item is checked before the write takes its turn (an item
-        // too long is `validation_failed` at once, not a wait for a busy
-        // database); one seen here but gone by the write's own look is
-        // checked then.
+        // The text is checked before the write takes its turn (an item too
+        // long is `validation_failed` at once, not a wait for a busy
+        // database). A refusal holds only for an item to store: one
+        // imported before is skipped below whatever its size or words, so
+        // a re-run after the limit was lowered, or the content guard
+        // learned a new pattern, still says "imported before" of what is
+        // already here. Only a refused item asks the ledger first.
         let check_text = || -> Result<(), ToolError> {
             self.limits.check_text([
                 ("content", Some(input.content.as_str())),
@@ -439,13 +438,18 @@ impl Store {
         };
         let hint_missing =
             matches!(input.target, ImportTarget::Project) && input.project_hint.is_none();
-        let seen_before = !hint_missing
-            && self
-                .imported_before(&caller.user_id, &input.source_hash)
-                .await?;
-        if !seen_before {
-            check_text()?;
-        }
+        let refused = match check_text() {
+            Ok(()) => None,
+            Err(e)
+                if !hint_missing
+                    && self
+                        .imported_before(&caller.user_id, &input.source_hash)
+                        .await? =>
+            {
+                Some(e)
+            }
+            Err(e) => return Err(e),
+        };
         let tx = cx.tx().await?;
         let hash = input.source_hash.trim().to_string();
         // An item imported before is skipped before its hint is resolved:
@@ -465,8 +469,9 @@ impl Store {
         if seen > 0 && !hint_missing {
             return self.skipped_import(tx, caller, &hash).await;
         }
-        if seen_before {
-            check_text()?;
+        // Seen before the turn, gone by the write's own look: refused.
+        if let Some(e) = refused {
+            return Err(e);
         }
         let content = input.content.trim().to_string();
         let scope = match input.target {
