@@ -360,28 +360,49 @@ pub async fn handle(state: State<(AppState, McpEndpoint)>, request: Request) -> 
 /// The headers a browser client may send `/mcp`: the transport's own,
 /// and every `Mcp-*` header the preflight asks for. From 2026-07-28 each
 /// POST carries `Mcp-Method` and `Mcp-Name`, and a tool call its
-/// `Mcp-Param-*` headers, whose names depend on the tool's arguments.
+/// `Mcp-Param-*` headers, whose names depend on the tool's arguments: at
+/// most [`PARAM_HEADERS_ALLOWED`] of them are named (the preflight is
+/// answered before any token is asked for; a list of thousands is no
+/// client's).
 fn allowed_request_headers(headers: &HeaderMap) -> HeaderValue {
     const BASE: &str = "authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, mcp-method, mcp-name";
-    let mut allowed = BASE.to_string();
+    let mut named = std::collections::BTreeSet::new();
     let asked = headers
         .get_all(header::ACCESS_CONTROL_REQUEST_HEADERS)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase());
+        .map(str::trim);
     for name in asked {
-        let token = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if token && name.starts_with("mcp-param-") && !allowed.split(", ").any(|a| a == name) {
-            allowed.push_str(", ");
-            allowed.push_str(&name);
+        let token = name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let Some(param) = name
+            .get(..PARAM_PREFIX.len())
+            .filter(|p| p.eq_ignore_ascii_case(PARAM_PREFIX))
+            .map(|_| &name[PARAM_PREFIX.len()..])
+        else {
+            continue;
+        };
+        if token && !param.is_empty() {
+            named.insert(name.to_ascii_lowercase());
+            if named.len() == PARAM_HEADERS_ALLOWED {
+                break;
+            }
         }
     }
+    let allowed = std::iter::once(BASE.to_string())
+        .chain(named)
+        .collect::<Vec<_>>()
+        .join(", ");
     HeaderValue::from_str(&allowed).unwrap_or_else(|_| HeaderValue::from_static(BASE))
 }
+
+/// The prefix of a 2026-07-28 tool call's argument headers.
+const PARAM_PREFIX: &str = "mcp-param-";
+
+/// How many `Mcp-Param-*` headers a preflight's answer allows at most.
+const PARAM_HEADERS_ALLOWED: usize = 64;
 
 /// [`handle`] once the request's origin (if any) is accepted.
 async fn handle_allowed(
@@ -690,6 +711,38 @@ fn mcp_unauthorized(e: crate::error::ApiError) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A preflight names each `Mcp-Param-*` header it is asked for once,
+    /// lower-cased, and at most [`PARAM_HEADERS_ALLOWED`] of them however
+    /// many it is asked for (it is answered before any token is checked).
+    #[test]
+    fn a_preflight_allows_a_bounded_set_of_param_headers() {
+        let mut asked: Vec<String> = (0..5_000).map(|i| format!("Mcp-Param-X{i}")).collect();
+        asked.insert(
+            0,
+            "mcp-param-query, MCP-PARAM-QUERY, mcp-param-, x-other".into(),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCESS_CONTROL_REQUEST_HEADERS,
+            HeaderValue::from_str(&asked.join(",")).unwrap(),
+        );
+        let allowed = allowed_request_headers(&headers);
+        let names: Vec<&str> = allowed.to_str().unwrap().split(", ").collect();
+        let params: Vec<&&str> = names
+            .iter()
+            .filter(|n| n.starts_with(PARAM_PREFIX))
+            .collect();
+        assert_eq!(params.len(), PARAM_HEADERS_ALLOWED, "{names:?}");
+        assert_eq!(
+            names.iter().filter(|n| **n == "mcp-param-query").count(),
+            1,
+            "{names:?}"
+        );
+        assert!(!names.contains(&"mcp-param-"), "{names:?}");
+        assert!(!names.contains(&"x-other"), "{names:?}");
+        assert!(names.contains(&"mcp-name"), "{names:?}");
+    }
 
     /// A 429 on `/mcp` before the session (the database too busy to
     /// authenticate) says when to come back, as the API's 429s do.

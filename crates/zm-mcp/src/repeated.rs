@@ -97,12 +97,16 @@ pub fn mark_repeated_argument_key_within(message: &[u8], limit: usize) -> Option
     serde_json::to_vec(&v).ok()
 }
 
-/// What a line is, as far as the session's start cares: a request (it has
-/// a `method` and an `id`), another JSON-RPC object (a notification, a
-/// response), or something else (not an object: rmcp judges it).
+/// What a line is, as far as the session's start cares: a request that
+/// starts the session (it has a `method` and an `id`), a probe (a
+/// `server/discover` or `ping` request, which rmcp answers while it still
+/// waits for the session to start), another JSON-RPC object (a
+/// notification, a response), or something else (not an object: rmcp
+/// judges it).
 #[derive(Debug, PartialEq, Eq)]
 enum LineKind {
     Request,
+    Probe,
     NotRequest,
     Other,
 }
@@ -110,15 +114,18 @@ enum LineKind {
 fn line_kind(line: &[u8]) -> LineKind {
     #[derive(serde::Deserialize)]
     struct Probe {
-        method: Option<serde::de::IgnoredAny>,
+        method: Option<Value>,
         id: Option<serde::de::IgnoredAny>,
     }
     let line = line.strip_prefix(BOM).unwrap_or(line);
     match serde_json::from_slice::<Probe>(line) {
         Ok(Probe {
-            method: Some(_),
+            method: Some(method),
             id: Some(_),
-        }) => LineKind::Request,
+        }) => match method.as_str() {
+            Some("server/discover" | "ping") => LineKind::Probe,
+            _ => LineKind::Request,
+        },
         Ok(_) => LineKind::NotRequest,
         Err(_) => LineKind::Other,
     }
@@ -136,11 +143,11 @@ pub struct MarkRepeatedKeys<R> {
     at: usize,
     /// A line over [`LINE_LIMIT`] is being handed on as it comes.
     passing: bool,
-    /// A request has been handed on: the session has begun. Until then a
-    /// notification or a response is dropped (rmcp ends a session whose
-    /// first message is not a request, and a notification is answered by
-    /// nothing: a client that cancels its probe of the newer protocol
-    /// sends one first).
+    /// A request other than a probe has been handed on: the session has
+    /// begun. Until then a notification or a response is dropped (rmcp
+    /// ends a session whose start sees one, and a notification is answered
+    /// by nothing: a client that cancels its `server/discover` probe of
+    /// the newer protocol, answered or not, sends one before `initialize`).
     begun: bool,
     eof: bool,
 }
@@ -167,7 +174,7 @@ impl<R> MarkRepeatedKeys<R> {
             match line_kind(&line) {
                 LineKind::Request => self.begun = true,
                 LineKind::NotRequest => return false,
-                LineKind::Other => {}
+                LineKind::Probe | LineKind::Other => {}
             }
         }
         match mark_line(&line) {
@@ -341,20 +348,25 @@ mod tests {
     }
 
     /// Before the first request, a notification or a response is dropped
-    /// (rmcp would end the session on it); from the first request on,
-    /// every line is handed on.
+    /// (rmcp would end the session on it), also after a probe (a
+    /// `server/discover` or a `ping`, handed on); from the first other
+    /// request on, every line is handed on.
     #[tokio::test]
     async fn nothing_but_a_request_begins_the_session() {
         let cancelled =
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}"#;
         let response = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
+        let discover = r#"{"jsonrpc":"2.0","id":7,"method":"server/discover","params":{}}"#;
+        let ping = r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#;
         let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
         let lines = through(
-            format!("{cancelled}\n{response}\n{init}\n{cancelled}\n"),
+            format!(
+                "{cancelled}\n{response}\n{discover}\n{cancelled}\n{ping}\n{response}\n{init}\n{cancelled}\n"
+            ),
             64,
         )
         .await;
-        assert_eq!(lines, [init, cancelled, ""], "{lines:?}");
+        assert_eq!(lines, [discover, ping, init, cancelled, ""], "{lines:?}");
     }
 
     /// A line led by a byte order mark is checked as rmcp reads it.

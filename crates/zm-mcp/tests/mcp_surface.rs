@@ -232,8 +232,8 @@ async fn discover_and_stateless_calls_on_the_raw_wire() {
 }
 
 /// The 2025-11-25 stdio wire through `serve_io`: a notification before
-/// `initialize` (a client's cancelled probe) is dropped, not the end of
-/// the session; an `initialize` sent again does not change the era the
+/// `initialize` (a client's cancelled probe, also after the probe was
+/// answered) is dropped, not the end of the session; an `initialize` sent again does not change the era the
 /// handshake negotiated (`ping` is a 2025 method).
 #[tokio::test]
 async fn a_stray_notification_and_a_second_initialize_change_nothing() {
@@ -258,6 +258,18 @@ async fn a_stray_notification_and_a_second_initialize_change_nothing() {
             }
         }
     };
+    // A dual-era client's probe, answered, then cancelled all the same
+    // (its answer came too late for the client) before it falls back.
+    let discover = send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "codex", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }}}),
+    )
+    .await
+    .unwrap();
+    assert!(discover["result"].is_object(), "{discover:#}");
     send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 0, "reason": "timeout"}})).await;
     let init = |id: u64, version: &str| json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "codex", "version": "1"}}});
     let first = send(init(1, "2025-11-25")).await.unwrap();
