@@ -51,6 +51,13 @@ pub(crate) async fn account_budget(state: &AppState, user_id: &str) -> Result<()
 /// Resolve the request's credentials, applying the optional per-account
 /// rate limit.
 pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticated, ApiError> {
+    admit(state, holder(state, parts).await?).await
+}
+
+/// Who the request's token names, read only (nothing is written and
+/// nothing waits for a write's turn): a 401 with its challenge when it
+/// names nobody.
+pub(crate) async fn holder(state: &AppState, parts: &Parts) -> Result<Authenticated, ApiError> {
     let challenge = |desc: &str| {
         format!(
             "Bearer error=\"invalid_token\", error_description=\"{desc}\", resource_metadata=\"{}\"",
@@ -71,8 +78,7 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticat
             retry_after: None,
         });
     };
-    let auth = state.store.authenticate(&token).await?;
-    let Some(auth) = auth else {
+    let Some(auth) = state.store.token_holder(&token).await? else {
         state
             .metrics
             .unauthorized
@@ -83,6 +89,12 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticat
             retry_after: None,
         });
     };
+    Ok(auth)
+}
+
+/// Let the token's holder in: the account's budget, then the note of the
+/// token's use.
+async fn admit(state: &AppState, auth: Authenticated) -> Result<Authenticated, ApiError> {
     if let Err(secs) = account_budget(state, &auth.user_id).await {
         return Err(ApiError {
             error: ToolError::rate_limited(format!(
@@ -92,11 +104,26 @@ pub async fn authenticate(state: &AppState, parts: &Parts) -> Result<Authenticat
             retry_after: Some(secs),
         });
     }
+    state.store.note_token_use(&auth).await;
     Ok(auth)
 }
 
 /// Extractor: an authenticated caller.
 pub struct Auth(pub Authenticated);
+
+/// The holder of a write's token, found by the write middleware before
+/// the write took its place ([`holder`]), for `Auth` to let in on the
+/// write's own task ([`admit`]): the token is looked up once, and what
+/// may wait for the database (the account's shared budget, the note of
+/// the token's use) is done by the write, which a client's hang-up does
+/// not end.
+#[derive(Clone)]
+struct Carried(Authenticated);
+
+/// Hand `found` to the request's `Auth` extractor.
+pub(crate) fn carry(parts: &mut Parts, found: Authenticated) {
+    parts.extensions.insert(Carried(found));
+}
 
 impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
@@ -105,7 +132,10 @@ impl FromRequestParts<AppState> for Auth {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let auth = authenticate(state, parts).await?;
+        let auth = match parts.extensions.remove::<Carried>() {
+            Some(Carried(found)) => admit(state, found).await?,
+            None => authenticate(state, parts).await?,
+        };
         // Only then the address: an anonymous request is a 401 whatever
         // its path holds. An encoded NUL is `validation_failed` before a
         // handler hands the text to the store.

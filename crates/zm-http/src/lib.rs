@@ -76,7 +76,7 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
         )
         .method_not_allowed_fallback(routes::fallback)
         .route_layer(axum::middleware::from_fn_with_state(
-            state.store.clone(),
+            state.clone(),
             run_writes_to_the_end,
         ))
         .layer(axum::middleware::map_response(no_store))
@@ -96,31 +96,35 @@ pub fn router_with_mcp(state: AppState, endpoint: mcp::McpEndpoint) -> Router {
 /// Reads stay on the request and end with it. The store's close waits for
 /// such writes.
 async fn run_writes_to_the_end(
-    axum::extract::State(store): axum::extract::State<Store>,
+    axum::extract::State(state): axum::extract::State<AppState>,
     req: Request,
     next: Next,
 ) -> Response {
-    // A request without an `Authorization` header is answered 401 by the
-    // handler's first step, on the connection's task: it takes none of the
-    // places kept for writes running to their end, so anonymous requests
-    // cannot use them up and refuse the users' writes. (One with a header
-    // that names no valid token still takes a place, for the moment its
-    // token is looked up.)
-    if reads_only(req.method(), req.uri().path())
-        || !req
-            .headers()
-            .contains_key(axum::http::header::AUTHORIZATION)
-    {
+    if reads_only(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
-    run_to_the_end(&store, req, next).await.unwrap_or_else(|| {
-        // A 429: `ApiError` says `Retry-After: 1`.
-        axum::response::IntoResponse::into_response(error::ApiError::new(
-            zm_contracts::ToolError::rate_limited(
-                "Too many writes are still running on this server; retry shortly.",
-            ),
-        ))
-    })
+    // The token is looked up here, on the connection's task, before the
+    // write takes one of the places kept for writes running to their end:
+    // a request without a token, or with one that names nobody, is
+    // answered 401 and takes none, so anonymous requests cannot use them
+    // up and refuse the users' writes. The handler's `Auth` takes who was
+    // found, and lets them in on the write's task.
+    let (mut parts, body) = req.into_parts();
+    match auth::holder(&state, &parts).await {
+        Ok(found) => auth::carry(&mut parts, found),
+        Err(refused) => return axum::response::IntoResponse::into_response(refused),
+    }
+    let req = Request::from_parts(parts, body);
+    run_to_the_end(&state.store, req, next)
+        .await
+        .unwrap_or_else(|| {
+            // A 429: `ApiError` says `Retry-After: 1`.
+            axum::response::IntoResponse::into_response(error::ApiError::new(
+                zm_contracts::ToolError::rate_limited(
+                    "Too many writes are still running on this server; retry shortly.",
+                ),
+            ))
+        })
 }
 
 /// Does a request only read (answered on the connection's own task)? A

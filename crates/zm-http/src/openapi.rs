@@ -130,13 +130,13 @@ pub fn document(public_url: &str) -> Value {
     doc["components"]["headers"] = json!({
         "X-Request-Id": {"description": "This request's id (the `req_…` id sent in `X-Request-Id`, else a new one): quote it when reporting an `internal` error.", "schema": {"type": "string"}},
         "Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer", "minimum": 1}},
-        "WWW-Authenticate": {"description": "The Bearer challenge (RFC 6750), naming the error and, for a missing scope, the scope needed.", "schema": {"type": "string"}},
+        "WWW-Authenticate": {"description": "The Bearer challenge (RFC 6750): on every 401, naming the error; on a 403 only when the token lacks a scope the call needs (`insufficient_scope`, naming the scopes to ask for).", "schema": {"type": "string"}},
     });
     doc
 }
 
 /// The headers every answer carries (`X-Request-Id`), and those a 429
-/// (`Retry-After`) and a 401 (`WWW-Authenticate`) carry, on every
+/// (`Retry-After`) and a 401 or 403 (`WWW-Authenticate`) carry, on every
 /// operation's responses.
 fn declare_headers(paths: &mut serde_json::Map<String, Value>) {
     let header = |name: &str| json!({"$ref": format!("#/components/headers/{name}")});
@@ -155,7 +155,9 @@ fn declare_headers(paths: &mut serde_json::Map<String, Value>) {
                     "429" => {
                         headers.insert("Retry-After".into(), header("Retry-After"));
                     }
-                    "401" => {
+                    // A 403 carries it when the token lacks a scope the
+                    // call needs (`insufficient_scope`), not for a role.
+                    "401" | "403" => {
                         headers.insert("WWW-Authenticate".into(), header("WWW-Authenticate"));
                     }
                     _ => {}

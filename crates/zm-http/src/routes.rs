@@ -35,16 +35,20 @@ pub(crate) async fn json_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Value, ApiError> {
+    let bytes = read_body(body, state.cfg.body_limit)
+        .await
+        .map_err(|e| ApiError::malformed(e.describe()))?;
+    // No body at all is `{}` (the document's bodies are optional): a
+    // client that sends none (`curl -X POST`) names no type either. A body,
+    // or a type that is not JSON, must be JSON.
+    let untyped = !headers.contains_key(axum::http::header::CONTENT_TYPE);
+    if bytes.is_empty() && (untyped || is_json(headers)) {
+        return Ok(Value::Object(Default::default()));
+    }
     if !is_json(headers) {
         return Err(ApiError::malformed(
             "the body must be JSON (Content-Type: application/json)",
         ));
-    }
-    let bytes = read_body(body, state.cfg.body_limit)
-        .await
-        .map_err(|e| ApiError::malformed(e.describe()))?;
-    if bytes.is_empty() {
-        return Ok(Value::Object(Default::default()));
     }
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::malformed(format!("the body is not valid JSON ({e})")))?;
@@ -178,9 +182,14 @@ pub async fn healthz() -> Response {
     axum::Json(json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "contract": zm_contracts::CONTRACT_VERSION})).into_response()
 }
 
-/// `GET /readyz`: the database answers.
+/// `GET /readyz`: the database answers (within two seconds).
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let db = state.store.ping().await;
+    // A database that does not answer within this is as good as down for
+    // a balancer's probe (the pool's own wait for a connection is 30 s).
+    const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+    let db = tokio::time::timeout(READY_WAIT, state.store.ping())
+        .await
+        .unwrap_or(false);
     let status = if db {
         StatusCode::OK
     } else {

@@ -168,6 +168,32 @@ async fn every_error_status_on_the_rest_routes() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
+    // No body and no type (`curl -X POST`) is `{}`; a body without a type,
+    // or an empty one declared as something else, is refused.
+    for (content_type, body, status) in [
+        (None, "", 200),
+        (None, "{}", 400),
+        (Some("text/plain"), "", 400),
+        (Some("application/json"), "", 200),
+    ] {
+        let mut rb = s
+            .http
+            .post(format!("{}/api/tools/entities", s.base))
+            .bearer_auth(&s.rw_a)
+            .body(body);
+        if let Some(t) = content_type {
+            rb = rb.header("content-type", t);
+        }
+        let r = rb.send().await.unwrap();
+        let got = r.status().as_u16();
+        let v = r.json::<Value>().await.unwrap();
+        assert_eq!(got, status, "{content_type:?} {body:?}: {v}");
+        if status == 200 {
+            assert!(v["entities"].is_array(), "{v}");
+        } else {
+            assert_eq!(code(&v), "validation_failed", "{v}");
+        }
+    }
     // Over the body limit (64 KiB here).
     let big = json!({"content": "x".repeat(70 * 1024), "scope": "core"});
     let (st, v) = s.post("/api/tools/remember", Some(&s.rw_a), big).await;
@@ -466,6 +492,13 @@ async fn openapi_component_schemas_are_the_contract_schemas() {
     assert!(
         responses["401"]["headers"]["WWW-Authenticate"].is_object(),
         "{op}"
+    );
+    // `remember`'s 403 for a read-only token carries the challenge it
+    // declares.
+    let remember = &doc["paths"]["/api/tools/remember"]["post"]["responses"];
+    assert!(
+        remember["403"]["headers"]["WWW-Authenticate"].is_object(),
+        "{remember}"
     );
     let r = s
         .http
@@ -1859,8 +1892,9 @@ async fn strict_transport_security_is_sent_only_behind_https() {
 }
 
 /// While the writes running to their end are at the cap, a user's write
-/// is refused `rate_limited`; a request without a token is still answered
-/// 401, and took no place meanwhile (anonymous requests cannot fill them).
+/// is refused `rate_limited`; a request without a token, or with one that
+/// names nobody, is still answered 401, and took no place meanwhile
+/// (anonymous requests cannot fill them).
 #[tokio::test]
 async fn an_anonymous_write_takes_no_place_among_the_running_writes() {
     let s = start().await;
@@ -1879,6 +1913,14 @@ async fn an_anonymous_write_takes_no_place_among_the_running_writes() {
         status, 401,
         "anonymous, at the cap: answered, not refused for load"
     );
+    let (status, v) = s
+        .post("/api/tools/remember", Some("zm_pat_nobody"), body.clone())
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "a token that names nobody, at the cap: answered 401, not refused for load: {v}"
+    );
     let (status, v) = s.post("/api/tools/remember", Some(&s.rw_a), body).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
@@ -1888,4 +1930,22 @@ async fn an_anonymous_write_takes_no_place_among_the_running_writes() {
     for h in held {
         h.abort();
     }
+    // Places free again: the write is authenticated once and lands.
+    let mut ok = None;
+    for _ in 0..200 {
+        let (status, v) = s
+            .post(
+                "/api/tools/remember",
+                Some(&s.rw_a),
+                json!({"content": "The staging cluster is rebuilt on Sundays.", "scope": "personal"}),
+            )
+            .await;
+        if status != 429 {
+            ok = Some((status, v));
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let (status, v) = ok.expect("the places are given back once the writes are aborted");
+    assert_eq!(status, 200, "{v}");
 }

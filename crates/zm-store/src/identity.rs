@@ -1060,25 +1060,41 @@ impl Store {
     /// Resolve a bearer token. `None` for unknown, revoked or expired, and
     /// for any token of a disabled account.
     pub async fn authenticate(&self, secret: &str) -> Result<Option<Authenticated>, ToolError> {
-        /// How stale `last_used_at` may get before a request rewrites it.
-        const LAST_USED_INTERVAL_MS: i64 = 60_000;
-        let now = self.now();
+        let found = self.token_holder(secret).await?;
+        if let Some(auth) = &found {
+            self.note_token_use(auth).await;
+        }
+        Ok(found)
+    }
+
+    /// What `secret` proves, read only: [`Store::authenticate`] without
+    /// the note of its use (for a caller that must know who is asking
+    /// before it lets the request queue for anything, and notes the use
+    /// afterwards with [`Store::note_token_use`]).
+    pub async fn token_holder(&self, secret: &str) -> Result<Option<Authenticated>, ToolError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT id, user_id, scopes, kind FROM access_tokens \
              WHERE token_hash = $1 AND {TOKEN_IN_FORCE}"
         )))
         .bind(hash_secret(secret.trim()))
-        .bind(now)
+        .bind(self.now())
         .bind(TokenKind::Pat.as_str())
         .bind(TokenKind::OauthAccess.as_str())
         .fetch_optional(&self.pool)
         .await
         .db("authenticate")?;
-        let Some(row) = row else { return Ok(None) };
-        let auth = Authenticated::from_row(&row)?;
-        // last-used is best effort; it never fails (nor, on SQLite, waits
-        // for) the request. It is written at most once a minute per token,
-        // so a busy client does not turn every read into a write.
+        row.map(|row| Authenticated::from_row(&row)).transpose()
+    }
+
+    /// Note that `auth`'s token was just used (`last_used_at`). Best
+    /// effort: it never fails (nor, on SQLite, waits for its turn behind
+    /// this process's writes) the request. It is written at most once a
+    /// minute per token, so a busy client does not turn every read into a
+    /// write.
+    pub async fn note_token_use(&self, auth: &Authenticated) {
+        /// How stale `last_used_at` may get before a request rewrites it.
+        const LAST_USED_INTERVAL_MS: i64 = 60_000;
+        let now = self.now();
         self.note(
             "token last use",
             sqlx::query(
@@ -1090,7 +1106,6 @@ impl Store {
             .bind(now - LAST_USED_INTERVAL_MS),
         )
         .await;
-        Ok(Some(auth))
     }
 
     /// Whether the token `token_id` still authenticates, as
