@@ -78,20 +78,29 @@ fn openai_like(text: &str, start: usize, end: usize) -> bool {
 /// The longest word of a kebab-case name [`openai_like`] lets pass.
 const NAME_WORD_MAX: usize = 12;
 
-/// The password of a `scheme://user:password@` match is a value, not a
-/// placeholder standing for one: a variable (`$DB_PASSWORD`, `${PASS}`,
-/// `%PGPASSWORD%`), a name in brackets (`<password>`, `{{db password}}`,
-/// `[password]`), `****`, `xxxx`, or the word `password` itself. (The
-/// refusal asks for exactly such a rephrasing.) Only those shapes: a
-/// password that merely starts with `$` (`$ecretPw`) or a variable with a
-/// default (`${PASS:-hunter2}`) is still a secret.
-fn not_a_placeholder(text: &str, start: usize, end: usize) -> bool {
+/// A `scheme://user:password@` match is credentials: its password is
+/// not a port followed by a path (`host:8080/a@b`, `host:/a@b`), nor a
+/// placeholder ([`not_a_placeholder`]).
+fn url_credentials(text: &str, start: usize, end: usize) -> bool {
     let m = &text[start..end];
     let after_scheme = m.find("://").map_or(0, |i| i + 3);
     let Some(colon) = m[after_scheme..].find(':') else {
         return true;
     };
     let password = &m[after_scheme + colon + 1..m.len() - 1];
+    let a_port = password
+        .split_once('/')
+        .is_some_and(|(port, _)| port.bytes().all(|b| b.is_ascii_digit()));
+    !a_port && not_a_placeholder(password)
+}
+
+/// A URL's password is a value, not a placeholder standing for one: a variable (`$DB_PASSWORD`, `${PASS}`,
+/// `%PGPASSWORD%`), a name in brackets (`<password>`, `{{db password}}`,
+/// `[password]`), `****`, `xxxx`, or the word `password` itself. (The
+/// refusal asks for exactly such a rephrasing.) Only those shapes: a
+/// password that merely starts with `$` (`$ecretPw`) or a variable with a
+/// default (`${PASS:-hunter2}`) is still a secret.
+fn not_a_placeholder(password: &str) -> bool {
     // A variable's name: a letter or `_`, then letters, digits and `_`.
     let identifier = |s: &str| {
         s.chars()
@@ -157,11 +166,14 @@ static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
             None,
         ),
         // The user may be empty (`redis://:password@host`, as Redis
-        // clients write it); a password that is a placeholder is none.
+        // clients write it); the password may hold a `/` (as a generated
+        // one often does, pasted unencoded), unless what comes before it
+        // is a port (`https://host:8080/a@b` is a path); a password that
+        // is a placeholder is none.
         Detector::new(
             "url-credentials",
-            r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s@/:]{0,64}:[^\s@/]{1,128}@",
-            Some(not_a_placeholder),
+            r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s@/:]{0,128}:[^\s@]{1,256}@",
+            Some(url_credentials),
         ),
         // `\b` before the `sk` prefixes: `risk-assessment-…` or `task-…`
         // must not read as a key.
@@ -422,6 +434,23 @@ mod tests {
                 format!("redis://:{}@cache:6379/0", "s3cr3t".to_owned() + "Pw"),
                 "url-credentials",
             ),
+            // A generated password with a `/` in it, pasted unencoded.
+            (
+                format!(
+                    "postgres://admin:{}@db.internal:5432/app",
+                    "Zx9/Qp2".to_owned() + "+Lm"
+                ),
+                "url-credentials",
+            ),
+            (
+                format!("redis://:{}@cache", "a/".to_owned() + "b"),
+                "url-credentials",
+            ),
+            // Long users and passwords too.
+            (
+                format!("postgres://{}:{}@db/app", "u".repeat(100), "p".repeat(200)),
+                "url-credentials",
+            ),
             (
                 format!("postgres://app:{}@db:5432/app", "Pa55".to_owned() + "word$"),
                 "url-credentials",
@@ -495,6 +524,9 @@ mod tests {
             // URLs without credentials
             "https://example.com/a:b@c".into(),
             "https://example.com/path/a:b@c?x=1".into(),
+            // A port and a path with an `@` in it.
+            "https://example.com:8080/users/@alice".into(),
+            "https://example.com:/p@x".into(),
             "postgres://localhost:5432/db".into(),
             "https://github.com/org/zero-memory.git".into(),
             "ssh://git@github.com/org/repo.git".into(),
