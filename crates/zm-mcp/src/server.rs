@@ -507,6 +507,111 @@ fn is_mcp_request(method: &str) -> bool {
     .contains(&method)
 }
 
+/// The handlers whose panics [`or_internal_error`] answers.
+impl ZeroMemoryMcp {
+    /// [`ServerHandler::initialize`], which answers a panic here as an
+    /// internal error.
+    async fn initialize_now(
+        &self,
+        request: InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        // rmcp records the client's parameters before a handshake's
+        // `initialize` reaches us and the negotiated version after it; a
+        // stateless request's peer has none yet. An `initialize` sent again
+        // on a live session must not replace the negotiated version with
+        // the one it asks for (later calls would follow another era).
+        if ctx.peer.peer_info().is_none() {
+            ctx.peer.set_peer_info(request.clone());
+        }
+        let mut info = self.negotiate_initialize(&request)?;
+        let caller = self.caller(&ctx).ok();
+        info.instructions = Some(
+            self.instructions_for(Some(&request.client_info.name), caller.as_ref(), false)
+                .await,
+        );
+        Ok(info)
+    }
+
+    /// [`ServerHandler::discover`], which answers a panic here as an
+    /// internal error.
+    async fn discover_now(
+        &self,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        let caller = self.caller(&ctx).ok();
+        let client = ctx.client_info().map(|i| i.name);
+        // Stateless over HTTP: nothing attaches between calls.
+        let stateless = matches!(self.identity, Identity::Http);
+        let text = self
+            .instructions_for(client.as_deref(), caller.as_ref(), stateless)
+            .await;
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.base_config(Some(text)),
+        ))
+    }
+
+    /// [`ServerHandler::read_resource`], which answers a panic here as an
+    /// internal error.
+    async fn read_resource_now(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let caller = self.caller(&ctx)?;
+        self.account_live()
+            .await
+            .map_err(|e| resource_failure(&e))?;
+        let text = match ResourceUri::parse(&request.uri) {
+            Ok(ResourceUri::Memory(id)) => {
+                match self.tools.store().get_memory(&caller, &id).await {
+                    Ok(m) => serde_json::to_string(&m)
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
+                    Err(e) if e.code == ErrorCode::NotFound => {
+                        return Err(Self::resource_error(
+                            &ctx,
+                            format!("Memory {id} not found."),
+                            true,
+                        ));
+                    }
+                    Err(e) => return Err(resource_failure(&e)),
+                }
+            }
+            Ok(ResourceUri::Rules) => {
+                let rules = self
+                    .tools
+                    .store()
+                    .rules_resource(&caller)
+                    .await
+                    .map_err(|e| resource_failure(&e))?;
+                serde_json::to_string(&zm_contracts::RuleList { rules })
+                    .map_err(|_| McpError::internal_error("Internal server error.", None))?
+            }
+            Err(UriError::NotAMemoryId(raw, _)) => {
+                return Err(McpError::invalid_params(
+                    format!("Not a memory id: {raw}"),
+                    None,
+                ));
+            }
+            Err(UriError::Unknown(uri)) => {
+                return Err(Self::resource_error(
+                    &ctx,
+                    format!("Resource {uri} not found."),
+                    true,
+                ));
+            }
+        };
+        let result: rmcp::model::ReadResourceResult = to(json!({
+            // resultType as rmcp's constructors set it (required by 2026-07-28;
+            // stripped for older peers).
+            "resultType": "complete",
+            "contents": [{"uri": request.uri, "mimeType": "application/json", "text": text}]
+        }));
+        Ok(result.into())
+    }
+}
+
 impl ServerHandler for ZeroMemoryMcp {
     fn get_info(&self) -> ServerConfig {
         self.base_config(Some(instructions::compose(&[], false).text))
@@ -548,37 +653,12 @@ impl ServerHandler for ZeroMemoryMcp {
         request: InitializeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
-        // rmcp records the client's parameters before a handshake's
-        // `initialize` reaches us and the negotiated version after it; a
-        // stateless request's peer has none yet. An `initialize` sent again
-        // on a live session must not replace the negotiated version with
-        // the one it asks for (later calls would follow another era).
-        if ctx.peer.peer_info().is_none() {
-            ctx.peer.set_peer_info(request.clone());
-        }
-        let mut info = self.negotiate_initialize(&request)?;
-        let caller = self.caller(&ctx).ok();
-        info.instructions = Some(
-            self.instructions_for(Some(&request.client_info.name), caller.as_ref(), false)
-                .await,
-        );
-        Ok(info)
+        or_internal_error("initialize", self.initialize_now(request, ctx)).await
     }
 
     async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
-        let caller = self.caller(&ctx).ok();
-        let client = ctx.client_info().map(|i| i.name);
-        // Stateless over HTTP: nothing attaches between calls.
-        let stateless = matches!(self.identity, Identity::Http);
-        let text = self
-            .instructions_for(client.as_deref(), caller.as_ref(), stateless)
-            .await;
-        Ok(DiscoverResult::from_server_info(
-            self.supported_protocol_versions().into_owned(),
-            self.base_config(Some(text)),
-        ))
+        or_internal_error("server/discover", self.discover_now(ctx)).await
     }
-
     /// We send no log notifications (logs go to stderr), so every level is
     /// honoured trivially; accepting it keeps 2025-era clients that set one
     /// happy. (Logging is deprecated from 2026-07-28 on.)
@@ -655,56 +735,7 @@ impl ServerHandler for ZeroMemoryMcp {
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let caller = self.caller(&ctx)?;
-        self.account_live()
-            .await
-            .map_err(|e| resource_failure(&e))?;
-        let text = match ResourceUri::parse(&request.uri) {
-            Ok(ResourceUri::Memory(id)) => {
-                match self.tools.store().get_memory(&caller, &id).await {
-                    Ok(m) => serde_json::to_string(&m)
-                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
-                    Err(e) if e.code == ErrorCode::NotFound => {
-                        return Err(Self::resource_error(
-                            &ctx,
-                            format!("Memory {id} not found."),
-                            true,
-                        ));
-                    }
-                    Err(e) => return Err(resource_failure(&e)),
-                }
-            }
-            Ok(ResourceUri::Rules) => {
-                let rules = self
-                    .tools
-                    .store()
-                    .rules_resource(&caller)
-                    .await
-                    .map_err(|e| resource_failure(&e))?;
-                serde_json::to_string(&zm_contracts::RuleList { rules })
-                    .map_err(|_| McpError::internal_error("Internal server error.", None))?
-            }
-            Err(UriError::NotAMemoryId(raw, _)) => {
-                return Err(McpError::invalid_params(
-                    format!("Not a memory id: {raw}"),
-                    None,
-                ));
-            }
-            Err(UriError::Unknown(uri)) => {
-                return Err(Self::resource_error(
-                    &ctx,
-                    format!("Resource {uri} not found."),
-                    true,
-                ));
-            }
-        };
-        let result: rmcp::model::ReadResourceResult = to(json!({
-            // resultType as rmcp's constructors set it (required by 2026-07-28;
-            // stripped for older peers).
-            "resultType": "complete",
-            "contents": [{"uri": request.uri, "mimeType": "application/json", "text": text}]
-        }));
-        Ok(result.into())
+        or_internal_error("resources/read", self.read_resource_now(request, ctx)).await
     }
 
     async fn list_prompts(
@@ -768,17 +799,40 @@ async fn answer_or_internal<F>(call: F) -> Result<rmcp::model::CallToolResult, M
 where
     F: std::future::Future<Output = Result<rmcp::model::CallToolResult, McpError>>,
 {
+    unless_panicked("tools/call", call)
+        .await
+        .unwrap_or_else(|| Ok(envelope::failure(&ToolError::internal())))
+}
+
+/// Another request's answer, or, when answering it panicked, JSON-RPC's
+/// internal error (-32603) without detail, for the reason
+/// [`answer_or_internal`] gives.
+async fn or_internal_error<T, F>(method: &'static str, call: F) -> Result<T, McpError>
+where
+    F: std::future::Future<Output = Result<T, McpError>>,
+{
+    unless_panicked(method, call)
+        .await
+        .unwrap_or_else(|| Err(McpError::internal_error("Internal server error.", None)))
+}
+
+/// `call`'s output, or `None` when it panicked (the panic's words go to
+/// the log only).
+async fn unless_panicked<T>(
+    method: &'static str,
+    call: impl std::future::Future<Output = T>,
+) -> Option<T> {
     use futures_util::FutureExt as _;
     match std::panic::AssertUnwindSafe(call).catch_unwind().await {
-        Ok(answer) => answer,
+        Ok(answer) => Some(answer),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            tracing::error!(target: "zm_mcp", panic = %what, "a tool call panicked");
-            Ok(envelope::failure(&ToolError::internal()))
+            tracing::error!(target: "zm_mcp", method, panic = %what, "a request panicked");
+            None
         }
     }
 }
@@ -816,5 +870,26 @@ mod tests {
                 .unwrap()
                 .contains("not_found")
         );
+    }
+
+    /// Another request that panics is answered with JSON-RPC's internal
+    /// error, without the panic's words; one that does not is its answer.
+    #[tokio::test]
+    async fn a_panicking_request_is_an_internal_error() {
+        let boom = async {
+            let answer: Result<u8, McpError> = Ok(1);
+            if answer.is_ok() {
+                panic!("boom: a secret detail");
+            }
+            answer
+        };
+        let e = or_internal_error("resources/read", boom)
+            .await
+            .expect_err("an error");
+        assert_eq!(e.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
+        assert!(!e.message.contains("secret"), "{e:?}");
+        assert!(e.data.is_none(), "{e:?}");
+        let fine = or_internal_error("resources/read", async { Ok::<u8, McpError>(7) }).await;
+        assert_eq!(fine.unwrap(), 7);
     }
 }
