@@ -222,8 +222,17 @@ impl ScanText {
     /// edge may also fall where a letter or digit meets a symbol ("C++"
     /// in "C++,", "Node.js" in "(node.js)").
     pub(crate) fn names(&self, name: &str) -> bool {
+        let mut unbounded = usize::MAX;
+        self.names_within(name, &mut unbounded) == Some(true)
+    }
+
+    /// [`Self::names`], looking at no more than `budget` occurrences of
+    /// `name` (each one looked at is taken from it): `None` when the budget
+    /// ran out before an answer. A text of one letter repeated holds a
+    /// short name at every position, none of them a whole word.
+    pub(crate) fn names_within(&self, name: &str, budget: &mut usize) -> Option<bool> {
         if name.is_empty() {
-            return false;
+            return Some(false);
         }
         let edge = |at: usize| {
             self.starts[at] || {
@@ -236,14 +245,19 @@ impl ScanText {
         // Every occurrence, overlapping ones too ("abab" in "xabab").
         let mut from = 0;
         while let Some(at) = self.key[from..].find(name).map(|i| from + i) {
+            *budget = budget.checked_sub(1)?;
             if edge(at) && edge(at + name.len()) {
-                return true;
+                return Some(true);
             }
             from = at + self.key[at..].chars().next().map_or(1, char::len_utf8);
         }
-        false
+        Some(false)
     }
 }
+
+/// How many occurrences of known names a write's anchor scan looks at, in
+/// all, before it stops (a few milliseconds' work).
+const ANCHOR_SCAN_OCCURRENCES: usize = 100_000;
 
 /// A letter of a script written without spaces between words (Chinese,
 /// Japanese kana, Thai, Lao, Khmer, Myanmar): a name beside one has its
@@ -921,13 +935,25 @@ impl Store {
             .fetch_all(&mut *tx)
             .await
             .db("anchor scan")?;
+        // The scan runs in the write's turn: it looks at a bounded number
+        // of occurrences in all (a text of one letter repeated and a
+        // thousand short names would be tens of millions), and the anchors
+        // found by then stand.
+        let mut budget = ANCHOR_SCAN_OCCURRENCES;
         for e in KnownEntity::from_rows(&rows)? {
-            if e.match_key.chars().count() >= 3 && text_key.names(e.match_key.as_str()) {
-                self.attach_entity(tx, memory_id, e.id.as_str()).await?;
-                anchors.push(e.name);
-                if anchors.len() == 3 {
-                    break;
+            if e.match_key.chars().count() < 3 {
+                continue;
+            }
+            match text_key.names_within(e.match_key.as_str(), &mut budget) {
+                Some(true) => {
+                    self.attach_entity(tx, memory_id, e.id.as_str()).await?;
+                    anchors.push(e.name);
+                    if anchors.len() == 3 {
+                        break;
+                    }
                 }
+                Some(false) => {}
+                None => break,
             }
         }
         Ok(anchors)
@@ -1907,6 +1933,20 @@ mod tests {
         // whole one.
         assert!(ScanText::new("xab abab").names("abab"));
         assert!(!ScanText::new("xababab").names("abab"));
+        // Every occurrence looked at is counted against the budget.
+        let repeated = ScanText::new(&"a".repeat(1_000));
+        let mut budget = 10;
+        assert_eq!(repeated.names_within("aaa", &mut budget), None);
+        assert_eq!(budget, 0);
+        let mut budget = 1_000;
+        assert_eq!(repeated.names_within("aaa", &mut budget), Some(false));
+        assert_eq!(budget, 1_000 - 998, "998 places hold it, none a word");
+        let mut budget = 5;
+        assert_eq!(
+            repeated.names_within("a".repeat(1_000).as_str(), &mut budget),
+            Some(true)
+        );
+        assert_eq!(budget, 4);
     }
 
     /// Everything `remember` derives from its text alone is computed before
