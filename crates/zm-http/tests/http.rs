@@ -1530,7 +1530,8 @@ async fn a_body_that_is_not_an_object_is_refused() {
 }
 
 /// The request limit counts an account, whichever of its tokens it uses:
-/// another token of the same user gets no fresh window; another user does.
+/// another token of the same user gets no fresh window; another user does;
+/// a write counts once, as a read does.
 #[tokio::test]
 async fn the_request_limit_counts_an_account_not_a_token() {
     let s = start_configured(|c| c.token_rate_limit = Some(3), |r, _| r).await;
@@ -1547,6 +1548,26 @@ async fn the_request_limit_counts_an_account_not_a_token() {
     assert_eq!((st, code(&v)), (429, "rate_limited"), "{v}");
     let (st, v) = s.post("/api/tools/recall", Some(&s.rw_b), recall).await;
     assert_eq!(st, 200, "{v}");
+    // A write counts once too (its token is looked up before it takes its
+    // place among the writes, and counted on the write's own task).
+    for n in 0..2 {
+        let (st, v) = s
+            .post(
+                "/api/tools/remember",
+                Some(&s.rw_b),
+                json!({"content": format!("Deploy window number {n} is on Tuesdays."), "scope": "personal"}),
+            )
+            .await;
+        assert_eq!(st, 200, "write {n}: {v}");
+    }
+    let (st, v) = s
+        .post(
+            "/api/tools/remember",
+            Some(&s.rw_b),
+            json!({"content": "Deploy window three is on Fridays.", "scope": "personal"}),
+        )
+        .await;
+    assert_eq!((st, code(&v)), (429, "rate_limited"), "{v}");
     s.running.stop().await;
 }
 

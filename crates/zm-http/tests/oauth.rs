@@ -1322,6 +1322,18 @@ async fn the_apps_list_says_what_live_tokens_carry_and_their_last_use() {
         called >= refreshed + 10 * 60 * 1000,
         "{called} after {refreshed}"
     );
+    // And a write, ten minutes later: its use is noted on the write's own
+    // task (the token was looked up before the write took its place).
+    s.store.clock().advance_ms(10 * 60 * 1000);
+    let wrote = json!({"content": "The release train leaves on Thursdays.", "scope": "personal"});
+    assert_eq!(s.rest(access, "remember", wrote).await.0, 200);
+    let written = s.store.list_oauth_clients(&s.user_id).await.unwrap()[0]
+        .last_used_at
+        .unwrap();
+    assert!(
+        written >= called + 10 * 60 * 1000,
+        "{written} after {called}"
+    );
     s.stop().await;
 }
 

@@ -98,11 +98,11 @@ pub fn mark_repeated_argument_key_within(message: &[u8], limit: usize) -> Option
 }
 
 /// What a line is, as far as the session's start cares: a request that
-/// starts the session (it has a `method` and an `id`), a probe (a
-/// `server/discover` or `ping` request, which rmcp answers while it still
-/// waits for the session to start), another JSON-RPC object (a
-/// notification, a response), or something else (not an object: rmcp
-/// judges it).
+/// starts the session (`initialize`, or a 2026-07-28 request carrying its
+/// protocol version), a request rmcp answers while it still waits for the
+/// start (a `server/discover` or `ping` probe, or a request it refuses
+/// for lacking the version), another JSON-RPC object (a notification, a
+/// response), or something else (not an object: rmcp judges it).
 #[derive(Debug, PartialEq, Eq)]
 enum LineKind {
     Request,
@@ -111,21 +111,35 @@ enum LineKind {
     Other,
 }
 
+/// The `_meta` key of a 2026-07-28 request's protocol version.
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
 fn line_kind(line: &[u8]) -> LineKind {
     #[derive(serde::Deserialize)]
     struct Probe {
         method: Option<Value>,
         id: Option<serde::de::IgnoredAny>,
+        params: Option<Value>,
     }
     let line = line.strip_prefix(BOM).unwrap_or(line);
     match serde_json::from_slice::<Probe>(line) {
         Ok(Probe {
             method: Some(method),
             id: Some(_),
-        }) => match method.as_str() {
-            Some("server/discover" | "ping") => LineKind::Probe,
-            _ => LineKind::Request,
-        },
+            params,
+        }) => {
+            let versioned = params
+                .as_ref()
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(PROTOCOL_VERSION_META))
+                .is_some();
+            match method.as_str() {
+                Some("initialize") => LineKind::Request,
+                Some("server/discover" | "ping") => LineKind::Probe,
+                _ if versioned => LineKind::Request,
+                _ => LineKind::Probe,
+            }
+        }
         Ok(_) => LineKind::NotRequest,
         Err(_) => LineKind::Other,
     }
@@ -143,11 +157,11 @@ pub struct MarkRepeatedKeys<R> {
     at: usize,
     /// A line over [`LINE_LIMIT`] is being handed on as it comes.
     passing: bool,
-    /// A request other than a probe has been handed on: the session has
-    /// begun. Until then a notification or a response is dropped (rmcp
-    /// ends a session whose start sees one, and a notification is answered
-    /// by nothing: a client that cancels its `server/discover` probe of
-    /// the newer protocol, answered or not, sends one before `initialize`).
+    /// A request that starts the session has been handed on ([`LineKind`]).
+    /// Until then a notification or a response is dropped (rmcp ends a
+    /// session whose start sees one, and a notification is answered by
+    /// nothing: a client that cancels its `server/discover` probe of the
+    /// newer protocol, answered or not, sends one before `initialize`).
     begun: bool,
     eof: bool,
 }
@@ -336,12 +350,14 @@ mod tests {
     /// last line without a newline.
     #[tokio::test]
     async fn lines_are_read_whole_across_reads() {
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
         let plain = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        let lines = through(format!("{CALL}\n{plain}\r\n\n{CALL}"), 7).await;
-        assert_eq!(lines.len(), 4, "{lines:?}");
-        assert_eq!(lines[1], format!("{plain}\r"));
-        assert_eq!(lines[2], "");
-        for marked in [&lines[0], &lines[3]] {
+        let lines = through(format!("{init}\n{CALL}\n{plain}\r\n\n{CALL}"), 7).await;
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert_eq!(lines[0], init);
+        assert_eq!(lines[2], format!("{plain}\r"));
+        assert_eq!(lines[3], "");
+        for marked in [&lines[1], &lines[4]] {
             let v: Value = serde_json::from_str(marked).unwrap();
             assert_eq!(v["params"]["_meta"][REPEATED_KEY_META], "content");
         }
@@ -358,15 +374,26 @@ mod tests {
         let response = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
         let discover = r#"{"jsonrpc":"2.0","id":7,"method":"server/discover","params":{}}"#;
         let ping = r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#;
+        // rmcp refuses a request without the 2026-07-28 version before the
+        // start, and waits on.
+        let early = r#"{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{}}"#;
         let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
         let lines = through(
             format!(
-                "{cancelled}\n{response}\n{discover}\n{cancelled}\n{ping}\n{response}\n{init}\n{cancelled}\n"
+                "{cancelled}\n{response}\n{discover}\n{cancelled}\n{ping}\n{response}\n{early}\n{cancelled}\n{init}\n{cancelled}\n"
             ),
             64,
         )
         .await;
-        assert_eq!(lines, [discover, ping, init, cancelled, ""], "{lines:?}");
+        assert_eq!(
+            lines,
+            [discover, ping, early, init, cancelled, ""],
+            "{lines:?}"
+        );
+        // A 2026-07-28 request with its version starts the session.
+        let stateless = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let lines = through(format!("{stateless}\n{cancelled}\n"), 64).await;
+        assert_eq!(lines, [stateless, cancelled, ""], "{lines:?}");
     }
 
     /// A line led by a byte order mark is checked as rmcp reads it.

@@ -78,20 +78,38 @@ fn openai_like(text: &str, start: usize, end: usize) -> bool {
 /// The longest word of a kebab-case name [`openai_like`] lets pass.
 const NAME_WORD_MAX: usize = 12;
 
-/// A `scheme://user:password@` match is credentials: its password is
-/// not a port followed by a path (`host:8080/a@b`, `host:/a@b`), nor a
-/// placeholder ([`not_a_placeholder`]).
+/// A `scheme://user:password@` match is credentials, unless the `@` is in
+/// an address's path, query or fragment: after a port (digits, none, or a
+/// placeholder: `host:8080/a@b`, `host:/a@b`, `localhost:${PORT}/@vite`,
+/// `host:3000?to=a@b`), after a host's name and a path
+/// (`github.com:org/repo.git@v1`), or in an IPv6 address
+/// (`http://[::1]:5173/@vite`); nor when the password is a placeholder
+/// ([`not_a_placeholder`]).
 fn url_credentials(text: &str, start: usize, end: usize) -> bool {
     let m = &text[start..end];
     let after_scheme = m.find("://").map_or(0, |i| i + 3);
     let Some(colon) = m[after_scheme..].find(':') else {
         return true;
     };
+    let user = &m[after_scheme..after_scheme + colon];
     let password = &m[after_scheme + colon + 1..m.len() - 1];
-    let a_port = password
-        .split_once('/')
-        .is_some_and(|(port, _)| port.bytes().all(|b| b.is_ascii_digit()));
-    !a_port && not_a_placeholder(password)
+    if user.starts_with('[') {
+        return false;
+    }
+    if let Some(cut) = password.find(['/', '?', '#']) {
+        let port = &password[..cut];
+        let a_port = if port.is_empty() {
+            // `redis://:/pw@host` has no host to have a port.
+            !user.is_empty()
+        } else {
+            port.bytes().all(|b| b.is_ascii_digit()) || !not_a_placeholder(port)
+        };
+        let a_host_and_path = password[cut..].starts_with('/') && user.contains('.');
+        if a_port || a_host_and_path {
+            return false;
+        }
+    }
+    not_a_placeholder(password)
 }
 
 /// A URL's password is a value, not a placeholder standing for one: a variable (`$DB_PASSWORD`, `${PASS}`,
@@ -167,12 +185,14 @@ static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
         ),
         // The user may be empty (`redis://:password@host`, as Redis
         // clients write it); the password may hold a `/` (as a generated
-        // one often does, pasted unencoded), unless what comes before it
-        // is a port (`https://host:8080/a@b` is a path); a password that
-        // is a placeholder is none.
+        // one often does, pasted unencoded), unless the `@` is in the
+        // address's path ([`url_credentials`]). A scheme is at most 32
+        // characters: each refused match is tried again a character
+        // later, and a scheme of thousands of letters would be tried
+        // thousands of times.
         Detector::new(
             "url-credentials",
-            r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s@/:]{0,128}:[^\s@]{1,256}@",
+            r"[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^\s@/:]{0,128}:[^\s@]{1,256}@",
             Some(url_credentials),
         ),
         // `\b` before the `sk` prefixes: `risk-assessment-…` or `task-…`
@@ -446,6 +466,19 @@ mod tests {
                 format!("redis://:{}@cache", "a/".to_owned() + "b"),
                 "url-credentials",
             ),
+            (
+                format!("redis://:{}@cache", "/s3".to_owned() + "cret"),
+                "url-credentials",
+            ),
+            // A scheme longer than 32 characters still matches (by its end).
+            (
+                format!("{}://u:{}@h", "a".repeat(40), "s3cr3t".to_owned() + "Pw"),
+                "url-credentials",
+            ),
+            (
+                format!("postgres://app:{}@db/app", "pa?ss".to_owned() + "word"),
+                "url-credentials",
+            ),
             // Long users and passwords too.
             (
                 format!("postgres://{}:{}@db/app", "u".repeat(100), "p".repeat(200)),
@@ -527,6 +560,12 @@ mod tests {
             // A port and a path with an `@` in it.
             "https://example.com:8080/users/@alice".into(),
             "https://example.com:/p@x".into(),
+            "http://localhost:${PORT}/@vite/client".into(),
+            "http://localhost:$PORT/@fs/x".into(),
+            "http://[::1]:5173/@vite/client".into(),
+            "git+ssh://github.com:org/repo.git@v1".into(),
+            "http://localhost:8080?email=a@b.com".into(),
+            "http://localhost:3000#/@x".into(),
             "postgres://localhost:5432/db".into(),
             "https://github.com/org/zero-memory.git".into(),
             "ssh://git@github.com/org/repo.git".into(),
