@@ -84,6 +84,12 @@ struct DbSessions {
     store: Store,
     idle_ms: i64,
     pending: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+    /// The `initialize` parameters of sessions this instance is about to
+    /// rebuild a worker for, read by [`handle`] before the transport sees
+    /// the request (so that a database that fails the read is answered in
+    /// JSON-RPC's terms, a busy one with 429, where rmcp's restore would
+    /// answer a plain-text 500); `load` takes them.
+    restoring: std::sync::Mutex<HashMap<String, (Instant, String)>>,
 }
 
 impl DbSessions {
@@ -97,6 +103,21 @@ impl DbSessions {
     fn take_pending(&self, sid: &str) -> Option<String> {
         self.pending().remove(sid).map(|(_, p)| p)
     }
+
+    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
+        self.restoring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keep `params` for the restore of `sid` that follows (ones no
+    /// restore took go after [`PENDING_TTL`]).
+    fn will_restore(&self, sid: &str, params: String) {
+        let now = Instant::now();
+        let mut restoring = self.restoring();
+        restoring.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
+        restoring.insert(sid.to_string(), (now, params));
+    }
 }
 
 fn store_error(e: &ToolError) -> SessionStoreError {
@@ -106,11 +127,15 @@ fn store_error(e: &ToolError) -> SessionStoreError {
 #[async_trait::async_trait]
 impl SessionStore for DbSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let params = self
-            .store
-            .mcp_session_init_params(session_id, self.idle_ms)
-            .await
-            .map_err(|e| store_error(&e))?;
+        let kept = self.restoring().remove(session_id).map(|(_, p)| p);
+        let params = match kept {
+            Some(p) => Some(p),
+            None => self
+                .store
+                .mcp_session_init_params(session_id, self.idle_ms)
+                .await
+                .map_err(|e| store_error(&e))?,
+        };
         Ok(params
             .and_then(|p| serde_json::from_str::<InitializeRequestParams>(&p).ok())
             .map(SessionState::new))
@@ -151,6 +176,7 @@ impl McpEndpoint {
             store: state.store.clone(),
             idle_ms: caps.idle_ms,
             pending: std::sync::Mutex::default(),
+            restoring: std::sync::Mutex::default(),
         });
         let mut config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(state.cfg.hosts())
@@ -190,6 +216,11 @@ impl McpEndpoint {
             }
         });
         endpoint
+    }
+
+    /// Does this instance hold a worker for session `sid`?
+    async fn has_worker(&self, sid: &str) -> bool {
+        self.manager.sessions.read().await.contains_key(sid)
     }
 
     /// End this instance's session workers whose sessions the database has
@@ -485,6 +516,22 @@ async fn handle_allowed(
         parts.extensions.insert(s);
     }
     let delete = parts.method == Method::DELETE;
+    // A session this instance holds no worker for is rebuilt from its
+    // `initialize`, read here (see `DbSessions::restoring`).
+    if let Some(sid) = session.as_deref()
+        && !delete
+        && !mcp.has_worker(sid).await
+    {
+        match state
+            .store
+            .mcp_session_init_params(sid, mcp.caps.idle_ms)
+            .await
+        {
+            Ok(Some(params)) => mcp.sessions.will_restore(sid, params),
+            Ok(None) => return session_not_found(),
+            Err(e) => return bookkeeping_failed(&e),
+        }
+    }
     // Only an `initialize` opens a session (whatever version it names);
     // any other request without a session (a 2026-07-28 request is
     // stateless) runs inline, so a client that hangs up cancels it as the

@@ -347,3 +347,77 @@ async fn idle_sessions_lose_their_owner() {
     );
     s.stop().await;
 }
+
+/// A second instance of `s` on the same database: its address, its
+/// endpoint and its server (stop it before `s`).
+async fn beside(s: &Server) -> (String, McpEndpoint, common::Running) {
+    let (listener, _, base) = common::listen().await;
+    let cfg = HttpConfig::local(&base);
+    let limits = cfg.conn_limits();
+    let cancel = CancellationToken::new();
+    let state = zm_http::state(s.store.clone(), cfg);
+    let endpoint = McpEndpoint::new(&state, cancel.clone());
+    let app = zm_http::router_with_mcp(state, endpoint.clone());
+    (base, endpoint, common::serve(listener, app, limits, cancel))
+}
+
+/// Another instance rebuilds a session it holds no worker for from the
+/// `initialize` in the database, and a read of it that fails is answered
+/// in JSON-RPC's terms, without the database's words (rmcp's restore
+/// answered a plain-text 500 holding them).
+#[tokio::test]
+async fn another_instance_resumes_a_session_and_a_failed_restore_is_json_rpc() {
+    let s = start(|_| {}).await;
+    let a = s.tokens[0].clone();
+    let (base, other, running) = beside(&s).await;
+    let sid = s.open(&a).await;
+    let call = |id: u64| {
+        s.http
+            .post(format!("{base}/mcp"))
+            .bearer_auth(&a)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}).to_string())
+    };
+    let r = call(2).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.text().await.unwrap().contains("remember"));
+    assert_eq!(other.session_count().await, 1, "a worker rebuilt here");
+    // A session the other instance has not rebuilt, whose `initialize`
+    // cannot be read.
+    let sid2 = s.open(&a).await;
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE mcp_sessions RENAME COLUMN init_params TO init_params_away")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let r = s
+        .http
+        .post(format!("{base}/mcp"))
+        .bearer_auth(&a)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid2)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 500);
+    let body = r.text().await.unwrap();
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert!(!body.contains("init_params"), "{body}");
+    sqlx::query("ALTER TABLE mcp_sessions RENAME COLUMN init_params_away TO init_params")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(other.session_count().await, 1, "no worker for the second");
+    running.stop().await;
+    s.stop().await;
+}
