@@ -638,7 +638,7 @@ async fn forward(
     request: Request,
 ) -> Response {
     let mut response = match mcp.service.clone().oneshot(request).await {
-        Ok(r) => r.map(Body::new),
+        Ok(r) => as_jsonrpc(r.map(Body::new)).await,
         Err(never) => match never {},
     };
     if delete && response.status().is_success() {
@@ -669,6 +669,52 @@ async fn forward(
         }
     }
     response
+}
+
+/// The transport's own refusals (a 406 for an `Accept` without both
+/// types, a 415 for another `Content-Type`, a 400 for a protocol version
+/// it does not serve or a request without its session, a 404 for a
+/// session it cannot rebuild) are plain text: answered instead as a
+/// JSON-RPC error with the same status, headers and words, as every other
+/// refusal of `/mcp` is. Any other answer passes unchanged.
+async fn as_jsonrpc(response: Response) -> Response {
+    /// The most of a refusal's words read (rmcp's are a line).
+    const WORDS_MAX: usize = 4096;
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|t| t.starts_with("text/plain"));
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let words = axum::body::to_bytes(body, WORDS_MAX)
+        .await
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .filter(|w| !w.is_empty())
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("Refused").to_string());
+    let code = match status {
+        StatusCode::NOT_FOUND => -32001,
+        s if s.is_server_error() => -32603,
+        _ => -32600,
+    };
+    let message = if status.is_server_error() {
+        // Nothing of a failure's cause reaches the client.
+        "Internal error.".to_string()
+    } else {
+        words
+    };
+    let answer = jsonrpc_error(status, code, &message);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let (_, body) = answer.into_parts();
+    Response::from_parts(parts, body)
 }
 
 /// 500: the session bookkeeping failed (the cause is in the log). A

@@ -952,6 +952,60 @@ async fn mcp_refuses_a_body_over_the_limit() {
     s.stop().await;
 }
 
+/// The transport's own refusals come as JSON-RPC errors too, with their
+/// status and words (they were plain text): an `Accept` without both
+/// types, a `Content-Type` that is not JSON, a protocol version it does
+/// not serve.
+#[tokio::test]
+async fn mcp_answers_the_transports_refusals_as_jsonrpc() {
+    let s = start().await;
+    let sid = s.mcp_session(&s.rw_a).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}).to_string();
+    for (accept, content_type, version, want) in [
+        ("application/json", "application/json", "2025-11-25", 406),
+        (
+            "application/json, text/event-stream",
+            "text/plain",
+            "2025-11-25",
+            415,
+        ),
+        (
+            "application/json, text/event-stream",
+            "application/json",
+            "1999-01-01",
+            400,
+        ),
+    ] {
+        let r = s
+            .http
+            .post(format!("{}/mcp", s.base))
+            .bearer_auth(&s.rw_a)
+            .header("accept", accept)
+            .header("content-type", content_type)
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", version)
+            .body(ping.clone())
+            .send()
+            .await
+            .unwrap();
+        let what = format!("{accept} / {content_type} / {version}");
+        assert_eq!(r.status().as_u16(), want, "{what}");
+        assert_eq!(
+            r.headers()["content-type"].to_str().unwrap(),
+            "application/json",
+            "{what}"
+        );
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["jsonrpc"], "2.0", "{what}: {v}");
+        assert_eq!(v["error"]["code"], -32600, "{what}: {v}");
+        assert!(
+            !v["error"]["message"].as_str().unwrap().is_empty(),
+            "{what}: {v}"
+        );
+    }
+    s.stop().await;
+}
+
 /// A POST that is not one JSON-RPC message is refused as JSON-RPC, with
 /// a 400, in a session or out of one (the transport answered a body that
 /// is not JSON with a plain-text 415).
