@@ -427,7 +427,61 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
         )
         .await;
     assert_eq!(p.status, 409, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"edit\"") && p.body.contains("The billing cron runs at 05:00 UTC."),
+        "the form again, with what was typed: {}",
+        p.body
+    );
     assert!(!b.get(&s, "/?q=05:00").await.body.contains("05:00 UTC"));
+    // Line breaks as a browser sends them (CR LF) are the memory's own
+    // (LF): the new version saved again unchanged is no change.
+    let lines = b
+        .post(
+            &s,
+            &format!("{new_page}/edit"),
+            &[
+                ("csrf", &csrf),
+                (
+                    "content",
+                    "The billing cron runs at 03:00 UTC.\r\nIt retries twice.",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(lines.status, 303, "{}", lines.body);
+    let lines_page = lines.location.unwrap();
+    let lines_id = lines_page.trim_start_matches("/memories/");
+    let stored = s
+        .store
+        .get_memory(
+            &zm_store::Caller::new(a.id.clone()),
+            &zm_contracts::MemoryId::parse(lines_id).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.content,
+        "The billing cron runs at 03:00 UTC.\nIt retries twice."
+    );
+    let again = b
+        .post(
+            &s,
+            &format!("{lines_page}/edit"),
+            &[
+                ("csrf", &csrf),
+                (
+                    "content",
+                    "The billing cron runs at 03:00 UTC.\r\nIt retries twice.",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(
+        again.location.as_deref(),
+        Some(lines_page.as_str()),
+        "saved unchanged: the same memory, no new version"
+    );
+    let new_page = lines_page;
     // Forget and restore the new one.
     let p = b
         .post(
@@ -2129,6 +2183,45 @@ async fn insight_charts_writing_by_scope_and_recalls_by_agent(s: Server) {
         chart.contains("<title>core: 1</title>") && chart.contains("<title>personal: 1</title>"),
         "{chart}"
     );
+    s.running.stop().await;
+}
+
+/// While every place for changes running to their end is held, a sign-in
+/// and a form sent without a session are still answered (they take no
+/// place, so anonymous requests cannot fill them), and a signed-in
+/// change is refused for load.
+#[tokio::test]
+async fn a_sign_in_takes_no_place_among_the_running_changes() {
+    let s = start(None).await;
+    let (_, email, password) = person(&s.store, "places").await;
+    let mut signed = Browser::default();
+    assert_eq!(signed.sign_in(&s, &email, &password).await.status, 303);
+    let csrf = signed.csrf(&s).await;
+    let mut held = Vec::new();
+    while let Some(h) = s.store.spawn_write(std::future::pending::<()>()) {
+        held.push(h);
+    }
+    assert_eq!(held.len(), zm_store::store::WRITES_IN_FLIGHT_MAX);
+    let mut anonymous = Browser::default();
+    let p = anonymous.sign_in(&s, &email, "not the password").await;
+    assert_ne!(p.status, 429, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"login\"") || p.status == 401,
+        "{}: {}",
+        p.status,
+        p.body
+    );
+    let p = anonymous.sign_in(&s, &email, &password).await;
+    assert_eq!(p.status, 303, "signed in at the cap: {}", p.body);
+    let p = Browser::default()
+        .post(&s, "/memories/bulk", &[("csrf", "x"), ("action", "forget")])
+        .await;
+    assert_eq!(p.status, 303, "to the sign-in page: {}", p.body);
+    let p = signed.bulk_forget(&s, &csrf, &[]).await;
+    assert_eq!(p.status, 429, "a signed-in change at the cap: {}", p.body);
+    for h in held {
+        h.abort();
+    }
     s.running.stop().await;
 }
 

@@ -725,7 +725,10 @@ pub(crate) async fn edit(
     if let Some(e) = refusal {
         return signed.error(&call_failure(e, &signed).back_to(&back));
     }
-    let content = form.get("content").unwrap_or("").to_string();
+    // A browser sends a text area's line breaks as CR LF (HTML's form
+    // encoding); agents write LF. Kept as sent, an edit saved unchanged was
+    // a new version, and the same words an agent remembers another memory.
+    let content = form.get("content").unwrap_or("").replace("\r\n", "\n");
     let input = json!({
         "content": content,
         "kind": old.kind.as_str(),
@@ -738,8 +741,11 @@ pub(crate) async fn edit(
         Ok(out) => signed.see_other(&format!("/memories/{}", out.memory_id)),
         Err(e) => {
             let f = call_failure(e, &signed).back_to(&back);
-            if f.error.code == zm_contracts::ErrorCode::ValidationFailed {
-                // The form again, the text kept, the field marked.
+            let invalid = f.error.code == zm_contracts::ErrorCode::ValidationFailed;
+            // The form again, the text kept: for text that is refused (the
+            // field marked), and for a version changed meanwhile (another
+            // tab's edit, an agent's): what was typed is not lost.
+            if invalid || f.error.code == zm_contracts::ErrorCode::Conflict {
                 let reason = f.field("content").or_else(|| f.field("links"));
                 let page = html! {
                     p { a href=(signed.href(&back)) { "← Back to the memory" } }
@@ -747,15 +753,27 @@ pub(crate) async fn edit(
                     (f.notice(&["content", "links"]))
                     form #edit method="post" action=(signed.href(&format!("/memories/{id}/edit"))) {
                         input type="hidden" name="csrf" value=(signed.csrf);
-                        div.field.invalid {
-                            label for="content" { "New text" }
-                            textarea #content name="content" required aria-invalid="true" aria-describedby="content-error" { (content) }
-                            p.error #content-error { (reason.unwrap_or_else(|| f.error.message.clone())) }
+                        @if invalid {
+                            div.field.invalid {
+                                label for="content" { "New text" }
+                                textarea #content name="content" required aria-invalid="true" aria-describedby="content-error" { (content) }
+                                p.error #content-error { (reason.unwrap_or_else(|| f.error.message.clone())) }
+                            }
+                        } @else {
+                            div.field {
+                                label for="content" { "New text" }
+                                textarea #content name="content" required { (content) }
+                            }
                         }
                         button type="submit" { "Save as a new version" }
                     }
                 };
-                return signed.page(StatusCode::BAD_REQUEST, "Edit memory", "/", page);
+                let status = if invalid {
+                    StatusCode::BAD_REQUEST
+                } else {
+                    StatusCode::CONFLICT
+                };
+                return signed.page(status, "Edit memory", "/", page);
             }
             signed.error(&f)
         }

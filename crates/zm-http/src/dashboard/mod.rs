@@ -138,16 +138,24 @@ pub fn routes(state: AppState) -> Router {
 /// a REST or MCP write does: a person who closes the tab or loses the
 /// connection mid-change does not drop it between its transaction and
 /// what follows it (the index's placement, the metrics, a refusal's audit
-/// row). Pages stay on the request and end with it.
+/// row). Pages stay on the request and end with it, and so do a sign-in
+/// and a form sent without a session cookie: they take none of the
+/// places kept for changes running to their end, so that anonymous
+/// requests (a sign-in form trickled in a byte at a time) cannot use them
+/// up and refuse the users' changes. A sign-in dropped with its
+/// connection signed nobody in.
 async fn run_changes_to_the_end(
     axum::extract::State(state): axum::extract::State<AppState>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if matches!(
+    let page = matches!(
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
-    ) {
+    );
+    let anonymous =
+        req.uri().path() == "/login" || cookie(&state, req.headers(), SESSION_COOKIE).is_none();
+    if page || anonymous {
         return next.run(req).await;
     }
     let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
