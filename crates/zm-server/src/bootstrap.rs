@@ -90,6 +90,16 @@ fn stdio_command(cfg: &Config) -> String {
             shell_quote(&cfg.data_dir.display().to_string())
         ));
     }
+    // Another model than the one `serve` embeds with would have the two
+    // re-embed each other's memories without end.
+    if beside_the_file(source("embedding_model"))
+        && let Some(model) = &cfg.embedding_model
+    {
+        cmd.push_str(&format!(
+            " --embedding-model {}",
+            shell_quote(&model.display().to_string())
+        ));
+    }
     cmd.push_str(" stdio");
     if beside_the_file(db) {
         cmd.push_str("   (with the same ZM_DATABASE_URL)");
@@ -339,6 +349,19 @@ mod tests {
             "zero-memory --config /etc/zm.toml stdio   (with the same ZM_DATABASE_URL)"
         );
         cfg.sources.insert("database_url", Source::File);
+        assert_eq!(
+            stdio_command(&cfg),
+            "zero-memory --config /etc/zm.toml stdio"
+        );
+        // A model named by a flag or the environment is named too (one
+        // the file names is read from it).
+        cfg.embedding_model = Some("/srv/models/all-mpnet-base-v2".into());
+        cfg.sources.insert("embedding_model", Source::Flag);
+        assert_eq!(
+            stdio_command(&cfg),
+            "zero-memory --config /etc/zm.toml --embedding-model /srv/models/all-mpnet-base-v2 stdio"
+        );
+        cfg.sources.insert("embedding_model", Source::File);
         assert_eq!(
             stdio_command(&cfg),
             "zero-memory --config /etc/zm.toml stdio"

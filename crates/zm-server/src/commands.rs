@@ -440,13 +440,7 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
         () = crate::serve::shutdown_signal() => Ok(()),
     };
     cancel.cancel();
-    if let Some(e) = embedder {
-        let _ = e.await;
-    }
-    if let Err(e) = store.flush_usage().await {
-        tracing::warn!(error = %e.message, "writing the last recall counts failed");
-    }
-    store.close().await;
+    crate::serve::wind_down(&store, embedder).await;
     result.map_err(|e| anyhow!("MCP over stdio failed: {e}"))
 }
 

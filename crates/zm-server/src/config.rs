@@ -419,7 +419,7 @@ knobs! {
             shown: "`sqlite://<data_dir>/zero-memory.db`",
             parse: parse_database_url,
             help: "The database: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST:PORT/DB` (also `postgresql://`).",
-            doc: "A missing SQLite file is created by `serve`, `stdio`, `migrate` and `user add` (`?mode=rwc` is added unless the URL sets `mode=`); the other commands refuse to run without one. A configuration file that holds the password should be readable by its owner only: every command warns while group or others may read it. See [POSTGRESQL.md](POSTGRESQL.md).",
+            doc: "A missing SQLite file is created by `serve`, `stdio`, `migrate` and `user add` (`?mode=rwc` is added unless the URL sets `mode=`); the other commands refuse to run without one. `sqlite://~/PATH` is under the home directory (no shell need expand it); a relative path is the working directory's, which differs for each client that starts `stdio`: write it absolute. A configuration file that holds the password should be readable by its owner only: every command warns while group or others may read it. See [POSTGRESQL.md](POSTGRESQL.md).",
         },
         embedding_model: PathBuf {
             env: "ZM_EMBEDDING_MODEL",
@@ -773,11 +773,17 @@ impl Inputs {
             .iter()
             .filter_map(|k| var(k.env).map(|v| (k.env, v)))
             .collect();
-        let config_file = matches.get_one::<PathBuf>("config").cloned().or_else(|| {
-            var(CONFIG_ENV)
-                .filter(|v| !v.trim().is_empty())
-                .map(PathBuf::from)
-        });
+        // Absolute: the `stdio` command printed at first start names it,
+        // and a client starts that command in a directory of its own.
+        let config_file = matches
+            .get_one::<PathBuf>("config")
+            .cloned()
+            .or_else(|| {
+                var(CONFIG_ENV)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(PathBuf::from)
+            })
+            .map(|p| std::path::absolute(&p).unwrap_or(p));
         Inputs {
             flags: Flags::from_matches(matches),
             env,
@@ -1075,10 +1081,24 @@ fn parse_model_dir(raw: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// A database URL; a SQLite file under `~` (`sqlite://~/.zm/zm.db`, as an
+/// MCP client's `env` block may say, where no shell expands it) is the
+/// home directory's, not a directory named `~` wherever the process
+/// starts.
 fn parse_database_url(raw: &str) -> Result<String, String> {
     let raw = raw.trim();
-    check_database_url(raw)?;
-    Ok(raw.to_string())
+    let raw = match raw.strip_prefix("sqlite://") {
+        Some(rest) if rest == "~" || rest.starts_with("~/") || rest.starts_with("~?") => {
+            let (path, query) = match rest.find('?') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            format!("sqlite://{}{query}", parse_path(path)?.display())
+        }
+        _ => raw.to_string(),
+    };
+    check_database_url(&raw)?;
+    Ok(raw)
 }
 
 fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
@@ -1674,6 +1694,14 @@ pub fn check_database_url(raw: &str) -> Result<(), String> {
             Err(e) => Err(format!("{:?} is not a URL: {e}", redact_url(raw))),
         };
     }
+    if !raw.contains("://") {
+        // A `key=value` connection string (`host=db password=…`) is not
+        // quoted back: the message is logged, and it may hold a password.
+        return Err(
+            "the value is not a URL (a key=value connection string, `host=… password=…`, is not supported): use sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB"
+                .to_string(),
+        );
+    }
     Err(format!(
         "{:?} is not supported: use sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB",
         redact_url(raw)
@@ -2237,6 +2265,43 @@ mod tests {
             .find(|(k, _, _)| k.key == "database_url")
             .unwrap();
         assert!(!shown.1.contains("pw@"), "{shown:?}");
+    }
+
+    /// A `key=value` connection string is refused without being quoted
+    /// back (the message is logged; it may hold a password).
+    #[test]
+    fn a_key_value_connection_string_is_not_quoted_back() {
+        let e = check_database_url("host=db user=zm password=s3cret dbname=zm").unwrap_err();
+        assert!(!e.contains("s3cret") && e.contains("not a URL"), "{e}");
+        let errs = Config::load(&env(&[(
+            "ZM_DATABASE_URL",
+            "host=db password='two words' dbname=zm",
+        )]))
+        .unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("ZM_DATABASE_URL") && !e.contains("two words")),
+            "{errs:?}"
+        );
+    }
+
+    /// A SQLite file under `~` is the home directory's (no shell expands
+    /// it in an MCP client's `env` block); the query stays.
+    #[test]
+    fn a_sqlite_file_under_the_home_directory_is_expanded() {
+        let Some(home) = std::env::home_dir() else {
+            return;
+        };
+        let url = parse_database_url("sqlite://~/.zm/zm.db?mode=rwc").unwrap();
+        assert_eq!(
+            url,
+            format!("sqlite://{}?mode=rwc", home.join(".zm/zm.db").display())
+        );
+        assert!(url.starts_with("sqlite:///"), "{url}");
+        assert_eq!(
+            parse_database_url("sqlite:///var/lib/zm/zm.db").unwrap(),
+            "sqlite:///var/lib/zm/zm.db"
+        );
     }
 
     /// A SQLite URL that names no file, or a database held in memory

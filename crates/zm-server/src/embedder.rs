@@ -95,9 +95,12 @@ pub fn spawn(
     }))
 }
 
-/// Failures in a row: the first is a warning, the rest are quiet until
-/// one succeeds (a database outage logs one line, not several a second),
-/// and the loop waits longer after each (up to [`MAX_BACKOFF`]).
+/// Failures in a row: the first is a warning, and every
+/// [`WARN_EVERY`]th after it (about ten minutes apart once the waits are
+/// at their longest), the rest are quiet until one succeeds (a database
+/// outage logs a line now and then, not several a second, and one that
+/// never ends is not a single line long scrolled away), and the loop
+/// waits longer after each (up to [`MAX_BACKOFF`]).
 struct Trouble {
     /// The step, as the log names it.
     what: &'static str,
@@ -106,6 +109,9 @@ struct Trouble {
 
 /// The longest wait between attempts while they fail.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A failure in a row of this many is a warning again.
+const WARN_EVERY: u32 = 20;
 
 impl Trouble {
     fn new(what: &'static str) -> Self {
@@ -116,9 +122,16 @@ impl Trouble {
         self.count = self.count.saturating_add(1);
         if self.count == 1 {
             tracing::warn!(error = %e.message, "{} failed; retrying, quietly until it works again", self.what);
+        } else if self.warns() {
+            tracing::warn!(error = %e.message, failures = self.count, "{} still fails; retrying", self.what);
         } else {
             tracing::debug!(error = %e.message, failures = self.count, "{} failed again", self.what);
         }
+    }
+
+    /// Is the latest failure one to warn of?
+    fn warns(&self) -> bool {
+        self.count == 1 || self.count.is_multiple_of(WARN_EVERY)
     }
 
     fn worked(&mut self) {
@@ -220,5 +233,24 @@ mod tests {
         t.worked();
         assert!(!t.failing());
         assert_eq!(t.backoff().as_secs(), 1);
+    }
+
+    /// A failure that goes on is warned of again every 20th time (about
+    /// ten minutes at the longest wait), not once and then never.
+    #[test]
+    fn a_failure_that_goes_on_is_warned_of_again() {
+        let mut t = Trouble::new("embedding");
+        let e = zm_contracts::ToolError::internal();
+        let mut warned = Vec::new();
+        for n in 1..=45 {
+            t.failed(&e);
+            if t.warns() {
+                warned.push(n);
+            }
+        }
+        assert_eq!(warned, [1, 20, 40]);
+        t.worked();
+        t.failed(&e);
+        assert!(t.warns(), "a new run of failures warns at once");
     }
 }

@@ -102,6 +102,46 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 /// database's close, is short and not cut). Committed writes are durable;
 /// a transaction not yet committed rolls back. A second hangup is not one:
 /// a closing terminal may send it twice.
+/// The end of `serve` and `stdio`, once their requests are answered and
+/// `cancel` told the background tasks: the embedder's batch, the last
+/// recall counts, then the store's close. Each of the first two is
+/// bounded ([`STOP_WAIT`]): a batch on a database link gone dead (or a
+/// large model mid-batch) must not hold the stop for good, and a second
+/// signal no longer cuts it short. What the embedder leaves uncommitted
+/// rolls back and is embedded at the next start.
+pub(crate) async fn wind_down(store: &Store, embedder: Option<tokio::task::JoinHandle<()>>) {
+    wind_down_within(store, embedder, STOP_WAIT).await;
+}
+
+/// [`wind_down`], waiting `wait` for each of its bounded steps.
+async fn wind_down_within(
+    store: &Store,
+    embedder: Option<tokio::task::JoinHandle<()>>,
+    wait: std::time::Duration,
+) {
+    if let Some(e) = embedder
+        && tokio::time::timeout(wait, e).await.is_err()
+    {
+        tracing::warn!(
+            wait_s = wait.as_secs(),
+            "the embedder did not stop in time; its batch is left to the next start"
+        );
+    }
+    match tokio::time::timeout(wait, store.flush_usage()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e.message, "writing the last recall counts failed"),
+        Err(_) => tracing::warn!(
+            wait_s = wait.as_secs(),
+            "writing the last recall counts did not finish in time"
+        ),
+    }
+    store.close().await;
+}
+
+/// How long a stop waits for the embedder's batch, and then for the last
+/// recall counts to be written.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(crate) fn serve_shutdown_signal(
     drained: CancellationToken,
 ) -> impl std::future::Future<Output = ()> {
@@ -272,19 +312,30 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
     zm_http::serve(listener, app, limits, refused, cancel.clone(), stop).await?;
     drained.cancel();
     cancel.cancel();
-    if let Some(e) = embedder {
-        let _ = e.await;
-    }
-    if let Err(e) = store.flush_usage().await {
-        tracing::warn!(error = %e.message, "writing the last recall counts failed");
-    }
-    store.close().await;
+    wind_down(&store, embedder).await;
     tracing::info!("stopped");
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    /// A stop does not wait for an embedder that never ends (a batch on a
+    /// database link gone dead): it goes on to close the store.
+    #[tokio::test]
+    async fn a_stop_does_not_wait_for_an_embedder_that_never_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = zm_store::Store::open(&zm_store::sqlite_url(&dir.path().join("t.db")))
+            .await
+            .unwrap();
+        let stuck = tokio::spawn(std::future::pending::<()>());
+        let stopped = tokio::time::timeout(
+            std::time::Duration::from_secs(120),
+            super::wind_down_within(&store, Some(stuck), std::time::Duration::from_millis(50)),
+        )
+        .await;
+        assert!(stopped.is_ok(), "the stop waited for the embedder");
+    }
+
     #[test]
     fn an_ignored_hangup_is_read_from_the_status_mask() {
         let status = |mask: &str| {
