@@ -310,6 +310,26 @@ fn read_secret_line() -> std::io::Result<String> {
         let mut hidden = shown.clone();
         hidden.local_modes.remove(LocalModes::ECHO);
         hidden.local_modes.insert(LocalModes::ECHONL);
+        // Ctrl-C while echo is off: echo back on before the process ends
+        // (exit 130, as the shell reports an interrupt), or the terminal
+        // stays silent after it. Listened for before echo goes off; the
+        // listener stays for the rest of the command (the runtime keeps a
+        // signal's handler once installed, so Ctrl-C ends it so later too).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let _inside = runtime.enter();
+            if let Ok(mut interrupt) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            {
+                let shown = shown.clone();
+                runtime.spawn(async move {
+                    if interrupt.recv().await.is_some() {
+                        let _ = tcsetattr(std::io::stdin(), OptionalActions::Now, &shown);
+                        eprintln!();
+                        std::process::exit(130);
+                    }
+                });
+            }
+        }
         // Drain, not flush: what was typed (or pasted) before the prompt
         // stays to be read.
         tcsetattr(&stdin, OptionalActions::Drain, &hidden)?;

@@ -345,23 +345,15 @@ fn commands_other_than_serve_migrate_and_user_add_need_an_existing_database() {
     assert!(env.ok(&["user", "list"]).contains("a@example.com"));
 }
 
-/// `--password-stdin` typed at a terminal is not shown: echo is off while
-/// the line is read (the terminal here is a pseudo-terminal of `script`,
-/// whose output holds whatever the terminal echoes). The password is
-/// written only once the prompt shows, so echo is already off for it.
+/// `command` run by `script` on a pseudo-terminal of its own (whose
+/// output holds whatever the terminal echoes), without the `ZM_*`
+/// variables of the tests' environment; what it writes comes in on the
+/// receiver.
 #[cfg(target_os = "linux")]
-#[test]
-fn a_password_typed_at_a_terminal_is_not_echoed() {
+fn on_a_terminal(command: &str) -> (std::process::Child, mpsc::Receiver<Vec<u8>>) {
     use std::io::Read;
-    let env = Env::new();
-    env.ok(&["user", "add", "a@example.com"]);
-    let command = format!(
-        "{} --data-dir {} user passwd a@example.com --password-stdin",
-        env!("CARGO_BIN_EXE_zero-memory"),
-        env.data_dir().display()
-    );
     let mut cmd = Command::new("script");
-    cmd.args(["-qec", &command, "/dev/null"])
+    cmd.args(["-qec", command, "/dev/null"])
         .env("ZM_LOG", "warn");
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("ZM_") && k != "ZM_LOG" {
@@ -384,33 +376,85 @@ fn a_password_typed_at_a_terminal_is_not_echoed() {
             }
         }
     });
-    let mut seen = Vec::new();
-    let read_until = |seen: &mut Vec<u8>, what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !String::from_utf8_lossy(seen).contains(what) {
-            let left = deadline
-                .checked_duration_since(Instant::now())
-                .unwrap_or_else(|| {
-                    panic!("no {what:?} within 60 s: {}", String::from_utf8_lossy(seen))
-                });
-            match rx.recv_timeout(left) {
-                Ok(bytes) => seen.extend(bytes),
-                Err(_) => break,
-            }
+    (child, rx)
+}
+
+/// Read from `rx` into `seen` until it holds `what` (or, for a `what`
+/// never written, to the end of the output).
+#[cfg(target_os = "linux")]
+fn read_until(rx: &mpsc::Receiver<Vec<u8>>, seen: &mut Vec<u8>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(seen).contains(what) {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .unwrap_or_else(|| {
+                panic!("no {what:?} within 60 s: {}", String::from_utf8_lossy(seen))
+            });
+        match rx.recv_timeout(left) {
+            Ok(bytes) => seen.extend(bytes),
+            Err(_) => break,
         }
-    };
-    read_until(&mut seen, "Password: ");
+    }
+}
+
+/// `--password-stdin` typed at a terminal is not shown: echo is off while
+/// the line is read. The password is written only once the prompt shows,
+/// so echo is already off for it.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_password_typed_at_a_terminal_is_not_echoed() {
+    let env = Env::new();
+    env.ok(&["user", "add", "a@example.com"]);
+    let command = format!(
+        "{} --data-dir {} user passwd a@example.com --password-stdin",
+        env!("CARGO_BIN_EXE_zero-memory"),
+        env.data_dir().display()
+    );
+    let (mut child, rx) = on_a_terminal(&command);
+    let mut seen = Vec::new();
+    read_until(&rx, &mut seen, "Password: ");
     let stdin = child.stdin.as_mut().unwrap();
     stdin.write_all(b"typed-at-the-terminal-42\n").unwrap();
     stdin.flush().unwrap();
     let status = child.wait().unwrap();
     // Everything it wrote, to the end (the reader's channel closes).
-    read_until(&mut seen, "\u{0}never");
+    read_until(&rx, &mut seen, "\u{0}never");
     let shown = String::from_utf8_lossy(&seen).to_string();
     assert!(status.success(), "{shown}");
     assert!(
         !shown.contains("typed-at-the-terminal-42"),
         "the password was echoed: {shown:?}"
+    );
+}
+
+/// Ctrl-C at the password's prompt ends the command (130, as an
+/// interrupt) with the terminal's echo back on: the shell's next command
+/// (`stty -a`) finds `echo`, not `-echo`. (bash goes on after a command
+/// that exits on its own; one killed by the interrupt would end it too.)
+#[cfg(target_os = "linux")]
+#[test]
+fn ctrl_c_at_the_password_prompt_leaves_echo_on() {
+    let env = Env::new();
+    env.ok(&["user", "add", "a@example.com"]);
+    let command = format!(
+        "bash -c '{} --data-dir {} user passwd a@example.com --password-stdin; echo status=$?; stty -a'",
+        env!("CARGO_BIN_EXE_zero-memory"),
+        env.data_dir().display()
+    );
+    let (mut child, rx) = on_a_terminal(&command);
+    let mut seen = Vec::new();
+    read_until(&rx, &mut seen, "Password: ");
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    child.wait().unwrap();
+    read_until(&rx, &mut seen, "\u{0}never");
+    let shown = String::from_utf8_lossy(&seen).to_string();
+    assert!(shown.contains("status=130"), "{shown}");
+    let words: Vec<&str> = shown.split_whitespace().collect();
+    assert!(
+        words.contains(&"echo") && !words.contains(&"-echo"),
+        "echo left off: {shown}"
     );
 }
 
