@@ -348,9 +348,10 @@ fn read_secret_line() -> std::io::Result<String> {
 // ------------------------------------------------------------------ serve
 
 async fn serve(cfg: &Config) -> anyhow::Result<()> {
-    let store = create_store(cfg).await?;
-    crate::bootstrap::on_serve_start(&store, cfg).await?;
-    crate::serve::run(cfg, store).await
+    let (listener, cfg) = crate::serve::bind(cfg).await?;
+    let store = create_store(&cfg).await?;
+    crate::bootstrap::on_serve_start(&store, &cfg).await?;
+    crate::serve::run(&cfg, store, listener).await
 }
 
 // ------------------------------------------------------------------ stdio

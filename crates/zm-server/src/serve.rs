@@ -230,16 +230,30 @@ pub(crate) fn stop_requested() -> impl std::future::Future<Output = ()> {
     stop_signals(hangup)
 }
 
-/// Serve HTTP until SIGTERM or Ctrl-C; requests in flight finish, then the
-/// database pool closes, so no acknowledged write is lost.
-pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
+/// The listener `serve` answers on, bound before anything else is done
+/// (a port taken, or not this user's to take, fails the command before
+/// the database is migrated or a first start's owner made), and the
+/// configuration with the address really bound (`--listen 127.0.0.1:0`
+/// picks a port): the URLs the server advertises (the first start's
+/// banner, OAuth metadata) carry it.
+pub async fn bind(cfg: &Config) -> anyhow::Result<(tokio::net::TcpListener, Config)> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
-    // The address really bound (`--listen 127.0.0.1:0` picks a port): the
-    // URLs the server advertises (OAuth metadata, the banner) carry it.
     let mut shown = cfg.clone();
     shown.listen = listener.local_addr().unwrap_or(cfg.listen);
+    Ok((listener, shown))
+}
+
+/// Serve HTTP on `listener` (from [`bind`], whose configuration `cfg` is)
+/// until SIGTERM or Ctrl-C; requests in flight finish, then the database
+/// pool closes, so no acknowledged write is lost.
+pub async fn run(
+    cfg: &Config,
+    store: Store,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<()> {
+    let shown = cfg;
     if !shown.listen.ip().is_loopback() && cfg.public_url.is_none() {
         tracing::warn!(
             target: crate::commands::OPERATOR,
@@ -262,7 +276,7 @@ pub async fn run(cfg: &Config, store: Store) -> anyhow::Result<()> {
             "ZM_PUBLIC_URL is plain http to another machine: passwords, OAuth codes and tokens cross the network in clear text and cookies are not Secure; serve it over https (a reverse proxy: docs/REVERSE_PROXY.md)"
         );
     }
-    let mut http = http_config(&shown);
+    let mut http = http_config(shown);
     if let Some(email) = &cfg.test_anonymous_user {
         let user = store
             .user_by_email(email)

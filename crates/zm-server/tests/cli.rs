@@ -2633,6 +2633,25 @@ fn json_logs_put_nothing_but_json_on_stderr() {
     );
 }
 
+/// The port is bound before anything else: on a new data directory, a
+/// taken port fails `serve` before a database is made or a first start's
+/// owner (and its secrets) printed.
+#[test]
+fn a_taken_port_fails_serve_before_its_first_start() {
+    let env = Env::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let out = output_within(env.cmd(&["serve", "--listen", &port]), 60);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot listen"), "{}", stderr(&out));
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(!all.contains("zm_pat_"), "no first start: {all}");
+    assert!(
+        !env.data_dir().join("zero-memory.db").exists(),
+        "no database made"
+    );
+}
+
 /// The test-only anonymous user: started the way `.ci/conformance/run.sh`
 /// does (loopback, no public URL) it works and warns loudly; with a public
 /// URL, proxy trust or an allowed host it refuses to start, naming the knob.
