@@ -331,8 +331,13 @@ pub const PARTIAL_WEIGHT: f64 = 1.0;
 /// on a keyword or conversational question one holding most words is the
 /// answer. Words held by more than [`RELEVANCE_BUDGET`] memories are not
 /// counted (they cost as much as scoring them); a word no memory holds
-/// is, so the share never depends on what other users wrote. A hit
-/// holding only words too common to count is taken to hold half of one.
+/// is, so a word missing from the index counts as it would anywhere. On
+/// SQLite those counts are over the whole index, every user's memories
+/// included (as its bm25 statistics are: docs/SECURITY.md), so another
+/// user's many memories holding a word can take it out of the share and
+/// order the every-word leg by recency; PostgreSQL counts nothing across
+/// users (every word is taken as within the budget). A hit holding only
+/// words too common to count is taken to hold half of one.
 /// Tuned on the development sets (twelfth session).
 pub const COVERAGE_EXPONENT: f64 = 2.0;
 /// The weight of a dense hit. Tuned on the development sets.

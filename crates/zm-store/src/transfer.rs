@@ -209,10 +209,14 @@ impl Store {
             (None, Some(h)) => match self.bind_hint(tx, caller, h).await? {
                 Some(s) => s,
                 None => {
-                    return Err(field_error(
-                        "project_hint",
-                        "does not resolve to a project scope",
-                    ));
+                    // The stable prefix `remember`'s refusal of such a
+                    // hint starts with, and the field it names.
+                    return Err(ToolError::validation(
+                        zm_contracts::prefixes::Prefix::ProjectHintUnresolvable.message(format!(
+                            "project_hint {h:?} does not resolve to a project scope."
+                        )),
+                    )
+                    .with_details(json!({"fields": [{"path": "project_hint", "reason": "does not resolve to a project scope"}]})));
                 }
             },
             (None, None) => {

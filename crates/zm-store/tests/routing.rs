@@ -86,6 +86,20 @@ backend_tests! {
             "unresolvable hint",
         );
         assert_prefix(&e, Prefix::ProjectHintUnresolvable, label, "hint \"///\"");
+        // `move_memories` refuses it with the same prefix, naming the field.
+        let mine = ok(call(&store, &caller, "remember", json!({"content": "The build caches live in /tmp.", "scope": "personal"})).await, label, "a memory to move");
+        let e = err(
+            call(&store, &caller, "move_memories", json!({"memory_ids": [mine["memory_id"]], "project_hint": "///"})).await,
+            ErrorCode::ValidationFailed,
+            label,
+            "move to an unresolvable hint",
+        );
+        assert_prefix(&e, Prefix::ProjectHintUnresolvable, label, "move to hint \"///\"");
+        assert_eq!(
+            e.details.as_ref().and_then(|d| d["fields"][0]["path"].as_str()),
+            Some("project_hint"),
+            "[{label}] {e:?}"
+        );
 
         // Nothing was stored by the refusals.
         let seen = recall_ids(
