@@ -89,7 +89,7 @@ struct DbSessions {
     /// the request (so that a database that fails the read is answered in
     /// JSON-RPC's terms, a busy one with 429, where rmcp's restore would
     /// answer a plain-text 500); `load` takes them.
-    restoring: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+    restoring: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl DbSessions {
@@ -104,19 +104,16 @@ impl DbSessions {
         self.pending().remove(sid).map(|(_, p)| p)
     }
 
-    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
+    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
         self.restoring
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Keep `params` for the restore of `sid` that follows (ones no
-    /// restore took go after [`PENDING_TTL`]).
+    /// Keep `params` for the restore of `sid` that follows (`forward`
+    /// drops what no restore took).
     fn will_restore(&self, sid: &str, params: String) {
-        let now = Instant::now();
-        let mut restoring = self.restoring();
-        restoring.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
-        restoring.insert(sid.to_string(), (now, params));
+        self.restoring().insert(sid.to_string(), params);
     }
 }
 
@@ -127,7 +124,7 @@ fn store_error(e: &ToolError) -> SessionStoreError {
 #[async_trait::async_trait]
 impl SessionStore for DbSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let kept = self.restoring().remove(session_id).map(|(_, p)| p);
+        let kept = self.restoring().remove(session_id);
         let params = match kept {
             Some(p) => Some(p),
             None => self
@@ -641,6 +638,12 @@ async fn forward(
         Ok(r) => as_jsonrpc(r.map(Body::new)).await,
         Err(never) => match never {},
     };
+    // What `handle` read for a restore the transport did not make (it
+    // refused the request first, or another request's restore served it)
+    // is not kept.
+    if let Some(sid) = session.as_deref() {
+        mcp.sessions.restoring().remove(sid);
+    }
     if delete && response.status().is_success() {
         if let Some(sid) = session.as_deref() {
             // rmcp removed it too; this instance may not have had a worker.

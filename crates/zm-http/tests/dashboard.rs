@@ -432,6 +432,11 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
         "the form again, with what was typed: {}",
         p.body
     );
+    assert!(
+        !p.body.contains("Save as a new version") && p.body.contains("edit its newest version"),
+        "no save over the stale version, a way to the newest: {}",
+        p.body
+    );
     assert!(!b.get(&s, "/?q=05:00").await.body.contains("05:00 UTC"));
     // Line breaks as a browser sends them (CR LF) are the memory's own
     // (LF): the new version saved again unchanged is no change.
@@ -480,6 +485,31 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
         again.location.as_deref(),
         Some(lines_page.as_str()),
         "saved unchanged: the same memory, no new version"
+    );
+    // A memory an agent stored with CR LF, saved unchanged: no change
+    // either (its line breaks are not rewritten by a save).
+    let crlf = remember(
+        &s.store,
+        &a.id,
+        "Backups run nightly.\r\nThey are kept a week.",
+        "personal",
+    )
+    .await;
+    let same = b
+        .post(
+            &s,
+            &format!("/memories/{crlf}/edit"),
+            &[
+                ("csrf", &csrf),
+                ("content", "Backups run nightly.\r\nThey are kept a week."),
+            ],
+        )
+        .await;
+    assert_eq!(
+        same.location.as_deref(),
+        Some(format!("/memories/{crlf}").as_str()),
+        "{}",
+        same.body
     );
     let new_page = lines_page;
     // Forget and restore the new one.

@@ -117,7 +117,8 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// What `serve` does about the owner before it listens: on a database
+/// What `serve` does about the owner once its port is bound, before it
+/// answers on it: on a database
 /// without any user, create the owner and its token and show the secrets
 /// once — in `--first-start-output` (created `0600`) when set, else on
 /// stdout; when the owner has no password yet (`stdio` created it), say

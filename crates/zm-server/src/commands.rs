@@ -297,52 +297,90 @@ fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
     Ok((line, false))
 }
 
-/// One line of stdin. At a terminal it is not shown as it is typed: echo
-/// is off while it is read (the Enter still moves to the next line), after
-/// a `Password: ` prompt on stderr.
+/// One line of stdin. At a terminal it is not shown as it is typed: the
+/// terminal is read a key at a time, without echo, after a `Password: `
+/// prompt on stderr (Backspace and Ctrl-U edit the line; Enter ends it).
+/// Ctrl-C arrives as a key, not a signal, so that the terminal is put
+/// back as it was before the interrupt it stands for ends the process, as
+/// any Ctrl-C does: otherwise it would stay silent after the command.
 fn read_secret_line() -> std::io::Result<String> {
     let stdin = std::io::stdin();
     let mut raw = String::new();
     #[cfg(unix)]
     if std::io::IsTerminal::is_terminal(&stdin) {
-        use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+        use rustix::termios::{
+            LocalModes, OptionalActions, SpecialCodeIndex, tcgetattr, tcsetattr,
+        };
         let shown = tcgetattr(&stdin)?;
         let mut hidden = shown.clone();
-        hidden.local_modes.remove(LocalModes::ECHO);
-        hidden.local_modes.insert(LocalModes::ECHONL);
-        // Ctrl-C while echo is off: echo back on before the process ends
-        // (exit 130, as the shell reports an interrupt), or the terminal
-        // stays silent after it. Listened for before echo goes off; the
-        // listener stays for the rest of the command (the runtime keeps a
-        // signal's handler once installed, so Ctrl-C ends it so later too).
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let _inside = runtime.enter();
-            if let Ok(mut interrupt) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            {
-                let shown = shown.clone();
-                runtime.spawn(async move {
-                    if interrupt.recv().await.is_some() {
-                        let _ = tcsetattr(std::io::stdin(), OptionalActions::Now, &shown);
-                        eprintln!();
-                        std::process::exit(130);
-                    }
-                });
-            }
-        }
+        hidden
+            .local_modes
+            .remove(LocalModes::ECHO | LocalModes::ICANON | LocalModes::ISIG);
+        hidden.special_codes[SpecialCodeIndex::VMIN] = 1;
+        hidden.special_codes[SpecialCodeIndex::VTIME] = 0;
         // Drain, not flush: what was typed (or pasted) before the prompt
         // stays to be read.
         tcsetattr(&stdin, OptionalActions::Drain, &hidden)?;
         eprint!("Password: ");
-        let read = stdin.lock().read_line(&mut raw);
-        // Echo back on, whatever the read did.
+        let typed = read_keys(&mut stdin.lock());
+        // The terminal as it was, whatever the read did; the Enter, not
+        // echoed, still ends the prompt's line.
         let restored = tcsetattr(&stdin, OptionalActions::Now, &shown);
-        read?;
+        eprintln!();
         restored?;
-        return Ok(raw);
+        return match typed? {
+            Keys::Line(line) => Ok(line),
+            Keys::Interrupted => {
+                use rustix::process::{Signal, getpid, kill_process};
+                let _ = kill_process(getpid(), Signal::INT);
+                // Only if the interrupt was caught rather than ending us.
+                std::process::exit(130)
+            }
+        };
     }
     stdin.lock().read_line(&mut raw)?;
     Ok(raw)
+}
+
+/// What a terminal read a key at a time gave.
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(unix), allow(dead_code))]
+enum Keys {
+    Line(String),
+    Interrupted,
+}
+
+/// A line typed at a terminal in raw mode, a key at a time: Enter ends
+/// it (as does the end of input), Backspace takes back a character, Ctrl-U
+/// the whole line, Ctrl-C interrupts; any other byte is the line's.
+#[cfg_attr(not(unix), allow(dead_code))]
+fn read_keys(input: &mut impl std::io::Read) -> std::io::Result<Keys> {
+    const INTERRUPT: u8 = 0x03;
+    const KILL_LINE: u8 = 0x15;
+    let mut line: Vec<u8> = Vec::new();
+    let mut key = [0u8; 1];
+    loop {
+        if input.read(&mut key)? == 0 {
+            break;
+        }
+        match key[0] {
+            b'\r' | b'\n' => break,
+            INTERRUPT => return Ok(Keys::Interrupted),
+            KILL_LINE => line.clear(),
+            // Backspace (DEL or ^H): the last character, all its bytes.
+            0x7f | 0x08 => {
+                while let Some(b) = line.pop() {
+                    if b & 0xC0 != 0x80 {
+                        break;
+                    }
+                }
+            }
+            b => line.push(b),
+        }
+    }
+    String::from_utf8(line).map(Keys::Line).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "the password is not UTF-8")
+    })
 }
 
 // ------------------------------------------------------------------ serve
@@ -480,6 +518,7 @@ async fn migrate(cfg: &Config) -> anyhow::Result<()> {
 // --------------------------------------------------------------------- copy
 
 async fn copy(cfg: &Config, to: &str) -> anyhow::Result<()> {
+    let to = &crate::config::database_url_at_home(to.trim()).map_err(|e| anyhow!("--to: {e}"))?;
     let shown = crate::config::redact_url(to);
     crate::config::check_database_url(to).map_err(|e| anyhow!("--to: {e}"))?;
     // A SQLite destination is created (private, as the server's own).
@@ -1225,6 +1264,23 @@ pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys typed at the password prompt: Enter (CR or LF) ends the line,
+    /// Backspace takes back a whole character, Ctrl-U the line, Ctrl-C
+    /// interrupts; the end of input ends the line too.
+    #[test]
+    fn keys_at_the_password_prompt() {
+        let keys = |bytes: &[u8]| read_keys(&mut &bytes[..]).unwrap();
+        let line = |s: &str| Keys::Line(s.to_string());
+        assert_eq!(keys(b"hunter22\r"), line("hunter22"));
+        assert_eq!(keys(b"hunter22\nmore"), line("hunter22"));
+        assert_eq!(keys("päß\u{7f}ss\n".as_bytes()), line("päss"));
+        assert_eq!(keys("wrong\u{15}right\n".as_bytes()), line("right"));
+        assert_eq!(keys(b"half\x03typed\n"), Keys::Interrupted);
+        assert_eq!(keys(b"no end"), line("no end"));
+        assert_eq!(keys(b"\x08\x08ok\n"), line("ok"));
+        assert!(read_keys(&mut &b"\xff\n"[..]).is_err());
+    }
 
     #[test]
     fn the_mcp_library_says_info_only_at_debug() {

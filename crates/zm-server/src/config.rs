@@ -1086,19 +1086,27 @@ fn parse_model_dir(raw: &str) -> Result<PathBuf, String> {
 /// home directory's, not a directory named `~` wherever the process
 /// starts.
 fn parse_database_url(raw: &str) -> Result<String, String> {
-    let raw = raw.trim();
-    let raw = match raw.strip_prefix("sqlite://") {
-        Some(rest) if rest == "~" || rest.starts_with("~/") || rest.starts_with("~?") => {
-            let (path, query) = match rest.find('?') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            format!("sqlite://{}{query}", parse_path(path)?.display())
-        }
-        _ => raw.to_string(),
-    };
+    let raw = database_url_at_home(raw.trim())?;
     check_database_url(&raw)?;
     Ok(raw)
+}
+
+/// A SQLite URL whose path starts with `~` (`sqlite://~/x.db`,
+/// `sqlite:~/x.db`) with the home directory in its place; any other URL
+/// as it is.
+pub fn database_url_at_home(raw: &str) -> Result<String, String> {
+    let rest = raw
+        .strip_prefix("sqlite://")
+        .or_else(|| raw.strip_prefix("sqlite:"))
+        .filter(|r| *r == "~" || r.starts_with("~/") || r.starts_with("~?"));
+    let Some(rest) = rest else {
+        return Ok(raw.to_string());
+    };
+    let (path, query) = match rest.find('?') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    Ok(format!("sqlite://{}{query}", parse_path(path)?.display()))
 }
 
 fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
@@ -2296,6 +2304,10 @@ mod tests {
         assert_eq!(
             url,
             format!("sqlite://{}?mode=rwc", home.join(".zm/zm.db").display())
+        );
+        assert_eq!(
+            parse_database_url("sqlite:~/.zm/zm.db").unwrap(),
+            format!("sqlite://{}", home.join(".zm/zm.db").display())
         );
         assert!(url.starts_with("sqlite:///"), "{url}");
         assert_eq!(

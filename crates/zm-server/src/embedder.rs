@@ -121,7 +121,7 @@ impl Trouble {
     fn failed(&mut self, e: &zm_contracts::ToolError) {
         self.count = self.count.saturating_add(1);
         if self.count == 1 {
-            tracing::warn!(error = %e.message, "{} failed; retrying, quietly until it works again", self.what);
+            tracing::warn!(error = %e.message, "{} failed; retrying (said again every 20th failure until it works)", self.what);
         } else if self.warns() {
             tracing::warn!(error = %e.message, failures = self.count, "{} still fails; retrying", self.what);
         } else {

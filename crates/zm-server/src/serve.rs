@@ -95,13 +95,6 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// `serve`'s [`shutdown_signal`]: besides, a second SIGTERM or Ctrl-C
-/// while requests finish (an operator's second Ctrl-C, a supervisor's
-/// impatience) ends the process at once, until `drained` is cancelled
-/// (the requests are done: what follows, the last recall counts and the
-/// database's close, is short and not cut). Committed writes are durable;
-/// a transaction not yet committed rolls back. A second hangup is not one:
-/// a closing terminal may send it twice.
 /// The end of `serve` and `stdio`, once their requests are answered and
 /// `cancel` told the background tasks: the embedder's batch, the last
 /// recall counts, then the store's close. Each of the first two is
@@ -119,9 +112,12 @@ async fn wind_down_within(
     embedder: Option<tokio::task::JoinHandle<()>>,
     wait: std::time::Duration,
 ) {
-    if let Some(e) = embedder
-        && tokio::time::timeout(wait, e).await.is_err()
+    if let Some(mut e) = embedder
+        && tokio::time::timeout(wait, &mut e).await.is_err()
     {
+        // Ended, so that it holds none of the connections the close
+        // waits for.
+        e.abort();
         tracing::warn!(
             wait_s = wait.as_secs(),
             "the embedder did not stop in time; its batch is left to the next start"
@@ -142,6 +138,13 @@ async fn wind_down_within(
 /// recall counts to be written.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// `serve`'s [`shutdown_signal`]: besides, a second SIGTERM or Ctrl-C
+/// while requests finish (an operator's second Ctrl-C, a supervisor's
+/// impatience) ends the process at once, until `drained` is cancelled
+/// (the requests are done: what follows, the embedder's batch, the last
+/// recall counts and the database's close, is bounded and not cut). Committed writes are durable;
+/// a transaction not yet committed rolls back. A second hangup is not one:
+/// a closing terminal may send it twice.
 pub(crate) fn serve_shutdown_signal(
     drained: CancellationToken,
 ) -> impl std::future::Future<Output = ()> {

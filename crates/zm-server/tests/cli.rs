@@ -427,10 +427,12 @@ fn a_password_typed_at_a_terminal_is_not_echoed() {
     );
 }
 
-/// Ctrl-C at the password's prompt ends the command (130, as an
-/// interrupt) with the terminal's echo back on: the shell's next command
-/// (`stty -a`) finds `echo`, not `-echo`. (bash goes on after a command
-/// that exits on its own; one killed by the interrupt would end it too.)
+/// Ctrl-C at the password's prompt ends the command as an interrupt does
+/// (status 130) with the terminal's echo back on. The key is read as a
+/// key and passed on as the interrupt to the command alone: bash, which
+/// the terminal did not interrupt, goes on to `stty -a`, which finds
+/// `echo`, not `-echo`. (Before, the terminal interrupted both, echo
+/// still off.)
 #[cfg(target_os = "linux")]
 #[test]
 fn ctrl_c_at_the_password_prompt_leaves_echo_on() {

@@ -728,7 +728,14 @@ pub(crate) async fn edit(
     // A browser sends a text area's line breaks as CR LF (HTML's form
     // encoding); agents write LF. Kept as sent, an edit saved unchanged was
     // a new version, and the same words an agent remembers another memory.
-    let content = form.get("content").unwrap_or("").replace("\r\n", "\n");
+    // Text that differs from the memory's only in its line breaks (one
+    // stored with CR LF) is the memory's, unchanged.
+    let sent = form.get("content").unwrap_or("").replace("\r\n", "\n");
+    let content = if sent == old.content.replace("\r\n", "\n") {
+        old.content.clone()
+    } else {
+        sent
+    };
     let input = json!({
         "content": content,
         "kind": old.kind.as_str(),
@@ -759,13 +766,18 @@ pub(crate) async fn edit(
                                 textarea #content name="content" required aria-invalid="true" aria-describedby="content-error" { (content) }
                                 p.error #content-error { (reason.unwrap_or_else(|| f.error.message.clone())) }
                             }
+                            button type="submit" { "Save as a new version" }
                         } @else {
+                            // This version can no longer be saved over (a
+                            // newer one, or none): the text to copy, and
+                            // the way to the memory's page, which links
+                            // its newest version.
                             div.field {
-                                label for="content" { "New text" }
-                                textarea #content name="content" required { (content) }
+                                label for="content" { "Your text (not saved)" }
+                                textarea #content name="content" readonly { (content) }
                             }
+                            p { a href=(signed.href(&back)) { "Open the memory to edit its newest version" } }
                         }
-                        button type="submit" { "Save as a new version" }
                     }
                 };
                 let status = if invalid {
