@@ -4,10 +4,10 @@
 use serde_json::json;
 use zm_contracts::scope;
 use zm_contracts::{
-    AuthorKind, DeleteAccountInput, DeleteAccountOutput, ExportMemoriesInput, ExportMemoriesOutput,
-    IdKind, ImportMemoryInput, ImportMemoryOutput, ImportTarget, MemoryId, MoveFailure,
-    MoveMemoriesInput, MoveMemoriesOutput, ShareInput, ShareOutput, ToolError, TranslationStatus,
-    UserId, Visibility, validate::field_error,
+    AuthorKind, DeleteAccountInput, DeleteAccountOutput, ErrorCode, ExportMemoriesInput,
+    ExportMemoriesOutput, IdKind, ImportMemoryInput, ImportMemoryOutput, ImportTarget, MemoryId,
+    MoveFailure, MoveMemoriesInput, MoveMemoriesOutput, ShareInput, ShareOutput, ToolError,
+    TranslationStatus, UserId, Visibility, validate::field_error,
 };
 
 use crate::cursor::{self, ExportPosition};
@@ -65,7 +65,7 @@ impl Store {
             return Ok(Err(Refusal::Invalidated));
         }
         let read_only = |e: ToolError| {
-            if e.code == zm_contracts::ErrorCode::Forbidden {
+            if e.code == ErrorCode::Forbidden {
                 Ok(Err(Refusal::ReadOnly(e)))
             } else {
                 Err(e)
@@ -244,7 +244,7 @@ impl Store {
         }
         let mut order: Vec<usize> = (0..listed.len()).collect();
         order.sort_by(|&a, &b| listed[a].as_str().cmp(listed[b].as_str()));
-        let mut outcome: Vec<Option<Result<(), String>>> = vec![None; listed.len()];
+        let mut outcome: Vec<Option<Result<(), (ErrorCode, String)>>> = vec![None; listed.len()];
         let mut changed = Vec::new();
         for i in order {
             let mid = &listed[i];
@@ -258,10 +258,10 @@ impl Store {
                     Ok(())
                 }
                 Err(r) => Err(match r {
-                    Refusal::NotFound => "not found".into(),
-                    Refusal::NotOwner => "not the owner".into(),
-                    Refusal::Invalidated => "invalidated".into(),
-                    Refusal::ReadOnly(e) => e.message,
+                    Refusal::NotFound => (ErrorCode::NotFound, "not found".into()),
+                    Refusal::NotOwner => (ErrorCode::Forbidden, "not the owner".into()),
+                    Refusal::Invalidated => (ErrorCode::Conflict, "invalidated".into()),
+                    Refusal::ReadOnly(e) => (e.code, e.message),
                 }),
             });
         }
@@ -280,8 +280,9 @@ impl Store {
         for (mid, out) in listed.into_iter().zip(outcome) {
             match out {
                 Some(Ok(())) => moved.push(mid),
-                Some(Err(error)) => failed.push(MoveFailure {
+                Some(Err((code, error))) => failed.push(MoveFailure {
                     memory_id: mid,
+                    code,
                     error,
                 }),
                 None => return Err(ToolError::internal()),

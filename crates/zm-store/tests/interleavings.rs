@@ -267,6 +267,7 @@ async fn a_forget_or_close_checks_the_role_where_the_memory_is_now() {
             .is_some_and(|e| e.contains("yours is reader")),
         "{moved}"
     );
+    assert_eq!(moved["failed"][0]["code"], "forbidden", "{moved}");
     let scope: String = sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1")
         .bind(&kept)
         .fetch_one(&raw)

@@ -142,13 +142,14 @@ backend_tests! {
         let moved = ok(call(&store, &a, "move_memories", json!({"memory_ids": [ok1, gone, b_mem, NEVER], "project_hint": "/src/share-project"})).await, l, "move");
         assert_eq!(moved["scope"], project, "[{l}]");
         assert_eq!(moved["moved"], json!([ok1]), "[{l}] {moved}");
-        let failed: Vec<(String, String)> = moved["failed"]
+        let failed: Vec<(String, String, String)> = moved["failed"]
             .as_array()
             .unwrap()
             .iter()
             .map(|f| {
                 (
                     f["memory_id"].as_str().unwrap().to_string(),
+                    f["code"].as_str().unwrap().to_string(),
                     f["error"].as_str().unwrap().to_string(),
                 )
             })
@@ -156,9 +157,9 @@ backend_tests! {
         assert_eq!(
             failed,
             vec![
-                (gone.clone(), "invalidated".into()),
-                (b_mem.clone(), "not found".into()),
-                (NEVER.into(), "not found".into())
+                (gone.clone(), "conflict".into(), "invalidated".into()),
+                (b_mem.clone(), "not_found".into(), "not found".into()),
+                (NEVER.into(), "not_found".into(), "not found".into())
             ],
             "[{l}]"
         );
