@@ -371,17 +371,18 @@ async fn another_instance_resumes_a_session_and_a_failed_restore_is_json_rpc() {
     let a = s.tokens[0].clone();
     let (base, other, running) = beside(&s).await;
     let sid = s.open(&a).await;
-    let call = |id: u64| {
+    // `tools/list` on the other instance, in session `sid`.
+    let call = |sid: &str, id: u64| {
         s.http
             .post(format!("{base}/mcp"))
             .bearer_auth(&a)
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
-            .header("mcp-session-id", &sid)
+            .header("mcp-session-id", sid)
             .header("mcp-protocol-version", "2025-11-25")
             .body(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}).to_string())
     };
-    let r = call(2).send().await.unwrap();
+    let r = call(&sid, 2).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert!(r.text().await.unwrap().contains("remember"));
     assert_eq!(other.session_count().await, 1, "a worker rebuilt here");
@@ -396,18 +397,7 @@ async fn another_instance_resumes_a_session_and_a_failed_restore_is_json_rpc() {
         .execute(&mut raw)
         .await
         .unwrap();
-    let r = s
-        .http
-        .post(format!("{base}/mcp"))
-        .bearer_auth(&a)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-session-id", &sid2)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let r = call(&sid2, 3).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 500);
     let body = r.text().await.unwrap();
     let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}"));

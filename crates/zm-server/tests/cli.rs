@@ -397,29 +397,37 @@ fn read_until(rx: &mpsc::Receiver<Vec<u8>>, seen: &mut Vec<u8>, what: &str) {
     }
 }
 
+/// `user passwd --password-stdin` of a new user, run on a terminal as
+/// `shell` says (its `{}` is the command), with `keys` typed once the
+/// prompt shows: its exit status and everything the terminal showed.
+#[cfg(target_os = "linux")]
+fn at_the_password_prompt(shell: &str, keys: &[u8]) -> (std::process::ExitStatus, String) {
+    let env = Env::new();
+    env.ok(&["user", "add", "a@example.com"]);
+    let passwd = format!(
+        "{} --data-dir {} user passwd a@example.com --password-stdin",
+        env!("CARGO_BIN_EXE_zero-memory"),
+        env.data_dir().display()
+    );
+    let (mut child, rx) = on_a_terminal(&shell.replace("{}", &passwd));
+    let mut seen = Vec::new();
+    read_until(&rx, &mut seen, "Password: ");
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin.write_all(keys).unwrap();
+    stdin.flush().unwrap();
+    let status = child.wait().unwrap();
+    // Everything it wrote, to the end (the reader's channel closes).
+    read_until(&rx, &mut seen, "\u{0}never");
+    (status, String::from_utf8_lossy(&seen).to_string())
+}
+
 /// `--password-stdin` typed at a terminal is not shown: echo is off while
 /// the line is read. The password is written only once the prompt shows,
 /// so echo is already off for it.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_password_typed_at_a_terminal_is_not_echoed() {
-    let env = Env::new();
-    env.ok(&["user", "add", "a@example.com"]);
-    let command = format!(
-        "{} --data-dir {} user passwd a@example.com --password-stdin",
-        env!("CARGO_BIN_EXE_zero-memory"),
-        env.data_dir().display()
-    );
-    let (mut child, rx) = on_a_terminal(&command);
-    let mut seen = Vec::new();
-    read_until(&rx, &mut seen, "Password: ");
-    let stdin = child.stdin.as_mut().unwrap();
-    stdin.write_all(b"typed-at-the-terminal-42\n").unwrap();
-    stdin.flush().unwrap();
-    let status = child.wait().unwrap();
-    // Everything it wrote, to the end (the reader's channel closes).
-    read_until(&rx, &mut seen, "\u{0}never");
-    let shown = String::from_utf8_lossy(&seen).to_string();
+    let (status, shown) = at_the_password_prompt("{}", b"typed-at-the-terminal-42\n");
     assert!(status.success(), "{shown}");
     assert!(
         !shown.contains("typed-at-the-terminal-42"),
@@ -436,22 +444,7 @@ fn a_password_typed_at_a_terminal_is_not_echoed() {
 #[cfg(target_os = "linux")]
 #[test]
 fn ctrl_c_at_the_password_prompt_leaves_echo_on() {
-    let env = Env::new();
-    env.ok(&["user", "add", "a@example.com"]);
-    let command = format!(
-        "bash -c '{} --data-dir {} user passwd a@example.com --password-stdin; echo status=$?; stty -a'",
-        env!("CARGO_BIN_EXE_zero-memory"),
-        env.data_dir().display()
-    );
-    let (mut child, rx) = on_a_terminal(&command);
-    let mut seen = Vec::new();
-    read_until(&rx, &mut seen, "Password: ");
-    let stdin = child.stdin.as_mut().unwrap();
-    stdin.write_all(b"\x03").unwrap();
-    stdin.flush().unwrap();
-    child.wait().unwrap();
-    read_until(&rx, &mut seen, "\u{0}never");
-    let shown = String::from_utf8_lossy(&seen).to_string();
+    let (_, shown) = at_the_password_prompt("bash -c '{}; echo status=$?; stty -a'", b"\x03");
     assert!(shown.contains("status=130"), "{shown}");
     let words: Vec<&str> = shown.split_whitespace().collect();
     assert!(
