@@ -90,7 +90,7 @@ def moved_none_not_found(answer, mid, what):
     nothing and lists `mid` as not found."""
     status, body = answer
     ok = (status == 200 and isinstance(body, dict) and body.get("moved") == []
-          and body.get("failed") == [{"memory_id": mid, "error": "not found"}])
+          and body.get("failed") == [{"memory_id": mid, "code": "not_found", "error": "not found"}])
     check(ok, f"{what}: expected nothing moved and {mid} failed as not found, got {status} {body}")
 
 

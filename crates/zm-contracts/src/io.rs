@@ -360,10 +360,10 @@ pub struct MoveMemoriesInput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MoveFailure {
     pub memory_id: MemoryId,
-    /// Why, as the tool's own refusal of it would be coded: `not_found`
-    /// (no such memory, or not one you can read), `forbidden` (a
-    /// teammate's, or shared where your role is reader), `conflict`
-    /// (forgotten, closed or superseded). Branch on this, not on `error`.
+    /// Why, as `share`'s refusal of it would be coded: `not_found` (no
+    /// such memory, or not one you can read), `forbidden` (shared where
+    /// your role is reader), `conflict` (a teammate's; forgotten, closed
+    /// or superseded). Branch on this, not on `error`.
     pub code: crate::ErrorCode,
     /// Why, in words.
     pub error: String,

@@ -89,7 +89,7 @@ struct DbSessions {
     /// the request (so that a database that fails the read is answered in
     /// JSON-RPC's terms, a busy one with 429, where rmcp's restore would
     /// answer a plain-text 500); `load` takes them.
-    restoring: std::sync::Mutex<HashMap<String, String>>,
+    restoring: std::sync::Mutex<HashMap<String, (Instant, String)>>,
 }
 
 impl DbSessions {
@@ -104,16 +104,20 @@ impl DbSessions {
         self.pending().remove(sid).map(|(_, p)| p)
     }
 
-    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
         self.restoring
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Keep `params` for the restore of `sid` that follows (`forward`
-    /// drops what no restore took).
+    /// drops what no restore took; what a request dropped mid-way left
+    /// goes after [`PENDING_TTL`]).
     fn will_restore(&self, sid: &str, params: String) {
-        self.restoring().insert(sid.to_string(), params);
+        let now = Instant::now();
+        let mut restoring = self.restoring();
+        restoring.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
+        restoring.insert(sid.to_string(), (now, params));
     }
 }
 
@@ -124,7 +128,7 @@ fn store_error(e: &ToolError) -> SessionStoreError {
 #[async_trait::async_trait]
 impl SessionStore for DbSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let kept = self.restoring().remove(session_id);
+        let kept = self.restoring().remove(session_id).map(|(_, p)| p);
         let params = match kept {
             Some(p) => Some(p),
             None => self

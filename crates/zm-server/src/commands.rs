@@ -298,11 +298,13 @@ fn password_from(password_stdin: bool) -> anyhow::Result<(String, bool)> {
 }
 
 /// One line of stdin. At a terminal it is not shown as it is typed: the
-/// terminal is read a key at a time, without echo, after a `Password: `
-/// prompt on stderr (Backspace and Ctrl-U edit the line; Enter ends it).
-/// Ctrl-C arrives as a key, not a signal, so that the terminal is put
-/// back as it was before the interrupt it stands for ends the process, as
-/// any Ctrl-C does: otherwise it would stay silent after the command.
+/// terminal is read a key at a time, without echo and without the keys
+/// that signal (Ctrl-C, Ctrl-Z, Ctrl-\\), after a `Password: ` prompt on
+/// stderr (Backspace and Ctrl-U edit the line; Enter ends it, Ctrl-D on
+/// an empty line too). The terminal is put back as it was, whatever
+/// happens, before a Ctrl-C is passed on as the interrupt it stands for
+/// to the terminal's foreground processes (as the terminal itself would):
+/// otherwise the terminal would stay silent after the command.
 fn read_secret_line() -> std::io::Result<String> {
     let stdin = std::io::stdin();
     let mut raw = String::new();
@@ -311,28 +313,40 @@ fn read_secret_line() -> std::io::Result<String> {
         use rustix::termios::{
             LocalModes, OptionalActions, SpecialCodeIndex, tcgetattr, tcsetattr,
         };
+        /// The terminal's settings, put back when dropped.
+        struct Restore<'a>(&'a std::io::Stdin, rustix::termios::Termios);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                let _ = tcsetattr(self.0, OptionalActions::Now, &self.1);
+            }
+        }
         let shown = tcgetattr(&stdin)?;
         let mut hidden = shown.clone();
         hidden
             .local_modes
-            .remove(LocalModes::ECHO | LocalModes::ICANON | LocalModes::ISIG);
+            .remove(LocalModes::ECHO | LocalModes::ICANON | LocalModes::ISIG | LocalModes::IEXTEN);
         hidden.special_codes[SpecialCodeIndex::VMIN] = 1;
         hidden.special_codes[SpecialCodeIndex::VTIME] = 0;
+        let restore = Restore(&stdin, shown);
         // Drain, not flush: what was typed (or pasted) before the prompt
         // stays to be read.
         tcsetattr(&stdin, OptionalActions::Drain, &hidden)?;
-        eprint!("Password: ");
+        let mut err = std::io::stderr();
+        let _ = write!(err, "Password: ");
+        let _ = err.flush();
         let typed = read_keys(&mut stdin.lock());
-        // The terminal as it was, whatever the read did; the Enter, not
-        // echoed, still ends the prompt's line.
-        let restored = tcsetattr(&stdin, OptionalActions::Now, &shown);
-        eprintln!();
-        restored?;
+        drop(restore);
+        // The Enter, not echoed, still ends the prompt's line.
+        let _ = writeln!(err);
         return match typed? {
             Keys::Line(line) => Ok(line),
             Keys::Interrupted => {
-                use rustix::process::{Signal, getpid, kill_process};
-                let _ = kill_process(getpid(), Signal::INT);
+                use rustix::process::{Signal, kill_current_process_group, kill_process_group};
+                let foreground = rustix::termios::tcgetpgrp(&stdin);
+                let _ = match foreground {
+                    Ok(group) => kill_process_group(group, Signal::INT),
+                    Err(_) => kill_current_process_group(Signal::INT),
+                };
                 // Only if the interrupt was caught rather than ending us.
                 std::process::exit(130)
             }
@@ -351,22 +365,42 @@ enum Keys {
 }
 
 /// A line typed at a terminal in raw mode, a key at a time: Enter ends
-/// it (as does the end of input), Backspace takes back a character, Ctrl-U
-/// the whole line, Ctrl-C interrupts; any other byte is the line's.
+/// it (as does the end of input, and Ctrl-D on an empty line), Backspace
+/// takes back a character, Ctrl-U the whole line, Ctrl-C interrupts; any
+/// other control key, and the escape sequence of an arrow or function
+/// key, is left out (it would be a character nobody can type again in a
+/// browser's password field); any other byte is the line's.
 #[cfg_attr(not(unix), allow(dead_code))]
 fn read_keys(input: &mut impl std::io::Read) -> std::io::Result<Keys> {
     const INTERRUPT: u8 = 0x03;
+    const END: u8 = 0x04;
     const KILL_LINE: u8 = 0x15;
+    const ESCAPE: u8 = 0x1b;
     let mut line: Vec<u8> = Vec::new();
     let mut key = [0u8; 1];
+    // Inside an escape sequence: `ESC`, then `[` or `O`, then parameters
+    // up to a final byte (`@` to `~`).
+    let mut escape = 0u8;
     loop {
         if input.read(&mut key)? == 0 {
             break;
         }
-        match key[0] {
+        let b = key[0];
+        if escape > 0 {
+            let opening = escape == 1 && (b == b'[' || b == b'O');
+            escape = if opening || !(0x40..=0x7e).contains(&b) {
+                2
+            } else {
+                0
+            };
+            continue;
+        }
+        match b {
             b'\r' | b'\n' => break,
             INTERRUPT => return Ok(Keys::Interrupted),
+            END if line.is_empty() => break,
             KILL_LINE => line.clear(),
+            ESCAPE => escape = 1,
             // Backspace (DEL or ^H): the last character, all its bytes.
             0x7f | 0x08 => {
                 while let Some(b) = line.pop() {
@@ -375,6 +409,7 @@ fn read_keys(input: &mut impl std::io::Read) -> std::io::Result<Keys> {
                     }
                 }
             }
+            b if b < 0x20 => {}
             b => line.push(b),
         }
     }
@@ -1280,6 +1315,11 @@ mod tests {
         assert_eq!(keys(b"no end"), line("no end"));
         assert_eq!(keys(b"\x08\x08ok\n"), line("ok"));
         assert!(read_keys(&mut &b"\xff\n"[..]).is_err());
+        // Ctrl-D ends an empty line; other control keys and the escape
+        // sequences of arrow and Delete keys are left out.
+        assert_eq!(keys(b"\x04"), line(""));
+        assert_eq!(keys(b"ab\x04\x1acd\x1c\n"), line("abcd"));
+        assert_eq!(keys(b"ab\x1b[Dc\x1b[3~d\x1bOAe\n"), line("abcde"));
     }
 
     #[test]

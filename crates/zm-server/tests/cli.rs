@@ -435,17 +435,21 @@ fn a_password_typed_at_a_terminal_is_not_echoed() {
     );
 }
 
-/// Ctrl-C at the password's prompt ends the command as an interrupt does
-/// (status 130) with the terminal's echo back on. The key is read as a
-/// key and passed on as the interrupt to the command alone: bash, which
-/// the terminal did not interrupt, goes on to `stty -a`, which finds
-/// `echo`, not `-echo`. (Before, the terminal interrupted both, echo
-/// still off.)
+/// Ctrl-C at the password's prompt interrupts what the terminal runs in
+/// the foreground, as the terminal would: the script that ran the command
+/// stops, and so does the shell whose job it was (`set -m`: bash ends
+/// when its job was interrupted), neither going on; the latter's exit trap
+/// finds the terminal's echo back on (`stty -a` says `echo`, not
+/// `-echo`).
 #[cfg(target_os = "linux")]
 #[test]
 fn ctrl_c_at_the_password_prompt_leaves_echo_on() {
-    let (_, shown) = at_the_password_prompt("bash -c '{}; echo status=$?; stty -a'", b"\x03");
-    assert!(shown.contains("status=130"), "{shown}");
+    let (_, shown) = at_the_password_prompt(
+        "bash -c 'set -m; trap \"echo trapped; stty -a\" EXIT; bash -c \"{}; echo went-on-after\"; echo went-on-next'",
+        b"\x03",
+    );
+    assert!(shown.contains("trapped"), "{shown}");
+    assert!(!shown.contains("went-on"), "the scripts went on: {shown}");
     let words: Vec<&str> = shown.split_whitespace().collect();
     assert!(
         words.contains(&"echo") && !words.contains(&"-echo"),

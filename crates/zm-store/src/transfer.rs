@@ -259,7 +259,8 @@ impl Store {
                 }
                 Err(r) => Err(match r {
                     Refusal::NotFound => (ErrorCode::NotFound, "not found".into()),
-                    Refusal::NotOwner => (ErrorCode::Forbidden, "not the owner".into()),
+                    // As `share` answers it.
+                    Refusal::NotOwner => (ErrorCode::Conflict, "not the owner".into()),
                     Refusal::Invalidated => (ErrorCode::Conflict, "invalidated".into()),
                     Refusal::ReadOnly(e) => (e.code, e.message),
                 }),

@@ -752,6 +752,15 @@ pub(crate) async fn edit(
             // The form again, the text kept: for text that is refused (the
             // field marked), and for a version changed meanwhile (another
             // tab's edit, an agent's): what was typed is not lost.
+            // A conflict over a memory still live (moved or changed
+            // meanwhile) is one a save of the form may clear; over one
+            // superseded or forgotten meanwhile, no save of it can.
+            let still_live = !invalid
+                && state
+                    .store
+                    .get_memory(&caller, &mid)
+                    .await
+                    .is_ok_and(|m| m.invalidated_at.is_none());
             if invalid || f.error.code == zm_contracts::ErrorCode::Conflict {
                 let reason = f.field("content").or_else(|| f.field("links"));
                 let page = html! {
@@ -760,7 +769,13 @@ pub(crate) async fn edit(
                     (f.notice(&["content", "links"]))
                     form #edit method="post" action=(signed.href(&format!("/memories/{id}/edit"))) {
                         input type="hidden" name="csrf" value=(signed.csrf);
-                        @if invalid {
+                        @if still_live {
+                            div.field {
+                                label for="content" { "New text" }
+                                textarea #content name="content" required { (content) }
+                            }
+                            button type="submit" { "Save as a new version" }
+                        } @else if invalid {
                             div.field.invalid {
                                 label for="content" { "New text" }
                                 textarea #content name="content" required aria-invalid="true" aria-describedby="content-error" { (content) }
