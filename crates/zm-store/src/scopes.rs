@@ -674,7 +674,9 @@ impl Store {
         Ok(Some(resolved.scope))
     }
 
-    /// The project a write names through its hint, or the refusal.
+    /// The project a write names through its hint, or the refusal: its
+    /// message starts with the stable `project_hint_unresolvable:` prefix
+    /// and its details name the field.
     pub(crate) async fn hint_for_write(
         &self,
         tx: &mut sqlx::AnyConnection,
@@ -685,7 +687,8 @@ impl Store {
             Some(s) if scope::is_shareable(&s) => Ok(s),
             _ => Err(ToolError::validation(Prefix::ProjectHintUnresolvable.message(format!(
                 "project_hint {raw:?} does not resolve to a project. Pass the repository root path, its git remote URL, or the project name the briefing announced — or use scope \"core\" / \"personal\" for facts that hold outside any project."
-            )))),
+            )))
+            .with_details(serde_json::json!({"fields": [{"path": "project_hint", "reason": "does not resolve to a project"}]}))),
         }
     }
 

@@ -206,19 +206,8 @@ impl Store {
             .db("savepoint")?;
         let target_path = match (&input.scope, &input.project_hint) {
             (Some(s), _) => s.as_str().to_string(),
-            (None, Some(h)) => match self.bind_hint(tx, caller, h).await? {
-                Some(s) => s,
-                None => {
-                    // The stable prefix `remember`'s refusal of such a
-                    // hint starts with, and the field it names.
-                    return Err(ToolError::validation(
-                        zm_contracts::prefixes::Prefix::ProjectHintUnresolvable.message(format!(
-                            "project_hint {h:?} does not resolve to a project scope."
-                        )),
-                    )
-                    .with_details(json!({"fields": [{"path": "project_hint", "reason": "does not resolve to a project scope"}]})));
-                }
-            },
+            // Refused as `remember` refuses a hint that names no project.
+            (None, Some(h)) => self.hint_for_write(tx, caller, h).await?,
             (None, None) => {
                 return Err(field_error(
                     "scope",

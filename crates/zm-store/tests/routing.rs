@@ -86,6 +86,11 @@ backend_tests! {
             "unresolvable hint",
         );
         assert_prefix(&e, Prefix::ProjectHintUnresolvable, label, "hint \"///\"");
+        assert_eq!(
+            e.details.as_ref().and_then(|d| d["fields"][0]["path"].as_str()),
+            Some("project_hint"),
+            "[{label}] {e:?}"
+        );
         // `move_memories` refuses it with the same prefix, naming the field.
         let mine = ok(call(&store, &caller, "remember", json!({"content": "The build caches live in /tmp.", "scope": "personal"})).await, label, "a memory to move");
         let e = err(
