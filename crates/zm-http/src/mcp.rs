@@ -42,7 +42,8 @@ use crate::state::AppState;
 const FULL_RETRY_AFTER_SECS: u32 = 60;
 
 /// How long an `initialize`'s parameters wait for their session's
-/// admission (a request abandoned in between leaves them behind).
+/// admission or restore ([`KeptParams`]; a request abandoned in between
+/// leaves them behind).
 const PENDING_TTL: Duration = Duration::from_secs(60);
 
 /// How often this instance looks for session workers whose sessions are
@@ -77,48 +78,46 @@ pub struct McpEndpoint {
     unrecorded: Arc<tokio::sync::Mutex<HashMap<String, Instant>>>,
 }
 
+/// Sessions' `initialize` parameters kept a short while for a step that
+/// follows, by session id: each taken once, and any left behind (by a
+/// request abandoned in between) gone after [`PENDING_TTL`].
+#[derive(Default)]
+struct KeptParams(std::sync::Mutex<HashMap<String, (Instant, String)>>);
+
+impl KeptParams {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn keep(&self, sid: &str, params: String) {
+        let now = Instant::now();
+        let mut map = self.map();
+        map.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
+        map.insert(sid.to_string(), (now, params));
+    }
+
+    fn take(&self, sid: &str) -> Option<String> {
+        self.map().remove(sid).map(|(_, p)| p)
+    }
+}
+
 /// rmcp's session store over `mcp_sessions`: `load` gives another
 /// instance the `initialize` to replay; `store` holds the parameters until
 /// [`handle`] admits the session (it knows the owner); `delete` ends it.
 struct DbSessions {
     store: Store,
     idle_ms: i64,
-    pending: std::sync::Mutex<HashMap<String, (Instant, String)>>,
+    /// What rmcp stored, until the session's admission.
+    pending: KeptParams,
     /// The `initialize` parameters of sessions this instance is about to
     /// rebuild a worker for, read by [`handle`] before the transport sees
     /// the request (so that a database that fails the read is answered in
     /// JSON-RPC's terms, a busy one with 429, where rmcp's restore would
-    /// answer a plain-text 500); `load` takes them.
-    restoring: std::sync::Mutex<HashMap<String, (Instant, String)>>,
-}
-
-impl DbSessions {
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The `initialize` parameters rmcp stored for `sid`.
-    fn take_pending(&self, sid: &str) -> Option<String> {
-        self.pending().remove(sid).map(|(_, p)| p)
-    }
-
-    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, String)>> {
-        self.restoring
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Keep `params` for the restore of `sid` that follows (`forward`
-    /// drops what no restore took; what a request dropped mid-way left
-    /// goes after [`PENDING_TTL`]).
-    fn will_restore(&self, sid: &str, params: String) {
-        let now = Instant::now();
-        let mut restoring = self.restoring();
-        restoring.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
-        restoring.insert(sid.to_string(), (now, params));
-    }
+    /// answer a plain-text 500); `load` takes them, `forward` drops what
+    /// no restore took.
+    restoring: KeptParams,
 }
 
 fn store_error(e: &ToolError) -> SessionStoreError {
@@ -128,7 +127,7 @@ fn store_error(e: &ToolError) -> SessionStoreError {
 #[async_trait::async_trait]
 impl SessionStore for DbSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let kept = self.restoring().remove(session_id).map(|(_, p)| p);
+        let kept = self.restoring.take(session_id);
         let params = match kept {
             Some(p) => Some(p),
             None => self
@@ -144,10 +143,7 @@ impl SessionStore for DbSessions {
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let params = serde_json::to_string(&state.initialize_params)?;
-        let now = Instant::now();
-        let mut pending = self.pending();
-        pending.retain(|_, (at, _)| now.duration_since(*at) < PENDING_TTL);
-        pending.insert(session_id.to_string(), (now, params));
+        self.pending.keep(session_id, params);
         Ok(())
     }
 
@@ -176,8 +172,8 @@ impl McpEndpoint {
         let sessions = Arc::new(DbSessions {
             store: state.store.clone(),
             idle_ms: caps.idle_ms,
-            pending: std::sync::Mutex::default(),
-            restoring: std::sync::Mutex::default(),
+            pending: KeptParams::default(),
+            restoring: KeptParams::default(),
         });
         let mut config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(state.cfg.hosts())
@@ -295,7 +291,7 @@ impl McpEndpoint {
     /// was refused. An error: the database failed or was busy (the session
     /// is closed).
     async fn admit(&self, sid: &str, user: &str) -> Result<bool, ToolError> {
-        let params = self.sessions.take_pending(sid);
+        let params = self.sessions.pending.take(sid);
         let conn_id = zm_contracts::IdKind::McpSession.generate();
         let admission = self
             .sessions
@@ -528,7 +524,7 @@ async fn handle_allowed(
             .mcp_session_init_params(sid, mcp.caps.idle_ms)
             .await
         {
-            Ok(Some(params)) => mcp.sessions.will_restore(sid, params),
+            Ok(Some(params)) => mcp.sessions.restoring.keep(sid, params),
             Ok(None) => return session_not_found(),
             Err(e) => return bookkeeping_failed(&e),
         }
@@ -646,7 +642,7 @@ async fn forward(
     // refused the request first, or another request's restore served it)
     // is not kept.
     if let Some(sid) = session.as_deref() {
-        mcp.sessions.restoring().remove(sid);
+        mcp.sessions.restoring.take(sid);
     }
     if delete && response.status().is_success() {
         if let Some(sid) = session.as_deref() {
