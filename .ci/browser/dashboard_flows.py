@@ -6,7 +6,8 @@ Starts `zero-memory serve` on a fresh data directory the way the README does
 chromium-driver, through .ci/browser/harness.py) through what a person does:
 
   sign in with the printed credentials; an agent's `remember` over MCP
-  appears in the list; search finds it; edit keeps the history; bulk forget
+  appears in the list; search finds it; edit keeps the history (and a
+  stale edit keeps what was typed); bulk forget
   with a confirmation; a teammate's memory (no edit) and a bulk move that
   cannot take it along; a departed teammate's rule revoked from the team's
   page and their memory forgotten and restored by the admin; the OAuth
@@ -239,6 +240,29 @@ def flows(srv: Server, b: Browser, email: str, password: str, token: str, shots:
     check(b.driver.find_element("css selector", "#content").get_attribute("aria-invalid") == "true",
           "validation_failed: the field is marked inline")
     page_is_clean(b, "validation page", status=400)
+
+    # A stale edit: an agent writes a newer version while the page is
+    # open; the save is refused (conflict) and what was typed is shown to
+    # copy, with no save over the stale version.
+    stale = mcp_remember(srv, token, "The nightly report is mailed at 06:00.")
+    b.get(f"{base}/memories/{stale}")
+    area = b.wait_for("#content")
+    status, body = srv.tool(token, "remember", {
+        "content": "The nightly report is mailed at 07:00.", "kind": "decision", "scope": "personal",
+        "links": [{"dst": stale, "type": "supersedes"}]})
+    check(status == 200, f"a newer version over REST: {status} {body}")
+    area.clear()
+    area.send_keys("The nightly report is mailed at 08:00.")
+    b.submit("form#edit button[type=submit]")
+    b.wait_for("[data-error-code=conflict]")
+    kept = b.driver.find_element("css selector", "#content")
+    check(kept.get_attribute("readonly") is not None and "08:00" in kept.get_attribute("value"),
+          "conflict: the typed text is shown, read only")
+    check(not b.driver.find_elements("css selector", "form#edit button[type=submit]"),
+          "conflict: no save over the stale version")
+    page_is_clean(b, "stale edit", status=409)
+    shoot(b, shots, "edit-conflict")
+    shoot_phone(b, shots, "edit-conflict-360")
 
     # Resolve a conflict: an agent challenges a memory; the person upholds it.
     status, body = srv.tool(token, "challenge", {"memory_id": new_id, "reason": "the ledger may move to CockroachDB"})
