@@ -840,8 +840,34 @@ impl Store {
     /// Record a dashboard sign-in: `signed_in` names the account it signed
     /// in; `None` is a refusal for a wrong email or password, whose actor
     /// is the account the email names, if there is one (as an OAuth
-    /// sign-in's is). The password is never recorded.
+    /// sign-in's is). The password is never recorded. Written on a task of
+    /// its own, which closing the store waits for, and waited for here: a
+    /// sign-in runs on its request's task, and a client that hangs up as
+    /// its attempt is decided does not take the row with it.
     pub async fn audit_web_login(
+        &self,
+        email: &str,
+        signed_in: Option<&str>,
+        request_id: Option<&str>,
+    ) {
+        let store = self.clone();
+        let (email, signed_in, request_id) = (
+            email.to_string(),
+            signed_in.map(str::to_string),
+            request_id.map(str::to_string),
+        );
+        let _ = self
+            .audits
+            .spawn(async move {
+                store
+                    .record_web_login(&email, signed_in.as_deref(), request_id.as_deref())
+                    .await;
+            })
+            .await;
+    }
+
+    /// [`Store::audit_web_login`]'s row.
+    async fn record_web_login(
         &self,
         email: &str,
         signed_in: Option<&str>,

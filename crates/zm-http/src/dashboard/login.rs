@@ -247,7 +247,7 @@ pub(crate) async fn submit(
             .metrics
             .unauthorized
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        audit_sign_in(&state, &email, None, rid).await;
+        state.store.audit_web_login(&email, None, rid).await;
         let f = Failure::from_tool(
             ToolError::validation("Wrong email or password.").with_details(serde_json::json!({
                 "fields": [{"path": "password", "reason": "wrong email or password"}]
@@ -279,7 +279,10 @@ pub(crate) async fn submit(
         Err(e) => return errors::page(&prefix, None, &Failure::from_tool(e, rid)),
     };
     // Signed in: the session exists.
-    audit_sign_in(&state, &email, Some(&user.id), rid).await;
+    state
+        .store
+        .audit_web_login(&email, Some(&user.id), rid)
+        .await;
     let mut resp = redirect(&next);
     let h = resp.headers_mut();
     let known = state.login_backoff.device_cookie(
@@ -322,25 +325,6 @@ pub(crate) async fn logout(
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     resp
-}
-
-/// A sign-in's audit row, written on a task of its own and waited for: a
-/// sign-in runs on its request's task (it takes no place among the
-/// changes running to their end), and a client that hangs up as its
-/// attempt is decided does not take the row with it.
-async fn audit_sign_in(state: &AppState, email: &str, user_id: Option<&str>, rid: Option<&str>) {
-    let store = state.store.clone();
-    let (email, user_id, rid) = (
-        email.to_string(),
-        user_id.map(str::to_string),
-        rid.map(str::to_string),
-    );
-    let _ = tokio::spawn(async move {
-        store
-            .audit_web_login(&email, user_id.as_deref(), rid.as_deref())
-            .await;
-    })
-    .await;
 }
 
 #[cfg(test)]
