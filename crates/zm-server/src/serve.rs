@@ -256,30 +256,29 @@ pub async fn run(
     store: Store,
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<()> {
-    let shown = cfg;
-    if !shown.listen.ip().is_loopback() && cfg.public_url.is_none() {
+    if !cfg.listen.ip().is_loopback() && cfg.public_url.is_none() {
         tracing::warn!(
             target: crate::commands::OPERATOR,
-            listen = %shown.listen,
+            listen = %cfg.listen,
             "listening beyond loopback without ZM_PUBLIC_URL: MCP over HTTP answers only requests addressed to localhost or a host in ZM_ALLOWED_HOSTS, and OAuth advertises {}; set ZM_PUBLIC_URL to the address clients use",
-            shown.public_base_url()
+            cfg.public_base_url()
         );
     }
-    if cfg.trust_proxy && !shown.listen.ip().is_loopback() {
+    if cfg.trust_proxy && !cfg.listen.ip().is_loopback() {
         tracing::warn!(
             target: crate::commands::OPERATOR,
-            listen = %shown.listen,
+            listen = %cfg.listen,
             "ZM_TRUST_PROXY takes X-Forwarded-For from whoever connects, and this server listens beyond loopback: any host that reaches this port can name its own address (and escape the per-address sign-in limits); let only the proxy reach it (a firewall), or listen on loopback behind a proxy on this machine"
         );
     }
     if cfg.cleartext_public_url() {
         tracing::warn!(
             target: crate::commands::OPERATOR,
-            public_url = %shown.public_base_url(),
+            public_url = %cfg.public_base_url(),
             "ZM_PUBLIC_URL is plain http to another machine: passwords, OAuth codes and tokens cross the network in clear text and cookies are not Secure; serve it over https (a reverse proxy: docs/REVERSE_PROXY.md)"
         );
     }
-    let mut http = http_config(shown);
+    let mut http = http_config(cfg);
     if let Some(email) = &cfg.test_anonymous_user {
         let user = store
             .user_by_email(email)
@@ -315,15 +314,15 @@ pub async fn run(
     // The banner for a person; JSON logs get it as an event whatever the
     // filter, as text mode prints it whatever the filter.
     if cfg.log_format == crate::config::LogFormat::Json {
-        tracing::info!(target: crate::commands::OPERATOR, listen = %shown.listen, mcp = %shown.mcp_url(), version = env!("CARGO_PKG_VERSION"), "zero-memory is serving");
+        tracing::info!(target: crate::commands::OPERATOR, listen = %cfg.listen, mcp = %cfg.mcp_url(), version = env!("CARGO_PKG_VERSION"), "zero-memory is serving");
     } else {
-        tracing::info!(listen = %shown.listen, mcp = %shown.mcp_url(), "zero-memory is serving");
+        tracing::info!(listen = %cfg.listen, mcp = %cfg.mcp_url(), "zero-memory is serving");
         eprintln!(
             "zero-memory {} serving on http://{} (MCP at {}, REST at {}/api)",
             env!("CARGO_PKG_VERSION"),
-            shown.listen,
-            shown.mcp_url(),
-            shown.public_base_url()
+            cfg.listen,
+            cfg.mcp_url(),
+            cfg.public_base_url()
         );
     }
     zm_http::serve(listener, app, limits, refused, cancel.clone(), stop).await?;
