@@ -621,6 +621,95 @@ async fn sign_in_browse_search_change_and_sign_out(s: Server) {
         p.body
     );
 
+    // A bulk action comes back to the list it was made in, filters and
+    // all: the list hands its address to the form, the confirmation's
+    // Cancel leads there, and so does the change once made (a forget to
+    // the same list's forgotten memories). A crafted address is only ever
+    // the list's own parameters, re-encoded: never another site or page.
+    let personal = zm_contracts::scope::personal_scope(&a.id);
+    let filtered = format!(
+        "/?{}",
+        serde_urlencoded::to_string([("scope", personal.as_str()), ("kind", "fact")]).unwrap()
+    );
+    let w = remember(&s.store, &a.id, "The VPN drops at midnight.", "personal").await;
+    let p = b.get(&s, &filtered).await;
+    let hidden = format!("name=\"back\" value=\"{}\"", filtered.replace('&', "&amp;"));
+    assert!(p.body.contains(&hidden), "{}", p.body);
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "forget"),
+                ("back", &filtered),
+                ("ids", &w),
+            ],
+        )
+        .await;
+    let cancel = format!("href=\"{}\"", filtered.replace('&', "&amp;"));
+    assert!(
+        p.body.contains(&hidden) && p.body.contains(&cancel),
+        "{}",
+        p.body
+    );
+    let p = b
+        .post(
+            &s,
+            "/memories/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "forget"),
+                ("confirm", "yes"),
+                ("back", &format!("{filtered}&before=5&done=x&q=vpn")),
+                ("ids", &w),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location),
+        (
+            303,
+            Some(format!("{filtered}&status=forgotten&done=forget"))
+        )
+    );
+    for (i, crafted) in [
+        "//evil.example/?kind=fact",
+        "/memories/x?kind=fact",
+        "https://evil.example/",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let v = remember(
+            &s.store,
+            &a.id,
+            &format!("Crafted back address {i} leads home."),
+            "personal",
+        )
+        .await;
+        let p = b
+            .post(
+                &s,
+                "/memories/bulk",
+                &[
+                    ("csrf", &csrf),
+                    ("action", "move"),
+                    ("scope", &project),
+                    ("confirm", "yes"),
+                    ("back", crafted),
+                    ("ids", &v),
+                ],
+            )
+            .await;
+        assert_eq!(
+            (p.status, p.location.as_deref()),
+            (303, Some("/?done=move")),
+            "{crafted}: {}",
+            p.body
+        );
+    }
+
     // Errors by code: a malformed id and an unknown one are a 404 page.
     let p = b.get(&s, "/memories/mem_0000000000000000.0000000000").await;
     assert_eq!(p.status, 404);

@@ -149,6 +149,7 @@ impl ListQuery {
                     "status" => "status",
                     "agent" => "agent",
                     "before" => "before",
+                    "done" => "done",
                     _ => "x",
                 },
                 v.to_string(),
@@ -160,6 +161,32 @@ impl ListQuery {
         } else {
             format!("/?{qs}")
         }
+    }
+}
+
+impl ListQuery {
+    /// The list a bulk form was sent from, read back from its `back`
+    /// field: the list's own parameters, re-encoded, so a crafted value
+    /// never leads off the dashboard; anything that is not a list
+    /// address is the unfiltered list.
+    fn from_back(back: Option<&str>) -> ListQuery {
+        let qs = match back.and_then(|b| b.strip_prefix('/')) {
+            Some("") => "",
+            Some(rest) => match rest.strip_prefix('?') {
+                Some(qs) => qs,
+                None => return ListQuery::default(),
+            },
+            None => return ListQuery::default(),
+        };
+        let mut q: ListQuery = serde_urlencoded::from_str(qs).unwrap_or_default();
+        q.before = None;
+        q.done = None;
+        q
+    }
+
+    /// The list with these filters (no page position, no notice).
+    fn list(&self) -> String {
+        self.with("done", None)
     }
 }
 
@@ -310,6 +337,8 @@ pub(crate) async fn index(
                 } @else {
                     form #bulk method="post" action=(signed.href("/memories/bulk")) {
                         input type="hidden" name="csrf" value=(signed.csrf);
+                        // The list to come back to, filters and all.
+                        input type="hidden" name="back" value=(q.list());
                         div.bulk {
                             label { input type="checkbox" data-select-all; " Select all" }
                             label for="bulk-action" { "With the selected:" }
@@ -823,24 +852,34 @@ pub(crate) async fn bulk(
     let ids: Vec<String> = form.all("ids").into_iter().map(str::to_string).collect();
     let action = form.get("action").unwrap_or("");
     let scope = form.get("scope").unwrap_or("").trim().to_string();
+    // The list the selection was made in: every way out of a bulk action
+    // leads back to it, filters and all.
+    let back = ListQuery::from_back(form.get("back"));
+    let list = back.list();
     if ids.is_empty() {
-        return signed.error(&Failure::from_tool(
-            zm_contracts::ToolError::validation("Select at least one memory.").with_details(
-                json!({"fields": [{"path": "ids", "reason": "select at least one memory"}]}),
-            ),
-            signed.request_id.as_deref(),
-        ));
+        return signed.error(
+            &Failure::from_tool(
+                zm_contracts::ToolError::validation("Select at least one memory.").with_details(
+                    json!({"fields": [{"path": "ids", "reason": "select at least one memory"}]}),
+                ),
+                signed.request_id.as_deref(),
+            )
+            .back_to(&list),
+        );
     }
     if ids.len() > BULK_MAX {
-        return signed.error(&Failure::from_tool(
-            zm_contracts::ToolError::validation(format!(
-                "Select at most {BULK_MAX} memories at once."
-            ))
-            .with_details(
-                json!({"fields": [{"path": "ids", "reason": format!("at most {BULK_MAX}")}]}),
-            ),
-            signed.request_id.as_deref(),
-        ));
+        return signed.error(
+            &Failure::from_tool(
+                zm_contracts::ToolError::validation(format!(
+                    "Select at most {BULK_MAX} memories at once."
+                ))
+                .with_details(
+                    json!({"fields": [{"path": "ids", "reason": format!("at most {BULK_MAX}")}]}),
+                ),
+                signed.request_id.as_deref(),
+            )
+            .back_to(&list),
+        );
     }
     let caller = signed.caller();
     if action == "export" {
@@ -868,10 +907,13 @@ pub(crate) async fn bulk(
         );
     }
     if !matches!(action, "forget" | "move") {
-        return signed.error(&Failure::invalid(
-            "Choose forget, move or export.",
-            signed.request_id.as_deref(),
-        ));
+        return signed.error(
+            &Failure::invalid(
+                "Choose forget, move or export.",
+                signed.request_id.as_deref(),
+            )
+            .back_to(&list),
+        );
     }
     if action == "move"
         && let Err(e) = zm_contracts::validate::parse_input::<zm_contracts::MoveMemoriesInput>(
@@ -883,7 +925,7 @@ pub(crate) async fn bulk(
         // and send again.
         let failure = call_failure(e, &signed);
         let Some(reason) = failure.field("scope") else {
-            return signed.error(&failure.back_to("/"));
+            return signed.error(&failure.back_to(&list));
         };
         let (aria_invalid, described) = field_aria("retry-scope", Some(&reason));
         let page = html! {
@@ -892,6 +934,7 @@ pub(crate) async fn bulk(
             form #retry-move method="post" action=(signed.href("/memories/bulk")) {
                 input type="hidden" name="csrf" value=(signed.csrf);
                 input type="hidden" name="action" value="move";
+                input type="hidden" name="back" value=(list);
                 @for id in &ids { input type="hidden" name="ids" value=(id); }
                 div class=(field_class(Some(&reason))) {
                     label for="retry-scope" { "Move to scope" }
@@ -900,7 +943,7 @@ pub(crate) async fn bulk(
                 }
                 div.actions {
                     button type="submit" { "Move" }
-                    a.button.secondary href=(signed.href("/")) { "Cancel" }
+                    a.button.secondary href=(signed.href(&list)) { "Cancel" }
                 }
             }
         };
@@ -929,10 +972,11 @@ pub(crate) async fn bulk(
                 input type="hidden" name="action" value=(action);
                 input type="hidden" name="scope" value=(scope);
                 input type="hidden" name="confirm" value="yes";
+                input type="hidden" name="back" value=(list);
                 @for id in &ids { input type="hidden" name="ids" value=(id); }
                 div.actions {
                     button.danger type="submit" { "Yes, " (action) " " (ids.len()) }
-                    a.button.secondary href=(signed.href("/")) { "Cancel" }
+                    a.button.secondary href=(signed.href(&list)) { "Cancel" }
                 }
             }
         };
@@ -955,12 +999,12 @@ pub(crate) async fn bulk(
                         p { "These were not moved:" }
                         ul { @for f in &out.failed { li { a href=(signed.href(&format!("/memories/{}", f.memory_id))) { code { (f.memory_id) } } ": " (f.error) } } }
                     }
-                    p { a href=(signed.href("/")) { "Back to your memories" } }
+                    p { a href=(signed.href(&list)) { "Back to your memories" } }
                 };
                 signed.page(StatusCode::OK, "Moved", "/", page)
             }
-            Ok(_) => signed.see_other("/?done=move"),
-            Err(e) => signed.error(&call_failure(e, &signed).back_to("/")),
+            Ok(_) => signed.see_other(&back.with("done", Some("move"))),
+            Err(e) => signed.error(&call_failure(e, &signed).back_to(&list)),
         };
     }
     // One transaction, each memory in its own savepoint: what can be
@@ -986,7 +1030,7 @@ pub(crate) async fn bulk(
                 ));
                 continue;
             }
-            Err(e) => return signed.error(&call_failure(e, &signed).back_to("/")),
+            Err(e) => return signed.error(&call_failure(e, &signed).back_to(&list)),
         }
         match zm_contracts::parse_input::<zm_contracts::ForgetInput>(&json!({"memory_id": id})) {
             Ok(i) => {
@@ -994,7 +1038,7 @@ pub(crate) async fn bulk(
                 own_ids.push(id.clone());
             }
             Err(e) => {
-                return signed.error(&call_failure(e, &signed).back_to("/"));
+                return signed.error(&call_failure(e, &signed).back_to(&list));
             }
         }
     }
@@ -1005,7 +1049,7 @@ pub(crate) async fn bulk(
     {
         Ok(r) => r,
         Err(e) => {
-            return signed.error(&call_failure(e, &signed).back_to("/"));
+            return signed.error(&call_failure(e, &signed).back_to(&list));
         }
     };
     failed.extend(
@@ -1015,7 +1059,14 @@ pub(crate) async fn bulk(
             .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.clone(), e.message.clone()))),
     );
     if failed.is_empty() {
-        return signed.see_other("/?status=forgotten&done=forget");
+        // The forgotten memories of the same list (a search shows only
+        // live ones, so it is left for browsing).
+        let forgotten = ListQuery {
+            q: None,
+            status: Some("forgotten".into()),
+            ..back
+        };
+        return signed.see_other(&forgotten.with("done", Some("forget")));
     }
     let page = html! {
         h1 { "Forgotten, with exceptions" }
@@ -1024,7 +1075,7 @@ pub(crate) async fn bulk(
             p { "These were not forgotten:" }
             ul { @for (id, why) in &failed { li { a href=(signed.href(&format!("/memories/{id}"))) { code { (id) } } ": " (why) } } }
         }
-        p { a href=(signed.href("/")) { "Back to your memories" } }
+        p { a href=(signed.href(&list)) { "Back to your memories" } }
     };
     signed.page(StatusCode::OK, "Forgotten", "/", page)
 }
