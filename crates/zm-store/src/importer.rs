@@ -311,6 +311,49 @@ pub struct Summary {
 /// small all the same.
 pub const LISTED_ERRORS: usize = 1000;
 
+/// The most characters one listed error or warning keeps: a line's names
+/// (a relation's, a line type) are quoted, and a line may be megabytes,
+/// so a thousand listed items stay a summary's size.
+pub const LISTED_CHARS: usize = 600;
+
+/// `what`, cut to [`LISTED_CHARS`] (marked with `…`).
+fn listed(what: String) -> String {
+    match what.char_indices().nth(LISTED_CHARS) {
+        None => what,
+        Some((at, _)) => format!("{}…", &what[..at]),
+    }
+}
+
+/// What the JSON reader found wrong with a line, without the line's words
+/// where they could matter: serde quotes an offending value whole
+/// (``invalid type: string "…"``), which may be the very secret a memory
+/// would be refused for, or megabytes. Its message is kept when it is
+/// short and the content guard finds nothing in it (``unknown variant
+/// `factt`, expected one of …`` helps the person fixing the file);
+/// otherwise only what kind of fault it is, and where.
+fn json_fault(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let at = if e.column() > 0 {
+        format!(" (line's column {})", e.column())
+    } else {
+        String::new()
+    };
+    match e.classify() {
+        Category::Syntax | Category::Eof => format!("not valid JSON{at}"),
+        Category::Io => "could not be read".to_string(),
+        Category::Data => {
+            let said = e.to_string();
+            if said.chars().count() <= 300
+                && crate::guard::check_fields([("error".to_string(), said.as_str())]).is_none()
+            {
+                said
+            } else {
+                format!("a field of the wrong type, or with a value not allowed{at}")
+            }
+        }
+    }
+}
+
 #[expect(
     clippy::trivially_copy_pass_by_ref,
     reason = "serde's skip_serializing_if passes a reference"
@@ -338,7 +381,7 @@ impl Summary {
 
     fn list_error(&mut self, what: String) {
         if self.errors.len() < LISTED_ERRORS {
-            self.errors.push(what);
+            self.errors.push(listed(what));
         } else {
             self.errors_unlisted += 1;
         }
@@ -347,7 +390,7 @@ impl Summary {
     /// Something imported incompletely.
     fn warning(&mut self, what: String) {
         if self.warnings.len() < LISTED_ERRORS {
-            self.warnings.push(what);
+            self.warnings.push(listed(what));
         } else {
             self.warnings_unlisted += 1;
         }
@@ -770,12 +813,16 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
                     Some(kind) => imp.summary.error(
                         line,
                         format!(
-                            "line {line}: not a memory of a zero-memory export: {e} (it reads as a server-memory line of type {kind:?}, which `--format server-memory` imports)"
+                            "line {line}: not a memory of a zero-memory export: {} (it reads as a server-memory line of type {kind:?}, which `--format server-memory` imports)",
+                            json_fault(&e)
                         ),
                     ),
                     None => imp.summary.error(
                         line,
-                        format!("line {line}: not a memory of a zero-memory export: {e}"),
+                        format!(
+                            "line {line}: not a memory of a zero-memory export: {}",
+                            json_fault(&e)
+                        ),
                     ),
                 }
                 continue;
@@ -785,7 +832,14 @@ async fn import_zm<R: tokio::io::AsyncBufRead + Unpin>(
             imp.summary.invalidated_skipped += 1;
             // Retired where it was exported since an earlier import copied
             // it: that copy is forgotten too, or a later export would
-            // leave it live beside its successor's copy.
+            // leave it live beside its successor's copy. Exports appended
+            // to one file hold the live line first: its copy, still in the
+            // batch, is written before it is looked for, or the batch
+            // would bring the retired memory back after this line.
+            if pending.iter().any(|(_, _, _, id)| id == m.id.as_str()) {
+                import_zm_batch(imp, &mut pending).await;
+                pending_bytes = 0;
+            }
             imp.retire_copy(line, &m).await;
             continue;
         }
@@ -978,7 +1032,7 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
             Ok(v) => v,
             Err(e) => {
                 imp.summary
-                    .error(line, format!("line {line}: not JSON: {e}"));
+                    .error(line, format!("line {line}: {}", json_fault(&e)));
                 continue;
             }
         };
@@ -991,14 +1045,20 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
                 }
                 Err(e) => imp.summary.error(
                     line,
-                    format!("line {line}: not a server-memory entity: {e}"),
+                    format!(
+                        "line {line}: not a server-memory entity: {}",
+                        json_fault(&e)
+                    ),
                 ),
             },
             "relation" => match serde_json::from_value::<SmRelation>(v) {
                 Ok(r) => relations.push((line, r)),
                 Err(e) => imp.summary.error(
                     line,
-                    format!("line {line}: not a server-memory relation: {e}"),
+                    format!(
+                        "line {line}: not a server-memory relation: {}",
+                        json_fault(&e)
+                    ),
                 ),
             },
             other => imp.summary.error(
@@ -1647,6 +1707,97 @@ mod tests {
             (summary.memories_imported, summary.edges_created),
             (0, 0),
             "{printed}"
+        );
+    }
+
+    /// Two exports appended into one file: a memory live in the first and
+    /// retired in the second stays retired, though its live line's copy
+    /// was still waiting in the batch when the retired line was read.
+    #[tokio::test]
+    async fn a_memory_retired_later_in_the_same_file_stays_retired() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "appended").await;
+        let line = |invalidated: &str| {
+            format!(
+                r#"{{"id":"mem_0000000000000001.0000000001","content":"Staging deploys need a ticket.","kind":"fact","scope":"personal","visibility":"private","author_kind":"agent","agent_name":null,"source":null,"superseded_by":null,"invalidated_at":{invalidated},"created_at":"2026-01-01T00:00:00Z"}}"#
+            )
+        };
+        let file = format!("{}\n{}\n", line("null"), line(r#""2026-02-01T00:00:00Z""#));
+        let summary = zm_bytes(&store, &caller, file.as_bytes()).await;
+        assert_eq!(
+            (
+                summary.memories_imported,
+                summary.invalidated_skipped,
+                summary.copies_retired,
+                summary.failed()
+            ),
+            (1, 1, 1, 0),
+            "{summary:?}"
+        );
+        let live: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM memories WHERE owner_id = ? AND invalidated_at IS NULL",
+        )
+        .bind(&caller.user_id)
+        .fetch_one(&store.pool)
+        .await
+        .expect("count");
+        assert_eq!(live, 0, "the retired memory came back");
+    }
+
+    /// A line the JSON reader refuses is reported without the value that
+    /// failed it when that value could be a secret (serde quotes it whole)
+    /// or is long; a short, harmless fault keeps serde's words, and any
+    /// listed item is cut to [`LISTED_CHARS`].
+    #[tokio::test]
+    async fn a_malformed_line_is_reported_without_its_value() {
+        let (_dir, store) = crate::testing::sqlite_store().await;
+        let caller = crate::testing::test_caller(&store, "badvalue").await;
+        let token = format!(
+            "ghp_{}",
+            "a1B2c3D4e5".repeat(4).get(..36).unwrap_or_default()
+        );
+        let long = "x".repeat(100_000);
+        let text = [
+            // Observations as a string, not a list: serde would quote it.
+            format!(
+                r#"{{"type":"entity","name":"Deploy","entityType":"service","observations":"the key is {token}"}}"#
+            ),
+            format!(r#"{{"type":"{long}"}}"#),
+            r#"{"type":"entity","name":"Billing","entityType":"project","observations":7}"#
+                .to_string(),
+        ]
+        .join("\n");
+        let summary = server_memory(&store, &caller, &text).await;
+        let printed = format!("{summary:?}");
+        assert!(!printed.contains(&token), "{printed}");
+        assert_eq!(summary.errors.len(), 3, "{printed}");
+        assert!(
+            summary.errors[0]
+                .starts_with("line 1: not a server-memory entity: a field of the wrong type"),
+            "{printed}"
+        );
+        assert!(
+            summary.errors[1].starts_with("line 2: unknown line type")
+                && summary.errors[1].chars().count() == LISTED_CHARS + 1
+                && summary.errors[1].ends_with('…'),
+            "{}",
+            summary.errors[1].len()
+        );
+        assert!(
+            summary.errors[2].contains("invalid type: integer `7`"),
+            "{printed}"
+        );
+
+        let kind = format!(
+            r#"{{"id":"mem_0000000000000001.0000000001","content":"A fact.","kind":"{long}","scope":"personal","visibility":"private","author_kind":"agent","agent_name":null,"source":null,"superseded_by":null,"invalidated_at":null,"created_at":"2026-01-01T00:00:00Z"}}"#
+        );
+        let summary = zm_bytes(&store, &caller, kind.as_bytes()).await;
+        assert_eq!(summary.errors.len(), 1, "{summary:?}");
+        assert!(
+            summary.errors[0].starts_with(
+                "line 1: not a memory of a zero-memory export: a field of the wrong type"
+            ) && !summary.errors[0].contains("xxxxxxxxxx"),
+            "{summary:?}"
         );
     }
 
