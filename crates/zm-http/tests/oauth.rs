@@ -788,6 +788,19 @@ async fn a_refresh_names_its_client_and_a_refusal_spends_nothing() {
     );
     let (st, v) = send(grant(Some(&fake))).await;
     assert_eq!((st, oauth_code(&v)), (400, "invalid_client"), "{v}");
+    // A secret in the body is refused as in Basic (none is issued), and
+    // spends nothing; an empty one is no secret.
+    let mut with_secret = grant(Some(&client));
+    with_secret.push(("client_secret", "s3cret".to_string()));
+    let (st, v) = send(with_secret).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_client"), "{v}");
+    assert!(
+        v["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("no client secrets"),
+        "{v}"
+    );
     // A client written for confidential clients names itself with HTTP
     // Basic: an unknown one, or one sending a secret (none is issued),
     // is a 401 with the Basic challenge.
@@ -935,6 +948,7 @@ async fn authorize_refusals() {
 
     // Other errors are shown too, with their code: nobody has signed in
     // yet, and a registered URI proves nothing (registration is anonymous).
+    let resource_with_break = format!("{}/m\ncp", s.base);
     for (extra, want) in [
         (vec![("code_challenge_method", "plain")], "invalid_request"),
         (vec![("code_challenge", "")], "invalid_request"),
@@ -958,6 +972,12 @@ async fn authorize_refusals() {
             vec![("resource", "https://elsewhere.example/mcp")],
             "invalid_target",
         ),
+        // A line break would come back through the sign-in form changed
+        // (CR LF), and the client would reject its own sign-in; in a
+        // resource the URL parser would drop it before the same form.
+        (vec![("state", "a\nb")], "invalid_request"),
+        (vec![("state", "a\u{7f}b")], "invalid_request"),
+        (vec![("resource", &*resource_with_break)], "invalid_target"),
     ] {
         let r = s
             .http
@@ -1029,6 +1049,36 @@ async fn authorize_refusals() {
     }
     let posted = s.post_form(&no_cookie, EMAIL, PASSWORD).await;
     assert_eq!(posted.status, 403, "the token covers the request");
+    // The form comes back over the cookie the browser holds (a new one
+    // would void its other open sign-in forms); a browser with none gets
+    // one, unless another site made the post.
+    let refused = |cookie: Option<String>, site: &'static str| {
+        let mut form = no_cookie.fields.clone();
+        form.push(("email".into(), EMAIL.into()));
+        form.push(("password".into(), PASSWORD.into()));
+        let mut rb = s
+            .http
+            .post(format!("{}/oauth/authorize", s.base))
+            .header("sec-fetch-site", site)
+            .form(&form);
+        if let Some(c) = cookie {
+            rb = rb.header("cookie", c);
+        }
+        async move {
+            let r = rb.send().await.unwrap();
+            (r.status().as_u16(), set_cookie(&r))
+        }
+    };
+    assert_eq!(
+        refused(page.cookie.clone(), "same-origin").await,
+        (403, page.cookie.clone())
+    );
+    let (st, fresh) = refused(None, "same-origin").await;
+    assert!(
+        st == 403 && fresh.is_some() && fresh != page.cookie,
+        "{fresh:?}"
+    );
+    assert_eq!(refused(None, "cross-site").await, (403, None));
     let mut form = page.fields.clone();
     form.push(("email".into(), EMAIL.into()));
     form.push(("password".into(), PASSWORD.into()));
@@ -2178,7 +2228,8 @@ fn token_request(
 /// own (its public URL moved between the sign-in and the token request);
 /// the refused refresh spends nothing. A request naming no resource is
 /// for whatever the grant is for, a grant that named none is for the
-/// server's one resource, and resources compare as URLs.
+/// server's one resource as it was at the sign-in, and resources compare
+/// as URLs.
 #[tokio::test]
 async fn a_token_is_issued_only_for_the_resource_its_grant_names() {
     let s = start().await;
@@ -2239,12 +2290,22 @@ async fn a_token_is_issued_only_for_the_resource_its_grant_names() {
     let (st, v) = refresh_at(&elsewhere, &refresh, None).await;
     assert_eq!(st, 200, "no resource named: {v}");
 
-    // A grant that named no resource is for our one resource; resources
-    // compare as URLs.
+    // A grant that named no resource is for our one resource as it was
+    // at the sign-in: the moved server's is refused for it, spending
+    // nothing; resources compare as URLs.
     let p = pkce();
     let code = s.code(&client, &p).await;
     let (st, t) = exchange_at(&s, &code, &p, Some(ours.as_str())).await;
     assert_eq!(st, 200, "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap().to_string();
+    let (st, v) = refresh_at(&elsewhere, &refresh, Some(theirs.as_str())).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_target"), "{v}");
+    let (st, v) = refresh_at(&s, &refresh, Some(ours.as_str())).await;
+    assert_eq!(st, 200, "the refusal spent nothing: {v}");
+    let p = pkce();
+    let code = s.code(&client, &p).await;
+    let (st, v) = exchange_at(&elsewhere, &code, &p, Some(theirs.as_str())).await;
+    assert_eq!((st, oauth_code(&v)), (400, "invalid_target"), "{v}");
     let p = pkce();
     let spelled = format!("{ours}/");
     let code = s

@@ -149,10 +149,11 @@ pub type ResourceCheck<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
 /// Does a grant issued for `granted` cover a token request for `wanted`?
 /// RFC 8707 §2.2: a token is issued only for a resource its grant covers.
 /// A request that names no resource is for whatever the grant is for; a
-/// grant that named none is for the server's one resource (the default
-/// §2.1 allows), which the caller checked `wanted` to be; a grant that
-/// named one covers that one only, even when the server's public URL has
-/// moved since and `wanted` is what it now calls its own.
+/// grant that named one covers that one only, even when the server's
+/// public URL has moved since and `wanted` is what it now calls its own.
+/// (The HTTP layer writes the server's resource into a grant whose sign-in
+/// named none; one without, made before it did, is for the server's one
+/// resource, which the caller checked `wanted` to be.)
 fn covers(granted: Option<&str>, wanted: Option<ResourceCheck<'_>>) -> bool {
     match (granted, wanted) {
         (Some(granted), Some(same)) => same(granted),
@@ -594,10 +595,15 @@ impl Store {
                     .bind_str(network);
             }
         };
+        // Waiting as eviction reads it: a client whose first owner deleted
+        // their account (its owner is gone, not never set) still serves
+        // the others it has grants for, and takes no waiting place, or it
+        // would hold one for good.
         let mut count = crate::sql::Sql::new(
-            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM oauth_clients WHERE owner_id IS NULL",
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM oauth_clients c WHERE c.owner_id IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.id)",
         );
-        from(&mut count, "");
+        from(&mut count, "c.");
         count.push(" LIMIT ").bind_i64(cap).push(") w");
         let waiting: i64 = col(
             &count

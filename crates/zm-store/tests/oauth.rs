@@ -750,4 +750,26 @@ async fn one_networks_waiting_registrations_are_capped_apart() {
             .await
             .unwrap();
     assert_eq!(from, MAX_WAITING_PER_NETWORK, "still the network's share");
+
+    // A client whose first owner deleted their account (its owner set to
+    // nobody, by the foreign key) while another still signs in through it
+    // waits for nothing: it takes no place in its network's share, which
+    // nothing could ever free (eviction keeps a client with grants).
+    let third = "198.51.100.9";
+    let shared = register(third).await.expect("a first registration").id;
+    let (first_owner, _) = user(&store, "first-owner").await;
+    let (other, _) = user(&store, "still-using").await;
+    code(&store, &shared, &first_owner.id).await;
+    code(&store, &shared, &other.id).await;
+    sqlx::query("UPDATE oauth_clients SET owner_id = NULL WHERE id = $1")
+        .bind(&shared)
+        .execute(&raw)
+        .await
+        .unwrap();
+    for i in 0..MAX_WAITING_PER_NETWORK {
+        register(third)
+            .await
+            .unwrap_or_else(|e| panic!("registration {i} within the share: {e:?}"));
+    }
+    assert!(store.oauth_client(&shared).await.unwrap().is_some());
 }

@@ -91,7 +91,22 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
         Err(OauthRejection::request_page(error, description))
     };
     if state.as_ref().is_some_and(|s| s.len() > MAX_STATE_LEN) {
-        return fail("invalid_request", "state is longer than 2048 characters.");
+        return fail("invalid_request", "state is longer than 2048 bytes.");
+    }
+    // A line break or other control character does not come back as it
+    // went: the sign-in form carries `state` in a hidden field, and the
+    // browser turns CR into LF as it reads the page and LF into CR LF as it
+    // sends the form, so the client would be handed back a `state` it
+    // never sent (and reject the sign-in the person just made). RFC 6749
+    // allows none (Appendix A.5).
+    if state
+        .as_ref()
+        .is_some_and(|s| s.chars().any(char::is_control))
+    {
+        return fail(
+            "invalid_request",
+            "state must not contain control characters (such as a line break).",
+        );
     }
     match p.get("response_type") {
         Some("code") => {}
@@ -122,8 +137,10 @@ async fn validate(st: &OauthState, p: &Params) -> Result<AuthzRequest, OauthReje
         );
     }
     let resource = p.get("resource").map(str::to_string);
+    // (A control character is refused before the URL parser drops it:
+    // the form would send it back changed, as `state` above.)
     if let Some(r) = &resource
-        && !resource_ok(&st.app.cfg.public_url, r)
+        && (r.chars().any(char::is_control) || !resource_ok(&st.app.cfg.public_url, r))
     {
         return fail(
             "invalid_target",
@@ -204,8 +221,26 @@ pub(super) async fn submit(
         _ => false,
     };
     if !token_ok {
-        let c = csrf::new_cookie();
-        let set = csrf::set_cookie(public_url, &c, csrf::TTL_SECS);
+        // The form again, over the cookie the browser holds, as the page
+        // keeps it: a new one would void every other sign-in form open in
+        // the same browser. Only a browser with none gets one; not from a
+        // post another site made (Lax keeps ours off it), or any page
+        // could void a sign-in in progress here by posting.
+        let cross_site = headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+        let (c, set) = match &cookie {
+            Some(c) => (
+                c.clone(),
+                Some(csrf::set_cookie(public_url, c, csrf::TTL_SECS)),
+            ),
+            None if cross_site => (csrf::new_cookie(), None),
+            None => {
+                let c = csrf::new_cookie();
+                let set = csrf::set_cookie(public_url, &c, csrf::TTL_SECS);
+                (c, Some(set))
+            }
+        };
         let token = csrf::token(&st.key, &c, &canonical);
         return Ok(pages::html(
             StatusCode::FORBIDDEN,
@@ -218,7 +253,7 @@ pub(super) async fn submit(
                     "This sign-in form expired or did not come from this page. Please sign in again.",
                 ),
             ),
-            Some(set),
+            set,
         ));
     }
     let cookie = cookie.unwrap_or_default();
@@ -304,6 +339,14 @@ pub(super) async fn submit(
         ));
     };
     st.backoff.succeeded(&email, device.as_deref()).await;
+    // A sign-in that named no resource is for this server's one (the
+    // default RFC 8707 §2.1 allows), written down as it is now: a later
+    // token request naming what the server calls its own after a move of
+    // its public URL is then refused, as for a sign-in that named it.
+    let resource = authz
+        .resource
+        .clone()
+        .unwrap_or_else(|| format!("{public_url}/mcp"));
     let issued = st
         .app
         .store
@@ -314,7 +357,7 @@ pub(super) async fn submit(
                 credential: user.credential,
                 redirect_uri: &authz.redirect_uri,
                 code_challenge: &authz.code_challenge,
-                resource: authz.resource.as_deref(),
+                resource: Some(&resource),
                 scope: &authz.scope,
             },
             rid,

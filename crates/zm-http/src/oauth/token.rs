@@ -223,6 +223,14 @@ struct ClientId {
 impl ClientId {
     fn of(headers: &HeaderMap, p: &Params) -> Result<ClientId, OauthRejection> {
         let in_body = p.get("client_id");
+        // A secret in the body is refused as one in Basic is: a client
+        // that believes it authenticates with one is told it does not.
+        if p.get("client_secret").is_some_and(|s| !s.is_empty()) {
+            return Err(OauthRejection::InvalidClient {
+                basic: false,
+                description: "This server issues no client secrets: every client is public (token_endpoint_auth_method none); send client_id alone.".into(),
+            });
+        }
         let Some(credentials) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
