@@ -283,12 +283,19 @@ impl Store {
             )));
         }
         let now = self.now();
+        // A pin stays with a rule promoted again for where it was pinned,
+        // and only there: each scope's pins are capped where they are
+        // made ([`Store::may_pin`]), and a rule pinned among a person's
+        // own, promoted again for a team, would pass that cap by the side
+        // door (and push the team's own pins out of every briefing).
         sqlx::query(
             "INSERT INTO rules (id, owner_id, memory_id, text, layer, applies_scope, status, pinned, promoted_at, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8) \
              ON CONFLICT (memory_id) DO UPDATE SET owner_id = excluded.owner_id, text = excluded.text, layer = excluded.layer, applies_scope = excluded.applies_scope, \
              status = excluded.status, promoted_at = excluded.promoted_at, revoked_reason = NULL, \
-             pinned = CASE WHEN rules.status = 'promoted' AND rules.owner_id = excluded.owner_id THEN rules.pinned ELSE 0 END",
+             pinned = CASE WHEN rules.status = 'promoted' AND rules.owner_id = excluded.owner_id AND rules.layer = excluded.layer \
+             AND (rules.applies_scope = excluded.applies_scope OR (rules.applies_scope IS NULL AND excluded.applies_scope IS NULL)) \
+             THEN rules.pinned ELSE 0 END",
         )
         .bind(IdKind::RuleCandidate.generate())
         .bind(&caller.user_id)

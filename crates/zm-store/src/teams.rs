@@ -1024,6 +1024,29 @@ impl Store {
         because_of: &str,
     ) -> Result<(), ToolError> {
         let now = self.now();
+        // Each team's log takes its entries in turn with the team's other
+        // changes (an entry's `seq` is the log's last plus one): an
+        // erasure withdraws invitations to teams it holds no row of, so
+        // their rows are held here, in team order as `open` lists them
+        // (a team's row already held is held again at no cost).
+        let hold = self.backend.hold_rows();
+        if !hold.is_empty() {
+            let mut teams: Vec<String> = open
+                .iter()
+                .map(|r| col::<String>(r, "team_id"))
+                .collect::<Result<_, _>>()?;
+            teams.sort();
+            teams.dedup();
+            for team in &teams {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT id FROM teams WHERE id = $1{hold}"
+                )))
+                .bind(team)
+                .fetch_optional(&mut *conn)
+                .await
+                .db("hold team for its log")?;
+            }
+        }
         for row in open {
             let id: String = col(row, "id")?;
             let withdrawn = sqlx::query(
@@ -1789,6 +1812,25 @@ impl Store {
             .ok_or_else(ToolError::internal)?;
         if team.deleted_at.is_some() {
             return Err(missing());
+        }
+        // An admin whose account is disabled counts as no admin (not for
+        // the team's last admin, not for its changes): what they sent
+        // admits nobody while it is, or a departing admin's invitation to
+        // a second address of theirs would be a way back in. (Demoted,
+        // removed or erased, they would have withdrawn it.)
+        let sender_disabled: Option<i64> = sqlx::query_scalar(
+            "SELECT u.disabled_at FROM team_invitations i JOIN users u ON u.id = i.invited_by WHERE i.id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .db("invitation sender")?
+        .flatten();
+        if sender_disabled.is_some() {
+            return Err(ToolError::conflict(format!(
+                "Invitation {} was sent by an admin whose account is now disabled; ask another team admin for a new one.",
+                id.as_str()
+            )));
         }
         let accepted = sqlx::query("UPDATE team_invitations SET accepted_at = $1, accepted_by = $2 WHERE id = $3 AND accepted_at IS NULL AND revoked_at IS NULL")
             .bind(now)

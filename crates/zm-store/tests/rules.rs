@@ -354,6 +354,31 @@ backend_tests! {
         );
         store.pin_rule(&a, &mine[3], false).await.unwrap();
         store.pin_rule(&a, &mine[cap], true).await.expect("pinned once one is unpinned");
+        // A pin stays with a rule promoted again for where it was pinned,
+        // and only there: promoted for a project, a rule pinned among the
+        // person's own comes unpinned (each place's pins are capped where
+        // they are made), and stays so when promoted back.
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": mine[1]})).await, l, "promote again, same place");
+        let project = project_of(&store, &a, l, "/src/pin-follows").await;
+        mem(&store, &a, l, json!({"content": "The project the pin does not follow to.", "scope": project, "kind": "fact"})).await;
+        ok(
+            call(&store, &a, "promote_rule", json!({"memory_id": mine[0], "applies_scope": project})).await,
+            l,
+            "promote again for a project",
+        );
+        ok(call(&store, &a, "promote_rule", json!({"memory_id": mine[0]})).await, l, "and back");
+        let rules = store.user_rules(&a).await.unwrap();
+        let pinned = |n: usize| {
+            rules
+                .iter()
+                .find(|r| r.text.contains(&format!("check number {n} first")))
+                .map(|r| r.pinned)
+        };
+        assert_eq!(
+            (pinned(1), pinned(0)),
+            (Some(true), Some(false)),
+            "[{l}] the pin follows only a promotion for the same place: {rules:?}"
+        );
 
         // Two projects' pins in one read set: the layer delivers the
         // newest 12 of them.

@@ -168,6 +168,44 @@ async fn refused_then_owner(
         l,
         "withdrawn with the demotion",
     );
+    // While the sender's account is disabled, what they sent admits
+    // nobody (a disabled admin counts as none); enabled again, it does.
+    ok(
+        store
+            .add_team_member(owner, &own, direct(TeamRole::Admin))
+            .await,
+        l,
+        "made admin again",
+    );
+    let (third_user, third) = user(store, "direct-third").await;
+    let sent = ok(
+        store
+            .invite_team_member(
+                member_caller,
+                &own,
+                input!(
+                    InviteInput,
+                    &json!({"email": third_user.email, "role": "admin"})
+                ),
+            )
+            .await,
+        l,
+        "a third address invited",
+    );
+    store.disable_user(&member.id).await.unwrap();
+    let e = err(
+        store.accept_invitation(&third, &sent.id).await,
+        ErrorCode::Conflict,
+        l,
+        "sent by a disabled admin",
+    );
+    assert!(e.message.contains("disabled"), "[{l}] {}", e.message);
+    store.enable_user(&member.id).await.unwrap();
+    ok(
+        store.accept_invitation(&third, &sent.id).await,
+        l,
+        "accepted once its sender is enabled again",
+    );
 }
 
 backend_tests! {
