@@ -1197,7 +1197,10 @@ async fn forms_say_why_and_addresses_that_are_not_pages_answer_as_pages(s: Serve
     let p = b.get(&s, "/access/tokens").await;
     assert_eq!(p.status, 405, "{}", p.body);
     assert!(
-        p.csp.is_some() && p.body.contains("not a page"),
+        p.csp.is_some()
+            && p.body.contains("not a page")
+            && p.body.contains("<h1>Not a page</h1>")
+            && !p.body.contains("Not found"),
         "{}",
         p.body
     );
@@ -2435,6 +2438,46 @@ async fn a_team_audit_log_that_cannot_be_read_is_said() {
         .execute(&mut raw)
         .await
         .unwrap();
+    s.running.stop().await;
+}
+
+/// The account's log of recent changes that cannot be read is said
+/// where it would be, and the rest of the page stands (its forms, an
+/// import's summary), not an error page in its place.
+#[tokio::test]
+async fn an_account_audit_log_that_cannot_be_read_is_said() {
+    let s = start(None).await;
+    let (_, email, password) = person(&s.store, "account-audit-gone").await;
+    let mut b = Browser::default();
+    assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let page = b.get(&s, "/account").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("id=\"audit-failed\"")
+            && page.body.contains("request-id")
+            && page.body.contains("id=\"password\"")
+            && page.body.contains("id=\"delete-account\""),
+        "{}",
+        page.body
+    );
+    sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let page = b.get(&s, "/account").await;
+    assert!(
+        page.status == 200 && !page.body.contains("audit-failed"),
+        "{}",
+        page.body
+    );
     s.running.stop().await;
 }
 

@@ -18,11 +18,10 @@ use crate::state::AppState;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// A time as [`super::memories::when`] shows one (in UTC, said), or
+/// `none`.
 fn when(ms: Option<i64>, none: &str) -> String {
-    ms.map_or_else(
-        || none.to_string(),
-        |t| rfc3339(t).get(..16).unwrap_or("").replace('T', " "),
-    )
+    ms.map_or_else(|| none.to_string(), |t| super::memories::when(&rfc3339(t)))
 }
 
 /// The new-token form's choices of expiry: (value, label).
@@ -189,7 +188,7 @@ async fn page_body(
                                 @if c.revoked_at.is_none() {
                                     form method="post" action=(signed.href(&format!("/access/oauth/{}/revoke", c.client.id))) {
                                         input type="hidden" name="csrf" value=(signed.csrf);
-                                        button.secondary type="submit" { "Revoke" }
+                                        button.secondary type="submit" aria-label=(format!("Revoke {}", c.client.client_name.clone().unwrap_or_else(|| c.client.id.clone()))) { "Revoke" }
                                     }
                                 }
                             }
@@ -212,7 +211,7 @@ async fn page_body(
                             td {
                                 form method="post" action=(signed.href(&format!("/access/sessions/{}/end", x.id))) {
                                     input type="hidden" name="csrf" value=(signed.csrf);
-                                    button.secondary type="submit" { "End" }
+                                    button.secondary type="submit" aria-label=(format!("End the session of {}, opened {}", x.client.clone().unwrap_or_else(|| "(unnamed)".into()), when(Some(x.opened_at), ""))) { "End" }
                                 }
                             }
                         }

@@ -28,10 +28,12 @@ async fn page(
     failure: Option<&Failure>,
 ) -> Response {
     let rid = signed.request_id.as_deref();
-    let audit = match state.store.audit_rows(&signed.session.user_id, 50).await {
-        Ok(a) => a,
-        Err(e) => return signed.error(&Failure::from_tool(e, rid)),
-    };
+    // A log that cannot be read is said where it would be: the rest of
+    // the page (a password change, an import's summary) stands.
+    let audit = state.store.audit_rows(&signed.session.user_id, 50).await;
+    if let Err(e) = &audit {
+        tracing::warn!(target: "zm_http", error = %e.message, request_id = rid.unwrap_or(""), "the account page's audit log could not be read");
+    }
     let reason = |name: &str| failure.and_then(|f| f.field(name));
     let body = html! {
         h1 { "Account" }
@@ -86,11 +88,19 @@ async fn page(
             p.hint { "Importing the same file again adds nothing: each memory is recognised by its source." }
         }
         h2 { "Your recent changes" }
-        @if audit.is_empty() { p.muted { "None yet." } } @else {
+        @match &audit {
+            Err(_) => {
+                div.flash.error role="alert" #audit-failed {
+                    p { "Your recent changes could not be read." }
+                    p { "If it keeps happening, report this request id: " code.request-id { (rid.unwrap_or("unknown")) } }
+                }
+            }
+            Ok(audit) if audit.is_empty() => { p.muted { "None yet." } }
+            Ok(audit) => {
             table #audit {
-                thead { tr { th { "When" } th { "Command" } th { "Outcome" } th { "Agent" } th { "Request" } } }
+                thead { tr { th scope="col" { "When" } th scope="col" { "Command" } th scope="col" { "Outcome" } th scope="col" { "Agent" } th scope="col" { "Request" } } }
                 tbody {
-                    @for a in &audit {
+                    @for a in audit.iter() {
                         tr {
                             td { (when(a["occurred_at"].as_str().unwrap_or(""))) }
                             td { code { (a["command"].as_str().unwrap_or("")) } }
@@ -100,6 +110,7 @@ async fn page(
                         }
                     }
                 }
+            }
             }
         }
         h2 { "Delete your account" }

@@ -15,6 +15,20 @@ use crate::state::AppState;
 
 const WEEKS: i64 = 12;
 
+/// The characters of a bar's label that fit its column (12 px text
+/// before the bars start at 210).
+const LABEL_CHARS: usize = 30;
+
+/// `text` cut to `max` characters, the cut marked with `…`.
+fn clipped(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
 /// Horizontal bars: one per (label, value); with a table of the same
 /// figures, its columns headed `heads` (what is labelled, what is counted).
 fn bars(id: &str, title: &str, heads: (&str, &str), rows: &[(String, u64)]) -> Markup {
@@ -28,7 +42,12 @@ fn bars(id: &str, title: &str, heads: (&str, &str), rows: &[(String, u64)]) -> M
                 @for (i, (label, n)) in rows.iter().enumerate() {
                     @let y = i * row_h + 4;
                     @let w = (*n * 330 / max).max(1);
-                    text x="0" y=(y + 15) class="label" { (label.chars().take(34).collect::<String>()) }
+                    // Cut to the label column (the full name on hover,
+                    // and in the table below).
+                    text x="0" y=(y + 15) class="label" {
+                        title { (label) }
+                        (clipped(label, LABEL_CHARS))
+                    }
                     rect x="210" y=(y + 3) width=(w) height="15" class="bar" {}
                     text x=(215 + w) y=(y + 15) class="value" { (n) }
                 }
@@ -255,7 +274,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         h2 { "Most recalled" }
         p.muted { "By your agents: a teammate's recalls of a team memory are theirs." }
         @if usage.most.is_empty() { p.muted #most-recalled { "No recall counted yet." } } @else {
-            ol #most-recalled { @for (id, text, n) in &usage.most { li { a href=(signed.href(&format!("/memories/{id}"))) { (text) } " — " (n) " recall" @if *n != 1 { "s" } } } }
+            ol #most-recalled { @for (id, text, n) in &usage.most { li { a href=(signed.href(&format!("/memories/{id}"))) { bdi { (text) } } " — " (n) " recall" @if *n != 1 { "s" } } } }
         }
         h2 { "Never recalled" }
         p #never-recalled { strong { (usage.never) } " live memories your agents have not recalled yet." @if !usage.never_oldest.is_empty() { " The oldest:" } }

@@ -190,21 +190,38 @@ impl ListQuery {
     }
 }
 
-/// A scope as the person reads it: their own layers by name.
+/// A scope as the person reads it: their own layers by name, a project
+/// by its slug (`project api`; another's, shared with them through a
+/// team, `api (shared project)`), not by the owner's 31-character label
+/// that comes first in its path and tells none of them apart.
 pub(crate) fn scope_label(scope: &str, user_id: &str) -> String {
     if scope == zm_contracts::scope::personal_scope(user_id) {
-        "personal".into()
-    } else if scope == zm_contracts::scope::core_scope(user_id) {
-        "core".into()
-    } else {
-        scope.to_string()
+        return "personal".into();
     }
+    if scope == zm_contracts::scope::core_scope(user_id) {
+        return "core".into();
+    }
+    if let Some(rest) = scope.strip_prefix("proj.")
+        && let Some((owner, slug)) = rest.split_once('.')
+        && !slug.is_empty()
+    {
+        return if owner == zm_contracts::scope::label_for(user_id) {
+            format!("project {slug}")
+        } else {
+            format!("{slug} (shared project)")
+        };
+    }
+    scope.to_string()
 }
 
-/// A short, human line for a time (`2025-01-31 14:05`): a memory's, an
-/// audit row's (the team's and the account's logs).
+/// A short, human line for a time (`2025-01-31 14:05 UTC`): a memory's,
+/// an audit row's (the team's and the account's logs). The server knows
+/// no reader's time zone: it says which one it shows.
 pub(crate) fn when(rfc3339: &str) -> String {
-    rfc3339.get(..16).unwrap_or(rfc3339).replace('T', " ")
+    format!(
+        "{} UTC",
+        rfc3339.get(..16).unwrap_or(rfc3339).replace('T', " ")
+    )
 }
 
 fn state_of(m: &Memory) -> &'static str {
@@ -1078,4 +1095,33 @@ pub(crate) async fn bulk(
         p { a href=(signed.href(&list)) { "Back to your memories" } }
     };
     signed.page(StatusCode::OK, "Forgotten", "/", page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scope_label;
+
+    /// A scope reads by what tells it apart: the person's own layers by
+    /// name, a project by its slug (whose, when not theirs), anything
+    /// else as its path.
+    #[test]
+    fn scopes_read_by_what_tells_them_apart() {
+        let me = "usr_abc.01m99";
+        let mine = zm_contracts::scope::project_scope(me, "api");
+        let theirs = zm_contracts::scope::project_scope("usr_xyz.01m98", "api");
+        let cases = [
+            (zm_contracts::scope::personal_scope(me), "personal"),
+            (zm_contracts::scope::core_scope(me), "core"),
+            (mine, "project api"),
+            (theirs, "api (shared project)"),
+            ("team.platform".to_string(), "team.platform"),
+            (
+                zm_contracts::scope::personal_scope("usr_xyz.01m98"),
+                "user.usr_xyz_01m98",
+            ),
+        ];
+        for (scope, label) in cases {
+            assert_eq!(scope_label(&scope, me), label, "{scope}");
+        }
+    }
 }

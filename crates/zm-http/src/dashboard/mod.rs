@@ -181,23 +181,30 @@ async fn not_a_page(
     axum::extract::State(state): axum::extract::State<AppState>,
     req: axum::extract::Request,
 ) -> Response {
-    let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
     let opened = matches!(
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD
     );
-    let failure = Failure::from_tool(
-        zm_contracts::ToolError::not_found(if opened {
-            "This address takes a form's answer; it is not a page to open."
-        } else {
-            "This address does not take this method."
-        }),
-        request_id.as_deref(),
-    );
+    // Its own page, not "not found": the address is there (a reload of a
+    // form's answer, a bookmark of it), only not to be opened.
+    let prefix = state.cfg.path_prefix();
+    let body = maud::html! {
+        h1 { "Not a page" }
+        div.flash.error role="alert" data-error-code="not_found" {
+            @if opened {
+                p { "This address takes a form's answer; it is not a page to open." }
+                p { "Go back to the page the form is on, and send it from there." }
+            } @else {
+                p { "This address does not take this method." }
+            }
+        }
+        p { a href=(prefix.join("/")) { "Back to your memories" } }
+    };
     // (axum adds the `Allow` of the address.)
-    let mut resp = errors::page(&state.cfg.path_prefix(), None, &failure);
-    *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-    resp
+    html(
+        StatusCode::METHOD_NOT_ALLOWED,
+        layout::page(&prefix, "Not a page", None, None, body),
+    )
 }
 
 /// What no route answers: the dashboard's 404 page to a browser asking

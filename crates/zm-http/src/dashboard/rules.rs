@@ -74,7 +74,8 @@ pub(super) fn rule_cell(signed: &Signed, r: &RuleRecord, max_chars: Option<usize
     };
     html! {
         @if r.pinned { span.tag { "pinned" } " " }
-        (text) " "
+        // Isolated: a right-to-left rule does not pull the link into it.
+        bdi { (text) } " "
         a href=(signed.href(&format!("/memories/{}", r.memory_id))) { "(memory)" }
     }
 }
@@ -111,7 +112,7 @@ pub(super) fn revoke_form(signed: &Signed, memory_id: &MemoryId, back: Option<&s
             }
             label.sr-only for=(format!("reason-{memory_id}")) { "Reason for revoking" }
             input id=(format!("reason-{memory_id}")) type="text" name="reason" placeholder="Reason" required maxlength="500";
-            button.danger type="submit" { "Revoke" }
+            button.danger type="submit" aria-label=(format!("Revoke the rule from memory {memory_id}")) { "Revoke" }
         }
     }
 }
@@ -158,7 +159,7 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
                                         div.actions {
                                             form method="post" action=(signed.href(&format!("/rules/{}/{}", r.memory_id, if r.pinned { "unpin" } else { "pin" }))) {
                                                 input type="hidden" name="csrf" value=(signed.csrf);
-                                                button.secondary type="submit" { @if r.pinned { "Unpin" } @else { "Pin" } }
+                                                button.secondary type="submit" aria-label=(format!("{} the rule from memory {}", if r.pinned { "Unpin" } else { "Pin" }, r.memory_id)) { @if r.pinned { "Unpin" } @else { "Pin" } }
                                             }
                                             (revoke_form(&signed, &r.memory_id, None))
                                         }

@@ -63,7 +63,7 @@ async fn teams_page(state: &AppState, signed: &Signed, refused: Option<Refused>)
             ul #my-invitations {
                 @for i in &invitations.invitations {
                     li {
-                        "Team " strong { (i.team) } " as " (i.role.as_str()) " (until " (i.expires_at.get(..10).unwrap_or("")) ") "
+                        "Team " strong { (i.team) } " as " (i.role.as_str()) " (until " (super::memories::when(&i.expires_at)) ") "
                         form method="post" action=(signed.href(&format!("/teams/invitations/{}/accept", i.id))) {
                             input type="hidden" name="csrf" value=(signed.csrf);
                             button type="submit" { "Accept" }
@@ -245,7 +245,7 @@ fn detail_page(
                                     input type="hidden" name="csrf" value=(csrf);
                                     label.sr-only for=(format!("role-{}", m.user_id)) { "Role of " (m.email) }
                                     (role_select(&format!("role-{}", m.user_id), m.role))
-                                    button.secondary type="submit" { "Change" }
+                                    button.secondary type="submit" aria-label=(format!("Change the role of {}", m.email)) { "Change" }
                                 }
                             } @else { (m.role.as_str()) }
                         }
@@ -254,7 +254,12 @@ fn detail_page(
                             td {
                                 form method="post" action=(signed.href(&format!("/teams/{slug}/members/{}/remove", m.user_id))) {
                                     input type="hidden" name="csrf" value=(csrf);
-                                    button.danger type="submit" aria-label=(format!("Remove {}", m.email)) { "Remove" }
+                                    // Removing oneself is leaving: said so.
+                                    @if m.user_id.as_str() == signed.session.user_id.as_str() {
+                                        button.danger type="submit" aria-label="Leave this team" { "Leave" }
+                                    } @else {
+                                        button.danger type="submit" aria-label=(format!("Remove {}", m.email)) { "Remove" }
+                                    }
                                 }
                             }
                         }
@@ -289,7 +294,7 @@ fn detail_page(
                 ul #invitations {
                     @for i in &d.invitations {
                         li {
-                            (i.email) " as " (i.role.as_str()) " — " (i.status.as_str()) " until " (i.expires_at.get(..10).unwrap_or("")) " — " code { (i.id) } " "
+                            bdi { (i.email) } " as " (i.role.as_str()) " — " (i.status.as_str()) " until " (super::memories::when(&i.expires_at)) " — " code { (i.id) } " "
                             form.inline method="post" action=(signed.href(&format!("/teams/{slug}/invitations/{}/withdraw", i.id))) {
                                 input type="hidden" name="csrf" value=(csrf);
                                 button.danger type="submit" aria-label=(format!("Withdraw the invitation of {}", i.email)) { "Withdraw" }
