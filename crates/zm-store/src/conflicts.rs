@@ -395,6 +395,18 @@ impl Store {
     ) -> Result<ResolveConflictOutput, ToolError> {
         let caller = cx.caller;
         let c = self.load_conflict(caller, &input.dispute_id).await?;
+        // Settled already: said first, before what the chosen action
+        // would check (a retry naming the memory the resolution retired
+        // was told to restore it, and then that the conflict was settled,
+        // its retirement undone for nothing). The update below still
+        // checks, for a resolution that wins meanwhile.
+        if c.status != ConflictStatus::Pending {
+            return Err(ToolError::conflict(format!(
+                "Conflict {} is not pending: it was {} already.",
+                c.dispute_id,
+                c.status.as_str()
+            )));
+        }
         enum Action {
             Retire,
             KeepBoth,
@@ -562,8 +574,12 @@ impl Store {
             // The winner supersedes only what this retired: a loser gone
             // before (forgotten, or superseded by a third memory) keeps
             // its own story, and no link says otherwise.
+            // The link is the owner's, also where a teammate drew the same
+            // one before: it is the version history of the owner's memory
+            // now, which a restore by the owner undoes and a teammate's
+            // erasure does not take away.
             if let Some(w) = successor.filter(|_| retired_now) {
-                sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO NOTHING")
+                sqlx::query("INSERT INTO memory_links (src, dst, type, owner_id, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (src, dst, type) DO UPDATE SET owner_id = excluded.owner_id")
                     .bind(w.as_str())
                     .bind(loser.as_str())
                     .bind(MemoryLinkType::Supersedes.as_str())

@@ -1559,6 +1559,12 @@ impl Store {
                 let rationale = format!(
                     "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
                 );
+                // Both memories held first, as `link` holds them before it
+                // files a contradiction: "no conflict for the pair yet" is
+                // then true when the row goes in, not two pending ones for
+                // one pair (PostgreSQL; SQLite's writes take turns).
+                self.hold_memories(&mut tx, &[a.as_str(), b.as_str()], None)
+                    .await?;
                 let one = crate::conflicts::file_unjudged(
                     &mut tx,
                     (a.as_str(), b.as_str()),

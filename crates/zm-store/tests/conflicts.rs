@@ -382,6 +382,21 @@ backend_tests! {
             "[{l}] the supersede chain"
         );
         assert!(row.invalidated_at.is_some(), "[{l}]");
+        // A retry naming the retired memory is told the conflict is
+        // settled, not to restore that memory first.
+        let e = err(
+            call(
+                &store,
+                &a,
+                "resolve_conflict",
+                json!({"dispute_id": pair, "winner": p1}),
+            )
+            .await,
+            ErrorCode::Conflict,
+            l,
+            "settled",
+        );
+        assert!(e.message.contains("not pending"), "[{l}] {}", e.message);
         let ids = recall_ids(
             &store,
             &a,
