@@ -288,7 +288,11 @@ impl ZeroMemoryMcp {
         caller: Option<&Caller>,
         stateless: bool,
     ) -> String {
-        let rules = match caller {
+        // A stdio account disabled or erased since the process started
+        // gets no rules (memory-derived text) at a new `initialize` or
+        // `server/discover`, as its tool calls and resource reads get none.
+        let live = self.account_live().await.is_ok();
+        let rules = match caller.filter(|_| live) {
             Some(c) => match self.tools.store().user_rules(c).await {
                 Ok(r) => r,
                 Err(e) => {

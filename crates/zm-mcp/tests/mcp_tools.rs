@@ -1771,6 +1771,36 @@ async fn a_disabled_account_is_refused_on_its_open_stdio_connection() {
     client.ok("recall", json!({"query": "anything"})).await;
 }
 
+/// A disabled account's promoted rules (memory-derived text) are not in
+/// the instructions a new `initialize` gets, as its tool calls and
+/// resource reads are refused; enabled again, they are back.
+#[tokio::test]
+async fn a_disabled_account_gets_no_rules_in_its_instructions() {
+    let env = Env::new().await;
+    let uid = env.add_user("stdio-rules@example.com").await;
+    let client = env.connect_as(&uid).await;
+    let m = client
+        .ok(
+            "remember",
+            json!({"content": "Always run the linter before pushing.", "kind": "preference", "scope": "personal"}),
+        )
+        .await;
+    client
+        .ok("promote_rule", json!({"memory_id": m["memory_id"]}))
+        .await;
+    let instructions = |c: &Client| {
+        let info = serde_json::to_value(c.svc.peer_info().expect("peer info").as_ref()).unwrap();
+        info["instructions"].as_str().unwrap_or("").to_string()
+    };
+    let rule = "Always run the linter before pushing.";
+    assert!(instructions(&env.connect_as(&uid).await).contains(rule));
+    env.store.disable_user(&uid).await.unwrap();
+    let text = instructions(&env.connect_as(&uid).await);
+    assert!(!text.contains(rule), "{text}");
+    env.store.enable_user(&uid).await.unwrap();
+    assert!(instructions(&env.connect_as(&uid).await).contains(rule));
+}
+
 /// `resource_link` content blocks came with protocol revision 2025-06-18:
 /// a client that speaks an older one gets a read's result without them
 /// (its SDK refuses a content block of a type it does not know), a newer

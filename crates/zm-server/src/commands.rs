@@ -846,6 +846,9 @@ async fn token_list(cfg: &Config, email: &str) -> anyhow::Result<()> {
                 "revoked"
             } else if t.expires_at.is_some_and(|e| e <= now) {
                 "expired"
+            } else if user.is_disabled() {
+                // Refused while the account is: not "active".
+                "disabled"
             } else {
                 "active"
             };

@@ -2811,6 +2811,11 @@ fn token_expiry_passwd_revocation_and_disabled_users() {
     // No new token for it (a secret that would open nothing), and no
     // memories written as it; its export still works (the operator's copy).
     let before = env.ok(&["token", "list", "--user", "alice@example.com"]);
+    // Its tokens read as what they are now: opening nothing.
+    assert!(
+        before.contains("disabled") && !before.contains("active"),
+        "{before}"
+    );
     let out = env.run(&["token", "create", "--user", "alice@example.com"]);
     assert_eq!(
         out.status.code(),
