@@ -40,11 +40,15 @@ pub fn test_mode_warning(email: &str) -> String {
     )
 }
 
-/// Erase deleted teams whose 30 days are over: at start, then hourly,
-/// until shutdown. A failure is logged and retried at the next tick.
+/// Erase deleted teams whose 30 days are over: five minutes after start
+/// (a machine that boots with its clock far ahead has had time to set it:
+/// an erasure cannot be undone), then hourly, until shutdown. A failure
+/// is logged and retried at the next tick.
 fn spawn_team_purge(store: Store, cancel: CancellationToken) {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+        let hour = std::time::Duration::from_secs(3600);
+        let first = tokio::time::Instant::now() + std::time::Duration::from_secs(300);
+        let mut tick = tokio::time::interval_at(first, hour);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,

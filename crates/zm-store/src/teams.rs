@@ -93,6 +93,10 @@ pub(crate) fn push_member_scopes(sql: &mut Sql, user_id: &str) {
         .bind_str(user_id);
 }
 
+/// Memories of a deleted team's steward erased per transaction
+/// ([`Store::purge_deleted_teams`]).
+pub const PURGE_CHUNK: i64 = 500;
+
 impl Store {
     /// The scopes whose shared memories `user_id` reads now: the
     /// [`push_member_scopes`] list, for a filter applied outside SQL (the
@@ -2661,11 +2665,13 @@ impl Store {
 
     /// Erase deleted teams whose retention has ended: the steward's
     /// memories and rows, the steward, the team. Returns how many teams.
-    /// `serve` runs it at start and every hour.
+    /// `serve` runs it a few minutes after start and every hour. A team
+    /// whose erasure fails is logged and left for the next run; the teams
+    /// after it are erased all the same.
     pub async fn purge_deleted_teams(&self) -> Result<u64, ToolError> {
         let now = self.now();
         let due: Vec<(String, Option<String>)> = {
-            let rows = sqlx::query("SELECT id, steward_id FROM teams WHERE deleted_at IS NOT NULL AND purge_after <= $1")
+            let rows = sqlx::query("SELECT id, steward_id FROM teams WHERE deleted_at IS NOT NULL AND purge_after <= $1 ORDER BY id")
                 .bind(now)
                 .fetch_all(&self.pool)
                 .await
@@ -2678,45 +2684,93 @@ impl Store {
         };
         let mut purged = 0;
         for (team_id, steward) in due {
-            let mut tx = self.write_tx().await?;
-            if let Some(steward) = steward {
-                for (what, sql) in [
-                    (
-                        "purge conflicts",
-                        "DELETE FROM conflicts WHERE owner_id = $1",
-                    ),
-                    (
-                        "purge links",
-                        "DELETE FROM memory_links WHERE owner_id = $1",
-                    ),
-                    ("purge rules", "DELETE FROM rules WHERE owner_id = $1"),
-                    // Others' memories the team's superseded keep their
-                    // state but lose the pointer, as at an account's erasure.
-                    (
-                        "sever supersedes",
-                        "UPDATE memories SET superseded_by = NULL WHERE owner_id <> $1 \
-                         AND superseded_by IN (SELECT id FROM memories WHERE owner_id = $1)",
-                    ),
-                    ("purge memories", "DELETE FROM memories WHERE owner_id = $1"),
-                    ("purge scopes", "DELETE FROM scopes WHERE owner_id = $1"),
-                    ("purge steward", "DELETE FROM users WHERE id = $1"),
-                ] {
-                    sqlx::query(sql)
-                        .bind(&steward)
-                        .execute(&mut *tx)
-                        .await
-                        .db(what)?;
-                }
+            match self.purge_team(&team_id, steward.as_deref()).await {
+                Ok(()) => purged += 1,
+                Err(e) => tracing::warn!(
+                    target: "zm_store",
+                    team = %team_id,
+                    error = %e.message,
+                    "erasing a deleted team failed; the next run tries it again"
+                ),
             }
-            sqlx::query("DELETE FROM teams WHERE id = $1")
-                .bind(&team_id)
-                .execute(&mut *tx)
-                .await
-                .db("purge team")?;
-            tx.commit().await.db("commit purge")?;
-            purged += 1;
         }
         Ok(purged)
+    }
+
+    /// Erase one deleted team. Its steward's memories go first, a chunk
+    /// ([`PURGE_CHUNK`]) per transaction: one transaction for a team of
+    /// a hundred thousand held SQLite's only writer (and every write of
+    /// the server behind it) for as long as the whole delete took. Nobody
+    /// reads those memories any more (the team is gone from every read
+    /// set, its export refused past its retention), so a purge cut short
+    /// leaves nothing half-visible: the next run goes on where it stopped.
+    async fn purge_team(&self, team_id: &str, steward: Option<&str>) -> Result<(), ToolError> {
+        if let Some(steward) = steward {
+            // Others' memories the team's superseded keep their state but
+            // lose the pointer, as at an account's erasure (one scan of
+            // the table, not one per chunk).
+            let mut tx = self.write_tx().await?;
+            sqlx::query(
+                "UPDATE memories SET superseded_by = NULL WHERE owner_id <> $1 \
+                 AND superseded_by IN (SELECT id FROM memories WHERE owner_id = $1)",
+            )
+            .bind(steward)
+            .execute(&mut *tx)
+            .await
+            .db("sever supersedes")?;
+            tx.commit().await.db("commit sever supersedes")?;
+            loop {
+                let mut tx = self.write_tx().await?;
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT id FROM memories WHERE owner_id = $1 ORDER BY id LIMIT $2",
+                )
+                .bind(steward)
+                .bind(PURGE_CHUNK)
+                .fetch_all(&mut *tx)
+                .await
+                .db("purge chunk")?;
+                if ids.is_empty() {
+                    break;
+                }
+                // (Their links, conflicts, rules, vectors and counts go
+                // with them: every reference to a memory cascades.)
+                let mut sql = Sql::new("DELETE FROM memories WHERE owner_id = ");
+                sql.bind_str(steward).push(" AND id IN ").bind_list(ids);
+                sql.query().execute(&mut *tx).await.db("purge memories")?;
+                tx.commit().await.db("commit purge chunk")?;
+            }
+        }
+        let mut tx = self.write_tx().await?;
+        if let Some(steward) = steward {
+            for (what, sql) in [
+                (
+                    "purge conflicts",
+                    "DELETE FROM conflicts WHERE owner_id = $1",
+                ),
+                (
+                    "purge links",
+                    "DELETE FROM memory_links WHERE owner_id = $1",
+                ),
+                ("purge rules", "DELETE FROM rules WHERE owner_id = $1"),
+                // Anything written since the chunks ran (nothing should).
+                ("purge memories", "DELETE FROM memories WHERE owner_id = $1"),
+                ("purge scopes", "DELETE FROM scopes WHERE owner_id = $1"),
+                ("purge steward", "DELETE FROM users WHERE id = $1"),
+            ] {
+                sqlx::query(sql)
+                    .bind(steward)
+                    .execute(&mut *tx)
+                    .await
+                    .db(what)?;
+            }
+        }
+        sqlx::query("DELETE FROM teams WHERE id = $1")
+            .bind(team_id)
+            .execute(&mut *tx)
+            .await
+            .db("purge team")?;
+        tx.commit().await.db("commit purge")?;
+        Ok(())
     }
 
     /// The teams' scopes a user reaches, each with its team's slug: what

@@ -265,6 +265,23 @@ backend_tests! {
         assert!(!store.list_users().await.unwrap().iter().any(|u| u.email.ends_with("@teams.invalid")), "[{l}] stewards are not listed as users");
     }
 
+    /// A team of more memories than one purge transaction takes is erased
+    /// whole, a chunk at a time, and its slug is free again.
+    async fn a_large_team_is_purged_in_chunks(store: Store, l: &str) {
+        let (_, a) = user(&store, "pc-a").await;
+        let slug = team(&store, &a, l, "purgechunks").await;
+        let n = usize::try_from(zm_store::teams::PURGE_CHUNK).unwrap() + 1;
+        for i in 0..n {
+            mem(&store, &a, l, json!({"content": format!("Chunked team fact number {i} about shard {}.", i * 7919 % 1000), "scope": format!("team.{slug}"), "kind": "fact"})).await;
+        }
+        let deleted = ok(store.delete_team(&a, &slug).await, l, "delete");
+        assert_eq!(deleted.memories, u64::try_from(n).unwrap(), "[{l}]");
+        store.clock().advance_ms(31 * DAY_MS);
+        assert!(ok(store.purge_deleted_teams().await, l, "purge") >= 1, "[{l}]");
+        err(store.export_team(&a, &slug).await, ErrorCode::NotFound, l, "export after the purge");
+        ok(store.create_team(&a, input!(CreateTeamInput, &json!({"slug": slug}))).await, l, "the slug is free");
+    }
+
     /// A memory the team's superseded keeps its state when the team is
     /// purged, but no longer names a successor that is gone.
     async fn a_purged_teams_successor_is_no_longer_named(store: Store, l: &str) {
