@@ -523,6 +523,7 @@ async fn stdio(cfg: &Config, args: StdioArgs) -> anyhow::Result<()> {
     )
     .with_attached_project(attached);
     let cancel = tokio_util::sync::CancellationToken::new();
+    crate::serve::spawn_usage_flush(store.clone(), cancel.clone());
     let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
     // A client that stops its server with SIGTERM (or a Ctrl-C in a
     // terminal) gets the same clean close as one that closes stdin: the

@@ -63,6 +63,29 @@ fn spawn_team_purge(store: Store, cancel: CancellationToken) {
     });
 }
 
+/// Write the buffered recall counts every [`zm_store::usage::FLUSH_EVERY`]
+/// until shutdown (whose own flush writes the rest), whether or not a
+/// recall comes to notice they are due: an agent that recalls, then goes
+/// quiet, has its counts on the Insight page (served by another process,
+/// on a shared database) within the interval, and a process killed
+/// outright loses one interval's at most.
+pub(crate) fn spawn_usage_flush(store: Store, cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let every = zm_store::usage::FLUSH_EVERY;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = store.flush_usage().await {
+                tracing::warn!(error = %e.message, "writing recall counts failed");
+            }
+        }
+    });
+}
+
 /// Whether SIGHUP was ignored when this process started: `nohup` (or a
 /// supervisor) asked for a hangup to change nothing, and listening for it
 /// would undo that. Read once, before any handler is installed.
@@ -307,6 +330,7 @@ pub async fn run(
     }
     let cancel = CancellationToken::new();
     spawn_team_purge(store.clone(), cancel.clone());
+    spawn_usage_flush(store.clone(), cancel.clone());
     let embedder = crate::embedder::spawn(store.clone(), cfg, cancel.clone());
     let limits = http.conn_limits();
     let state = zm_http::state(store.clone(), http);

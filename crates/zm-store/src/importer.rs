@@ -324,6 +324,17 @@ fn listed(what: String) -> String {
     }
 }
 
+/// A value of the file, quoted in an error when it is short and the
+/// content guard finds nothing in it; otherwise only its length.
+fn quoted(value: &str) -> String {
+    let n = value.chars().count();
+    if n <= 100 && crate::guard::scan(value).is_none() {
+        format!("{value:?}")
+    } else {
+        format!("(a value of {n} characters, not repeated here)")
+    }
+}
+
 /// What the JSON reader found wrong with a line, without the line's words
 /// where they could matter: serde quotes an offending value whole
 /// (``invalid type: string "…"``), which may be the very secret a memory
@@ -1064,7 +1075,8 @@ async fn import_server_memory<R: tokio::io::AsyncBufRead + Unpin>(
             other => imp.summary.error(
                 line,
                 format!(
-                    "line {line}: unknown line type {other:?} (expected \"entity\" or \"relation\")"
+                    "line {line}: unknown line type {} (expected \"entity\" or \"relation\")",
+                    quoted(other)
                 ),
             ),
         }
@@ -1776,13 +1788,18 @@ mod tests {
                 .starts_with("line 1: not a server-memory entity: a field of the wrong type"),
             "{printed}"
         );
-        assert!(
-            summary.errors[1].starts_with("line 2: unknown line type")
-                && summary.errors[1].chars().count() == LISTED_CHARS + 1
-                && summary.errors[1].ends_with('…'),
-            "{}",
-            summary.errors[1].len()
+        assert_eq!(
+            summary.errors[1],
+            "line 2: unknown line type (a value of 100000 characters, not repeated here) (expected \"entity\" or \"relation\")"
         );
+        // Whatever an item quotes, it is listed cut to LISTED_CHARS.
+        let cut = listed("é".repeat(5 * LISTED_CHARS));
+        assert!(
+            cut.chars().count() == LISTED_CHARS + 1 && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
+        assert_eq!(listed("short".to_string()), "short");
         assert!(
             summary.errors[2].contains("invalid type: integer `7`"),
             "{printed}"

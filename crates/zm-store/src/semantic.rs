@@ -1550,6 +1550,22 @@ impl Store {
         crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::MeaningSweep)
             .await
             .db("near-duplicate sweep lock")?;
+        // Every memory paired held first, once and in id order (as `link`
+        // holds its two before it files a contradiction): "no conflict for
+        // the pair yet" is then still true when the row goes in, not two
+        // pending ones for one pair beside a concurrent `link`
+        // (PostgreSQL; SQLite's writes take turns).
+        let mut held: Vec<&str> = pairs
+            .iter()
+            .flat_map(|(a, near)| {
+                std::iter::once(a.as_str()).chain(near.iter().map(|(b, _)| b.as_str()))
+            })
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        if !held.is_empty() {
+            self.hold_memories(&mut tx, &held, None).await?;
+        }
         for (a, near) in &pairs {
             let mut filed_here = 0;
             for (b, cosine) in near {
@@ -1559,12 +1575,6 @@ impl Store {
                 let rationale = format!(
                     "Close in meaning (cosine {cosine:.2} under the embedding model): one may restate, refine or contradict the other."
                 );
-                // Both memories held first, as `link` holds them before it
-                // files a contradiction: "no conflict for the pair yet" is
-                // then true when the row goes in, not two pending ones for
-                // one pair (PostgreSQL; SQLite's writes take turns).
-                self.hold_memories(&mut tx, &[a.as_str(), b.as_str()], None)
-                    .await?;
                 let one = crate::conflicts::file_unjudged(
                     &mut tx,
                     (a.as_str(), b.as_str()),

@@ -2736,8 +2736,13 @@ impl Store {
                 // with them: every reference to a memory cascades.)
                 let mut sql = Sql::new("DELETE FROM memories WHERE owner_id = ");
                 sql.bind_str(steward).push(" AND id IN ").bind_list(ids);
-                sql.query().execute(&mut *tx).await.db("purge memories")?;
+                let gone = sql.query().execute(&mut *tx).await.db("purge memories")?;
                 tx.commit().await.db("commit purge chunk")?;
+                // (Nothing deleted of what was just read: the final
+                // transaction below takes whatever is left.)
+                if gone.rows_affected() == 0 {
+                    break;
+                }
             }
         }
         let mut tx = self.write_tx().await?;
@@ -2864,8 +2869,21 @@ impl Store {
         if self.backend == crate::db::Backend::Postgres {
             // In turn with changes to every team they belong to (see
             // [`For::Change`]): a removal running beside the erasure would
-            // otherwise hand over rows the erasure is deleting.
-            self.hold_teams_of_member(conn, user_id).await?;
+            // otherwise hand over rows the erasure is deleting. And to the
+            // teams whose open invitations it sent or is sent: withdrawing
+            // those writes to their logs. All of them before the account's
+            // row, in one statement, in team order, as every change takes
+            // them ([`Store::withdraw_open`] takes them again at no cost).
+            sqlx::query(
+                "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1) \
+                 OR t.id IN (SELECT i.team_id FROM team_invitations i WHERE i.accepted_at IS NULL AND i.revoked_at IS NULL \
+                 AND (i.invited_by = $1 OR i.email = (SELECT email FROM users WHERE id = $1))) \
+                 ORDER BY t.id FOR NO KEY UPDATE",
+            )
+            .bind(user_id)
+            .fetch_all(&mut *conn)
+            .await
+            .db("hold the account's teams")?;
             // Then the account's row: a team it is creating or joining
             // meanwhile (its membership row holds this row until it
             // commits) is counted below, not left without an admin when

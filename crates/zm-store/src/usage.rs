@@ -7,8 +7,9 @@
 //! A recall notes its hits in a buffer shared by every clone of the store;
 //! the buffer is added to `memory_usage` in one transaction when it is
 //! older than [`FLUSH_EVERY`] (on a task the call that finds it due starts,
-//! after its own read has answered) and at shutdown ([`Store::flush_usage`],
-//! which waits for a flush in flight). So a read
+//! after its own read has answered, one at a time; and by `serve`'s and
+//! `stdio`'s own timer, every interval) and at shutdown
+//! ([`Store::flush_usage`], which waits for a flush in flight). So a read
 //! tool never writes inside its own call, and counting costs one write per
 //! interval, not one per recall. Counts of the last interval are lost if
 //! the process is killed: they are statistics, not memory data.
@@ -46,6 +47,10 @@ struct Pending {
     /// (user id, agent, week start) → (recalls, memories returned).
     activity: HashMap<(String, String, i64), (i64, i64)>,
     since: Instant,
+    /// A flush was started for what is due and has not taken it yet:
+    /// recalls meanwhile start no other (while a flush waits on SQLite's
+    /// writer, every recall would otherwise queue one more behind it).
+    scheduled: bool,
 }
 
 /// Taken recall counts: ((user id, memory id), (recalls, last recalled at)).
@@ -70,6 +75,7 @@ impl Default for UsageBuffer {
                 hits: HashMap::new(),
                 activity: HashMap::new(),
                 since: Instant::now(),
+                scheduled: false,
             }),
             flushing: tokio::sync::Mutex::new(()),
         }
@@ -110,12 +116,15 @@ impl UsageBuffer {
             .or_insert((0, 0));
         e.0 += 1;
         e.1 += returned;
-        g.since.elapsed() >= FLUSH_EVERY
+        let due = !g.scheduled && g.since.elapsed() >= FLUSH_EVERY;
+        g.scheduled |= due;
+        due
     }
 
     fn take(&self) -> (HitCounts, ActivityCounts) {
         let mut g = self.lock();
         g.since = Instant::now();
+        g.scheduled = false;
         (g.hits.drain().collect(), g.activity.drain().collect())
     }
 
@@ -373,5 +382,28 @@ mod tests {
         );
         let (hits, activity) = buffer.take();
         assert!(hits.is_empty() && activity.is_empty(), "taken once");
+    }
+
+    /// A buffer due is reported due once until a flush takes it: the
+    /// recalls that come while that flush waits (on SQLite's writer)
+    /// start no flush of their own.
+    #[test]
+    fn a_due_buffer_starts_one_flush_until_it_is_taken() {
+        let buffer = UsageBuffer::default();
+        buffer.lock().since = Instant::now().checked_sub(FLUSH_EVERY).unwrap();
+        assert!(buffer.note("usr_a", "cli", ["mem_1"], 1_000), "due");
+        for _ in 0..3 {
+            assert!(
+                !buffer.note("usr_a", "cli", ["mem_1"], 1_000),
+                "one already started"
+            );
+        }
+        let (hits, _) = buffer.take();
+        assert_eq!(hits.len(), 1);
+        buffer.lock().since = Instant::now().checked_sub(FLUSH_EVERY).unwrap();
+        assert!(
+            buffer.note("usr_a", "cli", ["mem_2"], 2_000),
+            "due again once taken"
+        );
     }
 }

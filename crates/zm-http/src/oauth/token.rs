@@ -220,6 +220,9 @@ struct ClientId {
     basic: bool,
 }
 
+/// Why a client secret is refused, wherever it is sent.
+const NO_CLIENT_SECRETS: &str = "This server issues no client secrets: every client is public (token_endpoint_auth_method none).";
+
 impl ClientId {
     fn of(headers: &HeaderMap, p: &Params) -> Result<ClientId, OauthRejection> {
         let in_body = p.get("client_id");
@@ -228,7 +231,7 @@ impl ClientId {
         if p.get("client_secret").is_some_and(|s| !s.is_empty()) {
             return Err(OauthRejection::InvalidClient {
                 basic: false,
-                description: "This server issues no client secrets: every client is public (token_endpoint_auth_method none); send client_id alone.".into(),
+                description: format!("{NO_CLIENT_SECRETS} Send client_id alone."),
             });
         }
         let Some(credentials) = headers
@@ -258,9 +261,7 @@ impl ClientId {
             .split_once(':')
             .ok_or_else(|| refuse("The Basic credentials are not base64 of user:password."))?;
         if !secret.is_empty() {
-            return Err(refuse(
-                "This server issues no client secrets: every client is public (token_endpoint_auth_method none).",
-            ));
+            return Err(refuse(NO_CLIENT_SECRETS));
         }
         if in_body.is_some_and(|b| b != id) {
             return Err(OauthRejection::invalid_request(
