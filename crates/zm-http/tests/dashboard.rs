@@ -2698,13 +2698,19 @@ async fn parallel_sign_ins(postgres: Option<String>) {
             400
         );
     }
-    assert_eq!(
-        Browser::default()
-            .sign_in(&s, &other_email, &other_password)
-            .await
-            .status,
-        429,
-        "the other account backs off"
+    let backed_off = Browser::default()
+        .sign_in(&s, &other_email, &other_password)
+        .await;
+    assert_eq!(backed_off.status, 429, "the other account backs off");
+    // The sign-in form again, saying when to retry, the address kept.
+    assert!(
+        backed_off.body.contains("id=\"login\"")
+            && backed_off.body.contains("data-error-code=\"rate_limited\"")
+            && backed_off
+                .body
+                .contains(&format!("value=\"{other_email}\"")),
+        "{}",
+        backed_off.body
     );
     assert_eq!(
         borrowed

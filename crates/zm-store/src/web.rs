@@ -426,6 +426,10 @@ impl Store {
     }
 }
 
+/// How many scopes, and how many agents, the Insight page charts one by
+/// one; the rest are summed.
+pub const INSIGHT_VALUES: i64 = 20;
+
 /// What the Insight page charts, over the memories a user can read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Insight {
@@ -435,10 +439,16 @@ pub struct Insight {
     /// Memories written per week and scope, the last `weeks` weeks,
     /// oldest first.
     pub weekly_scopes: Vec<(i64, String, u64)>,
-    /// Live memories per scope.
+    /// Live memories per scope: the [`INSIGHT_VALUES`] scopes holding
+    /// most.
     pub by_scope: Vec<(String, u64)>,
-    /// Memories per writing agent (`""`: none recorded).
+    /// Live memories in the scopes past those (0: none).
+    pub other_scopes: u64,
+    /// Memories per writing agent (`""`: none recorded): the
+    /// [`INSIGHT_VALUES`] that wrote most.
     pub by_agent: Vec<(String, u64)>,
+    /// Memories written by the agents past those (0: none).
+    pub other_agents: u64,
     /// Live open loops by age: under a week, under a month, under a
     /// quarter, older.
     pub open_loop_ages: [u64; 4],
@@ -486,10 +496,25 @@ impl Store {
             }
             // None recorded (NULL) last on both backends, then by code point.
             sql.push(&format!(
-                " GROUP BY {column} ORDER BY n DESC, ({column} IS NULL), {} LIMIT 20",
+                " GROUP BY {column} ORDER BY n DESC, ({column} IS NULL), {} LIMIT ",
                 self.backend.bytewise(column)
-            ));
+            ))
+            .bind_i64(INSIGHT_VALUES);
             sql
+        };
+        // How many the groups above cover of all (the rest are summed on
+        // the page, not left out unsaid).
+        let total = |live: bool| {
+            let mut sql = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
+            visible.push(&mut sql, "m");
+            if live {
+                sql.push(" AND m.invalidated_at IS NULL");
+            }
+            sql
+        };
+        let rest = |all: &AnyRow, shown: &[(String, u64)]| -> Result<u64, ToolError> {
+            let all = u64::try_from(col::<i64>(all, "n")?).unwrap_or(0);
+            Ok(all.saturating_sub(shown.iter().map(|(_, n)| n).sum()))
         };
         let by_scope = counts(
             &group("m.scope", true)
@@ -504,6 +529,22 @@ impl Store {
                 .fetch_all(&self.pool)
                 .await
                 .db("insight agents")?,
+        )?;
+        let other_scopes = rest(
+            &total(true)
+                .query()
+                .fetch_one(&self.pool)
+                .await
+                .db("insight live total")?,
+            &by_scope,
+        )?;
+        let other_agents = rest(
+            &total(false)
+                .query()
+                .fetch_one(&self.pool)
+                .await
+                .db("insight total")?,
+            &by_agent,
         )?;
         // Counted in the database, one row whatever the number of loops.
         let mut ages = Sql::new("SELECT ");
@@ -536,7 +577,9 @@ impl Store {
             weekly,
             weekly_scopes,
             by_scope,
+            other_scopes,
             by_agent,
+            other_agents,
             open_loop_ages,
         })
     }

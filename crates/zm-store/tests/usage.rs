@@ -96,6 +96,28 @@ backend_tests! {
         assert_eq!(insight.open_loop_ages, [2, 1, 1, 1], "[{l}]");
     }
 
+    /// The Insight page charts the scopes and agents holding most one by
+    /// one, and sums the rest: no memory is left out of its totals.
+    async fn insight_sums_the_agents_past_those_charted(store: Store, l: &str) {
+        let (_, a) = user(&store, "many-agents").await;
+        let n = usize::try_from(zm_store::web::INSIGHT_VALUES).unwrap() + 2;
+        for i in 0..n {
+            let mut agent = a.clone();
+            agent.agent_name = Some(format!("agent-{i:02}"));
+            // The first agent writes twice: it is charted, two of the others are not.
+            for copy in 0..if i == 0 { 2 } else { 1 } {
+                mem(&store, &agent, l, json!({"content": format!("Agent {i} noted shard {copy} of the rollout."), "kind": "fact", "scope": "personal"})).await;
+            }
+        }
+        let insight = ok(store.insight(&a, 12).await, l, "insight");
+        assert_eq!(insight.by_agent.len(), n - 2, "[{l}] {insight:?}");
+        assert_eq!(insight.by_agent[0], ("agent-00".to_string(), 2), "[{l}]");
+        assert_eq!(insight.other_agents, 2, "[{l}] {insight:?}");
+        let charted: u64 = insight.by_agent.iter().map(|(_, n)| n).sum();
+        assert_eq!(charted + insight.other_agents, u64::try_from(n + 1).unwrap(), "[{l}]");
+        assert_eq!(insight.other_scopes, 0, "[{l}] one scope, charted");
+    }
+
     async fn recall_activity_is_counted_per_agent_and_user(store: Store, l: &str) {
         let (_, a) = user(&store, "act-a").await;
         let (_, b) = user(&store, "act-b").await;

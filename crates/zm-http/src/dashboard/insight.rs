@@ -200,12 +200,16 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
         }
     };
     let now = state.store.clock().now_ms();
-    let scopes: Vec<(String, u64)> = data
+    let mut scopes: Vec<(String, u64)> = data
         .by_scope
         .iter()
         .map(|(s, n)| (scope_label(s, &caller.user_id), *n))
         .collect();
-    let agents: Vec<(String, u64)> = data
+    // Past the charted ones, summed: nothing is left out unsaid.
+    if data.other_scopes > 0 {
+        scopes.push(("(all other scopes)".into(), data.other_scopes));
+    }
+    let mut agents: Vec<(String, u64)> = data
         .by_agent
         .iter()
         .map(|(a, n)| {
@@ -219,6 +223,9 @@ pub(crate) async fn index(State(state): State<AppState>, signed: Signed) -> Resp
             )
         })
         .collect();
+    if data.other_agents > 0 {
+        agents.push(("(all other agents)".into(), data.other_agents));
+    }
     let ages: Vec<(String, u64)> = ["under a week", "under a month", "under a quarter", "older"]
         .iter()
         .zip(data.open_loop_ages)

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use maud::html;
 use serde::Deserialize;
@@ -173,6 +173,14 @@ pub(crate) async fn submit(
         }
         resp
     };
+    // A refusal for now: the form again, the address and where to go
+    // after kept (the error page led to a sign-in without them), with
+    // the wait in `Retry-After`.
+    let wait = |mut resp: Response, secs: u64| {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        resp
+    };
     let cookie_value = cookie(&state, &headers, LOGIN_COOKIE).unwrap_or_default();
     if cookie_value.is_empty()
         || !csrf::valid(
@@ -207,7 +215,7 @@ pub(crate) async fn submit(
             rid,
         );
         f.retry_after = Some(secs);
-        return errors::page(&prefix, None, &f);
+        return wait(again(f, StatusCode::TOO_MANY_REQUESTS), secs);
     }
     // Counted now, before the password check (a success clears it); a
     // browser that last signed in to the account is counted apart.
@@ -235,7 +243,7 @@ pub(crate) async fn submit(
             rid,
         );
         f.retry_after = Some(secs);
-        return errors::page(&prefix, None, &f);
+        return wait(again(f, StatusCode::TOO_MANY_REQUESTS), secs);
     }
     let password = form.get("password").unwrap_or("");
     let user = match state.store.verify_password(&email, password).await {
