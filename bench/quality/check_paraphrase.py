@@ -3,7 +3,8 @@
 
 Verifies that every line is a JSON object with the expected fields, that ids
 are unique, that every `kind` is a memory kind of the contract
-(crates/zm-contracts/src/enums.rs), that there are enough items (at least
+(crates/zm-contracts/src/enums.rs) and the held-out set has every one, that
+there are enough items (at least
 MIN_ITEMS in the held-out set paraphrase.jsonl, at least MIN_ITEMS_OTHER
 positive items in any other file, such as the development set
 paraphrase-dev.jsonl), and that no query shares a content word with its
@@ -255,6 +256,10 @@ def main(argv: list[str]) -> int:
     elif path.resolve() == DEFAULT_FILE:
         if items < MIN_ITEMS:
             problems.append(f"only {items} items, at least {MIN_ITEMS} required")
+        # The held-out set covers the memory kinds agents write: every one.
+        missing = sorted(kinds - set(per_kind))
+        if missing:
+            problems.append(f"no item of kind {', '.join(missing)}: every memory kind is covered")
     elif items < MIN_ITEMS_OTHER:
         problems.append(f"only {items} positive items, at least {MIN_ITEMS_OTHER} required")
 

@@ -10,8 +10,9 @@
 //! subject, incompatible claims: worth a judge too) or `related` (the same
 //! subject, a different compatible fact: should not be flagged).
 //!
-//! Each pair is remembered by a fresh user into their personal scope
-//! through the tool service, exactly as an agent writes; the bundled (or
+//! The pairs are remembered [`PAIRS_PER_USER`] to a user, into that
+//! user's personal scope, through the tool service, exactly as an agent
+//! writes (so each pair meets the others' memories); the bundled (or
 //! `--model`) model then embeds both, and `list_conflicts` tells whether
 //! the pair became an `unjudged` conflict by words (at `remember`) or by
 //! meaning (after embedding). A second table gives, for a range of floors,

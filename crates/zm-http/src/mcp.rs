@@ -786,7 +786,7 @@ fn mcp_unauthorized(e: crate::error::ApiError) -> Response {
         .is_some_and(|c| c.contains("invalid_token"));
     let mut body = serde_json::json!({"error_description": e.error.message});
     if status == axum::http::StatusCode::TOO_MANY_REQUESTS {
-        body["error"] = "rate_limited".into();
+        body["error"] = zm_contracts::ErrorCode::RateLimited.as_str().into();
     } else if presented {
         body["error"] = "invalid_token".into();
     }

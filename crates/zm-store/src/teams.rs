@@ -261,7 +261,9 @@ pub(crate) fn team_slug_of(path: &str) -> Option<&str> {
     if labels.next() != Some("team") {
         return None;
     }
-    labels.next().filter(|l| !l.starts_with("usr_"))
+    labels
+        .next()
+        .filter(|l| !l.starts_with(&format!("{}_", IdKind::User.prefix())))
 }
 
 /// Who may add an existing account to a team directly, as its admin: only

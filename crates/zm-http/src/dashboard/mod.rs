@@ -190,7 +190,7 @@ async fn not_a_page(
     let prefix = state.cfg.path_prefix();
     let body = maud::html! {
         h1 { "Not a page" }
-        div.flash.error role="alert" data-error-code="not_found" {
+        div.flash.error role="alert" data-error-code=(zm_contracts::ErrorCode::NotFound.as_str()) {
             @if opened {
                 p { "This address takes a form's answer; it is not a page to open." }
                 p { "Go back to the page the form is on, and send it from there." }

@@ -111,7 +111,7 @@ impl IntoResponse for OauthRejection {
                 let retry_after = retry_after.max(1);
                 let mut resp = pages::error(
                     StatusCode::TOO_MANY_REQUESTS,
-                    Some("rate_limited"),
+                    Some(zm_contracts::ErrorCode::RateLimited.as_str()),
                     &format!(
                         "Too many sign-in attempts from this address. Wait {retry_after} s, then reload this page."
                     ),
@@ -156,7 +156,7 @@ impl IntoResponse for OauthRejection {
                 extra = Some((header::RETRY_AFTER, HeaderValue::from(retry_after.max(1))));
                 (
                     StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limited",
+                    zm_contracts::ErrorCode::RateLimited.as_str(),
                     "Too many requests. Retry later.".into(),
                 )
             }
