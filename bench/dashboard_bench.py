@@ -20,6 +20,7 @@ usage: dashboard_bench.py BINARY [--memories 10000] [--others 0]
 
 from __future__ import annotations
 
+import math
 import http.client
 import json
 import random
@@ -84,8 +85,10 @@ def sign_in(srv: Server, email: str, password: str) -> str:
 
 
 def pct(values: list[float], p: float) -> float:
+    """Nearest-rank percentile: the ceil(p/100 * n)-th smallest."""
     s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s))) - 1))]
+    rank = max(1, math.ceil(p / 100 * len(s)))
+    return s[min(len(s), rank) - 1]
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ project instead (for the benchmark's database, for example
 Standard library only. Newline-delimited JSON-RPC on the process's stdin
 and stdout, as every MCP stdio client speaks it.
 """
+import math
 import json
 import subprocess
 import sys
@@ -107,8 +108,11 @@ def main():
         took.sort()
         print(f"after initialize: VmRSS {after_start / 1024:.0f} MiB")
         print(f"model loaded and index filled after {ready:.1f} s")
-        print(f"{recalls} recalls ({'project_hint ' + hint if hint else 'scopes *'}) over stdio in {spent:.1f} s: p50 {took[len(took) // 2]:.2f} ms, "
-              f"p99 {took[min(len(took) - 1, len(took) * 99 // 100)]:.2f} ms")
+        # Nearest rank: the ceil(p/100 * n)-th smallest.
+        def pct(p: float) -> float:
+            return took[min(len(took), max(1, math.ceil(p / 100 * len(took)))) - 1]
+        print(f"{recalls} recalls ({'project_hint ' + hint if hint else 'scopes *'}) over stdio in {spent:.1f} s: p50 {pct(50):.2f} ms, "
+              f"p99 {pct(99):.2f} ms")
         print(f"VmRSS {status_kib(proc.pid, 'VmRSS') / 1024:.0f} MiB, peak (VmHWM) {status_kib(proc.pid, 'VmHWM') / 1024:.0f} MiB")
     finally:
         proc.stdin.close()
