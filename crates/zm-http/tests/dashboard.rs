@@ -1055,6 +1055,26 @@ async fn the_review_page_pages_back_through_older_conflicts(s: Server) {
         "no page after the last"
     );
     assert!(second.body.contains("Newest"), "a way back");
+    // Deciding on the older page comes back to it, not to the newest.
+    let cursor = field(&second.body, "cursor").expect("the page's cursor in its forms");
+    let csrf = field(&second.body, "csrf").expect("a csrf field");
+    let p = b
+        .post(
+            &s,
+            &format!("/review/{}", disputes[0]),
+            &[
+                ("csrf", csrf.as_str()),
+                ("keep_both", "true"),
+                ("cursor", cursor.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_deref()),
+        (303, Some(older.as_str())),
+        "{}",
+        p.body
+    );
     // A cursor the server did not issue is the validation page.
     let bad = b.get(&s, "/review?cursor=cfc_AAAA").await;
     assert_eq!(bad.status, 400);
@@ -1307,6 +1327,40 @@ async fn the_account_page_imports_a_server_memory_file_once(s: Server) {
     assert!(
         again.contains("0 new") && again.contains("1 imported before"),
         "{again}"
+    );
+    // A format the form does not offer is marked on its field, its reason
+    // under it.
+    let boundary = "zmboundary43";
+    let wrong = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"format\"\r\n\r\nxml\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"memory.jsonl\"\r\nContent-Type: application/x-ndjson\r\n\r\n{file}\r\n\
+         --{boundary}--\r\n"
+    );
+    let marked = s
+        .http
+        .post(format!("{}/account/import", s.base))
+        .header("cookie", cookies.clone())
+        .header("origin", s.base.clone())
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(wrong)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let select = marked
+        .split("<select id=\"import-format\"")
+        .nth(1)
+        .and_then(|rest| rest.split('>').next())
+        .unwrap_or_default();
+    assert!(
+        select.contains("aria-invalid=\"true\"") && marked.contains("id=\"import-format-error\""),
+        "{marked}"
     );
     assert!(
         b.get(&s, "/?q=webhooks")

@@ -39,7 +39,7 @@ async fn page(
         h1 { "Account" }
         p { "Signed in as " strong { (signed.session.email) } "." }
         @if let Some(n) = notice { div.flash.ok role="status" { (n) } }
-        @if let Some(f) = failure { (f.notice(&["current", "new", "again", "confirm", "delete-password"])) }
+        @if let Some(f) = failure { (f.notice(&["current", "new", "again", "confirm", "delete-password", "file", "format", "target"])) }
         h2 { "Change your password" }
         form #password method="post" action=(signed.href("/account/password")) {
             input type="hidden" name="csrf" value=(signed.csrf);
@@ -65,24 +65,33 @@ async fn page(
         h2 { "Import" }
         form #import method="post" action=(signed.href("/account/import")) enctype="multipart/form-data" {
             input type="hidden" name="csrf" value=(signed.csrf);
-            div.field {
+            @let err = reason("file");
+            @let (aria_invalid, described) = field_aria("import-file", err.as_deref());
+            div class=(field_class(err.as_deref())) {
                 label for="import-file" { "File (JSONL, at most 20 MiB)" }
-                input #import-file type="file" name="file" accept=".jsonl,.json,.ndjson,application/x-ndjson" required;
+                input #import-file type="file" name="file" accept=".jsonl,.json,.ndjson,application/x-ndjson" required aria-invalid=[aria_invalid] aria-describedby=[described];
+                (field_error("import-file", err.as_deref()))
             }
-            div.field {
+            @let err = reason("format");
+            @let (aria_invalid, described) = field_aria("import-format", err.as_deref());
+            div class=(field_class(err.as_deref())) {
                 label for="import-format" { "Format" }
-                select #import-format name="format" {
+                select #import-format name="format" aria-invalid=[aria_invalid] aria-describedby=[described] {
                     option value="zm" { "zero-memory export" }
                     option value="server-memory" { "@modelcontextprotocol/server-memory" }
                 }
+                (field_error("import-format", err.as_deref()))
             }
-            div.field {
+            @let err = reason("target");
+            @let (aria_invalid, described) = field_aria("import-target", err.as_deref());
+            div class=(field_class(err.as_deref())) {
                 label for="import-target" { "Into" }
-                select #import-target name="target" {
+                select #import-target name="target" aria-invalid=[aria_invalid] aria-describedby=[described] {
                     option value="" { "as the file says (personal for server-memory)" }
                     option value="personal" { "personal" }
                     option value="core" { "core" }
                 }
+                (field_error("import-target", err.as_deref()))
             }
             button.secondary type="submit" { "Import" }
             p.hint { "Importing the same file again adds nothing: each memory is recognised by its source." }

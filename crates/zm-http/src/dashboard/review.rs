@@ -91,7 +91,9 @@ fn side(signed: &Signed, s: &ConflictSide, label: &str, body: &Markup) -> Markup
     }
 }
 
-fn conflict_card(signed: &Signed, c: &Conflict) -> Markup {
+/// One conflict, its forms carrying the page it is on (`cursor`): the
+/// decision comes back there, not to the newest page.
+fn conflict_card(signed: &Signed, c: &Conflict, cursor: Option<&str>) -> Markup {
     let action = signed.href(&format!("/review/{}", c.dispute_id));
     let csrf = &signed.csrf;
     html! {
@@ -108,16 +110,19 @@ fn conflict_card(signed: &Signed, c: &Conflict) -> Markup {
                     div.actions {
                         form method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
+                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
                             input type="hidden" name="winner" value=(c.memory_a.id);
                             button type="submit" { "Keep A (B is superseded)" }
                         }
                         form method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
+                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
                             input type="hidden" name="winner" value=(b.id);
                             button type="submit" { "Keep B (A is superseded)" }
                         }
                         form method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
+                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
                             input type="hidden" name="keep_both" value="true";
                             button.secondary type="submit" { "Keep both" }
                         }
@@ -128,11 +133,13 @@ fn conflict_card(signed: &Signed, c: &Conflict) -> Markup {
                     div.actions {
                         form method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
+                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
                             input type="hidden" name="keep_both" value="true";
                             button type="submit" { "Uphold it" }
                         }
                         form method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
+                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
                             input type="hidden" name="retire" value="true";
                             button.danger type="submit" { "Retire it" }
                         }
@@ -188,7 +195,7 @@ pub(crate) async fn index(
         @if out.conflicts.is_empty() {
             p #queue-empty { @if cursor.is_some() { "No older conflicts." } @else { "Nothing to review." } }
         } @else {
-            ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(&signed, c)) } }
+            ol.conflicts #queue { @for c in &out.conflicts { (conflict_card(&signed, c, cursor.as_deref())) } }
         }
         @if cursor.is_some() || older.is_some() {
             div.pager #queue-pager {
@@ -212,6 +219,16 @@ pub(crate) async fn resolve(
         Ok(f) => f,
         Err(f) => return signed.error(&f.back_to("/review")),
     };
+    // Back to the page the conflict was on: its cursor (opaque, checked
+    // by `list_conflicts` when the page is drawn), re-encoded as this
+    // route's only parameter.
+    let back = match form.get("cursor").filter(|c| !c.is_empty()) {
+        Some(c) => format!(
+            "/review?{}",
+            serde_urlencoded::to_string([("cursor", c)]).unwrap_or_default()
+        ),
+        None => "/review".to_string(),
+    };
     let mut input = json!({"dispute_id": dispute});
     if let Some(w) = form.get("winner") {
         input["winner"] = json!(w);
@@ -227,8 +244,8 @@ pub(crate) async fn resolve(
         .call(&signed.caller(), ToolName::ResolveConflict, &input)
         .await
     {
-        Ok(_) => signed.see_other("/review"),
-        Err(e) => signed.error(&signed.fail(e).back_to("/review")),
+        Ok(_) => signed.see_other(&back),
+        Err(e) => signed.error(&signed.fail(e).back_to(&back)),
     }
 }
 
