@@ -8,7 +8,7 @@
 /// new optional field or a new tool; **patch** for descriptions and
 /// documentation only. `cargo xtask check` enforces them against the
 /// committed snapshot in `contract/snapshot.json`.
-pub const CONTRACT_VERSION: &str = "4.9.0";
+pub const CONTRACT_VERSION: &str = "4.9.1";
 
 /// [`CONTRACT_VERSION`] parsed as a [`semver::Version`].
 pub fn contract_version() -> semver::Version {
