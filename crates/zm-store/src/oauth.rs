@@ -1478,15 +1478,23 @@ impl Store {
             // Dropping the transaction undoes the revocations above.
             return Err(not_found());
         }
+        // The audit row in the revocation's own transaction, as a token's
+        // revocation and a disable write theirs: a revocation is never
+        // left unrecorded (one written after the commit could be dropped
+        // when audit rows queue up behind a busy writer).
+        let payload = json!({"client_id": client_id, "families_revoked": families});
+        let entry = AuditEntry {
+            command: "oauth.revoke",
+            payload: &payload,
+            outcome: Ok(()),
+            duration_ms: 0,
+        };
+        let actor = Caller {
+            user_id: user_id.to_string(),
+            ..Default::default()
+        };
+        self.audit_in(&mut tx, &actor, &entry).await?;
         tx.commit().await.db("commit client revocation")?;
-        self.oauth_audit(
-            Some(user_id),
-            "oauth.revoke",
-            json!({"client_id": client_id, "families_revoked": families}),
-            Ok(()),
-            None,
-        )
-        .await;
         Ok(())
     }
 }

@@ -487,6 +487,12 @@ backend_tests! {
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::NotFound, "[{label}]");
         store.revoke_oauth_client(&u.id, &c).await.unwrap();
+        // Recorded, with the revocation itself.
+        let audit = store.audit_rows(&u.id, 10).await.unwrap();
+        assert!(
+            audit.iter().any(|a| a["command"] == "oauth.revoke" && a["outcome"] == "ok"),
+            "[{label}] {audit:?}"
+        );
         assert!(!works(&store, &t.access_token).await, "[{label}]");
         invalid_grant(
             store
