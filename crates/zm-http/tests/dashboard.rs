@@ -129,6 +129,7 @@ struct Page {
     location: Option<String>,
     set_cookies: Vec<String>,
     csp: Option<String>,
+    retry_after: Option<String>,
     body: String,
 }
 
@@ -197,12 +198,18 @@ impl Browser {
             .iter()
             .filter_map(|v| v.to_str().ok().map(str::to_string))
             .collect();
+        let retry_after = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         self.keep(&set_cookies);
         Page {
             status,
             location,
             set_cookies,
             csp,
+            retry_after,
             body: r.text().await.unwrap(),
         }
     }
@@ -2756,6 +2763,15 @@ async fn parallel_sign_ins(postgres: Option<String>) {
         .sign_in(&s, &other_email, &other_password)
         .await;
     assert_eq!(backed_off.status, 429, "the other account backs off");
+    assert!(
+        backed_off
+            .retry_after
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|secs| secs >= 1),
+        "{:?}",
+        backed_off.retry_after
+    );
     // The sign-in form again, saying when to retry, the address kept.
     assert!(
         backed_off.body.contains("id=\"login\"")

@@ -113,16 +113,19 @@ impl Store {
         // below takes its own again at no cost): held end by end, a link
         // between memories of two teams took them in memory order, and
         // could deadlock with a change taking them in team order.
+        // (SQLite's writes take turns: nothing to hold.)
         let (first, second) = if src < dst { (src, dst) } else { (dst, src) };
-        let scopes: Vec<String> =
-            sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1 OR id = $2")
-                .bind(first)
-                .bind(second)
-                .fetch_all(&mut *tx)
-                .await
-                .db("link ends' scopes")?;
-        let paths: Vec<&str> = scopes.iter().map(String::as_str).collect();
-        self.hold_teams_of(&mut *tx, &paths).await?;
+        if self.backend == crate::db::Backend::Postgres {
+            let scopes: Vec<String> =
+                sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1 OR id = $2")
+                    .bind(first)
+                    .bind(second)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .db("link ends' scopes")?;
+            let paths: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            self.hold_teams_of(&mut *tx, &paths).await?;
+        }
         for id in [first, second] {
             self.may_link_to(&mut *tx, caller, id).await?;
         }

@@ -486,9 +486,12 @@ impl Store {
                 .await
                 .db("insight weekly scopes")?,
         )?;
+        // The groups holding most, each row with the count of all groups
+        // (a window over the groups, taken before the limit, in the same
+        // statement: what the page sums as the rest is of the same read).
         let group = |column: &str, live: bool| {
             let mut sql = Sql::new(&format!(
-                "SELECT {column} AS v, COUNT(*) AS n FROM memories m WHERE "
+                "SELECT {column} AS v, COUNT(*) AS n, CAST(SUM(COUNT(*)) OVER () AS BIGINT) AS total FROM memories m WHERE "
             ));
             visible.push(&mut sql, "m");
             if live {
@@ -502,50 +505,28 @@ impl Store {
             .bind_i64(INSIGHT_VALUES);
             sql
         };
-        // How many the groups above cover of all (the rest are summed on
-        // the page, not left out unsaid).
-        let total = |live: bool| {
-            let mut sql = Sql::new("SELECT COUNT(*) AS n FROM memories m WHERE ");
-            visible.push(&mut sql, "m");
-            if live {
-                sql.push(" AND m.invalidated_at IS NULL");
-            }
-            sql
-        };
-        let rest = |all: &AnyRow, shown: &[(String, u64)]| -> Result<u64, ToolError> {
-            let all = u64::try_from(col::<i64>(all, "n")?).unwrap_or(0);
+        // What the groups shown leave of the total (0 when none are left).
+        let rest = |rows: &[AnyRow], shown: &[(String, u64)]| -> Result<u64, ToolError> {
+            let Some(first) = rows.first() else {
+                return Ok(0);
+            };
+            let all = u64::try_from(col::<i64>(first, "total")?).unwrap_or(0);
             Ok(all.saturating_sub(shown.iter().map(|(_, n)| n).sum()))
         };
-        let by_scope = counts(
-            &group("m.scope", true)
-                .query()
-                .fetch_all(&self.pool)
-                .await
-                .db("insight scopes")?,
-        )?;
-        let by_agent = counts(
-            &group("m.agent_name", false)
-                .query()
-                .fetch_all(&self.pool)
-                .await
-                .db("insight agents")?,
-        )?;
-        let other_scopes = rest(
-            &total(true)
-                .query()
-                .fetch_one(&self.pool)
-                .await
-                .db("insight live total")?,
-            &by_scope,
-        )?;
-        let other_agents = rest(
-            &total(false)
-                .query()
-                .fetch_one(&self.pool)
-                .await
-                .db("insight total")?,
-            &by_agent,
-        )?;
+        let scope_rows = group("m.scope", true)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("insight scopes")?;
+        let by_scope = counts(&scope_rows)?;
+        let other_scopes = rest(&scope_rows, &by_scope)?;
+        let agent_rows = group("m.agent_name", false)
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .db("insight agents")?;
+        let by_agent = counts(&agent_rows)?;
+        let other_agents = rest(&agent_rows, &by_agent)?;
         // Counted in the database, one row whatever the number of loops.
         let mut ages = Sql::new("SELECT ");
         let bounds = [WEEK_MS, 30 * WEEK_MS / 7, 91 * WEEK_MS / 7];

@@ -171,14 +171,11 @@ pub(crate) async fn submit(
         if let Ok(v) = set_cookie(&state, LOGIN_COOKIE, &value, 600).parse() {
             resp.headers_mut().insert(header::SET_COOKIE, v);
         }
-        resp
-    };
-    // A refusal for now: the form again, the address and where to go
-    // after kept (the error page led to a sign-in without them), with
-    // the wait in `Retry-After`.
-    let wait = |mut resp: Response, secs: u64| {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        // A refusal for now says its wait as the form's notice does.
+        if failure.retry_after.is_some() {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(failure.retry_secs()));
+        }
         resp
     };
     let cookie_value = cookie(&state, &headers, LOGIN_COOKIE).unwrap_or_default();
@@ -215,7 +212,9 @@ pub(crate) async fn submit(
             rid,
         );
         f.retry_after = Some(secs);
-        return wait(again(f, StatusCode::TOO_MANY_REQUESTS), secs);
+        // The form again, the address and where to go after kept (the
+        // error page led to a sign-in without them).
+        return again(f, StatusCode::TOO_MANY_REQUESTS);
     }
     // Counted now, before the password check (a success clears it); a
     // browser that last signed in to the account is counted apart.
@@ -243,7 +242,9 @@ pub(crate) async fn submit(
             rid,
         );
         f.retry_after = Some(secs);
-        return wait(again(f, StatusCode::TOO_MANY_REQUESTS), secs);
+        // The form again, the address and where to go after kept (the
+        // error page led to a sign-in without them).
+        return again(f, StatusCode::TOO_MANY_REQUESTS);
     }
     let password = form.get("password").unwrap_or("");
     let user = match state.store.verify_password(&email, password).await {

@@ -91,11 +91,27 @@ fn side(signed: &Signed, s: &ConflictSide, label: &str, body: &Markup) -> Markup
     }
 }
 
+/// The review page at `cursor` (the newest without one), as a route:
+/// the cursor is only ever this route's one parameter, encoded.
+fn page_at(cursor: Option<&str>) -> String {
+    match cursor.filter(|c| !c.is_empty()) {
+        Some(c) => format!(
+            "/review?{}",
+            serde_urlencoded::to_string([("cursor", c)]).unwrap_or_default()
+        ),
+        None => "/review".to_string(),
+    }
+}
+
 /// One conflict, its forms carrying the page it is on (`cursor`): the
 /// decision comes back there, not to the newest page.
 fn conflict_card(signed: &Signed, c: &Conflict, cursor: Option<&str>) -> Markup {
     let action = signed.href(&format!("/review/{}", c.dispute_id));
-    let csrf = &signed.csrf;
+    // Every form's CSRF token, and the page it comes back to.
+    let hidden = html! {
+        input type="hidden" name="csrf" value=(signed.csrf);
+        @if let Some(page) = cursor { input type="hidden" name="cursor" value=(page); }
+    };
     html! {
         li.conflict data-dispute=(c.dispute_id) {
             h2 { (c.verdict.as_str()) " " span.muted { "(" (c.dispute_id) ")" } }
@@ -109,20 +125,17 @@ fn conflict_card(signed: &Signed, c: &Conflict, cursor: Option<&str>) -> Markup 
                     }
                     div.actions {
                         form method="post" action=(action) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
+                            (hidden)
                             input type="hidden" name="winner" value=(c.memory_a.id);
                             button type="submit" { "Keep A (B is superseded)" }
                         }
                         form method="post" action=(action) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
+                            (hidden)
                             input type="hidden" name="winner" value=(b.id);
                             button type="submit" { "Keep B (A is superseded)" }
                         }
                         form method="post" action=(action) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
+                            (hidden)
                             input type="hidden" name="keep_both" value="true";
                             button.secondary type="submit" { "Keep both" }
                         }
@@ -132,14 +145,12 @@ fn conflict_card(signed: &Signed, c: &Conflict, cursor: Option<&str>) -> Markup 
                     (side(signed, &c.memory_a, "Challenged", &html! { (c.memory_a.content) }))
                     div.actions {
                         form method="post" action=(action) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
+                            (hidden)
                             input type="hidden" name="keep_both" value="true";
                             button type="submit" { "Uphold it" }
                         }
                         form method="post" action=(action) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            @if let Some(c) = cursor { input type="hidden" name="cursor" value=(c); }
+                            (hidden)
                             input type="hidden" name="retire" value="true";
                             button.danger type="submit" { "Retire it" }
                         }
@@ -185,10 +196,10 @@ pub(crate) async fn index(
         }
         Err(e) => return signed.error(&Failure::from_tool(e, rid).back_to("/review")),
     };
-    let older = out.next_cursor.as_deref().map(|c| {
-        let qs = serde_urlencoded::to_string([("cursor", c)]).unwrap_or_default();
-        signed.href(&format!("/review?{qs}"))
-    });
+    let older = out
+        .next_cursor
+        .as_deref()
+        .map(|c| signed.href(&page_at(Some(c))));
     let body = html! {
         h1 { "Review" }
         p.lead { "Conflicts and near-duplicates your agents found, newest first. What you decide is what an agent's " code { "resolve_conflict" } " would do." }
@@ -222,13 +233,7 @@ pub(crate) async fn resolve(
     // Back to the page the conflict was on: its cursor (opaque, checked
     // by `list_conflicts` when the page is drawn), re-encoded as this
     // route's only parameter.
-    let back = match form.get("cursor").filter(|c| !c.is_empty()) {
-        Some(c) => format!(
-            "/review?{}",
-            serde_urlencoded::to_string([("cursor", c)]).unwrap_or_default()
-        ),
-        None => "/review".to_string(),
-    };
+    let back = page_at(form.get("cursor"));
     let mut input = json!({"dispute_id": dispute});
     if let Some(w) = form.get("winner") {
         input["winner"] = json!(w);
