@@ -708,8 +708,14 @@ pub(crate) fn ms(d: Duration) -> f64 {
 
 /// Nearest-rank percentile of sorted samples.
 pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
+    nearest_rank(sorted, p).unwrap_or(Duration::ZERO)
+}
+
+/// The nearest-rank percentile `p` of sorted samples: the
+/// ceil(p/100 × n)-th (`None` for none).
+pub(crate) fn nearest_rank<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
     if sorted.is_empty() {
-        return Duration::ZERO;
+        return None;
     }
     #[allow(
         clippy::cast_possible_truncation,
@@ -718,7 +724,7 @@ pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
         reason = "a rank between 0 and the sample count"
     )]
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
 fn human_bytes(b: u64) -> String {

@@ -904,17 +904,7 @@ async fn run_set(
 
 /// The nearest-rank percentile `p` of sorted samples (0 for none).
 fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
-        reason = "a rank between 0 and the sample count"
-    )]
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    crate::bench::nearest_rank(sorted, p).unwrap_or(0.0)
 }
 
 /// `--sweep`: hybrid fusion's constants over a grid, on the development

@@ -1344,16 +1344,19 @@ async fn the_account_page_imports_a_server_memory_file_once(s: Server) {
          --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"memory.jsonl\"\r\nContent-Type: application/x-ndjson\r\n\r\n{file}\r\n\
          --{boundary}--\r\n"
     );
-    let marked = s
-        .http
-        .post(format!("{}/account/import", s.base))
-        .header("cookie", cookies.clone())
-        .header("origin", s.base.clone())
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(wrong)
+    // A hand-made multipart body, sent as the page's form is.
+    let multipart = |boundary: &str, body: String| {
+        s.http
+            .post(format!("{}/account/import", s.base))
+            .header("cookie", cookies.clone())
+            .header("origin", s.base.clone())
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+    };
+    let marked = multipart(boundary, wrong)
         .send()
         .await
         .unwrap()
@@ -1402,19 +1405,7 @@ async fn the_account_page_imports_a_server_memory_file_once(s: Server) {
          --{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n\
          --{boundary}--\r\n"
     );
-    let r = s
-        .http
-        .post(format!("{}/account/import", s.base))
-        .header("cookie", cookies.clone())
-        .header("origin", s.base.clone())
-        .header(
-            "content-type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(file_first)
-        .send()
-        .await
-        .unwrap();
+    let r = multipart(boundary, file_first).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 403);
     // A file with one line that is not UTF-8 imports every other line and
     // names that one, as `zero-memory import` does (the whole file was
