@@ -334,6 +334,14 @@ pub enum UserCommand {
         /// The user's email address.
         email: String,
     },
+    /// Make a user the server's owner (who may add accounts to a team
+    /// directly, and whom stdio and team act as without --user/--as); the
+    /// owner before is one no longer. Appoints one after the owner's
+    /// account was erased.
+    Owner {
+        /// The user's email address.
+        email: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -96,6 +96,7 @@ async fn dispatch(command: Command, cfg: &Config) -> anyhow::Result<()> {
         }) => user_passwd(cfg, &email, password_stdin, revoke_tokens).await,
         Command::User(UserCommand::Disable { email }) => user_disable(cfg, &email).await,
         Command::User(UserCommand::Enable { email }) => user_enable(cfg, &email).await,
+        Command::User(UserCommand::Owner { email }) => user_owner(cfg, &email).await,
         Command::Token(TokenCommand::Create {
             user,
             name,
@@ -791,6 +792,22 @@ async fn user_enable(cfg: &Config, email: &str) -> anyhow::Result<()> {
         );
     } else {
         eprintln!("{} was not disabled", user.email);
+    }
+    Ok(())
+}
+
+async fn user_owner(cfg: &Config, email: &str) -> anyhow::Result<()> {
+    let store = open_store(cfg).await?;
+    let user = find_user(&store, email).await?;
+    let result = store.make_owner(&user.id).await;
+    store.close().await;
+    if result.map_err(tool)? {
+        eprintln!(
+            "{} is the owner now: stdio and team act as it without --user/--as",
+            user.email
+        );
+    } else {
+        eprintln!("{} already is the owner", user.email);
     }
     Ok(())
 }

@@ -815,6 +815,35 @@ fn users_add_list_passwd() {
     );
     assert!(lines[1].starts_with("usr_"));
 
+    // `user owner` moves the ownership (the owner before is one no
+    // longer), says so once done, and is audited; it moves back the same.
+    let out = env.run(&["user", "owner", "bob@example.com"]);
+    assert_success(&out, &["user owner bob"]);
+    assert!(
+        stderr(&out).contains("is the owner now"),
+        "{}",
+        stderr(&out)
+    );
+    let owners = |list: &str| -> Vec<String> {
+        list.lines()
+            .skip(1)
+            .map(|l| cols(l))
+            .filter(|c| c[2] == "yes")
+            .map(|c| c[1].clone())
+            .collect()
+    };
+    assert_eq!(owners(&env.ok(&["user", "list"])), ["bob@example.com"]);
+    let again = env.run(&["user", "owner", "bob@example.com"]);
+    assert!(
+        stderr(&again).contains("already is the owner"),
+        "{}",
+        stderr(&again)
+    );
+    env.ok(&["user", "owner", "alice@example.com"]);
+    assert_eq!(owners(&env.ok(&["user", "list"])), ["alice@example.com"]);
+    let unknown = env.run(&["user", "owner", "nobody@example.com"]);
+    assert_eq!(unknown.status.code(), Some(1), "{}", stderr(&unknown));
+
     // Duplicates and weak passwords are refused.
     let dup = env.run(&["user", "add", "alice@example.com"]);
     assert_eq!(dup.status.code(), Some(1));

@@ -857,6 +857,69 @@ impl Store {
         self.audit_in(tx, &actor, &entry).await
     }
 
+    /// Make `user_id` the server's owner (`zero-memory user owner`): the
+    /// person a team may be given accounts directly by, and whom `stdio`
+    /// and `team` act as without `--user`/`--as`. The owner before, if
+    /// any, is one no longer. `false` when the account already was. An
+    /// owner erased their account leaves none; this appoints the next.
+    pub async fn make_owner(&self, user_id: &str) -> Result<bool, ToolError> {
+        crate::service::rerun_on_contention("make owner", || self.make_owner_once(user_id)).await
+    }
+
+    /// One attempt at [`Store::make_owner`].
+    async fn make_owner_once(&self, user_id: &str) -> Result<bool, ToolError> {
+        let Some(user) = self.user_by_id(user_id).await? else {
+            return Err(ToolError::not_found("user not found"));
+        };
+        if user.is_disabled() {
+            return Err(ToolError::conflict(format!(
+                "{} is disabled: enable it first (an owner that cannot sign in runs nothing).",
+                user.email
+            )));
+        }
+        let mut tx = self.write_tx().await?;
+        // One change of owner at a time across instances, as the first
+        // user's creation (which makes the first owner).
+        crate::db::lock_across_instances(&mut tx, self.backend, InstanceLock::UserCreation)
+            .await
+            .db("user creation lock")?;
+        let before: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM users WHERE is_owner = 1 ORDER BY created_at LIMIT 1",
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .db("owner before")?;
+        if before.as_deref() == Some(user_id) {
+            return Ok(false);
+        }
+        sqlx::query("UPDATE users SET is_owner = 0 WHERE is_owner = 1")
+            .execute(&mut *tx)
+            .await
+            .db("owner no longer")?;
+        let done =
+            sqlx::query("UPDATE users SET is_owner = 1 WHERE id = $1 AND disabled_at IS NULL")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await
+                .db("make owner")?;
+        if done.rows_affected() == 0 {
+            return Err(ToolError::conflict(
+                "The account was disabled or erased meanwhile; nothing changed.",
+            ));
+        }
+        let payload = serde_json::json!({"owner_before": before});
+        self.audit_identity(
+            &mut tx,
+            user_id,
+            "user.owner",
+            &payload,
+            crate::Transport::Cli,
+        )
+        .await?;
+        tx.commit().await.db("commit owner")?;
+        Ok(true)
+    }
+
     /// Enable a disabled account; `false` when it was not disabled.
     pub async fn enable_user(&self, user_id: &str) -> Result<bool, ToolError> {
         crate::service::rerun_on_contention("enable user", || self.enable_user_once(user_id)).await
@@ -1284,6 +1347,32 @@ mod tests {
         assert_eq!(store.user_by_email(&steward_email).await.unwrap(), None);
         let next = store.create_user(&email("next"), PASSWORD).await.unwrap();
         assert!(next.is_owner, "the next person is the owner");
+    }
+
+    /// `make_owner` moves the ownership, once, audited; a disabled account
+    /// is refused it.
+    #[tokio::test]
+    async fn the_owner_can_be_appointed() {
+        let (_dir, store) = store().await;
+        let first = store.create_user(&email("first"), PASSWORD).await.unwrap();
+        let second = store.create_user(&email("second"), PASSWORD).await.unwrap();
+        assert!(first.is_owner && !second.is_owner);
+        assert!(store.make_owner(&second.id).await.unwrap());
+        assert!(!store.make_owner(&second.id).await.unwrap(), "already");
+        assert_eq!(
+            store.owner().await.unwrap().map(|u| u.id),
+            Some(second.id.clone())
+        );
+        assert!(!store.user_by_id(&first.id).await.unwrap().unwrap().is_owner);
+        let audit = store.audit_rows(&second.id, 5).await.unwrap();
+        assert!(
+            audit.iter().any(|a| a["command"] == "user.owner"),
+            "{audit:?}"
+        );
+        store.disable_user(&first.id).await.unwrap();
+        let e = store.make_owner(&first.id).await.unwrap_err();
+        assert_eq!(e.code, zm_contracts::ErrorCode::Conflict, "{e:?}");
+        assert_eq!(store.owner().await.unwrap().map(|u| u.id), Some(second.id));
     }
 
     /// A token's last use is bookkeeping: on SQLite, while another write
