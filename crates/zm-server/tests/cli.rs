@@ -827,7 +827,7 @@ fn users_add_list_passwd() {
     let owners = |list: &str| -> Vec<String> {
         list.lines()
             .skip(1)
-            .map(|l| cols(l))
+            .map(cols)
             .filter(|c| c[2] == "yes")
             .map(|c| c[1].clone())
             .collect()
