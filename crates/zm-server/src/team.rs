@@ -18,14 +18,31 @@ async fn actor(store: &Store, email: Option<&str>) -> anyhow::Result<Caller> {
             .owner()
             .await
             .map_err(tool)?
-            .ok_or_else(|| anyhow!("this database has no owner yet; pass --as EMAIL"))?,
+            .ok_or_else(|| {
+                anyhow!(
+                    "this database has no owner (none yet, or the owner's account was erased); pass --as EMAIL, or appoint one with `zero-memory user owner EMAIL`"
+                )
+            })?,
     };
     if user.is_disabled() {
-        return Err(anyhow!("the account {} is disabled", user.email));
+        return Err(match email {
+            Some(_) => anyhow!("the account {} is disabled", user.email),
+            None => anyhow!(
+                "the owner's account {} is disabled; pass --as EMAIL, enable it (`zero-memory user enable`), or appoint another owner (`zero-memory user owner EMAIL`)",
+                user.email
+            ),
+        });
     }
     let mut caller = Caller::new(user.id);
     caller.transport = Transport::Cli;
     Ok(caller)
+}
+
+/// A team named on the command line, checked as the REST routes check
+/// their `{team}`: `validation_failed` before any lookup.
+fn team_slug(slug: &str) -> anyhow::Result<&str> {
+    zm_contracts::teams::check_admin_path_param("team", slug).map_err(tool)?;
+    Ok(slug)
 }
 
 /// A team's deletion asked for once more: at a terminal, by typing its
@@ -146,7 +163,10 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
         }
         TeamCommand::Show { slug, actor: a } => {
             let caller = actor(store, a.as_deref()).await?;
-            let d = store.get_team(&caller, &slug).await.map_err(tool)?;
+            let d = store
+                .get_team(&caller, team_slug(&slug)?)
+                .await
+                .map_err(tool)?;
             print_detail(&d)?;
         }
         TeamCommand::Delete {
@@ -155,6 +175,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             yes,
         } => {
             let caller = actor(store, a.as_deref()).await?;
+            team_slug(&slug)?;
             // Asked only of whom the deletion would go ahead for: a team
             // that does not exist, or a member who is not its admin, gets
             // the store's answer at once.
@@ -182,12 +203,16 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             actor: a,
         } => {
             let caller = actor(store, a.as_deref()).await?;
-            let input = AddMemberInput {
-                email,
-                role: role.into(),
-            };
+            // Checked as the REST route checks its body: the same address
+            // rules, `validation_failed` before any lookup.
+            let role: zm_contracts::TeamRole = role.into();
+            let input: AddMemberInput = zm_contracts::parse_input(&serde_json::json!({
+                "email": email,
+                "role": role.as_str(),
+            }))
+            .map_err(tool)?;
             let m = store
-                .add_team_member(&caller, &team, input)
+                .add_team_member(&caller, team_slug(&team)?, input)
                 .await
                 .map_err(tool)?;
             eprintln!("{} is now {} of team {team}", m.email, m.role);
@@ -198,6 +223,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             actor: a,
         } => {
             let caller = actor(store, a.as_deref()).await?;
+            team_slug(&team)?;
             let user = find_user(store, &email).await?;
             store
                 .remove_team_member(&caller, &team, &user.id)
@@ -212,6 +238,7 @@ async fn run_on(store: &Store, command: TeamCommand) -> anyhow::Result<()> {
             actor: a,
         } => {
             let caller = actor(store, a.as_deref()).await?;
+            team_slug(&team)?;
             let user = find_user(store, &email).await?;
             let m = store
                 .set_team_role(&caller, &team, &user.id, SetRoleInput { role: role.into() })

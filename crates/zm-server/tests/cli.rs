@@ -885,6 +885,21 @@ fn team_delete_needs_yes_without_a_terminal() {
     );
     env.ok(&["team", "delete", "platform", "--yes"]);
     assert!(!env.ok(&["team", "list"]).contains("platform"), "deleted");
+    // What the REST routes refuse before any lookup, the CLI refuses the
+    // same way: a slug no team can have, an address that is none.
+    for (args, field) in [
+        (&["team", "show", "Not A Slug!"][..], "team: "),
+        (&["team", "delete", "../x", "--yes"][..], "team: "),
+        (&["team", "add", "ab@", "--team", "platform"][..], "email: "),
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(field) && !stderr(&out).contains("not found"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]
