@@ -2449,6 +2449,21 @@ async fn deleting_the_account_takes_its_email_and_password(s: Server) {
     s.running.stop().await;
 }
 
+/// Rename a table of the server's SQLite database behind its back (a
+/// table a page reads gone, then back).
+async fn rename_table(s: &Server, from: &str, to: &str) {
+    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE {from} RENAME TO {to}"
+    )))
+    .execute(&mut raw)
+    .await
+    .unwrap();
+}
+
 /// A team's audit log that cannot be read is said on the admin's page
 /// (with the request id), not left out as if the log were not there.
 #[tokio::test]
@@ -2471,14 +2486,7 @@ async fn a_team_audit_log_that_cannot_be_read_is_said() {
         page.body
     );
     // The log's table goes away behind the server's back.
-    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
-    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
-    sqlx::query("ALTER TABLE team_events RENAME TO team_events_away")
-        .execute(&mut raw)
-        .await
-        .unwrap();
+    rename_table(&s, "team_events", "team_events_away").await;
     let page = b.get(&s, &format!("/teams/{team}")).await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(
@@ -2486,10 +2494,7 @@ async fn a_team_audit_log_that_cannot_be_read_is_said() {
         "{}",
         page.body
     );
-    sqlx::query("ALTER TABLE team_events_away RENAME TO team_events")
-        .execute(&mut raw)
-        .await
-        .unwrap();
+    rename_table(&s, "team_events_away", "team_events").await;
     s.running.stop().await;
 }
 
@@ -2502,14 +2507,7 @@ async fn an_account_audit_log_that_cannot_be_read_is_said() {
     let (_, email, password) = person(&s.store, "account-audit-gone").await;
     let mut b = Browser::default();
     assert_eq!(b.sign_in(&s, &email, &password).await.status, 303);
-    let url = zm_store::sqlite_url(&s._dir.path().join("t.db"));
-    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
-    sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
-        .execute(&mut raw)
-        .await
-        .unwrap();
+    rename_table(&s, "audit_log", "audit_log_away").await;
     let page = b.get(&s, "/account").await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(
@@ -2520,10 +2518,7 @@ async fn an_account_audit_log_that_cannot_be_read_is_said() {
         "{}",
         page.body
     );
-    sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
-        .execute(&mut raw)
-        .await
-        .unwrap();
+    rename_table(&s, "audit_log_away", "audit_log").await;
     let page = b.get(&s, "/account").await;
     assert!(
         page.status == 200 && !page.body.contains("audit-failed"),

@@ -113,19 +113,9 @@ impl Store {
         // below takes its own again at no cost): held end by end, a link
         // between memories of two teams took them in memory order, and
         // could deadlock with a change taking them in team order.
-        // (SQLite's writes take turns: nothing to hold.)
         let (first, second) = if src < dst { (src, dst) } else { (dst, src) };
-        if self.backend == crate::db::Backend::Postgres {
-            let scopes: Vec<String> =
-                sqlx::query_scalar("SELECT scope FROM memories WHERE id = $1 OR id = $2")
-                    .bind(first)
-                    .bind(second)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .db("link ends' scopes")?;
-            let paths: Vec<&str> = scopes.iter().map(String::as_str).collect();
-            self.hold_teams_of(&mut *tx, &paths).await?;
-        }
+        self.hold_teams_of_memories(&mut *tx, &[first, second], None)
+            .await?;
         for id in [first, second] {
             self.may_link_to(&mut *tx, caller, id).await?;
         }
@@ -201,16 +191,8 @@ impl Store {
         // review. Their teams held first (PostgreSQL): a removal
         // handing either over waits, or has run and the pair is not
         // the caller's to review.
-        let scopes: Vec<String> =
-            sqlx::query_scalar("SELECT scope FROM memories WHERE id IN ($1, $2) AND owner_id = $3")
-                .bind(src)
-                .bind(dst)
-                .bind(&caller.user_id)
-                .fetch_all(&mut *tx)
-                .await
-                .db("contradiction scope")?;
-        let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
-        self.hold_teams_of(&mut *tx, &scopes).await?;
+        self.hold_teams_of_memories(&mut *tx, &[src, dst], Some(&caller.user_id))
+            .await?;
         // Both memories held (PostgreSQL, in id order): `A contradicts
         // B` and `B contradicts A` at once take turns here, and the
         // second sees the first one's conflict below.

@@ -774,7 +774,7 @@ impl Store {
         // In turn with changes to the account's teams: an admin leaving
         // beside this counted the account as an enabled admin, and its
         // team would be left with none (see `other_admins`).
-        self.hold_teams_of_member(&mut tx, user_id).await?;
+        self.hold_teams_of_member(&mut tx, user_id, false).await?;
         let done =
             sqlx::query("UPDATE users SET disabled_at = $1 WHERE id = $2 AND disabled_at IS NULL")
                 .bind(now)

@@ -327,12 +327,20 @@ fn listed(what: String) -> String {
 /// A value of the file, quoted in an error when it is short and the
 /// content guard finds nothing in it; otherwise only its length.
 fn quoted(value: &str) -> String {
-    let n = value.chars().count();
-    if n <= 100 && crate::guard::scan(value).is_none() {
+    if repeatable(value, 100) {
         format!("{value:?}")
     } else {
-        format!("(a value of {n} characters, not repeated here)")
+        format!(
+            "(a value of {} characters, not repeated here)",
+            value.chars().count()
+        )
     }
+}
+
+/// May text read from the file be repeated in a summary: at most `max`
+/// characters, and nothing the content guard finds in it?
+fn repeatable(text: &str, max: usize) -> bool {
+    text.chars().count() <= max && crate::guard::scan(text).is_none()
 }
 
 /// What the JSON reader found wrong with a line, without the line's words
@@ -354,9 +362,7 @@ fn json_fault(e: &serde_json::Error) -> String {
         Category::Io => "could not be read".to_string(),
         Category::Data => {
             let said = e.to_string();
-            if said.chars().count() <= 300
-                && crate::guard::check_fields([("error".to_string(), said.as_str())]).is_none()
-            {
+            if repeatable(&said, 300) {
                 said
             } else {
                 format!("a field of the wrong type, or with a value not allowed{at}")

@@ -1394,6 +1394,37 @@ impl Store {
         Ok(col::<i64>(&row, "n")? > 0)
     }
 
+    /// Hold the teams of memories `ids` (with `owner`, of that user's
+    /// only), in one statement in team order ([`Store::hold_teams_of`]):
+    /// what a write touching memories of several teams takes before their
+    /// rows. Nothing on SQLite, whose writes take turns.
+    pub(crate) async fn hold_teams_of_memories(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        ids: &[&str],
+        owner: Option<&str>,
+    ) -> Result<(), ToolError> {
+        if self.backend != crate::db::Backend::Postgres {
+            return Ok(());
+        }
+        let mut sql = crate::sql::Sql::new("SELECT scope FROM memories WHERE id IN ");
+        sql.bind_list(ids.iter().copied());
+        if let Some(owner) = owner {
+            sql.push(" AND owner_id = ").bind_str(owner);
+        }
+        let rows = sql
+            .query()
+            .fetch_all(&mut *tx)
+            .await
+            .db("memories' scopes")?;
+        let scopes: Vec<String> = rows
+            .iter()
+            .map(|r| col(r, "scope"))
+            .collect::<Result<_, _>>()?;
+        let paths: Vec<&str> = scopes.iter().map(String::as_str).collect();
+        self.hold_teams_of(tx, &paths).await
+    }
+
     /// Hold the rows of memories `ids` (PostgreSQL: `FOR NO KEY UPDATE`,
     /// in id order, the order every write holding two memories takes, so
     /// two such writes queue instead of deadlocking); with `owner`, only

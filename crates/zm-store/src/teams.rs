@@ -2841,22 +2841,37 @@ impl Store {
     /// account that bears on those teams (its erasure, disabling it) then
     /// takes turns with their changes. Nothing on SQLite, whose writes
     /// take turns already.
+    ///
+    /// With `invited`, also the teams of the open invitations the account
+    /// sent or was sent (an erasure withdraws those, writing to their
+    /// logs), in the same statement, in team order.
     pub(crate) async fn hold_teams_of_member(
         &self,
         conn: &mut sqlx::AnyConnection,
         user_id: &str,
+        invited: bool,
     ) -> Result<(), ToolError> {
         if self.backend != crate::db::Backend::Postgres {
             return Ok(());
         }
-        sqlx::query(
-            "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1) \
-             ORDER BY t.id FOR NO KEY UPDATE",
-        )
-        .bind(user_id)
-        .fetch_all(&mut *conn)
-        .await
-        .db("hold the member's teams")?;
+        let mut sql = Sql::new(
+            "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = ",
+        );
+        sql.bind_str(user_id).push(")");
+        if invited {
+            sql.push(
+                " OR t.id IN (SELECT i.team_id FROM team_invitations i WHERE i.accepted_at IS NULL AND i.revoked_at IS NULL AND (i.invited_by = ",
+            )
+            .bind_str(user_id)
+            .push(" OR i.email = (SELECT email FROM users WHERE id = ")
+            .bind_str(user_id)
+            .push(")))");
+        }
+        sql.push(" ORDER BY t.id FOR NO KEY UPDATE");
+        sql.query()
+            .fetch_all(&mut *conn)
+            .await
+            .db("hold the member's teams")?;
         Ok(())
     }
 
@@ -2874,18 +2889,9 @@ impl Store {
             // otherwise hand over rows the erasure is deleting. And to the
             // teams whose open invitations it sent or is sent: withdrawing
             // those writes to their logs. All of them before the account's
-            // row, in one statement, in team order, as every change takes
-            // them ([`Store::withdraw_open`] takes them again at no cost).
-            sqlx::query(
-                "SELECT t.id FROM teams t WHERE t.scope IN (SELECT scope FROM scope_members WHERE user_id = $1) \
-                 OR t.id IN (SELECT i.team_id FROM team_invitations i WHERE i.accepted_at IS NULL AND i.revoked_at IS NULL \
-                 AND (i.invited_by = $1 OR i.email = (SELECT email FROM users WHERE id = $1))) \
-                 ORDER BY t.id FOR NO KEY UPDATE",
-            )
-            .bind(user_id)
-            .fetch_all(&mut *conn)
-            .await
-            .db("hold the account's teams")?;
+            // row, in team order ([`Store::withdraw_open`] takes them
+            // again at no cost).
+            self.hold_teams_of_member(conn, user_id, true).await?;
             // Then the account's row: a team it is creating or joining
             // meanwhile (its membership row holds this row until it
             // commits) is counted below, not left without an admin when
